@@ -1,0 +1,78 @@
+#include "bench/bench.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace troupe::bench {
+namespace {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
+
+}  // namespace
+
+void Report::Add(std::string name, double value, std::string unit, std::string reference, double reference_value) {
+  Figure f{std::move(name), value, std::move(unit), std::move(reference), reference_value,
+           reference_value != 0 ? value / reference_value : 0.0};
+  std::printf("%-52s %12.4g %-10s | %-34s %12.4g | ratio %.3f\n", f.name.c_str(), f.value, f.unit.c_str(),
+              f.reference.c_str(), f.reference_value, f.ratio);
+  std::fflush(stdout);
+  figures.push_back(std::move(f));
+}
+
+std::string Report::ToJson() const {
+  std::string out = absl::StrCat("{\"benchmark\": ", JsonString(benchmark), ", \"figures\": [");
+  for (size_t i = 0; i < figures.size(); ++i) {
+    const Figure& f = figures[i];
+    absl::StrAppend(&out, i ? ",\n  " : "\n  ", "{\"name\": ", JsonString(f.name), ", \"value\": ", JsonNumber(f.value),
+                    ", \"unit\": ", JsonString(f.unit), ", \"reference\": ", JsonString(f.reference),
+                    ", \"reference_value\": ", JsonNumber(f.reference_value), ", \"ratio\": ", JsonNumber(f.ratio), "}");
+  }
+  return out + "\n]}\n";
+}
+
+double MeasureRate(double seconds, const std::function<void(long iterations)>& body) {
+  using Clock = std::chrono::steady_clock;
+  long iterations = 1;
+  for (;;) {
+    const auto start = Clock::now();
+    body(iterations);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (elapsed >= seconds) return iterations / elapsed;
+    // Aim for the target time with some headroom, growing at least 2x.
+    const double scale = elapsed > 0 ? 1.2 * seconds / elapsed : 10.0;
+    iterations = static_cast<long>(iterations * std::max(2.0, std::min(scale, 100.0)));
+  }
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot open ", tmp, " for writing"));
+    out << text;
+    if (!out.flush()) return absl::DataLossError(absl::StrCat("write failed: ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::bench

@@ -1,0 +1,68 @@
+// Benchmarks: each measures troupe's figure next to a reference measured in
+// the same run (the raw MuJoCo loop, raw loopback gRPC, Eigen's GEMM, ...)
+// and reports the ratio, because shared machines drift. `troupe bench NAME`
+// prints the table; `--json PATH` also writes
+//   {"benchmark": NAME, "figures": [{"name", "value", "unit", "reference",
+//                                    "reference_value", "ratio"}]}
+#ifndef TROUPE_BENCH_BENCH_H_
+#define TROUPE_BENCH_BENCH_H_
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace troupe::bench {
+
+struct Figure {
+  std::string name;        // e.g. "cartpole.swingup state env steps/s (1 thread)"
+  double value = 0;        // troupe's figure
+  std::string unit;        // e.g. "steps/s"
+  std::string reference;   // what it is compared with, e.g. "raw mj_step x substeps"
+  double reference_value = 0;
+  double ratio = 0;        // value / reference_value (higher is better for rates)
+};
+
+// The figures one benchmark run produced.
+struct Report {
+  std::string benchmark;
+  std::vector<Figure> figures;
+
+  // Adds a figure; ratio = value / reference_value. Prints it as one table
+  // row at once so long benchmarks show progress.
+  void Add(std::string name, double value, std::string unit, std::string reference, double reference_value);
+
+  // The JSON document described at the top of this file.
+  std::string ToJson() const;
+};
+
+// Options every benchmark understands.
+struct Options {
+  double seconds_per_figure = 1.0;   // measurement time per timed loop
+  std::vector<std::string> filter;   // e.g. task names; empty = all
+  bool quick = false;                // smaller sizes, for smoke tests
+};
+
+struct Benchmark {
+  std::string name;
+  std::string description;
+  std::function<absl::StatusOr<Report>(const Options&)> run;
+};
+
+// Every benchmark, in a fixed order (bench/registry.cc).
+const std::vector<Benchmark>& Benchmarks();
+
+// Runs `body(iterations)` repeatedly, growing the iteration count until a
+// call takes at least `seconds`; returns iterations per second of the last
+// call. `body` runs `iterations` units of work.
+double MeasureRate(double seconds, const std::function<void(long iterations)>& body);
+
+// Writes `text` to `path` via a temporary file and rename.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
+
+}  // namespace troupe::bench
+
+#endif  // TROUPE_BENCH_BENCH_H_

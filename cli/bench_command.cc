@@ -1,0 +1,56 @@
+#include <cstdio>
+
+#include "absl/strings/str_join.h"
+#include "bench/bench.h"
+#include "cli/commands.h"
+
+namespace troupe::cli {
+
+void AddBenchCommand(CLI::App& app, int* exit_code) {
+  struct Args {
+    std::string name;
+    std::string json;
+    std::vector<std::string> filter;
+    double seconds = 1.0;
+    bool quick = false;
+  };
+  auto args = std::make_shared<Args>();
+  std::vector<std::string> names;
+  for (const auto& b : bench::Benchmarks()) names.push_back(b.name);
+  CLI::App* cmd = app.add_subcommand("bench", "Run a benchmark: troupe's figure, a reference measured in the same run, the ratio");
+  cmd->add_option("name", args->name, "Benchmark: " + absl::StrJoin(names, ", "))->required();
+  cmd->add_option("--json", args->json, "Also write the figures as JSON to this path");
+  cmd->add_option("--only", args->filter, "Restrict to these items (e.g. task names)");
+  cmd->add_option("--seconds", args->seconds, "Measurement time per figure")->check(CLI::PositiveNumber);
+  cmd->add_flag("--quick", args->quick, "Small sizes (smoke test)");
+  cmd->callback([args, exit_code, names] {
+    const bench::Benchmark* found = nullptr;
+    for (const auto& b : bench::Benchmarks()) {
+      if (b.name == args->name) found = &b;
+    }
+    if (!found) {
+      std::fprintf(stderr, "troupe bench: unknown benchmark '%s'; known: %s\n", args->name.c_str(),
+                   absl::StrJoin(names, ", ").c_str());
+      *exit_code = 2;
+      return;
+    }
+    std::printf("troupe bench %s: %s\n", found->name.c_str(), found->description.c_str());
+    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick});
+    if (!report.ok()) {
+      std::fprintf(stderr, "troupe bench %s: %s\n", found->name.c_str(), report.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    report->benchmark = found->name;
+    if (!args->json.empty()) {
+      if (auto status = bench::WriteTextFile(args->json, report->ToJson()); !status.ok()) {
+        std::fprintf(stderr, "troupe bench: %s\n", status.ToString().c_str());
+        *exit_code = 1;
+        return;
+      }
+      std::printf("wrote %s\n", args->json.c_str());
+    }
+  });
+}
+
+}  // namespace troupe::cli

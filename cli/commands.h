@@ -1,0 +1,16 @@
+// The `troupe` command's subcommands. Each Add*Command registers one
+// subcommand on `app`; its callback stores the process exit status in
+// *exit_code (0 = success) and prints errors to stderr.
+#ifndef TROUPE_CLI_COMMANDS_H_
+#define TROUPE_CLI_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+
+namespace troupe::cli {
+
+void AddRunCommand(CLI::App& app, int* exit_code);    // troupe run CONFIG [--set k=v]...
+void AddBenchCommand(CLI::App& app, int* exit_code);  // troupe bench NAME [--json PATH]
+
+}  // namespace troupe::cli
+
+#endif  // TROUPE_CLI_COMMANDS_H_

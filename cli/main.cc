@@ -1,0 +1,14 @@
+// troupe: distributed reinforcement learning from pixels.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe: distributed reinforcement learning from pixels (MuJoCo control tasks, replay, learner)"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  troupe::cli::AddRunCommand(app, &exit_code);
+  troupe::cli::AddBenchCommand(app, &exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
