@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libmujoco-dev                       # physics (MuJoCo 2.2.2)
+  libmujoco-dev libqhull-dev          # physics (MuJoCo 2.2.2; its CMake config names qhull's headers)
   libegl-dev libegl-mesa0 libgl-dev libopengl-dev libgles-dev  # headless EGL rendering (Mesa)
   libeigen3-dev                       # learner engine GEMM
   libgtest-dev libgmock-dev           # tests

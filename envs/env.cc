@@ -1,0 +1,63 @@
+#include "envs/env.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "envs/control_env.h"
+#include "envs/wrappers.h"
+
+namespace troupe::envs {
+
+absl::StatusOr<EnvOptions> EnvOptions::FromConfig(const config::EnvConfig& config) {
+  EnvOptions options;
+  options.task = config.task();
+  options.seed = config.seed();
+  if (config.observation() != "pixels" && config.observation() != "state") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("env.observation: '", config.observation(), "' is neither \"pixels\" nor \"state\""));
+  }
+  options.pixels = config.observation() == "pixels";
+  options.render.width = config.render().width();
+  options.render.height = config.render().height();
+  options.render.shadows = config.render().shadows();
+  options.render.reflections = config.render().reflections();
+  options.multisample = config.render().multisample();
+  options.camera = config.render().camera();
+  options.action_repeat = config.action_repeat();
+  options.frame_stack = config.frame_stack();
+  RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
+absl::Status EnvOptions::Validate() const {
+  RETURN_IF_ERROR(FindTask(task).status());
+  if (action_repeat < 1 || action_repeat > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("env.action_repeat: ", action_repeat, " is outside [1, 1000]"));
+  }
+  if (frame_stack < 1 || frame_stack > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("env.frame_stack: ", frame_stack, " is outside [1, 16]"));
+  }
+  if (pixels && (render.width < 1 || render.height < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("env.render: size ", render.width, "x", render.height, " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> LoadTaskModel(const std::string& task, bool multisample) {
+  ASSIGN_OR_RETURN(const TaskInfo* info, FindTask(task));
+  return Model::Load(AssetsDir() + "/" + info->model_file, multisample);
+}
+
+absl::StatusOr<std::unique_ptr<Environment>> MakeEnv(const EnvOptions& options, std::shared_ptr<const Model> model) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(const TaskInfo* info, FindTask(options.task));
+  if (!model) {
+    ASSIGN_OR_RETURN(model, LoadTaskModel(options.task, options.multisample));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Environment> env, ControlEnv::Create(*info, std::move(model), options));
+  if (options.action_repeat > 1) env = std::make_unique<ActionRepeat>(std::move(env), options.action_repeat);
+  if (options.pixels && options.frame_stack > 1) env = std::make_unique<FrameStack>(std::move(env), options.frame_stack);
+  return env;
+}
+
+}  // namespace troupe::envs

@@ -1,0 +1,246 @@
+#include "envs/env_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace troupe::envs {
+
+absl::StatusOr<EnvPoolOptions> EnvPoolOptions::FromConfig(const config::EnvConfig& env,
+                                                          const config::EnvPoolConfig& pool) {
+  EnvPoolOptions options;
+  ASSIGN_OR_RETURN(options.env, EnvOptions::FromConfig(env));
+  options.num_envs = pool.num_envs();
+  options.num_threads = pool.num_threads();
+  options.batch_size = pool.batch_size();
+  RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
+absl::Status EnvPoolOptions::Validate() const {
+  RETURN_IF_ERROR(env.Validate());
+  if (num_envs < 1 || num_envs > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("pool.num_envs: ", num_envs, " is outside [1, 4096]"));
+  }
+  if (num_threads < 0 || num_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("pool.num_threads: ", num_threads, " is outside [0, 256]"));
+  }
+  if (batch_size < 0 || batch_size > num_envs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool.batch_size: ", batch_size, " is outside [0, num_envs=", num_envs, "]"));
+  }
+  return absl::OkStatus();
+}
+
+EnvPool::EnvPool(const EnvPoolOptions& options)
+    : num_envs_(options.num_envs), batch_size_(options.batch_size == 0 ? options.num_envs : options.batch_size) {}
+
+absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<EnvPool> pool(new EnvPool(options));
+  // Envs share one immutable model; each has its own seed.
+  ASSIGN_OR_RETURN(auto model, LoadTaskModel(options.env.task, options.env.multisample));
+  for (int i = 0; i < pool->num_envs_; ++i) {
+    EnvOptions env_options = options.env;
+    env_options.seed = SeedFor(options.env.seed, i);
+    ASSIGN_OR_RETURN(auto env, MakeEnv(env_options, model));
+    pool->envs_.push_back(std::move(env));
+  }
+  pool->spec_ = pool->envs_[0]->spec();
+  const int action_size = pool->spec_.action_size;
+  pool->actions_.assign(size_t(pool->num_envs_) * action_size, 0.0f);
+  pool->needs_reset_.assign(pool->num_envs_, 1);
+  pool->episode_step_.assign(pool->num_envs_, 0);
+  pool->in_flight_.assign(pool->num_envs_, 0);
+  for (int i = 0; i < pool->num_envs_; ++i) pool->all_env_ids_.push_back(i);
+
+  // Enough buffers that results of envs still in flight never overwrite
+  // the batch the owner is reading (see the header).
+  const int ring = (pool->num_envs_ + pool->batch_size_ - 1) / pool->batch_size_ + 1;
+  for (int r = 0; r < ring; ++r) {
+    auto buffer = std::make_unique<Buffer>();
+    const size_t m = pool->batch_size_;
+    buffer->env_id.resize(m);
+    buffer->step_type.resize(m);
+    buffer->reward.resize(m);
+    buffer->discount.resize(m);
+    buffer->state.resize(m * pool->spec_.state_size);
+    buffer->pixels.resize(m * pool->spec_.pixel_bytes());
+    buffer->episode_step.resize(m);
+    pool->ring_.push_back(std::move(buffer));
+  }
+
+  // Workers, each with its GL context made before the first job.
+  int threads = options.num_threads > 0 ? options.num_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min(threads, pool->num_envs_);
+  for (int t = 0; t < threads; ++t) {
+    pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels](std::stop_token stop) {
+      // Pay for this thread's GL context now; a failure resurfaces at the first render.
+      if (pixels) (void)PrepareRenderer(model);
+      p->WorkerLoop(stop);
+    });
+  }
+  return pool;
+}
+
+EnvPool::~EnvPool() {
+  for (auto& worker : workers_) worker.request_stop();
+  workers_.clear();  // joins
+}
+
+int64_t EnvPool::physics_errors() const {
+  int64_t total = 0;
+  for (const auto& env : envs_) total += env->physics_errors();
+  return total;
+}
+
+absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset) {
+  const int action_size = spec_.action_size;
+  // Check everything before queueing anything.
+  if (!reset && actions.size() != env_ids.size() * action_size) {
+    return absl::InvalidArgumentError(absl::StrCat(spec_.task, ": ", actions.size(), " action values for ",
+                                                   env_ids.size(), " envs; expected ", env_ids.size() * action_size));
+  }
+  for (size_t i = 0; i < env_ids.size(); ++i) {
+    const int32_t id = env_ids[i];
+    if (id < 0 || id >= num_envs_) {
+      return absl::InvalidArgumentError(absl::StrCat("env id ", id, " is outside [0, ", num_envs_, ")"));
+    }
+    if (in_flight_[id]) return absl::InvalidArgumentError(absl::StrCat("env ", id, " is already in flight"));
+    for (size_t j = i + 1; j < env_ids.size(); ++j) {
+      if (env_ids[j] == id) return absl::InvalidArgumentError(absl::StrCat("env id ", id, " sent twice"));
+    }
+    if (!reset) {
+      for (int a = 0; a < action_size; ++a) {
+        const float v = actions[i * action_size + a];
+        if (!std::isfinite(v)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(spec_.task, ": env ", id, " action[", a, "] is ", v, "; actions must be finite"));
+        }
+      }
+    }
+  }
+  // Record actions, then hand the jobs to the workers.
+  for (size_t i = 0; i < env_ids.size(); ++i) {
+    if (!reset) std::memcpy(&actions_[size_t(env_ids[i]) * action_size], &actions[i * action_size], action_size * sizeof(float));
+    in_flight_[env_ids[i]] = 1;
+  }
+  in_flight_count_ += static_cast<int>(env_ids.size());
+  {
+    std::lock_guard lock(mutex_);
+    for (int32_t id : env_ids) queue_.push_back({id, reset});
+  }
+  if (env_ids.size() == 1) {
+    work_ready_.notify_one();
+  } else {
+    work_ready_.notify_all();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EnvPool::Send(std::span<const float> actions, std::span<const int32_t> env_ids) {
+  return Enqueue(actions, env_ids, /*reset=*/false);
+}
+
+absl::Status EnvPool::SendReset(std::span<const int32_t> env_ids) { return Enqueue({}, env_ids, /*reset=*/true); }
+
+void EnvPool::WorkerLoop(std::stop_token stop) {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      if (!work_ready_.wait(lock, stop, [&] { return !queue_.empty(); })) return;
+      job = queue_.front();
+      queue_.pop_front();
+    }
+    RunJob(job);
+  }
+}
+
+void EnvPool::RunJob(const Job& job) {
+  const int32_t id = job.env_id;
+  Environment& env = *envs_[id];
+  // Claim a result row: in sync mode row = env id, else completion order.
+  const int64_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
+  Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
+  const int row = batch_size_ == num_envs_ ? id : int(slot % batch_size_);
+  ObservationBuffers out{buffer.state.data() + size_t(row) * spec_.state_size,
+                         spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
+
+  // Step, or reset an env that was asked to or whose episode ended.
+  absl::StatusOr<TimeStep> timestep;
+  if (job.reset || needs_reset_[id]) {
+    timestep = env.Reset(out);
+    episode_step_[id] = 0;
+  } else {
+    timestep = env.Step(std::span<const float>(&actions_[size_t(id) * spec_.action_size], spec_.action_size), out);
+    ++episode_step_[id];
+  }
+  if (!timestep.ok()) {
+    std::lock_guard lock(mutex_);
+    if (first_error_.ok()) first_error_ = timestep.status();
+    timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
+  }
+  needs_reset_[id] = timestep->step_type == StepType::kLast;
+  buffer.env_id[row] = id;
+  buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
+  buffer.reward[row] = timestep->reward;
+  buffer.discount[row] = timestep->discount;
+  buffer.episode_step[row] = episode_step_[id];
+
+  // The last row of a batch wakes the owner.
+  if (buffer.written.fetch_add(1, std::memory_order_acq_rel) + 1 == batch_size_) {
+    std::lock_guard lock(mutex_);
+    batch_ready_.notify_one();
+  }
+}
+
+EnvBatch EnvPool::View(Buffer& buffer) const {
+  const size_t m = batch_size_;
+  return EnvBatch{batch_size_,
+                  {buffer.env_id.data(), m},
+                  {buffer.step_type.data(), m},
+                  {buffer.reward.data(), m},
+                  {buffer.discount.data(), m},
+                  {buffer.state.data(), buffer.state.size()},
+                  {buffer.pixels.data(), buffer.pixels.size()},
+                  {buffer.episode_step.data(), m}};
+}
+
+absl::StatusOr<EnvBatch> EnvPool::Recv() {
+  if (in_flight_count_ < batch_size_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Recv: ", in_flight_count_, " envs in flight, fewer than batch_size ", batch_size_));
+  }
+  // The previously returned buffer is free again.
+  if (next_recv_ > 0) ring_[(next_recv_ - 1) % ring_.size()]->written.store(0, std::memory_order_relaxed);
+  Buffer& buffer = *ring_[next_recv_ % ring_.size()];
+  absl::Status error;
+  {
+    std::unique_lock lock(mutex_);
+    batch_ready_.wait(lock, [&] { return buffer.written.load(std::memory_order_acquire) == batch_size_; });
+    error = std::exchange(first_error_, absl::OkStatus());
+  }
+  ++next_recv_;
+  for (int i = 0; i < batch_size_; ++i) in_flight_[buffer.env_id[i]] = 0;
+  in_flight_count_ -= batch_size_;
+  if (!error.ok()) return error;
+  return View(buffer);
+}
+
+absl::StatusOr<EnvBatch> EnvPool::Reset() {
+  if (batch_size_ != num_envs_) return absl::FailedPreconditionError("Reset: sync mode only; use SendReset/Recv");
+  RETURN_IF_ERROR(SendReset(all_env_ids_));
+  return Recv();
+}
+
+absl::StatusOr<EnvBatch> EnvPool::Step(std::span<const float> actions) {
+  if (batch_size_ != num_envs_) return absl::FailedPreconditionError("Step: sync mode only; use Send/Recv");
+  RETURN_IF_ERROR(Send(actions, all_env_ids_));
+  return Recv();
+}
+
+}  // namespace troupe::envs

@@ -1,0 +1,151 @@
+// A batched env pool after EnvPool (Weng et al. 2022): B envs of one task
+// stepped by T worker threads, results written straight into preallocated
+// batch buffers.
+//
+// Sync use:   Reset(); loop { Step(actions for all B) ; read batch }.
+// Async use:  Send(actions, env_ids); Recv() returns the first `batch_size`
+//             envs that finish, in completion order, while the others run.
+// An env whose episode ended is reset by the next action sent to it (the
+// action is ignored and the result is its kFirst timestep).
+//
+// Threading: Reset/Step/Send/Recv are called from one thread (the owner).
+// Workers take env ids from a mutex-guarded queue; each env is stepped by
+// one worker at a time (an env is in the queue at most once), so envs need
+// no locks. Result slots are claimed with an atomic counter; a batch is
+// handed to Recv when all its slots are written (counted with an atomic,
+// waited on with a condition variable). Each worker thread has its own GL
+// context (envs/renderer.h).
+#ifndef TROUPE_ENVS_ENV_POOL_H_
+#define TROUPE_ENVS_ENV_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "envs/env.h"
+
+namespace troupe::envs {
+
+struct EnvPoolOptions {
+  EnvOptions env;
+  int num_envs = 1;
+  int num_threads = 0;  // 0: one per available core, at most num_envs
+  int batch_size = 0;   // 0: num_envs (sync). Async: 1..num_envs
+  static absl::StatusOr<EnvPoolOptions> FromConfig(const config::EnvConfig& env, const config::EnvPoolConfig& pool);
+  absl::Status Validate() const;
+};
+
+// One batch of results; valid until the next Recv/Step/Reset. Row i is env
+// env_id[i]; in sync mode row i is env i.
+struct EnvBatch {
+  int size = 0;
+  std::span<const int32_t> env_id;
+  std::span<const uint8_t> step_type;  // StepType values
+  std::span<const float> reward;
+  std::span<const float> discount;
+  std::span<const float> state;        // size x state_size
+  std::span<const uint8_t> pixels;     // size x pixel_bytes (empty without pixels)
+  std::span<const int32_t> episode_step;  // agent steps since the episode's reset (0 on kFirst)
+};
+
+class EnvPool {
+ public:
+  // Makes every env (the model is loaded once and shared) and starts the
+  // workers. Errors: the options' Validate(), env creation errors.
+  static absl::StatusOr<std::unique_ptr<EnvPool>> Create(const EnvPoolOptions& options);
+  ~EnvPool();  // stops and joins the workers
+
+  const EnvSpec& spec() const { return spec_; }
+  int num_envs() const { return num_envs_; }
+  int batch_size() const { return batch_size_; }
+
+  // The seed of env `index` in a pool seeded with `base` (so a lone env can
+  // reproduce any pool member).
+  static uint64_t SeedFor(uint64_t base, int index) { return base + uint64_t(index) * 0x9E3779B97F4A7C15ull; }
+  int num_threads() const { return static_cast<int>(workers_.size()); }
+
+  // Sync mode only (batch_size == num_envs): resets every env / steps every
+  // env with actions (num_envs x action_size, row i for env i) and blocks
+  // until all are done. Errors: FailedPrecondition in async mode; action
+  // errors as Send; an env's error (first one) as Recv.
+  absl::StatusOr<EnvBatch> Reset();
+  absl::StatusOr<EnvBatch> Step(std::span<const float> actions);
+
+  // Queues one action row per env id (env_ids.size() x action_size) and
+  // returns at once. Errors (nothing is queued): InvalidArgument for a
+  // wrong size, an env id out of range or already in flight, a NaN/inf
+  // action (naming env and index).
+  absl::Status Send(std::span<const float> actions, std::span<const int32_t> env_ids);
+  // Queues a reset of each env id.
+  absl::Status SendReset(std::span<const int32_t> env_ids);
+
+  // Blocks until batch_size results are ready and returns them. Errors:
+  // FailedPrecondition if fewer than batch_size envs are in flight; the
+  // first error an env returned (Internal/InvalidArgument with the task).
+  absl::StatusOr<EnvBatch> Recv();
+
+  // Env `index`, read-only (e.g. for a controller reading its mjData).
+  // Only valid to read while that env is not in flight.
+  const Environment& env(int index) const { return *envs_[index]; }
+
+  // Physics blow-ups over all envs (episodes ended early).
+  int64_t physics_errors() const;
+
+ private:
+  struct Job {
+    int32_t env_id;
+    bool reset;
+  };
+  // One ring slot of batch_size results.
+  struct Buffer {
+    std::vector<int32_t> env_id;
+    std::vector<uint8_t> step_type;
+    std::vector<float> reward, discount, state;
+    std::vector<uint8_t> pixels;
+    std::vector<int32_t> episode_step;
+    std::atomic<int> written{0};
+  };
+
+  explicit EnvPool(const EnvPoolOptions& options);
+  void WorkerLoop(std::stop_token stop);
+  void RunJob(const Job& job);
+  absl::Status Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset);
+  EnvBatch View(Buffer& buffer) const;
+
+  const int num_envs_;
+  const int batch_size_;
+  EnvSpec spec_;
+  std::vector<std::unique_ptr<Environment>> envs_;
+  std::vector<float> actions_;         // num_envs x action_size, the last action sent to each env
+  std::vector<uint8_t> needs_reset_;   // per env: its episode ended (touched by its worker only while in flight)
+  std::vector<int32_t> episode_step_;  // per env
+  std::vector<uint8_t> in_flight_;     // per env, owner thread only
+  int in_flight_count_ = 0;            // owner thread only
+  std::vector<int32_t> all_env_ids_;   // 0..num_envs-1, for sync Reset/Step
+
+  // Results: a ring of buffers; slot k of the stream is buffer
+  // (k / batch_size) % ring, row k % batch_size.
+  std::vector<std::unique_ptr<Buffer>> ring_;
+  std::atomic<int64_t> next_slot_{0};
+  int64_t next_recv_ = 0;  // index of the next buffer Recv returns (owner thread only)
+
+  // Work queue and completion signalling.
+  std::mutex mutex_;
+  std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
+  std::condition_variable batch_ready_;  // Recv waits for a full buffer
+  std::deque<Job> queue_;                // guarded by mutex_
+  absl::Status first_error_;             // guarded by mutex_
+  std::vector<std::jthread> workers_;
+};
+
+}  // namespace troupe::envs
+
+#endif  // TROUPE_ENVS_ENV_POOL_H_
