@@ -1,0 +1,233 @@
+#include "replay/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "proto/replay_checkpoint.pb.h"
+
+namespace troupe::replay {
+namespace {
+
+constexpr char kMagic[] = "TRPCKPT1";
+constexpr char kTrailerMagic[] = "TRPCEND1";
+constexpr size_t kMagicBytes = 8;
+constexpr size_t kTrailerBytes = 8 + 8 + 4;
+constexpr int kVersion = 1;
+
+// Appends to a file through a buffer, keeping a running crc32.
+class RecordWriter {
+ public:
+  explicit RecordWriter(std::FILE* file) : file_(file) {}
+
+  void Raw(const void* data, size_t n) {
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(data), n);
+    if (std::fwrite(data, 1, n, file_) != n) ok_ = false;
+    bytes_ += static_cast<int64_t>(n);
+  }
+  void Record(const proto::CheckpointRecord& record) {
+    record.SerializeToString(&buffer_);
+    const uint32_t n = static_cast<uint32_t>(buffer_.size());
+    Raw(&n, sizeof(n));
+    Raw(buffer_.data(), buffer_.size());
+    ++records_;
+  }
+  void Trailer() {
+    const uint32_t crc = static_cast<uint32_t>(crc_);
+    Raw(kTrailerMagic, kMagicBytes);
+    Raw(&records_, sizeof(records_));
+    Raw(&crc, sizeof(crc));
+  }
+  bool ok() const { return ok_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::FILE* file_;
+  uLong crc_ = crc32_z(0L, Z_NULL, 0);
+  bool ok_ = true;
+  int64_t bytes_ = 0;
+  uint64_t records_ = 0;
+  std::string buffer_;
+};
+
+absl::Status ErrnoError(const std::string& what, const std::string& path) {
+  return absl::PermissionDeniedError(absl::StrCat("checkpoint ", path, ": ", what, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables, const std::string& path) {
+  // Snapshot every table (pointers only), and number each distinct frame.
+  std::vector<TableSnapshot> snapshots;
+  absl::flat_hash_map<const Frame*, int64_t> frame_ids;
+  std::vector<const Frame*> frames;
+  for (const Table* table : tables) {
+    snapshots.push_back(table->Snapshot());
+    for (const auto& item : snapshots.back().items) {
+      for (const FramePtr& frame : item->frames) {
+        if (frame_ids.emplace(frame.get(), static_cast<int64_t>(frames.size())).second) frames.push_back(frame.get());
+      }
+    }
+  }
+  // Write PATH.tmp.
+  const std::string tmp = path + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (file == nullptr) return ErrnoError("cannot open " + tmp + " for writing", path);
+  RecordWriter writer(file);
+  writer.Raw(kMagic, kMagicBytes);
+  proto::CheckpointRecord record;
+  auto* header = record.mutable_header();
+  header->set_version(kVersion);
+  header->set_num_tables(static_cast<int64_t>(tables.size()));
+  header->set_num_frames(static_cast<int64_t>(frames.size()));
+  writer.Record(record);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto* frame = record.mutable_frame();
+    frame->Clear();
+    frame->set_id(static_cast<int64_t>(i));
+    frame->add_shape(frames[i]->height());
+    frame->add_shape(frames[i]->width());
+    frame->add_shape(frames[i]->channels());
+    frame->set_zstd(frames[i]->zstd());
+    writer.Record(record);
+  }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const TableSnapshot& snapshot = snapshots[t];
+    auto* table = record.mutable_table();
+    table->Clear();
+    *table->mutable_config() = tables[t]->config();
+    table->set_num_items(static_cast<int64_t>(snapshot.items.size()));
+    table->set_inserts(snapshot.inserts);
+    table->set_samples(snapshot.samples);
+    table->set_deletes(snapshot.deletes);
+    table->set_next_key(snapshot.next_key);
+    writer.Record(record);
+    for (size_t i = 0; i < snapshot.items.size(); ++i) {
+      const Item& item = *snapshot.items[i];
+      auto* out = record.mutable_item();
+      out->Clear();
+      out->set_key(item.key);
+      out->set_priority(snapshot.priorities[i]);
+      out->set_dense(item.dense.data(), item.dense.size());
+      for (const FramePtr& frame : item.frames) out->add_frame_ids(frame_ids.at(frame.get()));
+      writer.Record(record);
+    }
+  }
+  writer.Trailer();
+  // Flush to disk, then move into place; on any failure drop the temporary.
+  bool ok = writer.ok() && std::fflush(file) == 0 && ::fsync(fileno(file)) == 0;
+  ok = (std::fclose(file) == 0) && ok;
+  if (!ok) {
+    auto status = ErrnoError("write to " + tmp + " failed", path);
+    std::remove(tmp.c_str());
+    return status;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    auto status = ErrnoError("cannot rename " + tmp, path);
+    std::remove(tmp.c_str());
+    return status;
+  }
+  return writer.bytes();
+}
+
+absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& path, FrameStore& frame_store) {
+  // Read the whole file.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": cannot open: ", std::strerror(errno)));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto corrupt = [&path](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is corrupt or truncated (", what,
+                                            "); refusing it, nothing was restored"));
+  };
+  // Magic, trailer, checksum.
+  if (data.size() < kMagicBytes + kTrailerBytes || std::memcmp(data.data(), kMagic, kMagicBytes) != 0) {
+    return corrupt(data.size() < kMagicBytes + kTrailerBytes ? "too short" : "bad magic: not a troupe checkpoint");
+  }
+  const size_t body_end = data.size() - kTrailerBytes;
+  if (std::memcmp(data.data() + body_end, kTrailerMagic, kMagicBytes) != 0) return corrupt("no trailer: truncated");
+  uint64_t num_records = 0;
+  uint32_t stored_crc = 0;
+  std::memcpy(&num_records, data.data() + body_end + 8, 8);
+  std::memcpy(&stored_crc, data.data() + body_end + 16, 4);
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data.data()), body_end));
+  if (crc != stored_crc) return corrupt(absl::StrCat("checksum mismatch: stored ", stored_crc, ", computed ", crc));
+  // Parse records in order.
+  size_t pos = kMagicBytes;
+  uint64_t records_read = 0;
+  proto::CheckpointRecord record;
+  auto next = [&]() -> absl::Status {
+    uint32_t n = 0;
+    if (pos + 4 > body_end) return corrupt("record header past end");
+    std::memcpy(&n, data.data() + pos, 4);
+    pos += 4;
+    if (pos + n > body_end || !record.ParseFromArray(data.data() + pos, static_cast<int>(n))) {
+      return corrupt(absl::StrCat("record ", records_read, " does not parse"));
+    }
+    pos += n;
+    ++records_read;
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(next());
+  if (!record.has_header() || record.header().version() != kVersion) return corrupt("missing or unknown header");
+  const proto::CheckpointHeader header = record.header();
+  std::vector<FramePtr> frames;
+  frames.reserve(header.num_frames());
+  for (int64_t i = 0; i < header.num_frames(); ++i) {
+    RETURN_IF_ERROR(next());
+    if (!record.has_frame() || record.frame().id() != i || record.frame().shape_size() != 3) {
+      return corrupt(absl::StrCat("frame ", i, " expected"));
+    }
+    auto& f = *record.mutable_frame();
+    ASSIGN_OR_RETURN(FramePtr frame,
+                     frame_store.FromZstd(std::move(*f.mutable_zstd()), f.shape(0), f.shape(1), f.shape(2),
+                                          absl::StrCat("checkpoint ", path, " frame ", i)));
+    frames.push_back(std::move(frame));
+  }
+  std::vector<RestoredTable> tables;
+  for (int64_t t = 0; t < header.num_tables(); ++t) {
+    RETURN_IF_ERROR(next());
+    if (!record.has_table()) return corrupt(absl::StrCat("table ", t, " expected"));
+    RestoredTable restored;
+    const proto::CheckpointTable table = record.table();
+    restored.config = table.config();
+    ASSIGN_OR_RETURN(Signature signature, Signature::FromConfig(table.config()));
+    TableSnapshot& snapshot = restored.snapshot;
+    snapshot.inserts = table.inserts();
+    snapshot.samples = table.samples();
+    snapshot.deletes = table.deletes();
+    snapshot.next_key = table.next_key();
+    for (int64_t i = 0; i < table.num_items(); ++i) {
+      RETURN_IF_ERROR(next());
+      if (!record.has_item()) return corrupt(absl::StrCat("table '", table.config().name(), "' item ", i, " expected"));
+      const proto::CheckpointItem& stored = record.item();
+      if (static_cast<int64_t>(stored.dense().size()) != signature.dense_bytes ||
+          stored.frame_ids_size() != signature.num_frames) {
+        return corrupt(absl::StrCat("table '", table.config().name(), "' item ", i, " does not match the signature"));
+      }
+      auto item = std::make_shared<Item>();
+      item->key = stored.key();
+      item->dense.assign(stored.dense().begin(), stored.dense().end());
+      for (int64_t id : stored.frame_ids()) {
+        if (id < 0 || id >= static_cast<int64_t>(frames.size())) return corrupt("frame id out of range");
+        item->frames.push_back(frames[id]);
+      }
+      snapshot.items.push_back(std::move(item));
+      snapshot.priorities.push_back(stored.priority());
+    }
+    tables.push_back(std::move(restored));
+  }
+  if (records_read != num_records || pos != body_end) return corrupt("record count mismatch");
+  return tables;
+}
+
+}  // namespace troupe::replay

@@ -1,0 +1,44 @@
+// Replay checkpoints: every table's items, priorities and rate-limiter
+// counters, with each frame written once.
+//
+// File layout (all integers little-endian):
+//   "TRPCKPT1"                              8-byte magic
+//   repeated: u32 length, CheckpointRecord  (proto/replay_checkpoint.proto)
+//       one header; header.num_frames frames; then per table one table
+//       record followed by its num_items items, oldest first
+//   "TRPCEND1", u64 record count, u32 crc32 of every byte before "TRPCEND1"
+//
+// Written to PATH.tmp, flushed and fsync'd, then renamed over PATH, so a
+// crash or error leaves the previous checkpoint in place. Reading checks
+// magic, trailer and checksum before parsing anything, so a truncated or
+// corrupt file is refused whole.
+#ifndef TROUPE_REPLAY_CHECKPOINT_H_
+#define TROUPE_REPLAY_CHECKPOINT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "replay/frame_store.h"
+#include "replay/table.h"
+
+namespace troupe::replay {
+
+// Writes `tables` to `path`; returns the bytes written. Tables keep serving
+// meanwhile (each is snapshotted under its lock, then written without it).
+absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables, const std::string& path);
+
+struct RestoredTable {
+  config::ReplayTableConfig config;
+  TableSnapshot snapshot;
+};
+
+// Reads a checkpoint, making its frames in `frames`. DataLoss naming the
+// path and what is wrong ("truncated", "checksum mismatch", ...) for a bad
+// file; NotFound if it does not exist.
+absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& path, FrameStore& frames);
+
+}  // namespace troupe::replay
+
+#endif  // TROUPE_REPLAY_CHECKPOINT_H_

@@ -1,0 +1,182 @@
+#include "replay/client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace troupe::replay {
+
+FieldValue FieldValue::Dense(proto::DType dtype, std::vector<int64_t> shape, const void* data) {
+  FieldValue value;
+  value.dtype = dtype;
+  value.bytes = static_cast<size_t>(DTypeSize(dtype));
+  for (int64_t d : shape) value.bytes *= static_cast<size_t>(std::max<int64_t>(d, 0));
+  value.shape = std::move(shape);
+  value.data = data;
+  return value;
+}
+
+FieldValue FieldValue::Frames(std::vector<uint64_t> keys) {
+  FieldValue value;
+  value.frame_keys = std::move(keys);
+  return value;
+}
+
+Writer::Writer(const WriterOptions& options) : options_(options), compressor_(options.compression_level) {}
+
+absl::StatusOr<uint64_t> Writer::AppendFrame(const uint8_t* pixels, int height, int width, int channels) {
+  if (height <= 0 || width <= 0 || channels <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AppendFrame: bad frame shape ", height, "x", width, "x", channels));
+  }
+  // Compress here, so the server stores what it receives.
+  proto::FrameData* frame = request_.add_frames();
+  const uint64_t key = next_frame_key_++;
+  frame->set_key(key);
+  proto::Tensor* t = frame->mutable_pixels();
+  t->set_dtype(proto::DTYPE_UINT8);
+  t->add_shape(height);
+  t->add_shape(width);
+  t->add_shape(channels);
+  t->set_compression(proto::COMPRESSION_ZSTD);
+  compressor_.Compress(pixels, static_cast<size_t>(height) * width * channels, t->mutable_data());
+  request_bytes_ += static_cast<int64_t>(t->data().size());
+  return key;
+}
+
+absl::Status Writer::Insert(const std::string& table, double priority, const std::vector<FieldValue>& fields) {
+  // Check frame keys against the window before queueing.
+  const uint64_t oldest = next_frame_key_ > static_cast<uint64_t>(options_.frame_window)
+                              ? next_frame_key_ - options_.frame_window
+                              : 0;
+  proto::ItemData* item = request_.add_items();
+  item->set_table(table);
+  item->set_priority(priority);
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const FieldValue& value = fields[f];
+    proto::FieldData* field = item->add_fields();
+    for (uint64_t key : value.frame_keys) {
+      if (key >= next_frame_key_ || key < oldest) {
+        request_.mutable_items()->RemoveLast();
+        return absl::InvalidArgumentError(absl::StrCat("Insert into '", table, "' field ", f, ": frame key ", key,
+                                                       " is not among the last ", options_.frame_window,
+                                                       " appended frames [", oldest, ", ", next_frame_key_, ")"));
+      }
+      field->add_frame_keys(key);
+    }
+    if (value.frame_keys.empty()) {
+      proto::Tensor* t = field->mutable_tensor();
+      t->set_dtype(value.dtype);
+      for (int64_t d : value.shape) t->add_shape(d);
+      t->set_data(value.data, value.bytes);
+      request_bytes_ += static_cast<int64_t>(value.bytes);
+    }
+  }
+  if (request_.items_size() >= options_.max_items_per_request || request_bytes_ >= options_.max_request_bytes) {
+    return SendQueued(/*ack=*/false);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Writer::Flush() { return SendQueued(/*ack=*/true); }
+
+absl::Status Writer::SendQueued(bool ack) {
+  // The server may forget frames that no later item can use.
+  request_.set_forget_frames_before(
+      next_frame_key_ > static_cast<uint64_t>(options_.frame_window) ? next_frame_key_ - options_.frame_window : 0);
+  request_.set_ack(ack);
+  const int items = request_.items_size();
+  absl::Status status = Send(request_);
+  request_.Clear();
+  request_bytes_ = 0;
+  if (status.ok()) items_sent_ += items;
+  return status;
+}
+
+namespace {
+
+// Embedded writer: the same InsertSession the gRPC service uses, without
+// the network.
+class LocalWriter : public Writer {
+ public:
+  LocalWriter(Replay* replay, const WriterOptions& options) : Writer(options), session_(replay) {}
+
+  absl::Status Close() override {
+    if (closed_) return absl::FailedPreconditionError("writer already closed");
+    absl::Status status = Flush();
+    closed_ = true;
+    return status;
+  }
+
+ protected:
+  absl::Status Send(const proto::InsertRequest& request) override {
+    if (closed_ && request.items_size() > 0) return absl::FailedPreconditionError("writer is closed");
+    RETURN_IF_ERROR(session_.Prepare(request));
+    return session_.InsertPending(absl::InfiniteDuration());
+  }
+
+ private:
+  InsertSession session_;
+  bool closed_ = false;
+};
+
+class LocalSampler : public Sampler {
+ public:
+  LocalSampler(Table* table, const SamplerOptions& options) : table_(table), options_(options) {
+    items_.reserve(options.batch_size);
+  }
+
+  absl::Status Next(SampledBatch* batch) override {
+    if (options_.num_batches > 0 && batches_ >= options_.num_batches) {
+      return absl::OutOfRangeError(absl::StrCat("sampler gave its ", options_.num_batches, " batches"));
+    }
+    // Pick under the table lock, then copy and decode without it.
+    items_.clear();
+    int64_t table_size = 0;
+    RETURN_IF_ERROR(table_->Sample(options_.batch_size, options_.timeout, &items_, &table_size));
+    ShapeBatch(table_->signature(), options_.batch_size, batch);
+    absl::Status status = FillBatch(table_->signature(), items_, table_size, table_->prioritized(),
+                                    table_->config().importance_exponent(), decoder_, batch);
+    items_.clear();
+    ++batches_;
+    return status;
+  }
+
+ private:
+  Table* table_;
+  SamplerOptions options_;
+  std::vector<SampledItem> items_;
+  FrameDecoder decoder_;
+  int64_t batches_ = 0;
+};
+
+class LocalClient : public ReplayClient {
+ public:
+  explicit LocalClient(Replay* replay) : replay_(replay) {}
+
+  absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
+    return std::make_unique<LocalWriter>(replay_, options);
+  }
+  absl::StatusOr<std::unique_ptr<Sampler>> NewSampler(const SamplerOptions& options) override {
+    ASSIGN_OR_RETURN(Table * table, replay_->FindTable(options.table));
+    if (options.batch_size < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("batch_size is ", options.batch_size, ", must be >= 1"));
+    }
+    return std::make_unique<LocalSampler>(table, options);
+  }
+  absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request) override {
+    return replay_->MutatePriorities(request);
+  }
+  absl::StatusOr<proto::InfoResponse> Info() override { return replay_->Info(); }
+  absl::StatusOr<int64_t> Checkpoint(const std::string& path) override { return replay_->Checkpoint(path); }
+  absl::StatusOr<int64_t> Restore(const std::string& path) override { return replay_->Restore(path); }
+
+ private:
+  Replay* replay_;
+};
+
+}  // namespace
+
+std::unique_ptr<ReplayClient> NewLocalClient(Replay* replay) { return std::make_unique<LocalClient>(replay); }
+
+}  // namespace troupe::replay

@@ -1,0 +1,132 @@
+// One API for both ways of reaching replay: embedded (NewLocalClient, the
+// learner's default: no server to start) and over gRPC (NewGrpcClient in
+// replay/grpc_client.h, for a standalone `troupe replay`).
+//
+//   auto writer = client->NewWriter();            // an actor's stream
+//   uint64_t f = *writer->AppendFrame(pixels, 84, 84, 3);
+//   writer->Insert("pixels", 1.0, {FieldValue::Frames({f0, f1, f}), ...});
+//   auto sampler = client->NewSampler({.table = "pixels", .batch_size = 256});
+//   SampledBatch batch; sampler->Next(&batch);     // a learner's stream
+//
+// Locking: a Writer or Sampler belongs to one thread at a time; a
+// ReplayClient may be shared by threads.
+#ifndef TROUPE_REPLAY_CLIENT_H_
+#define TROUPE_REPLAY_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/replay.pb.h"
+#include "replay/frame_store.h"
+#include "replay/replay.h"
+
+namespace troupe::replay {
+
+struct WriterOptions {
+  // zstd level for frames (compressed in the writer, i.e. by the actor).
+  int compression_level = 1;
+  // Items may refer to the last `frame_window` frames only; older ones are
+  // forgotten by the server's stream (items keep theirs).
+  int frame_window = 64;
+  // Queued items or bytes that trigger a send.
+  int max_items_per_request = 16;
+  int64_t max_request_bytes = 1 << 20;
+};
+
+// One field of an item: dense bytes with dtype and shape, or frame keys.
+struct FieldValue {
+  proto::DType dtype = proto::DTYPE_INVALID;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
+  std::vector<uint64_t> frame_keys;
+
+  // `data` must stay valid until Insert returns.
+  static FieldValue Dense(proto::DType dtype, std::vector<int64_t> shape, const void* data);
+  static FieldValue Frames(std::vector<uint64_t> keys);
+};
+
+// An actor's insert stream. Frames and items are queued and sent in
+// requests; server-side errors (bad item, unknown table, closed server)
+// surface from the call that sends, or from Flush.
+class Writer {
+ public:
+  explicit Writer(const WriterOptions& options);
+  virtual ~Writer() = default;
+
+  // Compresses one uint8 [height, width, channels] frame and queues it.
+  // Returns its key (0, 1, 2, ... on this writer).
+  absl::StatusOr<uint64_t> AppendFrame(const uint8_t* pixels, int height, int width, int channels);
+  // Queues one item for `table`; its fields follow the table's signature.
+  // InvalidArgument (client-side) for a frame key not appended yet or
+  // outside the frame window.
+  absl::Status Insert(const std::string& table, double priority, const std::vector<FieldValue>& fields);
+  // Sends everything queued and waits until all of it is in its tables
+  // (blocking on the rate limiter as needed).
+  absl::Status Flush();
+  // Flushes and ends the stream; the writer is unusable afterwards.
+  virtual absl::Status Close() = 0;
+
+  int64_t items_sent() const { return items_sent_; }
+
+ protected:
+  // Delivers `request` (its forget watermark and ack already set); with
+  // request.ack(), returns once the server confirmed it.
+  virtual absl::Status Send(const proto::InsertRequest& request) = 0;
+
+ private:
+  absl::Status SendQueued(bool ack);
+
+  WriterOptions options_;
+  FrameCompressor compressor_;
+  proto::InsertRequest request_;
+  int64_t request_bytes_ = 0;
+  uint64_t next_frame_key_ = 0;
+  int64_t items_sent_ = 0;
+};
+
+struct SamplerOptions {
+  std::string table;
+  int batch_size = 256;
+  // Batches the stream gives before Next returns OutOfRange; 0 = unlimited.
+  int64_t num_batches = 0;
+  // How long one Next may wait on the rate limiter; then DeadlineExceeded.
+  absl::Duration timeout = absl::InfiniteDuration();
+};
+
+// A learner's sample stream.
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  // Fills *batch with the next batch (reusing its buffers). Blocks on the
+  // rate limiter up to the options' timeout.
+  virtual absl::Status Next(SampledBatch* batch) = 0;
+};
+
+class ReplayClient {
+ public:
+  virtual ~ReplayClient() = default;
+  virtual absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options = {}) = 0;
+  // NotFound for an unknown table, InvalidArgument for batch_size < 1.
+  virtual absl::StatusOr<std::unique_ptr<Sampler>> NewSampler(const SamplerOptions& options) = 0;
+  // Returns how many keys were no longer in the table.
+  virtual absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request) = 0;
+  virtual absl::StatusOr<proto::InfoResponse> Info() = 0;
+  // Returns bytes written.
+  virtual absl::StatusOr<int64_t> Checkpoint(const std::string& path) = 0;
+  // Returns items restored.
+  virtual absl::StatusOr<int64_t> Restore(const std::string& path) = 0;
+};
+
+// Embedded mode: calls `replay` directly (no copies through protobuf on the
+// sample path). `replay` must outlive the client and everything it makes.
+std::unique_ptr<ReplayClient> NewLocalClient(Replay* replay);
+
+}  // namespace troupe::replay
+
+#endif  // TROUPE_REPLAY_CLIENT_H_

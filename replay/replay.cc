@@ -1,0 +1,297 @@
+#include "replay/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "replay/checkpoint.h"
+
+namespace troupe::replay {
+
+void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch) {
+  batch->keys.resize(batch_size);
+  batch->probabilities.resize(batch_size);
+  batch->weights.resize(batch_size);
+  batch->fields.resize(signature.fields.size());
+  for (size_t f = 0; f < signature.fields.size(); ++f) {
+    const FieldSpec& spec = signature.fields[f];
+    SampledField& field = batch->fields[f];
+    field.dtype = spec.dtype;
+    field.shape.clear();
+    field.shape.push_back(batch_size);
+    if (spec.frames > 0) field.shape.push_back(spec.frames);
+    field.shape.insert(field.shape.end(), spec.shape.begin(), spec.shape.end());
+    field.data.resize(batch_size * spec.bytes * std::max(1, spec.frames));
+  }
+}
+
+absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
+                       bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  TROUPE_CHECK(static_cast<int64_t>(batch->keys.size()) == n && batch->fields.size() == signature.fields.size());
+  batch->table_size = table_size;
+  // Keys, probabilities and importance weights (Schaul et al. 2016, eq. 1).
+  float max_weight = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    batch->keys[i] = items[i].item->key;
+    batch->probabilities[i] = items[i].probability;
+    float w = 1.0f;
+    if (prioritized && beta > 0) {
+      w = static_cast<float>(std::pow(static_cast<double>(table_size) * items[i].probability, -beta));
+    }
+    batch->weights[i] = w;
+    max_weight = std::max(max_weight, w);
+  }
+  if (prioritized && max_weight > 0) {
+    for (float& w : batch->weights) w /= max_weight;
+  }
+  // Fields, item by item.
+  constexpr int kSeen = 32;
+  for (int64_t i = 0; i < n; ++i) {
+    const Item& item = *items[i].item;
+    const Frame* seen_frame[kSeen];
+    const uint8_t* seen_dst[kSeen];
+    int seen = 0;
+    for (size_t f = 0; f < signature.fields.size(); ++f) {
+      const FieldSpec& spec = signature.fields[f];
+      uint8_t* base = batch->fields[f].data.data();
+      if (spec.frames == 0) {
+        std::memcpy(base + i * spec.bytes, item.dense.data() + spec.offset, spec.bytes);
+        continue;
+      }
+      // Pixel field: decode each distinct frame once per item, copy repeats.
+      for (int32_t j = 0; j < spec.frames; ++j) {
+        const Frame* frame = item.frames[spec.offset + j].get();
+        uint8_t* dst = base + (i * spec.frames + j) * spec.bytes;
+        const uint8_t* copy_from = nullptr;
+        for (int s = 0; s < seen; ++s) {
+          if (seen_frame[s] == frame) copy_from = seen_dst[s];
+        }
+        if (copy_from != nullptr) {
+          std::memcpy(dst, copy_from, spec.bytes);
+          continue;
+        }
+        RETURN_IF_ERROR(decoder.Decode(*frame, dst));
+        if (seen < kSeen) {
+          seen_frame[seen] = frame;
+          seen_dst[seen++] = dst;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Replay>> Replay::Create(const config::ReplayConfig& config) {
+  // Check the service-wide options, then each table.
+  if (config.tables_size() == 0) return absl::InvalidArgumentError("replay config: no tables");
+  if (config.max_message_bytes() < 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replay config: max_message_bytes is ", config.max_message_bytes(), ", must be >= 1024"));
+  }
+  if (config.worker_threads() < 1) return absl::InvalidArgumentError("replay config: worker_threads must be >= 1");
+  if (config.frame_compression_level() < 1 || config.frame_compression_level() > 19) {
+    return absl::InvalidArgumentError("replay config: frame_compression_level must be in [1, 19]");
+  }
+  auto replay = std::unique_ptr<Replay>(new Replay(config));
+  absl::flat_hash_set<std::string> names;
+  for (const auto& table_config : config.tables()) {
+    if (!names.insert(table_config.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("replay config: table '", table_config.name(), "' twice"));
+    }
+    ASSIGN_OR_RETURN(auto table, Table::Create(table_config));
+    replay->tables_.push_back(std::move(table));
+  }
+  if (!config.restore_path().empty()) {
+    auto restored = replay->Restore(config.restore_path());
+    if (!restored.ok()) return restored.status();
+  }
+  return replay;
+}
+
+Replay::~Replay() { Close(); }
+
+absl::StatusOr<Table*> Replay::FindTable(const std::string& name) const {
+  for (const auto& table : tables_) {
+    if (table->name() == name) return table.get();
+  }
+  std::vector<std::string> names;
+  for (const auto& table : tables_) names.push_back(table->name());
+  return absl::NotFoundError(absl::StrCat("unknown table '", name, "'; tables: ", absl::StrJoin(names, ", ")));
+}
+
+proto::InfoResponse Replay::Info() const {
+  proto::InfoResponse info;
+  for (const auto& table : tables_) *info.add_tables() = table->Info();
+  info.set_frames(frame_store_.live_frames());
+  info.set_frame_bytes(frame_store_.live_bytes());
+  return info;
+}
+
+absl::StatusOr<int64_t> Replay::MutatePriorities(const proto::MutatePrioritiesRequest& request) {
+  ASSIGN_OR_RETURN(Table * table, FindTable(request.table()));
+  return table->MutatePriorities(std::span<const uint64_t>(request.keys().data(), request.keys_size()),
+                                 std::span<const double>(request.priorities().data(), request.priorities_size()));
+}
+
+absl::StatusOr<int64_t> Replay::Checkpoint(const std::string& path) {
+  std::vector<const Table*> tables;
+  for (const auto& table : tables_) tables.push_back(table.get());
+  return WriteCheckpoint(tables, path);
+}
+
+absl::StatusOr<int64_t> Replay::Restore(const std::string& path) {
+  // Read and check the whole file before touching any table.
+  ASSIGN_OR_RETURN(std::vector<RestoredTable> restored, ReadCheckpoint(path, frame_store_));
+  std::vector<std::pair<Table*, TableSnapshot*>> plan;
+  for (RestoredTable& r : restored) {
+    auto table = FindTable(r.config.name());
+    if (!table.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(path, ": ", table.status().message()));
+    }
+    ASSIGN_OR_RETURN(Signature signature, Signature::FromConfig(r.config));
+    if (!signature.SameAs((*table)->signature())) {
+      return absl::FailedPreconditionError(absl::StrCat(path, ": table '", r.config.name(),
+                                                        "' has a different signature in the checkpoint"));
+    }
+    if (static_cast<int64_t>(r.snapshot.items.size()) > (*table)->config().max_size()) {
+      return absl::FailedPreconditionError(absl::StrCat(path, ": table '", r.config.name(), "' holds ",
+                                                        r.snapshot.items.size(), " items, max_size is ",
+                                                        (*table)->config().max_size()));
+    }
+    plan.emplace_back(*table, &r.snapshot);
+  }
+  // Swap the contents in.
+  int64_t items = 0;
+  for (auto& [table, snapshot] : plan) {
+    items += static_cast<int64_t>(snapshot->items.size());
+    RETURN_IF_ERROR(table->Restore(std::move(*snapshot)));
+  }
+  return items;
+}
+
+void Replay::Close() {
+  for (const auto& table : tables_) table->Close();
+}
+
+InsertSession::InsertSession(Replay* replay)
+    : replay_(replay), compressor_(replay->config().frame_compression_level()) {}
+
+absl::Status InsertSession::Prepare(const proto::InsertRequest& request) {
+  TROUPE_CHECK(!has_pending());
+  pending_.clear();
+  next_pending_ = 0;
+  // Frames: keys strictly increasing over the stream.
+  for (int i = 0; i < request.frames_size(); ++i) {
+    const proto::FrameData& frame = request.frames(i);
+    if (any_frame_ && frame.key() <= last_frame_key_) {
+      return absl::InvalidArgumentError(absl::StrCat("frame ", i, " of the request: key ", frame.key(),
+                                                     " is not above the previous key ", last_frame_key_));
+    }
+    ASSIGN_OR_RETURN(FramePtr stored, replay_->frame_store().FromTensor(
+                                          frame.pixels(), compressor_, absl::StrCat("frame key ", frame.key())));
+    frames_.emplace(frame.key(), std::move(stored));
+    any_frame_ = true;
+    last_frame_key_ = frame.key();
+  }
+  // Items: check all before queueing any.
+  std::vector<Pending> prepared(request.items_size());
+  for (int i = 0; i < request.items_size(); ++i) {
+    RETURN_IF_ERROR(PrepareItem(request.items(i), i, &prepared[i]));
+  }
+  pending_ = std::move(prepared);
+  // Forget frames no later item may use (items keep their references).
+  if (request.forget_frames_before() > 0) {
+    frames_.erase(frames_.begin(), frames_.lower_bound(request.forget_frames_before()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, Pending* out) {
+  auto table = replay_->FindTable(data.table());
+  if (!table.ok()) return absl::NotFoundError(absl::StrCat("item ", index, ": ", table.status().message()));
+  const Signature& signature = (*table)->signature();
+  const std::string where = absl::StrCat("item ", index, " (table '", data.table(), "')");
+  if (data.fields_size() != static_cast<int>(signature.fields.size())) {
+    std::vector<std::string> names;
+    for (const auto& f : signature.fields) names.push_back(f.name);
+    return absl::InvalidArgumentError(absl::StrCat(where, ": has ", data.fields_size(), " fields, the table has ",
+                                                   signature.fields.size(), " (", absl::StrJoin(names, ", "), ")"));
+  }
+  if (!std::isfinite(data.priority()) || data.priority() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": priority ", data.priority(), " must be finite and >= 0"));
+  }
+  auto item = std::make_shared<Item>();
+  item->dense.resize(signature.dense_bytes);
+  item->frames.resize(signature.num_frames);
+  for (size_t f = 0; f < signature.fields.size(); ++f) {
+    const FieldSpec& spec = signature.fields[f];
+    const proto::FieldData& field = data.fields(f);
+    const std::string at = absl::StrCat(where, " field '", spec.name, "'");
+    if (spec.frames == 0) {
+      // Dense: exact dtype, shape and byte count, uncompressed.
+      const proto::Tensor& t = field.tensor();
+      const bool same_shape = std::equal(spec.shape.begin(), spec.shape.end(), t.shape().begin(), t.shape().end());
+      if (t.dtype() != spec.dtype || !same_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": expected ", ShapeString(spec.dtype, spec.shape.data(), spec.shape.size()), ", got ",
+            ShapeString(t.dtype(), t.shape().data(), t.shape_size())));
+      }
+      if (t.compression() != proto::COMPRESSION_NONE || static_cast<int64_t>(t.data().size()) != spec.bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(at, ": expected ", spec.bytes, " uncompressed bytes, got ",
+                                                       t.data().size(),
+                                                       t.compression() != proto::COMPRESSION_NONE ? " compressed" : ""));
+      }
+      std::memcpy(item->dense.data() + spec.offset, t.data().data(), spec.bytes);
+      continue;
+    }
+    // Pixel: exactly `frames` keys of frames this stream holds, of the field's shape.
+    if (field.frame_keys_size() != spec.frames) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": expected ", spec.frames, " frame keys, got ", field.frame_keys_size()));
+    }
+    for (int j = 0; j < spec.frames; ++j) {
+      const uint64_t key = field.frame_keys(j);
+      auto it = frames_.find(key);
+      if (it == frames_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": frame key ", key, " was not sent on this stream (or was forgotten)"));
+      }
+      const Frame& frame = *it->second;
+      if (frame.height() != spec.shape[0] || frame.width() != spec.shape[1] || frame.channels() != spec.shape[2]) {
+        const int64_t got[3] = {frame.height(), frame.width(), frame.channels()};
+        return absl::InvalidArgumentError(absl::StrCat(at, ": frame key ", key, " is ", ShapeString(proto::DTYPE_UINT8, got, 3),
+                                                       ", expected ", ShapeString(spec.dtype, spec.shape.data(), 3)));
+      }
+      item->frames[spec.offset + j] = it->second;
+    }
+  }
+  *out = Pending{*table, std::move(item), data.priority()};
+  return absl::OkStatus();
+}
+
+absl::Duration InsertSession::pending_timeout() const {
+  TROUPE_CHECK(has_pending());
+  const int64_t ms = pending_[next_pending_].table->config().rate_limiter().insert_timeout_ms();
+  return ms > 0 ? absl::Milliseconds(ms) : absl::InfiniteDuration();
+}
+
+absl::Status InsertSession::InsertPending(absl::Duration timeout) {
+  while (next_pending_ < pending_.size()) {
+    Pending& p = pending_[next_pending_];
+    RETURN_IF_ERROR(p.table->Insert(p.item, p.priority, std::min(timeout, pending_timeout())));
+    p.item.reset();
+    ++next_pending_;
+    ++items_inserted_;
+  }
+  pending_.clear();
+  next_pending_ = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::replay

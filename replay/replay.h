@@ -1,0 +1,143 @@
+// The replay service's core, used directly in embedded mode (the learner
+// links it; nothing to start) and behind gRPC by replay/service.h. Clients
+// reach either through the same interface (replay/client.h).
+//
+// Locking: the set of tables is fixed at creation; each Table locks itself
+// and the FrameStore uses atomics, so Replay needs no lock of its own.
+// InsertSession and the batch helpers belong to one thread at a time.
+#ifndef TROUPE_REPLAY_REPLAY_H_
+#define TROUPE_REPLAY_REPLAY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/config.pb.h"
+#include "proto/replay.pb.h"
+#include "replay/frame_store.h"
+#include "replay/item.h"
+#include "replay/table.h"
+
+namespace troupe::replay {
+
+// One field of a sampled batch, row-major [batch, ...]. A pixel field is
+// uint8 [batch, frames, H, W, C] (frames oldest first).
+struct SampledField {
+  proto::DType dtype = proto::DTYPE_INVALID;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+
+  template <typename T>
+  const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+};
+
+struct SampledBatch {
+  std::vector<uint64_t> keys;
+  std::vector<double> probabilities;
+  // (N P(i))^-beta normalized by the batch max; all 1 for non-prioritized tables.
+  std::vector<float> weights;
+  int64_t table_size = 0;
+  std::vector<SampledField> fields;  // in signature order
+};
+
+// Sizes *batch for `batch_size` items of `signature`; reuses its buffers, so
+// it allocates only when the shape grows.
+void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch);
+
+// Fills *batch (already shaped) from sampled items: keys, probabilities,
+// importance weights (exponent `beta`, when `prioritized`), dense fields
+// copied and frames decoded; a frame that repeats within an item (stacked
+// obs and next obs share frames) is decoded once and copied. Does not
+// allocate. DataLoss if a stored frame does not decode.
+absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
+                       bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch);
+
+class Replay {
+ public:
+  // Creates every table of `config` (at least one; names unique), and
+  // restores config.restore_path when set. InvalidArgument for a bad config.
+  static absl::StatusOr<std::unique_ptr<Replay>> Create(const config::ReplayConfig& config);
+  ~Replay();
+
+  const config::ReplayConfig& config() const { return config_; }
+  // NotFound "unknown table 'x'; tables: a, b" when absent.
+  absl::StatusOr<Table*> FindTable(const std::string& name) const;
+  const std::vector<std::unique_ptr<Table>>& tables() const { return tables_; }
+  FrameStore& frame_store() { return frame_store_; }
+
+  proto::InfoResponse Info() const;
+  // Returns how many keys were no longer present.
+  absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request);
+  // Writes every table to `path` (replay/checkpoint.h); returns bytes written.
+  absl::StatusOr<int64_t> Checkpoint(const std::string& path);
+  // Replaces every table's contents with the checkpoint at `path`; returns
+  // items restored. A missing, truncated, corrupt or mismatched checkpoint
+  // is refused with the reason and leaves every table as it was.
+  absl::StatusOr<int64_t> Restore(const std::string& path);
+
+  // Wakes every blocked insert and sample with Cancelled.
+  void Close();
+
+ private:
+  explicit Replay(config::ReplayConfig config) : config_(std::move(config)) {}
+
+  config::ReplayConfig config_;
+  FrameStore frame_store_;
+  std::vector<std::unique_ptr<Table>> tables_;
+};
+
+// The receiving end of one insert stream (a gRPC Insert call or a local
+// Writer): the frames the client sent, by key, and the items of the last
+// request still waiting for the rate limiter.
+class InsertSession {
+ public:
+  explicit InsertSession(Replay* replay);
+
+  // Registers the request's frames, then checks its items against their
+  // tables (existence, field count, dtypes, shapes, frame keys) and queues
+  // them. On error nothing is queued, and the message says what and where:
+  // "item 2 field 'obs' (table 'pixels'): expected float32[24], got float32[23]".
+  // Requires !has_pending().
+  absl::Status Prepare(const proto::InsertRequest& request);
+
+  // Inserts the queued items in order, each waiting up to `timeout` (and at
+  // most its table's rate_limiter.insert_timeout_ms, when set) for its
+  // table's rate limiter. DeadlineExceeded leaves the rest queued for a
+  // later call; Cancelled if a table closed.
+  absl::Status InsertPending(absl::Duration timeout);
+
+  bool has_pending() const { return next_pending_ < pending_.size(); }
+  // The configured insert timeout of the next queued item's table
+  // (InfiniteDuration when none); requires has_pending().
+  absl::Duration pending_timeout() const;
+  int64_t items_inserted() const { return items_inserted_; }
+  int64_t frames_held() const { return static_cast<int64_t>(frames_.size()); }
+
+ private:
+  struct Pending {
+    Table* table;
+    std::shared_ptr<Item> item;
+    double priority;
+  };
+
+  absl::Status PrepareItem(const proto::ItemData& data, int index, Pending* out);
+
+  Replay* replay_;
+  FrameCompressor compressor_;
+  absl::btree_map<uint64_t, FramePtr> frames_;
+  bool any_frame_ = false;
+  uint64_t last_frame_key_ = 0;
+  std::vector<Pending> pending_;
+  size_t next_pending_ = 0;
+  int64_t items_inserted_ = 0;
+};
+
+}  // namespace troupe::replay
+
+#endif  // TROUPE_REPLAY_REPLAY_H_

@@ -1,0 +1,278 @@
+#include "replay/replay.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "replay/client.h"
+#include "replay/test_util.h"
+
+namespace troupe::replay {
+namespace {
+
+using testing::TestConfig;
+
+struct Embedded {
+  explicit Embedded(const config::ReplayConfig& config) {
+    auto r = Replay::Create(config);
+    EXPECT_TRUE(r.ok()) << r.status();
+    replay = std::move(*r);
+    client = NewLocalClient(replay.get());
+  }
+  std::unique_ptr<Replay> replay;
+  std::unique_ptr<ReplayClient> client;
+};
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/replay_test_", ::getpid(), "_", name);
+}
+
+TEST(ReplayTest, StackedPixelEpisodeStoresEachFrameOnceAndSamplesIdenticalBytes) {
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/40).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  writer.reset();
+  // 40 transitions of 2 x 3 frame references, but only 41 distinct frames.
+  const proto::InfoResponse info = e.replay->Info();
+  EXPECT_EQ(info.tables(0).size(), 40);
+  EXPECT_EQ(info.frames(), 41);
+  auto sampler = *e.client->NewSampler({.table = "pixels", .batch_size = 64});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  EXPECT_EQ(batch.fields[0].shape, (std::vector<int64_t>{64, 3, 16, 16, 3}));
+  EXPECT_EQ(batch.fields[2].shape, (std::vector<int64_t>{64}));
+  for (int i = 0; i < 64; ++i) EXPECT_TRUE(testing::RowMatchesEpisode(batch, i));
+}
+
+TEST(ReplayTest, FramesAreFreedWhenNoItemRefersToThem) {
+  Embedded e(TestConfig(/*pixels_extra=*/"max_size: 5"));
+  auto writer = *e.client->NewWriter({.frame_window = 4});
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/50).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  writer.reset();
+  // Items for steps 45..49 remain; they refer to frames 43..50.
+  EXPECT_EQ(e.replay->Info().tables(0).size(), 5);
+  EXPECT_EQ(e.replay->Info().frames(), 8);
+}
+
+TEST(ReplayTest, BadRequestInsertsNothingAndSaysWhatAndWhere) {
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 1).ok());
+  // Same request: a valid item, then one with obs of 23 floats.
+  std::vector<float> obs(23, 0.f);
+  const float action[2] = {0, 0};
+  ASSERT_TRUE(writer->Insert("state", 1, {FieldValue::Dense(proto::DTYPE_FLOAT32, {23}, obs.data()),
+                                           FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action)})
+                  .ok());
+  const absl::Status status = writer->Flush();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "item 1 (table 'state') field 'obs': expected float32[24], got float32[23]");
+  EXPECT_EQ(e.replay->Info().tables(1).size(), 0) << "the valid item of a bad request was inserted";
+}
+
+TEST(ReplayTest, RejectsWrongDtypeUnknownTableAndUnknownFrames) {
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  std::vector<double> obs(24, 0.0);
+  const float action[2] = {0, 0};
+  ASSERT_TRUE(writer->Insert("state", 1, {FieldValue::Dense(proto::DTYPE_FLOAT64, {24}, obs.data()),
+                                           FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action)})
+                  .ok());
+  absl::Status status = writer->Flush();
+  EXPECT_EQ(status.message(), "item 0 (table 'state') field 'obs': expected float32[24], got float64[24]");
+
+  ASSERT_TRUE(testing::InsertState(*writer, "replay_buffer", 1).ok());
+  status = writer->Flush();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "item 0: unknown table 'replay_buffer'; tables: pixels, state, queue");
+
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 1).ok());
+  ASSERT_TRUE(writer->Insert("state", 1, {FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action)}).ok());
+  status = writer->Flush();
+  EXPECT_EQ(status.message(), "item 1 (table 'state'): has 1 fields, the table has 2 (obs, action)");
+
+  // A frame key never sent: caught by the writer before anything is sent.
+  const float reward = 0;
+  status = writer->Insert("pixels", 1, {FieldValue::Frames({0, 0, 0}), FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action),
+                                        FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
+                                        FieldValue::Frames({0, 0, 0})});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "Insert into 'pixels' field 0: frame key 0 is not among the last 64 appended frames [0, 0)");
+  EXPECT_EQ(e.replay->Info().tables(1).size(), 0);
+}
+
+TEST(ReplayTest, ServerRejectsFrameKeysItDoesNotHold) {
+  Embedded e(TestConfig());
+  InsertSession session(e.replay.get());
+  proto::InsertRequest request;
+  auto* item = request.add_items();
+  item->set_table("pixels");
+  auto* obs = item->add_fields();
+  for (int j = 0; j < 3; ++j) obs->add_frame_keys(7);
+  auto* action = item->add_fields()->mutable_tensor();
+  action->set_dtype(proto::DTYPE_FLOAT32);
+  action->add_shape(2);
+  action->set_data(std::string(8, '\0'));
+  auto* reward = item->add_fields()->mutable_tensor();
+  reward->set_dtype(proto::DTYPE_FLOAT32);
+  reward->set_data(std::string(4, '\0'));
+  *item->add_fields() = *obs;
+  const absl::Status status = session.Prepare(request);
+  EXPECT_EQ(status.message(),
+            "item 0 (table 'pixels') field 'obs': frame key 7 was not sent on this stream (or was forgotten)");
+}
+
+TEST(ReplayTest, PrioritizedSamplesCarryImportanceWeights) {
+  Embedded e(TestConfig("max_size: 1000", R"pb(
+    tables { name: "prio" selector: "prioritized" priority_exponent: 1 importance_exponent: 1 seed: 5
+             fields { name: "x" } })pb"));
+  auto writer = *e.client->NewWriter();
+  for (int i = 0; i < 2; ++i) {
+    const float x = static_cast<float>(i);
+    ASSERT_TRUE(writer->Insert("prio", /*priority=*/i == 0 ? 1.0 : 3.0,
+                               {FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &x)}).ok());
+  }
+  ASSERT_TRUE(writer->Flush().ok());
+  auto sampler = *e.client->NewSampler({.table = "prio", .batch_size = 200});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  // w = (N P)^-1 normalized by the max: key 0 (P = 1/4) gets 1, key 1 (P = 3/4) gets 1/3.
+  bool saw[2] = {false, false};
+  for (int i = 0; i < 200; ++i) {
+    saw[batch.keys[i]] = true;
+    EXPECT_FLOAT_EQ(batch.weights[i], batch.keys[i] == 0 ? 1.0f : 1.0f / 3.0f);
+    EXPECT_DOUBLE_EQ(batch.probabilities[i], batch.keys[i] == 0 ? 0.25 : 0.75);
+  }
+  EXPECT_TRUE(saw[0] && saw[1]);
+  // The learner lowers key 1's priority to 0: only key 0 comes back.
+  proto::MutatePrioritiesRequest update;
+  update.set_table("prio");
+  update.add_keys(1);
+  update.add_priorities(0);
+  update.add_keys(99);
+  update.add_priorities(1);
+  auto missing = e.client->MutatePriorities(update);
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_EQ(*missing, 1);
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  for (uint64_t key : batch.keys) EXPECT_EQ(key, 0u);
+}
+
+TEST(ReplayTest, CheckpointRoundTripRestoresItemsFramesAndCounters) {
+  const std::string path = TempPath("roundtrip.ckpt");
+  proto::InfoResponse before;
+  {
+    Embedded e(TestConfig());
+    auto writer = *e.client->NewWriter();
+    ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/30).ok());
+    for (int i = 0; i < 7; ++i) ASSERT_TRUE(testing::InsertState(*writer, "queue", i).ok());
+    ASSERT_TRUE(writer->Close().ok());
+    auto q = *e.client->NewSampler({.table = "queue", .batch_size = 2});
+    SampledBatch b;
+    ASSERT_TRUE(q->Next(&b).ok());  // takes items 0 and 1
+    auto bytes = e.client->Checkpoint(path);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_GT(*bytes, 0);
+    before = e.replay->Info();
+  }
+  Embedded restored(TestConfig());
+  auto items = restored.client->Restore(path);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 30 + 5);
+  const proto::InfoResponse after = restored.replay->Info();
+  EXPECT_EQ(after.frames(), 31);
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(after.tables(t).size(), before.tables(t).size()) << t;
+    EXPECT_EQ(after.tables(t).rate_limiter().inserts(), before.tables(t).rate_limiter().inserts()) << t;
+    EXPECT_EQ(after.tables(t).rate_limiter().samples(), before.tables(t).rate_limiter().samples()) << t;
+  }
+  auto sampler = *restored.client->NewSampler({.table = "pixels", .batch_size = 32});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  for (int i = 0; i < 32; ++i) EXPECT_TRUE(testing::RowMatchesEpisode(batch, i));
+  // The FIFO queue continues where it stopped: items 2..6, with their keys.
+  auto q = *restored.client->NewSampler({.table = "queue", .batch_size = 5});
+  ASSERT_TRUE(q->Next(&batch).ok());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(batch.keys[i], static_cast<uint64_t>(i + 2));
+    EXPECT_EQ(batch.fields[0].as<float>()[24 * i], static_cast<float>(i + 2));
+  }
+  std::remove(path.c_str());
+}
+
+TEST(ReplayTest, CorruptOrTruncatedCheckpointIsRefusedAndDataKept) {
+  const std::string path = TempPath("corrupt.ckpt");
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/10).ok());
+  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // More data arrives after the checkpoint.
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/5, /*frame_offset=*/100).ok());
+  auto write = [&](const std::string& content) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << content;
+  };
+  // One flipped byte in the middle.
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x40;
+  write(flipped);
+  auto status = e.client->Restore(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("is corrupt or truncated (checksum mismatch"), std::string::npos) << status;
+  EXPECT_NE(status.message().find(path), std::string::npos) << "the message must name the file";
+  // Truncated.
+  write(bytes.substr(0, bytes.size() - 100));
+  status = e.client->Restore(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("no trailer: truncated"), std::string::npos) << status;
+  // Missing.
+  EXPECT_EQ(e.client->Restore(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  // Every refusal left the live data alone.
+  EXPECT_EQ(e.replay->Info().tables(0).size(), 15);
+  std::remove(path.c_str());
+}
+
+TEST(ReplayTest, FailedCheckpointWriteKeepsThePreviousFile) {
+  const std::string path = TempPath("keep.ckpt");
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/10).ok());
+  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  // A checkpoint into a directory that does not exist fails cleanly.
+  const std::string bad = TempPath("no_such_dir/x.ckpt");
+  auto status = e.client->Checkpoint(bad).status();
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("no_such_dir/x.ckpt.tmp"), std::string::npos) << status;
+  // The good one still restores.
+  Embedded other(TestConfig());
+  auto items = other.client->Restore(path);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 10);
+  std::remove(path.c_str());
+}
+
+TEST(ReplayTest, CheckpointOfAnotherSignatureIsRefused) {
+  const std::string path = TempPath("signature.ckpt");
+  Embedded e(TestConfig());
+  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  config::ReplayConfig other = testing::ParseConfig(
+      R"pb(tables { name: "pixels" fields { name: "obs" shape: 7 } })pb");
+  Embedded o(other);
+  const absl::Status status = o.client->Restore(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(), absl::StrCat(path, ": table 'pixels' has a different signature in the checkpoint"));
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace troupe::replay

@@ -1,0 +1,119 @@
+// Helpers shared by replay's tests: configs and a stacked-pixel episode.
+#ifndef TROUPE_REPLAY_TEST_UTIL_H_
+#define TROUPE_REPLAY_TEST_UTIL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "google/protobuf/text_format.h"
+#include "proto/config.pb.h"
+#include "replay/client.h"
+
+namespace troupe::replay::testing {
+
+constexpr int kH = 16, kW = 16, kC = 3, kStack = 3;
+
+// Parses a ReplayConfig text proto (aborts the test on a parse error).
+inline config::ReplayConfig ParseConfig(const std::string& text) {
+  config::ReplayConfig c;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &c)) std::abort();
+  return c;
+}
+
+// Tables: "pixels" (uniform, stacked 16x16x3 frames x3: obs, action[2],
+// reward, next_obs), "state" (float32[24] obs, action[2]), "queue" (FIFO of
+// state items). `extra` is appended to the text.
+inline config::ReplayConfig TestConfig(const std::string& pixels_extra = "max_size: 1000",
+                                      const std::string& extra = "") {
+  return ParseConfig(R"pb(
+    tables {
+      name: "pixels"
+      fields { name: "obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+      fields { name: "action" shape: 2 }
+      fields { name: "reward" }
+      fields { name: "next_obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+      )pb" + pixels_extra + R"pb(
+    }
+    tables { name: "state" max_size: 1000 fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
+    tables { name: "queue" max_size: 1000 selector: "fifo" fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
+  )pb" + extra);
+}
+
+// A deterministic frame with structure (a background and a moving block),
+// distinct for each t.
+inline std::vector<uint8_t> TestFrame(int t) {
+  std::vector<uint8_t> f(kH * kW * kC);
+  for (int y = 0; y < kH; ++y) {
+    for (int x = 0; x < kW; ++x) {
+      for (int c = 0; c < kC; ++c) {
+        const bool block = (x - t % kW + kW) % kW < 4 && y > 6 && y < 11;
+        f[(y * kW + x) * kC + c] = block ? static_cast<uint8_t>(200 + c + t / kW) : static_cast<uint8_t>(30 + 10 * c + y);
+      }
+    }
+  }
+  return f;
+}
+
+// Frame index (into the episode's frames) of stack slot j of the observation at step t.
+inline int StackFrame(int t, int j) { return std::max(0, t - (kStack - 1) + j); }
+
+// Writes one episode of `steps` transitions (steps + 1 frames) into "pixels":
+// transition t has obs frames StackFrame(t, .), next_obs StackFrame(t + 1, .),
+// action {t, -t}, reward t / 10.
+inline absl::Status WriteEpisode(Writer& writer, int steps, int frame_offset = 0) {
+  std::vector<uint64_t> keys;
+  for (int t = 0; t <= steps; ++t) {
+    const std::vector<uint8_t> frame = TestFrame(frame_offset + t);
+    auto key = writer.AppendFrame(frame.data(), kH, kW, kC);
+    if (!key.ok()) return key.status();
+    keys.push_back(*key);
+    if (t == 0) continue;
+    const int s = t - 1;
+    const float action[2] = {static_cast<float>(s), static_cast<float>(-s)};
+    const float reward = s / 10.0f;
+    absl::Status status = writer.Insert(
+        "pixels", /*priority=*/1.0,
+        {FieldValue::Frames({keys[StackFrame(s, 0)], keys[StackFrame(s, 1)], keys[StackFrame(s, 2)]}),
+         FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action), FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
+         FieldValue::Frames({keys[StackFrame(s + 1, 0)], keys[StackFrame(s + 1, 1)], keys[StackFrame(s + 1, 2)]})});
+    if (!status.ok()) return status;
+  }
+  return writer.Flush();
+}
+
+// Checks that sampled row `i` of a "pixels" batch is byte-identical to what
+// WriteEpisode inserted (the transition is identified by its action).
+inline ::testing::AssertionResult RowMatchesEpisode(const SampledBatch& batch, int i, int frame_offset = 0) {
+  const float* action = batch.fields[1].as<float>() + 2 * i;
+  const int s = static_cast<int>(action[0]);
+  if (action[1] != -action[0]) return ::testing::AssertionFailure() << "row " << i << ": action corrupt";
+  if (batch.fields[2].as<float>()[i] != s / 10.0f) return ::testing::AssertionFailure() << "row " << i << ": reward";
+  const size_t frame_bytes = kH * kW * kC;
+  for (int field : {0, 3}) {
+    const int step = field == 0 ? s : s + 1;
+    for (int j = 0; j < kStack; ++j) {
+      const std::vector<uint8_t> expected = TestFrame(frame_offset + StackFrame(step, j));
+      const uint8_t* got = batch.fields[field].data.data() + (i * kStack + j) * frame_bytes;
+      if (std::memcmp(got, expected.data(), frame_bytes) != 0) {
+        return ::testing::AssertionFailure() << "row " << i << " (step " << s << ") field " << field << " frame " << j
+                                             << " differs from what was inserted";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Inserts one state item {obs: 24 x value, action: {value, value}} into `table`.
+inline absl::Status InsertState(Writer& writer, const std::string& table, float value) {
+  std::vector<float> obs(24, value);
+  const float action[2] = {value, value};
+  return writer.Insert(table, /*priority=*/1.0,
+                       {FieldValue::Dense(proto::DTYPE_FLOAT32, {24}, obs.data()),
+                        FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action)});
+}
+
+}  // namespace troupe::replay::testing
+
+#endif  // TROUPE_REPLAY_TEST_UTIL_H_
