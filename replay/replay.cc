@@ -30,26 +30,34 @@ void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* ba
   }
 }
 
+void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, bool prioritized, double beta,
+                    float* weights) {
+  const size_t n = items.size();
+  if (!prioritized || beta <= 0) {
+    std::fill(weights, weights + n, 1.0f);
+    return;
+  }
+  float max_weight = 0;
+  for (size_t i = 0; i < n; ++i) {
+    weights[i] = static_cast<float>(std::pow(static_cast<double>(table_size) * items[i].probability, -beta));
+    max_weight = std::max(max_weight, weights[i]);
+  }
+  if (max_weight > 0) {
+    for (size_t i = 0; i < n; ++i) weights[i] /= max_weight;
+  }
+}
+
 absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
                        bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch) {
   const int64_t n = static_cast<int64_t>(items.size());
   TROUPE_CHECK(static_cast<int64_t>(batch->keys.size()) == n && batch->fields.size() == signature.fields.size());
   batch->table_size = table_size;
-  // Keys, probabilities and importance weights (Schaul et al. 2016, eq. 1).
-  float max_weight = 0;
+  // Keys, probabilities and importance weights.
   for (int64_t i = 0; i < n; ++i) {
     batch->keys[i] = items[i].item->key;
     batch->probabilities[i] = items[i].probability;
-    float w = 1.0f;
-    if (prioritized && beta > 0) {
-      w = static_cast<float>(std::pow(static_cast<double>(table_size) * items[i].probability, -beta));
-    }
-    batch->weights[i] = w;
-    max_weight = std::max(max_weight, w);
   }
-  if (prioritized && max_weight > 0) {
-    for (float& w : batch->weights) w /= max_weight;
-  }
+  ComputeWeights(items, table_size, prioritized, beta, batch->weights.data());
   // Fields, item by item.
   constexpr int kSeen = 32;
   for (int64_t i = 0; i < n; ++i) {

@@ -50,6 +50,11 @@ struct SampledBatch {
 // it allocates only when the shape grows.
 void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch);
 
+// Importance weights (Schaul et al. 2016): w_i = (N P(i))^-beta / max_j w_j
+// when `prioritized` and beta > 0, else 1. Writes items.size() floats.
+void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, bool prioritized, double beta,
+                    float* weights);
+
 // Fills *batch (already shaped) from sampled items: keys, probabilities,
 // importance weights (exponent `beta`, when `prioritized`), dense fields
 // copied and frames decoded; a frame that repeats within an item (stacked

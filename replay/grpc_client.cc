@@ -1,0 +1,206 @@
+#include "replay/grpc_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "proto/replay.grpc.pb.h"
+#include "replay/grpc_status.h"
+
+namespace troupe::replay {
+namespace {
+
+class GrpcWriter : public Writer {
+ public:
+  GrpcWriter(proto::Replay::Stub* stub, const WriterOptions& options) : Writer(options) {
+    stream_ = stub->Insert(&context_);
+  }
+
+  ~GrpcWriter() override {
+    // Abandoned without Close: cancel, so the server drops the stream.
+    if (!finished_) {
+      context_.TryCancel();
+      (void)stream_->Finish();
+    }
+  }
+
+  absl::Status Close() override {
+    if (finished_) return status_;
+    absl::Status flushed = Flush();
+    if (!flushed.ok()) return flushed;
+    stream_->WritesDone();
+    return FinishStream(/*closing=*/true);
+  }
+
+ protected:
+  absl::Status Send(const proto::InsertRequest& request) override {
+    if (finished_) return status_.ok() ? absl::FailedPreconditionError("writer is closed") : status_;
+    // A failed write or read means the server ended the stream: its status says why.
+    if (!stream_->Write(request)) return FinishStream();
+    if (request.ack()) {
+      proto::InsertResponse response;
+      if (!stream_->Read(&response)) return FinishStream();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Ends the stream; an OK end is an error unless we were closing.
+  absl::Status FinishStream(bool closing = false) {
+    finished_ = true;
+    status_ = FromGrpcStatus(stream_->Finish());
+    if (status_.ok() && !closing) status_ = absl::UnavailableError("replay insert stream ended by the server");
+    if (status_.ok()) return status_;
+    return status_;
+  }
+
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<proto::InsertRequest, proto::InsertResponse>> stream_;
+  bool finished_ = false;
+  absl::Status status_;
+};
+
+class GrpcSampler : public Sampler {
+ public:
+  GrpcSampler(proto::Replay::Stub* stub, const SamplerOptions& options) {
+    proto::SampleRequest request;
+    request.set_table(options.table);
+    request.set_batch_size(options.batch_size);
+    request.set_num_batches(options.num_batches);
+    if (options.timeout != absl::InfiniteDuration()) {
+      request.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.timeout)));
+    }
+    reader_ = stub->Sample(&context_, request);
+  }
+
+  ~GrpcSampler() override {
+    if (!finished_) {
+      context_.TryCancel();
+      (void)reader_->Finish();
+    }
+  }
+
+  absl::Status Next(SampledBatch* batch) override {
+    if (finished_) return status_;
+    if (!reader_->Read(&response_)) {
+      finished_ = true;
+      status_ = FromGrpcStatus(reader_->Finish());
+      if (status_.ok()) status_ = absl::OutOfRangeError("sample stream gave all its batches");
+      return status_;
+    }
+    return Unpack(batch);
+  }
+
+ private:
+  // Rebuilds the batch from the response: dense columns copied, each
+  // distinct frame decoded once and copied to its other places.
+  absl::Status Unpack(SampledBatch* batch) {
+    const int64_t n = response_.keys_size();
+    batch->keys.assign(response_.keys().begin(), response_.keys().end());
+    batch->probabilities.assign(response_.probabilities().begin(), response_.probabilities().end());
+    batch->weights.assign(response_.weights().begin(), response_.weights().end());
+    batch->table_size = response_.table_size();
+    batch->fields.resize(response_.fields_size());
+    decoded_at_.assign(response_.frames_size(), nullptr);
+    for (int f = 0; f < response_.fields_size(); ++f) {
+      const proto::SampledField& in = response_.fields(f);
+      SampledField& out = batch->fields[f];
+      out.dtype = in.tensor().dtype();
+      out.shape.assign(in.tensor().shape().begin(), in.tensor().shape().end());
+      if (in.frame_index_size() == 0) {
+        out.data.assign(in.tensor().data().begin(), in.tensor().data().end());
+        continue;
+      }
+      int64_t frame_bytes = 1;
+      for (size_t d = 2; d < out.shape.size(); ++d) frame_bytes *= out.shape[d];
+      out.data.resize(in.frame_index_size() * frame_bytes);
+      if (out.shape.size() != 5 || out.shape[0] != n || out.shape[0] * out.shape[1] != in.frame_index_size()) {
+        return absl::DataLossError("sample response: pixel field shape does not match its frame indices");
+      }
+      for (int k = 0; k < in.frame_index_size(); ++k) {
+        const int index = in.frame_index(k);
+        if (index < 0 || index >= response_.frames_size()) return absl::DataLossError("sample response: bad frame index");
+        uint8_t* dst = out.data.data() + k * frame_bytes;
+        if (decoded_at_[index] != nullptr) {
+          std::memcpy(dst, decoded_at_[index], frame_bytes);
+          continue;
+        }
+        RETURN_IF_ERROR(decoder_.Decode(response_.frames(index).data(), frame_bytes, dst));
+        decoded_at_[index] = dst;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<proto::SampleResponse>> reader_;
+  proto::SampleResponse response_;
+  FrameDecoder decoder_;
+  std::vector<const uint8_t*> decoded_at_;
+  bool finished_ = false;
+  absl::Status status_;
+};
+
+class GrpcClient : public ReplayClient {
+ public:
+  GrpcClient(const std::string& address, const GrpcClientOptions& options) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+    args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    stub_ = proto::Replay::NewStub(channel_);
+  }
+
+  absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
+    return std::make_unique<GrpcWriter>(stub_.get(), options);
+  }
+  absl::StatusOr<std::unique_ptr<Sampler>> NewSampler(const SamplerOptions& options) override {
+    if (options.batch_size < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("batch_size is ", options.batch_size, ", must be >= 1"));
+    }
+    return std::make_unique<GrpcSampler>(stub_.get(), options);
+  }
+  absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request) override {
+    grpc::ClientContext context;
+    proto::MutatePrioritiesResponse response;
+    RETURN_IF_ERROR(FromGrpcStatus(stub_->MutatePriorities(&context, request, &response)));
+    return response.missing();
+  }
+  absl::StatusOr<proto::InfoResponse> Info() override {
+    grpc::ClientContext context;
+    proto::InfoResponse response;
+    RETURN_IF_ERROR(FromGrpcStatus(stub_->Info(&context, proto::InfoRequest(), &response)));
+    return response;
+  }
+  absl::StatusOr<int64_t> Checkpoint(const std::string& path) override {
+    grpc::ClientContext context;
+    proto::CheckpointRequest request;
+    request.set_path(path);
+    proto::CheckpointResponse response;
+    RETURN_IF_ERROR(FromGrpcStatus(stub_->Checkpoint(&context, request, &response)));
+    return response.bytes();
+  }
+  absl::StatusOr<int64_t> Restore(const std::string& path) override {
+    grpc::ClientContext context;
+    proto::RestoreRequest request;
+    request.set_path(path);
+    proto::RestoreResponse response;
+    RETURN_IF_ERROR(FromGrpcStatus(stub_->Restore(&context, request, &response)));
+    return response.items();
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::Replay::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<ReplayClient> NewGrpcClient(const std::string& address, const GrpcClientOptions& options) {
+  return std::make_unique<GrpcClient>(address, options);
+}
+
+}  // namespace troupe::replay

@@ -1,0 +1,30 @@
+// ReplayClient over gRPC (a standalone `troupe replay` server): the same
+// API as the embedded client. Writers keep one bidirectional Insert stream,
+// samplers one server stream; frames travel zstd-compressed both ways and
+// are decoded by the sampler, on the learner's side.
+//
+// Errors: the server's status comes back as absl::Status with the same code
+// and message; a broken connection is UNAVAILABLE (retry).
+#ifndef TROUPE_REPLAY_GRPC_CLIENT_H_
+#define TROUPE_REPLAY_GRPC_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "replay/client.h"
+
+namespace troupe::replay {
+
+struct GrpcClientOptions {
+  // Largest message sent or received (match the server's max_message_bytes).
+  int64_t max_message_bytes = 64 << 20;
+};
+
+// Connects lazily to `address` ("host:port"). Never fails for an
+// unreachable server: the first call reports UNAVAILABLE.
+std::unique_ptr<ReplayClient> NewGrpcClient(const std::string& address, const GrpcClientOptions& options = {});
+
+}  // namespace troupe::replay
+
+#endif  // TROUPE_REPLAY_GRPC_CLIENT_H_

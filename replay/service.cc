@@ -1,0 +1,293 @@
+#include "replay/service.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "replay/grpc_status.h"
+
+namespace troupe::replay {
+namespace {
+
+constexpr int kMaxBatchSize = 1 << 20;
+
+// Steps of the Insert state machine are numbered as in service.h.
+class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto::InsertResponse> {
+ public:
+  explicit InsertReactor(ReplayService* service) : service_(service), session_(service->replay()) {
+    StartRead(&request_);  // 1
+  }
+
+  void OnReadDone(bool ok) override {
+    // 2. The stream ended.
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    // 3. Check the whole request.
+    if (absl::Status status = session_.Prepare(request_); !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    blocked_since_ = absl::InfiniteFuture();
+    ContinueInsert(absl::ZeroDuration());
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading acks"));
+      return;
+    }
+    StartRead(&request_);  // 5 -> 1
+  }
+
+  void OnCancel() override { cancelled_ = true; }
+  void OnDone() override { delete this; }
+
+ private:
+  // 4. Inserts queued items, waiting at most `wait`; on a block hands the
+  // rest to the worker pool.
+  void ContinueInsert(absl::Duration wait) {
+    absl::Status status = session_.InsertPending(wait);
+    if (absl::IsDeadlineExceeded(status)) {
+      const absl::Time now = absl::Now();
+      if (blocked_since_ == absl::InfiniteFuture()) blocked_since_ = now;
+      if (cancelled_) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "insert stream cancelled while rate limited"));
+        return;
+      }
+      const absl::Duration limit = session_.pending_timeout();
+      if (now - blocked_since_ >= limit) {
+        Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("insert blocked by the rate limiter for more than ",
+                                         absl::FormatDuration(limit), " (insert_timeout_ms)")));
+        return;
+      }
+      service_->workers().Schedule([this] { ContinueInsert(kWaitSlice); });
+      return;
+    }
+    if (absl::IsCancelled(status)) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("replay is shutting down: ", status.message())));
+      return;
+    }
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    // 5. Ack if asked, then read on.
+    if (request_.ack()) {
+      response_.set_items_inserted(session_.items_inserted());
+      StartWrite(&response_);
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  ReplayService* service_;
+  InsertSession session_;
+  proto::InsertRequest request_;
+  proto::InsertResponse response_;
+  absl::Time blocked_since_ = absl::InfiniteFuture();
+  std::atomic<bool> cancelled_{false};
+};
+
+// Steps of the Sample state machine are numbered as in service.h.
+class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
+ public:
+  SampleReactor(ReplayService* service, const proto::SampleRequest& request) : service_(service), request_(request) {
+    // 1. Check the request.
+    auto table = service->replay()->FindTable(request.table());
+    if (!table.ok()) {
+      Finish(ToGrpcStatus(table.status()));
+      return;
+    }
+    if (request.batch_size() < 1 || request.batch_size() > kMaxBatchSize) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("batch_size is ", request.batch_size(), ", must be in [1, ", kMaxBatchSize, "]")));
+      return;
+    }
+    table_ = *table;
+    items_.reserve(request.batch_size());
+    ScheduleBatch();
+  }
+
+  void OnWriteDone(bool ok) override {
+    // 4. Client gone, done, or next batch.
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading samples"));
+      return;
+    }
+    ++batches_sent_;
+    if (request_.num_batches() > 0 && batches_sent_ >= request_.num_batches()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    ScheduleBatch();
+  }
+
+  void OnCancel() override { cancelled_ = true; }
+  void OnDone() override { delete this; }
+
+ private:
+  void ScheduleBatch() {
+    batch_started_ = absl::Now();
+    service_->workers().Schedule([this] { TakeItems(); });
+  }
+
+  // 2. On a worker: fill the batch in slices.
+  void TakeItems() {
+    if (cancelled_) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "sample stream cancelled"));
+      return;
+    }
+    int64_t table_size = 0;
+    absl::Status status = table_->Sample(request_.batch_size(), kWaitSlice, &items_, &table_size);
+    if (absl::IsDeadlineExceeded(status)) {
+      if (request_.timeout_ms() > 0 && absl::Now() - batch_started_ >= absl::Milliseconds(request_.timeout_ms())) {
+        items_.clear();
+        Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("table '", table_->name(), "': no full batch of ", request_.batch_size(),
+                                         " within ", request_.timeout_ms(), " ms (rate limiter: ", status.message(),
+                                         ")")));
+        return;
+      }
+      service_->workers().Schedule([this] { TakeItems(); });
+      return;
+    }
+    if (!status.ok()) {
+      items_.clear();
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("replay is shutting down: ", status.message())));
+      return;
+    }
+    table_size_ = table_size;
+    BuildResponse();
+    items_.clear();
+    StartWrite(&response_);  // 3
+  }
+
+  // 3. Columns of the batch; each distinct frame once, as stored.
+  void BuildResponse() {
+    const Signature& signature = table_->signature();
+    const int64_t n = static_cast<int64_t>(items_.size());
+    response_.Clear();
+    response_.set_table_size(table_size_);
+    weights_.resize(n);
+    ComputeWeights(items_, table_size_, table_->prioritized(), table_->config().importance_exponent(), weights_.data());
+    for (int64_t i = 0; i < n; ++i) {
+      response_.add_keys(items_[i].item->key);
+      response_.add_probabilities(items_[i].probability);
+      response_.add_weights(weights_[i]);
+    }
+    frame_index_.clear();
+    for (const FieldSpec& spec : signature.fields) {
+      proto::SampledField* field = response_.add_fields();
+      proto::Tensor* tensor = field->mutable_tensor();
+      tensor->set_dtype(spec.dtype);
+      tensor->add_shape(n);
+      if (spec.frames > 0) tensor->add_shape(spec.frames);
+      for (int64_t d : spec.shape) tensor->add_shape(d);
+      if (spec.frames == 0) {
+        std::string* data = tensor->mutable_data();
+        data->resize(n * spec.bytes);
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(data->data() + i * spec.bytes, items_[i].item->dense.data() + spec.offset, spec.bytes);
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        for (int32_t j = 0; j < spec.frames; ++j) {
+          const FramePtr& frame = items_[i].item->frames[spec.offset + j];
+          auto [it, added] = frame_index_.emplace(frame.get(), response_.frames_size());
+          if (added) {
+            proto::Tensor* stored = response_.add_frames();
+            stored->set_dtype(proto::DTYPE_UINT8);
+            stored->add_shape(frame->height());
+            stored->add_shape(frame->width());
+            stored->add_shape(frame->channels());
+            stored->set_compression(proto::COMPRESSION_ZSTD);
+            stored->set_data(frame->zstd());
+          }
+          field->add_frame_index(it->second);
+        }
+      }
+    }
+  }
+
+  ReplayService* service_;
+  const proto::SampleRequest request_;
+  Table* table_ = nullptr;
+  std::vector<SampledItem> items_;
+  std::vector<float> weights_;
+  absl::flat_hash_map<const Frame*, int32_t> frame_index_;
+  proto::SampleResponse response_;
+  int64_t table_size_ = 0;
+  int64_t batches_sent_ = 0;
+  absl::Time batch_started_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace
+
+ReplayService::ReplayService(Replay* replay, int worker_threads)
+    : replay_(replay), workers_(std::make_unique<WorkerPool>(worker_threads)) {}
+
+ReplayService::~ReplayService() = default;
+
+grpc::ServerBidiReactor<proto::InsertRequest, proto::InsertResponse>* ReplayService::Insert(
+    grpc::CallbackServerContext* context) {
+  return new InsertReactor(this);
+}
+
+grpc::ServerWriteReactor<proto::SampleResponse>* ReplayService::Sample(grpc::CallbackServerContext* context,
+                                                                       const proto::SampleRequest* request) {
+  return new SampleReactor(this, *request);
+}
+
+grpc::ServerUnaryReactor* ReplayService::MutatePriorities(grpc::CallbackServerContext* context,
+                                                          const proto::MutatePrioritiesRequest* request,
+                                                          proto::MutatePrioritiesResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto missing = replay_->MutatePriorities(*request);
+  if (missing.ok()) response->set_missing(*missing);
+  reactor->Finish(ToGrpcStatus(missing.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ReplayService::Info(grpc::CallbackServerContext* context, const proto::InfoRequest* request,
+                                              proto::InfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  *response = replay_->Info();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ReplayService::Checkpoint(grpc::CallbackServerContext* context,
+                                                    const proto::CheckpointRequest* request,
+                                                    proto::CheckpointResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  workers_->Schedule([this, reactor, request, response] {
+    auto bytes = replay_->Checkpoint(request->path());
+    if (bytes.ok()) {
+      response->set_path(request->path());
+      response->set_bytes(*bytes);
+    }
+    reactor->Finish(ToGrpcStatus(bytes.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ReplayService::Restore(grpc::CallbackServerContext* context,
+                                                 const proto::RestoreRequest* request,
+                                                 proto::RestoreResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  workers_->Schedule([this, reactor, request, response] {
+    auto items = replay_->Restore(request->path());
+    if (items.ok()) response->set_items(*items);
+    reactor->Finish(ToGrpcStatus(items.status()));
+  });
+  return reactor;
+}
+
+}  // namespace troupe::replay

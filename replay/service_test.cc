@@ -1,0 +1,303 @@
+// The replay service over real gRPC on loopback.
+#include "replay/service.h"
+
+#include <grpcpp/create_channel.h>
+
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "replay/grpc_client.h"
+#include "replay/server.h"
+#include "replay/test_util.h"
+
+namespace troupe::replay {
+namespace {
+
+using testing::TestConfig;
+
+std::unique_ptr<Server> StartServer(config::ReplayConfig config) {
+  auto server = Server::Start(config);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+// Polls `cond` for up to 10 s (generous, so a loaded machine cannot flake).
+template <typename Cond>
+bool Eventually(Cond cond) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return cond();
+}
+
+TEST(ServiceTest, BindsLoopbackByDefault) {
+  auto server = StartServer(TestConfig());
+  ASSERT_NE(server, nullptr);
+  EXPECT_GT(server->port(), 0);
+  EXPECT_EQ(server->address(), absl::StrCat("127.0.0.1:", server->port()));
+}
+
+TEST(ServiceTest, ManyWritersAndOneSamplerSeeEveryItemExactlyOnce) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  constexpr int kWriters = 4, kPerWriter = 150;
+  std::vector<float> seen;
+  absl::Status sample_status;
+  {
+    std::vector<std::jthread> threads;
+    for (int w = 0; w < kWriters; ++w) {
+      threads.emplace_back([&, w] {
+        auto writer = *client->NewWriter({.max_items_per_request = 7});
+        for (int i = 0; i < kPerWriter; ++i) ASSERT_TRUE(testing::InsertState(*writer, "queue", w * 1000 + i).ok());
+        ASSERT_TRUE(writer->Close().ok());
+      });
+    }
+    // The FIFO queue hands each item out once; sample concurrently with the writers.
+    threads.emplace_back([&] {
+      auto sampler = *client->NewSampler({.table = "queue", .batch_size = 10, .timeout = absl::Seconds(20)});
+      SampledBatch batch;
+      for (int b = 0; b < kWriters * kPerWriter / 10; ++b) {
+        sample_status = sampler->Next(&batch);
+        if (!sample_status.ok()) return;
+        for (int i = 0; i < 10; ++i) seen.push_back(batch.fields[0].as<float>()[24 * i]);
+      }
+    });
+  }
+  ASSERT_TRUE(sample_status.ok()) << sample_status;
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kWriters * kPerWriter));
+  std::set<float> unique(seen.begin(), seen.end());
+  EXPECT_EQ(unique.size(), seen.size()) << "an item was sampled twice";
+  // Each writer's items come out in the order it wrote them.
+  std::vector<float> last(kWriters, -1);
+  for (float v : seen) {
+    const int w = static_cast<int>(v) / 1000;
+    EXPECT_GT(v, last[w]);
+    last[w] = v;
+  }
+  auto info = client->Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->tables(2).rate_limiter().inserts(), kWriters * kPerWriter);
+  EXPECT_EQ(info->tables(2).size(), 0);
+}
+
+TEST(ServiceTest, PixelTransitionsComeBackByteIdentical) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/60).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  auto info = client->Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->frames(), 61) << "each frame stored once";
+  auto sampler = *client->NewSampler({.table = "pixels", .batch_size = 100, .num_batches = 2});
+  SampledBatch batch;
+  for (int b = 0; b < 2; ++b) {
+    ASSERT_TRUE(sampler->Next(&batch).ok());
+    EXPECT_EQ(batch.fields[3].shape, (std::vector<int64_t>{100, 3, 16, 16, 3}));
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(testing::RowMatchesEpisode(batch, i));
+  }
+  const absl::Status end = sampler->Next(&batch);
+  EXPECT_EQ(end.code(), absl::StatusCode::kOutOfRange) << end;
+}
+
+TEST(ServiceTest, WrongShapeEndsThatStreamOnlyWithInvalidArgument) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto good = *client->NewWriter();
+  ASSERT_TRUE(testing::InsertState(*good, "state", 1).ok());
+  ASSERT_TRUE(good->Flush().ok());
+  auto bad = *client->NewWriter();
+  std::vector<float> obs(25, 0.f);
+  const float action[2] = {0, 0};
+  ASSERT_TRUE(bad->Insert("state", 1, {FieldValue::Dense(proto::DTYPE_FLOAT32, {25}, obs.data()),
+                                        FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action)})
+                  .ok());
+  const absl::Status status = bad->Flush();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "item 0 (table 'state') field 'obs': expected float32[24], got float32[25]");
+  // The other stream keeps working.
+  ASSERT_TRUE(testing::InsertState(*good, "state", 2).ok());
+  ASSERT_TRUE(good->Close().ok());
+  EXPECT_EQ(client->Info()->tables(1).size(), 2);
+}
+
+TEST(ServiceTest, UnknownTableIsNotFoundForWritersAndSamplers) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter();
+  ASSERT_TRUE(testing::InsertState(*writer, "nope", 1).ok());
+  absl::Status status = writer->Flush();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "item 0: unknown table 'nope'; tables: pixels, state, queue");
+  auto sampler = *client->NewSampler({.table = "nope", .batch_size = 4});
+  SampledBatch batch;
+  status = sampler->Next(&batch);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "unknown table 'nope'; tables: pixels, state, queue");
+}
+
+TEST(ServiceTest, OversizedMessageIsRefusedAndServerKeepsServing) {
+  config::ReplayConfig config = TestConfig();
+  config.set_max_message_bytes(64 << 10);
+  auto server = StartServer(config);
+  auto client = NewGrpcClient(server->address(), {.max_message_bytes = 8 << 20});
+  auto writer = *client->NewWriter();
+  // 300 KB of noise does not compress: the request exceeds 64 KiB.
+  std::vector<uint8_t> noise(100 * 1000 * 3);
+  std::mt19937 rng(/*seed=*/1);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng());
+  ASSERT_TRUE(writer->AppendFrame(noise.data(), 100, 1000, 3).ok());
+  const absl::Status status = writer->Flush();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("larger than max"), std::string::npos) << status.message();
+  auto ok_writer = *client->NewWriter();
+  ASSERT_TRUE(testing::InsertState(*ok_writer, "state", 1).ok());
+  EXPECT_TRUE(ok_writer->Close().ok());
+  EXPECT_EQ(client->Info()->tables(1).size(), 1);
+}
+
+TEST(ServiceTest, ClientCancelledMidStreamLeavesNothingHalfInserted) {
+  auto server = StartServer(TestConfig());
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Replay::NewStub(channel);
+  // A raw stream: 4 frames and one complete transition (acked), then the
+  // frames of the next transitions, then the client vanishes.
+  {
+    grpc::ClientContext context;
+    auto stream = stub->Insert(&context);
+    auto frame = [](uint64_t key) {
+      proto::FrameData f;
+      f.set_key(key);
+      auto* t = f.mutable_pixels();
+      t->set_dtype(proto::DTYPE_UINT8);
+      for (int d : {testing::kH, testing::kW, testing::kC}) t->add_shape(d);
+      const std::vector<uint8_t> pixels = testing::TestFrame(static_cast<int>(key));
+      t->set_data(pixels.data(), pixels.size());
+      return f;
+    };
+    proto::InsertRequest first;
+    for (uint64_t k = 0; k < 4; ++k) *first.add_frames() = frame(k);
+    auto* item = first.add_items();
+    item->set_table("pixels");
+    auto* obs = item->add_fields();
+    for (uint64_t k : {0, 1, 2}) obs->add_frame_keys(k);
+    auto* action = item->add_fields()->mutable_tensor();
+    action->set_dtype(proto::DTYPE_FLOAT32);
+    action->add_shape(2);
+    action->set_data(std::string(8, '\0'));
+    auto* reward = item->add_fields()->mutable_tensor();
+    reward->set_dtype(proto::DTYPE_FLOAT32);
+    reward->set_data(std::string(4, '\0'));
+    auto* next = item->add_fields();
+    for (uint64_t k : {1, 2, 3}) next->add_frame_keys(k);
+    first.set_ack(true);
+    ASSERT_TRUE(stream->Write(first));
+    proto::InsertResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.items_inserted(), 1);
+    proto::InsertRequest partial;
+    for (uint64_t k = 4; k < 10; ++k) *partial.add_frames() = frame(k);
+    ASSERT_TRUE(stream->Write(partial));
+    context.TryCancel();
+    (void)stream->Finish();
+  }
+  auto client = NewGrpcClient(server->address());
+  // Once the server drops the stream, only the 4 frames of the inserted item remain.
+  EXPECT_TRUE(Eventually([&] { return client->Info()->frames() == 4; })) << client->Info()->frames();
+  EXPECT_EQ(client->Info()->tables(0).size(), 1);
+  // And everyone else is still served.
+  auto writer = *client->NewWriter();
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 3).ok());
+  EXPECT_TRUE(writer->Close().ok());
+}
+
+TEST(ServiceTest, SampleTimesOutWithDeadlineExceededNamingTheTable) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto sampler = *client->NewSampler({.table = "state", .batch_size = 4, .timeout = absl::Milliseconds(50)});
+  SampledBatch batch;
+  const absl::Status status = sampler->Next(&batch);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("table 'state': no full batch of 4 within 50 ms"), std::string::npos)
+      << status.message();
+}
+
+TEST(ServiceTest, RateLimitedInsertWaitsWithoutStallingOtherStreams) {
+  // "state" allows 3 inserts ahead of samples (spi 1, buffer 2).
+  auto server = StartServer(TestConfig("max_size: 1000", R"pb(
+    tables { name: "limited" max_size: 100 rate_limiter { samples_per_insert: 1 error_buffer: 2 }
+             fields { name: "x" } })pb"));
+  auto client = NewGrpcClient(server->address());
+  // More workers' worth of blocked streams than the pool has threads (4).
+  std::vector<std::jthread> blocked;
+  std::atomic<int> done{0};
+  for (int w = 0; w < 6; ++w) {
+    blocked.emplace_back([&] {
+      auto writer = *client->NewWriter();
+      const float x = 1;
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(writer->Insert("limited", 1, {FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &x)}).ok());
+      }
+      EXPECT_TRUE(writer->Close().ok());
+      ++done;
+    });
+  }
+  EXPECT_TRUE(Eventually([&] { return client->Info()->tables(3).rate_limiter().blocked_inserts() > 0; }));
+  // Meanwhile other tables are served.
+  auto writer = *client->NewWriter();
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 1).ok());
+  ASSERT_TRUE(writer->Flush().ok());
+  auto state = *client->NewSampler({.table = "state", .batch_size = 1, .num_batches = 1});
+  SampledBatch batch;
+  ASSERT_TRUE(state->Next(&batch).ok());
+  EXPECT_LE(done.load(), 1) << "only 3 inserts fit before any sample";
+  // Sampling the limited table releases the writers.
+  auto limited = *client->NewSampler({.table = "limited", .batch_size = 3, .timeout = absl::Seconds(20)});
+  for (int b = 0; b < 6 && done.load() < 6; ++b) ASSERT_TRUE(limited->Next(&batch).ok());
+  blocked.clear();
+  EXPECT_EQ(done.load(), 6);
+  EXPECT_EQ(client->Info()->tables(3).rate_limiter().inserts(), 18);
+}
+
+TEST(ServiceTest, CheckpointAndRestoreOverGrpc) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/service_test_", ::getpid(), ".ckpt");
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/12).ok());
+  auto bytes = client->Checkpoint(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto other = StartServer(TestConfig());
+  auto other_client = NewGrpcClient(other->address());
+  auto items = other_client->Restore(path);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 12);
+  auto missing = other_client->Restore(path + ".nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+TEST(ServiceTest, ShutdownEndsBlockedSamplersWithUnavailable) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto sampler = *client->NewSampler({.table = "state", .batch_size = 1});
+  absl::Status status;
+  std::jthread t([&] {
+    SampledBatch batch;
+    status = sampler->Next(&batch);
+  });
+  EXPECT_TRUE(Eventually([&] { return client->Info()->tables(1).rate_limiter().blocked_samples() > 0; }));
+  server->Shutdown();
+  t.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+}
+
+}  // namespace
+}  // namespace troupe::replay
