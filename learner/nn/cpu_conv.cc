@@ -1,0 +1,287 @@
+// CpuBackend's dense kernels: GEMM, row bias, and convolutions by im2col +
+// Eigen GEMM, one sample per task, spread over the pool.
+#include <algorithm>
+#include <cstring>
+
+#include <Eigen/Core>
+
+#include "common/status_macros.h"
+#include "learner/nn/cpu_backend.h"
+
+namespace troupe::nn {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMatrix>;
+using Map = Eigen::Map<RowMatrix>;
+using StridedMap = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
+using ConstStridedMap = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
+
+// C[m, n] = alpha * op(A) op(B) + beta * C on one thread; `ldc` is C's row stride,
+// `ldb` B's row stride (B is [k, n] or, transposed, [n, k] in memory).
+void GemmSerial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  StridedMap cm(c, m, n, Eigen::OuterStride<>(ldc));
+  if (beta == 0.0f) {
+    cm.setZero();
+  } else if (beta != 1.0f) {
+    cm *= beta;
+  }
+  // Each of the four transpose cases maps A and B with their stored shapes.
+  if (!trans_a && !trans_b) {
+    cm.noalias() += alpha * ConstStridedMap(a, m, k, Eigen::OuterStride<>(lda)) *
+                    ConstStridedMap(b, k, n, Eigen::OuterStride<>(ldb));
+  } else if (!trans_a && trans_b) {
+    cm.noalias() += alpha * ConstStridedMap(a, m, k, Eigen::OuterStride<>(lda)) *
+                    ConstStridedMap(b, n, k, Eigen::OuterStride<>(ldb)).transpose();
+  } else if (trans_a && !trans_b) {
+    cm.noalias() += alpha * ConstStridedMap(a, k, m, Eigen::OuterStride<>(lda)).transpose() *
+                    ConstStridedMap(b, k, n, Eigen::OuterStride<>(ldb));
+  } else {
+    cm.noalias() += alpha * ConstStridedMap(a, k, m, Eigen::OuterStride<>(lda)).transpose() *
+                    ConstStridedMap(b, n, k, Eigen::OuterStride<>(ldb)).transpose();
+  }
+}
+
+// Unrolls one sample x[c, h, w] into col[c*kh*kw, oh*ow] (zeros for padding).
+void Im2Col(const ConvGeometry& g, const float* x, float* col) {
+  const int64_t oh = g.oh(), ow = g.ow();
+  for (int64_t ch = 0; ch < g.c; ++ch) {
+    const float* xc = x + ch * g.h * g.w;
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        float* row = col + ((ch * g.kh + ki) * g.kw + kj) * oh * ow;
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const int64_t iy = oy * g.stride - g.pad + ki;
+          float* out = row + oy * ow;
+          if (iy < 0 || iy >= g.h) {
+            std::memset(out, 0, sizeof(float) * ow);
+            continue;
+          }
+          const float* xr = xc + iy * g.w;
+          if (g.stride == 1) {
+            // Contiguous run with zero borders.
+            const int64_t lo = std::max<int64_t>(0, g.pad - kj);
+            const int64_t hi = std::min<int64_t>(ow, g.w + g.pad - kj);
+            for (int64_t ox = 0; ox < lo; ++ox) out[ox] = 0.0f;
+            if (hi > lo) std::memcpy(out + lo, xr + lo - g.pad + kj, sizeof(float) * (hi - lo));
+            for (int64_t ox = std::max(hi, lo); ox < ow; ++ox) out[ox] = 0.0f;
+          } else {
+            for (int64_t ox = 0; ox < ow; ++ox) {
+              const int64_t ix = ox * g.stride - g.pad + kj;
+              out[ox] = (ix >= 0 && ix < g.w) ? xr[ix] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: x[c, h, w] += scatter of col.
+void Col2Im(const ConvGeometry& g, const float* col, float* x) {
+  const int64_t oh = g.oh(), ow = g.ow();
+  for (int64_t ch = 0; ch < g.c; ++ch) {
+    float* xc = x + ch * g.h * g.w;
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const float* row = col + ((ch * g.kh + ki) * g.kw + kj) * oh * ow;
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const int64_t iy = oy * g.stride - g.pad + ki;
+          if (iy < 0 || iy >= g.h) continue;
+          const float* in = row + oy * ow;
+          float* xr = xc + iy * g.w;
+          if (g.stride == 1) {
+            const int64_t lo = std::max<int64_t>(0, g.pad - kj);
+            const int64_t hi = std::min<int64_t>(ow, g.w + g.pad - kj);
+            float* dst = xr + lo - g.pad + kj;
+            for (int64_t ox = lo; ox < hi; ++ox) dst[ox - lo] += in[ox];
+          } else {
+            for (int64_t ox = 0; ox < ow; ++ox) {
+              const int64_t ix = ox * g.stride - g.pad + kj;
+              if (ix >= 0 && ix < g.w) xr[ix] += in[ox];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                      const float* b, float beta, float* c) {
+  const int64_t lda = trans_a ? m : k;
+  const int64_t ldb = trans_b ? k : n;
+  const double flops = 2.0 * m * n * k;
+  const int threads = flops < 4e6 ? 1 : pool_.num_threads();
+  if (threads == 1) {
+    GemmSerial(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+    return;
+  }
+  if (m >= n) {
+    // Split C's rows: each range uses the matching rows of op(A).
+    pool_.ParallelFor(m, 16, [&](int64_t begin, int64_t end) {
+      const float* a_part = trans_a ? a + begin : a + begin * lda;
+      GemmSerial(trans_a, trans_b, end - begin, n, k, alpha, a_part, lda, b, ldb, beta, c + begin * n, n);
+    });
+  } else {
+    // Split C's columns: each range uses the matching columns of op(B).
+    pool_.ParallelFor(n, 16, [&](int64_t begin, int64_t end) {
+      const float* b_part = trans_b ? b + begin * ldb : b + begin;
+      GemmSerial(trans_a, trans_b, m, end - begin, k, alpha, a, lda, b_part, ldb, beta, c + begin, n);
+    });
+  }
+}
+
+void CpuBackend::AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) {
+  pool_.ParallelFor(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, cols)), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* yr = y + r * cols;
+      for (int64_t j = 0; j < cols; ++j) yr[j] += bias[j];
+    }
+  });
+}
+
+void CpuBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* d = dy + r * cols;
+    for (int64_t j = 0; j < cols; ++j) dbias[j] += d[j];
+  }
+}
+
+void CpuBackend::Conv2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b, float* y) {
+  const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
+  const int64_t x_stride = g.c * g.h * g.w, y_stride = g.oc * p;
+  // Size every thread's columns before the parallel loop.
+  for (int t = 0; t < pool_.num_threads(); ++t) Scratch(0, t, ckk * p);
+  pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
+    float* col = scratch_[0][CurrentWorkerIndex()].data;
+    for (int64_t i = begin; i < end; ++i) {
+      // y_i[oc, p] = w[oc, ckk] * col[ckk, p] + b.
+      Im2Col(g, x + i * x_stride, col);
+      float* yi = y + i * y_stride;
+      GemmSerial(false, false, g.oc, p, ckk, 1.0f, w, ckk, col, p, 0.0f, yi, p);
+      if (b != nullptr) {
+        for (int64_t o = 0; o < g.oc; ++o) {
+          float* yo = yi + o * p;
+          const float bo = b[o];
+          for (int64_t j = 0; j < p; ++j) yo[j] += bo;
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::Conv2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
+                                float* dw, float* db) {
+  const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
+  const int64_t x_stride = g.c * g.h * g.w, y_stride = g.oc * p;
+  const int threads = pool_.num_threads();
+  // Per thread: columns, and weight/bias gradient partials (zeroed).
+  for (int t = 0; t < threads; ++t) {
+    Scratch(0, t, ckk * p);
+    float* partial = Scratch(1, t, g.oc * ckk + g.oc);
+    std::memset(partial, 0, sizeof(float) * (g.oc * ckk + g.oc));
+  }
+  pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
+    const int slot = CurrentWorkerIndex();
+    float* col = scratch_[0][slot].data;
+    float* dw_part = scratch_[1][slot].data;
+    float* db_part = dw_part + g.oc * ckk;
+    for (int64_t i = begin; i < end; ++i) {
+      const float* dyi = dy + i * y_stride;
+      // dw[oc, ckk] += dy_i[oc, p] * col[ckk, p]^T.
+      Im2Col(g, x + i * x_stride, col);
+      GemmSerial(false, true, g.oc, ckk, p, 1.0f, dyi, p, col, p, 1.0f, dw_part, ckk);
+      // db[oc] += sum_p dy_i.
+      if (db != nullptr) {
+        for (int64_t o = 0; o < g.oc; ++o) {
+          const float* d = dyi + o * p;
+          float s = 0.0f;
+          for (int64_t j = 0; j < p; ++j) s += d[j];
+          db_part[o] += s;
+        }
+      }
+      // dx_i += col2im(w^T[ckk, oc] * dy_i[oc, p]).
+      if (dx != nullptr) {
+        GemmSerial(true, false, ckk, p, g.oc, 1.0f, w, ckk, dyi, p, 0.0f, col, p);
+        Col2Im(g, col, dx + i * x_stride);
+      }
+    }
+  });
+  // Reduce the partials into the caller's gradients.
+  for (int t = 0; t < threads; ++t) {
+    const float* partial = scratch_[1][t].data;
+    for (int64_t j = 0; j < g.oc * ckk; ++j) dw[j] += partial[j];
+    if (db != nullptr) {
+      for (int64_t o = 0; o < g.oc; ++o) db[o] += partial[g.oc * ckk + o];
+    }
+  }
+}
+
+void CpuBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                                        float* y) {
+  const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw, hw = g.h * g.w;
+  const int64_t x_stride = g.oc * p, y_stride = g.c * hw;
+  for (int t = 0; t < pool_.num_threads(); ++t) Scratch(0, t, ckk * p);
+  pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
+    float* col = scratch_[0][CurrentWorkerIndex()].data;
+    for (int64_t i = begin; i < end; ++i) {
+      // y_i = col2im(w^T[ckk, oc] * x_i[oc, p]) + b.
+      float* yi = y + i * y_stride;
+      GemmSerial(true, false, ckk, p, g.oc, 1.0f, w, ckk, x + i * x_stride, p, 0.0f, col, p);
+      std::memset(yi, 0, sizeof(float) * y_stride);
+      Col2Im(g, col, yi);
+      if (b != nullptr) {
+        for (int64_t ch = 0; ch < g.c; ++ch) {
+          for (int64_t j = 0; j < hw; ++j) yi[ch * hw + j] += b[ch];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                                         float* dx, float* dw, float* db) {
+  const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw, hw = g.h * g.w;
+  const int64_t x_stride = g.oc * p, y_stride = g.c * hw;
+  const int threads = pool_.num_threads();
+  for (int t = 0; t < threads; ++t) {
+    Scratch(0, t, ckk * p);
+    float* partial = Scratch(1, t, g.oc * ckk + g.c);
+    std::memset(partial, 0, sizeof(float) * (g.oc * ckk + g.c));
+  }
+  pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
+    const int slot = CurrentWorkerIndex();
+    float* col = scratch_[0][slot].data;
+    float* dw_part = scratch_[1][slot].data;
+    float* db_part = dw_part + g.oc * ckk;
+    for (int64_t i = begin; i < end; ++i) {
+      const float* dyi = dy + i * y_stride;
+      // col = im2col(dy_i): the transposed conv's backward is a conv.
+      Im2Col(g, dyi, col);
+      // dw[oc, ckk] += x_i[oc, p] * col^T.
+      GemmSerial(false, true, g.oc, ckk, p, 1.0f, x + i * x_stride, p, col, p, 1.0f, dw_part, ckk);
+      // dx_i[oc, p] += w[oc, ckk] * col.
+      if (dx != nullptr) GemmSerial(false, false, g.oc, p, ckk, 1.0f, w, ckk, col, p, 1.0f, dx + i * x_stride, p);
+      if (db != nullptr) {
+        for (int64_t ch = 0; ch < g.c; ++ch) {
+          float s = 0.0f;
+          for (int64_t j = 0; j < hw; ++j) s += dyi[ch * hw + j];
+          db_part[ch] += s;
+        }
+      }
+    }
+  });
+  for (int t = 0; t < threads; ++t) {
+    const float* partial = scratch_[1][t].data;
+    for (int64_t j = 0; j < g.oc * ckk; ++j) dw[j] += partial[j];
+    if (db != nullptr) {
+      for (int64_t ch = 0; ch < g.c; ++ch) db[ch] += partial[g.oc * ckk + ch];
+    }
+  }
+}
+
+}  // namespace troupe::nn
