@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/image.h"
+#include "common/plot.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "envs/env_pool.h"
@@ -68,6 +69,7 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
   std::vector<float> actions(size_t(n) * spec.action_size, 0.0f);
   std::vector<double> command(spec.action_size);
   std::vector<double> episode_return(n, 0.0);
+  std::vector<int64_t> episode_end_frames;
   std::mt19937_64 rng(config.env().seed());
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
 
@@ -94,6 +96,7 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
       episode_return[i] += batch.reward[i];
       if (batch.step_type[i] == uint8_t(envs::StepType::kLast)) {
         result.returns.push_back(episode_return[i]);
+        episode_end_frames.push_back(result.frames);
         csv << result.returns.size() << ',' << i << ',' << result.frames << ','
             << absl::StrFormat("%.3f", episode_return[i]) << ',' << absl::StrFormat("%.2f", elapsed()) << '\n';
         csv.flush();
@@ -107,6 +110,12 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
         result.returns.empty() ? "-" : absl::StrFormat("%.1f", result.returns.back()), pool->physics_errors()));
   }
   result.frames_per_second = result.frames / std::max(elapsed(), 1e-9);
+
+  // Episode returns against env frames.
+  PlotSeries curve{config.policy().kind() + " policy", {}, result.returns};
+  for (const auto& end : episode_end_frames) curve.x.push_back(double(end));
+  RETURN_IF_ERROR(WritePng(result.run_dir + "/returns.png",
+                           PlotLines({curve}, PlotOptions{640, 400, spec.task, "env frames", "episode return"})));
   result.physics_errors = pool->physics_errors();
 
   // What env 0 saw last: each stacked frame side by side.

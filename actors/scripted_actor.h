@@ -2,7 +2,8 @@
 // or uniform random actions) stepping a batched env pool: what `troupe run`
 // does until a learner is in the loop. Prints a live status line and writes
 // a run directory: the resolved config, episodes.csv (one row per finished
-// episode), and frames.png (the pixel observations of env 0 at the end).
+// episode), returns.png (the returns against env frames) and frames.png
+// (the pixel observations of env 0 at the end).
 #ifndef TROUPE_ACTORS_SCRIPTED_ACTOR_H_
 #define TROUPE_ACTORS_SCRIPTED_ACTOR_H_
 
@@ -17,7 +18,7 @@ namespace troupe::actors {
 
 struct ScriptedRunResult {
   std::string run_dir;
-  int64_t frames = 0;               // env frames (control steps x action repeat... summed over envs)
+  int64_t frames = 0;               // env frames: control steps, summed over envs
   std::vector<double> returns;      // finished episodes, in order
   double frames_per_second = 0;
   int64_t physics_errors = 0;

@@ -143,6 +143,7 @@ class EnvPool {
   std::condition_variable batch_ready_;  // Recv waits for a full buffer
   std::deque<Job> queue_;                // guarded by mutex_
   absl::Status first_error_;             // guarded by mutex_
+  int num_workers_ = 0;  // set before the workers start
   std::vector<std::jthread> workers_;
 };
 
