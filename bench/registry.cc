@@ -3,11 +3,17 @@
 
 namespace troupe::bench {
 
-absl::StatusOr<Report> RunEnvsBenchmark(const Options& options);  // bench/envs_bench.cc
+absl::StatusOr<Report> RunEnvsBenchmark(const Options& options);    // bench/envs_bench.cc
+absl::StatusOr<Report> RunReplayBenchmark(const Options& options);  // bench/replay_bench.cc
+absl::StatusOr<Report> RunLearnerBenchmark(const Options& options);  // bench/learner_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
       {"envs", "env steps/s per task (state, pixels), single thread and pool, vs raw MuJoCo loops", RunEnvsBenchmark},
+      {"replay", "replay insert/sample items/s and MB/s, in-process and gRPC, vs raw loopback gRPC; bytes per pixel transition",
+       RunReplayBenchmark},
+      {"learner", "DrQ encoder+MLP fwd+bwd+Adam samples/s vs libtorch; engine GFLOP/s vs Eigen GEMM; K=2 MPI all-reduce",
+       RunLearnerBenchmark},
   };
   return benchmarks;
 }

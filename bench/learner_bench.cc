@@ -1,0 +1,229 @@
+// `troupe bench learner`: the nn engine on a DrQ-style network (Kostrikov et
+// al. 2020: 9x84x84 input, four 3x3 convs of 32 channels, first stride 2,
+// linear 50, layer norm, tanh, then a 2x1024 MLP), forward + backward + Adam,
+// against (a) the same network in Debian's libtorch 1.13 at its best thread
+// count, compiled and run as a separate peer program when libtorch-dev is
+// installed (never a troupe dependency), and (b) Eigen's own float GEMM on
+// this machine. Also batch 128 at 64x64, and the all-reduce of the encoder's
+// gradient buffer for K=2 over MPI against a raw MPI_Allreduce.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench.h"
+#include "learner/nn/cpu_backend.h"
+#include "learner/nn/layers.h"
+#include "learner/nn/optimizer.h"
+
+namespace troupe::bench {
+namespace {
+
+constexpr int kThreads = 2;
+
+// The benchmark network on one ParameterSet.
+struct DrqNetwork {
+  nn::ParameterSet params;
+  nn::Conv2dLayer c1, c2, c3, c4;
+  nn::LinearLayer fc;
+  nn::LayerNormLayer ln;
+  nn::Mlp head;
+  int64_t size, spatial;
+  int encoder_params = 0;  // parameters [0, encoder_params) are the encoder's
+
+  explicit DrqNetwork(int64_t image_size) : size(image_size) {
+    c1 = nn::Conv2dLayer::Create(params, "c1", 9, 32, 3, /*stride=*/2, /*pad=*/0);
+    c2 = nn::Conv2dLayer::Create(params, "c2", 32, 32, 3, /*stride=*/1, /*pad=*/0);
+    c3 = nn::Conv2dLayer::Create(params, "c3", 32, 32, 3, /*stride=*/1, /*pad=*/0);
+    c4 = nn::Conv2dLayer::Create(params, "c4", 32, 32, 3, /*stride=*/1, /*pad=*/0);
+    spatial = (size - 3) / 2 + 1 - 6;
+    fc = nn::LinearLayer::Create(params, "fc", 32 * spatial * spatial, 50);
+    ln = nn::LayerNormLayer::Create(params, "ln", 50);
+    encoder_params = params.size();
+    head = nn::Mlp::Create(params, "head", {50, 1024, 1024, 1});
+    params.Allocate(/*seed=*/1);
+  }
+
+  nn::Var Forward(nn::Tape& t, nn::Var x) {
+    x = nn::Relu(c1(t, params, x));
+    x = nn::Relu(c2(t, params, x));
+    x = nn::Relu(c3(t, params, x));
+    x = nn::Relu(c4(t, params, x));
+    x = nn::Tanh(ln(t, params, fc(t, params, nn::Flatten(x))));
+    return head(t, params, x);
+  }
+
+  int64_t EncoderFloats() const {
+    return encoder_params < params.size() ? params.info(encoder_params).offset : params.total_floats();
+  }
+
+  // GEMM flops of one forward + backward per sample: convs and linears, dx
+  // skipped for the first conv (its input needs no gradient).
+  double FlopsPerSample() const {
+    double f = 0;
+    int64_t h = size;
+    int64_t c = 9;
+    for (int layer = 0; layer < 4; ++layer) {
+      const int64_t stride = layer == 0 ? 2 : 1;
+      const int64_t oh = (h - 3) / stride + 1;
+      const double fwd = 2.0 * oh * oh * 32 * c * 9;
+      f += fwd * (layer == 0 ? 2 : 3);
+      h = oh;
+      c = 32;
+    }
+    const double linear = 2.0 * (32 * spatial * spatial * 50 + 50 * 1024 + 1024 * 1024 + 1024);
+    return f + 3 * linear;
+  }
+};
+
+// samples/s of forward + backward + Adam at `batch` on `threads`.
+double MeasureTroupe(int64_t batch, int64_t size, double seconds) {
+  nn::CpuBackend backend(kThreads);
+  DrqNetwork net(size);
+  nn::Adam adam(&net.params, &backend);
+  nn::Tape tape(&backend);
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(batch * 9 * size * size), y(batch);
+  for (float& v : x) v = d(rng);
+  for (float& v : y) v = d(rng);
+  auto step = [&] {
+    tape.Reset();
+    net.params.ZeroGrad();
+    nn::Var loss = nn::MeanSquaredError(net.Forward(tape, tape.Constant(x.data(), {batch, 9, size, size})),
+                                        tape.Constant(y.data(), {batch, 1}));
+    tape.Backward(loss);
+    adam.Step(1e-4f);
+  };
+  step();  // warm up: arena and scratch reach their size
+  return batch * MeasureRate(seconds, [&](long n) {
+           for (long i = 0; i < n; ++i) step();
+         });
+}
+
+// Eigen's float GEMM (single-threaded Eigen, one 1024^3 product per thread,
+// both threads at once): the machine's GEMM GFLOP/s on kThreads cores.
+double MeasureEigenGemm(double seconds) {
+  constexpr int kN = 1024;
+  std::vector<Eigen::MatrixXf> a, b, c;
+  for (int t = 0; t < kThreads; ++t) {
+    a.push_back(Eigen::MatrixXf::Random(kN, kN));
+    b.push_back(Eigen::MatrixXf::Random(kN, kN));
+    c.push_back(Eigen::MatrixXf::Zero(kN, kN));
+  }
+  const double rate = MeasureRate(seconds, [&](long n) {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (long i = 0; i < n; ++i) c[t].noalias() = a[t] * b[t];
+      });
+    }
+  });
+  return rate * kThreads * 2.0 * kN * kN * kN / 1e9;
+}
+
+// Runs a shell command; returns its stdout.
+absl::StatusOr<std::string> RunCommand(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  if (rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
+  return out;
+}
+
+// The libtorch peer: compiled once into the temp dir, run at 1 and 2 threads;
+// returns the better samples/s. NotFound when libtorch-dev is absent.
+absl::StatusOr<double> MeasureLibtorch(int64_t batch, int64_t size, double seconds) {
+  if (!std::filesystem::exists("/usr/include/torch/csrc/api/include/torch/torch.h")) {
+    return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
+  }
+  const std::string binary = (std::filesystem::temp_directory_path() / "troupe_libtorch_drq").string();
+  const std::string source = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/libtorch_drq.cc";
+  if (!std::filesystem::exists(binary) ||
+      std::filesystem::last_write_time(binary) < std::filesystem::last_write_time(source)) {
+    std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
+    std::fflush(stdout);
+    auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
+                                         binary, ".tmp -ltorch -ltorch_cpu -lc10 2>&1 && mv ", binary, ".tmp ",
+                                         binary));
+    if (!built.ok()) return built.status();
+  }
+  double best = 0;
+  for (int threads : {1, 2}) {
+    auto out = RunCommand(absl::StrCat(binary, " ", threads, " ", batch, " ", size, " ", seconds));
+    if (!out.ok()) return out.status();
+    double rate = 0;
+    if (std::sscanf(out->c_str(), "samples_per_second %lf", &rate) != 1) {
+      return absl::InternalError(absl::StrCat("libtorch peer printed: ", *out));
+    }
+    best = std::max(best, rate);
+  }
+  return best;
+}
+
+// K=2 MPI all-reduce of `floats` floats: (troupe ms, raw MPI_Allreduce ms).
+absl::StatusOr<std::pair<double, double>> MeasureMpiAllReduce(int64_t floats) {
+  auto out = RunCommand(absl::StrCat(TROUPE_MPIEXEC, " -np 2 --oversubscribe --allow-run-as-root ",
+                                     TROUPE_MPI_ALLREDUCE_BIN, " ", floats, " 20 2>&1"));
+  if (!out.ok()) return out.status();
+  double troupe_ms = 0, raw_ms = 0;
+  const size_t at = out->find("troupe_ms");
+  if (at == std::string::npos || std::sscanf(out->c_str() + at, "troupe_ms %lf raw_ms %lf", &troupe_ms, &raw_ms) != 2) {
+    return absl::InternalError(absl::StrCat("mpi all-reduce peer printed: ", *out));
+  }
+  return std::make_pair(troupe_ms, raw_ms);
+}
+
+}  // namespace
+
+absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
+  Report report;
+  const double seconds = std::max(options.seconds_per_figure, 2.0);
+  const int64_t batch = options.quick ? 32 : 256;
+  DrqNetwork shape_only(84);
+
+  // Eigen GEMM first: the reference for the engine's GFLOP/s.
+  const double gemm = MeasureEigenGemm(seconds);
+  const double troupe = MeasureTroupe(batch, 84, seconds);
+  auto torch = MeasureLibtorch(batch, 84, seconds);
+  const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam, batch %d, %d threads", batch, kThreads);
+  if (torch.ok()) {
+    report.Add(name, troupe, "samples/s", "libtorch 1.13, best of 1/2 threads", *torch);
+  } else {
+    std::printf("libtorch peer unavailable: %s\n", torch.status().ToString().c_str());
+    report.Add(name, troupe, "samples/s", "libtorch (not installed)", 0);
+  }
+  report.Add("engine GEMM throughput on that step", troupe * shape_only.FlopsPerSample() / 1e9, "GFLOP/s",
+             absl::StrFormat("Eigen float GEMM 1024^3, %d threads", kThreads), gemm);
+
+  // The smaller configuration.
+  const int64_t small_batch = options.quick ? 16 : 128;
+  const double troupe64 = MeasureTroupe(small_batch, 64, seconds);
+  auto torch64 = MeasureLibtorch(small_batch, 64, seconds);
+  const std::string name64 = absl::StrFormat("DrQ 9x64x64 fwd+bwd+Adam, batch %d, %d threads", small_batch, kThreads);
+  report.Add(name64, troupe64, "samples/s", torch64.ok() ? "libtorch 1.13, best of 1/2 threads" : "libtorch (not installed)",
+             torch64.ok() ? *torch64 : 0);
+
+  // The encoder's gradient buffer across two MPI processes.
+  const int64_t encoder_floats = shape_only.EncoderFloats();
+  auto mpi = MeasureMpiAllReduce(encoder_floats);
+  if (!mpi.ok()) return mpi.status();
+  // Times: ratio = troupe / raw (lower is better here).
+  report.Add(absl::StrFormat("all-reduce of encoder grads (%.1f MB), K=2 MPI", encoder_floats * 4 / 1e6),
+             mpi->first, "ms", "raw MPI_Allreduce, same buffer", mpi->second);
+  return report;
+}
+
+}  // namespace troupe::bench
