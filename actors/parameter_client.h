@@ -1,0 +1,58 @@
+// Follows the learner's Parameters stream from a background thread, so an
+// actor can switch to a new policy version between env steps without waiting
+// on the network. Reconnects with exponential backoff (0.1 s doubling to
+// 5 s) when the learner goes away, and resumes from the version it holds.
+//
+// Locking: the newest update is kept under a mutex; TakeNewer copies it out.
+#ifndef TROUPE_ACTORS_PARAMETER_CLIENT_H_
+#define TROUPE_ACTORS_PARAMETER_CLIENT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/client_context.h>
+
+#include "absl/status/status.h"
+#include "proto/parameters.grpc.pb.h"
+
+namespace troupe::actors {
+
+class ParameterClient {
+ public:
+  // Starts following `address` ("host:port") at once.
+  explicit ParameterClient(const std::string& address);
+  ~ParameterClient();  // cancels the stream and joins the thread
+
+  // If a version newer than *version arrived, copies its (single, float32)
+  // tensor into *parameters, sets *version and returns true. Never blocks on
+  // the network.
+  bool TakeNewer(int64_t* version, std::vector<float>* parameters);
+
+  // Blocks until a first version arrives or `timeout_ms` passes;
+  // DeadlineExceeded naming the address if nothing came.
+  absl::Status WaitForFirst(int timeout_ms);
+
+  // Times the stream (re)connected after a failure.
+  int64_t reconnects() const { return reconnects_.load(); }
+
+ private:
+  void Loop(std::stop_token stop);
+
+  std::string address_;
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::shared_ptr<proto::ParametersUpdate> latest_;  // guarded by mutex_
+  std::shared_ptr<grpc::ClientContext> context_;     // guarded by mutex_: the live call, to cancel it
+  std::atomic<int64_t> reconnects_{0};
+  std::jthread thread_;
+};
+
+}  // namespace troupe::actors
+
+#endif  // TROUPE_ACTORS_PARAMETER_CLIENT_H_

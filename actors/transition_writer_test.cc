@@ -1,0 +1,156 @@
+#include "actors/transition_writer.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "replay/client.h"
+#include "replay/replay.h"
+
+namespace troupe::actors {
+namespace {
+
+// A FIFO "transitions" table with the D4PG signature, embedded.
+std::unique_ptr<replay::Replay> MakeReplay(bool pixels, int frames = 3) {
+  config::ReplayConfig config;
+  auto* table = config.add_tables();
+  table->set_name("transitions");
+  table->set_selector("fifo");
+  table->set_max_size(1000);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, int frame_count, const std::string& dtype) {
+    auto* f = table->add_fields();
+    f->set_name(name);
+    f->set_dtype(dtype);
+    for (int64_t d : shape) f->add_shape(d);
+    f->set_frames(frame_count);
+  };
+  if (pixels) {
+    add("observation", {4, 4, 3}, frames, "uint8");
+  } else {
+    add("observation", {2}, 0, "float32");
+  }
+  add("action", {1}, 0, "float32");
+  add("reward", {}, 0, "float32");
+  add("discount", {}, 0, "float32");
+  if (pixels) {
+    add("next_observation", {4, 4, 3}, frames, "uint8");
+  } else {
+    add("next_observation", {2}, 0, "float32");
+  }
+  auto r = replay::Replay::Create(config);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return std::move(r).value();
+}
+
+// Every item in the table, in insertion order.
+replay::SampledBatch Drain(replay::ReplayClient& client, int count) {
+  auto sampler = client.NewSampler({.table = "transitions", .batch_size = count});
+  EXPECT_TRUE(sampler.ok()) << sampler.status();
+  replay::SampledBatch batch;
+  auto status = (*sampler)->Next(&batch);
+  EXPECT_TRUE(status.ok()) << status;
+  return batch;
+}
+
+TEST(TransitionWriterTest, NStepReturnsAndFlushAtEpisodeEnd) {
+  auto replay = MakeReplay(/*pixels=*/false);
+  auto client = replay::NewLocalClient(replay.get());
+  auto writer = client->NewWriter();
+  ASSERT_TRUE(writer.ok());
+  TransitionLayout layout{.state_size = 2, .action_size = 1, .n_step = 3, .discount = 0.5f};
+  TransitionWriter transitions(writer->get(), /*num_envs=*/1, layout);
+  // Observations s_t = (t, -t); rewards r_t = t + 1 for t = 0..4; the episode ends after 5 steps.
+  float s[2] = {0, 0};
+  ASSERT_TRUE(transitions.Start(0, s, nullptr).ok());
+  for (int t = 0; t < 5; ++t) {
+    const float action = 10.0f + t;
+    s[0] = float(t + 1);
+    s[1] = -float(t + 1);
+    ASSERT_TRUE(transitions.Step(0, &action, /*reward=*/float(t + 1), /*discount=*/1.0f, /*last=*/t == 4, s, nullptr).ok());
+  }
+  ASSERT_TRUE((*writer)->Flush().ok());
+  ASSERT_EQ(transitions.transitions_inserted(), 5);
+  replay::SampledBatch batch = Drain(*client, 5);
+  const float* obs = batch.fields[0].as<float>();
+  const float* action = batch.fields[1].as<float>();
+  const float* reward = batch.fields[2].as<float>();
+  const float* discount = batch.fields[3].as<float>();
+  const float* next = batch.fields[4].as<float>();
+  // t=0,1,2: full 3-step windows; t=3,4: flushed at the end with 2 and 1 steps.
+  const float expected_reward[5] = {1 + 0.5f * 2 + 0.25f * 3, 2 + 0.5f * 3 + 0.25f * 4, 3 + 0.5f * 4 + 0.25f * 5,
+                                    4 + 0.5f * 5, 5};
+  const float expected_discount[5] = {0.125f, 0.125f, 0.125f, 0.25f, 0.5f};
+  const float expected_next[5] = {3, 4, 5, 5, 5};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(obs[2 * i], float(i)) << i;
+    EXPECT_EQ(action[i], 10.0f + i) << i;
+    EXPECT_FLOAT_EQ(reward[i], expected_reward[i]) << i;
+    EXPECT_FLOAT_EQ(discount[i], expected_discount[i]) << i;
+    EXPECT_EQ(next[2 * i], expected_next[i]) << i;
+    EXPECT_EQ(next[2 * i + 1], -expected_next[i]) << i;
+  }
+}
+
+TEST(TransitionWriterTest, EnvsInterleaveWithoutMixing) {
+  auto replay = MakeReplay(/*pixels=*/false);
+  auto client = replay::NewLocalClient(replay.get());
+  auto writer = client->NewWriter();
+  TransitionLayout layout{.state_size = 2, .action_size = 1, .n_step = 1, .discount = 0.9f};
+  TransitionWriter transitions(writer->get(), /*num_envs=*/2, layout);
+  float a[2] = {100, 0}, b[2] = {200, 0};
+  ASSERT_TRUE(transitions.Start(0, a, nullptr).ok());
+  ASSERT_TRUE(transitions.Start(1, b, nullptr).ok());
+  const float action = 0;
+  float a1[2] = {101, 0}, b1[2] = {201, 0};
+  ASSERT_TRUE(transitions.Step(1, &action, 0.2f, 1.0f, false, b1, nullptr).ok());
+  ASSERT_TRUE(transitions.Step(0, &action, 0.1f, 1.0f, false, a1, nullptr).ok());
+  ASSERT_TRUE((*writer)->Flush().ok());
+  replay::SampledBatch batch = Drain(*client, 2);
+  EXPECT_EQ(batch.fields[0].as<float>()[0], 200);
+  EXPECT_EQ(batch.fields[4].as<float>()[0], 201);
+  EXPECT_EQ(batch.fields[0].as<float>()[2], 100);
+  EXPECT_EQ(batch.fields[4].as<float>()[2], 101);
+  EXPECT_FLOAT_EQ(batch.fields[3].as<float>()[0], 0.9f);
+}
+
+TEST(TransitionWriterTest, PixelStacksAreRebuiltFromFramesStoredOnce) {
+  auto replay = MakeReplay(/*pixels=*/true, /*frames=*/3);
+  auto client = replay::NewLocalClient(replay.get());
+  auto writer = client->NewWriter();
+  TransitionLayout layout{.frames = 3, .height = 4, .width = 4, .action_size = 1, .n_step = 1, .discount = 0.9f};
+  TransitionWriter transitions(writer->get(), /*num_envs=*/1, layout);
+  // Frame t is filled with the value 10 * (t + 1).
+  auto frame = [](int t) { return std::vector<uint8_t>(4 * 4 * 3, uint8_t(10 * (t + 1))); };
+  ASSERT_TRUE(transitions.Start(0, nullptr, frame(0).data()).ok());
+  const float action = 0;
+  for (int t = 1; t <= 3; ++t) {
+    ASSERT_TRUE(transitions.Step(0, &action, 0, 1, false, nullptr, frame(t).data()).ok());
+  }
+  ASSERT_TRUE((*writer)->Flush().ok());
+  replay::SampledBatch batch = Drain(*client, 3);
+  const replay::SampledField& obs = batch.fields[0];
+  ASSERT_EQ(obs.shape, (std::vector<int64_t>{3, 3, 4, 4, 3}));
+  const size_t frame_bytes = 4 * 4 * 3;
+  auto value = [&](const replay::SampledField& f, int item, int k) { return f.data[(item * 3 + k) * frame_bytes]; };
+  // Item 0: obs = [f0, f0, f0], next = [f0, f0, f1]; item 2: obs = [f0, f1, f2], next = [f1, f2, f3].
+  EXPECT_EQ(value(obs, 0, 0), 10);
+  EXPECT_EQ(value(obs, 0, 2), 10);
+  EXPECT_EQ(value(batch.fields[4], 0, 2), 20);
+  EXPECT_EQ(value(obs, 2, 0), 10);
+  EXPECT_EQ(value(obs, 2, 1), 20);
+  EXPECT_EQ(value(obs, 2, 2), 30);
+  EXPECT_EQ(value(batch.fields[4], 2, 0), 20);
+  EXPECT_EQ(value(batch.fields[4], 2, 2), 40);
+}
+
+TEST(TransitionWriterTest, StepBeforeStartIsAnError) {
+  auto replay = MakeReplay(/*pixels=*/false);
+  auto client = replay::NewLocalClient(replay.get());
+  auto writer = client->NewWriter();
+  TransitionWriter transitions(writer->get(), /*num_envs=*/1,
+                               TransitionLayout{.state_size = 2, .action_size = 1, .n_step = 2});
+  const float action = 0, s[2] = {0, 0};
+  EXPECT_EQ(transitions.Step(0, &action, 0, 1, false, s, nullptr).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace troupe::actors
