@@ -1,0 +1,212 @@
+// D4PG (Barth-Maron et al. 2018, "Distributed Distributional Deterministic
+// Policy Gradients"): a deterministic tanh actor, a categorical critic over a
+// fixed support [v_min, v_max] (Bellemare et al. 2017, C51) trained on n-step
+// transitions against target networks, Polyak-averaged targets. From pixels,
+// a DrQ encoder (Kostrikov et al. 2020) shared by actor and critic, trained by
+// the critic only, with random-shift augmentation.
+//
+//   ObservationSpec spec{.frames = 3, .height = 84, .width = 84};
+//   config::ReplayTableConfig table = D4pgTransitionTable(spec, action_size, cfg);
+//   auto agent = *D4pgAgent::Create(cfg, spec, action_size, replicator.get());
+//   agent->Train(/*num_updates=*/10, [&](int replica, int64_t n, replay::SampledBatch* out) {
+//     return samplers[replica]->Next(out);   // n == cfg.learner().batch_size() / replicas
+//   });
+//   std::vector<float> params; agent->PolicyParameters(&params);
+//   policy->SetParameters(params);  // at an actor: D4pgPolicy::Create(cfg.d4pg(), spec, action_size)
+//
+// Threads: D4pgAgent runs one std::jthread per local replica inside Train()
+// (the Replicator's); everything else (PolicyParameters, Save, Load) must be
+// called from the thread that calls Train, between Train calls. metrics() may
+// be called from any thread. D4pgPolicy is not thread-safe (one per thread).
+#ifndef TROUPE_LEARNER_AGENTS_D4PG_H_
+#define TROUPE_LEARNER_AGENTS_D4PG_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "learner/agents/d4pg_networks.h"
+#include "learner/nn/cpu_backend.h"
+#include "learner/nn/parameters.h"
+#include "learner/nn/tape.h"
+#include "learner/replicator/replicator.h"
+#include "proto/config.pb.h"
+#include "replay/replay.h"
+
+namespace troupe::agents {
+
+// What the agent observes: a state vector of `state_size` floats, or a stack
+// of `frames` RGB frames of height x width (3 channels per frame, uint8).
+// Exactly one of the two is set.
+struct ObservationSpec {
+  int state_size = 0;
+  int frames = 0, height = 0, width = 0;
+  bool pixels() const { return frames > 0; }
+};
+
+// The replay table the actors fill and the learner samples: "transitions"
+// with fields, in this order,
+//   observation       float32 [S]        | pixels: uint8 [H, W, 3] x frames
+//   action            float32 [A]
+//   reward            float32 []         the n-step discounted reward sum
+//   discount          float32 []         gamma^n, 0 at a true terminal
+//   next_observation  like observation   the observation n steps later
+// Size, min size, samples per insert and selector (prioritized or uniform)
+// come from config.learner(); seed from config.learner().seed().
+config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
+                                              const config::ExperimentConfig& config);
+
+// InvalidArgument naming the field ("d4pg.atoms 1: must be >= 2") for a
+// config, observation spec or action size D4PG cannot use.
+absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpec& spec, int action_size);
+
+// The C51 projection (Bellemare et al. 2017, Algorithm 1) of the
+// distribution `probabilities` over support z_j = v_min + j * dz, shifted to
+// reward + discount * z_j and clipped to [v_min, v_max], back onto the same
+// support: each atom's mass splits between its two neighbouring atoms in
+// proportion to closeness. Writes probabilities.size() floats to `out`.
+void CategoricalProjection(std::span<const float> probabilities, float reward, float discount, float v_min,
+                           float v_max, std::span<float> out);
+
+// Inference only: encoder (pixels) and actor, for actors, the evaluator and
+// the viewer. Parameters arrive as one flat buffer (D4pgAgent::PolicyParameters).
+class D4pgPolicy {
+ public:
+  // InvalidArgument for a config ValidateD4pg refuses. `num_threads` for the
+  // compute backend (1 = the calling thread only).
+  static absl::StatusOr<std::unique_ptr<D4pgPolicy>> Create(const config::D4pgConfig& config,
+                                                            const ObservationSpec& spec, int action_size,
+                                                            int num_threads = 1);
+
+  // Floats SetParameters expects.
+  int64_t num_parameters() const { return params_.total_floats(); }
+  // Replaces every weight. InvalidArgument "policy parameters: got N floats,
+  // expected M" when the size differs.
+  absl::Status SetParameters(std::span<const float> parameters);
+  // The current flat parameters (as SetParameters takes them).
+  std::span<const float> parameters() const { return params_.values(); }
+
+  // Deterministic actions (no exploration) in [-1, 1]: from `state` float
+  // [batch, S] (pixels null) or from `pixels` uint8 [batch, k, H, W, 3]
+  // (replay's layout; state null). Writes actions [batch, A]. Does not
+  // allocate after the first call at a given (or larger) batch size.
+  // InvalidArgument for a missing input or batch < 1.
+  absl::Status Act(const float* state, const uint8_t* pixels, int batch, float* actions);
+
+  const ObservationSpec& spec() const { return spec_; }
+  int action_size() const { return action_size_; }
+
+ private:
+  D4pgPolicy(const ObservationSpec& spec, int action_size, int num_threads);
+
+  ObservationSpec spec_;
+  int action_size_;
+  nn::ParameterSet params_;
+  internal::Encoder encoder_;
+  internal::Mlp actor_;
+  nn::CpuBackend backend_;
+  nn::Tape tape_;
+  std::vector<float> pixels_;  // float NCHW scratch, grows only
+};
+
+struct D4pgMetrics {
+  double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
+  double actor_loss = 0;   // -E[Q(s, pi(s))]
+  double q_mean = 0;       // E[Q(s, a)] of the replay actions under the online critic
+  int64_t updates = 0;     // total updates so far (restored by Load)
+};
+
+class D4pgAgent {
+ public:
+  // Fills `out` with `shard_batch_size` transitions (D4pgTransitionTable's
+  // signature) for replica `replica_id`. Called concurrently from every local
+  // replica's thread (give each replica its own Sampler).
+  using SampleFn = std::function<absl::Status(int replica_id, int64_t shard_batch_size, replay::SampledBatch* out)>;
+
+  // Builds networks, targets (copies) and Adam optimizers on every local
+  // replica of `replicator` (which must outlive the agent), identically
+  // initialised from config.learner().seed(). InvalidArgument for a bad
+  // config (ValidateD4pg) or a batch size not divisible by the replicas.
+  static absl::StatusOr<std::unique_ptr<D4pgAgent>> Create(const config::ExperimentConfig& config,
+                                                           const ObservationSpec& spec, int action_size,
+                                                           replicator::Replicator* replicator);
+  ~D4pgAgent();
+
+  // `num_updates` D4PG updates on the Replicator: per update each replica
+  // samples its shard through `sample` (input_fn), then (step_fn) takes one
+  // critic step and one actor step with gradients averaged over replicas,
+  // and moves the targets. Errors: the sampler's, InvalidArgument for a
+  // batch that does not match the table signature (naming field and shape),
+  // collective errors; each prefixed with the replica ("replica 1: ...").
+  absl::Status Train(int64_t num_updates, const SampleFn& sample);
+
+  // The policy's flat parameters (encoder + actor), exactly D4pgPolicy's
+  // SetParameters layout; resizes *out.
+  void PolicyParameters(std::vector<float>* out) const;
+  int64_t num_policy_parameters() const;
+
+  // Means over the updates since the last call (updates: the running total).
+  D4pgMetrics metrics() const;
+  int64_t updates() const { return updates_; }
+
+  // Prioritized replay (config.learner().prioritized()): the keys of the last
+  // update's batches on this process's replicas and, for each, its critic loss
+  // (cross-entropy) as the new priority. Empty before the first update.
+  void LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const;
+
+  // Networks, targets, both optimizers' state and the update counter in one
+  // checkpoint file (learner/nn/checkpoint.h: written to path.tmp, renamed;
+  // checksummed). Load checks every entry's name and shape first (a mismatch
+  // is InvalidArgument naming the parameter) and then sets every local
+  // replica; a corrupt file is DataLoss. Augmentation randomness is derived
+  // from (seed, replica, update), so training after Load continues exactly.
+  absl::Status Save(const std::string& path) const;
+  absl::Status Load(const std::string& path);
+
+  const ObservationSpec& spec() const { return spec_; }
+  int action_size() const { return action_size_; }
+
+ private:
+  struct Replica;
+  D4pgAgent() = default;
+  Replica& LocalReplica(int replica_id);
+  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch);
+  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows) const;
+
+  config::ExperimentConfig config_;
+  ObservationSpec spec_;
+  int action_size_ = 0;
+  replicator::Replicator* replicator_ = nullptr;
+  int64_t batch_size_ = 0;
+  std::vector<int64_t> hidden_;
+  std::vector<float> support_;  // atoms, v_min .. v_max
+  // Network descriptions (indices into each replica's sets; shared).
+  internal::Encoder encoder_;  // in the critic set (pixels)
+  internal::Mlp critic_;       // in the critic set
+  internal::Mlp actor_;        // in the actor set
+  std::vector<std::unique_ptr<Replica>> replicas_;  // local, in replicator->local_replicas() order
+  int64_t updates_ = 0;
+  int64_t train_generation_ = 0;
+  // Policy layout: (source set is critic (0) or actor (1), source offset, destination offset, floats).
+  struct PolicyCopy {
+    int source;
+    int64_t from, to, count;
+  };
+  std::vector<PolicyCopy> policy_copies_;
+  int64_t policy_floats_ = 0;
+
+  mutable std::mutex metrics_mu_;
+  mutable double sum_critic_loss_ = 0, sum_actor_loss_ = 0, sum_q_ = 0;
+  mutable int64_t metric_count_ = 0;
+  int64_t metric_updates_ = 0;
+};
+
+}  // namespace troupe::agents
+
+#endif  // TROUPE_LEARNER_AGENTS_D4PG_H_

@@ -1,0 +1,73 @@
+// D4PG's networks, shared by the learner (d4pg.h D4pgAgent) and inference
+// (D4pgPolicy): a DrQ-style pixel encoder, a deterministic tanh actor and a
+// categorical critic. A network here is only parameter indices into a
+// ParameterSet (immutable, shareable); the values live in the caller's sets.
+// `Weights` says whether a pass differentiates the weights (trainable) or
+// reads them as constants (targets, inference, the critic inside the actor
+// loss), so one definition serves every use.
+//
+// Internal to learner/agents; callers outside use d4pg.h.
+#ifndef TROUPE_LEARNER_AGENTS_D4PG_NETWORKS_H_
+#define TROUPE_LEARNER_AGENTS_D4PG_NETWORKS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "learner/nn/layers.h"
+#include "learner/nn/parameters.h"
+#include "learner/nn/tape.h"
+
+namespace troupe::agents {
+
+struct ObservationSpec;
+
+namespace internal {
+
+// Where a pass reads a network's weights from.
+struct Weights {
+  nn::ParameterSet* set = nullptr;
+  // true: tape parameters (gradients accumulate into set->grads());
+  // false: constants (no gradient, no recorded nodes).
+  bool trainable = false;
+  nn::Var operator()(nn::Tape& tape, int index) const;
+};
+
+// DrQ's encoder (Kostrikov et al. 2020): conv 3x3 stride 2, three conv 3x3
+// stride 1 (all `channels` wide, ReLU), linear to `features`, layer norm, tanh.
+struct Encoder {
+  std::vector<nn::Conv2dLayer> convs;
+  nn::LinearLayer linear;
+  nn::LayerNormLayer norm;
+  int64_t features = 0;
+  // Declares "encoder.*" parameters for pixels of `spec` (3 channels per frame).
+  static Encoder Declare(nn::ParameterSet& params, const ObservationSpec& spec, int channels, int features);
+  // pixels: float [B, 3k, H, W] in [0, 1] -> features [B, features] in [-1, 1].
+  nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var pixels) const;
+};
+
+// Linear layers, ReLU between them; `tanh_output` squashes the last one.
+struct Mlp {
+  std::vector<nn::LinearLayer> layers;
+  bool tanh_output = false;
+  static Mlp Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
+                     bool tanh_output);
+  nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var x) const;
+};
+
+// The actor: features -> hidden... -> action_size, tanh ("actor.*").
+Mlp DeclareActor(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
+                 int action_size);
+// The critic head: [features, action] -> hidden... -> atoms logits ("critic.*").
+Mlp DeclareCritic(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
+                  int action_size, int atoms);
+// Logits of the critic on (features, action): concatenates and applies.
+nn::Var ApplyCritic(const Mlp& critic, nn::Tape& tape, Weights weights, nn::Var features, nn::Var action);
+
+// Converts replay's pixel layout uint8 [B, k, H, W, 3] (frames oldest first)
+// to float NCHW [B, 3k, H, W] / 255 (channel f*3 + c is frame f's colour c).
+void PixelsToFloat(const uint8_t* pixels, int64_t batch, const ObservationSpec& spec, float* out);
+
+}  // namespace internal
+}  // namespace troupe::agents
+
+#endif  // TROUPE_LEARNER_AGENTS_D4PG_NETWORKS_H_
