@@ -44,6 +44,25 @@ absl::StatusOr<uint64_t> Writer::AppendFrame(const uint8_t* pixels, int height, 
   return key;
 }
 
+absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string zstd, int height, int width, int channels) {
+  if (height <= 0 || width <= 0 || channels <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AppendCompressedFrame: bad frame shape ", height, "x", width, "x",
+                                                   channels));
+  }
+  proto::FrameData* frame = request_.add_frames();
+  const uint64_t key = next_frame_key_++;
+  frame->set_key(key);
+  proto::Tensor* t = frame->mutable_pixels();
+  t->set_dtype(proto::DTYPE_UINT8);
+  t->add_shape(height);
+  t->add_shape(width);
+  t->add_shape(channels);
+  t->set_compression(proto::COMPRESSION_ZSTD);
+  request_bytes_ += static_cast<int64_t>(zstd.size());
+  t->set_data(std::move(zstd));
+  return key;
+}
+
 absl::Status Writer::Insert(const std::string& table, double priority, const std::vector<FieldValue>& fields) {
   // Check frame keys against the window before queueing.
   const uint64_t oldest = next_frame_key_ > static_cast<uint64_t>(options_.frame_window)
@@ -86,6 +105,7 @@ absl::Status Writer::SendQueued(bool ack) {
       next_frame_key_ > static_cast<uint64_t>(options_.frame_window) ? next_frame_key_ - options_.frame_window : 0);
   request_.set_ack(ack);
   const int items = request_.items_size();
+  bytes_sent_ += static_cast<int64_t>(request_.ByteSizeLong());
   absl::Status status = Send(request_);
   request_.Clear();
   request_bytes_ = 0;

@@ -62,6 +62,10 @@ class Writer {
   // Compresses one uint8 [height, width, channels] frame and queues it.
   // Returns its key (0, 1, 2, ... on this writer).
   absl::StatusOr<uint64_t> AppendFrame(const uint8_t* pixels, int height, int width, int channels);
+  // Queues a frame the caller already compressed (one zstd frame of
+  // height*width*channels bytes, e.g. made by FrameCompressor on an env
+  // worker thread); the server checks its declared size. Returns its key.
+  absl::StatusOr<uint64_t> AppendCompressedFrame(std::string zstd, int height, int width, int channels);
   // Queues one item for `table`; its fields follow the table's signature.
   // InvalidArgument (client-side) for a frame key not appended yet or
   // outside the frame window.
@@ -73,6 +77,8 @@ class Writer {
   virtual absl::Status Close() = 0;
 
   int64_t items_sent() const { return items_sent_; }
+  // Serialized request bytes sent so far (what went on the wire).
+  int64_t bytes_sent() const { return bytes_sent_; }
 
  protected:
   // Delivers `request` (its forget watermark and ack already set); with
@@ -88,6 +94,7 @@ class Writer {
   int64_t request_bytes_ = 0;
   uint64_t next_frame_key_ = 0;
   int64_t items_sent_ = 0;
+  int64_t bytes_sent_ = 0;
 };
 
 struct SamplerOptions {

@@ -1,0 +1,392 @@
+// `troupe bench replay`: insert and sample throughput of the replay
+// service, in-process and over loopback gRPC, for state transitions (24
+// floats) and pixel transitions (3 stacked 84x84x3 frames), next to a raw
+// gRPC stream of the same message sizes measured in the same run; and the
+// resident memory per stored pixel transition, with frames rendered from
+// real episodes of cartpole.swingup and walker.walk.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/server_builder.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench.h"
+#include "common/status_macros.h"
+#include "envs/env.h"
+#include "proto/bench.grpc.pb.h"
+#include "replay/client.h"
+#include "replay/grpc_client.h"
+#include "replay/server.h"
+
+namespace troupe::bench {
+namespace {
+
+using replay::FieldValue;
+
+constexpr int kH = 84, kW = 84, kC = 3, kStack = 3;
+constexpr int kStateSize = 24, kActionSize = 6;
+constexpr int kBatch = 256;
+constexpr double kMB = 1e6;
+
+// Resident set size of this process, from /proc/self/statm.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// Renders `frames` 84x84 RGB frames from random-action episodes of `task`.
+absl::Status RenderFrames(const std::string& task, int action_repeat, int frames, uint64_t seed,
+                          std::vector<std::vector<uint8_t>>* out) {
+  envs::EnvOptions options;
+  options.task = task;
+  options.seed = seed;
+  options.pixels = true;
+  options.action_repeat = action_repeat;
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(auto env, envs::MakeEnv(options));
+  const envs::EnvSpec& spec = env->spec();
+  if (spec.height != kH || spec.width != kW || spec.channels != kC) {
+    return absl::FailedPreconditionError(absl::StrCat(task, ": expected 84x84x3 pixels"));
+  }
+  std::vector<float> state(spec.state_size), action(spec.action_size);
+  std::vector<uint8_t> pixels(spec.pixel_bytes());
+  envs::ObservationBuffers buffers{state.data(), pixels.data()};
+  std::mt19937 rng(seed);
+  RETURN_IF_ERROR(env->Reset(buffers).status());
+  for (int i = 0; i < frames; ++i) {
+    out->push_back(pixels);
+    for (int a = 0; a < spec.action_size; ++a) {
+      action[a] = std::uniform_real_distribution<float>(spec.action_minimum[a], spec.action_maximum[a])(rng);
+    }
+    ASSIGN_OR_RETURN(envs::TimeStep t, env->Step(action, buffers));
+    if (t.step_type == envs::StepType::kLast) RETURN_IF_ERROR(env->Reset(buffers).status());
+  }
+  return absl::OkStatus();
+}
+
+config::ReplayConfig BenchConfig(int64_t max_size) {
+  config::ReplayConfig c;
+  c.set_worker_threads(2);
+  for (const char* name : {"state", "pixels"}) {
+    auto* t = c.add_tables();
+    t->set_name(name);
+    t->set_max_size(max_size);
+    const bool pixels = std::string(name) == "pixels";
+    auto add = [&](const char* field, const char* dtype, std::vector<int64_t> shape, int frames) {
+      auto* f = t->add_fields();
+      f->set_name(field);
+      f->set_dtype(dtype);
+      for (int64_t d : shape) f->add_shape(d);
+      f->set_frames(frames);
+    };
+    if (pixels) add("obs", "uint8", {kH, kW, kC}, kStack);
+    else add("obs", "float32", {kStateSize}, 0);
+    add("action", "float32", {kActionSize}, 0);
+    add("reward", "float32", {}, 0);
+    add("discount", "float32", {}, 0);
+    if (pixels) add("next_obs", "uint8", {kH, kW, kC}, kStack);
+    else add("next_obs", "float32", {kStateSize}, 0);
+  }
+  return c;
+}
+
+constexpr double kStateBytes = (2 * kStateSize + kActionSize + 2) * 4.0;
+constexpr double kPixelRawBytes = 2.0 * kStack * kH * kW * kC + (kActionSize + 2) * 4.0;
+
+absl::Status InsertState(replay::Writer& writer, long n) {
+  std::vector<float> obs(kStateSize, 0.5f), next(kStateSize, 0.25f), action(kActionSize, 0.1f);
+  const float reward = 1, discount = 0.99f;
+  for (long i = 0; i < n; ++i) {
+    obs[0] = static_cast<float>(i);
+    RETURN_IF_ERROR(writer.Insert("state", 1.0,
+                                  {FieldValue::Dense(proto::DTYPE_FLOAT32, {kStateSize}, obs.data()),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {kActionSize}, action.data()),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {kStateSize}, next.data())}));
+  }
+  return absl::OkStatus();
+}
+
+// Inserts `n` pixel transitions, one new (already compressed) frame each,
+// cycling through `frames`; stacks are the last frames of the stream.
+absl::Status InsertPixels(replay::Writer& writer, const std::vector<std::string>& frames, long n, long* cursor) {
+  std::vector<float> action(kActionSize, 0.1f);
+  const float reward = 1, discount = 0.99f;
+  for (long i = 0; i < n; ++i) {
+    // A new episode every 1000 steps starts with 3 frames.
+    if (*cursor % 1000 == 0) {
+      for (int k = 0; k < kStack; ++k) {
+        RETURN_IF_ERROR(writer.AppendCompressedFrame(frames[(*cursor)++ % frames.size()], kH, kW, kC).status());
+      }
+    }
+    ASSIGN_OR_RETURN(uint64_t key, writer.AppendCompressedFrame(frames[(*cursor)++ % frames.size()], kH, kW, kC));
+    RETURN_IF_ERROR(writer.Insert("pixels", 1.0,
+                                  {FieldValue::Frames({key - 3, key - 2, key - 1}),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {kActionSize}, action.data()),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
+                                   FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount),
+                                   FieldValue::Frames({key - 2, key - 1, key})}));
+  }
+  return absl::OkStatus();
+}
+
+// The raw reference: a callback service that drops what it is pushed and
+// streams back fixed-size blobs.
+class RawService final : public proto::RawStream::CallbackService {
+  grpc::ServerReadReactor<proto::Blob>* Push(grpc::CallbackServerContext*, proto::BlobCount* count) override {
+    class Reader : public grpc::ServerReadReactor<proto::Blob> {
+     public:
+      explicit Reader(proto::BlobCount* count) : count_(count) { StartRead(&blob_); }
+      void OnReadDone(bool ok) override {
+        if (!ok) return Finish(grpc::Status::OK);
+        count_->set_messages(count_->messages() + 1);
+        count_->set_bytes(count_->bytes() + static_cast<int64_t>(blob_.data().size()));
+        StartRead(&blob_);
+      }
+      void OnDone() override { delete this; }
+     private:
+      proto::BlobCount* count_;
+      proto::Blob blob_;
+    };
+    return new Reader(count);
+  }
+  grpc::ServerWriteReactor<proto::Blob>* Pull(grpc::CallbackServerContext*, const proto::PullRequest* request) override {
+    class Writer : public grpc::ServerWriteReactor<proto::Blob> {
+     public:
+      explicit Writer(const proto::PullRequest& r) : left_(r.messages()) {
+        blob_.mutable_data()->assign(r.bytes(), 'x');
+        Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) return Finish(grpc::Status::CANCELLED);
+        Next();
+      }
+      void OnDone() override { delete this; }
+     private:
+      void Next() {
+        if (left_-- <= 0) return Finish(grpc::Status::OK);
+        StartWrite(&blob_);
+      }
+      int64_t left_;
+      proto::Blob blob_;
+    };
+    return new Writer(*request);
+  }
+};
+
+struct RawServer {
+  RawServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    builder.SetMaxReceiveMessageSize(256 << 20);
+    builder.SetMaxSendMessageSize(256 << 20);
+    server = builder.BuildAndStart();
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    args.SetMaxSendMessageSize(256 << 20);
+    stub = proto::RawStream::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
+  }
+  // Bytes/s pushing blobs of `bytes` for about `seconds`.
+  double PushRate(int64_t bytes, double seconds) {
+    proto::Blob blob;
+    blob.mutable_data()->assign(bytes, 'x');
+    return MeasureRate(seconds, [&](long n) {
+      grpc::ClientContext context;
+      proto::BlobCount count;
+      auto writer = stub->Push(&context, &count);
+      for (long i = 0; i < n; ++i) writer->Write(blob);
+      writer->WritesDone();
+      (void)writer->Finish();
+    }) * static_cast<double>(bytes);
+  }
+  // Bytes/s pulling blobs of `bytes`.
+  double PullRate(int64_t bytes, double seconds) {
+    return MeasureRate(seconds, [&](long n) {
+      grpc::ClientContext context;
+      proto::PullRequest request;
+      request.set_bytes(bytes);
+      request.set_messages(n);
+      auto reader = stub->Pull(&context, request);
+      proto::Blob blob;
+      while (reader->Read(&blob)) {
+      }
+      (void)reader->Finish();
+    }) * static_cast<double>(bytes);
+  }
+  RawService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<proto::RawStream::Stub> stub;
+};
+
+// Samples/s of `sampler` over about `seconds`; also the batch bytes.
+absl::StatusOr<double> SampleRate(replay::Sampler& sampler, double seconds, double* batch_bytes) {
+  replay::SampledBatch batch;
+  absl::Status error;
+  const double rate = MeasureRate(seconds, [&](long n) {
+    for (long i = 0; i < n && error.ok(); ++i) error = sampler.Next(&batch);
+  });
+  RETURN_IF_ERROR(error);
+  *batch_bytes = 0;
+  for (const auto& f : batch.fields) *batch_bytes += static_cast<double>(f.data.size());
+  return rate * kBatch;
+}
+
+}  // namespace
+
+absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
+  Report report;
+  const double seconds = options.seconds_per_figure;
+  const long held = options.quick ? 10000 : 100000;  // pixel transitions for the memory figure
+  const int frames_per_task = options.quick ? 500 : 4000;
+
+  // Real frames: random-action episodes (DrQ action repeats), zstd level 1.
+  std::printf("rendering %d frames each of cartpole.swingup and walker.walk ...\n", frames_per_task);
+  std::fflush(stdout);
+  std::vector<std::vector<uint8_t>> raw;
+  RETURN_IF_ERROR(RenderFrames("cartpole.swingup", /*action_repeat=*/8, frames_per_task, /*seed=*/1, &raw));
+  RETURN_IF_ERROR(RenderFrames("walker.walk", /*action_repeat=*/2, frames_per_task, /*seed=*/2, &raw));
+  std::vector<std::string> compressed(raw.size());
+  replay::FrameCompressor compressor(/*level=*/1);
+  double compressed_total = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    compressor.Compress(raw[i].data(), raw[i].size(), &compressed[i]);
+    compressed_total += static_cast<double>(compressed[i].size());
+  }
+  const double compress_rate = MeasureRate(seconds / 2, [&](long n) {
+    std::string out;
+    for (long i = 0; i < n; ++i) compressor.Compress(raw[i % raw.size()].data(), raw[i % raw.size()].size(), &out);
+  });
+  report.Add("zstd-1 frame size (mean, rendered 84x84x3)", compressed_total / raw.size(), "bytes",
+             "raw frame", kH * kW * kC);
+  report.Add("zstd-1 frame compress (writer side)", compress_rate, "frames/s", "-", 0);
+
+  // 1. Memory: `held` pixel transitions in-process.
+  const int64_t rss_before = ResidentBytes();
+  ASSIGN_OR_RETURN(auto pixel_replay, replay::Replay::Create(BenchConfig(held)));
+  auto local = replay::NewLocalClient(pixel_replay.get());
+  {
+    ASSIGN_OR_RETURN(auto writer, local->NewWriter({.max_items_per_request = 64}));
+    long cursor = 0;
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(InsertPixels(*writer, compressed, held, &cursor));
+    RETURN_IF_ERROR(writer->Close());
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.Add("in-process insert, pixel transitions", held / elapsed, "items/s", "-", 0);
+    report.Add("in-process insert, pixel transitions (raw stack bytes)", held * kPixelRawBytes / elapsed / kMB,
+               "MB/s", "-", 0);
+  }
+  const int64_t rss_after = ResidentBytes();
+  const proto::InfoResponse info = pixel_replay->Info();
+  report.Add(absl::StrFormat("resident bytes per pixel transition (%ld held)", held),
+             static_cast<double>(rss_after - rss_before) / held, "bytes", "bar: at most 4 KiB", 4096);
+  report.Add("  of which stored frame bytes per transition", static_cast<double>(info.frame_bytes()) / held, "bytes",
+             "raw stacks (obs + next_obs)", 2.0 * kStack * kH * kW * kC);
+
+  // 2. In-process sampling, batch 256, uniform, one thread.
+  double batch_bytes = 0;
+  {
+    ASSIGN_OR_RETURN(auto sampler, local->NewSampler({.table = "pixels", .batch_size = kBatch}));
+    ASSIGN_OR_RETURN(double rate, SampleRate(*sampler, seconds, &batch_bytes));
+    report.Add("in-process sample, pixel transitions (batch 256, 1 thread)", rate, "items/s", "bar: 20,000/s", 20000);
+  }
+  ASSIGN_OR_RETURN(auto state_replay, replay::Replay::Create(BenchConfig(1000000)));
+  auto state_local = replay::NewLocalClient(state_replay.get());
+  {
+    ASSIGN_OR_RETURN(auto writer, state_local->NewWriter({.max_items_per_request = 64}));
+    absl::Status error;
+    const double rate = MeasureRate(seconds, [&](long n) {
+      if (error.ok()) error = InsertState(*writer, n);
+    });
+    RETURN_IF_ERROR(error);
+    RETURN_IF_ERROR(writer->Close());
+    report.Add("in-process insert, state transitions", rate, "items/s", "-", 0);
+    ASSIGN_OR_RETURN(auto sampler, state_local->NewSampler({.table = "state", .batch_size = kBatch}));
+    ASSIGN_OR_RETURN(double sample_rate, SampleRate(*sampler, seconds, &batch_bytes));
+    report.Add("in-process sample, state transitions (batch 256, 1 thread)", sample_rate, "items/s",
+               "bar: 200,000/s", 200000);
+  }
+
+  // 3. Over loopback gRPC, next to the raw stream of the same message sizes.
+  config::ReplayConfig grpc_config = BenchConfig(options.quick ? 20000 : 200000);
+  ASSIGN_OR_RETURN(auto server, replay::Server::Start(grpc_config));
+  auto remote = replay::NewGrpcClient(server->address());
+  RawServer raw_server;
+  {
+    // Pixel insert: frames compressed beforehand (by the actor's env threads).
+    ASSIGN_OR_RETURN(auto writer, remote->NewWriter({.max_items_per_request = 16}));
+    long cursor = 0;
+    absl::Status error;
+    int64_t items = 0;
+    const double rate = MeasureRate(seconds, [&](long n) {
+      if (error.ok()) error = InsertPixels(*writer, compressed, n, &cursor);
+      items += n;
+    });
+    RETURN_IF_ERROR(error);
+    const double request_bytes = static_cast<double>(writer->bytes_sent()) / (writer->items_sent() / 16.0);
+    const double bytes_per_item = static_cast<double>(writer->bytes_sent()) / writer->items_sent();
+    RETURN_IF_ERROR(writer->Close());
+    const double raw_rate = raw_server.PushRate(static_cast<int64_t>(request_bytes), seconds);
+    report.Add("gRPC insert, pixel transitions", rate, "items/s", "-", 0);
+    report.Add("gRPC insert, pixel transitions (wire bytes)", rate * bytes_per_item / kMB, "MB/s",
+               absl::StrFormat("raw gRPC push, %.0f B msgs", request_bytes), raw_rate / kMB);
+  }
+  {
+    ASSIGN_OR_RETURN(auto writer, remote->NewWriter({.max_items_per_request = 64}));
+    absl::Status error;
+    const double rate = MeasureRate(seconds, [&](long n) {
+      if (error.ok()) error = InsertState(*writer, n);
+    });
+    RETURN_IF_ERROR(error);
+    const double request_bytes = static_cast<double>(writer->bytes_sent()) / (writer->items_sent() / 64.0);
+    const double bytes_per_item = static_cast<double>(writer->bytes_sent()) / writer->items_sent();
+    RETURN_IF_ERROR(writer->Close());
+    const double raw_rate = raw_server.PushRate(static_cast<int64_t>(request_bytes), seconds);
+    report.Add("gRPC insert, state transitions", rate, "items/s", "-", 0);
+    report.Add("gRPC insert, state transitions (wire bytes)", rate * bytes_per_item / kMB, "MB/s",
+               absl::StrFormat("raw gRPC push, %.0f B msgs", request_bytes), raw_rate / kMB);
+  }
+  for (const char* table : {"state", "pixels"}) {
+    // Sample: the response carries compressed frames; the client decodes.
+    ASSIGN_OR_RETURN(auto sampler, remote->NewSampler({.table = table, .batch_size = kBatch}));
+    ASSIGN_OR_RETURN(double rate, SampleRate(*sampler, seconds, &batch_bytes));
+    // Wire size of one response, measured on a raw stub.
+    grpc::ClientContext context;
+    proto::SampleRequest request;
+    request.set_table(table);
+    request.set_batch_size(kBatch);
+    request.set_num_batches(1);
+    auto channel = grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), [] {
+      grpc::ChannelArguments a;
+      a.SetMaxReceiveMessageSize(256 << 20);
+      return a;
+    }());
+    auto stub = proto::Replay::NewStub(channel);
+    auto reader = stub->Sample(&context, request);
+    proto::SampleResponse response;
+    reader->Read(&response);
+    while (reader->Read(&response)) {
+    }
+    (void)reader->Finish();
+    const double wire = static_cast<double>(response.ByteSizeLong());
+    const double raw_rate = raw_server.PullRate(static_cast<int64_t>(wire), seconds);
+    report.Add(absl::StrCat("gRPC sample, ", table, " transitions (batch 256)"), rate, "items/s", "-", 0);
+    report.Add(absl::StrCat("gRPC sample, ", table, " transitions (wire bytes)"), rate / kBatch * wire / kMB, "MB/s",
+               absl::StrFormat("raw gRPC pull, %.0f B msgs", wire), raw_rate / kMB);
+  }
+  server->Shutdown();
+  return report;
+}
+
+}  // namespace troupe::bench

@@ -1,0 +1,65 @@
+// `troupe replay --config CONFIG [--listen ADDR] [--set k=v]...`: the
+// standalone replay server. Serves the tables of the config's `replay`
+// section until SIGINT or SIGTERM, then shuts down cleanly (blocked clients
+// get UNAVAILABLE).
+#include <csignal>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/config.h"
+#include "replay/server.h"
+
+namespace troupe::cli {
+
+void AddReplayCommand(CLI::App& app, int* exit_code) {
+  struct Args {
+    std::string config;
+    std::string listen;
+    std::string restore;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("replay", "Run a standalone replay server (tables from the config's replay section)");
+  cmd->add_option("--config", args->config, "Experiment config (text proto) with a replay section")->required();
+  cmd->add_option("--listen", args->listen, "host:port to listen on (default: replay.listen, 127.0.0.1:0)");
+  cmd->add_option("--restore", args->restore, "Checkpoint to restore at start");
+  cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value");
+  cmd->callback([args, exit_code] {
+    auto experiment = LoadExperimentConfig(args->config, args->overrides);
+    if (!experiment.ok()) {
+      std::fprintf(stderr, "troupe replay: %s\n", std::string(experiment.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    config::ReplayConfig config = experiment->replay();
+    if (!args->listen.empty()) config.set_listen(args->listen);
+    if (!args->restore.empty()) config.set_restore_path(args->restore);
+    if (config.tables_size() == 0) {
+      std::fprintf(stderr, "troupe replay: %s has no replay.tables; add at least one table to serve\n",
+                   args->config.c_str());
+      *exit_code = 2;
+      return;
+    }
+    // Block the stop signals in every thread (gRPC's inherit the mask); this
+    // thread waits for them.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    auto server = replay::Server::Start(config);
+    if (!server.ok()) {
+      std::fprintf(stderr, "troupe replay: %s\n", std::string(server.status().message()).c_str());
+      *exit_code = 1;
+      return;
+    }
+    std::printf("troupe replay: listening on %s (%d tables)\n", (*server)->address().c_str(), config.tables_size());
+    std::fflush(stdout);
+    int signal = 0;
+    sigwait(&stop, &signal);
+    std::printf("troupe replay: signal %d, shutting down\n", signal);
+    (*server)->Shutdown();
+  });
+}
+
+}  // namespace troupe::cli
