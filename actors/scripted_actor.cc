@@ -9,8 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
+#include "common/files.h"
 #include "common/image.h"
 #include "common/plot.h"
 #include "common/status_line.h"
@@ -30,20 +29,6 @@ absl::StatusOr<PolicyKind> ParsePolicy(const std::string& kind) {
       absl::StrCat("policy.kind: '", kind, "' is not one of \"controller\", \"zero\", \"random\""));
 }
 
-// A fresh run directory under runs_dir: NAME-YYYYmmdd-HHMMSS[-N].
-absl::StatusOr<std::string> MakeRunDir(const config::ExperimentConfig& config) {
-  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone());
-  std::string dir = absl::StrCat(config.runs_dir(), "/", config.name(), "-", stamp);
-  std::error_code ec;
-  for (int n = 2; std::filesystem::exists(dir, ec); ++n) {
-    dir = absl::StrCat(config.runs_dir(), "/", config.name(), "-", stamp, "-", n);
-  }
-  if (!std::filesystem::create_directories(dir, ec)) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create run directory ", dir, ": ", ec.message()));
-  }
-  return dir;
-}
-
 }  // namespace
 
 absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& config, const std::atomic<bool>* stop) {
@@ -54,7 +39,7 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
   }
   ASSIGN_OR_RETURN(auto pool, envs::EnvPool::Create(options));
   ScriptedRunResult result;
-  ASSIGN_OR_RETURN(result.run_dir, MakeRunDir(config));
+  ASSIGN_OR_RETURN(result.run_dir, MakeRunDirectory(config.runs_dir(), config.name()));
 
   // The resolved config, then one CSV row per finished episode.
   std::string text;

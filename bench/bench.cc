@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -59,20 +58,6 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
     const double scale = elapsed > 0 ? 1.2 * seconds / elapsed : 10.0;
     iterations = static_cast<long>(iterations * std::max(2.0, std::min(scale, 100.0)));
   }
-}
-
-absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot open ", tmp, " for writing"));
-    out << text;
-    if (!out.flush()) return absl::DataLossError(absl::StrCat("write failed: ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace troupe::bench

@@ -60,9 +60,6 @@ const std::vector<Benchmark>& Benchmarks();
 // call. `body` runs `iterations` units of work.
 double MeasureRate(double seconds, const std::function<void(long iterations)>& body);
 
-// Writes `text` to `path` via a temporary file and rename.
-absl::Status WriteTextFile(const std::string& path, const std::string& text);
-
 }  // namespace troupe::bench
 
 #endif  // TROUPE_BENCH_BENCH_H_

@@ -3,6 +3,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench.h"
 #include "cli/commands.h"
+#include "common/files.h"
 
 namespace troupe::cli {
 
@@ -43,7 +44,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
     }
     report->benchmark = found->name;
     if (!args->json.empty()) {
-      if (auto status = bench::WriteTextFile(args->json, report->ToJson()); !status.ok()) {
+      if (auto status = WriteFileAtomically(args->json, report->ToJson()); !status.ok()) {
         std::fprintf(stderr, "troupe bench: %s\n", status.ToString().c_str());
         *exit_code = 1;
         return;

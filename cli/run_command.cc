@@ -1,10 +1,18 @@
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <google/protobuf/text_format.h>
 
 #include "absl/strings/str_format.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
+#include "cli/launcher.h"
 #include "common/config.h"
+#include "common/files.h"
+#include "envs/env.h"
+#include "learner/agents/d4pg.h"
 
 namespace troupe::cli {
 namespace {
@@ -12,41 +20,100 @@ namespace {
 std::atomic<bool> stop_requested{false};
 void OnSignal(int) { stop_requested = true; }
 
+// Everything that can be checked before anything starts.
+absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
+  if (config.mode() != "scripted" && config.mode() != "rl") {
+    return absl::InvalidArgumentError(absl::StrCat("mode: '", config.mode(), "' is neither \"scripted\" nor \"rl\""));
+  }
+  if (config.total_frames() <= 0) return absl::InvalidArgumentError("total_frames: must be positive");
+  auto env = envs::EnvOptions::FromConfig(config.env());
+  if (!env.ok()) return env.status();
+  if (config.mode() == "rl") {
+    if (config.actors().count() < 0) return absl::InvalidArgumentError("actors.count: must be >= 0");
+    if (config.learner().batch_size() < 1) return absl::InvalidArgumentError("learner.batch_size: must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "troupe run: %s\n", std::string(status.message()).c_str());
+  return absl::IsInvalidArgument(status) || absl::IsNotFound(status) ? 2 : 1;
+}
+
+int RunScriptedMode(const config::ExperimentConfig& config) {
+  auto result = actors::RunScripted(config, &stop_requested);
+  if (!result.ok()) return Fail(result.status());
+  double best = 0, mean = 0;
+  for (double r : result->returns) {
+    best = std::max(best, r);
+    mean += r / result->returns.size();
+  }
+  std::printf("%s: %ld frames at %.0f frames/s, %zu episodes, mean return %.1f, best %.1f, physics errors %ld\n",
+              config.env().task().c_str(), long(result->frames), result->frames_per_second, result->returns.size(),
+              mean, best, long(result->physics_errors));
+  std::printf("run directory: %s\n", result->run_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 void AddRunCommand(CLI::App& app, int* exit_code) {
   struct Args {
     std::string config;
     std::vector<std::string> overrides;
+    std::string resume;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run an experiment from a config file (configs/*.textproto)");
-  cmd->add_option("config", args->config, "Experiment config, protobuf text format")->required();
+  cmd->add_option("config", args->config, "Experiment config, protobuf text format");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value (repeatable)");
+  cmd->add_option("--resume", args->resume, "Continue the run in this directory from its last checkpoint");
   cmd->callback([args, exit_code] {
-    auto config = LoadExperimentConfig(args->config, args->overrides);
-    if (!config.ok()) {
-      std::fprintf(stderr, "troupe run: %s\n", std::string(config.status().message()).c_str());
+    if (args->config.empty() == args->resume.empty()) {
+      std::fprintf(stderr, "troupe run: give a CONFIG file, or --resume RUN_DIR (not both)\n");
       *exit_code = 2;
+      return;
+    }
+    const bool resume = !args->resume.empty();
+    const std::string config_path = resume ? args->resume + "/config.textproto" : args->config;
+    auto config = LoadExperimentConfig(config_path, args->overrides);
+    if (!config.ok()) {
+      *exit_code = Fail(config.status());
+      return;
+    }
+    if (absl::Status valid = ValidateExperiment(*config); !valid.ok()) {
+      *exit_code = Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", valid.message())));
       return;
     }
     std::signal(SIGINT, OnSignal);
     std::signal(SIGTERM, OnSignal);
-    auto result = actors::RunScripted(*config, &stop_requested);
-    if (!result.ok()) {
-      std::fprintf(stderr, "troupe run: %s\n", std::string(result.status().message()).c_str());
-      *exit_code = 1;
+    if (config->mode() == "scripted") {
+      *exit_code = RunScriptedMode(*config);
       return;
     }
-    double best = 0, mean = 0;
-    for (double r : result->returns) {
-      best = std::max(best, r);
-      mean += r / result->returns.size();
+    // RL: a fresh run directory holding the resolved config, or the one resumed.
+    std::string run_dir = args->resume;
+    if (!resume) {
+      auto made = MakeRunDirectory(config->runs_dir(), config->name());
+      if (!made.ok()) {
+        *exit_code = Fail(made.status());
+        return;
+      }
+      run_dir = *made;
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(*config, &text);
+      if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) {
+        *exit_code = Fail(s);
+        return;
+      }
+    } else if (!std::filesystem::exists(run_dir + "/checkpoints/agent.ckpt")) {
+      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", run_dir, ": no checkpoint in ", run_dir,
+                                                         "/checkpoints (was the run started with troupe run?)")));
+      return;
     }
-    std::printf("%s: %ld frames at %.0f frames/s, %zu episodes, mean return %.1f, best %.1f, physics errors %ld\n",
-                config->env().task().c_str(), long(result->frames), result->frames_per_second,
-                result->returns.size(), mean, best, long(result->physics_errors));
-    std::printf("run directory: %s\n", result->run_dir.c_str());
+    if (absl::Status s = RunRlExperiment(*config, run_dir, resume, &stop_requested); !s.ok()) {
+      *exit_code = Fail(s);
+    }
   });
 }
 

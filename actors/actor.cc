@@ -1,0 +1,196 @@
+#include "actors/actor.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "actors/observation_stack.h"
+#include "actors/parameter_client.h"
+#include "actors/transition_writer.h"
+#include "common/status_macros.h"
+#include "envs/env_pool.h"
+#include "replay/grpc_client.h"
+
+namespace troupe::actors {
+
+float ActorNoiseScale(const config::ActorsConfig& actors, int index) {
+  const int count = std::max(actors.count(), 1);
+  return actors.noise_min() + (actors.noise_max() - actors.noise_min()) * index / std::max(count - 1, 1);
+}
+
+absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,
+                                                             int* action_size) {
+  ASSIGN_OR_RETURN(envs::EnvOptions env_options, envs::EnvOptions::FromConfig(config.env()));
+  env_options.pixels = false;  // the spec's sizes need no renderer
+  ASSIGN_OR_RETURN(auto env, envs::MakeEnv(env_options));
+  *action_size = env->spec().action_size;
+  agents::ObservationSpec spec;
+  if (config.env().observation() == "pixels") {
+    spec.frames = config.env().frame_stack();
+    spec.height = config.env().render().height();
+    spec.width = config.env().render().width();
+  } else {
+    spec.state_size = env->spec().state_size;
+  }
+  return spec;
+}
+
+namespace {
+
+// The actor's connection to replay: a writer and the transition writer on
+// it, remade after the learner goes away.
+struct Connection {
+  std::unique_ptr<replay::ReplayClient> client;
+  std::unique_ptr<replay::Writer> writer;
+  std::unique_ptr<TransitionWriter> transitions;
+};
+
+absl::Status Connect(const std::string& address, const TransitionLayout& layout, int num_envs, Connection* c) {
+  c->transitions.reset();
+  c->writer.reset();
+  c->client = replay::NewGrpcClient(address);
+  ASSIGN_OR_RETURN(c->writer, c->client->NewWriter());
+  c->transitions = std::make_unique<TransitionWriter>(c->writer.get(), num_envs, layout);
+  return absl::OkStatus();
+}
+
+bool Retryable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsCancelled(status) ||
+         absl::IsAborted(status);
+}
+
+}  // namespace
+
+absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atomic<bool>* stop) {
+  const config::ExperimentConfig& config = options.config;
+  int action_size = 0;
+  ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
+  ASSIGN_OR_RETURN(auto policy, agents::D4pgPolicy::Create(config.d4pg(), spec, action_size));
+
+  // The pool renders single frames; stacks are kept here and in replay.
+  config::EnvConfig env_config = config.env();
+  env_config.set_frame_stack(1);
+  env_config.set_seed(config.env().seed() + 1000003ull * (options.index + 1));
+  ASSIGN_OR_RETURN(auto pool_options, envs::EnvPoolOptions::FromConfig(env_config, config.pool()));
+  pool_options.batch_size = 0;
+  ASSIGN_OR_RETURN(auto pool, envs::EnvPool::Create(pool_options));
+  const envs::EnvSpec& env_spec = pool->spec();
+  const int n = pool->num_envs();
+  const bool pixels = spec.pixels();
+  ObservationStack stack(n, std::max(spec.frames, 1), spec.height, spec.width);
+
+  TransitionLayout layout;
+  layout.state_size = spec.state_size;
+  layout.frames = spec.frames;
+  layout.height = spec.height;
+  layout.width = spec.width;
+  layout.action_size = action_size;
+  layout.n_step = config.d4pg().n_step();
+  layout.discount = config.d4pg().discount();
+
+  ParameterClient parameters(options.learner_address);
+  Connection connection;
+  RETURN_IF_ERROR(Connect(options.learner_address, layout, n, &connection));
+  (void)parameters.WaitForFirst(options.connect_timeout_ms);
+
+  const float noise_scale = ActorNoiseScale(config.actors(), options.index);
+  std::mt19937_64 rng(config.env().seed() * 7919 + options.index);
+  std::normal_distribution<float> gaussian(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> actions(size_t(n) * action_size), parameter_buffer;
+  std::vector<double> episode_return(n, 0.0);
+  ActorStats stats;
+  auto frame_of = [&](const envs::EnvBatch& batch, int i) {
+    return pixels ? batch.pixels.data() + size_t(i) * env_spec.pixel_bytes() : nullptr;
+  };
+  auto state_of = [&](const envs::EnvBatch& batch, int i) { return batch.state.data() + size_t(i) * env_spec.state_size; };
+
+  ASSIGN_OR_RETURN(envs::EnvBatch batch, pool->Reset());
+  auto start_all = [&]() -> absl::Status {
+    for (int i = 0; i < n; ++i) {
+      if (pixels) stack.Reset(i, frame_of(batch, i));
+      RETURN_IF_ERROR(connection.transitions->Start(i, state_of(batch, i), frame_of(batch, i)));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(start_all());
+  std::chrono::milliseconds backoff(100);
+  constexpr int kFlushEvery = 16;  // pool steps between waits for replay's acknowledgement
+  int steps_since_flush = 0;
+  while (!(stop && stop->load()) && (options.max_frames == 0 || stats.frames < options.max_frames)) {
+    // A newer policy, if one arrived, between env steps.
+    if (parameters.TakeNewer(&stats.parameter_version, &parameter_buffer)) {
+      RETURN_IF_ERROR(policy->SetParameters(parameter_buffer));
+    }
+    // Act: random at first, then the policy plus this actor's noise.
+    if (stats.parameter_version == 0 || stats.frames < config.actors().random_frames()) {
+      for (float& a : actions) a = uniform(rng);
+    } else {
+      RETURN_IF_ERROR(policy->Act(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, n,
+                                  actions.data()));
+      for (float& a : actions) a = std::clamp(a + noise_scale * gaussian(rng), -1.0f, 1.0f);
+    }
+    ASSIGN_OR_RETURN(batch, pool->Step(actions));
+
+    // Record each env's step (or its new episode) in replay.
+    absl::Status write_status;
+    for (int i = 0; i < n && write_status.ok(); ++i) {
+      const auto type = static_cast<envs::StepType>(batch.step_type[i]);
+      if (type == envs::StepType::kFirst) {
+        if (pixels) stack.Reset(i, frame_of(batch, i));
+        write_status = connection.transitions->Start(i, state_of(batch, i), frame_of(batch, i));
+        continue;
+      }
+      if (pixels) stack.Push(i, frame_of(batch, i));
+      stats.frames += env_spec.action_repeat;
+      episode_return[i] += batch.reward[i];
+      const bool last = type == envs::StepType::kLast;
+      write_status = connection.transitions->Step(i, &actions[size_t(i) * action_size], batch.reward[i],
+                                                  batch.discount[i], last, state_of(batch, i), frame_of(batch, i));
+      if (last) {
+        ++stats.episodes;
+        stats.last_return = episode_return[i];
+        std::printf("actor %d: episode %ld return %.1f frames %ld params v%ld noise %.2f\n", options.index,
+                    long(stats.episodes), episode_return[i], long(stats.frames), long(stats.parameter_version),
+                    noise_scale);
+        std::fflush(stdout);
+        episode_return[i] = 0;
+      }
+    }
+    // Every few steps, wait until what was sent is in replay: this is where
+    // the learner's rate limiter holds actors back (without it, transport
+    // buffers would let an actor run thousands of steps ahead).
+    if (write_status.ok() && ++steps_since_flush >= kFlushEvery) {
+      write_status = connection.writer->Flush();
+      steps_since_flush = 0;
+    }
+    if (write_status.ok()) {
+      backoff = std::chrono::milliseconds(100);
+      continue;
+    }
+    if (!Retryable(write_status)) return write_status;
+    // Replay went away: drop what was in flight, reconnect with backoff,
+    // and start every env's transitions afresh from its current observation.
+    std::fprintf(stderr, "actor %d: replay unavailable (%s); reconnecting in %ld ms\n", options.index,
+                 std::string(write_status.message()).c_str(), long(backoff.count()));
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    ++stats.reconnects;
+    absl::Status connected = Connect(options.learner_address, layout, n, &connection);
+    if (connected.ok()) connected = start_all();
+    while (!connected.ok() && Retryable(connected) && !(stop && stop->load())) {
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      connected = Connect(options.learner_address, layout, n, &connection);
+      if (connected.ok()) connected = start_all();
+    }
+    if (!connected.ok() && !Retryable(connected)) return connected;
+  }
+  // Deliver what is queued (best effort: the learner may be gone).
+  if (connection.writer) (void)connection.writer->Close();
+  return stats;
+}
+
+}  // namespace troupe::actors

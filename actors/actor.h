@@ -1,0 +1,54 @@
+// The actor process (`troupe actor --learner HOST:PORT`): a batched env
+// pool, a copy of the policy network (inference only), Gaussian exploration
+// with a per-actor scale (spread across actors as Ape-X/D4PG do), and an
+// n-step transition writer streaming to replay over gRPC. It follows the
+// learner's Parameters stream and switches to a new version between env
+// steps. When the learner or replay goes away it retries with backoff and
+// resumes, losing at most the transitions in flight.
+#ifndef TROUPE_ACTORS_ACTOR_H_
+#define TROUPE_ACTORS_ACTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "learner/agents/d4pg.h"
+#include "proto/config.pb.h"
+
+namespace troupe::actors {
+
+struct ActorOptions {
+  config::ExperimentConfig config;
+  int index = 0;                // 0 .. config.actors().count() - 1
+  std::string learner_address;  // serves Replay and Parameters
+  // Stop after this many env frames (0 = until stopped).
+  int64_t max_frames = 0;
+  // How long to wait for the learner's first parameters before acting with
+  // uniform random actions anyway (they are the first `random_frames` anyway).
+  int connect_timeout_ms = 30000;
+};
+
+// Exploration noise of actor `index` of `count` (see ActorsConfig).
+float ActorNoiseScale(const config::ActorsConfig& actors, int index);
+
+// The observation spec the agent sees for `config`'s env.
+absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,
+                                                             int* action_size);
+
+struct ActorStats {
+  int64_t frames = 0;
+  int64_t episodes = 0;
+  double last_return = 0;
+  int64_t parameter_version = 0;
+  int64_t reconnects = 0;
+};
+
+// Runs the actor until *stop, max_frames, or an error that retrying cannot
+// fix (a bad config, an env error). Prints one progress line per finished
+// episode to stdout. Errors: config errors naming the field; env errors.
+absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atomic<bool>* stop);
+
+}  // namespace troupe::actors
+
+#endif  // TROUPE_ACTORS_ACTOR_H_

@@ -1,0 +1,53 @@
+#include "actors/evaluator.h"
+
+#include "actors/actor.h"
+#include "actors/observation_stack.h"
+#include "common/status_macros.h"
+#include "envs/env_pool.h"
+
+namespace troupe::actors {
+
+absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
+                                uint64_t seed) {
+  int action_size = 0;
+  ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
+  config::EnvConfig env_config = config.env();
+  env_config.set_frame_stack(1);
+  env_config.set_seed(seed);
+  config::EnvPoolConfig pool_config;
+  pool_config.set_num_envs(episodes);
+  pool_config.set_num_threads(1);
+  ASSIGN_OR_RETURN(auto options, envs::EnvPoolOptions::FromConfig(env_config, pool_config));
+  ASSIGN_OR_RETURN(auto pool, envs::EnvPool::Create(options));
+  const envs::EnvSpec& env_spec = pool->spec();
+  const bool pixels = spec.pixels();
+  ObservationStack stack(episodes, std::max(spec.frames, 1), spec.height, spec.width);
+  std::vector<float> actions(size_t(episodes) * action_size);
+  std::vector<double> returns(episodes, 0.0);
+  std::vector<bool> done(episodes, false);
+
+  ASSIGN_OR_RETURN(envs::EnvBatch batch, pool->Reset());
+  if (pixels) {
+    for (int i = 0; i < episodes; ++i) stack.Reset(i, batch.pixels.data() + size_t(i) * env_spec.pixel_bytes());
+  }
+  int remaining = episodes;
+  while (remaining > 0) {
+    RETURN_IF_ERROR(policy.Act(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, episodes,
+                               actions.data()));
+    ASSIGN_OR_RETURN(batch, pool->Step(actions));
+    for (int i = 0; i < episodes; ++i) {
+      if (pixels) stack.Push(i, batch.pixels.data() + size_t(i) * env_spec.pixel_bytes());
+      if (done[i]) continue;  // finished envs idle (they auto-reset) until all are done
+      returns[i] += batch.reward[i];
+      if (batch.step_type[i] == uint8_t(envs::StepType::kLast)) {
+        done[i] = true;
+        --remaining;
+      }
+    }
+  }
+  double mean = 0;
+  for (double r : returns) mean += r / episodes;
+  return mean;
+}
+
+}  // namespace troupe::actors

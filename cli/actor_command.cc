@@ -1,0 +1,45 @@
+#include <csignal>
+#include <cstdio>
+
+#include "actors/actor.h"
+#include "cli/commands.h"
+#include "common/config.h"
+
+namespace troupe::cli {
+namespace {
+std::atomic<bool> actor_stop{false};
+void OnActorSignal(int) { actor_stop = true; }
+}  // namespace
+
+void AddActorCommand(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<actors::ActorOptions>();
+  auto config_path = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* cmd = app.add_subcommand("actor", "Run one actor process against a learner (troupe learner / troupe run)");
+  cmd->add_option("--learner", options->learner_address, "The learner's HOST:PORT (replay + parameters)")->required();
+  cmd->add_option("--config", *config_path, "Experiment config (the run's config.textproto)")->required();
+  cmd->add_option("--set", *overrides, "Override a config field: path.to.field=value (repeatable)");
+  cmd->add_option("--index", options->index, "This actor's index (sets its exploration noise and seed)");
+  cmd->add_option("--max-frames", options->max_frames, "Stop after this many env frames (0 = until stopped)");
+  cmd->callback([options, config_path, overrides, exit_code] {
+    auto config = LoadExperimentConfig(*config_path, *overrides);
+    if (!config.ok()) {
+      std::fprintf(stderr, "troupe actor: %s\n", std::string(config.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    options->config = *config;
+    std::signal(SIGINT, OnActorSignal);
+    std::signal(SIGTERM, OnActorSignal);
+    auto stats = actors::RunActor(*options, &actor_stop);
+    if (!stats.ok()) {
+      std::fprintf(stderr, "troupe actor %d: %s\n", options->index, stats.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    std::printf("actor %d: %ld frames, %ld episodes, params v%ld, %ld reconnects\n", options->index,
+                long(stats->frames), long(stats->episodes), long(stats->parameter_version), long(stats->reconnects));
+  });
+}
+
+}  // namespace troupe::cli

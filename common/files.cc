@@ -1,0 +1,38 @@
+#include "common/files.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace troupe {
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot open ", tmp, " for writing"));
+    out << text;
+    if (!out.flush()) return absl::DataLossError(absl::StrCat("write failed: ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name) {
+  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone());
+  std::string dir = absl::StrCat(runs_dir, "/", name, "-", stamp);
+  std::error_code ec;
+  for (int n = 2; std::filesystem::exists(dir, ec); ++n) dir = absl::StrCat(runs_dir, "/", name, "-", stamp, "-", n);
+  if (!std::filesystem::create_directories(dir, ec)) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create run directory ", dir, ": ", ec.message()));
+  }
+  return dir;
+}
+
+}  // namespace troupe

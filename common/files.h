@@ -1,0 +1,22 @@
+// Small file helpers.
+#ifndef TROUPE_COMMON_FILES_H_
+#define TROUPE_COMMON_FILES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace troupe {
+
+// Writes `text` to `path` via path.tmp and a rename, so readers never see a
+// half-written file. Errors name the path.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
+
+// Creates and returns a fresh run directory RUNS_DIR/NAME-YYYYmmdd-HHMMSS
+// (with -2, -3, ... if taken). PermissionDenied naming it if it cannot be made.
+absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name);
+
+}  // namespace troupe
+
+#endif  // TROUPE_COMMON_FILES_H_
