@@ -166,6 +166,8 @@ class D4pgAgent {
   // is InvalidArgument naming the parameter) and then sets every local
   // replica; a corrupt file is DataLoss. Augmentation randomness is derived
   // from (seed, replica, update), so training after Load continues exactly.
+  // Under MPI every rank holds the same state: Save on one rank (the one
+  // whose replicator->local_replicas() holds replica 0), Load on all.
   absl::Status Save(const std::string& path) const;
   absl::Status Load(const std::string& path);
 
