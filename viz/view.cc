@@ -1,0 +1,121 @@
+#include "viz/view.h"
+
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "viz/policies/scripted.h"
+#include "viz/run_directory.h"
+#include "viz/sources/policy_episodes.h"
+
+namespace troupe::viz {
+namespace {
+
+// "HOST:PORT" with a port in 1..65535.
+absl::Status CheckAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--live '", address, "' is not HOST:PORT (e.g. 127.0.0.1:7070, the evaluator's address)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
+  const int sources = !request.run_dir.empty() + !request.live.empty() + !request.task.empty();
+  if (sources != 1) {
+    return absl::InvalidArgumentError(
+        sources == 0 ? "troupe view: give a run directory (troupe view runs/NAME-DATE-TIME), --task TASK "
+                       "(e.g. --task cartpole.swingup) or --live HOST:PORT"
+                     : "troupe view: give only one of a run directory, --task and --live");
+  }
+  if (!request.checkpoint.empty() && request.run_dir.empty()) {
+    return absl::InvalidArgumentError("--checkpoint goes with a run directory: troupe view RUN_DIR --checkpoint PATH");
+  }
+  if (!request.policy.empty()) RETURN_IF_ERROR(ParseScriptedKind(request.policy).status());
+  ViewPlan plan;
+
+  // --live: the evaluator's stream.
+  if (!request.live.empty()) {
+    RETURN_IF_ERROR(CheckAddress(request.live));
+    plan.mode = ViewPlan::Mode::kLive;
+    plan.live_address = request.live;
+    return plan;
+  }
+
+  // --task: a local env and a scripted policy.
+  if (!request.task.empty()) {
+    plan.env.task = request.task;
+    plan.env.seed = request.seed;
+    RETURN_IF_ERROR(plan.env.Validate());
+    if (!request.policy.empty()) plan.policy = request.policy;
+    return plan;
+  }
+
+  // RUN_DIR: its task and wrappers from its config, its metrics files, and
+  // its checkpoint unless a scripted policy was asked for.
+  ASSIGN_OR_RETURN(RunDirectory run, OpenRunDirectory(request.run_dir));
+  plan.run_dir = run.path;
+  ASSIGN_OR_RETURN(plan.env, envs::EnvOptions::FromConfig(run.config.env()));
+  plan.env.seed = request.seed;
+  namespace fs = std::filesystem;
+  plan.curves.emplace_back((fs::path(run.path) / "episodes.csv").string(), "frames", "return", "episodes");
+  plan.curves.emplace_back((fs::path(run.path) / "eval.csv").string(), "frames", "eval_return", "eval");
+  if (!request.policy.empty()) {
+    plan.policy = request.policy;
+    return plan;
+  }
+  ASSIGN_OR_RETURN(plan.checkpoint, ChooseCheckpoint(run, request.checkpoint));
+  plan.mode = ViewPlan::Mode::kCheckpoint;
+  return plan;
+}
+
+absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan) {
+  switch (plan.mode) {
+    case ViewPlan::Mode::kScripted: {
+      ASSIGN_OR_RETURN(ScriptedKind kind, ParseScriptedKind(plan.policy));
+      ASSIGN_OR_RETURN(auto source,
+                       PolicyEpisodes::Create(plan.env, std::make_unique<ScriptedPolicy>(kind, plan.env.seed)));
+      return std::unique_ptr<EpisodeSource>(std::move(source));
+    }
+    case ViewPlan::Mode::kCheckpoint:
+      // Next: a CheckpointPolicy (viz/policies/checkpoint.*) wrapping the
+      // learner's D4pgPolicy loaded from plan.checkpoint, checking the run's
+      // task against plan.env.task, into PolicyEpisodes like the scripted one.
+      return absl::UnimplementedError(absl::StrCat(
+          "found checkpoint ", plan.checkpoint, ", but the viewer cannot load checkpoint policies yet. "
+          "Watch the task's scripted controller meanwhile: troupe view ", plan.run_dir, " --policy controller"));
+    case ViewPlan::Mode::kLive:
+      // Next: a LiveEpisodes source (viz/sources/live.*) following the
+      // evaluator's state stream.
+      return absl::UnimplementedError(absl::StrCat("--live ", plan.live_address,
+                                                   ": the viewer has no client for the evaluator's episode stream yet"));
+  }
+  return absl::InternalError("unknown view mode");
+}
+
+absl::Status RunView(const ViewRequest& request) {
+  ASSIGN_OR_RETURN(ViewPlan plan, PlanView(request));
+  RETURN_IF_ERROR(CheckDisplay());
+  ViewerOptions options;
+  options.width = request.width;
+  options.height = request.height;
+  options.task = plan.env.task;
+  options.title = plan.run_dir.empty() ? absl::StrCat("troupe view: ", plan.env.task)
+                                       : absl::StrCat("troupe view: ", plan.run_dir);
+  options.screenshot_dir = request.screenshot_dir;
+  options.curves = std::move(plan.curves);
+  // The window first (see Viewer::Show), then the env and its physics thread.
+  ASSIGN_OR_RETURN(auto viewer, Viewer::Create(std::move(options)));
+  ASSIGN_OR_RETURN(auto simulation, Simulation::Create([&plan] { return MakeSource(plan); },
+                                                       {.start_paused = request.paused, .speed = request.speed}));
+  RETURN_IF_ERROR(viewer->Show(std::move(simulation)));
+  return viewer->Run();
+}
+
+}  // namespace troupe::viz

@@ -1,0 +1,60 @@
+// `troupe view`: from the command line's request to a running viewer.
+// PlanView checks the request (no display needed, so argument and run
+// directory errors come first); RunView opens the window and runs it.
+#ifndef TROUPE_VIZ_VIEW_H_
+#define TROUPE_VIZ_VIEW_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "envs/env.h"
+#include "viz/sources/interface.h"
+#include "viz/viewer.h"
+
+namespace troupe::viz {
+
+struct ViewRequest {
+  std::string run_dir;     // troupe view RUN_DIR
+  std::string checkpoint;  // --checkpoint PATH (with RUN_DIR)
+  std::string live;        // --live HOST:PORT
+  std::string task;        // --task TASK (no run directory)
+  std::string policy;      // --policy controller|zero|random; "" = the mode's default
+  uint64_t seed = 0;
+  int width = 1280;
+  int height = 720;
+  bool paused = false;
+  double speed = 1;
+  std::string screenshot_dir = ".";
+};
+
+struct ViewPlan {
+  enum class Mode { kScripted, kCheckpoint, kLive };
+  Mode mode = Mode::kScripted;
+  envs::EnvOptions env;
+  std::string policy = "controller";  // kScripted
+  std::string checkpoint;             // kCheckpoint
+  std::string live_address;           // kLive
+  std::string run_dir;                // "" for --task and --live
+  std::vector<CurveFile> curves;      // the run's metrics files
+};
+
+// Errors: InvalidArgument for a request that names no source or several,
+// a malformed HOST:PORT, an unknown policy; OpenRunDirectory's and
+// ChooseCheckpoint's errors (each naming the directory and what is missing);
+// EnvOptions::Validate's (an unknown task lists the known ones).
+absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request);
+
+// The episodes `plan` shows. Scripted: a local env and a ScriptedPolicy.
+// Checkpoint and live: Unimplemented for now (loading the learner's policy
+// and following the evaluator's state stream are the next steps; these are
+// the seams they plug into).
+absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan);
+
+// Plans, checks the display, opens the window and runs until it closes.
+absl::Status RunView(const ViewRequest& request);
+
+}  // namespace troupe::viz
+
+#endif  // TROUPE_VIZ_VIEW_H_
