@@ -16,6 +16,7 @@ packages=(
   libsdl2-dev                         # viewer
   libcli11-dev libspdlog-dev          # command line, logging
   libopenmpi-dev openmpi-bin          # Replicator MPI backend
+  dataset-fashion-mnist               # GAN mode and the FID classifier (IDX files)
   xvfb xauth                          # viewer tests in a real window
 )
 
