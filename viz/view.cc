@@ -4,6 +4,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/image.h"
 #include "common/status_macros.h"
 #include "viz/policies/scripted.h"
 #include "viz/run_directory.h"
@@ -115,7 +118,17 @@ absl::Status RunView(const ViewRequest& request) {
   ASSIGN_OR_RETURN(auto simulation, Simulation::Create([&plan] { return MakeSource(plan); },
                                                        {.start_paused = request.paused, .speed = request.speed}));
   RETURN_IF_ERROR(viewer->Show(std::move(simulation)));
-  return viewer->Run();
+  if (request.quit_after_seconds <= 0) return viewer->Run();
+  // A timed run: draw until the time is up, then the final screenshot.
+  const absl::Time end = absl::Now() + absl::Seconds(request.quit_after_seconds);
+  while (absl::Now() < end) {
+    ASSIGN_OR_RETURN(bool running, viewer->RunFrames(1));
+    if (!running) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (request.final_screenshot.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Image image, viewer->Screenshot());
+  return WritePng(request.final_screenshot, image);
 }
 
 }  // namespace troupe::viz

@@ -27,6 +27,10 @@ struct ViewRequest {
   bool paused = false;
   double speed = 1;
   std::string screenshot_dir = ".";
+  // > 0: quit after this many wall seconds, first saving a screenshot to
+  // `final_screenshot` if set (README pictures, smoke checks).
+  double quit_after_seconds = 0;
+  std::string final_screenshot;
 };
 
 struct ViewPlan {

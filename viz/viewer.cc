@@ -111,7 +111,11 @@ absl::Status Viewer::Show(std::unique_ptr<Simulation> simulation) {
   mjv_defaultScene(&scene_);
   mjr_defaultContext(&context_);
   mjv_defaultOption(&option_);
+  // The free camera starts closer than MuJoCo's default (which frames the
+  // whole floor) and a little above the scene.
   mjv_defaultFreeCamera(m, &free_camera_);
+  free_camera_.distance *= 0.5;
+  free_camera_.elevation = -15;
   camera_ = -1;
   int width = 0, height = 0;
   SDL_GL_GetDrawableSize(window_, &width, &height);
