@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,8 +18,6 @@
 
 #include "viz/policies/scripted.h"
 #include "viz/sources/policy_episodes.h"
-
-extern char** environ;
 
 namespace troupe::viz {
 namespace {
@@ -38,15 +36,19 @@ class XvfbEnvironment : public ::testing::Environment {
     const std::string fd = std::to_string(fds[1]);
     const char* argv[] = {"Xvfb", "-displayfd", fd.c_str(), "-screen", "0", "1280x720x24", "-nolisten", "tcp",
                           nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    const int spawned = posix_spawnp(&pid_, "Xvfb", &actions, nullptr, const_cast<char**>(argv), environ);
-    posix_spawn_file_actions_destroy(&actions);
+    // A child that dies with this process even if a test crashes.
+    pid_ = fork();
+    ASSERT_GE(pid_, 0) << std::strerror(errno);
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      close(fds[0]);
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      execvp("Xvfb", const_cast<char**>(argv));
+      _exit(127);  // no Xvfb: the read below sees EOF
+    }
     close(fds[1]);
-    ASSERT_EQ(spawned, 0) << "cannot start Xvfb (Debian package xvfb): " << std::strerror(spawned);
     // Xvfb writes its display number once it accepts connections.
     char number[32] = {};
     ssize_t got = 0, n = 0;
@@ -55,7 +57,7 @@ class XvfbEnvironment : public ::testing::Environment {
       if (std::memchr(number, '\n', got)) break;
     }
     close(fds[0]);
-    ASSERT_GT(got, 0) << "Xvfb exited without naming a display";
+    ASSERT_GT(got, 0) << "Xvfb (Debian package xvfb) did not start or exited without naming a display";
     setenv("DISPLAY", (":" + std::string(number, std::strcspn(number, "\n"))).c_str(), 1);
     unsetenv("WAYLAND_DISPLAY");
   }
