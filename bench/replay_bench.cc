@@ -6,6 +6,7 @@
 // real episodes of cartpole.swingup and walker.walk.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/server_builder.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,6 +41,13 @@ int64_t ResidentBytes() {
   int64_t pages = 0, resident = 0;
   statm >> pages >> resident;
   return resident * sysconf(_SC_PAGESIZE);
+}
+
+// CPU seconds this thread has used (for figures on a shared machine).
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // Renders `frames` 84x84 RGB frames from random-action episodes of `task`.
@@ -116,19 +124,37 @@ absl::Status InsertState(replay::Writer& writer, long n) {
   return absl::OkStatus();
 }
 
-// Inserts `n` pixel transitions, one new (already compressed) frame each,
-// cycling through `frames`; stacks are the last frames of the stream.
-absl::Status InsertPixels(replay::Writer& writer, const std::vector<std::string>& frames, long n, long* cursor) {
+// A frame as a writer sends it: compressed, maybe against the frame
+// `reference_back` positions earlier in the sequence.
+struct WireFrame {
+  std::string zstd;
+  int reference_back = 0;  // 0: compressed alone
+};
+
+// Inserts `n` pixel transitions, one new frame each, cycling through the
+// frames (`raw`: AppendFrame compresses them; else AppendCompressedFrame of
+// `wire`, compressed beforehand as env threads would); stacks are the last
+// frames of the stream. *cursor counts the writer's frames (it starts at 0
+// with the writer, so it is also the next frame's key).
+absl::Status InsertPixels(replay::Writer& writer, const std::vector<std::vector<uint8_t>>* raw,
+                          const std::vector<WireFrame>* wire, long n, long* cursor) {
   std::vector<float> action(kActionSize, 0.1f);
   const float reward = 1, discount = 0.99f;
+  const size_t size = raw != nullptr ? raw->size() : wire->size();
+  auto append = [&]() -> absl::StatusOr<uint64_t> {
+    const uint64_t key = static_cast<uint64_t>(*cursor);
+    const size_t i = (*cursor)++ % size;
+    if (raw != nullptr) return writer.AppendFrame((*raw)[i].data(), kH, kW, kC);
+    const WireFrame& w = (*wire)[i];
+    if (w.reference_back == 0) return writer.AppendCompressedFrame(w.zstd, kH, kW, kC);
+    return writer.AppendCompressedFrame(w.zstd, kH, kW, kC, /*reference_key=*/key - w.reference_back);
+  };
   for (long i = 0; i < n; ++i) {
     // A new episode every 1000 steps starts with 3 frames.
     if (*cursor % 1000 == 0) {
-      for (int k = 0; k < kStack; ++k) {
-        RETURN_IF_ERROR(writer.AppendCompressedFrame(frames[(*cursor)++ % frames.size()], kH, kW, kC).status());
-      }
+      for (int k = 0; k < kStack; ++k) RETURN_IF_ERROR(append().status());
     }
-    ASSIGN_OR_RETURN(uint64_t key, writer.AppendCompressedFrame(frames[(*cursor)++ % frames.size()], kH, kW, kC));
+    ASSIGN_OR_RETURN(uint64_t key, append());
     RETURN_IF_ERROR(writer.Insert("pixels", 1.0,
                                   {FieldValue::Frames({key - 3, key - 2, key - 1}),
                                    FieldValue::Dense(proto::DTYPE_FLOAT32, {kActionSize}, action.data()),
@@ -230,13 +256,22 @@ struct RawServer {
   std::unique_ptr<proto::RawStream::Stub> stub;
 };
 
-// Samples/s of `sampler` over about `seconds`; also the batch bytes.
-absl::StatusOr<double> SampleRate(replay::Sampler& sampler, double seconds, double* batch_bytes) {
+// Samples/s of `sampler` over about `seconds`; also the batch bytes and,
+// when `cpu_rate` is set, samples per CPU-second of this thread (what one
+// core would do on a machine shared with other work).
+absl::StatusOr<double> SampleRate(replay::Sampler& sampler, double seconds, double* batch_bytes,
+                                  double* cpu_rate = nullptr) {
   replay::SampledBatch batch;
   absl::Status error;
+  long batches = 0;
+  double cpu = 0;
   const double rate = MeasureRate(seconds, [&](long n) {
+    const double start = ThreadCpuSeconds();
     for (long i = 0; i < n && error.ok(); ++i) error = sampler.Next(&batch);
+    cpu = ThreadCpuSeconds() - start;
+    batches = n;
   });
+  if (cpu_rate != nullptr) *cpu_rate = cpu > 0 ? static_cast<double>(batches) * kBatch / cpu : 0;
   RETURN_IF_ERROR(error);
   *batch_bytes = 0;
   for (const auto& f : batch.fields) *batch_bytes += static_cast<double>(f.data.size());
@@ -257,20 +292,36 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
   std::vector<std::vector<uint8_t>> raw;
   RETURN_IF_ERROR(RenderFrames("cartpole.swingup", /*action_repeat=*/8, frames_per_task, /*seed=*/1, &raw));
   RETURN_IF_ERROR(RenderFrames("walker.walk", /*action_repeat=*/2, frames_per_task, /*seed=*/2, &raw));
-  std::vector<std::string> compressed(raw.size());
+  // Each frame compressed alone (zstd level 1, as stored), and the frames as
+  // a writer sends them: compressed against a similar recent frame when
+  // that pays (replay::FrameEncoder).
   replay::FrameCompressor compressor(/*level=*/1);
-  double compressed_total = 0;
+  double alone_total = 0;
+  std::string alone;
+  for (const auto& frame : raw) {
+    compressor.Compress(frame.data(), frame.size(), &alone);
+    alone_total += static_cast<double>(alone.size());
+  }
+  std::vector<WireFrame> wire(raw.size());
+  replay::FrameEncoder encoder({.level = 1});
+  replay::FrameEncoder::Encoded encoded;
+  double wire_total = 0, referenced = 0;
   for (size_t i = 0; i < raw.size(); ++i) {
-    compressor.Compress(raw[i].data(), raw[i].size(), &compressed[i]);
-    compressed_total += static_cast<double>(compressed[i].size());
+    encoder.Encode(i, raw[i].data(), kH, kW, kC, &encoded);
+    wire[i].zstd = encoded.zstd;
+    wire[i].reference_back = encoded.has_reference ? static_cast<int>(i - encoded.reference_key) : 0;
+    wire_total += static_cast<double>(encoded.zstd.size());
+    referenced += encoded.has_reference;
   }
   const double compress_rate = MeasureRate(seconds / 2, [&](long n) {
-    std::string out;
-    for (long i = 0; i < n; ++i) compressor.Compress(raw[i % raw.size()].data(), raw[i % raw.size()].size(), &out);
+    replay::FrameEncoder e({.level = 1});
+    for (long i = 0; i < n; ++i) e.Encode(i, raw[i % raw.size()].data(), kH, kW, kC, &encoded);
   });
-  report.Add("zstd-1 frame size (mean, rendered 84x84x3)", compressed_total / raw.size(), "bytes",
-             "raw frame", kH * kW * kC);
-  report.Add("zstd-1 frame compress (writer side)", compress_rate, "frames/s", "-", 0);
+  report.Add("frame size compressed alone (mean, rendered 84x84x3)", alone_total / raw.size(), "bytes", "raw frame",
+             kH * kW * kC);
+  report.Add(absl::StrFormat("frame size as written (%.0f%% against a reference)", 100 * referenced / raw.size()),
+             wire_total / raw.size(), "bytes", "raw frame", kH * kW * kC);
+  report.Add("frame compress (writer side, FrameEncoder)", compress_rate, "frames/s", "-", 0);
 
   // 1. Memory: `held` pixel transitions in-process.
   const int64_t rss_before = ResidentBytes();
@@ -280,10 +331,10 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
     ASSIGN_OR_RETURN(auto writer, local->NewWriter({.max_items_per_request = 64}));
     long cursor = 0;
     const auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(InsertPixels(*writer, compressed, held, &cursor));
+    RETURN_IF_ERROR(InsertPixels(*writer, &raw, nullptr, held, &cursor));
     RETURN_IF_ERROR(writer->Close());
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    report.Add("in-process insert, pixel transitions", held / elapsed, "items/s", "-", 0);
+    report.Add("in-process insert, pixel transitions (incl. writer compression)", held / elapsed, "items/s", "-", 0);
     report.Add("in-process insert, pixel transitions (raw stack bytes)", held * kPixelRawBytes / elapsed / kMB,
                "MB/s", "-", 0);
   }
@@ -298,8 +349,10 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
   double batch_bytes = 0;
   {
     ASSIGN_OR_RETURN(auto sampler, local->NewSampler({.table = "pixels", .batch_size = kBatch}));
-    ASSIGN_OR_RETURN(double rate, SampleRate(*sampler, seconds, &batch_bytes));
+    double cpu_rate = 0;
+    ASSIGN_OR_RETURN(double rate, SampleRate(*sampler, seconds, &batch_bytes, &cpu_rate));
     report.Add("in-process sample, pixel transitions (batch 256, 1 thread)", rate, "items/s", "bar: 20,000/s", 20000);
+    report.Add("  the same per CPU-second of the sampling thread", cpu_rate, "items/s", "bar: 20,000/s", 20000);
   }
   ASSIGN_OR_RETURN(auto state_replay, replay::Replay::Create(BenchConfig(1000000)));
   auto state_local = replay::NewLocalClient(state_replay.get());
@@ -330,7 +383,7 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
     absl::Status error;
     int64_t items = 0;
     const double rate = MeasureRate(seconds, [&](long n) {
-      if (error.ok()) error = InsertPixels(*writer, compressed, n, &cursor);
+      if (error.ok()) error = InsertPixels(*writer, nullptr, &wire, n, &cursor);
       items += n;
     });
     RETURN_IF_ERROR(error);

@@ -22,7 +22,8 @@ constexpr char kMagic[] = "TRPCKPT1";
 constexpr char kTrailerMagic[] = "TRPCEND1";
 constexpr size_t kMagicBytes = 8;
 constexpr size_t kTrailerBytes = 8 + 8 + 4;
-constexpr int kVersion = 1;
+// 2: frames may be compressed against an earlier frame (reference_id).
+constexpr int kVersion = 2;
 
 // Appends to a file through a buffer, keeping a running crc32.
 class RecordWriter {
@@ -66,16 +67,21 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
 }  // namespace
 
 absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables, const std::string& path) {
-  // Snapshot every table (pointers only), and number each distinct frame.
+  // Snapshot every table (pointers only), and number each distinct frame,
+  // a frame's reference before the frame.
   std::vector<TableSnapshot> snapshots;
   absl::flat_hash_map<const Frame*, int64_t> frame_ids;
   std::vector<const Frame*> frames;
+  auto number = [&](const Frame* frame, auto& self) -> void {
+    if (frame_ids.contains(frame)) return;
+    if (frame->reference() != nullptr) self(frame->reference().get(), self);
+    frame_ids.emplace(frame, static_cast<int64_t>(frames.size()));
+    frames.push_back(frame);
+  };
   for (const Table* table : tables) {
     snapshots.push_back(table->Snapshot());
     for (const auto& item : snapshots.back().items) {
-      for (const FramePtr& frame : item->frames) {
-        if (frame_ids.emplace(frame.get(), static_cast<int64_t>(frames.size())).second) frames.push_back(frame.get());
-      }
+      for (const FramePtr& frame : item->frames) number(frame.get(), number);
     }
   }
   // Write PATH.tmp.
@@ -98,6 +104,7 @@ absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables,
     frame->add_shape(frames[i]->width());
     frame->add_shape(frames[i]->channels());
     frame->set_zstd(frames[i]->zstd());
+    if (frames[i]->reference() != nullptr) frame->set_reference_id(frame_ids.at(frames[i]->reference().get()));
     writer.Record(record);
   }
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -178,7 +185,12 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(next());
-  if (!record.has_header() || record.header().version() != kVersion) return corrupt("missing or unknown header");
+  if (!record.has_header()) return corrupt("missing header");
+  if (record.header().version() != kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " has format version ", record.header().version(), "; this build reads version ",
+        kVersion, " only (version 1 predates reference-coded frames); refusing it, nothing was restored"));
+  }
   const proto::CheckpointHeader header = record.header();
   std::vector<FramePtr> frames;
   frames.reserve(header.num_frames());
@@ -188,9 +200,14 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
       return corrupt(absl::StrCat("frame ", i, " expected"));
     }
     auto& f = *record.mutable_frame();
+    FramePtr reference;
+    if (f.has_reference_id()) {
+      if (f.reference_id() < 0 || f.reference_id() >= i) return corrupt(absl::StrCat("frame ", i, ": bad reference id"));
+      reference = frames[f.reference_id()];
+    }
     ASSIGN_OR_RETURN(FramePtr frame,
                      frame_store.FromZstd(std::move(*f.mutable_zstd()), f.shape(0), f.shape(1), f.shape(2),
-                                          absl::StrCat("checkpoint ", path, " frame ", i)));
+                                          std::move(reference), absl::StrCat("checkpoint ", path, " frame ", i)));
     frames.push_back(std::move(frame));
   }
   std::vector<RestoredTable> tables;

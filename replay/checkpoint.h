@@ -4,7 +4,8 @@
 // File layout (all integers little-endian):
 //   "TRPCKPT1"                              8-byte magic
 //   repeated: u32 length, CheckpointRecord  (proto/replay_checkpoint.proto)
-//       one header; header.num_frames frames; then per table one table
+//       one header (format version 2); header.num_frames frames, each after
+//       the frame it was compressed against; then per table one table
 //       record followed by its num_items items, oldest first
 //   "TRPCEND1", u64 record count, u32 crc32 of every byte before "TRPCEND1"
 //
@@ -36,7 +37,9 @@ struct RestoredTable {
 
 // Reads a checkpoint, making its frames in `frames`. DataLoss naming the
 // path and what is wrong ("truncated", "checksum mismatch", ...) for a bad
-// file; NotFound if it does not exist.
+// file; FailedPrecondition for another format version (version 1 files,
+// from before reference-coded frames, are refused); NotFound if it does not
+// exist.
 absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& path, FrameStore& frames);
 
 }  // namespace troupe::replay

@@ -23,24 +23,36 @@ FieldValue FieldValue::Frames(std::vector<uint64_t> keys) {
   return value;
 }
 
-Writer::Writer(const WriterOptions& options) : options_(options), compressor_(options.compression_level) {}
+Writer::Writer(const WriterOptions& options)
+    : options_(options),
+      encoder_({.level = options.compression_level,
+                .group = options.reference_frames ? 8 : 0,
+                .window = options.frame_window}) {}
 
-absl::StatusOr<uint64_t> Writer::AppendFrame(const uint8_t* pixels, int height, int width, int channels) {
-  if (height <= 0 || width <= 0 || channels <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("AppendFrame: bad frame shape ", height, "x", width, "x", channels));
-  }
-  // Compress here, so the server stores what it receives.
+proto::FrameData* Writer::AddFrame(int height, int width, int channels) {
   proto::FrameData* frame = request_.add_frames();
-  const uint64_t key = next_frame_key_++;
-  frame->set_key(key);
+  frame->set_key(next_frame_key_++);
   proto::Tensor* t = frame->mutable_pixels();
   t->set_dtype(proto::DTYPE_UINT8);
   t->add_shape(height);
   t->add_shape(width);
   t->add_shape(channels);
   t->set_compression(proto::COMPRESSION_ZSTD);
-  compressor_.Compress(pixels, static_cast<size_t>(height) * width * channels, t->mutable_data());
-  request_bytes_ += static_cast<int64_t>(t->data().size());
+  return frame;
+}
+
+absl::StatusOr<uint64_t> Writer::AppendFrame(const uint8_t* pixels, int height, int width, int channels) {
+  if (height <= 0 || width <= 0 || channels <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AppendFrame: bad frame shape ", height, "x", width, "x", channels));
+  }
+  // Compress here (against a recent similar frame when that pays), so the
+  // server stores what it receives.
+  const uint64_t key = next_frame_key_;
+  encoder_.Encode(key, pixels, height, width, channels, &encoded_);
+  proto::FrameData* frame = AddFrame(height, width, channels);
+  if (encoded_.has_reference) frame->set_reference_key(encoded_.reference_key);
+  request_bytes_ += static_cast<int64_t>(encoded_.zstd.size());
+  frame->mutable_pixels()->mutable_data()->swap(encoded_.zstd);
   return key;
 }
 
@@ -49,17 +61,23 @@ absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string zstd, int hei
     return absl::InvalidArgumentError(absl::StrCat("AppendCompressedFrame: bad frame shape ", height, "x", width, "x",
                                                    channels));
   }
-  proto::FrameData* frame = request_.add_frames();
-  const uint64_t key = next_frame_key_++;
-  frame->set_key(key);
-  proto::Tensor* t = frame->mutable_pixels();
-  t->set_dtype(proto::DTYPE_UINT8);
-  t->add_shape(height);
-  t->add_shape(width);
-  t->add_shape(channels);
-  t->set_compression(proto::COMPRESSION_ZSTD);
+  const uint64_t key = next_frame_key_;
+  proto::FrameData* frame = AddFrame(height, width, channels);
   request_bytes_ += static_cast<int64_t>(zstd.size());
-  t->set_data(std::move(zstd));
+  frame->mutable_pixels()->set_data(std::move(zstd));
+  return key;
+}
+
+absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string zstd, int height, int width, int channels,
+                                                       uint64_t reference_key) {
+  // The reference must be one the server still holds when this frame arrives.
+  if (reference_key >= next_frame_key_ || reference_key + static_cast<uint64_t>(options_.frame_window) <= next_frame_key_) {
+    return absl::InvalidArgumentError(absl::StrCat("AppendCompressedFrame: reference frame key ", reference_key,
+                                                   " is not among the last ", options_.frame_window,
+                                                   " appended frames"));
+  }
+  ASSIGN_OR_RETURN(uint64_t key, AppendCompressedFrame(std::move(zstd), height, width, channels));
+  request_.mutable_frames(request_.frames_size() - 1)->set_reference_key(reference_key);
   return key;
 }
 
@@ -106,7 +124,7 @@ absl::Status Writer::SendQueued(bool ack) {
   request_.set_ack(ack);
   const int items = request_.items_size();
   bytes_sent_ += static_cast<int64_t>(request_.ByteSizeLong());
-  absl::Status status = Send(request_);
+  absl::Status status = Send(&request_);
   request_.Clear();
   request_bytes_ = 0;
   if (status.ok()) items_sent_ += items;
@@ -129,8 +147,8 @@ class LocalWriter : public Writer {
   }
 
  protected:
-  absl::Status Send(const proto::InsertRequest& request) override {
-    if (closed_ && request.items_size() > 0) return absl::FailedPreconditionError("writer is closed");
+  absl::Status Send(proto::InsertRequest* request) override {
+    if (closed_ && request->items_size() > 0) return absl::FailedPreconditionError("writer is closed");
     RETURN_IF_ERROR(session_.Prepare(request));
     return session_.InsertPending(absl::InfiniteDuration());
   }

@@ -36,6 +36,10 @@ struct WriterOptions {
   // Queued items or bytes that trigger a send.
   int max_items_per_request = 16;
   int64_t max_request_bytes = 1 << 20;
+  // AppendFrame compresses a frame against a similar recent key frame of
+  // this writer when that at least halves it (replay/frame_store.h,
+  // FrameEncoder); false: every frame is compressed alone.
+  bool reference_frames = true;
 };
 
 // One field of an item: dense bytes with dtype and shape, or frame keys.
@@ -59,13 +63,20 @@ class Writer {
   explicit Writer(const WriterOptions& options);
   virtual ~Writer() = default;
 
-  // Compresses one uint8 [height, width, channels] frame and queues it.
+  // Compresses one uint8 [height, width, channels] frame (against a recent
+  // similar frame, see WriterOptions::reference_frames) and queues it.
   // Returns its key (0, 1, 2, ... on this writer).
   absl::StatusOr<uint64_t> AppendFrame(const uint8_t* pixels, int height, int width, int channels);
   // Queues a frame the caller already compressed (one zstd frame of
   // height*width*channels bytes, e.g. made by FrameCompressor on an env
   // worker thread); the server checks its declared size. Returns its key.
   absl::StatusOr<uint64_t> AppendCompressedFrame(std::string zstd, int height, int width, int channels);
+  // The same for a frame compressed against frame `reference_key` of this
+  // writer (FrameCompressor::Compress with that frame's pixels as
+  // reference). InvalidArgument if that key is not among the last
+  // frame_window frames.
+  absl::StatusOr<uint64_t> AppendCompressedFrame(std::string zstd, int height, int width, int channels,
+                                                 uint64_t reference_key);
   // Queues one item for `table`; its fields follow the table's signature.
   // InvalidArgument (client-side) for a frame key not appended yet or
   // outside the frame window.
@@ -81,15 +92,18 @@ class Writer {
   int64_t bytes_sent() const { return bytes_sent_; }
 
  protected:
-  // Delivers `request` (its forget watermark and ack already set); with
-  // request.ack(), returns once the server confirmed it.
-  virtual absl::Status Send(const proto::InsertRequest& request) = 0;
+  // Delivers `request` (its forget watermark and ack already set; it may
+  // be consumed: cleared afterwards); with request.ack(), returns once the
+  // server confirmed it.
+  virtual absl::Status Send(proto::InsertRequest* request) = 0;
 
  private:
   absl::Status SendQueued(bool ack);
+  proto::FrameData* AddFrame(int height, int width, int channels);
 
   WriterOptions options_;
-  FrameCompressor compressor_;
+  FrameEncoder encoder_;
+  FrameEncoder::Encoded encoded_;
   proto::InsertRequest request_;
   int64_t request_bytes_ = 0;
   uint64_t next_frame_key_ = 0;

@@ -36,11 +36,11 @@ class GrpcWriter : public Writer {
   }
 
  protected:
-  absl::Status Send(const proto::InsertRequest& request) override {
+  absl::Status Send(proto::InsertRequest* request) override {
     if (finished_) return status_.ok() ? absl::FailedPreconditionError("writer is closed") : status_;
     // A failed write or read means the server ended the stream: its status says why.
-    if (!stream_->Write(request)) return FinishStream();
-    if (request.ack()) {
+    if (!stream_->Write(*request)) return FinishStream();
+    if (request->ack()) {
       proto::InsertResponse response;
       if (!stream_->Read(&response)) return FinishStream();
     }
@@ -105,6 +105,7 @@ class GrpcSampler : public Sampler {
     batch->table_size = response_.table_size();
     batch->fields.resize(response_.fields_size());
     decoded_at_.assign(response_.frames_size(), nullptr);
+    scratch_used_ = 0;
     for (int f = 0; f < response_.fields_size(); ++f) {
       const proto::SampledField& in = response_.fields(f);
       SampledField& out = batch->fields[f];
@@ -124,15 +125,38 @@ class GrpcSampler : public Sampler {
         const int index = in.frame_index(k);
         if (index < 0 || index >= response_.frames_size()) return absl::DataLossError("sample response: bad frame index");
         uint8_t* dst = out.data.data() + k * frame_bytes;
-        if (decoded_at_[index] != nullptr) {
-          std::memcpy(dst, decoded_at_[index], frame_bytes);
-          continue;
-        }
-        RETURN_IF_ERROR(decoder_.Decode(response_.frames(index).data(), frame_bytes, dst));
-        decoded_at_[index] = dst;
+        ASSIGN_OR_RETURN(const uint8_t* at, Place(index, frame_bytes, dst));
+        if (at != dst) std::memcpy(dst, at, frame_bytes);
       }
     }
     return absl::OkStatus();
+  }
+
+  // Where response frame `index` is decoded (decoding it, after its
+  // reference, into `dst` or else scratch space, if not yet).
+  absl::StatusOr<const uint8_t*> Place(int index, int64_t frame_bytes, uint8_t* dst) {
+    if (decoded_at_[index] != nullptr) return decoded_at_[index];
+    const uint8_t* reference = nullptr;
+    if (response_.frame_references_size() > 0) {
+      if (response_.frame_references_size() != response_.frames_size()) {
+        return absl::DataLossError("sample response: frame references do not match frames");
+      }
+      const int r = response_.frame_references(index);
+      if (r >= index || r < -1) return absl::DataLossError("sample response: bad frame reference");
+      if (r >= 0) {
+        ASSIGN_OR_RETURN(reference, Place(r, frame_bytes, nullptr));
+      }
+    }
+    uint8_t* out = dst;
+    if (out == nullptr) {
+      // Scratch for references no item shows; reused across batches.
+      if (scratch_used_ == scratch_.size()) scratch_.emplace_back();
+      scratch_[scratch_used_].resize(frame_bytes);
+      out = scratch_[scratch_used_++].data();
+    }
+    RETURN_IF_ERROR(decoder_.Decode(response_.frames(index).data(), frame_bytes, out, reference));
+    decoded_at_[index] = out;
+    return out;
   }
 
   grpc::ClientContext context_;
@@ -140,6 +164,8 @@ class GrpcSampler : public Sampler {
   proto::SampleResponse response_;
   FrameDecoder decoder_;
   std::vector<const uint8_t*> decoded_at_;
+  std::vector<std::vector<uint8_t>> scratch_;
+  size_t scratch_used_ = 0;
   bool finished_ = false;
   absl::Status status_;
 };

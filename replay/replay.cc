@@ -58,13 +58,11 @@ absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem
     batch->probabilities[i] = items[i].probability;
   }
   ComputeWeights(items, table_size, prioritized, beta, batch->weights.data());
-  // Fields, item by item.
-  constexpr int kSeen = 32;
+  // Fields, item by item; each distinct frame (and reference) of the batch
+  // is decoded once, repeats are copied.
+  decoder.BeginBatch();
   for (int64_t i = 0; i < n; ++i) {
     const Item& item = *items[i].item;
-    const Frame* seen_frame[kSeen];
-    const uint8_t* seen_dst[kSeen];
-    int seen = 0;
     for (size_t f = 0; f < signature.fields.size(); ++f) {
       const FieldSpec& spec = signature.fields[f];
       uint8_t* base = batch->fields[f].data.data();
@@ -72,23 +70,8 @@ absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem
         std::memcpy(base + i * spec.bytes, item.dense.data() + spec.offset, spec.bytes);
         continue;
       }
-      // Pixel field: decode each distinct frame once per item, copy repeats.
       for (int32_t j = 0; j < spec.frames; ++j) {
-        const Frame* frame = item.frames[spec.offset + j].get();
-        uint8_t* dst = base + (i * spec.frames + j) * spec.bytes;
-        const uint8_t* copy_from = nullptr;
-        for (int s = 0; s < seen; ++s) {
-          if (seen_frame[s] == frame) copy_from = seen_dst[s];
-        }
-        if (copy_from != nullptr) {
-          std::memcpy(dst, copy_from, spec.bytes);
-          continue;
-        }
-        RETURN_IF_ERROR(decoder.Decode(*frame, dst));
-        if (seen < kSeen) {
-          seen_frame[seen] = frame;
-          seen_dst[seen++] = dst;
-        }
+        RETURN_IF_ERROR(decoder.DecodeInBatch(*item.frames[spec.offset + j], base + (i * spec.frames + j) * spec.bytes));
       }
     }
   }
@@ -190,49 +173,68 @@ void Replay::Close() {
 InsertSession::InsertSession(Replay* replay)
     : replay_(replay), compressor_(replay->config().frame_compression_level()) {}
 
-absl::Status InsertSession::Prepare(const proto::InsertRequest& request) {
+absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
   TROUPE_CHECK(!has_pending());
   pending_.clear();
   next_pending_ = 0;
-  // Frames: keys strictly increasing over the stream.
-  for (int i = 0; i < request.frames_size(); ++i) {
-    const proto::FrameData& frame = request.frames(i);
-    if (any_frame_ && frame.key() <= last_frame_key_) {
-      return absl::InvalidArgumentError(absl::StrCat("frame ", i, " of the request: key ", frame.key(),
+  // Frames: keys strictly increasing over the stream; a reference must be held.
+  for (int i = 0; i < request->frames_size(); ++i) {
+    proto::FrameData* frame = request->mutable_frames(i);
+    if (any_frame_ && frame->key() <= last_frame_key_) {
+      return absl::InvalidArgumentError(absl::StrCat("frame ", i, " of the request: key ", frame->key(),
                                                      " is not above the previous key ", last_frame_key_));
     }
-    ASSIGN_OR_RETURN(FramePtr stored, replay_->frame_store().FromTensor(
-                                          frame.pixels(), compressor_, absl::StrCat("frame key ", frame.key())));
-    frames_.emplace(frame.key(), std::move(stored));
+    FramePtr reference;
+    if (frame->has_reference_key()) {
+      auto it = frames_.find(frame->reference_key());
+      if (it == frames_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("frame key ", frame->key(), ": reference frame key ",
+                                                       frame->reference_key(),
+                                                       " was not sent on this stream (or was forgotten)"));
+      }
+      reference = it->second;
+    }
+    ASSIGN_OR_RETURN(FramePtr stored,
+                     replay_->frame_store().FromTensor(frame->mutable_pixels(), compressor_, std::move(reference),
+                                                       absl::StrCat("frame key ", frame->key())));
+    frames_.emplace_hint(frames_.end(), frame->key(), std::move(stored));
     any_frame_ = true;
-    last_frame_key_ = frame.key();
+    last_frame_key_ = frame->key();
   }
   // Items: check all before queueing any.
-  std::vector<Pending> prepared(request.items_size());
-  for (int i = 0; i < request.items_size(); ++i) {
-    RETURN_IF_ERROR(PrepareItem(request.items(i), i, &prepared[i]));
+  pending_.resize(request->items_size());
+  for (int i = 0; i < request->items_size(); ++i) {
+    if (absl::Status status = PrepareItem(request->items(i), i, &pending_[i]); !status.ok()) {
+      pending_.clear();
+      return status;
+    }
   }
-  pending_ = std::move(prepared);
   // Forget frames no later item may use (items keep their references).
-  if (request.forget_frames_before() > 0) {
-    frames_.erase(frames_.begin(), frames_.lower_bound(request.forget_frames_before()));
+  if (request->forget_frames_before() > 0) {
+    frames_.erase(frames_.begin(), frames_.lower_bound(request->forget_frames_before()));
   }
   return absl::OkStatus();
 }
 
 absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, Pending* out) {
-  auto table = replay_->FindTable(data.table());
-  if (!table.ok()) return absl::NotFoundError(absl::StrCat("item ", index, ": ", table.status().message()));
-  const Signature& signature = (*table)->signature();
-  const std::string where = absl::StrCat("item ", index, " (table '", data.table(), "')");
+  // The table: the previous item's, usually.
+  Table* table = last_table_;
+  if (table == nullptr || table->name() != data.table()) {
+    auto found = replay_->FindTable(data.table());
+    if (!found.ok()) return absl::NotFoundError(absl::StrCat("item ", index, ": ", found.status().message()));
+    table = last_table_ = *found;
+  }
+  const Signature& signature = table->signature();
+  // Error messages are built only on the error path.
+  auto where = [&] { return absl::StrCat("item ", index, " (table '", data.table(), "')"); };
   if (data.fields_size() != static_cast<int>(signature.fields.size())) {
     std::vector<std::string> names;
     for (const auto& f : signature.fields) names.push_back(f.name);
-    return absl::InvalidArgumentError(absl::StrCat(where, ": has ", data.fields_size(), " fields, the table has ",
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": has ", data.fields_size(), " fields, the table has ",
                                                    signature.fields.size(), " (", absl::StrJoin(names, ", "), ")"));
   }
   if (!std::isfinite(data.priority()) || data.priority() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": priority ", data.priority(), " must be finite and >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": priority ", data.priority(), " must be finite and >= 0"));
   }
   auto item = std::make_shared<Item>();
   item->dense.resize(signature.dense_bytes);
@@ -240,18 +242,18 @@ absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, 
   for (size_t f = 0; f < signature.fields.size(); ++f) {
     const FieldSpec& spec = signature.fields[f];
     const proto::FieldData& field = data.fields(f);
-    const std::string at = absl::StrCat(where, " field '", spec.name, "'");
+    auto at = [&] { return absl::StrCat(where(), " field '", spec.name, "'"); };
     if (spec.frames == 0) {
       // Dense: exact dtype, shape and byte count, uncompressed.
       const proto::Tensor& t = field.tensor();
       const bool same_shape = std::equal(spec.shape.begin(), spec.shape.end(), t.shape().begin(), t.shape().end());
       if (t.dtype() != spec.dtype || !same_shape) {
         return absl::InvalidArgumentError(absl::StrCat(
-            at, ": expected ", ShapeString(spec.dtype, spec.shape.data(), spec.shape.size()), ", got ",
+            at(), ": expected ", ShapeString(spec.dtype, spec.shape.data(), spec.shape.size()), ", got ",
             ShapeString(t.dtype(), t.shape().data(), t.shape_size())));
       }
       if (t.compression() != proto::COMPRESSION_NONE || static_cast<int64_t>(t.data().size()) != spec.bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(at, ": expected ", spec.bytes, " uncompressed bytes, got ",
+        return absl::InvalidArgumentError(absl::StrCat(at(), ": expected ", spec.bytes, " uncompressed bytes, got ",
                                                        t.data().size(),
                                                        t.compression() != proto::COMPRESSION_NONE ? " compressed" : ""));
       }
@@ -261,25 +263,25 @@ absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, 
     // Pixel: exactly `frames` keys of frames this stream holds, of the field's shape.
     if (field.frame_keys_size() != spec.frames) {
       return absl::InvalidArgumentError(
-          absl::StrCat(at, ": expected ", spec.frames, " frame keys, got ", field.frame_keys_size()));
+          absl::StrCat(at(), ": expected ", spec.frames, " frame keys, got ", field.frame_keys_size()));
     }
     for (int j = 0; j < spec.frames; ++j) {
       const uint64_t key = field.frame_keys(j);
       auto it = frames_.find(key);
       if (it == frames_.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            at, ": frame key ", key, " was not sent on this stream (or was forgotten)"));
+            at(), ": frame key ", key, " was not sent on this stream (or was forgotten)"));
       }
       const Frame& frame = *it->second;
       if (frame.height() != spec.shape[0] || frame.width() != spec.shape[1] || frame.channels() != spec.shape[2]) {
         const int64_t got[3] = {frame.height(), frame.width(), frame.channels()};
-        return absl::InvalidArgumentError(absl::StrCat(at, ": frame key ", key, " is ", ShapeString(proto::DTYPE_UINT8, got, 3),
+        return absl::InvalidArgumentError(absl::StrCat(at(), ": frame key ", key, " is ", ShapeString(proto::DTYPE_UINT8, got, 3),
                                                        ", expected ", ShapeString(spec.dtype, spec.shape.data(), 3)));
       }
       item->frames[spec.offset + j] = it->second;
     }
   }
-  *out = Pending{*table, std::move(item), data.priority()};
+  *out = Pending{table, std::move(item), data.priority()};
   return absl::OkStatus();
 }
 

@@ -57,9 +57,10 @@ void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, b
 
 // Fills *batch (already shaped) from sampled items: keys, probabilities,
 // importance weights (exponent `beta`, when `prioritized`), dense fields
-// copied and frames decoded; a frame that repeats within an item (stacked
-// obs and next obs share frames) is decoded once and copied. Does not
-// allocate. DataLoss if a stored frame does not decode.
+// copied and frames decoded; each distinct frame of the batch (stacked obs
+// and next obs share frames; frames share references) is decoded once and
+// copied. Allocates only when `decoder` meets a larger batch than before.
+// DataLoss if a stored frame does not decode.
 absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
                        bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch);
 
@@ -108,8 +109,8 @@ class InsertSession {
   // tables (existence, field count, dtypes, shapes, frame keys) and queues
   // them. On error nothing is queued, and the message says what and where:
   // "item 2 field 'obs' (table 'pixels'): expected float32[24], got float32[23]".
-  // Requires !has_pending().
-  absl::Status Prepare(const proto::InsertRequest& request);
+  // Frame bytes are moved out of *request. Requires !has_pending().
+  absl::Status Prepare(proto::InsertRequest* request);
 
   // Inserts the queued items in order, each waiting up to `timeout` (and at
   // most its table's rate_limiter.insert_timeout_ms, when set) for its
@@ -136,6 +137,7 @@ class InsertSession {
   Replay* replay_;
   FrameCompressor compressor_;
   absl::btree_map<uint64_t, FramePtr> frames_;
+  Table* last_table_ = nullptr;  // the previous item's table
   bool any_frame_ = false;
   uint64_t last_frame_key_ = 0;
   std::vector<Pending> pending_;

@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <fstream>
 
+#include <zlib.h>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "proto/replay_checkpoint.pb.h"
 #include "replay/client.h"
 #include "replay/test_util.h"
 
@@ -122,7 +125,7 @@ TEST(ReplayTest, ServerRejectsFrameKeysItDoesNotHold) {
   reward->set_dtype(proto::DTYPE_FLOAT32);
   reward->set_data(std::string(4, '\0'));
   *item->add_fields() = *obs;
-  const absl::Status status = session.Prepare(request);
+  const absl::Status status = session.Prepare(&request);
   EXPECT_EQ(status.message(),
             "item 0 (table 'pixels') field 'obs': frame key 7 was not sent on this stream (or was forgotten)");
 }
@@ -271,6 +274,113 @@ TEST(ReplayTest, CheckpointOfAnotherSignatureIsRefused) {
   const absl::Status status = o.client->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(), absl::StrCat(path, ": table 'pixels' has a different signature in the checkpoint"));
+  std::remove(path.c_str());
+}
+
+TEST(ReplayTest, ReferenceCodedFramesSampleByteIdenticalAndCostAFractionOfPlainOnes) {
+  Embedded e(testing::SceneConfig(/*max_size=*/1000));
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/100).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  const proto::InfoResponse info = e.replay->Info();
+  EXPECT_EQ(info.frames(), 101) << "each frame stored once";
+  // Plain, one scene frame is ~7.7 KB.
+  EXPECT_LT(info.frame_bytes(), 101 * 7700 / 3);
+  auto sampler = *e.client->NewSampler({.table = "scene", .batch_size = 256});
+  SampledBatch batch;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sampler->Next(&batch).ok());
+    EXPECT_TRUE(testing::SceneBatchMatches(batch));
+  }
+}
+
+TEST(ReplayTest, EvictedReferenceCodedFramesAreFreedWithTheLastFrameCodedAgainstThem) {
+  Embedded e(testing::SceneConfig(/*max_size=*/10));
+  auto writer = *e.client->NewWriter({.frame_window = 8});
+  ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/100).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  writer.reset();
+  // Items for steps 90..99 remain; they refer to frames 88..100, and those
+  // to key frames at most 8 back (frame_window), of which at most 2 are older.
+  EXPECT_EQ(e.replay->Info().tables(0).size(), 10);
+  EXPECT_GE(e.replay->Info().frames(), 13);
+  EXPECT_LE(e.replay->Info().frames(), 15);
+  auto sampler = *e.client->NewSampler({.table = "scene", .batch_size = 64});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  EXPECT_TRUE(testing::SceneBatchMatches(batch));
+  // Replacing the contents with an empty checkpoint frees every frame.
+  const std::string path = TempPath("empty_scene.ckpt");
+  Embedded empty(testing::SceneConfig(/*max_size=*/10));
+  ASSERT_TRUE(empty.client->Checkpoint(path).ok());
+  ASSERT_TRUE(e.client->Restore(path).ok());
+  batch = SampledBatch();
+  EXPECT_EQ(e.replay->Info().frames(), 0);
+  EXPECT_EQ(e.replay->Info().frame_bytes(), 0);
+  std::remove(path.c_str());
+}
+
+TEST(ReplayTest, CheckpointRoundTripKeepsReferenceCodedFrames) {
+  const std::string path = TempPath("scene.ckpt");
+  proto::InfoResponse before;
+  {
+    Embedded e(testing::SceneConfig(/*max_size=*/50));
+    auto writer = *e.client->NewWriter();
+    ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/80).ok());  // evicts 30, keeps some keys only as references
+    ASSERT_TRUE(writer->Close().ok());
+    writer.reset();
+    ASSERT_TRUE(e.client->Checkpoint(path).ok());
+    before = e.replay->Info();
+  }
+  Embedded restored(testing::SceneConfig(/*max_size=*/50));
+  auto items = restored.client->Restore(path);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 50);
+  const proto::InfoResponse after = restored.replay->Info();
+  EXPECT_EQ(after.frames(), before.frames());
+  EXPECT_EQ(after.frame_bytes(), before.frame_bytes());
+  auto sampler = *restored.client->NewSampler({.table = "scene", .batch_size = 128});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  EXPECT_TRUE(testing::SceneBatchMatches(batch));
+  std::remove(path.c_str());
+}
+
+TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
+  const std::string path = TempPath("v1.ckpt");
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/5).ok());
+  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  // Rewrite the header record as version 1, with a valid checksum.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  uint32_t n = 0;
+  std::memcpy(&n, bytes.data() + 8, 4);
+  proto::CheckpointRecord header;
+  ASSERT_TRUE(header.ParseFromArray(bytes.data() + 12, static_cast<int>(n)));
+  ASSERT_EQ(header.header().version(), 2);
+  header.mutable_header()->set_version(1);
+  std::string record = header.SerializeAsString();
+  ASSERT_EQ(record.size(), n);
+  bytes.replace(12, n, record);
+  const size_t body_end = bytes.size() - 20;
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), body_end));
+  std::memcpy(bytes.data() + body_end + 16, &crc, 4);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  const absl::Status status = e.client->Restore(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(), absl::StrCat("checkpoint ", path,
+                                           " has format version 1; this build reads version 2 only (version 1 "
+                                           "predates reference-coded frames); refusing it, nothing was restored"));
+  EXPECT_EQ(e.replay->Info().tables(0).size(), 5);
   std::remove(path.c_str());
 }
 

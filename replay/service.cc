@@ -27,7 +27,7 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
       return;
     }
     // 3. Check the whole request.
-    if (absl::Status status = session_.Prepare(request_); !status.ok()) {
+    if (absl::Status status = session_.Prepare(&request_); !status.ok()) {
       Finish(ToGrpcStatus(status));
       return;
     }
@@ -181,6 +181,7 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
       response_.add_weights(weights_[i]);
     }
     frame_index_.clear();
+    any_reference_ = false;
     for (const FieldSpec& spec : signature.fields) {
       proto::SampledField* field = response_.add_fields();
       proto::Tensor* tensor = field->mutable_tensor();
@@ -198,21 +199,30 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
       }
       for (int64_t i = 0; i < n; ++i) {
         for (int32_t j = 0; j < spec.frames; ++j) {
-          const FramePtr& frame = items_[i].item->frames[spec.offset + j];
-          auto [it, added] = frame_index_.emplace(frame.get(), response_.frames_size());
-          if (added) {
-            proto::Tensor* stored = response_.add_frames();
-            stored->set_dtype(proto::DTYPE_UINT8);
-            stored->add_shape(frame->height());
-            stored->add_shape(frame->width());
-            stored->add_shape(frame->channels());
-            stored->set_compression(proto::COMPRESSION_ZSTD);
-            stored->set_data(frame->zstd());
-          }
-          field->add_frame_index(it->second);
+          field->add_frame_index(AddFrame(*items_[i].item->frames[spec.offset + j]));
         }
       }
     }
+    if (!any_reference_) response_.clear_frame_references();
+  }
+
+  // Adds `frame` (after its reference) to the response once; returns its index.
+  int32_t AddFrame(const Frame& frame) {
+    auto it = frame_index_.find(&frame);
+    if (it != frame_index_.end()) return it->second;
+    const int32_t reference = frame.reference() != nullptr ? AddFrame(*frame.reference()) : -1;
+    const int32_t index = response_.frames_size();
+    frame_index_.emplace(&frame, index);
+    proto::Tensor* stored = response_.add_frames();
+    stored->set_dtype(proto::DTYPE_UINT8);
+    stored->add_shape(frame.height());
+    stored->add_shape(frame.width());
+    stored->add_shape(frame.channels());
+    stored->set_compression(proto::COMPRESSION_ZSTD);
+    stored->set_data(frame.zstd());
+    response_.add_frame_references(reference);
+    any_reference_ |= reference >= 0;
+    return index;
   }
 
   ReplayService* service_;
@@ -221,6 +231,7 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
   std::vector<SampledItem> items_;
   std::vector<float> weights_;
   absl::flat_hash_map<const Frame*, int32_t> frame_index_;
+  bool any_reference_ = false;
   proto::SampleResponse response_;
   int64_t table_size_ = 0;
   int64_t batches_sent_ = 0;

@@ -299,5 +299,55 @@ TEST(ServiceTest, ShutdownEndsBlockedSamplersWithUnavailable) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
 }
 
+TEST(ServiceTest, ReferenceCodedFramesCrossTheWireAndSampleByteIdentical) {
+  auto server = StartServer(testing::SceneConfig(/*max_size=*/1000));
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter({.max_items_per_request = 5});
+  ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/60).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  auto info = client->Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->frames(), 61);
+  EXPECT_LT(info->frame_bytes(), 61 * 7700 / 3) << "frames are stored as the writer coded them";
+  auto sampler = *client->NewSampler({.table = "scene", .batch_size = 100, .num_batches = 2});
+  SampledBatch batch;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(sampler->Next(&batch).ok());
+    EXPECT_TRUE(testing::SceneBatchMatches(batch));
+  }
+}
+
+TEST(ServiceTest, FrameWithAReferenceNotHeldIsRefused) {
+  auto server = StartServer(testing::SceneConfig(/*max_size=*/10));
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter();
+  const std::vector<uint8_t> a = testing::SceneFrame(0), b = testing::SceneFrame(1);
+  FrameCompressor compressor;
+  std::string z;
+  compressor.Compress(b.data(), b.size(), &z, a.data());
+  // The writer refuses a reference to a key it has not appended yet.
+  EXPECT_EQ(writer->AppendCompressedFrame(z, 64, 64, 3, /*reference_key=*/0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Over the wire: a reference to a frame forgotten by the server.
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Replay::NewStub(channel);
+  grpc::ClientContext context;
+  auto stream = stub->Insert(&context);
+  proto::InsertRequest request;
+  auto* frame = request.add_frames();
+  frame->set_key(5);
+  frame->set_reference_key(3);
+  auto* t = frame->mutable_pixels();
+  t->set_dtype(proto::DTYPE_UINT8);
+  for (int d : {64, 64, 3}) t->add_shape(d);
+  t->set_compression(proto::COMPRESSION_ZSTD);
+  t->set_data(z);
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "frame key 5: reference frame key 3 was not sent on this stream (or was forgotten)");
+}
+
 }  // namespace
 }  // namespace troupe::replay

@@ -3,10 +3,13 @@
 #define TROUPE_REPLAY_TEST_UTIL_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "proto/config.pb.h"
 #include "replay/client.h"
@@ -99,6 +102,82 @@ inline ::testing::AssertionResult RowMatchesEpisode(const SampledBatch& batch, i
       if (std::memcmp(got, expected.data(), frame_bytes) != 0) {
         return ::testing::AssertionFailure() << "row " << i << " (step " << s << ") field " << field << " frame " << j
                                              << " differs from what was inserted";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Reference-coding scenes: 64x64x3 frames of a fixed textured background
+// (it compresses poorly alone, like a rendered floor) with a block that
+// moves along it, so a frame coded against a recent one is far smaller.
+constexpr int kSceneSize = 64;
+
+inline std::vector<uint8_t> SceneFrame(int t) {
+  std::vector<uint8_t> f(kSceneSize * kSceneSize * 3);
+  uint32_t noise = 12345;
+  for (int y = 0; y < kSceneSize; ++y) {
+    for (int x = 0; x < kSceneSize; ++x) {
+      const bool block = std::abs(x - (10 + t % 40)) < 5 && std::abs(y - (20 + (t / 40) % 20)) < 6;
+      for (int c = 0; c < 3; ++c) {
+        noise = noise * 1664525u + 1013904223u;
+        f[(y * kSceneSize + x) * 3 + c] = block ? static_cast<uint8_t>(250 - 20 * c) : static_cast<uint8_t>(noise >> 27);
+      }
+    }
+  }
+  return f;
+}
+
+// A table "scene" of {obs: scene frames x3, step: float32, next_obs: x3}.
+inline config::ReplayConfig SceneConfig(int max_size) {
+  return ParseConfig(absl::StrCat(R"pb(
+    tables {
+      name: "scene"
+      max_size: )pb", max_size, R"pb(
+      fields { name: "obs" dtype: "uint8" shape: [64, 64, 3] frames: 3 }
+      fields { name: "step" }
+      fields { name: "next_obs" dtype: "uint8" shape: [64, 64, 3] frames: 3 }
+    })pb"));
+}
+
+// Writes `steps` transitions of scene frames first_frame, first_frame + 1,
+// ... into "scene" (each frame appended raw: the writer picks references).
+inline absl::Status WriteScene(Writer& writer, int steps, int first_frame = 0) {
+  std::vector<uint64_t> keys;
+  for (int t = 0; t <= steps; ++t) {
+    const std::vector<uint8_t> frame = SceneFrame(first_frame + t);
+    auto key = writer.AppendFrame(frame.data(), kSceneSize, kSceneSize, 3);
+    if (!key.ok()) return key.status();
+    keys.push_back(*key);
+    if (t == 0) continue;
+    const int s = t - 1;
+    const float step = static_cast<float>(first_frame + s);
+    auto at = [&](int u, int j) { return keys[std::max(0, u - 2 + j)]; };
+    absl::Status status = writer.Insert("scene", /*priority=*/1.0,
+                                        {FieldValue::Frames({at(s, 0), at(s, 1), at(s, 2)}),
+                                         FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &step),
+                                         FieldValue::Frames({at(s + 1, 0), at(s + 1, 1), at(s + 1, 2)})});
+    if (!status.ok()) return status;
+  }
+  return writer.Flush();
+}
+
+// Checks that every row of a "scene" batch is byte-identical to what
+// WriteScene inserted (the row's step says which frames; `first_frame` as
+// given to WriteScene for that step's episode).
+inline ::testing::AssertionResult SceneBatchMatches(const SampledBatch& batch, int first_frame = 0) {
+  const size_t frame_bytes = kSceneSize * kSceneSize * 3;
+  for (size_t i = 0; i < batch.keys.size(); ++i) {
+    const int step = static_cast<int>(batch.fields[1].as<float>()[i]);
+    for (int field : {0, 2}) {
+      const int u = step - first_frame + (field == 2 ? 1 : 0);
+      for (int j = 0; j < 3; ++j) {
+        const std::vector<uint8_t> expected = SceneFrame(first_frame + std::max(0, u - 2 + j));
+        const uint8_t* got = batch.fields[field].data.data() + (i * 3 + j) * frame_bytes;
+        if (std::memcmp(got, expected.data(), frame_bytes) != 0) {
+          return ::testing::AssertionFailure() << "row " << i << " (step " << step << ") field " << field << " frame "
+                                               << j << " differs from what was inserted";
+        }
       }
     }
   }
