@@ -6,6 +6,7 @@ namespace troupe::bench {
 absl::StatusOr<Report> RunEnvsBenchmark(const Options& options);    // bench/envs_bench.cc
 absl::StatusOr<Report> RunReplayBenchmark(const Options& options);  // bench/replay_bench.cc
 absl::StatusOr<Report> RunLearnerBenchmark(const Options& options);  // bench/learner_bench.cc
+absl::StatusOr<Report> RunGanBenchmark(const Options& options);  // bench/gan_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -14,6 +15,8 @@ const std::vector<Benchmark>& Benchmarks() {
        RunReplayBenchmark},
       {"learner", "DrQ encoder+MLP fwd+bwd+Adam samples/s vs libtorch; engine GFLOP/s vs Eigen GEMM; K=2 MPI all-reduce",
        RunLearnerBenchmark},
+      {"gan", "classifier-FID at equal images seen for batch 64/256/1024 (K=1, 2) vs the real-vs-real floor; G+D step images/s vs libtorch",
+       RunGanBenchmark},
   };
   return benchmarks;
 }

@@ -13,6 +13,8 @@
 #include "common/files.h"
 #include "envs/env.h"
 #include "learner/agents/d4pg.h"
+#include "learner/gan/run.h"
+#include "learner/gan/trainer.h"
 
 namespace troupe::cli {
 namespace {
@@ -22,9 +24,11 @@ void OnSignal(int) { stop_requested = true; }
 
 // Everything that can be checked before anything starts.
 absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
-  if (config.mode() != "scripted" && config.mode() != "rl") {
-    return absl::InvalidArgumentError(absl::StrCat("mode: '", config.mode(), "' is neither \"scripted\" nor \"rl\""));
+  if (config.mode() != "scripted" && config.mode() != "rl" && config.mode() != "gan") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mode: '", config.mode(), "' is not \"scripted\", \"rl\" or \"gan\""));
   }
+  if (config.mode() == "gan") return gan::ValidateGanConfig(config.gan());
   if (config.total_frames() <= 0) return absl::InvalidArgumentError("total_frames: must be positive");
   auto env = envs::EnvOptions::FromConfig(config.env());
   if (!env.ok()) return env.status();
@@ -106,12 +110,15 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
         *exit_code = Fail(s);
         return;
       }
-    } else if (!std::filesystem::exists(run_dir + "/checkpoints/agent.ckpt")) {
+    } else if (!std::filesystem::exists(run_dir + (config->mode() == "gan" ? "/checkpoints/counters.txt"
+                                                                          : "/checkpoints/agent.ckpt"))) {
       *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", run_dir, ": no checkpoint in ", run_dir,
                                                          "/checkpoints (was the run started with troupe run?)")));
       return;
     }
-    if (absl::Status s = RunRlExperiment(*config, run_dir, resume, &stop_requested); !s.ok()) {
+    if (absl::Status s = config->mode() == "gan" ? gan::RunGan(*config, run_dir, resume, &stop_requested)
+                                                 : RunRlExperiment(*config, run_dir, resume, &stop_requested);
+        !s.ok()) {
       *exit_code = Fail(s);
     }
   });
