@@ -10,6 +10,7 @@ namespace troupe::cli {
 
 void AddRunCommand(CLI::App& app, int* exit_code);    // troupe run CONFIG [--set k=v]...
 void AddBenchCommand(CLI::App& app, int* exit_code);  // troupe bench NAME [--json PATH]
+void AddViewCommand(CLI::App& app, int* exit_code);   // troupe view RUN_DIR | --task TASK | --live HOST:PORT
 void AddReplayCommand(CLI::App& app, int* exit_code);  // troupe replay --config CONFIG [--listen ADDR]
 void AddLearnerCommand(CLI::App& app, int* exit_code);  // troupe learner --config CONFIG --run-dir DIR
 void AddActorCommand(CLI::App& app, int* exit_code);    // troupe actor --learner HOST:PORT --config CONFIG

@@ -87,14 +87,24 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
         // It died: restart it unless we are stopping or it ran out of restarts.
         --alive;
         actor.pid = -1;
-        if (learner_done || (stop && stop->load()) || actor.restarts >= config.actors().max_restarts()) continue;
+        if (learner_done || (stop && stop->load())) continue;
+        const std::string how = WIFSIGNALED(wstatus) ? absl::StrCat("killed by signal ", WTERMSIG(wstatus))
+                                                     : absl::StrCat("exited with status ", WEXITSTATUS(wstatus));
+        if (actor.restarts >= config.actors().max_restarts()) {
+          std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s/logs/actor-%d.log\n",
+                      actor.index, how.c_str(), config.actors().max_restarts(), run_dir.c_str(), actor.index);
+          continue;
+        }
         auto pid = SpawnActor(run_dir, learner->address(), actor.index);
         if (pid.ok()) {
           actor.pid = *pid;
           ++actor.restarts;
           ++restarts;
           ++alive;
+          std::printf("\nactor %d %s; restarted (restart %d of %d)\n", actor.index, how.c_str(), actor.restarts,
+                      config.actors().max_restarts());
         }
+        std::fflush(stdout);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

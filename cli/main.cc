@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   troupe::cli::AddRunCommand(app, &exit_code);
   troupe::cli::AddBenchCommand(app, &exit_code);
+  troupe::cli::AddViewCommand(app, &exit_code);
   troupe::cli::AddReplayCommand(app, &exit_code);
   troupe::cli::AddLearnerCommand(app, &exit_code);
   troupe::cli::AddActorCommand(app, &exit_code);

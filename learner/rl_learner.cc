@@ -124,6 +124,7 @@ absl::Status RlLearner::Restore() {
   const std::string dir = CheckpointDir(run_dir_);
   RETURN_IF_ERROR(agent_->Load(dir + "/agent.ckpt"));
   RETURN_IF_ERROR(ReadCounters(dir + "/counters.txt", &frames_before_, &samples_));
+  samples_before_ = samples_;
   if (std::filesystem::exists(dir + "/replay.ckpt")) {
     RETURN_IF_ERROR(replay_->Restore(dir + "/replay.ckpt").status());
     const proto::InfoResponse info = replay_->Info();
@@ -139,6 +140,8 @@ absl::Status RlLearner::Restore() {
     if (std::getline(row, frames, ',') && std::getline(row, updates, ',') && std::getline(row, value, ',')) {
       eval_frames_.push_back(std::stod(frames));
       eval_returns_.push_back(std::stod(value));
+      stats_.last_eval_frames = std::stoll(frames);
+      stats_.last_eval_return = std::stod(value);
     }
   }
   return absl::OkStatus();
@@ -219,7 +222,7 @@ LearnerStats RlLearner::Stats() const {
 
 absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   start_ = Clock::now();
-  auto last_checkpoint = Clock::now(), last_metrics = Clock::now(), last_rate = Clock::now();
+  auto last_checkpoint = Clock::now(), last_metrics = Clock::now();
   int64_t rate_updates = agent_->updates(), rate_frames = FramesNow();
   const int64_t publish_every = std::max(config_.learner().publish_every(), 1);
   const int64_t min_size = std::max<int64_t>(config_.learner().min_replay_size(), config_.learner().batch_size());
@@ -261,10 +264,11 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
         (void)replay_->MutatePriorities(request);
       }
     }
-    // Stats, metrics, evaluation, checkpoints on their schedules.
+    // Stats every pass; rates, losses and a metrics row every 2 s, or every
+    // 500 updates when training is fast.
     const auto now = Clock::now();
-    const double since_rate = std::chrono::duration<double>(now - last_rate).count();
     const int64_t frames = FramesNow();
+    const bool row_due = now - last_metrics >= std::chrono::seconds(2) || agent_->updates() - rate_updates >= 500;
     {
       std::lock_guard lock(mutex_);
       stats_.frames = frames;
@@ -272,24 +276,24 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
       stats_.replay_size = size;
       stats_.parameter_version = parameter_store_.version();
       const int64_t inserted = (frames - frames_before_) / std::max(config_.env().action_repeat(), 1);
-      stats_.samples_per_insert = inserted > 0 ? double(samples_) / double(inserted) : 0.0;
-      if (since_rate >= 1.0) {
-        stats_.updates_per_second = (agent_->updates() - rate_updates) / since_rate;
-        stats_.frames_per_second = (frames - rate_frames) / since_rate;
-        const agents::D4pgMetrics m = agent_->metrics();
-        stats_.critic_loss = m.critic_loss;
-        stats_.actor_loss = m.actor_loss;
-        stats_.q_mean = m.q_mean;
+      stats_.samples_per_insert = inserted > 0 ? double(samples_ - samples_before_) / double(inserted) : 0.0;
+      if (row_due) {
+        const double seconds = std::max(std::chrono::duration<double>(now - last_metrics).count(), 1e-9);
+        stats_.updates_per_second = (agent_->updates() - rate_updates) / seconds;
+        stats_.frames_per_second = (frames - rate_frames) / seconds;
+        if (agent_->updates() > rate_updates) {
+          const agents::D4pgMetrics m = agent_->metrics();
+          stats_.critic_loss = m.critic_loss;
+          stats_.actor_loss = m.actor_loss;
+          stats_.q_mean = m.q_mean;
+        }
       }
     }
-    if (since_rate >= 1.0) {
-      rate_updates = agent_->updates();
-      rate_frames = frames;
-      last_rate = now;
-    }
-    if (now - last_metrics >= std::chrono::seconds(2)) {
+    if (row_due) {
       WriteMetrics();
       last_metrics = now;
+      rate_updates = agent_->updates();
+      rate_frames = frames;
     }
     MaybeEvaluate();
     if (now - last_checkpoint >= std::chrono::seconds(config_.learner().checkpoint_every_s())) {

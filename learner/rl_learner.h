@@ -93,7 +93,8 @@ class RlLearner {
 
   int64_t frames_before_ = 0;    // frames counted before a resume
   int64_t inserts_before_ = 0;   // replay inserts restored from a checkpoint
-  int64_t samples_ = 0;          // transitions sampled (learner thread)
+  int64_t samples_ = 0;          // transitions sampled (learner thread), over the whole run
+  int64_t samples_before_ = 0;   // of which before a resume
 
   // The evaluator: a thread that evaluates a snapshot of the policy.
   std::jthread evaluator_;

@@ -1,0 +1,224 @@
+// End to end: `troupe run` of a small D4PG experiment from state, with the
+// learner (replay embedded) and 2 actor processes over real gRPC on
+// loopback; an actor killed with SIGKILL; the learner killed and resumed.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A small, fast experiment written into `dir`.
+std::string WriteConfig(const std::string& dir, int64_t total_frames) {
+  const std::string path = dir + "/small.textproto";
+  std::ofstream(path) << R"(name: "e2e" mode: "rl"
+env { task: "cartpole.swingup" observation: "state" action_repeat: 4 }
+pool { num_envs: 1 num_threads: 1 }
+d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
+learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 checkpoint_every_s: 1 }
+actors { count: 2 random_frames: 2000 }
+evaluator { every_frames: 4000 episodes: 1 }
+runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n";
+  return path;
+}
+
+// Starts `troupe ARGS...` with its output in `log`; returns its pid.
+pid_t Start(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    FILE* out = std::fopen(log.c_str(), "w");
+    dup2(fileno(out), STDOUT_FILENO);
+    dup2(fileno(out), STDERR_FILENO);
+    std::vector<char*> argv;
+    std::string binary = TROUPE_BINARY;
+    argv.push_back(binary.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(TROUPE_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid` up to `seconds`; returns its exit status, or -1 on timeout (then kills it).
+int Wait(pid_t pid, int seconds) {
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  int status = 0;
+  while (Clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// metrics.csv as rows of numbers (header dropped).
+std::vector<std::vector<double>> Metrics(const std::string& run_dir) {
+  std::vector<std::vector<double>> rows;
+  std::ifstream in(run_dir + "/metrics.csv");
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::vector<double> row;
+    std::stringstream cells(line);
+    std::string cell;
+    while (std::getline(cells, cell, ',')) row.push_back(std::stod(cell));
+    rows.push_back(row);
+  }
+  return rows;
+}
+enum Column { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss, kActorLoss,
+              kQ, kEval, kVersion };
+
+std::string OnlyRunDir(const std::string& dir) {
+  std::vector<fs::path> runs;
+  for (const auto& e : fs::directory_iterator(dir + "/runs")) runs.push_back(e.path());
+  EXPECT_EQ(runs.size(), 1u);
+  return runs.empty() ? "" : runs[0].string();
+}
+
+// Children of `pid` (the actor processes).
+std::vector<pid_t> Children(pid_t pid) {
+  std::vector<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t child;
+  while (in >> child) out.push_back(child);
+  return out;
+}
+
+class RlEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/rl_e2e_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(RlEndToEndTest, ParametersAdvanceReplayFillsAndTheCriticLossFalls) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/14000);
+  const int exit_code = Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/240);
+  ASSERT_EQ(exit_code, 0) << Read(dir_ + "/run.log");
+  const std::string run = OnlyRunDir(dir_);
+  const auto rows = Metrics(run);
+  ASSERT_GE(rows.size(), 3u) << Read(dir_ + "/run.log");
+  const auto& last = rows.back();
+  EXPECT_GE(last[kFrames], 14000);
+  EXPECT_GT(last[kUpdates], 100);
+  EXPECT_GT(last[kReplaySize], 300);
+  EXPECT_GT(last[kVersion], 10);
+  // Critic loss: finite throughout, and lower at the end than early on.
+  double first_loss = 0;
+  for (const auto& row : rows) {
+    ASSERT_TRUE(std::isfinite(row[kCriticLoss]));
+    if (first_loss == 0 && row[kCriticLoss] > 0) first_loss = row[kCriticLoss];
+  }
+  EXPECT_LT(last[kCriticLoss], first_loss);
+  // The actors followed the learner's parameter versions.
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = Read(run + "/logs/actor-" + std::to_string(i) + ".log");
+    EXPECT_THAT(log, ::testing::HasSubstr("episode")) << "actor " << i;
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("params v0 "))) << log;
+  }
+  EXPECT_TRUE(fs::exists(run + "/learning_curve.png"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/agent.ckpt"));
+}
+
+TEST_F(RlEndToEndTest, AKilledActorIsRestartedAndTrainingGoesOn) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/60000);
+  const pid_t launcher = Start({"run", config}, dir_ + "/run.log");
+  // Wait for both actors, then SIGKILL one of them mid-stream.
+  std::vector<pid_t> actors;
+  for (int i = 0; i < 300 && actors.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    actors = Children(launcher);
+  }
+  ASSERT_EQ(actors.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_EQ(kill(actors[0], SIGKILL), 0);
+  const int exit_code = Wait(launcher, /*seconds=*/240);
+  ASSERT_EQ(exit_code, 0) << Read(dir_ + "/run.log");
+  EXPECT_THAT(Read(dir_ + "/run.log"), ::testing::HasSubstr("actor 0 killed by signal 9; restarted (restart 1 of 10)"));
+  // Counters only ever grew, and the run finished its frames.
+  const auto rows = Metrics(OnlyRunDir(dir_));
+  ASSERT_FALSE(rows.empty());
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_GE(rows[i][kFrames], rows[i - 1][kFrames]);
+    EXPECT_GE(rows[i][kUpdates], rows[i - 1][kUpdates]);
+  }
+  EXPECT_GE(rows.back()[kFrames], 60000);
+}
+
+TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000);
+  const pid_t launcher = Start({"run", config}, dir_ + "/run.log");
+  // Let it train and checkpoint (every second), then SIGKILL the learner.
+  std::string run;
+  int64_t updates_at_checkpoint = 0;
+  for (int i = 0; i < 1200 && updates_at_checkpoint < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (run.empty() && fs::exists(dir_ + "/runs")) run = OnlyRunDir(dir_);
+    if (!run.empty() && fs::exists(run + "/checkpoints/agent.ckpt")) {
+      const auto rows = Metrics(run);
+      if (!rows.empty()) updates_at_checkpoint = int64_t(rows.back()[kUpdates]);
+    }
+  }
+  ASSERT_GE(updates_at_checkpoint, 100) << Read(dir_ + "/run.log");
+  kill(launcher, SIGKILL);
+  Wait(launcher, 10);
+  const std::string counters = Read(run + "/checkpoints/counters.txt");
+  ASSERT_THAT(counters, ::testing::HasSubstr("frames"));
+  const size_t rows_before = Metrics(run).size();
+
+  // Resume: counters, parameters and optimizer state continue.
+  const int exit_code = Wait(Start({"run", "--resume", run, "--set", "total_frames=" +
+                                    std::to_string(std::stoll(counters.substr(7)) + 3000)},
+                                   dir_ + "/resume.log"),
+                             /*seconds=*/240);
+  ASSERT_EQ(exit_code, 0) << Read(dir_ + "/resume.log");
+  const auto rows = Metrics(run);
+  ASSERT_GT(rows.size(), rows_before);
+  // The first row after the resume continues the update count (not from 0).
+  EXPECT_GE(rows[rows_before][kUpdates], updates_at_checkpoint - 50) << Read(dir_ + "/resume.log");
+  EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
+}
+
+TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
+  const std::string path = dir_ + "/bad.textproto";
+  std::ofstream(path) << "mode: \"rl\"\nenv { task: \"cartpole.flip\" }\n";
+  EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
+  EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("unknown task 'cartpole.flip'"));
+  std::ofstream(path) << "mode: \"rl\"\nlearner { batch_size: \"big\" }\n";
+  EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
+  EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("bad.textproto:2:"));
+  EXPECT_FALSE(fs::exists(dir_ + "/runs"));
+  // A resume of a directory with no checkpoint.
+  EXPECT_NE(Wait(Start({"run", "--resume", dir_}, dir_ + "/bad.log"), 30), 0);
+}
+
+}  // namespace
+}  // namespace troupe
