@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -376,40 +377,35 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
   ASSIGN_OR_RETURN(auto server, replay::Server::Start(grpc_config));
   auto remote = replay::NewGrpcClient(server->address());
   RawServer raw_server;
-  {
-    // Pixel insert: frames compressed beforehand (by the actor's env threads).
-    ASSIGN_OR_RETURN(auto writer, remote->NewWriter({.max_items_per_request = 16}));
-    long cursor = 0;
-    absl::Status error;
-    int64_t items = 0;
-    const double rate = MeasureRate(seconds, [&](long n) {
-      if (error.ok()) error = InsertPixels(*writer, nullptr, &wire, n, &cursor);
-      items += n;
-    });
-    RETURN_IF_ERROR(error);
-    const double request_bytes = static_cast<double>(writer->bytes_sent()) / (writer->items_sent() / 16.0);
-    const double bytes_per_item = static_cast<double>(writer->bytes_sent()) / writer->items_sent();
+  // Inserts: ours and the raw stream of the same message size alternate for
+  // 3 rounds and the best of each counts, so load from other processes on a
+  // shared machine hits both alike.
+  auto insert_figures = [&](const char* what, int items_per_request,
+                            const std::function<absl::Status(replay::Writer&, long)>& insert) -> absl::Status {
+    ASSIGN_OR_RETURN(auto writer, remote->NewWriter({.max_items_per_request = items_per_request}));
+    double best = 0, best_raw = 0, request_bytes = 0, bytes_per_item = 0;
+    for (int round = 0; round < 3; ++round) {
+      absl::Status error;
+      best = std::max(best, MeasureRate(seconds, [&](long n) {
+                        if (error.ok()) error = insert(*writer, n);
+                      }));
+      RETURN_IF_ERROR(error);
+      request_bytes = static_cast<double>(writer->bytes_sent()) / (writer->items_sent() / double(items_per_request));
+      bytes_per_item = static_cast<double>(writer->bytes_sent()) / writer->items_sent();
+      best_raw = std::max(best_raw, raw_server.PushRate(static_cast<int64_t>(request_bytes), seconds));
+    }
     RETURN_IF_ERROR(writer->Close());
-    const double raw_rate = raw_server.PushRate(static_cast<int64_t>(request_bytes), seconds);
-    report.Add("gRPC insert, pixel transitions", rate, "items/s", "-", 0);
-    report.Add("gRPC insert, pixel transitions (wire bytes)", rate * bytes_per_item / kMB, "MB/s",
-               absl::StrFormat("raw gRPC push, %.0f B msgs", request_bytes), raw_rate / kMB);
-  }
-  {
-    ASSIGN_OR_RETURN(auto writer, remote->NewWriter({.max_items_per_request = 64}));
-    absl::Status error;
-    const double rate = MeasureRate(seconds, [&](long n) {
-      if (error.ok()) error = InsertState(*writer, n);
-    });
-    RETURN_IF_ERROR(error);
-    const double request_bytes = static_cast<double>(writer->bytes_sent()) / (writer->items_sent() / 64.0);
-    const double bytes_per_item = static_cast<double>(writer->bytes_sent()) / writer->items_sent();
-    RETURN_IF_ERROR(writer->Close());
-    const double raw_rate = raw_server.PushRate(static_cast<int64_t>(request_bytes), seconds);
-    report.Add("gRPC insert, state transitions", rate, "items/s", "-", 0);
-    report.Add("gRPC insert, state transitions (wire bytes)", rate * bytes_per_item / kMB, "MB/s",
-               absl::StrFormat("raw gRPC push, %.0f B msgs", request_bytes), raw_rate / kMB);
-  }
+    report.Add(absl::StrCat("gRPC insert, ", what, " transitions"), best, "items/s", "-", 0);
+    report.Add(absl::StrCat("gRPC insert, ", what, " transitions (wire bytes)"), best * bytes_per_item / kMB, "MB/s",
+               absl::StrFormat("raw gRPC push, %.0f B msgs", request_bytes), best_raw / kMB);
+    return absl::OkStatus();
+  };
+  // Pixels: frames compressed beforehand (by the actor's env threads).
+  long cursor = 0;
+  RETURN_IF_ERROR(insert_figures("pixel", 16, [&](replay::Writer& writer, long n) {
+    return InsertPixels(writer, nullptr, &wire, n, &cursor);
+  }));
+  RETURN_IF_ERROR(insert_figures("state", 64, [&](replay::Writer& writer, long n) { return InsertState(writer, n); }));
   for (const char* table : {"state", "pixels"}) {
     // Sample: the response carries compressed frames; the client decodes.
     ASSIGN_OR_RETURN(auto sampler, remote->NewSampler({.table = table, .batch_size = kBatch}));

@@ -1,5 +1,6 @@
 #include "replay/client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -86,30 +87,58 @@ absl::Status Writer::Insert(const std::string& table, double priority, const std
   const uint64_t oldest = next_frame_key_ > static_cast<uint64_t>(options_.frame_window)
                               ? next_frame_key_ - options_.frame_window
                               : 0;
-  proto::ItemData* item = request_.add_items();
-  item->set_table(table);
-  item->set_priority(priority);
   for (size_t f = 0; f < fields.size(); ++f) {
-    const FieldValue& value = fields[f];
-    proto::FieldData* field = item->add_fields();
-    for (uint64_t key : value.frame_keys) {
+    for (uint64_t key : fields[f].frame_keys) {
       if (key >= next_frame_key_ || key < oldest) {
-        request_.mutable_items()->RemoveLast();
         return absl::InvalidArgumentError(absl::StrCat("Insert into '", table, "' field ", f, ": frame key ", key,
                                                        " is not among the last ", options_.frame_window,
                                                        " appended frames [", oldest, ", ", next_frame_key_, ")"));
       }
-      field->add_frame_keys(key);
     }
-    if (value.frame_keys.empty()) {
-      proto::Tensor* t = field->mutable_tensor();
-      t->set_dtype(value.dtype);
-      for (int64_t d : value.shape) t->add_shape(d);
-      t->set_data(value.data, value.bytes);
+  }
+  // Items of one table and field layout share a group: append to the last
+  // one when this item is laid out as it is, else start a new group.
+  proto::ItemGroup* group =
+      request_.item_groups_size() > 0 ? request_.mutable_item_groups(request_.item_groups_size() - 1) : nullptr;
+  auto same_layout = [&] {
+    if (group->table() != table || group->fields_size() != static_cast<int>(fields.size())) return false;
+    for (size_t f = 0; f < fields.size(); ++f) {
+      const proto::FieldLayout& layout = group->fields(f);
+      const FieldValue& value = fields[f];
+      if (!value.frame_keys.empty()) {
+        if (layout.frames() != static_cast<int>(value.frame_keys.size())) return false;
+      } else if (layout.frames() != 0 || layout.dtype() != value.dtype ||
+                 !std::equal(value.shape.begin(), value.shape.end(), layout.shape().begin(), layout.shape().end())) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (group == nullptr || !same_layout()) {
+    group = request_.add_item_groups();
+    group->set_table(table);
+    for (const FieldValue& value : fields) {
+      proto::FieldLayout* layout = group->add_fields();
+      if (!value.frame_keys.empty()) {
+        layout->set_frames(static_cast<int>(value.frame_keys.size()));
+      } else {
+        layout->set_dtype(value.dtype);
+        for (int64_t d : value.shape) layout->add_shape(d);
+      }
+    }
+  }
+  // The item's columns.
+  group->add_priorities(priority);
+  for (const FieldValue& value : fields) {
+    if (!value.frame_keys.empty()) {
+      for (uint64_t key : value.frame_keys) group->add_frame_keys(key);
+    } else {
+      group->mutable_dense()->append(static_cast<const char*>(value.data), value.bytes);
       request_bytes_ += static_cast<int64_t>(value.bytes);
     }
   }
-  if (request_.items_size() >= options_.max_items_per_request || request_bytes_ >= options_.max_request_bytes) {
+  ++request_items_;
+  if (request_items_ >= options_.max_items_per_request || request_bytes_ >= options_.max_request_bytes) {
     return SendQueued(/*ack=*/false);
   }
   return absl::OkStatus();
@@ -122,11 +151,12 @@ absl::Status Writer::SendQueued(bool ack) {
   request_.set_forget_frames_before(
       next_frame_key_ > static_cast<uint64_t>(options_.frame_window) ? next_frame_key_ - options_.frame_window : 0);
   request_.set_ack(ack);
-  const int items = request_.items_size();
+  const int items = request_items_;
   bytes_sent_ += static_cast<int64_t>(request_.ByteSizeLong());
   absl::Status status = Send(&request_);
   request_.Clear();
   request_bytes_ = 0;
+  request_items_ = 0;
   if (status.ok()) items_sent_ += items;
   return status;
 }
@@ -148,7 +178,9 @@ class LocalWriter : public Writer {
 
  protected:
   absl::Status Send(proto::InsertRequest* request) override {
-    if (closed_ && request->items_size() > 0) return absl::FailedPreconditionError("writer is closed");
+    if (closed_ && (request->items_size() > 0 || request->item_groups_size() > 0)) {
+      return absl::FailedPreconditionError("writer is closed");
+    }
     RETURN_IF_ERROR(session_.Prepare(request));
     return session_.InsertPending(absl::InfiniteDuration());
   }

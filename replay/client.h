@@ -105,6 +105,7 @@ class Writer {
   FrameEncoder encoder_;
   FrameEncoder::Encoded encoded_;
   proto::InsertRequest request_;
+  int request_items_ = 0;
   int64_t request_bytes_ = 0;
   uint64_t next_frame_key_ = 0;
   int64_t items_sent_ = 0;

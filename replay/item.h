@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
@@ -56,10 +57,13 @@ struct Signature {
   bool SameAs(const Signature& other) const;
 };
 
+// Stored inline (one allocation per item, not three) up to the sizes of a
+// pixel transition: a few dense floats and two stacks of 3 frames; larger
+// items spill to the heap.
 struct Item {
-  uint64_t key = 0;                // set by the table on insert
-  std::vector<uint8_t> dense;      // dense fields, concatenated in signature order
-  std::vector<FramePtr> frames;    // pixel fields' frames, concatenated in signature order
+  uint64_t key = 0;                              // set by the table on insert
+  absl::InlinedVector<uint8_t, 48> dense;        // dense fields, concatenated in signature order
+  absl::InlinedVector<FramePtr, 6> frames;       // pixel fields' frames, concatenated in signature order
 };
 
 }  // namespace troupe::replay

@@ -201,10 +201,16 @@ absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
     any_frame_ = true;
     last_frame_key_ = frame->key();
   }
-  // Items: check all before queueing any.
+  // Items, then item groups: check all before queueing any.
   pending_.resize(request->items_size());
   for (int i = 0; i < request->items_size(); ++i) {
     if (absl::Status status = PrepareItem(request->items(i), i, &pending_[i]); !status.ok()) {
+      pending_.clear();
+      return status;
+    }
+  }
+  for (const proto::ItemGroup& group : request->item_groups()) {
+    if (absl::Status status = PrepareGroup(group, static_cast<int>(pending_.size())); !status.ok()) {
       pending_.clear();
       return status;
     }
@@ -216,14 +222,97 @@ absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
   return absl::OkStatus();
 }
 
-absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, Pending* out) {
-  // The table: the previous item's, usually.
-  Table* table = last_table_;
-  if (table == nullptr || table->name() != data.table()) {
-    auto found = replay_->FindTable(data.table());
+absl::StatusOr<Table*> InsertSession::ItemTable(const std::string& name, int index) {
+  // The previous item's, usually.
+  if (last_table_ == nullptr || last_table_->name() != name) {
+    auto found = replay_->FindTable(name);
     if (!found.ok()) return absl::NotFoundError(absl::StrCat("item ", index, ": ", found.status().message()));
-    table = last_table_ = *found;
+    last_table_ = *found;
   }
+  return last_table_;
+}
+
+absl::StatusOr<FramePtr> InsertSession::ItemFrame(uint64_t key, const FieldSpec& spec,
+                                                  absl::FunctionRef<std::string()> at) const {
+  auto it = frames_.find(key);
+  if (it == frames_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at(), ": frame key ", key, " was not sent on this stream (or was forgotten)"));
+  }
+  const Frame& frame = *it->second;
+  if (frame.height() != spec.shape[0] || frame.width() != spec.shape[1] || frame.channels() != spec.shape[2]) {
+    const int64_t got[3] = {frame.height(), frame.width(), frame.channels()};
+    return absl::InvalidArgumentError(absl::StrCat(at(), ": frame key ", key, " is ",
+                                                   ShapeString(proto::DTYPE_UINT8, got, 3), ", expected ",
+                                                   ShapeString(spec.dtype, spec.shape.data(), 3)));
+  }
+  return it->second;
+}
+
+absl::Status InsertSession::PrepareGroup(const proto::ItemGroup& group, int first) {
+  ASSIGN_OR_RETURN(Table * table, ItemTable(group.table(), first));
+  const Signature& signature = table->signature();
+  const int64_t n = group.priorities_size();
+  // Error messages are built only on the error path.
+  auto where = [&] { return absl::StrCat("item ", first, " (table '", group.table(), "')"); };
+  // The layout, once for all its items: as ItemData items are checked.
+  if (group.fields_size() != static_cast<int>(signature.fields.size())) {
+    std::vector<std::string> names;
+    for (const auto& f : signature.fields) names.push_back(f.name);
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": has ", group.fields_size(), " fields, the table has ",
+                                                   signature.fields.size(), " (", absl::StrJoin(names, ", "), ")"));
+  }
+  for (size_t f = 0; f < signature.fields.size(); ++f) {
+    const FieldSpec& spec = signature.fields[f];
+    const proto::FieldLayout& layout = group.fields(f);
+    auto at = [&] { return absl::StrCat(where(), " field '", spec.name, "'"); };
+    if (spec.frames == 0) {
+      const bool same_shape =
+          std::equal(spec.shape.begin(), spec.shape.end(), layout.shape().begin(), layout.shape().end());
+      if (layout.frames() != 0 || layout.dtype() != spec.dtype || !same_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at(), ": expected ", ShapeString(spec.dtype, spec.shape.data(), spec.shape.size()), ", got ",
+            layout.frames() != 0 ? absl::StrCat(layout.frames(), " frame keys")
+                                 : ShapeString(layout.dtype(), layout.shape().data(), layout.shape_size())));
+      }
+    } else if (layout.frames() != spec.frames) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at(), ": expected ", spec.frames, " frame keys, got ", layout.frames()));
+    }
+  }
+  if (static_cast<int64_t>(group.dense().size()) != n * signature.dense_bytes ||
+      group.frame_keys_size() != n * signature.num_frames) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "items ", first, "..", first + n - 1, " (table '", group.table(), "'): ", group.dense().size(),
+        " dense bytes and ", group.frame_keys_size(), " frame keys, expected ", n * signature.dense_bytes, " and ",
+        n * signature.num_frames));
+  }
+  // The items.
+  pending_.reserve(pending_.size() + n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double priority = group.priorities(i);
+    if (!std::isfinite(priority) || priority < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("item ", first + i, " (table '", group.table(), "'): priority ",
+                                                     priority, " must be finite and >= 0"));
+    }
+    auto item = std::make_shared<Item>();
+    item->dense.assign(group.dense().data() + i * signature.dense_bytes,
+                       group.dense().data() + (i + 1) * signature.dense_bytes);
+    item->frames.resize(signature.num_frames);
+    const uint64_t* keys = group.frame_keys().data() + i * signature.num_frames;
+    for (const FieldSpec& spec : signature.fields) {
+      for (int32_t j = 0; j < spec.frames; ++j) {
+        auto at = [&] { return absl::StrCat("item ", first + i, " (table '", group.table(), "') field '", spec.name, "'"); };
+        ASSIGN_OR_RETURN(item->frames[spec.offset + j], ItemFrame(keys[spec.offset + j], spec, at));
+      }
+    }
+    pending_.push_back(Pending{table, std::move(item), priority});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, Pending* out) {
+  ASSIGN_OR_RETURN(Table * table, ItemTable(data.table(), index));
   const Signature& signature = table->signature();
   // Error messages are built only on the error path.
   auto where = [&] { return absl::StrCat("item ", index, " (table '", data.table(), "')"); };
@@ -266,19 +355,7 @@ absl::Status InsertSession::PrepareItem(const proto::ItemData& data, int index, 
           absl::StrCat(at(), ": expected ", spec.frames, " frame keys, got ", field.frame_keys_size()));
     }
     for (int j = 0; j < spec.frames; ++j) {
-      const uint64_t key = field.frame_keys(j);
-      auto it = frames_.find(key);
-      if (it == frames_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            at(), ": frame key ", key, " was not sent on this stream (or was forgotten)"));
-      }
-      const Frame& frame = *it->second;
-      if (frame.height() != spec.shape[0] || frame.width() != spec.shape[1] || frame.channels() != spec.shape[2]) {
-        const int64_t got[3] = {frame.height(), frame.width(), frame.channels()};
-        return absl::InvalidArgumentError(absl::StrCat(at(), ": frame key ", key, " is ", ShapeString(proto::DTYPE_UINT8, got, 3),
-                                                       ", expected ", ShapeString(spec.dtype, spec.shape.data(), 3)));
-      }
-      item->frames[spec.offset + j] = it->second;
+      ASSIGN_OR_RETURN(item->frames[spec.offset + j], ItemFrame(field.frame_keys(j), spec, at));
     }
   }
   *out = Pending{table, std::move(item), data.priority()};

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -133,6 +134,12 @@ class InsertSession {
   };
 
   absl::Status PrepareItem(const proto::ItemData& data, int index, Pending* out);
+  // Checks a group's layout once, then queues its items (numbered from `first`).
+  absl::Status PrepareGroup(const proto::ItemGroup& group, int first);
+  // The table named by item `index`; NotFound naming the item.
+  absl::StatusOr<Table*> ItemTable(const std::string& name, int index);
+  // The held frame `key`, of `spec`'s frame shape; `at` names the field in errors.
+  absl::StatusOr<FramePtr> ItemFrame(uint64_t key, const FieldSpec& spec, absl::FunctionRef<std::string()> at) const;
 
   Replay* replay_;
   FrameCompressor compressor_;

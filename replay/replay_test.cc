@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -128,6 +129,42 @@ TEST(ReplayTest, ServerRejectsFrameKeysItDoesNotHold) {
   const absl::Status status = session.Prepare(&request);
   EXPECT_EQ(status.message(),
             "item 0 (table 'pixels') field 'obs': frame key 7 was not sent on this stream (or was forgotten)");
+}
+
+TEST(ReplayTest, ItemGroupWithWrongColumnsOrPriorityIsRefusedWhole) {
+  Embedded e(TestConfig());
+  InsertSession session(e.replay.get());
+  // Two "state" items (obs float32[24], action float32[2]) in columns.
+  auto group_request = [](int dense_bytes, double second_priority) {
+    proto::InsertRequest request;
+    proto::ItemGroup* group = request.add_item_groups();
+    group->set_table("state");
+    for (int size : {24, 2}) {
+      proto::FieldLayout* layout = group->add_fields();
+      layout->set_dtype(proto::DTYPE_FLOAT32);
+      layout->add_shape(size);
+    }
+    group->add_priorities(1.0);
+    group->add_priorities(second_priority);
+    group->set_dense(std::string(dense_bytes, '\0'));
+    return request;
+  };
+  proto::InsertRequest request = group_request(/*dense_bytes=*/200, 1.0);
+  absl::Status status = session.Prepare(&request);
+  EXPECT_EQ(status.message(), "items 0..1 (table 'state'): 200 dense bytes and 0 frame keys, expected 208 and 0");
+  request = group_request(/*dense_bytes=*/208, std::nan(""));
+  status = session.Prepare(&request);
+  EXPECT_EQ(status.message(), "item 1 (table 'state'): priority nan must be finite and >= 0");
+  EXPECT_FALSE(session.has_pending()) << "a bad group queues none of its items";
+  request = group_request(/*dense_bytes=*/208, 2.0);
+  ASSERT_TRUE(session.Prepare(&request).ok());
+  ASSERT_TRUE(session.InsertPending(absl::InfiniteDuration()).ok());
+  EXPECT_EQ(e.replay->Info().tables(1).size(), 2);
+  // A layout that differs from the table's says which field, as for single items.
+  request = group_request(/*dense_bytes=*/208, 1.0);
+  request.mutable_item_groups(0)->mutable_fields(1)->set_frames(3);
+  status = session.Prepare(&request);
+  EXPECT_EQ(status.message(), "item 0 (table 'state') field 'action': expected float32[2], got 3 frame keys");
 }
 
 TEST(ReplayTest, PrioritizedSamplesCarryImportanceWeights) {
