@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -56,10 +57,14 @@ TEST(ConfigTest, MissingFileIsNotFound) {
 }
 
 TEST(ConfigTest, EveryShippedConfigParses) {
-  for (const char* name : {"configs/cartpole_swingup.textproto"}) {
-    auto c = LoadExperimentConfig(std::string(TROUPE_SOURCE_DIR) + "/" + name, {});
-    EXPECT_TRUE(c.ok()) << name << ": " << c.status();
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TROUPE_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".textproto") continue;
+    auto c = LoadExperimentConfig(entry.path().string(), {});
+    EXPECT_TRUE(c.ok()) << entry.path() << ": " << c.status();
+    ++count;
   }
+  EXPECT_GE(count, 8);
 }
 
 }  // namespace

@@ -220,10 +220,44 @@ LearnerStats RlLearner::Stats() const {
   return stats_;
 }
 
+void RlLearner::RecordStats(bool write_row) {
+  const auto now = Clock::now();
+  const int64_t frames = FramesNow();
+  const proto::InfoResponse info = replay_->Info();
+  {
+    std::lock_guard lock(mutex_);
+    stats_.frames = frames;
+    stats_.updates = agent_->updates();
+    stats_.replay_size = info.tables_size() ? info.tables(0).size() : 0;
+    stats_.parameter_version = parameter_store_.version();
+    const int64_t inserted = (frames - frames_before_) / std::max(config_.env().action_repeat(), 1);
+    stats_.samples_per_insert = inserted > 0 ? double(samples_ - samples_before_) / double(inserted) : 0.0;
+    if (write_row) {
+      // Rates and losses over the interval since the last row.
+      const double seconds = std::max(std::chrono::duration<double>(now - last_row_).count(), 1e-9);
+      stats_.updates_per_second = (agent_->updates() - row_updates_) / seconds;
+      stats_.frames_per_second = (frames - row_frames_) / seconds;
+      if (agent_->updates() > row_updates_) {
+        const agents::D4pgMetrics m = agent_->metrics();
+        stats_.critic_loss = m.critic_loss;
+        stats_.actor_loss = m.actor_loss;
+        stats_.q_mean = m.q_mean;
+      }
+    }
+  }
+  if (!write_row) return;
+  WriteMetrics();
+  last_row_ = now;
+  row_updates_ = agent_->updates();
+  row_frames_ = frames;
+}
+
 absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   start_ = Clock::now();
-  auto last_checkpoint = Clock::now(), last_metrics = Clock::now();
-  int64_t rate_updates = agent_->updates(), rate_frames = FramesNow();
+  auto last_checkpoint = Clock::now();
+  last_row_ = Clock::now();
+  row_updates_ = agent_->updates();
+  row_frames_ = FramesNow();
   const int64_t publish_every = std::max(config_.learner().publish_every(), 1);
   const int64_t min_size = std::max<int64_t>(config_.learner().min_replay_size(), config_.learner().batch_size());
   auto done = [&] {
@@ -267,34 +301,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
     // Stats every pass; rates, losses and a metrics row every 2 s, or every
     // 500 updates when training is fast.
     const auto now = Clock::now();
-    const int64_t frames = FramesNow();
-    const bool row_due = now - last_metrics >= std::chrono::seconds(2) || agent_->updates() - rate_updates >= 500;
-    {
-      std::lock_guard lock(mutex_);
-      stats_.frames = frames;
-      stats_.updates = agent_->updates();
-      stats_.replay_size = size;
-      stats_.parameter_version = parameter_store_.version();
-      const int64_t inserted = (frames - frames_before_) / std::max(config_.env().action_repeat(), 1);
-      stats_.samples_per_insert = inserted > 0 ? double(samples_ - samples_before_) / double(inserted) : 0.0;
-      if (row_due) {
-        const double seconds = std::max(std::chrono::duration<double>(now - last_metrics).count(), 1e-9);
-        stats_.updates_per_second = (agent_->updates() - rate_updates) / seconds;
-        stats_.frames_per_second = (frames - rate_frames) / seconds;
-        if (agent_->updates() > rate_updates) {
-          const agents::D4pgMetrics m = agent_->metrics();
-          stats_.critic_loss = m.critic_loss;
-          stats_.actor_loss = m.actor_loss;
-          stats_.q_mean = m.q_mean;
-        }
-      }
-    }
-    if (row_due) {
-      WriteMetrics();
-      last_metrics = now;
-      rate_updates = agent_->updates();
-      rate_frames = frames;
-    }
+    RecordStats(now - last_row_ >= std::chrono::seconds(2) || agent_->updates() - row_updates_ >= 500);
     MaybeEvaluate();
     if (now - last_checkpoint >= std::chrono::seconds(config_.learner().checkpoint_every_s())) {
       RETURN_IF_ERROR(Checkpoint());
@@ -304,7 +311,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   // A stop request closes replay, which ends a blocked Train with Cancelled.
   if (!status.ok() && !(stop && stop->load())) return status;
   evaluator_ = std::jthread();  // let a running evaluation finish
-  WriteMetrics();
+  RecordStats(/*write_row=*/true);
   return Checkpoint();
 }
 

@@ -70,6 +70,9 @@ class RlLearner {
   absl::Status Checkpoint();
   absl::Status Restore();
   void MaybeEvaluate();
+  // Refreshes stats_; with `write_row`, also rates and losses since the last
+  // row, and appends a metrics row. Learner thread only.
+  void RecordStats(bool write_row);
   void WriteMetrics();
   int64_t FramesNow() const;
 
@@ -90,6 +93,8 @@ class RlLearner {
   std::vector<float> policy_parameters_;
   std::unique_ptr<agents::D4pgPolicy> eval_policy_;  // used on the evaluator thread only
   std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_row_;  // when the last metrics row was written
+  int64_t row_updates_ = 0, row_frames_ = 0;        // counters at that row
 
   int64_t frames_before_ = 0;    // frames counted before a resume
   int64_t inserts_before_ = 0;   // replay inserts restored from a checkpoint

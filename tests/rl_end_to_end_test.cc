@@ -207,6 +207,28 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
 }
 
+// The pixel path end to end: frames sent once over gRPC, stacks rebuilt in
+// replay, the encoder trained, the policy acting on stacked frames.
+TEST_F(RlEndToEndTest, PixelRunTrainsOnStackedFramesFromReplay) {
+  const std::string path = dir_ + "/pixels.textproto";
+  std::ofstream(path) << R"(name: "pixels" mode: "rl"
+env { task: "cartpole.swingup" observation: "pixels" render { width: 32 height: 32 } action_repeat: 8 frame_stack: 2 }
+pool { num_envs: 1 num_threads: 1 }
+d4pg { hidden: [32, 32] v_max: 800 conv_channels: 8 encoder_features: 16 augment_pad: 2 }
+learner { batch_size: 16 publish_every: 5 min_replay_size: 100 samples_per_insert: 4 }
+actors { count: 2 random_frames: 400 }
+evaluator { every_frames: 2000 episodes: 1 }
+runs_dir: ")" << dir_ << "/runs\"\ntotal_frames: 3000\n";
+  const int exit_code = Wait(Start({"run", path}, dir_ + "/run.log"), /*seconds=*/240);
+  ASSERT_EQ(exit_code, 0) << Read(dir_ + "/run.log");
+  const auto rows = Metrics(OnlyRunDir(dir_));
+  ASSERT_FALSE(rows.empty()) << Read(dir_ + "/run.log");
+  EXPECT_GE(rows.back()[kFrames], 3000);
+  EXPECT_GT(rows.back()[kUpdates], 20);
+  EXPECT_TRUE(std::isfinite(rows.back()[kCriticLoss]));
+  EXPECT_GT(rows.back()[kCriticLoss], 0);
+}
+
 TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
   const std::string path = dir_ + "/bad.textproto";
   std::ofstream(path) << "mode: \"rl\"\nenv { task: \"cartpole.flip\" }\n";
