@@ -3,7 +3,10 @@
 // floats) and pixel transitions (3 stacked 84x84x3 frames), next to a raw
 // gRPC stream of the same message sizes measured in the same run; and the
 // resident memory per stored pixel transition, with frames rendered from
-// real episodes of cartpole.swingup and walker.walk.
+// real episodes of cartpole.swingup and walker.walk and written as an actor
+// does (Writer::AppendFrame: compressed against a recent similar frame when
+// that pays). Sampling is also given per CPU-second of the sampling thread,
+// since these machines are shared.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/server_builder.h>
 #include <time.h>

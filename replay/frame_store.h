@@ -79,7 +79,8 @@ class Frame {
 // A reusable zstd compression context (one per writer thread). Frames are
 // compressed for fast decoding (sampling decodes ~4 frames per transition):
 // zstd `level` with literals left uncompressed and matches of at least 6
-// bytes, which decodes ~1.5x faster than plain level 1 for ~10% more bytes.
+// bytes. On rendered cartpole/walker frames that decodes ~1.3x faster than
+// plain level 1 for ~13% more bytes (5.5 KB vs 4.9 KB per frame alone).
 class FrameCompressor {
  public:
   explicit FrameCompressor(int level = 1);

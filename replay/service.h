@@ -25,7 +25,8 @@
 //      the batch is full; past the request's timeout_ms, finish
 //      DEADLINE_EXCEEDED; if the client cancelled, finish CANCELLED; if the
 //      server is closing, finish UNAVAILABLE so clients retry elsewhere.
-//   3. Build the response (unique frames once, still compressed) and write it.
+//   3. Build the response (unique frames once, still compressed, each after
+//      the frame it was coded against) and write it.
 //   4. Write done: a failed write means the client is gone: finish. After
 //      num_batches batches finish OK; else go to 2.
 //
