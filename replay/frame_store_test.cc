@@ -166,7 +166,9 @@ TEST(FrameEncoderTest, KeepsReferencesInsideTheWindow) {
     const std::vector<uint8_t> pixels = testing::SceneFrame(t);
     FrameEncoder::Encoded encoded;
     encoder.Encode(t, pixels.data(), kSize, kSize, 3, &encoded);
-    if (encoded.has_reference) EXPECT_GT(encoded.reference_key + 4, static_cast<uint64_t>(t)) << "frame " << t;
+    if (encoded.has_reference) {
+      EXPECT_GT(encoded.reference_key + 4, static_cast<uint64_t>(t)) << "frame " << t;
+    }
   }
 }
 
