@@ -8,7 +8,7 @@
 namespace troupe::actors {
 
 absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
-                                uint64_t seed) {
+                                uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version) {
   int action_size = 0;
   ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
   config::EnvConfig env_config = config.env();
@@ -30,11 +30,23 @@ absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::
   if (pixels) {
     for (int i = 0; i < episodes; ++i) stack.Reset(i, batch.pixels.data() + size_t(i) * env_spec.pixel_bytes());
   }
+  // The first env's episode goes to the live viewers, if any.
+  if (publisher) {
+    publisher->BeginEpisode();
+    publisher->Publish(pool->env(0).model(), pool->env(0).data(), /*step=*/0, /*last=*/false, {}, 0.0,
+                       parameter_version);
+  }
+  int64_t step = 0;
   int remaining = episodes;
   while (remaining > 0) {
     RETURN_IF_ERROR(policy.Act(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, episodes,
                                actions.data()));
     ASSIGN_OR_RETURN(batch, pool->Step(actions));
+    if (publisher && !done[0]) {
+      const bool last = batch.step_type[0] == uint8_t(envs::StepType::kLast);
+      publisher->Publish(pool->env(0).model(), pool->env(0).data(), ++step, last,
+                         std::span<const float>(actions.data(), action_size), batch.reward[0], parameter_version);
+    }
     for (int i = 0; i < episodes; ++i) {
       if (pixels) stack.Push(i, batch.pixels.data() + size_t(i) * env_spec.pixel_bytes());
       if (done[i]) continue;  // finished envs idle (they auto-reset) until all are done

@@ -62,6 +62,8 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // One port for replay inserts and parameter streams.
   l->replay_service_ = std::make_unique<replay::ReplayService>(l->replay_.get(), replay_config.worker_threads());
   l->parameter_service_ = std::make_unique<ParameterService>(&l->parameter_store_);
+  l->episode_publisher_ = std::make_unique<actors::EpisodePublisher>(config.env().task(), config.env().action_repeat());
+  l->episode_service_ = std::make_unique<actors::EpisodeStreamService>(l->episode_publisher_.get());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config.learner().listen(), grpc::InsecureServerCredentials(), &port);
@@ -69,6 +71,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   builder.SetMaxSendMessageSize(int(replay_config.max_message_bytes()));
   builder.RegisterService(l->replay_service_.get());
   builder.RegisterService(l->parameter_service_.get());
+  builder.RegisterService(l->episode_service_.get());
   l->server_ = builder.BuildAndStart();
   if (!l->server_ || port == 0) {
     return absl::UnavailableError(
@@ -107,6 +110,7 @@ RlLearner::~RlLearner() {
   Interrupt();
   evaluator_ = std::jthread();  // joins
   parameter_store_.Close();
+  if (episode_publisher_) episode_publisher_->Close();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
 }
 
@@ -169,7 +173,8 @@ void RlLearner::MaybeEvaluate() {
     absl::Status status = eval_policy_->SetParameters(snapshot);
     if (status.ok()) {
       auto result = actors::Evaluate(config_, *eval_policy_, config_.evaluator().episodes(),
-                                     config_.env().seed() + 7777 + uint64_t(updates));
+                                     config_.env().seed() + 7777 + uint64_t(updates), episode_publisher_.get(),
+                                     updates);
       if (result.ok()) value = *result;
       status = result.status();
     }

@@ -20,6 +20,7 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "actors/episode_stream.h"
 #include "learner/agents/d4pg.h"
 #include "learner/replicator/replicator.h"
 #include "learner/service/parameter_service.h"
@@ -84,6 +85,8 @@ class RlLearner {
   std::unique_ptr<replay::ReplayService> replay_service_;
   ParameterStore parameter_store_;
   std::unique_ptr<ParameterService> parameter_service_;
+  std::unique_ptr<actors::EpisodePublisher> episode_publisher_;  // the evaluator's episodes, for troupe view --live
+  std::unique_ptr<actors::EpisodeStreamService> episode_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::unique_ptr<replicator::Replicator> replicator_;

@@ -1,0 +1,149 @@
+#include "actors/episode_stream.h"
+
+#include <deque>
+
+namespace troupe::actors {
+
+int64_t EpisodePublisher::BeginEpisode() {
+  std::lock_guard lock(mutex_);
+  return ++episode_;
+}
+
+void EpisodePublisher::Publish(const mjModel* model, const mjData* data, int64_t step, bool last,
+                               std::span<const float> action, double reward, int64_t parameter_version) {
+  // Nobody following: nothing to build.
+  std::lock_guard lock(mutex_);
+  if (listeners_.empty() || closed_) return;
+  auto state = std::make_shared<proto::EpisodeState>();
+  state->set_task(task_);
+  state->set_action_repeat(action_repeat_);
+  state->set_episode(episode_);
+  state->set_step(step);
+  state->set_last(last);
+  state->set_time(data->time);
+  state->mutable_qpos()->Add(data->qpos, data->qpos + model->nq);
+  state->mutable_qvel()->Add(data->qvel, data->qvel + model->nv);
+  state->mutable_act()->Add(data->act, data->act + model->na);
+  state->mutable_action()->Add(action.begin(), action.end());
+  state->set_reward(reward);
+  state->set_parameter_version(parameter_version);
+  for (Listener* listener : listeners_) listener->OnState(state, false);
+}
+
+int EpisodePublisher::followers() const {
+  std::lock_guard lock(mutex_);
+  return int(listeners_.size());
+}
+
+void EpisodePublisher::Close() {
+  std::lock_guard lock(mutex_);
+  closed_ = true;
+  for (Listener* listener : listeners_) listener->OnState(nullptr, true);
+}
+
+void EpisodePublisher::AddListener(Listener* listener) {
+  std::lock_guard lock(mutex_);
+  listeners_.insert(listener);
+  if (closed_) {
+    listener->OnState(nullptr, true);
+    return;
+  }
+  auto greeting = std::make_shared<proto::EpisodeState>();
+  greeting->set_task(task_);
+  greeting->set_action_repeat(action_repeat_);
+  listener->OnState(std::move(greeting), false);
+}
+
+void EpisodePublisher::RemoveListener(Listener* listener) {
+  std::lock_guard lock(mutex_);
+  listeners_.erase(listener);
+}
+
+namespace {
+
+class FollowReactor final : public grpc::ServerWriteReactor<proto::EpisodeState>, public EpisodePublisher::Listener {
+ public:
+  explicit FollowReactor(EpisodePublisher* publisher) : publisher_(publisher) {
+    // Step 1: register; the greeting comes at once.
+    publisher_->AddListener(this);
+  }
+
+  // Step 2: a state to send (or the publisher closing).
+  void OnState(std::shared_ptr<const proto::EpisodeState> state, bool closed) override {
+    std::lock_guard lock(mutex_);
+    if (closed) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the evaluator's episode stream closed"));
+      return;
+    }
+    // A full queue drops this state and the rest of its episode.
+    if (skipping_ && state->step() == 0) skipping_ = false;
+    if (skipping_ || queue_.size() >= EpisodePublisher::kMaxQueuedStates) {
+      skipping_ = true;
+      return;
+    }
+    queue_.push_back(std::move(state));
+    MaybeWriteLocked();
+  }
+
+  // Step 3: the previous write finished.
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+    queue_.pop_front();
+    if (finishing_) {
+      Finish(pending_finish_);
+    } else if (!ok) {
+      finishing_ = true;
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "episode stream write failed"));
+    } else {
+      MaybeWriteLocked();
+    }
+  }
+
+  // Step 4: the client cancelled (or the server is shutting down).
+  void OnCancel() override {
+    std::lock_guard lock(mutex_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    publisher_->RemoveListener(this);  // no OnState runs after this returns
+    { std::lock_guard lock(mutex_); }
+    delete this;
+  }
+
+ private:
+  void MaybeWriteLocked() {
+    if (finishing_ || writing_ || queue_.empty()) return;
+    writing_ = true;
+    StartWrite(queue_.front().get());  // the front stays queued until its write completes
+  }
+
+  void FinishLocked(const grpc::Status& status) {
+    if (finishing_) return;
+    finishing_ = true;
+    if (writing_) {
+      pending_finish_ = status;  // finished once the write completes
+    } else {
+      Finish(status);
+    }
+  }
+
+  EpisodePublisher* publisher_;
+  std::mutex mutex_;
+  // All guarded by mutex_.
+  std::deque<std::shared_ptr<const proto::EpisodeState>> queue_;
+  bool skipping_ = false;
+  bool writing_ = false;
+  bool finishing_ = false;
+  grpc::Status pending_finish_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<proto::EpisodeState>* EpisodeStreamService::Follow(grpc::CallbackServerContext* context,
+                                                                           const proto::FollowRequest* request) {
+  return new FollowReactor(publisher_);
+}
+
+}  // namespace troupe::actors
