@@ -118,17 +118,22 @@ TEST(ViewPlanTest, BadRequestsAreClearErrors) {
   EXPECT_THAT(PlanView({.run_dir = "/nonexistent/run"}).status().message(), HasSubstr("/nonexistent/run"));
 }
 
-TEST(ViewPlanTest, CheckpointAndLiveSourcesSayTheyAreNotAvailableYet) {
+TEST(ViewPlanTest, ACheckpointInAScriptedRunIsRefusedNamingTheMode) {
   const std::string dir = ScriptedRunDir("seams");
   fs::create_directories(dir + "/checkpoints");
   std::ofstream(dir + "/checkpoints/agent.ckpt") << "x";
   auto plan = PlanView({.run_dir = dir});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->mode, ViewPlan::Mode::kCheckpoint);
-  EXPECT_EQ(MakeSource(*plan).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(MakeSource(*plan).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(MakeSource(*plan).status().message(), HasSubstr("mode 'scripted'"));
+}
+
+TEST(ViewPlanTest, LiveTakesTheAddress) {
   auto live = PlanView({.live = "127.0.0.1:7070"});
   ASSERT_TRUE(live.ok()) << live.status();
-  EXPECT_THAT(MakeSource(*live).status().message(), HasSubstr("127.0.0.1:7070"));
+  EXPECT_EQ(live->mode, ViewPlan::Mode::kLive);
+  EXPECT_EQ(live->live_address, "127.0.0.1:7070");
 }
 
 TEST(DisplayTest, NoDisplayIsAClearErrorSuggestingXvfbRun) {

@@ -106,12 +106,16 @@ bool Simulation::WaitUntilIdle(absl::Duration timeout) const {
 
 absl::Status Simulation::ResetLocked() {
   ASSIGN_OR_RETURN(SourceStep step, source_->ApplyReset());
+  BeginEpisodeLocked(step);
+  return absl::OkStatus();
+}
+
+void Simulation::BeginEpisodeLocked(const SourceStep& step) {
   ++status_.episode;
   status_.step = 0;
   status_.episode_return = 0;
   std::fill(status_.action.begin(), status_.action.end(), 0.0f);
   Record(step);
-  return absl::OkStatus();
 }
 
 void Simulation::Record(const SourceStep& step) {
@@ -125,6 +129,7 @@ void Simulation::Record(const SourceStep& step) {
   status_.pixel_width = step.pixel_width;
   status_.pixel_height = step.pixel_height;
   status_.version = source_->Version();
+  status_.policy = source_->Describe();
 }
 
 void Simulation::Loop(std::stop_token stop) {
@@ -185,6 +190,16 @@ void Simulation::Loop(std::stop_token stop) {
       status_.error = step.status();
       status_.paused = true;
       pending_steps_ = 0;
+    } else if (step->idle) {
+      status_.version = source_->Version();  // nothing happened to count
+      status_.policy = source_->Describe();
+    } else if (step->step_type == envs::StepType::kFirst) {
+      // The source started a new episode by itself (a live stream).
+      if (status_.step > 0) {
+        status_.last_episode_return = status_.episode_return;
+        status_.has_last_episode = true;
+      }
+      BeginEpisodeLocked(*step);
     } else {
       Record(*step);
       if (step->step_type == envs::StepType::kLast) {
@@ -199,7 +214,7 @@ void Simulation::Loop(std::stop_token stop) {
     }
     ++steps_since_sync;
     // Steps per second over the last second.
-    ++rate_steps;
+    if (!step.ok() || !step->idle) ++rate_steps;
     const double elapsed = std::chrono::duration<double>(Clock::now() - rate_start).count();
     if (elapsed >= 1.0) {
       status_.steps_per_second = rate_steps / elapsed;

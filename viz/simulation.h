@@ -89,6 +89,8 @@ class Simulation {
   void Loop(std::stop_token stop);
   // Apply a reset or a step under the lock and fold it into status_.
   absl::Status ResetLocked();
+  // A new episode in status_ (counters zeroed), starting with `step`.
+  void BeginEpisodeLocked(const SourceStep& step);
   void Record(const SourceStep& step);
 
   std::unique_ptr<EpisodeSource> source_;  // made, used and destroyed on the physics thread

@@ -8,8 +8,10 @@
 #include "absl/time/time.h"
 #include "common/image.h"
 #include "common/status_macros.h"
+#include "viz/policies/checkpoint.h"
 #include "viz/policies/scripted.h"
 #include "viz/run_directory.h"
+#include "viz/sources/live.h"
 #include "viz/sources/policy_episodes.h"
 
 namespace troupe::viz {
@@ -64,6 +66,16 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
   // its checkpoint unless a scripted policy was asked for.
   ASSIGN_OR_RETURN(RunDirectory run, OpenRunDirectory(request.run_dir));
   plan.run_dir = run.path;
+  // A GAN run: its sample grids and FID curve, no env.
+  if (run.config.mode() == "gan") {
+    if (!request.checkpoint.empty() || !request.policy.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          run.path, " is a GAN run (mode \"gan\"): troupe view shows its samples and FID curve; "
+                    "--checkpoint and --policy are for RL runs"));
+    }
+    plan.mode = ViewPlan::Mode::kGan;
+    return plan;
+  }
   ASSIGN_OR_RETURN(plan.env, envs::EnvOptions::FromConfig(run.config.env()));
   plan.env.seed = request.seed;
   namespace fs = std::filesystem;
@@ -75,6 +87,7 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
   }
   ASSIGN_OR_RETURN(plan.checkpoint, ChooseCheckpoint(run, request.checkpoint));
   plan.mode = ViewPlan::Mode::kCheckpoint;
+  plan.config = run.config;
   return plan;
 }
 
@@ -86,18 +99,18 @@ absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan) 
                        PolicyEpisodes::Create(plan.env, std::make_unique<ScriptedPolicy>(kind, plan.env.seed)));
       return std::unique_ptr<EpisodeSource>(std::move(source));
     }
-    case ViewPlan::Mode::kCheckpoint:
-      // Next: a CheckpointPolicy (viz/policies/checkpoint.*) wrapping the
-      // learner's D4pgPolicy loaded from plan.checkpoint, checking the run's
-      // task against plan.env.task, into PolicyEpisodes like the scripted one.
-      return absl::UnimplementedError(absl::StrCat(
-          "found checkpoint ", plan.checkpoint, ", but the viewer cannot load checkpoint policies yet. "
-          "Watch the task's scripted controller meanwhile: troupe view ", plan.run_dir, " --policy controller"));
-    case ViewPlan::Mode::kLive:
-      // Next: a LiveEpisodes source (viz/sources/live.*) following the
-      // evaluator's state stream.
-      return absl::UnimplementedError(absl::StrCat("--live ", plan.live_address,
-                                                   ": the viewer has no client for the evaluator's episode stream yet"));
+    case ViewPlan::Mode::kCheckpoint: {
+      ASSIGN_OR_RETURN(auto policy, CheckpointPolicy::Load(plan.config, plan.checkpoint));
+      ASSIGN_OR_RETURN(auto source, PolicyEpisodes::Create(plan.env, std::move(policy)));
+      return std::unique_ptr<EpisodeSource>(std::move(source));
+    }
+    case ViewPlan::Mode::kGan:
+      return absl::FailedPreconditionError(
+          absl::StrCat(plan.run_dir, " is a GAN run: it has samples and an FID curve, not episodes"));
+    case ViewPlan::Mode::kLive: {
+      ASSIGN_OR_RETURN(auto source, LiveEpisodes::Create(plan.live_address));
+      return std::unique_ptr<EpisodeSource>(std::move(source));
+    }
   }
   return absl::InternalError("unknown view mode");
 }
@@ -108,16 +121,22 @@ absl::Status RunView(const ViewRequest& request) {
   ViewerOptions options;
   options.width = request.width;
   options.height = request.height;
-  options.task = plan.env.task;
-  options.title = plan.run_dir.empty() ? absl::StrCat("troupe view: ", plan.env.task)
+  // The live task is known once the stream greets (the HUD's policy line names it).
+  options.task = plan.mode == ViewPlan::Mode::kGan ? "gan" : plan.mode == ViewPlan::Mode::kLive ? "" : plan.env.task;
+  options.title = plan.mode == ViewPlan::Mode::kLive ? absl::StrCat("troupe view --live ", plan.live_address)
+                  : plan.run_dir.empty()                ? absl::StrCat("troupe view: ", plan.env.task)
                                        : absl::StrCat("troupe view: ", plan.run_dir);
   options.screenshot_dir = request.screenshot_dir;
   options.curves = std::move(plan.curves);
   // The window first (see Viewer::Show), then the env and its physics thread.
   ASSIGN_OR_RETURN(auto viewer, Viewer::Create(std::move(options)));
-  ASSIGN_OR_RETURN(auto simulation, Simulation::Create([&plan] { return MakeSource(plan); },
-                                                       {.start_paused = request.paused, .speed = request.speed}));
-  RETURN_IF_ERROR(viewer->Show(std::move(simulation)));
+  if (plan.mode == ViewPlan::Mode::kGan) {
+    RETURN_IF_ERROR(viewer->ShowGan(std::make_unique<GanSamples>(plan.run_dir)));
+  } else {
+    ASSIGN_OR_RETURN(auto simulation, Simulation::Create([&plan] { return MakeSource(plan); },
+                                                         {.start_paused = request.paused, .speed = request.speed}));
+    RETURN_IF_ERROR(viewer->Show(std::move(simulation)));
+  }
   if (request.quit_after_seconds <= 0) return viewer->Run();
   // A timed run: draw until the time is up, then the final screenshot.
   const absl::Time end = absl::Now() + absl::Seconds(request.quit_after_seconds);

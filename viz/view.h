@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "envs/env.h"
+#include "proto/config.pb.h"
 #include "viz/sources/interface.h"
 #include "viz/viewer.h"
 
@@ -34,16 +35,19 @@ struct ViewRequest {
 };
 
 struct ViewPlan {
-  enum class Mode { kScripted, kCheckpoint, kLive };
+  enum class Mode { kScripted, kCheckpoint, kLive, kGan };
   Mode mode = Mode::kScripted;
   envs::EnvOptions env;
   std::string policy = "controller";  // kScripted
   std::string checkpoint;             // kCheckpoint
   std::string live_address;           // kLive
   std::string run_dir;                // "" for --task and --live
+  config::ExperimentConfig config;    // the run's (kCheckpoint; empty otherwise)
   std::vector<CurveFile> curves;      // the run's metrics files
 };
 
+// A run directory whose config has mode "gan" plans kGan (its samples and
+// FID curve; --checkpoint and --policy do not apply: InvalidArgument).
 // Errors: InvalidArgument for a request that names no source or several,
 // a malformed HOST:PORT, an unknown policy; OpenRunDirectory's and
 // ChooseCheckpoint's errors (each naming the directory and what is missing);
@@ -51,9 +55,11 @@ struct ViewPlan {
 absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request);
 
 // The episodes `plan` shows. Scripted: a local env and a ScriptedPolicy.
-// Checkpoint and live: Unimplemented for now (loading the learner's policy
-// and following the evaluator's state stream are the next steps; these are
-// the seams they plug into).
+// Checkpoint: a local env and the checkpoint's policy (CheckpointPolicy::Load's
+// errors: a checkpoint of another task or architecture names what differs).
+// kGan: FailedPrecondition (a GAN run has no episodes; RunView shows it).
+// Live: the evaluator's episode stream (LiveEpisodes::Create's errors:
+// Unavailable naming the address when nothing answers).
 absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan);
 
 // Plans, checks the display, opens the window and runs until it closes.

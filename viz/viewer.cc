@@ -94,29 +94,59 @@ Viewer::~Viewer() {
     mjr_freeContext(&context_);
     mjv_freeScene(&scene_);
   }
+  if (empty_model_) mj_deleteModel(empty_model_);
   if (gl_context_) SDL_GL_DeleteContext(gl_context_);
   if (window_) SDL_DestroyWindow(window_);
   if (sdl_initialized_) SDL_Quit();
 }
 
 absl::Status Viewer::Show(std::unique_ptr<Simulation> simulation) {
-  if (context_made_) {
-    mjr_freeContext(&context_);
-    mjv_freeScene(&scene_);
-    context_made_ = false;
-  }
+  gan_.reset();
   simulation_ = std::move(simulation);
   const mjModel* m = simulation_->model();
-  envs::InstallMujocoErrorHandlers();
-  mjv_defaultScene(&scene_);
-  mjr_defaultContext(&context_);
-  mjv_defaultOption(&option_);
+  RETURN_IF_ERROR(MakeRenderContext(m));
   // The free camera starts closer than MuJoCo's default (which frames the
   // whole floor) and a little above the scene.
   mjv_defaultFreeCamera(m, &free_camera_);
   free_camera_.distance *= 0.5;
   free_camera_.elevation = -15;
   camera_ = -1;
+  return absl::OkStatus();
+}
+
+absl::Status Viewer::ShowGan(std::unique_ptr<GanSamples> samples) {
+  simulation_.reset();
+  gan_ = std::move(samples);
+  // MuJoCo's 2D drawing (pixels, overlays, figures) needs a context made
+  // from some model: an empty one, from an in-memory file.
+  if (!empty_model_) {
+    envs::InstallMujocoErrorHandlers();
+    static const char kEmpty[] = "<mujoco/>";
+    mjVFS vfs;
+    mj_defaultVFS(&vfs);
+    mj_makeEmptyFileVFS(&vfs, "empty.xml", sizeof(kEmpty) - 1);
+    std::copy_n(kEmpty, sizeof(kEmpty) - 1, static_cast<char*>(vfs.filedata[mj_findFileVFS(&vfs, "empty.xml")]));
+    char error[500] = "";
+    empty_model_ = mj_loadXML("empty.xml", &vfs, error, sizeof(error));
+    mj_deleteVFS(&vfs);
+    if (!empty_model_) return absl::InternalError(absl::StrCat("MuJoCo cannot make the GAN view's model: ", error));
+  }
+  RETURN_IF_ERROR(MakeRenderContext(empty_model_));
+  gan_->Refresh();
+  return absl::OkStatus();
+}
+
+absl::Status Viewer::MakeRenderContext(const mjModel* m) {
+  if (context_made_) {
+    mjr_freeContext(&context_);
+    mjv_freeScene(&scene_);
+    context_made_ = false;
+  }
+  SDL_GL_MakeCurrent(window_, gl_context_);
+  envs::InstallMujocoErrorHandlers();
+  mjv_defaultScene(&scene_);
+  mjr_defaultContext(&context_);
+  mjv_defaultOption(&option_);
   int width = 0, height = 0;
   SDL_GL_GetDrawableSize(window_, &width, &height);
   try {
@@ -185,6 +215,19 @@ void Viewer::HandleKey(SDL_Keycode key) {
     case SDLK_ESCAPE:
       quit_ = true;
       break;
+    case SDLK_p:
+      screenshot_requested_ = true;
+      break;
+    case SDLK_h:
+    case SDLK_F1:
+      options_.show_help = !options_.show_help;
+      break;
+    default:
+      break;
+  }
+  // The rest acts on the simulation (none in the GAN view).
+  if (!simulation_) return;
+  switch (key) {
     case SDLK_SPACE:
       simulation_->TogglePaused();
       break;
@@ -203,13 +246,6 @@ void Viewer::HandleKey(SDL_Keycode key) {
       break;
     case SDLK_RIGHTBRACKET:
       simulation_->ScaleSpeed(2.0);
-      break;
-    case SDLK_p:
-      screenshot_requested_ = true;
-      break;
-    case SDLK_h:
-    case SDLK_F1:
-      options_.show_help = !options_.show_help;
       break;
     default:
       break;
@@ -233,7 +269,7 @@ void Viewer::HandleEvent(const SDL_Event& event) {
       break;
     }
     case SDL_MOUSEMOTION: {
-      if (!button_left_ && !button_right_ && !button_middle_) break;
+      if ((!button_left_ && !button_right_ && !button_middle_) || !simulation_) break;
       // Dragging takes over from a fixed camera, starting where it looked.
       if (camera_ >= 0) camera_ = -1;
       // MuJoCo simulate's mapping: left orbits, right pans, middle zooms;
@@ -249,6 +285,7 @@ void Viewer::HandleEvent(const SDL_Event& event) {
       break;
     }
     case SDL_MOUSEWHEEL:
+      if (!simulation_) break;
       if (camera_ >= 0) camera_ = -1;
       mjv_moveCamera(simulation_->model(), mjMOUSE_ZOOM, 0, -0.05 * event.wheel.y, &scene_, &free_camera_);
       break;
@@ -258,7 +295,7 @@ void Viewer::HandleEvent(const SDL_Event& event) {
 }
 
 absl::StatusOr<bool> Viewer::RunFrames(int frames) {
-  if (!simulation_) return absl::FailedPreconditionError("Viewer::RunFrames before Show(simulation)");
+  if (!simulation_ && !gan_) return absl::FailedPreconditionError("Viewer::RunFrames before Show or ShowGan");
   for (int i = 0; i < frames && !quit_; ++i) {
     SDL_Event event;
     while (SDL_PollEvent(&event)) HandleEvent(event);
@@ -280,7 +317,7 @@ absl::Status Viewer::Run() {
 }
 
 absl::StatusOr<Image> Viewer::Screenshot() {
-  if (!simulation_) return absl::FailedPreconditionError("Viewer::Screenshot before Show(simulation)");
+  if (!simulation_ && !gan_) return absl::FailedPreconditionError("Viewer::Screenshot before Show or ShowGan");
   Image image;
   RETURN_IF_ERROR(DrawFrame(&image));
   return image;
@@ -310,28 +347,12 @@ absl::Status Viewer::DrawFrame(Image* capture) {
   int width = 0, height = 0;
   SDL_GL_GetDrawableSize(window_, &width, &height);
   const mjrRect viewport = {0, 0, width, height};
-
-  // The state, copied under the simulation's lock.
-  mjvCamera fixed;
-  mjv_defaultCamera(&fixed);
-  fixed.type = mjCAMERA_FIXED;
-  fixed.fixedcamid = camera_;
-  mjvCamera* camera = camera_ >= 0 ? &fixed : &free_camera_;
-  simulation_->Read([&](const mjModel* m, const mjData* d, const SimulationStatus& status) {
-    // mjv_updateScene takes a non-const mjData but only reads it.
-    mjv_updateScene(m, const_cast<mjData*>(d), &option_, nullptr, camera, mjCAT_ALL, &scene_);
-    status_ = status;
-  });
-
-  // The scene, then the 2D layers over it.
-  mjr_setBuffer(mjFB_WINDOW, &context_);
-  mjr_render(viewport, &scene_, &context_);
-  int inset_left = width - kMargin;
-  if (options_.show_agent_view) DrawAgentView(viewport, &inset_left);
-  if (options_.show_actions) DrawActions(viewport, inset_left);
-  if (options_.show_curve) DrawCurve(viewport);
-  if (options_.show_hud) DrawHud(viewport);
-  if (options_.show_help) DrawHelp(viewport);
+  if (gan_) {
+    mjr_setBuffer(mjFB_WINDOW, &context_);
+    DrawGan(viewport);
+  } else {
+    RETURN_IF_ERROR(DrawScene(viewport));
+  }
 
   // Read back the frame before the swap (the back buffer) if asked to.
   if (capture || screenshot_requested_) {
@@ -361,6 +382,32 @@ absl::Status Viewer::DrawFrame(Image* capture) {
     fps_frames_ = 0;
     fps_start_ = Clock::now();
   }
+  return absl::OkStatus();
+}
+
+absl::Status Viewer::DrawScene(const mjrRect& viewport) {
+  const int width = viewport.width;
+  // The state, copied under the simulation's lock.
+  mjvCamera fixed;
+  mjv_defaultCamera(&fixed);
+  fixed.type = mjCAMERA_FIXED;
+  fixed.fixedcamid = camera_;
+  mjvCamera* camera = camera_ >= 0 ? &fixed : &free_camera_;
+  simulation_->Read([&](const mjModel* m, const mjData* d, const SimulationStatus& status) {
+    // mjv_updateScene takes a non-const mjData but only reads it.
+    mjv_updateScene(m, const_cast<mjData*>(d), &option_, nullptr, camera, mjCAT_ALL, &scene_);
+    status_ = status;
+  });
+
+  // The scene, then the 2D layers over it.
+  mjr_setBuffer(mjFB_WINDOW, &context_);
+  mjr_render(viewport, &scene_, &context_);
+  int inset_left = width - kMargin;
+  if (options_.show_agent_view) DrawAgentView(viewport, &inset_left);
+  if (options_.show_actions) DrawActions(viewport, inset_left);
+  if (options_.show_curve) DrawCurve(viewport);
+  if (options_.show_hud) DrawHud(viewport);
+  if (options_.show_help) DrawHelp(viewport);
   return absl::OkStatus();
 }
 
@@ -479,6 +526,98 @@ void Viewer::DrawHud(const mjrRect& viewport) {
 
 void Viewer::DrawHelp(const mjrRect& viewport) {
   mjr_overlay(mjFONT_NORMAL, mjGRID_TOPRIGHT, viewport, kHelpKeys, kHelpActions, &context_);
+}
+
+void Viewer::DrawGan(const mjrRect& viewport) {
+  // Re-read the run's files about once a second.
+  const auto now = Clock::now();
+  if (now >= next_curve_refresh_) {
+    gan_->Refresh();
+    next_curve_refresh_ = now + std::chrono::seconds(1);
+  }
+  mjr_rectangle(viewport, 0.1f, 0.1f, 0.12f, 1.0f);
+
+  // The sample grid on the left, as large as fits, nearest-neighbour (no
+  // smoothing), flipped to OpenGL's bottom-up rows.
+  const int label_height = 30;
+  int grid_right = kMargin;
+  if (const std::optional<Image>& grid = gan_->grid(); grid && grid->width > 0 && grid->height > 0) {
+    const double scale = std::min(double(viewport.width) * 0.6 / grid->width,
+                                  double(viewport.height - 2 * kMargin - label_height) / grid->height);
+    const int w = std::max(1, int(grid->width * scale)), h = std::max(1, int(grid->height * scale));
+    const mjrRect rect = {kMargin, (viewport.height - label_height - h) / 2, w, h};
+    rgb_.resize(size_t(w) * h * 3);
+    const int c = grid->channels;
+    for (int y = 0; y < h; ++y) {
+      const int source_y = std::min(grid->height - 1, int((h - 1 - y) / scale));
+      uint8_t* dst = rgb_.data() + size_t(y) * w * 3;
+      for (int x = 0; x < w; ++x) {
+        const uint8_t* p = grid->at(std::min(grid->width - 1, int(x / scale)), source_y);
+        dst[3 * x] = p[0];
+        dst[3 * x + 1] = p[c >= 3 ? 1 : 0];
+        dst[3 * x + 2] = p[c >= 3 ? 2 : 0];
+      }
+    }
+    mjr_drawPixels(rgb_.data(), nullptr, rect, &context_);
+    const std::string label =
+        absl::StrCat("samples: ", std::filesystem::path(gan_->grid_path()).filename().string());
+    mjr_overlay(mjFONT_NORMAL, mjGRID_BOTTOMLEFT, {rect.left, rect.bottom + h + 4, w, label_height}, label.c_str(),
+                nullptr, &context_);
+    grid_right = rect.left + w + kMargin;
+  } else {
+    mjr_overlay(mjFONT_BIG, mjGRID_BOTTOMLEFT, {kMargin, viewport.height / 2, viewport.width / 2, 60},
+                "waiting for the first sample grid", nullptr, &context_);
+  }
+
+  // The FID curve on the right, lower half.
+  const Curve& fid = gan_->fid();
+  if (!fid.points.empty() && options_.show_curve) {
+    mjvFigure& figure = *figure_;
+    mjv_defaultFigure(&figure);
+    std::snprintf(figure.title, sizeof(figure.title), "FID (lower is better)");
+    std::snprintf(figure.xlabel, sizeof(figure.xlabel), "images seen");
+    std::snprintf(figure.xformat, sizeof(figure.xformat), "%%.3g");
+    std::snprintf(figure.yformat, sizeof(figure.yformat), "%%.1f");
+    figure.flg_extend = 1;
+    const int n = std::min<int>(fid.points.size(), mjMAXLINEPNT);
+    for (int i = 0; i < n; ++i) {
+      const size_t source = n == 1 ? 0 : size_t(double(i) * (fid.points.size() - 1) / (n - 1));
+      figure.linedata[0][2 * i] = float(fid.points[source].first);
+      figure.linedata[0][2 * i + 1] = float(fid.points[source].second);
+    }
+    figure.linepnt[0] = n;
+    figure.linergb[0][0] = 0.95f, figure.linergb[0][1] = 0.6f, figure.linergb[0][2] = 0.15f;
+    const int w = std::max(viewport.width - grid_right - kMargin, 0);
+    if (w > 100) mjr_figure({grid_right, kMargin, w, std::min(viewport.height / 2, 360)}, &figure, &context_);
+  }
+
+  // The HUD, top right.
+  if (options_.show_hud) {
+    std::string age = "-";
+    if (!gan_->grid_path().empty()) {
+      const auto seconds =
+          std::chrono::duration_cast<std::chrono::seconds>(std::filesystem::file_time_type::clock::now() - gan_->grid_time());
+      age = absl::StrCat(std::max<int64_t>(seconds.count(), 0), "s ago");
+    }
+    std::string titles = "Run\nMode\nEvaluations\nImages seen\nLatest FID\nSamples written\nFrames/s";
+    std::string values = absl::StrFormat(
+        "%s\nGAN\n%d\n%s\n%s\n%s\n%.0f", gan_->run_dir(), fid.points.size(),
+        fid.points.empty() ? "-" : absl::StrFormat("%.0f", fid.points.back().first),
+        fid.points.empty() ? "-" : absl::StrFormat("%.2f", fid.points.back().second), age, frames_per_second_);
+    if (!gan_->error().empty()) {
+      titles += "\nError";
+      values += absl::StrCat("\n", gan_->error());
+    }
+    if (!message_.empty() && Clock::now() < message_until_) {
+      titles += "\nMessage";
+      values += absl::StrCat("\n", message_);
+    }
+    mjr_overlay(mjFONT_NORMAL, mjGRID_TOPRIGHT, viewport, titles.c_str(), values.c_str(), &context_);
+  }
+  if (options_.show_help) {
+    mjr_overlay(mjFONT_NORMAL, mjGRID_TOPLEFT, viewport, "P\nH\nEsc", "save PNG screenshot\nthis help\nquit",
+                &context_);
+  }
 }
 
 }  // namespace troupe::viz

@@ -8,6 +8,9 @@
 // on its own thread, and the viewer reads the state under the Simulation's
 // lock once per frame.
 //
+// A GAN run directory has no simulation: ShowGan draws its newest sample
+// grid (pixels unsmoothed) and FID curve instead, re-read once a second.
+//
 // Driving it: Run() until the window closes or Esc, or, headless in tests,
 // RunFrames(n) / InjectKey / Screenshot.
 //
@@ -29,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/image.h"
 #include "viz/curve.h"
+#include "viz/gan_samples.h"
 #include "viz/simulation.h"
 
 namespace troupe::viz {
@@ -68,6 +72,11 @@ class Viewer {
   // cores, while the env's headless pixels stay single-threaded.
   absl::Status Show(std::unique_ptr<Simulation> simulation);
 
+  // Shows a GAN run's samples and FID curve from now on (instead of a
+  // simulation). Internal with MuJoCo's message if its 2D renderer cannot
+  // be made.
+  absl::Status ShowGan(std::unique_ptr<GanSamples> samples);
+
   // Draws frames until the window is closed or Esc is pressed.
   absl::Status Run();
 
@@ -89,6 +98,7 @@ class Viewer {
   absl::StatusOr<std::string> SaveScreenshot();
 
   Simulation& simulation() { return *simulation_; }
+  GanSamples* gan() { return gan_.get(); }
   ViewerOptions& options() { return options_; }
   // -1: the free camera; else the model's fixed camera id.
   int camera() const { return camera_; }
@@ -110,6 +120,12 @@ class Viewer {
   void DrawCurve(const mjrRect& viewport);
   void DrawHud(const mjrRect& viewport);
   void DrawHelp(const mjrRect& viewport);
+  // The simulation's scene and its 2D layers.
+  absl::Status DrawScene(const mjrRect& viewport);
+  // The GAN view: grid, FID figure and its HUD.
+  void DrawGan(const mjrRect& viewport);
+  // (Re)makes MuJoCo's scene and GPU context for `m`.
+  absl::Status MakeRenderContext(const mjModel* m);
   absl::Status WriteScreenshot(const Image& image);
 
   ViewerOptions options_;
@@ -120,6 +136,8 @@ class Viewer {
   bool quit_ = false;
 
   std::unique_ptr<Simulation> simulation_;
+  std::unique_ptr<GanSamples> gan_;
+  mjModel* empty_model_ = nullptr;  // the GAN view's: MuJoCo's 2D drawing needs a context made from a model
   mjvScene scene_;
   mjvOption option_;
   mjrContext context_;

@@ -2,7 +2,7 @@
 // task's mjModel/mjData. One interface, one file pair per implementation:
 //   policy_episodes.*  a local env stepped by a PolicySource (scripted now,
 //                      a checkpoint's policy with issue 5)
-//   live.*             (issue 5) the evaluator's current episode streamed
+//   live.*             the evaluator's current episode streamed
 //                      over gRPC as states; applying one is setting
 //                      qpos/qvel/act/time and calling mj_forward, so no
 //                      pixels cross the wire
@@ -37,6 +37,11 @@ struct SourceStep {
   std::span<const uint8_t> pixels;
   int pixel_width = 0;
   int pixel_height = 0;
+  // ApplyStep only: nothing to count (a live source with no new state, or
+  // one that applied the first state of an episode already begun). A kFirst
+  // from ApplyStep that is not idle starts a new episode by itself (a live
+  // stream that moved on).
+  bool idle = false;
 };
 
 class EpisodeSource {

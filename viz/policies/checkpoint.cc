@@ -1,0 +1,178 @@
+#include "viz/policies/checkpoint.h"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "actors/actor.h"
+#include "common/config.h"
+#include "common/status_macros.h"
+
+namespace troupe::viz {
+namespace fs = std::filesystem;
+namespace {
+
+// The run directory a checkpoint at DIR/checkpoints/NAME belongs to, or ""
+// when its grandparent holds no config.textproto.
+std::string OwningRunDirectory(const std::string& checkpoint_path) {
+  const fs::path dir = fs::path(checkpoint_path).parent_path();
+  if (dir.filename() != "checkpoints") return "";
+  std::error_code ec;
+  const fs::path run = dir.parent_path();
+  return fs::is_regular_file(run / "config.textproto", ec) ? run.string() : "";
+}
+
+// Frames from the learner's counters.txt beside the checkpoint, -1 if none.
+int64_t ReadFrames(const std::string& checkpoint_path) {
+  std::ifstream in(fs::path(checkpoint_path).parent_path() / "counters.txt");
+  std::string key;
+  int64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "frames") return value;
+  }
+  return -1;
+}
+
+std::string Age(std::chrono::seconds age) {
+  const int64_t s = std::max<int64_t>(age.count(), 0);
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrCat(s / 60, "m ", s % 60, "s");
+  return absl::StrCat(s / 3600, "h ", (s % 3600) / 60, "m");
+}
+
+}  // namespace
+
+absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const config::ExperimentConfig& trained,
+                                   const std::string& checkpoint_path) {
+  std::vector<std::string> differences;
+  // One line per differing field: "field: checkpoint A, run B".
+  auto compare = [&](const std::string& field, const std::string& checkpoint, const std::string& run) {
+    if (checkpoint != run) differences.push_back(absl::StrCat(field, ": checkpoint ", checkpoint, ", run ", run));
+  };
+  auto quoted = [](const std::string& s) { return absl::StrCat("'", s, "'"); };
+  auto list = [](const auto& values) { return absl::StrCat("[", absl::StrJoin(values, ", "), "]"); };
+  const config::EnvConfig& a = trained.env();
+  const config::EnvConfig& b = config.env();
+  compare("mode", quoted(trained.mode()), quoted(config.mode()));
+  compare("env.task", quoted(a.task()), quoted(b.task()));
+  compare("env.observation", quoted(a.observation()), quoted(b.observation()));
+  compare("env.action_repeat", absl::StrCat(a.action_repeat()), absl::StrCat(b.action_repeat()));
+  if (a.observation() == "pixels" && b.observation() == "pixels") {
+    compare("env.frame_stack", absl::StrCat(a.frame_stack()), absl::StrCat(b.frame_stack()));
+    compare("env.render (height x width)", absl::StrCat(a.render().height(), "x", a.render().width()),
+            absl::StrCat(b.render().height(), "x", b.render().width()));
+    compare("d4pg.encoder_features", absl::StrCat(trained.d4pg().encoder_features()),
+            absl::StrCat(config.d4pg().encoder_features()));
+    compare("d4pg.conv_channels", absl::StrCat(trained.d4pg().conv_channels()),
+            absl::StrCat(config.d4pg().conv_channels()));
+  }
+  compare("d4pg.hidden", list(trained.d4pg().hidden()), list(config.d4pg().hidden()));
+  compare("d4pg.atoms", absl::StrCat(trained.d4pg().atoms()), absl::StrCat(config.d4pg().atoms()));
+  if (differences.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_path,
+                                                 " was trained for another task or architecture than this run: ",
+                                                 absl::StrJoin(differences, "; ")));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Load(const config::ExperimentConfig& config,
+                                                                         const std::string& checkpoint_path) {
+  if (config.mode() != "rl") {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_path, ": the run's config has mode '",
+                                                   config.mode(), "', but only mode \"rl\" runs have a policy"));
+  }
+  // The checkpoint's own run, when it is another one: compare configs first,
+  // which names the difference better than a parameter shape does.
+  const std::string owner = OwningRunDirectory(checkpoint_path);
+  if (!owner.empty()) {
+    std::ifstream in(fs::path(owner) / "config.textproto");
+    std::stringstream text;
+    text << in.rdbuf();
+    config::ExperimentConfig trained;
+    if (ParseTextConfig(text.str(), (fs::path(owner) / "config.textproto").string(), &trained).ok()) {
+      RETURN_IF_ERROR(CheckCheckpointConfig(config, trained, checkpoint_path));
+    }
+  }
+
+  // The agent on one in-process replica, whatever the run trained on.
+  std::unique_ptr<CheckpointPolicy> policy(new CheckpointPolicy(config, checkpoint_path));
+  policy->config_.mutable_learner()->set_replicas(1);
+  policy->config_.mutable_learner()->set_backend("in_process");
+  ASSIGN_OR_RETURN(policy->spec_, actors::AgentObservationSpec(policy->config_, &policy->action_size_));
+  ASSIGN_OR_RETURN(policy->replicator_, replicator::Replicator::Create({}));
+  ASSIGN_OR_RETURN(policy->agent_, agents::D4pgAgent::Create(policy->config_, policy->spec_, policy->action_size_,
+                                                             policy->replicator_.get()));
+  ASSIGN_OR_RETURN(policy->policy_,
+                   agents::D4pgPolicy::Create(policy->config_.d4pg(), policy->spec_, policy->action_size_));
+  RETURN_IF_ERROR(policy->Reload());
+  return policy;
+}
+
+absl::Status CheckpointPolicy::Reload() {
+  std::error_code ec;
+  const fs::file_time_type modified = fs::last_write_time(path_, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path_, ": ", ec.message()));
+  // The file's names and shapes are checked against this run's agent.
+  if (absl::Status status = agent_->Load(path_); !status.ok()) {
+    if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", path_, " does not fit this run's agent (task ", config_.env().task(), ", observation ",
+        config_.env().observation(), ", d4pg.hidden [", absl::StrJoin(config_.d4pg().hidden(), ", "),
+        "]): it was written for another task or architecture: ", status.message()));
+  }
+  agent_->PolicyParameters(&parameters_);
+  RETURN_IF_ERROR(policy_->SetParameters(parameters_));
+  updates_ = agent_->updates();
+  frames_ = ReadFrames(path_);
+  modified_ = modified;
+  return absl::OkStatus();
+}
+
+std::string CheckpointPolicy::Describe() const {
+  return absl::StrCat("D4PG checkpoint ", fs::path(path_).filename().string(), " (no exploration)");
+}
+
+std::string CheckpointPolicy::Version() const {
+  const auto age = std::chrono::duration_cast<std::chrono::seconds>(fs::file_time_type::clock::now() - modified_);
+  return absl::StrCat("version ", updates_, " (updates)", frames_ >= 0 ? absl::StrCat(", ", frames_, " frames") : "",
+                      ", saved ", Age(age), " ago");
+}
+
+void CheckpointPolicy::BeginEpisode() {
+  std::error_code ec;
+  const fs::file_time_type modified = fs::last_write_time(path_, ec);
+  if (ec || modified == modified_) return;
+  // A failed reload (a file being replaced) keeps the loaded policy.
+  if (!Reload().ok()) modified_ = modified;
+}
+
+absl::Status CheckpointPolicy::Act(const envs::Environment& env, const Observation& observation,
+                                   std::span<float> action) {
+  // From state: the env's state vector as is.
+  if (!spec_.pixels()) {
+    if (int(observation.state.size()) != spec_.state_size) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint policy: state has ", observation.state.size(),
+                                                     " floats, the agent expects ", spec_.state_size));
+    }
+    return policy_->Act(observation.state.data(), nullptr, 1, action.data());
+  }
+  // From pixels: the env's [H, W, 3k] (frames oldest first along channels)
+  // to the policy's [k, H, W, 3].
+  const size_t pixels = size_t(spec_.height) * spec_.width;
+  const size_t channels = size_t(spec_.frames) * 3;
+  if (observation.pixels.size() != pixels * channels) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint policy: pixel observation has ",
+                                                   observation.pixels.size(), " bytes, the agent expects ",
+                                                   pixels * channels, " (", spec_.frames, " frames of ", spec_.height,
+                                                   "x", spec_.width, ")"));
+  }
+  stacked_.resize(pixels * channels);
+  for (int k = 0; k < spec_.frames; ++k) {
+    uint8_t* out = stacked_.data() + size_t(k) * pixels * 3;
+    for (size_t i = 0; i < pixels; ++i) std::copy_n(observation.pixels.data() + i * channels + 3 * k, 3, out + 3 * i);
+  }
+  return policy_->Act(nullptr, stacked_.data(), 1, action.data());
+}
+
+}  // namespace troupe::viz
