@@ -1,5 +1,8 @@
 #include "bench/bench.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -46,18 +49,36 @@ std::string Report::ToJson() const {
   return out + "\n]}\n";
 }
 
-double MeasureRate(double seconds, const std::function<void(long iterations)>& body) {
-  using Clock = std::chrono::steady_clock;
+namespace {
+
+// Seconds on `clock_id` (CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID).
+double Now(clockid_t clock_id) {
+  timespec t;
+  clock_gettime(clock_id, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+double Measure(clockid_t clock_id, double seconds, const std::function<void(long iterations)>& body) {
   long iterations = 1;
   for (;;) {
-    const auto start = Clock::now();
+    const double start = Now(clock_id);
     body(iterations);
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = Now(clock_id) - start;
     if (elapsed >= seconds) return iterations / elapsed;
     // Aim for the target time with some headroom, growing at least 2x.
     const double scale = elapsed > 0 ? 1.2 * seconds / elapsed : 10.0;
     iterations = static_cast<long>(iterations * std::max(2.0, std::min(scale, 100.0)));
   }
+}
+
+}  // namespace
+
+double MeasureRate(double seconds, const std::function<void(long iterations)>& body) {
+  return Measure(CLOCK_MONOTONIC, seconds, body);
+}
+
+double MeasureThreadCpuRate(double seconds, const std::function<void(long iterations)>& body) {
+  return Measure(CLOCK_THREAD_CPUTIME_ID, seconds, body);
 }
 
 }  // namespace troupe::bench

@@ -60,6 +60,12 @@ const std::vector<Benchmark>& Benchmarks();
 // call. `body` runs `iterations` units of work.
 double MeasureRate(double seconds, const std::function<void(long iterations)>& body);
 
+// The same on this thread's CPU clock: iterations per CPU-second of the
+// calling thread. For single-threaded loops (rendering included, with
+// llvmpipe on the calling thread) this holds up on a loaded machine, where
+// wall-clock rates measure the neighbours as much as the code.
+double MeasureThreadCpuRate(double seconds, const std::function<void(long iterations)>& body);
+
 }  // namespace troupe::bench
 
 #endif  // TROUPE_BENCH_BENCH_H_

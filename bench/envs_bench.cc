@@ -1,7 +1,8 @@
 // `troupe bench envs`: per task, for state and for 84x84 pixel observations,
-// env steps/s on one thread next to the raw MuJoCo loop doing the same
-// physics (and rendering) on the same model, and the pool's steps/s on all
-// cores next to the single-thread env.
+// env steps per CPU-second on one thread next to the raw MuJoCo loop doing
+// the same physics (and rendering) on the same model (thread CPU clocks, so
+// the ratio holds on a shared machine), and the pool's wall-clock steps/s on
+// all cores next to the single-thread env's wall-clock rate.
 #include <mujoco/mujoco.h>
 
 #include <random>
@@ -27,7 +28,8 @@ std::vector<float> RandomActions(int action_size, uint64_t seed) {
 }
 
 // Raw MuJoCo: substeps x mj_step per control step, optionally followed by
-// the render-and-read-back an observation needs. Returns control steps/s.
+// the render-and-read-back an observation needs. Returns control steps per
+// CPU-second.
 absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model& model, bool pixels,
                                    const std::vector<float>& actions, double seconds) {
   const mjModel* m = model.get();
@@ -50,11 +52,17 @@ absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model
     camera.type = mjCAMERA_FIXED;
     camera.fixedcamid = mj_name2id(m, mjOBJ_CAMERA, info.pixel_camera.c_str());
   }
+  // Episodes start where the env's do (the task's initial states, seed 0),
+  // so both loops simulate the same trajectories.
+  auto task = info.make();
+  RETURN_IF_ERROR(task->Bind(m));
+  std::mt19937_64 rng(0);
   long step = 0;
-  const double rate = MeasureRate(seconds, [&](long iterations) {
+  const double rate = MeasureThreadCpuRate(seconds, [&](long iterations) {
     for (long i = 0; i < iterations; ++i, ++step) {
       if (step % info.episode_steps == 0) {
         mj_resetData(m, d);
+        task->InitializeEpisode(m, d, rng);
         mj_forward(m, d);
       }
       const float* a = &actions[size_t(step % kActionTableSize) * m->nu];
@@ -79,7 +87,7 @@ absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model
 // One env on this thread: control steps/s including observation, reward
 // and (with pixels) rendering, resetting at each episode's end.
 absl::StatusOr<double> EnvRate(const envs::EnvOptions& options, std::shared_ptr<const envs::Model> model,
-                               const std::vector<float>& actions, double seconds) {
+                               const std::vector<float>& actions, double seconds, bool cpu_clock = true) {
   ASSIGN_OR_RETURN(auto env, envs::MakeEnv(options, model));
   const envs::EnvSpec& spec = env->spec();
   std::vector<float> state(spec.state_size);
@@ -88,7 +96,8 @@ absl::StatusOr<double> EnvRate(const envs::EnvOptions& options, std::shared_ptr<
   RETURN_IF_ERROR(env->Reset(out).status());
   absl::Status error;
   long step = 0;
-  const double rate = MeasureRate(seconds, [&](long iterations) {
+  const auto measure = cpu_clock ? MeasureThreadCpuRate : MeasureRate;
+  const double rate = measure(seconds, [&](long iterations) {
     for (long i = 0; i < iterations && error.ok(); ++i, ++step) {
       auto t = env->Step(std::span<const float>(&actions[size_t(step % kActionTableSize) * spec.action_size],
                                                 spec.action_size),
@@ -148,12 +157,15 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       if (pixels) RETURN_IF_ERROR(envs::PrepareRenderer(model));
       ASSIGN_OR_RETURN(double raw, RawLoopRate(info, *model, pixels, actions, seconds));
       ASSIGN_OR_RETURN(double env, EnvRate(env_options, model, actions, seconds));
-      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), env, "steps/s",
+      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), env, "steps/cpu-s",
                  pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", raw);
       const int num_envs = pixels ? 4 * threads : 32 * threads;
       ASSIGN_OR_RETURN(double pool, PoolRate(env_options, num_envs, threads, actions, seconds));
+      // The pool's wall-clock rate against the single thread's wall-clock
+      // rate measured just before it.
+      ASSIGN_OR_RETURN(double env_wall, EnvRate(env_options, model, actions, seconds, /*cpu_clock=*/false));
       report.Add(absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs"), pool,
-                 "steps/s", "the env on 1 thread", env);
+                 "steps/s", "the env on 1 thread (wall clock)", env_wall);
     }
   }
   return report;
