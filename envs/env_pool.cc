@@ -1,7 +1,6 @@
 #include "envs/env_pool.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -77,8 +76,9 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
   // Workers, each with its GL context made before the first job.
   int threads = options.num_threads > 0 ? options.num_threads : int(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::min(threads, pool->num_envs_);
-  pool->num_workers_ = threads;
-  for (int t = 0; t < threads; ++t) {
+  // The caller's thread steps envs inside Recv, so T threads = T - 1 workers.
+  pool->num_workers_ = threads - 1;
+  for (int t = 0; t < pool->num_workers_; ++t) {
     pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels](std::stop_token stop) {
       // Pay for this thread's GL context now; a failure resurfaces at the first render.
       if (pixels) (void)PrepareRenderer(model);
@@ -158,7 +158,7 @@ void EnvPool::WorkerLoop(std::stop_token stop) {
     {
       std::unique_lock lock(mutex_);
       if (!work_ready_.wait(lock, stop, [&] { return !queue_.empty(); })) return;
-      const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_)));
+      const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_ + 1)));
       for (size_t i = 0; i < share; ++i) {
         jobs.push_back(queue_.front());
         queue_.pop_front();
@@ -226,15 +226,19 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   // The previously returned buffer is free again.
   if (next_recv_ > 0) ring_[(next_recv_ - 1) % ring_.size()]->written.store(0, std::memory_order_relaxed);
   Buffer& buffer = *ring_[next_recv_ % ring_.size()];
-  // Spin briefly before sleeping: a batch of cheap steps is often done
-  // sooner than a condition-variable wake-up takes.
-  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-  while (buffer.written.load(std::memory_order_acquire) != batch_size_ && std::chrono::steady_clock::now() < spin_until) {
-    std::this_thread::yield();
-  }
+  // The caller works too: it steps queued envs until none are left, then
+  // sleeps until the workers finish the batch. (Only the owner enqueues, so
+  // no job can arrive while it waits.)
   absl::Status error;
   {
     std::unique_lock lock(mutex_);
+    while (buffer.written.load(std::memory_order_acquire) != batch_size_ && !queue_.empty()) {
+      const Job job = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      RunJob(job);
+      lock.lock();
+    }
     batch_ready_.wait(lock, [&] { return buffer.written.load(std::memory_order_acquire) == batch_size_; });
     error = std::exchange(first_error_, absl::OkStatus());
   }

@@ -9,9 +9,10 @@
 // action is ignored and the result is its kFirst timestep).
 //
 // Threading: Reset/Step/Send/Recv are called from one thread (the owner).
-// Workers take env ids from a mutex-guarded queue; each env is stepped by
-// one worker at a time (an env is in the queue at most once), so envs need
-// no locks. Result slots are claimed with an atomic counter; a batch is
+// T threads step envs: T - 1 workers and the owner itself, which takes jobs
+// while it waits in Recv (no hand-off latency, no oversubscription). Jobs
+// are env ids in a mutex-guarded queue; each env is stepped by one thread at
+// a time (an env is in the queue at most once), so envs need no locks. Result slots are claimed with an atomic counter; a batch is
 // handed to Recv when all its slots are written (counted with an atomic,
 // waited on with a condition variable). Each worker thread has its own GL
 // context (envs/renderer.h).
@@ -70,7 +71,8 @@ class EnvPool {
   // The seed of env `index` in a pool seeded with `base` (so a lone env can
   // reproduce any pool member).
   static uint64_t SeedFor(uint64_t base, int index) { return base + uint64_t(index) * 0x9E3779B97F4A7C15ull; }
-  int num_threads() const { return static_cast<int>(workers_.size()); }
+  // Threads that step envs: the workers and the caller's own (inside Recv).
+  int num_threads() const { return num_workers_ + 1; }
 
   // Sync mode only (batch_size == num_envs): resets every env / steps every
   // env with actions (num_envs x action_size, row i for env i) and blocks
