@@ -35,6 +35,11 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   if (config.mode() == "rl") {
     if (config.actors().count() < 0) return absl::InvalidArgumentError("actors.count: must be >= 0");
     if (config.learner().batch_size() < 1) return absl::InvalidArgumentError("learner.batch_size: must be >= 1");
+    if (config.learner().backend() != "in_process") {
+      return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
+                                                     "': troupe run trains RL replicas in one process "
+                                                     "(\"in_process\", with learner.replicas)"));
+    }
   }
   return absl::OkStatus();
 }

@@ -82,7 +82,11 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // The agent on the Replicator, one sampler per local replica.
   replicator::ReplicatorOptions options;
   if (config.learner().backend() == "mpi") {
-    options.backend = replicator::ReplicatorOptions::Backend::kMpi;
+    // Every rank would need the samples of rank 0's replay; until that is
+    // wired, say so rather than train K-1 replicas on nothing.
+    return absl::UnimplementedError(
+        "learner.backend: \"mpi\" is not supported by the RL learner yet; use learner.replicas with "
+        "\"in_process\" (the Replicator's MPI backend is used by the GAN mode)");
   } else if (config.learner().backend() != "in_process") {
     return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
                                                    "' is neither \"in_process\" nor \"mpi\""));
