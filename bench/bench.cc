@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -79,6 +80,48 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
 
 double MeasureThreadCpuRate(double seconds, const std::function<void(long iterations)>& body) {
   return Measure(CLOCK_THREAD_CPUTIME_ID, seconds, body);
+}
+
+absl::StatusOr<std::string> RunCommand(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  if (rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
+  return out;
+}
+
+absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {
+  if (!std::filesystem::exists("/usr/include/torch/csrc/api/include/torch/torch.h")) {
+    return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
+  }
+  // Compile once (again when the source is newer than the binary).
+  const std::string binary = (std::filesystem::temp_directory_path() / ("troupe_" + name)).string();
+  const std::string source = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/" + name + ".cc";
+  if (!std::filesystem::exists(binary) ||
+      std::filesystem::last_write_time(binary) < std::filesystem::last_write_time(source)) {
+    std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
+    std::fflush(stdout);
+    auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
+                                         binary, ".tmp -ltorch -ltorch_cpu -lc10 2>&1 && mv ", binary, ".tmp ",
+                                         binary));
+    if (!built.ok()) return built.status();
+  }
+  // Its best thread count, 1 or 2.
+  double best = 0;
+  for (int threads : {1, 2}) {
+    auto out = RunCommand(absl::StrCat(binary, " ", threads, " ", args));
+    if (!out.ok()) return out.status();
+    double value = 0;
+    if (std::sscanf(out->c_str(), (key + " %lf").c_str(), &value) != 1) {
+      return absl::InternalError(absl::StrCat("libtorch peer ", name, " printed: ", *out));
+    }
+    best = std::max(best, value);
+  }
+  return best;
 }
 
 }  // namespace troupe::bench

@@ -66,6 +66,16 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
 // wall-clock rates measure the neighbours as much as the code.
 double MeasureThreadCpuRate(double seconds, const std::function<void(long iterations)>& body);
 
+// Runs a shell command; returns its stdout. Internal naming the command and
+// its exit status (with its output) if it fails.
+absl::StatusOr<std::string> RunCommand(const std::string& command);
+
+// A libtorch comparison peer, bench/peers/NAME.cc: compiled once into the
+// temp dir against Debian's libtorch-dev, run as `peer THREADS ARGS` with 1
+// and 2 threads; returns the better number of the "KEY NUMBER" line it
+// prints. NotFound when libtorch-dev is not installed.
+absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key);
+
 }  // namespace troupe::bench
 
 #endif  // TROUPE_BENCH_BENCH_H_

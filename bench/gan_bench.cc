@@ -25,44 +25,10 @@ namespace {
 
 constexpr int kThreads = 2;
 
-absl::StatusOr<std::string> Shell(const std::string& command) {
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  if (const int rc = pclose(p); rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
-  return out;
-}
-
 // The libtorch peer's images/s (best of 1 and 2 threads); NotFound without libtorch-dev.
 absl::StatusOr<double> LibtorchGanRate(int64_t batch, const config::GanConfig& c, double seconds) {
-  if (!std::filesystem::exists("/usr/include/torch/csrc/api/include/torch/torch.h")) {
-    return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
-  }
-  const std::string binary = (std::filesystem::temp_directory_path() / "troupe_libtorch_gan").string();
-  const std::string source = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/libtorch_gan.cc";
-  if (!std::filesystem::exists(binary) ||
-      std::filesystem::last_write_time(binary) < std::filesystem::last_write_time(source)) {
-    std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
-    std::fflush(stdout);
-    auto built = Shell(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
-                                    binary, ".tmp -ltorch -ltorch_cpu -lc10 2>&1 && mv ", binary, ".tmp ", binary));
-    if (!built.ok()) return built.status();
-  }
-  double best = 0;
-  for (int threads : {1, 2}) {
-    auto out = Shell(absl::StrCat(binary, " ", threads, " ", batch, " ", c.generator_channels(), " ", c.noise_size(),
-                                  " ", seconds));
-    if (!out.ok()) return out.status();
-    double rate = 0;
-    if (std::sscanf(out->c_str(), "images_per_second %lf", &rate) != 1) {
-      return absl::InternalError(absl::StrCat("libtorch peer printed: ", *out));
-    }
-    best = std::max(best, rate);
-  }
-  return best;
+  return RunLibtorchPeer("libtorch_gan", absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds),
+                         "images_per_second");
 }
 
 void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); }

@@ -130,47 +130,9 @@ double MeasureEigenGemm(double seconds) {
   return rate * kThreads * 2.0 * kN * kN * kN / 1e9;
 }
 
-// Runs a shell command; returns its stdout.
-absl::StatusOr<std::string> RunCommand(const std::string& command) {
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = pclose(p);
-  if (rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
-  return out;
-}
-
-// The libtorch peer: compiled once into the temp dir, run at 1 and 2 threads;
-// returns the better samples/s. NotFound when libtorch-dev is absent.
+// The libtorch peer on the same network: the better samples/s of 1 and 2 threads.
 absl::StatusOr<double> MeasureLibtorch(int64_t batch, int64_t size, double seconds) {
-  if (!std::filesystem::exists("/usr/include/torch/csrc/api/include/torch/torch.h")) {
-    return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
-  }
-  const std::string binary = (std::filesystem::temp_directory_path() / "troupe_libtorch_drq").string();
-  const std::string source = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/libtorch_drq.cc";
-  if (!std::filesystem::exists(binary) ||
-      std::filesystem::last_write_time(binary) < std::filesystem::last_write_time(source)) {
-    std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
-    std::fflush(stdout);
-    auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
-                                         binary, ".tmp -ltorch -ltorch_cpu -lc10 2>&1 && mv ", binary, ".tmp ",
-                                         binary));
-    if (!built.ok()) return built.status();
-  }
-  double best = 0;
-  for (int threads : {1, 2}) {
-    auto out = RunCommand(absl::StrCat(binary, " ", threads, " ", batch, " ", size, " ", seconds));
-    if (!out.ok()) return out.status();
-    double rate = 0;
-    if (std::sscanf(out->c_str(), "samples_per_second %lf", &rate) != 1) {
-      return absl::InternalError(absl::StrCat("libtorch peer printed: ", *out));
-    }
-    best = std::max(best, rate);
-  }
-  return best;
+  return RunLibtorchPeer("libtorch_drq", absl::StrCat(batch, " ", size, " ", seconds), "samples_per_second");
 }
 
 // K=2 MPI all-reduce of `floats` floats: (troupe ms, raw MPI_Allreduce ms).
