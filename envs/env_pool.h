@@ -144,6 +144,7 @@ class EnvPool {
   std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
   std::condition_variable batch_ready_;  // Recv waits for a full buffer
   std::deque<Job> queue_;                // guarded by mutex_
+  std::atomic<int> queued_{0};           // queue_.size(), written under mutex_, read by spinning workers
   absl::Status first_error_;             // guarded by mutex_
   int num_workers_ = 0;  // set before the workers start
   std::vector<std::jthread> workers_;
