@@ -19,20 +19,18 @@
 namespace troupe::actors {
 namespace {
 
-enum class PolicyKind { kController, kZero, kRandom };
-
-absl::StatusOr<PolicyKind> ParsePolicy(const std::string& kind) {
-  if (kind == "controller") return PolicyKind::kController;
-  if (kind == "zero") return PolicyKind::kZero;
-  if (kind == "random") return PolicyKind::kRandom;
-  return absl::InvalidArgumentError(
-      absl::StrCat("policy.kind: '", kind, "' is not one of \"controller\", \"zero\", \"random\""));
-}
-
 }  // namespace
 
+absl::StatusOr<ScriptedPolicyKind> ParseScriptedPolicyKind(const std::string& kind, const std::string& field) {
+  if (kind == "controller") return ScriptedPolicyKind::kController;
+  if (kind == "zero") return ScriptedPolicyKind::kZero;
+  if (kind == "random") return ScriptedPolicyKind::kRandom;
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": '", kind, "' is not one of \"controller\", \"zero\", \"random\""));
+}
+
 absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& config, const std::atomic<bool>* stop) {
-  ASSIGN_OR_RETURN(PolicyKind policy, ParsePolicy(config.policy().kind()));
+  ASSIGN_OR_RETURN(ScriptedPolicyKind policy, ParseScriptedPolicyKind(config.policy().kind()));
   ASSIGN_OR_RETURN(auto options, envs::EnvPoolOptions::FromConfig(config.env(), config.pool()));
   if (options.batch_size != 0 && options.batch_size != options.num_envs) {
     return absl::InvalidArgumentError("pool.batch_size: a scripted run steps the pool in sync mode; leave it 0");
@@ -66,10 +64,10 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
     // Choose each env's action from its current state.
     for (int i = 0; i < n; ++i) {
       float* a = &actions[size_t(i) * spec.action_size];
-      if (policy == PolicyKind::kController &&
+      if (policy == ScriptedPolicyKind::kController &&
           pool->env(i).task().Controller(pool->env(i).model(), pool->env(i).data(), command.data())) {
         for (int j = 0; j < spec.action_size; ++j) a[j] = float(command[j]);
-      } else if (policy != PolicyKind::kZero) {
+      } else if (policy != ScriptedPolicyKind::kZero) {
         for (int j = 0; j < spec.action_size; ++j) a[j] = uniform(rng);
       }
     }

@@ -16,6 +16,15 @@
 
 namespace troupe::actors {
 
+// The scripted policies: the task's hand-written controller (random where
+// the task has none), zero actions, or uniform random actions.
+enum class ScriptedPolicyKind { kController, kZero, kRandom };
+
+// "controller", "zero" or "random"; InvalidArgument naming `field` and the
+// choices otherwise.
+absl::StatusOr<ScriptedPolicyKind> ParseScriptedPolicyKind(const std::string& kind,
+                                                           const std::string& field = "policy.kind");
+
 struct ScriptedRunResult {
   std::string run_dir;
   int64_t frames = 0;               // env frames: control steps, summed over envs

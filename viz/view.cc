@@ -42,7 +42,7 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
   if (!request.checkpoint.empty() && request.run_dir.empty()) {
     return absl::InvalidArgumentError("--checkpoint goes with a run directory: troupe view RUN_DIR --checkpoint PATH");
   }
-  if (!request.policy.empty()) RETURN_IF_ERROR(ParseScriptedKind(request.policy).status());
+  if (!request.policy.empty()) RETURN_IF_ERROR(actors::ParseScriptedPolicyKind(request.policy, "--policy").status());
   ViewPlan plan;
 
   // --live: the evaluator's stream.
@@ -94,7 +94,7 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
 absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan) {
   switch (plan.mode) {
     case ViewPlan::Mode::kScripted: {
-      ASSIGN_OR_RETURN(ScriptedKind kind, ParseScriptedKind(plan.policy));
+      ASSIGN_OR_RETURN(ScriptedKind kind, actors::ParseScriptedPolicyKind(plan.policy, "--policy"));
       ASSIGN_OR_RETURN(auto source,
                        PolicyEpisodes::Create(plan.env, std::make_unique<ScriptedPolicy>(kind, plan.env.seed)));
       return std::unique_ptr<EpisodeSource>(std::move(source));

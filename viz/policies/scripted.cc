@@ -7,14 +7,6 @@
 
 namespace troupe::viz {
 
-absl::StatusOr<ScriptedKind> ParseScriptedKind(const std::string& kind) {
-  if (kind == "controller") return ScriptedKind::kController;
-  if (kind == "zero") return ScriptedKind::kZero;
-  if (kind == "random") return ScriptedKind::kRandom;
-  return absl::InvalidArgumentError(
-      absl::StrCat("policy '", kind, "' is not one of \"controller\", \"zero\", \"random\""));
-}
-
 std::string ScriptedPolicy::Describe() const {
   switch (kind_) {
     case ScriptedKind::kController:

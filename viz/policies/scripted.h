@@ -9,14 +9,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "actors/scripted_actor.h"
 #include "viz/policies/interface.h"
 
 namespace troupe::viz {
 
-enum class ScriptedKind { kController, kZero, kRandom };
-
-// "controller", "zero" or "random"; InvalidArgument listing them otherwise.
-absl::StatusOr<ScriptedKind> ParseScriptedKind(const std::string& kind);
+// The same choices as `troupe run`'s policy.kind (actors/scripted_actor.h).
+using ScriptedKind = actors::ScriptedPolicyKind;
 
 class ScriptedPolicy : public PolicySource {
  public:
