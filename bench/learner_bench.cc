@@ -53,10 +53,11 @@ struct DrqNetwork {
   }
 
   nn::Var Forward(nn::Tape& t, nn::Var x) {
-    x = nn::Relu(c1(t, params, x));
-    x = nn::Relu(c2(t, params, x));
-    x = nn::Relu(c3(t, params, x));
-    x = nn::Relu(c4(t, params, x));
+    constexpr auto kRelu = nn::FusedActivation::kRelu;
+    x = c1(t, params, x, kRelu);
+    x = c2(t, params, x, kRelu);
+    x = c3(t, params, x, kRelu);
+    x = c4(t, params, x, kRelu);
     x = nn::Tanh(ln(t, params, fc(t, params, nn::Flatten(x))));
     return head(t, params, x);
   }

@@ -34,9 +34,9 @@ Encoder Encoder::Declare(nn::ParameterSet& params, const ObservationSpec& spec, 
 
 nn::Var Encoder::operator()(nn::Tape& tape, Weights weights, nn::Var pixels) const {
   nn::Var h = pixels;
-  // Convolutions with ReLU.
+  // Convolutions with ReLU (fused into the kernel).
   for (const nn::Conv2dLayer& conv : convs) {
-    h = nn::Relu(nn::Conv2d(h, weights(tape, conv.w), weights(tape, conv.b), conv.stride, conv.pad));
+    h = nn::Conv2d(h, weights(tape, conv.w), weights(tape, conv.b), conv.stride, conv.pad, nn::FusedActivation::kRelu);
   }
   // Linear, layer norm, tanh (DrQ's trunk).
   h = nn::Linear(nn::Flatten(h), weights(tape, linear.w), weights(tape, linear.b));

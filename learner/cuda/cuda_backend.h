@@ -111,8 +111,10 @@ class CudaBackend final : public nn::Backend {
   void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
   void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
 
-  void Conv2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b, float* y) override;
-  void Conv2dBackward(const nn::ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
+  void Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                     const float* b, float* y) override;
+  void Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                      const float* y, const float* dy, float* dx, float* dw,
                       float* db) override;
   void ConvTranspose2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b,
                               float* y) override;
@@ -190,7 +192,7 @@ class CudaBackend final : public nn::Backend {
     void* data = nullptr;
     size_t capacity = 0;
   };
-  static constexpr int kScratchSlots = 6;
+  static constexpr int kScratchSlots = 7;
   Buffer scratch_[kScratchSlots];
   double* reduce_result_ = nullptr;  // device double[2]
 };

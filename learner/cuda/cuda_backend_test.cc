@@ -160,18 +160,23 @@ TEST_P(CudaGemmTest, ConvolutionsMatchCpuForwardAndBackward) {
       {.n = 2, .c = 4, .h = 8, .w = 8, .oc = 5, .kh = 3, .kw = 3, .stride = 1, .pad = 1},
       {.n = 2, .c = 3, .h = 8, .w = 8, .oc = 6, .kh = 4, .kw = 4, .stride = 2, .pad = 1},
   };
-  for (const ConvGeometry& g : geometries) {
+  for (const auto& [g, act] : {std::pair{geometries[0], nn::FusedActivation::kNone},
+                               std::pair{geometries[1], nn::FusedActivation::kNone},
+                               std::pair{geometries[2], nn::FusedActivation::kNone},
+                               std::pair{geometries[0], nn::FusedActivation::kRelu},
+                               std::pair{geometries[1], nn::FusedActivation::kRelu}}) {
     const int64_t xs = g.n * g.c * g.h * g.w, ys = g.n * g.oc * g.oh() * g.ow(), ws = g.oc * g.c * g.kh * g.kw;
-    const std::string name = "conv c=" + std::to_string(g.c) + " stride=" + std::to_string(g.stride);
+    const std::string name = "conv c=" + std::to_string(g.c) + " stride=" + std::to_string(g.stride) +
+                             (act == nn::FusedActivation::kRelu ? " relu" : "");
     std::vector<float> x = Random(xs, 1), w = Random(ws, 2), b = Random(g.oc, 3), dy = Random(ys, 4);
     std::vector<float> y(ys), dx = Random(xs, 5), dw = Random(ws, 6), db = Random(g.oc, 7);
     DeviceVector gx(gpu_.get(), x), gw(gpu_.get(), w), gb(gpu_.get(), b), gdy(gpu_.get(), dy), gy(gpu_.get(), y),
         gdx(gpu_.get(), dx), gdw(gpu_.get(), dw), gdb(gpu_.get(), db);
-    cpu_.Conv2dForward(g, x.data(), w.data(), b.data(), y.data());
-    gpu_->Conv2dForward(g, gx.data(), gw.data(), gb.data(), gy.data());
+    cpu_.Conv2dForward(g, act, x.data(), w.data(), b.data(), y.data());
+    gpu_->Conv2dForward(g, act, gx.data(), gw.data(), gb.data(), gy.data());
     ExpectNear(gy.ToHost(), y, Tolerance(), true, name + " forward");
-    cpu_.Conv2dBackward(g, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
-    gpu_->Conv2dBackward(g, gx.data(), gw.data(), gdy.data(), gdx.data(), gdw.data(), gdb.data());
+    cpu_.Conv2dBackward(g, act, x.data(), w.data(), y.data(), dy.data(), dx.data(), dw.data(), db.data());
+    gpu_->Conv2dBackward(g, act, gx.data(), gw.data(), gy.data(), gdy.data(), gdx.data(), gdw.data(), gdb.data());
     ExpectNear(gdx.ToHost(), dx, Tolerance(), true, name + " dx");
     ExpectNear(gdw.ToHost(), dw, Tolerance(), true, name + " dw");
     ExpectNear(gdb.ToHost(), db, 2e-4f, true, name + " db");

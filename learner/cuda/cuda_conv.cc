@@ -1,7 +1,8 @@
 // CudaBackend's dense kernels: cuBLAS GEMM (float32, or bfloat16 inputs with
 // float32 accumulation), row bias, and convolutions as whole-batch im2col +
 // one GEMM. Scratch slots: 0 columns [c*kh*kw, n*P], 1 channel-major
-// activations [oc, n*P], 2/3 bfloat16 copies of GEMM operands.
+// activations [oc, n*P], 2/3 bfloat16 copies of GEMM operands, 6 the gradient
+// through a fused activation [n, oc, P].
 #include <cstdint>
 
 #include <cublas_v2.h>
@@ -81,7 +82,8 @@ void CudaBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, f
   Done("RowBiasBackward");
 }
 
-void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b, float* y) {
+void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                                const float* b, float* y) {
   const kernels::Conv k = Flatten(g);
   const int64_t np = g.n * k.oh * k.ow, ckk = g.c * g.kh * g.kw;
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
@@ -90,13 +92,24 @@ void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, const float* x, const
   kernels::Im2Col(AsStream(stream_), k, x, col);
   GemmStrided(false, false, g.oc, np, ckk, 1.0f, w, ckk, 0, col, np, 0, 0.0f, out, np, 0, 1);
   kernels::ToBatchMajor(AsStream(stream_), g.n, g.oc, k.oh * k.ow, out, b, y, /*accumulate=*/false);
+  if (act == nn::FusedActivation::kRelu) {
+    kernels::ActivationForward(AsStream(stream_), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, np * g.oc);
+  }
   Done("Conv2dForward");
 }
 
-void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
-                                 float* dw, float* db) {
+void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                                 const float* y, const float* dy, float* dx, float* dw, float* db) {
   const kernels::Conv k = Flatten(g);
   const int64_t p = k.oh * k.ow, np = g.n * p, ckk = g.c * g.kh * g.kw;
+  if (act == nn::FusedActivation::kRelu) {
+    // Through the ReLU first (y > 0 exactly where its input was).
+    auto* dpre = static_cast<float*>(Scratch(6, sizeof(float) * g.oc * np));
+    kernels::Fill(AsStream(stream_), dpre, g.oc * np, 0.0f);
+    kernels::ActivationBackward(AsStream(stream_), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, dy, dpre,
+                                g.oc * np);
+    dy = dpre;
+  }
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* dy_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
   // db[oc] += sum of dy over samples and pixels.

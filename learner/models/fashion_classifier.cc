@@ -23,9 +23,10 @@ FashionClassifier::FashionClassifier(nn::ParameterSet& params)
 
 nn::Var FashionClassifier::Logits(nn::Tape& tape, nn::ParameterSet& params, nn::Var images,
                                   nn::Var* features) const {
-  nn::Var h = nn::Relu(conv1_(tape, params, images));  // 28x28
-  h = nn::Relu(conv2_(tape, params, h));               // 14x14
-  h = nn::Relu(conv3_(tape, params, h));               // 7x7
+  constexpr auto kRelu = nn::FusedActivation::kRelu;
+  nn::Var h = conv1_(tape, params, images, kRelu);  // 28x28
+  h = conv2_(tape, params, h, kRelu);               // 14x14
+  h = conv3_(tape, params, h, kRelu);               // 7x7
   h = nn::Relu(fc1_(tape, params, nn::Flatten(h)));
   if (features != nullptr) *features = h;
   return fc2_(tape, params, h);

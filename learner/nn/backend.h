@@ -34,6 +34,10 @@ struct ConvGeometry {
 
 enum class Activation { kRelu, kLeakyRelu, kElu, kTanh, kSigmoid, kSoftplus };
 enum class Binary { kAdd, kSub, kMul };
+// An activation applied inside a convolution kernel, per sample, while its
+// output is still in cache: a pass over memory less, forward and backward,
+// than a separate activation op, and no pre-activation buffer.
+enum class FusedActivation { kNone, kRelu };
 
 class Backend {
  public:
@@ -62,11 +66,13 @@ class Backend {
   virtual void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) = 0;
 
   // --- Convolution (im2col + GEMM) -------------------------------------------
-  // y = conv(x, w) + b (b may be null). y is overwritten.
-  virtual void Conv2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b, float* y) = 0;
-  // Accumulates dx (may be null), dw, db (may be null) from dy.
-  virtual void Conv2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
-                              float* dw, float* db) = 0;
+  // y = act(conv(x, w) + b) (b may be null). y is overwritten.
+  virtual void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                             const float* b, float* y) = 0;
+  // Accumulates dx (may be null), dw, db (may be null) from dy, the gradient of
+  // the forward's output y (which a fused activation's derivative reads).
+  virtual void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                              const float* y, const float* dy, float* dx, float* dw, float* db) = 0;
   // Transposed convolution: x is [n, oc, oh, ow] (the conv's output side),
   // w is [oc, c, kh, kw], y is [n, c, h, w] (overwritten), b has c entries.
   virtual void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,

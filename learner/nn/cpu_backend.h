@@ -37,9 +37,10 @@ class CpuBackend final : public Backend {
   void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
   void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
 
-  void Conv2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b, float* y) override;
-  void Conv2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                      float* db) override;
+  void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* b,
+                     float* y) override;
+  void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* y,
+                      const float* dy, float* dx, float* dw, float* db) override;
   void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                               float* y) override;
   void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
@@ -97,7 +98,8 @@ class CpuBackend final : public Backend {
 
  private:
   // Per-thread scratch of at least `count` floats for slot `slot`
-  // (kind 0: columns, kind 1: weight-gradient partials).
+  // (kind 0: columns, 1: weight-gradient partials, 2: a sample's gradient
+  // through a fused activation, 3: slot 0 only, flipped conv weights).
   float* Scratch(int kind, int slot, int64_t count);
 
   ThreadPool pool_;
@@ -105,7 +107,7 @@ class CpuBackend final : public Backend {
     float* data = nullptr;
     int64_t capacity = 0;
   };
-  std::vector<Buffer> scratch_[2];
+  std::vector<Buffer> scratch_[4];
 };
 
 }  // namespace troupe::nn

@@ -151,7 +151,43 @@ void CpuBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, fl
   }
 }
 
-void CpuBackend::Conv2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b, float* y) {
+namespace {
+
+// y_i = act(y_i + b) over one sample's [oc, p] output, while it is in cache.
+void BiasActivation(FusedActivation act, int64_t oc, int64_t p, const float* b, float* y) {
+  for (int64_t o = 0; o < oc; ++o) {
+    float* yo = y + o * p;
+    const float bo = b != nullptr ? b[o] : 0.0f;
+    if (act == FusedActivation::kRelu) {
+      for (int64_t j = 0; j < p; ++j) yo[j] = std::max(yo[j] + bo, 0.0f);
+    } else if (b != nullptr) {
+      for (int64_t j = 0; j < p; ++j) yo[j] += bo;
+    }
+  }
+}
+
+// Whether dx of a convolution is itself a stride-1 convolution of dy (with
+// the flipped, transposed weights and "full" padding kh - 1 - pad), which is
+// one well-shaped GEMM (inner dimension oc*kh*kw) and no scatter, instead of
+// the GEMM with inner dimension oc and a col2im scatter-add.
+bool DxIsConvolution(const ConvGeometry& g) { return g.stride == 1 && g.kh == g.kw && g.pad <= g.kh - 1; }
+
+// flipped[c, (o, a, b)] = w[o, c, kh-1-a, kw-1-b].
+void FlipWeights(const ConvGeometry& g, const float* w, float* flipped) {
+  const int64_t kk = g.kh * g.kw;
+  for (int64_t o = 0; o < g.oc; ++o) {
+    for (int64_t ch = 0; ch < g.c; ++ch) {
+      const float* src = w + (o * g.c + ch) * kk;
+      float* dst = flipped + (ch * g.oc + o) * kk;
+      for (int64_t j = 0; j < kk; ++j) dst[j] = src[kk - 1 - j];
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                               const float* b, float* y) {
   const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
   const int64_t x_stride = g.c * g.h * g.w, y_stride = g.oc * p;
   // Size every thread's columns before the parallel loop.
@@ -159,29 +195,36 @@ void CpuBackend::Conv2dForward(const ConvGeometry& g, const float* x, const floa
   pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
     float* col = scratch_[0][CurrentWorkerIndex()].data;
     for (int64_t i = begin; i < end; ++i) {
-      // y_i[oc, p] = w[oc, ckk] * col[ckk, p] + b.
+      // y_i[oc, p] = act(w[oc, ckk] * col[ckk, p] + b).
       Im2Col(g, x + i * x_stride, col);
       float* yi = y + i * y_stride;
       GemmSerial(false, false, g.oc, p, ckk, 1.0f, w, ckk, col, p, 0.0f, yi, p);
-      if (b != nullptr) {
-        for (int64_t o = 0; o < g.oc; ++o) {
-          float* yo = yi + o * p;
-          const float bo = b[o];
-          for (int64_t j = 0; j < p; ++j) yo[j] += bo;
-        }
-      }
+      BiasActivation(act, g.oc, p, b, yi);
     }
   });
 }
 
-void CpuBackend::Conv2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
-                                float* dw, float* db) {
-  const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
-  const int64_t x_stride = g.c * g.h * g.w, y_stride = g.oc * p;
+void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                                const float* y, const float* dy, float* dx, float* dw, float* db) {
+  const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw, hw = g.h * g.w;
+  const int64_t x_stride = g.c * hw, y_stride = g.oc * p;
   const int threads = pool_.num_threads();
-  // Per thread: columns, and weight/bias gradient partials (zeroed).
+  const bool dx_as_conv = dx != nullptr && DxIsConvolution(g);
+  // dx as a convolution of dy: its geometry, columns and weights.
+  ConvGeometry back;
+  back.c = g.oc, back.h = g.oh(), back.w = g.ow();
+  back.oc = g.c, back.kh = g.kh, back.kw = g.kw, back.stride = 1, back.pad = g.kh - 1 - g.pad;
+  const int64_t back_rows = g.oc * g.kh * g.kw;
+  float* flipped = nullptr;
+  if (dx_as_conv) {
+    flipped = Scratch(3, 0, g.c * back_rows);
+    FlipWeights(g, w, flipped);
+  }
+  // Per thread: columns, the activation's gradient, and weight/bias gradient
+  // partials (zeroed).
   for (int t = 0; t < threads; ++t) {
-    Scratch(0, t, ckk * p);
+    Scratch(0, t, std::max(ckk * p, dx_as_conv ? back_rows * hw : 0));
+    if (act != FusedActivation::kNone) Scratch(2, t, y_stride);
     float* partial = Scratch(1, t, g.oc * ckk + g.oc);
     std::memset(partial, 0, sizeof(float) * (g.oc * ckk + g.oc));
   }
@@ -192,6 +235,13 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, const float* x, const flo
     float* db_part = dw_part + g.oc * ckk;
     for (int64_t i = begin; i < end; ++i) {
       const float* dyi = dy + i * y_stride;
+      if (act == FusedActivation::kRelu) {
+        // Through the ReLU: y > 0 exactly where its input was.
+        float* dpre = scratch_[2][slot].data;
+        const float* yi = y + i * y_stride;
+        for (int64_t j = 0; j < y_stride; ++j) dpre[j] = yi[j] > 0.0f ? dyi[j] : 0.0f;
+        dyi = dpre;
+      }
       // dw[oc, ckk] += dy_i[oc, p] * col[ckk, p]^T.
       Im2Col(g, x + i * x_stride, col);
       GemmSerial(false, true, g.oc, ckk, p, 1.0f, dyi, p, col, p, 1.0f, dw_part, ckk);
@@ -204,8 +254,12 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, const float* x, const flo
           db_part[o] += s;
         }
       }
-      // dx_i += col2im(w^T[ckk, oc] * dy_i[oc, p]).
-      if (dx != nullptr) {
+      if (dx_as_conv) {
+        // dx_i[c, hw] += flipped[c, oc*kh*kw] * im2col(dy_i)[oc*kh*kw, hw].
+        Im2Col(back, dyi, col);
+        GemmSerial(false, false, g.c, hw, back_rows, 1.0f, flipped, back_rows, col, hw, 1.0f, dx + i * x_stride, hw);
+      } else if (dx != nullptr) {
+        // dx_i += col2im(w^T[ckk, oc] * dy_i[oc, p]).
         GemmSerial(true, false, ckk, p, g.oc, 1.0f, w, ckk, dyi, p, 0.0f, col, p);
         Col2Im(g, col, dx + i * x_stride);
       }

@@ -25,8 +25,8 @@ Conv2dLayer Conv2dLayer::Create(ParameterSet& params, const std::string& name, i
   return l;
 }
 
-Var Conv2dLayer::operator()(Tape& tape, ParameterSet& params, Var x) const {
-  return Conv2d(x, tape.Parameter(params, w), tape.Parameter(params, b), stride, pad);
+Var Conv2dLayer::operator()(Tape& tape, ParameterSet& params, Var x, FusedActivation act) const {
+  return Conv2d(x, tape.Parameter(params, w), tape.Parameter(params, b), stride, pad, act);
 }
 
 ConvTranspose2dLayer ConvTranspose2dLayer::Create(ParameterSet& params, const std::string& name, int64_t in,

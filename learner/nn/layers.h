@@ -26,7 +26,7 @@ struct Conv2dLayer {
   int64_t stride = 1, pad = 0;
   static Conv2dLayer Create(ParameterSet& params, const std::string& name, int64_t in, int64_t out, int64_t kernel,
                             int64_t stride, int64_t pad);
-  Var operator()(Tape& tape, ParameterSet& params, Var x) const;
+  Var operator()(Tape& tape, ParameterSet& params, Var x, FusedActivation act = FusedActivation::kNone) const;
 };
 
 // Transposed 2-D convolution, w [in, out, k, k].

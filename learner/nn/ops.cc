@@ -48,8 +48,9 @@ void Conv2dBackwardNode(Tape& t, const Node& n) {
   float* dw = GradOrNull(t, n.in[1]);
   // The kernel needs a weight-gradient buffer; a frozen weight gets scratch.
   if (dw == nullptr) dw = t.AllocateFloats(w.shape.size()), std::memset(dw, 0, sizeof(float) * w.shape.size());
-  t.backend().Conv2dBackward(g, x.data, w.data, t.value(n.out).grad, GradOrNull(t, n.in[0]), dw,
-                             GradOrNull(t, n.in[2]));
+  const Value& y = t.value(n.out);
+  t.backend().Conv2dBackward(g, static_cast<FusedActivation>(n.i[9]), x.data, w.data, y.data, y.grad,
+                             GradOrNull(t, n.in[0]), dw, GradOrNull(t, n.in[2]));
 }
 
 void ConvTranspose2dBackwardNode(Tape& t, const Node& n) {
@@ -218,7 +219,7 @@ Var Linear(Var x, Var w, Var b) {
   return y;
 }
 
-Var Conv2d(Var x, Var w, Var b, int64_t stride, int64_t pad) {
+Var Conv2d(Var x, Var w, Var b, int64_t stride, int64_t pad, FusedActivation act) {
   Tape& t = *x.tape;
   const Shape& xs = t.value(x).shape;
   const Shape& ws = t.value(w).shape;
@@ -229,13 +230,14 @@ Var Conv2d(Var x, Var w, Var b, int64_t stride, int64_t pad) {
   TROUPE_CHECK(g.oh() > 0 && g.ow() > 0);
   if (b.valid()) TROUPE_CHECK(t.value(b).shape.size() == g.oc);
   Var y = t.NewValue({g.n, g.oc, g.oh(), g.ow()}, RequiresGrad(t, x) || RequiresGrad(t, w) || RequiresGrad(t, b));
-  t.backend().Conv2dForward(g, t.value(x).data, t.value(w).data, b.valid() ? t.value(b).data : nullptr,
+  t.backend().Conv2dForward(g, act, t.value(x).data, t.value(w).data, b.valid() ? t.value(b).data : nullptr,
                             t.value(y).data);
   Node n;
   n.backward = Conv2dBackwardNode;
   n.out = y.id;
   n.in = {x.id, w.id, b.valid() ? b.id : -1, -1};
   StoreGeometry(g, n);
+  n.i[9] = static_cast<int64_t>(act);
   t.Record(n);
   return y;
 }

@@ -127,6 +127,50 @@ TEST(OpsGradientTest, Conv2dStride2NoPad) {
                        [](Tape&, std::vector<Var>& v) { return Conv2d(v[0], v[1], v[2], /*stride=*/2, /*pad=*/0); });
 }
 
+TEST(OpsGradientTest, Conv2dStride1NoPadFullPadAndWideKernel) {
+  // Stride 1 takes the path where dx is itself a convolution of dy.
+  for (auto [kernel, pad] : {std::pair{3, 0}, std::pair{3, 2}, std::pair{5, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "kernel " << kernel << " pad " << pad);
+    ExpectGradientsMatch({Random({2, 3, 7, 6}, 7), Random({4, 3, kernel, kernel}, 8), Random({4}, 9)},
+                         [pad](Tape&, std::vector<Var>& v) { return Conv2d(v[0], v[1], v[2], /*stride=*/1, pad); });
+  }
+}
+
+TEST(OpsGradientTest, Conv2dNonSquareKernel) {
+  ExpectGradientsMatch({Random({2, 2, 6, 7}, 10), Random({3, 2, 2, 3}, 11), Random({3}, 12)},
+                       [](Tape&, std::vector<Var>& v) { return Conv2d(v[0], v[1], v[2], /*stride=*/1, /*pad=*/1); });
+}
+
+TEST(FusedActivationTest, Conv2dReluEqualsReluOfConv2dInValueAndGradient) {
+  // The fused kernel against the two-op composition, value and every
+  // gradient, for each dx path (stride 1 and 2) and with two threads.
+  CpuBackend backend(/*num_threads=*/2);
+  for (auto [stride, pad] : {std::pair{1, 0}, std::pair{1, 1}, std::pair{2, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "stride " << stride << " pad " << pad);
+    std::vector<Input> inputs = {Random({3, 4, 9, 8}, 13), Random({5, 4, 3, 3}, 14), Random({5}, 15)};
+    std::vector<std::vector<float>> fused_grads, composed_grads;
+    const double fused = Evaluate(backend, inputs, [=](Tape&, std::vector<Var>& v) {
+      return Conv2d(v[0], v[1], v[2], stride, pad, FusedActivation::kRelu);
+    }, &fused_grads);
+    const double composed = Evaluate(backend, inputs, [=](Tape&, std::vector<Var>& v) {
+      return Relu(Conv2d(v[0], v[1], v[2], stride, pad));
+    }, &composed_grads);
+    EXPECT_NEAR(fused, composed, 1e-4 * std::fabs(composed));
+    ASSERT_EQ(fused_grads.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(fused_grads[i].size(), composed_grads[i].size());
+      for (size_t k = 0; k < fused_grads[i].size(); ++k) {
+        ASSERT_NEAR(fused_grads[i][k], composed_grads[i][k], 1e-4) << "input " << i << " element " << k;
+      }
+    }
+    // And the ReLU did something: some outputs were clipped.
+    std::vector<std::vector<float>> none_grads;
+    Evaluate(backend, inputs, [=](Tape&, std::vector<Var>& v) { return Conv2d(v[0], v[1], v[2], stride, pad); },
+             &none_grads);
+    EXPECT_NE(none_grads[1], fused_grads[1]);
+  }
+}
+
 TEST(OpsGradientTest, ConvTranspose2dStride2) {
   ExpectGradientsMatch({Random({2, 3, 3, 3}, 7), Random({3, 2, 4, 4}, 8), Random({2}, 9)},
                        [](Tape&, std::vector<Var>& v) {
@@ -269,7 +313,7 @@ TEST(ConvForwardTest, MatchesDirectLoopsAcrossStridesAndPads) {
       g.n = 3, g.c = 2, g.h = 9, g.w = 8, g.oc = 4, g.kh = 3, g.kw = 3, g.stride = stride, g.pad = pad;
       auto x = RandomVector(g.n * g.c * g.h * g.w, 40), w = RandomVector(g.oc * g.c * 9, 41), b = RandomVector(4, 42);
       std::vector<float> y(g.n * g.oc * g.oh() * g.ow());
-      backend.Conv2dForward(g, x.data(), w.data(), b.data(), y.data());
+      backend.Conv2dForward(g, FusedActivation::kNone, x.data(), w.data(), b.data(), y.data());
       const auto want = NaiveConv(g, x, w, b);
       for (size_t k = 0; k < y.size(); ++k) ASSERT_NEAR(y[k], want[k], 1e-4) << "stride " << stride << " pad " << pad;
     }
@@ -284,7 +328,7 @@ TEST(ConvForwardTest, TransposedConvIsTheAdjointOfConv) {
   auto x = RandomVector(g.n * g.c * g.h * g.w, 43), w = RandomVector(g.oc * g.c * 16, 44);
   auto z = RandomVector(g.n * g.oc * g.oh() * g.ow(), 45);
   std::vector<float> y(z.size()), xt(x.size());
-  backend.Conv2dForward(g, x.data(), w.data(), nullptr, y.data());
+  backend.Conv2dForward(g, FusedActivation::kNone, x.data(), w.data(), nullptr, y.data());
   backend.ConvTranspose2dForward(g, z.data(), w.data(), nullptr, xt.data());
   double lhs = 0, rhs = 0;
   for (size_t k = 0; k < y.size(); ++k) lhs += y[k] * z[k];
