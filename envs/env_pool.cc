@@ -151,34 +151,80 @@ absl::Status EnvPool::Send(std::span<const float> actions, std::span<const int32
 
 absl::Status EnvPool::SendReset(std::span<const int32_t> env_ids) { return Enqueue({}, env_ids, /*reset=*/true); }
 
+namespace {
+
+// Spins (with the CPU's pause hint) until `done()` or `budget` has passed;
+// returns done(). A batch of cheap envs is over in tens of microseconds,
+// sooner than a condition-variable wake-up, so both sides of the hand-off
+// look before they sleep.
+template <typename Done>
+bool SpinFor(std::chrono::microseconds budget, Done done) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
+  }
+  return true;
+}
+
+constexpr std::chrono::microseconds kSpin{200};
+
+}  // namespace
+
+void EnvPool::TakeShare(std::vector<Job>& jobs) {
+  // Guided scheduling: a share shrinks with the queue, so big shares at the
+  // start cost one lock for many cheap (state-only) steps and small ones at
+  // the end keep the threads finishing together.
+  const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_ + 1)));
+  for (size_t i = 0; i < share; ++i) {
+    jobs.push_back(queue_.front());
+    queue_.pop_front();
+  }
+  queued_.store(int(queue_.size()), std::memory_order_relaxed);
+}
+
+void EnvPool::RunJobs(std::span<const Job> jobs) {
+  // In sync mode completions are counted once per run of jobs into the same
+  // buffer: one contended atomic per share rather than per step. In async
+  // mode each is published at once (Recv returns the first envs done).
+  const bool sync = batch_size_ == num_envs_;
+  Buffer* pending = nullptr;
+  int count = 0;
+  auto publish = [&] {
+    if (pending == nullptr) return;
+    // The last row of a batch wakes the owner.
+    if (pending->written.fetch_add(count, std::memory_order_acq_rel) + count == batch_size_) {
+      std::lock_guard lock(mutex_);
+      batch_ready_.notify_one();
+    }
+    pending = nullptr;
+    count = 0;
+  };
+  for (const Job& job : jobs) {
+    Buffer* buffer = &RunJob(job);
+    if (buffer != pending) publish();
+    pending = buffer;
+    ++count;
+    if (!sync) publish();
+  }
+  publish();
+}
+
 void EnvPool::WorkerLoop(std::stop_token stop) {
   std::vector<Job> jobs;
   for (;;) {
-    // Take a share of the queue at once: one lock per several jobs keeps
-    // cheap (state-only) steps from queueing on the mutex.
     jobs.clear();
-    // Spin a little before sleeping: the owner usually sends the next batch
-    // within microseconds, sooner than a condition-variable wake-up.
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-    while (queued_.load(std::memory_order_relaxed) == 0 && !stop.stop_requested() &&
-           std::chrono::steady_clock::now() < spin_until) {
-      __builtin_ia32_pause();
-    }
+    SpinFor(kSpin, [&] { return queued_.load(std::memory_order_relaxed) != 0 || stop.stop_requested(); });
     {
       std::unique_lock lock(mutex_);
       if (!work_ready_.wait(lock, stop, [&] { return !queue_.empty(); })) return;
-      const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_ + 1)));
-      for (size_t i = 0; i < share; ++i) {
-        jobs.push_back(queue_.front());
-        queue_.pop_front();
-      }
-      queued_.store(int(queue_.size()), std::memory_order_relaxed);
+      TakeShare(jobs);
     }
-    for (const Job& job : jobs) RunJob(job);
+    RunJobs(jobs);
   }
 }
 
-void EnvPool::RunJob(const Job& job) {
+EnvPool::Buffer& EnvPool::RunJob(const Job& job) {
   const int32_t id = job.env_id;
   Environment& env = *envs_[id];
   // Claim a result row: in sync mode row = env id, else completion order.
@@ -208,12 +254,7 @@ void EnvPool::RunJob(const Job& job) {
   buffer.reward[row] = timestep->reward;
   buffer.discount[row] = timestep->discount;
   buffer.episode_step[row] = episode_step_[id];
-
-  // The last row of a batch wakes the owner.
-  if (buffer.written.fetch_add(1, std::memory_order_acq_rel) + 1 == batch_size_) {
-    std::lock_guard lock(mutex_);
-    batch_ready_.notify_one();
-  }
+  return buffer;
 }
 
 EnvBatch EnvPool::View(Buffer& buffer) const {
@@ -239,18 +280,24 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   // The caller works too: it steps queued envs until none are left, then
   // sleeps until the workers finish the batch. (Only the owner enqueues, so
   // no job can arrive while it waits.)
+  auto full = [&] { return buffer.written.load(std::memory_order_acquire) == batch_size_; };
   absl::Status error;
   {
     std::unique_lock lock(mutex_);
-    while (buffer.written.load(std::memory_order_acquire) != batch_size_ && !queue_.empty()) {
-      const Job job = queue_.front();
-      queue_.pop_front();
-      queued_.store(int(queue_.size()), std::memory_order_relaxed);
+    while (!full() && !queue_.empty()) {
+      TakeShare(caller_jobs_);
       lock.unlock();
-      RunJob(job);
+      RunJobs(caller_jobs_);
+      caller_jobs_.clear();
       lock.lock();
     }
-    batch_ready_.wait(lock, [&] { return buffer.written.load(std::memory_order_acquire) == batch_size_; });
+    if (!full()) {
+      // The workers are finishing the last envs: look before sleeping.
+      lock.unlock();
+      SpinFor(kSpin, full);
+      lock.lock();
+    }
+    batch_ready_.wait(lock, full);
     error = std::exchange(first_error_, absl::OkStatus());
   }
   ++next_recv_;

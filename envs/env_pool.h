@@ -118,7 +118,12 @@ class EnvPool {
 
   explicit EnvPool(const EnvPoolOptions& options);
   void WorkerLoop(std::stop_token stop);
-  void RunJob(const Job& job);
+  // Moves a share of the queue into `jobs`; mutex_ held.
+  void TakeShare(std::vector<Job>& jobs);
+  // Runs jobs, then counts them into their buffers (waking Recv on a full one).
+  void RunJobs(std::span<const Job> jobs);
+  // Steps or resets one env into its result row; returns the row's buffer.
+  Buffer& RunJob(const Job& job);
   absl::Status Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset);
   EnvBatch View(Buffer& buffer) const;
 
@@ -147,6 +152,7 @@ class EnvPool {
   std::atomic<int> queued_{0};           // queue_.size(), written under mutex_, read by spinning workers
   absl::Status first_error_;             // guarded by mutex_
   int num_workers_ = 0;  // set before the workers start
+  std::vector<Job> caller_jobs_;  // the owner's share inside Recv
   std::vector<std::jthread> workers_;
 };
 
