@@ -23,7 +23,10 @@ constexpr char kTrailerMagic[] = "TRPCEND1";
 constexpr size_t kMagicBytes = 8;
 constexpr size_t kTrailerBytes = 8 + 8 + 4;
 // 2: frames may be compressed against an earlier frame (reference_id).
-constexpr int kVersion = 2;
+// 3: frames say their codec (LZ4 or zstd); version 2 files (all zstd) are
+// still read.
+constexpr int kVersion = 3;
+constexpr int kOldestVersion = 2;
 
 // Appends to a file through a buffer, keeping a running crc32.
 class RecordWriter {
@@ -103,7 +106,8 @@ absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables,
     frame->add_shape(frames[i]->height());
     frame->add_shape(frames[i]->width());
     frame->add_shape(frames[i]->channels());
-    frame->set_zstd(frames[i]->zstd());
+    frame->set_data(frames[i]->data());
+    frame->set_compression(frames[i]->codec());
     if (frames[i]->reference() != nullptr) frame->set_reference_id(frame_ids.at(frames[i]->reference().get()));
     writer.Record(record);
   }
@@ -186,13 +190,15 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
   };
   RETURN_IF_ERROR(next());
   if (!record.has_header()) return corrupt("missing header");
-  if (record.header().version() != kVersion) {
+  const int version = record.header().version();
+  if (version < kOldestVersion || version > kVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " has format version ", record.header().version(), "; this build reads version ",
-        kVersion, " only (version 1 predates reference-coded frames); refusing it, nothing was restored"));
+        "checkpoint ", path, " has format version ", version, "; this build reads versions ", kOldestVersion, " to ",
+        kVersion, " (version 1 predates reference-coded frames); refusing it, nothing was restored"));
   }
   const proto::CheckpointHeader header = record.header();
   std::vector<FramePtr> frames;
+  FrameDecoder decoder;  // checks zstd frames
   frames.reserve(header.num_frames());
   for (int64_t i = 0; i < header.num_frames(); ++i) {
     RETURN_IF_ERROR(next());
@@ -205,9 +211,14 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
       if (f.reference_id() < 0 || f.reference_id() >= i) return corrupt(absl::StrCat("frame ", i, ": bad reference id"));
       reference = frames[f.reference_id()];
     }
+    for (int64_t d : f.shape()) {
+      if (d <= 0 || d > 65536) return corrupt(absl::StrCat("frame ", i, ": dimension ", d, " out of range"));
+    }
+    const proto::Compression codec = version == 2 ? proto::COMPRESSION_ZSTD : f.compression();
     ASSIGN_OR_RETURN(FramePtr frame,
-                     frame_store.FromZstd(std::move(*f.mutable_zstd()), f.shape(0), f.shape(1), f.shape(2),
-                                          std::move(reference), absl::StrCat("checkpoint ", path, " frame ", i)));
+                     frame_store.FromCompressed(std::move(*f.mutable_data()), codec, f.shape(0), f.shape(1),
+                                                f.shape(2), std::move(reference), decoder,
+                                                absl::StrCat("checkpoint ", path, " frame ", i)));
     frames.push_back(std::move(frame));
   }
   std::vector<RestoredTable> tables;

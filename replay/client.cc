@@ -26,11 +26,12 @@ FieldValue FieldValue::Frames(std::vector<uint64_t> keys) {
 
 Writer::Writer(const WriterOptions& options)
     : options_(options),
-      encoder_({.level = options.compression_level,
+      encoder_({.codec = options.codec,
+                .level = options.compression_level,
                 .group = options.reference_frames ? 8 : 0,
                 .window = options.frame_window}) {}
 
-proto::FrameData* Writer::AddFrame(int height, int width, int channels) {
+proto::FrameData* Writer::AddFrame(proto::Compression codec, int height, int width, int channels) {
   proto::FrameData* frame = request_.add_frames();
   frame->set_key(next_frame_key_++);
   proto::Tensor* t = frame->mutable_pixels();
@@ -38,7 +39,7 @@ proto::FrameData* Writer::AddFrame(int height, int width, int channels) {
   t->add_shape(height);
   t->add_shape(width);
   t->add_shape(channels);
-  t->set_compression(proto::COMPRESSION_ZSTD);
+  t->set_compression(codec);
   return frame;
 }
 
@@ -50,34 +51,35 @@ absl::StatusOr<uint64_t> Writer::AppendFrame(const uint8_t* pixels, int height, 
   // server stores what it receives.
   const uint64_t key = next_frame_key_;
   encoder_.Encode(key, pixels, height, width, channels, &encoded_);
-  proto::FrameData* frame = AddFrame(height, width, channels);
+  proto::FrameData* frame = AddFrame(options_.codec, height, width, channels);
   if (encoded_.has_reference) frame->set_reference_key(encoded_.reference_key);
-  request_bytes_ += static_cast<int64_t>(encoded_.zstd.size());
-  frame->mutable_pixels()->mutable_data()->swap(encoded_.zstd);
+  request_bytes_ += static_cast<int64_t>(encoded_.data.size());
+  frame->mutable_pixels()->mutable_data()->swap(encoded_.data);
   return key;
 }
 
-absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string zstd, int height, int width, int channels) {
+absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string data, proto::Compression codec, int height,
+                                                       int width, int channels) {
   if (height <= 0 || width <= 0 || channels <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("AppendCompressedFrame: bad frame shape ", height, "x", width, "x",
                                                    channels));
   }
   const uint64_t key = next_frame_key_;
-  proto::FrameData* frame = AddFrame(height, width, channels);
-  request_bytes_ += static_cast<int64_t>(zstd.size());
-  frame->mutable_pixels()->set_data(std::move(zstd));
+  proto::FrameData* frame = AddFrame(codec, height, width, channels);
+  request_bytes_ += static_cast<int64_t>(data.size());
+  frame->mutable_pixels()->set_data(std::move(data));
   return key;
 }
 
-absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string zstd, int height, int width, int channels,
-                                                       uint64_t reference_key) {
+absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string data, proto::Compression codec, int height,
+                                                       int width, int channels, uint64_t reference_key) {
   // The reference must be one the server still holds when this frame arrives.
   if (reference_key >= next_frame_key_ || reference_key + static_cast<uint64_t>(options_.frame_window) <= next_frame_key_) {
     return absl::InvalidArgumentError(absl::StrCat("AppendCompressedFrame: reference frame key ", reference_key,
                                                    " is not among the last ", options_.frame_window,
                                                    " appended frames"));
   }
-  ASSIGN_OR_RETURN(uint64_t key, AppendCompressedFrame(std::move(zstd), height, width, channels));
+  ASSIGN_OR_RETURN(uint64_t key, AppendCompressedFrame(std::move(data), codec, height, width, channels));
   request_.mutable_frames(request_.frames_size() - 1)->set_reference_key(reference_key);
   return key;
 }

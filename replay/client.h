@@ -28,7 +28,10 @@
 namespace troupe::replay {
 
 struct WriterOptions {
-  // zstd level for frames (compressed in the writer, i.e. by the actor).
+  // How the writer (i.e. the actor) compresses frames: COMPRESSION_LZ4
+  // (fast to decode when sampling) or COMPRESSION_ZSTD, at
+  // `compression_level` (replay/frame_store.h, FrameCompressor).
+  proto::Compression codec = proto::COMPRESSION_LZ4;
   int compression_level = 1;
   // Items may refer to the last `frame_window` frames only; older ones are
   // forgotten by the server's stream (items keep theirs).
@@ -67,16 +70,19 @@ class Writer {
   // similar frame, see WriterOptions::reference_frames) and queues it.
   // Returns its key (0, 1, 2, ... on this writer).
   absl::StatusOr<uint64_t> AppendFrame(const uint8_t* pixels, int height, int width, int channels);
-  // Queues a frame the caller already compressed (one zstd frame of
-  // height*width*channels bytes, e.g. made by FrameCompressor on an env
-  // worker thread); the server checks its declared size. Returns its key.
-  absl::StatusOr<uint64_t> AppendCompressedFrame(std::string zstd, int height, int width, int channels);
+  // Queues a frame the caller already compressed with `codec` (an LZ4
+  // block or zstd frame of height*width*channels bytes, e.g. made by
+  // FrameCompressor on an env worker thread); the server checks that it
+  // decodes to that many bytes (replay/frame_store.h, Validation). Returns
+  // its key.
+  absl::StatusOr<uint64_t> AppendCompressedFrame(std::string data, proto::Compression codec, int height, int width,
+                                                 int channels);
   // The same for a frame compressed against frame `reference_key` of this
   // writer (FrameCompressor::Compress with that frame's pixels as
   // reference). InvalidArgument if that key is not among the last
   // frame_window frames.
-  absl::StatusOr<uint64_t> AppendCompressedFrame(std::string zstd, int height, int width, int channels,
-                                                 uint64_t reference_key);
+  absl::StatusOr<uint64_t> AppendCompressedFrame(std::string data, proto::Compression codec, int height, int width,
+                                                 int channels, uint64_t reference_key);
   // Queues one item for `table`; its fields follow the table's signature.
   // InvalidArgument (client-side) for a frame key not appended yet or
   // outside the frame window.
@@ -99,7 +105,7 @@ class Writer {
 
  private:
   absl::Status SendQueued(bool ack);
-  proto::FrameData* AddFrame(int height, int width, int channels);
+  proto::FrameData* AddFrame(proto::Compression codec, int height, int width, int channels);
 
   WriterOptions options_;
   FrameEncoder encoder_;

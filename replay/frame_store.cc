@@ -1,6 +1,8 @@
 #include "replay/frame_store.h"
 
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode
+#include <lz4.h>
+#include <lz4hc.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -12,39 +14,180 @@
 
 namespace troupe::replay {
 
-Frame::Frame(std::string zstd, int32_t height, int32_t width, int32_t channels,
+Frame::Frame(std::string data, proto::Compression codec, int32_t height, int32_t width, int32_t channels,
              std::shared_ptr<FrameCounters> counters, FramePtr reference)
-    : zstd_(std::move(zstd)),
+    : data_(std::move(data)),
+      codec_(codec),
       height_(height),
       width_(width),
       channels_(channels),
       depth_(reference ? reference->depth() + 1 : 0),
       counters_(std::move(counters)),
       reference_(std::move(reference)) {
-  zstd_.shrink_to_fit();
+  data_.shrink_to_fit();
   counters_->frames.fetch_add(1, std::memory_order_relaxed);
-  counters_->bytes.fetch_add(static_cast<int64_t>(zstd_.size()), std::memory_order_relaxed);
+  counters_->bytes.fetch_add(static_cast<int64_t>(data_.size()), std::memory_order_relaxed);
 }
 
 Frame::~Frame() {
   counters_->frames.fetch_sub(1, std::memory_order_relaxed);
-  counters_->bytes.fetch_sub(static_cast<int64_t>(zstd_.size()), std::memory_order_relaxed);
+  counters_->bytes.fetch_sub(static_cast<int64_t>(data_.size()), std::memory_order_relaxed);
 }
 
-FrameCompressor::FrameCompressor(int level) : ctx_(ZSTD_createCCtx()), level_(level) { TROUPE_CHECK(ctx_ != nullptr); }
-FrameCompressor::~FrameCompressor() { ZSTD_freeCCtx(ctx_); }
+namespace {
+
+constexpr int kLz4MaxLevel = 12;  // LZ4HC_CLEVEL_MAX
+
+}  // namespace
+
+FrameCompressor::FrameCompressor(int level, proto::Compression codec) : codec_(codec), level_(level) {
+  TROUPE_CHECK(codec == proto::COMPRESSION_LZ4 || codec == proto::COMPRESSION_ZSTD);
+  if (codec == proto::COMPRESSION_ZSTD) {
+    zstd_ = ZSTD_createCCtx();
+    TROUPE_CHECK(zstd_ != nullptr);
+  } else if (level <= 1) {
+    lz4_ = LZ4_createStream();
+    TROUPE_CHECK(lz4_ != nullptr);
+  } else {
+    lz4hc_ = LZ4_createStreamHC();
+    TROUPE_CHECK(lz4hc_ != nullptr);
+    level_ = std::min(level, kLz4MaxLevel);
+  }
+}
+
+FrameCompressor::~FrameCompressor() {
+  ZSTD_freeCCtx(zstd_);
+  LZ4_freeStream(lz4_);
+  LZ4_freeStreamHC(lz4hc_);
+}
 
 void FrameCompressor::Compress(const void* raw, size_t bytes, std::string* out, const void* reference) {
-  // Parameters for fast decoding; a reference applies to this frame only.
-  ZSTD_CCtx_reset(ctx_, ZSTD_reset_session_and_parameters);
-  ZSTD_CCtx_setParameter(ctx_, ZSTD_c_compressionLevel, level_);
-  ZSTD_CCtx_setParameter(ctx_, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
-  ZSTD_CCtx_setParameter(ctx_, ZSTD_c_minMatch, 6);
-  if (reference != nullptr) TROUPE_CHECK(!ZSTD_isError(ZSTD_CCtx_refPrefix(ctx_, reference, bytes)));
-  out->resize(ZSTD_compressBound(bytes));
-  const size_t n = ZSTD_compress2(ctx_, out->data(), out->size(), raw, bytes);
-  TROUPE_CHECK(!ZSTD_isError(n));  // the bound always suffices
-  out->resize(n);
+  if (codec_ == proto::COMPRESSION_ZSTD) {
+    // Parameters for fast decoding; a reference applies to this frame only.
+    ZSTD_CCtx_reset(zstd_, ZSTD_reset_session_and_parameters);
+    ZSTD_CCtx_setParameter(zstd_, ZSTD_c_compressionLevel, level_);
+    ZSTD_CCtx_setParameter(zstd_, ZSTD_c_literalCompressionMode, ZSTD_ps_disable);
+    ZSTD_CCtx_setParameter(zstd_, ZSTD_c_minMatch, 6);
+    if (reference != nullptr) TROUPE_CHECK(!ZSTD_isError(ZSTD_CCtx_refPrefix(zstd_, reference, bytes)));
+    out->resize(ZSTD_compressBound(bytes));
+    const size_t n = ZSTD_compress2(zstd_, out->data(), out->size(), raw, bytes);
+    TROUPE_CHECK(!ZSTD_isError(n));  // the bound always suffices
+    out->resize(n);
+    return;
+  }
+  // LZ4 block; the reference (when set) is the history before the frame.
+  TROUPE_CHECK(bytes <= static_cast<size_t>(LZ4_MAX_INPUT_SIZE));
+  const int size = static_cast<int>(bytes);
+  out->resize(static_cast<size_t>(LZ4_compressBound(size)));
+  int n = 0;
+  if (lz4_ != nullptr) {
+    LZ4_resetStream_fast(lz4_);
+    if (reference != nullptr) LZ4_loadDict(lz4_, static_cast<const char*>(reference), size);
+    n = LZ4_compress_fast_continue(lz4_, static_cast<const char*>(raw), out->data(), size,
+                                   static_cast<int>(out->size()), /*acceleration=*/1);
+  } else {
+    LZ4_resetStreamHC_fast(lz4hc_, level_);
+    if (reference != nullptr) LZ4_loadDictHC(lz4hc_, static_cast<const char*>(reference), size);
+    n = LZ4_compress_HC_continue(lz4hc_, static_cast<const char*>(raw), out->data(), size,
+                                 static_cast<int>(out->size()));
+  }
+  TROUPE_CHECK(n > 0);  // the bound always suffices
+  out->resize(static_cast<size_t>(n));
+}
+
+namespace {
+
+// Whether zstd bytes declare exactly `raw` bytes of content.
+bool DeclaresSize(const std::string& zstd, int64_t raw) {
+  const unsigned long long size = ZSTD_getFrameContentSize(zstd.data(), zstd.size());
+  return size != ZSTD_CONTENTSIZE_ERROR && size != ZSTD_CONTENTSIZE_UNKNOWN && static_cast<int64_t>(size) == raw;
+}
+
+// Parses an LZ4 block (lz4_Block_format.md) without decoding it: OK when
+// it decodes to exactly `raw` bytes with `dict` bytes of history before
+// them, under the end-of-block rules LZ4_decompress_safe* enforce (this is
+// as strict or stricter; LZ4's compressors always meet it).
+absl::Status CheckLz4Block(const std::string& block, int64_t raw, int64_t dict) {
+  constexpr int64_t kMinMatch = 4, kLastLiterals = 5, kMatchStartLimit = 12;
+  const auto* const begin = reinterpret_cast<const uint8_t*>(block.data());
+  const uint8_t* const end = begin + block.size();
+  const uint8_t* ip = begin;
+  int64_t out = 0;
+  auto error = [&](const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat("LZ4 block (", block.size(), " bytes) ", what, " at input byte ",
+                                                   ip - begin, ", output byte ", out, " of ", raw));
+  };
+  // A length nibble of 15 continues in bytes while they are 255. The
+  // decoder wants more than `keep_before` input bytes left before the first
+  // of them (literal lengths) or more than `keep_after` left after each
+  // (match lengths).
+  auto extend = [&](int64_t* length, int64_t keep_before, int64_t keep_after) -> bool {
+    if (end - ip <= keep_before) return false;
+    uint8_t b = 255;
+    while (b == 255) {
+      if (ip >= end) return false;
+      b = *ip++;
+      *length += b;
+      if (*length > raw || end - ip <= keep_after) return false;
+    }
+    return true;
+  };
+  if (raw <= 0 || block.empty()) return error("is empty");
+  while (true) {
+    if (ip >= end) return error("ends inside a sequence");
+    const uint8_t token = *ip++;
+    // Literals.
+    int64_t literals = token >> 4;
+    if (literals == 15 && !extend(&literals, /*keep_before=*/15, /*keep_after=*/-1)) {
+      return error("has a bad literal length");
+    }
+    if (literals > end - ip || literals > raw - out) return error("has literals past its end");
+    ip += literals;
+    out += literals;
+    // The last sequence is literals only and ends both the block and the frame.
+    if (ip == end) {
+      if (out != raw) return error("ends early");
+      return absl::OkStatus();
+    }
+    // A match follows: it starts 12+ bytes before the frame's end, with room for
+    // offset, token and the last literals behind it.
+    if (out > raw - kMatchStartLimit || end - ip < 2 + 1 + kLastLiterals) return error("has a match too near its end");
+    const int64_t offset = int64_t{ip[0]} | (int64_t{ip[1]} << 8);
+    ip += 2;
+    if (offset == 0 || offset > out + dict) return error("has a match before its history");
+    int64_t length = token & 15;
+    if (length == 15 && !extend(&length, /*keep_before=*/0, /*keep_after=*/kLastLiterals - 1)) {
+      return error("has a bad match length");
+    }
+    length += kMinMatch;
+    if (length > raw - kLastLiterals - out) return error("has a match past the last literals");
+    out += length;
+  }
+}
+
+}  // namespace
+
+absl::Status CheckCompressedFrame(const std::string& data, proto::Compression codec, int64_t raw_bytes,
+                                  int64_t reference_bytes) {
+  switch (codec) {
+    case proto::COMPRESSION_LZ4:
+      // A frame's block is never larger than LZ4's bound for its size.
+      if (raw_bytes > LZ4_MAX_INPUT_SIZE ||
+          static_cast<int64_t>(data.size()) > LZ4_compressBound(static_cast<int>(raw_bytes))) {
+        return absl::InvalidArgumentError(absl::StrCat("LZ4 frame of ", data.size(), " bytes for ", raw_bytes,
+                                                       " raw bytes exceeds LZ4's bound"));
+      }
+      return CheckLz4Block(data, raw_bytes, reference_bytes);
+    case proto::COMPRESSION_ZSTD:
+      if (!DeclaresSize(data, raw_bytes)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("zstd frame content size does not match shape (", raw_bytes, " bytes expected)"));
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown compression ", static_cast<int>(codec), " (expected LZ4 or ZSTD)"));
+  }
 }
 
 FrameDecoder::FrameDecoder() : ctx_(ZSTD_createDCtx()) { TROUPE_CHECK(ctx_ != nullptr); }
@@ -55,13 +198,39 @@ absl::Status FrameDecoder::Decode(const Frame& frame, void* dst) {
   return DecodeInBatch(frame, static_cast<uint8_t*>(dst));
 }
 
-absl::Status FrameDecoder::Decode(const std::string& zstd, int64_t raw_bytes, void* dst, const void* reference) {
+absl::Status FrameDecoder::Check(const Frame& frame) {
+  BeginBatch();
+  return Place(frame, nullptr).status();
+}
+
+absl::Status FrameDecoder::Decode(const std::string& data, proto::Compression codec, int64_t raw_bytes, void* dst,
+                                  const void* reference) {
+  if (codec == proto::COMPRESSION_LZ4) {
+    // LZ4 block, the reference as external dictionary.
+    if (raw_bytes > LZ4_MAX_INPUT_SIZE || data.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) {
+      return absl::DataLossError(absl::StrCat("LZ4 frame of ", raw_bytes, " bytes is too large"));
+    }
+    const int n = reference != nullptr
+                      ? LZ4_decompress_safe_usingDict(data.data(), static_cast<char*>(dst), static_cast<int>(data.size()),
+                                                      static_cast<int>(raw_bytes), static_cast<const char*>(reference),
+                                                      static_cast<int>(raw_bytes))
+                      : LZ4_decompress_safe(data.data(), static_cast<char*>(dst), static_cast<int>(data.size()),
+                                            static_cast<int>(raw_bytes));
+    if (n != raw_bytes) {
+      return absl::DataLossError(n < 0 ? std::string("LZ4 frame does not decode")
+                                       : absl::StrCat("LZ4 frame decodes to ", n, " bytes, expected ", raw_bytes));
+    }
+    return absl::OkStatus();
+  }
+  if (codec != proto::COMPRESSION_ZSTD) {
+    return absl::DataLossError(absl::StrCat("frame has unknown compression ", static_cast<int>(codec)));
+  }
   if (reference != nullptr) {
     ZSTD_DCtx_reset(ctx_, ZSTD_reset_session_only);
     const size_t r = ZSTD_DCtx_refPrefix(ctx_, reference, static_cast<size_t>(raw_bytes));
     if (ZSTD_isError(r)) return absl::InternalError(absl::StrCat("zstd prefix: ", ZSTD_getErrorName(r)));
   }
-  const size_t n = ZSTD_decompressDCtx(ctx_, dst, static_cast<size_t>(raw_bytes), zstd.data(), zstd.size());
+  const size_t n = ZSTD_decompressDCtx(ctx_, dst, static_cast<size_t>(raw_bytes), data.data(), data.size());
   if (ZSTD_isError(n)) {
     ZSTD_DCtx_reset(ctx_, ZSTD_reset_session_only);  // drop an unused prefix
     return absl::DataLossError(absl::StrCat("frame does not decode: ", ZSTD_getErrorName(n)));
@@ -120,7 +289,7 @@ absl::StatusOr<const uint8_t*> FrameDecoder::Place(const Frame& frame, uint8_t* 
     ASSIGN_OR_RETURN(reference, Place(*frame.reference(), nullptr));
   }
   uint8_t* out = dst != nullptr ? dst : Scratch(frame.raw_bytes());
-  RETURN_IF_ERROR(Decode(frame.zstd(), frame.raw_bytes(), out, reference));
+  RETURN_IF_ERROR(Decode(frame.data(), frame.codec(), frame.raw_bytes(), out, reference));
   // The table may have grown while placing the reference: find a free slot again.
   const size_t mask_now = slots_.size() - 1;
   size_t j = std::hash<const Frame*>()(&frame) * 0x9E3779B97F4A7C15ull >> 20;
@@ -131,7 +300,7 @@ absl::StatusOr<const uint8_t*> FrameDecoder::Place(const Frame& frame, uint8_t* 
 }
 
 FrameEncoder::FrameEncoder(const Options& options)
-    : options_(options), compressor_(options.level), keys_(std::max(1, options.slots)) {}
+    : options_(options), compressor_(options.level, options.codec), keys_(std::max(1, options.slots)) {}
 
 double FrameEncoder::Similarity(const uint8_t* a, const uint8_t* b, size_t bytes) {
   // 509 samples spread over the frame (a prime stride avoids row aliasing).
@@ -158,7 +327,7 @@ void FrameEncoder::Encode(uint64_t key, const uint8_t* pixels, int height, int w
   const size_t bytes = static_cast<size_t>(height) * width * channels;
   out->has_reference = false;
   if (options_.group <= 0) {
-    compressor_.Compress(pixels, bytes, &out->zstd);
+    compressor_.Compress(pixels, bytes, &out->data);
     return;
   }
   // The most similar usable key frame: same shape, still inside the window.
@@ -176,8 +345,8 @@ void FrameEncoder::Encode(uint64_t key, const uint8_t* pixels, int height, int w
   if (best_similarity < 0.5) best = nullptr;
   // Coded against it when it is not used up and references paid lately.
   if (best != nullptr && best->plain_left == 0 && best->coded < options_.group) {
-    compressor_.Compress(pixels, bytes, &out->zstd, best->pixels.data());
-    if (static_cast<double>(out->zstd.size()) <= options_.min_saving * static_cast<double>(best->plain_bytes)) {
+    compressor_.Compress(pixels, bytes, &out->data, best->pixels.data());
+    if (static_cast<double>(out->data.size()) <= options_.min_saving * static_cast<double>(best->plain_bytes)) {
       out->has_reference = true;
       out->reference_key = best->key;
       ++best->coded;
@@ -189,7 +358,7 @@ void FrameEncoder::Encode(uint64_t key, const uint8_t* pixels, int height, int w
   }
   // A key frame: it replaces the matched slot (this env's old key), else an
   // empty or the least recently used one.
-  compressor_.Compress(pixels, bytes, &out->zstd);
+  compressor_.Compress(pixels, bytes, &out->data);
   Key* slot = best;
   if (slot == nullptr) {
     slot = &keys_[0];
@@ -203,7 +372,7 @@ void FrameEncoder::Encode(uint64_t key, const uint8_t* pixels, int height, int w
     slot->plain_left = 0;
   }
   if (slot->plain_left > 0) --slot->plain_left;
-  MakeKey(slot, key, pixels, height, width, channels, static_cast<int64_t>(out->zstd.size()));
+  MakeKey(slot, key, pixels, height, width, channels, static_cast<int64_t>(out->data.size()));
 }
 
 FrameStore::FrameStore() : counters_(std::make_shared<FrameCounters>()) {}
@@ -220,25 +389,18 @@ absl::StatusOr<int64_t> CheckFrameTensor(const proto::Tensor& tensor, const std:
   for (int64_t d : tensor.shape()) {
     if (d <= 0 || d > 65536) return absl::InvalidArgumentError(absl::StrCat(where, ": frame dimension ", d, " out of range"));
   }
-  return tensor.shape(0) * tensor.shape(1) * tensor.shape(2);
-}
-
-// Whether zstd bytes declare exactly `raw` bytes of content.
-bool DeclaresSize(const std::string& zstd, int64_t raw) {
-  const unsigned long long size = ZSTD_getFrameContentSize(zstd.data(), zstd.size());
-  return size != ZSTD_CONTENTSIZE_ERROR && size != ZSTD_CONTENTSIZE_UNKNOWN && static_cast<int64_t>(size) == raw;
+  const int64_t raw = tensor.shape(0) * tensor.shape(1) * tensor.shape(2);
+  if (raw > kMaxFrameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": frame of ", raw, " bytes is larger than the ", kMaxFrameBytes, " bytes allowed"));
+  }
+  return raw;
 }
 
 }  // namespace
 
-absl::StatusOr<FramePtr> FrameStore::FromTensor(const proto::Tensor& tensor, FrameCompressor& compressor,
-                                                const std::string& where) {
-  proto::Tensor copy = tensor;
-  return FromTensor(&copy, compressor, nullptr, where);
-}
-
 absl::StatusOr<FramePtr> FrameStore::FromTensor(proto::Tensor* tensor, FrameCompressor& compressor,
-                                                FramePtr reference, const std::string& where) {
+                                                FrameDecoder& decoder, FramePtr reference, const std::string& where) {
   // A frame is uint8 [H, W, C] with positive sizes.
   ASSIGN_OR_RETURN(const int64_t raw, CheckFrameTensor(*tensor, where));
   if (reference != nullptr) {
@@ -251,46 +413,62 @@ absl::StatusOr<FramePtr> FrameStore::FromTensor(proto::Tensor* tensor, FrameComp
       return absl::InvalidArgumentError(absl::StrCat(where, ": reference chain deeper than ", kMaxReferenceDepth,
                                                      " frames; send a key frame"));
     }
-    if (tensor->compression() != proto::COMPRESSION_ZSTD) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": a frame with a reference must be zstd-compressed"));
+    if (tensor->compression() == proto::COMPRESSION_NONE) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": a frame with a reference must be compressed"));
     }
   }
-  std::string zstd;
-  switch (tensor->compression()) {
-    case proto::COMPRESSION_NONE:
-      // Raw pixels: compress here.
-      if (static_cast<int64_t>(tensor->data().size()) != raw) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": frame has ", tensor->data().size(), " bytes, shape says ", raw));
-      }
-      compressor.Compress(tensor->data().data(), tensor->data().size(), &zstd);
-      break;
-    case proto::COMPRESSION_ZSTD:
-      // Compressed by the client: its declared content size must match.
-      if (!DeclaresSize(tensor->data(), raw)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": zstd frame content size does not match shape (",
-                                                       raw, " bytes expected)"));
-      }
-      zstd.swap(*tensor->mutable_data());
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown compression ", tensor->compression()));
+  const int32_t height = static_cast<int32_t>(tensor->shape(0)), width = static_cast<int32_t>(tensor->shape(1)),
+                channels = static_cast<int32_t>(tensor->shape(2));
+  if (tensor->compression() == proto::COMPRESSION_NONE) {
+    // Raw pixels: compress here.
+    if (static_cast<int64_t>(tensor->data().size()) != raw) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": frame has ", tensor->data().size(), " bytes, shape says ", raw));
+    }
+    std::string data;
+    compressor.Compress(tensor->data().data(), tensor->data().size(), &data);
+    return std::make_shared<const Frame>(std::move(data), compressor.codec(), height, width, channels, counters_,
+                                         std::move(reference));
   }
-  return std::make_shared<const Frame>(std::move(zstd), static_cast<int32_t>(tensor->shape(0)),
-                                       static_cast<int32_t>(tensor->shape(1)), static_cast<int32_t>(tensor->shape(2)),
-                                       counters_, std::move(reference));
+  // Compressed by the client: checked, then kept as sent.
+  std::string data;
+  data.swap(*tensor->mutable_data());
+  return Checked(std::move(data), tensor->compression(), height, width, channels, std::move(reference), decoder,
+                 where, absl::StatusCode::kInvalidArgument);
 }
 
-absl::StatusOr<FramePtr> FrameStore::FromZstd(std::string zstd, int32_t height, int32_t width, int32_t channels,
-                                              FramePtr reference, const std::string& where) {
-  if (height <= 0 || width <= 0 || channels <= 0 || !DeclaresSize(zstd, int64_t{height} * width * channels)) {
-    return absl::DataLossError(absl::StrCat(where, ": stored frame does not match its shape"));
+absl::StatusOr<FramePtr> FrameStore::FromCompressed(std::string data, proto::Compression codec, int32_t height,
+                                                    int32_t width, int32_t channels, FramePtr reference,
+                                                    FrameDecoder& decoder, const std::string& where) {
+  if (height <= 0 || width <= 0 || channels <= 0 || int64_t{height} * width * channels > kMaxFrameBytes) {
+    return absl::DataLossError(absl::StrCat(where, ": stored frame has shape ", height, "x", width, "x", channels));
   }
   if (reference != nullptr && (reference->height() != height || reference->width() != width ||
                                reference->channels() != channels || reference->depth() + 1 > kMaxReferenceDepth)) {
     return absl::DataLossError(absl::StrCat(where, ": stored frame does not match its reference"));
   }
-  return std::make_shared<const Frame>(std::move(zstd), height, width, channels, counters_, std::move(reference));
+  return Checked(std::move(data), codec, height, width, channels, std::move(reference), decoder, where,
+                 absl::StatusCode::kDataLoss);
+}
+
+absl::StatusOr<FramePtr> FrameStore::Checked(std::string data, proto::Compression codec, int32_t height,
+                                             int32_t width, int32_t channels, FramePtr reference,
+                                             FrameDecoder& decoder, const std::string& where,
+                                             absl::StatusCode error_code) {
+  const int64_t raw = int64_t{height} * width * channels;
+  // The codec, the size, and (LZ4) the block's structure.
+  if (absl::Status status = CheckCompressedFrame(data, codec, raw, reference != nullptr ? raw : 0); !status.ok()) {
+    return absl::Status(error_code, absl::StrCat(where, ": ", status.message()));
+  }
+  auto frame = std::make_shared<const Frame>(std::move(data), codec, height, width, channels, counters_,
+                                             std::move(reference));
+  // zstd carries no structure to check cheaply: decode it once.
+  if (codec == proto::COMPRESSION_ZSTD) {
+    if (absl::Status status = decoder.Check(*frame); !status.ok()) {
+      return absl::Status(error_code, absl::StrCat(where, ": ", status.message()));
+    }
+  }
+  return frame;
 }
 
 }  // namespace troupe::replay

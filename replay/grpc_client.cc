@@ -154,7 +154,8 @@ class GrpcSampler : public Sampler {
       scratch_[scratch_used_].resize(frame_bytes);
       out = scratch_[scratch_used_++].data();
     }
-    RETURN_IF_ERROR(decoder_.Decode(response_.frames(index).data(), frame_bytes, out, reference));
+    const proto::Tensor& frame = response_.frames(index);
+    RETURN_IF_ERROR(decoder_.Decode(frame.data(), frame.compression(), frame_bytes, out, reference));
     decoded_at_[index] = out;
     return out;
   }

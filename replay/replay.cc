@@ -194,9 +194,9 @@ absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
       }
       reference = it->second;
     }
-    ASSIGN_OR_RETURN(FramePtr stored,
-                     replay_->frame_store().FromTensor(frame->mutable_pixels(), compressor_, std::move(reference),
-                                                       absl::StrCat("frame key ", frame->key())));
+    ASSIGN_OR_RETURN(FramePtr stored, replay_->frame_store().FromTensor(frame->mutable_pixels(), compressor_, decoder_,
+                                                                        std::move(reference),
+                                                                        absl::StrCat("frame key ", frame->key())));
     frames_.emplace_hint(frames_.end(), frame->key(), std::move(stored));
     any_frame_ = true;
     last_frame_key_ = frame->key();

@@ -142,7 +142,8 @@ class InsertSession {
   absl::StatusOr<FramePtr> ItemFrame(uint64_t key, const FieldSpec& spec, absl::FunctionRef<std::string()> at) const;
 
   Replay* replay_;
-  FrameCompressor compressor_;
+  FrameCompressor compressor_;  // frames sent raw
+  FrameDecoder decoder_;        // checks zstd frames
   absl::btree_map<uint64_t, FramePtr> frames_;
   Table* last_table_ = nullptr;  // the previous item's table
   bool any_frame_ = false;

@@ -358,29 +358,32 @@ TEST(ReplayTest, EvictedReferenceCodedFramesAreFreedWithTheLastFrameCodedAgainst
 }
 
 TEST(ReplayTest, CheckpointRoundTripKeepsReferenceCodedFrames) {
-  const std::string path = TempPath("scene.ckpt");
-  proto::InfoResponse before;
-  {
-    Embedded e(testing::SceneConfig(/*max_size=*/50));
-    auto writer = *e.client->NewWriter();
-    ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/80).ok());  // evicts 30, keeps some keys only as references
-    ASSERT_TRUE(writer->Close().ok());
-    writer.reset();
-    ASSERT_TRUE(e.client->Checkpoint(path).ok());
-    before = e.replay->Info();
+  for (proto::Compression codec : {proto::COMPRESSION_LZ4, proto::COMPRESSION_ZSTD}) {
+    SCOPED_TRACE(proto::Compression_Name(codec));
+    const std::string path = TempPath("scene.ckpt");
+    proto::InfoResponse before;
+    {
+      Embedded e(testing::SceneConfig(/*max_size=*/50));
+      auto writer = *e.client->NewWriter({.codec = codec});
+      ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/80).ok());  // evicts 30, keeps some keys only as references
+      ASSERT_TRUE(writer->Close().ok());
+      writer.reset();
+      ASSERT_TRUE(e.client->Checkpoint(path).ok());
+      before = e.replay->Info();
+    }
+    Embedded restored(testing::SceneConfig(/*max_size=*/50));
+    auto items = restored.client->Restore(path);
+    ASSERT_TRUE(items.ok()) << items.status();
+    EXPECT_EQ(*items, 50);
+    const proto::InfoResponse after = restored.replay->Info();
+    EXPECT_EQ(after.frames(), before.frames());
+    EXPECT_EQ(after.frame_bytes(), before.frame_bytes());
+    auto sampler = *restored.client->NewSampler({.table = "scene", .batch_size = 128});
+    SampledBatch batch;
+    ASSERT_TRUE(sampler->Next(&batch).ok());
+    EXPECT_TRUE(testing::SceneBatchMatches(batch));
+    std::remove(path.c_str());
   }
-  Embedded restored(testing::SceneConfig(/*max_size=*/50));
-  auto items = restored.client->Restore(path);
-  ASSERT_TRUE(items.ok()) << items.status();
-  EXPECT_EQ(*items, 50);
-  const proto::InfoResponse after = restored.replay->Info();
-  EXPECT_EQ(after.frames(), before.frames());
-  EXPECT_EQ(after.frame_bytes(), before.frame_bytes());
-  auto sampler = *restored.client->NewSampler({.table = "scene", .batch_size = 128});
-  SampledBatch batch;
-  ASSERT_TRUE(sampler->Next(&batch).ok());
-  EXPECT_TRUE(testing::SceneBatchMatches(batch));
-  std::remove(path.c_str());
 }
 
 TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
@@ -399,7 +402,7 @@ TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
   std::memcpy(&n, bytes.data() + 8, 4);
   proto::CheckpointRecord header;
   ASSERT_TRUE(header.ParseFromArray(bytes.data() + 12, static_cast<int>(n)));
-  ASSERT_EQ(header.header().version(), 2);
+  ASSERT_EQ(header.header().version(), 3);
   header.mutable_header()->set_version(1);
   std::string record = header.SerializeAsString();
   ASSERT_EQ(record.size(), n);
@@ -415,7 +418,7 @@ TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
   const absl::Status status = e.client->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(), absl::StrCat("checkpoint ", path,
-                                           " has format version 1; this build reads version 2 only (version 1 "
+                                           " has format version 1; this build reads versions 2 to 3 (version 1 "
                                            "predates reference-coded frames); refusing it, nothing was restored"));
   EXPECT_EQ(e.replay->Info().tables(0).size(), 5);
   std::remove(path.c_str());

@@ -218,8 +218,8 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
     stored->add_shape(frame.height());
     stored->add_shape(frame.width());
     stored->add_shape(frame.channels());
-    stored->set_compression(proto::COMPRESSION_ZSTD);
-    stored->set_data(frame.zstd());
+    stored->set_compression(frame.codec());
+    stored->set_data(frame.data());
     response_.add_frame_references(reference);
     any_reference_ |= reference >= 0;
     return index;

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -326,7 +327,7 @@ TEST(ServiceTest, FrameWithAReferenceNotHeldIsRefused) {
   std::string z;
   compressor.Compress(b.data(), b.size(), &z, a.data());
   // The writer refuses a reference to a key it has not appended yet.
-  EXPECT_EQ(writer->AppendCompressedFrame(z, 64, 64, 3, /*reference_key=*/0).status().code(),
+  EXPECT_EQ(writer->AppendCompressedFrame(z, proto::COMPRESSION_LZ4, 64, 64, 3, /*reference_key=*/0).status().code(),
             absl::StatusCode::kInvalidArgument);
   // Over the wire: a reference to a frame forgotten by the server.
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
@@ -340,13 +341,65 @@ TEST(ServiceTest, FrameWithAReferenceNotHeldIsRefused) {
   auto* t = frame->mutable_pixels();
   t->set_dtype(proto::DTYPE_UINT8);
   for (int d : {64, 64, 3}) t->add_shape(d);
-  t->set_compression(proto::COMPRESSION_ZSTD);
+  t->set_compression(proto::COMPRESSION_LZ4);
   t->set_data(z);
   ASSERT_TRUE(stream->Write(request));
   stream->WritesDone();
   const grpc::Status status = stream->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(status.error_message(), "frame key 5: reference frame key 3 was not sent on this stream (or was forgotten)");
+}
+
+TEST(ServiceTest, CorruptCompressedFrameIsRefusedWithAClearStatusAndTheServerKeepsServing) {
+  auto server = StartServer(testing::SceneConfig(/*max_size=*/10));
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Replay::NewStub(channel);
+  const std::vector<uint8_t> pixels = testing::SceneFrame(0);
+  FrameCompressor compressor;
+  std::string block;
+  compressor.Compress(pixels.data(), pixels.size(), &block);
+  // Each bad frame ends its stream with INVALID_ARGUMENT naming the frame.
+  struct Case {
+    proto::Compression codec;
+    std::string data;
+    std::string message_start;
+  };
+  const Case cases[] = {
+      {proto::COMPRESSION_LZ4, block.substr(0, block.size() / 2), "frame key 0: LZ4 block ("},
+      {proto::COMPRESSION_LZ4, block + "trailing", "frame key 0: LZ4 block ("},
+      {proto::COMPRESSION_LZ4, std::string(1 << 16, '\xff'), "frame key 0: LZ4 frame of 65536 bytes for 12288 raw"},
+      {proto::COMPRESSION_ZSTD, "not zstd at all", "frame key 0: zstd frame content size does not match shape"},
+      {static_cast<proto::Compression>(9), block, "frame key 0: unknown compression 9"},
+  };
+  for (const Case& c : cases) {
+    grpc::ClientContext context;
+    auto stream = stub->Insert(&context);
+    proto::InsertRequest request;
+    auto* frame = request.add_frames();
+    frame->set_key(0);
+    auto* t = frame->mutable_pixels();
+    t->set_dtype(proto::DTYPE_UINT8);
+    for (int d : {testing::kSceneSize, testing::kSceneSize, 3}) t->add_shape(d);
+    t->set_compression(c.codec);
+    t->set_data(c.data);
+    stream->Write(request);
+    stream->WritesDone();
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message_start;
+    EXPECT_TRUE(absl::StartsWith(status.error_message(), c.message_start)) << status.error_message();
+  }
+  auto client = NewGrpcClient(server->address());
+  auto info = client->Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->frames(), 0) << "nothing of a refused request is stored";
+  // A good writer still inserts and samples byte-identical frames.
+  auto writer = *client->NewWriter();
+  ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/12).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  auto sampler = *client->NewSampler({.table = "scene", .batch_size = 32, .num_batches = 1});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  EXPECT_TRUE(testing::SceneBatchMatches(batch));
 }
 
 }  // namespace

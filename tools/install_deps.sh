@@ -11,7 +11,7 @@ packages=(
   libeigen3-dev                       # learner engine GEMM
   libgtest-dev libgmock-dev           # tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev  # wire + config
-  libzstd-dev                         # frame compression
+  libzstd-dev liblz4-dev              # frame compression
   libpng-dev                          # PNG output (goldens, curves, sample grids)
   libsdl2-dev                         # viewer
   libcli11-dev libspdlog-dev          # command line, logging
