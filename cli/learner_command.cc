@@ -1,9 +1,13 @@
+#include <mpi.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 
 #include <google/protobuf/text_format.h>
 
+#include "absl/strings/str_format.h"
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/files.h"
@@ -13,6 +17,18 @@ namespace troupe::cli {
 namespace {
 std::atomic<bool> learner_stop{false};
 void OnLearnerSignal(int) { learner_stop = true; }
+
+// Under `mpirun -np K` (K > 1), a rank that fails ends the whole job at once
+// (MPI_Abort: mpirun names the rank and stops the others) instead of leaving
+// the others to time out in their next collective.
+void AbortOtherRanksIfAny() {
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+}
 }  // namespace
 
 void AddLearnerCommand(CLI::App& app, int* exit_code) {
@@ -20,15 +36,21 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
     std::string config, run_dir, listen;
     std::vector<std::string> overrides;
     bool resume = false;
+    double collective_timeout_s = 60;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "learner", "Run the learner alone (replay embedded); start actors on other machines with troupe actor");
+      "learner",
+      "Run the learner alone (replay embedded); start actors on other machines with troupe actor. With "
+      "learner.backend \"mpi\": `mpirun -np K troupe learner ...` runs K replicas, rank 0 serving");
   cmd->add_option("--config", args->config, "Experiment config")->required();
-  cmd->add_option("--run-dir", args->run_dir, "Run directory (metrics, checkpoints)")->required();
+  cmd->add_option("--run-dir", args->run_dir, "Run directory (metrics, checkpoints; written by rank 0)")->required();
   cmd->add_option("--listen", args->listen, "HOST:PORT to serve on (overrides learner.listen)");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value (repeatable)");
   cmd->add_flag("--resume", args->resume, "Continue from the run directory's checkpoint");
+  cmd->add_option("--collective-timeout-s", args->collective_timeout_s,
+                  "Seconds a replica waits for the others in a collective before failing, naming them")
+      ->check(CLI::PositiveNumber);
   cmd->callback([args, exit_code] {
     auto config = LoadExperimentConfig(args->config, args->overrides);
     if (!config.ok()) {
@@ -37,27 +59,45 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       return;
     }
     if (!args->listen.empty()) config->mutable_learner()->set_listen(args->listen);
-    std::filesystem::create_directories(args->run_dir);
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(*config, &text);
-    (void)WriteFileAtomically(args->run_dir + "/config.textproto", text);
-    auto learner = learner::RlLearner::Create(*config, args->run_dir, args->resume);
+    learner::RlLearnerOptions options;
+    options.collective_timeout = std::chrono::milliseconds(int64_t(args->collective_timeout_s * 1000));
+    auto learner = learner::RlLearner::Create(*config, args->run_dir, args->resume, options);
     if (!learner.ok()) {
       std::fprintf(stderr, "troupe learner: %s\n", std::string(learner.status().message()).c_str());
-      *exit_code = 1;
+      std::fflush(stderr);
+      AbortOtherRanksIfAny();
+      *exit_code = absl::IsInvalidArgument(learner.status()) ? 2 : 1;
       return;
     }
-    std::printf("learner serving replay and parameters on %s\n", (*learner)->address().c_str());
+    learner::RlLearner& l = **learner;
+    const std::string who = l.num_ranks() > 1 ? absl::StrFormat("learner rank %d of %d", l.rank(), l.num_ranks())
+                                              : std::string("learner");
+    if (l.is_chief()) {
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(*config, &text);
+      (void)WriteFileAtomically(args->run_dir + "/config.textproto", text);
+      std::printf("%s serving replay and parameters on %s\n", who.c_str(), l.address().c_str());
+    } else {
+      std::printf("%s (pid %d) sampling replay from rank 0 at %s\n", who.c_str(), int(getpid()),
+                  l.address().c_str());
+    }
     std::fflush(stdout);
     std::signal(SIGINT, OnLearnerSignal);
     std::signal(SIGTERM, OnLearnerSignal);
     std::jthread interrupter([&](std::stop_token token) {
       while (!token.stop_requested() && !learner_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (learner_stop) (*learner)->Interrupt();
+      if (learner_stop) l.Interrupt();
     });
-    if (absl::Status s = (*learner)->Run(&learner_stop); !s.ok()) {
-      std::fprintf(stderr, "troupe learner: %s\n", s.ToString().c_str());
+    if (absl::Status s = l.Run(&learner_stop); !s.ok()) {
+      std::fprintf(stderr, "troupe %s: %s\n", who.c_str(), s.ToString().c_str());
+      std::fflush(stderr);
+      AbortOtherRanksIfAny();
       *exit_code = 1;
+      return;
+    }
+    if (l.num_ranks() > 1) {
+      std::printf("%s: %ld updates, state checksum %016lx\n", who.c_str(), long(l.Stats().updates),
+                  static_cast<unsigned long>(l.StateChecksum()));
     }
   });
 }

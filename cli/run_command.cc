@@ -35,10 +35,18 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   if (config.mode() == "rl") {
     if (config.actors().count() < 0) return absl::InvalidArgumentError("actors.count: must be >= 0");
     if (config.learner().batch_size() < 1) return absl::InvalidArgumentError("learner.batch_size: must be >= 1");
+    if (config.learner().backend() == "mpi") {
+      // MPI replicas are processes that mpirun starts (and that must not
+      // fork actors after MPI is up), so troupe run does not start them.
+      return absl::InvalidArgumentError(
+          "learner.backend: \"mpi\" runs one learner replica per MPI rank, which troupe run does not start. "
+          "Start the replicas with `mpirun -np K troupe learner --config CONFIG --run-dir DIR --listen "
+          "127.0.0.1:7000` and each actor with `troupe actor --learner 127.0.0.1:7000 --config CONFIG --index I`; "
+          "or keep troupe run with learner.backend \"in_process\" and learner.replicas K (threads)");
+    }
     if (config.learner().backend() != "in_process") {
       return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
-                                                     "': troupe run trains RL replicas in one process "
-                                                     "(\"in_process\", with learner.replicas)"));
+                                                     "' is neither \"in_process\" nor \"mpi\""));
     }
   }
   return absl::OkStatus();

@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include <grpcpp/server_builder.h>
+#include <unistd.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "actors/actor.h"
@@ -16,6 +18,7 @@
 #include "common/plot.h"
 #include "common/status_macros.h"
 #include "replay/client.h"
+#include "replay/grpc_client.h"
 
 namespace troupe::learner {
 namespace {
@@ -44,70 +47,172 @@ absl::Status ReadCounters(const std::string& path, int64_t* frames, int64_t* sam
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::ExperimentConfig& config,
-                                                             const std::string& run_dir, bool resume) {
+                                                             const std::string& run_dir, bool resume,
+                                                             const RlLearnerOptions& options) {
   std::unique_ptr<RlLearner> l(new RlLearner());
   l->config_ = config;
   l->run_dir_ = run_dir;
   ASSIGN_OR_RETURN(l->spec_, actors::AgentObservationSpec(config, &l->action_size_));
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), l->spec_, l->action_size_));
-  std::filesystem::create_directories(CheckpointDir(run_dir));
+
+  // The Replicator first: under MPI it says which rank this process is.
+  replicator::ReplicatorOptions replicator_options;
+  replicator_options.timeout = options.collective_timeout;
+  if (config.learner().backend() == "mpi") {
+    l->mpi_ = true;
+    replicator_options.backend = replicator::ReplicatorOptions::Backend::kMpi;
+  } else if (config.learner().backend() == "in_process") {
+    replicator_options.num_replicas = config.learner().replicas();
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
+                                                   "' is neither \"in_process\" nor \"mpi\""));
+  }
+  ASSIGN_OR_RETURN(l->replicator_, replicator::Replicator::Create(replicator_options));
+  if (l->mpi_) {
+    l->rank_ = l->replicator_->local_replicas().front();
+    l->num_ranks_ = l->replicator_->num_replicas();
+    if (config.learner().replicas() > 1 && config.learner().replicas() != l->num_ranks_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "learner.replicas ", config.learner().replicas(), " with learner.backend \"mpi\": mpirun started ",
+          l->num_ranks_, " ranks (one replica each); leave learner.replicas at 1 or make it match `mpirun -np`"));
+    }
+  }
 
   // Replay, embedded: the D4PG transitions table unless the config lists tables.
   config::ReplayConfig replay_config = config.replay();
   if (replay_config.tables_size() == 0) {
     *replay_config.add_tables() = agents::D4pgTransitionTable(l->spec_, l->action_size_, config);
   }
-  ASSIGN_OR_RETURN(l->replay_, replay::Replay::Create(replay_config));
-
-  // One port for replay inserts and parameter streams.
-  l->replay_service_ = std::make_unique<replay::ReplayService>(l->replay_.get(), replay_config.worker_threads());
-  l->parameter_service_ = std::make_unique<ParameterService>(&l->parameter_store_);
-  l->episode_publisher_ = std::make_unique<actors::EpisodePublisher>(config.env().task(), config.env().action_repeat());
-  l->episode_service_ = std::make_unique<actors::EpisodeStreamService>(l->episode_publisher_.get());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(config.learner().listen(), grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(int(replay_config.max_message_bytes()));
-  builder.SetMaxSendMessageSize(int(replay_config.max_message_bytes()));
-  builder.RegisterService(l->replay_service_.get());
-  builder.RegisterService(l->parameter_service_.get());
-  builder.RegisterService(l->episode_service_.get());
-  l->server_ = builder.BuildAndStart();
-  if (!l->server_ || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("learner.listen: cannot listen on ", config.learner().listen(), " (port in use?)"));
+  absl::Status chief_status;
+  if (l->is_chief()) chief_status = l->StartChief(replay_config);
+  if (l->mpi_) {
+    RETURN_IF_ERROR(l->ShareChiefAddress(chief_status, replay_config.max_message_bytes()));
+  } else {
+    RETURN_IF_ERROR(chief_status);
   }
-  l->address_ = absl::StrCat(config.learner().listen().substr(0, config.learner().listen().rfind(':')), ":", port);
 
-  // The agent on the Replicator, one sampler per local replica.
-  replicator::ReplicatorOptions options;
-  if (config.learner().backend() == "mpi") {
-    // Every rank would need the samples of rank 0's replay; until that is
-    // wired, say so rather than train K-1 replicas on nothing.
-    return absl::UnimplementedError(
-        "learner.backend: \"mpi\" is not supported by the RL learner yet; use learner.replicas with "
-        "\"in_process\" (the Replicator's MPI backend is used by the GAN mode)");
-  } else if (config.learner().backend() != "in_process") {
-    return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
-                                                   "' is neither \"in_process\" nor \"mpi\""));
-  }
-  options.num_replicas = config.learner().replicas();
-  ASSIGN_OR_RETURN(l->replicator_, replicator::Replicator::Create(options));
+  // The agent on the Replicator, one sampler per local replica. Rank 0
+  // samples its embedded replay; other ranks sample it over gRPC. (Rather
+  // than rank 0 sampling the whole global batch and scattering shards: the
+  // Replicator's collectives carry floats of equal size, not pixel batches,
+  // rank 0 would decode every rank's frames on its own cores, and every
+  // replica's input would wait on one thread. Over gRPC each rank's sample
+  // stream decodes its own frames, and rank 0's rate limiter still counts
+  // every sample, as it does for in-process replicas.)
   ASSIGN_OR_RETURN(l->agent_, agents::D4pgAgent::Create(config, l->spec_, l->action_size_, l->replicator_.get()));
-  l->local_client_ = replay::NewLocalClient(l->replay_.get());
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
+  replay::ReplayClient* client = l->local_client_ ? l->local_client_.get() : l->remote_client_.get();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
-    ASSIGN_OR_RETURN(auto sampler, l->local_client_->NewSampler({.table = "transitions", .batch_size = shard}));
+    replay::SamplerOptions sampler_options{.table = "transitions", .batch_size = shard};
+    // A remote sampler gives up when rank 0 stops answering (as collectives do).
+    if (!l->is_chief()) sampler_options.timeout = absl::FromChrono(options.collective_timeout);
+    ASSIGN_OR_RETURN(auto sampler, client->NewSampler(sampler_options));
     l->samplers_.push_back(std::move(sampler));
   }
-  ASSIGN_OR_RETURN(l->eval_policy_, agents::D4pgPolicy::Create(config.d4pg(), l->spec_, l->action_size_));
 
-  if (resume) RETURN_IF_ERROR(l->Restore());
+  if (resume) {
+    if (l->is_chief()) {
+      RETURN_IF_ERROR(l->Restore());
+    } else {
+      RETURN_IF_ERROR(l->agent_->Load(CheckpointDir(run_dir) + "/agent.ckpt"));
+    }
+  }
+  if (!l->is_chief()) return l;
+  ASSIGN_OR_RETURN(l->eval_policy_, agents::D4pgPolicy::Create(config.d4pg(), l->spec_, l->action_size_));
   l->next_eval_frames_ = l->frames_before_ + config.evaluator().every_frames();
   // Version 1 (or the restored one) before any actor asks.
   l->agent_->PolicyParameters(&l->policy_parameters_);
   l->parameter_store_.Publish(l->agent_->updates() + 1, "policy", l->policy_parameters_);
   return l;
+}
+
+absl::Status RlLearner::StartChief(const config::ReplayConfig& replay_config) {
+  std::filesystem::create_directories(CheckpointDir(run_dir_));
+  ASSIGN_OR_RETURN(replay_, replay::Replay::Create(replay_config));
+  local_client_ = replay::NewLocalClient(replay_.get());
+
+  // One port for replay inserts and parameter streams.
+  replay_service_ = std::make_unique<replay::ReplayService>(replay_.get(), replay_config.worker_threads());
+  parameter_service_ = std::make_unique<ParameterService>(&parameter_store_);
+  episode_publisher_ = std::make_unique<actors::EpisodePublisher>(config_.env().task(), config_.env().action_repeat());
+  episode_service_ = std::make_unique<actors::EpisodeStreamService>(episode_publisher_.get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string& listen = config_.learner().listen();
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(int(replay_config.max_message_bytes()));
+  builder.SetMaxSendMessageSize(int(replay_config.max_message_bytes()));
+  builder.RegisterService(replay_service_.get());
+  builder.RegisterService(parameter_service_.get());
+  builder.RegisterService(episode_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat("learner.listen: cannot listen on ", listen, " (port in use?)"));
+  }
+  address_ = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  return absl::OkStatus();
+}
+
+absl::Status RlLearner::ShareChiefAddress(const absl::Status& chief_status, int64_t max_message_bytes) {
+  // Rank 0 sends [ok, length, characters...] of its address (an address on
+  // every interface becomes its host name) or of its error, as floats.
+  constexpr int kMaxChars = 1000;
+  std::vector<float> message(2 + kMaxChars, 0.0f);
+  if (is_chief()) {
+    std::string text = chief_status.ok() ? address_ : std::string(chief_status.message());
+    if (chief_status.ok()) {
+      const std::string host = address_.substr(0, address_.rfind(':'));
+      if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
+        char name[256] = {0};
+        gethostname(name, sizeof(name) - 1);
+        text = absl::StrCat(name, address_.substr(address_.rfind(':')));
+      }
+    }
+    text.resize(std::min<size_t>(text.size(), kMaxChars));
+    message[0] = chief_status.ok() ? 1.0f : 0.0f;
+    message[1] = float(text.size());
+    for (size_t i = 0; i < text.size(); ++i) message[2 + i] = float(static_cast<unsigned char>(text[i]));
+  }
+  RETURN_IF_ERROR(replicator_->RunReplicas(
+      [&](replicator::ReplicaContext& ctx) { return ctx.Broadcast(message, /*root=*/0); }));
+  if (is_chief()) return chief_status;
+  std::string text(size_t(message[1]), ' ');
+  for (size_t i = 0; i < text.size(); ++i) text[i] = char(int(message[2 + i]));
+  if (message[0] != 1.0f) {
+    return absl::FailedPreconditionError(absl::StrCat("learner rank 0 failed to start: ", text));
+  }
+  address_ = text;
+  remote_client_ = replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> RlLearner::AgreeOnStep(int step) {
+  if (!mpi_ || num_ranks_ == 1) return step;
+  float value = float(step);
+  RETURN_IF_ERROR(replicator_->RunReplicas(
+      [&](replicator::ReplicaContext& ctx) { return ctx.Broadcast({&value, 1}, /*root=*/0); }));
+  return int(value);
+}
+
+absl::Status RlLearner::CheckReplicasAgree() {
+  if (!mpi_ || num_ranks_ == 1) return absl::OkStatus();
+  // The 64-bit checksum as three exact floats of 22 bits each.
+  const uint64_t mine = agent_->StateChecksum();
+  const float parts[3] = {float(mine & 0x3fffff), float((mine >> 22) & 0x3fffff), float(mine >> 44)};
+  std::vector<float> all(3 * size_t(num_ranks_));
+  RETURN_IF_ERROR(replicator_->RunReplicas(
+      [&](replicator::ReplicaContext& ctx) { return ctx.AllGather(parts, all); }));
+  auto checksum_of = [&](int r) {
+    return uint64_t(all[3 * r]) | uint64_t(all[3 * r + 1]) << 22 | uint64_t(all[3 * r + 2]) << 44;
+  };
+  for (int r = 1; r < num_ranks_; ++r) {
+    if (checksum_of(r) != checksum_of(0)) {
+      return absl::InternalError(absl::StrFormat(
+          "learner replicas diverged: rank %d's state checksum %016x differs from rank 0's %016x after %d updates", r,
+          checksum_of(r), checksum_of(0), agent_->updates()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 RlLearner::~RlLearner() {
@@ -266,13 +371,20 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   auto last_checkpoint = Clock::now();
   last_row_ = Clock::now();
   row_updates_ = agent_->updates();
-  row_frames_ = FramesNow();
+  row_frames_ = is_chief() ? FramesNow() : 0;
   const int64_t publish_every = std::max(config_.learner().publish_every(), 1);
   const int64_t min_size = std::max<int64_t>(config_.learner().min_replay_size(), config_.learner().batch_size());
-  auto done = [&] {
-    return (stop && stop->load()) ||
-           (config_.learner().max_updates() > 0 && agent_->updates() >= config_.learner().max_updates()) ||
-           FramesNow() >= config_.total_frames();
+  // What every rank does next; rank 0 decides (it has replay and counters).
+  enum Step { kStop = 0, kWait = 1, kTrain = 2 };
+  auto decide = [&]() -> int {
+    if (!is_chief()) return kStop;  // replaced by rank 0's decision
+    if ((stop && stop->load()) ||
+        (config_.learner().max_updates() > 0 && agent_->updates() >= config_.learner().max_updates()) ||
+        FramesNow() >= config_.total_frames()) {
+      return kStop;
+    }
+    const proto::InfoResponse info = replay_->Info();
+    return (info.tables_size() ? info.tables(0).size() : 0) < min_size ? kWait : kTrain;
   };
   auto sample = [&](int replica_id, int64_t shard, replay::SampledBatch* out) -> absl::Status {
     const auto& local = replicator_->local_replicas();
@@ -281,20 +393,27 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   };
 
   absl::Status status;
-  while (!done()) {
-    const proto::InfoResponse info = replay_->Info();
-    const int64_t size = info.tables_size() ? info.tables(0).size() : 0;
-    if (size < min_size) {
+  for (;;) {
+    absl::StatusOr<int> step = AgreeOnStep(decide());
+    if (!step.ok()) {
+      status = step.status();
+      break;
+    }
+    if (*step == kStop) break;
+    if (*step == kWait) {
       // Actors are filling replay.
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } else {
       status = agent_->Train(publish_every, sample);
       if (!status.ok()) break;
       samples_ += publish_every * config_.learner().batch_size();
-      // A new policy version for the actors.
-      agent_->PolicyParameters(&policy_parameters_);
-      parameter_store_.Publish(agent_->updates() + 1, "policy", policy_parameters_);
+      if (is_chief()) {
+        // A new policy version for the actors.
+        agent_->PolicyParameters(&policy_parameters_);
+        parameter_store_.Publish(agent_->updates() + 1, "policy", policy_parameters_);
+      }
       if (config_.learner().prioritized()) {
+        // Each rank sends the priorities of its own replicas' samples.
         proto::MutatePrioritiesRequest request;
         request.set_table("transitions");
         std::vector<uint64_t> keys;
@@ -304,8 +423,17 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
           request.add_keys(keys[i]);
           request.add_priorities(priorities[i]);
         }
-        (void)replay_->MutatePriorities(request);
+        if (is_chief()) {
+          (void)replay_->MutatePriorities(request);
+        } else {
+          (void)remote_client_->MutatePriorities(request);
+        }
       }
+    }
+    if (!is_chief()) {
+      std::lock_guard lock(mutex_);
+      stats_.updates = agent_->updates();
+      continue;
     }
     // Stats every pass; rates, losses and a metrics row every 2 s, or every
     // 500 updates when training is fast.
@@ -317,8 +445,17 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
       last_checkpoint = now;
     }
   }
+  // With 2 ranks, a replica stalled inside a collective can only be the other one.
+  if (mpi_ && num_ranks_ == 2 && absl::IsDeadlineExceeded(status) &&
+      absl::StrContains(status.message(), "another replica stalled")) {
+    status = absl::DeadlineExceededError(absl::StrCat(status.message(), " (rank ", 1 - rank_, ", the other of 2)"));
+  }
   // A stop request closes replay, which ends a blocked Train with Cancelled.
   if (!status.ok() && !(stop && stop->load())) return status;
+  // Every rank ends with the same state (only after a clean, agreed stop:
+  // after an error the ranks are no longer in step).
+  if (status.ok()) RETURN_IF_ERROR(CheckReplicasAgree());
+  if (!is_chief()) return absl::OkStatus();
   evaluator_ = std::jthread();  // let a running evaluation finish
   RecordStats(/*write_row=*/true);
   return Checkpoint();

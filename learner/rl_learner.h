@@ -5,13 +5,27 @@
 // (metrics.csv, metrics.jsonl, learning_curve.png), runs the evaluator on a
 // schedule, and checkpoints (agent + counters, replay when configured).
 //
+// Replicas: learner.replicas > 1 with backend "in_process" runs them as
+// threads of this process. Backend "mpi" runs one replica per rank of
+// `mpirun -np K troupe learner ...`: rank 0 (the chief) owns everything above
+// (replay, the port, Parameters, the evaluator, metrics, checkpoints); every
+// other rank samples its shard of each global batch from rank 0's replay
+// over gRPC (replay/grpc_client.h), and the Replicator averages gradients
+// over MPI, so all ranks hold identical parameters (checked at the end of
+// Run by comparing every rank's state checksum). Rank 0 decides each step
+// (train, wait for replay, stop) and broadcasts it, so every rank runs the
+// same collectives in the same order.
+//
 // Threads: Run() trains on the calling thread (and the Replicator's replica
 // threads); gRPC serves on its own threads; the evaluator runs on its own
-// thread. Stats() may be called from any thread (guarded by a mutex).
+// thread. Stats() may be called from any thread (guarded by a mutex). Under
+// MPI, Create and Run must be called from the thread that initialised MPI
+// (they run collectives).
 #ifndef TROUPE_LEARNER_RL_LEARNER_H_
 #define TROUPE_LEARNER_RL_LEARNER_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,21 +58,47 @@ struct LearnerStats {
   int64_t parameter_version = 0;
 };
 
+struct RlLearnerOptions {
+  // How long a replica waits in a collective for the others (backend "mpi"
+  // and "in_process"): a replica that stalls or dies makes the others fail
+  // with an error naming it after this long.
+  std::chrono::milliseconds collective_timeout{60000};
+};
+
 class RlLearner {
  public:
   // Sets everything up and starts serving on config.learner().listen().
   // With `resume`, loads run_dir/checkpoints (agent, counters, replay if
   // saved). Errors: config errors naming the field; Unavailable if the
-  // address cannot be bound ("port in use"); checkpoint errors.
+  // address cannot be bound ("port in use"); checkpoint errors. Under MPI
+  // only rank 0 serves and writes to run_dir (every rank loads the agent
+  // checkpoint from run_dir/checkpoints on resume); the others learn rank
+  // 0's address by broadcast, and fail with rank 0's error if it could not
+  // start.
   static absl::StatusOr<std::unique_ptr<RlLearner>> Create(const config::ExperimentConfig& config,
-                                                           const std::string& run_dir, bool resume);
+                                                           const std::string& run_dir, bool resume,
+                                                           const RlLearnerOptions& options = {});
   ~RlLearner();  // stops serving and joins the evaluator
 
-  // "host:port" actors connect to.
+  // "host:port" actors connect to (on every rank: rank 0's).
   const std::string& address() const { return address_; }
 
+  // This process's rank and the number of ranks (0 and 1 unless backend
+  // "mpi"). Rank 0 is the chief: it serves, evaluates and writes run_dir.
+  int rank() const { return rank_; }
+  int num_ranks() const { return num_ranks_; }
+  bool is_chief() const { return rank_ == 0; }
+
+  // A checksum of the agent's whole state (networks, targets, optimizer
+  // state, update counter) on this process; equal on every rank.
+  uint64_t StateChecksum() const { return agent_->StateChecksum(); }
+
   // Trains until total_frames / max_updates are reached or *stop turns true,
-  // then checkpoints. Errors: training errors (a failed replica, ...).
+  // then checkpoints (rank 0). Under MPI every rank calls Run; rank 0's
+  // counters and *stop decide for all, and at the end every rank's state
+  // checksum is compared (Internal naming the rank that differs). Errors:
+  // training errors (a failed replica, a collective timeout naming the
+  // replica that did not arrive, ...).
   absl::Status Run(const std::atomic<bool>* stop);
 
   // Wakes a Run blocked on replay (used on shutdown).
@@ -68,6 +108,14 @@ class RlLearner {
 
  private:
   RlLearner() = default;
+  // Rank 0's part of Create: replay, the port and its services.
+  absl::Status StartChief(const config::ReplayConfig& replay_config);
+  // Under MPI: every rank gets rank 0's address (or its start-up error).
+  absl::Status ShareChiefAddress(const absl::Status& chief_status, int64_t max_message_bytes);
+  // Under MPI: every rank gets rank 0's `step` (what to do next in Run).
+  absl::StatusOr<int> AgreeOnStep(int step);
+  // Under MPI: every rank's StateChecksum compared with rank 0's.
+  absl::Status CheckReplicasAgree();
   absl::Status Checkpoint();
   absl::Status Restore();
   void MaybeEvaluate();
@@ -91,8 +139,11 @@ class RlLearner {
   std::string address_;
   std::unique_ptr<replicator::Replicator> replicator_;
   std::unique_ptr<agents::D4pgAgent> agent_;
-  std::unique_ptr<replay::ReplayClient> local_client_;
+  std::unique_ptr<replay::ReplayClient> local_client_;   // rank 0: the embedded replay
+  std::unique_ptr<replay::ReplayClient> remote_client_;  // ranks > 0: rank 0's replay over gRPC
   std::vector<std::unique_ptr<replay::Sampler>> samplers_;  // one per local replica
+  bool mpi_ = false;
+  int rank_ = 0, num_ranks_ = 1;
   std::vector<float> policy_parameters_;
   std::unique_ptr<agents::D4pgPolicy> eval_policy_;  // used on the evaluator thread only
   std::chrono::steady_clock::time_point start_;

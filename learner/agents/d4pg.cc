@@ -632,6 +632,22 @@ absl::Status D4pgAgent::Save(const std::string& path) const {
   return nn::SaveCheckpoint(path, all);
 }
 
+uint64_t D4pgAgent::StateChecksum() const {
+  Replica& r = *replicas_[0];
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis
+  auto mix = [&hash](const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  };
+  for (const CheckpointEntry& e :
+       Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam)) {
+    mix(e.data, sizeof(float) * e.shape.size());
+  }
+  const int64_t counters[3] = {r.updates, r.critic_adam->steps(), r.actor_adam->steps()};
+  mix(counters, sizeof(counters));
+  return hash;
+}
+
 absl::Status D4pgAgent::Load(const std::string& path) {
   // Read into a set of the same layout (names and shapes checked there).
   Replica& r0 = *replicas_[0];

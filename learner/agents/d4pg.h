@@ -171,6 +171,11 @@ class D4pgAgent {
   absl::Status Save(const std::string& path) const;
   absl::Status Load(const std::string& path);
 
+  // FNV-1a (64-bit) over the bytes of everything Save writes, from this
+  // process's first local replica: equal on every replica (and MPI rank)
+  // exactly when their states are bit-identical.
+  uint64_t StateChecksum() const;
+
   const ObservationSpec& spec() const { return spec_; }
   int action_size() const { return action_size_; }
 

@@ -1,0 +1,247 @@
+// End to end, learner replicas over MPI: `mpiexec -np 2 troupe learner` with
+// learner.backend "mpi" (rank 0 serves replay and parameters, rank 1 samples
+// its shard of every batch from rank 0 over gRPC, gradients all-reduced over
+// MPI) and 2 `troupe actor` processes on loopback. Checks that training
+// happens, the actors follow new parameter versions, losses stay finite, both
+// ranks end with bit-identical state, and that a rank that dies or stalls
+// ends the job with an error naming it instead of hanging.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+// A small, fast experiment from state, learner replicas over MPI.
+std::string WriteConfig(const std::string& dir, int64_t total_frames) {
+  const std::string path = dir + "/mpi.textproto";
+  std::ofstream(path) << R"(name: "mpi" mode: "rl"
+env { task: "cartpole.swingup" observation: "state" action_repeat: 4 }
+pool { num_envs: 1 num_threads: 1 }
+d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
+learner { backend: "mpi" batch_size: 64 threads: 1 publish_every: 10 min_replay_size: 300 samples_per_insert: 32
+          checkpoint_every_s: 2 }
+actors { count: 2 random_frames: 1000 }
+evaluator { every_frames: 4000 episodes: 1 }
+total_frames: )" << total_frames << "\n";
+  return path;
+}
+
+// Starts `binary ARGS...` in its own process group with its output in `log`.
+pid_t Start(const std::string& binary, const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    FILE* out = std::fopen(log.c_str(), "w");
+    dup2(fileno(out), STDOUT_FILENO);
+    dup2(fileno(out), STDERR_FILENO);
+    // Shared memory between the ranks; 2 ranks on a small machine.
+    setenv("OMPI_MCA_btl", "self,vader", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    std::vector<std::string> copy = args;
+    std::vector<char*> argv;
+    std::string name = binary;
+    argv.push_back(name.data());
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+pid_t StartLearners(const std::string& config, const std::string& run_dir, const std::string& log,
+                    std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"-np", "2", "--oversubscribe", "--allow-run-as-root", TROUPE_BINARY, "learner",
+                                   "--config", config, "--run-dir", run_dir, "--listen", "127.0.0.1:0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return Start(TROUPE_MPIEXEC, args, log);
+}
+
+// Waits for `pid` up to `seconds`; returns its exit status, or -1 on timeout (then kills its group).
+int Wait(pid_t pid, int seconds) {
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  int status = 0;
+  while (Clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+void Stop(pid_t pid) {
+  kill(-pid, SIGTERM);
+  if (Wait(pid, 5) == -1) kill(-pid, SIGKILL);
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Polls `log` until `pattern` matches (its first group), up to `seconds`.
+std::string AwaitMatch(const std::string& log, const std::string& pattern, int seconds) {
+  const std::regex re(pattern);
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  while (Clock::now() < deadline) {
+    std::smatch m;
+    const std::string text = Read(log);
+    if (std::regex_search(text, m, re)) return m[1];
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return "";
+}
+
+// metrics.csv as rows of numbers (header dropped).
+std::vector<std::vector<double>> Metrics(const std::string& run_dir) {
+  std::vector<std::vector<double>> rows;
+  std::ifstream in(run_dir + "/metrics.csv");
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::vector<double> row;
+    std::stringstream cells(line);
+    std::string cell;
+    while (std::getline(cells, cell, ',')) row.push_back(std::stod(cell));
+    rows.push_back(row);
+  }
+  return rows;
+}
+enum Column { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss, kActorLoss,
+              kQ, kEval, kVersion };
+
+class RlMpiEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/rl_mpi_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    run_dir_ = dir_ + "/run";
+  }
+  void TearDown() override {
+    for (pid_t actor : actors_) Stop(actor);
+  }
+  // The learner ranks' address from rank 0's first line; then the actors.
+  std::string StartActors(const std::string& config) {
+    const std::string address =
+        AwaitMatch(dir_ + "/learner.log", "learner rank 0 of 2 serving replay and parameters on (\\S+)", 60);
+    if (address.empty()) return "";
+    for (int i = 0; i < 2; ++i) {
+      actors_.push_back(Start(TROUPE_BINARY,
+                              {"actor", "--learner", address, "--config", config, "--index", std::to_string(i)},
+                              dir_ + "/actor-" + std::to_string(i) + ".log"));
+    }
+    return address;
+  }
+  std::string dir_, run_dir_;
+  std::vector<pid_t> actors_;
+};
+
+TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/30000);
+  const pid_t learners = StartLearners(config, run_dir_, dir_ + "/learner.log");
+  ASSERT_NE(StartActors(config), "") << Read(dir_ + "/learner.log");
+  const int exit_code = Wait(learners, /*seconds=*/150);
+  const std::string log = Read(dir_ + "/learner.log");
+  ASSERT_EQ(exit_code, 0) << log;
+  EXPECT_THAT(log, HasSubstr("learner rank 1 of 2 (pid "));
+
+  // Both ranks did the same updates and hold bit-identical state.
+  const std::regex final_line("learner rank (\\d) of 2: (\\d+) updates, state checksum ([0-9a-f]{16})");
+  std::map<std::string, std::pair<std::string, std::string>> final_state;
+  for (std::sregex_iterator it(log.begin(), log.end(), final_line), end; it != end; ++it) {
+    final_state[(*it)[1]] = {(*it)[2], (*it)[3]};
+  }
+  ASSERT_EQ(final_state.size(), 2u) << log;
+  EXPECT_EQ(final_state["0"], final_state["1"]) << log;
+  EXPECT_GT(std::stoll(final_state["0"].first), 50) << log;
+
+  // Rank 0's metrics: training went on, losses finite, parameters published.
+  const auto rows = Metrics(run_dir_);
+  ASSERT_FALSE(rows.empty()) << log;
+  for (const auto& row : rows) {
+    EXPECT_TRUE(std::isfinite(row[kCriticLoss]) && std::isfinite(row[kActorLoss]) && std::isfinite(row[kQ]));
+  }
+  EXPECT_GE(rows.back()[kFrames], 30000);
+  EXPECT_GT(rows.back()[kCriticLoss], 0);
+  EXPECT_GT(rows.back()[kVersion], 5);
+  EXPECT_TRUE(fs::exists(run_dir_ + "/checkpoints/agent.ckpt"));
+  EXPECT_TRUE(fs::exists(run_dir_ + "/config.textproto"));
+
+  // The actors followed newer parameter versions.
+  for (int i = 0; i < 2; ++i) {
+    const std::string actor_log = Read(dir_ + "/actor-" + std::to_string(i) + ".log");
+    const std::regex version("params v(\\d+)");
+    int64_t newest = 0;
+    for (std::sregex_iterator it(actor_log.begin(), actor_log.end(), version), end; it != end; ++it) {
+      newest = std::max<int64_t>(newest, std::stoll((*it)[1]));
+    }
+    EXPECT_GT(newest, 1) << "actor " << i << ":\n" << actor_log;
+  }
+}
+
+TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);
+  const pid_t learners = StartLearners(config, run_dir_, dir_ + "/learner.log");
+  ASSERT_NE(StartActors(config), "") << Read(dir_ + "/learner.log");
+  const std::string rank1 = AwaitMatch(dir_ + "/learner.log", "learner rank 1 of 2 \\(pid (\\d+)\\)", 30);
+  ASSERT_NE(rank1, "") << Read(dir_ + "/learner.log");
+  // Let it train, then kill rank 1.
+  ASSERT_NE(AwaitMatch(run_dir_ + "/metrics.csv", "\\n[0-9.]+,\\d+,([1-9]\\d*),", 60), "") << Read(dir_ + "/learner.log");
+  ASSERT_EQ(kill(std::stoi(rank1), SIGKILL), 0);
+  const int exit_code = Wait(learners, /*seconds=*/30);
+  const std::string log = Read(dir_ + "/learner.log");
+  EXPECT_NE(exit_code, -1) << "the job hung after rank 1 died:\n" << log;
+  EXPECT_NE(exit_code, 0) << log;
+  EXPECT_THAT(log, HasSubstr("rank 1")) << log;
+}
+
+TEST_F(RlMpiEndToEndTest, ARankThatStallsFailsTheOthersWithinTheTimeout) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);
+  const pid_t learners = StartLearners(config, run_dir_, dir_ + "/learner.log", {"--collective-timeout-s", "3"});
+  ASSERT_NE(StartActors(config), "") << Read(dir_ + "/learner.log");
+  const std::string rank1 = AwaitMatch(dir_ + "/learner.log", "learner rank 1 of 2 \\(pid (\\d+)\\)", 30);
+  ASSERT_NE(rank1, "") << Read(dir_ + "/learner.log");
+  ASSERT_NE(AwaitMatch(run_dir_ + "/metrics.csv", "\\n[0-9.]+,\\d+,([1-9]\\d*),", 60), "") << Read(dir_ + "/learner.log");
+  // Stop rank 1 without killing it: rank 0 must give up on it, not wait forever.
+  ASSERT_EQ(kill(std::stoi(rank1), SIGSTOP), 0);
+  const int exit_code = Wait(learners, /*seconds=*/30);
+  kill(std::stoi(rank1), SIGCONT);
+  const std::string log = Read(dir_ + "/learner.log");
+  EXPECT_NE(exit_code, -1) << "the job hung after rank 1 stalled:\n" << log;
+  EXPECT_NE(exit_code, 0) << log;
+  // Rank 0's error names rank 1: missing from a collective, or stalled inside one.
+  EXPECT_THAT(log, ::testing::AnyOf(HasSubstr("replica 1 did not reach collective"),
+                                    HasSubstr("stalled mid-collective (rank 1, the other of 2)")))
+      << log;
+  EXPECT_THAT(log, HasSubstr("troupe learner rank 0 of 2:")) << log;
+}
+
+TEST_F(RlMpiEndToEndTest, TroupeRunRefusesMpiNamingTheMpirunCommand) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/1000);
+  const pid_t run = Start(TROUPE_BINARY, {"run", config}, dir_ + "/run.log");
+  EXPECT_EQ(Wait(run, 30), 2);
+  EXPECT_THAT(Read(dir_ + "/run.log"), HasSubstr("mpirun -np K troupe learner --config CONFIG"));
+}
+
+}  // namespace
+}  // namespace troupe
