@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include <Eigen/Core>
 
 #include "common/status_macros.h"
@@ -43,35 +45,56 @@ void GemmSerial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
   }
 }
 
-// Unrolls one sample x[c, h, w] into col[c*kh*kw, oh*ow] (zeros for padding).
-void Im2Col(const ConvGeometry& g, const float* x, float* col) {
-  const int64_t oh = g.oh(), ow = g.ow();
+// dst[0, n) = src[0, n) for the short runs im2col copies (one image row,
+// tens of floats): whole vectors with an overlapping last one, inline, where
+// a memcpy call per row cost more than the copy.
+inline void CopyRun(const float* src, float* dst, int64_t n) {
+#if defined(__AVX512F__)
+  if (n >= 16) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
+    if (i < n) _mm512_storeu_ps(dst + n - 16, _mm512_loadu_ps(src + n - 16));
+    return;
+  }
+#endif
+#if defined(__AVX__)
+  if (n >= 8) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
+    if (i < n) _mm256_storeu_ps(dst + n - 8, _mm256_loadu_ps(src + n - 8));
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+// Unrolls output rows [oy0, oy1) of one sample x[c, h, w] into
+// col[c*kh*kw, (oy1-oy0)*ow] (zeros for padding).
+void Im2Col(const ConvGeometry& g, const float* x, int64_t oy0, int64_t oy1, float* col) {
+  const int64_t ow = g.ow(), s = g.stride, cols = (oy1 - oy0) * ow;
   for (int64_t ch = 0; ch < g.c; ++ch) {
     const float* xc = x + ch * g.h * g.w;
     for (int64_t ki = 0; ki < g.kh; ++ki) {
       for (int64_t kj = 0; kj < g.kw; ++kj) {
-        float* row = col + ((ch * g.kh + ki) * g.kw + kj) * oh * ow;
-        for (int64_t oy = 0; oy < oh; ++oy) {
-          const int64_t iy = oy * g.stride - g.pad + ki;
-          float* out = row + oy * ow;
+        float* row = col + ((ch * g.kh + ki) * g.kw + kj) * cols;
+        // Output columns [lo, hi) read inside the image: ix = ox*s - pad + kj.
+        const int64_t lo = std::min(ow, std::max<int64_t>(0, (g.pad - kj + s - 1) / s));
+        const int64_t hi = std::max(lo, std::min(ow, (g.w + g.pad - kj + s - 1) / s));
+        for (int64_t oy = oy0; oy < oy1; ++oy) {
+          const int64_t iy = oy * s - g.pad + ki;
+          float* out = row + (oy - oy0) * ow;
           if (iy < 0 || iy >= g.h) {
             std::memset(out, 0, sizeof(float) * ow);
             continue;
           }
-          const float* xr = xc + iy * g.w;
-          if (g.stride == 1) {
-            // Contiguous run with zero borders.
-            const int64_t lo = std::max<int64_t>(0, g.pad - kj);
-            const int64_t hi = std::min<int64_t>(ow, g.w + g.pad - kj);
-            for (int64_t ox = 0; ox < lo; ++ox) out[ox] = 0.0f;
-            if (hi > lo) std::memcpy(out + lo, xr + lo - g.pad + kj, sizeof(float) * (hi - lo));
-            for (int64_t ox = std::max(hi, lo); ox < ow; ++ox) out[ox] = 0.0f;
+          for (int64_t ox = 0; ox < lo; ++ox) out[ox] = 0.0f;
+          const float* src = xc + iy * g.w + lo * s - g.pad + kj;
+          if (s == 1) {
+            CopyRun(src, out + lo, hi - lo);
           } else {
-            for (int64_t ox = 0; ox < ow; ++ox) {
-              const int64_t ix = ox * g.stride - g.pad + kj;
-              out[ox] = (ix >= 0 && ix < g.w) ? xr[ix] : 0.0f;
-            }
+            for (int64_t ox = lo; ox < hi; ++ox) out[ox] = src[(ox - lo) * s];
           }
+          for (int64_t ox = hi; ox < ow; ++ox) out[ox] = 0.0f;
         }
       }
     }
@@ -107,6 +130,13 @@ void Col2Im(const ConvGeometry& g, const float* col, float* x) {
     }
   }
 }
+
+// Convolutions unroll and multiply a block of whole output rows at a time,
+// about this many output pixels: the block's columns (c*kh*kw rows of them)
+// stay in L2 from im2col through Eigen's packing instead of going out to
+// memory and back for the whole image.
+constexpr int64_t kBlockPixels = 512;
+int64_t BlockRows(int64_t ow, int64_t oh) { return std::clamp<int64_t>(kBlockPixels / ow, 1, oh); }
 
 }  // namespace
 
@@ -153,10 +183,11 @@ void CpuBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, fl
 
 namespace {
 
-// y_i = act(y_i + b) over one sample's [oc, p] output, while it is in cache.
-void BiasActivation(FusedActivation act, int64_t oc, int64_t p, const float* b, float* y) {
+// y = act(y + b) over a block [oc, cols] (row stride ld) of one sample's
+// output, while it is in cache.
+void BiasActivation(FusedActivation act, int64_t oc, int64_t p, int64_t ld, const float* b, float* y) {
   for (int64_t o = 0; o < oc; ++o) {
-    float* yo = y + o * p;
+    float* yo = y + o * ld;
     const float bo = b != nullptr ? b[o] : 0.0f;
     if (act == FusedActivation::kRelu) {
       for (int64_t j = 0; j < p; ++j) yo[j] = std::max(yo[j] + bo, 0.0f);
@@ -190,16 +221,20 @@ void CpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const
                                const float* b, float* y) {
   const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
   const int64_t x_stride = g.c * g.h * g.w, y_stride = g.oc * p;
+  const int64_t oh = g.oh(), ow = g.ow(), rows = BlockRows(ow, oh);
   // Size every thread's columns before the parallel loop.
-  for (int t = 0; t < pool_.num_threads(); ++t) Scratch(0, t, ckk * p);
+  for (int t = 0; t < pool_.num_threads(); ++t) Scratch(0, t, ckk * rows * ow);
   pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
     float* col = scratch_[0][CurrentWorkerIndex()].data;
     for (int64_t i = begin; i < end; ++i) {
-      // y_i[oc, p] = act(w[oc, ckk] * col[ckk, p] + b).
-      Im2Col(g, x + i * x_stride, col);
-      float* yi = y + i * y_stride;
-      GemmSerial(false, false, g.oc, p, ckk, 1.0f, w, ckk, col, p, 0.0f, yi, p);
-      BiasActivation(act, g.oc, p, b, yi);
+      // y_i[oc, block] = act(w[oc, ckk] * col[ckk, block] + b), block by block.
+      for (int64_t oy = 0; oy < oh; oy += rows) {
+        const int64_t oy1 = std::min(oh, oy + rows), cols = (oy1 - oy) * ow;
+        Im2Col(g, x + i * x_stride, oy, oy1, col);
+        float* yb = y + i * y_stride + oy * ow;
+        GemmSerial(false, false, g.oc, cols, ckk, 1.0f, w, ckk, col, cols, 0.0f, yb, p);
+        BiasActivation(act, g.oc, cols, p, b, yb);
+      }
     }
   });
 }
@@ -220,10 +255,11 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, cons
     flipped = Scratch(3, 0, g.c * back_rows);
     FlipWeights(g, w, flipped);
   }
+  const int64_t oh = g.oh(), ow = g.ow(), rows = BlockRows(ow, oh), back_block = BlockRows(g.w, g.h);
   // Per thread: columns, the activation's gradient, and weight/bias gradient
   // partials (zeroed).
   for (int t = 0; t < threads; ++t) {
-    Scratch(0, t, std::max(ckk * p, dx_as_conv ? back_rows * hw : 0));
+    Scratch(0, t, std::max(ckk * rows * ow, dx_as_conv ? back_rows * back_block * g.w : ckk * p));
     if (act != FusedActivation::kNone) Scratch(2, t, y_stride);
     float* partial = Scratch(1, t, g.oc * ckk + g.oc);
     std::memset(partial, 0, sizeof(float) * (g.oc * ckk + g.oc));
@@ -242,9 +278,12 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, cons
         for (int64_t j = 0; j < y_stride; ++j) dpre[j] = yi[j] > 0.0f ? dyi[j] : 0.0f;
         dyi = dpre;
       }
-      // dw[oc, ckk] += dy_i[oc, p] * col[ckk, p]^T.
-      Im2Col(g, x + i * x_stride, col);
-      GemmSerial(false, true, g.oc, ckk, p, 1.0f, dyi, p, col, p, 1.0f, dw_part, ckk);
+      // dw[oc, ckk] += dy_i[oc, block] * col[ckk, block]^T, block by block.
+      for (int64_t oy = 0; oy < oh; oy += rows) {
+        const int64_t oy1 = std::min(oh, oy + rows), cols = (oy1 - oy) * ow;
+        Im2Col(g, x + i * x_stride, oy, oy1, col);
+        GemmSerial(false, true, g.oc, ckk, cols, 1.0f, dyi + oy * ow, p, col, cols, 1.0f, dw_part, ckk);
+      }
       // db[oc] += sum_p dy_i.
       if (db != nullptr) {
         for (int64_t o = 0; o < g.oc; ++o) {
@@ -255,9 +294,13 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, cons
         }
       }
       if (dx_as_conv) {
-        // dx_i[c, hw] += flipped[c, oc*kh*kw] * im2col(dy_i)[oc*kh*kw, hw].
-        Im2Col(back, dyi, col);
-        GemmSerial(false, false, g.c, hw, back_rows, 1.0f, flipped, back_rows, col, hw, 1.0f, dx + i * x_stride, hw);
+        // dx_i[c, block] += flipped[c, oc*kh*kw] * im2col(dy_i)[oc*kh*kw, block].
+        for (int64_t iy = 0; iy < g.h; iy += back_block) {
+          const int64_t iy1 = std::min(g.h, iy + back_block), cols = (iy1 - iy) * g.w;
+          Im2Col(back, dyi, iy, iy1, col);
+          GemmSerial(false, false, g.c, cols, back_rows, 1.0f, flipped, back_rows, col, cols, 1.0f,
+                     dx + i * x_stride + iy * g.w, hw);
+        }
       } else if (dx != nullptr) {
         // dx_i += col2im(w^T[ckk, oc] * dy_i[oc, p]).
         GemmSerial(true, false, ckk, p, g.oc, 1.0f, w, ckk, dyi, p, 0.0f, col, p);
@@ -315,7 +358,7 @@ void CpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, 
     for (int64_t i = begin; i < end; ++i) {
       const float* dyi = dy + i * y_stride;
       // col = im2col(dy_i): the transposed conv's backward is a conv.
-      Im2Col(g, dyi, col);
+      Im2Col(g, dyi, 0, g.oh(), col);
       // dw[oc, ckk] += x_i[oc, p] * col^T.
       GemmSerial(false, true, g.oc, ckk, p, 1.0f, x + i * x_stride, p, col, p, 1.0f, dw_part, ckk);
       // dx_i[oc, p] += w[oc, ckk] * col.
