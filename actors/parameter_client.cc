@@ -23,7 +23,11 @@ ParameterClient::~ParameterClient() {
 }
 
 void ParameterClient::Loop(std::stop_token stop) {
-  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  // A pixel policy's parameters (~12 MB for the DrQ encoder + 1024x1024
+  // actor) exceed gRPC's default 4 MB receive limit: lift it.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
   auto stub = proto::Parameters::NewStub(channel);
   std::chrono::milliseconds backoff(100);
   bool first_attempt = true;
