@@ -68,6 +68,21 @@ inline void CopyRun(const float* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
 }
 
+// dst[i] = src[2 * i] for i < n (a stride-2 convolution's row): even lanes
+// of two vectors at a time.
+inline void CopyEvenLanes(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  // The last pair of loads ends at src[2*i + 31], which must be < 2*n - 1.
+  for (; i + 16 < n; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(_mm512_loadu_ps(src + 2 * i), even,
+                                                     _mm512_loadu_ps(src + 2 * i + 16)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = src[2 * i];
+}
+
 // Unrolls output rows [oy0, oy1) of one sample x[c, h, w] into
 // col[c*kh*kw, (oy1-oy0)*ow] (zeros for padding).
 void Im2Col(const ConvGeometry& g, const float* x, int64_t oy0, int64_t oy1, float* col) {
@@ -91,6 +106,8 @@ void Im2Col(const ConvGeometry& g, const float* x, int64_t oy0, int64_t oy1, flo
           const float* src = xc + iy * g.w + lo * s - g.pad + kj;
           if (s == 1) {
             CopyRun(src, out + lo, hi - lo);
+          } else if (s == 2) {
+            CopyEvenLanes(src, out + lo, hi - lo);
           } else {
             for (int64_t ox = lo; ox < hi; ++ox) out[ox] = src[(ox - lo) * s];
           }
