@@ -7,6 +7,7 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options);    // bench/env
 absl::StatusOr<Report> RunReplayBenchmark(const Options& options);  // bench/replay_bench.cc
 absl::StatusOr<Report> RunLearnerBenchmark(const Options& options);  // bench/learner_bench.cc
 absl::StatusOr<Report> RunGanBenchmark(const Options& options);  // bench/gan_bench.cc
+absl::StatusOr<Report> RunRlBenchmark(const Options& options);   // bench/rl_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -17,6 +18,9 @@ const std::vector<Benchmark>& Benchmarks() {
        RunLearnerBenchmark},
       {"gan", "classifier-FID at equal images seen for batch 64/256/1024 (K=1, 2) vs the real-vs-real floor; G+D step images/s vs libtorch",
        RunGanBenchmark},
+      {"rl", "end to end from pixels (cartpole.swingup 84x84): env frames/s and learner updates/s with 2 actor processes "
+             "+ learner, vs each alone; CPU share of actors and learner",
+       RunRlBenchmark},
   };
   return benchmarks;
 }

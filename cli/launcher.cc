@@ -20,13 +20,6 @@
 namespace troupe::cli {
 namespace {
 
-// One actor process of this machine.
-struct ActorProcess {
-  int index = 0;
-  pid_t pid = -1;
-  int restarts = 0;
-};
-
 // Starts `troupe actor` (this same binary) for `index`, its output to
 // run_dir/logs/actor-INDEX.log. The child dies with the launcher.
 absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& learner, int index) {
@@ -63,6 +56,97 @@ std::string Thousands(int64_t v) {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<ActorFleet>> ActorFleet::Start(const config::ExperimentConfig& config,
+                                                              const std::string& run_dir,
+                                                              const std::string& learner_address,
+                                                              const std::atomic<bool>* stop) {
+  std::unique_ptr<ActorFleet> fleet(new ActorFleet());
+  fleet->stop_ = stop;
+  fleet->config_ = config;
+  fleet->run_dir_ = run_dir;
+  fleet->learner_address_ = learner_address;
+  std::filesystem::create_directories(run_dir + "/logs");
+  fleet->actors_.resize(config.actors().count());
+  for (int i = 0; i < fleet->count(); ++i) {
+    fleet->actors_[i].index = i;
+    ASSIGN_OR_RETURN(fleet->actors_[i].pid, SpawnActor(run_dir, learner_address, i));
+  }
+  fleet->watcher_ = std::jthread([f = fleet.get()](std::stop_token token) { f->Watch(token); });
+  return fleet;
+}
+
+ActorFleet::~ActorFleet() { Stop(); }
+
+void ActorFleet::Watch(std::stop_token token) {
+  while (!token.stop_requested()) {
+    {
+      std::lock_guard lock(mutex_);
+      for (Actor& actor : actors_) {
+        int wstatus = 0;
+        if (actor.pid <= 0 || waitpid(actor.pid, &wstatus, WNOHANG) != actor.pid) continue;
+        // It died: restart it unless we are stopping or it ran out of restarts.
+        actor.pid = -1;
+        if (stopping_ || (stop_ && stop_->load())) continue;
+        const std::string how = WIFSIGNALED(wstatus) ? absl::StrCat("killed by signal ", WTERMSIG(wstatus))
+                                                     : absl::StrCat("exited with status ", WEXITSTATUS(wstatus));
+        if (actor.restarts >= config_.actors().max_restarts()) {
+          std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s/logs/actor-%d.log\n",
+                      actor.index, how.c_str(), config_.actors().max_restarts(), run_dir_.c_str(), actor.index);
+          continue;
+        }
+        auto pid = SpawnActor(run_dir_, learner_address_, actor.index);
+        if (pid.ok()) {
+          actor.pid = *pid;
+          ++actor.restarts;
+          ++total_restarts_;
+          std::printf("\nactor %d %s; restarted (restart %d of %d)\n", actor.index, how.c_str(), actor.restarts,
+                      config_.actors().max_restarts());
+        }
+        std::fflush(stdout);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void ActorFleet::Stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  watcher_ = std::jthread();  // requests stop and joins
+  // SIGTERM, then SIGKILL after 3 s.
+  std::lock_guard lock(mutex_);
+  for (const Actor& actor : actors_) {
+    if (actor.pid > 0) kill(actor.pid, SIGTERM);
+  }
+  for (Actor& actor : actors_) {
+    if (actor.pid <= 0) continue;
+    for (int i = 0; i < 30 && waitpid(actor.pid, nullptr, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (kill(actor.pid, SIGKILL) == 0) waitpid(actor.pid, nullptr, 0);
+    actor.pid = -1;
+  }
+}
+
+std::vector<pid_t> ActorFleet::pids() const {
+  std::lock_guard lock(mutex_);
+  std::vector<pid_t> out;
+  for (const Actor& actor : actors_) {
+    if (actor.pid > 0) out.push_back(actor.pid);
+  }
+  return out;
+}
+
+int ActorFleet::alive() const { return static_cast<int>(pids().size()); }
+
+int ActorFleet::restarts() const {
+  std::lock_guard lock(mutex_);
+  return total_restarts_;
+}
+
 absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
                              const std::atomic<bool>* stop) {
   std::filesystem::create_directories(run_dir + "/logs");
@@ -72,43 +156,7 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
   std::fflush(stdout);
 
   // The actors, watched and restarted on a thread of their own.
-  std::vector<ActorProcess> actors(config.actors().count());
-  for (int i = 0; i < int(actors.size()); ++i) {
-    actors[i].index = i;
-    ASSIGN_OR_RETURN(actors[i].pid, SpawnActor(run_dir, learner->address(), i));
-  }
-  std::atomic<bool> learner_done{false};
-  std::atomic<int> alive{int(actors.size())}, restarts{0};
-  std::jthread watcher([&](std::stop_token token) {
-    while (!token.stop_requested()) {
-      for (ActorProcess& actor : actors) {
-        int wstatus = 0;
-        if (actor.pid <= 0 || waitpid(actor.pid, &wstatus, WNOHANG) != actor.pid) continue;
-        // It died: restart it unless we are stopping or it ran out of restarts.
-        --alive;
-        actor.pid = -1;
-        if (learner_done || (stop && stop->load())) continue;
-        const std::string how = WIFSIGNALED(wstatus) ? absl::StrCat("killed by signal ", WTERMSIG(wstatus))
-                                                     : absl::StrCat("exited with status ", WEXITSTATUS(wstatus));
-        if (actor.restarts >= config.actors().max_restarts()) {
-          std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s/logs/actor-%d.log\n",
-                      actor.index, how.c_str(), config.actors().max_restarts(), run_dir.c_str(), actor.index);
-          continue;
-        }
-        auto pid = SpawnActor(run_dir, learner->address(), actor.index);
-        if (pid.ok()) {
-          actor.pid = *pid;
-          ++actor.restarts;
-          ++restarts;
-          ++alive;
-          std::printf("\nactor %d %s; restarted (restart %d of %d)\n", actor.index, how.c_str(), actor.restarts,
-                      config.actors().max_restarts());
-        }
-        std::fflush(stdout);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
+  ASSIGN_OR_RETURN(std::unique_ptr<ActorFleet> actors, ActorFleet::Start(config, run_dir, learner->address(), stop));
 
   // The status line, from the learner's stats, on another thread.
   std::jthread status_thread([&](std::stop_token token) {
@@ -121,7 +169,7 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
           config.env().task(), Thousands(s.frames), s.frames_per_second, Thousands(s.updates), s.updates_per_second,
           Thousands(s.replay_size), s.samples_per_insert,
           s.last_eval_return < 0 ? "-" : absl::StrFormat("%.1f @ %s", s.last_eval_return, Thousands(s.last_eval_frames)),
-          s.parameter_version, alive.load(), int(actors.size()), restarts.load()));
+          s.parameter_version, actors->alive(), actors->count(), actors->restarts()));
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
   });
@@ -132,22 +180,9 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
     if (stop && stop->load()) learner->Interrupt();
   });
   const absl::Status status = learner->Run(stop);
-  learner_done = true;
   interrupter.request_stop();
   status_thread.request_stop();
-  watcher.request_stop();
-  watcher = std::jthread();
-  // Stop the actors: SIGTERM, then SIGKILL after 3 s.
-  for (const ActorProcess& actor : actors) {
-    if (actor.pid > 0) kill(actor.pid, SIGTERM);
-  }
-  for (const ActorProcess& actor : actors) {
-    if (actor.pid <= 0) continue;
-    for (int i = 0; i < 30 && waitpid(actor.pid, nullptr, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (kill(actor.pid, SIGKILL) == 0) waitpid(actor.pid, nullptr, 0);
-  }
+  actors->Stop();
   status_thread = std::jthread();
   const learner::LearnerStats s = learner->Stats();
   std::printf("\n%s: %s frames, %s updates, last eval return %s; run directory %s\n", config.env().task().c_str(),
