@@ -8,19 +8,19 @@
 
 namespace troupe::replay {
 
-FieldValue FieldValue::Dense(proto::DType dtype, std::vector<int64_t> shape, const void* data) {
+FieldValue FieldValue::Dense(proto::DType dtype, absl::Span<const int64_t> shape, const void* data) {
   FieldValue value;
   value.dtype = dtype;
   value.bytes = static_cast<size_t>(DTypeSize(dtype));
   for (int64_t d : shape) value.bytes *= static_cast<size_t>(std::max<int64_t>(d, 0));
-  value.shape = std::move(shape);
+  value.shape.assign(shape.begin(), shape.end());
   value.data = data;
   return value;
 }
 
-FieldValue FieldValue::Frames(std::vector<uint64_t> keys) {
+FieldValue FieldValue::Frames(absl::Span<const uint64_t> keys) {
   FieldValue value;
-  value.frame_keys = std::move(keys);
+  value.frame_keys.assign(keys.begin(), keys.end());
   return value;
 }
 
@@ -84,7 +84,7 @@ absl::StatusOr<uint64_t> Writer::AppendCompressedFrame(std::string data, proto::
   return key;
 }
 
-absl::Status Writer::Insert(const std::string& table, double priority, const std::vector<FieldValue>& fields) {
+absl::Status Writer::Insert(const std::string& table, double priority, absl::Span<const FieldValue> fields) {
   // Check frame keys against the window before queueing.
   const uint64_t oldest = next_frame_key_ > static_cast<uint64_t>(options_.frame_window)
                               ? next_frame_key_ - options_.frame_window

@@ -18,9 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/replay.pb.h"
 #include "replay/frame_store.h"
 #include "replay/replay.h"
@@ -46,16 +48,18 @@ struct WriterOptions {
 };
 
 // One field of an item: dense bytes with dtype and shape, or frame keys.
+// Shapes and key lists are stored inline (an item's fields cost no heap
+// allocation up to rank 4 and 8 keys).
 struct FieldValue {
   proto::DType dtype = proto::DTYPE_INVALID;
-  std::vector<int64_t> shape;
+  absl::InlinedVector<int64_t, 4> shape;
   const void* data = nullptr;
   size_t bytes = 0;
-  std::vector<uint64_t> frame_keys;
+  absl::InlinedVector<uint64_t, 8> frame_keys;
 
   // `data` must stay valid until Insert returns.
-  static FieldValue Dense(proto::DType dtype, std::vector<int64_t> shape, const void* data);
-  static FieldValue Frames(std::vector<uint64_t> keys);
+  static FieldValue Dense(proto::DType dtype, absl::Span<const int64_t> shape, const void* data);
+  static FieldValue Frames(absl::Span<const uint64_t> keys);
 };
 
 // An actor's insert stream. Frames and items are queued and sent in
@@ -86,7 +90,7 @@ class Writer {
   // Queues one item for `table`; its fields follow the table's signature.
   // InvalidArgument (client-side) for a frame key not appended yet or
   // outside the frame window.
-  absl::Status Insert(const std::string& table, double priority, const std::vector<FieldValue>& fields);
+  absl::Status Insert(const std::string& table, double priority, absl::Span<const FieldValue> fields);
   // Sends everything queued and waits until all of it is in its tables
   // (blocking on the rate limiter as needed).
   absl::Status Flush();

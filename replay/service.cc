@@ -1,5 +1,7 @@
 #include "replay/service.h"
 
+#include <google/protobuf/arena.h>
+
 #include <atomic>
 #include <cstring>
 
@@ -16,8 +18,9 @@ constexpr int kMaxBatchSize = 1 << 20;
 // Steps of the Insert state machine are numbered as in service.h.
 class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto::InsertResponse> {
  public:
-  explicit InsertReactor(ReplayService* service) : service_(service), session_(service->replay()) {
-    StartRead(&request_);  // 1
+  explicit InsertReactor(ReplayService* service)
+      : service_(service), session_(service->replay()), arena_(ArenaOptions(arena_block_, sizeof(arena_block_))) {
+    ReadNext();  // 1
   }
 
   void OnReadDone(bool ok) override {
@@ -26,8 +29,10 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
       Finish(grpc::Status::OK);
       return;
     }
-    // 3. Check the whole request.
-    if (absl::Status status = session_.Prepare(&request_); !status.ok()) {
+    // 3. Check the whole request. Frame bytes move out of it into the store;
+    // the rest is copied, so the request is done with here.
+    ack_ = request_->ack();
+    if (absl::Status status = session_.Prepare(request_); !status.ok()) {
       Finish(ToGrpcStatus(status));
       return;
     }
@@ -40,7 +45,7 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading acks"));
       return;
     }
-    StartRead(&request_);  // 5 -> 1
+    ReadNext();  // 5 -> 1
   }
 
   void OnCancel() override { cancelled_ = true; }
@@ -77,17 +82,37 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
       return;
     }
     // 5. Ack if asked, then read on.
-    if (request_.ack()) {
+    if (ack_) {
       response_.set_items_inserted(session_.items_inserted());
       StartWrite(&response_);
       return;
     }
-    StartRead(&request_);
+    ReadNext();
+  }
+
+  static google::protobuf::ArenaOptions ArenaOptions(char* block, size_t bytes) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = bytes;
+    return options;
+  }
+
+  // 1. Reads the next request into a fresh message on the arena (its
+  // submessages and string objects come from one reused block instead of a
+  // malloc each; frame bytes still get their own buffers, which the store
+  // keeps).
+  void ReadNext() {
+    arena_.Reset();
+    request_ = google::protobuf::Arena::CreateMessage<proto::InsertRequest>(&arena_);
+    StartRead(request_);
   }
 
   ReplayService* service_;
   InsertSession session_;
-  proto::InsertRequest request_;
+  alignas(16) char arena_block_[64 << 10];
+  google::protobuf::Arena arena_;
+  proto::InsertRequest* request_ = nullptr;
+  bool ack_ = false;
   proto::InsertResponse response_;
   absl::Time blocked_since_ = absl::InfiniteFuture();
   std::atomic<bool> cancelled_{false};
