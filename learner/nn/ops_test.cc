@@ -305,17 +305,23 @@ std::vector<float> NaiveConv(const ConvGeometry& g, const std::vector<float>& x,
   return y;
 }
 
+// The backend's forward against NaiveConv on one [n, c, h, w] geometry.
+void ExpectConvMatchesDirectLoops(CpuBackend& backend, ConvGeometry g) {
+  SCOPED_TRACE(::testing::Message() << g.h << "x" << g.w << " stride " << g.stride << " pad " << g.pad);
+  auto x = RandomVector(g.n * g.c * g.h * g.w, 40), w = RandomVector(g.oc * g.c * g.kh * g.kw, 41);
+  auto b = RandomVector(g.oc, 42);
+  std::vector<float> y(g.n * g.oc * g.oh() * g.ow());
+  backend.Conv2dForward(g, FusedActivation::kNone, x.data(), w.data(), b.data(), y.data());
+  const auto want = NaiveConv(g, x, w, b);
+  for (size_t k = 0; k < y.size(); ++k) ASSERT_NEAR(y[k], want[k], 1e-4) << "at " << k;
+}
+
 TEST(ConvForwardTest, MatchesDirectLoopsAcrossStridesAndPads) {
   CpuBackend backend(/*num_threads=*/2);
   for (int64_t stride : {1, 2, 3}) {
     for (int64_t pad : {0, 1, 2}) {
-      ConvGeometry g;
-      g.n = 3, g.c = 2, g.h = 9, g.w = 8, g.oc = 4, g.kh = 3, g.kw = 3, g.stride = stride, g.pad = pad;
-      auto x = RandomVector(g.n * g.c * g.h * g.w, 40), w = RandomVector(g.oc * g.c * 9, 41), b = RandomVector(4, 42);
-      std::vector<float> y(g.n * g.oc * g.oh() * g.ow());
-      backend.Conv2dForward(g, FusedActivation::kNone, x.data(), w.data(), b.data(), y.data());
-      const auto want = NaiveConv(g, x, w, b);
-      for (size_t k = 0; k < y.size(); ++k) ASSERT_NEAR(y[k], want[k], 1e-4) << "stride " << stride << " pad " << pad;
+      ExpectConvMatchesDirectLoops(
+          backend, {.n = 3, .c = 2, .h = 9, .w = 8, .oc = 4, .kh = 3, .kw = 3, .stride = stride, .pad = pad});
     }
   }
 }
@@ -325,13 +331,8 @@ TEST(ConvForwardTest, MatchesDirectLoopsOnImagesOfSeveralBlocks) {
   // the last one partial.
   CpuBackend backend(/*num_threads=*/2);
   for (int64_t stride : {1, 2}) {
-    ConvGeometry g;
-    g.n = 2, g.c = 3, g.h = 61, g.w = 57, g.oc = 4, g.kh = 3, g.kw = 3, g.stride = stride, g.pad = 1;
-    auto x = RandomVector(g.n * g.c * g.h * g.w, 46), w = RandomVector(g.oc * g.c * 9, 47), b = RandomVector(4, 48);
-    std::vector<float> y(g.n * g.oc * g.oh() * g.ow());
-    backend.Conv2dForward(g, FusedActivation::kNone, x.data(), w.data(), b.data(), y.data());
-    const auto want = NaiveConv(g, x, w, b);
-    for (size_t k = 0; k < y.size(); ++k) ASSERT_NEAR(y[k], want[k], 1e-4) << "stride " << stride << " at " << k;
+    ExpectConvMatchesDirectLoops(
+        backend, {.n = 2, .c = 3, .h = 61, .w = 57, .oc = 4, .kh = 3, .kw = 3, .stride = stride, .pad = 1});
   }
 }
 
