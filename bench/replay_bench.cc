@@ -1,12 +1,13 @@
 // `troupe bench replay`: insert and sample throughput of the replay
 // service, in-process and over loopback gRPC, for state transitions (24
 // floats) and pixel transitions (3 stacked 84x84x3 frames), next to a raw
-// gRPC stream of the same message sizes measured in the same run; and the
-// resident memory per stored pixel transition, with frames rendered from
-// real episodes of cartpole.swingup and walker.walk and written as an actor
-// does (Writer::AppendFrame: compressed against a recent similar frame when
-// that pays). Sampling is also given per CPU-second of the sampling thread,
-// since these machines are shared.
+// gRPC stream of the same message sizes (and, for pixel inserts, of the
+// same decoded bytes) measured in the same run; and the resident memory per
+// stored pixel transition, with frames rendered from real episodes of
+// cartpole.swingup and walker.walk and written as an actor does
+// (Writer::AppendFrame: LZ4, against a recent similar frame when that pays).
+// Sampling is also given per CPU-second of the sampling thread, since these
+// machines are shared.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/server_builder.h>
 #include <time.h>
@@ -305,15 +306,15 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
   const long held = options.quick ? 10000 : 100000;  // pixel transitions for the memory figure
   const int frames_per_task = options.quick ? 500 : 4000;
 
-  // Real frames: random-action episodes (DrQ action repeats), zstd level 1.
+  // Real frames: random-action episodes (DrQ action repeats).
   std::printf("rendering %d frames each of cartpole.swingup and walker.walk ...\n", frames_per_task);
   std::fflush(stdout);
   std::vector<std::vector<uint8_t>> raw;
   RETURN_IF_ERROR(RenderFrames("cartpole.swingup", /*action_repeat=*/8, frames_per_task, /*seed=*/1, &raw));
   RETURN_IF_ERROR(RenderFrames("walker.walk", /*action_repeat=*/2, frames_per_task, /*seed=*/2, &raw));
-  // Each frame compressed alone (zstd level 1, as stored), and the frames as
-  // a writer sends them: compressed against a similar recent frame when
-  // that pays (replay::FrameEncoder).
+  // Each frame compressed alone (LZ4, the writer's default codec), and the
+  // frames as a writer sends them: compressed against a similar recent
+  // frame when that pays (replay::FrameEncoder).
   replay::FrameCompressor compressor(/*level=*/1);
   double alone_total = 0;
   std::string alone;

@@ -210,12 +210,11 @@ absl::Status FrameDecoder::Decode(const std::string& data, proto::Compression co
     if (raw_bytes > LZ4_MAX_INPUT_SIZE || data.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) {
       return absl::DataLossError(absl::StrCat("LZ4 frame of ", raw_bytes, " bytes is too large"));
     }
-    const int n = reference != nullptr
-                      ? LZ4_decompress_safe_usingDict(data.data(), static_cast<char*>(dst), static_cast<int>(data.size()),
-                                                      static_cast<int>(raw_bytes), static_cast<const char*>(reference),
-                                                      static_cast<int>(raw_bytes))
-                      : LZ4_decompress_safe(data.data(), static_cast<char*>(dst), static_cast<int>(data.size()),
-                                            static_cast<int>(raw_bytes));
+    const int size = static_cast<int>(data.size()), capacity = static_cast<int>(raw_bytes);
+    char* const out = static_cast<char*>(dst);
+    const int n = reference != nullptr ? LZ4_decompress_safe_usingDict(data.data(), out, size, capacity,
+                                                                       static_cast<const char*>(reference), capacity)
+                                       : LZ4_decompress_safe(data.data(), out, size, capacity);
     if (n != raw_bytes) {
       return absl::DataLossError(n < 0 ? std::string("LZ4 frame does not decode")
                                        : absl::StrCat("LZ4 frame decodes to ", n, " bytes, expected ", raw_bytes));
