@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <zlib.h>
@@ -384,6 +385,52 @@ TEST(ReplayTest, CheckpointRoundTripKeepsReferenceCodedFrames) {
     EXPECT_TRUE(testing::SceneBatchMatches(batch));
     std::remove(path.c_str());
   }
+}
+
+// Rewrites the header record of checkpoint `path` to say `version`, with a
+// valid checksum.
+void SetCheckpointVersion(const std::string& path, int version) {
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  uint32_t n = 0;
+  std::memcpy(&n, bytes.data() + 8, 4);
+  proto::CheckpointRecord header;
+  ASSERT_TRUE(header.ParseFromArray(bytes.data() + 12, static_cast<int>(n)));
+  header.mutable_header()->set_version(version);
+  std::string record = header.SerializeAsString();
+  ASSERT_EQ(record.size(), n);
+  bytes.replace(12, n, record);
+  const size_t body_end = bytes.size() - 20;
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), body_end));
+  std::memcpy(bytes.data() + body_end + 16, &crc, 4);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+TEST(ReplayTest, CheckpointOfFormatVersionTwoRestoresItsZstdFrames) {
+  // Version 2 files predate the codec field: every frame is zstd.
+  const std::string path = TempPath("v2.ckpt");
+  {
+    Embedded e(testing::SceneConfig(/*max_size=*/50));
+    auto writer = *e.client->NewWriter({.codec = proto::COMPRESSION_ZSTD});
+    ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/30).ok());
+    ASSERT_TRUE(writer->Close().ok());
+    ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  }
+  SetCheckpointVersion(path, 2);
+  Embedded restored(testing::SceneConfig(/*max_size=*/50));
+  auto items = restored.client->Restore(path);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 30);
+  auto sampler = *restored.client->NewSampler({.table = "scene", .batch_size = 64});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  EXPECT_TRUE(testing::SceneBatchMatches(batch));
+  std::remove(path.c_str());
 }
 
 TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
