@@ -37,6 +37,19 @@ absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::Exper
   return spec;
 }
 
+TransitionLayout ActorTransitionLayout(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
+                                       int action_size) {
+  TransitionLayout layout;
+  layout.state_size = spec.state_size;
+  layout.frames = spec.frames;
+  layout.height = spec.height;
+  layout.width = spec.width;
+  layout.action_size = action_size;
+  layout.n_step = config.d4pg().n_step();
+  layout.discount = config.d4pg().discount();
+  return layout;
+}
+
 namespace {
 
 // The actor's connection to replay: a writer and the transition writer on
@@ -81,14 +94,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   const bool pixels = spec.pixels();
   ObservationStack stack(n, std::max(spec.frames, 1), spec.height, spec.width);
 
-  TransitionLayout layout;
-  layout.state_size = spec.state_size;
-  layout.frames = spec.frames;
-  layout.height = spec.height;
-  layout.width = spec.width;
-  layout.action_size = action_size;
-  layout.n_step = config.d4pg().n_step();
-  layout.discount = config.d4pg().discount();
+  const TransitionLayout layout = ActorTransitionLayout(config, spec, action_size);
 
   ParameterClient parameters(options.learner_address);
   Connection connection;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "actors/transition_writer.h"
 #include "learner/agents/d4pg.h"
 #include "proto/config.pb.h"
 
@@ -35,6 +36,10 @@ float ActorNoiseScale(const config::ActorsConfig& actors, int index);
 // The observation spec the agent sees for `config`'s env.
 absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,
                                                              int* action_size);
+
+// How an actor for `config` writes its transitions into replay.
+TransitionLayout ActorTransitionLayout(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
+                                       int action_size);
 
 struct ActorStats {
   int64_t frames = 0;

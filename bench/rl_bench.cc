@@ -166,13 +166,7 @@ absl::Status FillReplay(const config::ExperimentConfig& config, const std::strin
   ASSIGN_OR_RETURN(auto pool, envs::EnvPool::Create(pool_options));
   auto client = replay::NewGrpcClient(address);
   ASSIGN_OR_RETURN(auto writer, client->NewWriter());
-  actors::TransitionLayout layout;
-  layout.frames = spec.frames;
-  layout.height = spec.height;
-  layout.width = spec.width;
-  layout.action_size = action_size;
-  layout.n_step = config.d4pg().n_step();
-  layout.discount = config.d4pg().discount();
+  const actors::TransitionLayout layout = actors::ActorTransitionLayout(config, spec, action_size);
   const int n = pool->num_envs();
   actors::TransitionWriter transitions_writer(writer.get(), n, layout);
   const size_t pixel_bytes = pool->spec().pixel_bytes();

@@ -14,12 +14,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/processes.h"
 
 namespace troupe {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using namespace troupe::e2e;  // Wait, Read, Metrics and its columns
 
 // A small, fast experiment written into `dir`.
 std::string WriteConfig(const std::string& dir, int64_t total_frames) {
@@ -37,61 +39,8 @@ runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n";
 
 // Starts `troupe ARGS...` with its output in `log`; returns its pid.
 pid_t Start(const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    FILE* out = std::fopen(log.c_str(), "w");
-    dup2(fileno(out), STDOUT_FILENO);
-    dup2(fileno(out), STDERR_FILENO);
-    std::vector<char*> argv;
-    std::string binary = TROUPE_BINARY;
-    argv.push_back(binary.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(TROUPE_BINARY, argv.data());
-    _exit(127);
-  }
-  return pid;
+  return e2e::Start(TROUPE_BINARY, args, log);
 }
-
-// Waits for `pid` up to `seconds`; returns its exit status, or -1 on timeout (then kills it).
-int Wait(pid_t pid, int seconds) {
-  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-  int status = 0;
-  while (Clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  kill(-pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// metrics.csv as rows of numbers (header dropped).
-std::vector<std::vector<double>> Metrics(const std::string& run_dir) {
-  std::vector<std::vector<double>> rows;
-  std::ifstream in(run_dir + "/metrics.csv");
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::vector<double> row;
-    std::stringstream cells(line);
-    std::string cell;
-    while (std::getline(cells, cell, ',')) row.push_back(std::stod(cell));
-    rows.push_back(row);
-  }
-  return rows;
-}
-enum Column { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss, kActorLoss,
-              kQ, kEval, kVersion };
 
 std::string OnlyRunDir(const std::string& dir) {
   std::vector<fs::path> runs;

@@ -19,6 +19,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/processes.h"
 
 namespace troupe {
 namespace {
@@ -26,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
+using namespace troupe::e2e;  // Start, Wait, Stop, Read, AwaitMatch, Metrics and its columns
 
 // A small, fast experiment from state, learner replicas over MPI.
 std::string WriteConfig(const std::string& dir, int64_t total_frames, int64_t max_updates = 0) {
@@ -42,92 +44,17 @@ total_frames: )" << total_frames << "\n";
   return path;
 }
 
-// Starts `binary ARGS...` in its own process group with its output in `log`.
-pid_t Start(const std::string& binary, const std::vector<std::string>& args, const std::string& log) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    FILE* out = std::fopen(log.c_str(), "w");
-    dup2(fileno(out), STDOUT_FILENO);
-    dup2(fileno(out), STDERR_FILENO);
-    // Shared memory between the ranks; 2 ranks on a small machine.
-    setenv("OMPI_MCA_btl", "self,vader", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    std::vector<std::string> copy = args;
-    std::vector<char*> argv;
-    std::string name = binary;
-    argv.push_back(name.data());
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
+// Shared memory between the ranks; 2 ranks on a small machine.
+const std::vector<std::pair<std::string, std::string>> kMpiEnv = {{"OMPI_MCA_btl", "self,vader"},
+                                                                  {"OMPI_MCA_rmaps_base_oversubscribe", "1"}};
 
 pid_t StartLearners(const std::string& config, const std::string& run_dir, const std::string& log,
                     std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"-np", "2", "--oversubscribe", "--allow-run-as-root", TROUPE_BINARY, "learner",
                                    "--config", config, "--run-dir", run_dir, "--listen", "127.0.0.1:0"};
   args.insert(args.end(), extra.begin(), extra.end());
-  return Start(TROUPE_MPIEXEC, args, log);
+  return Start(TROUPE_MPIEXEC, args, log, kMpiEnv);
 }
-
-// Waits for `pid` up to `seconds`; returns its exit status, or -1 on timeout (then kills its group).
-int Wait(pid_t pid, int seconds) {
-  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-  int status = 0;
-  while (Clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  kill(-pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
-
-void Stop(pid_t pid) {
-  kill(-pid, SIGTERM);
-  if (Wait(pid, 5) == -1) kill(-pid, SIGKILL);
-}
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Polls `log` until `pattern` matches (its first group), up to `seconds`.
-std::string AwaitMatch(const std::string& log, const std::string& pattern, int seconds) {
-  const std::regex re(pattern);
-  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-  while (Clock::now() < deadline) {
-    std::smatch m;
-    const std::string text = Read(log);
-    if (std::regex_search(text, m, re)) return m[1];
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return "";
-}
-
-// metrics.csv as rows of numbers (header dropped).
-std::vector<std::vector<double>> Metrics(const std::string& run_dir) {
-  std::vector<std::vector<double>> rows;
-  std::ifstream in(run_dir + "/metrics.csv");
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::vector<double> row;
-    std::stringstream cells(line);
-    std::string cell;
-    while (std::getline(cells, cell, ',')) row.push_back(std::stod(cell));
-    rows.push_back(row);
-  }
-  return rows;
-}
-enum Column { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss, kActorLoss,
-              kQ, kEval, kVersion };
 
 class RlMpiEndToEndTest : public ::testing::Test {
  protected:
