@@ -53,8 +53,8 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
   pool->spec_ = pool->envs_[0]->spec();
   const int action_size = pool->spec_.action_size;
   pool->actions_.assign(size_t(pool->num_envs_) * action_size, 0.0f);
-  pool->needs_reset_.assign(pool->num_envs_, 1);
-  pool->episode_step_.assign(pool->num_envs_, 0);
+  pool->progress_.resize(pool->num_envs_);
+  pool->state_lines_ = (pool->spec_.state_size + 15) / 16;
   pool->in_flight_.assign(pool->num_envs_, 0);
   for (int i = 0; i < pool->num_envs_; ++i) pool->all_env_ids_.push_back(i);
 
@@ -71,6 +71,8 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     buffer->state.resize(m * pool->spec_.state_size);
     buffer->pixels.resize(m * pool->spec_.pixel_bytes());
     buffer->episode_step.resize(m);
+    buffer->rows.resize(m);
+    buffer->staged_state.resize(m * pool->state_lines_);
     pool->ring_.push_back(std::move(buffer));
   }
 
@@ -231,29 +233,27 @@ EnvPool::Buffer& EnvPool::RunJob(const Job& job) {
   const int64_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
   Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
   const int row = batch_size_ == num_envs_ ? id : int(slot % batch_size_);
-  ObservationBuffers out{buffer.state.data() + size_t(row) * spec_.state_size,
+  ObservationBuffers out{state_lines_ > 0 ? buffer.staged_state[size_t(row) * state_lines_].v : nullptr,
                          spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
+  EnvProgress& progress = progress_[id];
 
   // Step, or reset an env that was asked to or whose episode ended.
   absl::StatusOr<TimeStep> timestep;
-  if (job.reset || needs_reset_[id]) {
+  if (job.reset || progress.needs_reset) {
     timestep = env.Reset(out);
-    episode_step_[id] = 0;
+    progress.episode_step = 0;
   } else {
     timestep = env.Step(std::span<const float>(&actions_[size_t(id) * spec_.action_size], spec_.action_size), out);
-    ++episode_step_[id];
+    ++progress.episode_step;
   }
   if (!timestep.ok()) {
     std::lock_guard lock(mutex_);
     if (first_error_.ok()) first_error_ = timestep.status();
     timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
   }
-  needs_reset_[id] = timestep->step_type == StepType::kLast;
-  buffer.env_id[row] = id;
-  buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
-  buffer.reward[row] = timestep->reward;
-  buffer.discount[row] = timestep->discount;
-  buffer.episode_step[row] = episode_step_[id];
+  progress.needs_reset = timestep->step_type == StepType::kLast;
+  buffer.rows[row] = RowResult{id, static_cast<uint8_t>(timestep->step_type), timestep->reward, timestep->discount,
+                               progress.episode_step};
   return buffer;
 }
 
@@ -301,6 +301,19 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
     error = std::exchange(first_error_, absl::OkStatus());
   }
   ++next_recv_;
+  // Gather the rows into the batch's arrays.
+  for (int i = 0; i < batch_size_; ++i) {
+    const RowResult& r = buffer.rows[i];
+    buffer.env_id[i] = r.env_id;
+    buffer.step_type[i] = r.step_type;
+    buffer.reward[i] = r.reward;
+    buffer.discount[i] = r.discount;
+    buffer.episode_step[i] = r.episode_step;
+    if (state_lines_ > 0) {
+      std::memcpy(&buffer.state[size_t(i) * spec_.state_size], buffer.staged_state[size_t(i) * state_lines_].v,
+                  sizeof(float) * spec_.state_size);
+    }
+  }
   for (int i = 0; i < batch_size_; ++i) in_flight_[buffer.env_id[i]] = 0;
   in_flight_count_ -= batch_size_;
   if (!error.ok()) return error;

@@ -106,13 +106,33 @@ class EnvPool {
     int32_t env_id;
     bool reset;
   };
+  // A row's small results as a thread writes them, on cache lines of its
+  // own: threads finishing neighbouring rows (a cheap state step takes a
+  // microsecond or two) would otherwise pass the lines of the arrays below
+  // back and forth on every step. Recv gathers a full buffer's rows.
+  struct alignas(64) RowResult {
+    int32_t env_id;
+    uint8_t step_type;
+    float reward, discount;
+    int32_t episode_step;
+  };
+  struct alignas(64) StateLine {
+    float v[16];
+  };
+  // Per env, touched by whichever thread steps it; padded for the same reason.
+  struct alignas(64) EnvProgress {
+    int32_t episode_step = 0;
+    uint8_t needs_reset = 1;  // its episode ended (or it never started)
+  };
   // One ring slot of batch_size results.
   struct Buffer {
     std::vector<int32_t> env_id;
     std::vector<uint8_t> step_type;
     std::vector<float> reward, discount, state;
-    std::vector<uint8_t> pixels;
+    std::vector<uint8_t> pixels;  // written in place by the threads (a row is many lines)
     std::vector<int32_t> episode_step;
+    std::vector<RowResult> rows;          // batch_size
+    std::vector<StateLine> staged_state;  // batch_size x state_lines_
     std::atomic<int> written{0};
   };
 
@@ -132,8 +152,8 @@ class EnvPool {
   EnvSpec spec_;
   std::vector<std::unique_ptr<Environment>> envs_;
   std::vector<float> actions_;         // num_envs x action_size, the last action sent to each env
-  std::vector<uint8_t> needs_reset_;   // per env: its episode ended (touched by its worker only while in flight)
-  std::vector<int32_t> episode_step_;  // per env
+  std::vector<EnvProgress> progress_;  // per env (touched by its thread only while in flight)
+  int state_lines_ = 0;                // StateLines per row
   std::vector<uint8_t> in_flight_;     // per env, owner thread only
   int in_flight_count_ = 0;            // owner thread only
   std::vector<int32_t> all_env_ids_;   // 0..num_envs-1, for sync Reset/Step
