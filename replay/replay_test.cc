@@ -439,29 +439,7 @@ TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
   auto writer = *e.client->NewWriter();
   ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/5).ok());
   ASSERT_TRUE(e.client->Checkpoint(path).ok());
-  // Rewrite the header record as version 1, with a valid checksum.
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  uint32_t n = 0;
-  std::memcpy(&n, bytes.data() + 8, 4);
-  proto::CheckpointRecord header;
-  ASSERT_TRUE(header.ParseFromArray(bytes.data() + 12, static_cast<int>(n)));
-  ASSERT_EQ(header.header().version(), 3);
-  header.mutable_header()->set_version(1);
-  std::string record = header.SerializeAsString();
-  ASSERT_EQ(record.size(), n);
-  bytes.replace(12, n, record);
-  const size_t body_end = bytes.size() - 20;
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), body_end));
-  std::memcpy(bytes.data() + body_end + 16, &crc, 4);
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << bytes;
-  }
+  SetCheckpointVersion(path, 1);
   const absl::Status status = e.client->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(), absl::StrCat("checkpoint ", path,
