@@ -148,6 +148,38 @@ void Col2Im(const ConvGeometry& g, const float* col, float* x) {
   }
 }
 
+// y = act(y + b) over a block [oc, cols] (row stride ld) of one sample's
+// output, while it is in cache.
+void BiasActivation(FusedActivation act, int64_t oc, int64_t cols, int64_t ld, const float* b, float* y) {
+  for (int64_t o = 0; o < oc; ++o) {
+    float* yo = y + o * ld;
+    const float bo = b != nullptr ? b[o] : 0.0f;
+    if (act == FusedActivation::kRelu) {
+      for (int64_t j = 0; j < cols; ++j) yo[j] = std::max(yo[j] + bo, 0.0f);
+    } else if (b != nullptr) {
+      for (int64_t j = 0; j < cols; ++j) yo[j] += bo;
+    }
+  }
+}
+
+// Whether dx of a convolution is itself a stride-1 convolution of dy (with
+// the flipped, transposed weights and "full" padding kh - 1 - pad), which is
+// one well-shaped GEMM (inner dimension oc*kh*kw) and no scatter, instead of
+// the GEMM with inner dimension oc and a col2im scatter-add.
+bool DxIsConvolution(const ConvGeometry& g) { return g.stride == 1 && g.kh == g.kw && g.pad <= g.kh - 1; }
+
+// flipped[c, (o, a, b)] = w[o, c, kh-1-a, kw-1-b].
+void FlipWeights(const ConvGeometry& g, const float* w, float* flipped) {
+  const int64_t kk = g.kh * g.kw;
+  for (int64_t o = 0; o < g.oc; ++o) {
+    for (int64_t ch = 0; ch < g.c; ++ch) {
+      const float* src = w + (o * g.c + ch) * kk;
+      float* dst = flipped + (ch * g.oc + o) * kk;
+      for (int64_t j = 0; j < kk; ++j) dst[j] = src[kk - 1 - j];
+    }
+  }
+}
+
 // Convolutions unroll and multiply a block of whole output rows at a time,
 // about this many output pixels: the block's columns (c*kh*kw rows of them)
 // stay in L2 from im2col through Eigen's packing instead of going out to
@@ -197,42 +229,6 @@ void CpuBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, fl
     for (int64_t j = 0; j < cols; ++j) dbias[j] += d[j];
   }
 }
-
-namespace {
-
-// y = act(y + b) over a block [oc, cols] (row stride ld) of one sample's
-// output, while it is in cache.
-void BiasActivation(FusedActivation act, int64_t oc, int64_t p, int64_t ld, const float* b, float* y) {
-  for (int64_t o = 0; o < oc; ++o) {
-    float* yo = y + o * ld;
-    const float bo = b != nullptr ? b[o] : 0.0f;
-    if (act == FusedActivation::kRelu) {
-      for (int64_t j = 0; j < p; ++j) yo[j] = std::max(yo[j] + bo, 0.0f);
-    } else if (b != nullptr) {
-      for (int64_t j = 0; j < p; ++j) yo[j] += bo;
-    }
-  }
-}
-
-// Whether dx of a convolution is itself a stride-1 convolution of dy (with
-// the flipped, transposed weights and "full" padding kh - 1 - pad), which is
-// one well-shaped GEMM (inner dimension oc*kh*kw) and no scatter, instead of
-// the GEMM with inner dimension oc and a col2im scatter-add.
-bool DxIsConvolution(const ConvGeometry& g) { return g.stride == 1 && g.kh == g.kw && g.pad <= g.kh - 1; }
-
-// flipped[c, (o, a, b)] = w[o, c, kh-1-a, kw-1-b].
-void FlipWeights(const ConvGeometry& g, const float* w, float* flipped) {
-  const int64_t kk = g.kh * g.kw;
-  for (int64_t o = 0; o < g.oc; ++o) {
-    for (int64_t ch = 0; ch < g.c; ++ch) {
-      const float* src = w + (o * g.c + ch) * kk;
-      float* dst = flipped + (ch * g.oc + o) * kk;
-      for (int64_t j = 0; j < kk; ++j) dst[j] = src[kk - 1 - j];
-    }
-  }
-}
-
-}  // namespace
 
 void CpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                                const float* b, float* y) {
