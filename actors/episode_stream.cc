@@ -2,6 +2,8 @@
 
 #include <deque>
 
+#include "common/serial_write_reactor.h"
+
 namespace troupe::actors {
 
 int64_t EpisodePublisher::BeginEpisode() {
@@ -61,9 +63,10 @@ void EpisodePublisher::RemoveListener(Listener* listener) {
 
 namespace {
 
-class FollowReactor final : public grpc::ServerWriteReactor<proto::EpisodeState>, public EpisodePublisher::Listener {
+class FollowReactor final : public SerialWriteReactor<proto::EpisodeState>, public EpisodePublisher::Listener {
  public:
-  explicit FollowReactor(EpisodePublisher* publisher) : publisher_(publisher) {
+  explicit FollowReactor(EpisodePublisher* publisher)
+      : SerialWriteReactor("episode stream write failed"), publisher_(publisher) {
     // Step 1: register; the greeting comes at once.
     publisher_->AddListener(this);
   }
@@ -85,27 +88,6 @@ class FollowReactor final : public grpc::ServerWriteReactor<proto::EpisodeState>
     MaybeWriteLocked();
   }
 
-  // Step 3: the previous write finished.
-  void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mutex_);
-    writing_ = false;
-    queue_.pop_front();
-    if (finishing_) {
-      Finish(pending_finish_);
-    } else if (!ok) {
-      finishing_ = true;
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "episode stream write failed"));
-    } else {
-      MaybeWriteLocked();
-    }
-  }
-
-  // Step 4: the client cancelled (or the server is shutting down).
-  void OnCancel() override {
-    std::lock_guard lock(mutex_);
-    FinishLocked(grpc::Status::CANCELLED);
-  }
-
   void OnDone() override {
     publisher_->RemoveListener(this);  // no OnState runs after this returns
     { std::lock_guard lock(mutex_); }
@@ -113,30 +95,17 @@ class FollowReactor final : public grpc::ServerWriteReactor<proto::EpisodeState>
   }
 
  private:
-  void MaybeWriteLocked() {
-    if (finishing_ || writing_ || queue_.empty()) return;
-    writing_ = true;
-    StartWrite(queue_.front().get());  // the front stays queued until its write completes
+  // Step 3: the front of the queue, which stays queued (and counted) until
+  // its write completes.
+  std::shared_ptr<const proto::EpisodeState> NextLocked() override {
+    return queue_.empty() ? nullptr : queue_.front();
   }
-
-  void FinishLocked(const grpc::Status& status) {
-    if (finishing_) return;
-    finishing_ = true;
-    if (writing_) {
-      pending_finish_ = status;  // finished once the write completes
-    } else {
-      Finish(status);
-    }
-  }
+  void WrittenLocked() override { queue_.pop_front(); }
 
   EpisodePublisher* publisher_;
-  std::mutex mutex_;
-  // All guarded by mutex_.
+  // Guarded by mutex_.
   std::deque<std::shared_ptr<const proto::EpisodeState>> queue_;
   bool skipping_ = false;
-  bool writing_ = false;
-  bool finishing_ = false;
-  grpc::Status pending_finish_;
 };
 
 }  // namespace

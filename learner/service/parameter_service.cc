@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/serial_write_reactor.h"
+
 namespace troupe::learner {
 
 void ParameterStore::Publish(int64_t version, const std::string& name, std::span<const float> parameters) {
@@ -55,40 +57,20 @@ bool ParameterStore::closed() const {
 namespace {
 
 // Lock order: the store's mutex, then the reactor's.
-class GetReactor final : public grpc::ServerWriteReactor<proto::ParametersUpdate>, public ParameterStore::Listener {
+class GetReactor final : public SerialWriteReactor<proto::ParametersUpdate>, public ParameterStore::Listener {
  public:
-  GetReactor(ParameterStore* store, int64_t have_version) : store_(store), sent_version_(have_version) {
-    // Step 1: register; the store tells us at once what it has.
+  GetReactor(ParameterStore* store, int64_t have_version)
+      : SerialWriteReactor("parameter stream write failed"), store_(store), sent_version_(have_version) {
+    // Register; the store tells us at once what it has.
     store_->AddListener(this);
   }
 
-  // Step 3: a new version (or the store closing).
+  // A new version (or the store closing).
   void OnPublished(std::shared_ptr<const proto::ParametersUpdate> latest, bool closed) override {
     std::lock_guard lock(mutex_);
     latest_ = std::move(latest);
     closed_ = closed;
     MaybeWriteLocked();
-  }
-
-  // Step 2: the previous write finished.
-  void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mutex_);
-    writing_ = false;
-    in_flight_.reset();
-    if (finishing_) {
-      Finish(pending_finish_);
-    } else if (!ok) {
-      finishing_ = true;
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "parameter stream write failed"));
-    } else {
-      MaybeWriteLocked();
-    }
-  }
-
-  // Step 4: the client cancelled (or the server is shutting down).
-  void OnCancel() override {
-    std::lock_guard lock(mutex_);
-    FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
@@ -98,39 +80,23 @@ class GetReactor final : public grpc::ServerWriteReactor<proto::ParametersUpdate
   }
 
  private:
-  void MaybeWriteLocked() {
-    if (finishing_ || writing_) return;
+  // Only the newest version is written; versions published during a write
+  // are coalesced.
+  std::shared_ptr<const proto::ParametersUpdate> NextLocked() override {
     if (closed_) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the learner is shutting down"));
-      return;
+      return nullptr;
     }
-    if (!latest_ || latest_->version() <= sent_version_) return;
+    if (!latest_ || latest_->version() <= sent_version_) return nullptr;
     sent_version_ = latest_->version();
-    in_flight_ = latest_;
-    writing_ = true;
-    StartWrite(in_flight_.get());
-  }
-
-  void FinishLocked(const grpc::Status& status) {
-    if (finishing_) return;
-    finishing_ = true;
-    if (writing_) {
-      pending_finish_ = status;  // finished once the write completes
-    } else {
-      Finish(status);
-    }
+    return latest_;
   }
 
   ParameterStore* store_;
-  std::mutex mutex_;
-  // All guarded by mutex_.
+  // Guarded by mutex_.
   int64_t sent_version_;
   std::shared_ptr<const proto::ParametersUpdate> latest_;
-  std::shared_ptr<const proto::ParametersUpdate> in_flight_;  // alive until its write completes
   bool closed_ = false;
-  bool writing_ = false;
-  bool finishing_ = false;
-  grpc::Status pending_finish_;
 };
 
 }  // namespace

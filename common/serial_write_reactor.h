@@ -1,0 +1,92 @@
+// A server-streaming gRPC reactor that writes one message at a time, for
+// streams fed by a publisher (the learner's Parameters stream, the
+// evaluator's episode stream). This class owns the write/finish state
+// machine; a subclass says what to write next:
+//   - NextLocked() returns the next message to write, or null for "nothing
+//     yet" (it may call FinishLocked instead). Called with mutex_ held
+//     whenever no write is in flight: after the subclass calls
+//     MaybeWriteLocked() and after each write completes.
+//   - WrittenLocked() runs (mutex_ held) when a write has completed, before
+//     the next NextLocked().
+// A write that fails finishes the stream UNAVAILABLE with `write_failed`; a
+// finish requested while a write is in flight waits for that write; a client
+// cancel (or server shutdown) finishes CANCELLED. The message being written
+// is kept alive until its write completes. Subclasses implement OnDone
+// (unregister, then `delete this`).
+#ifndef TROUPE_COMMON_SERIAL_WRITE_REACTOR_H_
+#define TROUPE_COMMON_SERIAL_WRITE_REACTOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace troupe {
+
+template <typename Message>
+class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
+ public:
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+    WrittenLocked();
+    in_flight_.reset();
+    if (finishing_) {
+      this->Finish(pending_finish_);
+    } else if (!ok) {
+      finishing_ = true;
+      this->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, write_failed_));
+    } else {
+      MaybeWriteLocked();
+    }
+  }
+
+  void OnCancel() override {
+    std::lock_guard lock(mutex_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+ protected:
+  explicit SerialWriteReactor(std::string write_failed) : write_failed_(std::move(write_failed)) {}
+
+  virtual std::shared_ptr<const Message> NextLocked() = 0;
+  virtual void WrittenLocked() {}
+
+  // Starts writing NextLocked() unless a write is in flight or the stream is
+  // finishing; mutex_ held.
+  void MaybeWriteLocked() {
+    if (finishing_ || writing_) return;
+    std::shared_ptr<const Message> next = NextLocked();
+    if (finishing_ || next == nullptr) return;
+    in_flight_ = std::move(next);
+    writing_ = true;
+    this->StartWrite(in_flight_.get());
+  }
+
+  // Finishes with `status` now, or once the write in flight completes;
+  // mutex_ held. Later calls are ignored.
+  void FinishLocked(const grpc::Status& status) {
+    if (finishing_) return;
+    finishing_ = true;
+    if (writing_) {
+      pending_finish_ = status;
+    } else {
+      this->Finish(status);
+    }
+  }
+
+  std::mutex mutex_;  // guards this class's state and the subclass's
+
+ private:
+  const std::string write_failed_;
+  std::shared_ptr<const Message> in_flight_;
+  bool writing_ = false;
+  bool finishing_ = false;
+  grpc::Status pending_finish_;
+};
+
+}  // namespace troupe
+
+#endif  // TROUPE_COMMON_SERIAL_WRITE_REACTOR_H_
