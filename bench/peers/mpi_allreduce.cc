@@ -1,9 +1,10 @@
 // Run by `troupe bench learner` under `mpiexec -np 2`: times the all-reduce
 // (mean) of a gradient buffer of N floats through troupe's MPI Replicator
 // backend (ReplicaContext::AllReduce: the descriptor exchange that turns a
-// missing or mismatched replica into an error, the blocking MPI_Allreduce,
-// and the division by K of a mean) and a raw blocking MPI_Allreduce (sum) of
-// the same buffer. Rank 0 prints "troupe_ms X raw_ms Y".
+// missing or mismatched replica into an error, a nonblocking MPI_Iallreduce
+// polled against the timeout, and the division by K of a mean) and a raw
+// blocking MPI_Allreduce (sum) of the same buffer. Rank 0 prints
+// "troupe_ms X raw_ms Y".
 #include <mpi.h>
 
 #include <chrono>

@@ -532,11 +532,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
 
   // Metrics: means over the global batch.
   float metrics[3] = {static_cast<float>(loss_sum / rows), a.item(actor_loss), static_cast<float>(q_sum / rows)};
-  // Started and waited for (not AllReduce): a background collective is
-  // polled against the timeout on every backend, so a replica that stalls
-  // here is reported, not waited for.
-  RETURN_IF_ERROR(ctx.StartAllReduce(metrics, replicator::ReduceOp::kMean));
-  RETURN_IF_ERROR(ctx.WaitAll());
+  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
   if (&r == replicas_[0].get()) {
     std::lock_guard<std::mutex> lock(metrics_mu_);
     sum_critic_loss_ += metrics[0];

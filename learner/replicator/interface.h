@@ -30,7 +30,9 @@ class Collectives {
   virtual int replica_id() const = 0;
   virtual int num_replicas() const = 0;
 
-  // data = op over replicas of data (in place). Blocks until all arrive.
+  // data = op over replicas of data (in place). Blocks until all arrive; a
+  // replica that does not arrive, or stops inside the collective, is an
+  // error within the timeout on every backend.
   virtual absl::Status AllReduce(std::span<float> data, ReduceOp op) = 0;
   // out[r * in.size() + i] = replica r's in[i]; out.size() == K * in.size().
   virtual absl::Status AllGather(std::span<const float> in, std::span<float> out) = 0;

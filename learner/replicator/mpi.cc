@@ -141,25 +141,12 @@ absl::Status MpiCollectives::Wait(void* request_ptr, int kind, int64_t count) {
 }
 
 absl::Status MpiCollectives::AllReduce(std::span<float> data, ReduceOp op) {
-  // Earlier overlapped reductions complete first, in order.
-  RETURN_IF_ERROR(WaitAll());
-  RETURN_IF_ERROR(CheckDescriptors(kAllReduce, static_cast<int64_t>(data.size()), 0));
-  if (size_ > 1) {
-    // Blocking is safe here: the descriptor exchange just proved every
-    // replica is entering this same collective, and a replica that dies
-    // inside it takes the job down through mpirun. OpenMPI's blocking
-    // all-reduce (shared memory, tuned algorithms) is several times faster
-    // than its nonblocking one polled with MPI_Test.
-    if (MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
-                      MPI_COMM_WORLD) != MPI_SUCCESS) {
-      failure_ = absl::InternalError(
-          absl::StrCat("MPI error in ", DescribeCollective(kAllReduce, static_cast<int64_t>(data.size())),
-                       " on replica ", rank_));
-      return failure_;
-    }
-  }
-  if (op == ReduceOp::kMean) Scale(data, 1.0f / static_cast<float>(size_));
-  return absl::OkStatus();
+  // Nonblocking and polled against the timeout, like every collective here:
+  // a replica stopped inside the collective (after the descriptor exchange)
+  // must be an error, not a hang. OpenMPI's blocking MPI_Allreduce is about
+  // 3x faster on 8 MB but has no timeout.
+  RETURN_IF_ERROR(StartAllReduce(data, op));
+  return WaitAll();
 }
 
 absl::Status MpiCollectives::StartAllReduce(std::span<float> data, ReduceOp op) {
