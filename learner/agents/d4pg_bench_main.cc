@@ -1,6 +1,7 @@
 // Measures D4PG learner updates/s on synthetic batches (no replay, no actors):
-//   agents_d4pg_bench [state|pixels] [batch] [threads] [updates]
+//   agents_d4pg_bench [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden]
 // state: cartpole-sized (5 floats, 1 action); pixels: 3 frames of 84x84.
+// conv_channels and hidden (one size for both MLP layers) default to the config's defaults.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,11 @@ int main(int argc, char** argv) {
   config::ExperimentConfig config;
   config.mutable_learner()->set_batch_size(batch);
   config.mutable_learner()->set_threads(threads);
+  if (argc > 5) config.mutable_d4pg()->set_conv_channels(std::atoi(argv[5]));
+  if (argc > 6) {
+    config.mutable_d4pg()->add_hidden(std::atoi(argv[6]));
+    config.mutable_d4pg()->add_hidden(std::atoi(argv[6]));
+  }
   auto replicator = replicator::Replicator::Create({});
   TROUPE_CHECK(replicator.ok());
   auto agent = agents::D4pgAgent::Create(config, spec, action_size, replicator->get());
