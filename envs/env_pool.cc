@@ -17,6 +17,7 @@ absl::StatusOr<EnvPoolOptions> EnvPoolOptions::FromConfig(const config::EnvConfi
   options.num_envs = pool.num_envs();
   options.num_threads = pool.num_threads();
   options.batch_size = pool.batch_size();
+  options.render_in_processes = pool.render_in_processes();
   RETURN_IF_ERROR(options.Validate());
   return options;
 }
@@ -81,10 +82,21 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
   threads = std::min(threads, pool->num_envs_);
   // The caller's thread steps envs inside Recv, so T threads = T - 1 workers.
   pool->num_workers_ = threads - 1;
+  if (options.env.pixels && options.render_in_processes) {
+    for (int t = 0; t < pool->num_workers_; ++t) {
+      ASSIGN_OR_RETURN(auto worker, RenderWorker::Start(model, options.env.multisample));
+      pool->render_workers_.push_back(std::move(worker));
+    }
+  }
   for (int t = 0; t < pool->num_workers_; ++t) {
-    pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels](std::stop_token stop) {
-      // Pay for this thread's GL context now; a failure resurfaces at the first render.
-      if (pixels) (void)PrepareRenderer(model);
+    RenderWorker* render_worker = pool->render_workers_.empty() ? nullptr : pool->render_workers_[t].get();
+    pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels, render_worker](std::stop_token stop) {
+      if (render_worker != nullptr) {
+        SetThreadRenderWorker(render_worker);
+      } else if (pixels) {
+        // Pay for this thread's GL context now; a failure resurfaces at the first render.
+        (void)PrepareRenderer(model);
+      }
       p->WorkerLoop(stop);
     });
   }
@@ -94,6 +106,12 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
 EnvPool::~EnvPool() {
   for (auto& worker : workers_) worker.request_stop();
   workers_.clear();  // joins
+}
+
+std::vector<pid_t> EnvPool::render_worker_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& worker : render_workers_) pids.push_back(worker->pid());
+  return pids;
 }
 
 int64_t EnvPool::physics_errors() const {

@@ -15,7 +15,9 @@
 // a time (an env is in the queue at most once), so envs need no locks. Result slots are claimed with an atomic counter; a batch is
 // handed to Recv when all its slots are written (counted with an atomic,
 // waited on with a condition variable). Each worker thread has its own GL
-// context (envs/renderer.h).
+// context (envs/renderer.h), or, with pixels, a render worker process of its
+// own (envs/render_worker.h): one process's llvmpipe rasterizes one scene at
+// a time, so threads rendering in it would take turns.
 #ifndef TROUPE_ENVS_ENV_POOL_H_
 #define TROUPE_ENVS_ENV_POOL_H_
 
@@ -32,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "envs/env.h"
+#include "envs/render_worker.h"
 
 namespace troupe::envs {
 
@@ -40,6 +43,9 @@ struct EnvPoolOptions {
   int num_envs = 1;
   int num_threads = 0;  // 0: one per available core, at most num_envs
   int batch_size = 0;   // 0: num_envs (sync). Async: 1..num_envs
+  // Pixels with several threads: each worker thread (not the caller's)
+  // renders in a process of its own (envs/render_worker.h).
+  bool render_in_processes = true;
   static absl::StatusOr<EnvPoolOptions> FromConfig(const config::EnvConfig& env, const config::EnvPoolConfig& pool);
   absl::Status Validate() const;
 };
@@ -100,6 +106,10 @@ class EnvPool {
 
   // Physics blow-ups over all envs (episodes ended early).
   int64_t physics_errors() const;
+
+  // The render worker processes, one per worker thread (empty without
+  // pixels, with one thread, or with render_in_processes off).
+  std::vector<pid_t> render_worker_pids() const;
 
  private:
   struct Job {
@@ -173,6 +183,7 @@ class EnvPool {
   absl::Status first_error_;             // guarded by mutex_
   int num_workers_ = 0;  // set before the workers start
   std::vector<Job> caller_jobs_;  // the owner's share inside Recv
+  std::vector<std::unique_ptr<RenderWorker>> render_workers_;  // worker thread t renders with [t]
   std::vector<std::jthread> workers_;
 };
 
