@@ -3,8 +3,10 @@
 // the same physics (and rendering) on the same model (thread CPU clocks, so
 // the ratio holds on a shared machine), and the pool's wall-clock steps/s on
 // all cores next to the same envs stepped in turn on one thread (wall
-// clock; alternated, best of three each).
+// clock). Each pair is alternated, best of three attempts each.
 #include <mujoco/mujoco.h>
+
+#include <time.h>
 
 #include <algorithm>
 #include <random>
@@ -20,7 +22,7 @@ namespace troupe::bench {
 namespace {
 
 constexpr int kActionTableSize = 4096;  // precomputed random actions, cycled
-constexpr int kWallRepeats = 3;         // wall-clock figures: best of this many
+constexpr int kRepeats = 3;             // every figure: best of this many alternated attempts
 
 std::vector<float> RandomActions(int action_size, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -30,11 +32,19 @@ std::vector<float> RandomActions(int action_size, uint64_t seed) {
   return table;
 }
 
+// This thread's CPU clock, in seconds.
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 // Raw MuJoCo: substeps x mj_step per control step, optionally followed by
-// the render-and-read-back an observation needs. Returns control steps per
-// CPU-second.
+// the render-and-read-back an observation needs. Runs `steps` control steps
+// from the task's initial state with seed 0 (the env's episodes), resetting
+// at each episode's end, and returns control steps per CPU-second.
 absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model& model, bool pixels,
-                                   const std::vector<float>& actions, double seconds) {
+                                   const std::vector<float>& actions, long steps) {
   const mjModel* m = model.get();
   mjData* d = mj_makeData(m);
   mjvScene scene;
@@ -55,30 +65,29 @@ absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model
     camera.type = mjCAMERA_FIXED;
     camera.fixedcamid = mj_name2id(m, mjOBJ_CAMERA, info.pixel_camera.c_str());
   }
-  // Episodes start where the env's do (the task's initial states, seed 0),
-  // so both loops simulate the same trajectories.
   auto task = info.make();
   RETURN_IF_ERROR(task->Bind(m));
   std::mt19937_64 rng(0);
-  long step = 0;
-  const double rate = MeasureThreadCpuRate(seconds, [&](long iterations) {
-    for (long i = 0; i < iterations; ++i, ++step) {
-      if (step % info.episode_steps == 0) {
-        mj_resetData(m, d);
-        task->InitializeEpisode(m, d, rng);
-        mj_forward(m, d);
-      }
-      const float* a = &actions[size_t(step % kActionTableSize) * m->nu];
-      for (int j = 0; j < m->nu; ++j) d->ctrl[j] = a[j];
-      for (int s = 0; s < info.control_substeps; ++s) mj_step(m, d);
-      if (pixels) {
-        mjr_setBuffer(mjFB_OFFSCREEN, &context);
-        mjv_updateScene(m, d, &option, nullptr, &camera, mjCAT_ALL, &scene);
-        mjr_render(viewport, &scene, &context);
-        mjr_readPixels(rgb, nullptr, viewport, &context);
-      }
+  auto reset = [&] {
+    mj_resetData(m, d);
+    task->InitializeEpisode(m, d, rng);
+    mj_forward(m, d);
+  };
+  reset();
+  const double start = ThreadCpuSeconds();
+  for (long step = 0; step < steps; ++step) {
+    if (step > 0 && step % info.episode_steps == 0) reset();
+    const float* a = &actions[size_t(step % kActionTableSize) * m->nu];
+    for (int j = 0; j < m->nu; ++j) d->ctrl[j] = a[j];
+    for (int s = 0; s < info.control_substeps; ++s) mj_step(m, d);
+    if (pixels) {
+      mjr_setBuffer(mjFB_OFFSCREEN, &context);
+      mjv_updateScene(m, d, &option, nullptr, &camera, mjCAT_ALL, &scene);
+      mjr_render(viewport, &scene, &context);
+      mjr_readPixels(rgb, nullptr, viewport, &context);
     }
-  });
+  }
+  const double rate = steps / (ThreadCpuSeconds() - start);
   if (pixels) {
     mjr_freeContext(&context);
     mjv_freeScene(&scene);
@@ -87,32 +96,26 @@ absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model
   return rate;
 }
 
-// One env on this thread: control steps/s including observation, reward
-// and (with pixels) rendering, resetting at each episode's end.
+// One env on this thread, the same `steps` control steps with the same
+// actions: control steps per CPU-second including observation, reward and
+// (with pixels) rendering, resetting at each episode's end.
 absl::StatusOr<double> EnvRate(const envs::EnvOptions& options, std::shared_ptr<const envs::Model> model,
-                               const std::vector<float>& actions, double seconds) {
+                               const std::vector<float>& actions, long steps) {
   ASSIGN_OR_RETURN(auto env, envs::MakeEnv(options, model));
   const envs::EnvSpec& spec = env->spec();
   std::vector<float> state(spec.state_size);
   std::vector<uint8_t> pixels(spec.pixel_bytes());
   envs::ObservationBuffers out{state.data(), pixels.empty() ? nullptr : pixels.data()};
   RETURN_IF_ERROR(env->Reset(out).status());
-  absl::Status error;
-  long step = 0;
-  const double rate = MeasureThreadCpuRate(seconds, [&](long iterations) {
-    for (long i = 0; i < iterations && error.ok(); ++i, ++step) {
-      auto t = env->Step(std::span<const float>(&actions[size_t(step % kActionTableSize) * spec.action_size],
-                                                spec.action_size),
-                         out);
-      if (!t.ok()) {
-        error = t.status();
-      } else if (t->step_type == envs::StepType::kLast) {
-        error = env->Reset(out).status();
-      }
-    }
-  });
-  RETURN_IF_ERROR(error);
-  return rate;
+  const double start = ThreadCpuSeconds();
+  for (long step = 0; step < steps; ++step) {
+    ASSIGN_OR_RETURN(envs::TimeStep t,
+                     env->Step(std::span<const float>(&actions[size_t(step % kActionTableSize) * spec.action_size],
+                                                      spec.action_size),
+                               out));
+    if (t.step_type == envs::StepType::kLast) RETURN_IF_ERROR(env->Reset(out).status());
+  }
+  return steps / (ThreadCpuSeconds() - start);
 }
 
 // The pool on `threads` workers: env control steps/s over all envs.
@@ -201,19 +204,28 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       env_options.pixels = pixels;
       // Contexts first, so no timed loop pays for making them.
       if (pixels) RETURN_IF_ERROR(envs::PrepareRenderer(model));
-      ASSIGN_OR_RETURN(double raw, RawLoopRate(info, *model, pixels, actions, seconds));
-      ASSIGN_OR_RETURN(double env, EnvRate(env_options, model, actions, seconds));
+      // Both loops run the same steps (same episodes, same actions), sized
+      // from a short raw run so one attempt takes seconds / kRepeats;
+      // alternated, each the best of kRepeats: a neighbour that slows the
+      // core for a while (cache, frequency) costs one attempt, not the figure.
+      ASSIGN_OR_RETURN(double probe, RawLoopRate(info, *model, pixels, actions, pixels ? 50 : 5000));
+      const long steps = std::max(1L, long(probe * seconds / kRepeats));
+      double raw = 0, env = 0;
+      for (int attempt = 0; attempt < kRepeats; ++attempt) {
+        ASSIGN_OR_RETURN(double r, RawLoopRate(info, *model, pixels, actions, steps));
+        ASSIGN_OR_RETURN(double e, EnvRate(env_options, model, actions, steps));
+        raw = std::max(raw, r);
+        env = std::max(env, e);
+      }
       report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), env, "steps/cpu-s",
                  pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", raw);
-      const int num_envs = pixels ? 4 * threads : 32 * threads;
+      const int num_envs = pixels ? 8 * threads : 32 * threads;
       // The pool's wall-clock rate against the same envs stepped in turn on
-      // one thread, alternated and each the best of kWallRepeats: a
-      // neighbour that takes a core for a while slows one attempt, not the
-      // figure.
+      // one thread, alternated the same way.
       double pool = 0, in_turn = 0;
-      for (int attempt = 0; attempt < kWallRepeats; ++attempt) {
-        ASSIGN_OR_RETURN(double p, PoolRate(env_options, num_envs, threads, actions, seconds / kWallRepeats));
-        ASSIGN_OR_RETURN(double e, InTurnRate(env_options, model, num_envs, actions, seconds / kWallRepeats));
+      for (int attempt = 0; attempt < kRepeats; ++attempt) {
+        ASSIGN_OR_RETURN(double p, PoolRate(env_options, num_envs, threads, actions, seconds / kRepeats));
+        ASSIGN_OR_RETURN(double e, InTurnRate(env_options, model, num_envs, actions, seconds / kRepeats));
         pool = std::max(pool, p);
         in_turn = std::max(in_turn, e);
       }
