@@ -69,7 +69,7 @@ void SetAnswer(SharedHeader* header, const absl::Status& status) {
   header->code = static_cast<int32_t>(status.code());
   const absl::string_view message = status.message();
   const size_t n = std::min(message.size(), sizeof(header->message) - 1);
-  std::memcpy(header->message, message.data(), n);
+  if (n > 0) std::memcpy(header->message, message.data(), n);
   header->message[n] = '\0';
 }
 
