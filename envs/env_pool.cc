@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
   threads = std::min(threads, pool->num_envs_);
   // The caller's thread steps envs inside Recv, so T threads = T - 1 workers.
   pool->num_workers_ = threads - 1;
+  pool->queues_.resize(threads);
   if (options.env.pixels && options.render_in_processes) {
     for (int t = 0; t < pool->num_workers_; ++t) {
       ASSIGN_OR_RETURN(auto worker, RenderWorker::Start(model, options.env.multisample));
@@ -90,14 +91,14 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
   }
   for (int t = 0; t < pool->num_workers_; ++t) {
     RenderWorker* render_worker = pool->render_workers_.empty() ? nullptr : pool->render_workers_[t].get();
-    pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels, render_worker](std::stop_token stop) {
+    pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels, render_worker, t](std::stop_token stop) {
       if (render_worker != nullptr) {
         SetThreadRenderWorker(render_worker);
       } else if (pixels) {
         // Pay for this thread's GL context now; a failure resurfaces at the first render.
         (void)PrepareRenderer(model);
       }
-      p->WorkerLoop(stop);
+      p->WorkerLoop(stop, t + 1);
     });
   }
   return pool;
@@ -154,8 +155,8 @@ absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const in
   in_flight_count_ += static_cast<int>(env_ids.size());
   {
     std::lock_guard lock(mutex_);
-    for (int32_t id : env_ids) queue_.push_back({id, reset});
-    queued_.store(int(queue_.size()), std::memory_order_relaxed);
+    for (int32_t id : env_ids) queues_[HomeThread(id)].push_back({id, reset});
+    queued_.fetch_add(int(env_ids.size()), std::memory_order_relaxed);
   }
   if (env_ids.size() == 1) {
     work_ready_.notify_one();
@@ -191,16 +192,29 @@ constexpr std::chrono::microseconds kSpin{200};
 
 }  // namespace
 
-void EnvPool::TakeShare(std::vector<Job>& jobs) {
+void EnvPool::TakeShare(std::vector<Job>& jobs, int thread) {
   // Guided scheduling: a share shrinks with the queue, so big shares at the
   // start cost one lock for many cheap (state-only) steps and small ones at
   // the end keep the threads finishing together.
-  const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_ + 1)));
-  for (size_t i = 0; i < share; ++i) {
-    jobs.push_back(queue_.front());
-    queue_.pop_front();
+  std::deque<Job>& own = queues_[batch_size_ == num_envs_ ? thread : 0];
+  if (!own.empty()) {
+    const size_t threads = batch_size_ == num_envs_ ? 1 : size_t(num_workers_ + 1);
+    const size_t share = std::max<size_t>(1, own.size() / (2 * threads));
+    for (size_t i = 0; i < share; ++i) {
+      jobs.push_back(own.front());
+      own.pop_front();
+    }
+  } else {
+    // Steal from the far end of the longest queue (its owner works from the front).
+    auto victim = std::max_element(queues_.begin(), queues_.end(),
+                                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    const size_t share = std::max<size_t>(1, victim->size() / 4);
+    for (size_t i = 0; i < share && !victim->empty(); ++i) {
+      jobs.push_back(victim->back());
+      victim->pop_back();
+    }
   }
-  queued_.store(int(queue_.size()), std::memory_order_relaxed);
+  queued_.fetch_sub(int(jobs.size()), std::memory_order_relaxed);
 }
 
 void EnvPool::RunJobs(std::span<const Job> jobs) {
@@ -220,8 +234,13 @@ void EnvPool::RunJobs(std::span<const Job> jobs) {
     pending = nullptr;
     count = 0;
   };
+  // Result slots: in sync mode every slot of a batch is in one buffer (row =
+  // env id), so a share claims its slots with one atomic add rather than one
+  // contended add per step; in async mode each env claims its slot as it is
+  // taken up (rows in that order).
+  int64_t slot = sync ? next_slot_.fetch_add(int64_t(jobs.size()), std::memory_order_relaxed) : 0;
   for (const Job& job : jobs) {
-    Buffer* buffer = &RunJob(job);
+    Buffer* buffer = &RunJob(job, sync ? slot++ : next_slot_.fetch_add(1, std::memory_order_relaxed));
     if (buffer != pending) publish();
     pending = buffer;
     ++count;
@@ -230,25 +249,24 @@ void EnvPool::RunJobs(std::span<const Job> jobs) {
   publish();
 }
 
-void EnvPool::WorkerLoop(std::stop_token stop) {
+void EnvPool::WorkerLoop(std::stop_token stop, int thread) {
   std::vector<Job> jobs;
   for (;;) {
     jobs.clear();
     SpinFor(kSpin, [&] { return queued_.load(std::memory_order_relaxed) != 0 || stop.stop_requested(); });
     {
       std::unique_lock lock(mutex_);
-      if (!work_ready_.wait(lock, stop, [&] { return !queue_.empty(); })) return;
-      TakeShare(jobs);
+      if (!work_ready_.wait(lock, stop, [&] { return queued_.load(std::memory_order_relaxed) > 0; })) return;
+      TakeShare(jobs, thread);
     }
     RunJobs(jobs);
   }
 }
 
-EnvPool::Buffer& EnvPool::RunJob(const Job& job) {
+EnvPool::Buffer& EnvPool::RunJob(const Job& job, int64_t slot) {
   const int32_t id = job.env_id;
   Environment& env = *envs_[id];
-  // Claim a result row: in sync mode row = env id, else completion order.
-  const int64_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
+  // The result row: in sync mode row = env id, else completion order.
   Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
   const int row = batch_size_ == num_envs_ ? id : int(slot % batch_size_);
   ObservationBuffers out{state_lines_ > 0 ? buffer.staged_state[size_t(row) * state_lines_].v : nullptr,
@@ -302,8 +320,8 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   absl::Status error;
   {
     std::unique_lock lock(mutex_);
-    while (!full() && !queue_.empty()) {
-      TakeShare(caller_jobs_);
+    while (!full() && queued_.load(std::memory_order_relaxed) > 0) {
+      TakeShare(caller_jobs_, /*thread=*/0);
       lock.unlock();
       RunJobs(caller_jobs_);
       caller_jobs_.clear();

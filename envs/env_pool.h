@@ -11,9 +11,12 @@
 // Threading: Reset/Step/Send/Recv are called from one thread (the owner).
 // T threads step envs: T - 1 workers and the owner itself, which takes jobs
 // while it waits in Recv (no hand-off latency, no oversubscription). Jobs
-// are env ids in a mutex-guarded queue; each env is stepped by one thread at
-// a time (an env is in the queue at most once), so envs need no locks. Result slots are claimed with an atomic counter; a batch is
-// handed to Recv when all its slots are written (counted with an atomic,
+// are env ids in mutex-guarded queues, one per thread for a contiguous range
+// of envs (its home envs, which stay in its core's cache); a thread whose
+// queue is empty steals from another's. Each env is stepped by one thread at
+// a time (an env is queued at most once), so envs need no locks. Result
+// slots are claimed with an atomic counter; a batch is handed to Recv when
+// all its slots are written (counted with an atomic,
 // waited on with a condition variable). Each worker thread has its own GL
 // context (envs/renderer.h), or, with pixels, a render worker process of its
 // own (envs/render_worker.h): one process's llvmpipe rasterizes one scene at
@@ -147,13 +150,20 @@ class EnvPool {
   };
 
   explicit EnvPool(const EnvPoolOptions& options);
-  void WorkerLoop(std::stop_token stop);
-  // Moves a share of the queue into `jobs`; mutex_ held.
-  void TakeShare(std::vector<Job>& jobs);
+  void WorkerLoop(std::stop_token stop, int thread);
+  // The queue env `id`'s jobs go to: in sync mode its home thread's (0: the
+  // owner), in async mode the one shared queue, 0.
+  int HomeThread(int32_t id) const {
+    return batch_size_ == num_envs_ ? int(int64_t(id) * (num_workers_ + 1) / num_envs_) : 0;
+  }
+  // Moves a share of `thread`'s own queue into `jobs` (sync mode), or, when
+  // that is empty, of the back of the longest other one; in async mode, of
+  // the front of the shared queue. mutex_ held.
+  void TakeShare(std::vector<Job>& jobs, int thread);
   // Runs jobs, then counts them into their buffers (waking Recv on a full one).
   void RunJobs(std::span<const Job> jobs);
-  // Steps or resets one env into its result row; returns the row's buffer.
-  Buffer& RunJob(const Job& job);
+  // Steps or resets one env into result slot `slot`; returns the slot's buffer.
+  Buffer& RunJob(const Job& job, int64_t slot);
   absl::Status Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset);
   EnvBatch View(Buffer& buffer) const;
 
@@ -178,8 +188,15 @@ class EnvPool {
   std::mutex mutex_;
   std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
   std::condition_variable batch_ready_;  // Recv waits for a full buffer
-  std::deque<Job> queue_;                // guarded by mutex_
-  std::atomic<int> queued_{0};           // queue_.size(), written under mutex_, read by spinning workers
+  // Sync mode: per thread, the jobs of its home envs (a contiguous range of
+  // ids), so a cheap env's state stays in one core's cache from step to step
+  // instead of moving with whichever thread is free; threads take from their
+  // own queue and steal from the back of others' once it is empty (the owner
+  // waits for the whole batch, so every queue drains). Async mode: one FIFO
+  // queue, [0], shared by all, so no env waits behind a thread that is slow
+  // to run.
+  std::vector<std::deque<Job>> queues_;  // guarded by mutex_
+  std::atomic<int> queued_{0};           // jobs in all queues, written under mutex_, read by spinning workers
   absl::Status first_error_;             // guarded by mutex_
   int num_workers_ = 0;  // set before the workers start
   std::vector<Job> caller_jobs_;  // the owner's share inside Recv

@@ -90,7 +90,7 @@ TEST(EnvPoolTest, AsyncRecvReturnsTheFirstEnvsDoneAndEveryEnvKeepsItsOwnEpisode)
   int total = 0;
   for (int s : steps_seen) total += s + 1;
   EXPECT_GE(total, 300 * 2 - 6);
-  for (int s : steps_seen) EXPECT_GT(s, 10);
+  for (int s : steps_seen) EXPECT_GT(s, 10) << ::testing::PrintToString(steps_seen);
 }
 
 TEST(EnvPoolTest, AnEndedEpisodeIsResetByTheNextAction) {
