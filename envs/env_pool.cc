@@ -72,8 +72,10 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     buffer->state.resize(m * pool->spec_.state_size);
     buffer->pixels.resize(m * pool->spec_.pixel_bytes());
     buffer->episode_step.resize(m);
-    buffer->rows.resize(m);
-    buffer->staged_state.resize(m * pool->state_lines_);
+    if (pool->batch_size_ != pool->num_envs_) {  // async: rows staged, then gathered
+      buffer->rows.resize(m);
+      buffer->staged_state.resize(m * pool->state_lines_);
+    }
     pool->ring_.push_back(std::move(buffer));
   }
 
@@ -266,10 +268,19 @@ void EnvPool::WorkerLoop(std::stop_token stop, int thread) {
 EnvPool::Buffer& EnvPool::RunJob(const Job& job, int64_t slot) {
   const int32_t id = job.env_id;
   Environment& env = *envs_[id];
-  // The result row: in sync mode row = env id, else completion order.
+  // The result row: in sync mode row = env id, written straight into the
+  // batch's arrays (a thread's home envs are a contiguous range of rows, so
+  // threads share only the lines at the ends of their ranges); in async mode
+  // completion order, staged on lines of the row's own (neighbouring rows
+  // come from any thread) and gathered by Recv.
+  const bool sync = batch_size_ == num_envs_;
   Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
-  const int row = batch_size_ == num_envs_ ? id : int(slot % batch_size_);
-  ObservationBuffers out{state_lines_ > 0 ? buffer.staged_state[size_t(row) * state_lines_].v : nullptr,
+  const int row = sync ? id : int(slot % batch_size_);
+  float* state = nullptr;
+  if (state_lines_ > 0) {
+    state = sync ? &buffer.state[size_t(row) * spec_.state_size] : buffer.staged_state[size_t(row) * state_lines_].v;
+  }
+  ObservationBuffers out{state,
                          spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
   EnvProgress& progress = progress_[id];
 
@@ -288,8 +299,16 @@ EnvPool::Buffer& EnvPool::RunJob(const Job& job, int64_t slot) {
     timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
   }
   progress.needs_reset = timestep->step_type == StepType::kLast;
-  buffer.rows[row] = RowResult{id, static_cast<uint8_t>(timestep->step_type), timestep->reward, timestep->discount,
-                               progress.episode_step};
+  if (sync) {
+    buffer.env_id[row] = id;
+    buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
+    buffer.reward[row] = timestep->reward;
+    buffer.discount[row] = timestep->discount;
+    buffer.episode_step[row] = progress.episode_step;
+  } else {
+    buffer.rows[row] = RowResult{id, static_cast<uint8_t>(timestep->step_type), timestep->reward, timestep->discount,
+                                 progress.episode_step};
+  }
   return buffer;
 }
 
@@ -337,8 +356,8 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
     error = std::exchange(first_error_, absl::OkStatus());
   }
   ++next_recv_;
-  // Gather the rows into the batch's arrays.
-  for (int i = 0; i < batch_size_; ++i) {
+  // Async mode: gather the staged rows into the batch's arrays.
+  for (int i = 0; i < batch_size_ && batch_size_ != num_envs_; ++i) {
     const RowResult& r = buffer.rows[i];
     buffer.env_id[i] = r.env_id;
     buffer.step_type[i] = r.step_type;

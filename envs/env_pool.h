@@ -119,10 +119,12 @@ class EnvPool {
     int32_t env_id;
     bool reset;
   };
-  // A row's small results as a thread writes them, on cache lines of its
-  // own: threads finishing neighbouring rows (a cheap state step takes a
-  // microsecond or two) would otherwise pass the lines of the arrays below
-  // back and forth on every step. Recv gathers a full buffer's rows.
+  // Async mode: a row's small results as a thread writes them, on cache
+  // lines of its own: rows are in completion order, so neighbouring rows
+  // come from different threads (a cheap state step takes a microsecond or
+  // two) and would pass the lines of the arrays below back and forth on
+  // every step. Recv gathers a full buffer's rows. (Sync mode writes the
+  // arrays directly: row = env id, and each thread steps a range of them.)
   struct alignas(64) RowResult {
     int32_t env_id;
     uint8_t step_type;
@@ -144,8 +146,8 @@ class EnvPool {
     std::vector<float> reward, discount, state;
     std::vector<uint8_t> pixels;  // written in place by the threads (a row is many lines)
     std::vector<int32_t> episode_step;
-    std::vector<RowResult> rows;          // batch_size
-    std::vector<StateLine> staged_state;  // batch_size x state_lines_
+    std::vector<RowResult> rows;          // async: batch_size
+    std::vector<StateLine> staged_state;  // async: batch_size x state_lines_
     std::atomic<int> written{0};
   };
 
