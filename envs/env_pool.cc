@@ -207,14 +207,13 @@ void EnvPool::TakeShare(std::vector<Job>& jobs, int thread) {
       own.pop_front();
     }
   } else {
-    // Steal from the far end of the longest queue (its owner works from the front).
+    // Steal one job from the far end of the longest queue (its owner works
+    // from the front): a stolen env's state moves to this core and back, so
+    // move only as many as it takes to finish together.
     auto victim = std::max_element(queues_.begin(), queues_.end(),
                                    [](const auto& a, const auto& b) { return a.size() < b.size(); });
-    const size_t share = std::max<size_t>(1, victim->size() / 4);
-    for (size_t i = 0; i < share && !victim->empty(); ++i) {
-      jobs.push_back(victim->back());
-      victim->pop_back();
-    }
+    jobs.push_back(victim->back());
+    victim->pop_back();
   }
   queued_.fetch_sub(int(jobs.size()), std::memory_order_relaxed);
 }
