@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#if defined(__SSE__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 #include "common/status_macros.h"
 
 namespace troupe::nn {
@@ -9,6 +14,14 @@ namespace {
 thread_local bool inside_pool = false;
 thread_local int worker_index = 0;
 }  // namespace
+
+void FlushDenormalsOnThisThread() {
+#if defined(__SSE__)
+  constexpr unsigned int kFlush = _MM_FLUSH_ZERO_ON | _MM_DENORMALS_ZERO_ON;
+  const unsigned int csr = _mm_getcsr();
+  if ((csr & kFlush) != kFlush) _mm_setcsr(csr | kFlush);
+#endif
+}
 
 bool InsideThreadPool() { return inside_pool; }
 int CurrentWorkerIndex() { return worker_index; }
@@ -29,6 +42,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::WorkerLoop(int index) {
+  FlushDenormalsOnThisThread();
   inside_pool = true;
   worker_index = index;
   uint64_t seen = 0;
@@ -81,6 +95,7 @@ void ThreadPool::RunJob(int64_t n, int64_t chunk, RangeFn fn) {
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t min_per_range, RangeFn fn) {
+  FlushDenormalsOnThisThread();
   if (n <= 0) return;
   const int64_t ranges = std::min<int64_t>(num_threads_, std::max<int64_t>(1, n / std::max<int64_t>(1, min_per_range)));
   if (ranges <= 1 || inside_pool) {
@@ -91,6 +106,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_per_range, RangeFn fn) {
 }
 
 void ThreadPool::ParallelTasks(int64_t num_tasks, RangeFn fn) {
+  FlushDenormalsOnThisThread();
   if (num_tasks <= 0) return;
   if (num_threads_ == 1 || num_tasks == 1 || inside_pool) {
     fn(0, num_tasks);
