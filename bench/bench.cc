@@ -78,9 +78,7 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
   return Measure(CLOCK_MONOTONIC, seconds, body);
 }
 
-double MeasureThreadCpuRate(double seconds, const std::function<void(long iterations)>& body) {
-  return Measure(CLOCK_THREAD_CPUTIME_ID, seconds, body);
-}
+double ThreadCpuSeconds() { return Now(CLOCK_THREAD_CPUTIME_ID); }
 
 absl::StatusOr<std::string> RunCommand(const std::string& command) {
   FILE* p = popen(command.c_str(), "r");

@@ -60,11 +60,11 @@ const std::vector<Benchmark>& Benchmarks();
 // call. `body` runs `iterations` units of work.
 double MeasureRate(double seconds, const std::function<void(long iterations)>& body);
 
-// The same on this thread's CPU clock: iterations per CPU-second of the
-// calling thread. For single-threaded loops (rendering included, with
-// llvmpipe on the calling thread) this holds up on a loaded machine, where
-// wall-clock rates measure the neighbours as much as the code.
-double MeasureThreadCpuRate(double seconds, const std::function<void(long iterations)>& body);
+// The calling thread's CPU clock, in seconds. Rates of single-threaded loops
+// (rendering included, with llvmpipe on the calling thread) timed on it hold
+// up on a loaded machine, where wall-clock rates measure the neighbours as
+// much as the code.
+double ThreadCpuSeconds();
 
 // Runs a shell command; returns its stdout. Internal naming the command and
 // its exit status (with its output) if it fails.

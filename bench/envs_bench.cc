@@ -6,8 +6,6 @@
 // clock). Each pair is alternated, best of three attempts each.
 #include <mujoco/mujoco.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <random>
 #include <thread>
@@ -30,13 +28,6 @@ std::vector<float> RandomActions(int action_size, uint64_t seed) {
   std::vector<float> table(size_t(kActionTableSize) * action_size);
   for (float& a : table) a = uniform(rng);
   return table;
-}
-
-// This thread's CPU clock, in seconds.
-double ThreadCpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 // Raw MuJoCo: substeps x mj_step per control step, optionally followed by

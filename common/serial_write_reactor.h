@@ -30,9 +30,8 @@ class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
  public:
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mutex_);
-    writing_ = false;
-    WrittenLocked();
     in_flight_.reset();
+    WrittenLocked();
     if (finishing_) {
       this->Finish(pending_finish_);
     } else if (!ok) {
@@ -57,11 +56,10 @@ class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
   // Starts writing NextLocked() unless a write is in flight or the stream is
   // finishing; mutex_ held.
   void MaybeWriteLocked() {
-    if (finishing_ || writing_) return;
+    if (finishing_ || in_flight_ != nullptr) return;
     std::shared_ptr<const Message> next = NextLocked();
     if (finishing_ || next == nullptr) return;
     in_flight_ = std::move(next);
-    writing_ = true;
     this->StartWrite(in_flight_.get());
   }
 
@@ -70,7 +68,7 @@ class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
   void FinishLocked(const grpc::Status& status) {
     if (finishing_) return;
     finishing_ = true;
-    if (writing_) {
+    if (in_flight_ != nullptr) {
       pending_finish_ = status;
     } else {
       this->Finish(status);
@@ -81,8 +79,7 @@ class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
 
  private:
   const std::string write_failed_;
-  std::shared_ptr<const Message> in_flight_;
-  bool writing_ = false;
+  std::shared_ptr<const Message> in_flight_;  // the message being written; null when no write is in flight
   bool finishing_ = false;
   grpc::Status pending_finish_;
 };

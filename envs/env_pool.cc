@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     buffer->state.resize(m * pool->spec_.state_size);
     buffer->pixels.resize(m * pool->spec_.pixel_bytes());
     buffer->episode_step.resize(m);
-    if (pool->batch_size_ != pool->num_envs_) {  // async: rows staged, then gathered
+    if (!pool->sync()) {  // async: rows staged, then gathered
       buffer->rows.resize(m);
       buffer->staged_state.resize(m * pool->state_lines_);
     }
@@ -198,9 +198,9 @@ void EnvPool::TakeShare(std::vector<Job>& jobs, int thread) {
   // Guided scheduling: a share shrinks with the queue, so big shares at the
   // start cost one lock for many cheap (state-only) steps and small ones at
   // the end keep the threads finishing together.
-  std::deque<Job>& own = queues_[batch_size_ == num_envs_ ? thread : 0];
+  std::deque<Job>& own = queues_[sync() ? thread : 0];
   if (!own.empty()) {
-    const size_t threads = batch_size_ == num_envs_ ? 1 : size_t(num_workers_ + 1);
+    const size_t threads = sync() ? 1 : size_t(num_workers_ + 1);
     const size_t share = std::max<size_t>(1, own.size() / (2 * threads));
     for (size_t i = 0; i < share; ++i) {
       jobs.push_back(own.front());
@@ -222,7 +222,6 @@ void EnvPool::RunJobs(std::span<const Job> jobs) {
   // In sync mode completions are counted once per run of jobs into the same
   // buffer: one contended atomic per share rather than per step. In async
   // mode each is published at once (Recv returns the first envs done).
-  const bool sync = batch_size_ == num_envs_;
   Buffer* pending = nullptr;
   int count = 0;
   auto publish = [&] {
@@ -239,13 +238,13 @@ void EnvPool::RunJobs(std::span<const Job> jobs) {
   // env id), so a share claims its slots with one atomic add rather than one
   // contended add per step; in async mode each env claims its slot as it is
   // taken up (rows in that order).
-  int64_t slot = sync ? next_slot_.fetch_add(int64_t(jobs.size()), std::memory_order_relaxed) : 0;
+  int64_t slot = sync() ? next_slot_.fetch_add(int64_t(jobs.size()), std::memory_order_relaxed) : 0;
   for (const Job& job : jobs) {
-    Buffer* buffer = &RunJob(job, sync ? slot++ : next_slot_.fetch_add(1, std::memory_order_relaxed));
+    Buffer* buffer = &RunJob(job, sync() ? slot++ : next_slot_.fetch_add(1, std::memory_order_relaxed));
     if (buffer != pending) publish();
     pending = buffer;
     ++count;
-    if (!sync) publish();
+    if (!sync()) publish();
   }
   publish();
 }
@@ -272,12 +271,11 @@ EnvPool::Buffer& EnvPool::RunJob(const Job& job, int64_t slot) {
   // threads share only the lines at the ends of their ranges); in async mode
   // completion order, staged on lines of the row's own (neighbouring rows
   // come from any thread) and gathered by Recv.
-  const bool sync = batch_size_ == num_envs_;
   Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
-  const int row = sync ? id : int(slot % batch_size_);
+  const int row = sync() ? id : int(slot % batch_size_);
   float* state = nullptr;
   if (state_lines_ > 0) {
-    state = sync ? &buffer.state[size_t(row) * spec_.state_size] : buffer.staged_state[size_t(row) * state_lines_].v;
+    state = sync() ? &buffer.state[size_t(row) * spec_.state_size] : buffer.staged_state[size_t(row) * state_lines_].v;
   }
   ObservationBuffers out{state,
                          spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
@@ -298,7 +296,7 @@ EnvPool::Buffer& EnvPool::RunJob(const Job& job, int64_t slot) {
     timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
   }
   progress.needs_reset = timestep->step_type == StepType::kLast;
-  if (sync) {
+  if (sync()) {
     buffer.env_id[row] = id;
     buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
     buffer.reward[row] = timestep->reward;
@@ -356,7 +354,7 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   }
   ++next_recv_;
   // Async mode: gather the staged rows into the batch's arrays.
-  for (int i = 0; i < batch_size_ && batch_size_ != num_envs_; ++i) {
+  for (int i = 0; i < batch_size_ && !sync(); ++i) {
     const RowResult& r = buffer.rows[i];
     buffer.env_id[i] = r.env_id;
     buffer.step_type[i] = r.step_type;
@@ -375,13 +373,13 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
 }
 
 absl::StatusOr<EnvBatch> EnvPool::Reset() {
-  if (batch_size_ != num_envs_) return absl::FailedPreconditionError("Reset: sync mode only; use SendReset/Recv");
+  if (!sync()) return absl::FailedPreconditionError("Reset: sync mode only; use SendReset/Recv");
   RETURN_IF_ERROR(SendReset(all_env_ids_));
   return Recv();
 }
 
 absl::StatusOr<EnvBatch> EnvPool::Step(std::span<const float> actions) {
-  if (batch_size_ != num_envs_) return absl::FailedPreconditionError("Step: sync mode only; use Send/Recv");
+  if (!sync()) return absl::FailedPreconditionError("Step: sync mode only; use Send/Recv");
   RETURN_IF_ERROR(Send(actions, all_env_ids_));
   return Recv();
 }

@@ -153,11 +153,11 @@ class EnvPool {
 
   explicit EnvPool(const EnvPoolOptions& options);
   void WorkerLoop(std::stop_token stop, int thread);
+  // Sync mode: every batch is all envs (Reset/Step); else async (Send/Recv).
+  bool sync() const { return batch_size_ == num_envs_; }
   // The queue env `id`'s jobs go to: in sync mode its home thread's (0: the
   // owner), in async mode the one shared queue, 0.
-  int HomeThread(int32_t id) const {
-    return batch_size_ == num_envs_ ? int(int64_t(id) * (num_workers_ + 1) / num_envs_) : 0;
-  }
+  int HomeThread(int32_t id) const { return sync() ? int(int64_t(id) * (num_workers_ + 1) / num_envs_) : 0; }
   // Moves a share of `thread`'s own queue into `jobs` (sync mode), or, when
   // that is empty, of the back of the longest other one; in async mode, of
   // the front of the shared queue. mutex_ held.

@@ -173,8 +173,16 @@ absl::StatusOr<std::unique_ptr<RenderWorker>> RenderWorker::Start(std::shared_pt
   // out of that range first: a dup2 onto the same number would keep CLOEXEC.
   const int child_memfd = fcntl(memfd, F_DUPFD_CLOEXEC, 10);
   const int child_socket = fcntl(sockets[1], F_DUPFD_CLOEXEC, 10);
+  const int dup_errno = errno;
   close(memfd);
   close(sockets[1]);
+  if (child_memfd < 0 || child_socket < 0) {
+    if (child_memfd >= 0) close(child_memfd);
+    if (child_socket >= 0) close(child_socket);
+    close(sockets[0]);
+    munmap(shared, layout.total);
+    return fail(absl::StrCat("fcntl(F_DUPFD_CLOEXEC): ", std::strerror(dup_errno)));
+  }
 
   const std::string binary = WorkerBinary();
   const std::string multisample_arg = multisample ? "1" : "0";
