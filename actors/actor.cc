@@ -15,9 +15,33 @@
 
 namespace troupe::actors {
 
-float ActorNoiseScale(const config::ActorsConfig& actors, int index) {
+float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t frames) {
   const int count = std::max(actors.count(), 1);
-  return actors.noise_min() + (actors.noise_max() - actors.noise_min()) * index / std::max(count - 1, 1);
+  const float own = actors.noise_min() + (actors.noise_max() - actors.noise_min()) * index / std::max(count - 1, 1);
+  if (actors.noise_decay_frames() <= 0 || frames >= actors.noise_decay_frames()) return own;
+  const float left = 1.0f - static_cast<float>(frames) / static_cast<float>(actors.noise_decay_frames());
+  return own + (actors.noise_initial() - own) * left;
+}
+
+absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (actors.count() < 0) return bad("actors.count ", actors.count(), ": must be >= 0");
+  const struct {
+    const char* name;
+    double value;
+  } non_negative[] = {{"noise_min", actors.noise_min()},
+                      {"noise_max", actors.noise_max()},
+                      {"noise_initial", actors.noise_initial()},
+                      {"noise_decay_frames", double(actors.noise_decay_frames())},
+                      {"random_frames", double(actors.random_frames())}};
+  for (const auto& [name, value] : non_negative) {
+    // !(>= 0) also refuses NaN.
+    if (!(value >= 0)) return bad("actors.", name, " ", value, ": must be >= 0");
+  }
+  if (actors.noise_max() < actors.noise_min()) {
+    return bad("actors.noise_max ", actors.noise_max(), ": must be >= actors.noise_min ", actors.noise_min());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,
@@ -78,6 +102,7 @@ bool Retryable(const absl::Status& status) {
 
 absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atomic<bool>* stop) {
   const config::ExperimentConfig& config = options.config;
+  RETURN_IF_ERROR(ValidateActorsConfig(config.actors()));
   int action_size = 0;
   ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
   ASSIGN_OR_RETURN(auto policy, agents::D4pgPolicy::Create(config.d4pg(), spec, action_size));
@@ -101,7 +126,6 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   RETURN_IF_ERROR(Connect(options.learner_address, layout, n, &connection));
   (void)parameters.WaitForFirst(options.connect_timeout_ms);
 
-  const float noise_scale = ActorNoiseScale(config.actors(), options.index);
   std::mt19937_64 rng(config.env().seed() * 7919 + options.index);
   std::normal_distribution<float> gaussian(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -136,6 +160,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     } else {
       RETURN_IF_ERROR(policy->Act(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, n,
                                   actions.data()));
+      const float noise_scale = ActorNoiseScale(config.actors(), options.index, stats.frames);
       for (float& a : actions) a = std::clamp(a + noise_scale * gaussian(rng), -1.0f, 1.0f);
     }
     ASSIGN_OR_RETURN(batch, pool->Step(actions));
@@ -160,7 +185,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
         stats.last_return = episode_return[i];
         std::printf("actor %d: episode %ld return %.1f frames %ld params v%ld noise %.2f\n", options.index,
                     long(stats.episodes), episode_return[i], long(stats.frames), long(stats.parameter_version),
-                    noise_scale);
+                    ActorNoiseScale(config.actors(), options.index, stats.frames));
         std::fflush(stdout);
         episode_return[i] = 0;
       }

@@ -30,8 +30,14 @@ struct ActorOptions {
   int connect_timeout_ms = 30000;
 };
 
-// Exploration noise of actor `index` of `count` (see ActorsConfig).
-float ActorNoiseScale(const config::ActorsConfig& actors, int index);
+// Exploration noise (the Gaussian's standard deviation) of actor `index`
+// after `frames` of its env frames (see ActorsConfig: the per-actor spread
+// and the decaying start).
+float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t frames);
+
+// InvalidArgument naming the field ("actors.noise_decay_frames -5: must be
+// >= 0") for exploration settings an actor cannot use.
+absl::Status ValidateActorsConfig(const config::ActorsConfig& actors);
 
 // The observation spec the agent sees for `config`'s env.
 absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,

@@ -6,10 +6,12 @@
 #include <google/protobuf/text_format.h>
 
 #include "absl/strings/str_format.h"
+#include "actors/actor.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "common/config.h"
+#include "common/status_macros.h"
 #include "common/files.h"
 #include "envs/env.h"
 #include "learner/agents/d4pg.h"
@@ -33,7 +35,7 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   auto env = envs::EnvOptions::FromConfig(config.env());
   if (!env.ok()) return env.status();
   if (config.mode() == "rl") {
-    if (config.actors().count() < 0) return absl::InvalidArgumentError("actors.count: must be >= 0");
+    RETURN_IF_ERROR(actors::ValidateActorsConfig(config.actors()));
     if (config.learner().batch_size() < 1) return absl::InvalidArgumentError("learner.batch_size: must be >= 1");
     if (config.learner().backend() == "mpi") {
       // MPI replicas are processes that mpirun starts (and that must not

@@ -260,6 +260,69 @@ TEST(D4pgAgentTest, LearnsAContextualBandit) {
   for (int i = 0; i < 17; ++i) EXPECT_NEAR(actions[i], obs[i], 0.2) << "obs " << obs[i];
 }
 
+// A pixel stack in which every (frame, colour) plane is one uniform level:
+// the newest frame's red plane 127.5 * (x + 1), every other plane a random
+// level. The context x is readable only from the right frame and channel, so
+// a policy that mixes up the stack order, the colour planes or the encoder's
+// parameters cannot learn it.
+void PixelBanditStack(const ObservationSpec& spec, float x, std::mt19937_64& rng, uint8_t* out) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  const int64_t pixels = int64_t{spec.height} * spec.width;
+  for (int f = 0; f < spec.frames; ++f) {
+    for (int c = 0; c < 3; ++c) {
+      const bool context = f == spec.frames - 1 && c == 0;
+      const uint8_t level = context ? static_cast<uint8_t>(std::lround(127.5f * (x + 1.0f))) : byte(rng);
+      uint8_t* frame = out + f * pixels * 3;
+      for (int64_t p = 0; p < pixels; ++p) frame[3 * p + c] = level;
+    }
+  }
+}
+
+TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
+  // One step from pixels: the best action is the newest frame's red level.
+  const ObservationSpec spec{.frames = 2, .height = 32, .width = 32};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/32, {64, 64});
+  c.mutable_d4pg()->set_target_tau(0.05f);
+  c.mutable_d4pg()->set_encoder_features(16);
+  c.mutable_d4pg()->set_conv_channels(8);
+  c.mutable_d4pg()->set_augment_pad(2);
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+  ASSERT_TRUE(signature.ok());
+  const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  ASSERT_TRUE((*agent)->Train(800, [&](int, int64_t n, replay::SampledBatch* out) {
+    replay::ShapeBatch(*signature, n, out);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = u(rng), action = u(rng);
+      out->keys[i] = i;
+      PixelBanditStack(spec, x, rng, out->fields[0].data.data() + i * stack);
+      PixelBanditStack(spec, u(rng), rng, out->fields[4].data.data() + i * stack);
+      auto scalar = [&](int field) -> float& { return reinterpret_cast<float*>(out->fields[field].data.data())[i]; };
+      scalar(1) = action;
+      scalar(2) = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
+      scalar(3) = 0.0f;
+    }
+    return absl::OkStatus();
+  }).ok());
+
+  // The inference path, on fresh stacks, with the learner's parameters.
+  auto policy = D4pgPolicy::Create(c.d4pg(), spec, 1);
+  ASSERT_TRUE(policy.ok());
+  std::vector<float> params;
+  (*agent)->PolicyParameters(&params);
+  ASSERT_TRUE((*policy)->SetParameters(params).ok());
+  constexpr int kProbes = 9;
+  std::vector<uint8_t> pixels(kProbes * stack);
+  std::vector<float> actions(kProbes);
+  for (int i = 0; i < kProbes; ++i) PixelBanditStack(spec, -0.8f + 0.2f * i, rng, pixels.data() + i * stack);
+  ASSERT_TRUE((*policy)->Act(nullptr, pixels.data(), kProbes, actions.data()).ok());
+  for (int i = 0; i < kProbes; ++i) EXPECT_NEAR(actions[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
+}
+
 // --- Replicas and checkpoints -----------------------------------------------------------
 
 // The full training state, read back through a checkpoint file.
