@@ -1,7 +1,11 @@
 #include "actors/actor.h"
 
+#include <algorithm>
 #include <cmath>
-#include <limits>
+#include <vector>
+
+#include "actors/evaluator.h"
+#include "common/config.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,6 +71,34 @@ TEST(ValidateActorsConfigTest, NamesTheFieldAndValue) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
+}
+
+TEST(EvaluateTest, ReportsTheFractionOfActionsAtTheBounds) {
+  config::ExperimentConfig config;
+  ASSERT_TRUE(ParseTextConfig("mode: \"rl\" env { task: \"cartpole.balance\" observation: \"state\" action_repeat: 8 }"
+                              " d4pg { hidden: [8] }",
+                              "config", &config)
+                  .ok());
+  auto policy = agents::D4pgPolicy::Create(config.d4pg(), {.state_size = 5}, /*action_size=*/1);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  // All weights zero: the action is tanh(0) = 0 everywhere.
+  std::vector<float> params((*policy)->num_parameters(), 0.0f);
+  ASSERT_TRUE((*policy)->SetParameters(params).ok());
+  auto centred = Evaluate(config, **policy, /*episodes=*/2, /*seed=*/3);
+  ASSERT_TRUE(centred.ok()) << centred.status();
+  EXPECT_EQ(centred->actions_at_bound, 0.0);
+  // Doing nothing keeps the pole up for a while: some reward, at most 1 per control step.
+  EXPECT_GT(centred->mean_return, 0.0);
+  EXPECT_LE(centred->mean_return, 1000.0);
+
+  // Every weight and bias 5: the output is 5 + 5 * sum(relu(...)) >= 5, so
+  // the action is tanh(>= 5) > 0.9999 whatever the state.
+  std::fill(params.begin(), params.end(), 5.0f);
+  ASSERT_TRUE((*policy)->SetParameters(params).ok());
+  auto saturated = Evaluate(config, **policy, /*episodes=*/2, /*seed=*/3);
+  ASSERT_TRUE(saturated.ok()) << saturated.status();
+  EXPECT_EQ(saturated->actions_at_bound, 1.0);
+  EXPECT_LT(saturated->mean_return, centred->mean_return) << "pushing one way all episode drops the pole";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "actors/evaluator.h"
 
+#include <cmath>
+
 #include "actors/actor.h"
 #include "actors/observation_stack.h"
 #include "common/status_macros.h"
@@ -7,8 +9,8 @@
 
 namespace troupe::actors {
 
-absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
-                                uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version) {
+absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
+                                    uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version) {
   int action_size = 0;
   ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
   config::EnvConfig env_config = config.env();
@@ -36,7 +38,7 @@ absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::
     publisher->Publish(pool->env(0).model(), pool->env(0).data(), /*step=*/0, /*last=*/false, {}, 0.0,
                        parameter_version);
   }
-  int64_t step = 0;
+  int64_t step = 0, at_bound = 0, counted = 0;
   int remaining = episodes;
   while (remaining > 0) {
     RETURN_IF_ERROR(policy.Act(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, episodes,
@@ -51,15 +53,20 @@ absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::
       if (pixels) stack.Push(i, batch.pixels.data() + size_t(i) * env_spec.pixel_bytes());
       if (done[i]) continue;  // finished envs idle (they auto-reset) until all are done
       returns[i] += batch.reward[i];
+      for (int a = 0; a < action_size; ++a) {
+        at_bound += std::fabs(actions[size_t(i) * action_size + a]) >= Evaluation::kAtBound;
+      }
+      counted += action_size;
       if (batch.step_type[i] == uint8_t(envs::StepType::kLast)) {
         done[i] = true;
         --remaining;
       }
     }
   }
-  double mean = 0;
-  for (double r : returns) mean += r / episodes;
-  return mean;
+  Evaluation result;
+  for (double r : returns) result.mean_return += r / episodes;
+  result.actions_at_bound = counted > 0 ? double(at_bound) / double(counted) : 0.0;
+  return result;
 }
 
 }  // namespace troupe::actors

@@ -10,13 +10,24 @@
 
 namespace troupe::actors {
 
+struct Evaluation {
+  double mean_return = 0;
+  // The fraction of action components the policy put at the bounds
+  // (|a| >= kAtBound) over every step of every episode. Near 1, the actor's
+  // tanh has saturated: it applies a bang-bang or constant action whatever
+  // it sees, a failure the return alone does not name.
+  double actions_at_bound = 0;
+  static constexpr float kAtBound = 0.99f;
+};
+
 // Runs `episodes` full episodes of config's env (one env each, stepped
 // together on one thread) with `policy`'s deterministic actions, seeded by
-// `seed`. Returns the mean episode return. Errors: config and env errors.
-// With a `publisher`, the first env's episode is published state by state
-// (for `troupe view --live`), tagged with `parameter_version`.
-absl::StatusOr<double> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
-                                uint64_t seed, EpisodePublisher* publisher = nullptr, int64_t parameter_version = 0);
+// `seed`. Errors: config and env errors. With a `publisher`, the first env's
+// episode is published state by state (for `troupe view --live`), tagged
+// with `parameter_version`.
+absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
+                                    uint64_t seed, EpisodePublisher* publisher = nullptr,
+                                    int64_t parameter_version = 0);
 
 }  // namespace troupe::actors
 

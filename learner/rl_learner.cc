@@ -278,14 +278,21 @@ void RlLearner::MaybeEvaluate() {
   std::vector<float> snapshot = policy_parameters_;
   const int64_t updates = agent_->updates();
   evaluator_ = std::jthread([this, snapshot = std::move(snapshot), frames, updates] {
-    double value = -1;
+    actors::Evaluation evaluation;
     absl::Status status = eval_policy_->SetParameters(snapshot);
     if (status.ok()) {
       auto result = actors::Evaluate(config_, *eval_policy_, config_.evaluator().episodes(),
                                      config_.env().seed() + 7777 + uint64_t(updates), episode_publisher_.get(),
                                      updates);
-      if (result.ok()) value = *result;
+      if (result.ok()) evaluation = *result;
       status = result.status();
+    }
+    const double value = evaluation.mean_return;
+    if (status.ok() && evaluation.actions_at_bound >= 0.9) {
+      std::fprintf(stderr,
+                   "evaluator: %.0f%% of the policy's actions are at +-1 at %ld frames: its tanh has saturated "
+                   "(try a lower d4pg.actor_learning_rate or wider early noise, actors.noise_decay_frames)\n",
+                   100 * evaluation.actions_at_bound, long(frames));
     }
     if (!status.ok()) std::fprintf(stderr, "evaluator: %s\n", status.ToString().c_str());
     if (status.ok()) {
@@ -297,8 +304,9 @@ void RlLearner::MaybeEvaluate() {
       // The curve so far, as CSV and PNG.
       const bool header = !std::filesystem::exists(run_dir_ + "/eval.csv");
       std::ofstream csv(run_dir_ + "/eval.csv", std::ios::app);
-      if (header) csv << "frames,updates,eval_return\n";
-      csv << frames << ',' << updates << ',' << absl::StrFormat("%.3f", value) << '\n';
+      if (header) csv << "frames,updates,eval_return,actions_at_bound\n";
+      csv << frames << ',' << updates << ',' << absl::StrFormat("%.3f,%.3f", value, evaluation.actions_at_bound)
+          << '\n';
       PlotSeries curve{"eval return", eval_frames_, eval_returns_, {31, 119, 180}};
       (void)WritePng(run_dir_ + "/learning_curve.png",
                      PlotLines({curve}, PlotOptions{640, 400, config_.env().task() + " D4PG", "env frames",
