@@ -154,6 +154,12 @@ absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpe
   if (!(config.target_tau() > 0 && config.target_tau() <= 1)) {
     return bad("d4pg.target_tau ", config.target_tau(), ": must be in (0, 1]");
   }
+  if (!(config.actor_pre_tanh_bound() >= 0)) {
+    return bad("d4pg.actor_pre_tanh_bound ", config.actor_pre_tanh_bound(), ": must be >= 0");
+  }
+  if (!(config.actor_pre_tanh_penalty() >= 0)) {
+    return bad("d4pg.actor_pre_tanh_penalty ", config.actor_pre_tanh_penalty(), ": must be >= 0 (0 = off)");
+  }
   if (!(config.max_gradient_norm() >= 0)) {
     return bad("d4pg.max_gradient_norm ", config.max_gradient_norm(), ": must be >= 0 (0 = no clipping)");
   }
@@ -264,6 +270,7 @@ struct D4pgAgent::Replica {
   replay::SampledBatch batch;
   std::vector<float> observation, next_observation;  // pixels as float NCHW
   std::vector<float> target;                         // projected target distribution [B, atoms]
+  std::vector<float> bound;                          // actor_pre_tanh_bound, [B, A]
   std::vector<uint64_t> keys;                        // last batch's keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
@@ -514,11 +521,21 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   a.Reset();
   r.actor.ZeroGrad();
   const nn::Var actor_features = a.Constant(t.data(features).data, t.data(features).shape);
-  const nn::Var policy_action = actor_(a, Weights{&r.actor, true}, actor_features);
+  const nn::Var pre_tanh = actor_.PreTanh(a, Weights{&r.actor, true}, actor_features);
+  const nn::Var policy_action = nn::Tanh(pre_tanh);
   const nn::Var q_probs =
       nn::Softmax(internal::ApplyCritic(critic_, a, Weights{&r.critic, false}, actor_features, policy_action));
   const nn::Var q = nn::MatMul(q_probs, a.Constant(support_.data(), {atoms, 1}));
-  const nn::Var actor_loss = nn::Scale(nn::Mean(q), -1.0f);
+  nn::Var actor_loss = nn::Scale(nn::Mean(q), -1.0f);
+  if (d4pg.actor_pre_tanh_penalty() > 0) {
+    // (|u| - bound)^2 beyond the bound, each side through a ReLU hinge.
+    r.bound.assign(size_t(rows) * action_size_, d4pg.actor_pre_tanh_bound());
+    const nn::Var bound = a.Constant(r.bound.data(), {rows, action_size_});
+    const nn::Var above = nn::Relu(nn::Sub(pre_tanh, bound));
+    const nn::Var below = nn::Relu(nn::Sub(nn::Scale(pre_tanh, -1.0f), bound));
+    const nn::Var excess = nn::Add(nn::Mean(nn::Mul(above, above)), nn::Mean(nn::Mul(below, below)));
+    actor_loss = nn::Add(actor_loss, nn::Scale(excess, d4pg.actor_pre_tanh_penalty()));
+  }
   r.actor_reducer->Reset();
   a.Backward(actor_loss, r.actor_reducer.get());
   r.actor_optimizer->Step(d4pg.actor_learning_rate());

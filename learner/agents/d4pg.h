@@ -117,7 +117,7 @@ class D4pgPolicy {
 
 struct D4pgMetrics {
   double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
-  double actor_loss = 0;   // -E[Q(s, pi(s))]
+  double actor_loss = 0;   // -E[Q(s, pi(s))] plus the pre-tanh penalty
   double q_mean = 0;       // E[Q(s, a)] of the replay actions under the online critic
   int64_t updates = 0;     // total updates so far (restored by Load)
 };

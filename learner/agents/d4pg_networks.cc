@@ -55,12 +55,17 @@ Mlp Mlp::Declare(nn::ParameterSet& params, const std::string& name, const std::v
   return m;
 }
 
-nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x) const {
+nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const {
   for (size_t i = 0; i < layers.size(); ++i) {
     x = nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b));
     if (i + 1 < layers.size()) x = nn::Relu(x);
   }
-  return tanh_output ? nn::Tanh(x) : x;
+  return x;
+}
+
+nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x) const {
+  const nn::Var y = PreTanh(tape, weights, x);
+  return tanh_output ? nn::Tanh(y) : y;
 }
 
 Mlp DeclareActor(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,

@@ -52,6 +52,8 @@ struct Mlp {
   static Mlp Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
                      bool tanh_output);
   nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var x) const;
+  // The last layer's output before the tanh (tanh_output only).
+  nn::Var PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const;
 };
 
 // The actor: features -> hidden... -> action_size, tanh ("actor.*").

@@ -260,6 +260,55 @@ TEST(D4pgAgentTest, LearnsAContextualBandit) {
   for (int i = 0; i < 17; ++i) EXPECT_NEAR(actions[i], obs[i], 0.2) << "obs " << obs[i];
 }
 
+// The actor's pre-tanh output after training on a bandit whose reward grows
+// with the action everywhere (best at +1): returns the policy's action.
+float ActionAfterPushingToTheBound(float penalty) {
+  const ObservationSpec spec{.state_size = 1};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/32, {32, 32});
+  c.mutable_d4pg()->set_actor_pre_tanh_penalty(penalty);
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  TROUPE_CHECK(agent.ok());
+  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+  TROUPE_CHECK(signature.ok());
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const absl::Status trained = (*agent)->Train(2000, [&](int, int64_t n, replay::SampledBatch* out) {
+    replay::ShapeBatch(*signature, n, out);
+    for (int64_t i = 0; i < n; ++i) {
+      auto value = [&](int field) -> float& { return reinterpret_cast<float*>(out->fields[field].data.data())[i]; };
+      out->keys[i] = i;
+      value(0) = u(rng);
+      value(4) = u(rng);
+      value(1) = u(rng);
+      value(2) = 0.5f * (value(1) + 1.0f);  // reward (a + 1) / 2
+      value(3) = 0.0f;
+    }
+    return absl::OkStatus();
+  });
+  TROUPE_CHECK(trained.ok());
+  auto policy = D4pgPolicy::Create(c.d4pg(), spec, 1);
+  TROUPE_CHECK(policy.ok());
+  std::vector<float> params;
+  (*agent)->PolicyParameters(&params);
+  TROUPE_CHECK((*policy)->SetParameters(params).ok());
+  const float obs = 0.3f;
+  float action = 0;
+  TROUPE_CHECK((*policy)->Act(&obs, nullptr, 1, &action).ok());
+  return action;
+}
+
+TEST(D4pgAgentTest, ThePreTanhPenaltyKeepsTheActorOutOfDeepSaturation) {
+  // Without it the actor runs on past u = 5, where tanh's gradient is below
+  // 2e-4 (and at u > 9 tanh is 1.0f exactly, its gradient exactly zero: an
+  // actor there can never come back, whatever the critic learns later).
+  EXPECT_GT(ActionAfterPushingToTheBound(/*penalty=*/0.0f), std::tanh(5.0f));
+  // With it, u stays near the bound (3: tanh 0.995), still at the right end.
+  const float bounded = ActionAfterPushingToTheBound(/*penalty=*/1.0f);
+  EXPECT_GT(bounded, 0.98f);
+  EXPECT_LT(bounded, std::tanh(3.5f));
+}
+
 // A pixel stack in which every (frame, colour) plane is one uniform level:
 // the newest frame's red plane 127.5 * (x + 1), every other plane a random
 // level. The context x is readable only from the right frame and channel, so

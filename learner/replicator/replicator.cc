@@ -41,7 +41,10 @@ absl::Status ReplicaContext::WaitAll() {
   if (!status_.ok()) return status_;
   return Record(collectives_->WaitAll());
 }
-void ReplicaContext::SumInPlace(std::span<float> values) { Record(collectives_->AllReduce(values, ReduceOp::kSum)); }
+// nn::CrossReplicaSum's hook returns nothing: an error stays in status().
+void ReplicaContext::SumInPlace(std::span<float> values) {
+  (void)Record(collectives_->AllReduce(values, ReduceOp::kSum));
+}
 
 // --- GradientReducer --------------------------------------------------------------
 
