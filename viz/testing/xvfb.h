@@ -51,7 +51,9 @@ class XvfbEnvironment : public ::testing::Environment {
     }
     close(fds[0]);
     ASSERT_GT(got, 0) << "Xvfb (Debian package xvfb) did not start or exited without naming a display";
-    setenv("DISPLAY", (":" + std::string(number, std::strcspn(number, "\n"))).c_str(), 1);
+    std::string display = ":";
+    display.append(number, std::strcspn(number, "\n"));
+    setenv("DISPLAY", display.c_str(), 1);
     unsetenv("WAYLAND_DISPLAY");
   }
   void TearDown() override {
