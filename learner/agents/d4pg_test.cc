@@ -98,6 +98,16 @@ D4pgAgent::SampleFn Bandit(const ObservationSpec& spec, int action_size, const c
   };
 }
 
+// The inference path (what actors run) with the agent's current parameters.
+std::unique_ptr<D4pgPolicy> PolicyOf(const D4pgAgent& agent, const config::ExperimentConfig& config) {
+  auto policy = D4pgPolicy::Create(config.d4pg(), agent.spec(), agent.action_size());
+  TROUPE_CHECK(policy.ok());
+  std::vector<float> params;
+  agent.PolicyParameters(&params);
+  TROUPE_CHECK((*policy)->SetParameters(params).ok());
+  return std::move(policy).value();
+}
+
 // --- Categorical projection ----------------------------------------------------
 
 TEST(CategoricalProjectionTest, SplitsMassBetweenNeighbouringAtoms) {
@@ -249,14 +259,10 @@ TEST(D4pgAgentTest, LearnsAContextualBandit) {
   EXPECT_LT(last_loss, first_loss * 0.9) << "critic loss did not fall";
 
   // The policy (through the inference path) tracks the observation.
-  auto policy = D4pgPolicy::Create(c.d4pg(), spec, 1);
-  ASSERT_TRUE(policy.ok());
-  std::vector<float> params;
-  (*agent)->PolicyParameters(&params);
-  ASSERT_TRUE((*policy)->SetParameters(params).ok());
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
   std::vector<float> obs, actions(17);
   for (int i = 0; i < 17; ++i) obs.push_back(-0.8f + 0.1f * i);
-  ASSERT_TRUE((*policy)->Act(obs.data(), nullptr, 17, actions.data()).ok());
+  ASSERT_TRUE(policy->Act(obs.data(), nullptr, 17, actions.data()).ok());
   for (int i = 0; i < 17; ++i) EXPECT_NEAR(actions[i], obs[i], 0.2) << "obs " << obs[i];
 }
 
@@ -287,14 +293,10 @@ float ActionAfterPushingToTheBound(float penalty) {
     return absl::OkStatus();
   });
   TROUPE_CHECK(trained.ok());
-  auto policy = D4pgPolicy::Create(c.d4pg(), spec, 1);
-  TROUPE_CHECK(policy.ok());
-  std::vector<float> params;
-  (*agent)->PolicyParameters(&params);
-  TROUPE_CHECK((*policy)->SetParameters(params).ok());
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
   const float obs = 0.3f;
   float action = 0;
-  TROUPE_CHECK((*policy)->Act(&obs, nullptr, 1, &action).ok());
+  TROUPE_CHECK(policy->Act(&obs, nullptr, 1, &action).ok());
   return action;
 }
 
@@ -359,16 +361,12 @@ TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
   }).ok());
 
   // The inference path, on fresh stacks, with the learner's parameters.
-  auto policy = D4pgPolicy::Create(c.d4pg(), spec, 1);
-  ASSERT_TRUE(policy.ok());
-  std::vector<float> params;
-  (*agent)->PolicyParameters(&params);
-  ASSERT_TRUE((*policy)->SetParameters(params).ok());
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
   constexpr int kProbes = 9;
   std::vector<uint8_t> pixels(kProbes * stack);
   std::vector<float> actions(kProbes);
   for (int i = 0; i < kProbes; ++i) PixelBanditStack(spec, -0.8f + 0.2f * i, rng, pixels.data() + i * stack);
-  ASSERT_TRUE((*policy)->Act(nullptr, pixels.data(), kProbes, actions.data()).ok());
+  ASSERT_TRUE(policy->Act(nullptr, pixels.data(), kProbes, actions.data()).ok());
   for (int i = 0; i < kProbes; ++i) EXPECT_NEAR(actions[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
 }
 
