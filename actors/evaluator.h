@@ -18,6 +18,8 @@ struct Evaluation {
   // it sees, a failure the return alone does not name.
   double actions_at_bound = 0;
   static constexpr float kAtBound = 0.99f;
+  // The share of actions at the bounds above which the learner warns.
+  static constexpr double kSaturatedShare = 0.9;
 };
 
 // Runs `episodes` full episodes of config's env (one env each, stepped

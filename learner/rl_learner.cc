@@ -288,7 +288,7 @@ void RlLearner::MaybeEvaluate() {
       status = result.status();
     }
     const double value = evaluation.mean_return;
-    if (status.ok() && evaluation.actions_at_bound >= 0.9) {
+    if (status.ok() && evaluation.actions_at_bound >= actors::Evaluation::kSaturatedShare) {
       std::fprintf(stderr,
                    "evaluator: %.0f%% of the policy's actions are at +-1 at %ld frames: its tanh has saturated "
                    "(try a lower d4pg.actor_learning_rate or wider early noise, actors.noise_decay_frames)\n",

@@ -270,7 +270,7 @@ struct D4pgAgent::Replica {
   replay::SampledBatch batch;
   std::vector<float> observation, next_observation;  // pixels as float NCHW
   std::vector<float> target;                         // projected target distribution [B, atoms]
-  std::vector<float> bound;                          // actor_pre_tanh_bound, [B, A]
+  std::vector<float> bound;                          // actor_pre_tanh_bound everywhere, [B, A]; filled once
   std::vector<uint64_t> keys;                        // last batch's keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
@@ -341,6 +341,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       r->next_observation.resize(floats);
     }
     r->target.resize(shard * atoms);
+    r->bound.assign(shard * action_size, d4pg.actor_pre_tanh_bound());
     r->keys.reserve(shard);
     r->item_loss.reserve(shard);
     agent->replicas_.push_back(std::move(r));
@@ -529,7 +530,6 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   nn::Var actor_loss = nn::Scale(nn::Mean(q), -1.0f);
   if (d4pg.actor_pre_tanh_penalty() > 0) {
     // (|u| - bound)^2 beyond the bound, each side through a ReLU hinge.
-    r.bound.assign(size_t(rows) * action_size_, d4pg.actor_pre_tanh_bound());
     const nn::Var bound = a.Constant(r.bound.data(), {rows, action_size_});
     const nn::Var above = nn::Relu(nn::Sub(pre_tanh, bound));
     const nn::Var below = nn::Relu(nn::Sub(nn::Scale(pre_tanh, -1.0f), bound));

@@ -52,6 +52,11 @@ std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
 }
 
+// A float field of a batch being filled (replay's bytes, viewed as floats).
+float* Floats(replay::SampledBatch* out, int field) {
+  return reinterpret_cast<float*>(out->fields[field].data.data());
+}
+
 // Fills rows [begin, begin + n) of a global batch generated from `seed` into
 // *out, shaped as replay shapes it for D4pgTransitionTable: a contextual
 // bandit (obs ~ U[-1, 1]^S, random actions, reward 1 - (a0 - obs0)^2 clipped
@@ -80,12 +85,12 @@ void BanditBatch(const ObservationSpec& spec, int action_size, const config::Exp
         uint8_t* dst = out->fields[field].data.data() + i * obs_size;
         for (int64_t k = 0; k < obs_size; ++k) dst[k] = static_cast<uint8_t>(127.5f * (src[k] + 1.0f));
       } else {
-        std::copy(src.begin(), src.end(), reinterpret_cast<float*>(out->fields[field].data.data()) + i * obs_size);
+        std::copy(src.begin(), src.end(), Floats(out, field) + i * obs_size);
       }
     }
-    std::copy(action.begin(), action.end(), reinterpret_cast<float*>(out->fields[1].data.data()) + i * action_size);
-    reinterpret_cast<float*>(out->fields[2].data.data())[i] = reward;
-    reinterpret_cast<float*>(out->fields[3].data.data())[i] = 0.0f;
+    std::copy(action.begin(), action.end(), Floats(out, 1) + i * action_size);
+    Floats(out, 2)[i] = reward;
+    Floats(out, 3)[i] = 0.0f;
   }
 }
 
@@ -206,6 +211,14 @@ TEST(D4pgPolicyTest, RejectsBadConfigsNamingTheField) {
   d = TinyConfig(8, {16}).d4pg();
   d.set_v_max(-1.0f);
   EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(), HasSubstr("d4pg.v_max"));
+  d = TinyConfig(8, {16}).d4pg();
+  d.set_actor_pre_tanh_penalty(-1.0f);
+  EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(),
+              HasSubstr("d4pg.actor_pre_tanh_penalty -1: must be >= 0"));
+  d = TinyConfig(8, {16}).d4pg();
+  d.set_actor_pre_tanh_bound(std::nanf(""));
+  EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(),
+              HasSubstr("d4pg.actor_pre_tanh_bound nan: must be >= 0"));
   EXPECT_THAT(D4pgPolicy::Create(TinyConfig(8, {16}).d4pg(), {.frames = 1, .height = 8, .width = 8}, 1)
                   .status()
                   .message(),
@@ -282,13 +295,12 @@ float ActionAfterPushingToTheBound(float penalty) {
   const absl::Status trained = (*agent)->Train(2000, [&](int, int64_t n, replay::SampledBatch* out) {
     replay::ShapeBatch(*signature, n, out);
     for (int64_t i = 0; i < n; ++i) {
-      auto value = [&](int field) -> float& { return reinterpret_cast<float*>(out->fields[field].data.data())[i]; };
       out->keys[i] = i;
-      value(0) = u(rng);
-      value(4) = u(rng);
-      value(1) = u(rng);
-      value(2) = 0.5f * (value(1) + 1.0f);  // reward (a + 1) / 2
-      value(3) = 0.0f;
+      Floats(out, 0)[i] = u(rng);
+      Floats(out, 4)[i] = u(rng);
+      Floats(out, 1)[i] = u(rng);
+      Floats(out, 2)[i] = 0.5f * (Floats(out, 1)[i] + 1.0f);  // reward (a + 1) / 2
+      Floats(out, 3)[i] = 0.0f;
     }
     return absl::OkStatus();
   });
@@ -352,10 +364,9 @@ TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
       out->keys[i] = i;
       PixelBanditStack(spec, x, rng, out->fields[0].data.data() + i * stack);
       PixelBanditStack(spec, u(rng), rng, out->fields[4].data.data() + i * stack);
-      auto scalar = [&](int field) -> float& { return reinterpret_cast<float*>(out->fields[field].data.data())[i]; };
-      scalar(1) = action;
-      scalar(2) = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
-      scalar(3) = 0.0f;
+      Floats(out, 1)[i] = action;
+      Floats(out, 2)[i] = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
+      Floats(out, 3)[i] = 0.0f;
     }
     return absl::OkStatus();
   }).ok());

@@ -13,8 +13,9 @@ namespace troupe::nn {
 namespace {
 thread_local bool inside_pool = false;
 thread_local int worker_index = 0;
-}  // namespace
 
+// Flush-to-zero and denormals-are-zero on the calling thread (x86; a no-op
+// elsewhere). See thread_pool.h, "Denormals".
 void FlushDenormalsOnThisThread() {
 #if defined(__SSE__)
   constexpr unsigned int kFlush = _MM_FLUSH_ZERO_ON | _MM_DENORMALS_ZERO_ON;
@@ -22,6 +23,7 @@ void FlushDenormalsOnThisThread() {
   if ((csr & kFlush) != kFlush) _mm_setcsr(csr | kFlush);
 #endif
 }
+}  // namespace
 
 bool InsideThreadPool() { return inside_pool; }
 int CurrentWorkerIndex() { return worker_index; }

@@ -43,11 +43,6 @@ class RangeFn {
   void (*call_)(void*, int64_t, int64_t);
 };
 
-// Sets flush-to-zero and denormals-are-zero on the calling thread (x86; a
-// no-op elsewhere). The pool calls it; exposed for threads that run engine
-// math outside a pool.
-void FlushDenormalsOnThisThread();
-
 class ThreadPool {
  public:
   // `num_threads` >= 1 counts the caller: a pool of 2 starts one worker.
