@@ -1,5 +1,8 @@
 #include "envs/env.h"
 
+#include <mujoco/mujoco.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +91,41 @@ TEST_P(EveryTaskTest, StepsToItsTimeLimitWithRewardsInUnitRange) {
   EXPECT_EQ(h.env->physics_errors(), 0);
   // The episode is over: stepping again is a precondition error.
   EXPECT_EQ(h.env->Step(action, h.out()).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Each model sizes its mjData (<size nstack njmax nconmax>) small, since
+// MuJoCo zeroes the solver stack at every reset. Episodes of bang-bang
+// actions (held for a while: bodies hit limits, fall, tumble) must stay
+// well inside it: a full stack is a physics error, and full contact or
+// constraint arrays silently drop contacts.
+TEST_P(EveryTaskTest, ArenaHeadroom) {
+  int max_stack = 0, max_contacts = 0, max_rows = 0;
+  for (int episode = 0; episode < 3; ++episode) {
+    Harness h = Make(Options(GetParam(), /*pixels=*/false, /*seed=*/11 + episode));
+    std::mt19937_64 rng(episode);
+    std::vector<float> action(h.env->spec().action_size);
+    ASSERT_TRUE(h.env->Reset(h.out()).ok());
+    for (int step = 0; step < h.env->spec().episode_steps; ++step) {
+      if (step % (10 + 20 * episode) == 0) {
+        for (float& a : action) a = rng() % 2 ? 1.0f : -1.0f;
+      }
+      auto t = h.env->Step(action, h.out());
+      ASSERT_TRUE(t.ok()) << t.status();
+      if (t->step_type == StepType::kLast) break;
+    }
+    const mjData* d = h.env->data();
+    EXPECT_EQ(d->warning[mjWARN_CONTACTFULL].number, 0);
+    EXPECT_EQ(d->warning[mjWARN_CNSTRFULL].number, 0);
+    max_stack = std::max(max_stack, d->maxuse_stack);
+    max_contacts = std::max(max_contacts, d->maxuse_con);
+    max_rows = std::max(max_rows, d->maxuse_efc);
+  }
+  auto model = LoadTaskModel(GetParam(), /*multisample=*/false);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const mjModel* m = (*model)->get();
+  EXPECT_LE(max_stack, m->nstack / 8) << "solver stack";
+  EXPECT_LE(max_contacts, m->nconmax / 4) << "contacts";
+  EXPECT_LE(max_rows, m->njmax / 4) << "constraint rows";
 }
 
 TEST_P(EveryTaskTest, SameSeedSameEpisodeDifferentSeedDifferentStart) {
