@@ -60,6 +60,30 @@ const std::vector<Benchmark>& Benchmarks();
 // call. `body` runs `iterations` units of work.
 double MeasureRate(double seconds, const std::function<void(long iterations)>& body);
 
+// A timed loop that keeps its state from call to call: `run(n)` does its
+// next n units of work (control steps, batches of steps).
+using Loop = std::function<absl::Status(long n)>;
+
+enum class Clock {
+  kThreadCpu,  // the calling thread's CPU time: single-threaded loops
+  kWall,       // wall-clock time: loops that use several cores
+};
+
+// The best rate (units per second) of each of two loops.
+struct BestRates {
+  double loop = 0;
+  double reference = 0;
+};
+
+// Alternates `attempts` windows of `n` units of `loop` and of `reference`,
+// each timed on `clock`, and returns the best rate of each. Each loop goes
+// on where it left off, so window k of both covers the same units of work
+// (the same steps of the same episodes). A neighbour on a shared machine
+// only ever slows a window down, so the best of many short windows taken
+// in turn compares the two codes rather than the moments they ran in.
+absl::StatusOr<BestRates> BestOfAlternated(const Loop& loop, const Loop& reference, long n, int attempts,
+                                           Clock clock);
+
 // The calling thread's CPU clock, in seconds. Rates of single-threaded loops
 // (rendering included, with llvmpipe on the calling thread) timed on it hold
 // up on a loaded machine, where wall-clock rates measure the neighbours as

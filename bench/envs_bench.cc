@@ -3,7 +3,8 @@
 // the same physics (and rendering) on the same model (thread CPU clocks, so
 // the ratio holds on a shared machine), and the pool's wall-clock steps/s on
 // all cores next to the same envs stepped in turn on one thread (wall
-// clock). Each pair is alternated, best of three attempts each.
+// clock). Each pair runs the same steps of the same episodes in alternated
+// windows, and each figure is its best window (bench.h, BestOfAlternated).
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace troupe::bench {
 namespace {
 
 constexpr int kActionTableSize = 4096;  // precomputed random actions, cycled
-constexpr int kRepeats = 3;             // every figure: best of this many alternated attempts
+constexpr int kAttempts = 8;            // every pair: best of this many alternated windows
 
 std::vector<float> RandomActions(int action_size, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -31,149 +32,182 @@ std::vector<float> RandomActions(int action_size, uint64_t seed) {
 }
 
 // Raw MuJoCo: substeps x mj_step per control step, optionally followed by
-// the render-and-read-back an observation needs. Runs `steps` control steps
-// from the task's initial state with seed 0 (the env's episodes), resetting
-// at each episode's end, and returns control steps per CPU-second.
-absl::StatusOr<double> RawLoopRate(const envs::TaskInfo& info, const envs::Model& model, bool pixels,
-                                   const std::vector<float>& actions, long steps) {
-  const mjModel* m = model.get();
-  mjData* d = mj_makeData(m);
-  mjvScene scene;
-  mjvCamera camera;
-  mjvOption option;
-  mjrContext context;
-  unsigned char rgb[84 * 84 * 3];
-  const mjrRect viewport = {0, 0, 84, 84};
-  if (pixels) {
-    mjv_defaultScene(&scene);
-    mjv_defaultCamera(&camera);
-    mjv_defaultOption(&option);
-    mjr_defaultContext(&context);
-    mjv_makeScene(m, &scene, 2000);
-    mjr_makeContext(m, &context, mjFONTSCALE_100);
-    scene.flags[mjRND_SHADOW] = 0;
-    scene.flags[mjRND_REFLECTION] = 0;
-    camera.type = mjCAMERA_FIXED;
-    camera.fixedcamid = mj_name2id(m, mjOBJ_CAMERA, info.pixel_camera.c_str());
+// the render-and-read-back an observation needs, from the task's initial
+// state with seed 0 (the env's episodes), resetting at each episode's end.
+class RawLoop {
+ public:
+  static absl::StatusOr<std::unique_ptr<RawLoop>> Create(const envs::TaskInfo& info,
+                                                         std::shared_ptr<const envs::Model> model, bool pixels,
+                                                         const std::vector<float>& actions) {
+    std::unique_ptr<RawLoop> loop(new RawLoop(info, std::move(model), pixels, actions));
+    RETURN_IF_ERROR(loop->task_->Bind(loop->model_->get()));
+    loop->Reset();
+    return loop;
   }
-  auto task = info.make();
-  RETURN_IF_ERROR(task->Bind(m));
-  std::mt19937_64 rng(0);
-  auto reset = [&] {
-    mj_resetData(m, d);
-    task->InitializeEpisode(m, d, rng);
-    mj_forward(m, d);
-  };
-  reset();
-  const double start = ThreadCpuSeconds();
-  for (long step = 0; step < steps; ++step) {
-    if (step > 0 && step % info.episode_steps == 0) reset();
-    const float* a = &actions[size_t(step % kActionTableSize) * m->nu];
-    for (int j = 0; j < m->nu; ++j) d->ctrl[j] = a[j];
-    for (int s = 0; s < info.control_substeps; ++s) mj_step(m, d);
-    if (pixels) {
-      mjr_setBuffer(mjFB_OFFSCREEN, &context);
-      mjv_updateScene(m, d, &option, nullptr, &camera, mjCAT_ALL, &scene);
-      mjr_render(viewport, &scene, &context);
-      mjr_readPixels(rgb, nullptr, viewport, &context);
+  ~RawLoop() {
+    if (pixels_) {
+      mjr_freeContext(&context_);
+      mjv_freeScene(&scene_);
+    }
+    mj_deleteData(d_);
+  }
+
+  // The next `steps` control steps.
+  absl::Status Run(long steps) {
+    const mjModel* m = model_->get();
+    const mjrRect viewport = {0, 0, 84, 84};
+    for (long i = 0; i < steps; ++i, ++step_) {
+      if (step_ > 0 && step_ % info_.episode_steps == 0) Reset();
+      const float* a = &actions_[size_t(step_ % kActionTableSize) * m->nu];
+      for (int j = 0; j < m->nu; ++j) d_->ctrl[j] = a[j];
+      for (int s = 0; s < info_.control_substeps; ++s) mj_step(m, d_);
+      if (pixels_) {
+        mjr_setBuffer(mjFB_OFFSCREEN, &context_);
+        mjv_updateScene(m, d_, &option_, nullptr, &camera_, mjCAT_ALL, &scene_);
+        mjr_render(viewport, &scene_, &context_);
+        mjr_readPixels(rgb_, nullptr, viewport, &context_);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  RawLoop(const envs::TaskInfo& info, std::shared_ptr<const envs::Model> model, bool pixels,
+          const std::vector<float>& actions)
+      : info_(info), model_(std::move(model)), pixels_(pixels), actions_(actions), task_(info.make()), rng_(0) {
+    const mjModel* m = model_->get();
+    d_ = mj_makeData(m);
+    if (pixels_) {
+      mjv_defaultScene(&scene_);
+      mjv_defaultCamera(&camera_);
+      mjv_defaultOption(&option_);
+      mjr_defaultContext(&context_);
+      mjv_makeScene(m, &scene_, 2000);
+      mjr_makeContext(m, &context_, mjFONTSCALE_100);
+      scene_.flags[mjRND_SHADOW] = 0;
+      scene_.flags[mjRND_REFLECTION] = 0;
+      camera_.type = mjCAMERA_FIXED;
+      camera_.fixedcamid = mj_name2id(m, mjOBJ_CAMERA, info.pixel_camera.c_str());
     }
   }
-  const double rate = steps / (ThreadCpuSeconds() - start);
-  if (pixels) {
-    mjr_freeContext(&context);
-    mjv_freeScene(&scene);
+  void Reset() {
+    const mjModel* m = model_->get();
+    mj_resetData(m, d_);
+    task_->InitializeEpisode(m, d_, rng_);
+    mj_forward(m, d_);
   }
-  mj_deleteData(d);
-  return rate;
-}
 
-// One env on this thread, the same `steps` control steps with the same
-// actions: control steps per CPU-second including observation, reward and
-// (with pixels) rendering, resetting at each episode's end.
-absl::StatusOr<double> EnvRate(const envs::EnvOptions& options, std::shared_ptr<const envs::Model> model,
-                               const std::vector<float>& actions, long steps) {
-  ASSIGN_OR_RETURN(auto env, envs::MakeEnv(options, model));
+  const envs::TaskInfo& info_;
+  const std::shared_ptr<const envs::Model> model_;
+  const bool pixels_;
+  const std::vector<float>& actions_;
+  std::unique_ptr<envs::Task> task_;
+  std::mt19937_64 rng_;
+  mjData* d_ = nullptr;
+  mjvScene scene_;
+  mjvCamera camera_;
+  mjvOption option_;
+  mjrContext context_;
+  unsigned char rgb_[84 * 84 * 3];
+  long step_ = 0;
+};
+
+// One env with the raw loop's actions, observation, reward and (with
+// pixels) rendering included, resetting at each episode's end.
+absl::StatusOr<Loop> EnvLoop(const envs::EnvOptions& options, std::shared_ptr<const envs::Model> model,
+                             const std::vector<float>& actions) {
+  ASSIGN_OR_RETURN(std::shared_ptr<envs::Environment> env, envs::MakeEnv(options, std::move(model)));
   const envs::EnvSpec& spec = env->spec();
-  std::vector<float> state(spec.state_size);
-  std::vector<uint8_t> pixels(spec.pixel_bytes());
-  envs::ObservationBuffers out{state.data(), pixels.empty() ? nullptr : pixels.data()};
+  auto state = std::make_shared<std::vector<float>>(spec.state_size);
+  auto pixels = std::make_shared<std::vector<uint8_t>>(spec.pixel_bytes());
+  const envs::ObservationBuffers out{state->data(), pixels->empty() ? nullptr : pixels->data()};
   RETURN_IF_ERROR(env->Reset(out).status());
-  const double start = ThreadCpuSeconds();
-  for (long step = 0; step < steps; ++step) {
-    ASSIGN_OR_RETURN(envs::TimeStep t,
-                     env->Step(std::span<const float>(&actions[size_t(step % kActionTableSize) * spec.action_size],
-                                                      spec.action_size),
-                               out));
-    if (t.step_type == envs::StepType::kLast) RETURN_IF_ERROR(env->Reset(out).status());
-  }
-  return steps / (ThreadCpuSeconds() - start);
+  return [env, state, pixels, out, &actions, step = 0L](long steps) mutable -> absl::Status {
+    const int action_size = env->spec().action_size;
+    for (long i = 0; i < steps; ++i, ++step) {
+      ASSIGN_OR_RETURN(
+          envs::TimeStep t,
+          env->Step(std::span<const float>(&actions[size_t(step % kActionTableSize) * action_size], action_size), out));
+      if (t.step_type == envs::StepType::kLast) RETURN_IF_ERROR(env->Reset(out).status());
+    }
+    return absl::OkStatus();
+  };
 }
 
-// The pool on `threads` workers: env control steps/s over all envs.
-absl::StatusOr<double> PoolRate(const envs::EnvOptions& env_options, int num_envs, int threads,
-                                const std::vector<float>& actions, double seconds) {
+// The pool: each unit is one batch, a step of every env.
+absl::StatusOr<Loop> PoolLoop(const envs::EnvOptions& env_options, int num_envs, int threads,
+                              const std::vector<float>& actions) {
   envs::EnvPoolOptions options;
   options.env = env_options;
   options.num_envs = num_envs;
   options.num_threads = threads;
-  ASSIGN_OR_RETURN(auto pool, envs::EnvPool::Create(options));
-  const int action_size = pool->spec().action_size;
+  ASSIGN_OR_RETURN(std::shared_ptr<envs::EnvPool> pool, envs::EnvPool::Create(options));
   RETURN_IF_ERROR(pool->Reset().status());
-  absl::Status error;
-  long batch = 0;
-  const long batches_in_table = kActionTableSize / num_envs;
-  const double rate = MeasureRate(seconds, [&](long iterations) {
-    for (long i = 0; i < iterations && error.ok(); ++i, ++batch) {
-      const size_t offset = size_t(batch % batches_in_table) * num_envs * action_size;
-      error = pool->Step(std::span<const float>(&actions[offset], size_t(num_envs) * action_size)).status();
+  return [pool, &actions, batch = 0L](long batches) mutable -> absl::Status {
+    const size_t row = size_t(pool->num_envs()) * pool->spec().action_size;
+    const long batches_in_table = kActionTableSize / pool->num_envs();
+    for (long i = 0; i < batches; ++i, ++batch) {
+      RETURN_IF_ERROR(pool->Step(std::span<const float>(&actions[size_t(batch % batches_in_table) * row], row)).status());
     }
-  });
-  RETURN_IF_ERROR(error);
-  return rate * num_envs;
+    return absl::OkStatus();
+  };
 }
 
 // The pool's reference: the same envs (same seeds, same actions, same
-// auto-reset rule) stepped one after another on this thread, wall clock.
-// Stepping all of them keeps the two figures in the same phases of their
-// episodes (a walker's first hundred steps cost differently from its last).
-absl::StatusOr<double> InTurnRate(const envs::EnvOptions& env_options, std::shared_ptr<const envs::Model> model,
-                                  int num_envs, const std::vector<float>& actions, double seconds) {
-  std::vector<std::unique_ptr<envs::Environment>> envs;
+// auto-reset rule) stepped one after another on this thread.
+absl::StatusOr<Loop> InTurnLoop(const envs::EnvOptions& env_options, std::shared_ptr<const envs::Model> model,
+                                int num_envs, const std::vector<float>& actions) {
+  struct Envs {
+    std::vector<std::unique_ptr<envs::Environment>> envs;
+    std::vector<uint8_t> needs_reset;
+    std::vector<float> state;
+    std::vector<uint8_t> pixels;
+    long batch = 0;
+  };
+  auto e = std::make_shared<Envs>();
   for (int i = 0; i < num_envs; ++i) {
     envs::EnvOptions options = env_options;
     options.seed = envs::EnvPool::SeedFor(env_options.seed, i);
     ASSIGN_OR_RETURN(auto env, envs::MakeEnv(options, model));
-    envs.push_back(std::move(env));
+    e->envs.push_back(std::move(env));
   }
-  const envs::EnvSpec& spec = envs[0]->spec();
-  std::vector<float> state(spec.state_size);
-  std::vector<uint8_t> pixels(spec.pixel_bytes());
-  envs::ObservationBuffers out{state.data(), pixels.empty() ? nullptr : pixels.data()};
-  std::vector<uint8_t> needs_reset(num_envs, 0);
-  for (auto& env : envs) RETURN_IF_ERROR(env->Reset(out).status());
-  absl::Status error;
-  long batch = 0;
-  const long batches_in_table = kActionTableSize / num_envs;
-  const double rate = MeasureRate(seconds, [&](long iterations) {
-    for (long b = 0; b < iterations && error.ok(); ++b, ++batch) {
-      const float* row = &actions[size_t(batch % batches_in_table) * num_envs * spec.action_size];
-      for (int i = 0; i < num_envs && error.ok(); ++i) {
-        absl::StatusOr<envs::TimeStep> t;
-        if (needs_reset[i]) {
-          t = envs[i]->Reset(out);
-        } else {
-          t = envs[i]->Step(std::span<const float>(row + size_t(i) * spec.action_size, spec.action_size), out);
-        }
-        if (!t.ok()) {
-          error = t.status();
-        } else {
-          needs_reset[i] = t->step_type == envs::StepType::kLast;
-        }
+  const envs::EnvSpec& spec = e->envs[0]->spec();
+  e->state.resize(spec.state_size);
+  e->pixels.resize(spec.pixel_bytes());
+  e->needs_reset.assign(num_envs, 0);
+  const envs::ObservationBuffers out{e->state.data(), e->pixels.empty() ? nullptr : e->pixels.data()};
+  for (auto& env : e->envs) RETURN_IF_ERROR(env->Reset(out).status());
+  return [e, out, &actions](long batches) -> absl::Status {
+    const int n = int(e->envs.size());
+    const int action_size = e->envs[0]->spec().action_size;
+    const long batches_in_table = kActionTableSize / n;
+    for (long b = 0; b < batches; ++b, ++e->batch) {
+      const float* row = &actions[size_t(e->batch % batches_in_table) * n * action_size];
+      for (int i = 0; i < n; ++i) {
+        absl::StatusOr<envs::TimeStep> t =
+            e->needs_reset[i] ? e->envs[i]->Reset(out)
+                              : e->envs[i]->Step(std::span<const float>(row + size_t(i) * action_size, action_size), out);
+        RETURN_IF_ERROR(t.status());
+        e->needs_reset[i] = t->step_type == envs::StepType::kLast;
       }
     }
+    return absl::OkStatus();
+  };
+}
+
+// Calibration: runs `loop` until one call takes `seconds` (wall clock) and
+// returns its rate in units per second; then runs `partner` for as many
+// units, untimed, so the two go on in step.
+absl::StatusOr<double> ProbeInStep(const Loop& loop, const Loop& partner, double seconds) {
+  absl::Status error;
+  long units = 0;
+  const double rate = MeasureRate(seconds, [&](long n) {
+    if (error.ok()) error = loop(n);
+    units += n;
   });
   RETURN_IF_ERROR(error);
-  return rate * num_envs;
+  RETURN_IF_ERROR(partner(units));
+  return rate;
 }
 
 }  // namespace
@@ -195,33 +229,28 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       env_options.pixels = pixels;
       // Contexts first, so no timed loop pays for making them.
       if (pixels) RETURN_IF_ERROR(envs::PrepareRenderer(model));
-      // Both loops run the same steps (same episodes, same actions), sized
-      // from a short raw run so one attempt takes seconds / kRepeats;
-      // alternated, each the best of kRepeats: a neighbour that slows the
-      // core for a while (cache, frequency) costs one attempt, not the figure.
-      ASSIGN_OR_RETURN(double probe, RawLoopRate(info, *model, pixels, actions, pixels ? 50 : 5000));
-      const long steps = std::max(1L, long(probe * seconds / kRepeats));
-      double raw = 0, env = 0;
-      for (int attempt = 0; attempt < kRepeats; ++attempt) {
-        ASSIGN_OR_RETURN(double r, RawLoopRate(info, *model, pixels, actions, steps));
-        ASSIGN_OR_RETURN(double e, EnvRate(env_options, model, actions, steps));
-        raw = std::max(raw, r);
-        env = std::max(env, e);
-      }
-      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), env, "steps/cpu-s",
-                 pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", raw);
-      const int num_envs = pixels ? 8 * threads : 32 * threads;
+      // One env against the raw loop, on this thread's CPU clock; windows
+      // sized from a short probe so all attempts take about `seconds`.
+      ASSIGN_OR_RETURN(std::unique_ptr<RawLoop> raw, RawLoop::Create(info, model, pixels, actions));
+      const Loop raw_loop = [&raw](long n) { return raw->Run(n); };
+      ASSIGN_OR_RETURN(Loop env, EnvLoop(env_options, model, actions));
+      ASSIGN_OR_RETURN(double probe, ProbeInStep(raw_loop, env, seconds / 20));
+      ASSIGN_OR_RETURN(BestRates single, BestOfAlternated(env, raw_loop, std::max(1L, long(probe * seconds / kAttempts)),
+                                                          kAttempts, Clock::kThreadCpu));
+      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), single.loop, "steps/cpu-s",
+                 pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", single.reference);
+      raw.reset();
       // The pool's wall-clock rate against the same envs stepped in turn on
-      // one thread, alternated the same way.
-      double pool = 0, in_turn = 0;
-      for (int attempt = 0; attempt < kRepeats; ++attempt) {
-        ASSIGN_OR_RETURN(double p, PoolRate(env_options, num_envs, threads, actions, seconds / kRepeats));
-        ASSIGN_OR_RETURN(double e, InTurnRate(env_options, model, num_envs, actions, seconds / kRepeats));
-        pool = std::max(pool, p);
-        in_turn = std::max(in_turn, e);
-      }
-      report.Add(absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs"), pool,
-                 "steps/s", "the same envs in turn on 1 thread (wall clock)", in_turn);
+      // one thread.
+      const int num_envs = pixels ? 8 * threads : 32 * threads;
+      ASSIGN_OR_RETURN(Loop pool, PoolLoop(env_options, num_envs, threads, actions));
+      ASSIGN_OR_RETURN(Loop in_turn, InTurnLoop(env_options, model, num_envs, actions));
+      ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, pool, seconds / 20));
+      ASSIGN_OR_RETURN(BestRates rates, BestOfAlternated(pool, in_turn, std::max(1L, long(batches_per_s * seconds / kAttempts)),
+                                                         kAttempts, Clock::kWall));
+      report.Add(absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs"),
+                 rates.loop * num_envs, "steps/s", "the same envs in turn on 1 thread (wall clock)",
+                 rates.reference * num_envs);
     }
   }
   return report;

@@ -49,13 +49,6 @@ int64_t ResidentBytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
-// CPU seconds this thread has used (for figures on a shared machine).
-double ThreadCpuSeconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 // CPU seconds of the whole process (client and server threads of a
 // loopback figure).
 double ProcessCpuSeconds() {
