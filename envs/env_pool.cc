@@ -43,64 +43,72 @@ EnvPool::EnvPool(const EnvPoolOptions& options)
 absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& options) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<EnvPool> pool(new EnvPool(options));
+  EnvPool& p = *pool;
   // Envs share one immutable model; each has its own seed.
   ASSIGN_OR_RETURN(auto model, LoadTaskModel(options.env.task, options.env.multisample));
-  for (int i = 0; i < pool->num_envs_; ++i) {
+  for (int i = 0; i < p.num_envs_; ++i) {
     EnvOptions env_options = options.env;
     env_options.seed = SeedFor(options.env.seed, i);
     ASSIGN_OR_RETURN(auto env, MakeEnv(env_options, model));
-    pool->envs_.push_back(std::move(env));
+    p.envs_.push_back(std::move(env));
   }
-  pool->spec_ = pool->envs_[0]->spec();
-  const int action_size = pool->spec_.action_size;
-  pool->actions_.assign(size_t(pool->num_envs_) * action_size, 0.0f);
-  pool->progress_.resize(pool->num_envs_);
-  pool->state_lines_ = (pool->spec_.state_size + 15) / 16;
-  pool->in_flight_.assign(pool->num_envs_, 0);
-  for (int i = 0; i < pool->num_envs_; ++i) pool->all_env_ids_.push_back(i);
+  p.spec_ = p.envs_[0]->spec();
+  p.progress_.resize(p.num_envs_);
+  p.state_lines_ = (p.spec_.state_size + 15) / 16;
 
-  // Enough buffers that results of envs still in flight never overwrite
-  // the batch the owner is reading (see the header).
-  const int ring = (pool->num_envs_ + pool->batch_size_ - 1) / pool->batch_size_ + 1;
+  // Sync mode writes its one buffer in place. Async mode: enough buffers
+  // that results of envs still in flight never overwrite the batch the
+  // owner is reading.
+  const int ring = p.sync() ? 1 : (p.num_envs_ + p.batch_size_ - 1) / p.batch_size_ + 1;
   for (int r = 0; r < ring; ++r) {
     auto buffer = std::make_unique<Buffer>();
-    const size_t m = pool->batch_size_;
+    const size_t m = p.batch_size_;
     buffer->env_id.resize(m);
     buffer->step_type.resize(m);
     buffer->reward.resize(m);
     buffer->discount.resize(m);
-    buffer->state.resize(m * pool->spec_.state_size);
-    buffer->pixels.resize(m * pool->spec_.pixel_bytes());
+    buffer->state.resize(m * p.spec_.state_size);
+    buffer->pixels.resize(m * p.spec_.pixel_bytes());
     buffer->episode_step.resize(m);
-    if (!pool->sync()) {  // async: rows staged, then gathered
+    if (!p.sync()) {  // async: rows staged, then gathered
       buffer->rows.resize(m);
-      buffer->staged_state.resize(m * pool->state_lines_);
+      buffer->staged_state.resize(m * p.state_lines_);
     }
-    pool->ring_.push_back(std::move(buffer));
+    p.ring_.push_back(std::move(buffer));
   }
 
   // Workers, each with its GL context made before the first job.
   int threads = options.num_threads > 0 ? options.num_threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min(threads, pool->num_envs_);
-  // The caller's thread steps envs inside Recv, so T threads = T - 1 workers.
-  pool->num_workers_ = threads - 1;
-  pool->queues_.resize(threads);
+  threads = std::min(threads, p.num_envs_);
+  // The caller's thread steps envs too, so T threads = T - 1 workers.
+  p.num_workers_ = threads - 1;
+  if (p.sync()) {
+    for (int t = 0; t <= threads; ++t) p.home_.push_back(int32_t(int64_t(t) * p.num_envs_ / threads));
+    p.ranges_ = std::vector<Range>(threads);
+  } else {
+    p.actions_.assign(size_t(p.num_envs_) * p.spec_.action_size, 0.0f);
+    p.in_flight_.assign(p.num_envs_, 0);
+  }
   if (options.env.pixels && options.render_in_processes) {
-    for (int t = 0; t < pool->num_workers_; ++t) {
+    for (int t = 0; t < p.num_workers_; ++t) {
       ASSIGN_OR_RETURN(auto worker, RenderWorker::Start(model, options.env.multisample));
-      pool->render_workers_.push_back(std::move(worker));
+      p.render_workers_.push_back(std::move(worker));
     }
   }
-  for (int t = 0; t < pool->num_workers_; ++t) {
-    RenderWorker* render_worker = pool->render_workers_.empty() ? nullptr : pool->render_workers_[t].get();
-    pool->workers_.emplace_back([p = pool.get(), model, pixels = options.env.pixels, render_worker, t](std::stop_token stop) {
+  for (int t = 0; t < p.num_workers_; ++t) {
+    RenderWorker* render_worker = p.render_workers_.empty() ? nullptr : p.render_workers_[t].get();
+    p.workers_.emplace_back([&p, model, pixels = options.env.pixels, render_worker, t](std::stop_token stop) {
       if (render_worker != nullptr) {
         SetThreadRenderWorker(render_worker);
       } else if (pixels) {
         // Pay for this thread's GL context now; a failure resurfaces at the first render.
         (void)PrepareRenderer(model);
       }
-      p->WorkerLoop(stop, t + 1);
+      if (p.sync()) {
+        p.SyncWorkerLoop(stop, t + 1);
+      } else {
+        p.AsyncWorkerLoop(stop);
+      }
     });
   }
   return pool;
@@ -108,6 +116,9 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
 
 EnvPool::~EnvPool() {
   for (auto& worker : workers_) worker.request_stop();
+  // Sync workers sleep on the epoch rather than on a condition variable.
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  epoch_.notify_all();
   workers_.clear();  // joins
 }
 
@@ -123,31 +134,256 @@ int64_t EnvPool::physics_errors() const {
   return total;
 }
 
-absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset) {
-  const int action_size = spec_.action_size;
-  // Check everything before queueing anything.
-  if (!reset && actions.size() != env_ids.size() * action_size) {
-    return absl::InvalidArgumentError(absl::StrCat(spec_.task, ": ", actions.size(), " action values for ",
-                                                   env_ids.size(), " envs; expected ", env_ids.size() * action_size));
+namespace {
+
+// Spins (with the CPU's pause hint) until `done()` or `budget` has passed;
+// returns done(). A batch of cheap envs is over in tens of microseconds,
+// sooner than a wake-up from the kernel, so both sides of a hand-off look
+// before they sleep.
+template <typename Done>
+bool SpinFor(std::chrono::microseconds budget, Done done) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
   }
-  for (size_t i = 0; i < env_ids.size(); ++i) {
-    const int32_t id = env_ids[i];
-    if (id < 0 || id >= num_envs_) {
-      return absl::InvalidArgumentError(absl::StrCat("env id ", id, " is outside [0, ", num_envs_, ")"));
+  return true;
+}
+
+constexpr std::chrono::microseconds kSpin{200};
+
+uint64_t PackRange(uint32_t front, uint32_t back) { return uint64_t(back) << 32 | front; }
+uint32_t Front(uint64_t bounds) { return uint32_t(bounds); }
+uint32_t Back(uint64_t bounds) { return uint32_t(bounds >> 32); }
+
+}  // namespace
+
+absl::Status EnvPool::CheckActions(std::span<const float> actions, size_t rows,
+                                   std::span<const int32_t> env_ids) const {
+  const size_t action_size = spec_.action_size;
+  if (actions.size() != rows * action_size) {
+    return absl::InvalidArgumentError(absl::StrCat(spec_.task, ": ", actions.size(), " action values for ", rows,
+                                                   " envs; expected ", rows * action_size));
+  }
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (!std::isfinite(actions[i])) {
+      const size_t row = i / action_size;
+      return absl::InvalidArgumentError(absl::StrCat(spec_.task, ": env ", env_ids.empty() ? int32_t(row) : env_ids[row],
+                                                     " action[", i % action_size, "] is ", actions[i],
+                                                     "; actions must be finite"));
     }
-    if (in_flight_[id]) return absl::InvalidArgumentError(absl::StrCat("env ", id, " is already in flight"));
-    for (size_t j = i + 1; j < env_ids.size(); ++j) {
-      if (env_ids[j] == id) return absl::InvalidArgumentError(absl::StrCat("env id ", id, " sent twice"));
+  }
+  return absl::OkStatus();
+}
+
+void EnvPool::RecordError(const absl::Status& status) {
+  std::lock_guard lock(mutex_);
+  if (first_error_.ok()) first_error_ = status;
+  failed_.store(true, std::memory_order_release);
+}
+
+void EnvPool::RunJob(int32_t id, bool reset, const float* action, Buffer& buffer, int row) {
+  Environment& env = *envs_[id];
+  // The result row: in sync mode row = env id, written straight into the
+  // batch's arrays (a thread's home envs are a contiguous range of rows, so
+  // threads share only the lines at the ends of their ranges); in async mode
+  // completion order, staged on lines of the row's own (neighbouring rows
+  // come from any thread) and gathered by Recv.
+  float* state = nullptr;
+  if (state_lines_ > 0) {
+    state = sync() ? &buffer.state[size_t(row) * spec_.state_size] : buffer.staged_state[size_t(row) * state_lines_].v;
+  }
+  ObservationBuffers out{state,
+                         spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
+  EnvProgress& progress = progress_[id];
+
+  // Step, or reset an env that was asked to or whose episode ended.
+  absl::StatusOr<TimeStep> timestep;
+  if (reset || progress.needs_reset) {
+    timestep = env.Reset(out);
+    progress.episode_step = 0;
+  } else {
+    timestep = env.Step(std::span<const float>(action, spec_.action_size), out);
+    ++progress.episode_step;
+  }
+  if (!timestep.ok()) {
+    RecordError(timestep.status());
+    timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
+  }
+  progress.needs_reset = timestep->step_type == StepType::kLast;
+  if (sync()) {
+    buffer.env_id[row] = id;
+    buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
+    buffer.reward[row] = timestep->reward;
+    buffer.discount[row] = timestep->discount;
+    buffer.episode_step[row] = progress.episode_step;
+  } else {
+    buffer.rows[row] = RowResult{id, static_cast<uint8_t>(timestep->step_type), timestep->reward, timestep->discount,
+                                 progress.episode_step};
+  }
+}
+
+EnvBatch EnvPool::View(Buffer& buffer) const {
+  const size_t m = batch_size_;
+  return EnvBatch{batch_size_,
+                  {buffer.env_id.data(), m},
+                  {buffer.step_type.data(), m},
+                  {buffer.reward.data(), m},
+                  {buffer.discount.data(), m},
+                  {buffer.state.data(), buffer.state.size()},
+                  {buffer.pixels.data(), buffer.pixels.size()},
+                  {buffer.episode_step.data(), m}};
+}
+
+// ---- Sync mode ----
+
+absl::StatusOr<EnvBatch> EnvPool::Reset() {
+  if (!sync()) return absl::FailedPreconditionError("Reset: sync mode only; use SendReset/Recv");
+  return RunSyncBatch(/*reset=*/true, nullptr);
+}
+
+absl::StatusOr<EnvBatch> EnvPool::Step(std::span<const float> actions) {
+  if (!sync()) return absl::FailedPreconditionError("Step: sync mode only; use Send/Recv");
+  RETURN_IF_ERROR(CheckActions(actions, num_envs_, /*env_ids=*/{}));
+  return RunSyncBatch(/*reset=*/false, actions.data());
+}
+
+absl::StatusOr<EnvBatch> EnvPool::RunSyncBatch(bool reset, const float* actions) {
+  // Publish the batch: its inputs, then every range (release: a thread that
+  // claims an id sees the inputs), then the epoch the workers wait on.
+  batch_reset_ = reset;
+  batch_actions_ = actions;
+  done_.store(0, std::memory_order_relaxed);
+  for (size_t t = 0; t < ranges_.size(); ++t) {
+    ranges_[t].bounds.store(PackRange(home_[t], home_[t + 1]), std::memory_order_release);
+  }
+  epoch_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) epoch_.notify_all();
+
+  RunSyncJobs(/*thread=*/0);
+  // The workers are finishing the last envs: look before sleeping. (Either
+  // the owner's load after announcing its sleep sees the last count, or the
+  // last thread's load of owner_sleeping_ sees it asleep; both seq_cst.)
+  auto all_done = [&] { return done_.load(std::memory_order_acquire) == num_envs_; };
+  if (!SpinFor(kSpin, all_done)) {
+    owner_sleeping_.store(true, std::memory_order_seq_cst);
+    for (int d; (d = done_.load(std::memory_order_seq_cst)) != num_envs_;) done_.wait(d, std::memory_order_seq_cst);
+    owner_sleeping_.store(false, std::memory_order_relaxed);
+  }
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(mutex_);
+    failed_.store(false, std::memory_order_relaxed);
+    return std::exchange(first_error_, absl::OkStatus());
+  }
+  return View(*ring_[0]);
+}
+
+bool EnvPool::TakeSyncJobs(int thread, int32_t& begin, int32_t& end) {
+  // Own range, from the front, in chunks that shrink with what is left: big
+  // ones cost one atomic for many cheap steps, small ones at the end keep
+  // the threads finishing together.
+  std::atomic<uint64_t>& own = ranges_[thread].bounds;
+  uint64_t bounds = own.load(std::memory_order_acquire);
+  while (Front(bounds) < Back(bounds)) {
+    const uint32_t chunk = std::max(1u, (Back(bounds) - Front(bounds)) / 4);
+    if (own.compare_exchange_weak(bounds, PackRange(Front(bounds) + chunk, Back(bounds)), std::memory_order_acq_rel)) {
+      begin = int32_t(Front(bounds));
+      end = begin + int32_t(chunk);
+      return true;
     }
-    if (!reset) {
-      for (int a = 0; a < action_size; ++a) {
-        const float v = actions[i * action_size + a];
-        if (!std::isfinite(v)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(spec_.task, ": env ", id, " action[", a, "] is ", v, "; actions must be finite"));
-        }
+  }
+  // Steal one env from the back of the fullest other range (its owner works
+  // from the front): a stolen env's state moves to this core and back, so
+  // move only as many as it takes to finish together.
+  for (;;) {
+    int victim = -1;
+    uint32_t most = 0;
+    for (size_t t = 0; t < ranges_.size(); ++t) {
+      const uint64_t b = ranges_[t].bounds.load(std::memory_order_relaxed);
+      if (Back(b) - Front(b) > most) {
+        most = Back(b) - Front(b);
+        victim = int(t);
       }
     }
+    if (victim < 0) return false;
+    std::atomic<uint64_t>& range = ranges_[victim].bounds;
+    bounds = range.load(std::memory_order_acquire);
+    if (Front(bounds) < Back(bounds) &&
+        range.compare_exchange_strong(bounds, PackRange(Front(bounds), Back(bounds) - 1), std::memory_order_acq_rel)) {
+      end = int32_t(Back(bounds));
+      begin = end - 1;
+      return true;
+    }
+  }
+}
+
+void EnvPool::RunSyncJobs(int thread) {
+  Buffer& buffer = *ring_[0];
+  const int action_size = spec_.action_size;
+  int32_t begin, end;
+  while (TakeSyncJobs(thread, begin, end)) {
+    for (int32_t id = begin; id < end; ++id) {
+      RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size,
+             buffer, id);
+    }
+    // One atomic add per chunk; the last one wakes a sleeping owner.
+    const int count = end - begin;
+    if (done_.fetch_add(count, std::memory_order_seq_cst) + count == num_envs_ &&
+        owner_sleeping_.load(std::memory_order_seq_cst)) {
+      done_.notify_one();
+    }
+  }
+}
+
+void EnvPool::SyncWorkerLoop(std::stop_token stop, int thread) {
+  uint32_t seen = 0;  // the epoch before the first batch
+  for (;;) {
+    auto next_batch = [&] { return epoch_.load(std::memory_order_acquire) != seen || stop.stop_requested(); };
+    if (!SpinFor(kSpin, next_batch)) {
+      sleeping_workers_.fetch_add(1, std::memory_order_seq_cst);
+      while (!stop.stop_requested() && epoch_.load(std::memory_order_seq_cst) == seen) {
+        epoch_.wait(seen, std::memory_order_seq_cst);
+      }
+      sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (stop.stop_requested()) return;
+    seen = epoch_.load(std::memory_order_acquire);
+    RunSyncJobs(thread);
+  }
+}
+
+// ---- Async mode ----
+
+absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset) {
+  if (sync()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(reset ? "SendReset" : "Send", ": async mode only (pool.batch_size < num_envs); use Reset/Step"));
+  }
+  const int action_size = spec_.action_size;
+  // Check everything before queueing anything. Ids are marked as they are
+  // checked, so a repeated one is found in one pass; the marks are undone
+  // on an error.
+  constexpr uint8_t kChecked = 2;
+  absl::Status error;
+  if (!reset) error = CheckActions(actions, env_ids.size(), env_ids);
+  size_t checked = 0;
+  for (; checked < env_ids.size() && error.ok(); ++checked) {
+    const int32_t id = env_ids[checked];
+    if (id < 0 || id >= num_envs_) {
+      error = absl::InvalidArgumentError(absl::StrCat("env id ", id, " is outside [0, ", num_envs_, ")"));
+    } else if (in_flight_[id] == kChecked) {
+      error = absl::InvalidArgumentError(absl::StrCat("env id ", id, " sent twice"));
+    } else if (in_flight_[id]) {
+      error = absl::InvalidArgumentError(absl::StrCat("env ", id, " is already in flight"));
+    } else {
+      in_flight_[id] = kChecked;
+      continue;
+    }
+    break;
+  }
+  if (!error.ok()) {
+    for (size_t i = 0; i < checked; ++i) in_flight_[env_ids[i]] = 0;
+    return error;
   }
   // Record actions, then hand the jobs to the workers.
   for (size_t i = 0; i < env_ids.size(); ++i) {
@@ -157,7 +393,7 @@ absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const in
   in_flight_count_ += static_cast<int>(env_ids.size());
   {
     std::lock_guard lock(mutex_);
-    for (int32_t id : env_ids) queues_[HomeThread(id)].push_back({id, reset});
+    for (int32_t id : env_ids) queue_.push_back({id, reset});
     queued_.fetch_add(int(env_ids.size()), std::memory_order_relaxed);
   }
   if (env_ids.size() == 1) {
@@ -174,82 +410,33 @@ absl::Status EnvPool::Send(std::span<const float> actions, std::span<const int32
 
 absl::Status EnvPool::SendReset(std::span<const int32_t> env_ids) { return Enqueue({}, env_ids, /*reset=*/true); }
 
-namespace {
-
-// Spins (with the CPU's pause hint) until `done()` or `budget` has passed;
-// returns done(). A batch of cheap envs is over in tens of microseconds,
-// sooner than a condition-variable wake-up, so both sides of the hand-off
-// look before they sleep.
-template <typename Done>
-bool SpinFor(std::chrono::microseconds budget, Done done) {
-  const auto until = std::chrono::steady_clock::now() + budget;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
-  }
-  return true;
-}
-
-constexpr std::chrono::microseconds kSpin{200};
-
-}  // namespace
-
-void EnvPool::TakeShare(std::vector<Job>& jobs, int thread) {
-  // Guided scheduling: a share shrinks with the queue, so big shares at the
-  // start cost one lock for many cheap (state-only) steps and small ones at
-  // the end keep the threads finishing together.
-  std::deque<Job>& own = queues_[sync() ? thread : 0];
-  if (!own.empty()) {
-    const size_t threads = sync() ? 1 : size_t(num_workers_ + 1);
-    const size_t share = std::max<size_t>(1, own.size() / (2 * threads));
-    for (size_t i = 0; i < share; ++i) {
-      jobs.push_back(own.front());
-      own.pop_front();
-    }
-  } else {
-    // Steal one job from the far end of the longest queue (its owner works
-    // from the front): a stolen env's state moves to this core and back, so
-    // move only as many as it takes to finish together.
-    auto victim = std::max_element(queues_.begin(), queues_.end(),
-                                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
-    jobs.push_back(victim->back());
-    victim->pop_back();
+void EnvPool::TakeShare(std::vector<Job>& jobs) {
+  // A share shrinks with the queue: big ones cost one lock for many cheap
+  // steps, small ones at the end keep the threads finishing together.
+  const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_ + 1)));
+  for (size_t i = 0; i < share; ++i) {
+    jobs.push_back(queue_.front());
+    queue_.pop_front();
   }
   queued_.fetch_sub(int(jobs.size()), std::memory_order_relaxed);
 }
 
-void EnvPool::RunJobs(std::span<const Job> jobs) {
-  // In sync mode completions are counted once per run of jobs into the same
-  // buffer: one contended atomic per share rather than per step. In async
-  // mode each is published at once (Recv returns the first envs done).
-  Buffer* pending = nullptr;
-  int count = 0;
-  auto publish = [&] {
-    if (pending == nullptr) return;
+void EnvPool::RunAsyncJobs(std::span<const Job> jobs) {
+  // Each env claims its result slot as it is taken up (rows in that order)
+  // and is published at once: Recv returns the first envs done.
+  for (const Job& job : jobs) {
+    const int64_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
+    Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
+    RunJob(job.env_id, job.reset, &actions_[size_t(job.env_id) * spec_.action_size], buffer, int(slot % batch_size_));
     // The last row of a batch wakes the owner.
-    if (pending->written.fetch_add(count, std::memory_order_acq_rel) + count == batch_size_) {
+    if (buffer.written.fetch_add(1, std::memory_order_acq_rel) + 1 == batch_size_) {
       std::lock_guard lock(mutex_);
       batch_ready_.notify_one();
     }
-    pending = nullptr;
-    count = 0;
-  };
-  // Result slots: in sync mode every slot of a batch is in one buffer (row =
-  // env id), so a share claims its slots with one atomic add rather than one
-  // contended add per step; in async mode each env claims its slot as it is
-  // taken up (rows in that order).
-  int64_t slot = sync() ? next_slot_.fetch_add(int64_t(jobs.size()), std::memory_order_relaxed) : 0;
-  for (const Job& job : jobs) {
-    Buffer* buffer = &RunJob(job, sync() ? slot++ : next_slot_.fetch_add(1, std::memory_order_relaxed));
-    if (buffer != pending) publish();
-    pending = buffer;
-    ++count;
-    if (!sync()) publish();
   }
-  publish();
 }
 
-void EnvPool::WorkerLoop(std::stop_token stop, int thread) {
+void EnvPool::AsyncWorkerLoop(std::stop_token stop) {
   std::vector<Job> jobs;
   for (;;) {
     jobs.clear();
@@ -257,71 +444,14 @@ void EnvPool::WorkerLoop(std::stop_token stop, int thread) {
     {
       std::unique_lock lock(mutex_);
       if (!work_ready_.wait(lock, stop, [&] { return queued_.load(std::memory_order_relaxed) > 0; })) return;
-      TakeShare(jobs, thread);
+      TakeShare(jobs);
     }
-    RunJobs(jobs);
+    RunAsyncJobs(jobs);
   }
-}
-
-EnvPool::Buffer& EnvPool::RunJob(const Job& job, int64_t slot) {
-  const int32_t id = job.env_id;
-  Environment& env = *envs_[id];
-  // The result row: in sync mode row = env id, written straight into the
-  // batch's arrays (a thread's home envs are a contiguous range of rows, so
-  // threads share only the lines at the ends of their ranges); in async mode
-  // completion order, staged on lines of the row's own (neighbouring rows
-  // come from any thread) and gathered by Recv.
-  Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
-  const int row = sync() ? id : int(slot % batch_size_);
-  float* state = nullptr;
-  if (state_lines_ > 0) {
-    state = sync() ? &buffer.state[size_t(row) * spec_.state_size] : buffer.staged_state[size_t(row) * state_lines_].v;
-  }
-  ObservationBuffers out{state,
-                         spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
-  EnvProgress& progress = progress_[id];
-
-  // Step, or reset an env that was asked to or whose episode ended.
-  absl::StatusOr<TimeStep> timestep;
-  if (job.reset || progress.needs_reset) {
-    timestep = env.Reset(out);
-    progress.episode_step = 0;
-  } else {
-    timestep = env.Step(std::span<const float>(&actions_[size_t(id) * spec_.action_size], spec_.action_size), out);
-    ++progress.episode_step;
-  }
-  if (!timestep.ok()) {
-    std::lock_guard lock(mutex_);
-    if (first_error_.ok()) first_error_ = timestep.status();
-    timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
-  }
-  progress.needs_reset = timestep->step_type == StepType::kLast;
-  if (sync()) {
-    buffer.env_id[row] = id;
-    buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
-    buffer.reward[row] = timestep->reward;
-    buffer.discount[row] = timestep->discount;
-    buffer.episode_step[row] = progress.episode_step;
-  } else {
-    buffer.rows[row] = RowResult{id, static_cast<uint8_t>(timestep->step_type), timestep->reward, timestep->discount,
-                                 progress.episode_step};
-  }
-  return buffer;
-}
-
-EnvBatch EnvPool::View(Buffer& buffer) const {
-  const size_t m = batch_size_;
-  return EnvBatch{batch_size_,
-                  {buffer.env_id.data(), m},
-                  {buffer.step_type.data(), m},
-                  {buffer.reward.data(), m},
-                  {buffer.discount.data(), m},
-                  {buffer.state.data(), buffer.state.size()},
-                  {buffer.pixels.data(), buffer.pixels.size()},
-                  {buffer.episode_step.data(), m}};
 }
 
 absl::StatusOr<EnvBatch> EnvPool::Recv() {
+  if (sync()) return absl::FailedPreconditionError("Recv: async mode only (pool.batch_size < num_envs); use Step");
   if (in_flight_count_ < batch_size_) {
     return absl::FailedPreconditionError(
         absl::StrCat("Recv: ", in_flight_count_, " envs in flight, fewer than batch_size ", batch_size_));
@@ -337,9 +467,9 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   {
     std::unique_lock lock(mutex_);
     while (!full() && queued_.load(std::memory_order_relaxed) > 0) {
-      TakeShare(caller_jobs_, /*thread=*/0);
+      TakeShare(caller_jobs_);
       lock.unlock();
-      RunJobs(caller_jobs_);
+      RunAsyncJobs(caller_jobs_);
       caller_jobs_.clear();
       lock.lock();
     }
@@ -351,10 +481,11 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
     }
     batch_ready_.wait(lock, full);
     error = std::exchange(first_error_, absl::OkStatus());
+    failed_.store(false, std::memory_order_relaxed);
   }
   ++next_recv_;
-  // Async mode: gather the staged rows into the batch's arrays.
-  for (int i = 0; i < batch_size_ && !sync(); ++i) {
+  // Gather the staged rows into the batch's arrays.
+  for (int i = 0; i < batch_size_; ++i) {
     const RowResult& r = buffer.rows[i];
     buffer.env_id[i] = r.env_id;
     buffer.step_type[i] = r.step_type;
@@ -370,18 +501,6 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   in_flight_count_ -= batch_size_;
   if (!error.ok()) return error;
   return View(buffer);
-}
-
-absl::StatusOr<EnvBatch> EnvPool::Reset() {
-  if (!sync()) return absl::FailedPreconditionError("Reset: sync mode only; use SendReset/Recv");
-  RETURN_IF_ERROR(SendReset(all_env_ids_));
-  return Recv();
-}
-
-absl::StatusOr<EnvBatch> EnvPool::Step(std::span<const float> actions) {
-  if (!sync()) return absl::FailedPreconditionError("Step: sync mode only; use Send/Recv");
-  RETURN_IF_ERROR(Send(actions, all_env_ids_));
-  return Recv();
 }
 
 }  // namespace troupe::envs

@@ -10,17 +10,25 @@
 //
 // Threading: Reset/Step/Send/Recv are called from one thread (the owner).
 // T threads step envs: T - 1 workers and the owner itself, which takes jobs
-// while it waits in Recv (no hand-off latency, no oversubscription). Jobs
-// are env ids in mutex-guarded queues, one per thread for a contiguous range
-// of envs (its home envs, which stay in its core's cache); a thread whose
-// queue is empty steals from another's. Each env is stepped by one thread at
-// a time (an env is queued at most once), so envs need no locks. Result
-// slots are claimed with an atomic counter; a batch is handed to Recv when
-// all its slots are written (counted with an atomic,
-// waited on with a condition variable). Each worker thread has its own GL
-// context (envs/renderer.h), or, with pixels, a render worker process of its
-// own (envs/render_worker.h): one process's llvmpipe rasterizes one scene at
-// a time, so threads rendering in it would take turns.
+// while it waits (no hand-off latency, no oversubscription). Each env is
+// stepped by one thread at a time, so envs need no locks.
+// - Sync mode: thread t has a contiguous range of home envs, whose state
+//   stays in its core's cache from step to step. A batch is published by
+//   setting every thread's range of envs still to take (one atomic word:
+//   front and back) and bumping an epoch the workers spin (then sleep) on.
+//   A thread takes chunks from the front of its own range and, once that is
+//   empty, single envs from the back of the fullest other one. Finished envs
+//   are counted with one atomic add per chunk; the owner spins, then sleeps,
+//   until all are done. No lock and, while batches follow each other within
+//   the spin time, no system call: a batch of cheap state envs is over in
+//   tens of microseconds.
+// - Async mode: env ids wait in one mutex-guarded FIFO, so no env waits
+//   behind a thread that is slow to run; each result claims the next slot
+//   of a ring of batch buffers and Recv returns a buffer once it is full.
+// Each worker thread has its own GL context (envs/renderer.h), or, with
+// pixels, a render worker process of its own (envs/render_worker.h): one
+// process's llvmpipe rasterizes one scene at a time, so threads rendering in
+// it would take turns.
 #ifndef TROUPE_ENVS_ENV_POOL_H_
 #define TROUPE_ENVS_ENV_POOL_H_
 
@@ -85,22 +93,25 @@ class EnvPool {
 
   // Sync mode only (batch_size == num_envs): resets every env / steps every
   // env with actions (num_envs x action_size, row i for env i) and blocks
-  // until all are done. Errors: FailedPrecondition in async mode; action
-  // errors as Send; an env's error (first one) as Recv.
+  // until all are done. Errors: FailedPrecondition in async mode;
+  // InvalidArgument, before any env steps, for a wrong size or a NaN/inf
+  // action (naming env and index); the first error an env returned
+  // (Internal/InvalidArgument with the task).
   absl::StatusOr<EnvBatch> Reset();
   absl::StatusOr<EnvBatch> Step(std::span<const float> actions);
 
-  // Queues one action row per env id (env_ids.size() x action_size) and
-  // returns at once. Errors (nothing is queued): InvalidArgument for a
-  // wrong size, an env id out of range or already in flight, a NaN/inf
-  // action (naming env and index).
+  // Async mode only. Queues one action row per env id (env_ids.size() x
+  // action_size) and returns at once. Errors (nothing is queued):
+  // FailedPrecondition in sync mode; InvalidArgument for a wrong size, an
+  // env id out of range, repeated or already in flight, a NaN/inf action
+  // (naming env and index).
   absl::Status Send(std::span<const float> actions, std::span<const int32_t> env_ids);
   // Queues a reset of each env id.
   absl::Status SendReset(std::span<const int32_t> env_ids);
 
-  // Blocks until batch_size results are ready and returns them. Errors:
-  // FailedPrecondition if fewer than batch_size envs are in flight; the
-  // first error an env returned (Internal/InvalidArgument with the task).
+  // Async mode only. Blocks until batch_size results are ready and returns
+  // them. Errors: FailedPrecondition in sync mode or if fewer than
+  // batch_size envs are in flight; the first error an env returned.
   absl::StatusOr<EnvBatch> Recv();
 
   // Env `index`, read-only (e.g. for a controller reading its mjData).
@@ -139,7 +150,7 @@ class EnvPool {
     int32_t episode_step = 0;
     uint8_t needs_reset = 1;  // its episode ended (or it never started)
   };
-  // One ring slot of batch_size results.
+  // One batch of results (sync mode: the one buffer; async: a ring slot).
   struct Buffer {
     std::vector<int32_t> env_id;
     std::vector<uint8_t> step_type;
@@ -148,24 +159,41 @@ class EnvPool {
     std::vector<int32_t> episode_step;
     std::vector<RowResult> rows;          // async: batch_size
     std::vector<StateLine> staged_state;  // async: batch_size x state_lines_
-    std::atomic<int> written{0};
+    std::atomic<int> written{0};          // async: rows written
+  };
+  // Sync mode: the ids of a thread's home range not yet taken in the batch
+  // in flight, [front, back), in one word (front in the low half) so the
+  // owner of the range (from the front) and a thief (from the back) claim
+  // ids with one compare-and-swap each.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> bounds{0};
   };
 
   explicit EnvPool(const EnvPoolOptions& options);
-  void WorkerLoop(std::stop_token stop, int thread);
-  // Sync mode: every batch is all envs (Reset/Step); else async (Send/Recv).
   bool sync() const { return batch_size_ == num_envs_; }
-  // The queue env `id`'s jobs go to: in sync mode its home thread's (0: the
-  // owner), in async mode the one shared queue, 0.
-  int HomeThread(int32_t id) const { return sync() ? int(int64_t(id) * (num_workers_ + 1) / num_envs_) : 0; }
-  // Moves a share of `thread`'s own queue into `jobs` (sync mode), or, when
-  // that is empty, of the back of the longest other one; in async mode, of
-  // the front of the shared queue. mutex_ held.
-  void TakeShare(std::vector<Job>& jobs, int thread);
-  // Runs jobs, then counts them into their buffers (waking Recv on a full one).
-  void RunJobs(std::span<const Job> jobs);
-  // Steps or resets one env into result slot `slot`; returns the slot's buffer.
-  Buffer& RunJob(const Job& job, int64_t slot);
+  // Size (rows x action_size) and finiteness of actions; row i is for env
+  // env_ids[i], or env i when env_ids is empty.
+  absl::Status CheckActions(std::span<const float> actions, size_t rows, std::span<const int32_t> env_ids) const;
+  // Steps (or, with `reset` or an ended episode, resets) env `id` with
+  // `action` into row `row` of `buffer`.
+  void RunJob(int32_t id, bool reset, const float* action, Buffer& buffer, int row);
+  void RecordError(const absl::Status& status);
+
+  // Sync mode.
+  absl::StatusOr<EnvBatch> RunSyncBatch(bool reset, const float* actions);
+  void SyncWorkerLoop(std::stop_token stop, int thread);
+  // Takes and runs envs of the batch in flight until none are left to take.
+  void RunSyncJobs(int thread);
+  // A chunk [begin, end) from the front of `thread`'s own range, or one env
+  // from the back of the fullest other range; false when all are taken.
+  bool TakeSyncJobs(int thread, int32_t& begin, int32_t& end);
+
+  // Async mode.
+  void AsyncWorkerLoop(std::stop_token stop);
+  // Moves a share of the queue's front into `jobs`. mutex_ held.
+  void TakeShare(std::vector<Job>& jobs);
+  // Runs jobs, each into the next result slot, publishing each at once.
+  void RunAsyncJobs(std::span<const Job> jobs);
   absl::Status Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset);
   EnvBatch View(Buffer& buffer) const;
 
@@ -173,35 +201,37 @@ class EnvPool {
   const int batch_size_;
   EnvSpec spec_;
   std::vector<std::unique_ptr<Environment>> envs_;
-  std::vector<float> actions_;         // num_envs x action_size, the last action sent to each env
   std::vector<EnvProgress> progress_;  // per env (touched by its thread only while in flight)
   int state_lines_ = 0;                // StateLines per row
-  std::vector<uint8_t> in_flight_;     // per env, owner thread only
-  int in_flight_count_ = 0;            // owner thread only
-  std::vector<int32_t> all_env_ids_;   // 0..num_envs-1, for sync Reset/Step
+  int num_workers_ = 0;                // set before the workers start
+  std::mutex mutex_;
+  absl::Status first_error_;           // guarded by mutex_
+  std::atomic<bool> failed_{false};    // first_error_ is set
 
-  // Results: a ring of buffers; slot k of the stream is buffer
+  // Sync mode: thread t's home envs are [home_[t], home_[t + 1]).
+  std::vector<int32_t> home_;
+  std::vector<Range> ranges_;          // per thread
+  bool batch_reset_ = false;           // the batch in flight resets its envs
+  const float* batch_actions_ = nullptr;  // its actions (the caller's, valid during Step)
+  alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped by the owner to start a batch
+  std::atomic<int> sleeping_workers_{0};        // workers waiting on epoch_ in the kernel
+  alignas(64) std::atomic<int> done_{0};        // envs of the batch in flight finished
+  std::atomic<bool> owner_sleeping_{false};     // the owner waits on done_ in the kernel
+
+  // Async mode. Results: a ring of buffers; slot k of the stream is buffer
   // (k / batch_size) % ring, row k % batch_size.
   std::vector<std::unique_ptr<Buffer>> ring_;
   std::atomic<int64_t> next_slot_{0};
-  int64_t next_recv_ = 0;  // index of the next buffer Recv returns (owner thread only)
-
-  // Work queue and completion signalling.
-  std::mutex mutex_;
+  int64_t next_recv_ = 0;              // index of the next buffer Recv returns (owner thread only)
+  std::vector<float> actions_;         // num_envs x action_size, the last action sent to each env
+  std::vector<uint8_t> in_flight_;     // per env, owner thread only
+  int in_flight_count_ = 0;            // owner thread only
+  std::deque<Job> queue_;              // guarded by mutex_
+  std::atomic<int> queued_{0};         // jobs in queue_, written under mutex_, read by spinning workers
   std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
-  std::condition_variable batch_ready_;  // Recv waits for a full buffer
-  // Sync mode: per thread, the jobs of its home envs (a contiguous range of
-  // ids), so a cheap env's state stays in one core's cache from step to step
-  // instead of moving with whichever thread is free; threads take from their
-  // own queue and steal from the back of others' once it is empty (the owner
-  // waits for the whole batch, so every queue drains). Async mode: one FIFO
-  // queue, [0], shared by all, so no env waits behind a thread that is slow
-  // to run.
-  std::vector<std::deque<Job>> queues_;  // guarded by mutex_
-  std::atomic<int> queued_{0};           // jobs in all queues, written under mutex_, read by spinning workers
-  absl::Status first_error_;             // guarded by mutex_
-  int num_workers_ = 0;  // set before the workers start
-  std::vector<Job> caller_jobs_;  // the owner's share inside Recv
+  std::condition_variable batch_ready_;     // Recv waits for a full buffer
+  std::vector<Job> caller_jobs_;       // the owner's share inside Recv
+
   std::vector<std::unique_ptr<RenderWorker>> render_workers_;  // worker thread t renders with [t]
   std::vector<std::jthread> workers_;
 };

@@ -1,5 +1,7 @@
 #include "envs/env_pool.h"
 
+#include <cmath>
+#include <random>
 #include <set>
 
 #include "gmock/gmock.h"
@@ -65,6 +67,69 @@ TEST(EnvPoolTest, SyncStepMatchesLoneEnvsWithTheSameSeeds) {
   }
 }
 
+// Many cheap envs on more threads than cores, with short episodes: every
+// batch of the pool equals the same envs stepped in turn, whichever thread
+// took (or stole) each env, across episode ends and resets.
+TEST(EnvPoolTest, SyncBatchesOnManyThreadsEqualTheEnvsSteppedInTurn) {
+  constexpr int kEnvs = 37, kThreads = 4;
+  EnvPoolOptions options = PoolOptions("reacher.easy", /*pixels=*/false, kEnvs, kThreads);
+  options.env.action_repeat = 25;  // 40 agent steps an episode
+  auto pool = MakePool(options);
+  ASSERT_EQ(pool->num_threads(), kThreads);
+  std::vector<std::unique_ptr<Environment>> lone;
+  for (int i = 0; i < kEnvs; ++i) {
+    EnvOptions env_options = options.env;
+    env_options.seed = EnvPool::SeedFor(options.env.seed, i);
+    lone.push_back(std::move(MakeEnv(env_options)).value());
+  }
+  const EnvSpec& spec = pool->spec();
+  std::vector<float> state(spec.state_size);
+  std::vector<uint8_t> needs_reset(kEnvs, 1);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> actions(size_t(kEnvs) * spec.action_size);
+  for (int step = 0; step < 150; ++step) {
+    for (float& a : actions) a = uniform(rng);
+    auto batch = pool->Step(actions);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (int i = 0; i < kEnvs; ++i) {
+      auto t = needs_reset[i] ? lone[i]->Reset({state.data(), nullptr})
+                              : lone[i]->Step(std::span<const float>(&actions[size_t(i) * spec.action_size],
+                                                                     spec.action_size),
+                                              {state.data(), nullptr});
+      ASSERT_TRUE(t.ok());
+      needs_reset[i] = t->step_type == StepType::kLast;
+      ASSERT_EQ(batch->env_id[i], i);
+      ASSERT_EQ(batch->step_type[i], uint8_t(t->step_type)) << "step " << step << " env " << i;
+      ASSERT_EQ(batch->reward[i], t->reward) << "step " << step << " env " << i;
+      ASSERT_TRUE(std::equal(state.begin(), state.end(), batch->state.begin() + size_t(i) * spec.state_size))
+          << "step " << step << " env " << i;
+    }
+  }
+}
+
+TEST(EnvPoolTest, BadSyncStepsAreRejectedBeforeAnyEnvSteps) {
+  auto pool = MakePool(PoolOptions("cartpole.swingup", /*pixels=*/false, /*num_envs=*/3, /*threads=*/2));
+  ASSERT_TRUE(pool->Reset().ok());
+  std::vector<float> actions = {0.0f, 0.5f, std::nanf("")};
+  auto batch = pool->Step(actions);
+  ASSERT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(batch.status().message(), HasSubstr("env 2 action[0] is nan"));
+  std::vector<float> short_actions = {0.0f, 0.0f};
+  batch = pool->Step(short_actions);
+  ASSERT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(batch.status().message(), HasSubstr("2 action values for 3 envs; expected 3"));
+  // No env stepped: the next good step is every env's first.
+  actions[2] = 0.0f;
+  batch = pool->Step(actions);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(batch->episode_step[i], 1) << "env " << i;
+  // The async calls are refused in sync mode.
+  std::vector<int32_t> ids = {0};
+  EXPECT_EQ(pool->SendReset(ids).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->Recv().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(EnvPoolTest, AsyncRecvReturnsTheFirstEnvsDoneAndEveryEnvKeepsItsOwnEpisode) {
   auto pool = MakePool(PoolOptions("pendulum.swingup", /*pixels=*/false, /*num_envs=*/6, /*threads=*/2,
                                    /*batch_size=*/2));
@@ -123,6 +188,8 @@ TEST(EnvPoolTest, BadSendsAreRejectedAndQueueNothing) {
   EXPECT_EQ(pool->Send(short_actions, ids).code(), absl::StatusCode::kInvalidArgument);
   std::vector<int32_t> out_of_range = {7};
   EXPECT_THAT(pool->SendReset(out_of_range).message(), HasSubstr("env id 7 is outside [0, 3)"));
+  std::vector<int32_t> repeated = {1, 2, 1};
+  EXPECT_THAT(pool->SendReset(repeated).message(), HasSubstr("env id 1 sent twice"));
   // Nothing was queued: there is nothing to receive.
   EXPECT_EQ(pool->Recv().status().code(), absl::StatusCode::kFailedPrecondition);
   // An env in flight cannot be sent again.
@@ -130,6 +197,9 @@ TEST(EnvPoolTest, BadSendsAreRejectedAndQueueNothing) {
   ASSERT_TRUE(pool->SendReset(zero).ok());
   EXPECT_THAT(pool->SendReset(zero).message(), HasSubstr("already in flight"));
   EXPECT_TRUE(pool->Recv().ok());
+  // The rejected sends left no env marked in flight.
+  std::vector<int32_t> one_two = {1, 2};
+  EXPECT_TRUE(pool->SendReset(one_two).ok());
 }
 
 TEST(EnvPoolTest, SyncCallsAreRefusedInAsyncMode) {
