@@ -21,7 +21,7 @@ namespace troupe::bench {
 namespace {
 
 constexpr int kActionTableSize = 4096;  // precomputed random actions, cycled
-constexpr int kAttempts = 8;            // every pair: best of this many alternated windows
+constexpr int kAttempts = 16;          // every pair: best of this many alternated windows
 
 std::vector<float> RandomActions(int action_size, uint64_t seed) {
   std::mt19937_64 rng(seed);

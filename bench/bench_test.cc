@@ -1,0 +1,84 @@
+#include "bench/bench.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::bench {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Two loops that record the units they ran, in call order.
+struct Recorder {
+  std::vector<std::pair<char, long>> calls;
+  long position_a = 0, position_b = 0;
+  Loop a() {
+    return [this](long n) {
+      calls.push_back({'a', position_a});
+      position_a += n;
+      return absl::OkStatus();
+    };
+  }
+  Loop b() {
+    return [this](long n) {
+      calls.push_back({'b', position_b});
+      position_b += n;
+      return absl::OkStatus();
+    };
+  }
+};
+
+TEST(BestOfAlternatedTest, AlternatesWindowsThatGoOnWhereEachLoopLeftOff) {
+  Recorder r;
+  auto rates = BestOfAlternated(r.a(), r.b(), /*n=*/5, /*attempts=*/3, Clock::kWall);
+  ASSERT_TRUE(rates.ok()) << rates.status();
+  // a, b, a, b, a, b: window k of both starts at unit 5k.
+  EXPECT_THAT(r.calls, ElementsAre(std::pair{'a', 0L}, std::pair{'b', 0L}, std::pair{'a', 5L}, std::pair{'b', 5L},
+                                   std::pair{'a', 10L}, std::pair{'b', 10L}));
+  EXPECT_GT(rates->loop, 0);
+  EXPECT_GT(rates->reference, 0);
+}
+
+// Each window's rate is n / its time; the figure is the fastest window, so
+// one slow window (a busy neighbour) does not lower it.
+TEST(BestOfAlternatedTest, TakesTheFastestWindowOfEach) {
+  int call = 0;
+  const Loop sometimes_slow = [&](long n) {
+    // Windows 0 and 2 spin for 20 ms, window 1 for 2 ms.
+    const double until = ThreadCpuSeconds() + (call++ == 1 ? 0.002 : 0.020);
+    while (ThreadCpuSeconds() < until) {
+    }
+    return absl::OkStatus();
+  };
+  const Loop steady = [&](long n) {
+    const double until = ThreadCpuSeconds() + 0.010;
+    while (ThreadCpuSeconds() < until) {
+    }
+    return absl::OkStatus();
+  };
+  auto rates = BestOfAlternated(sometimes_slow, steady, /*n=*/100, /*attempts=*/3, Clock::kThreadCpu);
+  ASSERT_TRUE(rates.ok()) << rates.status();
+  EXPECT_NEAR(rates->loop, 100 / 0.002, 100 / 0.002 * 0.25);
+  EXPECT_NEAR(rates->reference, 100 / 0.010, 100 / 0.010 * 0.25);
+}
+
+TEST(BestOfAlternatedTest, StopsAtTheFirstErrorAndReturnsIt) {
+  int calls = 0;
+  const Loop failing = [&](long) {
+    ++calls;
+    return calls == 2 ? absl::InternalError("env 3 blew up") : absl::OkStatus();
+  };
+  Recorder r;
+  auto rates = BestOfAlternated(failing, r.b(), 1, 4, Clock::kWall);
+  EXPECT_EQ(rates.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(rates.status().message(), HasSubstr("env 3 blew up"));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r.calls.size(), 1u);  // the reference ran once, between the two
+  EXPECT_EQ(BestOfAlternated(r.a(), r.b(), 0, 4, Clock::kWall).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace troupe::bench
