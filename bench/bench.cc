@@ -81,25 +81,22 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
 
 double ThreadCpuSeconds() { return Now(CLOCK_THREAD_CPUTIME_ID); }
 
-absl::StatusOr<BestRates> BestOfAlternated(const Loop& loop, const Loop& reference, long n, int attempts,
-                                           Clock clock) {
+absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& loops, long n, int attempts,
+                                                     Clock clock) {
   if (n < 1 || attempts < 1) {
     return absl::InvalidArgumentError(absl::StrCat("BestOfAlternated: n ", n, " and attempts ", attempts, " must be >= 1"));
   }
   const clockid_t clock_id = clock == Clock::kThreadCpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
-  auto timed = [&](const Loop& run, double& best) -> absl::Status {
-    const double start = Now(clock_id);
-    RETURN_IF_ERROR(run(n));
-    const double elapsed = Now(clock_id) - start;
-    if (elapsed > 0) best = std::max(best, n / elapsed);
-    return absl::OkStatus();
-  };
-  BestRates rates;
+  std::vector<double> best(loops.size(), 0.0);
   for (int attempt = 0; attempt < attempts; ++attempt) {
-    RETURN_IF_ERROR(timed(loop, rates.loop));
-    RETURN_IF_ERROR(timed(reference, rates.reference));
+    for (size_t i = 0; i < loops.size(); ++i) {
+      const double start = Now(clock_id);
+      RETURN_IF_ERROR(loops[i](n));
+      const double elapsed = Now(clock_id) - start;
+      if (elapsed > 0) best[i] = std::max(best[i], n / elapsed);
+    }
   }
-  return rates;
+  return best;
 }
 
 absl::StatusOr<std::string> RunCommand(const std::string& command) {

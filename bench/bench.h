@@ -69,20 +69,15 @@ enum class Clock {
   kWall,       // wall-clock time: loops that use several cores
 };
 
-// The best rate (units per second) of each of two loops.
-struct BestRates {
-  double loop = 0;
-  double reference = 0;
-};
-
-// Alternates `attempts` windows of `n` units of `loop` and of `reference`,
-// each timed on `clock`, and returns the best rate of each. Each loop goes
-// on where it left off, so window k of both covers the same units of work
-// (the same steps of the same episodes). A neighbour on a shared machine
-// only ever slows a window down, so the best of many short windows taken
-// in turn compares the two codes rather than the moments they ran in.
-absl::StatusOr<BestRates> BestOfAlternated(const Loop& loop, const Loop& reference, long n, int attempts,
-                                           Clock clock);
+// Alternates `attempts` windows of `n` units of each loop, in turn, each
+// timed on `clock`, and returns the best rate (units per second) of each.
+// Each loop goes on where it left off, so window k of all covers the same
+// units of work (the same steps of the same episodes). A neighbour on a
+// shared machine only ever slows a window down, so the best of many short
+// windows taken in turn compares the codes rather than the moments they
+// ran in.
+absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& loops, long n, int attempts,
+                                                     Clock clock);
 
 // The calling thread's CPU clock, in seconds. Rates of single-threaded loops
 // (rendering included, with llvmpipe on the calling thread) timed on it hold

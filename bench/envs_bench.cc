@@ -153,15 +153,26 @@ absl::StatusOr<Loop> PoolLoop(const envs::EnvOptions& env_options, int num_envs,
   };
 }
 
-// The pool's reference: the same envs (same seeds, same actions, same
-// auto-reset rule) stepped one after another on this thread.
-absl::StatusOr<Loop> InTurnLoop(const envs::EnvOptions& env_options, std::shared_ptr<const envs::Model> model,
-                                int num_envs, const std::vector<float>& actions) {
+// The pool's references: the same envs (same seeds, same actions, same
+// auto-reset rule) in `slices` contiguous slices, each stepped in turn by a
+// thread of its own (slices = 1: this thread), with no synchronization
+// between them; a unit is one step of every env. With one slice it is the
+// pool's work done serially; with one slice per core it is what this
+// machine gives the same work on all cores, at that moment (shared caches,
+// memory bandwidth, neighbours), with nothing spent on scheduling.
+absl::StatusOr<Loop> SlicesLoop(const envs::EnvOptions& env_options, std::shared_ptr<const envs::Model> model,
+                                int num_envs, int slices, const std::vector<float>& actions) {
+  struct Slice {
+    int begin = 0, end = 0;
+    std::vector<float> state;
+    std::vector<uint8_t> pixels;
+    absl::Status error;
+    envs::ObservationBuffers out() { return {state.data(), pixels.empty() ? nullptr : pixels.data()}; }
+  };
   struct Envs {
     std::vector<std::unique_ptr<envs::Environment>> envs;
     std::vector<uint8_t> needs_reset;
-    std::vector<float> state;
-    std::vector<uint8_t> pixels;
+    std::vector<Slice> slices;
     long batch = 0;
   };
   auto e = std::make_shared<Envs>();
@@ -172,33 +183,50 @@ absl::StatusOr<Loop> InTurnLoop(const envs::EnvOptions& env_options, std::shared
     e->envs.push_back(std::move(env));
   }
   const envs::EnvSpec& spec = e->envs[0]->spec();
-  e->state.resize(spec.state_size);
-  e->pixels.resize(spec.pixel_bytes());
   e->needs_reset.assign(num_envs, 0);
-  const envs::ObservationBuffers out{e->state.data(), e->pixels.empty() ? nullptr : e->pixels.data()};
-  for (auto& env : e->envs) RETURN_IF_ERROR(env->Reset(out).status());
-  return [e, out, &actions](long batches) -> absl::Status {
+  for (int s = 0; s < slices; ++s) {
+    Slice slice;
+    slice.begin = s * num_envs / slices;
+    slice.end = (s + 1) * num_envs / slices;
+    slice.state.resize(spec.state_size);
+    slice.pixels.resize(spec.pixel_bytes());
+    e->slices.push_back(std::move(slice));
+  }
+  for (auto& env : e->envs) RETURN_IF_ERROR(env->Reset(e->slices[0].out()).status());
+  return [e, &actions](long batches) -> absl::Status {
     const int n = int(e->envs.size());
     const int action_size = e->envs[0]->spec().action_size;
     const long batches_in_table = kActionTableSize / n;
-    for (long b = 0; b < batches; ++b, ++e->batch) {
-      const float* row = &actions[size_t(e->batch % batches_in_table) * n * action_size];
-      for (int i = 0; i < n; ++i) {
-        absl::StatusOr<envs::TimeStep> t =
-            e->needs_reset[i] ? e->envs[i]->Reset(out)
-                              : e->envs[i]->Step(std::span<const float>(row + size_t(i) * action_size, action_size), out);
-        RETURN_IF_ERROR(t.status());
-        e->needs_reset[i] = t->step_type == envs::StepType::kLast;
+    auto run = [&](Slice& slice) {
+      const envs::ObservationBuffers out = slice.out();
+      for (long b = 0; b < batches && slice.error.ok(); ++b) {
+        const float* row = &actions[size_t((e->batch + b) % batches_in_table) * n * action_size];
+        for (int i = slice.begin; i < slice.end; ++i) {
+          absl::StatusOr<envs::TimeStep> t =
+              e->needs_reset[i] ? e->envs[i]->Reset(out)
+                                : e->envs[i]->Step(std::span<const float>(row + size_t(i) * action_size, action_size), out);
+          if (!t.ok()) {
+            slice.error = t.status();
+            break;
+          }
+          e->needs_reset[i] = t->step_type == envs::StepType::kLast;
+        }
       }
-    }
+    };
+    std::vector<std::jthread> others;
+    for (size_t s = 1; s < e->slices.size(); ++s) others.emplace_back(run, std::ref(e->slices[s]));
+    run(e->slices[0]);
+    others.clear();  // joins
+    e->batch += batches;
+    for (Slice& slice : e->slices) RETURN_IF_ERROR(std::exchange(slice.error, absl::OkStatus()));
     return absl::OkStatus();
   };
 }
 
 // Calibration: runs `loop` until one call takes `seconds` (wall clock) and
-// returns its rate in units per second; then runs `partner` for as many
-// units, untimed, so the two go on in step.
-absl::StatusOr<double> ProbeInStep(const Loop& loop, const Loop& partner, double seconds) {
+// returns its rate in units per second; then runs each of `partners` for as
+// many units, untimed, so all go on in step.
+absl::StatusOr<double> ProbeInStep(const Loop& loop, const std::vector<Loop>& partners, double seconds) {
   absl::Status error;
   long units = 0;
   const double rate = MeasureRate(seconds, [&](long n) {
@@ -206,7 +234,7 @@ absl::StatusOr<double> ProbeInStep(const Loop& loop, const Loop& partner, double
     units += n;
   });
   RETURN_IF_ERROR(error);
-  RETURN_IF_ERROR(partner(units));
+  for (const Loop& partner : partners) RETURN_IF_ERROR(partner(units));
   return rate;
 }
 
@@ -234,23 +262,38 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       ASSIGN_OR_RETURN(std::unique_ptr<RawLoop> raw, RawLoop::Create(info, model, pixels, actions));
       const Loop raw_loop = [&raw](long n) { return raw->Run(n); };
       ASSIGN_OR_RETURN(Loop env, EnvLoop(env_options, model, actions));
-      ASSIGN_OR_RETURN(double probe, ProbeInStep(raw_loop, env, seconds / 20));
-      ASSIGN_OR_RETURN(BestRates single, BestOfAlternated(env, raw_loop, std::max(1L, long(probe * seconds / kAttempts)),
-                                                          kAttempts, Clock::kThreadCpu));
-      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), single.loop, "steps/cpu-s",
-                 pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", single.reference);
+      ASSIGN_OR_RETURN(double probe, ProbeInStep(raw_loop, {env}, seconds / 20));
+      ASSIGN_OR_RETURN(std::vector<double> single,
+                       BestOfAlternated({env, raw_loop}, std::max(1L, long(probe * seconds / kAttempts)), kAttempts,
+                                        Clock::kThreadCpu));
+      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), single[0], "steps/cpu-s",
+                 pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", single[1]);
       raw.reset();
       // The pool's wall-clock rate against the same envs stepped in turn on
-      // one thread.
+      // one thread, and (state) against the machine's ceiling: one free
+      // thread a core, each stepping a fixed slice. (With pixels, threads of
+      // one process take turns in llvmpipe, so that ceiling would be wrong.)
       const int num_envs = pixels ? 8 * threads : 32 * threads;
       ASSIGN_OR_RETURN(Loop pool, PoolLoop(env_options, num_envs, threads, actions));
-      ASSIGN_OR_RETURN(Loop in_turn, InTurnLoop(env_options, model, num_envs, actions));
-      ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, pool, seconds / 20));
-      ASSIGN_OR_RETURN(BestRates rates, BestOfAlternated(pool, in_turn, std::max(1L, long(batches_per_s * seconds / kAttempts)),
-                                                         kAttempts, Clock::kWall));
-      report.Add(absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs"),
-                 rates.loop * num_envs, "steps/s", "the same envs in turn on 1 thread (wall clock)",
-                 rates.reference * num_envs);
+      ASSIGN_OR_RETURN(Loop in_turn, SlicesLoop(env_options, model, num_envs, 1, actions));
+      std::vector<Loop> loops = {pool, in_turn};
+      if (!pixels) {
+        ASSIGN_OR_RETURN(Loop free_threads, SlicesLoop(env_options, model, num_envs, threads, actions));
+        loops.push_back(free_threads);
+      }
+      std::vector<Loop> partners = loops;
+      partners.erase(partners.begin() + 1);
+      ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, partners, seconds / 20));
+      ASSIGN_OR_RETURN(std::vector<double> rates,
+                       BestOfAlternated(loops, std::max(1L, long(batches_per_s * seconds / kAttempts)), kAttempts,
+                                        Clock::kWall));
+      const std::string name = absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs");
+      report.Add(name, rates[0] * num_envs, "steps/s", "the same envs in turn on 1 thread (wall clock)",
+                 rates[1] * num_envs);
+      if (!pixels) {
+        report.Add(name + ", against free threads", rates[0] * num_envs, "steps/s",
+                   absl::StrCat("the same envs in ", threads, " fixed slices, a free thread each"), rates[2] * num_envs);
+      }
     }
   }
   return report;
