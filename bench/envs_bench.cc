@@ -3,8 +3,10 @@
 // the same physics (and rendering) on the same model (thread CPU clocks, so
 // the ratio holds on a shared machine), and the pool's wall-clock steps/s on
 // all cores next to the same envs stepped in turn on one thread (wall
-// clock). Each pair runs the same steps of the same episodes in alternated
-// windows, and each figure is its best window (bench.h, BestOfAlternated).
+// clock) and, for state, next to the same envs in fixed slices on one free
+// thread a core (the machine's ceiling). The loops compared run the same
+// steps of the same episodes in alternated windows, and each figure is its
+// best window (bench.h, BestOfAlternated).
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
@@ -21,7 +23,7 @@ namespace troupe::bench {
 namespace {
 
 constexpr int kActionTableSize = 4096;  // precomputed random actions, cycled
-constexpr int kAttempts = 16;          // every pair: best of this many alternated windows
+constexpr int kAttempts = 16;           // every pair: best of this many alternated windows
 
 std::vector<float> RandomActions(int action_size, uint64_t seed) {
   std::mt19937_64 rng(seed);
