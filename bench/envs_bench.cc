@@ -115,7 +115,9 @@ class RawLoop {
 };
 
 // One env with the raw loop's actions, observation, reward and (with
-// pixels) rendering included, resetting at each episode's end.
+// pixels) rendering included. Like the raw loop (and unlike SlicesLoop,
+// whose envs reset on the next unit as the pool's do), it resets within the
+// step that ended the episode.
 absl::StatusOr<Loop> EnvLoop(const envs::EnvOptions& options, std::shared_ptr<const envs::Model> model,
                              const std::vector<float>& actions) {
   ASSIGN_OR_RETURN(std::shared_ptr<envs::Environment> env, envs::MakeEnv(options, std::move(model)));
@@ -279,12 +281,12 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       ASSIGN_OR_RETURN(Loop pool, PoolLoop(env_options, num_envs, threads, actions));
       ASSIGN_OR_RETURN(Loop in_turn, SlicesLoop(env_options, model, num_envs, 1, actions));
       std::vector<Loop> loops = {pool, in_turn};
+      std::vector<Loop> partners = {pool};  // kept in step with in_turn by the probe
       if (!pixels) {
         ASSIGN_OR_RETURN(Loop free_threads, SlicesLoop(env_options, model, num_envs, threads, actions));
         loops.push_back(free_threads);
+        partners.push_back(free_threads);
       }
-      std::vector<Loop> partners = loops;
-      partners.erase(partners.begin() + 1);
       ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, partners, seconds / 20));
       ASSIGN_OR_RETURN(std::vector<double> rates,
                        BestOfAlternated(loops, std::max(1L, long(batches_per_s * seconds / kAttempts)), kAttempts,

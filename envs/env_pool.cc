@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     auto buffer = std::make_unique<Buffer>();
     const size_t m = p.batch_size_;
     buffer->env_id.resize(m);
+    if (p.sync()) std::iota(buffer->env_id.begin(), buffer->env_id.end(), 0);  // row i is env i, always
     buffer->step_type.resize(m);
     buffer->reward.resize(m);
     buffer->discount.resize(m);
@@ -212,7 +214,6 @@ void EnvPool::RunJob(int32_t id, bool reset, const float* action, Buffer& buffer
   }
   progress.needs_reset = timestep->step_type == StepType::kLast;
   if (sync()) {
-    buffer.env_id[row] = id;
     buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
     buffer.reward[row] = timestep->reward;
     buffer.discount[row] = timestep->discount;

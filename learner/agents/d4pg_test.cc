@@ -279,8 +279,8 @@ TEST(D4pgAgentTest, LearnsAContextualBandit) {
   for (int i = 0; i < 17; ++i) EXPECT_NEAR(actions[i], obs[i], 0.2) << "obs " << obs[i];
 }
 
-// The actor's pre-tanh output after training on a bandit whose reward grows
-// with the action everywhere (best at +1): returns the policy's action.
+// Trains on a bandit whose reward grows with the action everywhere (best at
+// +1) with the given pre-tanh penalty; returns the policy's action there.
 float ActionAfterPushingToTheBound(float penalty) {
   const ObservationSpec spec{.state_size = 1};
   config::ExperimentConfig c = TinyConfig(/*batch=*/32, {32, 32});
