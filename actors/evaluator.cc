@@ -35,7 +35,7 @@ absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agen
   // The first env's episode goes to the live viewers, if any.
   if (publisher) {
     publisher->BeginEpisode();
-    publisher->Publish(pool->env(0).model(), pool->env(0).data(), /*step=*/0, /*last=*/false, {}, 0.0,
+    publisher->Publish(pool->model(), pool->data(0), /*step=*/0, /*last=*/false, {}, 0.0,
                        parameter_version);
   }
   int64_t step = 0, at_bound = 0, counted = 0;
@@ -46,7 +46,7 @@ absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agen
     ASSIGN_OR_RETURN(batch, pool->Step(actions));
     if (publisher && !done[0]) {
       const bool last = batch.step_type[0] == uint8_t(envs::StepType::kLast);
-      publisher->Publish(pool->env(0).model(), pool->env(0).data(), ++step, last,
+      publisher->Publish(pool->model(), pool->data(0), ++step, last,
                          std::span<const float>(actions.data(), action_size), batch.reward[0], parameter_version);
     }
     for (int i = 0; i < episodes; ++i) {

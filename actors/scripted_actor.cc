@@ -65,7 +65,7 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
     for (int i = 0; i < n; ++i) {
       float* a = &actions[size_t(i) * spec.action_size];
       if (policy == ScriptedPolicyKind::kController &&
-          pool->env(i).task().Controller(pool->env(i).model(), pool->env(i).data(), command.data())) {
+          pool->task().Controller(pool->model(), pool->data(i), command.data())) {
         for (int j = 0; j < spec.action_size; ++j) a[j] = float(command[j]);
       } else if (policy != ScriptedPolicyKind::kZero) {
         for (int j = 0; j < spec.action_size; ++j) a[j] = uniform(rng);

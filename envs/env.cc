@@ -48,6 +48,24 @@ absl::StatusOr<std::shared_ptr<const Model>> LoadTaskModel(const std::string& ta
   return Model::Load(AssetsDir() + "/" + info->model_file, multisample);
 }
 
+TimeStep AdvanceEnv(Environment& env, EpisodeProgress& progress, bool reset, const float* action,
+                    ObservationBuffers out, absl::Status* error) {
+  absl::StatusOr<TimeStep> timestep;
+  if (reset || progress.needs_reset) {
+    timestep = env.Reset(out);
+    progress.episode_step = 0;
+  } else {
+    timestep = env.Step(std::span<const float>(action, env.spec().action_size), out);
+    ++progress.episode_step;
+  }
+  if (!timestep.ok()) {
+    *error = timestep.status();
+    timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
+  }
+  progress.needs_reset = timestep->step_type == StepType::kLast;
+  return *timestep;
+}
+
 absl::StatusOr<std::unique_ptr<Environment>> MakeEnv(const EnvOptions& options, std::shared_ptr<const Model> model) {
   RETURN_IF_ERROR(options.Validate());
   ASSIGN_OR_RETURN(const TaskInfo* info, FindTask(options.task));

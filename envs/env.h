@@ -102,6 +102,20 @@ class Environment {
   virtual const Task& task() const = 0;
 };
 
+// Where a pool's env is in its episode, kept beside it by whoever steps it.
+struct EpisodeProgress {
+  int32_t episode_step = 0;  // agent steps since the episode's reset
+  bool needs_reset = true;   // the episode ended (or never started)
+};
+
+// One pool step of `env`: a reset if `reset` is set or its episode has ended
+// (the action is ignored and the result is kFirst), else a step with
+// `action` (spec().action_size values). An error ends the episode: the
+// result is kLast with reward 0, and the error is stored in `*error`
+// (which is left alone otherwise).
+TimeStep AdvanceEnv(Environment& env, EpisodeProgress& progress, bool reset, const float* action,
+                    ObservationBuffers out, absl::Status* error);
+
 // Builds the env `options` describe: the task's ControlEnv, then
 // ActionRepeat if action_repeat > 1, then FrameStack if pixels and
 // frame_stack > 1. `model` may be shared across envs of one task (a pool

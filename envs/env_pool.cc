@@ -45,17 +45,33 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<EnvPool> pool(new EnvPool(options));
   EnvPool& p = *pool;
-  // Envs share one immutable model; each has its own seed.
-  ASSIGN_OR_RETURN(auto model, LoadTaskModel(options.env.task, options.env.multisample));
-  for (int i = 0; i < p.num_envs_; ++i) {
+  int threads = options.num_threads > 0 ? options.num_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  threads = std::min(threads, p.num_envs_);
+  // The caller's thread steps envs too, so T threads = T - 1 workers.
+  p.num_workers_ = threads - 1;
+  for (int t = 0; t <= threads; ++t) p.home_.push_back(int32_t(int64_t(t) * p.num_envs_ / threads));
+  const bool in_processes = options.env.pixels && options.render_in_processes && threads > 1;
+
+  // Envs share one immutable model; each has its own seed. With env
+  // workers, this process makes only the caller's thread's home envs.
+  ASSIGN_OR_RETURN(p.model_, LoadTaskModel(options.env.task, options.env.multisample));
+  p.envs_.resize(p.num_envs_);
+  for (int i = 0; i < (in_processes ? p.home_[1] : p.num_envs_); ++i) {
     EnvOptions env_options = options.env;
     env_options.seed = SeedFor(options.env.seed, i);
-    ASSIGN_OR_RETURN(auto env, MakeEnv(env_options, model));
-    p.envs_.push_back(std::move(env));
+    ASSIGN_OR_RETURN(p.envs_[i], MakeEnv(env_options, p.model_));
   }
   p.spec_ = p.envs_[0]->spec();
   p.progress_.resize(p.num_envs_);
   p.state_lines_ = (p.spec_.state_size + 15) / 16;
+  if (in_processes) {
+    p.mirrors_.resize(p.num_envs_);
+    for (int t = 1; t < threads; ++t) {
+      ASSIGN_OR_RETURN(auto worker, EnvWorker::Start(options.env, p.spec_, p.model_->get(), p.home_[t],
+                                                     p.home_[t + 1] - p.home_[t]));
+      p.env_workers_.push_back(std::move(worker));
+    }
+  }
 
   // Sync mode writes its one buffer in place. Async mode: enough buffers
   // that results of envs still in flight never overwrite the batch the
@@ -79,37 +95,23 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     p.ring_.push_back(std::move(buffer));
   }
 
-  // Workers, each with its GL context made before the first job.
-  int threads = options.num_threads > 0 ? options.num_threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::min(threads, p.num_envs_);
-  // The caller's thread steps envs too, so T threads = T - 1 workers.
-  p.num_workers_ = threads - 1;
   if (p.sync()) {
-    for (int t = 0; t <= threads; ++t) p.home_.push_back(int32_t(int64_t(t) * p.num_envs_ / threads));
     p.ranges_ = std::vector<Range>(threads);
   } else {
     p.actions_.assign(size_t(p.num_envs_) * p.spec_.action_size, 0.0f);
     p.in_flight_.assign(p.num_envs_, 0);
+    p.queues_ = std::vector<Queue>(in_processes ? threads : 1);
   }
-  if (options.env.pixels && options.render_in_processes) {
-    for (int t = 0; t < p.num_workers_; ++t) {
-      ASSIGN_OR_RETURN(auto worker, RenderWorker::Start(model, options.env.multisample));
-      p.render_workers_.push_back(std::move(worker));
-    }
-  }
-  for (int t = 0; t < p.num_workers_; ++t) {
-    RenderWorker* render_worker = p.render_workers_.empty() ? nullptr : p.render_workers_[t].get();
-    p.workers_.emplace_back([&p, model, pixels = options.env.pixels, render_worker, t](std::stop_token stop) {
-      if (render_worker != nullptr) {
-        SetThreadRenderWorker(render_worker);
-      } else if (pixels) {
-        // Pay for this thread's GL context now; a failure resurfaces at the first render.
-        (void)PrepareRenderer(model);
-      }
+  // Workers; a thread that renders here makes its GL context before the first job.
+  for (int t = 1; t < threads; ++t) {
+    const bool renders_here = options.env.pixels && !in_processes;
+    p.workers_.emplace_back([&p, renders_here, t](std::stop_token stop) {
+      // A failure resurfaces at the first render.
+      if (renders_here) (void)PrepareRenderer(p.model_);
       if (p.sync()) {
-        p.SyncWorkerLoop(stop, t + 1);
+        p.SyncWorkerLoop(stop, t);
       } else {
-        p.AsyncWorkerLoop(stop);
+        p.AsyncWorkerLoop(stop, t);
       }
     });
   }
@@ -124,16 +126,33 @@ EnvPool::~EnvPool() {
   workers_.clear();  // joins
 }
 
-std::vector<pid_t> EnvPool::render_worker_pids() const {
+std::vector<pid_t> EnvPool::worker_pids() const {
   std::vector<pid_t> pids;
-  for (const auto& worker : render_workers_) pids.push_back(worker->pid());
+  for (const auto& worker : env_workers_) pids.push_back(worker->pid());
   return pids;
 }
 
 int64_t EnvPool::physics_errors() const {
   int64_t total = 0;
-  for (const auto& env : envs_) total += env->physics_errors();
+  for (const auto& env : envs_) {
+    if (env) total += env->physics_errors();
+  }
+  for (const auto& worker : env_workers_) total += worker->physics_errors();
   return total;
+}
+
+int EnvPool::HomeThread(int32_t id) const {
+  return int(std::upper_bound(home_.begin(), home_.end(), id) - home_.begin()) - 1;
+}
+
+const mjData* EnvPool::data(int index) {
+  if (envs_[index]) return envs_[index]->data();
+  const mjModel* m = model_->get();
+  auto& mirror = mirrors_[index];
+  if (!mirror) mirror.reset(mj_makeData(m));
+  WorkerOf(HomeThread(index))->CopyPhysicsState(index, mirror.get());
+  mj_forward(m, mirror.get());
+  return mirror.get();
 }
 
 namespace {
@@ -184,44 +203,46 @@ void EnvPool::RecordError(const absl::Status& status) {
   failed_.store(true, std::memory_order_release);
 }
 
-void EnvPool::RunJob(int32_t id, bool reset, const float* action, Buffer& buffer, int row) {
-  Environment& env = *envs_[id];
-  // The result row: in sync mode row = env id, written straight into the
-  // batch's arrays (a thread's home envs are a contiguous range of rows, so
-  // threads share only the lines at the ends of their ranges); in async mode
-  // completion order, staged on lines of the row's own (neighbouring rows
-  // come from any thread) and gathered by Recv.
+ObservationBuffers EnvPool::RowOutputs(Buffer& buffer, int row) {
+  // In sync mode row = env id, written straight into the batch's arrays (a
+  // thread's home envs are a contiguous range of rows, so threads share
+  // only the lines at the ends of their ranges); in async mode completion
+  // order, staged on lines of the row's own (neighbouring rows come from
+  // any thread) and gathered by Recv.
   float* state = nullptr;
   if (state_lines_ > 0) {
     state = sync() ? &buffer.state[size_t(row) * spec_.state_size] : buffer.staged_state[size_t(row) * state_lines_].v;
   }
-  ObservationBuffers out{state,
-                         spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
-  EnvProgress& progress = progress_[id];
+  return ObservationBuffers{state,
+                            spec_.pixel_bytes() ? buffer.pixels.data() + size_t(row) * spec_.pixel_bytes() : nullptr};
+}
 
-  // Step, or reset an env that was asked to or whose episode ended.
-  absl::StatusOr<TimeStep> timestep;
-  if (reset || progress.needs_reset) {
-    timestep = env.Reset(out);
-    progress.episode_step = 0;
-  } else {
-    timestep = env.Step(std::span<const float>(action, spec_.action_size), out);
-    ++progress.episode_step;
-  }
-  if (!timestep.ok()) {
-    RecordError(timestep.status());
-    timestep = TimeStep{StepType::kLast, 0.0f, 1.0f};
-  }
-  progress.needs_reset = timestep->step_type == StepType::kLast;
+void EnvPool::WriteRow(Buffer& buffer, int row, int32_t id, const TimeStep& timestep, int32_t episode_step) {
   if (sync()) {
-    buffer.step_type[row] = static_cast<uint8_t>(timestep->step_type);
-    buffer.reward[row] = timestep->reward;
-    buffer.discount[row] = timestep->discount;
-    buffer.episode_step[row] = progress.episode_step;
+    buffer.step_type[row] = static_cast<uint8_t>(timestep.step_type);
+    buffer.reward[row] = timestep.reward;
+    buffer.discount[row] = timestep.discount;
+    buffer.episode_step[row] = episode_step;
   } else {
-    buffer.rows[row] = RowResult{id, static_cast<uint8_t>(timestep->step_type), timestep->reward, timestep->discount,
-                                 progress.episode_step};
+    buffer.rows[row] =
+        RowResult{id, static_cast<uint8_t>(timestep.step_type), timestep.reward, timestep.discount, episode_step};
   }
+}
+
+void EnvPool::RunJob(int32_t id, bool reset, const float* action, Buffer& buffer, int row) {
+  EpisodeProgress& progress = progress_[id].progress;
+  absl::Status error;
+  const TimeStep timestep = AdvanceEnv(*envs_[id], progress, reset, action, RowOutputs(buffer, row), &error);
+  if (!error.ok()) RecordError(error);
+  WriteRow(buffer, row, id, timestep, progress.episode_step);
+}
+
+void EnvPool::CopyWorkerResult(const EnvWorker& worker, int32_t id, Buffer& buffer, int row) {
+  const EnvWorker::Result result = worker.result(id);
+  const ObservationBuffers out = RowOutputs(buffer, row);
+  if (out.state) std::memcpy(out.state, result.state, sizeof(float) * spec_.state_size);
+  if (out.pixels) std::memcpy(out.pixels, result.pixels, spec_.pixel_bytes());
+  WriteRow(buffer, row, id, result.timestep, result.episode_step);
 }
 
 EnvBatch EnvPool::View(Buffer& buffer) const {
@@ -283,10 +304,12 @@ bool EnvPool::TakeSyncJobs(int thread, int32_t& begin, int32_t& end) {
   // Own range, from the front, in chunks that shrink with what is left: big
   // ones cost one atomic for many cheap steps, small ones at the end keep
   // the threads finishing together.
+  // A thread with an env worker takes its whole range: one request.
   std::atomic<uint64_t>& own = ranges_[thread].bounds;
   uint64_t bounds = own.load(std::memory_order_acquire);
   while (Front(bounds) < Back(bounds)) {
-    const uint32_t chunk = std::max(1u, (Back(bounds) - Front(bounds)) / 4);
+    const uint32_t left = Back(bounds) - Front(bounds);
+    const uint32_t chunk = WorkerOf(thread) ? left : std::max(1u, left / 4);
     if (own.compare_exchange_weak(bounds, PackRange(Front(bounds) + chunk, Back(bounds)), std::memory_order_acq_rel)) {
       begin = int32_t(Front(bounds));
       end = begin + int32_t(chunk);
@@ -295,7 +318,9 @@ bool EnvPool::TakeSyncJobs(int thread, int32_t& begin, int32_t& end) {
   }
   // Steal one env from the back of the fullest other range (its owner works
   // from the front): a stolen env's state moves to this core and back, so
-  // move only as many as it takes to finish together.
+  // move only as many as it takes to finish together. Envs in worker
+  // processes stay there.
+  if (!env_workers_.empty()) return false;
   for (;;) {
     int victim = -1;
     uint32_t most = 0;
@@ -323,9 +348,16 @@ void EnvPool::RunSyncJobs(int thread) {
   const int action_size = spec_.action_size;
   int32_t begin, end;
   while (TakeSyncJobs(thread, begin, end)) {
-    for (int32_t id = begin; id < end; ++id) {
-      RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size,
-             buffer, id);
+    if (EnvWorker* worker = WorkerOf(thread)) {
+      std::vector<Job> jobs;
+      for (int32_t id = begin; id < end; ++id) jobs.push_back(Job{id, batch_reset_});
+      if (auto status = worker->Run(jobs, batch_actions_); !status.ok()) RecordError(status);
+      for (int32_t id = begin; id < end; ++id) CopyWorkerResult(*worker, id, buffer, id);
+    } else {
+      for (int32_t id = begin; id < end; ++id) {
+        RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size,
+               buffer, id);
+      }
     }
     // One atomic add per chunk; the last one wakes a sleeping owner.
     const int count = end - begin;
@@ -394,10 +426,14 @@ absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const in
   in_flight_count_ += static_cast<int>(env_ids.size());
   {
     std::lock_guard lock(mutex_);
-    for (int32_t id : env_ids) queue_.push_back({id, reset});
-    queued_.fetch_add(int(env_ids.size()), std::memory_order_relaxed);
+    for (int32_t id : env_ids) {
+      Queue& queue = QueueOfEnv(id);
+      queue.jobs.push_back({id, reset});
+      queue.queued.fetch_add(1, std::memory_order_relaxed);
+    }
   }
-  if (env_ids.size() == 1) {
+  // With one queue any worker will do; with a queue per thread, only its own.
+  if (env_ids.size() == 1 && queues_.size() == 1) {
     work_ready_.notify_one();
   } else {
     work_ready_.notify_all();
@@ -411,24 +447,35 @@ absl::Status EnvPool::Send(std::span<const float> actions, std::span<const int32
 
 absl::Status EnvPool::SendReset(std::span<const int32_t> env_ids) { return Enqueue({}, env_ids, /*reset=*/true); }
 
-void EnvPool::TakeShare(std::vector<Job>& jobs) {
+void EnvPool::TakeShare(Queue& queue, std::vector<Job>& jobs) {
   // A share shrinks with the queue: big ones cost one lock for many cheap
-  // steps, small ones at the end keep the threads finishing together.
-  const size_t share = std::max<size_t>(1, queue_.size() / (2 * size_t(num_workers_ + 1)));
+  // steps, small ones at the end keep the threads finishing together. A
+  // queue of its own goes to its thread whole (one request to its worker).
+  const size_t share = queues_.size() > 1 ? queue.jobs.size()
+                                          : std::max<size_t>(1, queue.jobs.size() / (2 * size_t(num_workers_ + 1)));
   for (size_t i = 0; i < share; ++i) {
-    jobs.push_back(queue_.front());
-    queue_.pop_front();
+    jobs.push_back(queue.jobs.front());
+    queue.jobs.pop_front();
   }
-  queued_.fetch_sub(int(jobs.size()), std::memory_order_relaxed);
+  queue.queued.fetch_sub(int(share), std::memory_order_relaxed);
 }
 
-void EnvPool::RunAsyncJobs(std::span<const Job> jobs) {
+void EnvPool::RunAsyncJobs(int thread, std::span<const Job> jobs) {
+  EnvWorker* worker = WorkerOf(thread);
+  if (worker) {
+    if (auto status = worker->Run(jobs, actions_.data()); !status.ok()) RecordError(status);
+  }
   // Each env claims its result slot as it is taken up (rows in that order)
   // and is published at once: Recv returns the first envs done.
   for (const Job& job : jobs) {
     const int64_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
     Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
-    RunJob(job.env_id, job.reset, &actions_[size_t(job.env_id) * spec_.action_size], buffer, int(slot % batch_size_));
+    const int row = int(slot % batch_size_);
+    if (worker) {
+      CopyWorkerResult(*worker, job.env_id, buffer, row);
+    } else {
+      RunJob(job.env_id, job.reset, &actions_[size_t(job.env_id) * spec_.action_size], buffer, row);
+    }
     // The last row of a batch wakes the owner.
     if (buffer.written.fetch_add(1, std::memory_order_acq_rel) + 1 == batch_size_) {
       std::lock_guard lock(mutex_);
@@ -437,17 +484,18 @@ void EnvPool::RunAsyncJobs(std::span<const Job> jobs) {
   }
 }
 
-void EnvPool::AsyncWorkerLoop(std::stop_token stop) {
+void EnvPool::AsyncWorkerLoop(std::stop_token stop, int thread) {
+  Queue& queue = QueueOfThread(thread);
   std::vector<Job> jobs;
   for (;;) {
     jobs.clear();
-    SpinFor(kSpin, [&] { return queued_.load(std::memory_order_relaxed) != 0 || stop.stop_requested(); });
+    SpinFor(kSpin, [&] { return queue.queued.load(std::memory_order_relaxed) != 0 || stop.stop_requested(); });
     {
       std::unique_lock lock(mutex_);
-      if (!work_ready_.wait(lock, stop, [&] { return queued_.load(std::memory_order_relaxed) > 0; })) return;
-      TakeShare(jobs);
+      if (!work_ready_.wait(lock, stop, [&] { return queue.queued.load(std::memory_order_relaxed) > 0; })) return;
+      TakeShare(queue, jobs);
     }
-    RunAsyncJobs(jobs);
+    RunAsyncJobs(thread, jobs);
   }
 }
 
@@ -467,10 +515,11 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   absl::Status error;
   {
     std::unique_lock lock(mutex_);
-    while (!full() && queued_.load(std::memory_order_relaxed) > 0) {
-      TakeShare(caller_jobs_);
+    Queue& own = QueueOfThread(0);
+    while (!full() && own.queued.load(std::memory_order_relaxed) > 0) {
+      TakeShare(own, caller_jobs_);
       lock.unlock();
-      RunAsyncJobs(caller_jobs_);
+      RunAsyncJobs(/*thread=*/0, caller_jobs_);
       caller_jobs_.clear();
       lock.lock();
     }

@@ -25,10 +25,15 @@
 // - Async mode: env ids wait in one mutex-guarded FIFO, so no env waits
 //   behind a thread that is slow to run; each result claims the next slot
 //   of a ring of batch buffers and Recv returns a buffer once it is full.
-// Each worker thread has its own GL context (envs/renderer.h), or, with
-// pixels, a render worker process of its own (envs/render_worker.h): one
-// process's llvmpipe rasterizes one scene at a time, so threads rendering in
-// it would take turns.
+// Pixels: one process's llvmpipe rasterizes one scene at a time, so threads
+// rendering in it would take turns. With several threads, the home envs of
+// each worker thread (all but the caller's) therefore live in an env worker
+// process of their own (envs/env_worker.h), which steps and renders them; the
+// thread hands it its share of each batch in one request. Such envs stay
+// with their thread (no stealing in sync mode; in async mode each thread has
+// a queue of its own). Without processes (pool.render_in_processes off)
+// each worker thread renders in this process with a GL context of its own
+// (envs/renderer.h).
 #ifndef TROUPE_ENVS_ENV_POOL_H_
 #define TROUPE_ENVS_ENV_POOL_H_
 
@@ -45,7 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "envs/env.h"
-#include "envs/render_worker.h"
+#include "envs/env_worker.h"
 
 namespace troupe::envs {
 
@@ -54,8 +59,9 @@ struct EnvPoolOptions {
   int num_envs = 1;
   int num_threads = 0;  // 0: one per available core, at most num_envs
   int batch_size = 0;   // 0: num_envs (sync). Async: 1..num_envs
-  // Pixels with several threads: each worker thread (not the caller's)
-  // renders in a process of its own (envs/render_worker.h).
+  // Pixels with several threads: the envs of each worker thread (not the
+  // caller's) are stepped and rendered in a process of its own
+  // (envs/env_worker.h).
   bool render_in_processes = true;
   static absl::StatusOr<EnvPoolOptions> FromConfig(const config::EnvConfig& env, const config::EnvPoolConfig& pool);
   absl::Status Validate() const;
@@ -114,22 +120,25 @@ class EnvPool {
   // batch_size envs are in flight; the first error an env returned.
   absl::StatusOr<EnvBatch> Recv();
 
-  // Env `index`, read-only (e.g. for a controller reading its mjData).
-  // Only valid to read while that env is not in flight.
-  const Environment& env(int index) const { return *envs_[index]; }
+  // The task's model and task (e.g. for a controller).
+  const mjModel* model() const { return model_->get(); }
+  const Task& task() const { return envs_[0]->task(); }
+  // Env `index`'s physics as of its last step, read-only (e.g. for a
+  // controller or a viewer). For an env in a worker process, a copy of its
+  // state (qpos, qvel, act, mocap poses, time) with mj_forward run on it.
+  // Valid until the next call for this env or the next batch; only while
+  // that env is not in flight.
+  const mjData* data(int index);
 
   // Physics blow-ups over all envs (episodes ended early).
   int64_t physics_errors() const;
 
-  // The render worker processes, one per worker thread (empty without
-  // pixels, with one thread, or with render_in_processes off).
-  std::vector<pid_t> render_worker_pids() const;
+  // The env worker processes, one per worker thread (empty without pixels,
+  // with one thread, or with render_in_processes off).
+  std::vector<pid_t> worker_pids() const;
 
  private:
-  struct Job {
-    int32_t env_id;
-    bool reset;
-  };
+  using Job = EnvWorker::Job;
   // Async mode: a row's small results as a thread writes them, on cache
   // lines of its own: rows are in completion order, so neighbouring rows
   // come from different threads (a cheap state step takes a microsecond or
@@ -147,8 +156,7 @@ class EnvPool {
   };
   // Per env, touched by whichever thread steps it; padded for the same reason.
   struct alignas(64) EnvProgress {
-    int32_t episode_step = 0;
-    uint8_t needs_reset = 1;  // its episode ended (or it never started)
+    EpisodeProgress progress;
   };
   // One batch of results (sync mode: the one buffer; async: a ring slot).
   struct Buffer {
@@ -168,15 +176,37 @@ class EnvPool {
   struct alignas(64) Range {
     std::atomic<uint64_t> bounds{0};
   };
+  // Async mode: env ids waiting for a thread.
+  struct alignas(64) Queue {
+    std::deque<Job> jobs;          // guarded by mutex_
+    std::atomic<int> queued{0};    // jobs.size(), written under mutex_, read by spinning workers
+  };
+  struct DataDeleter {
+    void operator()(mjData* data) const { mj_deleteData(data); }
+  };
 
   explicit EnvPool(const EnvPoolOptions& options);
   bool sync() const { return batch_size_ == num_envs_; }
   // Size (rows x action_size) and finiteness of actions; row i is for env
   // env_ids[i], or env i when env_ids is empty.
   absl::Status CheckActions(std::span<const float> actions, size_t rows, std::span<const int32_t> env_ids) const;
-  // Steps (or, with `reset` or an ended episode, resets) env `id` with
-  // `action` into row `row` of `buffer`.
+  // Steps (or, with `reset` or an ended episode, resets) env `id` of this
+  // process with `action` into row `row` of `buffer`.
   void RunJob(int32_t id, bool reset, const float* action, Buffer& buffer, int row);
+  // Copies env `id`'s result of its last job in `worker` into row `row` of
+  // `buffer`. (After a failed EnvWorker::Run the rows are still written, an
+  // env's error row is kLast and a dead worker's are stale, and the batch
+  // returns the error.)
+  void CopyWorkerResult(const EnvWorker& worker, int32_t id, Buffer& buffer, int row);
+  // Where row `row` of `buffer` keeps its observation.
+  ObservationBuffers RowOutputs(Buffer& buffer, int row);
+  void WriteRow(Buffer& buffer, int row, int32_t id, const TimeStep& timestep, int32_t episode_step);
+  // The env worker of thread `thread` (null for the caller's, or without processes).
+  EnvWorker* WorkerOf(int thread) const {
+    return thread > 0 && !env_workers_.empty() ? env_workers_[thread - 1].get() : nullptr;
+  }
+  // The thread whose home range holds env `id`.
+  int HomeThread(int32_t id) const;
   void RecordError(const absl::Status& status);
 
   // Sync mode.
@@ -189,18 +219,24 @@ class EnvPool {
   bool TakeSyncJobs(int thread, int32_t& begin, int32_t& end);
 
   // Async mode.
-  void AsyncWorkerLoop(std::stop_token stop);
+  void AsyncWorkerLoop(std::stop_token stop, int thread);
+  // The queue thread `thread` takes from / env `id` waits in.
+  Queue& QueueOfThread(int thread) { return queues_[queues_.size() == 1 ? 0 : thread]; }
+  Queue& QueueOfEnv(int32_t id) { return queues_[queues_.size() == 1 ? 0 : HomeThread(id)]; }
   // Moves a share of the queue's front into `jobs`. mutex_ held.
-  void TakeShare(std::vector<Job>& jobs);
-  // Runs jobs, each into the next result slot, publishing each at once.
-  void RunAsyncJobs(std::span<const Job> jobs);
+  void TakeShare(Queue& queue, std::vector<Job>& jobs);
+  // Runs thread `thread`'s jobs, each into the next result slot, publishing
+  // each as soon as it is written.
+  void RunAsyncJobs(int thread, std::span<const Job> jobs);
   absl::Status Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset);
   EnvBatch View(Buffer& buffer) const;
 
   const int num_envs_;
   const int batch_size_;
   EnvSpec spec_;
-  std::vector<std::unique_ptr<Environment>> envs_;
+  std::shared_ptr<const Model> model_;
+  std::vector<std::unique_ptr<Environment>> envs_;  // by id; null for an env in a worker process
+  std::vector<std::unique_ptr<mjData, DataDeleter>> mirrors_;  // by id: data() of envs in worker processes
   std::vector<EnvProgress> progress_;  // per env (touched by its thread only while in flight)
   int state_lines_ = 0;                // StateLines per row
   int num_workers_ = 0;                // set before the workers start
@@ -208,7 +244,7 @@ class EnvPool {
   absl::Status first_error_;           // guarded by mutex_
   std::atomic<bool> failed_{false};    // first_error_ is set
 
-  // Sync mode: thread t's home envs are [home_[t], home_[t + 1]).
+  // Thread t's home envs are [home_[t], home_[t + 1]).
   std::vector<int32_t> home_;
   std::vector<Range> ranges_;          // per thread
   bool batch_reset_ = false;           // the batch in flight resets its envs
@@ -226,13 +262,12 @@ class EnvPool {
   std::vector<float> actions_;         // num_envs x action_size, the last action sent to each env
   std::vector<uint8_t> in_flight_;     // per env, owner thread only
   int in_flight_count_ = 0;            // owner thread only
-  std::deque<Job> queue_;              // guarded by mutex_
-  std::atomic<int> queued_{0};         // jobs in queue_, written under mutex_, read by spinning workers
+  std::vector<Queue> queues_;          // one for all threads; or, with env workers, one per thread
   std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
   std::condition_variable batch_ready_;     // Recv waits for a full buffer
   std::vector<Job> caller_jobs_;       // the owner's share inside Recv
 
-  std::vector<std::unique_ptr<RenderWorker>> render_workers_;  // worker thread t renders with [t]
+  std::vector<std::unique_ptr<EnvWorker>> env_workers_;  // worker thread t (t >= 1) drives [t - 1]
   std::vector<std::jthread> workers_;
 };
 

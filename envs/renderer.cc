@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "envs/render_worker.h"
 
 namespace troupe::envs {
 namespace {
@@ -104,7 +103,6 @@ struct ThreadRenderState {
 };
 
 thread_local ThreadRenderState render_state;
-thread_local RenderWorker* render_worker = nullptr;
 
 absl::StatusOr<ModelContext*> ContextFor(const std::shared_ptr<const Model>& model) {
   for (auto& entry : render_state.models) {
@@ -139,8 +137,6 @@ absl::StatusOr<ModelContext*> ContextFor(const std::shared_ptr<const Model>& mod
 
 absl::Status PrepareRenderer(const std::shared_ptr<const Model>& model) { return ContextFor(model).status(); }
 
-RenderWorker* SetThreadRenderWorker(RenderWorker* worker) { return std::exchange(render_worker, worker); }
-
 absl::Status RenderPixels(const std::shared_ptr<const Model>& model, const mjData* data, int camera_id,
                           const RenderOptions& options, uint8_t* out) {
   const mjModel* m = model->get();
@@ -155,9 +151,6 @@ absl::Status RenderPixels(const std::shared_ptr<const Model>& model, const mjDat
   if (camera_id < 0 || camera_id >= m->ncam) {
     return absl::InvalidArgumentError(absl::StrCat("camera id ", camera_id, " out of range: ", model->path(), " has ",
                                                    m->ncam, " cameras"));
-  }
-  if (render_worker != nullptr && render_worker->model_id() == model->id()) {
-    return render_worker->Render(data, camera_id, options, out);
   }
   auto context = ContextFor(model);
   if (!context.ok()) return context.status();

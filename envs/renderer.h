@@ -37,13 +37,6 @@ struct RenderOptions {
 absl::Status RenderPixels(const std::shared_ptr<const Model>& model, const mjData* data, int camera_id,
                           const RenderOptions& options, uint8_t* out);
 
-class RenderWorker;  // envs/render_worker.h
-
-// While `worker` is set on a thread, that thread's RenderPixels calls for the
-// worker's model are done by the worker's process; nullptr renders here
-// again. Returns the previous one. The pool sets one per worker thread.
-RenderWorker* SetThreadRenderWorker(RenderWorker* worker);
-
 // Makes this thread's contexts for `model` now (so the ~150 ms is not paid
 // inside a timed loop or the first step). Same errors as RenderPixels.
 absl::Status PrepareRenderer(const std::shared_ptr<const Model>& model);
