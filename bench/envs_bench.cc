@@ -3,8 +3,9 @@
 // the same physics (and rendering) on the same model (thread CPU clocks, so
 // the ratio holds on a shared machine), and the pool's wall-clock steps/s on
 // all cores next to the same envs stepped in turn on one thread (wall
-// clock) and, for state, next to the same envs in fixed slices on one free
-// thread a core (the machine's ceiling). The loops compared run the same
+// clock) and next to the same envs in fixed slices stepped freely, one a
+// core (the machine's ceiling: a thread a slice for state, an env worker
+// process a slice for pixels). The loops compared run the same
 // steps of the same episodes in alternated windows, and each figure is its
 // best window (bench.h, BestOfAlternated).
 #include <mujoco/mujoco.h>
@@ -18,6 +19,7 @@
 #include "common/status_macros.h"
 #include "envs/env.h"
 #include "envs/env_pool.h"
+#include "envs/env_worker.h"
 
 namespace troupe::bench {
 namespace {
@@ -227,6 +229,49 @@ absl::StatusOr<Loop> SlicesLoop(const envs::EnvOptions& env_options, std::shared
   };
 }
 
+// The pixel pool's ceiling: the same envs in `slices` contiguous slices,
+// each in an env worker process of its own (as the pool's are) fed by a
+// thread of its own, one request a batch, never waiting for the other
+// slices. A unit is one step of every env.
+absl::StatusOr<Loop> WorkerSlicesLoop(const envs::EnvOptions& env_options, const envs::EnvSpec& spec,
+                                      const mjModel* model, int num_envs, int slices,
+                                      const std::vector<float>& actions) {
+  struct Slice {
+    std::unique_ptr<envs::EnvWorker> worker;
+    std::vector<envs::EnvWorker::Job> jobs;
+    absl::Status error;
+  };
+  struct Workers {
+    std::vector<Slice> slices;
+    long batch = 0;
+  };
+  auto w = std::make_shared<Workers>();
+  for (int s = 0; s < slices; ++s) {
+    const int begin = s * num_envs / slices, end = (s + 1) * num_envs / slices;
+    Slice slice;
+    ASSIGN_OR_RETURN(slice.worker, envs::EnvWorker::Start(env_options, spec, model, begin, end - begin));
+    for (int i = begin; i < end; ++i) slice.jobs.push_back({i, /*reset=*/true});
+    RETURN_IF_ERROR(slice.worker->Run(slice.jobs, nullptr));
+    for (auto& job : slice.jobs) job.reset = false;  // ended episodes still reset, as in the pool
+    w->slices.push_back(std::move(slice));
+  }
+  return [w, num_envs, action_size = spec.action_size, &actions](long batches) -> absl::Status {
+    const long batches_in_table = kActionTableSize / num_envs;
+    auto run = [&](Slice& slice) {
+      for (long b = 0; b < batches && slice.error.ok(); ++b) {
+        slice.error = slice.worker->Run(
+            slice.jobs, &actions[size_t((w->batch + b) % batches_in_table) * num_envs * action_size]);
+      }
+    };
+    std::vector<std::jthread> threads;
+    for (Slice& slice : w->slices) threads.emplace_back(run, std::ref(slice));
+    threads.clear();  // joins
+    w->batch += batches;
+    for (Slice& slice : w->slices) RETURN_IF_ERROR(std::exchange(slice.error, absl::OkStatus()));
+    return absl::OkStatus();
+  };
+}
+
 // Calibration: runs `loop` until one call takes `seconds` (wall clock) and
 // returns its rate in units per second; then runs each of `partners` for as
 // many units, untimed, so all go on in step.
@@ -274,30 +319,35 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
                  pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", single[1]);
       raw.reset();
       // The pool's wall-clock rate against the same envs stepped in turn on
-      // one thread, and (state) against the machine's ceiling: one free
-      // thread a core, each stepping a fixed slice. (With pixels, threads of
-      // one process take turns in llvmpipe, so that ceiling would be wrong.)
+      // one thread, and against the machine's ceiling for the same work: a
+      // fixed slice a core, each stepped freely, never waiting for the
+      // others. State: a thread a slice. Pixels: a process a slice (threads
+      // of one process take turns in llvmpipe), as the pool's env workers.
       const int num_envs = pixels ? 8 * threads : 32 * threads;
       ASSIGN_OR_RETURN(Loop pool, PoolLoop(env_options, num_envs, threads, actions));
       ASSIGN_OR_RETURN(Loop in_turn, SlicesLoop(env_options, model, num_envs, 1, actions));
-      std::vector<Loop> loops = {pool, in_turn};
-      std::vector<Loop> partners = {pool};  // kept in step with in_turn by the probe
-      if (!pixels) {
-        ASSIGN_OR_RETURN(Loop free_threads, SlicesLoop(env_options, model, num_envs, threads, actions));
-        loops.push_back(free_threads);
-        partners.push_back(free_threads);
+      Loop free_slices;
+      if (pixels) {
+        ASSIGN_OR_RETURN(auto spec_env, envs::MakeEnv(env_options, model));
+        ASSIGN_OR_RETURN(free_slices, WorkerSlicesLoop(env_options, spec_env->spec(), model->get(), num_envs,
+                                                       threads, actions));
+      } else {
+        ASSIGN_OR_RETURN(free_slices, SlicesLoop(env_options, model, num_envs, threads, actions));
       }
-      ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, partners, seconds / 20));
+      const std::vector<Loop> loops = {pool, in_turn, free_slices};
+      // (The probe keeps the others in step with in_turn.)
+      ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, {pool, free_slices}, seconds / 20));
       ASSIGN_OR_RETURN(std::vector<double> rates,
                        BestOfAlternated(loops, std::max(1L, long(batches_per_s * seconds / kAttempts)), kAttempts,
                                         Clock::kWall));
       const std::string name = absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs");
       report.Add(name, rates[0] * num_envs, "steps/s", "the same envs in turn on 1 thread (wall clock)",
                  rates[1] * num_envs);
-      if (!pixels) {
-        report.Add(name + ", against free threads", rates[0] * num_envs, "steps/s",
-                   absl::StrCat("the same envs in ", threads, " fixed slices, a free thread each"), rates[2] * num_envs);
-      }
+      report.Add(name + (pixels ? ", against free processes" : ", against free threads"), rates[0] * num_envs,
+                 "steps/s",
+                 absl::StrCat("the same envs in ", threads, " fixed slices, a free ", pixels ? "process" : "thread",
+                              " each"),
+                 rates[2] * num_envs);
     }
   }
   return report;

@@ -102,8 +102,10 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     p.in_flight_.assign(p.num_envs_, 0);
     p.queues_ = std::vector<Queue>(in_processes ? threads : 1);
   }
-  // Workers; a thread that renders here makes its GL context before the first job.
-  for (int t = 1; t < threads; ++t) {
+  // Worker threads (none in sync mode with env workers: the caller's thread
+  // hands them their shares itself); a thread that renders here makes its
+  // GL context before the first job.
+  for (int t = 1; t < (p.sync() && in_processes ? 1 : threads); ++t) {
     const bool renders_here = options.env.pixels && !in_processes;
     p.workers_.emplace_back([&p, renders_here, t](std::stop_token stop) {
       // A failure resurfaces at the first render.
@@ -271,6 +273,48 @@ absl::StatusOr<EnvBatch> EnvPool::Step(std::span<const float> actions) {
 }
 
 absl::StatusOr<EnvBatch> EnvPool::RunSyncBatch(bool reset, const float* actions) {
+  if (!env_workers_.empty()) {
+    RunSyncBatchInWorkers(reset, actions);
+  } else {
+    RunSyncBatchInThreads(reset, actions);
+  }
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(mutex_);
+    failed_.store(false, std::memory_order_relaxed);
+    return std::exchange(first_error_, absl::OkStatus());
+  }
+  return View(*ring_[0]);
+}
+
+void EnvPool::RunSyncBatchInWorkers(bool reset, const float* actions) {
+  // Every worker gets its share at once; this thread steps its own
+  // meanwhile, then collects the answers. No worker threads: one hand-off
+  // per worker and batch.
+  Buffer& buffer = *ring_[0];
+  std::vector<uint8_t> sent(env_workers_.size());
+  for (size_t w = 0; w < env_workers_.size(); ++w) {
+    EnvWorker& worker = *env_workers_[w];
+    worker_jobs_.clear();
+    for (int32_t id = worker.first(); id < worker.first() + worker.count(); ++id) worker_jobs_.push_back({id, reset});
+    const absl::Status status = worker.Send(worker_jobs_, actions);
+    if (!status.ok()) RecordError(status);
+    sent[w] = status.ok();
+  }
+  const int action_size = spec_.action_size;
+  for (int32_t id = home_[0]; id < home_[1]; ++id) {
+    RunJob(id, reset, actions == nullptr ? nullptr : actions + size_t(id) * action_size, buffer, id);
+  }
+  for (size_t w = 0; w < env_workers_.size(); ++w) {
+    EnvWorker& worker = *env_workers_[w];
+    if (!sent[w]) continue;
+    if (const absl::Status status = worker.Wait(); !status.ok()) RecordError(status);
+    for (int32_t id = worker.first(); id < worker.first() + worker.count(); ++id) {
+      CopyWorkerResult(worker, id, buffer, id);
+    }
+  }
+}
+
+void EnvPool::RunSyncBatchInThreads(bool reset, const float* actions) {
   // Publish the batch: its inputs, then every range (release: a thread that
   // claims an id sees the inputs), then the epoch the workers wait on.
   batch_reset_ = reset;
@@ -292,24 +336,16 @@ absl::StatusOr<EnvBatch> EnvPool::RunSyncBatch(bool reset, const float* actions)
     for (int d; (d = done_.load(std::memory_order_seq_cst)) != num_envs_;) done_.wait(d, std::memory_order_seq_cst);
     owner_sleeping_.store(false, std::memory_order_relaxed);
   }
-  if (failed_.load(std::memory_order_acquire)) {
-    std::lock_guard lock(mutex_);
-    failed_.store(false, std::memory_order_relaxed);
-    return std::exchange(first_error_, absl::OkStatus());
-  }
-  return View(*ring_[0]);
 }
 
 bool EnvPool::TakeSyncJobs(int thread, int32_t& begin, int32_t& end) {
   // Own range, from the front, in chunks that shrink with what is left: big
   // ones cost one atomic for many cheap steps, small ones at the end keep
   // the threads finishing together.
-  // A thread with an env worker takes its whole range: one request.
   std::atomic<uint64_t>& own = ranges_[thread].bounds;
   uint64_t bounds = own.load(std::memory_order_acquire);
   while (Front(bounds) < Back(bounds)) {
-    const uint32_t left = Back(bounds) - Front(bounds);
-    const uint32_t chunk = WorkerOf(thread) ? left : std::max(1u, left / 4);
+    const uint32_t chunk = std::max(1u, (Back(bounds) - Front(bounds)) / 4);
     if (own.compare_exchange_weak(bounds, PackRange(Front(bounds) + chunk, Back(bounds)), std::memory_order_acq_rel)) {
       begin = int32_t(Front(bounds));
       end = begin + int32_t(chunk);
@@ -318,9 +354,7 @@ bool EnvPool::TakeSyncJobs(int thread, int32_t& begin, int32_t& end) {
   }
   // Steal one env from the back of the fullest other range (its owner works
   // from the front): a stolen env's state moves to this core and back, so
-  // move only as many as it takes to finish together. Envs in worker
-  // processes stay there.
-  if (!env_workers_.empty()) return false;
+  // move only as many as it takes to finish together.
   for (;;) {
     int victim = -1;
     uint32_t most = 0;
@@ -348,16 +382,9 @@ void EnvPool::RunSyncJobs(int thread) {
   const int action_size = spec_.action_size;
   int32_t begin, end;
   while (TakeSyncJobs(thread, begin, end)) {
-    if (EnvWorker* worker = WorkerOf(thread)) {
-      std::vector<Job> jobs;
-      for (int32_t id = begin; id < end; ++id) jobs.push_back(Job{id, batch_reset_});
-      if (auto status = worker->Run(jobs, batch_actions_); !status.ok()) RecordError(status);
-      for (int32_t id = begin; id < end; ++id) CopyWorkerResult(*worker, id, buffer, id);
-    } else {
-      for (int32_t id = begin; id < end; ++id) {
-        RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size,
-               buffer, id);
-      }
+    for (int32_t id = begin; id < end; ++id) {
+      RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size,
+             buffer, id);
     }
     // One atomic add per chunk; the last one wakes a sleeping owner.
     const int count = end - begin;

@@ -26,14 +26,15 @@
 //   behind a thread that is slow to run; each result claims the next slot
 //   of a ring of batch buffers and Recv returns a buffer once it is full.
 // Pixels: one process's llvmpipe rasterizes one scene at a time, so threads
-// rendering in it would take turns. With several threads, the home envs of
-// each worker thread (all but the caller's) therefore live in an env worker
-// process of their own (envs/env_worker.h), which steps and renders them; the
-// thread hands it its share of each batch in one request. Such envs stay
-// with their thread (no stealing in sync mode; in async mode each thread has
-// a queue of its own). Without processes (pool.render_in_processes off)
-// each worker thread renders in this process with a GL context of its own
-// (envs/renderer.h).
+// rendering in it would take turns. With T > 1 threads, envs past the
+// caller's home range therefore live in T - 1 env worker processes
+// (envs/env_worker.h), which step and render them, a request per batch:
+// - sync mode has no worker threads: the caller's thread sends each worker
+//   its share, steps its own share meanwhile, then collects the answers;
+// - async mode: env ids wait in a queue per thread, and worker thread t
+//   hands all of its queue to its worker process in one request.
+// Without processes (pool.render_in_processes off) each worker thread
+// renders in this process with a GL context of its own (envs/renderer.h).
 #ifndef TROUPE_ENVS_ENV_POOL_H_
 #define TROUPE_ENVS_ENV_POOL_H_
 
@@ -94,7 +95,8 @@ class EnvPool {
   // The seed of env `index` in a pool seeded with `base` (so a lone env can
   // reproduce any pool member).
   static uint64_t SeedFor(uint64_t base, int index) { return base + uint64_t(index) * 0x9E3779B97F4A7C15ull; }
-  // Threads that step envs: the workers and the caller's own (inside Recv).
+  // Threads (or, with env workers, processes) that step envs: the workers
+  // and the caller's own thread.
   int num_threads() const { return num_workers_ + 1; }
 
   // Sync mode only (batch_size == num_envs): resets every env / steps every
@@ -211,6 +213,8 @@ class EnvPool {
 
   // Sync mode.
   absl::StatusOr<EnvBatch> RunSyncBatch(bool reset, const float* actions);
+  void RunSyncBatchInThreads(bool reset, const float* actions);
+  void RunSyncBatchInWorkers(bool reset, const float* actions);
   void SyncWorkerLoop(std::stop_token stop, int thread);
   // Takes and runs envs of the batch in flight until none are left to take.
   void RunSyncJobs(int thread);
@@ -267,7 +271,10 @@ class EnvPool {
   std::condition_variable batch_ready_;     // Recv waits for a full buffer
   std::vector<Job> caller_jobs_;       // the owner's share inside Recv
 
-  std::vector<std::unique_ptr<EnvWorker>> env_workers_;  // worker thread t (t >= 1) drives [t - 1]
+  // Thread t >= 1's envs live in [t - 1]. Sync mode: driven by the owner,
+  // with no worker threads; async: by worker thread t.
+  std::vector<std::unique_ptr<EnvWorker>> env_workers_;
+  std::vector<Job> worker_jobs_;       // sync mode: a worker's jobs, owner thread only
   std::vector<std::jthread> workers_;
 };
 

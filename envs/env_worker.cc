@@ -32,6 +32,9 @@ constexpr char kDone = 'D';
 // A batch is milliseconds (a pixel step is about one); a worker silent for
 // this long is stuck.
 constexpr int kAnswerTimeoutMs = 60'000;
+// The pool waits for a batch after stepping its own share of it, so the
+// answer is often moments away.
+constexpr std::chrono::microseconds kAnswerSpin{200};
 // Making the contexts takes ~150 ms; loading a big model a little more.
 constexpr int kStartTimeoutMs = 60'000;
 constexpr int kMaxEnvs = 4096;  // EnvPoolOptions' bound
@@ -128,9 +131,20 @@ bool CopyName(const std::string& text, char (&field)[N]) {
   return true;
 }
 
-// Waits up to `timeout_ms` for one byte on `socket`. Returns the byte, 0 on
-// EOF or a socket error, -1 on timeout.
-int ReadByte(int socket, int timeout_ms) {
+// Waits up to `timeout_ms` for one byte on `socket`, looking without
+// sleeping for the first `spin` (a wake-up from the kernel takes 50-100 us on
+// a busy virtual machine). Returns the byte, 0 on EOF or a socket error, -1
+// on timeout.
+int ReadByte(int socket, int timeout_ms, std::chrono::microseconds spin = {}) {
+  if (spin.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + spin;
+    char byte = 0;
+    do {
+      const ssize_t n = recv(socket, &byte, 1, MSG_DONTWAIT);
+      if (n == 1) return static_cast<unsigned char>(byte);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 0;
+    } while (std::chrono::steady_clock::now() < until);
+  }
   pollfd p{socket, POLLIN, 0};
   int ready;
   do {
@@ -310,6 +324,11 @@ absl::Status EnvWorker::WorkerGone(const char* when) {
 }
 
 absl::Status EnvWorker::Run(std::span<const Job> jobs, const float* actions) {
+  RETURN_IF_ERROR(Send(jobs, actions));
+  return Wait();
+}
+
+absl::Status EnvWorker::Send(std::span<const Job> jobs, const float* actions) {
   if (!dead_.ok()) return dead_;
   auto* header = At<SharedHeader>(shared_, 0);
   const Layout layout(*header);
@@ -334,7 +353,13 @@ absl::Status EnvWorker::Run(std::span<const Job> jobs, const float* actions) {
   }
   header->num_jobs = int32_t(jobs.size());
   if (!WriteByte(socket_, kRequest)) return WorkerGone("before a batch");
-  const int byte = ReadByte(socket_, kAnswerTimeoutMs);
+  return absl::OkStatus();
+}
+
+absl::Status EnvWorker::Wait() {
+  if (!dead_.ok()) return dead_;
+  const auto* header = At<SharedHeader>(shared_, 0);
+  const int byte = ReadByte(socket_, kAnswerTimeoutMs, kAnswerSpin);
   if (byte == -1) {
     return absl::DeadlineExceededError(absl::StrCat("env worker (pid ", pid_, ") for ", task_,
                                                     " did not answer within ", kAnswerTimeoutMs, " ms"));

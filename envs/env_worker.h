@@ -93,6 +93,12 @@ class EnvWorker {
   // pid and how it ended; no result is valid, and every later call fails
   // the same way); DeadlineExceeded if it does not answer within a minute.
   absl::Status Run(std::span<const Job> jobs, const float* actions);
+  // Run in two halves, so that one thread can keep several workers busy
+  // and work meanwhile: Send hands the jobs over and returns at once (its
+  // errors are Run's, found before the worker answers); Wait returns the
+  // answer (Run's other errors). Call Wait once after each successful Send.
+  absl::Status Send(std::span<const Job> jobs, const float* actions);
+  absl::Status Wait();
 
   // Env `env_id`'s result of its last job. Valid until the next Run.
   Result result(int32_t env_id) const;
