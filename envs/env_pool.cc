@@ -493,9 +493,12 @@ void EnvPool::RunAsyncJobs(int thread, std::span<const Job> jobs) {
     if (auto status = worker->Run(jobs, actions_.data()); !status.ok()) RecordError(status);
   }
   // Each env claims its result slot as it is taken up (rows in that order)
-  // and is published at once: Recv returns the first envs done.
+  // and is published at once: Recv returns the first envs done. A slot's
+  // row was last written a ring ago, by any thread; the claims' chain of
+  // acq_rel adds orders this write after that one and after the Recv that
+  // returned it (some claim before this one is of a job sent after it).
   for (const Job& job : jobs) {
-    const int64_t slot = next_slot_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t slot = next_slot_.fetch_add(1, std::memory_order_acq_rel);
     Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
     const int row = int(slot % batch_size_);
     if (worker) {

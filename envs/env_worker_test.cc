@@ -1,6 +1,8 @@
 #include "envs/env_worker.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -193,6 +195,50 @@ TEST(EnvWorkerTest, AKilledWorkerIsAnErrorNamingItNotAHang) {
   // Reaped: no zombie left behind.
   EXPECT_EQ(kill(pid, 0), -1);
   EXPECT_EQ(errno, ESRCH);
+}
+
+// The worker of a pool whose process is killed sees its socket close and
+// exits by itself: no orphan keeps stepping.
+TEST(EnvWorkerTest, AWorkerWhosePoolProcessIsKilledExits) {
+  // Orphans of this test's children become this process's to reap.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t owner = fork();
+  ASSERT_GE(owner, 0);
+  if (owner == 0) {  // the pool's process: starts a worker (state only: no GL here), then waits to die
+    const EnvOptions options = Options("cartpole.swingup", /*pixels=*/false);
+    auto local = LocalEnvs(options, 0, 1);
+    pid_t pid = -1;
+    std::unique_ptr<EnvWorker> worker;
+    if (local.size() == 1) {
+      auto started = EnvWorker::Start(options, local[0]->spec(), local[0]->model(), 0, 1);
+      if (started.ok()) {
+        worker = *std::move(started);
+        pid = worker->pid();
+      }
+    }
+    (void)!write(report[1], &pid, sizeof(pid));
+    for (;;) pause();
+  }
+  close(report[1]);
+  pid_t worker = -1;
+  ASSERT_EQ(read(report[0], &worker, sizeof(worker)), ssize_t(sizeof(worker)));
+  close(report[0]);
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(owner, SIGKILL), 0);
+  ASSERT_EQ(waitpid(owner, nullptr, 0), owner);
+  // The worker, now this process's child, exits normally within seconds.
+  int status = 0;
+  pid_t reaped = 0;
+  for (int i = 0; i < 500 && reaped == 0; ++i) {
+    reaped = waitpid(worker, &status, WNOHANG);
+    if (reaped == 0) usleep(10'000);
+  }
+  if (reaped == 0) kill(worker, SIGKILL);
+  ASSERT_EQ(reaped, worker) << "the worker kept running after its pool's process was killed";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST(EnvWorkerTest, AMissingWorkerBinaryIsAClearError) {
