@@ -135,8 +135,8 @@ class EnvPool {
   // Physics blow-ups over all envs (episodes ended early).
   int64_t physics_errors() const;
 
-  // The env worker processes, one per worker thread (empty without pixels,
-  // with one thread, or with render_in_processes off).
+  // The env worker processes, one per thread but the caller's (empty
+  // without pixels, with one thread, or with render_in_processes off).
   std::vector<pid_t> worker_pids() const;
 
  private:

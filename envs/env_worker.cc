@@ -190,7 +190,6 @@ std::string Reap(pid_t pid, std::chrono::milliseconds grace) {
   return "ended";
 }
 
-
 }  // namespace
 
 EnvWorker::EnvWorker(pid_t pid, int socket, void* shared, size_t shared_bytes, int first, int count)
