@@ -399,6 +399,29 @@ TEST(EnvWorkerTest, AnAsyncPoolInWorkerProcessesEqualsOneInThreads) {
   }
 }
 
+// Async: a killed worker is an error from Recv, not a batch that never fills.
+TEST(EnvWorkerTest, AnAsyncPoolReportsAKilledWorker) {
+  auto pool = EnvPool::Create(PixelPool("pendulum.swingup", 4, 2, 2, true));
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_EQ((*pool)->worker_pids().size(), 1u);
+  const pid_t pid = (*pool)->worker_pids()[0];
+  ASSERT_TRUE((*pool)->SendReset(std::vector<int32_t>{0, 1, 2, 3}).ok());
+  ASSERT_TRUE((*pool)->Recv().ok());
+  ASSERT_TRUE((*pool)->Recv().ok());
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  // Envs 2 and 3 live in the worker: the batch that holds them fails.
+  ASSERT_TRUE((*pool)->Send(std::vector<float>{0.1f, 0.2f}, std::vector<int32_t>{2, 3}).ok());
+  const absl::Status status = (*pool)->Recv().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("env worker (pid ", pid, ")")));
+  EXPECT_THAT(status.message(), HasSubstr("killed by signal 9"));
+  // The pool's own envs still step.
+  ASSERT_TRUE((*pool)->Send(std::vector<float>{0.1f, 0.2f}, std::vector<int32_t>{0, 1}).ok());
+  auto batch = (*pool)->Recv();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(std::vector<int32_t>(batch->env_id.begin(), batch->env_id.end()), (std::vector<int32_t>{0, 1}));
+}
+
 TEST(EnvWorkerTest, DestroyingAPoolEndsItsWorkerProcesses) {
   auto pool = EnvPool::Create(PixelPool("cartpole.swingup", 3, 3, 0, true));
   ASSERT_TRUE(pool.ok()) << pool.status();
