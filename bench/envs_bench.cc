@@ -140,14 +140,8 @@ absl::StatusOr<Loop> EnvLoop(const envs::EnvOptions& options, std::shared_ptr<co
   };
 }
 
-// The pool: each unit is one batch, a step of every env.
-absl::StatusOr<Loop> PoolLoop(const envs::EnvOptions& env_options, int num_envs, int threads,
-                              const std::vector<float>& actions) {
-  envs::EnvPoolOptions options;
-  options.env = env_options;
-  options.num_envs = num_envs;
-  options.num_threads = threads;
-  ASSIGN_OR_RETURN(std::shared_ptr<envs::EnvPool> pool, envs::EnvPool::Create(options));
+// The pool (sync mode): each unit is one batch, a step of every env.
+absl::StatusOr<Loop> PoolLoop(std::shared_ptr<envs::EnvPool> pool, const std::vector<float>& actions) {
   RETURN_IF_ERROR(pool->Reset().status());
   return [pool, &actions, batch = 0L](long batches) mutable -> absl::Status {
     const size_t row = size_t(pool->num_envs()) * pool->spec().action_size;
@@ -157,6 +151,20 @@ absl::StatusOr<Loop> PoolLoop(const envs::EnvOptions& env_options, int num_envs,
     }
     return absl::OkStatus();
   };
+}
+
+// Runs run(slice) for every slice at once, the first on this thread and
+// each other one on a thread of its own, then returns the first slice error
+// (clearing them all).
+template <typename Slice, typename Run>
+absl::Status RunSlicesAtOnce(std::vector<Slice>& slices, const Run& run) {
+  std::vector<std::jthread> others;
+  for (size_t s = 1; s < slices.size(); ++s) others.emplace_back(run, std::ref(slices[s]));
+  run(slices[0]);
+  others.clear();  // joins
+  absl::Status first;
+  for (Slice& slice : slices) first.Update(std::exchange(slice.error, absl::OkStatus()));
+  return first;
 }
 
 // The pool's references: the same envs (same seeds, same actions, same
@@ -177,7 +185,7 @@ absl::StatusOr<Loop> SlicesLoop(const envs::EnvOptions& env_options, std::shared
   };
   struct Envs {
     std::vector<std::unique_ptr<envs::Environment>> envs;
-    std::vector<uint8_t> needs_reset;
+    std::vector<envs::EpisodeProgress> progress;
     std::vector<Slice> slices;
     long batch = 0;
   };
@@ -189,7 +197,7 @@ absl::StatusOr<Loop> SlicesLoop(const envs::EnvOptions& env_options, std::shared
     e->envs.push_back(std::move(env));
   }
   const envs::EnvSpec& spec = e->envs[0]->spec();
-  e->needs_reset.assign(num_envs, 0);
+  e->progress.assign(num_envs, envs::EpisodeProgress{.episode_step = 0, .needs_reset = false});  // reset below
   for (int s = 0; s < slices; ++s) {
     Slice slice;
     slice.begin = s * num_envs / slices;
@@ -207,25 +215,15 @@ absl::StatusOr<Loop> SlicesLoop(const envs::EnvOptions& env_options, std::shared
       const envs::ObservationBuffers out = slice.out();
       for (long b = 0; b < batches && slice.error.ok(); ++b) {
         const float* row = &actions[size_t((e->batch + b) % batches_in_table) * n * action_size];
-        for (int i = slice.begin; i < slice.end; ++i) {
-          absl::StatusOr<envs::TimeStep> t =
-              e->needs_reset[i] ? e->envs[i]->Reset(out)
-                                : e->envs[i]->Step(std::span<const float>(row + size_t(i) * action_size, action_size), out);
-          if (!t.ok()) {
-            slice.error = t.status();
-            break;
-          }
-          e->needs_reset[i] = t->step_type == envs::StepType::kLast;
+        for (int i = slice.begin; i < slice.end && slice.error.ok(); ++i) {
+          envs::AdvanceEnv(*e->envs[i], e->progress[i], /*reset=*/false, row + size_t(i) * action_size, out,
+                           &slice.error);
         }
       }
     };
-    std::vector<std::jthread> others;
-    for (size_t s = 1; s < e->slices.size(); ++s) others.emplace_back(run, std::ref(e->slices[s]));
-    run(e->slices[0]);
-    others.clear();  // joins
+    const absl::Status status = RunSlicesAtOnce(e->slices, run);
     e->batch += batches;
-    for (Slice& slice : e->slices) RETURN_IF_ERROR(std::exchange(slice.error, absl::OkStatus()));
-    return absl::OkStatus();
+    return status;
   };
 }
 
@@ -263,12 +261,9 @@ absl::StatusOr<Loop> WorkerSlicesLoop(const envs::EnvOptions& env_options, const
             slice.jobs, &actions[size_t((w->batch + b) % batches_in_table) * num_envs * action_size]);
       }
     };
-    std::vector<std::jthread> threads;
-    for (Slice& slice : w->slices) threads.emplace_back(run, std::ref(slice));
-    threads.clear();  // joins
+    const absl::Status status = RunSlicesAtOnce(w->slices, run);
     w->batch += batches;
-    for (Slice& slice : w->slices) RETURN_IF_ERROR(std::exchange(slice.error, absl::OkStatus()));
-    return absl::OkStatus();
+    return status;
   };
 }
 
@@ -324,12 +319,16 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       // others. State: a thread a slice. Pixels: a process a slice (threads
       // of one process take turns in llvmpipe), as the pool's env workers.
       const int num_envs = pixels ? 8 * threads : 32 * threads;
-      ASSIGN_OR_RETURN(Loop pool, PoolLoop(env_options, num_envs, threads, actions));
+      envs::EnvPoolOptions pool_options;
+      pool_options.env = env_options;
+      pool_options.num_envs = num_envs;
+      pool_options.num_threads = threads;
+      ASSIGN_OR_RETURN(std::shared_ptr<envs::EnvPool> env_pool, envs::EnvPool::Create(pool_options));
+      ASSIGN_OR_RETURN(Loop pool, PoolLoop(env_pool, actions));
       ASSIGN_OR_RETURN(Loop in_turn, SlicesLoop(env_options, model, num_envs, 1, actions));
       Loop free_slices;
       if (pixels) {
-        ASSIGN_OR_RETURN(auto spec_env, envs::MakeEnv(env_options, model));
-        ASSIGN_OR_RETURN(free_slices, WorkerSlicesLoop(env_options, spec_env->spec(), model->get(), num_envs,
+        ASSIGN_OR_RETURN(free_slices, WorkerSlicesLoop(env_options, env_pool->spec(), env_pool->model(), num_envs,
                                                        threads, actions));
       } else {
         ASSIGN_OR_RETURN(free_slices, SlicesLoop(env_options, model, num_envs, threads, actions));

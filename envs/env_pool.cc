@@ -25,8 +25,8 @@ absl::StatusOr<EnvPoolOptions> EnvPoolOptions::FromConfig(const config::EnvConfi
 
 absl::Status EnvPoolOptions::Validate() const {
   RETURN_IF_ERROR(env.Validate());
-  if (num_envs < 1 || num_envs > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("pool.num_envs: ", num_envs, " is outside [1, 4096]"));
+  if (num_envs < 1 || num_envs > kMaxEnvs) {
+    return absl::InvalidArgumentError(absl::StrCat("pool.num_envs: ", num_envs, " is outside [1, ", kMaxEnvs, "]"));
   }
   if (num_threads < 0 || num_threads > 256) {
     return absl::InvalidArgumentError(absl::StrCat("pool.num_threads: ", num_threads, " is outside [0, 256]"));
@@ -290,26 +290,21 @@ void EnvPool::RunSyncBatchInWorkers(bool reset, const float* actions) {
   // Every worker gets its share at once; this thread steps its own
   // meanwhile, then collects the answers. No worker threads: one hand-off
   // per worker and batch.
+  // (A worker whose Send failed fails its Wait with the same error, at once.)
   Buffer& buffer = *ring_[0];
-  std::vector<uint8_t> sent(env_workers_.size());
-  for (size_t w = 0; w < env_workers_.size(); ++w) {
-    EnvWorker& worker = *env_workers_[w];
+  for (const auto& worker : env_workers_) {
     worker_jobs_.clear();
-    for (int32_t id = worker.first(); id < worker.first() + worker.count(); ++id) worker_jobs_.push_back({id, reset});
-    const absl::Status status = worker.Send(worker_jobs_, actions);
-    if (!status.ok()) RecordError(status);
-    sent[w] = status.ok();
+    for (int32_t id = worker->first(); id < worker->first() + worker->count(); ++id) worker_jobs_.push_back({id, reset});
+    if (const absl::Status status = worker->Send(worker_jobs_, actions); !status.ok()) RecordError(status);
   }
   const int action_size = spec_.action_size;
   for (int32_t id = home_[0]; id < home_[1]; ++id) {
     RunJob(id, reset, actions == nullptr ? nullptr : actions + size_t(id) * action_size, buffer, id);
   }
-  for (size_t w = 0; w < env_workers_.size(); ++w) {
-    EnvWorker& worker = *env_workers_[w];
-    if (!sent[w]) continue;
-    if (const absl::Status status = worker.Wait(); !status.ok()) RecordError(status);
-    for (int32_t id = worker.first(); id < worker.first() + worker.count(); ++id) {
-      CopyWorkerResult(worker, id, buffer, id);
+  for (const auto& worker : env_workers_) {
+    if (const absl::Status status = worker->Wait(); !status.ok()) RecordError(status);
+    for (int32_t id = worker->first(); id < worker->first() + worker->count(); ++id) {
+      CopyWorkerResult(*worker, id, buffer, id);
     }
   }
 }

@@ -56,6 +56,7 @@
 namespace troupe::envs {
 
 struct EnvPoolOptions {
+  static constexpr int kMaxEnvs = 4096;
   EnvOptions env;
   int num_envs = 1;
   int num_threads = 0;  // 0: one per available core, at most num_envs

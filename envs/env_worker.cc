@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -37,7 +38,6 @@ constexpr int kAnswerTimeoutMs = 60'000;
 constexpr std::chrono::microseconds kAnswerSpin{200};
 // Making the contexts takes ~150 ms; loading a big model a little more.
 constexpr int kStartTimeoutMs = 60'000;
-constexpr int kMaxEnvs = 4096;  // EnvPoolOptions' bound
 
 // The shared memory: this header, then the arrays Layout places, each
 // 64-byte aligned and indexed by the worker's env (0 = env `first`).
@@ -192,13 +192,20 @@ std::string Reap(pid_t pid, std::chrono::milliseconds grace) {
 
 }  // namespace
 
-EnvWorker::EnvWorker(pid_t pid, int socket, void* shared, size_t shared_bytes, int first, int count)
-    : pid_(pid), socket_(socket), shared_(shared), shared_bytes_(shared_bytes), first_(first), count_(count) {}
+EnvWorker::EnvWorker(pid_t pid, int socket, void* shared, size_t shared_bytes, std::string task, int first,
+                     int count)
+    : pid_(pid), socket_(socket), shared_(shared), shared_bytes_(shared_bytes), task_(std::move(task)), first_(first),
+      count_(count) {}
+
+std::string EnvWorker::Name() const {
+  return absl::StrCat("env worker (pid ", pid_, ") for ", task_, " envs [", first_, ", ", first_ + count_, ")");
+}
 
 absl::StatusOr<std::unique_ptr<EnvWorker>> EnvWorker::Start(const EnvOptions& options, const EnvSpec& spec,
                                                             const mjModel* model, int first, int count) {
   const std::string what = absl::StrCat("env worker for ", options.task, " envs [", first, ", ", first + count, ")");
   auto fail = [&](const std::string& why) { return absl::UnavailableError(absl::StrCat(what, ": ", why)); };
+  constexpr int kMaxEnvs = EnvPoolOptions::kMaxEnvs;
   if (count < 1 || count > kMaxEnvs || first < 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": count must be in [1, ", kMaxEnvs, "], first >= 0"));
   }
@@ -294,8 +301,7 @@ absl::StatusOr<std::unique_ptr<EnvWorker>> EnvWorker::Start(const EnvOptions& op
     return fail(absl::StrCat("cannot start ", binary, ": ", std::strerror(spawned),
                              " (build the troupe_env_worker target, or set TROUPE_ENV_WORKER)"));
   }
-  std::unique_ptr<EnvWorker> worker(new EnvWorker(pid, sockets[0], shared, layout.total, first, count));
-  worker->task_ = options.task;
+  std::unique_ptr<EnvWorker> worker(new EnvWorker(pid, sockets[0], shared, layout.total, options.task, first, count));
 
   // Start-up: the worker answers once its envs and contexts exist (or why not).
   auto* header = At<SharedHeader>(shared, 0);
@@ -316,8 +322,7 @@ absl::Status EnvWorker::WorkerGone(const char* when) {
   const auto* header = At<SharedHeader>(shared_, 0);
   std::string how = pid_ > 0 ? Reap(pid_, std::chrono::seconds(1)) : "had already ended";
   std::string last = header->code != 0 ? absl::StrCat("; its last message: ", header->message) : "";
-  dead_ = absl::UnavailableError(absl::StrCat("env worker (pid ", pid_, ") for ", task_, " envs [", first_, ", ",
-                                              first_ + count_, ") ", how, " ", when, last));
+  dead_ = absl::UnavailableError(absl::StrCat(Name(), " ", how, " ", when, last));
   pid_ = -1;
   return dead_;
 }
@@ -331,8 +336,9 @@ absl::Status EnvWorker::Send(std::span<const Job> jobs, const float* actions) {
   if (!dead_.ok()) return dead_;
   auto* header = At<SharedHeader>(shared_, 0);
   const Layout layout(*header);
+  if (sent_) return absl::FailedPreconditionError(absl::StrCat(Name(), ": Send before the last request's Wait"));
   if (jobs.size() > size_t(count_)) {
-    return absl::InvalidArgumentError(absl::StrCat(jobs.size(), " jobs for a worker of ", count_, " envs"));
+    return absl::InvalidArgumentError(absl::StrCat(Name(), ": ", jobs.size(), " jobs for its ", count_, " envs"));
   }
   auto* slots = At<JobSlot>(shared_, layout.jobs);
   float* shared_actions = At<float>(shared_, layout.actions);
@@ -340,8 +346,8 @@ absl::Status EnvWorker::Send(std::span<const Job> jobs, const float* actions) {
   for (size_t j = 0; j < jobs.size(); ++j) {
     const int32_t id = jobs[j].env_id;
     if (id < first_ || id >= first_ + count_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("env ", id, " is not one of the worker's envs [", first_, ", ", first_ + count_, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(Name(), ": env ", id, " is not one of the worker's envs [", first_,
+                                                     ", ", first_ + count_, ")"));
     }
     const int32_t local = id - first_;
     slots[j] = JobSlot{local, jobs[j].reset};
@@ -352,16 +358,18 @@ absl::Status EnvWorker::Send(std::span<const Job> jobs, const float* actions) {
   }
   header->num_jobs = int32_t(jobs.size());
   if (!WriteByte(socket_, kRequest)) return WorkerGone("before a batch");
+  sent_ = true;
   return absl::OkStatus();
 }
 
 absl::Status EnvWorker::Wait() {
   if (!dead_.ok()) return dead_;
+  if (!sent_) return absl::FailedPreconditionError(absl::StrCat(Name(), ": Wait without a request sent"));
+  sent_ = false;
   const auto* header = At<SharedHeader>(shared_, 0);
   const int byte = ReadByte(socket_, kAnswerTimeoutMs, kAnswerSpin);
   if (byte == -1) {
-    return absl::DeadlineExceededError(absl::StrCat("env worker (pid ", pid_, ") for ", task_,
-                                                    " did not answer within ", kAnswerTimeoutMs, " ms"));
+    return absl::DeadlineExceededError(absl::StrCat(Name(), " did not answer within ", kAnswerTimeoutMs, " ms"));
   }
   if (byte != kDone) return WorkerGone("during a batch");
   physics_errors_.store(header->physics_errors, std::memory_order_relaxed);
@@ -389,14 +397,28 @@ void EnvWorker::CopyPhysicsState(int32_t env_id, mjData* data) const {
 }
 
 int RunEnvWorker(int shared_fd, int socket_fd) {
+  // Memory the worker cannot read its request from: said on stderr (which
+  // is the pool's), as the pool reports only the exit code.
+  auto unusable = [&](const std::string& why) {
+    std::fprintf(stderr, "troupe_env_worker: shared memory at fd %d: %s\n", shared_fd, why.c_str());
+    return 2;
+  };
   struct stat st;
-  if (fstat(shared_fd, &st) != 0 || size_t(st.st_size) < sizeof(SharedHeader)) return 2;
+  if (fstat(shared_fd, &st) != 0) return unusable(absl::StrCat("fstat: ", std::strerror(errno)));
+  if (size_t(st.st_size) < sizeof(SharedHeader)) {
+    return unusable(absl::StrCat(st.st_size, " bytes, smaller than its header (", sizeof(SharedHeader), ")"));
+  }
   void* shared = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0);
-  if (shared == MAP_FAILED) return 2;
+  if (shared == MAP_FAILED) return unusable(absl::StrCat("mmap: ", std::strerror(errno)));
   auto* header = At<SharedHeader>(shared, 0);
-  if (header->magic != kMagic || header->count < 1 || header->count > kMaxEnvs) return 2;
+  if (header->magic != kMagic) return unusable("not a troupe env worker header (magic)");
+  if (header->count < 1 || header->count > EnvPoolOptions::kMaxEnvs) {
+    return unusable(absl::StrCat("env count ", header->count, " is outside [1, ", EnvPoolOptions::kMaxEnvs, "]"));
+  }
   const Layout layout(*header);
-  if (layout.total > size_t(st.st_size)) return 2;
+  if (layout.total > size_t(st.st_size)) {
+    return unusable(absl::StrCat(st.st_size, " bytes, smaller than the ", layout.total, " its header lays out"));
+  }
   auto refuse = [&](const absl::Status& status) {
     SetAnswer(header, status);
     WriteByte(socket_fd, kDone);

@@ -96,7 +96,9 @@ class EnvWorker {
   // Run in two halves, so that one thread can keep several workers busy
   // and work meanwhile: Send hands the jobs over and returns at once (its
   // errors are Run's, found before the worker answers); Wait returns the
-  // answer (Run's other errors). Call Wait once after each successful Send.
+  // answer (Run's other errors). After a failed Send, Wait returns at once:
+  // the same error if the worker has died, else FailedPrecondition (nothing
+  // was sent), as it does when called twice.
   absl::Status Send(std::span<const Job> jobs, const float* actions);
   absl::Status Wait();
 
@@ -112,7 +114,9 @@ class EnvWorker {
   int64_t physics_errors() const { return physics_errors_.load(std::memory_order_relaxed); }
 
  private:
-  EnvWorker(pid_t pid, int socket, void* shared, size_t shared_bytes, int first, int count);
+  EnvWorker(pid_t pid, int socket, void* shared, size_t shared_bytes, std::string task, int first, int count);
+  // "env worker (pid P) for TASK envs [first, first + count)", for messages.
+  std::string Name() const;
   // After the socket reports EOF or an error: reaps the worker and records why it ended.
   absl::Status WorkerGone(const char* when);
 
@@ -120,8 +124,9 @@ class EnvWorker {
   int socket_;
   void* shared_;
   size_t shared_bytes_;
+  const std::string task_;
   const int first_, count_;
-  std::string task_;
+  bool sent_ = false;  // a request awaits Wait
   std::atomic<int64_t> physics_errors_{0};
   absl::Status dead_;  // set once the worker is gone
 };

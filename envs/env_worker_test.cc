@@ -46,6 +46,14 @@ std::vector<std::unique_ptr<Environment>> LocalEnvs(const EnvOptions& options, i
   return envs;
 }
 
+// A worker for envs [first, first + count) of a pool with `options`, given
+// the sizes of such an env made here.
+absl::StatusOr<std::unique_ptr<EnvWorker>> StartWorker(const EnvOptions& options, int first, int count) {
+  auto env = MakeEnv(options);
+  if (!env.ok()) return env.status();
+  return EnvWorker::Start(options, (*env)->spec(), (*env)->model(), first, count);
+}
+
 // Points `TROUPE_ASSETS_DIR` at a directory of its own while it lives.
 class AssetsOverride {
  public:
@@ -148,10 +156,7 @@ TEST(EnvWorkerTest, StepsItsEnvsByteForByteAsThisProcess) {
 }
 
 TEST(EnvWorkerTest, AnEnvErrorIsReturnedAndTheWorkerKeepsServing) {
-  const EnvOptions options = Options("pendulum.swingup", /*pixels=*/true);
-  auto local = LocalEnvs(options, 0, 1);
-  ASSERT_EQ(local.size(), 1u);
-  auto worker = EnvWorker::Start(options, local[0]->spec(), local[0]->model(), 0, 2);
+  auto worker = StartWorker(Options("pendulum.swingup", /*pixels=*/true), 0, 2);
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::vector<float> actions = {0.5f, 0.5f};
   ASSERT_TRUE((*worker)->Run(std::vector<EnvWorker::Job>{{0, true}, {1, true}}, actions.data()).ok());
@@ -172,15 +177,16 @@ TEST(EnvWorkerTest, AnEnvErrorIsReturnedAndTheWorkerKeepsServing) {
   status = (*worker)->Run(std::vector<EnvWorker::Job>{{1, false}, {2, false}}, actions.data());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("env 2 is not one of the worker's envs [0, 2)"));
+  // Nothing was sent, so there is nothing to wait for: an error at once, not a hang.
+  status = (*worker)->Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("Wait without a request sent"));
   ASSERT_TRUE((*worker)->Run(std::vector<EnvWorker::Job>{{1, false}}, actions.data()).ok());
   EXPECT_EQ((*worker)->result(1).episode_step, 3);
 }
 
 TEST(EnvWorkerTest, AKilledWorkerIsAnErrorNamingItNotAHang) {
-  const EnvOptions options = Options("cartpole.swingup", /*pixels=*/true);
-  auto local = LocalEnvs(options, 0, 1);
-  ASSERT_EQ(local.size(), 1u);
-  auto worker = EnvWorker::Start(options, local[0]->spec(), local[0]->model(), 0, 1);
+  auto worker = StartWorker(Options("cartpole.swingup", /*pixels=*/true), 0, 1);
   ASSERT_TRUE(worker.ok()) << worker.status();
   const pid_t pid = (*worker)->pid();
   const std::vector<EnvWorker::Job> reset = {{0, true}};
@@ -207,17 +213,8 @@ TEST(EnvWorkerTest, AWorkerWhosePoolProcessIsKilledExits) {
   const pid_t owner = fork();
   ASSERT_GE(owner, 0);
   if (owner == 0) {  // the pool's process: starts a worker (state only: no GL here), then waits to die
-    const EnvOptions options = Options("cartpole.swingup", /*pixels=*/false);
-    auto local = LocalEnvs(options, 0, 1);
-    pid_t pid = -1;
-    std::unique_ptr<EnvWorker> worker;
-    if (local.size() == 1) {
-      auto started = EnvWorker::Start(options, local[0]->spec(), local[0]->model(), 0, 1);
-      if (started.ok()) {
-        worker = *std::move(started);
-        pid = worker->pid();
-      }
-    }
+    auto worker = StartWorker(Options("cartpole.swingup", /*pixels=*/false), 0, 1);
+    const pid_t pid = worker.ok() ? (*worker)->pid() : -1;
     (void)!write(report[1], &pid, sizeof(pid));
     for (;;) pause();
   }
@@ -242,11 +239,8 @@ TEST(EnvWorkerTest, AWorkerWhosePoolProcessIsKilledExits) {
 }
 
 TEST(EnvWorkerTest, AMissingWorkerBinaryIsAClearError) {
-  const EnvOptions options = Options("pendulum.swingup", /*pixels=*/false);
-  auto local = LocalEnvs(options, 0, 1);
-  ASSERT_EQ(local.size(), 1u);
   setenv("TROUPE_ENV_WORKER", "/nonexistent/troupe_env_worker", 1);
-  auto worker = EnvWorker::Start(options, local[0]->spec(), local[0]->model(), 0, 1);
+  auto worker = StartWorker(Options("pendulum.swingup", /*pixels=*/false), 0, 1);
   unsetenv("TROUPE_ENV_WORKER");
   ASSERT_FALSE(worker.ok());
   EXPECT_EQ(worker.status().code(), absl::StatusCode::kUnavailable);
@@ -284,10 +278,7 @@ TEST(EnvWorkerTest, PhysicsErrorsInAWorkerAreCounted) {
   ASSERT_NE(xml.find(gear), std::string::npos);
   xml.replace(xml.find(gear), gear.size(), "gear=\"1e30\"");
   AssetsOverride assets("env_worker_blowup_assets", "cartpole.xml", xml);
-  const EnvOptions options = Options("cartpole.swingup", /*pixels=*/false);
-  auto local = LocalEnvs(options, 0, 1);
-  ASSERT_EQ(local.size(), 1u);
-  auto worker = EnvWorker::Start(options, local[0]->spec(), local[0]->model(), 0, 1);
+  auto worker = StartWorker(Options("cartpole.swingup", /*pixels=*/false), 0, 1);
   ASSERT_TRUE(worker.ok()) << worker.status();
   std::vector<float> action = {1.0f};
   ASSERT_TRUE((*worker)->Run(std::vector<EnvWorker::Job>{{0, true}}, action.data()).ok());
