@@ -44,23 +44,6 @@ absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,
-                                                             int* action_size) {
-  ASSIGN_OR_RETURN(envs::EnvOptions env_options, envs::EnvOptions::FromConfig(config.env()));
-  env_options.pixels = false;  // the spec's sizes need no renderer
-  ASSIGN_OR_RETURN(auto env, envs::MakeEnv(env_options));
-  *action_size = env->spec().action_size;
-  agents::ObservationSpec spec;
-  if (config.env().observation() == "pixels") {
-    spec.frames = config.env().frame_stack();
-    spec.height = config.env().render().height();
-    spec.width = config.env().render().width();
-  } else {
-    spec.state_size = env->spec().state_size;
-  }
-  return spec;
-}
-
 TransitionLayout ActorTransitionLayout(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
                                        int action_size) {
   TransitionLayout layout;
@@ -103,8 +86,10 @@ bool Retryable(const absl::Status& status) {
 absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atomic<bool>* stop) {
   const config::ExperimentConfig& config = options.config;
   RETURN_IF_ERROR(ValidateActorsConfig(config.actors()));
-  int action_size = 0;
-  ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
+  // The env as the agent observes it (frames stacked; the pool renders single frames).
+  ASSIGN_OR_RETURN(const envs::EnvSpec observed, envs::DescribeEnv(config.env()));
+  const agents::ObservationSpec spec = agents::ObservationSpecOf(observed);
+  const int action_size = observed.action_size;
   ASSIGN_OR_RETURN(auto policy, agents::D4pgPolicy::Create(config.d4pg(), spec, action_size));
 
   // The pool renders single frames; stacks are kept here and in replay.

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "actors/transition_writer.h"
-#include "learner/agents/d4pg.h"
+#include "agents/d4pg_policy.h"
 #include "proto/config.pb.h"
 
 namespace troupe::actors {
@@ -38,10 +38,6 @@ float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t fra
 // InvalidArgument naming the field ("actors.noise_decay_frames -5: must be
 // >= 0") for exploration settings an actor cannot use.
 absl::Status ValidateActorsConfig(const config::ActorsConfig& actors);
-
-// The observation spec the agent sees for `config`'s env.
-absl::StatusOr<agents::ObservationSpec> AgentObservationSpec(const config::ExperimentConfig& config,
-                                                             int* action_size);
 
 // How an actor for `config` writes its transitions into replay.
 TransitionLayout ActorTransitionLayout(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,

@@ -75,7 +75,7 @@ TEST(ValidateActorsConfigTest, NamesTheFieldAndValue) {
 
 TEST(EvaluateTest, ReportsTheFractionOfActionsAtTheBounds) {
   config::ExperimentConfig config;
-  ASSERT_TRUE(ParseTextConfig("mode: \"rl\" env { task: \"cartpole.balance\" observation: \"state\" action_repeat: 8 }"
+  ASSERT_TRUE(ParseTextConfig("mode: RL env { task: \"cartpole.balance\" observation: STATE action_repeat: 8 }"
                               " d4pg { hidden: [8] }",
                               "config", &config)
                   .ok());

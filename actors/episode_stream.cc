@@ -7,14 +7,14 @@
 namespace troupe::actors {
 
 int64_t EpisodePublisher::BeginEpisode() {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return ++episode_;
 }
 
 void EpisodePublisher::Publish(const mjModel* model, const mjData* data, int64_t step, bool last,
                                std::span<const float> action, double reward, int64_t parameter_version) {
   // Nobody following: nothing to build.
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (listeners_.empty() || closed_) return;
   auto state = std::make_shared<proto::EpisodeState>();
   state->set_task(task_);
@@ -33,18 +33,18 @@ void EpisodePublisher::Publish(const mjModel* model, const mjData* data, int64_t
 }
 
 int EpisodePublisher::followers() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return int(listeners_.size());
 }
 
 void EpisodePublisher::Close() {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   closed_ = true;
   for (Listener* listener : listeners_) listener->OnState(nullptr, true);
 }
 
 void EpisodePublisher::AddListener(Listener* listener) {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   listeners_.insert(listener);
   if (closed_) {
     listener->OnState(nullptr, true);
@@ -57,7 +57,7 @@ void EpisodePublisher::AddListener(Listener* listener) {
 }
 
 void EpisodePublisher::RemoveListener(Listener* listener) {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   listeners_.erase(listener);
 }
 
@@ -73,9 +73,9 @@ class FollowReactor final : public SerialWriteReactor<proto::EpisodeState>, publ
 
   // Step 2: a state to send (or the publisher closing).
   void OnState(std::shared_ptr<const proto::EpisodeState> state, bool closed) override {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     if (closed) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the evaluator's episode stream closed"));
+      FinishLocked(absl::UnavailableError("the evaluator's episode stream closed"));
       return;
     }
     // A full queue drops this state and the rest of its episode.
@@ -90,22 +90,21 @@ class FollowReactor final : public SerialWriteReactor<proto::EpisodeState>, publ
 
   void OnDone() override {
     publisher_->RemoveListener(this);  // no OnState runs after this returns
-    { std::lock_guard lock(mutex_); }
+    { absl::MutexLock lock(&mutex_); }
     delete this;
   }
 
  private:
   // Step 3: the front of the queue, which stays queued (and counted) until
   // its write completes.
-  std::shared_ptr<const proto::EpisodeState> NextLocked() override {
+  std::shared_ptr<const proto::EpisodeState> NextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     return queue_.empty() ? nullptr : queue_.front();
   }
-  void WrittenLocked() override { queue_.pop_front(); }
+  void WrittenLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { queue_.pop_front(); }
 
   EpisodePublisher* publisher_;
-  // Guarded by mutex_.
-  std::deque<std::shared_ptr<const proto::EpisodeState>> queue_;
-  bool skipping_ = false;
+  std::deque<std::shared_ptr<const proto::EpisodeState>> queue_ ABSL_GUARDED_BY(mutex_);
+  bool skipping_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace

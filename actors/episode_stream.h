@@ -26,11 +26,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/episodes.grpc.pb.h"
 
 namespace troupe::actors {
@@ -69,10 +70,10 @@ class EpisodePublisher {
  private:
   const std::string task_;
   const int action_repeat_;
-  mutable std::mutex mutex_;
-  std::set<Listener*> listeners_;  // guarded by mutex_
-  int64_t episode_ = 0;            // guarded by mutex_
-  bool closed_ = false;            // guarded by mutex_
+  mutable absl::Mutex mutex_;
+  std::set<Listener*> listeners_ ABSL_GUARDED_BY(mutex_);
+  int64_t episode_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 class EpisodeStreamService final : public proto::EpisodeStream::CallbackService {

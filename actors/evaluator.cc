@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "actors/actor.h"
 #include "actors/observation_stack.h"
 #include "common/status_macros.h"
@@ -9,10 +10,24 @@
 
 namespace troupe::actors {
 
+absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator) {
+  if (evaluator.every_frames() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluator.every_frames ", evaluator.every_frames(), ": must be >= 0 (0 = never)"));
+  }
+  if (evaluator.episodes() < 1 || evaluator.episodes() > kMaxEpisodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluator.episodes ", evaluator.episodes(), ": must be in [1, ", kMaxEpisodes, "]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
                                     uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version) {
-  int action_size = 0;
-  ASSIGN_OR_RETURN(agents::ObservationSpec spec, AgentObservationSpec(config, &action_size));
+  // The env as the agent observes it (frames stacked; the pool renders single frames).
+  ASSIGN_OR_RETURN(const envs::EnvSpec observed, envs::DescribeEnv(config.env()));
+  const agents::ObservationSpec spec = agents::ObservationSpecOf(observed);
+  const int action_size = observed.action_size;
   config::EnvConfig env_config = config.env();
   env_config.set_frame_stack(1);
   env_config.set_seed(seed);

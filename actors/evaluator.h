@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "actors/episode_stream.h"
-#include "learner/agents/d4pg.h"
+#include "agents/d4pg_policy.h"
 #include "proto/config.pb.h"
 
 namespace troupe::actors {
@@ -21,6 +21,13 @@ struct Evaluation {
   // The share of actions at the bounds above which the learner warns.
   static constexpr double kSaturatedShare = 0.9;
 };
+
+// Episodes one evaluation may run at once (one env each, on one thread).
+inline constexpr int kMaxEpisodes = 256;
+
+// InvalidArgument naming the field ("evaluator.episodes 0: must be >= 1")
+// for an evaluator section that cannot run.
+absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator);
 
 // Runs `episodes` full episodes of config's env (one env each, stepped
 // together on one thread) with `policy`'s deterministic actions, seeded by

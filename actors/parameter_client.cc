@@ -7,6 +7,8 @@
 #include <grpcpp/create_channel.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/grpc_status.h"
 
 namespace troupe::actors {
 
@@ -15,11 +17,9 @@ ParameterClient::ParameterClient(const std::string& address)
 
 ParameterClient::~ParameterClient() {
   thread_.request_stop();
-  {
-    std::lock_guard lock(mutex_);
-    if (context_) context_->TryCancel();
-  }
-  arrived_.notify_all();
+  absl::MutexLock lock(&mutex_);
+  stopping_ = true;
+  if (context_) context_->TryCancel();
 }
 
 void ParameterClient::Loop(std::stop_token stop) {
@@ -38,8 +38,8 @@ void ParameterClient::Loop(std::stop_token stop) {
     auto context = std::make_shared<grpc::ClientContext>();
     proto::GetParametersRequest request;
     {
-      std::lock_guard lock(mutex_);
-      if (stop.stop_requested()) return;
+      absl::MutexLock lock(&mutex_);
+      if (stopping_) return;
       context_ = context;
       request.set_have_version(latest_ ? latest_->version() : 0);
     }
@@ -47,23 +47,18 @@ void ParameterClient::Loop(std::stop_token stop) {
     auto update = std::make_shared<proto::ParametersUpdate>();
     while (reader->Read(update.get())) {
       {
-        std::lock_guard lock(mutex_);
+        absl::MutexLock lock(&mutex_);
         latest_ = update;
       }
-      arrived_.notify_all();
       update = std::make_shared<proto::ParametersUpdate>();
       backoff = std::chrono::milliseconds(100);
     }
-    reader->Finish();
-    {
-      std::lock_guard lock(mutex_);
-      context_.reset();
-    }
+    const absl::Status finished = FromGrpcStatus(reader->Finish());
     // The learner went away (or is not up yet): wait, then reconnect.
-    std::mutex sleep_mutex;
-    std::unique_lock sleep_lock(sleep_mutex);
-    std::condition_variable_any sleeper;
-    sleeper.wait_for(sleep_lock, stop, backoff, [] { return false; });
+    absl::MutexLock lock(&mutex_);
+    context_.reset();
+    last_error_ = finished.ok() ? absl::UnavailableError("the stream ended") : finished;
+    mutex_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
 }
@@ -71,7 +66,7 @@ void ParameterClient::Loop(std::stop_token stop) {
 bool ParameterClient::TakeNewer(int64_t* version, std::vector<float>* parameters) {
   std::shared_ptr<proto::ParametersUpdate> latest;
   {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     latest = latest_;
   }
   if (!latest || latest->version() <= *version || latest->parameters_size() != 1) return false;
@@ -83,12 +78,12 @@ bool ParameterClient::TakeNewer(int64_t* version, std::vector<float>* parameters
 }
 
 absl::Status ParameterClient::WaitForFirst(int timeout_ms) {
-  std::unique_lock lock(mutex_);
-  if (arrived_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return latest_ != nullptr; })) {
-    return absl::OkStatus();
-  }
+  absl::MutexLock lock(&mutex_);
+  auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return latest_ != nullptr; };
+  if (mutex_.AwaitWithTimeout(absl::Condition(&arrived), absl::Milliseconds(timeout_ms))) return absl::OkStatus();
+  const std::string why = last_error_.ok() ? "" : absl::StrCat(" (last attempt: ", last_error_.ToString(), ")");
   return absl::DeadlineExceededError(
-      absl::StrCat("no parameters from the learner at ", address_, " within ", timeout_ms, " ms"));
+      absl::StrCat("no parameters from the learner at ", address_, " within ", timeout_ms, " ms", why));
 }
 
 }  // namespace troupe::actors

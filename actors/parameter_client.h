@@ -3,22 +3,23 @@
 // on the network. Reconnects with exponential backoff (0.1 s doubling to
 // 5 s) when the learner goes away, and resumes from the version it holds.
 //
-// Locking: the newest update is kept under a mutex; TakeNewer copies it out.
+// Locking: the newest update is kept under an absl::Mutex; TakeNewer copies
+// it out.
 #ifndef TROUPE_ACTORS_PARAMETER_CLIENT_H_
 #define TROUPE_ACTORS_PARAMETER_CLIENT_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <grpcpp/client_context.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/parameters.grpc.pb.h"
 
 namespace troupe::actors {
@@ -35,7 +36,8 @@ class ParameterClient {
   bool TakeNewer(int64_t* version, std::vector<float>* parameters);
 
   // Blocks until a first version arrives or `timeout_ms` passes;
-  // DeadlineExceeded naming the address if nothing came.
+  // DeadlineExceeded naming the address, and why the last attempt to reach
+  // it failed, if nothing came.
   absl::Status WaitForFirst(int timeout_ms);
 
   // Times the stream (re)connected after a failure.
@@ -45,10 +47,11 @@ class ParameterClient {
   void Loop(std::stop_token stop);
 
   std::string address_;
-  std::mutex mutex_;
-  std::condition_variable arrived_;
-  std::shared_ptr<proto::ParametersUpdate> latest_;  // guarded by mutex_
-  std::shared_ptr<grpc::ClientContext> context_;     // guarded by mutex_: the live call, to cancel it
+  absl::Mutex mutex_;
+  std::shared_ptr<proto::ParametersUpdate> latest_ ABSL_GUARDED_BY(mutex_);
+  std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mutex_);  // the live call, to cancel it
+  absl::Status last_error_ ABSL_GUARDED_BY(mutex_);  // how the last stream ended
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;    // the destructor runs: stop backing off
   std::atomic<int64_t> reconnects_{0};
   std::jthread thread_;
 };

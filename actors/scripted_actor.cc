@@ -7,6 +7,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
@@ -22,15 +23,13 @@ namespace {
 }  // namespace
 
 absl::StatusOr<ScriptedPolicyKind> ParseScriptedPolicyKind(const std::string& kind, const std::string& field) {
-  if (kind == "controller") return ScriptedPolicyKind::kController;
-  if (kind == "zero") return ScriptedPolicyKind::kZero;
-  if (kind == "random") return ScriptedPolicyKind::kRandom;
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": '", kind, "' is not one of \"controller\", \"zero\", \"random\""));
+  ScriptedPolicyKind parsed;
+  if (config::ScriptedPolicyConfig::Kind_Parse(absl::AsciiStrToUpper(kind), &parsed)) return parsed;
+  return absl::InvalidArgumentError(absl::StrCat(field, ": '", kind, "' is not one of controller, zero, random"));
 }
 
 absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& config, const std::atomic<bool>* stop) {
-  ASSIGN_OR_RETURN(ScriptedPolicyKind policy, ParseScriptedPolicyKind(config.policy().kind()));
+  const ScriptedPolicyKind policy = config.policy().kind();
   ASSIGN_OR_RETURN(auto options, envs::EnvPoolOptions::FromConfig(config.env(), config.pool()));
   if (options.batch_size != 0 && options.batch_size != options.num_envs) {
     return absl::InvalidArgumentError("pool.batch_size: a scripted run steps the pool in sync mode; leave it 0");
@@ -64,10 +63,10 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
     // Choose each env's action from its current state.
     for (int i = 0; i < n; ++i) {
       float* a = &actions[size_t(i) * spec.action_size];
-      if (policy == ScriptedPolicyKind::kController &&
+      if (policy == config::ScriptedPolicyConfig::CONTROLLER &&
           pool->task().Controller(pool->model(), pool->data(i), command.data())) {
         for (int j = 0; j < spec.action_size; ++j) a[j] = float(command[j]);
-      } else if (policy != ScriptedPolicyKind::kZero) {
+      } else if (policy != config::ScriptedPolicyConfig::ZERO) {
         for (int j = 0; j < spec.action_size; ++j) a[j] = uniform(rng);
       }
     }

@@ -16,14 +16,13 @@
 
 namespace troupe::actors {
 
-// The scripted policies: the task's hand-written controller (random where
-// the task has none), zero actions, or uniform random actions.
-enum class ScriptedPolicyKind { kController, kZero, kRandom };
+// The scripted policies (policy.kind): the task's hand-written controller
+// (random where the task has none), zero actions, or uniform random actions.
+using ScriptedPolicyKind = config::ScriptedPolicyConfig::Kind;
 
-// "controller", "zero" or "random"; InvalidArgument naming `field` and the
-// choices otherwise.
-absl::StatusOr<ScriptedPolicyKind> ParseScriptedPolicyKind(const std::string& kind,
-                                                           const std::string& field = "policy.kind");
+// A kind as a command line gives it: "controller", "zero" or "random" (any
+// case); InvalidArgument naming `field` and the choices otherwise.
+absl::StatusOr<ScriptedPolicyKind> ParseScriptedPolicyKind(const std::string& kind, const std::string& field);
 
 struct ScriptedRunResult {
   std::string run_dir;

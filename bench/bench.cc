@@ -31,11 +31,18 @@ std::string JsonNumber(double v) { return std::isfinite(v) ? absl::StrFormat("%.
 
 }  // namespace
 
+bool Figure::has_reference() const { return reference_value != 0 && std::isfinite(reference_value); }
+
 void Report::Add(std::string name, double value, std::string unit, std::string reference, double reference_value) {
-  Figure f{std::move(name), value, std::move(unit), std::move(reference), reference_value,
-           reference_value != 0 ? value / reference_value : 0.0};
-  std::printf("%-52s %12.4g %-10s | %-34s %12.4g | ratio %.3f\n", f.name.c_str(), f.value, f.unit.c_str(),
-              f.reference.c_str(), f.reference_value, f.ratio);
+  Figure f{std::move(name), value, std::move(unit), std::move(reference), reference_value, 0.0};
+  f.ratio = f.has_reference() ? value / reference_value : std::nan("");
+  if (f.has_reference()) {
+    std::printf("%-52s %12.4g %-10s | %-34s %12.4g | ratio %.3f\n", f.name.c_str(), f.value, f.unit.c_str(),
+                f.reference.c_str(), f.reference_value, f.ratio);
+  } else {
+    std::printf("%-52s %12.4g %-10s | %-34s %12s | ratio -\n", f.name.c_str(), f.value, f.unit.c_str(),
+                f.reference.c_str(), "missing");
+  }
   std::fflush(stdout);
   figures.push_back(std::move(f));
 }
@@ -46,7 +53,8 @@ std::string Report::ToJson() const {
     const Figure& f = figures[i];
     absl::StrAppend(&out, i ? ",\n  " : "\n  ", "{\"name\": ", JsonString(f.name), ", \"value\": ", JsonNumber(f.value),
                     ", \"unit\": ", JsonString(f.unit), ", \"reference\": ", JsonString(f.reference),
-                    ", \"reference_value\": ", JsonNumber(f.reference_value), ", \"ratio\": ", JsonNumber(f.ratio), "}");
+                    ", \"reference_value\": ", f.has_reference() ? JsonNumber(f.reference_value) : "null",
+                    ", \"ratio\": ", JsonNumber(f.ratio), "}");
   }
   return out + "\n]}\n";
 }

@@ -4,6 +4,9 @@
 // prints the table; `--json PATH` also writes
 //   {"benchmark": NAME, "figures": [{"name", "value", "unit", "reference",
 //                                    "reference_value", "ratio"}]}
+// A figure whose reference could not be measured (a peer not installed) or
+// has none prints "missing" for it and no ratio, and its JSON
+// reference_value and ratio are null: never a ratio of 0.
 #ifndef TROUPE_BENCH_BENCH_H_
 #define TROUPE_BENCH_BENCH_H_
 
@@ -22,8 +25,10 @@ struct Figure {
   double value = 0;        // troupe's figure
   std::string unit;        // e.g. "steps/s"
   std::string reference;   // what it is compared with, e.g. "raw mj_step x substeps"
-  double reference_value = 0;
-  double ratio = 0;        // value / reference_value (higher is better for rates)
+  double reference_value = 0;  // 0: missing (not measured, or no reference)
+  double ratio = 0;        // value / reference_value (higher is better for rates); NaN when missing
+
+  bool has_reference() const;
 };
 
 // The figures one benchmark run produced.
@@ -31,8 +36,9 @@ struct Report {
   std::string benchmark;
   std::vector<Figure> figures;
 
-  // Adds a figure; ratio = value / reference_value. Prints it as one table
-  // row at once so long benchmarks show progress.
+  // Adds a figure; ratio = value / reference_value (a reference_value of 0
+  // is a missing reference). Prints it as one table row at once so long
+  // benchmarks show progress.
   void Add(std::string name, double value, std::string unit, std::string reference, double reference_value);
 
   // The JSON document described at the top of this file.

@@ -1,5 +1,7 @@
 #include "bench/bench.h"
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -79,6 +81,21 @@ TEST(BestOfAlternatedTest, StopsAtTheFirstErrorAndReturnsIt) {
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(r.calls.size(), 1u);  // the reference ran once, between the two
   EXPECT_EQ(BestOfAlternated({r.a(), r.b()}, 0, 4, Clock::kWall).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReportTest, AMissingReferenceIsReportedMissingNeverAsRatioZero) {
+  Report report;
+  report.benchmark = "test";
+  report.Add("measured", 30, "steps/s", "raw loop", 10);
+  report.Add("peer absent", 30, "samples/s", "libtorch (not installed)", 0);
+  ASSERT_EQ(report.figures.size(), 2u);
+  EXPECT_DOUBLE_EQ(report.figures[0].ratio, 3.0);
+  EXPECT_TRUE(report.figures[0].has_reference());
+  EXPECT_FALSE(report.figures[1].has_reference());
+  EXPECT_TRUE(std::isnan(report.figures[1].ratio));
+  const std::string json = report.ToJson();
+  EXPECT_THAT(json, HasSubstr("\"reference_value\": 10, \"ratio\": 3}"));
+  EXPECT_THAT(json, HasSubstr("\"reference\": \"libtorch (not installed)\", \"reference_value\": null, \"ratio\": null}"));
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 // 10,000 training images against the test images; and the generator +
 // discriminator step's images/s against the same step in Debian's libtorch
 // 1.13 (bench/peers/libtorch_gan.cc, compiled at run time when installed).
-// The FID here is a classifier-FID (learner/gan/fid.h), not Inception-FID.
+// The FID here is a classifier-FID (gan/fid.h), not Inception-FID.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -17,8 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
 #include "common/image.h"
-#include "learner/gan/evaluator.h"
-#include "learner/gan/fid.h"
+#include "gan/evaluator.h"
+#include "gan/fid.h"
 
 namespace troupe::bench {
 namespace {
@@ -41,7 +41,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   for (const std::string& f : options.filter) {
     if (f.rfind("images=", 0) == 0) budget = std::stoll(f.substr(7));
   }
-  auto data = gan::LoadGanData(models::kFashionMnistDir);
+  auto data = gan::LoadGanData(gan::kFashionMnistDir);
   if (!data.ok()) return data.status();
   gan::FidClassifier::Options classifier_options;  // cached in ~/.cache/troupe, trained on first use
   classifier_options.threads = kThreads;
@@ -57,7 +57,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
 
   // Step throughput against libtorch at batch 64.
   config::GanConfig base;
-  base.set_threads(kThreads);
+  base.mutable_engine()->set_threads(kThreads);
   base.set_eval_samples(samples);
   {
     config::GanConfig c = base;
@@ -77,7 +77,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   for (auto [batch, replicas] : {std::pair{64, 1}, {256, 1}, {256, 2}, {1024, 1}, {1024, 2}}) {
     config::GanConfig c = base;
     c.set_batch_size(batch);
-    c.set_replicas(replicas);
+    c.mutable_engine()->set_replicas(replicas);
     auto trainer = gan::GanTrainer::Create(c, &*data);
     if (!trainer.ok()) return trainer.status();
     const int64_t steps = (budget + batch - 1) / batch;

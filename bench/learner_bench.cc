@@ -20,9 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
-#include "learner/nn/cpu_backend.h"
-#include "learner/nn/layers.h"
-#include "learner/nn/optimizer.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/optimizer.h"
 
 namespace troupe::bench {
 namespace {

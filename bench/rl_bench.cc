@@ -1,6 +1,6 @@
 // `troupe bench rl`: end-to-end throughput from pixels on this machine —
 // configs/cartpole_swingup.textproto (84x84, 3 frames, action repeat 8) with
-// 2 actor processes (cli::ActorFleet, the launcher's) and the learner with
+// 2 actor processes (launch::ActorFleet, the launcher's) and the learner with
 // replay embedded (learner::RlLearner, in this process) — over a fixed window
 // after warm-up: env frames/s into replay, learner updates/s, and the CPU
 // seconds each process used in the window (/proc/PID/stat) as fractions of
@@ -40,13 +40,13 @@
 #include "actors/actor.h"
 #include "actors/observation_stack.h"
 #include "actors/transition_writer.h"
+#include "agents/d4pg_agent.h"
 #include "bench/bench.h"
-#include "cli/launcher.h"
 #include "common/config.h"
 #include "common/files.h"
 #include "common/status_macros.h"
 #include "envs/env_pool.h"
-#include "learner/agents/d4pg.h"
+#include "launch/launcher.h"
 #include "learner/rl_learner.h"
 #include "replay/grpc_client.h"
 
@@ -91,8 +91,9 @@ absl::StatusOr<config::ExperimentConfig> BenchConfig(const Options& options, con
 // Reference: each actor's env pool and policy stepping alone, one thread per
 // actor, for `seconds`. Returns env frames/s over all of them.
 absl::StatusOr<double> EnvFramesAlone(const config::ExperimentConfig& config, double seconds) {
-  int action_size = 0;
-  ASSIGN_OR_RETURN(const agents::ObservationSpec spec, actors::AgentObservationSpec(config, &action_size));
+  ASSIGN_OR_RETURN(const envs::EnvSpec env_spec, envs::DescribeEnv(config.env()));
+  const agents::ObservationSpec spec = agents::ObservationSpecOf(env_spec);
+  const int action_size = env_spec.action_size;
   const int count = config.actors().count();
   std::vector<int64_t> frames(count, 0);
   std::vector<absl::Status> errors(count);
@@ -158,8 +159,9 @@ absl::StatusOr<double> EnvFramesAlone(const config::ExperimentConfig& config, do
 // Fills the learner's replay through its gRPC port with `transitions`
 // rendered transitions (random actions), as an actor's writer does.
 absl::Status FillReplay(const config::ExperimentConfig& config, const std::string& address, int64_t transitions) {
-  int action_size = 0;
-  ASSIGN_OR_RETURN(const agents::ObservationSpec spec, actors::AgentObservationSpec(config, &action_size));
+  ASSIGN_OR_RETURN(const envs::EnvSpec env_spec, envs::DescribeEnv(config.env()));
+  const agents::ObservationSpec spec = agents::ObservationSpecOf(env_spec);
+  const int action_size = env_spec.action_size;
   config::EnvConfig env_config = config.env();
   env_config.set_frame_stack(1);
   ASSIGN_OR_RETURN(auto pool_options, envs::EnvPoolOptions::FromConfig(env_config, config.pool()));
@@ -319,7 +321,7 @@ absl::StatusOr<EndToEnd> RunEndToEnd(const config::ExperimentConfig& config, con
   ASSIGN_OR_RETURN(auto learner, LearnerThread::Start(config, run_dir));
   learner->Run();
   std::atomic<bool> no_stop{false};
-  ASSIGN_OR_RETURN(auto actors, cli::ActorFleet::Start(config, run_dir, learner->learner().address(), &no_stop));
+  ASSIGN_OR_RETURN(auto actors, launch::ActorFleet::Start(config, run_dir, learner->learner().address(), &no_stop));
   const int64_t publish_every = std::max(config.learner().publish_every(), 1);
   absl::Status status =
       AwaitUpdates(learner->learner(), warmup_steps * publish_every, Clock::now(), warmup, 300, "end to end warm-up");

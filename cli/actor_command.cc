@@ -4,6 +4,7 @@
 #include "actors/actor.h"
 #include "cli/commands.h"
 #include "common/config.h"
+#include "launch/experiment.h"
 
 namespace troupe::cli {
 namespace {
@@ -25,6 +26,11 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
     auto config = LoadExperimentConfig(*config_path, *overrides);
     if (!config.ok()) {
       std::fprintf(stderr, "troupe actor: %s\n", std::string(config.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    if (absl::Status valid = launch::ValidateExperiment(*config); !valid.ok()) {
+      std::fprintf(stderr, "troupe actor: %s: %s\n", config_path->c_str(), std::string(valid.message()).c_str());
       *exit_code = 2;
       return;
     }

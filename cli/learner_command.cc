@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/files.h"
+#include "launch/experiment.h"
 #include "learner/rl_learner.h"
 
 namespace troupe::cli {
@@ -42,7 +43,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "learner",
       "Run the learner alone (replay embedded); start actors on other machines with troupe actor. With "
-      "learner.backend \"mpi\": `mpirun -np K troupe learner ...` runs K replicas, rank 0 serving");
+      "learner.engine.collectives MPI: `mpirun -np K troupe learner ...` runs K replicas, rank 0 serving");
   cmd->add_option("--config", args->config, "Experiment config")->required();
   cmd->add_option("--run-dir", args->run_dir, "Run directory (metrics, checkpoints; written by rank 0)")->required();
   cmd->add_option("--listen", args->listen, "HOST:PORT to serve on (overrides learner.listen)");
@@ -59,6 +60,11 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       return;
     }
     if (!args->listen.empty()) config->mutable_learner()->set_listen(args->listen);
+    if (absl::Status valid = launch::ValidateExperiment(*config); !valid.ok()) {
+      std::fprintf(stderr, "troupe learner: %s: %s\n", args->config.c_str(), std::string(valid.message()).c_str());
+      *exit_code = 2;
+      return;
+    }
     learner::RlLearnerOptions options;
     options.collective_timeout = std::chrono::milliseconds(int64_t(args->collective_timeout_s * 1000));
     auto learner = learner::RlLearner::Create(*config, args->run_dir, args->resume, options);

@@ -6,17 +6,13 @@
 #include <google/protobuf/text_format.h>
 
 #include "absl/strings/str_format.h"
-#include "actors/actor.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
-#include "cli/launcher.h"
 #include "common/config.h"
 #include "common/files.h"
-#include "common/status_macros.h"
-#include "envs/env.h"
-#include "learner/agents/d4pg.h"
-#include "learner/gan/run.h"
-#include "learner/gan/trainer.h"
+#include "gan/run.h"
+#include "launch/experiment.h"
+#include "launch/launcher.h"
 
 namespace troupe::cli {
 namespace {
@@ -24,32 +20,16 @@ namespace {
 std::atomic<bool> stop_requested{false};
 void OnSignal(int) { stop_requested = true; }
 
-// Everything that can be checked before anything starts.
-absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
-  if (config.mode() != "scripted" && config.mode() != "rl" && config.mode() != "gan") {
+// What troupe run cannot do that `troupe learner` can: MPI replicas are
+// processes mpirun starts (and that must not fork actors after MPI is up).
+absl::Status CheckRunnable(const config::ExperimentConfig& config) {
+  if (config.mode() == config::ExperimentConfig::RL &&
+      config.learner().engine().collectives() == config::EngineConfig::MPI) {
     return absl::InvalidArgumentError(
-        absl::StrCat("mode: '", config.mode(), "' is not \"scripted\", \"rl\" or \"gan\""));
-  }
-  if (config.mode() == "gan") return gan::ValidateGanConfig(config.gan());
-  if (config.total_frames() <= 0) return absl::InvalidArgumentError("total_frames: must be positive");
-  auto env = envs::EnvOptions::FromConfig(config.env());
-  if (!env.ok()) return env.status();
-  if (config.mode() == "rl") {
-    RETURN_IF_ERROR(actors::ValidateActorsConfig(config.actors()));
-    if (config.learner().batch_size() < 1) return absl::InvalidArgumentError("learner.batch_size: must be >= 1");
-    if (config.learner().backend() == "mpi") {
-      // MPI replicas are processes that mpirun starts (and that must not
-      // fork actors after MPI is up), so troupe run does not start them.
-      return absl::InvalidArgumentError(
-          "learner.backend: \"mpi\" runs one learner replica per MPI rank, which troupe run does not start. "
-          "Start the replicas with `mpirun -np K troupe learner --config CONFIG --run-dir DIR --listen "
-          "127.0.0.1:7000` and each actor with `troupe actor --learner 127.0.0.1:7000 --config CONFIG --index I`; "
-          "or keep troupe run with learner.backend \"in_process\" and learner.replicas K (threads)");
-    }
-    if (config.learner().backend() != "in_process") {
-      return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
-                                                     "' is neither \"in_process\" nor \"mpi\""));
-    }
+        "learner.engine.collectives: MPI runs one learner replica per MPI rank, which troupe run does not start. "
+        "Start the replicas with `mpirun -np K troupe learner --config CONFIG --run-dir DIR --listen "
+        "127.0.0.1:7000` and each actor with `troupe actor --learner 127.0.0.1:7000 --config CONFIG --index I`; "
+        "or keep troupe run with learner.engine.collectives IN_PROCESS and learner.engine.replicas K (threads)");
   }
   return absl::OkStatus();
 }
@@ -100,13 +80,15 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       *exit_code = Fail(config.status());
       return;
     }
-    if (absl::Status valid = ValidateExperiment(*config); !valid.ok()) {
+    absl::Status valid = launch::ValidateExperiment(*config);
+    if (valid.ok()) valid = CheckRunnable(*config);
+    if (!valid.ok()) {
       *exit_code = Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", valid.message())));
       return;
     }
     std::signal(SIGINT, OnSignal);
     std::signal(SIGTERM, OnSignal);
-    if (config->mode() == "scripted") {
+    if (config->mode() == config::ExperimentConfig::SCRIPTED) {
       *exit_code = RunScriptedMode(*config);
       return;
     }
@@ -125,14 +107,14 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
         *exit_code = Fail(s);
         return;
       }
-    } else if (!std::filesystem::exists(run_dir + (config->mode() == "gan" ? "/checkpoints/counters.txt"
+    } else if (!std::filesystem::exists(run_dir + (config->mode() == config::ExperimentConfig::GAN ? "/checkpoints/counters.txt"
                                                                           : "/checkpoints/agent.ckpt"))) {
       *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", run_dir, ": no checkpoint in ", run_dir,
                                                          "/checkpoints (was the run started with troupe run?)")));
       return;
     }
-    if (absl::Status s = config->mode() == "gan" ? gan::RunGan(*config, run_dir, resume, &stop_requested)
-                                                 : RunRlExperiment(*config, run_dir, resume, &stop_requested);
+    if (absl::Status s = config->mode() == config::ExperimentConfig::GAN ? gan::RunGan(*config, run_dir, resume, &stop_requested)
+                                                 : launch::RunRlExperiment(*config, run_dir, resume, &stop_requested);
         !s.ok()) {
       *exit_code = Fail(s);
     }

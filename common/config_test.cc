@@ -52,6 +52,53 @@ TEST(ConfigTest, BadOverridesSayWhatIsWrong) {
   EXPECT_THAT(ApplyOverride("env=3", &c).message(), HasSubstr("is a message"));
 }
 
+TEST(ConfigTest, AChoiceWrittenAsTheOldStringSaysTheNewSpellingWithFileAndLine) {
+  config::ExperimentConfig c;
+  auto status = ParseTextConfig("name: \"x\"\nmode: \"rl\"\n", "old.textproto", &c);
+  ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("old.textproto:2:7:"));
+  EXPECT_THAT(status.message(), HasSubstr("mode is a choice, written without quotes: mode: RL (one of SCRIPTED, RL, GAN)"));
+  status = ParseTextConfig("env {\n  observation: \"pixels\" }", "old.textproto", &c);
+  EXPECT_THAT(status.message(), HasSubstr("old.textproto:2:16:"));
+  EXPECT_THAT(status.message(), HasSubstr("observation: PIXELS (one of PIXELS, STATE)"));
+}
+
+TEST(ConfigTest, AnUnknownChoiceListsTheChoices) {
+  config::ExperimentConfig c;
+  auto status = ParseTextConfig("env { observation: RGBD }", "bad.textproto", &c);
+  EXPECT_THAT(status.message(), HasSubstr("bad.textproto:1:"));
+  EXPECT_THAT(status.message(), HasSubstr("RGBD"));
+  EXPECT_THAT(status.message(), HasSubstr("(one of PIXELS, STATE)"));
+  ASSERT_TRUE(ParseTextConfig("mode: GAN env { observation: STATE }", "good.textproto", &c).ok());
+  EXPECT_EQ(c.mode(), config::ExperimentConfig::GAN);
+  EXPECT_EQ(c.env().observation(), config::EnvConfig::STATE);
+}
+
+TEST(ConfigTest, AMovedFieldSaysWhereItWent) {
+  config::ExperimentConfig c;
+  auto status = ParseTextConfig("learner {\n  batch_size: 64\n  replicas: 2\n}", "old.textproto", &c);
+  EXPECT_THAT(status.message(), HasSubstr("old.textproto:3:"));
+  EXPECT_THAT(status.message(), HasSubstr("learner.replicas is now learner.engine.replicas"));
+  status = ParseTextConfig("gan { backend: \"mpi\" }", "old.textproto", &c);
+  EXPECT_THAT(status.message(), HasSubstr("gan.backend is now gan.engine.collectives"));
+  EXPECT_THAT(ApplyOverride("learner.threads=2", &c).message(),
+              HasSubstr("--set learner.threads=2: learner.threads is now learner.engine.threads"));
+  ASSERT_TRUE(ApplyOverride("learner.engine.collectives=MPI", &c).ok());
+  EXPECT_EQ(c.learner().engine().collectives(), config::EngineConfig::MPI);
+}
+
+TEST(ConfigTest, ABadOverrideIsReportedOnceInTroupesOwnWords) {
+  config::ExperimentConfig c;
+  ::testing::internal::CaptureStderr();
+  const absl::Status count = ApplyOverride("actors.count=abc", &c);
+  const absl::Status mode = ApplyOverride("mode=rl", &c);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");  // no libprotobuf ERROR line
+  EXPECT_THAT(count.message(), HasSubstr("'abc' is not a valid int32 for actors.count"));
+  EXPECT_THAT(mode.message(), HasSubstr("'rl' is not a value of mode (one of SCRIPTED, RL, GAN)"));
+  ASSERT_TRUE(ApplyOverride("mode=RL", &c).ok());
+  EXPECT_EQ(c.mode(), config::ExperimentConfig::RL);
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   EXPECT_EQ(LoadExperimentConfig("/no/such/config.textproto", {}).status().code(), absl::StatusCode::kNotFound);
 }

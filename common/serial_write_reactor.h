@@ -10,7 +10,8 @@
 //     the next NextLocked().
 // A write that fails finishes the stream UNAVAILABLE with `write_failed`; a
 // finish requested while a write is in flight waits for that write; a client
-// cancel (or server shutdown) finishes CANCELLED. The message being written
+// cancel (or server shutdown) finishes CANCELLED. Statuses are absl::Status
+// inside and converted to grpc::Status only when the stream finishes. The message being written
 // is kept alive until its write completes. Subclasses implement OnDone
 // (unregister, then `delete this`).
 #ifndef TROUPE_COMMON_SERIAL_WRITE_REACTOR_H_
@@ -19,9 +20,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
 
 namespace troupe {
 
@@ -29,33 +34,33 @@ template <typename Message>
 class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
  public:
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     in_flight_.reset();
     WrittenLocked();
     if (finishing_) {
-      this->Finish(pending_finish_);
+      this->Finish(ToGrpcStatus(pending_finish_));
     } else if (!ok) {
       finishing_ = true;
-      this->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, write_failed_));
+      this->Finish(ToGrpcStatus(absl::UnavailableError(write_failed_)));
     } else {
       MaybeWriteLocked();
     }
   }
 
   void OnCancel() override {
-    std::lock_guard lock(mutex_);
-    FinishLocked(grpc::Status::CANCELLED);
+    absl::MutexLock lock(&mutex_);
+    FinishLocked(absl::CancelledError("the client cancelled the stream"));
   }
 
  protected:
   explicit SerialWriteReactor(std::string write_failed) : write_failed_(std::move(write_failed)) {}
 
-  virtual std::shared_ptr<const Message> NextLocked() = 0;
-  virtual void WrittenLocked() {}
+  virtual std::shared_ptr<const Message> NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
+  virtual void WrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {}
 
   // Starts writing NextLocked() unless a write is in flight or the stream is
-  // finishing; mutex_ held.
-  void MaybeWriteLocked() {
+  // finishing.
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (finishing_ || in_flight_ != nullptr) return;
     std::shared_ptr<const Message> next = NextLocked();
     if (finishing_ || next == nullptr) return;
@@ -63,25 +68,26 @@ class SerialWriteReactor : public grpc::ServerWriteReactor<Message> {
     this->StartWrite(in_flight_.get());
   }
 
-  // Finishes with `status` now, or once the write in flight completes;
-  // mutex_ held. Later calls are ignored.
-  void FinishLocked(const grpc::Status& status) {
+  // Finishes with `status` (converted at this, the service boundary) now, or
+  // once the write in flight completes. Later calls are ignored.
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (finishing_) return;
     finishing_ = true;
     if (in_flight_ != nullptr) {
       pending_finish_ = status;
     } else {
-      this->Finish(status);
+      this->Finish(ToGrpcStatus(status));
     }
   }
 
-  std::mutex mutex_;  // guards this class's state and the subclass's
+  absl::Mutex mutex_;  // guards this class's state and the subclass's
 
  private:
   const std::string write_failed_;
-  std::shared_ptr<const Message> in_flight_;  // the message being written; null when no write is in flight
-  bool finishing_ = false;
-  grpc::Status pending_finish_;
+  // The message being written; null when no write is in flight.
+  std::shared_ptr<const Message> in_flight_ ABSL_GUARDED_BY(mutex_);
+  bool finishing_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Status pending_finish_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace troupe

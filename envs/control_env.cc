@@ -28,11 +28,32 @@ absl::StatusOr<std::unique_ptr<ControlEnv>> ControlEnv::Create(const TaskInfo& i
     return absl::ResourceExhaustedError(absl::StrCat(info.name, ": mj_makeData: ", e.what()));
   }
 
-  // The spec: state fields from the task, pixels from the options, actions
-  // from the actuators' control ranges.
-  EnvSpec& spec = env->spec_;
+  ASSIGN_OR_RETURN(env->spec_, Describe(info, *model, *env->task_, options));
+  if (options.pixels) {
+    ASSIGN_OR_RETURN(env->camera_id_, PixelCamera(info, *model, options));
+    // Surface size and EGL errors now, not at the first step.
+    mj_forward(m, env->data_);
+    std::vector<uint8_t> probe(env->spec_.pixel_bytes());
+    RETURN_IF_ERROR(RenderPixels(env->model_, env->data_, env->camera_id_, env->render_, probe.data()));
+  }
+  return env;
+}
+
+absl::StatusOr<int> ControlEnv::PixelCamera(const TaskInfo& info, const Model& model, const EnvOptions& options) {
+  const std::string camera = options.camera.empty() ? info.pixel_camera : options.camera;
+  const int id = mj_name2id(model.get(), mjOBJ_CAMERA, camera.c_str());
+  if (id < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(info.name, ": no camera named '", camera, "' in ", model.path()));
+  }
+  return id;
+}
+
+absl::StatusOr<EnvSpec> ControlEnv::Describe(const TaskInfo& info, const Model& model, const Task& task,
+                                             const EnvOptions& options) {
+  const mjModel* m = model.get();
+  EnvSpec spec;
   spec.task = info.name;
-  spec.state_fields = env->task_->ObservationSpec();
+  spec.state_fields = task.ObservationSpec();
   for (const auto& field : spec.state_fields) spec.state_size += field.size;
   spec.action_size = m->nu;
   for (int i = 0; i < m->nu; ++i) {
@@ -42,20 +63,12 @@ absl::StatusOr<std::unique_ptr<ControlEnv>> ControlEnv::Create(const TaskInfo& i
   }
   spec.episode_steps = info.episode_steps;
   if (options.pixels) {
-    const std::string camera = options.camera.empty() ? info.pixel_camera : options.camera;
-    env->camera_id_ = mj_name2id(m, mjOBJ_CAMERA, camera.c_str());
-    if (env->camera_id_ < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(info.name, ": no camera named '", camera, "' in ", model->path()));
-    }
+    RETURN_IF_ERROR(PixelCamera(info, model, options).status());
     spec.height = options.render.height;
     spec.width = options.render.width;
     spec.channels = 3;
-    // Surface size and EGL errors now, not at the first step.
-    mj_forward(m, env->data_);
-    std::vector<uint8_t> probe(spec.pixel_bytes());
-    RETURN_IF_ERROR(RenderPixels(env->model_, env->data_, env->camera_id_, env->render_, probe.data()));
   }
-  return env;
+  return spec;
 }
 
 int ControlEnv::InstabilityWarnings() const {

@@ -19,6 +19,12 @@ class ControlEnv : public Environment {
                                                             const EnvOptions& options);
   ~ControlEnv() override;
 
+  // The spec of a ControlEnv of `info` on `model` with `task` bound to it:
+  // state fields from the task, pixels from the options, actions from the
+  // actuators' control ranges. InvalidArgument for an unknown camera.
+  static absl::StatusOr<EnvSpec> Describe(const TaskInfo& info, const Model& model, const Task& task,
+                                          const EnvOptions& options);
+
   const EnvSpec& spec() const override { return spec_; }
   absl::StatusOr<TimeStep> Reset(ObservationBuffers out) override;
   absl::StatusOr<TimeStep> Step(std::span<const float> action, ObservationBuffers out) override;
@@ -31,6 +37,9 @@ class ControlEnv : public Environment {
  private:
   ControlEnv(const TaskInfo& info, std::shared_ptr<const Model> model, std::unique_ptr<Task> task,
              const EnvOptions& options);
+  // The id of the camera pixels are rendered from (options.camera, else the
+  // task's), or InvalidArgument naming the camera and the model file.
+  static absl::StatusOr<int> PixelCamera(const TaskInfo& info, const Model& model, const EnvOptions& options);
   // Sum of MuJoCo's instability warnings (bad qpos/qvel/qacc) so far.
   int InstabilityWarnings() const;
 

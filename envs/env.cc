@@ -11,11 +11,7 @@ absl::StatusOr<EnvOptions> EnvOptions::FromConfig(const config::EnvConfig& confi
   EnvOptions options;
   options.task = config.task();
   options.seed = config.seed();
-  if (config.observation() != "pixels" && config.observation() != "state") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("env.observation: '", config.observation(), "' is neither \"pixels\" nor \"state\""));
-  }
-  options.pixels = config.observation() == "pixels";
+  options.pixels = config.observation() == config::EnvConfig::PIXELS;
   options.render.width = config.render().width();
   options.render.height = config.render().height();
   options.render.shadows = config.render().shadows();
@@ -64,6 +60,23 @@ TimeStep AdvanceEnv(Environment& env, EpisodeProgress& progress, bool reset, con
   }
   progress.needs_reset = timestep->step_type == StepType::kLast;
   return *timestep;
+}
+
+absl::StatusOr<EnvSpec> DescribeEnv(const EnvOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(const TaskInfo* info, FindTask(options.task));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, LoadTaskModel(options.task, /*multisample=*/false));
+  const std::unique_ptr<Task> task = info->make();
+  RETURN_IF_ERROR(task->Bind(model->get()));
+  ASSIGN_OR_RETURN(EnvSpec spec, ControlEnv::Describe(*info, *model, *task, options));
+  if (options.action_repeat > 1) spec = ActionRepeat::WrapSpec(std::move(spec), options.action_repeat);
+  if (options.pixels && options.frame_stack > 1) spec = FrameStack::WrapSpec(std::move(spec), options.frame_stack);
+  return spec;
+}
+
+absl::StatusOr<EnvSpec> DescribeEnv(const config::EnvConfig& config) {
+  ASSIGN_OR_RETURN(const EnvOptions options, EnvOptions::FromConfig(config));
+  return DescribeEnv(options);
 }
 
 absl::StatusOr<std::unique_ptr<Environment>> MakeEnv(const EnvOptions& options, std::shared_ptr<const Model> model) {

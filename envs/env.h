@@ -123,6 +123,13 @@ TimeStep AdvanceEnv(Environment& env, EpisodeProgress& progress, bool reset, con
 absl::StatusOr<std::unique_ptr<Environment>> MakeEnv(const EnvOptions& options,
                                                      std::shared_ptr<const Model> model = nullptr);
 
+// The spec of the env MakeEnv(options) would build, without building it: the
+// task's model is loaded and the task bound (no mjData, no renderer). Errors
+// as MakeEnv's, except renderer errors (nothing is rendered).
+absl::StatusOr<EnvSpec> DescribeEnv(const EnvOptions& options);
+// The same for an experiment config's env section (EnvOptions::FromConfig).
+absl::StatusOr<EnvSpec> DescribeEnv(const config::EnvConfig& config);
+
 // Loads the model of `task` from AssetsDir(). Errors as Model::Load, plus
 // NotFound for an unknown task.
 absl::StatusOr<std::shared_ptr<const Model>> LoadTaskModel(const std::string& task, bool multisample);

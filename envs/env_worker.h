@@ -8,8 +8,8 @@
 // display and rasterizer, so envs stepped there render in parallel with
 // those of the pool's own process.
 //
-// Why a batch at a time: waking a process that sleeps in the kernel costs
-// 50-100 us on a busy virtual machine, a fifth of an 84x84 render. Handing
+// Why a batch at a time: waking a process that sleeps in the kernel costs a
+// sizeable share of an 84x84 render (README, "Measured costs"). Handing
 // over whole batches (the worker owns its envs: physics, rendering, frame
 // stacks, SubprocVecEnv style) pays that once per batch instead of once per
 // step.

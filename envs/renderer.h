@@ -3,7 +3,8 @@
 //
 // Threading: every thread that renders gets its own EGL context, made once
 // and kept current on that thread until it exits, and its own MuJoCo GPU
-// context (mjrContext, ~150 ms to make) per model it renders. Both live in
+// context (mjrContext, slow to make: README, "Measured costs") per model it
+// renders. Both live in
 // thread-local storage; nothing here is shared between threads, so there is
 // no locking. Envs hold no GL state: any thread may render any env.
 #ifndef TROUPE_ENVS_RENDERER_H_
@@ -37,7 +38,7 @@ struct RenderOptions {
 absl::Status RenderPixels(const std::shared_ptr<const Model>& model, const mjData* data, int camera_id,
                           const RenderOptions& options, uint8_t* out);
 
-// Makes this thread's contexts for `model` now (so the ~150 ms is not paid
+// Makes this thread's contexts for `model` now (so making them is not paid
 // inside a timed loop or the first step). Same errors as RenderPixels.
 absl::Status PrepareRenderer(const std::shared_ptr<const Model>& model);
 

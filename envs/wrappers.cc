@@ -7,10 +7,13 @@
 namespace troupe::envs {
 
 ActionRepeat::ActionRepeat(std::unique_ptr<Environment> inner, int repeat)
-    : inner_(std::move(inner)), repeat_(repeat), spec_(inner_->spec()) {
-  TROUPE_CHECK(repeat_ >= 1);
-  spec_.episode_steps = (spec_.episode_steps + repeat_ - 1) / repeat_;
-  spec_.action_repeat *= repeat_;
+    : inner_(std::move(inner)), repeat_(repeat), spec_(WrapSpec(inner_->spec(), repeat)) {}
+
+EnvSpec ActionRepeat::WrapSpec(EnvSpec spec, int repeat) {
+  TROUPE_CHECK(repeat >= 1);
+  spec.episode_steps = (spec.episode_steps + repeat - 1) / repeat;
+  spec.action_repeat *= repeat;
+  return spec;
 }
 
 absl::StatusOr<TimeStep> ActionRepeat::Step(std::span<const float> action, ObservationBuffers out) {
@@ -30,11 +33,14 @@ absl::StatusOr<TimeStep> ActionRepeat::Step(std::span<const float> action, Obser
 }
 
 FrameStack::FrameStack(std::unique_ptr<Environment> inner, int k)
-    : inner_(std::move(inner)), k_(k), spec_(inner_->spec()) {
-  TROUPE_CHECK(k_ >= 1 && spec_.channels == 3);
-  frame_bytes_ = spec_.pixel_bytes();
+    : inner_(std::move(inner)), k_(k), spec_(WrapSpec(inner_->spec(), k)), frame_bytes_(inner_->spec().pixel_bytes()) {
   frames_.resize(frame_bytes_ * k_);
-  spec_.channels = 3 * k_;
+}
+
+EnvSpec FrameStack::WrapSpec(EnvSpec spec, int k) {
+  TROUPE_CHECK(k >= 1 && spec.channels == 3);
+  spec.channels = 3 * k;
+  return spec;
 }
 
 void FrameStack::WriteStack(uint8_t* out) const {

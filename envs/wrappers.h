@@ -15,6 +15,8 @@ namespace troupe::envs {
 class ActionRepeat : public Environment {
  public:
   ActionRepeat(std::unique_ptr<Environment> inner, int repeat);
+  // The spec of `inner` wrapped: episode_steps divided by `repeat` (rounded up).
+  static EnvSpec WrapSpec(EnvSpec inner, int repeat);
 
   const EnvSpec& spec() const override { return spec_; }
   absl::StatusOr<TimeStep> Reset(ObservationBuffers out) override { return inner_->Reset(out); }
@@ -37,6 +39,8 @@ class ActionRepeat : public Environment {
 class FrameStack : public Environment {
  public:
   FrameStack(std::unique_ptr<Environment> inner, int k);
+  // The spec of `inner` (3 pixel channels) wrapped: 3k channels.
+  static EnvSpec WrapSpec(EnvSpec inner, int k);
 
   const EnvSpec& spec() const override { return spec_; }
   absl::StatusOr<TimeStep> Reset(ObservationBuffers out) override;

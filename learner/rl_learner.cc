@@ -1,6 +1,7 @@
 #include "learner/rl_learner.h"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "common/image.h"
 #include "common/plot.h"
 #include "common/status_macros.h"
+#include "envs/env.h"
 #include "replay/client.h"
 #include "replay/grpc_client.h"
 
@@ -46,35 +48,52 @@ absl::Status ReadCounters(const std::string& path, int64_t* frames, int64_t* sam
 
 }  // namespace
 
+absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat("learner.", parts...)); };
+  RETURN_IF_ERROR(replicator::ValidateEngineConfig(learner.engine(), "learner", learner.batch_size()));
+  if (learner.publish_every() < 1) return bad("publish_every ", learner.publish_every(), ": must be >= 1");
+  if (learner.checkpoint_every_s() < 1) {
+    return bad("checkpoint_every_s ", learner.checkpoint_every_s(), ": must be >= 1");
+  }
+  if (learner.max_updates() < 0) return bad("max_updates ", learner.max_updates(), ": must be >= 0 (0 = no limit)");
+  if (learner.replay_size() < 1) return bad("replay_size ", learner.replay_size(), ": must be >= 1");
+  if (learner.min_replay_size() < 1 || learner.min_replay_size() > learner.replay_size()) {
+    return bad("min_replay_size ", learner.min_replay_size(), ": must be in [1, learner.replay_size ",
+               learner.replay_size(), "]");
+  }
+  // !(>= 0) also refuses NaN.
+  if (!(learner.samples_per_insert() >= 0) || std::isinf(learner.samples_per_insert())) {
+    return bad("samples_per_insert ", learner.samples_per_insert(), ": must be finite and >= 0 (0 = no ratio)");
+  }
+  if (learner.listen().empty()) return bad("listen: must be HOST:PORT (port 0 = any free port)");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::ExperimentConfig& config,
                                                              const std::string& run_dir, bool resume,
                                                              const RlLearnerOptions& options) {
   std::unique_ptr<RlLearner> l(new RlLearner());
   l->config_ = config;
   l->run_dir_ = run_dir;
-  ASSIGN_OR_RETURN(l->spec_, actors::AgentObservationSpec(config, &l->action_size_));
+  RETURN_IF_ERROR(ValidateLearnerConfig(config.learner()));
+  ASSIGN_OR_RETURN(const envs::EnvSpec env_spec, envs::DescribeEnv(config.env()));
+  l->spec_ = agents::ObservationSpecOf(env_spec);
+  l->action_size_ = env_spec.action_size;
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), l->spec_, l->action_size_));
 
   // The Replicator first: under MPI it says which rank this process is.
-  replicator::ReplicatorOptions replicator_options;
+  const config::EngineConfig& engine = config.learner().engine();
+  replicator::ReplicatorOptions replicator_options = replicator::ReplicatorOptions::FromConfig(engine);
   replicator_options.timeout = options.collective_timeout;
-  if (config.learner().backend() == "mpi") {
-    l->mpi_ = true;
-    replicator_options.backend = replicator::ReplicatorOptions::Backend::kMpi;
-  } else if (config.learner().backend() == "in_process") {
-    replicator_options.num_replicas = config.learner().replicas();
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("learner.backend: '", config.learner().backend(),
-                                                   "' is neither \"in_process\" nor \"mpi\""));
-  }
+  l->mpi_ = engine.collectives() == config::EngineConfig::MPI;
   ASSIGN_OR_RETURN(l->replicator_, replicator::Replicator::Create(replicator_options));
   if (l->mpi_) {
     l->rank_ = l->replicator_->local_replicas().front();
     l->num_ranks_ = l->replicator_->num_replicas();
-    if (config.learner().replicas() > 1 && config.learner().replicas() != l->num_ranks_) {
+    if (engine.replicas() > 1 && engine.replicas() != l->num_ranks_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "learner.replicas ", config.learner().replicas(), " with learner.backend \"mpi\": mpirun started ",
-          l->num_ranks_, " ranks (one replica each); leave learner.replicas at 1 or make it match `mpirun -np`"));
+          "learner.engine.replicas ", engine.replicas(), " with learner.engine.collectives MPI: mpirun started ",
+          l->num_ranks_, " ranks (one replica each); leave learner.engine.replicas at 1 or make it match `mpirun -np`"));
     }
   }
 
@@ -101,12 +120,11 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // every sample, as it does for in-process replicas.)
   ASSIGN_OR_RETURN(l->agent_, agents::D4pgAgent::Create(config, l->spec_, l->action_size_, l->replicator_.get()));
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
-  replay::ReplayClient* client = l->local_client_ ? l->local_client_.get() : l->remote_client_.get();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
     replay::SamplerOptions sampler_options{.table = "transitions", .batch_size = shard};
     // A remote sampler gives up when rank 0 stops answering (as collectives do).
     if (!l->is_chief()) sampler_options.timeout = absl::FromChrono(options.collective_timeout);
-    ASSIGN_OR_RETURN(auto sampler, client->NewSampler(sampler_options));
+    ASSIGN_OR_RETURN(auto sampler, l->replay_client_->NewSampler(sampler_options));
     l->samplers_.push_back(std::move(sampler));
   }
 
@@ -129,7 +147,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
 absl::Status RlLearner::StartChief(const config::ReplayConfig& replay_config) {
   std::filesystem::create_directories(CheckpointDir(run_dir_));
   ASSIGN_OR_RETURN(replay_, replay::Replay::Create(replay_config));
-  local_client_ = replay::NewLocalClient(replay_.get());
+  replay_client_ = replay::NewLocalClient(replay_.get());
 
   // One port for replay inserts and parameter streams.
   replay_service_ = std::make_unique<replay::ReplayService>(replay_.get(), replay_config.worker_threads());
@@ -182,7 +200,7 @@ absl::Status RlLearner::ShareChiefAddress(const absl::Status& chief_status, int6
     return absl::FailedPreconditionError(absl::StrCat("learner rank 0 failed to start: ", text));
   }
   address_ = text;
-  remote_client_ = replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes});
+  replay_client_ = replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes});
   return absl::OkStatus();
 }
 
@@ -247,6 +265,7 @@ absl::Status RlLearner::Restore() {
   std::ifstream eval(run_dir_ + "/eval.csv");
   std::string line;
   std::getline(eval, line);  // header
+  absl::MutexLock lock(&mutex_);
   while (std::getline(eval, line)) {
     std::stringstream row(line);
     std::string frames, updates, value;
@@ -296,7 +315,7 @@ void RlLearner::MaybeEvaluate() {
     }
     if (!status.ok()) std::fprintf(stderr, "evaluator: %s\n", status.ToString().c_str());
     if (status.ok()) {
-      std::lock_guard lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       stats_.last_eval_return = value;
       stats_.last_eval_frames = frames;
       eval_frames_.push_back(double(frames));
@@ -338,7 +357,7 @@ void RlLearner::WriteMetrics() {
 }
 
 LearnerStats RlLearner::Stats() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return stats_;
 }
 
@@ -347,7 +366,7 @@ void RlLearner::RecordStats(bool write_row) {
   const int64_t frames = FramesNow();
   const proto::InfoResponse info = replay_->Info();
   {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     stats_.frames = frames;
     stats_.updates = agent_->updates();
     stats_.replay_size = info.tables_size() ? info.tables(0).size() : 0;
@@ -431,15 +450,12 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
           request.add_keys(keys[i]);
           request.add_priorities(priorities[i]);
         }
-        if (is_chief()) {
-          (void)replay_->MutatePriorities(request);
-        } else {
-          (void)remote_client_->MutatePriorities(request);
-        }
+        // A lost update leaves those items at their old priorities: not worth stopping for.
+        (void)replay_client_->MutatePriorities(request);
       }
     }
     if (!is_chief()) {
-      std::lock_guard lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       stats_.updates = agent_->updates();
       continue;
     }

@@ -5,8 +5,8 @@
 // (metrics.csv, metrics.jsonl, learning_curve.png), runs the evaluator on a
 // schedule, and checkpoints (agent + counters, replay when configured).
 //
-// Replicas: learner.replicas > 1 with backend "in_process" runs them as
-// threads of this process. Backend "mpi" runs one replica per rank of
+// Replicas: learner.engine.replicas > 1 with collectives IN_PROCESS runs them
+// as threads of this process. Collectives MPI runs one replica per rank of
 // `mpirun -np K troupe learner ...`: rank 0 (the chief) owns everything above
 // (replay, the port, Parameters, the evaluator, metrics, checkpoints); every
 // other rank samples its shard of each global batch from rank 0's replay
@@ -27,16 +27,17 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include <grpcpp/server.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "actors/episode_stream.h"
-#include "learner/agents/d4pg.h"
-#include "learner/replicator/replicator.h"
+#include "agents/d4pg_agent.h"
+#include "engine/replicator/replicator.h"
 #include "learner/service/parameter_service.h"
 #include "proto/config.pb.h"
 #include "replay/client.h"
@@ -44,6 +45,11 @@
 #include "replay/service.h"
 
 namespace troupe::learner {
+
+// InvalidArgument naming the field ("learner.min_replay_size 0: must be >=
+// 1") for a learner section the RL learner cannot run, its engine section
+// included (replicator::ValidateEngineConfig).
+absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner);
 
 struct LearnerStats {
   int64_t frames = 0;            // env frames in replay's inserts (+ those before a resume)
@@ -59,8 +65,8 @@ struct LearnerStats {
 };
 
 struct RlLearnerOptions {
-  // How long a replica waits in a collective for the others (backend "mpi"
-  // and "in_process"): a replica that stalls or dies makes the others fail
+  // How long a replica waits in a collective for the others (MPI and
+  // IN_PROCESS collectives alike): a replica that stalls or dies makes the others fail
   // with an error naming it after this long.
   std::chrono::milliseconds collective_timeout{60000};
 };
@@ -83,8 +89,8 @@ class RlLearner {
   // "host:port" actors connect to (on every rank: rank 0's).
   const std::string& address() const { return address_; }
 
-  // This process's rank and the number of ranks (0 and 1 unless backend
-  // "mpi"). Rank 0 is the chief: it serves, evaluates and writes run_dir.
+  // This process's rank and the number of ranks (0 and 1 unless collectives
+  // MPI). Rank 0 is the chief: it serves, evaluates and writes run_dir.
   int rank() const { return rank_; }
   int num_ranks() const { return num_ranks_; }
   bool is_chief() const { return rank_ == 0; }
@@ -139,8 +145,9 @@ class RlLearner {
   std::string address_;
   std::unique_ptr<replicator::Replicator> replicator_;
   std::unique_ptr<agents::D4pgAgent> agent_;
-  std::unique_ptr<replay::ReplayClient> local_client_;   // rank 0: the embedded replay
-  std::unique_ptr<replay::ReplayClient> remote_client_;  // ranks > 0: rank 0's replay over gRPC
+  // Samples and priority updates: rank 0's embedded replay, in process on
+  // rank 0 and over gRPC on the other ranks.
+  std::unique_ptr<replay::ReplayClient> replay_client_;
   std::vector<std::unique_ptr<replay::Sampler>> samplers_;  // one per local replica
   bool mpi_ = false;
   int rank_ = 0, num_ranks_ = 1;
@@ -160,10 +167,10 @@ class RlLearner {
   std::atomic<bool> evaluating_{false};
   int64_t next_eval_frames_ = 0;
 
-  mutable std::mutex mutex_;
-  LearnerStats stats_;                // guarded by mutex_
-  std::vector<double> eval_frames_;   // guarded by mutex_
-  std::vector<double> eval_returns_;  // guarded by mutex_
+  mutable absl::Mutex mutex_;
+  LearnerStats stats_ ABSL_GUARDED_BY(mutex_);
+  std::vector<double> eval_frames_ ABSL_GUARDED_BY(mutex_);
+  std::vector<double> eval_returns_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace troupe::learner

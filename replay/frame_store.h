@@ -5,15 +5,14 @@
 // when the last reference goes.
 //
 // Codecs (the wire's proto::Compression ids): LZ4 block format, the
-// default, decodes ~2x faster than zstd on rendered frames (sampling
-// decodes ~4 frames per transition) for ~15% more bytes (rendered
-// cartpole/walker 84x84x3: walker ~5.3 KB vs ~4.5 KB per frame, ~9-10 us vs
-// ~20-25 us to decode); zstd stays readable (older writers, checkpoints).
+// default, decodes faster than zstd on rendered frames (sampling decodes ~4
+// frames per transition) for somewhat more bytes (README, "Measured costs");
+// zstd stays readable (older writers, checkpoints).
 //
 // Reference coding: a frame may be compressed with another frame of the same
 // stream (its `reference`, usually a recent frame of the same env) as the
 // preceding history (an LZ4 dictionary, a zstd prefix), so only what changed
-// costs bytes (a cartpole frame: ~0.3 KB instead of ~7 KB). Decoding it
+// costs bytes (troupe bench replay: frame size as written). Decoding it
 // needs the reference decoded first; the reference is kept alive by the
 // frames coded against it. Writers keep chains at most kMaxReferenceDepth
 // deep (FrameEncoder makes depth 1: a key frame and the frames coded
@@ -21,7 +20,7 @@
 //
 // Validation: a frame that arrives compressed is checked before it is
 // stored, so a sample never meets a frame that fails to decode: an LZ4
-// block is parsed (without decoding it, ~1 us) and must produce exactly the
+// block is parsed (without decoding it, which is cheap) and must produce exactly the
 // frame's H*W*C bytes with every match inside the frame or its reference; a
 // zstd frame is decoded once.
 //
@@ -98,11 +97,12 @@ class Frame {
 };
 
 // Reusable compression state (one per writer thread). COMPRESSION_LZ4 (the
-// default): `level` 1 is LZ4's fast mode (~40-60 us per rendered 84x84x3
-// frame), 2..12 LZ4HC at that level (a few % smaller, 3-10x slower to
-// write, as fast to decode); higher levels mean 12. COMPRESSION_ZSTD: zstd
-// `level` with literals left uncompressed and matches of at least 6 bytes
-// (decodes ~1.3x faster than plain zstd level 1 for ~13% more bytes).
+// default): `level` 1 is LZ4's fast mode (troupe bench replay: frame
+// compress), 2..12 LZ4HC at that level (a little smaller, several times
+// slower to write, as fast to decode); higher levels mean 12.
+// COMPRESSION_ZSTD: zstd `level` with literals left uncompressed and matches
+// of at least 6 bytes (faster to decode than plain zstd level 1 for a few
+// more bytes).
 class FrameCompressor {
  public:
   explicit FrameCompressor(int level = 1, proto::Compression codec = proto::COMPRESSION_LZ4);

@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "proto/replay.grpc.pb.h"
-#include "replay/grpc_status.h"
 
 namespace troupe::replay {
 namespace {

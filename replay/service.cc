@@ -8,7 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "replay/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace troupe::replay {
 namespace {

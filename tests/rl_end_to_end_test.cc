@@ -26,8 +26,8 @@ using namespace troupe::e2e;  // Wait, Read, Metrics and its columns
 // A small, fast experiment written into `dir`.
 std::string WriteConfig(const std::string& dir, int64_t total_frames) {
   const std::string path = dir + "/small.textproto";
-  std::ofstream(path) << R"(name: "e2e" mode: "rl"
-env { task: "cartpole.swingup" observation: "state" action_repeat: 4 }
+  std::ofstream(path) << R"(name: "e2e" mode: RL
+env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
 learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 checkpoint_every_s: 1 }
@@ -160,8 +160,8 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
 // replay, the encoder trained, the policy acting on stacked frames.
 TEST_F(RlEndToEndTest, PixelRunTrainsOnStackedFramesFromReplay) {
   const std::string path = dir_ + "/pixels.textproto";
-  std::ofstream(path) << R"(name: "pixels" mode: "rl"
-env { task: "cartpole.swingup" observation: "pixels" render { width: 32 height: 32 } action_repeat: 8 frame_stack: 2 }
+  std::ofstream(path) << R"(name: "pixels" mode: RL
+env { task: "cartpole.swingup" observation: PIXELS render { width: 32 height: 32 } action_repeat: 8 frame_stack: 2 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [32, 32] v_max: 800 conv_channels: 8 encoder_features: 16 augment_pad: 2 }
 learner { batch_size: 16 publish_every: 5 min_replay_size: 100 samples_per_insert: 4 }
@@ -180,10 +180,10 @@ runs_dir: ")" << dir_ << "/runs\"\ntotal_frames: 3000\n";
 
 TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
   const std::string path = dir_ + "/bad.textproto";
-  std::ofstream(path) << "mode: \"rl\"\nenv { task: \"cartpole.flip\" }\n";
+  std::ofstream(path) << "mode: RL\nenv { task: \"cartpole.flip\" }\n";
   EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
   EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("unknown task 'cartpole.flip'"));
-  std::ofstream(path) << "mode: \"rl\"\nlearner { batch_size: \"big\" }\n";
+  std::ofstream(path) << "mode: RL\nlearner { batch_size: \"big\" }\n";
   EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
   EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("bad.textproto:2:"));
   EXPECT_FALSE(fs::exists(dir_ + "/runs"));

@@ -32,11 +32,11 @@ using namespace troupe::e2e;  // Start, Wait, Stop, Read, AwaitMatch, Metrics an
 // A small, fast experiment from state, learner replicas over MPI.
 std::string WriteConfig(const std::string& dir, int64_t total_frames, int64_t max_updates = 0) {
   const std::string path = dir + "/mpi.textproto";
-  std::ofstream(path) << R"(name: "mpi" mode: "rl"
-env { task: "cartpole.swingup" observation: "state" action_repeat: 4 }
+  std::ofstream(path) << R"(name: "mpi" mode: RL
+env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
-learner { backend: "mpi" batch_size: 64 threads: 1 publish_every: 10 min_replay_size: 300 samples_per_insert: 32
+learner { engine { collectives: MPI threads: 1 } batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32
           checkpoint_every_s: 2 max_updates: )" << max_updates << R"( }
 actors { count: 2 random_frames: 1000 }
 evaluator { every_frames: 4000 episodes: 1 }

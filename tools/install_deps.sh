@@ -10,6 +10,7 @@ packages=(
   libegl-dev libegl-mesa0 libgl-dev libopengl-dev libgles-dev  # headless EGL rendering (Mesa)
   libeigen3-dev                       # learner engine GEMM
   libgtest-dev libgmock-dev           # tests
+  clang                               # tests: clang's -Wthread-safety over the lock annotations
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev  # wire + config
   libzstd-dev liblz4-dev              # frame compression
   libpng-dev                          # PNG output (goldens, curves, sample grids)

@@ -1,5 +1,5 @@
 // What the viewer shows of a GAN run directory (`troupe run` of a mode
-// "gan" config, learner/gan/run.cc): the newest sample grid and the FID
+// GAN config, gan/run.cc): the newest sample grid and the FID
 // curve, re-read as training writes new ones.
 //
 // Layout read here:

@@ -126,7 +126,7 @@ TEST(ViewPlanTest, ACheckpointInAScriptedRunIsRefusedNamingTheMode) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->mode, ViewPlan::Mode::kCheckpoint);
   EXPECT_EQ(MakeSource(*plan).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(MakeSource(*plan).status().message(), HasSubstr("mode 'scripted'"));
+  EXPECT_THAT(MakeSource(*plan).status().message(), HasSubstr("mode SCRIPTED, but only mode RL runs have a policy"));
 }
 
 TEST(ViewPlanTest, LiveTakesTheAddress) {

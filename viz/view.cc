@@ -67,10 +67,10 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
   ASSIGN_OR_RETURN(RunDirectory run, OpenRunDirectory(request.run_dir));
   plan.run_dir = run.path;
   // A GAN run: its sample grids and FID curve, no env.
-  if (run.config.mode() == "gan") {
+  if (run.config.mode() == config::ExperimentConfig::GAN) {
     if (!request.checkpoint.empty() || !request.policy.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          run.path, " is a GAN run (mode \"gan\"): troupe view shows its samples and FID curve; "
+          run.path, " is a GAN run (mode GAN): troupe view shows its samples and FID curve; "
                     "--checkpoint and --policy are for RL runs"));
     }
     plan.mode = ViewPlan::Mode::kGan;

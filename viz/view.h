@@ -46,7 +46,7 @@ struct ViewPlan {
   std::vector<CurveFile> curves;      // the run's metrics files
 };
 
-// A run directory whose config has mode "gan" plans kGan (its samples and
+// A run directory whose config has mode GAN plans kGan (its samples and
 // FID curve; --checkpoint and --policy do not apply: InvalidArgument).
 // Errors: InvalidArgument for a request that names no source or several,
 // a malformed HOST:PORT, an unknown policy; OpenRunDirectory's and

@@ -107,10 +107,10 @@ TEST(CheckpointViewTest, TheCheckpointsPolicyDrivesTheEnvInAWindow) {
   EXPECT_GT(status.total_steps, 1);
 }
 
-// A GAN run directory as learner/gan/run.cc writes it.
+// A GAN run directory as gan/run.cc writes it.
 std::string GanRunDir() {
   const std::string dir = testing::FreshDir("gan");
-  std::ofstream(dir + "/config.textproto") << "name: \"fashion\"\nmode: \"gan\"\n";
+  std::ofstream(dir + "/config.textproto") << "name: \"fashion\"\nmode: GAN\n";
   std::ofstream(dir + "/eval.csv") << "images,steps,classifier_fid,classifier_score,seconds\n"
                                       "1000,10,80.5,2.0,1.0\n2000,20,60.25,3.0,2.0\n";
   fs::create_directories(dir + "/samples");
@@ -175,7 +175,7 @@ TEST(GanViewTest, ShowsTheNewestSampleGridAndTheFidCurveAndFollowsNewGrids) {
 
 TEST(GanViewTest, ARunWithoutSamplesYetSaysItIsWaiting) {
   const std::string dir = testing::FreshDir("gan_empty");
-  std::ofstream(dir + "/config.textproto") << "name: \"fashion\"\nmode: \"gan\"\n";
+  std::ofstream(dir + "/config.textproto") << "name: \"fashion\"\nmode: GAN\n";
   auto viewer = MakeWindow();
   ASSERT_NE(viewer, nullptr);
   ASSERT_TRUE(viewer->ShowGan(std::make_unique<GanSamples>(dir)).ok());

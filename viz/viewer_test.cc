@@ -17,8 +17,8 @@
 #include <set>
 
 #include "viz/policies/scripted.h"
-#include "viz/testing/xvfb.h"
 #include "viz/sources/policy_episodes.h"
+#include "viz/testing/xvfb.h"
 
 namespace troupe::viz {
 namespace {
@@ -117,7 +117,7 @@ bool IsCartColoured(const Image& image, std::array<int, 2> at) {
 }
 
 TEST(ViewerTest, DrawsTheSceneInARealWindow) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   ASSERT_TRUE(viewer->RunFrames(3).ok());
   Image image = Shot(*viewer);
@@ -197,7 +197,7 @@ TEST(ViewerTest, SpacePausesRightArrowStepsAndRStartsANewEpisode) {
 }
 
 TEST(ViewerTest, CKeyCyclesThroughTheTasksFixedCamerasAndBackToTheFreeCamera) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   EXPECT_EQ(viewer->CameraName(), "free");
   Image free_view = Shot(*viewer);
@@ -213,7 +213,7 @@ TEST(ViewerTest, CKeyCyclesThroughTheTasksFixedCamerasAndBackToTheFreeCamera) {
 }
 
 TEST(ViewerTest, MouseDragOrbitsAndWheelZoomsTheFreeCamera) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kZero, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::ZERO, 0));
   ASSERT_NE(viewer, nullptr);
   Image start = Shot(*viewer);
   viewer->InjectDrag(SDL_BUTTON_LEFT, /*dx=*/120, /*dy=*/0);
@@ -226,7 +226,7 @@ TEST(ViewerTest, MouseDragOrbitsAndWheelZoomsTheFreeCamera) {
 }
 
 TEST(ViewerTest, HudTextIsDrawnInTheTopLeftCorner) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   viewer->options().show_hud = true;
   Image with_hud = Shot(*viewer);
@@ -241,7 +241,7 @@ TEST(ViewerTest, HudTextIsDrawnInTheTopLeftCorner) {
 }
 
 TEST(ViewerTest, AgentViewInsetShowsTheObservationScaledWithoutSmoothing) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   viewer->options().show_hud = viewer->options().show_actions = false;
   Image image = Shot(*viewer);
@@ -263,7 +263,7 @@ TEST(ViewerTest, AgentViewInsetShowsTheObservationScaledWithoutSmoothing) {
 }
 
 TEST(ViewerTest, PKeySavesAPngScreenshot) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   Press(*viewer, SDLK_p);
   ASSERT_FALSE(viewer->last_screenshot().empty());
@@ -275,7 +275,7 @@ TEST(ViewerTest, PKeySavesAPngScreenshot) {
 }
 
 TEST(ViewerTest, BracketKeysHalveAndDoubleTheSpeed) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   auto speed = [&] {
     double value = 0;
@@ -290,7 +290,7 @@ TEST(ViewerTest, BracketKeysHalveAndDoubleTheSpeed) {
 }
 
 TEST(ViewerTest, ResizedWindowIsDrawnAtItsNewSize) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   SDL_SetWindowSize(viewer->window(), 640, 400);
   // The X server applies the size asynchronously.
@@ -314,7 +314,7 @@ TEST(ViewerTest, ResizedWindowIsDrawnAtItsNewSize) {
 }
 
 TEST(ViewerTest, EscapeQuits) {
-  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(ScriptedKind::kController, 0));
+  auto viewer = MakeViewer(std::make_unique<ScriptedPolicy>(config::ScriptedPolicyConfig::CONTROLLER, 0));
   ASSERT_NE(viewer, nullptr);
   viewer->InjectKey(SDLK_ESCAPE);
   auto running = viewer->RunFrames(5);

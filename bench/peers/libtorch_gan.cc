@@ -1,5 +1,5 @@
 // The comparison peer for `troupe bench gan`: the GAN mode's generator +
-// discriminator step (learner/gan/networks.h: DCGAN generator with batch norm,
+// discriminator step (gan/networks.h: DCGAN generator with batch norm,
 // spectrally normalised discriminator with one power iteration per D update,
 // hinge loss, Adam for both) in libtorch (Debian's libtorch-dev 1.13). Not
 // part of troupe: the benchmark compiles and runs it when libtorch is

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "learner/replicator/replicator.h"
+#include "engine/replicator/replicator.h"
 
 int main(int argc, char** argv) {
   using namespace troupe::replicator;

@@ -16,41 +16,41 @@ void ParameterStore::Publish(int64_t version, const std::string& name, std::span
   tensor->set_dtype(proto::DTYPE_FLOAT32);
   tensor->add_shape(static_cast<int64_t>(parameters.size()));
   tensor->set_data(parameters.data(), parameters.size_bytes());
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (closed_ || (latest_ && latest_->version() >= version)) return;
   latest_ = std::move(update);
   for (Listener* listener : listeners_) listener->OnPublished(latest_, closed_);
 }
 
 std::shared_ptr<const proto::ParametersUpdate> ParameterStore::Latest() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return latest_;
 }
 
 int64_t ParameterStore::version() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return latest_ ? latest_->version() : 0;
 }
 
 void ParameterStore::AddListener(Listener* listener) {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   listeners_.insert(listener);
   listener->OnPublished(latest_, closed_);
 }
 
 void ParameterStore::RemoveListener(Listener* listener) {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   listeners_.erase(listener);
 }
 
 void ParameterStore::Close() {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   closed_ = true;
   for (Listener* listener : listeners_) listener->OnPublished(latest_, closed_);
 }
 
 bool ParameterStore::closed() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return closed_;
 }
 
@@ -67,7 +67,7 @@ class GetReactor final : public SerialWriteReactor<proto::ParametersUpdate>, pub
 
   // A new version (or the store closing).
   void OnPublished(std::shared_ptr<const proto::ParametersUpdate> latest, bool closed) override {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     latest_ = std::move(latest);
     closed_ = closed;
     MaybeWriteLocked();
@@ -75,16 +75,16 @@ class GetReactor final : public SerialWriteReactor<proto::ParametersUpdate>, pub
 
   void OnDone() override {
     store_->RemoveListener(this);  // no OnPublished runs after this returns
-    { std::lock_guard lock(mutex_); }
+    { absl::MutexLock lock(&mutex_); }
     delete this;
   }
 
  private:
   // Only the newest version is written; versions published during a write
   // are coalesced.
-  std::shared_ptr<const proto::ParametersUpdate> NextLocked() override {
+  std::shared_ptr<const proto::ParametersUpdate> NextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (closed_) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the learner is shutting down"));
+      FinishLocked(absl::UnavailableError("the learner is shutting down"));
       return nullptr;
     }
     if (!latest_ || latest_->version() <= sent_version_) return nullptr;
@@ -93,10 +93,9 @@ class GetReactor final : public SerialWriteReactor<proto::ParametersUpdate>, pub
   }
 
   ParameterStore* store_;
-  // Guarded by mutex_.
-  int64_t sent_version_;
-  std::shared_ptr<const proto::ParametersUpdate> latest_;
-  bool closed_ = false;
+  int64_t sent_version_ ABSL_GUARDED_BY(mutex_);
+  std::shared_ptr<const proto::ParametersUpdate> latest_ ABSL_GUARDED_BY(mutex_);
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace

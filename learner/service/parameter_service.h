@@ -19,11 +19,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/parameters.grpc.pb.h"
 
 namespace troupe::learner {
@@ -53,10 +54,10 @@ class ParameterStore {
   bool closed() const;
 
  private:
-  mutable std::mutex mutex_;
-  std::shared_ptr<const proto::ParametersUpdate> latest_;  // guarded by mutex_
-  std::set<Listener*> listeners_;                          // guarded by mutex_
-  bool closed_ = false;                                    // guarded by mutex_
+  mutable absl::Mutex mutex_;
+  std::shared_ptr<const proto::ParametersUpdate> latest_ ABSL_GUARDED_BY(mutex_);
+  std::set<Listener*> listeners_ ABSL_GUARDED_BY(mutex_);
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 class ParameterService final : public proto::Parameters::CallbackService {

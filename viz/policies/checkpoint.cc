@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "actors/actor.h"
 #include "common/config.h"
 #include "common/status_macros.h"
+#include "envs/env.h"
 
 namespace troupe::viz {
 namespace fs = std::filesystem;
@@ -55,11 +55,12 @@ absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const
   auto list = [](const auto& values) { return absl::StrCat("[", absl::StrJoin(values, ", "), "]"); };
   const config::EnvConfig& a = trained.env();
   const config::EnvConfig& b = config.env();
-  compare("mode", quoted(trained.mode()), quoted(config.mode()));
+  compare("mode", config::ExperimentConfig::Mode_Name(trained.mode()), config::ExperimentConfig::Mode_Name(config.mode()));
   compare("env.task", quoted(a.task()), quoted(b.task()));
-  compare("env.observation", quoted(a.observation()), quoted(b.observation()));
+  compare("env.observation", config::EnvConfig::Observation_Name(a.observation()),
+          config::EnvConfig::Observation_Name(b.observation()));
   compare("env.action_repeat", absl::StrCat(a.action_repeat()), absl::StrCat(b.action_repeat()));
-  if (a.observation() == "pixels" && b.observation() == "pixels") {
+  if (a.observation() == config::EnvConfig::PIXELS && b.observation() == config::EnvConfig::PIXELS) {
     compare("env.frame_stack", absl::StrCat(a.frame_stack()), absl::StrCat(b.frame_stack()));
     compare("env.render (height x width)", absl::StrCat(a.render().height(), "x", a.render().width()),
             absl::StrCat(b.render().height(), "x", b.render().width()));
@@ -78,9 +79,10 @@ absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const
 
 absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Load(const config::ExperimentConfig& config,
                                                                          const std::string& checkpoint_path) {
-  if (config.mode() != "rl") {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_path, ": the run's config has mode '",
-                                                   config.mode(), "', but only mode \"rl\" runs have a policy"));
+  if (config.mode() != config::ExperimentConfig::RL) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_path, ": the run's config has mode ",
+                                                   config::ExperimentConfig::Mode_Name(config.mode()),
+                                                   ", but only mode RL runs have a policy"));
   }
   // The checkpoint's own run, when it is another one: compare configs first,
   // which names the difference better than a parameter shape does.
@@ -95,16 +97,11 @@ absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Load(const c
     }
   }
 
-  // The agent on one in-process replica, whatever the run trained on.
+  // The policy of this run's task and architecture.
   std::unique_ptr<CheckpointPolicy> policy(new CheckpointPolicy(config, checkpoint_path));
-  policy->config_.mutable_learner()->set_replicas(1);
-  policy->config_.mutable_learner()->set_backend("in_process");
-  ASSIGN_OR_RETURN(policy->spec_, actors::AgentObservationSpec(policy->config_, &policy->action_size_));
-  ASSIGN_OR_RETURN(policy->replicator_, replicator::Replicator::Create({}));
-  ASSIGN_OR_RETURN(policy->agent_, agents::D4pgAgent::Create(policy->config_, policy->spec_, policy->action_size_,
-                                                             policy->replicator_.get()));
-  ASSIGN_OR_RETURN(policy->policy_,
-                   agents::D4pgPolicy::Create(policy->config_.d4pg(), policy->spec_, policy->action_size_));
+  ASSIGN_OR_RETURN(const envs::EnvSpec env_spec, envs::DescribeEnv(config.env()));
+  policy->spec_ = agents::ObservationSpecOf(env_spec);
+  ASSIGN_OR_RETURN(policy->policy_, agents::D4pgPolicy::Create(config.d4pg(), policy->spec_, env_spec.action_size));
   RETURN_IF_ERROR(policy->Reload());
   return policy;
 }
@@ -113,17 +110,16 @@ absl::Status CheckpointPolicy::Reload() {
   std::error_code ec;
   const fs::file_time_type modified = fs::last_write_time(path_, ec);
   if (ec) return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path_, ": ", ec.message()));
-  // The file's names and shapes are checked against this run's agent.
-  if (absl::Status status = agent_->Load(path_); !status.ok()) {
-    if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  // The file's names and shapes are checked against this run's policy.
+  absl::StatusOr<int64_t> updates = policy_->LoadAgentCheckpoint(path_);
+  if (!updates.ok()) {
+    if (updates.status().code() != absl::StatusCode::kInvalidArgument) return updates.status();
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint ", path_, " does not fit this run's agent (task ", config_.env().task(), ", observation ",
-        config_.env().observation(), ", d4pg.hidden [", absl::StrJoin(config_.d4pg().hidden(), ", "),
-        "]): it was written for another task or architecture: ", status.message()));
+        config::EnvConfig::Observation_Name(config_.env().observation()), ", d4pg.hidden [", absl::StrJoin(config_.d4pg().hidden(), ", "),
+        "]): it was written for another task or architecture: ", updates.status().message()));
   }
-  agent_->PolicyParameters(&parameters_);
-  RETURN_IF_ERROR(policy_->SetParameters(parameters_));
-  updates_ = agent_->updates();
+  updates_ = *updates;
   frames_ = ReadFrames(path_);
   modified_ = modified;
   return absl::OkStatus();

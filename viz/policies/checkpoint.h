@@ -4,9 +4,8 @@
 // learner has written a newer one, so watching a run that is still going
 // shows its latest policy.
 //
-// Loading goes through the learner's own D4pgAgent (on an in-process
-// Replicator of one replica), so the checkpoint format and the policy's
-// parameter layout have a single owner: learner/agents/d4pg.*.
+// Loading goes through D4pgPolicy::LoadAgentCheckpoint, so the checkpoint
+// format and the policy's parameter layout have a single owner: agents/.
 //
 // Threading: like every PolicySource, used on the viewer's physics thread
 // only; no locking.
@@ -20,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "learner/agents/d4pg.h"
+#include "agents/d4pg_policy.h"
 #include "proto/config.pb.h"
 #include "viz/policies/interface.h"
 
@@ -38,7 +37,7 @@ absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const
 class CheckpointPolicy : public PolicySource {
  public:
   // Loads `checkpoint_path` (an agent.ckpt) for the agent of `config` (a
-  // run's config.textproto, mode "rl"). When the checkpoint sits in another
+  // run's config.textproto, mode RL). When the checkpoint sits in another
   // run directory (DIR/checkpoints/agent.ckpt with DIR/config.textproto),
   // that run's config is compared first (CheckCheckpointConfig). Errors:
   // InvalidArgument for a config that is not an RL run, or a checkpoint of
@@ -65,18 +64,14 @@ class CheckpointPolicy : public PolicySource {
 
  private:
   CheckpointPolicy(config::ExperimentConfig config, std::string path) : config_(std::move(config)), path_(std::move(path)) {}
-  // (Re)reads the checkpoint into agent_ and policy_.
+  // (Re)reads the checkpoint into policy_.
   absl::Status Reload();
 
-  config::ExperimentConfig config_;  // the viewed run's, with one replica
+  config::ExperimentConfig config_;  // the viewed run's
   std::string path_;
   agents::ObservationSpec spec_;
-  int action_size_ = 0;
-  std::unique_ptr<replicator::Replicator> replicator_;
-  std::unique_ptr<agents::D4pgAgent> agent_;    // loads the file
-  std::unique_ptr<agents::D4pgPolicy> policy_;  // acts
-  std::vector<float> parameters_;               // scratch: the agent's policy layout
-  std::vector<uint8_t> stacked_;                // scratch: [k, H, W, 3] from the env's [H, W, 3k]
+  std::unique_ptr<agents::D4pgPolicy> policy_;
+  std::vector<uint8_t> stacked_;  // scratch: [k, H, W, 3] from the env's [H, W, 3k]
   int64_t updates_ = 0;
   int64_t frames_ = -1;
   std::filesystem::file_time_type modified_{};

@@ -9,11 +9,11 @@ namespace troupe::viz {
 
 std::string ScriptedPolicy::Describe() const {
   switch (kind_) {
-    case ScriptedKind::kController:
+    case config::ScriptedPolicyConfig::CONTROLLER:
       return has_controller_ ? "controller (scripted)" : "random (task has no controller)";
-    case ScriptedKind::kZero:
+    case config::ScriptedPolicyConfig::ZERO:
       return "zero actions";
-    case ScriptedKind::kRandom:
+    case config::ScriptedPolicyConfig::RANDOM:
       return "random actions";
   }
   return "";
@@ -23,7 +23,7 @@ absl::Status ScriptedPolicy::Act(const envs::Environment& env, const Observation
                                  std::span<float> action) {
   const envs::EnvSpec& spec = env.spec();
   // The task's controller, where asked for and where it has one.
-  if (kind_ == ScriptedKind::kController && has_controller_) {
+  if (kind_ == config::ScriptedPolicyConfig::CONTROLLER && has_controller_) {
     command_.assign(spec.action_size, 0.0);
     if (env.task().Controller(env.model(), env.data(), command_.data())) {
       for (int i = 0; i < spec.action_size; ++i) action[i] = float(command_[i]);
@@ -33,7 +33,7 @@ absl::Status ScriptedPolicy::Act(const envs::Environment& env, const Observation
   }
   // Zero, or uniform inside the spec (unbounded dimensions in [-1, 1]).
   for (int i = 0; i < spec.action_size; ++i) {
-    if (kind_ == ScriptedKind::kZero) {
+    if (kind_ == config::ScriptedPolicyConfig::ZERO) {
       action[i] = 0.0f;
       continue;
     }

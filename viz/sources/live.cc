@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<LiveEpisodes>> LiveEpisodes::Create(const std::st
   // The greeting names the task.
   proto::EpisodeState greeting;
   {
-    std::unique_lock lock(live->mutex_);
-    if (!live->arrived_.wait_for(lock, absl::ToChronoNanoseconds(connect_timeout),
-                                 [&] { return live->greeting_.has_value(); })) {
+    absl::MutexLock lock(&live->mutex_);
+    auto greeted = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mutex_) { return live->greeting_.has_value(); };
+    if (!live->mutex_.AwaitWithTimeout(absl::Condition(&greeted), connect_timeout)) {
       return absl::UnavailableError(absl::StrCat(
           "--live ", address, ": no evaluator episode stream answered within ", absl::FormatDuration(connect_timeout),
           ". Is `troupe run` of an RL config going, and is this the learner's address (its status line prints it)?"));
@@ -47,10 +47,10 @@ LiveEpisodes::~LiveEpisodes() {
   // Stop the reader: cancel its call, then join.
   reader_.request_stop();
   {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
+    stopping_ = true;
     if (context_) context_->TryCancel();
   }
-  arrived_.notify_all();
   if (reader_.joinable()) reader_.join();
   if (data_) mj_deleteData(data_);
 }
@@ -59,7 +59,7 @@ void LiveEpisodes::ReadLoop(std::stop_token stop) {
   while (!stop.stop_requested()) {
     grpc::ClientContext context;
     {
-      std::lock_guard lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       if (stop.stop_requested()) break;
       context_ = &context;
     }
@@ -67,7 +67,7 @@ void LiveEpisodes::ReadLoop(std::stop_token stop) {
     std::unique_ptr<grpc::ClientReader<proto::EpisodeState>> reader = stub_->Follow(&context, proto::FollowRequest());
     proto::EpisodeState state;
     while (reader->Read(&state)) {
-      std::lock_guard lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       connected_ = true;
       ++received_;
       if (state.episode() == 0) {
@@ -80,14 +80,13 @@ void LiveEpisodes::ReadLoop(std::stop_token stop) {
           while (!queue_.empty() && queue_.front().step() != 0) queue_.pop_front();
         }
       }
-      arrived_.notify_all();
     }
     reader->Finish();
     // Broken or refused: try again in a second.
-    std::unique_lock lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     context_ = nullptr;
     connected_ = false;
-    arrived_.wait_for(lock, stop, std::chrono::seconds(1), [] { return false; });
+    mutex_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1));
   }
 }
 
@@ -104,7 +103,7 @@ void LiveEpisodes::Apply(const proto::EpisodeState& state) {
 }
 
 std::string LiveEpisodes::Describe() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return absl::StrCat(task_, " from the evaluator at ", address_, connected_ ? " (live)" : " (reconnecting)");
 }
 
@@ -113,7 +112,7 @@ std::string LiveEpisodes::Version() const {
 }
 
 int64_t LiveEpisodes::received() const {
-  std::lock_guard lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return received_;
 }
 
@@ -121,7 +120,7 @@ absl::StatusOr<SourceStep> LiveEpisodes::ApplyReset() {
   // Skip to the next episode's first state, if one has arrived.
   std::optional<proto::EpisodeState> first;
   {
-    std::lock_guard lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     while (!queue_.empty() && queue_.front().step() != 0) queue_.pop_front();
     if (!queue_.empty()) {
       first = std::move(queue_.front());
@@ -136,8 +135,9 @@ absl::StatusOr<SourceStep> LiveEpisodes::ApplyReset() {
 absl::Status LiveEpisodes::PrepareStep() {
   // The next state, waiting at most 100 ms so pause and quit stay prompt.
   next_.reset();
-  std::unique_lock lock(mutex_);
-  if (arrived_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !queue_.empty(); })) {
+  absl::MutexLock lock(&mutex_);
+  auto queued = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return !queue_.empty(); };
+  if (mutex_.AwaitWithTimeout(absl::Condition(&queued), absl::Milliseconds(100))) {
     next_ = std::move(queue_.front());
     queue_.pop_front();
   }

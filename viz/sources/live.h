@@ -13,10 +13,8 @@
 #ifndef TROUPE_VIZ_SOURCES_LIVE_H_
 #define TROUPE_VIZ_SOURCES_LIVE_H_
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -24,6 +22,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/episodes.grpc.pb.h"
 #include "viz/sources/interface.h"
@@ -79,13 +79,13 @@ class LiveEpisodes : public EpisodeSource {
   double step_seconds_ = 0;
 
   // Shared with the reader thread.
-  mutable std::mutex mutex_;
-  std::condition_variable_any arrived_;
-  std::deque<proto::EpisodeState> queue_;      // guarded by mutex_
-  std::optional<proto::EpisodeState> greeting_;  // guarded by mutex_
-  grpc::ClientContext* context_ = nullptr;    // the call in flight, guarded by mutex_
-  bool connected_ = false;                    // guarded by mutex_
-  int64_t received_ = 0;                      // guarded by mutex_
+  mutable absl::Mutex mutex_;
+  std::deque<proto::EpisodeState> queue_ ABSL_GUARDED_BY(mutex_);
+  std::optional<proto::EpisodeState> greeting_ ABSL_GUARDED_BY(mutex_);
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mutex_) = nullptr;  // the call in flight
+  bool connected_ ABSL_GUARDED_BY(mutex_) = false;
+  int64_t received_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;  // the destructor runs: stop waiting to reconnect
   int64_t parameter_version_ = -1;            // of the last applied state; physics thread only
 
   // The physics thread's current step.

@@ -98,7 +98,7 @@ TEST(LiveEpisodesTest, ReplaysThePublishedStatesInOrder) {
 
 TEST(LiveEpisodesTest, TheEvaluatorPublishesItsFirstEpisodeToFollowers) {
   config::ExperimentConfig config;
-  ASSERT_TRUE(ParseTextConfig("mode: \"rl\" env { task: \"cartpole.swingup\" observation: \"state\" action_repeat: 4 }"
+  ASSERT_TRUE(ParseTextConfig("mode: RL env { task: \"cartpole.swingup\" observation: STATE action_repeat: 4 }"
                               " d4pg { hidden: [16] }",
                               "config", &config)
                   .ok());

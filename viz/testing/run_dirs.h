@@ -1,5 +1,5 @@
 // Run directories for viewer tests, written the way `troupe run` writes them
-// (learner/rl_learner.cc, learner/gan/): a config, an agent checkpoint saved
+// (learner/rl_learner.cc, gan/): a config, an agent checkpoint saved
 // by the learner's own D4pgAgent, counters and metrics files.
 #ifndef TROUPE_VIZ_TESTING_RUN_DIRS_H_
 #define TROUPE_VIZ_TESTING_RUN_DIRS_H_
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "actors/actor.h"
+#include "agents/d4pg_agent.h"
 #include "common/config.h"
-#include "learner/agents/d4pg.h"
-#include "learner/replicator/replicator.h"
+#include "engine/replicator/replicator.h"
+#include "envs/env.h"
 
 namespace troupe::viz::testing {
 
@@ -32,9 +32,9 @@ inline std::string FreshDir(const std::string& name) {
 
 // The config of a small D4PG-from-state run on `task`.
 inline std::string RlConfigText(const std::string& task, const std::string& hidden) {
-  return absl::StrCat("name: \"t\"\nmode: \"rl\"\nenv { task: \"", task,
-                      "\" observation: \"state\" action_repeat: 2 }\nd4pg { hidden: ", hidden,
-                      " }\nlearner { batch_size: 16 seed: 3 }\n");
+  return absl::StrCat("name: \"t\"\nmode: RL\nenv { task: \"", task,
+                      "\" observation: STATE action_repeat: 2 }\nd4pg { hidden: ", hidden,
+                      " }\nlearner { batch_size: 16 engine { seed: 3 } }\n");
 }
 
 // A run directory `name` of an RL run on `task` with networks `hidden`
@@ -48,12 +48,13 @@ inline std::string RlRunDir(const std::string& name, const std::string& task = "
   std::ofstream(dir + "/config.textproto") << text;
   config::ExperimentConfig config;
   EXPECT_TRUE(ParseTextConfig(text, "config.textproto", &config).ok());
-  int action_size = 0;
-  auto spec = actors::AgentObservationSpec(config, &action_size);
-  EXPECT_TRUE(spec.ok()) << spec.status();
+  auto env_spec = envs::DescribeEnv(config.env());
+  EXPECT_TRUE(env_spec.ok()) << env_spec.status();
+  const agents::ObservationSpec spec = agents::ObservationSpecOf(*env_spec);
+  const int action_size = env_spec->action_size;
   auto replicator = replicator::Replicator::Create({});
   EXPECT_TRUE(replicator.ok()) << replicator.status();
-  auto agent = agents::D4pgAgent::Create(config, *spec, action_size, replicator->get());
+  auto agent = agents::D4pgAgent::Create(config, spec, action_size, replicator->get());
   EXPECT_TRUE(agent.ok()) << agent.status();
   std::filesystem::create_directories(dir + "/checkpoints");
   const absl::Status saved = (*agent)->Save(dir + "/checkpoints/agent.ckpt");

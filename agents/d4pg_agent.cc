@@ -1,0 +1,565 @@
+#include "agents/d4pg_agent.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "engine/nn/checkpoint.h"
+#include "engine/nn/ops.h"
+#include "engine/nn/optimizer.h"
+#include "replay/item.h"
+
+namespace troupe::agents {
+namespace {
+
+using internal::GetInt64;
+using internal::PutInt64;
+using internal::Weights;
+
+// Field order of D4pgTransitionTable's signature.
+enum Field { kObservation = 0, kAction, kReward, kDiscount, kNextObservation, kNumFields };
+constexpr const char* kFieldNames[kNumFields] = {"observation", "action", "reward", "discount", "next_observation"};
+
+// splitmix64 (Steele et al. 2014): a well-mixed seed from a few integers.
+uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a;
+  for (uint64_t v : {b, c}) {
+    x += 0x9e3779b97f4a7c15ull + v;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+  }
+  return x;
+}
+
+// Clips the (already averaged) gradients by global norm, then steps the inner
+// optimizer: ReplicatedOptimizer reduces first, so every replica clips the
+// same averaged gradient.
+class ClippedOptimizer final : public nn::ForwardingOptimizer {
+ public:
+  ClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm)
+      : ForwardingOptimizer(inner), backend_(backend), max_norm_(max_norm) {}
+  void Step(float learning_rate) override {
+    if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), *backend_, max_norm_);
+    inner()->Step(learning_rate);
+  }
+
+ private:
+  nn::Backend* backend_;
+  float max_norm_;
+};
+
+}  // namespace
+
+// --- Table -----------------------------------------------------------------------
+
+config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
+                                              const config::ExperimentConfig& config) {
+  const config::LearnerConfig& learner = config.learner();
+  config::ReplayTableConfig table;
+  table.set_name("transitions");
+  table.set_max_size(learner.replay_size());
+  table.set_selector(learner.prioritized() ? "prioritized" : "uniform");
+  table.set_seed(learner.engine().seed());
+  config::RateLimiterConfig* limiter = table.mutable_rate_limiter();
+  limiter->set_min_size_to_sample(learner.min_replay_size());
+  limiter->set_samples_per_insert(learner.samples_per_insert());
+  // Room for two batches either way, so one batch never waits on itself.
+  limiter->set_error_buffer(std::max({100.0, 2.0 * learner.batch_size(), 2.0 * learner.samples_per_insert()}));
+  // Observation fields (current and n steps later) are the same kind.
+  auto add_observation = [&](const std::string& name) {
+    config::ReplayFieldConfig* f = table.add_fields();
+    f->set_name(name);
+    if (spec.pixels()) {
+      f->set_dtype("uint8");
+      f->add_shape(spec.height);
+      f->add_shape(spec.width);
+      f->add_shape(3);
+      f->set_frames(spec.frames);
+    } else {
+      f->set_dtype("float32");
+      f->add_shape(spec.state_size);
+    }
+  };
+  add_observation(kFieldNames[kObservation]);
+  config::ReplayFieldConfig* action = table.add_fields();
+  action->set_name(kFieldNames[kAction]);
+  action->set_dtype("float32");
+  action->add_shape(action_size);
+  for (Field scalar : {kReward, kDiscount}) {
+    config::ReplayFieldConfig* f = table.add_fields();
+    f->set_name(kFieldNames[scalar]);
+    f->set_dtype("float32");
+  }
+  add_observation(kFieldNames[kNextObservation]);
+  return table;
+}
+
+void CategoricalProjection(std::span<const float> probabilities, float reward, float discount, float v_min,
+                           float v_max, std::span<float> out) {
+  const int n = static_cast<int>(probabilities.size());
+  TROUPE_CHECK(n >= 2 && out.size() == probabilities.size());
+  const float dz = (v_max - v_min) / static_cast<float>(n - 1);
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (int j = 0; j < n; ++j) {
+    // Bellemare et al. 2017, Algorithm 1: Tz_j clipped, then split between
+    // the atoms below (l) and above (u) it.
+    const float tz = std::clamp(reward + discount * (v_min + j * dz), v_min, v_max);
+    const float b = std::clamp((tz - v_min) / dz, 0.0f, static_cast<float>(n - 1));
+    const int l = static_cast<int>(std::floor(b));
+    const int u = static_cast<int>(std::ceil(b));
+    if (l == u) {
+      out[l] += probabilities[j];
+    } else {
+      out[l] += probabilities[j] * (static_cast<float>(u) - b);
+      out[u] += probabilities[j] * (b - static_cast<float>(l));
+    }
+  }
+}
+
+// --- D4pgAgent --------------------------------------------------------------------
+
+// One replica's mutable state: its networks, targets, optimizers, tapes and
+// scratch. Used only by that replica's thread during Train.
+struct D4pgAgent::Replica {
+  explicit Replica(int threads) : backend(threads), critic_tape(&backend), actor_tape(&backend) {}
+
+  nn::CpuBackend backend;
+  nn::ParameterSet critic, actor, target_critic, target_actor;  // critic = encoder (pixels) + critic head
+  std::unique_ptr<nn::Adam> critic_adam, actor_adam;
+  std::unique_ptr<ClippedOptimizer> critic_clipped, actor_clipped;
+  nn::Tape critic_tape, actor_tape;
+
+  // Rebuilt at each Train call: they hold that call's ReplicaContext.
+  int64_t generation = -1;
+  std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
+  std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
+
+  replay::SampledBatch batch;
+  std::vector<float> observation, next_observation;  // pixels as float NCHW
+  std::vector<float> target;                         // projected target distribution [B, atoms]
+  std::vector<float> bound;                          // actor_pre_tanh_bound everywhere, [B, A]; filled once
+  std::vector<uint64_t> keys;                        // last batch's keys ...
+  std::vector<double> item_loss;                     // ... and their critic losses
+  std::mt19937_64 rng;
+  int64_t updates = 0;
+};
+
+D4pgAgent::~D4pgAgent() = default;
+
+absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::ExperimentConfig& config,
+                                                             const ObservationSpec& spec, int action_size,
+                                                             replicator::Replicator* replicator) {
+  const config::D4pgConfig& d4pg = config.d4pg();
+  RETURN_IF_ERROR(ValidateD4pg(d4pg, spec, action_size));
+  if (replicator == nullptr) return absl::InvalidArgumentError("D4pgAgent needs a replicator");
+  const int64_t batch = config.learner().batch_size();
+  const int k = replicator->num_replicas();
+  // (ValidateEngineConfig cannot know the MPI ranks mpirun started.)
+  if (batch < 1 || batch % k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.batch_size ", batch, ": must be >= 1 and divisible by the ",
+                                                   k, " replicas"));
+  }
+  std::unique_ptr<D4pgAgent> agent(new D4pgAgent());
+  agent->config_ = config;
+  agent->spec_ = spec;
+  agent->action_size_ = action_size;
+  agent->replicator_ = replicator;
+  agent->batch_size_ = batch;
+  agent->hidden_ = internal::HiddenSizes(d4pg);
+  // The fixed support z_j = v_min + j * dz.
+  const int atoms = d4pg.atoms();
+  const float dz = (d4pg.v_max() - d4pg.v_min()) / static_cast<float>(atoms - 1);
+  for (int j = 0; j < atoms; ++j) agent->support_.push_back(d4pg.v_min() + j * dz);
+
+  const int local = static_cast<int>(replicator->local_replicas().size());
+  const int per_replica = replicator::EngineThreadsPerReplica(config.learner().engine(), local);
+  const uint64_t seed = config.learner().engine().seed();
+  const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
+  const int64_t shard = batch / k;
+  for (int i = 0; i < local; ++i) {
+    auto r = std::make_unique<Replica>(per_replica);
+    // Online and target sets share one declaration (same layout).
+    for (nn::ParameterSet* set : {&r->critic, &r->target_critic}) {
+      if (spec.pixels()) agent->encoder_ = internal::Encoder::Declare(*set, spec, d4pg.conv_channels(), d4pg.encoder_features());
+      agent->critic_ = internal::DeclareCritic(*set, feature_size, agent->hidden_, action_size, atoms);
+    }
+    for (nn::ParameterSet* set : {&r->actor, &r->target_actor}) {
+      agent->actor_ = internal::DeclareActor(*set, feature_size, agent->hidden_, action_size);
+    }
+    // Same seed on every replica (and every MPI rank): identical starts.
+    r->critic.Allocate(seed);
+    r->actor.Allocate(MixSeed(seed, 1, 0));
+    r->target_critic.Allocate(0);
+    r->target_actor.Allocate(0);
+    RETURN_IF_ERROR(r->target_critic.CopyValuesFrom(r->critic));
+    RETURN_IF_ERROR(r->target_actor.CopyValuesFrom(r->actor));
+    r->critic_adam = std::make_unique<nn::Adam>(&r->critic, &r->backend);
+    r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &r->backend);
+    r->critic_clipped =
+        std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &r->backend, d4pg.max_gradient_norm());
+    r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &r->backend, d4pg.max_gradient_norm());
+    // Scratch sized once.
+    if (spec.pixels()) {
+      const int64_t floats = shard * 3 * spec.frames * spec.height * spec.width;
+      r->observation.resize(floats);
+      r->next_observation.resize(floats);
+    }
+    r->target.resize(shard * atoms);
+    r->bound.assign(shard * action_size, d4pg.actor_pre_tanh_bound());
+    r->keys.reserve(shard);
+    r->item_loss.reserve(shard);
+    agent->replicas_.push_back(std::move(r));
+  }
+
+  // Where each policy parameter comes from (encoder: critic set; actor: actor set).
+  nn::ParameterSet policy_layout;
+  if (spec.pixels()) internal::Encoder::Declare(policy_layout, spec, d4pg.conv_channels(), d4pg.encoder_features());
+  internal::DeclareActor(policy_layout, feature_size, agent->hidden_, action_size);
+  const Replica& r0 = *agent->replicas_[0];
+  for (const nn::ParameterInfo& p : policy_layout.infos()) {
+    const int source = internal::TrainedWithCritic(p.name) ? 0 : 1;
+    const nn::ParameterSet& set = source == 0 ? r0.critic : r0.actor;
+    const int index = set.Find(p.name);
+    TROUPE_CHECK(index >= 0 && set.info(index).shape == p.shape);
+    agent->policy_copies_.push_back({source, set.info(index).offset, p.offset, p.shape.size()});
+  }
+  agent->policy_floats_ = policy_layout.total_floats();
+  return agent;
+}
+
+D4pgAgent::Replica& D4pgAgent::LocalReplica(int replica_id) {
+  const std::vector<int>& ids = replicator_->local_replicas();
+  const auto it = std::find(ids.begin(), ids.end(), replica_id);
+  TROUPE_CHECK(it != ids.end());
+  return *replicas_[it - ids.begin()];
+}
+
+absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
+  if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
+  ++train_generation_;
+  const int64_t shard = batch_size_ / replicator_->num_replicas();
+  absl::Status status = replicator_->Run<replay::SampledBatch*>(
+      num_updates,
+      // input_fn: this replica's shard of the global batch.
+      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<replay::SampledBatch*> {
+        Replica& r = LocalReplica(ctx.replica_id());
+        RETURN_IF_ERROR(sample(ctx.replica_id(), shard, &r.batch));
+        return &r.batch;
+      },
+      // step_fn: one D4PG update on it.
+      [&](replicator::ReplicaContext& ctx, replay::SampledBatch*& batch) -> absl::Status {
+        return Update(ctx, LocalReplica(ctx.replica_id()), *batch);
+      });
+  updates_ = replicas_[0]->updates;
+  return status;
+}
+
+absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows) const {
+  if (batch.fields.size() != kNumFields) {
+    return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.fields.size(),
+                                                   " fields, expected ", static_cast<int>(kNumFields), " (",
+                                                   absl::StrJoin(kFieldNames, ", "), ")"));
+  }
+  // The expected dtype and shape of each field.
+  std::vector<int64_t> observation = {rows, spec_.state_size};
+  proto::DType observation_dtype = proto::DTYPE_FLOAT32;
+  if (spec_.pixels()) {
+    observation = {rows, spec_.frames, spec_.height, spec_.width, 3};
+    observation_dtype = proto::DTYPE_UINT8;
+  }
+  const std::vector<int64_t> action = {rows, action_size_}, scalar = {rows};
+  const struct {
+    proto::DType dtype;
+    const std::vector<int64_t>* shape;
+  } expected[kNumFields] = {{observation_dtype, &observation}, {proto::DTYPE_FLOAT32, &action},
+                            {proto::DTYPE_FLOAT32, &scalar}, {proto::DTYPE_FLOAT32, &scalar},
+                            {observation_dtype, &observation}};
+  for (int i = 0; i < kNumFields; ++i) {
+    const replay::SampledField& f = batch.fields[i];
+    int64_t elements = 1;
+    for (int64_t d : *expected[i].shape) elements *= d;
+    if (f.dtype != expected[i].dtype || f.shape != *expected[i].shape ||
+        static_cast<int64_t>(f.data.size()) < elements * replay::DTypeSize(f.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transition batch field ", i, " (", kFieldNames[i], "): got ",
+          replay::ShapeString(f.dtype, f.shape.data(), static_cast<int>(f.shape.size())), " with ", f.data.size(),
+          " bytes, expected ",
+          replay::ShapeString(expected[i].dtype, expected[i].shape->data(), static_cast<int>(expected[i].shape->size()))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch) {
+  const config::D4pgConfig& d4pg = config_.d4pg();
+  const int64_t rows = batch_size_ / ctx.num_replicas();
+  const int atoms = d4pg.atoms();
+  const float v_min = d4pg.v_min(), v_max = d4pg.v_max();
+  RETURN_IF_ERROR(CheckBatch(batch, rows));
+
+  // This Train call's gradient averaging (the context changes per call).
+  if (r.generation != train_generation_) {
+    r.generation = train_generation_;
+    r.critic_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
+    r.actor_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
+    r.critic_optimizer =
+        std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer.get());
+    r.actor_optimizer =
+        std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer.get());
+  }
+  // Augmentation randomness from (seed, replica, update): Load continues exactly.
+  r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
+
+  const float* action = batch.fields[kAction].as<float>();
+  const float* reward = batch.fields[kReward].as<float>();
+  const float* discount = batch.fields[kDiscount].as<float>();
+
+  // Inputs: state as is; pixels to float, randomly shifted (DrQ).
+  nn::Tape& t = r.critic_tape;
+  t.Reset();
+  nn::Var observation, next_observation;
+  if (spec_.pixels()) {
+    const nn::Shape shape{rows, 3 * spec_.frames, spec_.height, spec_.width};
+    internal::PixelsToFloat(batch.fields[kObservation].data.data(), rows, spec_, r.observation.data());
+    internal::PixelsToFloat(batch.fields[kNextObservation].data.data(), rows, spec_, r.next_observation.data());
+    observation = t.Constant(r.observation.data(), shape);
+    next_observation = t.Constant(r.next_observation.data(), shape);
+    if (d4pg.augment_pad() > 0) {
+      observation = nn::RandomShift(observation, d4pg.augment_pad(), r.rng);
+      next_observation = nn::RandomShift(next_observation, d4pg.augment_pad(), r.rng);
+    }
+  } else {
+    observation = t.Constant(batch.fields[kObservation].as<float>(), {rows, spec_.state_size});
+    next_observation = t.Constant(batch.fields[kNextObservation].as<float>(), {rows, spec_.state_size});
+  }
+
+  // Target distribution: target critic at (s', target actor(s')), projected
+  // through r + discount * z (D4PG's n-step distributional Bellman target).
+  const Weights target_critic{&r.target_critic, false}, target_actor{&r.target_actor, false};
+  const nn::Var next_features = spec_.pixels() ? encoder_(t, target_critic, next_observation) : next_observation;
+  const nn::Var next_action = actor_(t, target_actor, next_features);
+  const nn::Var next_probs = nn::Softmax(internal::ApplyCritic(critic_, t, target_critic, next_features, next_action));
+  const float* p = t.data(next_probs).data;
+  for (int64_t b = 0; b < rows; ++b) {
+    CategoricalProjection({p + b * atoms, static_cast<size_t>(atoms)}, reward[b], discount[b], v_min, v_max,
+                          {r.target.data() + b * atoms, static_cast<size_t>(atoms)});
+  }
+
+  // Critic: cross-entropy of the online distribution at (s, a) to the target;
+  // the encoder (pixels) is trained by this loss only.
+  const Weights critic{&r.critic, true};
+  r.critic.ZeroGrad();
+  const nn::Var features = spec_.pixels() ? encoder_(t, critic, observation) : observation;
+  const nn::Var log_probs =
+      nn::LogSoftmax(internal::ApplyCritic(critic_, t, critic, features, t.Constant(action, {rows, action_size_})));
+  // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting.
+  const float* lp = t.data(log_probs).data;
+  double loss_sum = 0, q_sum = 0;
+  r.keys.assign(batch.keys.begin(), batch.keys.end());
+  r.item_loss.resize(rows);
+  const bool weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
+  for (int64_t b = 0; b < rows; ++b) {
+    double ce = 0, q = 0;
+    for (int j = 0; j < atoms; ++j) {
+      ce -= r.target[b * atoms + j] * lp[b * atoms + j];
+      q += std::exp(lp[b * atoms + j]) * support_[j];
+    }
+    r.item_loss[b] = ce;
+    loss_sum += ce;
+    q_sum += q;
+    // Importance weights (Schaul et al. 2016) scale each item's loss.
+    if (weighted) {
+      for (int j = 0; j < atoms; ++j) r.target[b * atoms + j] *= batch.weights[b];
+    }
+  }
+  const nn::Var critic_loss = nn::Scale(nn::Sum(nn::Mul(log_probs, t.Constant(r.target.data(), {rows, atoms}))),
+                                        -1.0f / static_cast<float>(rows));
+  r.critic_reducer->Reset();
+  t.Backward(critic_loss, r.critic_reducer.get());
+  r.critic_optimizer->Step(d4pg.critic_learning_rate());
+  if (!ctx.status().ok()) return ctx.status();
+
+  // Actor: maximise E[sum_j p_j z_j] of the critic at (s, actor(s)); the
+  // critic's weights and the encoder's features are constants here, so only
+  // the actor moves (DrQ's detached encoder). Uses the just-updated critic.
+  nn::Tape& a = r.actor_tape;
+  a.Reset();
+  r.actor.ZeroGrad();
+  const nn::Var actor_features = a.Constant(t.data(features).data, t.data(features).shape);
+  const nn::Var pre_tanh = actor_.PreTanh(a, Weights{&r.actor, true}, actor_features);
+  const nn::Var policy_action = nn::Tanh(pre_tanh);
+  const nn::Var q_probs =
+      nn::Softmax(internal::ApplyCritic(critic_, a, Weights{&r.critic, false}, actor_features, policy_action));
+  const nn::Var q = nn::MatMul(q_probs, a.Constant(support_.data(), {atoms, 1}));
+  nn::Var actor_loss = nn::Scale(nn::Mean(q), -1.0f);
+  if (d4pg.actor_pre_tanh_penalty() > 0) {
+    // (|u| - bound)^2 beyond the bound, each side through a ReLU hinge.
+    const nn::Var bound = a.Constant(r.bound.data(), {rows, action_size_});
+    const nn::Var above = nn::Relu(nn::Sub(pre_tanh, bound));
+    const nn::Var below = nn::Relu(nn::Sub(nn::Scale(pre_tanh, -1.0f), bound));
+    const nn::Var excess = nn::Add(nn::Mean(nn::Mul(above, above)), nn::Mean(nn::Mul(below, below)));
+    actor_loss = nn::Add(actor_loss, nn::Scale(excess, d4pg.actor_pre_tanh_penalty()));
+  }
+  r.actor_reducer->Reset();
+  a.Backward(actor_loss, r.actor_reducer.get());
+  r.actor_optimizer->Step(d4pg.actor_learning_rate());
+  if (!ctx.status().ok()) return ctx.status();
+
+  // Targets follow by Polyak averaging (layouts equal by construction).
+  const float tau = d4pg.target_tau();
+  r.backend.Polyak(r.critic.total_floats(), tau, r.critic.values().data(), r.target_critic.values().data());
+  r.backend.Polyak(r.actor.total_floats(), tau, r.actor.values().data(), r.target_actor.values().data());
+  ++r.updates;
+
+  // Metrics: means over the global batch.
+  float metrics[3] = {static_cast<float>(loss_sum / rows), a.item(actor_loss), static_cast<float>(q_sum / rows)};
+  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+  if (&r == replicas_[0].get()) {
+    absl::MutexLock lock(&metrics_mu_);
+    sum_critic_loss_ += metrics[0];
+    sum_actor_loss_ += metrics[1];
+    sum_q_ += metrics[2];
+    ++metric_count_;
+    metric_updates_ = r.updates;
+  }
+  return absl::OkStatus();
+}
+
+void D4pgAgent::PolicyParameters(std::vector<float>* out) const {
+  out->assign(policy_floats_, 0.0f);
+  const Replica& r = *replicas_[0];
+  for (const PolicyCopy& c : policy_copies_) {
+    const float* from = (c.source == 0 ? r.critic : r.actor).values().data() + c.from;
+    std::copy_n(from, c.count, out->data() + c.to);
+  }
+}
+
+int64_t D4pgAgent::num_policy_parameters() const { return policy_floats_; }
+
+D4pgMetrics D4pgAgent::metrics() const {
+  absl::MutexLock lock(&metrics_mu_);
+  D4pgMetrics m;
+  if (metric_count_ > 0) {
+    m.critic_loss = sum_critic_loss_ / metric_count_;
+    m.actor_loss = sum_actor_loss_ / metric_count_;
+    m.q_mean = sum_q_ / metric_count_;
+  }
+  m.updates = metric_updates_;
+  sum_critic_loss_ = sum_actor_loss_ = sum_q_ = 0;
+  metric_count_ = 0;
+  return m;
+}
+
+void D4pgAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const {
+  keys->clear();
+  priorities->clear();
+  for (const auto& r : replicas_) {
+    keys->insert(keys->end(), r->keys.begin(), r->keys.end());
+    priorities->insert(priorities->end(), r->item_loss.begin(), r->item_loss.end());
+  }
+}
+
+// --- Checkpoints ------------------------------------------------------------------
+
+namespace {
+
+// One tensor of the agent's checkpoint and where it lives in a replica.
+struct CheckpointEntry {
+  std::string name;
+  nn::Shape shape;
+  float* data;
+};
+
+}  // namespace
+
+// Every tensor of replica `r` in checkpoint order: networks, targets, Adam
+// moments per parameter; the counters are handled by the callers.
+static std::vector<CheckpointEntry> Entries(nn::ParameterSet& critic, nn::ParameterSet& actor,
+                                            nn::ParameterSet& target_critic, nn::ParameterSet& target_actor,
+                                            nn::Optimizer& critic_adam, nn::Optimizer& actor_adam) {
+  std::vector<CheckpointEntry> entries;
+  auto add_set = [&](const std::string& prefix, nn::ParameterSet& set, float* base) {
+    for (int i = 0; i < set.size(); ++i) {
+      entries.push_back({prefix + "/" + set.info(i).name, set.info(i).shape, base + set.info(i).offset});
+    }
+  };
+  add_set("critic", critic, critic.values().data());
+  add_set("actor", actor, actor.values().data());
+  add_set("target_critic", target_critic, target_critic.values().data());
+  add_set("target_actor", target_actor, target_actor.values().data());
+  for (const nn::OptimizerState& s : critic_adam.State()) add_set("critic." + s.name, critic, s.data);
+  for (const nn::OptimizerState& s : actor_adam.State()) add_set("actor." + s.name, actor, s.data);
+  return entries;
+}
+
+absl::Status D4pgAgent::Save(const std::string& path) const {
+  Replica& r = *replicas_[0];
+  const std::vector<CheckpointEntry> entries =
+      Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam);
+  // One ParameterSet holding everything, so the file is one checksummed checkpoint.
+  nn::ParameterSet all;
+  for (const CheckpointEntry& e : entries) all.Add(e.name, e.shape, nn::Init::Zeros());
+  const int counters = all.Add(internal::kCheckpointCounters, {6}, nn::Init::Zeros());
+  all.Allocate(/*seed=*/0);
+  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
+    std::copy_n(entries[i].data, entries[i].shape.size(), all.value(i).data);
+  }
+  float* c = all.value(counters).data;
+  PutInt64(r.updates, c);
+  PutInt64(r.critic_adam->steps(), c + 2);
+  PutInt64(r.actor_adam->steps(), c + 4);
+  return nn::SaveCheckpoint(path, all);
+}
+
+uint64_t D4pgAgent::StateChecksum() const {
+  Replica& r = *replicas_[0];
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis
+  auto mix = [&hash](const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  };
+  for (const CheckpointEntry& e :
+       Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam)) {
+    mix(e.data, sizeof(float) * e.shape.size());
+  }
+  const int64_t counters[3] = {r.updates, r.critic_adam->steps(), r.actor_adam->steps()};
+  mix(counters, sizeof(counters));
+  return hash;
+}
+
+absl::Status D4pgAgent::Load(const std::string& path) {
+  // Read into a set of the same layout (names and shapes checked there).
+  Replica& r0 = *replicas_[0];
+  const std::vector<CheckpointEntry> layout =
+      Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, *r0.critic_adam, *r0.actor_adam);
+  nn::ParameterSet all;
+  for (const CheckpointEntry& e : layout) all.Add(e.name, e.shape, nn::Init::Zeros());
+  const int counters = all.Add(internal::kCheckpointCounters, {6}, nn::Init::Zeros());
+  all.Allocate(/*seed=*/0);
+  RETURN_IF_ERROR(nn::LoadCheckpoint(path, all));
+  const float* c = all.value(counters).data;
+  // Every local replica gets the same state.
+  for (auto& r : replicas_) {
+    const std::vector<CheckpointEntry> entries =
+        Entries(r->critic, r->actor, r->target_critic, r->target_actor, *r->critic_adam, *r->actor_adam);
+    for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
+      std::copy_n(all.value(i).data, entries[i].shape.size(), entries[i].data);
+    }
+    r->updates = GetInt64(c);
+    r->critic_adam->set_steps(GetInt64(c + 2));
+    r->actor_adam->set_steps(GetInt64(c + 4));
+  }
+  updates_ = GetInt64(c);
+  {
+    absl::MutexLock lock(&metrics_mu_);
+    metric_updates_ = updates_;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::agents

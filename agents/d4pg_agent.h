@@ -1,0 +1,169 @@
+// D4PG (Barth-Maron et al. 2018, "Distributed Distributional Deterministic
+// Policy Gradients"): a deterministic tanh actor, a categorical critic over a
+// fixed support [v_min, v_max] (Bellemare et al. 2017, C51) trained on n-step
+// transitions against target networks, Polyak-averaged targets. From pixels,
+// a DrQ encoder (Kostrikov et al. 2020) shared by actor and critic, trained by
+// the critic only, with random-shift augmentation.
+//
+//   ObservationSpec spec{.frames = 3, .height = 84, .width = 84};
+//   config::ReplayTableConfig table = D4pgTransitionTable(spec, action_size, cfg);
+//   auto agent = *D4pgAgent::Create(cfg, spec, action_size, replicator.get());
+//   agent->Train(/*num_updates=*/10, [&](int replica, int64_t n, replay::SampledBatch* out) {
+//     return samplers[replica]->Next(out);   // n == cfg.learner().batch_size() / replicas
+//   });
+//   std::vector<float> params; agent->PolicyParameters(&params);
+//   policy->SetParameters(params);  // at an actor: agents/d4pg_policy.h
+//
+// Threads: D4pgAgent runs one std::jthread per local replica inside Train()
+// (the Replicator's); everything else (PolicyParameters, Save, Load) must be
+// called from the thread that calls Train, between Train calls. metrics() may
+// be called from any thread.
+#ifndef TROUPE_AGENTS_D4PG_AGENT_H_
+#define TROUPE_AGENTS_D4PG_AGENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "agents/d4pg_networks.h"
+#include "agents/d4pg_policy.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/parameters.h"
+#include "engine/nn/tape.h"
+#include "engine/replicator/replicator.h"
+#include "proto/config.pb.h"
+#include "replay/replay.h"
+
+namespace troupe::agents {
+
+// The replay table the actors fill and the learner samples: "transitions"
+// with fields, in this order,
+//   observation       float32 [S]        | pixels: uint8 [H, W, 3] x frames
+//   action            float32 [A]
+//   reward            float32 []         the n-step discounted reward sum
+//   discount          float32 []         gamma^n, 0 at a true terminal
+//   next_observation  like observation   the observation n steps later
+// Size, min size, samples per insert and selector (prioritized or uniform)
+// come from config.learner(); seed from config.learner().engine().seed().
+config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
+                                              const config::ExperimentConfig& config);
+
+// The C51 projection (Bellemare et al. 2017, Algorithm 1) of the
+// distribution `probabilities` over support z_j = v_min + j * dz, shifted to
+// reward + discount * z_j and clipped to [v_min, v_max], back onto the same
+// support: each atom's mass splits between its two neighbouring atoms in
+// proportion to closeness. Writes probabilities.size() floats to `out`.
+void CategoricalProjection(std::span<const float> probabilities, float reward, float discount, float v_min,
+                           float v_max, std::span<float> out);
+
+struct D4pgMetrics {
+  double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
+  double actor_loss = 0;   // -E[Q(s, pi(s))] plus the pre-tanh penalty
+  double q_mean = 0;       // E[Q(s, a)] of the replay actions under the online critic
+  int64_t updates = 0;     // total updates so far (restored by Load)
+};
+
+class D4pgAgent {
+ public:
+  // Fills `out` with `shard_batch_size` transitions (D4pgTransitionTable's
+  // signature) for replica `replica_id`. Called concurrently from every local
+  // replica's thread (give each replica its own Sampler).
+  using SampleFn = std::function<absl::Status(int replica_id, int64_t shard_batch_size, replay::SampledBatch* out)>;
+
+  // Builds networks, targets (copies) and Adam optimizers on every local
+  // replica of `replicator` (which must outlive the agent), identically
+  // initialised from config.learner().engine().seed(). InvalidArgument for a bad
+  // config (ValidateD4pg) or a batch size not divisible by the replicas.
+  static absl::StatusOr<std::unique_ptr<D4pgAgent>> Create(const config::ExperimentConfig& config,
+                                                           const ObservationSpec& spec, int action_size,
+                                                           replicator::Replicator* replicator);
+  ~D4pgAgent();
+
+  // `num_updates` D4PG updates on the Replicator: per update each replica
+  // samples its shard through `sample` (input_fn), then (step_fn) takes one
+  // critic step and one actor step with gradients averaged over replicas,
+  // and moves the targets. Errors: the sampler's, InvalidArgument for a
+  // batch that does not match the table signature (naming field and shape),
+  // collective errors; each prefixed with the replica ("replica 1: ...").
+  absl::Status Train(int64_t num_updates, const SampleFn& sample);
+
+  // The policy's flat parameters (encoder + actor), exactly D4pgPolicy's
+  // SetParameters layout; resizes *out.
+  void PolicyParameters(std::vector<float>* out) const;
+  int64_t num_policy_parameters() const;
+
+  // Means over the updates since the last call (updates: the running total).
+  D4pgMetrics metrics() const;
+  int64_t updates() const { return updates_; }
+
+  // Prioritized replay (config.learner().prioritized()): the keys of the last
+  // update's batches on this process's replicas and, for each, its critic loss
+  // (cross-entropy) as the new priority. Empty before the first update.
+  void LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const;
+
+  // Networks, targets, both optimizers' state and the update counter in one
+  // checkpoint file (engine/nn/checkpoint.h: written to path.tmp, renamed;
+  // checksummed). Load checks every entry's name and shape first (a mismatch
+  // is InvalidArgument naming the parameter) and then sets every local
+  // replica; a corrupt file is DataLoss. Augmentation randomness is derived
+  // from (seed, replica, update), so training after Load continues exactly.
+  // Under MPI every rank holds the same state: Save on one rank (the one
+  // whose replicator->local_replicas() holds replica 0), Load on all.
+  absl::Status Save(const std::string& path) const;
+  absl::Status Load(const std::string& path);
+
+  // FNV-1a (64-bit) over the bytes of everything Save writes, from this
+  // process's first local replica: equal on every replica (and MPI rank)
+  // exactly when their states are bit-identical.
+  uint64_t StateChecksum() const;
+
+  const ObservationSpec& spec() const { return spec_; }
+  int action_size() const { return action_size_; }
+
+ private:
+  struct Replica;
+  D4pgAgent() = default;
+  Replica& LocalReplica(int replica_id);
+  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch);
+  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows) const;
+
+  config::ExperimentConfig config_;
+  ObservationSpec spec_;
+  int action_size_ = 0;
+  replicator::Replicator* replicator_ = nullptr;
+  int64_t batch_size_ = 0;
+  std::vector<int64_t> hidden_;
+  std::vector<float> support_;  // atoms, v_min .. v_max
+  // Network descriptions (indices into each replica's sets; shared).
+  internal::Encoder encoder_;  // in the critic set (pixels)
+  internal::Mlp critic_;       // in the critic set
+  internal::Mlp actor_;        // in the actor set
+  std::vector<std::unique_ptr<Replica>> replicas_;  // local, in replicator->local_replicas() order
+  int64_t updates_ = 0;
+  int64_t train_generation_ = 0;
+  // Policy layout: (source set is critic (0) or actor (1), source offset, destination offset, floats).
+  struct PolicyCopy {
+    int source;
+    int64_t from, to, count;
+  };
+  std::vector<PolicyCopy> policy_copies_;
+  int64_t policy_floats_ = 0;
+
+  mutable absl::Mutex metrics_mu_;
+  mutable double sum_critic_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  mutable double sum_q_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  mutable int64_t metric_count_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  int64_t metric_updates_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+};
+
+}  // namespace troupe::agents
+
+#endif  // TROUPE_AGENTS_D4PG_AGENT_H_

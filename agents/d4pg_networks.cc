@@ -1,0 +1,129 @@
+#include "agents/d4pg_networks.h"
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "agents/d4pg_policy.h"
+#include "common/status_macros.h"
+#include "engine/nn/ops.h"
+
+namespace troupe::agents::internal {
+
+nn::Var Weights::operator()(nn::Tape& tape, int index) const {
+  if (trainable) return tape.Parameter(*set, index);
+  return tape.Constant(set->value(index).data, set->info(index).shape);
+}
+
+Encoder Encoder::Declare(nn::ParameterSet& params, const ObservationSpec& spec, int channels, int features) {
+  Encoder e;
+  int64_t in = 3 * spec.frames, h = spec.height, w = spec.width;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t stride = i == 0 ? 2 : 1;
+    e.convs.push_back(nn::Conv2dLayer::Create(params, "encoder.conv" + std::to_string(i), in, channels,
+                                              /*kernel=*/3, stride, /*pad=*/0));
+    in = channels;
+    h = (h - 3) / stride + 1;
+    w = (w - 3) / stride + 1;
+  }
+  TROUPE_CHECK(h >= 1 && w >= 1);
+  e.linear = nn::LinearLayer::Create(params, "encoder.linear", channels * h * w, features);
+  e.norm = nn::LayerNormLayer::Create(params, "encoder.norm", features);
+  e.features = features;
+  return e;
+}
+
+nn::Var Encoder::operator()(nn::Tape& tape, Weights weights, nn::Var pixels) const {
+  nn::Var h = pixels;
+  // Convolutions with ReLU (fused into the kernel).
+  for (const nn::Conv2dLayer& conv : convs) {
+    h = nn::Conv2d(h, weights(tape, conv.w), weights(tape, conv.b), conv.stride, conv.pad, nn::FusedActivation::kRelu);
+  }
+  // Linear, layer norm, tanh (DrQ's trunk).
+  h = nn::Linear(nn::Flatten(h), weights(tape, linear.w), weights(tape, linear.b));
+  h = nn::LayerNorm(h, weights(tape, norm.gamma), weights(tape, norm.beta));
+  return nn::Tanh(h);
+}
+
+Mlp Mlp::Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
+                 bool tanh_output) {
+  TROUPE_CHECK(sizes.size() >= 2);
+  Mlp m;
+  m.tanh_output = tanh_output;
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    m.layers.push_back(nn::LinearLayer::Create(params, name + "." + std::to_string(i), sizes[i], sizes[i + 1]));
+  }
+  return m;
+}
+
+nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    x = nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b));
+    if (i + 1 < layers.size()) x = nn::Relu(x);
+  }
+  return x;
+}
+
+nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x) const {
+  const nn::Var y = PreTanh(tape, weights, x);
+  return tanh_output ? nn::Tanh(y) : y;
+}
+
+std::vector<int64_t> HiddenSizes(const config::D4pgConfig& config) {
+  if (config.hidden_size() == 0) return {256, 256};
+  return std::vector<int64_t>(config.hidden().begin(), config.hidden().end());
+}
+
+Mlp DeclareActor(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
+                 int action_size) {
+  std::vector<int64_t> sizes = {feature_size};
+  sizes.insert(sizes.end(), hidden.begin(), hidden.end());
+  sizes.push_back(action_size);
+  return Mlp::Declare(params, "actor", sizes, /*tanh_output=*/true);
+}
+
+Mlp DeclareCritic(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
+                  int action_size, int atoms) {
+  std::vector<int64_t> sizes = {feature_size + action_size};
+  sizes.insert(sizes.end(), hidden.begin(), hidden.end());
+  sizes.push_back(atoms);
+  return Mlp::Declare(params, "critic", sizes, /*tanh_output=*/false);
+}
+
+nn::Var ApplyCritic(const Mlp& critic, nn::Tape& tape, Weights weights, nn::Var features, nn::Var action) {
+  const std::array<nn::Var, 2> parts = {features, action};
+  return critic(tape, weights, nn::Concat(parts, /*axis=*/1));
+}
+
+bool TrainedWithCritic(const std::string& policy_parameter) { return policy_parameter.starts_with("encoder."); }
+
+std::string AgentCheckpointName(const std::string& policy_parameter) {
+  return (TrainedWithCritic(policy_parameter) ? "critic/" : "actor/") + policy_parameter;
+}
+
+void PutInt64(int64_t v, float* out) { std::memcpy(out, &v, sizeof(v)); }
+
+int64_t GetInt64(const float* in) {
+  int64_t v;
+  std::memcpy(&v, in, sizeof(v));
+  return v;
+}
+
+void PixelsToFloat(const uint8_t* pixels, int64_t batch, const ObservationSpec& spec, float* out) {
+  const int64_t hw = int64_t{spec.height} * spec.width;
+  constexpr float kScale = 1.0f / 255.0f;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t f = 0; f < spec.frames; ++f) {
+      // One frame: interleaved [H*W, 3] -> three planes.
+      const uint8_t* src = pixels + (b * spec.frames + f) * hw * 3;
+      float* dst = out + (b * spec.frames + f) * 3 * hw;
+      for (int64_t p = 0; p < hw; ++p) {
+        dst[p] = src[3 * p] * kScale;
+        dst[hw + p] = src[3 * p + 1] * kScale;
+        dst[2 * hw + p] = src[3 * p + 2] * kScale;
+      }
+    }
+  }
+}
+
+}  // namespace troupe::agents::internal

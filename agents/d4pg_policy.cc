@@ -1,0 +1,168 @@
+#include "agents/d4pg_policy.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/nn/checkpoint.h"
+
+namespace troupe::agents {
+namespace {
+
+// The smallest frame the encoder's four 3x3 convs (first stride 2) accept.
+constexpr int kMinFrameSize = 15;
+
+}  // namespace
+
+ObservationSpec ObservationSpecOf(const envs::EnvSpec& spec) {
+  ObservationSpec observation;
+  if (spec.channels > 0) {
+    observation.frames = spec.channels / 3;
+    observation.height = spec.height;
+    observation.width = spec.width;
+  } else {
+    observation.state_size = spec.state_size;
+  }
+  return observation;
+}
+
+absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpec& spec, int action_size) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  // The observation: a state vector or a pixel stack, not both.
+  if (spec.pixels() == (spec.state_size > 0)) {
+    return bad("observation spec: set exactly one of state_size (", spec.state_size, ") and frames (", spec.frames,
+               ")");
+  }
+  if (spec.state_size < 0) return bad("observation spec: state_size ", spec.state_size, " must be >= 0");
+  if (spec.pixels() && (spec.height < kMinFrameSize || spec.width < kMinFrameSize)) {
+    return bad("observation spec: frames of ", spec.height, "x", spec.width, " are too small for the encoder (at least ",
+               kMinFrameSize, "x", kMinFrameSize, ")");
+  }
+  if (action_size < 1) return bad("action_size ", action_size, " must be >= 1");
+  // The critic's support and the networks.
+  if (config.atoms() < 2) return bad("d4pg.atoms ", config.atoms(), ": must be >= 2");
+  if (!(config.v_max() > config.v_min())) {
+    return bad("d4pg.v_max ", config.v_max(), " must be greater than d4pg.v_min ", config.v_min());
+  }
+  for (int i = 0; i < config.hidden_size(); ++i) {
+    if (config.hidden(i) < 1) return bad("d4pg.hidden[", i, "] ", config.hidden(i), ": must be >= 1");
+  }
+  if (!(config.discount() > 0 && config.discount() <= 1)) {
+    return bad("d4pg.discount ", config.discount(), ": must be in (0, 1]");
+  }
+  if (config.n_step() < 1) return bad("d4pg.n_step ", config.n_step(), ": must be >= 1");
+  if (!(config.actor_learning_rate() > 0)) {
+    return bad("d4pg.actor_learning_rate ", config.actor_learning_rate(), ": must be > 0");
+  }
+  if (!(config.critic_learning_rate() > 0)) {
+    return bad("d4pg.critic_learning_rate ", config.critic_learning_rate(), ": must be > 0");
+  }
+  if (!(config.target_tau() > 0 && config.target_tau() <= 1)) {
+    return bad("d4pg.target_tau ", config.target_tau(), ": must be in (0, 1]");
+  }
+  if (!(config.actor_pre_tanh_bound() >= 0)) {
+    return bad("d4pg.actor_pre_tanh_bound ", config.actor_pre_tanh_bound(), ": must be >= 0");
+  }
+  if (!(config.actor_pre_tanh_penalty() >= 0)) {
+    return bad("d4pg.actor_pre_tanh_penalty ", config.actor_pre_tanh_penalty(), ": must be >= 0 (0 = off)");
+  }
+  if (!(config.max_gradient_norm() >= 0)) {
+    return bad("d4pg.max_gradient_norm ", config.max_gradient_norm(), ": must be >= 0 (0 = no clipping)");
+  }
+  if (spec.pixels()) {
+    if (config.encoder_features() < 1) return bad("d4pg.encoder_features ", config.encoder_features(), ": must be >= 1");
+    if (config.conv_channels() < 1) return bad("d4pg.conv_channels ", config.conv_channels(), ": must be >= 1");
+    if (config.augment_pad() < 0) return bad("d4pg.augment_pad ", config.augment_pad(), ": must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+// --- D4pgPolicy -----------------------------------------------------------------
+
+D4pgPolicy::D4pgPolicy(const ObservationSpec& spec, int action_size, int num_threads)
+    : spec_(spec), action_size_(action_size), backend_(std::max(1, num_threads)), tape_(&backend_) {}
+
+absl::StatusOr<std::unique_ptr<D4pgPolicy>> D4pgPolicy::Create(const config::D4pgConfig& config,
+                                                               const ObservationSpec& spec, int action_size,
+                                                               int num_threads) {
+  RETURN_IF_ERROR(ValidateD4pg(config, spec, action_size));
+  std::unique_ptr<D4pgPolicy> policy(new D4pgPolicy(spec, action_size, num_threads));
+  // Encoder (pixels) then actor: the layout PolicyParameters writes.
+  int64_t feature_size = spec.state_size;
+  if (spec.pixels()) {
+    policy->encoder_ =
+        internal::Encoder::Declare(policy->params_, spec, config.conv_channels(), config.encoder_features());
+    feature_size = config.encoder_features();
+  }
+  policy->actor_ = internal::DeclareActor(policy->params_, feature_size, internal::HiddenSizes(config), action_size);
+  policy->params_.Allocate(/*seed=*/0);
+  return policy;
+}
+
+absl::Status D4pgPolicy::SetParameters(std::span<const float> parameters) {
+  if (static_cast<int64_t>(parameters.size()) != params_.total_floats()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy parameters: got ", parameters.size(), " floats, expected ",
+                                                   params_.total_floats(),
+                                                   " (is the learner's d4pg config the same as this policy's?)"));
+  }
+  std::copy(parameters.begin(), parameters.end(), params_.values().begin());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> D4pgPolicy::LoadAgentCheckpoint(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> tensors, nn::ReadCheckpoint(path));
+  absl::flat_hash_map<std::string, const nn::CheckpointTensor*> by_name;
+  for (const nn::CheckpointTensor& t : tensors) by_name[t.name] = &t;
+  auto find = [&](const std::string& name) -> absl::StatusOr<const nn::CheckpointTensor*> {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) return absl::InvalidArgumentError(absl::StrCat(path, ": no entry '", name, "'"));
+    return it->second;
+  };
+  // Check every parameter before setting any.
+  std::vector<const nn::CheckpointTensor*> sources;
+  for (int i = 0; i < params_.size(); ++i) {
+    const nn::ParameterInfo& info = params_.info(i);
+    ASSIGN_OR_RETURN(const nn::CheckpointTensor* t,
+                     find(nn::kParameterEntryPrefix + internal::AgentCheckpointName(info.name)));
+    if (t->shape != info.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": '", t->name, "' has shape ", t->shape.ToString(),
+                                                     ", the policy expects ", info.shape.ToString()));
+    }
+    sources.push_back(t);
+  }
+  ASSIGN_OR_RETURN(const nn::CheckpointTensor* counters,
+                   find(std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters));
+  if (counters->values.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": '", counters->name, "' has ", counters->values.size(),
+                                                   " floats, expected at least 2"));
+  }
+  for (int i = 0; i < params_.size(); ++i) std::ranges::copy(sources[i]->values, params_.value(i).data);
+  return internal::GetInt64(counters->values.data());
+}
+
+absl::Status D4pgPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
+  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("policy Act: batch ", batch, " must be >= 1"));
+  if (spec_.pixels() ? pixels == nullptr : state == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy Act: this policy observes ", spec_.pixels() ? "pixels" : "state", " but got null"));
+  }
+  tape_.Reset();
+  const internal::Weights weights{&params_, /*trainable=*/false};
+  nn::Var features;
+  if (spec_.pixels()) {
+    // uint8 [B, k, H, W, 3] -> float [B, 3k, H, W] / 255 -> encoder.
+    const int64_t floats = int64_t{batch} * 3 * spec_.frames * spec_.height * spec_.width;
+    if (static_cast<int64_t>(pixels_.size()) < floats) pixels_.resize(floats);
+    internal::PixelsToFloat(pixels, batch, spec_, pixels_.data());
+    features = encoder_(tape_, weights,
+                        tape_.Constant(pixels_.data(), {batch, 3 * spec_.frames, spec_.height, spec_.width}));
+  } else {
+    features = tape_.Constant(state, {batch, spec_.state_size});
+  }
+  const nn::Var action = actor_(tape_, weights, features);
+  std::copy_n(tape_.data(action).data, int64_t{batch} * action_size_, actions);
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::agents

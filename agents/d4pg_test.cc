@@ -1,0 +1,590 @@
+// D4PG: the categorical projection against hand-computed cases, learning a
+// contextual bandit, K=2 replicas equal to K=1, checkpoints that continue
+// exactly, and the pixel path end to end on tiny frames.
+#include "agents/d4pg_agent.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "replay/item.h"
+
+namespace troupe::agents {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+using ::testing::FloatNear;
+
+std::unique_ptr<replicator::Replicator> MakeReplicator(int k) {
+  replicator::ReplicatorOptions o;
+  o.num_replicas = k;
+  auto r = replicator::Replicator::Create(o);
+  TROUPE_CHECK(r.ok());
+  return std::move(r).value();
+}
+
+config::ExperimentConfig TinyConfig(int batch, std::vector<int> hidden) {
+  config::ExperimentConfig c;
+  c.mutable_learner()->set_batch_size(batch);
+  c.mutable_learner()->mutable_engine()->set_threads(1);
+  c.mutable_learner()->mutable_engine()->set_seed(7);
+  config::D4pgConfig* d = c.mutable_d4pg();
+  for (int h : hidden) d->add_hidden(h);
+  d->set_atoms(21);
+  d->set_v_min(0.0f);
+  d->set_v_max(1.0f);
+  d->set_actor_learning_rate(1e-3f);
+  d->set_critic_learning_rate(1e-3f);
+  return c;
+}
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
+}
+
+// A float field of a batch being filled (replay's bytes, viewed as floats).
+float* Floats(replay::SampledBatch* out, int field) {
+  return reinterpret_cast<float*>(out->fields[field].data.data());
+}
+
+// Fills rows [begin, begin + n) of a global batch generated from `seed` into
+// *out, shaped as replay shapes it for D4pgTransitionTable: a contextual
+// bandit (obs ~ U[-1, 1]^S, random actions, reward 1 - (a0 - obs0)^2 clipped
+// to [0, 1], discount 0). Pixel fields get random bytes.
+void BanditBatch(const ObservationSpec& spec, int action_size, const config::ExperimentConfig& config,
+                 uint64_t seed, int64_t global, int64_t begin, int64_t n, replay::SampledBatch* out) {
+  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, action_size, config));
+  TROUPE_CHECK(signature.ok());
+  replay::ShapeBatch(*signature, n, out);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t obs_size = spec.pixels() ? int64_t{spec.frames} * spec.height * spec.width * 3 : spec.state_size;
+  for (int64_t row = 0; row < global; ++row) {
+    // Draw every row (so shards of one global batch agree), keep ours.
+    std::vector<float> obs(obs_size), next(obs_size), action(action_size);
+    for (float& v : obs) v = u(rng);
+    for (float& v : next) v = u(rng);
+    for (float& v : action) v = u(rng);
+    const float reward = std::clamp(1.0f - (action[0] - obs[0]) * (action[0] - obs[0]), 0.0f, 1.0f);
+    if (row < begin || row >= begin + n) continue;
+    const int64_t i = row - begin;
+    out->keys[i] = row;
+    for (int field : {0, 4}) {
+      const std::vector<float>& src = field == 0 ? obs : next;
+      if (spec.pixels()) {
+        uint8_t* dst = out->fields[field].data.data() + i * obs_size;
+        for (int64_t k = 0; k < obs_size; ++k) dst[k] = static_cast<uint8_t>(127.5f * (src[k] + 1.0f));
+      } else {
+        std::copy(src.begin(), src.end(), Floats(out, field) + i * obs_size);
+      }
+    }
+    std::copy(action.begin(), action.end(), Floats(out, 1) + i * action_size);
+    Floats(out, 2)[i] = reward;
+    Floats(out, 3)[i] = 0.0f;
+  }
+}
+
+// A sample function serving global batch `seed` split over the replicas.
+D4pgAgent::SampleFn Bandit(const ObservationSpec& spec, int action_size, const config::ExperimentConfig& config,
+                           uint64_t seed) {
+  return [=](int replica, int64_t n, replay::SampledBatch* out) {
+    BanditBatch(spec, action_size, config, seed, config.learner().batch_size(), replica * n, n, out);
+    return absl::OkStatus();
+  };
+}
+
+// The inference path (what actors run) with the agent's current parameters.
+std::unique_ptr<D4pgPolicy> PolicyOf(const D4pgAgent& agent, const config::ExperimentConfig& config) {
+  auto policy = D4pgPolicy::Create(config.d4pg(), agent.spec(), agent.action_size());
+  TROUPE_CHECK(policy.ok());
+  std::vector<float> params;
+  agent.PolicyParameters(&params);
+  TROUPE_CHECK((*policy)->SetParameters(params).ok());
+  return std::move(policy).value();
+}
+
+// --- Categorical projection ----------------------------------------------------
+
+TEST(CategoricalProjectionTest, SplitsMassBetweenNeighbouringAtoms) {
+  // Support {0, 1, 2, 3, 4}; all mass at z=1, shifted by 0.5 -> half on 1, half on 2.
+  std::vector<float> out(5);
+  CategoricalProjection(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.5f, /*discount=*/1.0f, /*v_min=*/0,
+                        /*v_max=*/4, out);
+  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.5f, 0.5f, 0, 0}));
+  // Uniform mass, discount 0.5: Tz = {0, .5, 1, 1.5, 2}.
+  CategoricalProjection(std::vector<float>(5, 0.2f), /*reward=*/0.0f, /*discount=*/0.5f, 0, 4, out);
+  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0.3f, 0.4f, 0.3f, 0, 0}));
+  // Uneven split: 1 + 0.25 -> 3/4 on atom 1, 1/4 on atom 2.
+  CategoricalProjection(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.25f, /*discount=*/1.0f, 0, 4, out);
+  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.75f, 0.25f, 0, 0}));
+}
+
+TEST(CategoricalProjectionTest, ClipsAtTheEndsOfTheSupport) {
+  std::vector<float> out(5);
+  // z=4 + 1 = 5 > v_max: all on the last atom; z=3 + 1 = 4 exactly on it too.
+  CategoricalProjection(std::vector<float>{0, 0, 0, 0.5f, 0.5f}, /*reward=*/1.0f, /*discount=*/1.0f, 0, 4, out);
+  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0, 0, 0, 1}));
+  // z=1 - 3 = -2 < v_min: all on the first atom.
+  CategoricalProjection(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/-3.0f, /*discount=*/1.0f, 0, 4, out);
+  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{1, 0, 0, 0, 0}));
+}
+
+TEST(CategoricalProjectionTest, DiscountZeroPutsAllMassAtTheReward) {
+  // A terminal (discount 0): the target is the reward alone, whatever the distribution.
+  std::vector<float> out(5);
+  CategoricalProjection(std::vector<float>{0.1f, 0.2f, 0.3f, 0.2f, 0.2f}, /*reward=*/2.25f, /*discount=*/0.0f, 0, 4,
+                        out);
+  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0, 0.75f, 0.25f, 0}));
+}
+
+TEST(CategoricalProjectionTest, TargetDistributionSumsToOne) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> p(51), out(51);
+    for (float& v : p) v = u(rng);
+    const float total = std::accumulate(p.begin(), p.end(), 0.0f);
+    for (float& v : p) v /= total;
+    const float reward = 300.0f * u(rng) - 100.0f, discount = u(rng);
+    CategoricalProjection(p, reward, discount, /*v_min=*/-10.0f, /*v_max=*/150.0f, out);
+    EXPECT_NEAR(std::accumulate(out.begin(), out.end(), 0.0), 1.0, 1e-5) << "reward " << reward;
+    for (float v : out) EXPECT_GE(v, 0.0f);
+  }
+}
+
+// --- Table and policy ------------------------------------------------------------
+
+TEST(D4pgTransitionTableTest, FieldsInSignatureOrderForStateAndPixels) {
+  config::ExperimentConfig c = TinyConfig(/*batch=*/8, {16});
+  c.mutable_learner()->set_replay_size(5000);
+  c.mutable_learner()->set_min_replay_size(100);
+  c.mutable_learner()->set_prioritized(true);
+  const config::ReplayTableConfig state = D4pgTransitionTable({.state_size = 5}, /*action_size=*/2, c);
+  EXPECT_EQ(state.name(), "transitions");
+  EXPECT_EQ(state.max_size(), 5000);
+  EXPECT_EQ(state.selector(), "prioritized");
+  EXPECT_EQ(state.rate_limiter().min_size_to_sample(), 100);
+  ASSERT_EQ(state.fields_size(), 5);
+  EXPECT_EQ(state.fields(0).name(), "observation");
+  EXPECT_THAT(state.fields(0).shape(), ElementsAre(5));
+  EXPECT_EQ(state.fields(1).name(), "action");
+  EXPECT_THAT(state.fields(1).shape(), ElementsAre(2));
+  EXPECT_EQ(state.fields(2).name(), "reward");
+  EXPECT_EQ(state.fields(2).shape_size(), 0);
+  EXPECT_EQ(state.fields(3).name(), "discount");
+  EXPECT_EQ(state.fields(4).name(), "next_observation");
+  EXPECT_TRUE(replay::Signature::FromConfig(state).ok());
+
+  const config::ReplayTableConfig pixels =
+      D4pgTransitionTable({.frames = 3, .height = 84, .width = 84}, /*action_size=*/1, c);
+  EXPECT_EQ(pixels.fields(0).dtype(), "uint8");
+  EXPECT_EQ(pixels.fields(0).frames(), 3);
+  EXPECT_THAT(pixels.fields(0).shape(), ElementsAre(84, 84, 3));
+  EXPECT_EQ(pixels.fields(4).frames(), 3);
+  EXPECT_TRUE(replay::Signature::FromConfig(pixels).ok());
+}
+
+TEST(D4pgPolicyTest, SetParametersRejectsAWrongSizeNamingBoth) {
+  auto policy = D4pgPolicy::Create(TinyConfig(8, {16}).d4pg(), {.state_size = 3}, /*action_size=*/2);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  const int64_t n = (*policy)->num_parameters();
+  std::vector<float> wrong(n + 1);
+  const absl::Status s = (*policy)->SetParameters(wrong);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("got ", n + 1, " floats, expected ", n)));
+}
+
+TEST(D4pgPolicyTest, RejectsBadConfigsNamingTheField) {
+  config::D4pgConfig d = TinyConfig(8, {16}).d4pg();
+  d.set_atoms(1);
+  EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(), HasSubstr("d4pg.atoms 1"));
+  d = TinyConfig(8, {16}).d4pg();
+  d.set_v_max(-1.0f);
+  EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(), HasSubstr("d4pg.v_max"));
+  d = TinyConfig(8, {16}).d4pg();
+  d.set_actor_pre_tanh_penalty(-1.0f);
+  EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(),
+              HasSubstr("d4pg.actor_pre_tanh_penalty -1: must be >= 0"));
+  d = TinyConfig(8, {16}).d4pg();
+  d.set_actor_pre_tanh_bound(std::nanf(""));
+  EXPECT_THAT(D4pgPolicy::Create(d, {.state_size = 3}, 1).status().message(),
+              HasSubstr("d4pg.actor_pre_tanh_bound nan: must be >= 0"));
+  EXPECT_THAT(D4pgPolicy::Create(TinyConfig(8, {16}).d4pg(), {.frames = 1, .height = 8, .width = 8}, 1)
+                  .status()
+                  .message(),
+              HasSubstr("too small"));
+}
+
+TEST(D4pgAgentTest, RejectsABatchNotDivisibleByTheReplicas) {
+  auto replicator = MakeReplicator(2);
+  auto agent = D4pgAgent::Create(TinyConfig(/*batch=*/7, {16}), {.state_size = 2}, 1, replicator.get());
+  EXPECT_THAT(agent.status().message(), HasSubstr("learner.batch_size 7"));
+}
+
+TEST(D4pgAgentTest, ABatchOfTheWrongShapeIsAnErrorNamingTheField) {
+  auto replicator = MakeReplicator(1);
+  const config::ExperimentConfig c = TinyConfig(/*batch=*/4, {8});
+  auto agent = D4pgAgent::Create(c, {.state_size = 2}, /*action_size=*/1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  // A batch made for action_size 3.
+  const absl::Status s = (*agent)->Train(1, [&](int, int64_t n, replay::SampledBatch* out) {
+    BanditBatch({.state_size = 2}, /*action_size=*/3, c, 0, n, 0, n, out);
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("replica 0: transition batch field 1 (action): got float32[4,3]"));
+}
+
+// --- Learning ------------------------------------------------------------------------
+
+TEST(D4pgAgentTest, LearnsAContextualBandit) {
+  // One-step problem: the best action equals the observation.
+  const ObservationSpec spec{.state_size = 1};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/64, {64, 64});
+  c.mutable_d4pg()->set_target_tau(0.05f);
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  double first_loss = 0, last_loss = 0;
+  constexpr int kUpdates = 600;
+  uint64_t draw = 0;
+  for (int u = 0; u < kUpdates; u += 50) {
+    ASSERT_TRUE((*agent)->Train(50, [&](int replica, int64_t n, replay::SampledBatch* out) {
+      BanditBatch(spec, 1, c, /*seed=*/draw++, n, 0, n, out);
+      return absl::OkStatus();
+    }).ok());
+    const D4pgMetrics m = (*agent)->metrics();
+    EXPECT_TRUE(std::isfinite(m.critic_loss) && std::isfinite(m.actor_loss));
+    if (u == 0) first_loss = m.critic_loss;
+    last_loss = m.critic_loss;
+  }
+  EXPECT_EQ((*agent)->metrics().updates, kUpdates);
+  EXPECT_LT(last_loss, first_loss * 0.9) << "critic loss did not fall";
+
+  // The policy (through the inference path) tracks the observation.
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
+  std::vector<float> obs, actions(17);
+  for (int i = 0; i < 17; ++i) obs.push_back(-0.8f + 0.1f * i);
+  ASSERT_TRUE(policy->Act(obs.data(), nullptr, 17, actions.data()).ok());
+  for (int i = 0; i < 17; ++i) EXPECT_NEAR(actions[i], obs[i], 0.2) << "obs " << obs[i];
+}
+
+// Trains on a bandit whose reward grows with the action everywhere (best at
+// +1) with the given pre-tanh penalty; returns the policy's action there.
+float ActionAfterPushingToTheBound(float penalty) {
+  const ObservationSpec spec{.state_size = 1};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/32, {32, 32});
+  c.mutable_d4pg()->set_actor_pre_tanh_penalty(penalty);
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  TROUPE_CHECK(agent.ok());
+  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+  TROUPE_CHECK(signature.ok());
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const absl::Status trained = (*agent)->Train(2000, [&](int, int64_t n, replay::SampledBatch* out) {
+    replay::ShapeBatch(*signature, n, out);
+    for (int64_t i = 0; i < n; ++i) {
+      out->keys[i] = i;
+      Floats(out, 0)[i] = u(rng);
+      Floats(out, 4)[i] = u(rng);
+      Floats(out, 1)[i] = u(rng);
+      Floats(out, 2)[i] = 0.5f * (Floats(out, 1)[i] + 1.0f);  // reward (a + 1) / 2
+      Floats(out, 3)[i] = 0.0f;
+    }
+    return absl::OkStatus();
+  });
+  TROUPE_CHECK(trained.ok());
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
+  const float obs = 0.3f;
+  float action = 0;
+  TROUPE_CHECK(policy->Act(&obs, nullptr, 1, &action).ok());
+  return action;
+}
+
+TEST(D4pgAgentTest, ThePreTanhPenaltyKeepsTheActorOutOfDeepSaturation) {
+  // Without it the actor runs on past u = 5, where tanh's gradient is below
+  // 2e-4 (and at u > 9 tanh is 1.0f exactly, its gradient exactly zero: an
+  // actor there can never come back, whatever the critic learns later).
+  EXPECT_GT(ActionAfterPushingToTheBound(/*penalty=*/0.0f), std::tanh(5.0f));
+  // With it, u stays near the bound (3: tanh 0.995), still at the right end.
+  const float bounded = ActionAfterPushingToTheBound(/*penalty=*/1.0f);
+  EXPECT_GT(bounded, 0.98f);
+  EXPECT_LT(bounded, std::tanh(3.5f));
+}
+
+// A pixel stack in which every (frame, colour) plane is one uniform level:
+// the newest frame's red plane 127.5 * (x + 1), every other plane a random
+// level. The context x is readable only from the right frame and channel, so
+// a policy that mixes up the stack order, the colour planes or the encoder's
+// parameters cannot learn it.
+void PixelBanditStack(const ObservationSpec& spec, float x, std::mt19937_64& rng, uint8_t* out) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  const int64_t pixels = int64_t{spec.height} * spec.width;
+  for (int f = 0; f < spec.frames; ++f) {
+    for (int c = 0; c < 3; ++c) {
+      const bool context = f == spec.frames - 1 && c == 0;
+      const uint8_t level = context ? static_cast<uint8_t>(std::lround(127.5f * (x + 1.0f))) : byte(rng);
+      uint8_t* frame = out + f * pixels * 3;
+      for (int64_t p = 0; p < pixels; ++p) frame[3 * p + c] = level;
+    }
+  }
+}
+
+TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
+  // One step from pixels: the best action is the newest frame's red level.
+  const ObservationSpec spec{.frames = 2, .height = 32, .width = 32};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/32, {64, 64});
+  c.mutable_d4pg()->set_target_tau(0.05f);
+  c.mutable_d4pg()->set_encoder_features(16);
+  c.mutable_d4pg()->set_conv_channels(8);
+  c.mutable_d4pg()->set_augment_pad(2);
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+  ASSERT_TRUE(signature.ok());
+  const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  ASSERT_TRUE((*agent)->Train(800, [&](int, int64_t n, replay::SampledBatch* out) {
+    replay::ShapeBatch(*signature, n, out);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = u(rng), action = u(rng);
+      out->keys[i] = i;
+      PixelBanditStack(spec, x, rng, out->fields[0].data.data() + i * stack);
+      PixelBanditStack(spec, u(rng), rng, out->fields[4].data.data() + i * stack);
+      Floats(out, 1)[i] = action;
+      Floats(out, 2)[i] = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
+      Floats(out, 3)[i] = 0.0f;
+    }
+    return absl::OkStatus();
+  }).ok());
+
+  // The inference path, on fresh stacks, with the learner's parameters.
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
+  constexpr int kProbes = 9;
+  std::vector<uint8_t> pixels(kProbes * stack);
+  std::vector<float> actions(kProbes);
+  for (int i = 0; i < kProbes; ++i) PixelBanditStack(spec, -0.8f + 0.2f * i, rng, pixels.data() + i * stack);
+  ASSERT_TRUE(policy->Act(nullptr, pixels.data(), kProbes, actions.data()).ok());
+  for (int i = 0; i < kProbes; ++i) EXPECT_NEAR(actions[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
+}
+
+// --- Replicas and checkpoints -----------------------------------------------------------
+
+// The full training state, read back through a checkpoint file.
+std::vector<float> Snapshot(const D4pgAgent& agent) {
+  std::vector<float> p;
+  agent.PolicyParameters(&p);
+  return p;
+}
+
+TEST(D4pgAgentTest, TwoReplicasOnHalfBatchesEqualOneReplicaOnTheWholeBatch) {
+  const ObservationSpec spec{.state_size = 3};
+  const config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  std::vector<std::vector<float>> params;
+  std::vector<D4pgMetrics> metrics;
+  for (int k : {1, 2}) {
+    auto replicator = MakeReplicator(k);
+    auto agent = D4pgAgent::Create(c, spec, /*action_size=*/2, replicator.get());
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    for (uint64_t step = 0; step < 2; ++step) {
+      ASSERT_TRUE((*agent)->Train(1, Bandit(spec, 2, c, step)).ok());
+    }
+    params.push_back(Snapshot(**agent));
+    metrics.push_back((*agent)->metrics());
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  double worst = 0;
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    worst = std::max<double>(worst, std::fabs(params[0][i] - params[1][i]) / std::max(1.0f, std::fabs(params[0][i])));
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_NEAR(metrics[0].critic_loss, metrics[1].critic_loss, 1e-5 * std::fabs(metrics[0].critic_loss));
+  EXPECT_NEAR(metrics[0].actor_loss, metrics[1].actor_loss, 1e-5 * std::fabs(metrics[0].actor_loss) + 1e-7);
+  // The updates moved the parameters (the comparison is not vacuous).
+  auto replicator = MakeReplicator(1);
+  auto fresh = D4pgAgent::Create(c, spec, 2, replicator.get());
+  EXPECT_GT(std::fabs(Snapshot(**fresh)[0] - params[0][0]) + std::fabs(Snapshot(**fresh)[1] - params[0][1]), 1e-5);
+}
+
+// Trains `before` updates, saves, trains `after` more; a fresh agent loading
+// the file and training the same `after` updates must end identical.
+void ExpectSaveLoadContinuesIdentically(const config::ExperimentConfig& c, const ObservationSpec& spec) {
+  const std::string path = TempPath("d4pg_checkpoint");
+  auto replicator = MakeReplicator(1);
+  auto a = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (uint64_t s = 0; s < 2; ++s) ASSERT_TRUE((*a)->Train(1, Bandit(spec, 1, c, s)).ok());
+  ASSERT_TRUE((*a)->Save(path).ok());
+  for (uint64_t s = 2; s < 4; ++s) ASSERT_TRUE((*a)->Train(1, Bandit(spec, 1, c, s)).ok());
+
+  auto b = D4pgAgent::Create(c, spec, 1, replicator.get());
+  ASSERT_TRUE(b.ok());
+  const absl::Status loaded = (*b)->Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ((*b)->updates(), 2);
+  for (uint64_t s = 2; s < 4; ++s) ASSERT_TRUE((*b)->Train(1, Bandit(spec, 1, c, s)).ok());
+  EXPECT_EQ((*b)->updates(), 4);
+  EXPECT_EQ(Snapshot(**a), Snapshot(**b)) << "training after Load diverged";
+  // And the whole state (targets, Adam moments) matches: same checkpoint bytes.
+  ASSERT_TRUE((*a)->Save(path + ".a").ok());
+  ASSERT_TRUE((*b)->Save(path + ".b").ok());
+  auto read = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_TRUE(read(path + ".a") == read(path + ".b"));
+  for (const std::string& p : {path, path + ".a", path + ".b"}) std::filesystem::remove(p);
+}
+
+TEST(D4pgAgentTest, SaveThenLoadContinuesIdenticallyFromState) {
+  ExpectSaveLoadContinuesIdentically(TinyConfig(/*batch=*/8, {16, 16}), {.state_size = 2});
+}
+
+config::ExperimentConfig PixelConfig() {
+  config::ExperimentConfig c = TinyConfig(/*batch=*/4, {16});
+  c.mutable_d4pg()->set_encoder_features(8);
+  c.mutable_d4pg()->set_conv_channels(4);
+  c.mutable_d4pg()->set_augment_pad(2);
+  return c;
+}
+
+TEST(D4pgAgentTest, SaveThenLoadContinuesIdenticallyFromPixelsWithAugmentation) {
+  ExpectSaveLoadContinuesIdentically(PixelConfig(), {.frames = 2, .height = 16, .width = 16});
+}
+
+TEST(D4pgAgentTest, LoadingACheckpointOfOtherNetworksNamesTheParameter) {
+  const std::string path = TempPath("d4pg_mismatch");
+  auto replicator = MakeReplicator(1);
+  auto a = D4pgAgent::Create(TinyConfig(8, {16}), {.state_size = 2}, 1, replicator.get());
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->Save(path).ok());
+  auto b = D4pgAgent::Create(TinyConfig(8, {12}), {.state_size = 2}, 1, replicator.get());
+  ASSERT_TRUE(b.ok());
+  const absl::Status s = (*b)->Load(path);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("critic.0.w"));
+  std::filesystem::remove(path);
+}
+
+TEST(D4pgAgentTest, PixelSmokeTrainsWithFiniteLossesAndActs) {
+  const ObservationSpec spec{.frames = 3, .height = 16, .width = 16};
+  const config::ExperimentConfig c = PixelConfig();
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/2, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  const absl::Status s = (*agent)->Train(2, Bandit(spec, 2, c, /*seed=*/5));
+  ASSERT_TRUE(s.ok()) << s;
+  const D4pgMetrics m = (*agent)->metrics();
+  EXPECT_EQ(m.updates, 2);
+  EXPECT_TRUE(std::isfinite(m.critic_loss) && std::isfinite(m.actor_loss) && std::isfinite(m.q_mean));
+  EXPECT_GT(m.critic_loss, 0);
+
+  // The policy acts on replay-layout pixels with the learner's parameters.
+  auto policy = D4pgPolicy::Create(c.d4pg(), spec, 2);
+  ASSERT_TRUE(policy.ok());
+  std::vector<float> params;
+  (*agent)->PolicyParameters(&params);
+  EXPECT_EQ(static_cast<int64_t>(params.size()), (*policy)->num_parameters());
+  ASSERT_TRUE((*policy)->SetParameters(params).ok());
+  std::vector<uint8_t> pixels(5 * 3 * 16 * 16 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7);
+  std::vector<float> actions(5 * 2);
+  ASSERT_TRUE((*policy)->Act(nullptr, pixels.data(), 5, actions.data()).ok());
+  for (float a : actions) EXPECT_TRUE(a >= -1.0f && a <= 1.0f);
+  EXPECT_THAT((*policy)->Act(nullptr, nullptr, 5, actions.data()).message(), HasSubstr("observes pixels"));
+}
+
+TEST(D4pgAgentTest, PrioritizedReportsOneLossPerSampledItem) {
+  config::ExperimentConfig c = TinyConfig(/*batch=*/8, {8});
+  c.mutable_learner()->set_prioritized(true);
+  auto replicator = MakeReplicator(2);
+  auto agent = D4pgAgent::Create(c, {.state_size = 2}, 1, replicator.get());
+  ASSERT_TRUE(agent.ok());
+  ASSERT_TRUE((*agent)->Train(1, Bandit({.state_size = 2}, 1, c, 0)).ok());
+  std::vector<uint64_t> keys;
+  std::vector<double> priorities;
+  (*agent)->LastPriorities(&keys, &priorities);
+  EXPECT_THAT(keys, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  ASSERT_EQ(priorities.size(), 8u);
+  for (double p : priorities) EXPECT_GT(p, 0);
+}
+
+// --- The policy apart from the agent --------------------------------------------
+
+TEST(ObservationSpecOfTest, PixelsWhenTheEnvRendersThemElseTheStateVector) {
+  envs::EnvSpec pixels;
+  pixels.state_size = 5;
+  pixels.height = 84;
+  pixels.width = 64;
+  pixels.channels = 9;  // 3 stacked RGB frames
+  const ObservationSpec p = ObservationSpecOf(pixels);
+  EXPECT_TRUE(p.pixels());
+  EXPECT_EQ(p.frames, 3);
+  EXPECT_EQ(p.height, 84);
+  EXPECT_EQ(p.width, 64);
+  EXPECT_EQ(p.state_size, 0);
+  envs::EnvSpec state;
+  state.state_size = 5;
+  const ObservationSpec s = ObservationSpecOf(state);
+  EXPECT_FALSE(s.pixels());
+  EXPECT_EQ(s.state_size, 5);
+}
+
+// The viewer's path: the policy reads its own parameters out of the agent's
+// checkpoint, with no agent or Replicator built.
+TEST(D4pgPolicyTest, LoadAgentCheckpointTakesTheAgentsPolicyParametersAndUpdates) {
+  for (const auto& [config, spec] : {std::pair{TinyConfig(8, {16, 16}), ObservationSpec{.state_size = 2}},
+                                     std::pair{PixelConfig(), ObservationSpec{.frames = 2, .height = 16, .width = 16}}}) {
+    const std::string path = TempPath("d4pg_policy_load");
+    auto replicator = MakeReplicator(1);
+    auto agent = D4pgAgent::Create(config, spec, /*action_size=*/1, replicator.get());
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE((*agent)->Train(1, Bandit(spec, 1, config, s)).ok());
+    ASSERT_TRUE((*agent)->Save(path).ok());
+    std::vector<float> expected;
+    (*agent)->PolicyParameters(&expected);
+
+    auto policy = D4pgPolicy::Create(config.d4pg(), spec, 1);
+    ASSERT_TRUE(policy.ok()) << policy.status();
+    auto updates = (*policy)->LoadAgentCheckpoint(path);
+    ASSERT_TRUE(updates.ok()) << updates.status();
+    EXPECT_EQ(*updates, 3);
+    ASSERT_EQ((*policy)->parameters().size(), expected.size());
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), (*policy)->parameters().begin()))
+        << "the policy's parameters differ from the agent's PolicyParameters";
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(D4pgPolicyTest, AnAgentCheckpointOfOtherNetworksIsRefusedAndChangesNothing) {
+  const std::string path = TempPath("d4pg_policy_mismatch");
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(TinyConfig(8, {16}), {.state_size = 2}, 1, replicator.get());
+  ASSERT_TRUE(agent.ok());
+  ASSERT_TRUE((*agent)->Save(path).ok());
+  auto policy = D4pgPolicy::Create(TinyConfig(8, {12}).d4pg(), {.state_size = 2}, 1);
+  ASSERT_TRUE(policy.ok());
+  const std::vector<float> before((*policy)->parameters().begin(), (*policy)->parameters().end());
+  auto updates = (*policy)->LoadAgentCheckpoint(path);
+  EXPECT_EQ(updates.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(updates.status().message(), HasSubstr("param/actor/actor.0.w"));
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), (*policy)->parameters().begin()));
+  EXPECT_EQ((*policy)->LoadAgentCheckpoint(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace troupe::agents

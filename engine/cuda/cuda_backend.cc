@@ -1,0 +1,365 @@
+// CudaBackend: construction, memory, and every kernel but the dense and
+// convolution ones (those are in cuda_conv.cc).
+#include "engine/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/kernels.h"
+
+namespace troupe::cuda {
+namespace {
+cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
+}  // namespace
+
+int DeviceCount(std::string* why) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    if (why != nullptr) *why = cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  if (count == 0 && why != nullptr) *why = "the CUDA runtime reports 0 devices";
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  std::string why;
+  const int count = DeviceCount(&why);
+  if (count == 0) return absl::FailedPreconditionError(absl::StrCat("no CUDA device: ", why));
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count, " device(s): 0..", count - 1, ")"));
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(options));
+  // Device, stream, cuBLAS handle (math mode per the options).
+  if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorString(e)));
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaStreamCreate: ", cudaGetErrorString(e)));
+  }
+  b->stream_ = stream;
+  cublasHandle_t handle = nullptr;
+  if (cublasStatus_t s = cublasCreate(&handle); s != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cublasCreate: ", cublasGetStatusString(s)));
+  }
+  b->cublas_ = handle;
+  CUBLAS_CHECK(cublasSetStream(handle, stream));
+  CUBLAS_CHECK(cublasSetMathMode(handle, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+  // Whether plain host memory is addressable from the device (HMM / ATS).
+  int pageable = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, options.device));
+  b->pageable_memory_access_ = pageable != 0;
+  CUDA_CHECK(cudaMalloc(&b->reduce_result_, sizeof(double) * (2 + kernels::ReducePartials())));
+  return b;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) {}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(AsStream(stream_));
+  for (Buffer& b : scratch_) cudaFree(b.data);
+  cudaFree(reduce_result_);
+  if (cublas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  if (stream_ != nullptr) cudaStreamDestroy(AsStream(stream_));
+}
+
+std::string CudaBackend::name() const {
+  return options_.gemm_precision == GemmPrecision::kBfloat16 ? "cuda-bf16" : "cuda";
+}
+
+// --- Memory ---------------------------------------------------------------------------
+
+void* CudaBackend::Allocate(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes));
+  // Keep it on the device; host reads map it without migrating it away.
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeDevice;
+  location.id = options_.device;
+  CUDA_CHECK(cudaMemAdvise(p, bytes == 0 ? 1 : bytes, cudaMemAdviseSetPreferredLocation, location));
+  return p;
+}
+
+void CudaBackend::Free(void* p) {
+  if (p == nullptr) return;
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  CUDA_CHECK(cudaFree(p));
+}
+
+void CudaBackend::CopyToDevice(const void* host, void* device, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, AsStream(stream_)));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+}
+
+void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, AsStream(stream_)));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+}
+
+void CudaBackend::Synchronize() { CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_))); }
+
+void* CudaBackend::Scratch(int slot, size_t bytes) {
+  Buffer& b = scratch_[slot];
+  if (b.capacity < bytes) {
+    // The old buffer may still be read by queued kernels.
+    CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+    CUDA_CHECK(cudaFree(b.data));
+    b.data = nullptr;
+    CUDA_CHECK(cudaMalloc(&b.data, bytes));
+    b.capacity = bytes;
+  }
+  return b.data;
+}
+
+void CudaBackend::Done(const char* what) {
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    std::fprintf(stderr, "%s:%d: CudaBackend::%s: kernel launch failed: %s\n", __FILE__, __LINE__, what,
+                 cudaGetErrorString(e));
+    std::abort();
+  }
+  if (!options_.synchronous) return;
+  if (cudaError_t e = cudaStreamSynchronize(AsStream(stream_)); e != cudaSuccess) {
+    std::fprintf(stderr, "%s:%d: CudaBackend::%s: %s\n", __FILE__, __LINE__, what, cudaGetErrorString(e));
+    std::abort();
+  }
+}
+
+void CudaBackend::Fill(float* x, int64_t n, float value) {
+  kernels::Fill(AsStream(stream_), x, n, value);
+  Done("Fill");
+}
+
+void CudaBackend::Copy(const float* x, float* y, int64_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(y, x, sizeof(float) * n, cudaMemcpyDefault, AsStream(stream_)));
+  Done("Copy");
+}
+
+void CudaBackend::Axpy(float alpha, const float* x, float* y, int64_t n) {
+  kernels::Axpy(AsStream(stream_), alpha, x, y, n);
+  Done("Axpy");
+}
+
+void CudaBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
+                             float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
+  kernels::CopyBlocks(AsStream(stream_), outer, len, src, src_stride, src_offset, dst, dst_stride, dst_offset,
+                      accumulate);
+  Done("CopyBlocks");
+}
+
+// --- Elementwise -----------------------------------------------------------------------
+
+void CudaBackend::ActivationForward(nn::Activation f, float alpha, const float* x, float* y, int64_t n) {
+  kernels::ActivationForward(AsStream(stream_), static_cast<int>(f), alpha, x, y, n);
+  Done("ActivationForward");
+}
+
+void CudaBackend::ActivationBackward(nn::Activation f, float alpha, const float* x, const float* y, const float* dy,
+                                     float* dx, int64_t n) {
+  kernels::ActivationBackward(AsStream(stream_), static_cast<int>(f), alpha, x, y, dy, dx, n);
+  Done("ActivationBackward");
+}
+
+void CudaBackend::BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) {
+  kernels::BinaryForward(AsStream(stream_), static_cast<int>(op), a, b, y, n);
+  Done("BinaryForward");
+}
+
+void CudaBackend::BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
+                                 int64_t n) {
+  kernels::BinaryBackward(AsStream(stream_), static_cast<int>(op), a, b, dy, da, db, n);
+  Done("BinaryBackward");
+}
+
+void CudaBackend::Scale(float alpha, const float* x, float* y, int64_t n) {
+  kernels::Scale(AsStream(stream_), alpha, x, y, n);
+  Done("Scale");
+}
+
+// --- Reductions -------------------------------------------------------------------------
+
+double CudaBackend::Reduce(const float* x, int64_t n, bool square) {
+  double* result = reduce_result_;
+  kernels::Reduce(AsStream(stream_), x, n, square, reduce_result_ + 2, result);
+  double host = 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, AsStream(stream_)));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  return host;
+}
+
+double CudaBackend::Sum(const float* x, int64_t n) { return Reduce(x, n, /*square=*/false); }
+
+double CudaBackend::SquaredNorm(const float* x, int64_t n) { return Reduce(x, n, /*square=*/true); }
+
+void CudaBackend::SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) {
+  kernels::SumAxis(AsStream(stream_), outer, reduce, inner, x, y, /*accumulate=*/false);
+  Done("SumAxis");
+}
+
+void CudaBackend::SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
+  kernels::SumAxisBackward(AsStream(stream_), outer, reduce, inner, dy, dx);
+  Done("SumAxisBackward");
+}
+
+// --- Normalisation ------------------------------------------------------------------------
+
+void CudaBackend::LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                                   const float* beta, float* y, float* mean, float* rstd) {
+  kernels::LayerNormForward(AsStream(stream_), rows, cols, eps, x, gamma, beta, y, mean, rstd);
+  Done("LayerNormForward");
+}
+
+void CudaBackend::LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) {
+  kernels::LayerNormBackward(AsStream(stream_), rows, cols, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  Done("LayerNormBackward");
+}
+
+void CudaBackend::BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) {
+  kernels::BatchNormStats(AsStream(stream_), n, c, hw, x, sums);
+  Done("BatchNormStats");
+}
+
+void CudaBackend::BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                 const float* rstd, const float* gamma, const float* beta, float* y) {
+  kernels::BatchNormApply(AsStream(stream_), n, c, hw, x, mean, rstd, gamma, beta, y);
+  Done("BatchNormApply");
+}
+
+void CudaBackend::BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                         const float* rstd, const float* dy, float* sums) {
+  kernels::BatchNormBackwardStats(AsStream(stream_), n, c, hw, x, mean, rstd, dy, sums);
+  Done("BatchNormBackwardStats");
+}
+
+void CudaBackend::BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x,
+                                         const float* mean, const float* rstd, const float* gamma, const float* sums,
+                                         const float* dy, float* dx) {
+  kernels::BatchNormBackwardApply(AsStream(stream_), n, c, hw, count, x, mean, rstd, gamma, sums, dy, dx);
+  Done("BatchNormBackwardApply");
+}
+
+// --- Softmax family ------------------------------------------------------------------------
+
+void CudaBackend::SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) {
+  kernels::SoftmaxForward(AsStream(stream_), rows, cols, x, y, log);
+  Done("SoftmaxForward");
+}
+
+void CudaBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) {
+  kernels::SoftmaxBackward(AsStream(stream_), rows, cols, y, dy, dx, log);
+  Done("SoftmaxBackward");
+}
+
+float CudaBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels,
+                                       float* logp) {
+  // Scratch: per-row losses, then the bad-label flag.
+  float* per_row = static_cast<float*>(Scratch(5, sizeof(float) * rows + sizeof(int)));
+  int* bad_label = reinterpret_cast<int*>(per_row + rows);
+  CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int), AsStream(stream_)));
+  kernels::CrossEntropyForward(AsStream(stream_), rows, cols, x, labels, logp, per_row, bad_label);
+  int bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&bad, bad_label, sizeof(int), cudaMemcpyDeviceToHost, AsStream(stream_)));
+  const double total = Reduce(per_row, rows, /*square=*/false);  // synchronises
+  if (bad != 0) {
+    std::fprintf(stderr, "%s:%d: CrossEntropyForward: a label is outside [0, %lld)\n", __FILE__, __LINE__,
+                 static_cast<long long>(cols));
+    std::abort();
+  }
+  return static_cast<float>(total / rows);
+}
+
+void CudaBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                                       float dloss, float* dx) {
+  kernels::CrossEntropyBackward(AsStream(stream_), rows, cols, logp, labels, dloss, dx);
+  Done("CrossEntropyBackward");
+}
+
+// --- Images ------------------------------------------------------------------------------------
+
+void CudaBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                                     const float* x, float* y) {
+  kernels::RandomShiftForward(AsStream(stream_), n, c, h, w, pad, shifts, x, y);
+  Done("RandomShiftForward");
+}
+
+void CudaBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                                      const float* dy, float* dx) {
+  kernels::RandomShiftBackward(AsStream(stream_), n, c, h, w, pad, shifts, dy, dx);
+  Done("RandomShiftBackward");
+}
+
+// --- Spectral normalisation ---------------------------------------------------------------------
+// w row-major [rows, cols] is column-major [cols, rows] (lda = cols) to cuBLAS.
+
+void CudaBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
+                                             int iterations) {
+  auto handle = static_cast<cublasHandle_t>(cublas_);
+  const float one = 1.0f, zero = 0.0f;
+  float* t = static_cast<float*>(Scratch(4, sizeof(float) * rows));
+  for (int it = 0; it < iterations; ++it) {
+    // v = normalize(w^T u): the column-major matrix times u.
+    CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(rows), &one, w,
+                             static_cast<int>(cols), u, 1, &zero, v, 1));
+    kernels::NormalizeVector(AsStream(stream_), v, cols);
+    // u = normalize(w v): its transpose times v (through t: u is gemv's input alias-free).
+    CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_T, static_cast<int>(cols), static_cast<int>(rows), &one, w,
+                             static_cast<int>(cols), v, 1, &zero, t, 1));
+    kernels::NormalizeVector(AsStream(stream_), t, rows);
+    CUDA_CHECK(cudaMemcpyAsync(u, t, sizeof(float) * rows, cudaMemcpyDefault, AsStream(stream_)));
+  }
+  Done("SpectralNormPowerIteration");
+}
+
+float CudaBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                                       float* y) {
+  auto handle = static_cast<cublasHandle_t>(cublas_);
+  const float one = 1.0f, zero = 0.0f;
+  // sigma = u . (w v), in double on the device; y = w / sigma without a round trip.
+  float* t = static_cast<float*>(Scratch(4, sizeof(float) * rows));
+  CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_T, static_cast<int>(cols), static_cast<int>(rows), &one, w,
+                           static_cast<int>(cols), v, 1, &zero, t, 1));
+  kernels::Dot(AsStream(stream_), u, t, rows, reduce_result_ + 2, reduce_result_);
+  kernels::DivideBySigma(AsStream(stream_), rows * cols, w, reduce_result_, y);
+  double sigma = 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(&sigma, reduce_result_, sizeof(double), cudaMemcpyDeviceToHost, AsStream(stream_)));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  return static_cast<float>(sigma);
+}
+
+void CudaBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                                       float sigma, const float* dy, float* dw) {
+  kernels::Dot(AsStream(stream_), dy, w, rows * cols, reduce_result_ + 2, reduce_result_);
+  kernels::SpectralNormBackward(AsStream(stream_), rows, cols, u, v, sigma, reduce_result_, dy, dw);
+  Done("SpectralNormBackward");
+}
+
+// --- Optimizers ----------------------------------------------------------------------------------
+
+void CudaBackend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
+                             float c2, const float* grad, float* param, float* m, float* v) {
+  kernels::AdamUpdate(AsStream(stream_), n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad, param, m, v);
+  Done("AdamUpdate");
+}
+
+void CudaBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                            float* buf) {
+  kernels::SgdUpdate(AsStream(stream_), n, lr, momentum, weight_decay, grad, param, buf);
+  Done("SgdUpdate");
+}
+
+void CudaBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
+  kernels::Polyak(AsStream(stream_), n, tau, online, target);
+  Done("Polyak");
+}
+
+}  // namespace troupe::cuda

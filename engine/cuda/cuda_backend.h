@@ -1,0 +1,202 @@
+// The CUDA backend of the nn engine: every kernel of nn::Backend on one GPU.
+// GEMMs go to cuBLAS (cublasGemmEx, float32 or bfloat16 inputs with float32
+// accumulation, switchable); convolutions and transposed convolutions are
+// im2col over the whole batch + one cuBLAS GEMM (the same GEMM path, so
+// bfloat16 applies to them too); everything else is this folder's own kernels.
+//
+// Device-memory story (the Backend interface passes raw float pointers and the
+// ops layer in engine/nn/ops.cc and tape.cc still reads and writes a few
+// values on the host between kernels: the loss seed, Sum's scalar, batch-norm
+// statistics, spectral-norm u/v copies, labels and shift offsets):
+//  1. Every pointer handed to this backend must be addressable by the GPU:
+//     memory from CudaBackend::Allocate (managed memory, preferred on the
+//     device, so the host may still read it), cudaMalloc'd memory, or — on a
+//     device that reports cudaDevAttrPageableMemoryAccess (HMM / ATS: Hopper
+//     with the open kernel module and Linux >= 6.1) — ordinary host memory,
+//     which then migrates to the GPU on first touch and stays there until the
+//     host touches it. pageable_memory_access() says which case holds. The
+//     ParameterSet's std::vector buffers, the tape's arena and the replay batch
+//     are ordinary host memory today, so whole training steps (D4PG, GAN) run
+//     on this backend only where pageable_memory_access() is true.
+//  2. Because the ops layer touches memory on the host, the backend is
+//     synchronous by default (Options::synchronous): every call returns after
+//     its kernels finish. Set it false only when the caller reads nothing on
+//     the host until Synchronize().
+//  3. The path to a fully device-resident step (next change, in engine/nn):
+//     Backend::AllocateBytes/FreeBytes used by Tape's arena and by
+//     ParameterSet (one device buffer each for values and gradients, as now
+//     one host buffer); the ops layer's host touches moved behind backend
+//     calls (scalar set/add, batch-norm finalise, u/v copy, label/shift
+//     upload); then batches are copied in once per step and parameters out
+//     once per version, and `synchronous` can default to false.
+//
+// Not thread-safe: one thread drives a CudaBackend at a time (the Backend
+// contract). Each instance owns a CUDA stream, a cuBLAS handle and scratch
+// that grows to the largest geometry seen; steady-state calls do not allocate.
+#ifndef TROUPE_ENGINE_CUDA_CUDA_BACKEND_H_
+#define TROUPE_ENGINE_CUDA_CUDA_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/backend.h"
+
+namespace troupe::cuda {
+
+// Number of CUDA devices, 0 when there is none or no driver; never fails.
+// `why`, if given, receives the runtime's reason when the count is 0
+// ("no CUDA-capable device is detected", "CUDA driver version is insufficient").
+int DeviceCount(std::string* why = nullptr);
+
+enum class GemmPrecision {
+  kFloat32,   // float32 inputs, float32 accumulation (the CPU reference's math)
+  kBfloat16,  // inputs rounded to bfloat16, float32 accumulation and output
+};
+
+struct CudaBackendOptions {
+  int device = 0;
+  GemmPrecision gemm_precision = GemmPrecision::kFloat32;
+  // TF32 tensor cores for float32 GEMMs (10-bit mantissa inputs). Off by
+  // default so float32 matches the CPU reference to float rounding.
+  bool allow_tf32 = false;
+  // Every call waits for its kernels (see the header comment, point 2).
+  bool synchronous = true;
+};
+
+class CudaBackend final : public nn::Backend {
+ public:
+  // FailedPrecondition "no CUDA device: ..." without a device or driver;
+  // InvalidArgument for a device index out of range; Internal for a CUDA or
+  // cuBLAS failure, naming the call.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override;
+  int num_threads() const override { return 1; }
+  const CudaBackendOptions& options() const { return options_; }
+  // Switches GEMM/conv precision between calls.
+  void set_gemm_precision(GemmPrecision precision) { options_.gemm_precision = precision; }
+  // True when the GPU can address ordinary (pageable) host memory.
+  bool pageable_memory_access() const { return pageable_memory_access_; }
+
+  // --- Device memory ----------------------------------------------------------
+  // `bytes` of managed memory preferred on this device (host-readable after
+  // Synchronize()); aborts with file and line on failure. Free with Free.
+  void* Allocate(size_t bytes);
+  float* AllocateFloats(int64_t count) { return static_cast<float*>(Allocate(sizeof(float) * count)); }
+  void Free(void* p);
+  // Copies between any host pointer and device/managed memory; waits.
+  void CopyToDevice(const void* host, void* device, size_t bytes);
+  void CopyToHost(const void* device, void* host, size_t bytes);
+  // Waits for every kernel this backend has launched.
+  void Synchronize();
+  // The CUDA stream (cudaStream_t) the kernels run on.
+  void* stream() const { return stream_; }
+
+  // --- nn::Backend --------------------------------------------------------------
+  void Fill(float* x, int64_t n, float value) override;
+  void Copy(const float* x, float* y, int64_t n) override;
+  void Axpy(float alpha, const float* x, float* y, int64_t n) override;
+  void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
+                  int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
+
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
+            float beta, float* c) override;
+  void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
+  void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
+
+  void Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                     const float* b, float* y) override;
+  void Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                      const float* y, const float* dy, float* dx, float* dw,
+                      float* db) override;
+  void ConvTranspose2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b,
+                              float* y) override;
+  void ConvTranspose2dBackward(const nn::ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
+                               float* dw, float* db) override;
+
+  void ActivationForward(nn::Activation f, float alpha, const float* x, float* y, int64_t n) override;
+  void ActivationBackward(nn::Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx,
+                          int64_t n) override;
+  void BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) override;
+  void BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
+                      int64_t n) override;
+  void Scale(float alpha, const float* x, float* y, int64_t n) override;
+
+  double Sum(const float* x, int64_t n) override;
+  double SquaredNorm(const float* x, int64_t n) override;
+  void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) override;
+  void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) override;
+
+  void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
+                        float* y, float* mean, float* rstd) override;
+  void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) override;
+  void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) override;
+  void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                      const float* gamma, const float* beta, float* y) override;
+  void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                              const float* dy, float* sums) override;
+  void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x, const float* mean,
+                              const float* rstd, const float* gamma, const float* sums, const float* dy,
+                              float* dx) override;
+
+  void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
+  float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
+  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, float dloss,
+                            float* dx) override;
+
+  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                          const float* x, float* y) override;
+  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                           const float* dy, float* dx) override;
+
+  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
+                                  int iterations) override;
+  float SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                            float* y) override;
+  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma,
+                            const float* dy, float* dw) override;
+
+  void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
+                  const float* grad, float* param, float* m, float* v) override;
+  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                 float* buf) override;
+  void Polyak(int64_t n, float tau, const float* online, float* target) override;
+
+ private:
+  explicit CudaBackend(const CudaBackendOptions& options);
+  // Scratch slot `slot` of at least `bytes` (device memory, grows only).
+  void* Scratch(int slot, size_t bytes);
+  // Row-major GEMM with explicit leading dimensions and batch strides.
+  void GemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                   int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                   int64_t ldc, int64_t stride_c, int64_t batch);
+  // Sum of x (squared when `square`) in double, on the device, copied back.
+  double Reduce(const float* x, int64_t n, bool square);
+  // After each public call: waits when synchronous, and checks for errors.
+  void Done(const char* what);
+
+  CudaBackendOptions options_;
+  bool pageable_memory_access_ = false;
+  void* stream_ = nullptr;  // cudaStream_t
+  void* cublas_ = nullptr;  // cublasHandle_t
+  struct Buffer {
+    void* data = nullptr;
+    size_t capacity = 0;
+  };
+  static constexpr int kScratchSlots = 7;
+  Buffer scratch_[kScratchSlots];
+  double* reduce_result_ = nullptr;  // device double[2]
+};
+
+}  // namespace troupe::cuda
+
+#endif  // TROUPE_ENGINE_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,627 @@
+// The CUDA backend against the CPU reference, op by op (forward and
+// backward, random inputs), then whole training steps and replica groups.
+// Every test first looks for a device and skips, saying why, where there is
+// none: the binary links the CUDA runtime statically, so it starts (and
+// skips) on machines without a GPU driver.
+//
+// Tolerances: float32 |gpu - cpu| <= 1e-4 * (1 + |cpu|) for elementwise ops
+// and 2e-4 * max|cpu| for GEMM/conv/reduction outputs (summation order
+// differs); bfloat16 GEMM/conv 2e-2 * max|cpu| (8-bit mantissa inputs,
+// float32 accumulation). Training steps compare parameters after a few
+// Adam steps to 1e-3 absolute (Adam normalises gradient noise up to ~lr).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <random>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/cuda/cuda_backend.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/ops.h"
+#include "engine/nn/optimizer.h"
+#include "engine/replicator/replicator.h"
+#include "engine/replicator/test_model.h"
+#ifdef TROUPE_HAVE_NCCL
+#include "engine/cuda/nccl_collectives.h"
+#endif
+
+namespace troupe::cuda {
+namespace {
+
+using nn::Activation;
+using nn::Binary;
+using nn::ConvGeometry;
+
+#define REQUIRE_CUDA_DEVICE()                                                                         \
+  do {                                                                                                \
+    std::string why;                                                                                  \
+    if (DeviceCount(&why) == 0) {                                                                     \
+      GTEST_SKIP() << "no CUDA device: " << why << " (this test runs on a GPU machine)";              \
+    }                                                                                                 \
+  } while (false)
+
+std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A managed-memory copy of a host vector, freed with the backend.
+class DeviceVector {
+ public:
+  DeviceVector(CudaBackend* gpu, const std::vector<float>& host) : gpu_(gpu), size_(host.size()) {
+    data_ = gpu->AllocateFloats(static_cast<int64_t>(size_));
+    gpu->CopyToDevice(host.data(), data_, sizeof(float) * size_);
+  }
+  ~DeviceVector() { gpu_->Free(data_); }
+  DeviceVector(const DeviceVector&) = delete;
+  float* data() { return data_; }
+  std::vector<float> ToHost() const {
+    std::vector<float> host(size_);
+    gpu_->CopyToHost(data_, host.data(), sizeof(float) * size_);
+    return host;
+  }
+
+ private:
+  CudaBackend* gpu_;
+  size_t size_;
+  float* data_;
+};
+
+// Same data as int32 in managed memory (labels, shifts).
+int32_t* DeviceInts(CudaBackend* gpu, const std::vector<int32_t>& host) {
+  auto* p = static_cast<int32_t*>(gpu->Allocate(sizeof(int32_t) * host.size()));
+  gpu->CopyToDevice(host.data(), p, sizeof(int32_t) * host.size());
+  return p;
+}
+
+// Elementwise: |a - b| <= rtol * (1 + |b|); scaled: |a - b| <= rtol * max|b|.
+void ExpectNear(const std::vector<float>& gpu, const std::vector<float>& cpu, float rtol, bool scaled,
+                const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  float scale = 1.0f;
+  if (scaled) {
+    for (float v : cpu) scale = std::max(scale, std::abs(v));
+  }
+  int reported = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const float bound = scaled ? rtol * scale : rtol * (1.0f + std::abs(cpu[i]));
+    if (!(std::abs(gpu[i] - cpu[i]) <= bound) && reported++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << " cpu " << cpu[i] << " (bound " << bound << ")";
+    }
+  }
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_CUDA_DEVICE();
+    auto b = CudaBackend::Create();
+    ASSERT_TRUE(b.ok()) << b.status();
+    gpu_ = std::move(*b);
+  }
+  nn::CpuBackend cpu_{/*num_threads=*/1};
+  std::unique_ptr<CudaBackend> gpu_;
+};
+
+TEST_F(CudaOpsTest, MemoryOpsMatchCpu) {
+  const int64_t n = 10007;
+  std::vector<float> x = Random(n, 1), y = Random(n, 2);
+  DeviceVector dx(gpu_.get(), x), dy(gpu_.get(), y);
+  cpu_.Axpy(0.5f, x.data(), y.data(), n);
+  gpu_->Axpy(0.5f, dx.data(), dy.data(), n);
+  ExpectNear(dy.ToHost(), y, 1e-6f, false, "Axpy");
+  cpu_.Scale(-2.0f, x.data(), y.data(), n);
+  gpu_->Scale(-2.0f, dx.data(), dy.data(), n);
+  ExpectNear(dy.ToHost(), y, 1e-6f, false, "Scale");
+  // CopyBlocks: 7 rows of 13 into a [7, 40] buffer at offset 5, accumulating.
+  std::vector<float> src = Random(7 * 13, 3), dst = Random(7 * 40, 4);
+  DeviceVector dsrc(gpu_.get(), src), ddst(gpu_.get(), dst);
+  cpu_.CopyBlocks(7, 13, src.data(), 13, 0, dst.data(), 40, 5, true);
+  gpu_->CopyBlocks(7, 13, dsrc.data(), 13, 0, ddst.data(), 40, 5, true);
+  ExpectNear(ddst.ToHost(), dst, 1e-6f, false, "CopyBlocks");
+  gpu_->Fill(dy.data(), n, 3.5f);
+  gpu_->Copy(dy.data(), dx.data(), n);
+  EXPECT_EQ(dx.ToHost(), std::vector<float>(n, 3.5f));
+}
+
+class CudaGemmTest : public CudaOpsTest, public ::testing::WithParamInterface<GemmPrecision> {
+ protected:
+  float Tolerance() const { return GetParam() == GemmPrecision::kBfloat16 ? 2e-2f : 2e-4f; }
+};
+
+TEST_P(CudaGemmTest, GemmMatchesCpuInEveryTransposeCase) {
+  gpu_->set_gemm_precision(GetParam());
+  const int64_t m = 67, n = 45, k = 129;
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    std::vector<float> a = Random(m * k, 10 + t), b = Random(k * n, 20 + t), c = Random(m * n, 30 + t);
+    DeviceVector da(gpu_.get(), a), db(gpu_.get(), b), dc(gpu_.get(), c);
+    cpu_.Gemm(ta, tb, m, n, k, 0.7f, a.data(), b.data(), 0.3f, c.data());
+    gpu_->Gemm(ta, tb, m, n, k, 0.7f, da.data(), db.data(), 0.3f, dc.data());
+    ExpectNear(dc.ToHost(), c, Tolerance(), true, "Gemm trans=" + std::to_string(t));
+  }
+}
+
+TEST_P(CudaGemmTest, ConvolutionsMatchCpuForwardAndBackward) {
+  gpu_->set_gemm_precision(GetParam());
+  // DrQ's first layer shape (stride 2) and a padded stride-1 and -2 layer.
+  const ConvGeometry geometries[] = {
+      {.n = 3, .c = 9, .h = 21, .w = 21, .oc = 8, .kh = 3, .kw = 3, .stride = 2, .pad = 0},
+      {.n = 2, .c = 4, .h = 8, .w = 8, .oc = 5, .kh = 3, .kw = 3, .stride = 1, .pad = 1},
+      {.n = 2, .c = 3, .h = 8, .w = 8, .oc = 6, .kh = 4, .kw = 4, .stride = 2, .pad = 1},
+  };
+  for (const auto& [g, act] : {std::pair{geometries[0], nn::FusedActivation::kNone},
+                               std::pair{geometries[1], nn::FusedActivation::kNone},
+                               std::pair{geometries[2], nn::FusedActivation::kNone},
+                               std::pair{geometries[0], nn::FusedActivation::kRelu},
+                               std::pair{geometries[1], nn::FusedActivation::kRelu}}) {
+    const int64_t xs = g.n * g.c * g.h * g.w, ys = g.n * g.oc * g.oh() * g.ow(), ws = g.oc * g.c * g.kh * g.kw;
+    const std::string name = "conv c=" + std::to_string(g.c) + " stride=" + std::to_string(g.stride) +
+                             (act == nn::FusedActivation::kRelu ? " relu" : "");
+    std::vector<float> x = Random(xs, 1), w = Random(ws, 2), b = Random(g.oc, 3), dy = Random(ys, 4);
+    std::vector<float> y(ys), dx = Random(xs, 5), dw = Random(ws, 6), db = Random(g.oc, 7);
+    DeviceVector gx(gpu_.get(), x), gw(gpu_.get(), w), gb(gpu_.get(), b), gdy(gpu_.get(), dy), gy(gpu_.get(), y),
+        gdx(gpu_.get(), dx), gdw(gpu_.get(), dw), gdb(gpu_.get(), db);
+    cpu_.Conv2dForward(g, act, x.data(), w.data(), b.data(), y.data());
+    gpu_->Conv2dForward(g, act, gx.data(), gw.data(), gb.data(), gy.data());
+    ExpectNear(gy.ToHost(), y, Tolerance(), true, name + " forward");
+    cpu_.Conv2dBackward(g, act, x.data(), w.data(), y.data(), dy.data(), dx.data(), dw.data(), db.data());
+    gpu_->Conv2dBackward(g, act, gx.data(), gw.data(), gy.data(), gdy.data(), gdx.data(), gdw.data(), gdb.data());
+    ExpectNear(gdx.ToHost(), dx, Tolerance(), true, name + " dx");
+    ExpectNear(gdw.ToHost(), dw, Tolerance(), true, name + " dw");
+    ExpectNear(gdb.ToHost(), db, 2e-4f, true, name + " db");
+    // The transposed conv over the same geometry: x is the conv's output side.
+    std::vector<float> tx = Random(ys, 8), tdy = Random(xs, 9), ty(xs), tdx = Random(ys, 10), tb = Random(g.c, 11);
+    std::vector<float> tdw = Random(ws, 12), tdb = Random(g.c, 13);
+    DeviceVector gtx(gpu_.get(), tx), gtdy(gpu_.get(), tdy), gty(gpu_.get(), ty), gtdx(gpu_.get(), tdx),
+        gtb(gpu_.get(), tb), gtdw(gpu_.get(), tdw), gtdb(gpu_.get(), tdb);
+    cpu_.ConvTranspose2dForward(g, tx.data(), w.data(), tb.data(), ty.data());
+    gpu_->ConvTranspose2dForward(g, gtx.data(), gw.data(), gtb.data(), gty.data());
+    ExpectNear(gty.ToHost(), ty, Tolerance(), true, name + " transposed forward");
+    cpu_.ConvTranspose2dBackward(g, tx.data(), w.data(), tdy.data(), tdx.data(), tdw.data(), tdb.data());
+    gpu_->ConvTranspose2dBackward(g, gtx.data(), gw.data(), gtdy.data(), gtdx.data(), gtdw.data(), gtdb.data());
+    ExpectNear(gtdx.ToHost(), tdx, Tolerance(), true, name + " transposed dx");
+    ExpectNear(gtdw.ToHost(), tdw, Tolerance(), true, name + " transposed dw");
+    ExpectNear(gtdb.ToHost(), tdb, 2e-4f, true, name + " transposed db");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaGemmTest,
+                         ::testing::Values(GemmPrecision::kFloat32, GemmPrecision::kBfloat16),
+                         [](const auto& info) { return info.param == GemmPrecision::kFloat32 ? "Float32" : "Bfloat16"; });
+
+TEST_F(CudaOpsTest, RowBiasMatchesCpu) {
+  const int64_t rows = 33, cols = 70;
+  std::vector<float> y = Random(rows * cols, 1), bias = Random(cols, 2), dbias = Random(cols, 3);
+  DeviceVector gy(gpu_.get(), y), gb(gpu_.get(), bias), gdb(gpu_.get(), dbias);
+  cpu_.AddRowBias(rows, cols, bias.data(), y.data());
+  gpu_->AddRowBias(rows, cols, gb.data(), gy.data());
+  ExpectNear(gy.ToHost(), y, 1e-6f, false, "AddRowBias");
+  cpu_.RowBiasBackward(rows, cols, y.data(), dbias.data());
+  gpu_->RowBiasBackward(rows, cols, gy.data(), gdb.data());
+  ExpectNear(gdb.ToHost(), dbias, 1e-4f, true, "RowBiasBackward");
+}
+
+TEST_F(CudaOpsTest, ActivationsAndBinaryOpsMatchCpu) {
+  const int64_t n = 4099;
+  std::vector<float> x = Random(n, 1, -3.0f, 3.0f), b = Random(n, 2), dy = Random(n, 3);
+  DeviceVector gx(gpu_.get(), x), gb(gpu_.get(), b), gdy(gpu_.get(), dy);
+  for (int f = 0; f <= static_cast<int>(Activation::kSoftplus); ++f) {
+    const auto act = static_cast<Activation>(f);
+    std::vector<float> y(n), dx = Random(n, 4);
+    DeviceVector gy(gpu_.get(), y), gdx(gpu_.get(), dx);
+    cpu_.ActivationForward(act, 0.2f, x.data(), y.data(), n);
+    gpu_->ActivationForward(act, 0.2f, gx.data(), gy.data(), n);
+    ExpectNear(gy.ToHost(), y, 1e-5f, false, "activation " + std::to_string(f));
+    cpu_.ActivationBackward(act, 0.2f, x.data(), y.data(), dy.data(), dx.data(), n);
+    gpu_->ActivationBackward(act, 0.2f, gx.data(), gy.data(), gdy.data(), gdx.data(), n);
+    ExpectNear(gdx.ToHost(), dx, 1e-5f, false, "activation backward " + std::to_string(f));
+  }
+  for (int op = 0; op <= static_cast<int>(Binary::kMul); ++op) {
+    const auto bin = static_cast<Binary>(op);
+    std::vector<float> y(n), da = Random(n, 5), db = Random(n, 6);
+    DeviceVector gy(gpu_.get(), y), gda(gpu_.get(), da), gdb(gpu_.get(), db);
+    cpu_.BinaryForward(bin, x.data(), b.data(), y.data(), n);
+    gpu_->BinaryForward(bin, gx.data(), gb.data(), gy.data(), n);
+    ExpectNear(gy.ToHost(), y, 1e-6f, false, "binary " + std::to_string(op));
+    cpu_.BinaryBackward(bin, x.data(), b.data(), dy.data(), da.data(), db.data(), n);
+    gpu_->BinaryBackward(bin, gx.data(), gb.data(), gdy.data(), gda.data(), gdb.data(), n);
+    ExpectNear(gda.ToHost(), da, 1e-6f, false, "binary da " + std::to_string(op));
+    ExpectNear(gdb.ToHost(), db, 1e-6f, false, "binary db " + std::to_string(op));
+  }
+}
+
+TEST_F(CudaOpsTest, ReductionsMatchCpu) {
+  const int64_t outer = 5, reduce = 37, inner = 11, n = outer * reduce * inner;
+  std::vector<float> x = Random(n, 1), y(outer * inner), dy = Random(outer * inner, 2), dx = Random(n, 3);
+  DeviceVector gx(gpu_.get(), x), gy(gpu_.get(), y), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx);
+  EXPECT_NEAR(gpu_->Sum(gx.data(), n), cpu_.Sum(x.data(), n), 1e-6);
+  EXPECT_NEAR(gpu_->SquaredNorm(gx.data(), n), cpu_.SquaredNorm(x.data(), n), 1e-6 * n);
+  cpu_.SumAxis(outer, reduce, inner, x.data(), y.data());
+  gpu_->SumAxis(outer, reduce, inner, gx.data(), gy.data());
+  ExpectNear(gy.ToHost(), y, 1e-5f, true, "SumAxis");
+  cpu_.SumAxisBackward(outer, reduce, inner, dy.data(), dx.data());
+  gpu_->SumAxisBackward(outer, reduce, inner, gdy.data(), gdx.data());
+  ExpectNear(gdx.ToHost(), dx, 1e-6f, false, "SumAxisBackward");
+}
+
+TEST_F(CudaOpsTest, LayerNormMatchesCpu) {
+  const int64_t rows = 19, cols = 300;
+  std::vector<float> x = Random(rows * cols, 1, -2.0f, 3.0f), gamma = Random(cols, 2), beta = Random(cols, 3);
+  std::vector<float> y(rows * cols), mean(rows), rstd(rows), dy = Random(rows * cols, 4);
+  std::vector<float> dx = Random(rows * cols, 5), dgamma = Random(cols, 6), dbeta = Random(cols, 7);
+  DeviceVector gx(gpu_.get(), x), gg(gpu_.get(), gamma), gbeta(gpu_.get(), beta), gy(gpu_.get(), y),
+      gmean(gpu_.get(), mean), grstd(gpu_.get(), rstd), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx),
+      gdg(gpu_.get(), dgamma), gdbeta(gpu_.get(), dbeta);
+  cpu_.LayerNormForward(rows, cols, 1e-5f, x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data());
+  gpu_->LayerNormForward(rows, cols, 1e-5f, gx.data(), gg.data(), gbeta.data(), gy.data(), gmean.data(),
+                         grstd.data());
+  ExpectNear(gy.ToHost(), y, 1e-4f, false, "LayerNorm y");
+  ExpectNear(grstd.ToHost(), rstd, 1e-5f, false, "LayerNorm rstd");
+  cpu_.LayerNormBackward(rows, cols, x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                         dgamma.data(), dbeta.data());
+  gpu_->LayerNormBackward(rows, cols, gx.data(), gg.data(), gmean.data(), grstd.data(), gdy.data(), gdx.data(),
+                          gdg.data(), gdbeta.data());
+  ExpectNear(gdx.ToHost(), dx, 1e-4f, false, "LayerNorm dx");
+  ExpectNear(gdg.ToHost(), dgamma, 2e-4f, true, "LayerNorm dgamma");
+  ExpectNear(gdbeta.ToHost(), dbeta, 2e-4f, true, "LayerNorm dbeta");
+}
+
+TEST_F(CudaOpsTest, BatchNormKernelsMatchCpu) {
+  const int64_t n = 6, c = 5, hw = 49, size = n * c * hw;
+  std::vector<float> x = Random(size, 1, -1.0f, 2.0f), sums(2 * c), gamma = Random(c, 2), beta = Random(c, 3);
+  std::vector<float> mean = Random(c, 4), rstd = Random(c, 5, 0.5f, 2.0f), y(size), dy = Random(size, 6);
+  std::vector<float> bsums(2 * c), dx = Random(size, 7);
+  DeviceVector gx(gpu_.get(), x), gsums(gpu_.get(), sums), gg(gpu_.get(), gamma), gbeta(gpu_.get(), beta),
+      gmean(gpu_.get(), mean), grstd(gpu_.get(), rstd), gy(gpu_.get(), y), gdy(gpu_.get(), dy),
+      gbsums(gpu_.get(), bsums), gdx(gpu_.get(), dx);
+  cpu_.BatchNormStats(n, c, hw, x.data(), sums.data());
+  gpu_->BatchNormStats(n, c, hw, gx.data(), gsums.data());
+  ExpectNear(gsums.ToHost(), sums, 1e-5f, true, "BatchNormStats");
+  cpu_.BatchNormApply(n, c, hw, x.data(), mean.data(), rstd.data(), gamma.data(), beta.data(), y.data());
+  gpu_->BatchNormApply(n, c, hw, gx.data(), gmean.data(), grstd.data(), gg.data(), gbeta.data(), gy.data());
+  ExpectNear(gy.ToHost(), y, 1e-5f, false, "BatchNormApply");
+  cpu_.BatchNormBackwardStats(n, c, hw, x.data(), mean.data(), rstd.data(), dy.data(), bsums.data());
+  gpu_->BatchNormBackwardStats(n, c, hw, gx.data(), gmean.data(), grstd.data(), gdy.data(), gbsums.data());
+  ExpectNear(gbsums.ToHost(), bsums, 1e-5f, true, "BatchNormBackwardStats");
+  // The cross-replica hook sits between the halves: a doubled count stands in for two replicas.
+  const double count = 2.0 * n * hw;
+  cpu_.BatchNormBackwardApply(n, c, hw, count, x.data(), mean.data(), rstd.data(), gamma.data(), bsums.data(),
+                              dy.data(), dx.data());
+  gpu_->BatchNormBackwardApply(n, c, hw, count, gx.data(), gmean.data(), grstd.data(), gg.data(), gbsums.data(),
+                               gdy.data(), gdx.data());
+  ExpectNear(gdx.ToHost(), dx, 1e-4f, false, "BatchNormBackwardApply");
+}
+
+TEST_F(CudaOpsTest, SoftmaxAndCrossEntropyMatchCpu) {
+  const int64_t rows = 17, cols = 51;  // 51 atoms: D4PG's categorical critic
+  std::vector<float> x = Random(rows * cols, 1, -4.0f, 4.0f), dy = Random(rows * cols, 2);
+  std::vector<int32_t> labels(rows);
+  for (int64_t r = 0; r < rows; ++r) labels[r] = static_cast<int32_t>((r * 7) % cols);
+  int32_t* glabels = DeviceInts(gpu_.get(), labels);
+  DeviceVector gx(gpu_.get(), x), gdy(gpu_.get(), dy);
+  for (bool log : {false, true}) {
+    std::vector<float> y(rows * cols), dx = Random(rows * cols, 3);
+    DeviceVector gy(gpu_.get(), y), gdx(gpu_.get(), dx);
+    cpu_.SoftmaxForward(rows, cols, x.data(), y.data(), log);
+    gpu_->SoftmaxForward(rows, cols, gx.data(), gy.data(), log);
+    ExpectNear(gy.ToHost(), y, 1e-5f, false, log ? "LogSoftmax" : "Softmax");
+    cpu_.SoftmaxBackward(rows, cols, y.data(), dy.data(), dx.data(), log);
+    gpu_->SoftmaxBackward(rows, cols, gy.data(), gdy.data(), gdx.data(), log);
+    ExpectNear(gdx.ToHost(), dx, 1e-4f, false, log ? "LogSoftmax backward" : "Softmax backward");
+  }
+  std::vector<float> logp(rows * cols), dx = Random(rows * cols, 4);
+  DeviceVector glogp(gpu_.get(), logp), gdx(gpu_.get(), dx);
+  const float loss = cpu_.CrossEntropyForward(rows, cols, x.data(), labels.data(), logp.data());
+  EXPECT_NEAR(gpu_->CrossEntropyForward(rows, cols, gx.data(), glabels, glogp.data()), loss, 1e-5f * (1 + loss));
+  cpu_.CrossEntropyBackward(rows, cols, logp.data(), labels.data(), 0.5f, dx.data());
+  gpu_->CrossEntropyBackward(rows, cols, glogp.data(), glabels, 0.5f, gdx.data());
+  ExpectNear(gdx.ToHost(), dx, 1e-5f, false, "CrossEntropyBackward");
+  gpu_->Free(glabels);
+}
+
+TEST_F(CudaOpsTest, RandomShiftMatchesCpu) {
+  const int64_t n = 4, c = 9, h = 21, w = 21, pad = 4;
+  std::vector<int32_t> shifts = {0, 8, 4, 4, 8, 0, 3, 6};
+  int32_t* gshifts = DeviceInts(gpu_.get(), shifts);
+  std::vector<float> x = Random(n * c * h * w, 1), y(x.size()), dy = Random(x.size(), 2), dx = Random(x.size(), 3);
+  DeviceVector gx(gpu_.get(), x), gy(gpu_.get(), y), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx);
+  cpu_.RandomShiftForward(n, c, h, w, pad, shifts.data(), x.data(), y.data());
+  gpu_->RandomShiftForward(n, c, h, w, pad, gshifts, gx.data(), gy.data());
+  ExpectNear(gy.ToHost(), y, 0.0f, false, "RandomShiftForward");
+  cpu_.RandomShiftBackward(n, c, h, w, pad, shifts.data(), dy.data(), dx.data());
+  gpu_->RandomShiftBackward(n, c, h, w, pad, gshifts, gdy.data(), gdx.data());
+  ExpectNear(gdx.ToHost(), dx, 1e-5f, false, "RandomShiftBackward");
+  gpu_->Free(gshifts);
+}
+
+TEST_F(CudaOpsTest, SpectralNormMatchesCpu) {
+  const int64_t rows = 16, cols = 75;
+  std::vector<float> w = Random(rows * cols, 1), u = Random(rows, 2), v = Random(cols, 3), y(rows * cols);
+  std::vector<float> dy = Random(rows * cols, 4), dw = Random(rows * cols, 5);
+  DeviceVector gw(gpu_.get(), w), gu(gpu_.get(), u), gv(gpu_.get(), v), gy(gpu_.get(), y), gdy(gpu_.get(), dy),
+      gdw(gpu_.get(), dw);
+  cpu_.SpectralNormPowerIteration(rows, cols, w.data(), u.data(), v.data(), 3);
+  gpu_->SpectralNormPowerIteration(rows, cols, gw.data(), gu.data(), gv.data(), 3);
+  ExpectNear(gu.ToHost(), u, 1e-4f, false, "power iteration u");
+  ExpectNear(gv.ToHost(), v, 1e-4f, false, "power iteration v");
+  const float sigma = cpu_.SpectralNormForward(rows, cols, w.data(), u.data(), v.data(), y.data());
+  EXPECT_NEAR(gpu_->SpectralNormForward(rows, cols, gw.data(), gu.data(), gv.data(), gy.data()), sigma, 1e-4f * sigma);
+  ExpectNear(gy.ToHost(), y, 1e-4f, false, "SpectralNormForward");
+  cpu_.SpectralNormBackward(rows, cols, w.data(), u.data(), v.data(), sigma, dy.data(), dw.data());
+  gpu_->SpectralNormBackward(rows, cols, gw.data(), gu.data(), gv.data(), sigma, gdy.data(), gdw.data());
+  ExpectNear(gdw.ToHost(), dw, 1e-4f, false, "SpectralNormBackward");
+}
+
+TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
+  const int64_t n = 5003;
+  std::vector<float> g = Random(n, 1), p = Random(n, 2), m = Random(n, 3, 0.0f, 0.1f), v = Random(n, 4, 0.0f, 0.1f);
+  DeviceVector gg(gpu_.get(), g), gp(gpu_.get(), p), gm(gpu_.get(), m), gv(gpu_.get(), v);
+  cpu_.AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, g.data(), p.data(), m.data(), v.data());
+  gpu_->AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, gg.data(), gp.data(), gm.data(), gv.data());
+  ExpectNear(gp.ToHost(), p, 1e-5f, false, "Adam param");
+  ExpectNear(gm.ToHost(), m, 1e-6f, false, "Adam m");
+  ExpectNear(gv.ToHost(), v, 1e-6f, false, "Adam v");
+  cpu_.SgdUpdate(n, 0.1f, 0.9f, 1e-4f, g.data(), p.data(), m.data());
+  gpu_->SgdUpdate(n, 0.1f, 0.9f, 1e-4f, gg.data(), gp.data(), gm.data());
+  ExpectNear(gp.ToHost(), p, 1e-5f, false, "SGD param");
+  cpu_.Polyak(n, 0.005f, g.data(), p.data());
+  gpu_->Polyak(n, 0.005f, gg.data(), gp.data());
+  ExpectNear(gp.ToHost(), p, 1e-5f, false, "Polyak");
+}
+
+// --- Whole steps through the tape ---------------------------------------------------------
+// The tape's arena, the ParameterSet and the batch are plain host memory
+// today (see cuda_backend.h, "Device-memory story"), so these need a GPU that
+// addresses pageable memory.
+
+#define REQUIRE_PAGEABLE_ACCESS(backend)                                                             \
+  do {                                                                                               \
+    if (!(backend).pageable_memory_access()) {                                                       \
+      GTEST_SKIP() << "this GPU cannot address pageable host memory (no HMM/ATS), and the tape arena " \
+                      "and ParameterSet are still host memory; see cuda_backend.h";                  \
+    }                                                                                                \
+  } while (false)
+
+// One DrQ-shaped pixel critic update, as D4PG's learner takes it (random
+// shift, conv 3x3 stride 2 then three stride 1 with fused ReLU, linear, layer
+// norm, tanh; the critic MLP on [features, action] to 51 atom logits;
+// cross-entropy to fixed target atoms, global-norm clipping, Adam) for
+// `steps` steps on `backend`; returns the parameters.
+std::vector<float> PixelCriticSteps(nn::Backend* backend, int steps) {
+  constexpr int kBatch = 8, kChannels = 16, kFeatures = 32, kActions = 2, kAtoms = 51;
+  nn::ParameterSet params;
+  std::vector<nn::Conv2dLayer> convs;
+  int64_t in = 9, size = 32;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t stride = i == 0 ? 2 : 1;
+    convs.push_back(nn::Conv2dLayer::Create(params, "conv" + std::to_string(i), in, kChannels, 3, stride, 0));
+    in = kChannels;
+    size = (size - 3) / stride + 1;
+  }
+  const auto linear = nn::LinearLayer::Create(params, "linear", kChannels * size * size, kFeatures);
+  const auto norm = nn::LayerNormLayer::Create(params, "norm", kFeatures);
+  const auto critic = nn::Mlp::Create(params, "critic", {kFeatures + kActions, 64, 64, kAtoms});
+  params.Allocate(/*seed=*/5);
+  nn::Tape tape(backend);
+  nn::Adam adam(&params, backend);
+  std::mt19937_64 shift_rng(9);
+  const std::vector<float> pixels = Random(kBatch * 9 * 32 * 32, 11, 0.0f, 1.0f);
+  const std::vector<float> actions = Random(kBatch * kActions, 12);
+  std::vector<int32_t> targets(kBatch);
+  for (int i = 0; i < kBatch; ++i) targets[i] = (i * 13) % kAtoms;
+  for (int step = 0; step < steps; ++step) {
+    tape.Reset();
+    params.ZeroGrad();
+    nn::Var h = nn::RandomShift(tape.Constant(pixels.data(), {kBatch, 9, 32, 32}), /*pad=*/4, shift_rng);
+    for (const nn::Conv2dLayer& conv : convs) h = conv(tape, params, h, nn::FusedActivation::kRelu);
+    nn::Var features = nn::Tanh(norm(tape, params, linear(tape, params, nn::Flatten(h))));
+    const std::array<nn::Var, 2> parts = {features, tape.Constant(actions.data(), {kBatch, kActions})};
+    nn::Var logits = critic(tape, params, nn::Concat(parts, /*axis=*/1));
+    nn::Var loss = nn::SoftmaxCrossEntropy(logits, targets);
+    tape.Backward(loss);
+    nn::ClipGradientsByGlobalNorm(params, *backend, /*max_norm=*/40.0f);
+    adam.Step(/*learning_rate=*/1e-3f);
+  }
+  return {params.values().begin(), params.values().end()};
+}
+
+TEST(CudaStepTest, PixelCriticStepMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  auto gpu = CudaBackend::Create();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  REQUIRE_PAGEABLE_ACCESS(**gpu);
+  nn::CpuBackend cpu(1);
+  ExpectNear(PixelCriticSteps(gpu->get(), 3), PixelCriticSteps(&cpu, 3), 1e-3f, false, "critic params");
+}
+
+// A DCGAN-shaped step: generator (linear, transposed conv, batch norm, tanh)
+// and spectral-norm discriminator (conv, leaky relu, linear) under the hinge
+// loss, one Adam step each, as the GAN trainer does.
+std::vector<float> GanSteps(nn::Backend* backend, int steps) {
+  nn::ParameterSet g, d;
+  auto g_in = nn::LinearLayer::Create(g, "g.in", 16, 8 * 7 * 7);
+  const int g_up = g.Add("g.up.w", {8, 4, 4, 4}, nn::Init::FanIn(8 * 16));
+  const int g_gamma = g.Add("g.bn.gamma", {4}, nn::Init::Constant(1.0f));
+  const int g_beta = g.Add("g.bn.beta", {4}, nn::Init::Zeros());
+  const int g_out = g.Add("g.out.w", {4, 1, 3, 3}, nn::Init::FanIn(36));
+  const int d_conv = d.Add("d.conv.w", {8, 1, 4, 4}, nn::Init::FanIn(16));
+  auto d_head = nn::LinearLayer::Create(d, "d.head", 8 * 7 * 7, 1);
+  g.Allocate(1);
+  d.Allocate(2);
+  std::vector<float> u = Random(8, 3), v = Random(16, 4), running_mean(4, 0.0f), running_var(4, 1.0f);
+  nn::Tape tape(backend);
+  nn::Adam g_adam(&g, backend), d_adam(&d, backend);
+  const int batch = 8;
+  const std::vector<float> real = Random(batch * 28 * 28, 5);
+  const std::vector<float> z = Random(batch * 16, 6);
+  const std::vector<float> ones_data(batch, 1.0f);
+  auto generate = [&](bool trainable) {
+    nn::Var h = nn::Relu(g_in(tape, g, tape.Constant(z.data(), {batch, 16})));
+    h = nn::Reshape(h, {batch, 8, 7, 7});
+    h = nn::ConvTranspose2d(h, tape.Parameter(g, g_up), nn::Var{}, /*stride=*/2, /*pad=*/1);
+    h = nn::Relu(nn::BatchNorm(h, tape.Parameter(g, g_gamma), tape.Parameter(g, g_beta),
+                               {running_mean.data(), running_var.data(), 0.1f}, /*training=*/true));
+    h = nn::ConvTranspose2d(h, tape.Parameter(g, g_out), nn::Var{}, 2, 1, /*output_pad=*/0);
+    return nn::Tanh(h);  // [batch, 1, 28, 28]
+  };
+  auto discriminate = [&](nn::Var images) {
+    nn::Var w = nn::SpectralNorm(tape.Parameter(d, d_conv), u.data(), v.data(), 1);
+    nn::Var h = nn::LeakyRelu(nn::Conv2d(images, w, nn::Var{}, /*stride=*/4, /*pad=*/0), 0.2f);
+    return d_head(tape, d, nn::Flatten(h));
+  };
+  for (int step = 0; step < steps; ++step) {
+    // Discriminator: hinge loss on real and generated images.
+    tape.Reset();
+    d.ZeroGrad();
+    g.ZeroGrad();
+    nn::Var fake = generate(false);
+    nn::Var d_real = discriminate(tape.Constant(real.data(), {batch, 1, 28, 28}));
+    nn::Var d_fake = discriminate(fake);
+    nn::Var ones = tape.Constant(ones_data.data(), {batch, 1});
+    nn::Var d_loss = nn::Add(nn::Mean(nn::Relu(nn::Sub(ones, d_real))), nn::Mean(nn::Relu(nn::Add(ones, d_fake))));
+    tape.Backward(d_loss);
+    d_adam.Step(2e-4f);
+    // Generator: -D(G(z)).
+    tape.Reset();
+    d.ZeroGrad();
+    g.ZeroGrad();
+    nn::Var g_loss = nn::Scale(nn::Mean(discriminate(generate(true))), -1.0f);
+    tape.Backward(g_loss);
+    g_adam.Step(1e-4f);
+  }
+  std::vector<float> all(g.values().begin(), g.values().end());
+  all.insert(all.end(), d.values().begin(), d.values().end());
+  return all;
+}
+
+TEST(CudaStepTest, GanStepMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  auto gpu = CudaBackend::Create();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  REQUIRE_PAGEABLE_ACCESS(**gpu);
+  nn::CpuBackend cpu(1);
+  ExpectNear(GanSteps(gpu->get(), 2), GanSteps(&cpu, 2), 1e-3f, false, "GAN params");
+}
+
+// --- Replicas ---------------------------------------------------------------------------------
+
+// TrainShard of replicator/test_model.h, on a given backend per replica.
+absl::Status TrainShardOn(nn::Backend* backend, replicator::ReplicaContext& ctx, replicator::testing::TestModel& model,
+                          int steps) {
+  using replicator::testing::kGlobalBatch;
+  nn::Tape tape(backend);
+  nn::Adam adam(&model.params, backend);
+  replicator::GradientReducer reducer(&ctx, &model.params, /*bucket_floats=*/64);
+  replicator::ReplicatedOptimizer optimizer(&adam, &ctx, &reducer);
+  const int k = ctx.num_replicas(), shard = kGlobalBatch / k, r = ctx.replica_id();
+  for (int step = 0; step < steps; ++step) {
+    const replicator::testing::GlobalBatch batch = replicator::testing::MakeGlobalBatch(step);
+    tape.Reset();
+    model.params.ZeroGrad();
+    reducer.Reset();
+    nn::Var x = tape.Constant(batch.images.data() + r * shard * 72, {shard, 2, 6, 6});
+    nn::Var y = tape.Constant(batch.targets.data() + r * shard * 3, {shard, 3});
+    nn::Var h = nn::Conv2d(x, tape.Parameter(model.params, model.conv_w), nn::Var{}, 1, 1);
+    h = nn::BatchNorm(h, tape.Parameter(model.params, model.bn_gamma), tape.Parameter(model.params, model.bn_beta),
+                      {model.running_mean.data(), model.running_var.data(), 0.1f}, true, 1e-5f, &ctx);
+    nn::Var loss = nn::MeanSquaredError(model.head(tape, model.params, nn::Flatten(nn::Relu(h))), y);
+    tape.Backward(loss, &reducer);
+    optimizer.Step(1e-2f);
+    if (!ctx.status().ok()) return ctx.status();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> TrainInProcess(int replicas, int steps) {
+  replicator::ReplicatorOptions options;
+  options.num_replicas = replicas;
+  auto replicator = replicator::Replicator::Create(options);
+  EXPECT_TRUE(replicator.ok()) << replicator.status();
+  std::vector<replicator::testing::TestModel> models(replicas);
+  const absl::Status s = (*replicator)->RunReplicas([&](replicator::ReplicaContext& ctx) {
+    auto gpu = CudaBackend::Create();
+    if (!gpu.ok()) return gpu.status();
+    return TrainShardOn(gpu->get(), ctx, models[ctx.replica_id()], steps);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  return {models[0].params.values().begin(), models[0].params.values().end()};
+}
+
+TEST(CudaReplicaTest, TwoReplicasOnOneGpuMatchOneReplica) {
+  REQUIRE_CUDA_DEVICE();
+  auto gpu = CudaBackend::Create();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  REQUIRE_PAGEABLE_ACCESS(**gpu);
+  ExpectNear(TrainInProcess(2, 3), TrainInProcess(1, 3), 1e-4f, false, "K=2 vs K=1 params");
+}
+
+#ifdef TROUPE_HAVE_NCCL
+TEST(NcclCollectivesTest, SingleReplicaCollectivesOnHostAndDeviceMemory) {
+  REQUIRE_CUDA_DEVICE();
+  auto group = NcclCollectives::CreateGroup({0}, std::chrono::seconds(30));
+  ASSERT_TRUE(group.ok()) << group.status();
+  NcclCollectives& c = *(*group)[0];
+  std::vector<float> host = {1, 2, 3};
+  ASSERT_TRUE(c.AllReduce(host, replicator::ReduceOp::kMean).ok());
+  EXPECT_EQ(host, (std::vector<float>{1, 2, 3}));
+  auto backend = CudaBackend::Create();
+  ASSERT_TRUE(backend.ok());
+  DeviceVector device(backend->get(), {4, 5});
+  ASSERT_TRUE(c.StartAllReduce({device.data(), 2}, replicator::ReduceOp::kSum).ok());
+  ASSERT_TRUE(c.WaitAll().ok());
+  EXPECT_EQ(device.ToHost(), (std::vector<float>{4, 5}));
+  std::vector<float> out(3);
+  ASSERT_TRUE(c.AllGather(host, out).ok());
+  EXPECT_EQ(out, host);
+  EXPECT_TRUE(c.Broadcast(host, 0).ok());
+  EXPECT_EQ(c.Broadcast(host, 1).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NcclCollectivesTest, ReplicasOnSeveralGpusMatchOneReplica) {
+  REQUIRE_CUDA_DEVICE();
+  const int devices = DeviceCount();
+  if (devices < 2) {
+    GTEST_SKIP() << "needs 2+ CUDA devices (found " << devices << "): NCCL refuses two ranks on one GPU";
+  }
+  auto probe = CudaBackend::Create();
+  ASSERT_TRUE(probe.ok());
+  REQUIRE_PAGEABLE_ACCESS(**probe);
+  const int k = 2;
+  auto group = NcclCollectives::CreateGroup({0, 1}, std::chrono::seconds(60));
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<replicator::testing::TestModel> models(k);
+  std::vector<absl::Status> results(k);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < k; ++r) {
+    threads.emplace_back([&, r] {
+      CudaBackendOptions options;
+      options.device = r;
+      auto gpu = CudaBackend::Create(options);
+      if (!gpu.ok()) {
+        results[r] = gpu.status();
+        return;
+      }
+      replicator::ReplicaContext ctx((*group)[r].get());
+      results[r] = TrainShardOn(gpu->get(), ctx, models[r], 3);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) ASSERT_TRUE(s.ok()) << s;
+  const std::vector<float> one = TrainInProcess(1, 3);
+  ExpectNear({models[1].params.values().begin(), models[1].params.values().end()}, one, 1e-4f, false,
+             "NCCL K=2 vs K=1 params");
+}
+#endif  // TROUPE_HAVE_NCCL
+
+}  // namespace
+}  // namespace troupe::cuda

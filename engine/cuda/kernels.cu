@@ -1,0 +1,585 @@
+// The CUDA backend's own kernels: elementwise, reductions, normalisation,
+// softmax/cross-entropy, random shift, spectral-norm helpers, optimizers.
+// Each mirrors the CPU reference (engine/nn/cpu_backend.cc) formula by
+// formula; reductions accumulate in double where the reference does.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "engine/cuda/kernels.h"
+
+namespace troupe::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 4096;
+constexpr int kReduceBlocks = 512;
+
+int Blocks(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+
+// Grid-stride loop over [0, n).
+#define FOR_EACH(i, n) \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+__device__ inline float SigmoidF(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ inline float SoftplusF(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Block-wide sum of one double per thread (blockDim.x a multiple of 32, <= 1024).
+__device__ double BlockSum(double v) {
+  __shared__ double warp_sums[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  double total = 0.0;
+  if (warp == 0) {
+    total = lane < warps ? warp_sums[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_down_sync(0xffffffffu, total, o);
+    if (lane == 0) warp_sums[0] = total;
+  }
+  __syncthreads();
+  return warp_sums[0];
+}
+
+__device__ float BlockMax(float v) {
+  __shared__ float warp_max[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warp == 0) {
+    float m = lane < warps ? warp_max[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
+    if (lane == 0) warp_max[0] = m;
+  }
+  __syncthreads();
+  return warp_max[0];
+}
+
+// --- Elementwise ------------------------------------------------------------------------
+
+__global__ void FillKernel(float* x, int64_t n, float value) {
+  FOR_EACH(i, n) x[i] = value;
+}
+
+__global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
+  FOR_EACH(i, n) y[i] += alpha * x[i];
+}
+
+__global__ void CopyBlocksKernel(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
+                                 float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
+  FOR_EACH(k, outer * len) {
+    const int64_t o = k / len, i = k % len;
+    const float v = src[o * src_stride + src_offset + i];
+    float* d = dst + o * dst_stride + dst_offset + i;
+    *d = accumulate ? *d + v : v;
+  }
+}
+
+// f: 0 relu, 1 leaky relu, 2 elu, 3 tanh, 4 sigmoid, 5 softplus (nn::Activation order).
+__global__ void ActivationForwardKernel(int f, float alpha, const float* x, float* y, int64_t n) {
+  FOR_EACH(i, n) {
+    const float v = x[i];
+    float r;
+    switch (f) {
+      case 0: r = v > 0.0f ? v : 0.0f; break;
+      case 1: r = v > 0.0f ? v : alpha * v; break;
+      case 2: r = v > 0.0f ? v : alpha * expm1f(v); break;
+      case 3: r = tanhf(v); break;
+      case 4: r = SigmoidF(v); break;
+      default: r = SoftplusF(v); break;
+    }
+    y[i] = r;
+  }
+}
+
+__global__ void ActivationBackwardKernel(int f, float alpha, const float* x, const float* y, const float* dy, float* dx,
+                                         int64_t n) {
+  FOR_EACH(i, n) {
+    const float d = dy[i];
+    float g;
+    switch (f) {
+      case 0: g = x[i] > 0.0f ? d : 0.0f; break;
+      case 1: g = x[i] > 0.0f ? d : alpha * d; break;
+      case 2: g = x[i] > 0.0f ? d : (y[i] + alpha) * d; break;
+      case 3: g = (1.0f - y[i] * y[i]) * d; break;
+      case 4: g = y[i] * (1.0f - y[i]) * d; break;
+      default: g = SigmoidF(x[i]) * d; break;
+    }
+    dx[i] += g;
+  }
+}
+
+// op: 0 add, 1 sub, 2 mul (nn::Binary order).
+__global__ void BinaryForwardKernel(int op, const float* a, const float* b, float* y, int64_t n) {
+  FOR_EACH(i, n) y[i] = op == 0 ? a[i] + b[i] : (op == 1 ? a[i] - b[i] : a[i] * b[i]);
+}
+
+__global__ void BinaryBackwardKernel(int op, const float* a, const float* b, const float* dy, float* da, float* db,
+                                     int64_t n) {
+  FOR_EACH(i, n) {
+    const float d = dy[i];
+    if (da) da[i] += op == 2 ? b[i] * d : d;
+    if (db) db[i] += op == 0 ? d : (op == 1 ? -d : a[i] * d);
+  }
+}
+
+__global__ void ScaleKernel(float alpha, const float* x, float* y, int64_t n) {
+  FOR_EACH(i, n) y[i] = alpha * x[i];
+}
+
+__global__ void ToBfloat16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  FOR_EACH(i, n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// --- Reductions -----------------------------------------------------------------------------
+
+// Stage 1: each block writes its partial; stage 2: one block sums the partials.
+__global__ void ReducePartialKernel(const float* a, const float* b, int64_t n, int mode, double* partials) {
+  double s = 0.0;
+  FOR_EACH(i, n) {
+    const double v = a[i];
+    s += mode == 0 ? v : (mode == 1 ? v * v : v * static_cast<double>(b[i]));
+  }
+  s = BlockSum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void ReduceFinalKernel(const double* partials, int count, double* result) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  s = BlockSum(s);
+  if (threadIdx.x == 0) result[0] = s;
+}
+
+void ReduceImpl(cudaStream_t s, const float* a, const float* b, int64_t n, int mode, double* partials,
+                double* result) {
+  int blocks = static_cast<int>((n + kThreads - 1) / kThreads);
+  blocks = blocks < 1 ? 1 : (blocks > kReduceBlocks ? kReduceBlocks : blocks);
+  ReducePartialKernel<<<blocks, kThreads, 0, s>>>(a, b, n, mode, partials);
+  ReduceFinalKernel<<<1, kThreads, 0, s>>>(partials, blocks, result);
+}
+
+__global__ void SumAxisKernel(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate) {
+  FOR_EACH(k, outer * inner) {
+    const int64_t o = k / inner, i = k % inner;
+    float s = 0.0f;
+    for (int64_t r = 0; r < reduce; ++r) s += x[(o * reduce + r) * inner + i];
+    y[k] = accumulate ? y[k] + s : s;
+  }
+}
+
+__global__ void SumAxisBackwardKernel(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
+  FOR_EACH(k, outer * reduce * inner) {
+    const int64_t i = k % inner, o = k / (reduce * inner);
+    dx[k] += dy[o * inner + i];
+  }
+}
+
+__global__ void AddRowBiasKernel(int64_t rows, int64_t cols, const float* bias, float* y) {
+  FOR_EACH(k, rows * cols) y[k] += bias[k % cols];
+}
+
+// --- Normalisation ------------------------------------------------------------------------
+
+// One block per row.
+__global__ void LayerNormForwardKernel(int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
+                                       float* y, float* mean, float* rstd) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * cols;
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += xr[j];
+  const double mu = BlockSum(s) / cols;
+  double ss = 0.0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ss += (xr[j] - mu) * (xr[j] - mu);
+  ss = BlockSum(ss);
+  const float rs = static_cast<float>(1.0 / sqrt(ss / cols + eps));
+  const float m = static_cast<float>(mu);
+  if (threadIdx.x == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+  float* yr = y + r * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+}
+
+__global__ void LayerNormBackwardDxKernel(int64_t cols, const float* x, const float* gamma, const float* mean,
+                                          const float* rstd, const float* dy, float* dx) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * cols;
+  const float* dr = dy + r * cols;
+  const float m = mean[r], rs = rstd[r];
+  double sg = 0.0, sgx = 0.0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float g = dr[j] * gamma[j];
+    sg += g;
+    sgx += g * (xr[j] - m) * rs;
+  }
+  sg = BlockSum(sg);
+  sgx = BlockSum(sgx);
+  const float mg = static_cast<float>(sg / cols), mgx = static_cast<float>(sgx / cols);
+  float* dxr = dx + r * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float xhat = (xr[j] - m) * rs;
+    dxr[j] += rs * (dr[j] * gamma[j] - mg - xhat * mgx);
+  }
+}
+
+// One thread per column, looping over rows.
+__global__ void LayerNormBackwardParamsKernel(int64_t rows, int64_t cols, const float* x, const float* mean,
+                                              const float* rstd, const float* dy, float* dgamma, float* dbeta) {
+  FOR_EACH(j, cols) {
+    float sg = 0.0f, sb = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float d = dy[r * cols + j];
+      sg += d * (x[r * cols + j] - mean[r]) * rstd[r];
+      sb += d;
+    }
+    if (dgamma) dgamma[j] += sg;
+    if (dbeta) dbeta[j] += sb;
+  }
+}
+
+// One block per channel: sums[ch] = sum x (or dy), sums[c + ch] = sum x^2 (or dy * xhat).
+__global__ void BatchNormStatsKernel(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                     const float* rstd, const float* dy, float* sums) {
+  const int64_t ch = blockIdx.x;
+  double s = 0.0, ss = 0.0;
+  const float m = mean ? mean[ch] : 0.0f, rs = rstd ? rstd[ch] : 0.0f;
+  for (int64_t k = threadIdx.x; k < n * hw; k += blockDim.x) {
+    const int64_t i = k / hw, j = k % hw;
+    const float v = x[(i * c + ch) * hw + j];
+    if (dy == nullptr) {
+      s += v;
+      ss += static_cast<double>(v) * v;
+    } else {
+      const float d = dy[(i * c + ch) * hw + j];
+      s += d;
+      ss += d * (v - m) * rs;
+    }
+  }
+  s = BlockSum(s);
+  ss = BlockSum(ss);
+  if (threadIdx.x == 0) {
+    sums[ch] = static_cast<float>(s);
+    sums[c + ch] = static_cast<float>(ss);
+  }
+}
+
+__global__ void BatchNormApplyKernel(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                     const float* rstd, const float* gamma, const float* beta, float* y) {
+  FOR_EACH(k, n * c * hw) {
+    const int64_t ch = (k / hw) % c;
+    const float scale = gamma[ch] * rstd[ch], shift = beta[ch] - mean[ch] * scale;
+    y[k] = x[k] * scale + shift;
+  }
+}
+
+__global__ void BatchNormBackwardApplyKernel(int64_t n, int64_t c, int64_t hw, double count, const float* x,
+                                             const float* mean, const float* rstd, const float* gamma,
+                                             const float* sums, const float* dy, float* dx) {
+  FOR_EACH(k, n * c * hw) {
+    const int64_t ch = (k / hw) % c;
+    const float md = static_cast<float>(sums[ch] / count), mdx = static_cast<float>(sums[c + ch] / count);
+    const float xhat = (x[k] - mean[ch]) * rstd[ch];
+    dx[k] += gamma[ch] * rstd[ch] * (dy[k] - md - xhat * mdx);
+  }
+}
+
+// --- Softmax family ---------------------------------------------------------------------------
+
+// One block per row.
+__global__ void SoftmaxForwardKernel(int64_t cols, const float* x, float* y, bool log) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * cols;
+  float* yr = y + r * cols;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, xr[j]);
+  mx = BlockMax(mx);
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += expf(xr[j] - mx);
+  s = BlockSum(s);
+  const float lse = mx + static_cast<float>(::log(s));
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = log ? xr[j] - lse : expf(xr[j] - lse);
+}
+
+__global__ void SoftmaxBackwardKernel(int64_t cols, const float* y, const float* dy, float* dx, bool log) {
+  const int64_t r = blockIdx.x;
+  const float* yr = y + r * cols;
+  const float* dr = dy + r * cols;
+  float* xr = dx + r * cols;
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += log ? dr[j] : dr[j] * yr[j];
+  const float total = static_cast<float>(BlockSum(s));
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    xr[j] += log ? dr[j] - expf(yr[j]) * total : yr[j] * (dr[j] - total);
+  }
+}
+
+__global__ void CrossEntropyPickKernel(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                                       float* per_row, int* bad_label) {
+  FOR_EACH(r, rows) {
+    const int32_t label = labels[r];
+    if (label < 0 || label >= cols) {
+      *bad_label = 1;
+      per_row[r] = 0.0f;
+    } else {
+      per_row[r] = -logp[r * cols + label];
+    }
+  }
+}
+
+__global__ void CrossEntropyBackwardKernel(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                                           float k, float* dx) {
+  FOR_EACH(idx, rows * cols) {
+    const int64_t r = idx / cols, j = idx % cols;
+    dx[idx] += k * (expf(logp[idx]) - (j == labels[r] ? 1.0f : 0.0f));
+  }
+}
+
+// --- Images -------------------------------------------------------------------------------------
+
+__device__ inline int64_t Clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+__global__ void RandomShiftForwardKernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                                         const int32_t* shifts, const float* x, float* y) {
+  FOR_EACH(k, n * c * h * w) {
+    const int64_t q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
+    const int64_t iy = Clamp(r + shifts[2 * i] - pad, 0, h - 1);
+    const int64_t ix = Clamp(q + shifts[2 * i + 1] - pad, 0, w - 1);
+    y[k] = x[plane * h * w + iy * w + ix];
+  }
+}
+
+// Scatter with atomics: replicate padding sends several outputs to one border input.
+__global__ void RandomShiftBackwardKernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                                          const int32_t* shifts, const float* dy, float* dx) {
+  FOR_EACH(k, n * c * h * w) {
+    const int64_t q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
+    const int64_t iy = Clamp(r + shifts[2 * i] - pad, 0, h - 1);
+    const int64_t ix = Clamp(q + shifts[2 * i + 1] - pad, 0, w - 1);
+    atomicAdd(dx + plane * h * w + iy * w + ix, dy[k]);
+  }
+}
+
+// --- Spectral normalisation -----------------------------------------------------------------
+
+__global__ void NormalizeVectorKernel(float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+  s = BlockSum(s);
+  const float inv = static_cast<float>(1.0 / (sqrt(s) + 1e-12));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] *= inv;
+}
+
+__global__ void DivideBySigmaKernel(int64_t n, const float* w, const double* sigma, float* y) {
+  const float inv = static_cast<float>(1.0 / sigma[0]);
+  FOR_EACH(k, n) y[k] = w[k] * inv;
+}
+
+__global__ void SpectralNormBackwardKernel(int64_t rows, int64_t cols, const float* u, const float* v, float sigma,
+                                           const double* dot, const float* dy, float* dw) {
+  const float inv = 1.0f / sigma;
+  const float k2 = static_cast<float>(dot[0] / (static_cast<double>(sigma) * sigma));
+  FOR_EACH(k, rows * cols) dw[k] += dy[k] * inv - k2 * u[k / cols] * v[k % cols];
+}
+
+// --- Optimizers ----------------------------------------------------------------------------------
+
+__global__ void AdamKernel(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float step,
+                           float inv_sqrt_c2, const float* grad, float* param, float* m, float* v) {
+  FOR_EACH(i, n) {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] -= lr * weight_decay * param[i] + step * mi / (sqrtf(vi) * inv_sqrt_c2 + eps);
+  }
+}
+
+__global__ void SgdKernel(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                          float* buf) {
+  FOR_EACH(i, n) {
+    const float g = grad[i] + weight_decay * param[i];
+    buf[i] = momentum * buf[i] + g;
+    param[i] -= lr * buf[i];
+  }
+}
+
+__global__ void PolyakKernel(int64_t n, float tau, const float* online, float* target) {
+  FOR_EACH(i, n) target[i] += tau * (online[i] - target[i]);
+}
+
+}  // namespace
+
+// --- Launchers -----------------------------------------------------------------------------------
+
+void Fill(cudaStream_t s, float* x, int64_t n, float value) { FillKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, value); }
+
+void Axpy(cudaStream_t s, float alpha, const float* x, float* y, int64_t n) {
+  AxpyKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, x, y, n);
+}
+
+void CopyBlocks(cudaStream_t s, int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
+                float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
+  CopyBlocksKernel<<<Blocks(outer * len), kThreads, 0, s>>>(outer, len, src, src_stride, src_offset, dst, dst_stride,
+                                                            dst_offset, accumulate);
+}
+
+void ActivationForward(cudaStream_t s, int f, float alpha, const float* x, float* y, int64_t n) {
+  ActivationForwardKernel<<<Blocks(n), kThreads, 0, s>>>(f, alpha, x, y, n);
+}
+
+void ActivationBackward(cudaStream_t s, int f, float alpha, const float* x, const float* y, const float* dy, float* dx,
+                        int64_t n) {
+  ActivationBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(f, alpha, x, y, dy, dx, n);
+}
+
+void BinaryForward(cudaStream_t s, int op, const float* a, const float* b, float* y, int64_t n) {
+  BinaryForwardKernel<<<Blocks(n), kThreads, 0, s>>>(op, a, b, y, n);
+}
+
+void BinaryBackward(cudaStream_t s, int op, const float* a, const float* b, const float* dy, float* da, float* db,
+                    int64_t n) {
+  BinaryBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(op, a, b, dy, da, db, n);
+}
+
+void Scale(cudaStream_t s, float alpha, const float* x, float* y, int64_t n) {
+  ScaleKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, x, y, n);
+}
+
+void ToBfloat16(cudaStream_t s, const float* x, uint16_t* y, int64_t n) {
+  ToBfloat16Kernel<<<Blocks(n), kThreads, 0, s>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+}
+
+int ReducePartials() { return kReduceBlocks; }
+
+void Reduce(cudaStream_t s, const float* x, int64_t n, bool square, double* partials, double* result) {
+  ReduceImpl(s, x, nullptr, n, square ? 1 : 0, partials, result);
+}
+
+void Dot(cudaStream_t s, const float* a, const float* b, int64_t n, double* partials, double* result) {
+  ReduceImpl(s, a, b, n, 2, partials, result);
+}
+
+void SumAxis(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate) {
+  SumAxisKernel<<<Blocks(outer * inner), kThreads, 0, s>>>(outer, reduce, inner, x, y, accumulate);
+}
+
+void SumAxisBackward(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
+  SumAxisBackwardKernel<<<Blocks(outer * reduce * inner), kThreads, 0, s>>>(outer, reduce, inner, dy, dx);
+}
+
+void RowBiasBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  // dbias[j] += sum over the rows: SumAxis with outer 1, accumulating.
+  SumAxisKernel<<<Blocks(cols), kThreads, 0, s>>>(1, rows, cols, dy, dbias, true);
+}
+
+void AddRowBias(cudaStream_t s, int64_t rows, int64_t cols, const float* bias, float* y) {
+  AddRowBiasKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
+}
+
+void LayerNormForward(cudaStream_t s, int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                      const float* beta, float* y, float* mean, float* rstd) {
+  if (rows == 0) return;
+  LayerNormForwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(cols, eps, x, gamma, beta, y, mean, rstd);
+}
+
+void LayerNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, const float* gamma,
+                       const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) {
+  if (rows == 0) return;
+  if (dgamma != nullptr || dbeta != nullptr) {
+    LayerNormBackwardParamsKernel<<<Blocks(cols), kThreads, 0, s>>>(rows, cols, x, mean, rstd, dy, dgamma, dbeta);
+  }
+  if (dx != nullptr) {
+    LayerNormBackwardDxKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(cols, x, gamma, mean, rstd, dy, dx);
+  }
+}
+
+void BatchNormStats(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, float* sums) {
+  BatchNormStatsKernel<<<static_cast<unsigned>(c), kThreads, 0, s>>>(n, c, hw, x, nullptr, nullptr, nullptr, sums);
+}
+
+void BatchNormApply(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                    const float* rstd, const float* gamma, const float* beta, float* y) {
+  BatchNormApplyKernel<<<Blocks(n * c * hw), kThreads, 0, s>>>(n, c, hw, x, mean, rstd, gamma, beta, y);
+}
+
+void BatchNormBackwardStats(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                            const float* rstd, const float* dy, float* sums) {
+  BatchNormStatsKernel<<<static_cast<unsigned>(c), kThreads, 0, s>>>(n, c, hw, x, mean, rstd, dy, sums);
+}
+
+void BatchNormBackwardApply(cudaStream_t s, int64_t n, int64_t c, int64_t hw, double count, const float* x,
+                            const float* mean, const float* rstd, const float* gamma, const float* sums,
+                            const float* dy, float* dx) {
+  BatchNormBackwardApplyKernel<<<Blocks(n * c * hw), kThreads, 0, s>>>(n, c, hw, count, x, mean, rstd, gamma, sums,
+                                                                       dy, dx);
+}
+
+void SoftmaxForward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, float* y, bool log) {
+  if (rows == 0) return;
+  SoftmaxForwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(cols, x, y, log);
+}
+
+void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* y, const float* dy, float* dx,
+                     bool log) {
+  if (rows == 0) return;
+  SoftmaxBackwardKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(cols, y, dy, dx, log);
+}
+
+void CrossEntropyForward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp,
+                         float* per_row, int* bad_label) {
+  SoftmaxForward(s, rows, cols, x, logp, /*log=*/true);
+  CrossEntropyPickKernel<<<Blocks(rows), kThreads, 0, s>>>(rows, cols, logp, labels, per_row, bad_label);
+}
+
+void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                          float dloss, float* dx) {
+  CrossEntropyBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, logp, labels, dloss / rows, dx);
+}
+
+void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                        const int32_t* shifts, const float* x, float* y) {
+  RandomShiftForwardKernel<<<Blocks(n * c * h * w), kThreads, 0, s>>>(n, c, h, w, pad, shifts, x, y);
+}
+
+void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                         const int32_t* shifts, const float* dy, float* dx) {
+  RandomShiftBackwardKernel<<<Blocks(n * c * h * w), kThreads, 0, s>>>(n, c, h, w, pad, shifts, dy, dx);
+}
+
+void NormalizeVector(cudaStream_t s, float* x, int64_t n) { NormalizeVectorKernel<<<1, 1024, 0, s>>>(x, n); }
+
+void DivideBySigma(cudaStream_t s, int64_t n, const float* w, const double* sigma, float* y) {
+  DivideBySigmaKernel<<<Blocks(n), kThreads, 0, s>>>(n, w, sigma, y);
+}
+
+void SpectralNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* u, const float* v, float sigma,
+                          const double* dot, const float* dy, float* dw) {
+  SpectralNormBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, u, v, sigma, dot, dy, dw);
+}
+
+void AdamUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
+                float c2, const float* grad, float* param, float* m, float* v) {
+  AdamKernel<<<Blocks(n), kThreads, 0, s>>>(n, lr, beta1, beta2, eps, weight_decay, lr / c1, 1.0f / sqrtf(c2), grad,
+                                            param, m, v);
+}
+
+void SgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float weight_decay, const float* grad,
+               float* param, float* buf) {
+  SgdKernel<<<Blocks(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, grad, param, buf);
+}
+
+void Polyak(cudaStream_t s, int64_t n, float tau, const float* online, float* target) {
+  PolyakKernel<<<Blocks(n), kThreads, 0, s>>>(n, tau, online, target);
+}
+
+}  // namespace troupe::cuda::kernels

@@ -1,0 +1,114 @@
+// Launchers for the CUDA backend's own kernels (kernels.cu, conv_kernels.cu).
+// Internal to engine/cuda: plain C++ declarations so the host side
+// (cuda_backend.cc, cuda_conv.cc) compiles without nvcc. Every launcher
+// enqueues on `stream` and returns at once; pointers are device-addressable;
+// semantics are those of the nn::Backend method of the same name.
+#ifndef TROUPE_ENGINE_CUDA_KERNELS_H_
+#define TROUPE_ENGINE_CUDA_KERNELS_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace troupe::cuda::kernels {
+
+// --- Memory and elementwise -------------------------------------------------------
+void Fill(cudaStream_t s, float* x, int64_t n, float value);
+void Axpy(cudaStream_t s, float alpha, const float* x, float* y, int64_t n);
+void CopyBlocks(cudaStream_t s, int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
+                float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate);
+// `f` is nn::Activation's value.
+void ActivationForward(cudaStream_t s, int f, float alpha, const float* x, float* y, int64_t n);
+void ActivationBackward(cudaStream_t s, int f, float alpha, const float* x, const float* y, const float* dy, float* dx,
+                        int64_t n);
+// `op` is nn::Binary's value.
+void BinaryForward(cudaStream_t s, int op, const float* a, const float* b, float* y, int64_t n);
+void BinaryBackward(cudaStream_t s, int op, const float* a, const float* b, const float* dy, float* da, float* db,
+                    int64_t n);
+void Scale(cudaStream_t s, float alpha, const float* x, float* y, int64_t n);
+// bf16[i] = round-to-nearest-even(x[i]) (__nv_bfloat16 storage as uint16_t).
+void ToBfloat16(cudaStream_t s, const float* x, uint16_t* y, int64_t n);
+
+// --- Reductions ---------------------------------------------------------------------
+// result[0] = sum of x (or x^2 when `square`) in double; `partials` holds
+// at least ReducePartials() doubles.
+int ReducePartials();
+void Reduce(cudaStream_t s, const float* x, int64_t n, bool square, double* partials, double* result);
+// result[0] = sum of a[i] * b[i] in double.
+void Dot(cudaStream_t s, const float* a, const float* b, int64_t n, double* partials, double* result);
+void SumAxis(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate);
+void SumAxisBackward(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx);
+// dbias[j] += sum_r dy[r, j].
+void RowBiasBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* dy, float* dbias);
+void AddRowBias(cudaStream_t s, int64_t rows, int64_t cols, const float* bias, float* y);
+
+// --- Normalisation ----------------------------------------------------------------
+void LayerNormForward(cudaStream_t s, int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                      const float* beta, float* y, float* mean, float* rstd);
+// dx (may be null) accumulated per row; dgamma/dbeta (may be null) per column.
+void LayerNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, const float* gamma,
+                       const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta);
+void BatchNormStats(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, float* sums);
+void BatchNormApply(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                    const float* rstd, const float* gamma, const float* beta, float* y);
+void BatchNormBackwardStats(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                            const float* rstd, const float* dy, float* sums);
+void BatchNormBackwardApply(cudaStream_t s, int64_t n, int64_t c, int64_t hw, double count, const float* x,
+                            const float* mean, const float* rstd, const float* gamma, const float* sums,
+                            const float* dy, float* dx);
+
+// --- Softmax family ----------------------------------------------------------------
+void SoftmaxForward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, float* y, bool log);
+void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log);
+// logp = log_softmax(x); per_row[r] = -logp[r, labels[r]]; a label outside
+// [0, cols) sets *bad_label to 1.
+void CrossEntropyForward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp,
+                         float* per_row, int* bad_label);
+void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                          float dloss, float* dx);
+
+// --- Images --------------------------------------------------------------------------
+void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                        const int32_t* shifts, const float* x, float* y);
+void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                         const int32_t* shifts, const float* dy, float* dx);
+
+// --- Spectral normalisation helpers ------------------------------------------------
+// x /= (||x|| + 1e-12), one block.
+void NormalizeVector(cudaStream_t s, float* x, int64_t n);
+// y[i, j] = w[i, j] / sigma with sigma read from the device (double).
+void DivideBySigma(cudaStream_t s, int64_t n, const float* w, const double* sigma, float* y);
+// dw[i, j] += dy[i, j] / sigma - (dot / sigma^2) u[i] v[j]; dot on the device.
+void SpectralNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* u, const float* v, float sigma,
+                          const double* dot, const float* dy, float* dw);
+
+// --- Optimizers ------------------------------------------------------------------------
+void AdamUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
+                float c2, const float* grad, float* param, float* m, float* v);
+void SgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float weight_decay, const float* grad,
+               float* param, float* buf);
+void Polyak(cudaStream_t s, int64_t n, float tau, const float* online, float* target);
+
+// --- Convolution helpers (conv_kernels.cu) ---------------------------------------------
+// Geometry as nn::ConvGeometry, flattened so nvcc needs no troupe headers.
+struct Conv {
+  int64_t n, c, h, w, oc, kh, kw, stride, pad, oh, ow;
+};
+// col[(ch*kh + ki)*kw + kj, i*P + p] = x[i, ch, iy, ix] or 0 (P = oh*ow): the
+// whole batch unrolled into one [c*kh*kw, n*P] matrix.
+void Im2Col(cudaStream_t s, const Conv& g, const float* x, float* col);
+// x[i, ch, iy, ix] (+)= sum of the col entries that read it (the adjoint).
+void Col2Im(cudaStream_t s, const Conv& g, const float* col, float* x, bool accumulate);
+// [n, oc, P] <-> [oc, n*P]; ToBatchMajor adds bias[oc] (may be null) and
+// accumulates into y when `accumulate`.
+void ToChannelMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float* x, float* y);
+void ToBatchMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float* x, const float* bias, float* y,
+                  bool accumulate);
+// y[i, ch, :] += bias[ch] for a [n, c, hw] tensor.
+void AddChannelBias(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* bias, float* y);
+// db[ch] += sum over i, hw of dy[i, ch, hw].
+void ChannelSum(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* dy, float* db);
+
+}  // namespace troupe::cuda::kernels
+
+#endif  // TROUPE_ENGINE_CUDA_KERNELS_H_

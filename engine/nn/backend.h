@@ -1,0 +1,173 @@
+// The compute backend: every nn op's forward/backward kernel over explicit
+// buffers. The autodiff layer (tape.h, ops.h) only calls these; the CPU
+// (Eigen) backend in cpu_backend.h is the reference any other backend (CUDA
+// later) is tested against, op by op.
+//
+// Conventions for every kernel:
+//  - Buffers are row-major float32; images are NCHW.
+//  - Backward kernels ACCUMULATE into gradient outputs (dx += ...), and a null
+//    gradient pointer means "not needed" (the input does not require grad).
+//  - Kernels never allocate after their first call with a given geometry
+//    (scratch is owned by the backend and grows monotonically).
+//  - A backend is used by one thread at a time (it may use its own threads).
+#ifndef TROUPE_ENGINE_NN_BACKEND_H_
+#define TROUPE_ENGINE_NN_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+namespace troupe::nn {
+
+// Geometry of a 2-D convolution: input [n, c, h, w] -> output [n, oc, oh, ow],
+// weights [oc, c, kh, kw] (PyTorch's layout). For a transposed convolution the
+// same struct describes the convolution it is the adjoint of (its "input" is
+// the transposed conv's output).
+struct ConvGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t oc = 0, kh = 0, kw = 0;
+  int64_t stride = 1, pad = 0;
+  int64_t oh() const { return (h + 2 * pad - kh) / stride + 1; }
+  int64_t ow() const { return (w + 2 * pad - kw) / stride + 1; }
+  // Multiply-adds of the forward pass times two.
+  double ForwardFlops() const { return 2.0 * n * oc * oh() * ow() * c * kh * kw; }
+};
+
+enum class Activation { kRelu, kLeakyRelu, kElu, kTanh, kSigmoid, kSoftplus };
+enum class Binary { kAdd, kSub, kMul };
+// An activation applied inside a convolution kernel, per sample, while its
+// output is still in cache: a pass over memory less, forward and backward,
+// than a separate activation op, and no pre-activation buffer.
+enum class FusedActivation { kNone, kRelu };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int num_threads() const = 0;
+
+  // --- Memory ---------------------------------------------------------------
+  virtual void Fill(float* x, int64_t n, float value) = 0;
+  virtual void Copy(const float* x, float* y, int64_t n) = 0;
+  // y += alpha * x.
+  virtual void Axpy(float alpha, const float* x, float* y, int64_t n) = 0;
+  // Strided block copy for concat/slice: for o in [0, outer):
+  //   dst[o*dst_stride + dst_offset + i] (+)= src[o*src_stride + src_offset + i], i < len.
+  virtual void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
+                          float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) = 0;
+
+  // --- Dense ----------------------------------------------------------------
+  // C = alpha * op(A) * op(B) + beta * C; op(A) is [m, k], op(B) is [k, n], all
+  // row-major and contiguous (A is [k, m] when trans_a).
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
+  // y[r, j] += bias[j] for r < rows, j < cols.
+  virtual void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) = 0;
+  // dbias[j] += sum_r dy[r, j].
+  virtual void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) = 0;
+
+  // --- Convolution (im2col + GEMM) -------------------------------------------
+  // y = act(conv(x, w) + b) (b may be null). y is overwritten.
+  virtual void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                             const float* b, float* y) = 0;
+  // Accumulates dx (may be null), dw, db (may be null) from dy, the gradient of
+  // the forward's output y (which a fused activation's derivative reads).
+  virtual void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                              const float* y, const float* dy, float* dx, float* dw, float* db) = 0;
+  // Transposed convolution: x is [n, oc, oh, ow] (the conv's output side),
+  // w is [oc, c, kh, kw], y is [n, c, h, w] (overwritten), b has c entries.
+  virtual void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                                      float* y) = 0;
+  virtual void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                                       float* dx, float* dw, float* db) = 0;
+
+  // --- Elementwise ------------------------------------------------------------
+  // y = f(x); `alpha` is the negative slope (leaky relu) or scale (elu).
+  virtual void ActivationForward(Activation f, float alpha, const float* x, float* y, int64_t n) = 0;
+  // dx += f'(x) * dy (uses x and/or y = f(x)).
+  virtual void ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy,
+                                  float* dx, int64_t n) = 0;
+  // y = a op b; y may alias neither.
+  virtual void BinaryForward(Binary op, const float* a, const float* b, float* y, int64_t n) = 0;
+  // da += d/da, db += d/db (each may be null).
+  virtual void BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
+                              int64_t n) = 0;
+  // y = alpha * x.
+  virtual void Scale(float alpha, const float* x, float* y, int64_t n) = 0;
+
+  // --- Reductions -----------------------------------------------------------
+  // Returns sum of x (double accumulation).
+  virtual double Sum(const float* x, int64_t n) = 0;
+  // Returns sum of x^2.
+  virtual double SquaredNorm(const float* x, int64_t n) = 0;
+  // y[o, i] = sum_r x[o, r, i] over the middle axis of [outer, reduce, inner].
+  virtual void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) = 0;
+  // dx[o, r, i] += dy[o, i].
+  virtual void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) = 0;
+
+  // --- Normalisation ----------------------------------------------------------
+  // Layer norm over the last axis of [rows, cols]; saves mean and rstd (rows each).
+  virtual void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                                const float* beta, float* y, float* mean, float* rstd) = 0;
+  virtual void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
+                                 const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) = 0;
+  // Batch norm on [n, c, hw] in two halves so a cross-replica sum can sit
+  // between them. Stats: sums[ch] = sum x, sums[c + ch] = sum x^2.
+  virtual void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) = 0;
+  // y = gamma * (x - mean) * rstd + beta with mean/rstd (c each) given.
+  virtual void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                              const float* gamma, const float* beta, float* y) = 0;
+  // Backward stats: sums[ch] = sum dy, sums[c + ch] = sum dy * xhat.
+  virtual void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                      const float* rstd, const float* dy, float* sums) = 0;
+  // dx += gamma*rstd*(dy - sum_dy/count - xhat*sum_dy_xhat/count), with the
+  // (possibly cross-replica) sums and element count per channel.
+  virtual void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x,
+                                      const float* mean, const float* rstd, const float* gamma, const float* sums,
+                                      const float* dy, float* dx) = 0;
+
+  // --- Softmax family (over the last axis of [rows, cols]) -------------------
+  virtual void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) = 0;
+  virtual void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) = 0;
+  // Mean over rows of -log softmax(x)[label]; saves log-probabilities in logp.
+  virtual float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels,
+                                    float* logp) = 0;
+  // dx += dloss * (softmax - onehot) / rows.
+  virtual void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                                    float dloss, float* dx) = 0;
+
+  // --- Images -----------------------------------------------------------------
+  // DrQ random shift: replicate-pad by `pad`, crop back at per-sample offsets
+  // (shifts[2*i] = dy, shifts[2*i+1] = dx, each in [0, 2*pad]).
+  virtual void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                                  const float* x, float* y) = 0;
+  virtual void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                                   const float* dy, float* dx) = 0;
+
+  // --- Spectral normalisation (Miyato et al. 2018) ---------------------------
+  // w viewed as [rows, cols]; u [rows], v [cols] are the power-iteration
+  // vectors, updated in place by `iterations` steps (no gradient flows there).
+  virtual void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
+                                          int iterations) = 0;
+  // y = w / sigma with sigma = u^T w v (u, v held constant); returns sigma.
+  virtual float SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                                    float* y) = 0;
+  // dw += dy / sigma - (sum(dy * w) / sigma^2) u v^T.
+  virtual void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                                    float sigma, const float* dy, float* dw) = 0;
+
+  // --- Optimizer kernels ------------------------------------------------------
+  // Adam / AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019 for the decoupled
+  // weight decay): m, v updated in place; bias corrections c1 = 1 - b1^t,
+  // c2 = 1 - b2^t passed in.
+  virtual void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
+                          float c2, const float* grad, float* param, float* m, float* v) = 0;
+  // SGD with momentum (PyTorch form): buf = mu * buf + g; p -= lr * buf.
+  virtual void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                         float* buf) = 0;
+  // target = (1 - tau) * target + tau * online.
+  virtual void Polyak(int64_t n, float tau, const float* online, float* target) = 0;
+};
+
+}  // namespace troupe::nn
+
+#endif  // TROUPE_ENGINE_NN_BACKEND_H_

@@ -1,0 +1,49 @@
+// Checkpoints: a model's parameters and (optionally) its optimizer's state in
+// one file. Written to `path.tmp` then renamed, so a crash never leaves a
+// half-written checkpoint under `path`. Format (little-endian):
+//   "TRPCKPT1" | u32 entries | entries... | u64 FNV-1a-64 of all prior bytes
+//   entry: u32 name length | name | u32 rank | i64 dims[rank] | f32 data
+// Parameters are named "param/<name>", optimizer state "<state>/<name>" (e.g.
+// "adam.m/conv1.w"), the optimizer's step count "<optimizer>.steps" (rank 1,
+// two floats holding the int64's bits).
+#ifndef TROUPE_ENGINE_NN_CHECKPOINT_H_
+#define TROUPE_ENGINE_NN_CHECKPOINT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/optimizer.h"
+#include "engine/nn/parameters.h"
+
+namespace troupe::nn {
+
+// The name prefix of a parameter's entry ("param/conv1.w").
+inline constexpr char kParameterEntryPrefix[] = "param/";
+
+// Writes params (and optimizer state if given). Errors: PermissionDenied /
+// DataLoss naming the path.
+absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params, Optimizer* optimizer = nullptr);
+
+// Reads a checkpoint into params (and optimizer). The file's checksum, and
+// every entry's name and shape against the model, are checked before anything
+// is overwritten; a mismatch is InvalidArgument naming the first entry that
+// differs, a corrupt file DataLoss.
+absl::Status LoadCheckpoint(const std::string& path, ParameterSet& params, Optimizer* optimizer = nullptr);
+
+// One tensor of a checkpoint file.
+struct CheckpointTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;
+};
+
+// Every tensor of the checkpoint at `path`, in file order, for a reader that
+// takes only some of them (a policy from its agent's checkpoint). The
+// checksum is checked first. Errors: NotFound, DataLoss (corrupt, truncated).
+absl::StatusOr<std::vector<CheckpointTensor>> ReadCheckpoint(const std::string& path);
+
+}  // namespace troupe::nn
+
+#endif  // TROUPE_ENGINE_NN_CHECKPOINT_H_

@@ -1,0 +1,115 @@
+// The CPU backend: Eigen GEMM for dense layers and for convolutions (im2col
+// per sample, as Caffe and TensorFlow's CPU kernels do), plain loops for the
+// rest, spread over an owned ThreadPool. This is the reference backend.
+//
+// Not thread-safe: one thread drives it at a time (it runs its own workers).
+// Scratch (im2col columns, per-thread weight-gradient partials) is owned here
+// and grows to the largest geometry seen; steady-state calls do not allocate.
+#ifndef TROUPE_ENGINE_NN_CPU_BACKEND_H_
+#define TROUPE_ENGINE_NN_CPU_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "engine/nn/backend.h"
+#include "engine/nn/thread_pool.h"
+
+namespace troupe::nn {
+
+class CpuBackend final : public Backend {
+ public:
+  // `num_threads` counts the calling thread; 1 runs everything inline.
+  explicit CpuBackend(int num_threads);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  int num_threads() const override { return pool_.num_threads(); }
+  ThreadPool& pool() { return pool_; }
+
+  void Fill(float* x, int64_t n, float value) override;
+  void Copy(const float* x, float* y, int64_t n) override;
+  void Axpy(float alpha, const float* x, float* y, int64_t n) override;
+  void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
+                  int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
+
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
+            float beta, float* c) override;
+  void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
+  void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
+
+  void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* b,
+                     float* y) override;
+  void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* y,
+                      const float* dy, float* dx, float* dw, float* db) override;
+  void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                              float* y) override;
+  void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
+                               float* dw, float* db) override;
+
+  void ActivationForward(Activation f, float alpha, const float* x, float* y, int64_t n) override;
+  void ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx,
+                          int64_t n) override;
+  void BinaryForward(Binary op, const float* a, const float* b, float* y, int64_t n) override;
+  void BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
+                      int64_t n) override;
+  void Scale(float alpha, const float* x, float* y, int64_t n) override;
+
+  double Sum(const float* x, int64_t n) override;
+  double SquaredNorm(const float* x, int64_t n) override;
+  void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) override;
+  void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) override;
+
+  void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
+                        float* y, float* mean, float* rstd) override;
+  void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) override;
+  void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) override;
+  void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                      const float* gamma, const float* beta, float* y) override;
+  void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                              const float* dy, float* sums) override;
+  void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x, const float* mean,
+                              const float* rstd, const float* gamma, const float* sums, const float* dy,
+                              float* dx) override;
+
+  void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
+  float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
+  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, float dloss,
+                            float* dx) override;
+
+  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                          const float* x, float* y) override;
+  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                           const float* dy, float* dx) override;
+
+  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
+                                  int iterations) override;
+  float SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                            float* y) override;
+  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma,
+                            const float* dy, float* dw) override;
+
+  void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
+                  const float* grad, float* param, float* m, float* v) override;
+  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                 float* buf) override;
+  void Polyak(int64_t n, float tau, const float* online, float* target) override;
+
+ private:
+  // Per-thread scratch of at least `count` floats for slot `slot`
+  // (kind 0: columns, 1: weight-gradient partials, 2: a sample's gradient
+  // through a fused activation, 3: slot 0 only, flipped conv weights).
+  float* Scratch(int kind, int slot, int64_t count);
+
+  ThreadPool pool_;
+  struct Buffer {
+    float* data = nullptr;
+    int64_t capacity = 0;
+  };
+  std::vector<Buffer> scratch_[4];
+};
+
+}  // namespace troupe::nn
+
+#endif  // TROUPE_ENGINE_NN_CPU_BACKEND_H_

@@ -1,0 +1,109 @@
+// Differentiable ops on a Tape. Each computes its output now through the
+// tape's Backend and records a node whose backward calls the matching
+// backward kernel. Shapes are checked (a mismatch is a programmer error and
+// fails fast with file and line). Images are NCHW.
+#ifndef TROUPE_ENGINE_NN_OPS_H_
+#define TROUPE_ENGINE_NN_OPS_H_
+
+#include <cstdint>
+#include <random>
+#include <span>
+
+#include "engine/nn/tape.h"
+
+namespace troupe::nn {
+
+// Sums a small buffer across replicas in place (cross-replica batch norm).
+// Implemented by the Replicator; a failure is remembered by the implementation
+// and reported by the replica's next collective.
+class CrossReplicaSum {
+ public:
+  virtual ~CrossReplicaSum() = default;
+  virtual void SumInPlace(std::span<float> values) = 0;
+};
+
+// --- Dense -------------------------------------------------------------------
+// [m, k] x [k, n] -> [m, n].
+Var MatMul(Var a, Var b);
+// x [batch, in] * w [in, out] + b [out] -> [batch, out]; b may be invalid (Var{}).
+Var Linear(Var x, Var w, Var b);
+
+// --- Convolutions ------------------------------------------------------------
+// x [n, c, h, w], w [oc, c, kh, kw], b [oc] (or Var{}) -> [n, oc, oh, ow];
+// `act` is applied inside the kernel (Conv2d(..., kRelu) == Relu(Conv2d(...))
+// in value and gradient, one memory pass less each way).
+Var Conv2d(Var x, Var w, Var b, int64_t stride, int64_t pad, FusedActivation act = FusedActivation::kNone);
+// x [n, ic, h, w], w [ic, oc, kh, kw] (PyTorch's ConvTranspose2d layout),
+// b [oc] -> [n, oc, (h-1)*stride - 2*pad + kh + output_pad, ...].
+Var ConvTranspose2d(Var x, Var w, Var b, int64_t stride, int64_t pad, int64_t output_pad = 0);
+
+// --- Activations -------------------------------------------------------------
+Var Relu(Var x);
+Var LeakyRelu(Var x, float negative_slope);
+Var Elu(Var x, float alpha = 1.0f);
+Var Tanh(Var x);
+Var Sigmoid(Var x);
+Var Softplus(Var x);
+
+// --- Elementwise (same shapes) ----------------------------------------------
+Var Add(Var a, Var b);
+Var Sub(Var a, Var b);
+Var Mul(Var a, Var b);
+Var Scale(Var x, float alpha);
+
+// --- Reductions --------------------------------------------------------------
+// Sum / mean of all elements -> a scalar (shape []).
+Var Sum(Var x);
+Var Mean(Var x);
+// Sum over one axis; the axis is removed.
+Var SumAxis(Var x, int axis);
+// Mean of squared differences -> scalar.
+Var MeanSquaredError(Var prediction, Var target);
+
+// --- Shape -------------------------------------------------------------------
+// Same data, new shape (no copy).
+Var Reshape(Var x, Shape shape);
+// [n, ...] -> [n, prod(...)].
+Var Flatten(Var x);
+// Concatenation along `axis` (shapes equal elsewhere).
+Var Concat(std::span<const Var> parts, int axis);
+// Elements [begin, end) along `axis`.
+Var Slice(Var x, int axis, int64_t begin, int64_t end);
+
+// --- Normalisation -----------------------------------------------------------
+// Over the last axis; gamma, beta have the last axis's size.
+Var LayerNorm(Var x, Var gamma, Var beta, float eps = 1e-5f);
+
+// Running statistics for batch norm (owned by the layer, per replica).
+struct BatchNormState {
+  float* running_mean = nullptr;  // c floats
+  float* running_var = nullptr;   // c floats
+  float momentum = 0.1f;          // PyTorch's convention
+};
+// Batch norm over [n, c] or [n, c, h, w]. In training, batch statistics are
+// used (summed across replicas first when `cross_replica` is given, making it
+// cross-replica batch norm) and the running statistics updated; otherwise the
+// running statistics are used.
+Var BatchNorm(Var x, Var gamma, Var beta, BatchNormState state, bool training, float eps = 1e-5f,
+              CrossReplicaSum* cross_replica = nullptr);
+
+// Spectral normalisation (Miyato et al. 2018): w / sigma(w), w viewed as
+// [shape[0], rest]; u, v are the persistent power-iteration vectors, updated
+// in place by `iterations` steps first (no gradient through them), as PyTorch's
+// spectral_norm does in training. iterations = 0 keeps u, v as they are.
+Var SpectralNorm(Var w, float* u, float* v, int iterations = 1);
+
+// --- Softmax family (last axis) ------------------------------------------------
+Var Softmax(Var x);
+Var LogSoftmax(Var x);
+// Mean over rows of -log softmax(logits)[label]; labels has rows entries.
+Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels);
+
+// --- Image augmentation --------------------------------------------------------
+// DrQ's random shift (Kostrikov et al. 2020): replicate-pad by `pad`, then
+// crop back to h x w at an offset drawn per sample from `rng`.
+Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng);
+
+}  // namespace troupe::nn
+
+#endif  // TROUPE_ENGINE_NN_OPS_H_

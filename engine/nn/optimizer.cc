@@ -1,0 +1,72 @@
+#include "engine/nn/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace troupe::nn {
+
+absl::Status AdamOptions::Validate() const {
+  if (!(beta1 >= 0 && beta1 < 1)) return absl::InvalidArgumentError(absl::StrCat("adam beta1 ", beta1, " not in [0, 1)"));
+  if (!(beta2 >= 0 && beta2 < 1)) return absl::InvalidArgumentError(absl::StrCat("adam beta2 ", beta2, " not in [0, 1)"));
+  if (!(eps > 0)) return absl::InvalidArgumentError(absl::StrCat("adam eps ", eps, " must be > 0"));
+  if (!(weight_decay >= 0)) return absl::InvalidArgumentError(absl::StrCat("adam weight_decay ", weight_decay, " < 0"));
+  return absl::OkStatus();
+}
+
+absl::Status SgdOptions::Validate() const {
+  if (!(momentum >= 0 && momentum < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("sgd momentum ", momentum, " not in [0, 1)"));
+  }
+  if (!(weight_decay >= 0)) return absl::InvalidArgumentError(absl::StrCat("sgd weight_decay ", weight_decay, " < 0"));
+  return absl::OkStatus();
+}
+
+Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options)
+    : params_(params), backend_(backend), options_(options) {
+  TROUPE_CHECK(params->allocated());
+  m_.assign(params->values().size(), 0.0f);
+  v_.assign(params->values().size(), 0.0f);
+}
+
+void Adam::Step(float learning_rate) {
+  ++steps_;
+  const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
+  const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
+  backend_->AdamUpdate(static_cast<int64_t>(m_.size()), learning_rate, options_.beta1, options_.beta2, options_.eps,
+                       options_.weight_decay, c1, c2, params_->grads().data(), params_->values().data(), m_.data(),
+                       v_.data());
+}
+
+std::vector<OptimizerState> Adam::State() { return {{"adam.m", m_.data()}, {"adam.v", v_.data()}}; }
+
+Sgd::Sgd(ParameterSet* params, Backend* backend, SgdOptions options)
+    : params_(params), backend_(backend), options_(options) {
+  TROUPE_CHECK(params->allocated());
+  momentum_.assign(params->values().size(), 0.0f);
+}
+
+void Sgd::Step(float learning_rate) {
+  ++steps_;
+  backend_->SgdUpdate(static_cast<int64_t>(momentum_.size()), learning_rate, options_.momentum,
+                      options_.weight_decay, params_->grads().data(), params_->values().data(), momentum_.data());
+}
+
+std::vector<OptimizerState> Sgd::State() { return {{"sgd.momentum", momentum_.data()}}; }
+
+float ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm) {
+  auto grads = params.grads();
+  const float norm = static_cast<float>(std::sqrt(backend.SquaredNorm(grads.data(), grads.size())));
+  if (norm > max_norm && norm > 0.0f) backend.Scale(max_norm / norm, grads.data(), grads.data(), grads.size());
+  return norm;
+}
+
+absl::Status PolyakUpdate(const ParameterSet& online, ParameterSet& target, Backend& backend, float tau) {
+  RETURN_IF_ERROR(target.CheckSameLayout(online));
+  if (!(tau >= 0 && tau <= 1)) return absl::InvalidArgumentError(absl::StrCat("polyak tau ", tau, " not in [0, 1]"));
+  backend.Polyak(static_cast<int64_t>(online.values().size()), tau, online.values().data(), target.values().data());
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::nn

@@ -1,0 +1,120 @@
+// Optimizers over a ParameterSet's flat gradient buffer: one kernel call per
+// step over the whole buffer, state buffers with the parameters' layout (so a
+// checkpoint can name each parameter's state). Also gradient clipping by
+// global norm and Polyak-averaged target copies.
+//
+// Not thread-safe; one optimizer per replica's ParameterSet.
+#ifndef TROUPE_ENGINE_NN_OPTIMIZER_H_
+#define TROUPE_ENGINE_NN_OPTIMIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/nn/backend.h"
+#include "engine/nn/parameters.h"
+
+namespace troupe::nn {
+
+// A named state buffer with the ParameterSet's layout (total_floats() long).
+struct OptimizerState {
+  std::string name;  // "adam.m"
+  float* data = nullptr;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of the parameters from their current gradients at `learning_rate`.
+  virtual void Step(float learning_rate) = 0;
+  // Updates taken so far (restored by checkpoints).
+  virtual int64_t steps() const = 0;
+  virtual void set_steps(int64_t steps) = 0;
+  virtual std::vector<OptimizerState> State() = 0;
+  virtual std::string name() const = 0;
+  virtual ParameterSet& parameters() = 0;
+};
+
+// An optimizer that wraps another (averages or clips its gradients first):
+// everything but Step forwards to the inner one, whose state and step count
+// are the decorator's. `inner` must outlive it.
+class ForwardingOptimizer : public Optimizer {
+ public:
+  explicit ForwardingOptimizer(Optimizer* inner) : inner_(inner) {}
+  int64_t steps() const override { return inner_->steps(); }
+  void set_steps(int64_t steps) override { inner_->set_steps(steps); }
+  std::vector<OptimizerState> State() override { return inner_->State(); }
+  std::string name() const override { return inner_->name(); }
+  ParameterSet& parameters() override { return inner_->parameters(); }
+
+ protected:
+  Optimizer* inner() const { return inner_; }
+
+ private:
+  Optimizer* inner_;
+};
+
+struct AdamOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled (AdamW) when > 0
+  absl::Status Validate() const;
+};
+
+// Adam (Kingma & Ba 2015) / AdamW (Loshchilov & Hutter 2019).
+class Adam final : public Optimizer {
+ public:
+  Adam(ParameterSet* params, Backend* backend, AdamOptions options = {});
+  void Step(float learning_rate) override;
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+  std::vector<OptimizerState> State() override;
+  std::string name() const override { return "adam"; }
+  ParameterSet& parameters() override { return *params_; }
+
+ private:
+  ParameterSet* params_;
+  Backend* backend_;
+  AdamOptions options_;
+  int64_t steps_ = 0;
+  std::vector<float> m_, v_;
+};
+
+struct SgdOptions {
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;  // L2, added to the gradient
+  absl::Status Validate() const;
+};
+
+// SGD with (heavy-ball) momentum, PyTorch's form.
+class Sgd final : public Optimizer {
+ public:
+  Sgd(ParameterSet* params, Backend* backend, SgdOptions options = {});
+  void Step(float learning_rate) override;
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+  std::vector<OptimizerState> State() override;
+  std::string name() const override { return "sgd"; }
+  ParameterSet& parameters() override { return *params_; }
+
+ private:
+  ParameterSet* params_;
+  Backend* backend_;
+  SgdOptions options_;
+  int64_t steps_ = 0;
+  std::vector<float> momentum_;
+};
+
+// Scales all gradients so their global L2 norm is at most `max_norm`;
+// returns the norm before clipping.
+float ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm);
+
+// target = (1 - tau) * target + tau * online over the whole buffer (Polyak
+// averaging, as DDPG/D4PG targets). Layouts must match.
+absl::Status PolyakUpdate(const ParameterSet& online, ParameterSet& target, Backend& backend, float tau);
+
+}  // namespace troupe::nn
+
+#endif  // TROUPE_ENGINE_NN_OPTIMIZER_H_

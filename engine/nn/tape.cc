@@ -1,0 +1,163 @@
+#include "engine/nn/tape.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/status_macros.h"
+
+namespace troupe::nn {
+namespace {
+constexpr int64_t kBlockBytes = int64_t{64} << 20;
+}  // namespace
+
+Tape::Tape(Backend* backend) : backend_(backend) {
+  values_.reserve(256);
+  nodes_.reserve(256);
+}
+
+Tape::~Tape() {
+  for (Block& b : blocks_) std::free(b.data);
+}
+
+void* Tape::AllocateBytes(int64_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  // Use the current block if it fits, else the next one that fits, else a new one.
+  while (current_block_ < static_cast<int>(blocks_.size())) {
+    Block& b = blocks_[current_block_];
+    if (block_used_ + bytes <= b.capacity) {
+      void* p = b.data + block_used_;
+      block_used_ += bytes;
+      return p;
+    }
+    ++current_block_;
+    block_used_ = 0;
+  }
+  const int64_t capacity = std::max(kBlockBytes, bytes);
+  char* data = static_cast<char*>(std::aligned_alloc(64, capacity));
+  TROUPE_CHECK(data != nullptr);
+  blocks_.push_back({data, capacity});
+  current_block_ = static_cast<int>(blocks_.size()) - 1;
+  block_used_ = bytes;
+  return data;
+}
+
+float* Tape::AllocateFloats(int64_t count) {
+  return static_cast<float*>(AllocateBytes(std::max<int64_t>(1, count) * sizeof(float)));
+}
+
+int32_t* Tape::AllocateInts(int64_t count) {
+  return static_cast<int32_t*>(AllocateBytes(std::max<int64_t>(1, count) * sizeof(int32_t)));
+}
+
+int64_t Tape::arena_bytes() const {
+  int64_t total = 0;
+  for (const Block& b : blocks_) total += b.capacity;
+  return total;
+}
+
+Var Tape::Parameter(ParameterSet& set, int index) {
+  TROUPE_CHECK(set.allocated());
+  Value v;
+  v.data = set.value(index).data;
+  v.grad = set.grad(index).data;
+  v.shape = set.info(index).shape;
+  v.requires_grad = true;
+  v.external_grad = true;
+  v.param_set = &set;
+  v.param_index = index;
+  values_.push_back(v);
+  return {this, static_cast<int>(values_.size()) - 1};
+}
+
+Var Tape::Constant(const float* data, Shape shape) {
+  Value v;
+  v.data = const_cast<float*>(data);
+  v.shape = shape;
+  values_.push_back(v);
+  return {this, static_cast<int>(values_.size()) - 1};
+}
+
+Var Tape::Leaf(const float* data, Shape shape) {
+  Var v = Constant(data, shape);
+  values_[v.id].requires_grad = true;
+  return v;
+}
+
+Var Tape::NewValue(Shape shape, bool requires_grad) {
+  Value v;
+  v.data = AllocateFloats(shape.size());
+  v.shape = shape;
+  v.requires_grad = requires_grad;
+  values_.push_back(v);
+  return {this, static_cast<int>(values_.size()) - 1};
+}
+
+Var Tape::Alias(Var of, Shape shape) {
+  TROUPE_CHECK(shape.size() == values_[of.id].shape.size());
+  Value v = values_[of.id];
+  v.shape = shape;
+  // An alias shares the gradient buffer; it is resolved in Backward.
+  v.external_grad = false;
+  v.param_set = nullptr;
+  v.param_index = -1;
+  v.alias_of = values_[of.id].alias_of >= 0 ? values_[of.id].alias_of : of.id;
+  values_.push_back(v);
+  const int id = static_cast<int>(values_.size()) - 1;
+  // Record the alias so Backward can point its gradient at the original's.
+  Node node;
+  node.out = id;
+  node.in[0] = of.id;
+  node.backward = nullptr;  // no work: gradients are shared
+  if (v.requires_grad) nodes_.push_back(node);
+  return {this, id};
+}
+
+void Tape::Record(const Node& node) {
+  if (values_[node.out].requires_grad) nodes_.push_back(node);
+}
+
+void Tape::Backward(Var loss, GradientListener* listener) {
+  TROUPE_CHECK(values_[loss.id].shape.size() == 1);
+  const int num_values = static_cast<int>(values_.size());
+  // Gradient buffers for intermediates, zeroed; aliases share their source's.
+  for (int id = 0; id < num_values; ++id) {
+    Value& v = values_[id];
+    if (!v.requires_grad) continue;
+    if (v.alias_of >= 0) {
+      v.grad = values_[v.alias_of].grad;  // sources come first
+    } else if (!v.external_grad && v.grad == nullptr) {
+      v.grad = AllocateFloats(v.shape.size());
+      backend_->Fill(v.grad, v.shape.size(), 0.0f);
+    }
+  }
+  // For the listener: each parameter value's earliest using node.
+  if (listener != nullptr) {
+    last_use_.assign(num_values, -1);
+    for (int k = static_cast<int>(nodes_.size()) - 1; k >= 0; --k) {
+      for (int in : nodes_[k].in) {
+        if (in >= 0) last_use_[in] = k;
+      }
+    }
+  }
+  values_[loss.id].grad[0] += 1.0f;
+  for (int k = static_cast<int>(nodes_.size()) - 1; k >= 0; --k) {
+    const Node& node = nodes_[k];
+    if (node.backward != nullptr) node.backward(*this, node);
+    if (listener == nullptr) continue;
+    for (int in : node.in) {
+      if (in >= 0 && last_use_[in] == k && values_[in].param_set != nullptr) {
+        listener->OnGradientReady(*values_[in].param_set, values_[in].param_index);
+      }
+    }
+  }
+}
+
+void Tape::Reset() {
+  values_.clear();
+  nodes_.clear();
+  current_block_ = 0;
+  block_used_ = 0;
+}
+
+}  // namespace troupe::nn

@@ -1,0 +1,220 @@
+#include "engine/replicator/replicator.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/replicator/in_process.h"
+#include "engine/replicator/mpi.h"
+
+namespace troupe::replicator {
+
+namespace {
+
+// Bounds of an engine section: far above any machine's, below what would
+// exhaust one (a thread and a replica's networks each).
+constexpr int kMaxReplicas = 256;
+constexpr int kMaxThreads = 1024;
+
+}  // namespace
+
+absl::Status ReplicatorOptions::Validate() const {
+  if (backend == Backend::kInProcess && (num_replicas < 1 || num_replicas > kMaxReplicas)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicator num_replicas ", num_replicas, " not in [1, ", kMaxReplicas, "]"));
+  }
+  if (timeout.count() <= 0) return absl::InvalidArgumentError("replicator timeout must be > 0");
+  return absl::OkStatus();
+}
+
+ReplicatorOptions ReplicatorOptions::FromConfig(const config::EngineConfig& engine) {
+  ReplicatorOptions options;
+  options.backend = engine.collectives() == config::EngineConfig::MPI ? Backend::kMpi : Backend::kInProcess;
+  options.num_replicas = engine.replicas();
+  return options;
+}
+
+absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std::string& section, int64_t batch_size) {
+  auto bad = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(section, parts...)); };
+  if (engine.replicas() < 1 || engine.replicas() > kMaxReplicas) {
+    return bad(".engine.replicas ", engine.replicas(), ": must be in [1, ", kMaxReplicas, "]");
+  }
+  if (engine.threads() < 0 || engine.threads() > kMaxThreads) {
+    return bad(".engine.threads ", engine.threads(), ": must be in [0, ", kMaxThreads, "] (0 = all cores)");
+  }
+  if (batch_size < 1) return bad(".batch_size ", batch_size, ": must be >= 1");
+  if (engine.collectives() == config::EngineConfig::IN_PROCESS && batch_size % engine.replicas() != 0) {
+    return bad(".batch_size ", batch_size, ": must be divisible by ", section, ".engine.replicas ", engine.replicas(),
+               " (each replica takes an equal shard)");
+  }
+  return absl::OkStatus();
+}
+
+int EngineThreads(const config::EngineConfig& engine) {
+  return engine.threads() > 0 ? engine.threads() : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replicas) {
+  return std::max(1, EngineThreads(engine) / std::max(1, local_replicas));
+}
+
+// --- ReplicaContext -------------------------------------------------------------
+
+absl::Status ReplicaContext::Record(absl::Status s) {
+  if (!s.ok() && status_.ok()) status_ = s;
+  return s;
+}
+
+absl::Status ReplicaContext::AllReduce(std::span<float> data, ReduceOp op) {
+  return Record(collectives_->AllReduce(data, op));
+}
+absl::Status ReplicaContext::AllGather(std::span<const float> in, std::span<float> out) {
+  return Record(collectives_->AllGather(in, out));
+}
+absl::Status ReplicaContext::Broadcast(std::span<float> data, int root) {
+  return Record(collectives_->Broadcast(data, root));
+}
+absl::Status ReplicaContext::StartAllReduce(std::span<float> data, ReduceOp op) {
+  if (!status_.ok()) return status_;
+  return Record(collectives_->StartAllReduce(data, op));
+}
+absl::Status ReplicaContext::WaitAll() {
+  if (!status_.ok()) return status_;
+  return Record(collectives_->WaitAll());
+}
+// nn::CrossReplicaSum's hook returns nothing: an error stays in status().
+void ReplicaContext::SumInPlace(std::span<float> values) {
+  (void)Record(collectives_->AllReduce(values, ReduceOp::kSum));
+}
+
+// --- GradientReducer --------------------------------------------------------------
+
+GradientReducer::GradientReducer(ReplicaContext* ctx, nn::ParameterSet* params, int64_t bucket_floats)
+    : ctx_(ctx), params_(params), bucket_of_(params->size()), ready_(params->size()) {
+  // Buckets from the last parameter backwards (backward finishes those first).
+  const int n = params->size();
+  int last = n - 1;
+  while (last >= 0) {
+    int first = last;
+    int64_t floats = params->info(first).shape.size();
+    while (first > 0 && floats < bucket_floats) {
+      --first;
+      floats += params->info(first).shape.size();
+    }
+    Bucket b;
+    b.first_param = first;
+    b.last_param = last;
+    b.begin = params->info(first).offset;
+    b.end = last + 1 < n ? params->info(last + 1).offset : params->total_floats();
+    for (int p = first; p <= last; ++p) bucket_of_[p] = static_cast<int>(buckets_.size());
+    buckets_.push_back(b);
+    last = first - 1;
+  }
+  Reset();
+}
+
+void GradientReducer::Reset() {
+  for (Bucket& b : buckets_) {
+    b.remaining = b.last_param - b.first_param + 1;
+    b.started = false;
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+}
+
+void GradientReducer::Start(Bucket& b) {
+  b.started = true;
+  // An error is kept by the context; Finish() reports it.
+  ctx_->StartAllReduce(params_->grads().subspan(b.begin, b.end - b.begin), ReduceOp::kMean).IgnoreError();
+}
+
+void GradientReducer::OnGradientReady(const nn::ParameterSet& set, int param_index) {
+  if (&set != params_ || ready_[param_index]) return;
+  ready_[param_index] = 1;
+  Bucket& b = buckets_[bucket_of_[param_index]];
+  if (--b.remaining == 0) Start(b);
+}
+
+absl::Status GradientReducer::Finish() {
+  for (Bucket& b : buckets_) {
+    if (!b.started) Start(b);
+  }
+  return ctx_->WaitAll();
+}
+
+// --- ReplicatedOptimizer ------------------------------------------------------------
+
+void ReplicatedOptimizer::Step(float learning_rate) {
+  if (!ctx_->status().ok()) return;
+  absl::Status s;
+  if (reducer_ != nullptr) {
+    s = reducer_->Finish();
+  } else {
+    s = ctx_->AllReduce(parameters().grads(), ReduceOp::kMean);
+  }
+  if (!s.ok()) return;  // kept in ctx_->status()
+  inner()->Step(learning_rate);
+}
+
+// --- Replicator -------------------------------------------------------------------------
+
+struct Replicator::GroupHolder {
+  std::unique_ptr<InProcessGroup> group;
+};
+
+Replicator::~Replicator() = default;
+
+absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(const ReplicatorOptions& options) {
+  RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<Replicator> r(new Replicator());
+  r->group_ = std::make_unique<GroupHolder>();
+  if (options.backend == ReplicatorOptions::Backend::kInProcess) {
+    r->num_replicas_ = options.num_replicas;
+    r->group_->group = std::make_unique<InProcessGroup>(options.num_replicas, options.timeout);
+    for (int id = 0; id < options.num_replicas; ++id) {
+      r->local_ids_.push_back(id);
+      r->members_.push_back(r->group_->group->Member(id));
+    }
+  } else {
+    ASSIGN_OR_RETURN(std::unique_ptr<MpiCollectives> mpi, MpiCollectives::Create(options.timeout));
+    r->num_replicas_ = mpi->num_replicas();
+    r->local_ids_.push_back(mpi->replica_id());
+    r->members_.push_back(std::move(mpi));
+  }
+  return r;
+}
+
+absl::Status Replicator::RunReplicas(const std::function<absl::Status(ReplicaContext&)>& replica_fn) {
+  const size_t n = members_.size();
+  std::vector<absl::Status> results(n);
+  auto run_one = [&](size_t k) {
+    ReplicaContext ctx(members_[k].get());
+    absl::Status s = replica_fn(ctx);
+    if (s.ok()) s = ctx.status();
+    // Release the others from collectives they would wait in for this one.
+    if (!s.ok()) members_[k]->Fail(s);
+    results[k] = s;
+  };
+  if (n == 1) {
+    run_one(0);
+  } else {
+    std::vector<std::jthread> threads;
+    for (size_t k = 0; k < n; ++k) threads.emplace_back(run_one, k);
+  }  // joined here
+  // Prefer the root cause (a replica's own error) over the Aborted echoes.
+  const absl::Status* first = nullptr;
+  for (size_t k = 0; k < n; ++k) {
+    if (results[k].ok()) continue;
+    if (first == nullptr || (first->code() == absl::StatusCode::kAborted &&
+                             results[k].code() != absl::StatusCode::kAborted)) {
+      first = &results[k];
+      if (first->code() != absl::StatusCode::kAborted) {
+        return absl::Status(first->code(), absl::StrCat("replica ", local_ids_[k], ": ", first->message()));
+      }
+    }
+  }
+  if (first != nullptr) return *first;
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::replicator

@@ -1,0 +1,172 @@
+// The Replicator (after TF-Replicator): a researcher writes the
+// single-replica program, an `input_fn` that yields a batch and a `step_fn`
+// that does one update, and Run() executes it on K replicas. Inside step_fn a
+// ReplicaContext offers replica_id(), num_replicas() and the cross-replica
+// collectives; ReplicatedOptimizer averages gradients across replicas so a
+// single-replica step becomes a K-replica one without changing its code.
+//
+// Backends (chosen by ReplicatorOptions::backend): kInProcess runs the K
+// replicas as K threads of this process; kMpi runs one replica in this process
+// as rank r of `mpirun -np K`.
+//
+// Threads: Run() starts one std::jthread per local replica and joins them
+// before returning. Each replica's state (its ParameterSet, tape, optimizer)
+// must be its own: index it by ctx.replica_id().
+#ifndef TROUPE_ENGINE_REPLICATOR_REPLICATOR_H_
+#define TROUPE_ENGINE_REPLICATOR_REPLICATOR_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/ops.h"
+#include "engine/nn/optimizer.h"
+#include "engine/nn/tape.h"
+#include "engine/replicator/interface.h"
+#include "proto/config.pb.h"
+
+namespace troupe::replicator {
+
+struct ReplicatorOptions {
+  enum class Backend { kInProcess, kMpi };
+  Backend backend = Backend::kInProcess;
+  int num_replicas = 1;  // kInProcess only; MPI takes it from mpirun
+  std::chrono::milliseconds timeout{60000};  // per collective
+  absl::Status Validate() const;
+
+  // The options an engine config section asks for (learner.engine,
+  // gan.engine), which must have passed ValidateEngineConfig.
+  static ReplicatorOptions FromConfig(const config::EngineConfig& engine);
+};
+
+// InvalidArgument naming the field ("learner.engine.replicas 0: must be >= 1")
+// for an engine section `section` ("learner", "gan") cannot run, or a global
+// `batch_size` (`section`.batch_size) its in-process replicas cannot split
+// evenly. (Under MPI the replicas are the ranks mpirun starts; the batch is
+// checked against them when the Replicator exists.)
+absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std::string& section, int64_t batch_size);
+
+// Compute threads of this process (engine.threads; 0 = all cores) and each of
+// `local_replicas` replicas' share of them (at least 1).
+int EngineThreads(const config::EngineConfig& engine);
+int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replicas);
+
+// What a replica's code sees. Collective errors are also remembered: the
+// first one is status(), and later collectives fail at once.
+class ReplicaContext final : public nn::CrossReplicaSum {
+ public:
+  explicit ReplicaContext(Collectives* collectives) : collectives_(collectives) {}
+  int replica_id() const { return collectives_->replica_id(); }
+  int num_replicas() const { return collectives_->num_replicas(); }
+
+  absl::Status AllReduce(std::span<float> data, ReduceOp op);
+  absl::Status AllGather(std::span<const float> in, std::span<float> out);
+  absl::Status Broadcast(std::span<float> data, int root);
+  // A background all-reduce (see Collectives::StartAllReduce) and its wait.
+  absl::Status StartAllReduce(std::span<float> data, ReduceOp op);
+  absl::Status WaitAll();
+  // nn::CrossReplicaSum (cross-replica batch norm): errors go to status().
+  void SumInPlace(std::span<float> values) override;
+
+  // The first collective error on this replica (OK if none).
+  const absl::Status& status() const { return status_; }
+  Collectives& collectives() { return *collectives_; }
+
+ private:
+  absl::Status Record(absl::Status s);
+  Collectives* collectives_;
+  absl::Status status_;
+};
+
+// Reduces (averages) a ParameterSet's gradients across replicas in buckets of
+// consecutive parameters, starting each bucket as soon as backward has
+// finished all its parameters (pass it to Tape::Backward as the listener), so
+// late layers reduce while early ones are still differentiated.
+class GradientReducer final : public nn::GradientListener {
+ public:
+  // `bucket_floats`: a bucket closes once it holds at least this many floats.
+  GradientReducer(ReplicaContext* ctx, nn::ParameterSet* params, int64_t bucket_floats = 1 << 20);
+  // Call before each backward pass.
+  void Reset();
+  void OnGradientReady(const nn::ParameterSet& set, int param_index) override;
+  // Starts any bucket not yet started (unused parameters) and waits for all.
+  absl::Status Finish();
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    int first_param, last_param;  // inclusive, in declaration order
+    int64_t begin, end;           // float range in the gradient buffer
+    int remaining = 0;
+    bool started = false;
+  };
+  void Start(Bucket& b);
+  ReplicaContext* ctx_;
+  nn::ParameterSet* params_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  std::vector<char> ready_;
+};
+
+// Wraps a replica's optimizer: Step() first averages the gradients across
+// replicas (all at once, or waits for a GradientReducer that did it during
+// backward), then applies the inner optimizer. A collective error is kept in
+// the context and the update is skipped.
+class ReplicatedOptimizer final : public nn::ForwardingOptimizer {
+ public:
+  ReplicatedOptimizer(nn::Optimizer* inner, ReplicaContext* ctx, GradientReducer* reducer = nullptr)
+      : ForwardingOptimizer(inner), ctx_(ctx), reducer_(reducer) {}
+  void Step(float learning_rate) override;
+
+ private:
+  ReplicaContext* ctx_;
+  GradientReducer* reducer_;
+};
+
+class Replicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Replicator>> Create(const ReplicatorOptions& options);
+  ~Replicator();
+
+  // Replicas in the whole group, and the ids this process runs.
+  int num_replicas() const { return num_replicas_; }
+  const std::vector<int>& local_replicas() const { return local_ids_; }
+
+  // Runs `replica_fn` once on every local replica, concurrently. Returns OK
+  // if all did; otherwise the first error, prefixed with the replica that
+  // failed ("replica 1: ..."). A replica that fails releases the others from
+  // their collectives (they get Aborted naming it), so nothing hangs.
+  absl::Status RunReplicas(const std::function<absl::Status(ReplicaContext&)>& replica_fn);
+
+  // TF-Replicator's loop: for `num_steps` steps, each replica gets its shard
+  // of the global batch from input_fn and runs step_fn on it.
+  template <typename Batch>
+  absl::Status Run(int64_t num_steps, const std::function<absl::StatusOr<Batch>(ReplicaContext&)>& input_fn,
+                   const std::function<absl::Status(ReplicaContext&, Batch&)>& step_fn) {
+    return RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+      for (int64_t step = 0; step < num_steps; ++step) {
+        absl::StatusOr<Batch> batch = input_fn(ctx);
+        if (!batch.ok()) return batch.status();
+        if (absl::Status s = step_fn(ctx, *batch); !s.ok()) return s;
+        if (!ctx.status().ok()) return ctx.status();
+      }
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  Replicator() = default;
+  int num_replicas_ = 1;
+  std::vector<int> local_ids_;
+  std::vector<std::unique_ptr<Collectives>> members_;
+  struct GroupHolder;
+  std::unique_ptr<GroupHolder> group_;
+};
+
+}  // namespace troupe::replicator
+
+#endif  // TROUPE_ENGINE_REPLICATOR_REPLICATOR_H_

@@ -1,0 +1,164 @@
+// The in-process Replicator: K=2 replicas on half batches train exactly as
+// one replica on the whole batch; failures and mismatches are errors naming
+// the replica, never hangs.
+#include "engine/replicator/replicator.h"
+
+#include <chrono>
+#include <thread>
+
+#include "common/status_macros.h"
+#include "engine/replicator/test_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::replicator {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+std::unique_ptr<Replicator> MakeInProcess(int k, std::chrono::milliseconds timeout = 30000ms) {
+  ReplicatorOptions o;
+  o.num_replicas = k;
+  o.timeout = timeout;
+  auto r = Replicator::Create(o);
+  TROUPE_CHECK(r.ok());
+  return std::move(r).value();
+}
+
+std::vector<float> TrainWith(int k, int64_t bucket_floats, bool batch_norm = true) {
+  auto replicator = MakeInProcess(k);
+  std::vector<std::unique_ptr<testing::TestModel>> models;
+  for (int i = 0; i < k; ++i) models.push_back(std::make_unique<testing::TestModel>());
+  absl::Status s = replicator->RunReplicas([&](ReplicaContext& ctx) {
+    return testing::TrainShard(ctx, *models[ctx.replica_id()], /*steps=*/5, bucket_floats, batch_norm);
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  // Every replica holds the same parameters.
+  for (int i = 1; i < k; ++i) {
+    EXPECT_TRUE(std::equal(models[0]->params.values().begin(), models[0]->params.values().end(),
+                           models[i]->params.values().begin()));
+  }
+  std::vector<float> out(models[0]->params.values().begin(), models[0]->params.values().end());
+  out.insert(out.end(), models[0]->running_mean.begin(), models[0]->running_mean.end());
+  out.insert(out.end(), models[0]->running_var.begin(), models[0]->running_var.end());
+  return out;
+}
+
+TEST(ReplicatorTest, TwoReplicasOnHalfBatchesEqualOneReplicaOnTheWholeBatch) {
+  const std::vector<float> one = TrainWith(/*k=*/1, /*bucket_floats=*/1 << 20);
+  const std::vector<float> two = TrainWith(/*k=*/2, /*bucket_floats=*/64);  // several buckets
+  ASSERT_EQ(one.size(), two.size());
+  double worst = 0;
+  for (size_t i = 0; i < one.size(); ++i) worst = std::max<double>(worst, std::fabs(one[i] - two[i]));
+  size_t at = 0;
+  for (size_t i = 0; i < one.size(); ++i) if (std::fabs(one[i] - two[i]) == worst) at = i;
+  EXPECT_LT(worst, 2e-5) << "largest parameter difference after 5 Adam steps, at float " << at << " of " << one.size();
+  // And the training moved the parameters (the comparison is not vacuous).
+  testing::TestModel fresh;
+  EXPECT_GT(std::fabs(one[0] - fresh.params.values()[0]), 1e-3);
+}
+
+TEST(ReplicatorTest, TwoReplicasWithoutBatchNormEqualOneReplica) {
+  const std::vector<float> one = TrainWith(/*k=*/1, /*bucket_floats=*/1 << 20, /*batch_norm=*/false);
+  const std::vector<float> two = TrainWith(/*k=*/2, /*bucket_floats=*/1 << 20, /*batch_norm=*/false);
+  double worst = 0;
+  for (size_t i = 0; i < one.size(); ++i) worst = std::max<double>(worst, std::fabs(one[i] - two[i]));
+  EXPECT_LT(worst, 2e-5);
+}
+
+TEST(ReplicatorTest, GradientReducerMakesBucketsOfConsecutiveParameters) {
+  auto replicator = MakeInProcess(1);
+  testing::TestModel model;
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) {
+    GradientReducer one_bucket(&ctx, &model.params, /*bucket_floats=*/1 << 20);
+    GradientReducer per_param(&ctx, &model.params, /*bucket_floats=*/1);
+    EXPECT_EQ(one_bucket.num_buckets(), 1);
+    EXPECT_EQ(per_param.num_buckets(), model.params.size());
+    return absl::OkStatus();
+  }).ok());
+}
+
+TEST(ReplicatorTest, AllGatherAndBroadcastDeliverEveryReplicasData) {
+  auto replicator = MakeInProcess(3);
+  absl::Status s = replicator->RunReplicas([](ReplicaContext& ctx) -> absl::Status {
+    const float mine[2] = {static_cast<float>(ctx.replica_id()), 10.0f + ctx.replica_id()};
+    std::vector<float> all(6);
+    RETURN_IF_ERROR(ctx.AllGather(mine, all));
+    EXPECT_EQ(all, (std::vector<float>{0, 10, 1, 11, 2, 12}));
+    std::vector<float> b = {static_cast<float>(ctx.replica_id())};
+    RETURN_IF_ERROR(ctx.Broadcast(b, /*root=*/2));
+    EXPECT_EQ(b[0], 2.0f);
+    std::vector<float> sum = {1.0f, static_cast<float>(ctx.replica_id())};
+    RETURN_IF_ERROR(ctx.AllReduce(sum, ReduceOp::kMean));
+    EXPECT_EQ(sum, (std::vector<float>{1.0f, 1.0f}));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(ReplicatorTest, AFailingReplicaIsAnErrorNamingItAndReleasesTheOthers) {
+  auto replicator = MakeInProcess(2, /*timeout=*/30000ms);
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = replicator->RunReplicas([](ReplicaContext& ctx) -> absl::Status {
+    if (ctx.replica_id() == 1) return absl::InternalError("out of data");
+    std::vector<float> g(4, 1.0f);
+    absl::Status blocked = ctx.AllReduce(g, ReduceOp::kSum);  // would wait forever for replica 1
+    EXPECT_EQ(blocked.code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(blocked.message(), HasSubstr("replica 1 failed: out of data"));
+    return blocked;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("replica 1: out of data"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "released, not timed out";
+}
+
+TEST(ReplicatorTest, AStalledReplicaTimesOutNamingIt) {
+  auto replicator = MakeInProcess(2, /*timeout=*/200ms);
+  absl::Status s = replicator->RunReplicas([](ReplicaContext& ctx) -> absl::Status {
+    std::vector<float> g(4, 1.0f);
+    RETURN_IF_ERROR(ctx.AllReduce(g, ReduceOp::kSum));  // #0: both
+    if (ctx.replica_id() == 1) {
+      std::this_thread::sleep_for(1000ms);  // stalls past the timeout
+      return absl::OkStatus();
+    }
+    return ctx.AllReduce(g, ReduceOp::kSum);  // #1: replica 1 never comes
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("replica 1 did not reach collective #1 (AllReduce of 4 floats)"));
+}
+
+TEST(ReplicatorTest, CollectivesCalledInADifferentOrderAreAnErrorNamingTheReplica) {
+  auto replicator = MakeInProcess(2, /*timeout=*/5000ms);
+  absl::Status s = replicator->RunReplicas([](ReplicaContext& ctx) -> absl::Status {
+    std::vector<float> g(10, 1.0f);
+    if (ctx.replica_id() == 0) return ctx.AllReduce(g, ReduceOp::kSum);
+    return ctx.Broadcast(g, /*root=*/0);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("replica 1 called Broadcast of 10 floats from root 0, replica 0 called AllReduce of 10 floats"));
+}
+
+TEST(ReplicatorTest, RunLoopsInputAndStepFunctions) {
+  auto replicator = MakeInProcess(2);
+  std::atomic<int> steps{0};
+  absl::Status s = replicator->Run<int>(
+      /*num_steps=*/3, [](ReplicaContext& ctx) -> absl::StatusOr<int> { return ctx.replica_id(); },
+      [&](ReplicaContext& ctx, int& shard) -> absl::Status {
+        EXPECT_EQ(shard, ctx.replica_id());
+        ++steps;
+        std::vector<float> v = {1.0f};
+        return ctx.AllReduce(v, ReduceOp::kSum);
+      });
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(steps.load(), 6);
+}
+
+TEST(ReplicatorOptionsTest, RejectsZeroReplicas) {
+  ReplicatorOptions o;
+  o.num_replicas = 0;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("num_replicas 0"));
+}
+
+}  // namespace
+}  // namespace troupe::replicator

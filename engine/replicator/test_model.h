@@ -1,0 +1,88 @@
+// A small conv + cross-replica batch norm + linear regression model shared by
+// the in-process and MPI replicator tests: trains `steps` Adam steps on this
+// replica's shard of a fixed global batch and leaves the parameters in
+// `params`.
+#ifndef TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
+#define TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
+
+#include <random>
+#include <vector>
+
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/optimizer.h"
+#include "engine/replicator/replicator.h"
+
+namespace troupe::replicator::testing {
+
+inline constexpr int kGlobalBatch = 8;
+
+struct GlobalBatch {
+  std::vector<float> images;   // [8, 2, 6, 6]
+  std::vector<float> targets;  // [8, 3]
+};
+
+inline GlobalBatch MakeGlobalBatch(int step) {
+  std::mt19937_64 rng(1000 + step);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  GlobalBatch b;
+  b.images.resize(kGlobalBatch * 2 * 6 * 6);
+  b.targets.resize(kGlobalBatch * 3);
+  for (float& v : b.images) v = d(rng);
+  for (float& v : b.targets) v = d(rng);
+  return b;
+}
+
+struct TestModel {
+  nn::ParameterSet params;
+  int conv_w = -1, conv_b = -1;
+  int bn_gamma = -1, bn_beta = -1;
+  nn::LinearLayer head;
+  std::vector<float> running_mean = std::vector<float>(4, 0.0f), running_var = std::vector<float>(4, 1.0f);
+
+  TestModel() {
+    // The conv's bias only feeds the no-batch-norm variant: before batch norm
+    // its gradient is zero up to rounding, which Adam would amplify.
+    conv_w = params.Add("conv.w", {4, 2, 3, 3}, nn::Init::FanIn(18));
+    conv_b = params.Add("conv.b", {4}, nn::Init::FanIn(18));
+    bn_gamma = params.Add("bn.gamma", {4}, nn::Init::Constant(1.0f));
+    bn_beta = params.Add("bn.beta", {4}, nn::Init::Zeros());
+    head = nn::LinearLayer::Create(params, "head", 4 * 36, 3);
+    params.Allocate(/*seed=*/17);
+  }
+};
+
+// Trains `model` for `steps` steps on replica ctx.replica_id()'s shard, with
+// gradients reduced in buckets of `bucket_floats` during backward.
+inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps, int64_t bucket_floats,
+                               bool batch_norm = true) {
+  nn::CpuBackend backend(/*num_threads=*/1);
+  nn::Tape tape(&backend);
+  nn::Adam adam(&model.params, &backend);
+  GradientReducer reducer(&ctx, &model.params, bucket_floats);
+  ReplicatedOptimizer optimizer(&adam, &ctx, &reducer);
+  const int k = ctx.num_replicas(), shard = kGlobalBatch / k, r = ctx.replica_id();
+  for (int step = 0; step < steps; ++step) {
+    const GlobalBatch batch = MakeGlobalBatch(step);
+    tape.Reset();
+    model.params.ZeroGrad();
+    reducer.Reset();
+    nn::Var x = tape.Constant(batch.images.data() + r * shard * 72, {shard, 2, 6, 6});
+    nn::Var y = tape.Constant(batch.targets.data() + r * shard * 3, {shard, 3});
+    nn::Var h = nn::Conv2d(x, tape.Parameter(model.params, model.conv_w),
+                           batch_norm ? nn::Var{} : tape.Parameter(model.params, model.conv_b), /*stride=*/1, /*pad=*/1);
+    if (batch_norm) h = nn::BatchNorm(h, tape.Parameter(model.params, model.bn_gamma), tape.Parameter(model.params, model.bn_beta),
+                      nn::BatchNormState{model.running_mean.data(), model.running_var.data(), 0.1f},
+                      /*training=*/true, 1e-5f, /*cross_replica=*/&ctx);
+    h = nn::Relu(h);
+    nn::Var loss = nn::MeanSquaredError(model.head(tape, model.params, nn::Flatten(h)), y);
+    tape.Backward(loss, &reducer);
+    optimizer.Step(/*learning_rate=*/1e-2f);
+    if (!ctx.status().ok()) return ctx.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::replicator::testing
+
+#endif  // TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_

@@ -1,0 +1,62 @@
+// The GAN mode's networks for 28x28 grey images (DCGAN, Radford et al. 2016,
+// sized for Fashion-MNIST):
+//   generator: z [n, noise] -> linear -> [n, 2c, 7, 7] -> BN -> ReLU
+//              -> transposed conv 4x4 s2 -> [n, c, 14, 14] -> BN -> ReLU
+//              -> transposed conv 4x4 s2 -> [n, 1, 28, 28] -> tanh
+//   discriminator: x [n, 1, 28, 28] -> conv 4x4 s2 (c) -> LeakyReLU(0.2)
+//              -> conv 4x4 s2 (2c) -> LeakyReLU(0.2) -> linear -> [n, 1],
+//              every weight spectrally normalised (Miyato et al. 2018).
+// Batch norm is cross-replica batch norm when given a CrossReplicaSum. The
+// generator keeps no running statistics: evaluation uses batch statistics of
+// its (large) evaluation batches.
+//
+// A network holds parameter indices only (immutable, shared by replicas);
+// values live in each replica's ParameterSets.
+#ifndef TROUPE_GAN_NETWORKS_H_
+#define TROUPE_GAN_NETWORKS_H_
+
+#include "engine/nn/ops.h"
+#include "engine/nn/parameters.h"
+#include "engine/nn/tape.h"
+
+namespace troupe::gan {
+
+class Generator {
+ public:
+  // Declares the parameters in `params` (allocate afterwards).
+  Generator(nn::ParameterSet& params, int noise_size, int channels);
+  // z [n, noise] -> images [n, 1, 28, 28] in [-1, 1]. `trainable`: gradients
+  // flow into params (otherwise the weights are constants on the tape).
+  nn::Var Forward(nn::Tape& tape, nn::ParameterSet& params, nn::Var z, bool trainable,
+                  nn::CrossReplicaSum* cross_replica) const;
+  int noise_size() const { return noise_size_; }
+
+ private:
+  int noise_size_, channels_;
+  int fc_w_, bn0_gamma_, bn0_beta_, up1_w_, bn1_gamma_, bn1_beta_, up2_w_, up2_b_;
+};
+
+class Discriminator {
+ public:
+  // Declares the weights in `params` and the spectral norm's power-iteration
+  // vectors u, v in `power_vectors` (not trained; checkpointed).
+  Discriminator(nn::ParameterSet& params, nn::ParameterSet& power_vectors, int channels);
+  // images [n, 1, 28, 28] -> scores [n, 1]. `power_iterations` updates u, v
+  // first (1 in a discriminator update, 0 elsewhere).
+  nn::Var Forward(nn::Tape& tape, nn::ParameterSet& params, nn::ParameterSet& power_vectors, nn::Var x,
+                  bool trainable, int power_iterations) const;
+
+ private:
+  struct SnWeight {
+    int w = -1, u = -1, v = -1;
+  };
+  nn::Var Weight(nn::Tape& tape, nn::ParameterSet& params, nn::ParameterSet& power_vectors, const SnWeight& w,
+                 bool trainable, int power_iterations) const;
+  int channels_;
+  SnWeight c1_, c2_, fc_;
+  int c1_b_, c2_b_, fc_b_;
+};
+
+}  // namespace troupe::gan
+
+#endif  // TROUPE_GAN_NETWORKS_H_

@@ -1,0 +1,155 @@
+#include "gan/run.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/image.h"
+#include "common/plot.h"
+#include "common/status_line.h"
+#include "common/status_macros.h"
+#include "engine/replicator/replicator.h"
+#include "gan/evaluator.h"
+
+namespace troupe::gan {
+namespace {
+
+void Log(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+// The evaluation history, kept in eval.csv (re-read on resume).
+struct History {
+  std::vector<double> images, fid;
+};
+
+History ReadHistory(const std::string& path) {
+  History h;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    double images = 0, steps = 0, fid = 0;
+    if (std::sscanf(line.c_str(), "%lf,%lf,%lf", &images, &steps, &fid) == 3) {
+      h.images.push_back(images);
+      h.fid.push_back(fid);
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
+absl::Status RunGan(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
+                    const std::atomic<bool>* stop) {
+  const config::GanConfig& gan = config.gan();
+  RETURN_IF_ERROR(ValidateGanConfig(gan));
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+
+  // Data, the FID classifier (trained and cached on first use), the trainer.
+  ASSIGN_OR_RETURN(GanData data, LoadGanData(gan.data_dir()));
+  FidClassifier::Options classifier_options;
+  classifier_options.checkpoint = gan.classifier_checkpoint();
+  classifier_options.data_dir = gan.data_dir();
+  classifier_options.threads = replicator::EngineThreads(gan.engine());
+  ASSIGN_OR_RETURN(std::unique_ptr<FidClassifier> classifier, FidClassifier::LoadOrTrain(classifier_options, Log));
+  ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
+  const std::string checkpoint_dir = run_dir + "/checkpoints";
+  if (resume) RETURN_IF_ERROR(trainer->LoadCheckpoint(checkpoint_dir));
+  const bool chief = trainer->is_chief();
+  GanEvaluator evaluator(classifier.get(), data);
+  History history = ReadHistory(run_dir + "/eval.csv");
+
+  // Evaluation: FID, classifier score, eval.csv, the curve and the sample grids.
+  auto evaluate = [&]() -> absl::Status {
+    if (!chief) return absl::OkStatus();
+    const Evaluation e = evaluator.Evaluate(*trainer, gan.eval_samples());
+    const int64_t images = trainer->images_seen();
+    const bool header = !std::filesystem::exists(run_dir + "/eval.csv");
+    std::ofstream csv(run_dir + "/eval.csv", std::ios::app);
+    if (header) csv << "images,steps,classifier_fid,classifier_score,seconds\n";
+    csv << absl::StrFormat("%d,%d,%.4f,%.4f,%.1f\n", images, trainer->steps(), e.fid, e.classifier_score,
+                           std::chrono::duration<double>(Clock::now() - start).count());
+    csv.close();
+    history.images.push_back(static_cast<double>(images));
+    history.fid.push_back(e.fid);
+    PlotSeries curve{"classifier-FID (EMA generator)", history.images, history.fid, {214, 39, 40}};
+    RETURN_IF_ERROR(WritePng(run_dir + "/fid_curve.png",
+                             PlotLines({curve}, PlotOptions{640, 400, config.name() + " classifier-FID",
+                                                            "images seen", "FID (classifier features)"})));
+    const Image grid = SampleGrid(*trainer);
+    std::filesystem::create_directories(run_dir + "/samples");
+    RETURN_IF_ERROR(WritePng(absl::StrFormat("%s/samples/samples-%09d.png", run_dir, images), grid));
+    RETURN_IF_ERROR(WritePng(run_dir + "/samples.png", grid));
+    Log(absl::StrFormat("eval at %d images: classifier-FID %.3f, classifier score %.3f (%.1f s)", images, e.fid,
+                        e.classifier_score, e.seconds));
+    return absl::OkStatus();
+  };
+
+  // Steps are counted, not timed, so every MPI rank runs the same chunks.
+  const int64_t images_per_step = int64_t{gan.batch_size()} * gan.n_critic();
+  const int64_t total_steps = (gan.total_images() + images_per_step - 1) / images_per_step;
+  const int64_t eval_every_steps = std::max<int64_t>(1, gan.eval_every_images() / images_per_step);
+  const int64_t chunk_steps = std::max<int64_t>(1, 4096 / images_per_step);
+  if (!resume || history.images.empty()) RETURN_IF_ERROR(evaluate());
+
+  StatusLine status;
+  auto last_checkpoint = Clock::now();
+  int64_t images_at_rate = trainer->images_seen();
+  auto rate_time = Clock::now();
+  double images_per_second = 0;
+  const bool metrics_header = !std::filesystem::exists(run_dir + "/metrics.csv");
+  std::ofstream metrics;
+  if (chief) {
+    metrics.open(run_dir + "/metrics.csv", std::ios::app);
+    if (metrics_header) metrics << "seconds,images,steps,images_per_s,d_loss,g_loss,d_lr,g_lr\n";
+  }
+  while (trainer->steps() < total_steps && !(stop != nullptr && stop->load())) {
+    // A chunk of steps, never across an evaluation point.
+    const int64_t next_eval = (trainer->steps() / eval_every_steps + 1) * eval_every_steps;
+    const int64_t steps = std::min({chunk_steps, total_steps - trainer->steps(), next_eval - trainer->steps()});
+    RETURN_IF_ERROR(trainer->Train(steps));
+    if (!std::isfinite(trainer->discriminator_loss()) || !std::isfinite(trainer->generator_loss())) {
+      return absl::InternalError(absl::StrFormat("GAN losses diverged at step %d: D %f, G %f", trainer->steps(),
+                                                 trainer->discriminator_loss(), trainer->generator_loss()));
+    }
+    // Rate, metrics row, status line.
+    const auto now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - rate_time).count();
+    if (dt > 0) images_per_second = (trainer->images_seen() - images_at_rate) / dt;
+    images_at_rate = trainer->images_seen();
+    rate_time = now;
+    if (chief) {
+      metrics << absl::StrFormat("%.1f,%d,%d,%.1f,%.5f,%.5f,%.6g,%.6g\n",
+                                 std::chrono::duration<double>(now - start).count(), trainer->images_seen(),
+                                 trainer->steps(), images_per_second, trainer->discriminator_loss(),
+                                 trainer->generator_loss(), trainer->DiscriminatorLearningRate(trainer->steps() - 1),
+                                 trainer->GeneratorLearningRate(trainer->steps() - 1));
+      metrics.flush();
+      status.Update(absl::StrFormat("gan %s: %d/%d images (%.0f%%), %.0f images/s, D %.3f G %.3f, FID %s",
+                                    config.name(), trainer->images_seen(), gan.total_images(),
+                                    100.0 * trainer->steps() / total_steps, images_per_second,
+                                    trainer->discriminator_loss(), trainer->generator_loss(),
+                                    history.fid.empty() ? "-" : absl::StrFormat("%.2f", history.fid.back())));
+    }
+    if (trainer->steps() % eval_every_steps == 0 || trainer->steps() == total_steps) RETURN_IF_ERROR(evaluate());
+    if (chief && now - last_checkpoint >= std::chrono::seconds(gan.checkpoint_every_s())) {
+      RETURN_IF_ERROR(trainer->SaveCheckpoint(checkpoint_dir));
+      last_checkpoint = Clock::now();
+    }
+  }
+  if (chief) {
+    RETURN_IF_ERROR(trainer->SaveCheckpoint(checkpoint_dir));
+    status.Update(absl::StrFormat("gan %s: %d images, %d steps in %.0f s; FID %s; run directory %s", config.name(),
+                                  trainer->images_seen(), trainer->steps(),
+                                  std::chrono::duration<double>(Clock::now() - start).count(),
+                                  history.fid.empty() ? "-" : absl::StrFormat("%.3f", history.fid.back()), run_dir),
+                  /*force=*/true);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::gan

@@ -1,0 +1,301 @@
+#include "gan/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+#include "engine/nn/checkpoint.h"
+#include "engine/nn/schedule.h"
+
+namespace troupe::gan {
+
+struct GanTrainer::Replica {
+  int global_id = 0;
+  std::unique_ptr<nn::CpuBackend> backend;
+  nn::ParameterSet g, d, d_power;
+  std::unique_ptr<nn::Adam> g_adam, d_adam;
+  std::unique_ptr<nn::Tape> tape;
+  std::unique_ptr<ShardSampler> sampler;
+  std::vector<float> real;   // [n_critic][shard, 1, 28, 28]
+  std::vector<float> noise;  // [n_critic + 1][shard, noise]
+  std::vector<float> ones;   // [shard, 1]
+  int64_t step = 0;          // this replica's step counter
+  double d_loss = 0, g_loss = 0;
+};
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+absl::Status FieldError(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("gan.", field, ": ", what));
+}
+
+}  // namespace
+
+void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t count, float* out) {
+  // Box-Muller on a uniform pair hashed from (seed, stream, absolute index / 2):
+  // even indices take the cosine, odd the sine, so any split gives the same values.
+  const uint64_t key = SplitMix64(SplitMix64(seed) ^ (stream * 0xD6E8FEB86659FD93ull));
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t e = first_index + i;
+    const uint64_t h1 = SplitMix64(key ^ static_cast<uint64_t>(e / 2));
+    const uint64_t h2 = SplitMix64(h1 + 0x632BE59BD9B4E019ull);
+    const double u1 = (static_cast<double>(h1 >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
+    const double u2 = static_cast<double>(h2 >> 11) / 9007199254740992.0;          // [0, 1)
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    const double angle = 2.0 * std::numbers::pi * u2;
+    out[i] = static_cast<float>(radius * (e % 2 == 0 ? std::cos(angle) : std::sin(angle)));
+  }
+}
+
+absl::Status ValidateGanConfig(const config::GanConfig& c) {
+  RETURN_IF_ERROR(replicator::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
+  if (c.total_images() < 1) return FieldError("total_images", "must be positive");
+  if (c.noise_size() < 1) return FieldError("noise_size", "must be >= 1");
+  if (c.generator_channels() < 1) return FieldError("generator_channels", "must be >= 1");
+  if (c.discriminator_channels() < 1) return FieldError("discriminator_channels", "must be >= 1");
+  if (!(c.generator_learning_rate() > 0)) return FieldError("generator_learning_rate", "must be positive");
+  if (!(c.discriminator_learning_rate() > 0)) return FieldError("discriminator_learning_rate", "must be positive");
+  if (c.base_batch_size() < 1) return FieldError("base_batch_size", "must be >= 1");
+  if (c.warmup_images() < 0) return FieldError("warmup_images", "must be >= 0");
+  if (!(c.adam_beta1() >= 0 && c.adam_beta1() < 1)) return FieldError("adam_beta1", "must be in [0, 1)");
+  if (!(c.adam_beta2() >= 0 && c.adam_beta2() < 1)) return FieldError("adam_beta2", "must be in [0, 1)");
+  if (c.n_critic() < 1) return FieldError("n_critic", "must be >= 1");
+  if (c.ema_half_life_images() < 0) return FieldError("ema_half_life_images", "must be >= 0 (0 = no EMA)");
+  if (c.eval_every_images() < 1) return FieldError("eval_every_images", "must be positive");
+  if (c.eval_samples() < 2) return FieldError("eval_samples", "must be >= 2 (a covariance needs two samples)");
+  if (c.checkpoint_every_s() < 1) return FieldError("checkpoint_every_s", "must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::GanConfig& config, const GanData* data) {
+  RETURN_IF_ERROR(ValidateGanConfig(config));
+  std::unique_ptr<GanTrainer> t(new GanTrainer());
+  t->config_ = config;
+  t->data_ = data;
+  ASSIGN_OR_RETURN(t->replicator_,
+                   replicator::Replicator::Create(replicator::ReplicatorOptions::FromConfig(config.engine())));
+  const int k = t->replicator_->num_replicas();
+  if (config.batch_size() % k != 0) {
+    return FieldError("batch_size", absl::StrCat(config.batch_size(), " is not divisible by the ", k, " replicas"));
+  }
+  const int local = static_cast<int>(t->replicator_->local_replicas().size());
+  const uint64_t seed = config.engine().seed();
+  // Every replica: the same initial values (one seed), its own optimizers, tape and shard.
+  for (int id : t->replicator_->local_replicas()) {
+    auto r = std::make_unique<Replica>();
+    r->global_id = id;
+    r->backend = std::make_unique<nn::CpuBackend>(replicator::EngineThreadsPerReplica(config.engine(), local));
+    auto generator = std::make_unique<Generator>(r->g, config.noise_size(), config.generator_channels());
+    auto discriminator = std::make_unique<Discriminator>(r->d, r->d_power, config.discriminator_channels());
+    r->g.Allocate(seed * 3 + 1);
+    r->d.Allocate(seed * 3 + 2);
+    r->d_power.Allocate(seed * 3 + 3);
+    nn::AdamOptions adam;
+    adam.beta1 = config.adam_beta1();
+    adam.beta2 = config.adam_beta2();
+    r->g_adam = std::make_unique<nn::Adam>(&r->g, r->backend.get(), adam);
+    r->d_adam = std::make_unique<nn::Adam>(&r->d, r->backend.get(), adam);
+    r->tape = std::make_unique<nn::Tape>(r->backend.get());
+    r->sampler = std::make_unique<ShardSampler>(data, seed, config.batch_size(), id, k);
+    const int64_t shard = config.batch_size() / k;
+    r->real.resize(config.n_critic() * shard * kPixels);
+    r->noise.resize((config.n_critic() + 1) * shard * config.noise_size());
+    r->ones.assign(shard, 1.0f);
+    if (t->generator_ == nullptr) {
+      t->generator_ = std::move(generator);
+      t->discriminator_ = std::move(discriminator);
+    }
+    t->replicas_.push_back(std::move(r));
+  }
+  // The EMA generator starts as a copy of the generator.
+  Generator ema_layout(t->ema_, config.noise_size(), config.generator_channels());
+  t->ema_.Allocate(seed * 3 + 1);
+  RETURN_IF_ERROR(t->ema_.CopyValuesFrom(t->replicas_[0]->g));
+  t->eval_backend_ = std::make_unique<nn::CpuBackend>(replicator::EngineThreads(config.engine()));
+  // Learning-rate scaling, warmup and EMA decay per step.
+  const double ratio = static_cast<double>(config.batch_size()) / config.base_batch_size();
+  switch (config.lr_scaling()) {
+    case config::GanConfig::LINEAR: t->lr_scale_ = ratio; break;
+    case config::GanConfig::SQRT: t->lr_scale_ = std::sqrt(ratio); break;
+    case config::GanConfig::NONE: t->lr_scale_ = 1.0; break;
+  }
+  const int64_t images_per_step = int64_t{config.batch_size()} * config.n_critic();
+  t->warmup_steps_ = (config.warmup_images() + images_per_step - 1) / images_per_step;
+  t->ema_decay_ = config.ema_half_life_images() > 0
+                      ? std::pow(0.5, static_cast<double>(images_per_step) / config.ema_half_life_images())
+                      : 0.0;
+  return t;
+}
+
+GanTrainer::~GanTrainer() = default;
+
+nn::ParameterSet& GanTrainer::generator_parameters(int r) { return replicas_[r]->g; }
+nn::ParameterSet& GanTrainer::discriminator_parameters(int r) { return replicas_[r]->d; }
+bool GanTrainer::is_chief() const { return replicator_->local_replicas().front() == 0; }
+
+float GanTrainer::GeneratorLearningRate(int64_t step) const {
+  nn::ScheduleOptions s;
+  s.base_lr = static_cast<float>(config_.generator_learning_rate() * lr_scale_);
+  s.warmup_steps = warmup_steps_;
+  return nn::LearningRate(s, step);
+}
+
+float GanTrainer::DiscriminatorLearningRate(int64_t step) const {
+  nn::ScheduleOptions s;
+  s.base_lr = static_cast<float>(config_.discriminator_learning_rate() * lr_scale_);
+  s.warmup_steps = warmup_steps_;
+  return nn::LearningRate(s, step);
+}
+
+absl::Status GanTrainer::Train(int64_t steps) {
+  for (auto& r : replicas_) r->step = steps_;
+  auto replica_of = [this](replicator::ReplicaContext& ctx) -> Replica& {
+    for (auto& r : replicas_) {
+      if (r->global_id == ctx.replica_id()) return *r;
+    }
+    TROUPE_CHECK(false);
+    return *replicas_[0];
+  };
+  // input_fn: this replica's shard of n_critic real batches and of the noise.
+  std::function<absl::StatusOr<Replica*>(replicator::ReplicaContext&)> input_fn =
+      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Replica*> {
+    Replica& r = replica_of(ctx);
+    const int64_t shard = r.sampler->shard();
+    const int n_critic = config_.n_critic();
+    const int64_t z = config_.noise_size();
+    for (int c = 0; c < n_critic; ++c) {
+      r.sampler->Fill((r.step * n_critic + c) * config_.batch_size(), r.real.data() + c * shard * kPixels);
+    }
+    for (int c = 0; c <= n_critic; ++c) {
+      FillNoise(config_.engine().seed(), static_cast<uint64_t>(r.step * (n_critic + 1) + c), r.global_id * shard * z,
+                shard * z, r.noise.data() + c * shard * z);
+    }
+    return &r;
+  };
+  std::function<absl::Status(replicator::ReplicaContext&, Replica*&)> step_fn =
+      [&](replicator::ReplicaContext& ctx, Replica*& r) { return Step(ctx, *r); };
+  RETURN_IF_ERROR(replicator_->Run<Replica*>(steps, input_fn, step_fn));
+  steps_ += steps;
+  d_loss_ = replicas_[0]->d_loss;
+  g_loss_ = replicas_[0]->g_loss;
+  return absl::OkStatus();
+}
+
+absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
+  const int64_t shard = r.sampler->shard();
+  const int64_t z = config_.noise_size();
+  const bool hinge = config_.loss() == config::GanConfig::HINGE;
+  nn::CrossReplicaSum* cross = ctx.num_replicas() > 1 ? &ctx : nullptr;
+  replicator::ReplicatedOptimizer d_optimizer(r.d_adam.get(), &ctx);
+  replicator::ReplicatedOptimizer g_optimizer(r.g_adam.get(), &ctx);
+  nn::Tape& tape = *r.tape;
+  double d_loss = 0;
+  // n_critic discriminator updates on real and generated shards.
+  for (int c = 0; c < config_.n_critic(); ++c) {
+    tape.Reset();
+    r.d.ZeroGrad();
+    nn::Var noise = tape.Constant(r.noise.data() + c * shard * z, {shard, z});
+    nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/false, cross);
+    nn::Var real = tape.Constant(r.real.data() + c * shard * kPixels, {shard, 1, kImageSize, kImageSize});
+    // One discriminator pass over [real; fake] (one power iteration per update).
+    const nn::Var both_parts[] = {real, fake};
+    nn::Var scores = discriminator_->Forward(tape, r.d, r.d_power, nn::Concat(both_parts, 0), /*trainable=*/true,
+                                             /*power_iterations=*/1);
+    nn::Var real_scores = nn::Slice(scores, 0, 0, shard);
+    nn::Var fake_scores = nn::Slice(scores, 0, shard, 2 * shard);
+    nn::Var ones = tape.Constant(r.ones.data(), {shard, 1});
+    nn::Var loss = hinge ? nn::Add(nn::Mean(nn::Relu(nn::Sub(ones, real_scores))),
+                                   nn::Mean(nn::Relu(nn::Add(ones, fake_scores))))
+                         : nn::Add(nn::Mean(nn::Softplus(nn::Scale(real_scores, -1.0f))),
+                                   nn::Mean(nn::Softplus(fake_scores)));
+    d_loss = tape.item(loss);
+    tape.Backward(loss);
+    d_optimizer.Step(DiscriminatorLearningRate(r.step));
+    if (!ctx.status().ok()) return ctx.status();
+  }
+  // One generator update through the (constant) discriminator.
+  tape.Reset();
+  r.g.ZeroGrad();
+  nn::Var noise = tape.Constant(r.noise.data() + config_.n_critic() * shard * z, {shard, z});
+  nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/true, cross);
+  nn::Var scores = discriminator_->Forward(tape, r.d, r.d_power, fake, /*trainable=*/false, /*power_iterations=*/0);
+  nn::Var loss = hinge ? nn::Scale(nn::Mean(scores), -1.0f) : nn::Mean(nn::Softplus(nn::Scale(scores, -1.0f)));
+  const double g_loss = tape.item(loss);
+  tape.Backward(loss);
+  g_optimizer.Step(GeneratorLearningRate(r.step));
+  // The EMA generator (one copy per process; every replica's weights are equal).
+  if (&r == replicas_[0].get() && ema_decay_ > 0) {
+    const double warm = (1.0 + r.step) / (10.0 + r.step);  // early steps follow the generator closely
+    const double decay = std::min(ema_decay_, warm);
+    RETURN_IF_ERROR(nn::PolyakUpdate(r.g, ema_, *r.backend, static_cast<float>(1.0 - decay)));
+  }
+  // Losses averaged over replicas, for the metrics.
+  float losses[2] = {static_cast<float>(d_loss), static_cast<float>(g_loss)};
+  if (ctx.num_replicas() > 1) RETURN_IF_ERROR(ctx.AllReduce(losses, replicator::ReduceOp::kMean));
+  r.d_loss = losses[0];
+  r.g_loss = losses[1];
+  ++r.step;
+  return ctx.status();
+}
+
+void GanTrainer::Generate(uint64_t stream, int64_t first, int64_t count, float* out) {
+  constexpr int64_t kChunk = 500;
+  nn::ParameterSet& weights = ema_decay_ > 0 ? ema_ : replicas_[0]->g;
+  const int64_t z = config_.noise_size();
+  std::vector<float> noise(kChunk * z);
+  nn::Tape tape(eval_backend_.get());
+  for (int64_t begin = 0; begin < count; begin += kChunk) {
+    const int64_t n = std::min(kChunk, count - begin);
+    FillNoise(config_.engine().seed() ^ 0x5EED, stream, (first + begin) * z, n * z, noise.data());
+    tape.Reset();
+    nn::Var images = generator_->Forward(tape, weights, tape.Constant(noise.data(), {n, z}), /*trainable=*/false,
+                                         /*cross_replica=*/nullptr);
+    // [-1, 1] -> [0, 1], the classifier's range.
+    const float* x = tape.data(images).data;
+    for (int64_t i = 0; i < n * kPixels; ++i) out[begin * kPixels + i] = 0.5f * (x[i] + 1.0f);
+  }
+}
+
+absl::Status GanTrainer::SaveCheckpoint(const std::string& dir) const {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  Replica& r = *replicas_[0];
+  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/generator.ckpt", r.g, r.g_adam.get()));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/discriminator.ckpt", r.d, r.d_adam.get()));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/generator_ema.ckpt", ema_));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/discriminator_power_vectors.ckpt", r.d_power));
+  // The commit point: a checkpoint without counters.txt is not used.
+  return WriteFileAtomically(dir + "/counters.txt", absl::StrCat("steps ", steps_, "\n"));
+}
+
+absl::Status GanTrainer::LoadCheckpoint(const std::string& dir) {
+  std::ifstream in(dir + "/counters.txt");
+  std::string key;
+  int64_t steps = -1;
+  if (!(in >> key >> steps) || key != "steps" || steps < 0) {
+    return absl::NotFoundError(absl::StrCat(dir, "/counters.txt: missing or unreadable (no complete checkpoint)"));
+  }
+  for (auto& r : replicas_) {
+    RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/generator.ckpt", r->g, r->g_adam.get()));
+    RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/discriminator.ckpt", r->d, r->d_adam.get()));
+    RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/discriminator_power_vectors.ckpt", r->d_power));
+  }
+  RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/generator_ema.ckpt", ema_));
+  steps_ = steps;
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::gan

@@ -1,0 +1,106 @@
+// The GAN trainer on the Replicator: each replica owns a generator and a
+// discriminator (identical initial values from one seed), takes its shard of
+// the global batch, and updates with gradients averaged across replicas
+// (ReplicatedOptimizer) and cross-replica batch norm in the generator, so K
+// replicas on shards train exactly as one replica on the whole batch.
+//
+// One step = n_critic discriminator updates, then one generator update:
+//   hinge (Lim & Ye 2017):  L_D = E[relu(1 - D(x))] + E[relu(1 + D(G(z)))],  L_G = -E[D(G(z))]
+//   non-saturating (Goodfellow et al. 2014):
+//                           L_D = E[softplus(-D(x))] + E[softplus(D(G(z)))], L_G = E[softplus(-D(G(z)))]
+// with Adam at two time-scale learning rates (Heusel et al. 2017) scaled from
+// base_batch_size by the linear scaling rule (Goyal et al. 2017, or sqrt /
+// none) after a linear warmup, and an exponential moving average of the
+// generator's weights (Yazici et al. 2019) used for evaluation.
+//
+// Threads: Train() runs the replicas on the Replicator's threads and returns
+// when they are done; every other method must not overlap Train().
+#ifndef TROUPE_GAN_TRAINER_H_
+#define TROUPE_GAN_TRAINER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/optimizer.h"
+#include "engine/replicator/replicator.h"
+#include "gan/data.h"
+#include "gan/networks.h"
+#include "proto/config.pb.h"
+
+namespace troupe::gan {
+
+// Checks every GanConfig field; errors name the field and the valid range.
+absl::Status ValidateGanConfig(const config::GanConfig& config);
+
+// Counter-based standard normal noise: the value for (seed, stream, index) is
+// the same whichever replica draws it, so shards of one global batch get the
+// rows the single-replica run would.
+void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t count, float* out);
+
+class GanTrainer {
+ public:
+  // `data` must outlive the trainer. Errors: an invalid config (as
+  // ValidateGanConfig), a Replicator that cannot start.
+  static absl::StatusOr<std::unique_ptr<GanTrainer>> Create(const config::GanConfig& config, const GanData* data);
+  ~GanTrainer();
+
+  // Runs `steps` steps on every local replica. Errors: a replica's failure.
+  absl::Status Train(int64_t steps);
+
+  int64_t steps() const { return steps_; }
+  // Real images shown to the discriminator so far (all replicas).
+  int64_t images_seen() const { return steps_ * config_.n_critic() * config_.batch_size(); }
+  // Losses of the last step, averaged over replicas.
+  double discriminator_loss() const { return d_loss_; }
+  double generator_loss() const { return g_loss_; }
+  // Learning rates of step `step` (warmup and scaling applied).
+  float GeneratorLearningRate(int64_t step) const;
+  float DiscriminatorLearningRate(int64_t step) const;
+
+  // Images [count, 1, 28, 28] in [0, 1] from noise rows [first, first + count)
+  // of noise stream `stream`, by the EMA generator (the online one when EMA
+  // is off), with batch statistics over chunks of 500.
+  void Generate(uint64_t stream, int64_t first, int64_t count, float* out);
+
+  // Checkpoint files in `dir` (created): generator.ckpt and
+  // discriminator.ckpt (weights + Adam), generator_ema.ckpt,
+  // discriminator_power_vectors.ckpt, then counters.txt as the commit point.
+  absl::Status SaveCheckpoint(const std::string& dir) const;
+  // Restores every replica from `dir`. Errors: NotFound / DataLoss /
+  // InvalidArgument naming the file (e.g. a model of another size).
+  absl::Status LoadCheckpoint(const std::string& dir);
+
+  // Replica r's networks' values (tests: replication is exact).
+  nn::ParameterSet& generator_parameters(int r);
+  nn::ParameterSet& discriminator_parameters(int r);
+  nn::ParameterSet& generator_ema() { return ema_; }
+  int num_local_replicas() const { return static_cast<int>(replicas_.size()); }
+  bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
+
+ private:
+  struct Replica;
+  GanTrainer() = default;
+  absl::Status Step(replicator::ReplicaContext& ctx, Replica& r);
+
+  config::GanConfig config_;
+  const GanData* data_ = nullptr;
+  std::unique_ptr<replicator::Replicator> replicator_;
+  std::vector<std::unique_ptr<Replica>> replicas_;  // one per local replica
+  std::unique_ptr<Generator> generator_;
+  std::unique_ptr<Discriminator> discriminator_;
+  nn::ParameterSet ema_;
+  std::unique_ptr<nn::CpuBackend> eval_backend_;
+  int64_t steps_ = 0;
+  double d_loss_ = 0, g_loss_ = 0;
+  double lr_scale_ = 1;
+  int64_t warmup_steps_ = 0;
+  double ema_decay_ = 0;
+};
+
+}  // namespace troupe::gan
+
+#endif  // TROUPE_GAN_TRAINER_H_

@@ -1,0 +1,82 @@
+// ValidateExperiment: every shipped config passes; each section's errors
+// come back naming the field; only the sections the mode runs are checked.
+#include "launch/experiment.h"
+
+#include <filesystem>
+#include <string>
+
+#include <google/protobuf/text_format.h>
+
+#include "common/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::launch {
+namespace {
+
+using ::testing::HasSubstr;
+
+config::ExperimentConfig Parse(const std::string& text) {
+  config::ExperimentConfig config;
+  const absl::Status status = ParseTextConfig(text, "test.textproto", &config);
+  EXPECT_TRUE(status.ok()) << status;
+  return config;
+}
+
+constexpr char kRl[] = "mode: RL env { task: \"cartpole.swingup\" observation: STATE } ";
+
+TEST(ValidateExperimentTest, EveryShippedConfigIsValid) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TROUPE_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".textproto") continue;
+    auto config = LoadExperimentConfig(entry.path().string(), {});
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_TRUE(ValidateExperiment(*config).ok()) << entry.path() << ": " << ValidateExperiment(*config);
+    ++count;
+  }
+  EXPECT_GE(count, 9);
+}
+
+TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
+  const struct {
+    std::string text, field;
+  } cases[] = {
+      {"total_frames: 0", "total_frames 0"},
+      {"env { task: \"cartpole.swingdown\" }", "unknown task 'cartpole.swingdown'"},
+      {"pool { num_threads: 9999 }", "pool.num_threads"},
+      {"actors { noise_min: -1 }", "actors.noise_min -1"},
+      {"evaluator { episodes: 0 }", "evaluator.episodes 0"},
+      {"d4pg { discount: 1.5 }", "d4pg.discount 1.5"},
+      {"d4pg { critic_learning_rate: nan }", "d4pg.critic_learning_rate nan"},
+      {"learner { batch_size: 10 engine { replicas: 3 } }",
+       "learner.batch_size 10: must be divisible by learner.engine.replicas 3"},
+      {"learner { engine { threads: -2 } }", "learner.engine.threads -2"},
+      {"learner { replay_size: 0 }", "learner.replay_size 0"},
+      {"learner { replay_size: 100 min_replay_size: 1000 }", "learner.min_replay_size 1000"},
+      {"learner { samples_per_insert: -1 }", "learner.samples_per_insert -1"},
+      {"learner { publish_every: 0 }", "learner.publish_every 0"},
+  };
+  ASSERT_TRUE(ValidateExperiment(Parse(kRl)).ok()) << ValidateExperiment(Parse(kRl));
+  for (const auto& c : cases) {
+    config::ExperimentConfig config = Parse(kRl);
+    ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(c.text, &config)) << c.text;
+    const absl::Status status = ValidateExperiment(config);
+    EXPECT_FALSE(status.ok()) << c.text;
+    EXPECT_THAT(status.message(), HasSubstr(c.field)) << c.text;
+  }
+}
+
+TEST(ValidateExperimentTest, OnlyTheSectionsTheModeRunsAreChecked) {
+  // A scripted run has no agent or learner: their sections are not its concern.
+  EXPECT_TRUE(ValidateExperiment(Parse("mode: SCRIPTED d4pg { discount: 1.5 } learner { replay_size: 0 }")).ok());
+  EXPECT_THAT(ValidateExperiment(Parse("mode: SCRIPTED env { frame_stack: 0 }")).message(), HasSubstr("env.frame_stack"));
+  // A GAN run has no env.
+  EXPECT_TRUE(ValidateExperiment(Parse("mode: GAN env { task: \"nowhere.none\" }")).ok());
+  EXPECT_THAT(ValidateExperiment(Parse("mode: GAN gan { batch_size: 10 engine { replicas: 4 } }")).message(),
+              HasSubstr("gan.batch_size 10: must be divisible by gan.engine.replicas 4"));
+  EXPECT_THAT(ValidateExperiment(Parse("mode: GAN gan { engine { replicas: 0 } }")).message(),
+              HasSubstr("gan.engine.replicas 0"));
+}
+
+}  // namespace
+}  // namespace troupe::launch

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Checks that every #include runs down the layers: a folder includes only
+# itself and the folders listed for it below (DESIGN.md's layer table; the
+# README's Development section says the same in prose). Prints each include
+# that runs up or sideways with file and line, and exits 1 if there is one.
+#   tools/check_layers.sh [ROOT]     ROOT: the source tree (default: this one)
+# ctest runs it as Layers.IncludesRunDownOnly (tests/CMakeLists.txt).
+set -euo pipefail
+root=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+
+# folder: the troupe folders it may include besides itself.
+declare -A allowed=(
+  [proto]=""
+  [common]="proto"
+  [engine]="common proto"
+  [envs]="common proto"
+  [replay]="common proto"
+  [agents]="engine envs replay common proto"
+  [gan]="engine common proto"
+  [actors]="agents envs replay engine common proto"
+  [learner]="actors agents envs replay engine common proto"
+  [launch]="learner actors agents gan envs replay engine common proto"
+  [viz]="actors agents envs engine common proto"
+  [bench]="launch learner actors agents gan envs replay engine common proto"
+  [cli]="bench viz launch learner actors agents gan envs replay engine common proto"
+  [tests]=""
+)
+folders=" ${!allowed[*]} "
+
+status=0
+for folder in "${!allowed[@]}"; do
+  [[ -d "$root/$folder" ]] || continue
+  while IFS= read -r hit; do
+    # hit: path:line:#include "top/..."
+    file=${hit%%:*}
+    rest=${hit#*:}
+    line=${rest%%:*}
+    target=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<<"$rest")
+    [[ "$target" == "$folder" ]] && continue
+    [[ "$folders" == *" $target "* ]] || continue  # not a troupe folder (absl/, gtest/, google/, ...)
+    [[ " ${allowed[$folder]} " == *" $target "* ]] && continue
+    echo "${file#"$root"/}:$line: $folder/ includes $target/, which is not below it (${folder}/ may include: ${allowed[$folder]:-nothing})"
+    status=1
+  done < <(grep -rnE '^\s*#\s*include "[a-z_]+/' "$root/$folder" --include='*.h' --include='*.cc' --include='*.cu' || true)
+done
+if ((status == 0)); then echo "check_layers: every include runs down the layers"; fi
+exit $status

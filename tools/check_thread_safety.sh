@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Clang's thread-safety analysis (-Wthread-safety) over every source whose
+# code or own header uses absl's lock annotations (ABSL_GUARDED_BY,
+# ABSL_EXCLUSIVE_LOCKS_REQUIRED, ...): each is compiled syntax-only with
+# clang++ and the flags of BUILD_DIR's compile_commands.json, warnings as
+# errors. The build itself stays GCC; this checks what the annotations claim.
+#   tools/check_thread_safety.sh BUILD_DIR [ROOT]   ROOT: the source tree (default: this one)
+# ctest runs it as ThreadSafety.AnnotatedLocking (tests/CMakeLists.txt).
+set -euo pipefail
+build=$(cd "${1:?usage: check_thread_safety.sh BUILD_DIR [ROOT]}" && pwd)
+root=$(cd "${2:-$(dirname "${BASH_SOURCE[0]}")/..}" && pwd)
+commands="$build/compile_commands.json"
+[[ -f "$commands" ]] || { echo "check_thread_safety: no $commands (configure first)"; exit 1; }
+command -v clang++ >/dev/null || { echo "check_thread_safety: clang++ not found (tools/install_deps.sh installs clang)"; exit 1; }
+
+# Sources with annotations in themselves or in the header of the same name.
+cd "$root"
+folders=$(for f in common engine envs replay agents gan actors learner launch viz cli bench; do if [[ -d $f ]]; then echo "$f"; fi; done)
+annotated=$(grep -rlE 'ABSL_(GUARDED_BY|PT_GUARDED_BY|EXCLUSIVE_LOCKS_REQUIRED|SHARED_LOCKS_REQUIRED|ACQUIRED_AFTER)' \
+              --include='*.h' --include='*.cc' $folders | sed -E 's/\.h$/.cc/' | sort -u)
+status=0
+checked=0
+for source in $annotated; do
+  [[ -f "$source" ]] || continue
+  # This source's compile command: compiler -> clang++, no object output.
+  line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $root/$source\"" | head -1 || true)
+  [[ -n "$line" ]] || continue
+  command=$(sed -E 's/^ *"command": "//; s/",?$//; s/\\"/"/g' <<<"$line")
+  command=$(sed -E 's/^[^ ]+ /clang++ /; s/ -o [^ ]+ / /; s/ -c / -fsyntax-only -Wthread-safety -Werror=thread-safety /' <<<"$command")
+  command=${command// -Wno-maybe-uninitialized/}
+  if ! output=$(cd "$build" && eval "$command" 2>&1); then
+    echo "$output" | grep -E 'error|warning' | head -20
+    status=1
+  fi
+  checked=$((checked + 1))
+done
+((checked > 0)) || { echo "check_thread_safety: no annotated source found in $commands"; exit 1; }
+((status == 0)) && echo "check_thread_safety: $checked annotated sources pass clang's -Wthread-safety"
+exit $status
