@@ -1,5 +1,5 @@
 // End to end, learner replicas over MPI: `mpiexec -np 2 troupe learner` with
-// learner.backend "mpi" (rank 0 serves replay and parameters, rank 1 samples
+// learner.engine.collectives MPI (rank 0 serves replay and parameters, rank 1 samples
 // its shard of every batch from rank 0 over gRPC, gradients all-reduced over
 // MPI) and 2 `troupe actor` processes on loopback. Checks that training
 // happens, the actors follow new parameter versions, losses stay finite, both

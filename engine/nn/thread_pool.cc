@@ -53,20 +53,23 @@ void ThreadPool::WorkerLoop(int index) {
     mu_.Await(absl::Condition(&new_job));
     if (stop_) break;
     seen = generation_;
-    // Take ranges until none are left.
-    while (next_ < job_n_) {
-      const int64_t begin = next_;
-      const int64_t end = std::min(job_n_, begin + job_chunk_);
-      next_ = end;
-      ++active_;
-      const RangeFn* fn = job_;
-      mu_.Unlock();
-      (*fn)(begin, end);
-      mu_.Lock();
-      --active_;
-    }
+    RunRanges();
   }
   mu_.Unlock();
+}
+
+void ThreadPool::RunRanges() {
+  while (next_ < job_n_) {
+    const int64_t begin = next_;
+    const int64_t end = std::min(job_n_, begin + job_chunk_);
+    next_ = end;
+    ++active_;
+    const RangeFn* fn = job_;
+    mu_.Unlock();
+    (*fn)(begin, end);
+    mu_.Lock();
+    --active_;
+  }
 }
 
 void ThreadPool::RunJob(int64_t n, int64_t chunk, RangeFn fn) {
@@ -80,16 +83,7 @@ void ThreadPool::RunJob(int64_t n, int64_t chunk, RangeFn fn) {
   ++generation_;
   // The caller takes ranges too.
   inside_pool = true;
-  while (next_ < job_n_) {
-    const int64_t begin = next_;
-    const int64_t end = std::min(job_n_, begin + job_chunk_);
-    next_ = end;
-    ++active_;
-    mu_.Unlock();
-    fn(begin, end);
-    mu_.Lock();
-    --active_;
-  }
+  RunRanges();
   inside_pool = false;
   auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
   mu_.Await(absl::Condition(&done));

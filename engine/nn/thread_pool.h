@@ -66,6 +66,9 @@ class ThreadPool {
  private:
   void WorkerLoop(int index);
   void RunJob(int64_t n, int64_t chunk, RangeFn fn);
+  // Takes and runs ranges of the job until none are left to take; mu_ is
+  // released while a range runs.
+  void RunRanges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_threads_;
   absl::Mutex call_mu_;  // serialises callers
