@@ -96,7 +96,9 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
     if (!error_.empty()) return;
     error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
     const std::string hint = Hint(line, column, message);
-    if (!hint.empty()) absl::StrAppend(&error_, " ", hint);
+    if (hint.empty()) return;
+    if (absl::EndsWith(error_, ".")) error_.pop_back();
+    absl::StrAppend(&error_, "; ", hint);
   }
   const std::string& error() const { return error_; }
 

@@ -57,7 +57,7 @@ TEST(ConfigTest, AChoiceWrittenAsTheOldStringSaysTheNewSpellingWithFileAndLine) 
   auto status = ParseTextConfig("name: \"x\"\nmode: \"rl\"\n", "old.textproto", &c);
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("old.textproto:2:7:"));
-  EXPECT_THAT(status.message(), HasSubstr("mode is a choice, written without quotes: mode: RL (one of SCRIPTED, RL, GAN)"));
+  EXPECT_THAT(status.message(), HasSubstr("got: \"rl\"; mode is a choice, written without quotes: mode: RL (one of SCRIPTED, RL, GAN)"));
   status = ParseTextConfig("env {\n  observation: \"pixels\" }", "old.textproto", &c);
   EXPECT_THAT(status.message(), HasSubstr("old.textproto:2:16:"));
   EXPECT_THAT(status.message(), HasSubstr("observation: PIXELS (one of PIXELS, STATE)"));
@@ -78,7 +78,7 @@ TEST(ConfigTest, AMovedFieldSaysWhereItWent) {
   config::ExperimentConfig c;
   auto status = ParseTextConfig("learner {\n  batch_size: 64\n  replicas: 2\n}", "old.textproto", &c);
   EXPECT_THAT(status.message(), HasSubstr("old.textproto:3:"));
-  EXPECT_THAT(status.message(), HasSubstr("learner.replicas is now learner.engine.replicas"));
+  EXPECT_THAT(status.message(), HasSubstr("has no field named \"replicas\"; learner.replicas is now learner.engine.replicas"));
   status = ParseTextConfig("gan { backend: \"mpi\" }", "old.textproto", &c);
   EXPECT_THAT(status.message(), HasSubstr("gan.backend is now gan.engine.collectives"));
   EXPECT_THAT(ApplyOverride("learner.threads=2", &c).message(),
