@@ -161,7 +161,7 @@ absl::Status D4pgPolicy::Act(const float* state, const uint8_t* pixels, int batc
     features = tape_.Constant(state, {batch, spec_.state_size});
   }
   const nn::Var action = actor_(tape_, weights, features);
-  std::copy_n(tape_.data(action).data, int64_t{batch} * action_size_, actions);
+  backend_.Download(tape_.data(action).data, actions, sizeof(float) * batch * action_size_);
   return absl::OkStatus();
 }
 

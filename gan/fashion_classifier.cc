@@ -90,12 +90,14 @@ absl::StatusOr<TrainResult> TrainFashionClassifier(const FashionMnist& data, con
   // Test accuracy in batches of 500.
   int64_t correct = 0;
   const int64_t test_n = static_cast<int64_t>(data.test_labels.size());
+  std::vector<float> host_logits(500 * 10);
   for (int64_t begin = 0; begin < test_n; begin += 500) {
     const int64_t count = std::min<int64_t>(500, test_n - begin);
     tape.Reset();
     nn::Var logits =
         model.Logits(tape, params, tape.Constant(data.test_images.data() + begin * kPixels, {count, 1, 28, 28}));
-    const float* l = tape.data(logits).data;
+    tape.backend().Download(tape.data(logits).data, host_logits.data(), sizeof(float) * count * 10);
+    const float* l = host_logits.data();
     for (int64_t i = 0; i < count; ++i) {
       const int64_t predicted = std::max_element(l + i * 10, l + i * 10 + 10) - (l + i * 10);
       correct += predicted == data.test_labels[begin + i];

@@ -119,10 +119,12 @@ void FidClassifier::Evaluate(const float* images, int64_t count, float* features
     tape.Reset();
     nn::Var f;
     nn::Var logits = model_.Logits(tape, params_, tape.Constant(images + begin * 784, {n, 1, 28, 28}), &f);
-    if (features != nullptr) std::copy_n(tape.data(f).data, n * kFeatureSize, features + begin * kFeatureSize);
+    if (features != nullptr) {
+      backend_.Download(tape.data(f).data, features + begin * kFeatureSize, sizeof(float) * n * kFeatureSize);
+    }
     if (probabilities != nullptr) {
       nn::Var p = nn::Softmax(logits);
-      std::copy_n(tape.data(p).data, n * kClasses, probabilities + begin * kClasses);
+      backend_.Download(tape.data(p).data, probabilities + begin * kClasses, sizeof(float) * n * kClasses);
     }
   }
 }

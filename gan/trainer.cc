@@ -262,9 +262,10 @@ void GanTrainer::Generate(uint64_t stream, int64_t first, int64_t count, float* 
     tape.Reset();
     nn::Var images = generator_->Forward(tape, weights, tape.Constant(noise.data(), {n, z}), /*trainable=*/false,
                                          /*cross_replica=*/nullptr);
-    // [-1, 1] -> [0, 1], the classifier's range.
-    const float* x = tape.data(images).data;
-    for (int64_t i = 0; i < n * kPixels; ++i) out[begin * kPixels + i] = 0.5f * (x[i] + 1.0f);
+    // To the host, then [-1, 1] -> [0, 1], the classifier's range.
+    float* x = out + begin * kPixels;
+    tape.backend().Download(tape.data(images).data, x, sizeof(float) * n * kPixels);
+    for (int64_t i = 0; i < n * kPixels; ++i) x[i] = 0.5f * (x[i] + 1.0f);
   }
 }
 

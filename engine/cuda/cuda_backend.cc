@@ -87,6 +87,8 @@ void* CudaBackend::Allocate(size_t bytes) {
   location.type = cudaMemLocationTypeDevice;
   location.id = options_.device;
   CUDA_CHECK(cudaMemAdvise(p, bytes == 0 ? 1 : bytes, cudaMemAdviseSetPreferredLocation, location));
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, AsStream(stream_)));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
   return p;
 }
 
@@ -96,12 +98,12 @@ void CudaBackend::Free(void* p) {
   CUDA_CHECK(cudaFree(p));
 }
 
-void CudaBackend::CopyToDevice(const void* host, void* device, size_t bytes) {
+void CudaBackend::Upload(const void* host, void* device, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, AsStream(stream_)));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
 }
 
-void CudaBackend::CopyToHost(const void* device, void* host, size_t bytes) {
+void CudaBackend::Download(const void* device, void* host, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, AsStream(stream_)));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
 }
@@ -147,6 +149,11 @@ void CudaBackend::Copy(const float* x, float* y, int64_t n) {
 void CudaBackend::Axpy(float alpha, const float* x, float* y, int64_t n) {
   kernels::Axpy(AsStream(stream_), alpha, x, y, n);
   Done("Axpy");
+}
+
+void CudaBackend::AddScalar(float alpha, const float* scalar, float* y, int64_t n) {
+  kernels::AddScalar(AsStream(stream_), alpha, scalar, y, n);
+  Done("AddScalar");
 }
 
 void CudaBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
@@ -279,7 +286,7 @@ float CudaBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* 
 }
 
 void CudaBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                       float dloss, float* dx) {
+                                       const float* dloss, float* dx) {
   kernels::CrossEntropyBackward(AsStream(stream_), rows, cols, logp, labels, dloss, dx);
   Done("CrossEntropyBackward");
 }

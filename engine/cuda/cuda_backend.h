@@ -22,13 +22,13 @@
 //     synchronous by default (Options::synchronous): every call returns after
 //     its kernels finish. Set it false only when the caller reads nothing on
 //     the host until Synchronize().
-//  3. The path to a fully device-resident step (next change, in engine/nn):
-//     Backend::AllocateBytes/FreeBytes used by Tape's arena and by
-//     ParameterSet (one device buffer each for values and gradients, as now
-//     one host buffer); the ops layer's host touches moved behind backend
-//     calls (scalar set/add, batch-norm finalise, u/v copy, label/shift
-//     upload); then batches are copied in once per step and parameters out
-//     once per version, and `synchronous` can default to false.
+//  3. The path to a fully device-resident step (engine/nn, under way): the
+//     tape's arena comes from Backend::Allocate (done); ParameterSet next
+//     (one device buffer each for values and gradients, as now one host
+//     buffer); the ops layer's host touches moved behind backend calls
+//     (batch-norm finalise, u/v copy, label/shift upload); then batches are
+//     copied in once per step and parameters out once per version, and
+//     `synchronous` can default to false.
 //
 // Not thread-safe: one thread drives a CudaBackend at a time (the Backend
 // contract). Each instance owns a CUDA stream, a cuBLAS handle and scratch
@@ -85,17 +85,15 @@ class CudaBackend final : public nn::Backend {
   // True when the GPU can address ordinary (pageable) host memory.
   bool pageable_memory_access() const { return pageable_memory_access_; }
 
-  // --- Device memory ----------------------------------------------------------
+  // --- Device memory (nn::Backend's contract) ----------------------------------
   // `bytes` of managed memory preferred on this device (host-readable after
-  // Synchronize()); aborts with file and line on failure. Free with Free.
-  void* Allocate(size_t bytes);
-  float* AllocateFloats(int64_t count) { return static_cast<float*>(Allocate(sizeof(float) * count)); }
-  void Free(void* p);
+  // Synchronize()), zero-filled; aborts with file and line on failure.
+  void* Allocate(size_t bytes) override;
+  void Free(void* p) override;
   // Copies between any host pointer and device/managed memory; waits.
-  void CopyToDevice(const void* host, void* device, size_t bytes);
-  void CopyToHost(const void* device, void* host, size_t bytes);
-  // Waits for every kernel this backend has launched.
-  void Synchronize();
+  void Upload(const void* host, void* device, size_t bytes) override;
+  void Download(const void* device, void* host, size_t bytes) override;
+  void Synchronize() override;
   // The CUDA stream (cudaStream_t) the kernels run on.
   void* stream() const { return stream_; }
 
@@ -103,6 +101,7 @@ class CudaBackend final : public nn::Backend {
   void Fill(float* x, int64_t n, float value) override;
   void Copy(const float* x, float* y, int64_t n) override;
   void Axpy(float alpha, const float* x, float* y, int64_t n) override;
+  void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
   void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
                   int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
 
@@ -150,7 +149,7 @@ class CudaBackend final : public nn::Backend {
   void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
   void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
   float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
-  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, float dloss,
+  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
                             float* dx) override;
 
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,

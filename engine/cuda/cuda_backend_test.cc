@@ -59,14 +59,14 @@ class DeviceVector {
  public:
   DeviceVector(CudaBackend* gpu, const std::vector<float>& host) : gpu_(gpu), size_(host.size()) {
     data_ = gpu->AllocateFloats(static_cast<int64_t>(size_));
-    gpu->CopyToDevice(host.data(), data_, sizeof(float) * size_);
+    gpu->Upload(host.data(), data_, sizeof(float) * size_);
   }
   ~DeviceVector() { gpu_->Free(data_); }
   DeviceVector(const DeviceVector&) = delete;
   float* data() { return data_; }
   std::vector<float> ToHost() const {
     std::vector<float> host(size_);
-    gpu_->CopyToHost(data_, host.data(), sizeof(float) * size_);
+    gpu_->Download(data_, host.data(), sizeof(float) * size_);
     return host;
   }
 
@@ -79,7 +79,7 @@ class DeviceVector {
 // Same data as int32 in managed memory (labels, shifts).
 int32_t* DeviceInts(CudaBackend* gpu, const std::vector<int32_t>& host) {
   auto* p = static_cast<int32_t*>(gpu->Allocate(sizeof(int32_t) * host.size()));
-  gpu->CopyToDevice(host.data(), p, sizeof(int32_t) * host.size());
+  gpu->Upload(host.data(), p, sizeof(int32_t) * host.size());
   return p;
 }
 
@@ -119,6 +119,9 @@ TEST_F(CudaOpsTest, MemoryOpsMatchCpu) {
   cpu_.Axpy(0.5f, x.data(), y.data(), n);
   gpu_->Axpy(0.5f, dx.data(), dy.data(), n);
   ExpectNear(dy.ToHost(), y, 1e-6f, false, "Axpy");
+  cpu_.AddScalar(0.5f, x.data(), y.data(), n);
+  gpu_->AddScalar(0.5f, dx.data(), dy.data(), n);
+  ExpectNear(dy.ToHost(), y, 1e-6f, false, "AddScalar");
   cpu_.Scale(-2.0f, x.data(), y.data(), n);
   gpu_->Scale(-2.0f, dx.data(), dy.data(), n);
   ExpectNear(dy.ToHost(), y, 1e-6f, false, "Scale");
@@ -323,8 +326,10 @@ TEST_F(CudaOpsTest, SoftmaxAndCrossEntropyMatchCpu) {
   DeviceVector glogp(gpu_.get(), logp), gdx(gpu_.get(), dx);
   const float loss = cpu_.CrossEntropyForward(rows, cols, x.data(), labels.data(), logp.data());
   EXPECT_NEAR(gpu_->CrossEntropyForward(rows, cols, gx.data(), glabels, glogp.data()), loss, 1e-5f * (1 + loss));
-  cpu_.CrossEntropyBackward(rows, cols, logp.data(), labels.data(), 0.5f, dx.data());
-  gpu_->CrossEntropyBackward(rows, cols, glogp.data(), glabels, 0.5f, gdx.data());
+  const float half = 0.5f;
+  DeviceVector gdloss(gpu_.get(), {half});
+  cpu_.CrossEntropyBackward(rows, cols, logp.data(), labels.data(), &half, dx.data());
+  gpu_->CrossEntropyBackward(rows, cols, glogp.data(), glabels, gdloss.data(), gdx.data());
   ExpectNear(gdx.ToHost(), dx, 1e-5f, false, "CrossEntropyBackward");
   gpu_->Free(glabels);
 }

@@ -72,6 +72,11 @@ __global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
   FOR_EACH(i, n) y[i] += alpha * x[i];
 }
 
+__global__ void AddScalarKernel(float alpha, const float* scalar, float* y, int64_t n) {
+  const float add = alpha * scalar[0];
+  FOR_EACH(i, n) y[i] += add;
+}
+
 __global__ void CopyBlocksKernel(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
                                  float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
   FOR_EACH(k, outer * len) {
@@ -336,7 +341,8 @@ __global__ void CrossEntropyPickKernel(int64_t rows, int64_t cols, const float* 
 }
 
 __global__ void CrossEntropyBackwardKernel(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                           float k, float* dx) {
+                                           const float* dloss, float* dx) {
+  const float k = dloss[0] / static_cast<float>(rows);
   FOR_EACH(idx, rows * cols) {
     const int64_t r = idx / cols, j = idx % cols;
     dx[idx] += k * (expf(logp[idx]) - (j == labels[r] ? 1.0f : 0.0f));
@@ -425,6 +431,10 @@ void Fill(cudaStream_t s, float* x, int64_t n, float value) { FillKernel<<<Block
 
 void Axpy(cudaStream_t s, float alpha, const float* x, float* y, int64_t n) {
   AxpyKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, x, y, n);
+}
+
+void AddScalar(cudaStream_t s, float alpha, const float* scalar, float* y, int64_t n) {
+  AddScalarKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, scalar, y, n);
 }
 
 void CopyBlocks(cudaStream_t s, int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
@@ -542,8 +552,8 @@ void CrossEntropyForward(cudaStream_t s, int64_t rows, int64_t cols, const float
 }
 
 void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                          float dloss, float* dx) {
-  CrossEntropyBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, logp, labels, dloss / rows, dx);
+                          const float* dloss, float* dx) {
+  CrossEntropyBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, logp, labels, dloss, dx);
 }
 
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

@@ -15,6 +15,7 @@ namespace troupe::cuda::kernels {
 // --- Memory and elementwise -------------------------------------------------------
 void Fill(cudaStream_t s, float* x, int64_t n, float value);
 void Axpy(cudaStream_t s, float alpha, const float* x, float* y, int64_t n);
+void AddScalar(cudaStream_t s, float alpha, const float* scalar, float* y, int64_t n);
 void CopyBlocks(cudaStream_t s, int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
                 float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate);
 // `f` is nn::Activation's value.
@@ -65,7 +66,7 @@ void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* y,
 void CrossEntropyForward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp,
                          float* per_row, int* bad_label);
 void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                          float dloss, float* dx);
+                          const float* dloss, float* dx);
 
 // --- Images --------------------------------------------------------------------------
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

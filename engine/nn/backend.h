@@ -10,9 +10,26 @@
 //  - Kernels never allocate after their first call with a given geometry
 //    (scratch is owned by the backend and grows monotonically).
 //  - A backend is used by one thread at a time (it may use its own threads).
+//
+// Device memory (the contract every backend keeps, ggml's backend buffers
+// and llm.c's one allocation of all parameters):
+//  - Memory from Allocate is the backend's device's. The host moves bytes in
+//    and out only with Upload and Download; between kernels it does not read
+//    or write it. A pointer into it is an address for this backend's
+//    kernels, nothing more. (The CPU backend's memory is ordinary host memory
+//    and a slip goes unnoticed there; the strict CPU device,
+//    strict_cpu_backend.h, faults on one, so tests catch it without a GPU.)
+//  - Kernels may run asynchronously. Download waits for the kernels before
+//    it; Synchronize waits for all. Upload may be used before the kernels
+//    that read the data without a Synchronize.
+//  - Pointers that are not the backend's (host memory) may still be passed
+//    to kernels while the ops layer has not moved every buffer to the
+//    device: the CPU backends read them, the CUDA backend only on devices
+//    with pageable memory access (cuda_backend.h).
 #ifndef TROUPE_ENGINE_NN_BACKEND_H_
 #define TROUPE_ENGINE_NN_BACKEND_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -45,11 +62,27 @@ class Backend {
   virtual std::string name() const = 0;
   virtual int num_threads() const = 0;
 
-  // --- Memory ---------------------------------------------------------------
+  // --- Device memory ----------------------------------------------------------
+  // `bytes` of this backend's memory, 64-byte aligned, zero-filled; aborts
+  // with file and line when the device has none left (a training step cannot
+  // go on without it). Free with Free (null is ignored).
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  // Host -> device and device -> host copies of `bytes`. Download waits for
+  // the kernels launched before it.
+  virtual void Upload(const void* host, void* device, size_t bytes) = 0;
+  virtual void Download(const void* device, void* host, size_t bytes) = 0;
+  // Waits for every kernel this backend has launched.
+  virtual void Synchronize() = 0;
+  float* AllocateFloats(int64_t count) { return static_cast<float*>(Allocate(sizeof(float) * size_t(count))); }
+
+  // --- Memory kernels ---------------------------------------------------------
   virtual void Fill(float* x, int64_t n, float value) = 0;
   virtual void Copy(const float* x, float* y, int64_t n) = 0;
   // y += alpha * x.
   virtual void Axpy(float alpha, const float* x, float* y, int64_t n) = 0;
+  // y[i] += alpha * scalar[0] (a scalar on the device broadcast over y).
+  virtual void AddScalar(float alpha, const float* scalar, float* y, int64_t n) = 0;
   // Strided block copy for concat/slice: for o in [0, outer):
   //   dst[o*dst_stride + dst_offset + i] (+)= src[o*src_stride + src_offset + i], i < len.
   virtual void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
@@ -131,9 +164,9 @@ class Backend {
   // Mean over rows of -log softmax(x)[label]; saves log-probabilities in logp.
   virtual float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels,
                                     float* logp) = 0;
-  // dx += dloss * (softmax - onehot) / rows.
+  // dx += dloss[0] * (softmax - onehot) / rows (dloss on the device).
   virtual void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                    float dloss, float* dx) = 0;
+                                    const float* dloss, float* dx) = 0;
 
   // --- Images -----------------------------------------------------------------
   // DrQ random shift: replicate-pad by `pad`, crop back at per-sample offsets

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/status_macros.h"
@@ -39,6 +40,20 @@ float* CpuBackend::Scratch(int kind, int slot, int64_t count) {
 
 // --- Memory --------------------------------------------------------------------
 
+void* CpuBackend::Allocate(size_t bytes) {
+  const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, rounded);
+  TROUPE_CHECK(p != nullptr);
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void CpuBackend::Free(void* p) { std::free(p); }
+
+void CpuBackend::Upload(const void* host, void* device, size_t bytes) { std::memcpy(device, host, bytes); }
+
+void CpuBackend::Download(const void* device, void* host, size_t bytes) { std::memcpy(host, device, bytes); }
+
 void CpuBackend::Fill(float* x, int64_t n, float value) {
   pool_.ParallelFor(n, kGrain, [&](int64_t b, int64_t e) { std::fill(x + b, x + e, value); });
 }
@@ -50,6 +65,13 @@ void CpuBackend::Copy(const float* x, float* y, int64_t n) {
 void CpuBackend::Axpy(float alpha, const float* x, float* y, int64_t n) {
   pool_.ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] += alpha * x[i];
+  });
+}
+
+void CpuBackend::AddScalar(float alpha, const float* scalar, float* y, int64_t n) {
+  const float add = alpha * scalar[0];
+  pool_.ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] += add;
   });
 }
 
@@ -356,8 +378,8 @@ float CpuBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* x
 }
 
 void CpuBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                      float dloss, float* dx) {
-  const float k = dloss / rows;
+                                      const float* dloss, float* dx) {
+  const float k = dloss[0] / rows;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; ++j) {
       dx[r * cols + j] += k * (std::exp(logp[r * cols + j]) - (j == labels[r] ? 1.0f : 0.0f));

@@ -26,9 +26,18 @@ class CpuBackend final : public Backend {
   int num_threads() const override { return pool_.num_threads(); }
   ThreadPool& pool() { return pool_; }
 
+  // Ordinary host memory (aligned_alloc); copies are memcpy; nothing is
+  // asynchronous.
+  void* Allocate(size_t bytes) override;
+  void Free(void* p) override;
+  void Upload(const void* host, void* device, size_t bytes) override;
+  void Download(const void* device, void* host, size_t bytes) override;
+  void Synchronize() override {}
+
   void Fill(float* x, int64_t n, float value) override;
   void Copy(const float* x, float* y, int64_t n) override;
   void Axpy(float alpha, const float* x, float* y, int64_t n) override;
+  void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
   void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
                   int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
 
@@ -75,7 +84,7 @@ class CpuBackend final : public Backend {
   void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
   void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
   float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
-  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, float dloss,
+  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
                             float* dx) override;
 
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,

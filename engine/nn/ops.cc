@@ -117,10 +117,7 @@ void ScaleBackwardNode(Tape& t, const Node& n) {
 void SumBackwardNode(Tape& t, const Node& n) {
   // dx += scale * dy (a scalar broadcast).
   const Value& x = t.value(n.in[0]);
-  const float g = t.value(n.out).grad[0] * n.f[0];
-  float* dx = x.grad;
-  const int64_t size = x.shape.size();
-  for (int64_t i = 0; i < size; ++i) dx[i] += g;
+  t.backend().AddScalar(n.f[0], t.value(n.out).grad, x.grad, x.shape.size());
 }
 
 void SumAxisBackwardNode(Tape& t, const Node& n) {
@@ -154,19 +151,18 @@ void BatchNormBackwardNode(Tape& t, const Node& n) {
   t.backend().BatchNormBackwardStats(batch, c, hw, x.data, n.saved[0], n.saved[1], y.grad, sums);
   // Parameter gradients use this replica's sums (the optimizer averages them);
   // dx needs the global ones.
-  if (float* dbeta = GradOrNull(t, n.in[2])) {
-    for (int64_t ch = 0; ch < c; ++ch) dbeta[ch] += sums[ch];
-  }
-  if (float* dgamma = GradOrNull(t, n.in[1])) {
-    for (int64_t ch = 0; ch < c; ++ch) dgamma[ch] += sums[c + ch];
-  }
+  if (float* dbeta = GradOrNull(t, n.in[2])) t.backend().Axpy(1.0f, sums, dbeta, c);
+  if (float* dgamma = GradOrNull(t, n.in[1])) t.backend().Axpy(1.0f, sums + c, dgamma, c);
   if (float* dx = GradOrNull(t, n.in[0])) {
     double count = static_cast<double>(batch) * hw;
     if (auto* reducer = static_cast<CrossReplicaSum*>(n.mutable_ptr)) {
-      // sums and the count travel together.
-      sums[2 * c] = static_cast<float>(count);
-      reducer->SumInPlace({sums, static_cast<size_t>(2 * c + 1)});
-      count = sums[2 * c];
+      // sums and the count travel together, summed across replicas on the host.
+      float* host = t.HostFloats(2 * c + 1);
+      t.backend().Download(sums, host, sizeof(float) * 2 * c);
+      host[2 * c] = static_cast<float>(count);
+      reducer->SumInPlace({host, static_cast<size_t>(2 * c + 1)});
+      count = host[2 * c];
+      t.backend().Upload(host, sums, sizeof(float) * 2 * c);
     }
     t.backend().BatchNormBackwardApply(batch, c, hw, count, x.data, n.saved[0], n.saved[1], gamma, sums, y.grad, dx);
   }
@@ -187,7 +183,7 @@ void SoftmaxBackwardNode(Tape& t, const Node& n) {
 
 void CrossEntropyBackwardNode(Tape& t, const Node& n) {
   t.backend().CrossEntropyBackward(n.i[0], n.i[1], n.saved[0], static_cast<const int32_t*>(n.ptr),
-                                   t.value(n.out).grad[0], t.value(n.in[0]).grad);
+                                   t.value(n.out).grad, t.value(n.in[0]).grad);
 }
 
 void RandomShiftBackwardNode(Tape& t, const Node& n) {
@@ -295,7 +291,8 @@ namespace {
 Var SumScaled(Var x, float scale) {
   Tape& t = *x.tape;
   Var y = t.NewValue(Shape{}, RequiresGrad(t, x));
-  t.value(y).data[0] = static_cast<float>(t.backend().Sum(t.value(x).data, t.value(x).shape.size()) * scale);
+  const float sum = static_cast<float>(t.backend().Sum(t.value(x).data, t.value(x).shape.size()) * scale);
+  t.backend().Upload(&sum, t.value(y).data, sizeof(float));
   Node n;
   n.backward = SumBackwardNode;
   n.out = y.id;
@@ -447,18 +444,24 @@ Var BatchNorm(Var x, Var gamma, Var beta, BatchNormState state, bool training, f
   float* mean = n.saved[0] = t.AllocateFloats(c);
   float* rstd = n.saved[1] = t.AllocateFloats(c);
   n.saved[2] = t.AllocateFloats(2 * c + 1);
+  // Mean and rstd per channel are finished on the host (c values each way):
+  // host[0, 2c] the sums and count, then mean and rstd.
+  float* host = t.HostFloats(4 * c + 1);
+  float* host_mean = host + 2 * c + 1;
+  float* host_rstd = host_mean + c;
   if (training) {
     // Batch statistics, summed across replicas with the element count.
     float* sums = t.AllocateFloats(2 * c + 1);
     t.backend().BatchNormStats(batch, c, hw, t.value(x).data, sums);
-    sums[2 * c] = static_cast<float>(batch * hw);
-    if (cross_replica != nullptr) cross_replica->SumInPlace({sums, static_cast<size_t>(2 * c + 1)});
-    const double count = sums[2 * c];
+    t.backend().Download(sums, host, sizeof(float) * 2 * c);
+    host[2 * c] = static_cast<float>(batch * hw);
+    if (cross_replica != nullptr) cross_replica->SumInPlace({host, static_cast<size_t>(2 * c + 1)});
+    const double count = host[2 * c];
     for (int64_t ch = 0; ch < c; ++ch) {
-      const double mu = sums[ch] / count;
-      const double var = std::max(0.0, sums[c + ch] / count - mu * mu);
-      mean[ch] = static_cast<float>(mu);
-      rstd[ch] = static_cast<float>(1.0 / std::sqrt(var + eps));
+      const double mu = host[ch] / count;
+      const double var = std::max(0.0, host[c + ch] / count - mu * mu);
+      host_mean[ch] = static_cast<float>(mu);
+      host_rstd[ch] = static_cast<float>(1.0 / std::sqrt(var + eps));
       // Running statistics use the unbiased variance, as PyTorch does.
       if (state.running_mean != nullptr) {
         const double unbiased = count > 1 ? var * count / (count - 1) : var;
@@ -469,10 +472,12 @@ Var BatchNorm(Var x, Var gamma, Var beta, BatchNormState state, bool training, f
   } else {
     TROUPE_CHECK(state.running_mean != nullptr && state.running_var != nullptr);
     for (int64_t ch = 0; ch < c; ++ch) {
-      mean[ch] = state.running_mean[ch];
-      rstd[ch] = 1.0f / std::sqrt(state.running_var[ch] + eps);
+      host_mean[ch] = state.running_mean[ch];
+      host_rstd[ch] = 1.0f / std::sqrt(state.running_var[ch] + eps);
     }
   }
+  t.backend().Upload(host_mean, mean, sizeof(float) * c);
+  t.backend().Upload(host_rstd, rstd, sizeof(float) * c);
   t.backend().BatchNormApply(batch, c, hw, t.value(x).data, mean, rstd, t.value(gamma).data, t.value(beta).data,
                              t.value(y).data);
   n.backward = training ? BatchNormBackwardNode : nullptr;
@@ -495,8 +500,8 @@ Var SpectralNorm(Var w, float* u, float* v, int iterations) {
   // Save u, v as they were used (the caller may iterate them again).
   n.saved[0] = t.AllocateFloats(rows);
   n.saved[1] = t.AllocateFloats(cols);
-  std::memcpy(n.saved[0], u, sizeof(float) * rows);
-  std::memcpy(n.saved[1], v, sizeof(float) * cols);
+  t.backend().Upload(u, n.saved[0], sizeof(float) * rows);
+  t.backend().Upload(v, n.saved[1], sizeof(float) * cols);
   n.f[0] = t.backend().SpectralNormForward(rows, cols, t.value(w).data, u, v, t.value(y).data);
   n.backward = SpectralNormBackwardNode;
   n.out = y.id;
@@ -533,10 +538,11 @@ Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels) {
   Var y = t.NewValue(Shape{}, RequiresGrad(t, logits));
   Node n;
   n.saved[0] = t.AllocateFloats(s.size());
-  // Keep a copy of the labels: the caller's buffer may change before Backward.
+  // Keep a copy of the labels on the device: the caller's buffer may change before Backward.
   int32_t* kept = t.AllocateInts(s[0]);
-  std::memcpy(kept, labels.data(), sizeof(int32_t) * s[0]);
-  t.value(y).data[0] = t.backend().CrossEntropyForward(s[0], s[1], t.value(logits).data, kept, n.saved[0]);
+  t.backend().Upload(labels.data(), kept, sizeof(int32_t) * s[0]);
+  const float loss = t.backend().CrossEntropyForward(s[0], s[1], t.value(logits).data, kept, n.saved[0]);
+  t.backend().Upload(&loss, t.value(y).data, sizeof(float));
   n.backward = CrossEntropyBackwardNode;
   n.out = y.id;
   n.in[0] = logits.id;
@@ -550,9 +556,12 @@ Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng) {
   Tape& t = *x.tape;
   const Shape& s = t.value(x).shape;
   TROUPE_CHECK(s.rank() == 4 && pad >= 0);
-  int32_t* shifts = t.AllocateInts(2 * s[0]);
+  // Offsets drawn on the host, uploaded once.
+  int32_t* host = t.HostInts(2 * s[0]);
   std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(2 * pad));
-  for (int64_t i = 0; i < 2 * s[0]; ++i) shifts[i] = d(rng);
+  for (int64_t i = 0; i < 2 * s[0]; ++i) host[i] = d(rng);
+  int32_t* shifts = t.AllocateInts(2 * s[0]);
+  t.backend().Upload(host, shifts, sizeof(int32_t) * 2 * s[0]);
   Var y = t.NewValue(s, RequiresGrad(t, x));
   t.backend().RandomShiftForward(s[0], s[1], s[2], s[3], pad, shifts, t.value(x).data, t.value(y).data);
   Node n;

@@ -17,7 +17,7 @@ Tape::Tape(Backend* backend) : backend_(backend) {
 }
 
 Tape::~Tape() {
-  for (Block& b : blocks_) std::free(b.data);
+  for (Block& b : blocks_) backend_->Free(b.data);
 }
 
 void* Tape::AllocateBytes(int64_t bytes) {
@@ -34,8 +34,7 @@ void* Tape::AllocateBytes(int64_t bytes) {
     block_used_ = 0;
   }
   const int64_t capacity = std::max(kBlockBytes, bytes);
-  char* data = static_cast<char*>(std::aligned_alloc(64, capacity));
-  TROUPE_CHECK(data != nullptr);
+  char* data = static_cast<char*>(backend_->Allocate(capacity));
   blocks_.push_back({data, capacity});
   current_block_ = static_cast<int>(blocks_.size()) - 1;
   block_used_ = bytes;
@@ -48,6 +47,16 @@ float* Tape::AllocateFloats(int64_t count) {
 
 int32_t* Tape::AllocateInts(int64_t count) {
   return static_cast<int32_t*>(AllocateBytes(std::max<int64_t>(1, count) * sizeof(int32_t)));
+}
+
+float* Tape::HostFloats(int64_t count) {
+  if (static_cast<int64_t>(host_floats_.size()) < count) host_floats_.resize(count);
+  return host_floats_.data();
+}
+
+int32_t* Tape::HostInts(int64_t count) {
+  if (static_cast<int64_t>(host_ints_.size()) < count) host_ints_.resize(count);
+  return host_ints_.data();
 }
 
 int64_t Tape::arena_bytes() const {
@@ -140,7 +149,10 @@ void Tape::Backward(Var loss, GradientListener* listener) {
       }
     }
   }
-  values_[loss.id].grad[0] += 1.0f;
+  // d(loss)/d(loss) = 1, added on the device (the loss may be a parameter's leaf).
+  float* one = AllocateFloats(1);
+  backend_->Fill(one, 1, 1.0f);
+  backend_->Axpy(1.0f, one, values_[loss.id].grad, 1);
   for (int k = static_cast<int>(nodes_.size()) - 1; k >= 0; --k) {
     const Node& node = nodes_[k];
     if (node.backward != nullptr) node.backward(*this, node);
@@ -151,6 +163,12 @@ void Tape::Backward(Var loss, GradientListener* listener) {
       }
     }
   }
+}
+
+float Tape::item(Var v) {
+  float x = 0;
+  backend_->Download(values_[v.id].data, &x, sizeof(float));
+  return x;
 }
 
 void Tape::Reset() {

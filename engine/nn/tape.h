@@ -4,7 +4,8 @@
 // walks the nodes in reverse, accumulating gradients.
 //
 // Memory: every intermediate value, gradient and saved buffer comes from the
-// tape's arena, a list of blocks that Reset() rewinds without freeing. A
+// tape's arena, a list of blocks allocated by the backend (its device's
+// memory, backend.h) that Reset() rewinds without freeing. A
 // training step that records the same ops each time allocates nothing after
 // its first step (the node and value vectors keep their capacity too).
 //
@@ -96,12 +97,18 @@ class Tape {
   TensorView data(Var v) { return {values_[v.id].data, values_[v.id].shape}; }
   // The gradient of `v` after Backward (null if it does not require grad).
   TensorView grad(Var v) { return {values_[v.id].grad, values_[v.id].shape}; }
-  // Scalar value of a one-element var.
-  float item(Var v) { return values_[v.id].data[0]; }
+  // Scalar value of a one-element var, downloaded from the backend.
+  float item(Var v);
 
-  // Scratch from the arena, valid until Reset(); 64-byte aligned, not zeroed.
+  // Scratch from the arena (the backend's memory), valid until Reset();
+  // 64-byte aligned, not zeroed.
   float* AllocateFloats(int64_t count);
   int32_t* AllocateInts(int64_t count);
+  // Host staging for the few values an op finishes on the host between
+  // Download and Upload (batch-norm statistics, random offsets): valid until
+  // the next call of the same kind; grows only.
+  float* HostFloats(int64_t count);
+  int32_t* HostInts(int64_t count);
 
   // Seeds d(loss)/d(loss) = 1 (loss must have one element) and runs every
   // node backward. Parameter gradients ACCUMULATE into their sets' buffers
@@ -130,6 +137,8 @@ class Tape {
   int current_block_ = 0;
   int64_t block_used_ = 0;
   std::vector<int> last_use_;  // Backward scratch: per value, smallest node index using it
+  std::vector<float> host_floats_;
+  std::vector<int32_t> host_ints_;
 };
 
 }  // namespace troupe::nn
