@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
@@ -126,9 +127,10 @@ void CategoricalProjection(std::span<const float> probabilities, float reward, f
 // One replica's mutable state: its networks, targets, optimizers, tapes and
 // scratch. Used only by that replica's thread during Train.
 struct D4pgAgent::Replica {
-  explicit Replica(int threads) : backend(threads), critic_tape(&backend), actor_tape(&backend) {}
+  explicit Replica(std::unique_ptr<nn::Backend> device)
+      : backend(std::move(device)), critic_tape(backend.get()), actor_tape(backend.get()) {}
 
-  nn::CpuBackend backend;
+  std::unique_ptr<nn::Backend> backend;  // this replica's device (learner.engine.device)
   nn::ParameterSet critic, actor, target_critic, target_actor;  // critic = encoder (pixels) + critic head
   std::unique_ptr<nn::Adam> critic_adam, actor_adam;
   std::unique_ptr<ClippedOptimizer> critic_clipped, actor_clipped;
@@ -177,12 +179,14 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   for (int j = 0; j < atoms; ++j) agent->support_.push_back(d4pg.v_min() + j * dz);
 
   const int local = static_cast<int>(replicator->local_replicas().size());
-  const int per_replica = replicator::EngineThreadsPerReplica(config.learner().engine(), local);
+  const int per_replica = engine::EngineThreadsPerReplica(config.learner().engine(), local);
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const int64_t shard = batch / k;
   for (int i = 0; i < local; ++i) {
-    auto r = std::make_unique<Replica>(per_replica);
+    ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> device,
+                     engine::MakeBackend(config.learner().engine(), i, per_replica));
+    auto r = std::make_unique<Replica>(std::move(device));
     // Online and target sets share one declaration (same layout).
     for (nn::ParameterSet* set : {&r->critic, &r->target_critic}) {
       if (spec.pixels()) agent->encoder_ = internal::Encoder::Declare(*set, spec, d4pg.conv_channels(), d4pg.encoder_features());
@@ -198,11 +202,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->target_actor.Allocate(0);
     RETURN_IF_ERROR(r->target_critic.CopyValuesFrom(r->critic));
     RETURN_IF_ERROR(r->target_actor.CopyValuesFrom(r->actor));
-    r->critic_adam = std::make_unique<nn::Adam>(&r->critic, &r->backend);
-    r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &r->backend);
+    r->critic_adam = std::make_unique<nn::Adam>(&r->critic, r->backend.get());
+    r->actor_adam = std::make_unique<nn::Adam>(&r->actor, r->backend.get());
     r->critic_clipped =
-        std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &r->backend, d4pg.max_gradient_norm());
-    r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &r->backend, d4pg.max_gradient_norm());
+        std::make_unique<ClippedOptimizer>(r->critic_adam.get(), r->backend.get(), d4pg.max_gradient_norm());
+    r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), r->backend.get(), d4pg.max_gradient_norm());
     // Scratch sized once.
     if (spec.pixels()) {
       const int64_t floats = shard * 3 * spec.frames * spec.height * spec.width;
@@ -412,8 +416,8 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
 
   // Targets follow by Polyak averaging (layouts equal by construction).
   const float tau = d4pg.target_tau();
-  r.backend.Polyak(r.critic.total_floats(), tau, r.critic.values().data(), r.target_critic.values().data());
-  r.backend.Polyak(r.actor.total_floats(), tau, r.actor.values().data(), r.target_actor.values().data());
+  r.backend->Polyak(r.critic.total_floats(), tau, r.critic.values().data(), r.target_critic.values().data());
+  r.backend->Polyak(r.actor.total_floats(), tau, r.actor.values().data(), r.target_actor.values().data());
   ++r.updates;
 
   // Metrics: means over the global batch.

@@ -12,7 +12,7 @@
 #include "common/plot.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
-#include "engine/replicator/replicator.h"
+#include "engine/engine_config.h"
 #include "gan/evaluator.h"
 
 namespace troupe::gan {
@@ -54,7 +54,7 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   FidClassifier::Options classifier_options;
   classifier_options.checkpoint = gan.classifier_checkpoint();
   classifier_options.data_dir = gan.data_dir();
-  classifier_options.threads = replicator::EngineThreads(gan.engine());
+  classifier_options.threads = engine::EngineThreads(gan.engine());
   ASSIGN_OR_RETURN(std::unique_ptr<FidClassifier> classifier, FidClassifier::LoadOrTrain(classifier_options, Log));
   ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
   const std::string checkpoint_dir = run_dir + "/checkpoints";

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/schedule.h"
 
@@ -16,7 +17,7 @@ namespace troupe::gan {
 
 struct GanTrainer::Replica {
   int global_id = 0;
-  std::unique_ptr<nn::CpuBackend> backend;
+  std::unique_ptr<nn::Backend> backend;  // this replica's device (gan.engine.device)
   nn::ParameterSet g, d, d_power;
   std::unique_ptr<nn::Adam> g_adam, d_adam;
   std::unique_ptr<nn::Tape> tape;
@@ -60,7 +61,7 @@ void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t coun
 }
 
 absl::Status ValidateGanConfig(const config::GanConfig& c) {
-  RETURN_IF_ERROR(replicator::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
+  RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
   if (c.total_images() < 1) return FieldError("total_images", "must be positive");
   if (c.noise_size() < 1) return FieldError("noise_size", "must be >= 1");
   if (c.generator_channels() < 1) return FieldError("generator_channels", "must be >= 1");
@@ -96,7 +97,8 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   for (int id : t->replicator_->local_replicas()) {
     auto r = std::make_unique<Replica>();
     r->global_id = id;
-    r->backend = std::make_unique<nn::CpuBackend>(replicator::EngineThreadsPerReplica(config.engine(), local));
+    ASSIGN_OR_RETURN(r->backend, engine::MakeBackend(config.engine(), static_cast<int>(t->replicas_.size()),
+                                                     engine::EngineThreadsPerReplica(config.engine(), local)));
     auto generator = std::make_unique<Generator>(r->g, config.noise_size(), config.generator_channels());
     auto discriminator = std::make_unique<Discriminator>(r->d, r->d_power, config.discriminator_channels());
     r->g.Allocate(seed * 3 + 1);
@@ -123,7 +125,8 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   Generator ema_layout(t->ema_, config.noise_size(), config.generator_channels());
   t->ema_.Allocate(seed * 3 + 1);
   RETURN_IF_ERROR(t->ema_.CopyValuesFrom(t->replicas_[0]->g));
-  t->eval_backend_ = std::make_unique<nn::CpuBackend>(replicator::EngineThreads(config.engine()));
+  ASSIGN_OR_RETURN(t->eval_backend_,
+                   engine::MakeBackend(config.engine(), /*local_index=*/0, engine::EngineThreads(config.engine())));
   // Learning-rate scaling, warmup and EMA decay per step.
   const double ratio = static_cast<double>(config.batch_size()) / config.base_batch_size();
   switch (config.lr_scaling()) {

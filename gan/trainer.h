@@ -93,7 +93,7 @@ class GanTrainer {
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<Discriminator> discriminator_;
   nn::ParameterSet ema_;
-  std::unique_ptr<nn::CpuBackend> eval_backend_;
+  std::unique_ptr<nn::Backend> eval_backend_;
   int64_t steps_ = 0;
   double d_loss_ = 0, g_loss_ = 0;
   double lr_scale_ = 1;

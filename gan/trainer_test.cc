@@ -79,6 +79,30 @@ TEST(GanTrainerTest, TwoReplicasWithCrossReplicaBatchNormEqualOneReplicaOnTheWho
   EXPECT_GT(MaxDifference(initial, (*one)->generator_parameters(0).values()), 1e-5);
 }
 
+// The strict CPU device (memory the host cannot touch between kernels): a
+// K=2 step with cross-replica batch norm runs on it, bit for bit the CPU's.
+TEST(GanTrainerTest, TwoReplicasOnTheStrictDeviceEqualTheCpuBitForBit) {
+  const GanData data = RandomData(64);
+  config::GanConfig strict_config = TinyConfig(/*replicas=*/2);
+  strict_config.mutable_engine()->set_device(config::EngineConfig::CPU_STRICT);
+  auto cpu = GanTrainer::Create(TinyConfig(/*replicas=*/2), &data);
+  auto strict = GanTrainer::Create(strict_config, &data);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  ASSERT_TRUE((*cpu)->Train(/*steps=*/2).ok());
+  ASSERT_TRUE((*strict)->Train(/*steps=*/2).ok());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(MaxDifference((*cpu)->generator_parameters(r).values(), (*strict)->generator_parameters(r).values()), 0)
+        << "generator, replica " << r;
+    EXPECT_EQ(MaxDifference((*cpu)->discriminator_parameters(r).values(),
+                            (*strict)->discriminator_parameters(r).values()),
+              0)
+        << "discriminator, replica " << r;
+  }
+  EXPECT_EQ((*cpu)->discriminator_loss(), (*strict)->discriminator_loss());
+  EXPECT_EQ((*cpu)->generator_loss(), (*strict)->generator_loss());
+}
+
 TEST(GanTrainerTest, NonSaturatingLossTrainsWithFiniteLosses) {
   const GanData data = RandomData(64);
   auto trainer = GanTrainer::Create(TinyConfig(1, config::GanConfig::NON_SATURATING), &data);

@@ -5,6 +5,7 @@
 #include "actors/evaluator.h"
 #include "agents/d4pg_policy.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
 #include "envs/env.h"
 #include "envs/env_pool.h"
 #include "gan/trainer.h"
@@ -13,7 +14,10 @@
 namespace troupe::launch {
 
 absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
-  if (config.mode() == config::ExperimentConfig::GAN) return gan::ValidateGanConfig(config.gan());
+  if (config.mode() == config::ExperimentConfig::GAN) {
+    RETURN_IF_ERROR(gan::ValidateGanConfig(config.gan()));
+    return engine::CheckDeviceAvailable(config.gan().engine(), "gan");
+  }
   // Envs: scripted and RL runs alike.
   if (config.total_frames() <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("total_frames ", config.total_frames(), ": must be positive"));
@@ -25,7 +29,8 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   RETURN_IF_ERROR(actors::ValidateActorsConfig(config.actors()));
   RETURN_IF_ERROR(actors::ValidateEvaluatorConfig(config.evaluator()));
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), agents::ObservationSpecOf(env), env.action_size));
-  return learner::ValidateLearnerConfig(config.learner());
+  RETURN_IF_ERROR(learner::ValidateLearnerConfig(config.learner()));
+  return engine::CheckDeviceAvailable(config.learner().engine(), "learner");
 }
 
 }  // namespace troupe::launch

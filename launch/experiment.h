@@ -14,8 +14,10 @@ namespace troupe::launch {
 //             pool;
 //   RL:       the above, then actors, evaluator, d4pg against the env's
 //             spec, learner (its engine section included).
+// Then the device the engine section asks for must be on this machine.
 // Errors: InvalidArgument (NotFound for an unknown task) naming the field,
-// its value and what would be right; the first one found.
+// its value and what would be right; FailedPrecondition for a device that is
+// not here (engine::CheckDeviceAvailable); the first one found.
 absl::Status ValidateExperiment(const config::ExperimentConfig& config);
 
 }  // namespace troupe::launch

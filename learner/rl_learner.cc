@@ -18,6 +18,7 @@
 #include "common/image.h"
 #include "common/plot.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
 #include "envs/env.h"
 #include "replay/client.h"
 #include "replay/grpc_client.h"
@@ -50,7 +51,7 @@ absl::Status ReadCounters(const std::string& path, int64_t* frames, int64_t* sam
 
 absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat("learner.", parts...)); };
-  RETURN_IF_ERROR(replicator::ValidateEngineConfig(learner.engine(), "learner", learner.batch_size()));
+  RETURN_IF_ERROR(engine::ValidateEngineConfig(learner.engine(), "learner", learner.batch_size()));
   if (learner.publish_every() < 1) return bad("publish_every ", learner.publish_every(), ": must be >= 1");
   if (learner.checkpoint_every_s() < 1) {
     return bad("checkpoint_every_s ", learner.checkpoint_every_s(), ": must be >= 1");

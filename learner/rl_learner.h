@@ -48,7 +48,7 @@ namespace troupe::learner {
 
 // InvalidArgument naming the field ("learner.min_replay_size 0: must be >=
 // 1") for a learner section the RL learner cannot run, its engine section
-// included (replicator::ValidateEngineConfig).
+// included (engine::ValidateEngineConfig).
 absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner);
 
 struct LearnerStats {

@@ -87,8 +87,6 @@ void* CudaBackend::Allocate(size_t bytes) {
   location.type = cudaMemLocationTypeDevice;
   location.id = options_.device;
   CUDA_CHECK(cudaMemAdvise(p, bytes == 0 ? 1 : bytes, cudaMemAdviseSetPreferredLocation, location));
-  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, AsStream(stream_)));
-  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
   return p;
 }
 

@@ -87,7 +87,7 @@ class CudaBackend final : public nn::Backend {
 
   // --- Device memory (nn::Backend's contract) ----------------------------------
   // `bytes` of managed memory preferred on this device (host-readable after
-  // Synchronize()), zero-filled; aborts with file and line on failure.
+  // Synchronize()), uninitialised; aborts with file and line on failure.
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
   // Copies between any host pointer and device/managed memory; waits.

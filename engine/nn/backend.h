@@ -63,9 +63,10 @@ class Backend {
   virtual int num_threads() const = 0;
 
   // --- Device memory ----------------------------------------------------------
-  // `bytes` of this backend's memory, 64-byte aligned, zero-filled; aborts
-  // with file and line when the device has none left (a training step cannot
-  // go on without it). Free with Free (null is ignored).
+  // `bytes` of this backend's memory, 64-byte aligned and uninitialised (as
+  // malloc and cudaMalloc: fill it with a kernel); aborts with file and line
+  // when the device has none left (a training step cannot go on without it).
+  // Free with Free (null is ignored).
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
   // Host -> device and device -> host copies of `bytes`. Download waits for

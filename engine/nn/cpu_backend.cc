@@ -44,7 +44,6 @@ void* CpuBackend::Allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);
   TROUPE_CHECK(p != nullptr);
-  std::memset(p, 0, rounded);
   return p;
 }
 

@@ -26,8 +26,8 @@ class CpuBackend final : public Backend {
   int num_threads() const override { return pool_.num_threads(); }
   ThreadPool& pool() { return pool_; }
 
-  // Ordinary host memory (aligned_alloc); copies are memcpy; nothing is
-  // asynchronous.
+  // Ordinary host memory (aligned_alloc, untouched until used); copies are
+  // memcpy; nothing is asynchronous.
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
   void Upload(const void* host, void* device, size_t bytes) override;

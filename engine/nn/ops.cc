@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "common/status_macros.h"
 
@@ -47,7 +46,10 @@ void Conv2dBackwardNode(Tape& t, const Node& n) {
   const Value& w = t.value(n.in[1]);
   float* dw = GradOrNull(t, n.in[1]);
   // The kernel needs a weight-gradient buffer; a frozen weight gets scratch.
-  if (dw == nullptr) dw = t.AllocateFloats(w.shape.size()), std::memset(dw, 0, sizeof(float) * w.shape.size());
+  if (dw == nullptr) {
+    dw = t.AllocateFloats(w.shape.size());
+    t.backend().Fill(dw, w.shape.size(), 0.0f);
+  }
   const Value& y = t.value(n.out);
   t.backend().Conv2dBackward(g, static_cast<FusedActivation>(n.i[9]), x.data, w.data, y.data, y.grad,
                              GradOrNull(t, n.in[0]), dw, GradOrNull(t, n.in[2]));
@@ -58,7 +60,10 @@ void ConvTranspose2dBackwardNode(Tape& t, const Node& n) {
   const Value& x = t.value(n.in[0]);
   const Value& w = t.value(n.in[1]);
   float* dw = GradOrNull(t, n.in[1]);
-  if (dw == nullptr) dw = t.AllocateFloats(w.shape.size()), std::memset(dw, 0, sizeof(float) * w.shape.size());
+  if (dw == nullptr) {
+    dw = t.AllocateFloats(w.shape.size());
+    t.backend().Fill(dw, w.shape.size(), 0.0f);
+  }
   t.backend().ConvTranspose2dBackward(g, x.data, w.data, t.value(n.out).grad, GradOrNull(t, n.in[0]), dw,
                                       GradOrNull(t, n.in[2]));
 }

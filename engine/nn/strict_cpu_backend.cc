@@ -44,12 +44,10 @@ bool StrictCpuBackend::Owns(const void* p) const {
 void* StrictCpuBackend::Allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = nullptr;
-  // A freed block of the same size, or fresh arena (zero pages from mmap).
+  // A freed block of the same size, or fresh arena.
   if (auto it = free_.find(rounded); it != free_.end() && !it->second.empty()) {
     p = it->second.back();
     it->second.pop_back();
-    const Open open(this);
-    std::memset(p, 0, rounded);
   } else {
     if (used_ + rounded > reserved_) {
       std::fprintf(stderr, "strict CPU device: out of arena: %zu bytes asked, %zu of %zu used\n", bytes, used_,

@@ -12,10 +12,8 @@ namespace troupe::replicator {
 
 namespace {
 
-// Bounds of an engine section: far above any machine's, below what would
-// exhaust one (a thread and a replica's networks each).
+// In-process replicas are threads, each with its networks.
 constexpr int kMaxReplicas = 256;
-constexpr int kMaxThreads = 1024;
 
 }  // namespace
 
@@ -33,30 +31,6 @@ ReplicatorOptions ReplicatorOptions::FromConfig(const config::EngineConfig& engi
   options.backend = engine.collectives() == config::EngineConfig::MPI ? Backend::kMpi : Backend::kInProcess;
   options.num_replicas = engine.replicas();
   return options;
-}
-
-absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std::string& section, int64_t batch_size) {
-  auto bad = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(section, parts...)); };
-  if (engine.replicas() < 1 || engine.replicas() > kMaxReplicas) {
-    return bad(".engine.replicas ", engine.replicas(), ": must be in [1, ", kMaxReplicas, "]");
-  }
-  if (engine.threads() < 0 || engine.threads() > kMaxThreads) {
-    return bad(".engine.threads ", engine.threads(), ": must be in [0, ", kMaxThreads, "] (0 = all cores)");
-  }
-  if (batch_size < 1) return bad(".batch_size ", batch_size, ": must be >= 1");
-  if (engine.collectives() == config::EngineConfig::IN_PROCESS && batch_size % engine.replicas() != 0) {
-    return bad(".batch_size ", batch_size, ": must be divisible by ", section, ".engine.replicas ", engine.replicas(),
-               " (each replica takes an equal shard)");
-  }
-  return absl::OkStatus();
-}
-
-int EngineThreads(const config::EngineConfig& engine) {
-  return engine.threads() > 0 ? engine.threads() : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
-
-int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replicas) {
-  return std::max(1, EngineThreads(engine) / std::max(1, local_replicas));
 }
 
 // --- ReplicaContext -------------------------------------------------------------

@@ -39,21 +39,10 @@ struct ReplicatorOptions {
   absl::Status Validate() const;
 
   // The options an engine config section asks for (learner.engine,
-  // gan.engine), which must have passed ValidateEngineConfig.
+  // gan.engine), which must have passed engine::ValidateEngineConfig.
   static ReplicatorOptions FromConfig(const config::EngineConfig& engine);
 };
 
-// InvalidArgument naming the field ("learner.engine.replicas 0: must be >= 1")
-// for an engine section `section` ("learner", "gan") cannot run, or a global
-// `batch_size` (`section`.batch_size) its in-process replicas cannot split
-// evenly. (Under MPI the replicas are the ranks mpirun starts; the batch is
-// checked against them when the Replicator exists.)
-absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std::string& section, int64_t batch_size);
-
-// Compute threads of this process (engine.threads; 0 = all cores) and each of
-// `local_replicas` replicas' share of them (at least 1).
-int EngineThreads(const config::EngineConfig& engine);
-int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replicas);
 
 // What a replica's code sees. Collective errors are also remembered: the
 // first one is status(), and later collectives fail at once.

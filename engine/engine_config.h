@@ -1,0 +1,54 @@
+// An engine config section (EngineConfig: learner.engine, gan.engine) made
+// real: its validation, its compute threads, and the compute backend each
+// replica runs on (the CPU backend, the strict CPU device, or the CUDA
+// backend where this binary was built with CUDA). The one place that knows
+// every backend, so that the models (D4PG, the GAN) take a Backend and never
+// name one.
+#ifndef TROUPE_ENGINE_ENGINE_CONFIG_H_
+#define TROUPE_ENGINE_ENGINE_CONFIG_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/backend.h"
+#include "proto/config.pb.h"
+
+namespace troupe::engine {
+
+// True when this binary has the CUDA backend.
+bool BuiltWithCuda();
+
+// InvalidArgument naming the field ("learner.engine.replicas 0: must be >= 1")
+// for an engine section `section` ("learner", "gan") cannot run: replicas or
+// threads out of range; a device or precision this binary cannot give (CUDA
+// in a build without it, BFLOAT16 on a CPU device; whether a GPU answers is
+// known only when the backend is made); or a global `batch_size`
+// (`section`.batch_size) its in-process replicas cannot split evenly. (Under
+// MPI the replicas are the ranks mpirun starts; the batch is checked against
+// them when the Replicator exists.)
+absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std::string& section, int64_t batch_size);
+
+// Compute threads of this process (engine.threads; 0 = all cores) and each of
+// `local_replicas` replicas' share of them (at least 1).
+int EngineThreads(const config::EngineConfig& engine);
+int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replicas);
+
+// FailedPrecondition when the section's device is not on this machine: for
+// CUDA, fewer GPUs answer than the in-process replicas need (naming why: no
+// driver, no device, driver too old). OK for the CPU devices. Run before
+// anything starts, so that a run asking for a GPU where there is none leaves
+// nothing behind.
+absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section);
+
+// The backend of local replica `local_index` (device `local_index` for CUDA)
+// with `threads` compute threads (CPU devices). Errors: ValidateEngineConfig's;
+// FailedPrecondition from CUDA naming why no device answers (no driver, no
+// device, driver too old).
+absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineConfig& engine, int local_index,
+                                                         int threads);
+
+}  // namespace troupe::engine
+
+#endif  // TROUPE_ENGINE_ENGINE_CONFIG_H_

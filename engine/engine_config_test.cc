@@ -1,0 +1,72 @@
+// An engine section: its validation names the field, its threads, and the
+// backend each device gives (CUDA refused, saying why, where it cannot be had).
+#include "engine/engine_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+config::EngineConfig Engine(config::EngineConfig::Device device,
+                            config::EngineConfig::Precision precision = config::EngineConfig::FLOAT32) {
+  config::EngineConfig engine;
+  engine.set_device(device);
+  engine.set_precision(precision);
+  return engine;
+}
+
+TEST(ValidateEngineConfigTest, NamesTheSectionFieldAndValue) {
+  config::EngineConfig engine;
+  EXPECT_TRUE(ValidateEngineConfig(engine, "learner", /*batch_size=*/64).ok());
+  engine.set_replicas(0);
+  EXPECT_THAT(ValidateEngineConfig(engine, "learner", 64).message(), HasSubstr("learner.engine.replicas 0"));
+  engine.set_replicas(3);
+  EXPECT_THAT(ValidateEngineConfig(engine, "gan", 64).message(),
+              HasSubstr("gan.batch_size 64: must be divisible by gan.engine.replicas 3"));
+  engine.set_collectives(config::EngineConfig::MPI);  // the ranks mpirun starts split the batch
+  EXPECT_TRUE(ValidateEngineConfig(engine, "gan", 64).ok());
+  engine.set_threads(-1);
+  EXPECT_THAT(ValidateEngineConfig(engine, "gan", 64).message(), HasSubstr("gan.engine.threads -1"));
+}
+
+TEST(ValidateEngineConfigTest, BFloat16IsForCudaOnly) {
+  const absl::Status status =
+      ValidateEngineConfig(Engine(config::EngineConfig::CPU, config::EngineConfig::BFLOAT16), "learner", 8);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("learner.engine.precision BFLOAT16: the CPU device computes in FLOAT32"));
+}
+
+TEST(MakeBackendTest, EachCpuDeviceGivesItsBackend) {
+  auto cpu = MakeBackend(Engine(config::EngineConfig::CPU), /*local_index=*/0, /*threads=*/2);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->name(), "cpu");
+  EXPECT_EQ((*cpu)->num_threads(), 2);
+  auto strict = MakeBackend(Engine(config::EngineConfig::CPU_STRICT), 0, 1);
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  EXPECT_EQ((*strict)->name(), "cpu_strict");
+  EXPECT_TRUE(CheckDeviceAvailable(Engine(config::EngineConfig::CPU_STRICT), "learner").ok());
+}
+
+// Here there is no GPU: a build without CUDA refuses the device in
+// validation; a build with it refuses when no device answers, saying why.
+TEST(MakeBackendTest, CudaWithoutAGpuIsRefusedSayingWhy) {
+  const config::EngineConfig cuda = Engine(config::EngineConfig::CUDA);
+  const absl::Status available = CheckDeviceAvailable(cuda, "learner");
+  if (!BuiltWithCuda()) {
+    EXPECT_THAT(ValidateEngineConfig(cuda, "learner", 8).message(), HasSubstr("built without CUDA"));
+    EXPECT_THAT(available.message(), HasSubstr("built without CUDA"));
+    EXPECT_FALSE(MakeBackend(cuda, 0, 1).ok());
+    return;
+  }
+  EXPECT_TRUE(ValidateEngineConfig(cuda, "learner", 8).ok());
+  if (available.ok()) GTEST_SKIP() << "a CUDA device answers here";
+  EXPECT_EQ(available.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(available.message(), HasSubstr("learner.engine.device CUDA: 1 GPU(s) needed, 0 found"));
+  EXPECT_FALSE(MakeBackend(cuda, 0, 1).ok());
+}
+
+}  // namespace
+}  // namespace troupe::engine
