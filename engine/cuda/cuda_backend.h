@@ -15,9 +15,10 @@
 //     with the open kernel module and Linux >= 6.1) — ordinary host memory,
 //     which then migrates to the GPU on first touch and stays there until the
 //     host touches it. pageable_memory_access() says which case holds. The
-//     ParameterSet's std::vector buffers, the tape's arena and the replay batch
-//     are ordinary host memory today, so whole training steps (D4PG, GAN) run
-//     on this backend only where pageable_memory_access() is true.
+//     tape's arena comes from Allocate; the ParameterSet's std::vector
+//     buffers, optimizer state and the replay batch are ordinary host memory
+//     still, so whole training steps (D4PG, GAN) run on this backend only
+//     where pageable_memory_access() is true.
 //  2. Because the ops layer touches memory on the host, the backend is
 //     synchronous by default (Options::synchronous): every call returns after
 //     its kernels finish. Set it false only when the caller reads nothing on
