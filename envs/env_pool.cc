@@ -122,10 +122,6 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
 
 EnvPool::~EnvPool() {
   for (auto& worker : workers_) worker.request_stop();
-  {
-    absl::MutexLock lock(&mutex_);  // async workers wait on it for jobs or this
-    stopping_ = true;
-  }
   // Sync workers sleep on the epoch rather than on a condition variable.
   epoch_.fetch_add(1, std::memory_order_seq_cst);
   epoch_.notify_all();
@@ -204,7 +200,7 @@ absl::Status EnvPool::CheckActions(std::span<const float> actions, size_t rows,
 }
 
 void EnvPool::RecordError(const absl::Status& status) {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard lock(mutex_);
   if (first_error_.ok()) first_error_ = status;
   failed_.store(true, std::memory_order_release);
 }
@@ -283,7 +279,7 @@ absl::StatusOr<EnvBatch> EnvPool::RunSyncBatch(bool reset, const float* actions)
     RunSyncBatchInThreads(reset, actions);
   }
   if (failed_.load(std::memory_order_acquire)) {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard lock(mutex_);
     failed_.store(false, std::memory_order_relaxed);
     return std::exchange(first_error_, absl::OkStatus());
   }
@@ -450,12 +446,19 @@ absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const in
     in_flight_[env_ids[i]] = 1;
   }
   in_flight_count_ += static_cast<int>(env_ids.size());
-  // Releasing the mutex wakes the workers whose queue has jobs now.
-  absl::MutexLock lock(&mutex_);
-  for (int32_t id : env_ids) {
-    Queue& queue = QueueOfEnv(id);
-    queue.jobs.push_back({id, reset});
-    queue.queued.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mutex_);
+    for (int32_t id : env_ids) {
+      Queue& queue = QueueOfEnv(id);
+      queue.jobs.push_back({id, reset});
+      queue.queued.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // With one queue any worker will do; with a queue per thread, only its own.
+  if (env_ids.size() == 1 && queues_.size() == 1) {
+    work_ready_.notify_one();
+  } else {
+    work_ready_.notify_all();
   }
   return absl::OkStatus();
 }
@@ -498,10 +501,10 @@ void EnvPool::RunAsyncJobs(int thread, std::span<const Job> jobs) {
     } else {
       RunJob(job.env_id, job.reset, &actions_[size_t(job.env_id) * spec_.action_size], buffer, row);
     }
-    // The last row of a batch wakes the owner: releasing the mutex
-    // re-evaluates the condition Recv waits on.
+    // The last row of a batch wakes the owner.
     if (buffer.written.fetch_add(1, std::memory_order_acq_rel) + 1 == batch_size_) {
-      absl::MutexLock lock(&mutex_);
+      std::lock_guard lock(mutex_);
+      batch_ready_.notify_one();
     }
   }
 }
@@ -513,11 +516,8 @@ void EnvPool::AsyncWorkerLoop(std::stop_token stop, int thread) {
     jobs.clear();
     SpinFor(kSpin, [&] { return queue.queued.load(std::memory_order_relaxed) != 0 || stop.stop_requested(); });
     {
-      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-        return stopping_ || queue.queued.load(std::memory_order_relaxed) > 0;
-      };
-      absl::MutexLock lock(&mutex_, absl::Condition(&ready));
-      if (stopping_) return;
+      std::unique_lock lock(mutex_);
+      if (!work_ready_.wait(lock, stop, [&] { return queue.queued.load(std::memory_order_relaxed) > 0; })) return;
       TakeShare(queue, jobs);
     }
     RunAsyncJobs(thread, jobs);
@@ -538,25 +538,26 @@ absl::StatusOr<EnvBatch> EnvPool::Recv() {
   // no job can arrive while it waits.)
   auto full = [&] { return buffer.written.load(std::memory_order_acquire) == batch_size_; };
   absl::Status error;
-  mutex_.Lock();
-  Queue& own = QueueOfThread(0);
-  while (!full() && own.queued.load(std::memory_order_relaxed) > 0) {
-    TakeShare(own, caller_jobs_);
-    mutex_.Unlock();
-    RunAsyncJobs(/*thread=*/0, caller_jobs_);
-    caller_jobs_.clear();
-    mutex_.Lock();
+  {
+    std::unique_lock lock(mutex_);
+    Queue& own = QueueOfThread(0);
+    while (!full() && own.queued.load(std::memory_order_relaxed) > 0) {
+      TakeShare(own, caller_jobs_);
+      lock.unlock();
+      RunAsyncJobs(/*thread=*/0, caller_jobs_);
+      caller_jobs_.clear();
+      lock.lock();
+    }
+    if (!full()) {
+      // The workers are finishing the last envs: look before sleeping.
+      lock.unlock();
+      SpinFor(kSpin, full);
+      lock.lock();
+    }
+    batch_ready_.wait(lock, full);
+    error = std::exchange(first_error_, absl::OkStatus());
+    failed_.store(false, std::memory_order_relaxed);
   }
-  if (!full()) {
-    // The workers are finishing the last envs: look before sleeping.
-    mutex_.Unlock();
-    SpinFor(kSpin, full);
-    mutex_.Lock();
-  }
-  mutex_.Await(absl::Condition(&full));
-  error = std::exchange(first_error_, absl::OkStatus());
-  failed_.store(false, std::memory_order_relaxed);
-  mutex_.Unlock();
   ++next_recv_;
   // Gather the staged rows into the batch's arrays.
   for (int i = 0; i < batch_size_; ++i) {

@@ -39,17 +39,17 @@
 #define TROUPE_ENVS_ENV_POOL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "envs/env.h"
 #include "envs/env_worker.h"
 
@@ -181,7 +181,7 @@ class EnvPool {
   };
   // Async mode: env ids waiting for a thread.
   struct alignas(64) Queue {
-    std::deque<Job> jobs;          // guarded by the pool's mutex_
+    std::deque<Job> jobs;          // guarded by mutex_
     std::atomic<int> queued{0};    // jobs.size(), written under mutex_, read by spinning workers
   };
   struct DataDeleter {
@@ -228,8 +228,8 @@ class EnvPool {
   // The queue thread `thread` takes from / env `id` waits in.
   Queue& QueueOfThread(int thread) { return queues_[queues_.size() == 1 ? 0 : thread]; }
   Queue& QueueOfEnv(int32_t id) { return queues_[queues_.size() == 1 ? 0 : HomeThread(id)]; }
-  // Moves a share of the queue's front into `jobs`.
-  void TakeShare(Queue& queue, std::vector<Job>& jobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Moves a share of the queue's front into `jobs`. mutex_ held.
+  void TakeShare(Queue& queue, std::vector<Job>& jobs);
   // Runs thread `thread`'s jobs, each into the next result slot, publishing
   // each as soon as it is written.
   void RunAsyncJobs(int thread, std::span<const Job> jobs);
@@ -245,12 +245,10 @@ class EnvPool {
   std::vector<EnvProgress> progress_;  // per env (touched by its thread only while in flight)
   int state_lines_ = 0;                // StateLines per row
   int num_workers_ = 0;                // set before the workers start
-  // Guards the async queues and the first error. Waiters (async workers for
-  // jobs, Recv for a full buffer) wait on conditions of it, re-evaluated
-  // whenever it is released.
-  absl::Mutex mutex_;
-  absl::Status first_error_ ABSL_GUARDED_BY(mutex_);
-  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;  // the destructor runs: async workers return
+  // std::mutex rather than absl::Mutex on purpose (see engine/nn/thread_pool.h:
+  // ThreadSanitizer, which this pool's lock-free paths rely on, sees it).
+  std::mutex mutex_;
+  absl::Status first_error_;           // guarded by mutex_
   std::atomic<bool> failed_{false};    // first_error_ is set
 
   // Thread t's home envs are [home_[t], home_[t + 1]).
@@ -272,6 +270,8 @@ class EnvPool {
   std::vector<uint8_t> in_flight_;     // per env, owner thread only
   int in_flight_count_ = 0;            // owner thread only
   std::vector<Queue> queues_;          // one for all threads; or, with env workers, one per thread
+  std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
+  std::condition_variable batch_ready_;     // Recv waits for a full buffer
   std::vector<Job> caller_jobs_;       // the owner's share inside Recv
 
   // Thread t >= 1's envs live in [t - 1]. Sync mode: driven by the owner,

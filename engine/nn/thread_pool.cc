@@ -36,9 +36,10 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  work_cv_.notify_all();
   workers_.clear();  // joins
 }
 
@@ -47,49 +48,52 @@ void ThreadPool::WorkerLoop(int index) {
   inside_pool = true;
   worker_index = index;
   uint64_t seen = 0;
-  mu_.Lock();
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    auto new_job = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || generation_ != seen; };
-    mu_.Await(absl::Condition(&new_job));
-    if (stop_) break;
+    work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
     seen = generation_;
-    RunRanges();
-  }
-  mu_.Unlock();
-}
-
-void ThreadPool::RunRanges() {
-  while (next_ < job_n_) {
-    const int64_t begin = next_;
-    const int64_t end = std::min(job_n_, begin + job_chunk_);
-    next_ = end;
-    ++active_;
-    const RangeFn* fn = job_;
-    mu_.Unlock();
-    (*fn)(begin, end);
-    mu_.Lock();
-    --active_;
+    // Take ranges until none are left.
+    while (next_ < job_n_) {
+      const int64_t begin = next_;
+      const int64_t end = std::min(job_n_, begin + job_chunk_);
+      next_ = end;
+      ++active_;
+      const RangeFn* fn = job_;
+      lock.unlock();
+      (*fn)(begin, end);
+      lock.lock();
+      if (--active_ == 0 && next_ >= job_n_) done_cv_.notify_all();
+    }
   }
 }
 
 void ThreadPool::RunJob(int64_t n, int64_t chunk, RangeFn fn) {
-  absl::MutexLock call_lock(&call_mu_);
-  mu_.Lock();
+  std::lock_guard<std::mutex> call_lock(call_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
   job_n_ = n;
   job_chunk_ = chunk;
   next_ = 0;
   active_ = 0;
   ++generation_;
+  work_cv_.notify_all();
   // The caller takes ranges too.
   inside_pool = true;
-  RunRanges();
+  while (next_ < job_n_) {
+    const int64_t begin = next_;
+    const int64_t end = std::min(job_n_, begin + job_chunk_);
+    next_ = end;
+    ++active_;
+    lock.unlock();
+    fn(begin, end);
+    lock.lock();
+    --active_;
+  }
   inside_pool = false;
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
-  mu_.Await(absl::Condition(&done));
+  done_cv_.wait(lock, [&] { return active_ == 0; });
   job_ = nullptr;
   job_n_ = 0;
-  mu_.Unlock();
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t min_per_range, RangeFn fn) {

@@ -10,23 +10,25 @@
 // ParallelTasks (from then on), compute with subnormal floats flushed to
 // zero (x86 FTZ and DAZ). Adam's second moments of weights that stop getting
 // gradient decay into the subnormal range, where arithmetic is far slower
-// (the README's D4PG-from-pixels section has the measured cost). TensorFlow
-// sets the same mode.
+// (the README's "Measured costs" has the figures). TensorFlow sets the same
+// mode.
 //
-// Locking: `mu_` (an absl::Mutex) guards the job description and counters;
-// workers wait on it for a new job, the caller for the job's end. Threads are
-// std::jthreads joined in the destructor.
+// Locking: `mu_` guards the job description and counters; workers sleep on
+// `work_cv_`, the caller on `done_cv_`. Threads are std::jthreads joined in the
+// destructor. std::mutex rather than absl::Mutex (the project's convention)
+// on purpose: ThreadSanitizer sees std::mutex, and Debian's shared abseil is
+// not built for it, so every hand-off through an absl::Mutex reads as a race
+// there; this pool and the env pool are the code TSan is most needed for.
 #ifndef TROUPE_ENGINE_NN_THREAD_POOL_H_
 #define TROUPE_ENGINE_NN_THREAD_POOL_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 
 namespace troupe::nn {
 
@@ -66,21 +68,20 @@ class ThreadPool {
  private:
   void WorkerLoop(int index);
   void RunJob(int64_t n, int64_t chunk, RangeFn fn);
-  // Takes and runs ranges of the job until none are left to take; mu_ is
-  // released while a range runs.
-  void RunRanges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_threads_;
-  absl::Mutex call_mu_;  // serialises callers
-  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(call_mu_);
-  // The job: fn over [0, n) in ranges of `chunk`, handed out from `next_`.
-  const RangeFn* job_ ABSL_GUARDED_BY(mu_) = nullptr;
-  int64_t job_n_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t job_chunk_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t next_ ABSL_GUARDED_BY(mu_) = 0;
-  int active_ ABSL_GUARDED_BY(mu_) = 0;         // ranges being run
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per job: workers wait for a new one
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex call_mu_;  // serialises callers
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  // Job state, guarded by mu_.
+  const RangeFn* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_chunk_ = 0;
+  int64_t next_ = 0;
+  int active_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
   std::vector<std::jthread> workers_;
 };
 
