@@ -100,27 +100,6 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
   return table;
 }
 
-void CategoricalProjection(std::span<const float> probabilities, float reward, float discount, float v_min,
-                           float v_max, std::span<float> out) {
-  const int n = static_cast<int>(probabilities.size());
-  TROUPE_CHECK(n >= 2 && out.size() == probabilities.size());
-  const float dz = (v_max - v_min) / static_cast<float>(n - 1);
-  std::fill(out.begin(), out.end(), 0.0f);
-  for (int j = 0; j < n; ++j) {
-    // Bellemare et al. 2017, Algorithm 1: Tz_j clipped, then split between
-    // the atoms below (l) and above (u) it.
-    const float tz = std::clamp(reward + discount * (v_min + j * dz), v_min, v_max);
-    const float b = std::clamp((tz - v_min) / dz, 0.0f, static_cast<float>(n - 1));
-    const int l = static_cast<int>(std::floor(b));
-    const int u = static_cast<int>(std::ceil(b));
-    if (l == u) {
-      out[l] += probabilities[j];
-    } else {
-      out[l] += probabilities[j] * (static_cast<float>(u) - b);
-      out[u] += probabilities[j] * (b - static_cast<float>(l));
-    }
-  }
-}
 
 // --- D4pgAgent --------------------------------------------------------------------
 
@@ -143,7 +122,7 @@ struct D4pgAgent::Replica {
 
   replay::SampledBatch batch;
   std::vector<float> observation, next_observation;  // pixels as float NCHW
-  std::vector<float> target;                         // projected target distribution [B, atoms]
+  std::vector<float> row_weights;                    // importance weights spread over atoms, [B, atoms] (host)
   std::vector<float> bound;                          // actor_pre_tanh_bound everywhere, [B, A]; filled once
   std::vector<uint64_t> keys;                        // last batch's keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
@@ -213,7 +192,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       r->observation.resize(floats);
       r->next_observation.resize(floats);
     }
-    r->target.resize(shard * atoms);
+    r->row_weights.resize(shard * atoms);
     r->bound.assign(shard * action_size, d4pg.actor_pre_tanh_bound());
     r->keys.reserve(shard);
     r->item_loss.reserve(shard);
@@ -348,11 +327,14 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var next_features = spec_.pixels() ? encoder_(t, target_critic, next_observation) : next_observation;
   const nn::Var next_action = actor_(t, target_actor, next_features);
   const nn::Var next_probs = nn::Softmax(internal::ApplyCritic(critic_, t, target_critic, next_features, next_action));
-  const float* p = t.data(next_probs).data;
-  for (int64_t b = 0; b < rows; ++b) {
-    CategoricalProjection({p + b * atoms, static_cast<size_t>(atoms)}, reward[b], discount[b], v_min, v_max,
-                          {r.target.data() + b * atoms, static_cast<size_t>(atoms)});
-  }
+  nn::Backend& device = *r.backend;
+  float* rewards = t.AllocateFloats(rows);
+  float* discounts = t.AllocateFloats(rows);
+  device.Upload(reward, rewards, sizeof(float) * rows);
+  device.Upload(discount, discounts, sizeof(float) * rows);
+  float* projected = t.AllocateFloats(rows * atoms);
+  device.CategoricalProjection(rows, atoms, v_min, v_max, t.data(next_probs).data, rewards, discounts, projected);
+  const nn::Var target = t.Constant(projected, {rows, atoms});
 
   // Critic: cross-entropy of the online distribution at (s, a) to the target;
   // the encoder (pixels) is trained by this loss only.
@@ -361,28 +343,33 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var features = spec_.pixels() ? encoder_(t, critic, observation) : observation;
   const nn::Var log_probs =
       nn::LogSoftmax(internal::ApplyCritic(critic_, t, critic, features, t.Constant(action, {rows, action_size_})));
-  // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting.
-  const float* lp = t.data(log_probs).data;
+  // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting, on
+  // the device from constants (no gradient), downloaded once: [rows] each.
+  const nn::Var log_probs_now = t.Constant(t.data(log_probs).data, {rows, atoms});
+  const nn::Var item_loss = nn::Scale(nn::SumAxis(nn::Mul(target, log_probs_now), /*axis=*/1), -1.0f);
+  const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(support_.data(), {atoms, 1}));
+  float* host = t.HostFloats(2 * rows);
+  device.Download(t.data(item_loss).data, host, sizeof(float) * rows);
+  device.Download(t.data(item_q).data, host + rows, sizeof(float) * rows);
   double loss_sum = 0, q_sum = 0;
   r.keys.assign(batch.keys.begin(), batch.keys.end());
   r.item_loss.resize(rows);
-  const bool weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
   for (int64_t b = 0; b < rows; ++b) {
-    double ce = 0, q = 0;
-    for (int j = 0; j < atoms; ++j) {
-      ce -= r.target[b * atoms + j] * lp[b * atoms + j];
-      q += std::exp(lp[b * atoms + j]) * support_[j];
-    }
-    r.item_loss[b] = ce;
-    loss_sum += ce;
-    q_sum += q;
-    // Importance weights (Schaul et al. 2016) scale each item's loss.
-    if (weighted) {
-      for (int j = 0; j < atoms; ++j) r.target[b * atoms + j] *= batch.weights[b];
-    }
+    r.item_loss[b] = host[b];
+    loss_sum += host[b];
+    q_sum += host[rows + b];
   }
-  const nn::Var critic_loss = nn::Scale(nn::Sum(nn::Mul(log_probs, t.Constant(r.target.data(), {rows, atoms}))),
-                                        -1.0f / static_cast<float>(rows));
+  // Importance weights (Schaul et al. 2016) scale each item's loss: a
+  // weight per row, spread over its atoms on the host and uploaded.
+  nn::Var weighted_target = target;
+  if (config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows) {
+    for (int64_t b = 0; b < rows; ++b) std::fill_n(r.row_weights.begin() + b * atoms, atoms, float(batch.weights[b]));
+    float* weights = t.AllocateFloats(rows * atoms);
+    device.Upload(r.row_weights.data(), weights, sizeof(float) * rows * atoms);
+    weighted_target = nn::Mul(target, t.Constant(weights, {rows, atoms}));
+  }
+  const nn::Var critic_loss =
+      nn::Scale(nn::Sum(nn::Mul(log_probs, weighted_target)), -1.0f / static_cast<float>(rows));
   r.critic_reducer->Reset();
   t.Backward(critic_loss, r.critic_reducer.get());
   r.critic_optimizer->Step(d4pg.critic_learning_rate());

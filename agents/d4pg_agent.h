@@ -55,14 +55,6 @@ namespace troupe::agents {
 config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
                                               const config::ExperimentConfig& config);
 
-// The C51 projection (Bellemare et al. 2017, Algorithm 1) of the
-// distribution `probabilities` over support z_j = v_min + j * dz, shifted to
-// reward + discount * z_j and clipped to [v_min, v_max], back onto the same
-// support: each atom's mass splits between its two neighbouring atoms in
-// proportion to closeness. Writes probabilities.size() floats to `out`.
-void CategoricalProjection(std::span<const float> probabilities, float reward, float discount, float v_min,
-                           float v_max, std::span<float> out);
-
 struct D4pgMetrics {
   double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
   double actor_loss = 0;   // -E[Q(s, pi(s))] plus the pre-tanh penalty

@@ -118,31 +118,31 @@ std::unique_ptr<D4pgPolicy> PolicyOf(const D4pgAgent& agent, const config::Exper
 TEST(CategoricalProjectionTest, SplitsMassBetweenNeighbouringAtoms) {
   // Support {0, 1, 2, 3, 4}; all mass at z=1, shifted by 0.5 -> half on 1, half on 2.
   std::vector<float> out(5);
-  CategoricalProjection(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.5f, /*discount=*/1.0f, /*v_min=*/0,
+  nn::CategoricalProjectionRow(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.5f, /*discount=*/1.0f, /*v_min=*/0,
                         /*v_max=*/4, out);
   EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.5f, 0.5f, 0, 0}));
   // Uniform mass, discount 0.5: Tz = {0, .5, 1, 1.5, 2}.
-  CategoricalProjection(std::vector<float>(5, 0.2f), /*reward=*/0.0f, /*discount=*/0.5f, 0, 4, out);
+  nn::CategoricalProjectionRow(std::vector<float>(5, 0.2f), /*reward=*/0.0f, /*discount=*/0.5f, 0, 4, out);
   EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0.3f, 0.4f, 0.3f, 0, 0}));
   // Uneven split: 1 + 0.25 -> 3/4 on atom 1, 1/4 on atom 2.
-  CategoricalProjection(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.25f, /*discount=*/1.0f, 0, 4, out);
+  nn::CategoricalProjectionRow(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.25f, /*discount=*/1.0f, 0, 4, out);
   EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.75f, 0.25f, 0, 0}));
 }
 
 TEST(CategoricalProjectionTest, ClipsAtTheEndsOfTheSupport) {
   std::vector<float> out(5);
   // z=4 + 1 = 5 > v_max: all on the last atom; z=3 + 1 = 4 exactly on it too.
-  CategoricalProjection(std::vector<float>{0, 0, 0, 0.5f, 0.5f}, /*reward=*/1.0f, /*discount=*/1.0f, 0, 4, out);
+  nn::CategoricalProjectionRow(std::vector<float>{0, 0, 0, 0.5f, 0.5f}, /*reward=*/1.0f, /*discount=*/1.0f, 0, 4, out);
   EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0, 0, 0, 1}));
   // z=1 - 3 = -2 < v_min: all on the first atom.
-  CategoricalProjection(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/-3.0f, /*discount=*/1.0f, 0, 4, out);
+  nn::CategoricalProjectionRow(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/-3.0f, /*discount=*/1.0f, 0, 4, out);
   EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{1, 0, 0, 0, 0}));
 }
 
 TEST(CategoricalProjectionTest, DiscountZeroPutsAllMassAtTheReward) {
   // A terminal (discount 0): the target is the reward alone, whatever the distribution.
   std::vector<float> out(5);
-  CategoricalProjection(std::vector<float>{0.1f, 0.2f, 0.3f, 0.2f, 0.2f}, /*reward=*/2.25f, /*discount=*/0.0f, 0, 4,
+  nn::CategoricalProjectionRow(std::vector<float>{0.1f, 0.2f, 0.3f, 0.2f, 0.2f}, /*reward=*/2.25f, /*discount=*/0.0f, 0, 4,
                         out);
   EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0, 0.75f, 0.25f, 0}));
 }
@@ -156,7 +156,7 @@ TEST(CategoricalProjectionTest, TargetDistributionSumsToOne) {
     const float total = std::accumulate(p.begin(), p.end(), 0.0f);
     for (float& v : p) v /= total;
     const float reward = 300.0f * u(rng) - 100.0f, discount = u(rng);
-    CategoricalProjection(p, reward, discount, /*v_min=*/-10.0f, /*v_max=*/150.0f, out);
+    nn::CategoricalProjectionRow(p, reward, discount, /*v_min=*/-10.0f, /*v_max=*/150.0f, out);
     EXPECT_NEAR(std::accumulate(out.begin(), out.end(), 0.0), 1.0, 1e-5) << "reward " << reward;
     for (float v : out) EXPECT_GE(v, 0.0f);
   }
@@ -520,6 +520,35 @@ TEST(D4pgAgentTest, PrioritizedReportsOneLossPerSampledItem) {
   EXPECT_THAT(keys, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
   ASSERT_EQ(priorities.size(), 8u);
   for (double p : priorities) EXPECT_GT(p, 0);
+}
+
+// The strict CPU device (memory the host cannot touch between kernels): D4PG
+// updates from state and from pixels (with augmentation and prioritized
+// weights) run on it and equal the CPU's bit for bit, checkpoints included.
+TEST(D4pgAgentTest, UpdatesOnTheStrictDeviceEqualTheCpuBitForBit) {
+  for (const auto& [base, spec] : {std::pair{TinyConfig(8, {16, 16}), ObservationSpec{.state_size = 2}},
+                                   std::pair{PixelConfig(), ObservationSpec{.frames = 2, .height = 16, .width = 16}}}) {
+    config::ExperimentConfig cpu_config = base;
+    cpu_config.mutable_learner()->set_prioritized(true);
+    config::ExperimentConfig strict_config = cpu_config;
+    strict_config.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::CPU_STRICT);
+    auto replicator = MakeReplicator(1);
+    auto cpu = D4pgAgent::Create(cpu_config, spec, /*action_size=*/1, replicator.get());
+    auto strict = D4pgAgent::Create(strict_config, spec, 1, replicator.get());
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ASSERT_TRUE(strict.ok()) << strict.status();
+    for (uint64_t s = 0; s < 3; ++s) {
+      ASSERT_TRUE((*cpu)->Train(1, Bandit(spec, 1, cpu_config, s)).ok());
+      ASSERT_TRUE((*strict)->Train(1, Bandit(spec, 1, strict_config, s)).ok());
+    }
+    EXPECT_EQ((*cpu)->StateChecksum(), (*strict)->StateChecksum()) << (spec.pixels() ? "pixels" : "state");
+    std::vector<uint64_t> cpu_keys, strict_keys;
+    std::vector<double> cpu_priorities, strict_priorities;
+    (*cpu)->LastPriorities(&cpu_keys, &cpu_priorities);
+    (*strict)->LastPriorities(&strict_keys, &strict_priorities);
+    EXPECT_EQ(cpu_priorities, strict_priorities);
+    EXPECT_EQ((*cpu)->metrics().critic_loss, (*strict)->metrics().critic_loss);
+  }
 }
 
 // --- The policy apart from the agent --------------------------------------------

@@ -291,6 +291,13 @@ void CudaBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* 
 
 // --- Images ------------------------------------------------------------------------------------
 
+void CudaBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
+                                        const float* probabilities, const float* reward, const float* discount,
+                                        float* out) {
+  kernels::CategoricalProjection(AsStream(stream_), rows, atoms, v_min, v_max, probabilities, reward, discount, out);
+  Done("CategoricalProjection");
+}
+
 void CudaBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                      const float* x, float* y) {
   kernels::RandomShiftForward(AsStream(stream_), n, c, h, w, pad, shifts, x, y);

@@ -153,6 +153,8 @@ class CudaBackend final : public nn::Backend {
   void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
                             float* dx) override;
 
+  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
+                             const float* reward, const float* discount, float* out) override;
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                           const float* x, float* y) override;
   void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,

@@ -349,6 +349,29 @@ __global__ void CrossEntropyBackwardKernel(int64_t rows, int64_t cols, const flo
   }
 }
 
+// One thread per row: atoms are few (51 by default), and the mass of each
+// atom lands on two neighbours of the same row.
+__global__ void CategoricalProjectionKernel(int64_t rows, int64_t atoms, float v_min, float v_max, const float* p,
+                                            const float* reward, const float* discount, float* out) {
+  FOR_EACH(r, rows) {
+    const float dz = (v_max - v_min) / static_cast<float>(atoms - 1);
+    float* o = out + r * atoms;
+    for (int64_t j = 0; j < atoms; ++j) o[j] = 0.0f;
+    for (int64_t j = 0; j < atoms; ++j) {
+      const float tz = fminf(fmaxf(reward[r] + discount[r] * (v_min + j * dz), v_min), v_max);
+      const float b = fminf(fmaxf((tz - v_min) / dz, 0.0f), static_cast<float>(atoms - 1));
+      const int64_t l = static_cast<int64_t>(floorf(b)), u = static_cast<int64_t>(ceilf(b));
+      const float mass = p[r * atoms + j];
+      if (l == u) {
+        o[l] += mass;
+      } else {
+        o[l] += mass * (static_cast<float>(u) - b);
+        o[u] += mass * (b - static_cast<float>(l));
+      }
+    }
+  }
+}
+
 // --- Images -------------------------------------------------------------------------------------
 
 __device__ inline int64_t Clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
@@ -554,6 +577,12 @@ void CrossEntropyForward(cudaStream_t s, int64_t rows, int64_t cols, const float
 void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
                           const float* dloss, float* dx) {
   CrossEntropyBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, logp, labels, dloss, dx);
+}
+
+void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_min, float v_max,
+                           const float* probabilities, const float* reward, const float* discount, float* out) {
+  CategoricalProjectionKernel<<<Blocks(rows), kThreads, 0, s>>>(rows, atoms, v_min, v_max, probabilities, reward,
+                                                                discount, out);
 }
 
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

@@ -169,6 +169,15 @@ class Backend {
   virtual void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
                                     const float* dloss, float* dx) = 0;
 
+  // --- Distributional RL ------------------------------------------------------
+  // The C51 projection (Bellemare et al. 2017, Algorithm 1) of each row of
+  // `probabilities` [rows, atoms] over the support z_j = v_min + j * dz,
+  // shifted to reward[r] + discount[r] * z_j and clipped to [v_min, v_max],
+  // back onto the same support; writes out [rows, atoms] (no gradient).
+  virtual void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
+                                     const float* probabilities, const float* reward, const float* discount,
+                                     float* out) = 0;
+
   // --- Images -----------------------------------------------------------------
   // DrQ random shift: replicate-pad by `pad`, crop back at per-sample offsets
   // (shifts[2*i] = dy, shifts[2*i+1] = dx, each in [0, 2*pad]).

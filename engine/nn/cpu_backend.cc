@@ -40,6 +40,28 @@ float* CpuBackend::Scratch(int kind, int slot, int64_t count) {
 
 // --- Memory --------------------------------------------------------------------
 
+void CategoricalProjectionRow(std::span<const float> probabilities, float reward, float discount, float v_min,
+                           float v_max, std::span<float> out) {
+  const int n = static_cast<int>(probabilities.size());
+  TROUPE_CHECK(n >= 2 && out.size() == probabilities.size());
+  const float dz = (v_max - v_min) / static_cast<float>(n - 1);
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (int j = 0; j < n; ++j) {
+    // Bellemare et al. 2017, Algorithm 1: Tz_j clipped, then split between
+    // the atoms below (l) and above (u) it.
+    const float tz = std::clamp(reward + discount * (v_min + j * dz), v_min, v_max);
+    const float b = std::clamp((tz - v_min) / dz, 0.0f, static_cast<float>(n - 1));
+    const int l = static_cast<int>(std::floor(b));
+    const int u = static_cast<int>(std::ceil(b));
+    if (l == u) {
+      out[l] += probabilities[j];
+    } else {
+      out[l] += probabilities[j] * (static_cast<float>(u) - b);
+      out[u] += probabilities[j] * (b - static_cast<float>(l));
+    }
+  }
+}
+
 void* CpuBackend::Allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);
@@ -384,6 +406,19 @@ void CpuBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* l
       dx[r * cols + j] += k * (std::exp(logp[r * cols + j]) - (j == labels[r] ? 1.0f : 0.0f));
     }
   }
+}
+
+// --- Distributional RL -------------------------------------------------------------
+
+void CpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
+                                       const float* probabilities, const float* reward, const float* discount,
+                                       float* out) {
+  pool_.ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      CategoricalProjectionRow({probabilities + r * atoms, static_cast<size_t>(atoms)}, reward[r], discount[r], v_min,
+                               v_max, {out + r * atoms, static_cast<size_t>(atoms)});
+    }
+  });
 }
 
 // --- Images ----------------------------------------------------------------------

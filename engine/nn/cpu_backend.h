@@ -11,10 +11,21 @@
 #include <memory>
 #include <vector>
 
+#include <span>
+
 #include "engine/nn/backend.h"
 #include "engine/nn/thread_pool.h"
 
 namespace troupe::nn {
+
+// The C51 projection (Bellemare et al. 2017, Algorithm 1) of one
+// distribution: the CPU reference of Backend::CategoricalProjection. Projects the
+// distribution `probabilities` over support z_j = v_min + j * dz, shifted to
+// reward + discount * z_j and clipped to [v_min, v_max], back onto the same
+// support: each atom's mass splits between its two neighbouring atoms in
+// proportion to closeness. Writes probabilities.size() floats to `out`.
+void CategoricalProjectionRow(std::span<const float> probabilities, float reward, float discount, float v_min,
+                           float v_max, std::span<float> out);
 
 class CpuBackend final : public Backend {
  public:
@@ -87,6 +98,8 @@ class CpuBackend final : public Backend {
   void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
                             float* dx) override;
 
+  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
+                             const float* reward, const float* discount, float* out) override;
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                           const float* x, float* y) override;
   void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,

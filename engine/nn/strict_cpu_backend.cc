@@ -101,14 +101,12 @@ void StrictCpuBackend::AddScalar(float alpha, const float* scalar, float* y, int
   inner_.AddScalar(alpha, scalar, y, n);
 }
 
-void StrictCpuBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
-                                  float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
+void StrictCpuBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
   const Open open(this);
   inner_.CopyBlocks(outer, len, src, src_stride, src_offset, dst, dst_stride, dst_offset, accumulate);
 }
 
-void StrictCpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                            const float* b, float beta, float* c) {
+void StrictCpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float beta, float* c) {
   const Open open(this);
   inner_.Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
 }
@@ -123,26 +121,22 @@ void StrictCpuBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* 
   inner_.RowBiasBackward(rows, cols, dy, dbias);
 }
 
-void StrictCpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
-                                     const float* b, float* y) {
+void StrictCpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* b, float* y) {
   const Open open(this);
   inner_.Conv2dForward(g, act, x, w, b, y);
 }
 
-void StrictCpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
-                                      const float* y, const float* dy, float* dx, float* dw, float* db) {
+void StrictCpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* y, const float* dy, float* dx, float* dw, float* db) {
   const Open open(this);
   inner_.Conv2dBackward(g, act, x, w, y, dy, dx, dw, db);
 }
 
-void StrictCpuBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
-                                              float* y) {
+void StrictCpuBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b, float* y) {
   const Open open(this);
   inner_.ConvTranspose2dForward(g, x, w, b, y);
 }
 
-void StrictCpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
-                                               float* dx, float* dw, float* db) {
+void StrictCpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw, float* db) {
   const Open open(this);
   inner_.ConvTranspose2dBackward(g, x, w, dy, dx, dw, db);
 }
@@ -152,8 +146,7 @@ void StrictCpuBackend::ActivationForward(Activation f, float alpha, const float*
   inner_.ActivationForward(f, alpha, x, y, n);
 }
 
-void StrictCpuBackend::ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy,
-                                          float* dx, int64_t n) {
+void StrictCpuBackend::ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx, int64_t n) {
   const Open open(this);
   inner_.ActivationBackward(f, alpha, x, y, dy, dx, n);
 }
@@ -163,8 +156,7 @@ void StrictCpuBackend::BinaryForward(Binary op, const float* a, const float* b, 
   inner_.BinaryForward(op, a, b, y, n);
 }
 
-void StrictCpuBackend::BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
-                                      int64_t n) {
+void StrictCpuBackend::BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) {
   const Open open(this);
   inner_.BinaryBackward(op, a, b, dy, da, db, n);
 }
@@ -194,15 +186,12 @@ void StrictCpuBackend::SumAxisBackward(int64_t outer, int64_t reduce, int64_t in
   inner_.SumAxisBackward(outer, reduce, inner, dy, dx);
 }
 
-void StrictCpuBackend::LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
-                                        const float* beta, float* y, float* mean, float* rstd) {
+void StrictCpuBackend::LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd) {
   const Open open(this);
   inner_.LayerNormForward(rows, cols, eps, x, gamma, beta, y, mean, rstd);
 }
 
-void StrictCpuBackend::LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma,
-                                         const float* mean, const float* rstd, const float* dy, float* dx,
-                                         float* dgamma, float* dbeta) {
+void StrictCpuBackend::LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) {
   const Open open(this);
   inner_.LayerNormBackward(rows, cols, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
 }
@@ -212,21 +201,17 @@ void StrictCpuBackend::BatchNormStats(int64_t n, int64_t c, int64_t hw, const fl
   inner_.BatchNormStats(n, c, hw, x, sums);
 }
 
-void StrictCpuBackend::BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                      const float* rstd, const float* gamma, const float* beta, float* y) {
+void StrictCpuBackend::BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd, const float* gamma, const float* beta, float* y) {
   const Open open(this);
   inner_.BatchNormApply(n, c, hw, x, mean, rstd, gamma, beta, y);
 }
 
-void StrictCpuBackend::BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                              const float* rstd, const float* dy, float* sums) {
+void StrictCpuBackend::BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd, const float* dy, float* sums) {
   const Open open(this);
   inner_.BatchNormBackwardStats(n, c, hw, x, mean, rstd, dy, sums);
 }
 
-void StrictCpuBackend::BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x,
-                                              const float* mean, const float* rstd, const float* gamma,
-                                              const float* sums, const float* dy, float* dx) {
+void StrictCpuBackend::BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x, const float* mean, const float* rstd, const float* gamma, const float* sums, const float* dy, float* dx) {
   const Open open(this);
   inner_.BatchNormBackwardApply(n, c, hw, count, x, mean, rstd, gamma, sums, dy, dx);
 }
@@ -236,62 +221,57 @@ void StrictCpuBackend::SoftmaxForward(int64_t rows, int64_t cols, const float* x
   inner_.SoftmaxForward(rows, cols, x, y, log);
 }
 
-void StrictCpuBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx,
-                                       bool log) {
+void StrictCpuBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) {
   const Open open(this);
   inner_.SoftmaxBackward(rows, cols, y, dy, dx, log);
 }
 
-float StrictCpuBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels,
-                                            float* logp) {
+float StrictCpuBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) {
   const Open open(this);
   return inner_.CrossEntropyForward(rows, cols, x, labels, logp);
 }
 
-void StrictCpuBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                            const float* dloss, float* dx) {
+void StrictCpuBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss, float* dx) {
   const Open open(this);
   inner_.CrossEntropyBackward(rows, cols, logp, labels, dloss, dx);
 }
 
-void StrictCpuBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                                          const int32_t* shifts, const float* x, float* y) {
+void StrictCpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities, const float* reward, const float* discount, float* out) {
+  const Open open(this);
+  inner_.CategoricalProjection(rows, atoms, v_min, v_max, probabilities, reward, discount, out);
+}
+
+void StrictCpuBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* x, float* y) {
   const Open open(this);
   inner_.RandomShiftForward(n, c, h, w, pad, shifts, x, y);
 }
 
-void StrictCpuBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                                           const int32_t* shifts, const float* dy, float* dx) {
+void StrictCpuBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* dy, float* dx) {
   const Open open(this);
   inner_.RandomShiftBackward(n, c, h, w, pad, shifts, dy, dx);
 }
 
-void StrictCpuBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                                  int iterations) {
+void StrictCpuBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v, int iterations) {
   const Open open(this);
   inner_.SpectralNormPowerIteration(rows, cols, w, u, v, iterations);
 }
 
-float StrictCpuBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                            float* y) {
+float StrictCpuBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float* y) {
   const Open open(this);
   return inner_.SpectralNormForward(rows, cols, w, u, v, y);
 }
 
-void StrictCpuBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                            float sigma, const float* dy, float* dw) {
+void StrictCpuBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma, const float* dy, float* dw) {
   const Open open(this);
   inner_.SpectralNormBackward(rows, cols, w, u, v, sigma, dy, dw);
 }
 
-void StrictCpuBackend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                                  float c1, float c2, const float* grad, float* param, float* m, float* v) {
+void StrictCpuBackend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2, const float* grad, float* param, float* m, float* v) {
   const Open open(this);
   inner_.AdamUpdate(n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad, param, m, v);
 }
 
-void StrictCpuBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad,
-                                 float* param, float* buf) {
+void StrictCpuBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param, float* buf) {
   const Open open(this);
   inner_.SgdUpdate(n, lr, momentum, weight_decay, grad, param, buf);
 }

@@ -50,61 +50,41 @@ class StrictCpuBackend final : public Backend {
   void Copy(const float* x, float* y, int64_t n) override;
   void Axpy(float alpha, const float* x, float* y, int64_t n) override;
   void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
-  void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
-                  int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
-  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
-            float beta, float* c) override;
+  void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b, float beta, float* c) override;
   void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
   void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
-  void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* b,
-                     float* y) override;
-  void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* y,
-                      const float* dy, float* dx, float* dw, float* db) override;
+  void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* b, float* y) override;
+  void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* y, const float* dy, float* dx, float* dw, float* db) override;
   void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b, float* y) override;
-  void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
-                               float* dw, float* db) override;
+  void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw, float* db) override;
   void ActivationForward(Activation f, float alpha, const float* x, float* y, int64_t n) override;
-  void ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx,
-                          int64_t n) override;
+  void ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx, int64_t n) override;
   void BinaryForward(Binary op, const float* a, const float* b, float* y, int64_t n) override;
-  void BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
-                      int64_t n) override;
+  void BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) override;
   void Scale(float alpha, const float* x, float* y, int64_t n) override;
   double Sum(const float* x, int64_t n) override;
   double SquaredNorm(const float* x, int64_t n) override;
   void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) override;
   void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) override;
-  void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
-                        float* y, float* mean, float* rstd) override;
-  void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
-                         const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) override;
+  void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd) override;
+  void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) override;
   void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) override;
-  void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
-                      const float* gamma, const float* beta, float* y) override;
-  void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
-                              const float* dy, float* sums) override;
-  void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x, const float* mean,
-                              const float* rstd, const float* gamma, const float* sums, const float* dy,
-                              float* dx) override;
+  void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd, const float* gamma, const float* beta, float* y) override;
+  void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd, const float* dy, float* sums) override;
+  void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x, const float* mean, const float* rstd, const float* gamma, const float* sums, const float* dy, float* dx) override;
   void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
   void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
   float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
-  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
-                            float* dx) override;
-  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                          const float* x, float* y) override;
-  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                           const float* dy, float* dx) override;
-  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                  int iterations) override;
-  float SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                            float* y) override;
-  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma,
-                            const float* dy, float* dw) override;
-  void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
-                  const float* grad, float* param, float* m, float* v) override;
-  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
-                 float* buf) override;
+  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss, float* dx) override;
+  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities, const float* reward, const float* discount, float* out) override;
+  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* x, float* y) override;
+  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* dy, float* dx) override;
+  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v, int iterations) override;
+  float SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float* y) override;
+  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma, const float* dy, float* dw) override;
+  void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2, const float* grad, float* param, float* m, float* v) override;
+  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param, float* buf) override;
   void Polyak(int64_t n, float tau, const float* online, float* target) override;
 
  private:
