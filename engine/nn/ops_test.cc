@@ -1,6 +1,8 @@
 // Every op: a finite-difference gradient check (central differences of a
 // random projection of the op's output), plus forward references for the
-// convolutions.
+// convolutions; and the conformance of every backend built into this binary
+// against the CPU reference on the same op (ggml's test-backend-ops): the
+// strict CPU device bit for bit, CUDA within a tolerance where a GPU answers.
 #include "engine/nn/ops.h"
 
 #include <cmath>
@@ -8,7 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
+#include "engine/nn/strict_cpu_backend.h"
 #include "gtest/gtest.h"
 
 namespace troupe::nn {
@@ -38,12 +42,16 @@ struct Input {
 // loss = sum(op(inputs) * r) for a fixed random r (so every output element
 // matters with a different weight). Returns the loss; with grads != null runs
 // backward and fills grads[i] for differentiated inputs.
+// Inputs are uploaded to the backend's memory first; values and gradients
+// come back with Download.
 double Evaluate(Backend& backend, std::vector<Input>& inputs, const BuildFn& build,
                 std::vector<std::vector<float>>* grads) {
   Tape tape(&backend);
   std::vector<Var> vars;
   for (auto& in : inputs) {
-    vars.push_back(in.differentiate ? tape.Leaf(in.data.data(), in.shape) : tape.Constant(in.data.data(), in.shape));
+    float* data = tape.AllocateFloats(in.shape.size());
+    backend.Upload(in.data.data(), data, sizeof(float) * in.shape.size());
+    vars.push_back(in.differentiate ? tape.Leaf(data, in.shape) : tape.Constant(data, in.shape));
   }
   Var y = build(tape, vars);
   const std::vector<float> r = RandomVector(tape.value(y).shape.size(), /*seed=*/99);
@@ -54,9 +62,12 @@ double Evaluate(Backend& backend, std::vector<Input>& inputs, const BuildFn& bui
     tape.Backward(loss);
     grads->clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
-      TensorView g = tape.grad(vars[i]);
-      grads->emplace_back(inputs[i].differentiate ? std::vector<float>(g.data, g.data + g.size())
-                                                  : std::vector<float>());
+      std::vector<float> g;
+      if (inputs[i].differentiate) {
+        g.resize(inputs[i].shape.size());
+        backend.Download(tape.grad(vars[i]).data, g.data(), sizeof(float) * g.size());
+      }
+      grads->push_back(std::move(g));
     }
   }
   return value;
@@ -92,7 +103,36 @@ constexpr double kStep = 1e-2;
 constexpr double kRtol = 2e-2;
 constexpr double kAtol = 2e-3;
 
+// CUDA against the CPU: float32 with another summation order.
+constexpr double kCudaRtol = 1e-3;
+
+// The op's value and input gradients on every other backend against the CPU
+// reference (one thread each, so the reference is deterministic).
+void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
+  CpuBackend reference(/*num_threads=*/1);
+  std::vector<std::vector<float>> want, got;
+  const double want_value = Evaluate(reference, inputs, build, &want);
+  StrictCpuBackend strict(/*num_threads=*/1);
+  const double strict_value = Evaluate(strict, inputs, build, &got);
+  EXPECT_EQ(strict_value, want_value) << "strict CPU device";
+  EXPECT_EQ(got, want) << "strict CPU device gradients";
+  config::EngineConfig cuda;
+  cuda.set_device(config::EngineConfig::CUDA);
+  if (!engine::CheckDeviceAvailable(cuda, "test").ok()) return;  // no GPU here (or not built)
+  auto gpu = engine::MakeBackend(cuda, /*local_index=*/0, /*threads=*/1);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const double gpu_value = Evaluate(**gpu, inputs, build, &got);
+  EXPECT_NEAR(gpu_value, want_value, kCudaRtol * (1 + std::fabs(want_value))) << "CUDA";
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    for (size_t k = 0; k < want[i].size(); ++k) {
+      EXPECT_NEAR(got[i][k], want[i][k], kCudaRtol * (1 + std::fabs(want[i][k]))) << "CUDA input " << i << "[" << k << "]";
+    }
+  }
+}
+
 void ExpectGradientsMatch(std::vector<Input> inputs, const BuildFn& build, double step = kStep) {
+  ExpectBackendsAgree(inputs, build);
   EXPECT_LE(GradientError(std::move(inputs), build, step, kRtol, kAtol), 1.0);
 }
 
