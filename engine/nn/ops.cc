@@ -40,16 +40,21 @@ void StoreGeometry(const ConvGeometry& g, Node& n) {
   n.i[4] = g.oc, n.i[5] = g.kh, n.i[6] = g.kw, n.i[7] = g.stride, n.i[8] = g.pad;
 }
 
+// The weight gradient a conv kernel accumulates into: the weight's own, or
+// zeroed scratch on the device for a frozen weight (the kernels need one).
+float* WeightGradOrScratch(Tape& t, int weight) {
+  if (float* dw = GradOrNull(t, weight)) return dw;
+  const int64_t size = t.value(weight).shape.size();
+  float* scratch = t.AllocateFloats(size);
+  t.backend().Fill(scratch, size, 0.0f);
+  return scratch;
+}
+
 void Conv2dBackwardNode(Tape& t, const Node& n) {
   const ConvGeometry g = GeometryFromNode(n);
   const Value& x = t.value(n.in[0]);
   const Value& w = t.value(n.in[1]);
-  float* dw = GradOrNull(t, n.in[1]);
-  // The kernel needs a weight-gradient buffer; a frozen weight gets scratch.
-  if (dw == nullptr) {
-    dw = t.AllocateFloats(w.shape.size());
-    t.backend().Fill(dw, w.shape.size(), 0.0f);
-  }
+  float* dw = WeightGradOrScratch(t, n.in[1]);
   const Value& y = t.value(n.out);
   t.backend().Conv2dBackward(g, static_cast<FusedActivation>(n.i[9]), x.data, w.data, y.data, y.grad,
                              GradOrNull(t, n.in[0]), dw, GradOrNull(t, n.in[2]));
@@ -59,11 +64,7 @@ void ConvTranspose2dBackwardNode(Tape& t, const Node& n) {
   const ConvGeometry g = GeometryFromNode(n);
   const Value& x = t.value(n.in[0]);
   const Value& w = t.value(n.in[1]);
-  float* dw = GradOrNull(t, n.in[1]);
-  if (dw == nullptr) {
-    dw = t.AllocateFloats(w.shape.size());
-    t.backend().Fill(dw, w.shape.size(), 0.0f);
-  }
+  float* dw = WeightGradOrScratch(t, n.in[1]);
   t.backend().ConvTranspose2dBackward(g, x.data, w.data, t.value(n.out).grad, GradOrNull(t, n.in[0]), dw,
                                       GradOrNull(t, n.in[2]));
 }
