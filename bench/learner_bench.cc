@@ -23,6 +23,7 @@
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
+#include "engine/nn/strict_cpu_backend.h"
 
 namespace troupe::bench {
 namespace {
@@ -85,9 +86,8 @@ struct DrqNetwork {
   }
 };
 
-// samples/s of forward + backward + Adam at `batch` on `threads`.
-double MeasureTroupe(int64_t batch, int64_t size, double seconds) {
-  nn::CpuBackend backend(kThreads);
+// samples/s of forward + backward + Adam at `batch` on `backend`.
+double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double seconds) {
   DrqNetwork net(size);
   nn::Adam adam(&net.params, &backend);
   nn::Tape tape(&backend);
@@ -159,7 +159,8 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
 
   // Eigen GEMM first: the reference for the engine's GFLOP/s.
   const double gemm = MeasureEigenGemm(seconds);
-  const double troupe = MeasureTroupe(batch, 84, seconds);
+  nn::CpuBackend cpu(kThreads);
+  const double troupe = MeasureTroupe(cpu, batch, 84, seconds);
   auto torch = MeasureLibtorch(batch, 84, seconds);
   const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam, batch %d, %d threads", batch, kThreads);
   if (torch.ok()) {
@@ -173,11 +174,17 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
 
   // The smaller configuration.
   const int64_t small_batch = options.quick ? 16 : 128;
-  const double troupe64 = MeasureTroupe(small_batch, 64, seconds);
+  const double troupe64 = MeasureTroupe(cpu, small_batch, 64, seconds);
   auto torch64 = MeasureLibtorch(small_batch, 64, seconds);
   const std::string name64 = absl::StrFormat("DrQ 9x64x64 fwd+bwd+Adam, batch %d, %d threads", small_batch, kThreads);
   report.Add(name64, troupe64, "samples/s", torch64.ok() ? "libtorch 1.13, best of 1/2 threads" : "libtorch (not installed)",
              torch64.ok() ? *torch64 : 0);
+
+  // The strict CPU device (tests only): the same kernels with the arena
+  // opened and closed around each call.
+  nn::StrictCpuBackend strict(kThreads);
+  report.Add("the same 64x64 step on the strict CPU device (tests only)",
+             MeasureTroupe(strict, small_batch, 64, seconds), "samples/s", "the CPU backend, same step", troupe64);
 
   // The encoder's gradient buffer across two MPI processes.
   const int64_t encoder_floats = shape_only.EncoderFloats();
