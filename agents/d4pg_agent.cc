@@ -1,8 +1,7 @@
 #include "agents/d4pg_agent.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
+#include <array>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -99,7 +98,6 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
   add_observation(kFieldNames[kNextObservation]);
   return table;
 }
-
 
 // --- D4pgAgent --------------------------------------------------------------------
 
@@ -344,20 +342,21 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var log_probs =
       nn::LogSoftmax(internal::ApplyCritic(critic_, t, critic, features, t.Constant(action, {rows, action_size_})));
   // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting, on
-  // the device from constants (no gradient), downloaded once: [rows] each.
+  // the device from constants (no gradient): [rows, 2], downloaded once.
   const nn::Var log_probs_now = t.Constant(t.data(log_probs).data, {rows, atoms});
   const nn::Var item_loss = nn::Scale(nn::SumAxis(nn::Mul(target, log_probs_now), /*axis=*/1), -1.0f);
   const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(support_.data(), {atoms, 1}));
+  const std::array<nn::Var, 2> per_item = {nn::Reshape(item_loss, {rows, 1}), item_q};
+  const nn::Var items = nn::Concat(per_item, /*axis=*/1);
   float* host = t.HostFloats(2 * rows);
-  device.Download(t.data(item_loss).data, host, sizeof(float) * rows);
-  device.Download(t.data(item_q).data, host + rows, sizeof(float) * rows);
+  device.Download(t.data(items).data, host, sizeof(float) * 2 * rows);
   double loss_sum = 0, q_sum = 0;
   r.keys.assign(batch.keys.begin(), batch.keys.end());
   r.item_loss.resize(rows);
   for (int64_t b = 0; b < rows; ++b) {
-    r.item_loss[b] = host[b];
-    loss_sum += host[b];
-    q_sum += host[rows + b];
+    r.item_loss[b] = host[2 * b];
+    loss_sum += host[2 * b];
+    q_sum += host[2 * b + 1];
   }
   // Importance weights (Schaul et al. 2016) scale each item's loss: a
   // weight per row, spread over its atoms on the host and uploaded.

@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/strict_cpu_backend.h"
 #ifdef TROUPE_HAVE_CUDA
@@ -28,6 +27,13 @@ namespace {
 constexpr int kMaxReplicas = 256;
 constexpr int kMaxThreads = 1024;
 
+// What a build without CUDA says of `section`.engine.device CUDA.
+absl::Status NotBuiltWithCuda(const std::string& section) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      section, ".engine.device CUDA: this troupe was built without CUDA (configure with the CUDA toolkit, "
+               "TROUPE_CUDA=ON); devices here: CPU, CPU_STRICT"));
+}
+
 }  // namespace
 
 absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std::string& section, int64_t batch_size) {
@@ -44,11 +50,7 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                " (each replica takes an equal shard)");
   }
   const bool cuda = engine.device() == config::EngineConfig::CUDA;
-  if (cuda && !BuiltWithCuda()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        section, ".engine.device CUDA: this troupe was built without CUDA (configure with the CUDA toolkit, "
-                 "TROUPE_CUDA=ON); devices here: CPU, CPU_STRICT"));
-  }
+  if (cuda && !BuiltWithCuda()) return NotBuiltWithCuda(section);
   if (!cuda && engine.precision() == config::EngineConfig::BFLOAT16) {
     return absl::InvalidArgumentError(absl::StrCat(section, ".engine.precision BFLOAT16: the ",
                                                    config::EngineConfig::Device_Name(engine.device()),
@@ -69,7 +71,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
   }
   return absl::OkStatus();
 #else
-  return ValidateEngineConfig(engine, section, /*batch_size=*/engine.replicas());
+  return NotBuiltWithCuda(section);
 #endif
 }
 
@@ -99,8 +101,7 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
       if (!backend.ok()) return backend.status();
       return std::unique_ptr<nn::Backend>(std::move(*backend));
 #else
-      RETURN_IF_ERROR(ValidateEngineConfig(engine, "engine", /*batch_size=*/engine.replicas()));
-      break;
+      return NotBuiltWithCuda("engine");
 #endif
     }
   }

@@ -1,8 +1,6 @@
 #include "engine/nn/tape.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/status_macros.h"
 
