@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
@@ -16,8 +15,6 @@
 namespace troupe::agents {
 namespace {
 
-using internal::GetInt64;
-using internal::PutInt64;
 using internal::Weights;
 
 // Field order of D4pgTransitionTable's signature.
@@ -104,10 +101,10 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
 // One replica's mutable state: its networks, targets, optimizers, tapes and
 // scratch. Used only by that replica's thread during Train.
 struct D4pgAgent::Replica {
-  explicit Replica(std::unique_ptr<nn::Backend> device)
+  explicit Replica(std::shared_ptr<nn::Backend> device)
       : backend(std::move(device)), critic_tape(backend.get()), actor_tape(backend.get()) {}
 
-  std::unique_ptr<nn::Backend> backend;  // this replica's device (learner.engine.device)
+  std::shared_ptr<nn::Backend> backend;  // this replica's device (from the Replicator)
   nn::ParameterSet critic, actor, target_critic, target_actor;  // critic = encoder (pixels) + critic head
   std::unique_ptr<nn::Adam> critic_adam, actor_adam;
   std::unique_ptr<ClippedOptimizer> critic_clipped, actor_clipped;
@@ -119,9 +116,9 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
 
   replay::SampledBatch batch;
-  std::vector<float> observation, next_observation;  // pixels as float NCHW
-  std::vector<float> row_weights;                    // importance weights spread over atoms, [B, atoms] (host)
-  std::vector<float> bound;                          // actor_pre_tanh_bound everywhere, [B, A]; filled once
+  std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
+  nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
+  nn::DeviceBuffer bound;          // actor_pre_tanh_bound everywhere, [B, A]; uploaded once
   std::vector<uint64_t> keys;                        // last batch's keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
@@ -156,14 +153,12 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   for (int j = 0; j < atoms; ++j) agent->support_.push_back(d4pg.v_min() + j * dz);
 
   const int local = static_cast<int>(replicator->local_replicas().size());
-  const int per_replica = engine::EngineThreadsPerReplica(config.learner().engine(), local);
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const int64_t shard = batch / k;
   for (int i = 0; i < local; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> device,
-                     engine::MakeBackend(config.learner().engine(), i, per_replica));
-    auto r = std::make_unique<Replica>(std::move(device));
+    auto r = std::make_unique<Replica>(replicator->backend(i));
+    nn::Backend& device = *r->backend;
     // Online and target sets share one declaration (same layout).
     for (nn::ParameterSet* set : {&r->critic, &r->target_critic}) {
       if (spec.pixels()) agent->encoder_ = internal::Encoder::Declare(*set, spec, d4pg.conv_channels(), d4pg.encoder_features());
@@ -173,25 +168,22 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       agent->actor_ = internal::DeclareActor(*set, feature_size, agent->hidden_, action_size);
     }
     // Same seed on every replica (and every MPI rank): identical starts.
-    r->critic.Allocate(seed);
-    r->actor.Allocate(MixSeed(seed, 1, 0));
-    r->target_critic.Allocate(0);
-    r->target_actor.Allocate(0);
+    r->critic.Allocate(device, seed);
+    r->actor.Allocate(device, MixSeed(seed, 1, 0));
+    r->target_critic.Allocate(device, 0);
+    r->target_actor.Allocate(device, 0);
     RETURN_IF_ERROR(r->target_critic.CopyValuesFrom(r->critic));
     RETURN_IF_ERROR(r->target_actor.CopyValuesFrom(r->actor));
-    r->critic_adam = std::make_unique<nn::Adam>(&r->critic, r->backend.get());
-    r->actor_adam = std::make_unique<nn::Adam>(&r->actor, r->backend.get());
-    r->critic_clipped =
-        std::make_unique<ClippedOptimizer>(r->critic_adam.get(), r->backend.get(), d4pg.max_gradient_norm());
-    r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), r->backend.get(), d4pg.max_gradient_norm());
-    // Scratch sized once.
-    if (spec.pixels()) {
-      const int64_t floats = shard * 3 * spec.frames * spec.height * spec.width;
-      r->observation.resize(floats);
-      r->next_observation.resize(floats);
-    }
+    r->critic_adam = std::make_unique<nn::Adam>(&r->critic, &device);
+    r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &device);
+    r->critic_clipped = std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &device, d4pg.max_gradient_norm());
+    r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &device, d4pg.max_gradient_norm());
+    // Scratch sized once; constants on the device.
     r->row_weights.resize(shard * atoms);
-    r->bound.assign(shard * action_size, d4pg.actor_pre_tanh_bound());
+    r->support = nn::DeviceBuffer(device, atoms);
+    r->support.Upload(agent->support_);
+    r->bound = nn::DeviceBuffer(device, shard * action_size);
+    r->bound.Upload(std::vector<float>(shard * action_size, d4pg.actor_pre_tanh_bound()));
     r->keys.reserve(shard);
     r->item_loss.reserve(shard);
     agent->replicas_.push_back(std::move(r));
@@ -305,18 +297,15 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   t.Reset();
   nn::Var observation, next_observation;
   if (spec_.pixels()) {
-    const nn::Shape shape{rows, 3 * spec_.frames, spec_.height, spec_.width};
-    internal::PixelsToFloat(batch.fields[kObservation].data.data(), rows, spec_, r.observation.data());
-    internal::PixelsToFloat(batch.fields[kNextObservation].data.data(), rows, spec_, r.next_observation.data());
-    observation = t.Constant(r.observation.data(), shape);
-    next_observation = t.Constant(r.next_observation.data(), shape);
+    observation = internal::PixelInput(t, batch.fields[kObservation].as<uint8_t>(), rows, spec_);
+    next_observation = internal::PixelInput(t, batch.fields[kNextObservation].as<uint8_t>(), rows, spec_);
     if (d4pg.augment_pad() > 0) {
       observation = nn::RandomShift(observation, d4pg.augment_pad(), r.rng);
       next_observation = nn::RandomShift(next_observation, d4pg.augment_pad(), r.rng);
     }
   } else {
-    observation = t.Constant(batch.fields[kObservation].as<float>(), {rows, spec_.state_size});
-    next_observation = t.Constant(batch.fields[kNextObservation].as<float>(), {rows, spec_.state_size});
+    observation = t.Input(batch.fields[kObservation].as<float>(), {rows, spec_.state_size});
+    next_observation = t.Input(batch.fields[kNextObservation].as<float>(), {rows, spec_.state_size});
   }
 
   // Target distribution: target critic at (s', target actor(s')), projected
@@ -340,12 +329,12 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   r.critic.ZeroGrad();
   const nn::Var features = spec_.pixels() ? encoder_(t, critic, observation) : observation;
   const nn::Var log_probs =
-      nn::LogSoftmax(internal::ApplyCritic(critic_, t, critic, features, t.Constant(action, {rows, action_size_})));
+      nn::LogSoftmax(internal::ApplyCritic(critic_, t, critic, features, t.Input(action, {rows, action_size_})));
   // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting, on
   // the device from constants (no gradient): [rows, 2], downloaded once.
   const nn::Var log_probs_now = t.Constant(t.data(log_probs).data, {rows, atoms});
   const nn::Var item_loss = nn::Scale(nn::SumAxis(nn::Mul(target, log_probs_now), /*axis=*/1), -1.0f);
-  const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(support_.data(), {atoms, 1}));
+  const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(r.support.data(), {atoms, 1}));
   const std::array<nn::Var, 2> per_item = {nn::Reshape(item_loss, {rows, 1}), item_q};
   const nn::Var items = nn::Concat(per_item, /*axis=*/1);
   float* host = t.HostFloats(2 * rows);
@@ -385,7 +374,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var policy_action = nn::Tanh(pre_tanh);
   const nn::Var q_probs =
       nn::Softmax(internal::ApplyCritic(critic_, a, Weights{&r.critic, false}, actor_features, policy_action));
-  const nn::Var q = nn::MatMul(q_probs, a.Constant(support_.data(), {atoms, 1}));
+  const nn::Var q = nn::MatMul(q_probs, a.Constant(r.support.data(), {atoms, 1}));
   nn::Var actor_loss = nn::Scale(nn::Mean(q), -1.0f);
   if (d4pg.actor_pre_tanh_penalty() > 0) {
     // (|u| - bound)^2 beyond the bound, each side through a ReLU hinge.
@@ -402,8 +391,8 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
 
   // Targets follow by Polyak averaging (layouts equal by construction).
   const float tau = d4pg.target_tau();
-  r.backend->Polyak(r.critic.total_floats(), tau, r.critic.values().data(), r.target_critic.values().data());
-  r.backend->Polyak(r.actor.total_floats(), tau, r.actor.values().data(), r.target_actor.values().data());
+  RETURN_IF_ERROR(nn::PolyakUpdate(r.critic, r.target_critic, *r.backend, tau));
+  RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, *r.backend, tau));
   ++r.updates;
 
   // Metrics: means over the global batch.
@@ -423,9 +412,10 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
 void D4pgAgent::PolicyParameters(std::vector<float>* out) const {
   out->assign(policy_floats_, 0.0f);
   const Replica& r = *replicas_[0];
+  // One download per policy parameter, straight into its place.
   for (const PolicyCopy& c : policy_copies_) {
-    const float* from = (c.source == 0 ? r.critic : r.actor).values().data() + c.from;
-    std::copy_n(from, c.count, out->data() + c.to);
+    const float* from = (c.source == 0 ? r.critic : r.actor).device_values() + c.from;
+    r.backend->Download(from, out->data() + c.to, sizeof(float) * c.count);
   }
 }
 
@@ -456,95 +446,68 @@ void D4pgAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>*
 
 // --- Checkpoints ------------------------------------------------------------------
 
-namespace {
-
-// One tensor of the agent's checkpoint and where it lives in a replica.
-struct CheckpointEntry {
-  std::string name;
-  nn::Shape shape;
-  float* data;
-};
-
-}  // namespace
-
-// Every tensor of replica `r` in checkpoint order: networks, targets, Adam
-// moments per parameter; the counters are handled by the callers.
-static std::vector<CheckpointEntry> Entries(nn::ParameterSet& critic, nn::ParameterSet& actor,
-                                            nn::ParameterSet& target_critic, nn::ParameterSet& target_actor,
-                                            nn::Optimizer& critic_adam, nn::Optimizer& actor_adam) {
-  std::vector<CheckpointEntry> entries;
+// Every tensor of replica `r` in checkpoint order, in its device's memory:
+// networks, targets, Adam moments per parameter; the counters (updates and
+// the two optimizers' step counts, on the host) follow them. Every name has
+// nn::kParameterEntryPrefix, as files written as one ParameterSet had.
+static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::ParameterSet& actor,
+                                             nn::ParameterSet& target_critic, nn::ParameterSet& target_actor,
+                                             nn::Optimizer& critic_adam, nn::Optimizer& actor_adam) {
+  std::vector<nn::DeviceTensor> entries;
   auto add_set = [&](const std::string& prefix, nn::ParameterSet& set, float* base) {
     for (int i = 0; i < set.size(); ++i) {
-      entries.push_back({prefix + "/" + set.info(i).name, set.info(i).shape, base + set.info(i).offset});
+      entries.push_back({nn::kParameterEntryPrefix + prefix + "/" + set.info(i).name, set.info(i).shape,
+                         base + set.info(i).offset});
     }
   };
-  add_set("critic", critic, critic.values().data());
-  add_set("actor", actor, actor.values().data());
-  add_set("target_critic", target_critic, target_critic.values().data());
-  add_set("target_actor", target_actor, target_actor.values().data());
+  add_set("critic", critic, critic.device_values());
+  add_set("actor", actor, actor.device_values());
+  add_set("target_critic", target_critic, target_critic.device_values());
+  add_set("target_actor", target_actor, target_actor.device_values());
   for (const nn::OptimizerState& s : critic_adam.State()) add_set("critic." + s.name, critic, s.data);
   for (const nn::OptimizerState& s : actor_adam.State()) add_set("actor." + s.name, actor, s.data);
   return entries;
 }
 
-absl::Status D4pgAgent::Save(const std::string& path) const {
+static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters; }
+
+std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   Replica& r = *replicas_[0];
-  const std::vector<CheckpointEntry> entries =
-      Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam);
-  // One ParameterSet holding everything, so the file is one checksummed checkpoint.
-  nn::ParameterSet all;
-  for (const CheckpointEntry& e : entries) all.Add(e.name, e.shape, nn::Init::Zeros());
-  const int counters = all.Add(internal::kCheckpointCounters, {6}, nn::Init::Zeros());
-  all.Allocate(/*seed=*/0);
-  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
-    std::copy_n(entries[i].data, entries[i].shape.size(), all.value(i).data);
-  }
-  float* c = all.value(counters).data;
-  PutInt64(r.updates, c);
-  PutInt64(r.critic_adam->steps(), c + 2);
-  PutInt64(r.actor_adam->steps(), c + 4);
-  return nn::SaveCheckpoint(path, all);
+  std::vector<nn::CheckpointTensor> tensors = nn::DownloadTensors(
+      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam));
+  const int64_t counters[3] = {r.updates, r.critic_adam->steps(), r.actor_adam->steps()};
+  tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
+  return tensors;
 }
 
+absl::Status D4pgAgent::Save(const std::string& path) const { return nn::WriteCheckpoint(path, DownloadState()); }
+
 uint64_t D4pgAgent::StateChecksum() const {
-  Replica& r = *replicas_[0];
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis
-  auto mix = [&hash](const void* data, size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
-  };
-  for (const CheckpointEntry& e :
-       Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam)) {
-    mix(e.data, sizeof(float) * e.shape.size());
+  for (const nn::CheckpointTensor& t : DownloadState()) {
+    const auto* p = reinterpret_cast<const unsigned char*>(t.values.data());
+    for (size_t i = 0; i < sizeof(float) * t.values.size(); ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
   }
-  const int64_t counters[3] = {r.updates, r.critic_adam->steps(), r.actor_adam->steps()};
-  mix(counters, sizeof(counters));
   return hash;
 }
 
 absl::Status D4pgAgent::Load(const std::string& path) {
-  // Read into a set of the same layout (names and shapes checked there).
+  // Names and shapes are checked against replica 0's layout before anything changes.
   Replica& r0 = *replicas_[0];
-  const std::vector<CheckpointEntry> layout =
+  std::vector<nn::DeviceTensor> layout =
       Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, *r0.critic_adam, *r0.actor_adam);
-  nn::ParameterSet all;
-  for (const CheckpointEntry& e : layout) all.Add(e.name, e.shape, nn::Init::Zeros());
-  const int counters = all.Add(internal::kCheckpointCounters, {6}, nn::Init::Zeros());
-  all.Allocate(/*seed=*/0);
-  RETURN_IF_ERROR(nn::LoadCheckpoint(path, all));
-  const float* c = all.value(counters).data;
+  layout.push_back({CountersEntry(), nn::Shape{6}, nullptr});
+  ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
+  const std::vector<int64_t> counters = nn::Int64sOf(file.back());
   // Every local replica gets the same state.
   for (auto& r : replicas_) {
-    const std::vector<CheckpointEntry> entries =
-        Entries(r->critic, r->actor, r->target_critic, r->target_actor, *r->critic_adam, *r->actor_adam);
-    for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
-      std::copy_n(all.value(i).data, entries[i].shape.size(), entries[i].data);
-    }
-    r->updates = GetInt64(c);
-    r->critic_adam->set_steps(GetInt64(c + 2));
-    r->actor_adam->set_steps(GetInt64(c + 4));
+    nn::UploadTensors(*r->backend, file,
+                      Entries(r->critic, r->actor, r->target_critic, r->target_actor, *r->critic_adam, *r->actor_adam));
+    r->updates = counters[0];
+    r->critic_adam->set_steps(counters[1]);
+    r->actor_adam->set_steps(counters[2]);
   }
-  updates_ = GetInt64(c);
+  updates_ = counters[0];
   {
     absl::MutexLock lock(&metrics_mu_);
     metric_updates_ = updates_;

@@ -34,7 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agents/d4pg_networks.h"
 #include "agents/d4pg_policy.h"
-#include "engine/nn/cpu_backend.h"
+#include "engine/nn/checkpoint.h"
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
 #include "engine/replicator/replicator.h"
@@ -125,6 +125,8 @@ class D4pgAgent {
   Replica& LocalReplica(int replica_id);
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch);
   absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows) const;
+  // Everything Save writes, downloaded from replica 0's device, in file order.
+  std::vector<nn::CheckpointTensor> DownloadState() const;
 
   config::ExperimentConfig config_;
   ObservationSpec spec_;

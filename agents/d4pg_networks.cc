@@ -101,29 +101,10 @@ std::string AgentCheckpointName(const std::string& policy_parameter) {
   return (TrainedWithCritic(policy_parameter) ? "critic/" : "actor/") + policy_parameter;
 }
 
-void PutInt64(int64_t v, float* out) { std::memcpy(out, &v, sizeof(v)); }
-
-int64_t GetInt64(const float* in) {
-  int64_t v;
-  std::memcpy(&v, in, sizeof(v));
-  return v;
-}
-
-void PixelsToFloat(const uint8_t* pixels, int64_t batch, const ObservationSpec& spec, float* out) {
-  const int64_t hw = int64_t{spec.height} * spec.width;
-  constexpr float kScale = 1.0f / 255.0f;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t f = 0; f < spec.frames; ++f) {
-      // One frame: interleaved [H*W, 3] -> three planes.
-      const uint8_t* src = pixels + (b * spec.frames + f) * hw * 3;
-      float* dst = out + (b * spec.frames + f) * 3 * hw;
-      for (int64_t p = 0; p < hw; ++p) {
-        dst[p] = src[3 * p] * kScale;
-        dst[hw + p] = src[3 * p + 1] * kScale;
-        dst[2 * hw + p] = src[3 * p + 2] * kScale;
-      }
-    }
-  }
+nn::Var PixelInput(nn::Tape& t, const uint8_t* pixels, int64_t batch, const ObservationSpec& spec) {
+  const nn::Var frames = nn::ImagesToFloat(t, pixels, batch * spec.frames, spec.height, spec.width, /*channels=*/3,
+                                           /*scale=*/1.0f / 255.0f);
+  return nn::Reshape(frames, {batch, 3 * spec.frames, spec.height, spec.width});
 }
 
 }  // namespace troupe::agents::internal

@@ -80,13 +80,11 @@ std::string AgentCheckpointName(const std::string& policy_parameter);
 inline constexpr char kCheckpointCounters[] = "counters.updates_critic_actor_steps";
 // True for the policy parameters trained in the critic set (the encoder's).
 bool TrainedWithCritic(const std::string& policy_parameter);
-// An int64 stored in two floats' bits, as the counters are.
-void PutInt64(int64_t v, float* out);
-int64_t GetInt64(const float* in);
 
-// Converts replay's pixel layout uint8 [B, k, H, W, 3] (frames oldest first)
-// to float NCHW [B, 3k, H, W] / 255 (channel f*3 + c is frame f's colour c).
-void PixelsToFloat(const uint8_t* pixels, int64_t batch, const ObservationSpec& spec, float* out);
+// Replay's pixel layout uint8 [B, k, H, W, 3] (frames oldest first, on the
+// host) as the encoder's input: uploaded and converted on the device to float
+// NCHW [B, 3k, H, W] / 255 (channel f*3 + c is frame f's colour c).
+nn::Var PixelInput(nn::Tape& t, const uint8_t* pixels, int64_t batch, const ObservationSpec& spec);
 
 }  // namespace internal
 }  // namespace troupe::agents

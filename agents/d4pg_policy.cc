@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
+#include "engine/nn/cpu_backend.h"
 
 namespace troupe::agents {
 namespace {
@@ -80,14 +81,20 @@ absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpe
 
 // --- D4pgPolicy -----------------------------------------------------------------
 
-D4pgPolicy::D4pgPolicy(const ObservationSpec& spec, int action_size, int num_threads)
-    : spec_(spec), action_size_(action_size), backend_(std::max(1, num_threads)), tape_(&backend_) {}
+D4pgPolicy::D4pgPolicy(const ObservationSpec& spec, int action_size, std::unique_ptr<nn::Backend> backend)
+    : spec_(spec), action_size_(action_size), backend_(std::move(backend)), tape_(backend_.get()) {}
 
 absl::StatusOr<std::unique_ptr<D4pgPolicy>> D4pgPolicy::Create(const config::D4pgConfig& config,
                                                                const ObservationSpec& spec, int action_size,
                                                                int num_threads) {
+  return Create(config, spec, action_size, std::make_unique<nn::CpuBackend>(std::max(1, num_threads)));
+}
+
+absl::StatusOr<std::unique_ptr<D4pgPolicy>> D4pgPolicy::Create(const config::D4pgConfig& config,
+                                                               const ObservationSpec& spec, int action_size,
+                                                               std::unique_ptr<nn::Backend> backend) {
   RETURN_IF_ERROR(ValidateD4pg(config, spec, action_size));
-  std::unique_ptr<D4pgPolicy> policy(new D4pgPolicy(spec, action_size, num_threads));
+  std::unique_ptr<D4pgPolicy> policy(new D4pgPolicy(spec, action_size, std::move(backend)));
   // Encoder (pixels) then actor: the layout PolicyParameters writes.
   int64_t feature_size = spec.state_size;
   if (spec.pixels()) {
@@ -96,7 +103,7 @@ absl::StatusOr<std::unique_ptr<D4pgPolicy>> D4pgPolicy::Create(const config::D4p
     feature_size = config.encoder_features();
   }
   policy->actor_ = internal::DeclareActor(policy->params_, feature_size, internal::HiddenSizes(config), action_size);
-  policy->params_.Allocate(/*seed=*/0);
+  policy->params_.Allocate(*policy->backend_, /*seed=*/0);
   return policy;
 }
 
@@ -106,8 +113,7 @@ absl::Status D4pgPolicy::SetParameters(std::span<const float> parameters) {
                                                    params_.total_floats(),
                                                    " (is the learner's d4pg config the same as this policy's?)"));
   }
-  std::copy(parameters.begin(), parameters.end(), params_.values().begin());
-  return absl::OkStatus();
+  return params_.UploadValues(parameters);
 }
 
 absl::StatusOr<int64_t> D4pgPolicy::LoadAgentCheckpoint(const std::string& path) {
@@ -137,8 +143,10 @@ absl::StatusOr<int64_t> D4pgPolicy::LoadAgentCheckpoint(const std::string& path)
     return absl::InvalidArgumentError(absl::StrCat(path, ": '", counters->name, "' has ", counters->values.size(),
                                                    " floats, expected at least 2"));
   }
-  for (int i = 0; i < params_.size(); ++i) std::ranges::copy(sources[i]->values, params_.value(i).data);
-  return internal::GetInt64(counters->values.data());
+  for (int i = 0; i < params_.size(); ++i) {
+    backend_->Upload(sources[i]->values.data(), params_.value(i).data, sizeof(float) * sources[i]->values.size());
+  }
+  return nn::Int64sOf(*counters)[0];
 }
 
 absl::Status D4pgPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
@@ -151,17 +159,12 @@ absl::Status D4pgPolicy::Act(const float* state, const uint8_t* pixels, int batc
   const internal::Weights weights{&params_, /*trainable=*/false};
   nn::Var features;
   if (spec_.pixels()) {
-    // uint8 [B, k, H, W, 3] -> float [B, 3k, H, W] / 255 -> encoder.
-    const int64_t floats = int64_t{batch} * 3 * spec_.frames * spec_.height * spec_.width;
-    if (static_cast<int64_t>(pixels_.size()) < floats) pixels_.resize(floats);
-    internal::PixelsToFloat(pixels, batch, spec_, pixels_.data());
-    features = encoder_(tape_, weights,
-                        tape_.Constant(pixels_.data(), {batch, 3 * spec_.frames, spec_.height, spec_.width}));
+    features = encoder_(tape_, weights, internal::PixelInput(tape_, pixels, batch, spec_));
   } else {
-    features = tape_.Constant(state, {batch, spec_.state_size});
+    features = tape_.Input(state, {batch, spec_.state_size});
   }
   const nn::Var action = actor_(tape_, weights, features);
-  backend_.Download(tape_.data(action).data, actions, sizeof(float) * batch * action_size_);
+  backend_->Download(tape_.data(action).data, actions, sizeof(float) * batch * action_size_);
   return absl::OkStatus();
 }
 

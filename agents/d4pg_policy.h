@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agents/d4pg_networks.h"
-#include "engine/nn/cpu_backend.h"
+#include "engine/nn/backend.h"
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
 #include "envs/env.h"
@@ -49,11 +49,15 @@ absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpe
 // Inference only: encoder (pixels) and actor.
 class D4pgPolicy {
  public:
-  // InvalidArgument for a config ValidateD4pg refuses. `num_threads` for the
-  // compute backend (1 = the calling thread only).
+  // InvalidArgument for a config ValidateD4pg refuses. Computes on a CPU
+  // backend with `num_threads` threads (1 = the calling thread only), as
+  // actors do, or on `backend` (any device: the strict CPU device in tests).
   static absl::StatusOr<std::unique_ptr<D4pgPolicy>> Create(const config::D4pgConfig& config,
                                                             const ObservationSpec& spec, int action_size,
                                                             int num_threads = 1);
+  static absl::StatusOr<std::unique_ptr<D4pgPolicy>> Create(const config::D4pgConfig& config,
+                                                            const ObservationSpec& spec, int action_size,
+                                                            std::unique_ptr<nn::Backend> backend);
 
   // Floats SetParameters expects.
   int64_t num_parameters() const { return params_.total_floats(); }
@@ -68,8 +72,8 @@ class D4pgPolicy {
   // checkpoint of another task or architecture). The policy is unchanged on
   // error.
   absl::StatusOr<int64_t> LoadAgentCheckpoint(const std::string& path);
-  // The current flat parameters (as SetParameters takes them).
-  std::span<const float> parameters() const { return params_.values(); }
+  // The current flat parameters (as SetParameters takes them), downloaded.
+  std::vector<float> DownloadParameters() const { return params_.DownloadValues(); }
 
   // Deterministic actions (no exploration) in [-1, 1]: from `state` float
   // [batch, S] (pixels null) or from `pixels` uint8 [batch, k, H, W, 3]
@@ -82,16 +86,15 @@ class D4pgPolicy {
   int action_size() const { return action_size_; }
 
  private:
-  D4pgPolicy(const ObservationSpec& spec, int action_size, int num_threads);
+  D4pgPolicy(const ObservationSpec& spec, int action_size, std::unique_ptr<nn::Backend> backend);
 
   ObservationSpec spec_;
   int action_size_;
+  std::unique_ptr<nn::Backend> backend_;  // before the parameters and tape that use it
   nn::ParameterSet params_;
   internal::Encoder encoder_;
   internal::Mlp actor_;
-  nn::CpuBackend backend_;
   nn::Tape tape_;
-  std::vector<float> pixels_;  // float NCHW scratch, grows only
 };
 
 }  // namespace troupe::agents

@@ -13,6 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/strict_cpu_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replay/item.h"
@@ -25,10 +28,15 @@ using ::testing::HasSubstr;
 using ::testing::Pointwise;
 using ::testing::FloatNear;
 
-std::unique_ptr<replicator::Replicator> MakeReplicator(int k) {
-  replicator::ReplicatorOptions o;
-  o.num_replicas = k;
-  auto r = replicator::Replicator::Create(o);
+// K in-process replicas on `device`, one thread each (the agent computes on
+// the Replicator's backends).
+std::unique_ptr<replicator::Replicator> MakeReplicator(int k,
+                                                       config::EngineConfig::Device device = config::EngineConfig::CPU) {
+  config::EngineConfig engine;
+  engine.set_replicas(k);
+  engine.set_threads(k);
+  engine.set_device(device);
+  auto r = engine::MakeReplicator(engine);
   TROUPE_CHECK(r.ok());
   return std::move(r).value();
 }
@@ -341,23 +349,27 @@ void PixelBanditStack(const ObservationSpec& spec, float x, std::mt19937_64& rng
   }
 }
 
-TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
-  // One step from pixels: the best action is the newest frame's red level.
+// One step from pixels: the best action is the newest frame's red level.
+// Trains on `device` and returns the policy's actions on probe stacks whose
+// best actions are -0.8, -0.6, ..., 0.8; *checksum gets the agent's state.
+std::vector<float> TrainPixelBandit(config::EngineConfig::Device device, uint64_t* checksum) {
   const ObservationSpec spec{.frames = 2, .height = 32, .width = 32};
   config::ExperimentConfig c = TinyConfig(/*batch=*/32, {64, 64});
   c.mutable_d4pg()->set_target_tau(0.05f);
   c.mutable_d4pg()->set_encoder_features(16);
   c.mutable_d4pg()->set_conv_channels(8);
   c.mutable_d4pg()->set_augment_pad(2);
-  auto replicator = MakeReplicator(1);
+  c.mutable_learner()->mutable_engine()->set_device(device);
+  auto replicator = MakeReplicator(1, device);
   auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
-  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_TRUE(agent.ok()) << agent.status();
+  if (!agent.ok()) return {};
   auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
-  ASSERT_TRUE(signature.ok());
+  TROUPE_CHECK(signature.ok());
   const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  ASSERT_TRUE((*agent)->Train(800, [&](int, int64_t n, replay::SampledBatch* out) {
+  EXPECT_TRUE((*agent)->Train(800, [&](int, int64_t n, replay::SampledBatch* out) {
     replay::ShapeBatch(*signature, n, out);
     for (int64_t i = 0; i < n; ++i) {
       const float x = u(rng), action = u(rng);
@@ -370,6 +382,7 @@ TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
     }
     return absl::OkStatus();
   }).ok());
+  *checksum = (*agent)->StateChecksum();
 
   // The inference path, on fresh stacks, with the learner's parameters.
   const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
@@ -377,8 +390,26 @@ TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
   std::vector<uint8_t> pixels(kProbes * stack);
   std::vector<float> actions(kProbes);
   for (int i = 0; i < kProbes; ++i) PixelBanditStack(spec, -0.8f + 0.2f * i, rng, pixels.data() + i * stack);
-  ASSERT_TRUE(policy->Act(nullptr, pixels.data(), kProbes, actions.data()).ok());
-  for (int i = 0; i < kProbes; ++i) EXPECT_NEAR(actions[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
+  EXPECT_TRUE(policy->Act(nullptr, pixels.data(), kProbes, actions.data()).ok());
+  return actions;
+}
+
+TEST(D4pgAgentTest, LearnsAContextualBanditFromPixels) {
+  uint64_t checksum = 0;
+  const std::vector<float> actions = TrainPixelBandit(config::EngineConfig::CPU, &checksum);
+  ASSERT_EQ(actions.size(), 9u);
+  for (int i = 0; i < 9; ++i) EXPECT_NEAR(actions[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
+}
+
+// The same 800 updates on the strict CPU device learn the same, and end in
+// the CPU's state bit for bit.
+TEST(D4pgAgentTest, LearnsAContextualBanditFromPixelsOnTheStrictDeviceAsOnTheCpu) {
+  uint64_t cpu_checksum = 0, strict_checksum = 1;
+  const std::vector<float> strict = TrainPixelBandit(config::EngineConfig::CPU_STRICT, &strict_checksum);
+  ASSERT_EQ(strict.size(), 9u);
+  for (int i = 0; i < 9; ++i) EXPECT_NEAR(strict[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
+  EXPECT_EQ(TrainPixelBandit(config::EngineConfig::CPU, &cpu_checksum), strict);
+  EXPECT_EQ(cpu_checksum, strict_checksum);
 }
 
 // --- Replicas and checkpoints -----------------------------------------------------------
@@ -532,9 +563,10 @@ TEST(D4pgAgentTest, UpdatesOnTheStrictDeviceEqualTheCpuBitForBit) {
     cpu_config.mutable_learner()->set_prioritized(true);
     config::ExperimentConfig strict_config = cpu_config;
     strict_config.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::CPU_STRICT);
-    auto replicator = MakeReplicator(1);
-    auto cpu = D4pgAgent::Create(cpu_config, spec, /*action_size=*/1, replicator.get());
-    auto strict = D4pgAgent::Create(strict_config, spec, 1, replicator.get());
+    auto cpu_replicator = MakeReplicator(1);
+    auto strict_replicator = MakeReplicator(1, config::EngineConfig::CPU_STRICT);
+    auto cpu = D4pgAgent::Create(cpu_config, spec, /*action_size=*/1, cpu_replicator.get());
+    auto strict = D4pgAgent::Create(strict_config, spec, 1, strict_replicator.get());
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     ASSERT_TRUE(strict.ok()) << strict.status();
     for (uint64_t s = 0; s < 3; ++s) {
@@ -591,11 +623,33 @@ TEST(D4pgPolicyTest, LoadAgentCheckpointTakesTheAgentsPolicyParametersAndUpdates
     auto updates = (*policy)->LoadAgentCheckpoint(path);
     ASSERT_TRUE(updates.ok()) << updates.status();
     EXPECT_EQ(*updates, 3);
-    ASSERT_EQ((*policy)->parameters().size(), expected.size());
-    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), (*policy)->parameters().begin()))
+    EXPECT_EQ((*policy)->DownloadParameters(), expected)
         << "the policy's parameters differ from the agent's PolicyParameters";
     std::filesystem::remove(path);
   }
+}
+
+// The policy on the strict CPU device (a device of its own) acts as on the CPU.
+TEST(D4pgPolicyTest, ActsOnTheStrictDeviceAsOnTheCpu) {
+  const ObservationSpec spec{.frames = 2, .height = 16, .width = 16};
+  const config::ExperimentConfig c = PixelConfig();
+  auto cpu = D4pgPolicy::Create(c.d4pg(), spec, 2);
+  auto strict = D4pgPolicy::Create(c.d4pg(), spec, 2, std::make_unique<nn::StrictCpuBackend>(1));
+  ASSERT_TRUE(cpu.ok() && strict.ok());
+  std::vector<float> params((*cpu)->num_parameters());
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  for (float& p : params) p = normal(rng);
+  ASSERT_TRUE((*cpu)->SetParameters(params).ok());
+  ASSERT_TRUE((*strict)->SetParameters(params).ok());
+  EXPECT_EQ((*strict)->DownloadParameters(), params);
+  std::vector<uint8_t> pixels(4 * 2 * 16 * 16 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7 % 256);
+  std::vector<float> a(4 * 2), b(4 * 2);
+  ASSERT_TRUE((*cpu)->Act(nullptr, pixels.data(), 4, a.data()).ok());
+  ASSERT_TRUE((*strict)->Act(nullptr, pixels.data(), 4, b.data()).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, std::vector<float>(8, 0.0f));
 }
 
 TEST(D4pgPolicyTest, AnAgentCheckpointOfOtherNetworksIsRefusedAndChangesNothing) {
@@ -606,11 +660,11 @@ TEST(D4pgPolicyTest, AnAgentCheckpointOfOtherNetworksIsRefusedAndChangesNothing)
   ASSERT_TRUE((*agent)->Save(path).ok());
   auto policy = D4pgPolicy::Create(TinyConfig(8, {12}).d4pg(), {.state_size = 2}, 1);
   ASSERT_TRUE(policy.ok());
-  const std::vector<float> before((*policy)->parameters().begin(), (*policy)->parameters().end());
+  const std::vector<float> before = (*policy)->DownloadParameters();
   auto updates = (*policy)->LoadAgentCheckpoint(path);
   EXPECT_EQ(updates.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(updates.status().message(), HasSubstr("param/actor/actor.0.w"));
-  EXPECT_TRUE(std::equal(before.begin(), before.end(), (*policy)->parameters().begin()));
+  EXPECT_EQ((*policy)->DownloadParameters(), before);
   EXPECT_EQ((*policy)->LoadAgentCheckpoint(path + ".missing").status().code(), absl::StatusCode::kNotFound);
   std::filesystem::remove(path);
 }

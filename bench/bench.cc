@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -119,6 +120,54 @@ absl::StatusOr<std::string> RunCommand(const std::string& command) {
   return out;
 }
 
+namespace {
+
+// The better "KEY NUMBER" figure of `command THREADS ARGS` over 1 and 2 threads.
+absl::StatusOr<double> BestOfOneAndTwoThreads(const std::string& command, const std::string& args,
+                                              const std::string& key) {
+  double best = 0;
+  for (int threads : {1, 2}) {
+    auto out = RunCommand(absl::StrCat(command, " ", threads, " ", args));
+    if (!out.ok()) return out.status();
+    const size_t at = out->rfind(key + " ");
+    double value = 0;
+    if (at == std::string::npos || std::sscanf(out->c_str() + at + key.size(), " %lf", &value) != 1) {
+      return absl::InternalError(absl::StrCat("peer `", command, "` printed: ", *out));
+    }
+    best = std::max(best, value);
+  }
+  return best;
+}
+
+// The PyTorch release the Python peers run: 2.x for CPU, pinned so figures compare.
+constexpr char kPytorchRequirement[] = "torch==2.5.1";
+
+}  // namespace
+
+absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
+  const std::string venv = TROUPE_PEERS_VENV;
+  const std::string python = venv + "/bin/python";
+  if (!std::filesystem::exists(venv + "/.torch-installed")) {
+    std::printf("(installing %s for CPU into %s for the PyTorch peer: a few minutes, once)\n", kPytorchRequirement,
+                venv.c_str());
+    std::fflush(stdout);
+    if (!std::filesystem::exists(python)) {
+      if (auto made = RunCommand(absl::StrCat("python3 -m venv ", venv, " 2>&1")); !made.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot make the peer environment (apt-get install python3-venv): ", made.status().message()));
+      }
+    }
+    if (auto installed = RunCommand(absl::StrCat(python, " -m pip install --quiet ", kPytorchRequirement, " 2>&1"));
+        !installed.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot install ", kPytorchRequirement, " (offline?): ",
+                                                 installed.status().message().substr(0, 400)));
+    }
+    std::ofstream(venv + "/.torch-installed") << kPytorchRequirement << "\n";
+  }
+  const std::string script = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/" + name + ".py";
+  return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
+}
+
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {
   if (!std::filesystem::exists("/usr/include/torch/csrc/api/include/torch/torch.h")) {
     return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
@@ -135,18 +184,7 @@ absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::strin
                                          binary));
     if (!built.ok()) return built.status();
   }
-  // Its best thread count, 1 or 2.
-  double best = 0;
-  for (int threads : {1, 2}) {
-    auto out = RunCommand(absl::StrCat(binary, " ", threads, " ", args));
-    if (!out.ok()) return out.status();
-    double value = 0;
-    if (std::sscanf(out->c_str(), (key + " %lf").c_str(), &value) != 1) {
-      return absl::InternalError(absl::StrCat("libtorch peer ", name, " printed: ", *out));
-    }
-    best = std::max(best, value);
-  }
-  return best;
+  return BestOfOneAndTwoThreads(binary, args, key);
 }
 
 }  // namespace troupe::bench

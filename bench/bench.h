@@ -101,6 +101,14 @@ absl::StatusOr<std::string> RunCommand(const std::string& command);
 // prints. NotFound when libtorch-dev is not installed.
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key);
 
+// A Python comparison peer, bench/peers/NAME.py, run with the virtual
+// environment build/<preset>/peers-venv, which the first call makes and
+// fills with PyTorch 2.x for CPU from PyPI (minutes, once; never a
+// dependency of troupe), as `python NAME.py THREADS ARGS` with 1 and 2
+// threads; returns the better number of its "KEY NUMBER" line. Unavailable,
+// saying why, when the environment cannot be made (offline, no python3-venv).
+absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key);
+
 }  // namespace troupe::bench
 
 #endif  // TROUPE_BENCH_BENCH_H_

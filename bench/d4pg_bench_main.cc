@@ -10,6 +10,7 @@
 
 #include "agents/d4pg_agent.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
 #include "replay/item.h"
 
 int main(int argc, char** argv) {
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
     config.mutable_d4pg()->add_hidden(std::atoi(argv[6]));
     config.mutable_d4pg()->add_hidden(std::atoi(argv[6]));
   }
-  auto replicator = replicator::Replicator::Create({});
+  auto replicator = engine::MakeReplicator(config.learner().engine());
   TROUPE_CHECK(replicator.ok());
   auto agent = agents::D4pgAgent::Create(config, spec, action_size, replicator->get());
   if (!agent.ok()) {

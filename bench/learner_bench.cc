@@ -40,7 +40,7 @@ struct DrqNetwork {
   int64_t size, spatial;
   int encoder_params = 0;  // parameters [0, encoder_params) are the encoder's
 
-  explicit DrqNetwork(int64_t image_size) : size(image_size) {
+  DrqNetwork(int64_t image_size, nn::Backend& backend) : size(image_size) {
     c1 = nn::Conv2dLayer::Create(params, "c1", 9, 32, 3, /*stride=*/2, /*pad=*/0);
     c2 = nn::Conv2dLayer::Create(params, "c2", 32, 32, 3, /*stride=*/1, /*pad=*/0);
     c3 = nn::Conv2dLayer::Create(params, "c3", 32, 32, 3, /*stride=*/1, /*pad=*/0);
@@ -50,7 +50,7 @@ struct DrqNetwork {
     ln = nn::LayerNormLayer::Create(params, "ln", 50);
     encoder_params = params.size();
     head = nn::Mlp::Create(params, "head", {50, 1024, 1024, 1});
-    params.Allocate(/*seed=*/1);
+    params.Allocate(backend, /*seed=*/1);
   }
 
   nn::Var Forward(nn::Tape& t, nn::Var x) {
@@ -88,7 +88,7 @@ struct DrqNetwork {
 
 // samples/s of forward + backward + Adam at `batch` on `backend`.
 double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double seconds) {
-  DrqNetwork net(size);
+  DrqNetwork net(size, backend);
   nn::Adam adam(&net.params, &backend);
   nn::Tape tape(&backend);
   std::mt19937_64 rng(1);
@@ -96,11 +96,15 @@ double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double s
   std::vector<float> x(batch * 9 * size * size), y(batch);
   for (float& v : x) v = d(rng);
   for (float& v : y) v = d(rng);
+  // The batch on the device once, as the peers' tensors are made once.
+  nn::DeviceBuffer x_device(backend, static_cast<int64_t>(x.size())), y_device(backend, batch);
+  x_device.Upload(x);
+  y_device.Upload(y);
   auto step = [&] {
     tape.Reset();
     net.params.ZeroGrad();
-    nn::Var loss = nn::MeanSquaredError(net.Forward(tape, tape.Constant(x.data(), {batch, 9, size, size})),
-                                        tape.Constant(y.data(), {batch, 1}));
+    nn::Var loss = nn::MeanSquaredError(net.Forward(tape, tape.Constant(x_device.data(), {batch, 9, size, size})),
+                                        tape.Constant(y_device.data(), {batch, 1}));
     tape.Backward(loss);
     adam.Step(1e-4f);
   };
@@ -155,11 +159,11 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   Report report;
   const double seconds = std::max(options.seconds_per_figure, 2.0);
   const int64_t batch = options.quick ? 32 : 256;
-  DrqNetwork shape_only(84);
+  nn::CpuBackend cpu(kThreads);
+  DrqNetwork shape_only(84, cpu);
 
   // Eigen GEMM first: the reference for the engine's GFLOP/s.
   const double gemm = MeasureEigenGemm(seconds);
-  nn::CpuBackend cpu(kThreads);
   const double troupe = MeasureTroupe(cpu, batch, 84, seconds);
   auto torch = MeasureLibtorch(batch, 84, seconds);
   const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam, batch %d, %d threads", batch, kThreads);
@@ -168,6 +172,14 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   } else {
     std::printf("libtorch peer unavailable: %s\n", torch.status().ToString().c_str());
     report.Add(name, troupe, "samples/s", "libtorch (not installed)", 0);
+  }
+  // What a user would pick instead today: PyTorch 2.x, eager and compiled.
+  for (const char* mode : {"eager", "compile"}) {
+    auto pytorch = RunPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode), "samples_per_second");
+    const std::string peer = absl::StrCat("PyTorch 2.5 ", mode == std::string("eager") ? "eager" : "torch.compile",
+                                          ", best of 1/2 threads");
+    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+    report.Add(name, troupe, "samples/s", peer, pytorch.ok() ? *pytorch : 0);
   }
   report.Add("engine GEMM throughput on that step", troupe * shape_only.FlopsPerSample() / 1e9, "GFLOP/s",
              absl::StrFormat("Eigen float GEMM 1024^3, %d threads", kThreads), gemm);

@@ -5,11 +5,13 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
 #include "common/config.h"
 #include "common/files.h"
+#include "engine/engine_config.h"
 #include "gan/run.h"
 #include "launch/experiment.h"
 #include "launch/launcher.h"
@@ -23,13 +25,15 @@ void OnSignal(int) { stop_requested = true; }
 // What troupe run cannot do that `troupe learner` can: MPI replicas are
 // processes mpirun starts (and that must not fork actors after MPI is up).
 absl::Status CheckRunnable(const config::ExperimentConfig& config) {
-  if (config.mode() == config::ExperimentConfig::RL &&
-      config.learner().engine().collectives() == config::EngineConfig::MPI) {
-    return absl::InvalidArgumentError(
-        "learner.engine.collectives: MPI runs one learner replica per MPI rank, which troupe run does not start. "
+  const config::EngineConfig& engine = config.learner().engine();
+  if (config.mode() == config::ExperimentConfig::RL && !engine::InProcessReplicas(engine)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learner.engine.collectives: ", config::EngineConfig::Collectives_Name(engine.collectives()),
+        " runs one learner replica per MPI rank, which troupe run does not start. "
         "Start the replicas with `mpirun -np K troupe learner --config CONFIG --run-dir DIR --listen "
         "127.0.0.1:7000` and each actor with `troupe actor --learner 127.0.0.1:7000 --config CONFIG --index I`; "
-        "or keep troupe run with learner.engine.collectives IN_PROCESS and learner.engine.replicas K (threads)");
+        "or keep troupe run with learner.engine.collectives IN_PROCESS (or NCCL) and learner.engine.replicas K "
+        "(threads)"));
   }
   return absl::OkStatus();
 }

@@ -4,13 +4,29 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/strict_cpu_backend.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #endif
+#ifdef TROUPE_HAVE_NCCL
+#include "engine/cuda/nccl_collectives.h"
+#endif
 
 namespace troupe::engine {
+
+bool InProcessReplicas(const config::EngineConfig& engine) {
+  return engine.collectives() == config::EngineConfig::IN_PROCESS || engine.collectives() == config::EngineConfig::NCCL;
+}
+
+bool BuiltWithNccl() {
+#ifdef TROUPE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
 
 bool BuiltWithCuda() {
 #ifdef TROUPE_HAVE_CUDA
@@ -45,12 +61,23 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
     return bad(".engine.threads ", engine.threads(), ": must be in [0, ", kMaxThreads, "] (0 = all cores)");
   }
   if (batch_size < 1) return bad(".batch_size ", batch_size, ": must be >= 1");
-  if (engine.collectives() == config::EngineConfig::IN_PROCESS && batch_size % engine.replicas() != 0) {
+  if (InProcessReplicas(engine) && batch_size % engine.replicas() != 0) {
     return bad(".batch_size ", batch_size, ": must be divisible by ", section, ".engine.replicas ", engine.replicas(),
                " (each replica takes an equal shard)");
   }
   const bool cuda = engine.device() == config::EngineConfig::CUDA;
   if (cuda && !BuiltWithCuda()) return NotBuiltWithCuda(section);
+  const bool nccl = engine.collectives() == config::EngineConfig::NCCL ||
+                    engine.collectives() == config::EngineConfig::NCCL_MPI;
+  if (nccl && !cuda) {
+    return bad(".engine.collectives ", config::EngineConfig::Collectives_Name(engine.collectives()),
+               ": NCCL reduces between GPUs; it needs ", section, ".engine.device CUDA (not ",
+               config::EngineConfig::Device_Name(engine.device()), ")");
+  }
+  if (nccl && !BuiltWithNccl()) {
+    return bad(".engine.collectives ", config::EngineConfig::Collectives_Name(engine.collectives()),
+               ": this troupe was built without NCCL (configure with NCCL_ROOT); collectives here: IN_PROCESS, MPI");
+  }
   if (!cuda && engine.precision() == config::EngineConfig::BFLOAT16) {
     return absl::InvalidArgumentError(absl::StrCat(section, ".engine.precision BFLOAT16: the ",
                                                    config::EngineConfig::Device_Name(engine.device()),
@@ -64,7 +91,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
 #ifdef TROUPE_HAVE_CUDA
   std::string why;
   const int devices = cuda::DeviceCount(&why);
-  const int needed = engine.collectives() == config::EngineConfig::IN_PROCESS ? engine.replicas() : 1;
+  const int needed = InProcessReplicas(engine) ? engine.replicas() : 1;
   if (devices < needed) {
     return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device CUDA: ", needed, " GPU(s) needed, ",
                                                       devices, " found", why.empty() ? "" : absl::StrCat(" (", why, ")")));
@@ -106,6 +133,40 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
     }
   }
   return absl::InvalidArgumentError(absl::StrCat("engine.device ", int(engine.device()), ": unknown"));
+}
+
+absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(const config::EngineConfig& engine,
+                                                                       std::chrono::milliseconds timeout) {
+  replicator::ReplicatorOptions options;
+  options.backend = InProcessReplicas(engine) ? replicator::ReplicatorOptions::Backend::kInProcess
+                                              : replicator::ReplicatorOptions::Backend::kMpi;
+  options.num_replicas = engine.replicas();
+  options.timeout = timeout;
+  options.make_backend = [engine](const replicator::Collectives& collectives, int local_replicas) {
+    return MakeBackend(engine, collectives.local_rank(), EngineThreadsPerReplica(engine, local_replicas));
+  };
+#ifdef TROUPE_HAVE_NCCL
+  if (engine.collectives() == config::EngineConfig::NCCL) {
+    options.make_collectives = [](int replicas, std::chrono::milliseconds timeout)
+        -> absl::StatusOr<replicator::LocalCollectives> {
+      std::vector<int> devices(replicas);
+      for (int r = 0; r < replicas; ++r) devices[r] = r;  // replica r on GPU r, as MakeBackend
+      ASSIGN_OR_RETURN(auto group, cuda::NcclCollectives::CreateGroup(devices, timeout));
+      replicator::LocalCollectives local;
+      for (auto& member : group) local.members.push_back(std::move(member));
+      return local;
+    };
+  } else if (engine.collectives() == config::EngineConfig::NCCL_MPI) {
+    options.make_collectives = [](int, std::chrono::milliseconds timeout)
+        -> absl::StatusOr<replicator::LocalCollectives> {
+      ASSIGN_OR_RETURN(auto member, cuda::NcclCollectives::CreateWithMpi(timeout));
+      replicator::LocalCollectives local;
+      local.members.push_back(std::move(member));
+      return local;
+    };
+  }
+#endif
+  return replicator::Replicator::Create(options);
 }
 
 }  // namespace troupe::engine

@@ -7,18 +7,21 @@
 #ifndef TROUPE_ENGINE_ENGINE_CONFIG_H_
 #define TROUPE_ENGINE_ENGINE_CONFIG_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/nn/backend.h"
+#include "engine/replicator/replicator.h"
 #include "proto/config.pb.h"
 
 namespace troupe::engine {
 
-// True when this binary has the CUDA backend.
+// True when this binary has the CUDA backend, and NCCL collectives.
 bool BuiltWithCuda();
+bool BuiltWithNccl();
 
 // InvalidArgument naming the field ("learner.engine.replicas 0: must be >= 1")
 // for an engine section `section` ("learner", "gan") cannot run: replicas or
@@ -42,12 +45,25 @@ int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replic
 // nothing behind.
 absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section);
 
-// The backend of local replica `local_index` (device `local_index` for CUDA)
+// The backend of the replica with node-local rank `local_index` (device
+// `local_index` for CUDA)
 // with `threads` compute threads (CPU devices). Errors: ValidateEngineConfig's;
 // FailedPrecondition from CUDA naming why no device answers (no driver, no
 // device, driver too old).
 absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineConfig& engine, int local_index,
                                                          int threads);
+
+// True when the section's replicas are threads of this process (IN_PROCESS,
+// NCCL), false when they are mpirun's ranks (MPI, NCCL_MPI).
+bool InProcessReplicas(const config::EngineConfig& engine);
+
+// The Replicator an engine section asks for: its collectives (in-process, MPI,
+// or NCCL from this layer, which the Replicator does not know) and each local
+// replica's backend (MakeBackend, replica r on device r, the section's
+// threads split between them). `timeout` bounds each collective. Errors:
+// MakeBackend's and the collectives'.
+absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(
+    const config::EngineConfig& engine, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
 
 }  // namespace troupe::engine
 

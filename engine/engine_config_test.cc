@@ -2,6 +2,9 @@
 // backend each device gives (CUDA refused, saying why, where it cannot be had).
 #include "engine/engine_config.h"
 
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -37,6 +40,56 @@ TEST(ValidateEngineConfigTest, BFloat16IsForCudaOnly) {
       ValidateEngineConfig(Engine(config::EngineConfig::CPU, config::EngineConfig::BFLOAT16), "learner", 8);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("learner.engine.precision BFLOAT16: the CPU device computes in FLOAT32"));
+}
+
+TEST(ValidateEngineConfigTest, NcclIsForCudaDevicesInABuildWithIt) {
+  for (const auto collectives : {config::EngineConfig::NCCL, config::EngineConfig::NCCL_MPI}) {
+    config::EngineConfig engine = Engine(config::EngineConfig::CPU);
+    engine.set_collectives(collectives);
+    const std::string name = config::EngineConfig::Collectives_Name(collectives);
+    EXPECT_THAT(ValidateEngineConfig(engine, "learner", 8).message(),
+                HasSubstr("learner.engine.collectives " + name + ": NCCL reduces between GPUs; it needs "
+                          "learner.engine.device CUDA (not CPU)"));
+    engine.set_device(config::EngineConfig::CUDA);
+    const absl::Status status = ValidateEngineConfig(engine, "learner", 8);
+    if (!BuiltWithCuda()) {
+      EXPECT_THAT(status.message(), HasSubstr("built without CUDA"));
+    } else if (!BuiltWithNccl()) {
+      EXPECT_THAT(status.message(), HasSubstr("built without NCCL"));
+    } else {
+      EXPECT_TRUE(status.ok()) << status;
+    }
+  }
+  // In-process NCCL replicas split the batch as threads do.
+  config::EngineConfig engine = Engine(config::EngineConfig::CUDA);
+  engine.set_collectives(config::EngineConfig::NCCL);
+  engine.set_replicas(3);
+  EXPECT_TRUE(InProcessReplicas(engine));
+  if (BuiltWithCuda()) {
+    EXPECT_THAT(ValidateEngineConfig(engine, "gan", 64).message(), HasSubstr("divisible"));
+  }
+}
+
+// Each replica's backend comes from the Replicator: replica r on device r,
+// the section's threads split between them.
+TEST(MakeReplicatorTest, EveryLocalReplicaGetsABackendOfTheSectionsDevice) {
+  config::EngineConfig engine = Engine(config::EngineConfig::CPU_STRICT);
+  engine.set_replicas(2);
+  engine.set_threads(4);
+  auto replicator = MakeReplicator(engine);
+  ASSERT_TRUE(replicator.ok()) << replicator.status();
+  ASSERT_EQ((*replicator)->local_replicas().size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ((*replicator)->backend(k)->name(), "cpu_strict");
+    EXPECT_EQ((*replicator)->backend(k)->num_threads(), 2);
+  }
+  EXPECT_NE((*replicator)->backend(0), (*replicator)->backend(1));
+  std::vector<std::string> seen(2);
+  ASSERT_TRUE((*replicator)->RunReplicas([&](replicator::ReplicaContext& ctx) {
+    seen[ctx.replica_id()] = ctx.backend() == (*replicator)->backend(ctx.replica_id()) ? "own" : "other";
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"own", "own"}));
 }
 
 TEST(MakeBackendTest, EachCpuDeviceGivesItsBackend) {

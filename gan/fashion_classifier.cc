@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
-#include "engine/nn/cpu_backend.h"
+#include "engine/engine_config.h"
 #include "engine/nn/optimizer.h"
 #include "gan/idx.h"
 
@@ -52,12 +52,19 @@ absl::StatusOr<FashionMnist> LoadFashionMnist(const std::string& dir) {
   return data;
 }
 
+absl::StatusOr<std::unique_ptr<nn::Backend>> MakeDevice(config::EngineConfig::Device device, int threads) {
+  config::EngineConfig engine;
+  engine.set_device(device);
+  return engine::MakeBackend(engine, /*local_index=*/0, threads);
+}
+
 absl::StatusOr<TrainResult> TrainFashionClassifier(const FashionMnist& data, const TrainOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  nn::CpuBackend backend(options.threads);
+  ASSIGN_OR_RETURN(const std::unique_ptr<nn::Backend> device, MakeDevice(options.device, options.threads));
+  nn::Backend& backend = *device;
   nn::ParameterSet params;
   FashionClassifier model(params);
-  params.Allocate(options.seed);
+  params.Allocate(backend, options.seed);
   nn::Adam adam(&params, &backend);
   nn::Tape tape(&backend);
   constexpr int64_t kPixels = 28 * 28;
@@ -80,7 +87,7 @@ absl::StatusOr<TrainResult> TrainFashionClassifier(const FashionMnist& data, con
       // One Adam step; the rate halves for the last epoch.
       tape.Reset();
       params.ZeroGrad();
-      nn::Var x = tape.Constant(batch_images.data(), {options.batch, 1, 28, 28});
+      nn::Var x = tape.Input(batch_images.data(), {options.batch, 1, 28, 28});
       nn::Var loss = nn::SoftmaxCrossEntropy(model.Logits(tape, params, x), batch_labels);
       tape.Backward(loss);
       adam.Step(epoch + 1 == options.epochs && options.epochs > 1 ? options.learning_rate * 0.5f
@@ -95,7 +102,7 @@ absl::StatusOr<TrainResult> TrainFashionClassifier(const FashionMnist& data, con
     const int64_t count = std::min<int64_t>(500, test_n - begin);
     tape.Reset();
     nn::Var logits =
-        model.Logits(tape, params, tape.Constant(data.test_images.data() + begin * kPixels, {count, 1, 28, 28}));
+        model.Logits(tape, params, tape.Input(data.test_images.data() + begin * kPixels, {count, 1, 28, 28}));
     tape.backend().Download(tape.data(logits).data, host_logits.data(), sizeof(float) * count * 10);
     const float* l = host_logits.data();
     for (int64_t i = 0; i < count; ++i) {

@@ -5,11 +5,14 @@
 #ifndef TROUPE_GAN_FASHION_CLASSIFIER_H_
 #define TROUPE_GAN_FASHION_CLASSIFIER_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/nn/backend.h"
 #include "engine/nn/layers.h"
+#include "proto/config.pb.h"
 
 namespace troupe::gan {
 
@@ -42,6 +45,7 @@ struct TrainOptions {
   int batch = 128;
   float learning_rate = 1e-3f;
   int threads = 2;
+  config::EngineConfig::Device device = config::EngineConfig::CPU;  // where it trains
   uint64_t seed = 1;
   std::string checkpoint_path;  // written after training when non-empty
 };
@@ -50,6 +54,10 @@ struct TrainResult {
   double test_accuracy = 0;
   double seconds = 0;
 };
+
+// A backend on `device` (GPU 0 for CUDA) with `threads` CPU threads: where
+// the classifier and the FID network compute.
+absl::StatusOr<std::unique_ptr<nn::Backend>> MakeDevice(config::EngineConfig::Device device, int threads);
 
 // Trains the classifier with Adam and evaluates it on the test set.
 absl::StatusOr<TrainResult> TrainFashionClassifier(const FashionMnist& data, const TrainOptions& options);

@@ -73,13 +73,14 @@ std::string DefaultClassifierPath() {
   return absl::StrCat(cache, "/troupe/fashion_mnist_classifier.ckpt");
 }
 
-FidClassifier::FidClassifier(int threads) : backend_(threads), model_(params_) {}
+FidClassifier::FidClassifier(std::unique_ptr<nn::Backend> backend) : backend_(std::move(backend)), model_(params_) {}
 
 absl::StatusOr<std::unique_ptr<FidClassifier>> FidClassifier::LoadOrTrain(const Options& options,
                                                                           void (*log)(const std::string&)) {
-  std::unique_ptr<FidClassifier> c(new FidClassifier(options.threads));
+  ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> device, MakeDevice(options.device, options.threads));
+  std::unique_ptr<FidClassifier> c(new FidClassifier(std::move(device)));
   c->checkpoint_ = options.checkpoint.empty() ? DefaultClassifierPath() : options.checkpoint;
-  c->params_.Allocate(options.train.seed);
+  c->params_.Allocate(*c->backend_, options.train.seed);
   const std::string accuracy_path = c->checkpoint_ + ".txt";
   if (!std::filesystem::exists(c->checkpoint_)) {
     // Train it (a few minutes on two cores) and cache it for every later run.
@@ -93,6 +94,7 @@ absl::StatusOr<std::unique_ptr<FidClassifier>> FidClassifier::LoadOrTrain(const 
     }
     TrainOptions train = options.train;
     train.threads = options.threads;
+    train.device = options.device;
     train.checkpoint_path = c->checkpoint_;
     ASSIGN_OR_RETURN(TrainResult result, TrainFashionClassifier(data, train));
     RETURN_IF_ERROR(WriteFileAtomically(
@@ -113,18 +115,18 @@ absl::StatusOr<std::unique_ptr<FidClassifier>> FidClassifier::LoadOrTrain(const 
 
 void FidClassifier::Evaluate(const float* images, int64_t count, float* features, float* probabilities) {
   constexpr int64_t kChunk = 500;
-  nn::Tape tape(&backend_);
+  nn::Tape tape(backend_.get());
   for (int64_t begin = 0; begin < count; begin += kChunk) {
     const int64_t n = std::min(kChunk, count - begin);
     tape.Reset();
     nn::Var f;
-    nn::Var logits = model_.Logits(tape, params_, tape.Constant(images + begin * 784, {n, 1, 28, 28}), &f);
+    nn::Var logits = model_.Logits(tape, params_, tape.Input(images + begin * 784, {n, 1, 28, 28}), &f);
     if (features != nullptr) {
-      backend_.Download(tape.data(f).data, features + begin * kFeatureSize, sizeof(float) * n * kFeatureSize);
+      backend_->Download(tape.data(f).data, features + begin * kFeatureSize, sizeof(float) * n * kFeatureSize);
     }
     if (probabilities != nullptr) {
       nn::Var p = nn::Softmax(logits);
-      backend_.Download(tape.data(p).data, probabilities + begin * kClasses, sizeof(float) * n * kClasses);
+      backend_->Download(tape.data(p).data, probabilities + begin * kClasses, sizeof(float) * n * kClasses);
     }
   }
 }

@@ -22,7 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/nn/cpu_backend.h"
+#include "engine/nn/backend.h"
 #include "engine/nn/parameters.h"
 #include "gan/fashion_classifier.h"
 
@@ -61,6 +61,7 @@ class FidClassifier {
     TrainOptions train;         // how it is trained then (2 epochs, ~88-90%)
     int64_t train_images = 0;           // train on the first this many (0 = all 60,000; tests use fewer)
     int threads = 2;
+    config::EngineConfig::Device device = config::EngineConfig::CPU;  // where it computes (and trains)
   };
   // Loads options.checkpoint, or trains the classifier, saves it there and
   // writes its test accuracy to `<checkpoint>.txt`. `log` (may be null) hears
@@ -78,8 +79,8 @@ class FidClassifier {
   double test_accuracy() const { return test_accuracy_; }
 
  private:
-  FidClassifier(int threads);
-  nn::CpuBackend backend_;
+  explicit FidClassifier(std::unique_ptr<nn::Backend> backend);
+  std::unique_ptr<nn::Backend> backend_;  // before the parameters that live in it
   nn::ParameterSet params_;
   FashionClassifier model_;
   std::string checkpoint_;

@@ -55,6 +55,7 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   classifier_options.checkpoint = gan.classifier_checkpoint();
   classifier_options.data_dir = gan.data_dir();
   classifier_options.threads = engine::EngineThreads(gan.engine());
+  classifier_options.device = gan.engine().device();
   ASSIGN_OR_RETURN(std::unique_ptr<FidClassifier> classifier, FidClassifier::LoadOrTrain(classifier_options, Log));
   ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
   const std::string checkpoint_dir = run_dir + "/checkpoints";

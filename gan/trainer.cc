@@ -17,14 +17,14 @@ namespace troupe::gan {
 
 struct GanTrainer::Replica {
   int global_id = 0;
-  std::unique_ptr<nn::Backend> backend;  // this replica's device (gan.engine.device)
+  std::shared_ptr<nn::Backend> backend;  // this replica's device (from the Replicator)
   nn::ParameterSet g, d, d_power;
   std::unique_ptr<nn::Adam> g_adam, d_adam;
   std::unique_ptr<nn::Tape> tape;
   std::unique_ptr<ShardSampler> sampler;
   std::vector<float> real;   // [n_critic][shard, 1, 28, 28]
   std::vector<float> noise;  // [n_critic + 1][shard, noise]
-  std::vector<float> ones;   // [shard, 1]
+  nn::DeviceBuffer ones;     // [shard, 1] on the device
   int64_t step = 0;          // this replica's step counter
   double d_loss = 0, g_loss = 0;
 };
@@ -85,48 +85,46 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   std::unique_ptr<GanTrainer> t(new GanTrainer());
   t->config_ = config;
   t->data_ = data;
-  ASSIGN_OR_RETURN(t->replicator_,
-                   replicator::Replicator::Create(replicator::ReplicatorOptions::FromConfig(config.engine())));
+  ASSIGN_OR_RETURN(t->replicator_, engine::MakeReplicator(config.engine()));
   const int k = t->replicator_->num_replicas();
   if (config.batch_size() % k != 0) {
     return FieldError("batch_size", absl::StrCat(config.batch_size(), " is not divisible by the ", k, " replicas"));
   }
-  const int local = static_cast<int>(t->replicator_->local_replicas().size());
   const uint64_t seed = config.engine().seed();
   // Every replica: the same initial values (one seed), its own optimizers, tape and shard.
   for (int id : t->replicator_->local_replicas()) {
     auto r = std::make_unique<Replica>();
     r->global_id = id;
-    ASSIGN_OR_RETURN(r->backend, engine::MakeBackend(config.engine(), static_cast<int>(t->replicas_.size()),
-                                                     engine::EngineThreadsPerReplica(config.engine(), local)));
+    r->backend = t->replicator_->backend(static_cast<int>(t->replicas_.size()));
+    nn::Backend& device = *r->backend;
     auto generator = std::make_unique<Generator>(r->g, config.noise_size(), config.generator_channels());
     auto discriminator = std::make_unique<Discriminator>(r->d, r->d_power, config.discriminator_channels());
-    r->g.Allocate(seed * 3 + 1);
-    r->d.Allocate(seed * 3 + 2);
-    r->d_power.Allocate(seed * 3 + 3);
+    r->g.Allocate(device, seed * 3 + 1);
+    r->d.Allocate(device, seed * 3 + 2);
+    r->d_power.Allocate(device, seed * 3 + 3);
     nn::AdamOptions adam;
     adam.beta1 = config.adam_beta1();
     adam.beta2 = config.adam_beta2();
-    r->g_adam = std::make_unique<nn::Adam>(&r->g, r->backend.get(), adam);
-    r->d_adam = std::make_unique<nn::Adam>(&r->d, r->backend.get(), adam);
-    r->tape = std::make_unique<nn::Tape>(r->backend.get());
+    r->g_adam = std::make_unique<nn::Adam>(&r->g, &device, adam);
+    r->d_adam = std::make_unique<nn::Adam>(&r->d, &device, adam);
+    r->tape = std::make_unique<nn::Tape>(&device);
     r->sampler = std::make_unique<ShardSampler>(data, seed, config.batch_size(), id, k);
     const int64_t shard = config.batch_size() / k;
     r->real.resize(config.n_critic() * shard * kPixels);
     r->noise.resize((config.n_critic() + 1) * shard * config.noise_size());
-    r->ones.assign(shard, 1.0f);
+    r->ones = nn::DeviceBuffer(device, shard);
+    device.Fill(r->ones.data(), shard, 1.0f);
     if (t->generator_ == nullptr) {
       t->generator_ = std::move(generator);
       t->discriminator_ = std::move(discriminator);
     }
     t->replicas_.push_back(std::move(r));
   }
-  // The EMA generator starts as a copy of the generator.
+  // The EMA generator starts as a copy of the generator, on local replica 0's
+  // device, where evaluation runs too.
   Generator ema_layout(t->ema_, config.noise_size(), config.generator_channels());
-  t->ema_.Allocate(seed * 3 + 1);
+  t->ema_.Allocate(*t->replicas_[0]->backend, seed * 3 + 1);
   RETURN_IF_ERROR(t->ema_.CopyValuesFrom(t->replicas_[0]->g));
-  ASSIGN_OR_RETURN(t->eval_backend_,
-                   engine::MakeBackend(config.engine(), /*local_index=*/0, engine::EngineThreads(config.engine())));
   // Learning-rate scaling, warmup and EMA decay per step.
   const double ratio = static_cast<double>(config.batch_size()) / config.base_batch_size();
   switch (config.lr_scaling()) {
@@ -209,9 +207,9 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   for (int c = 0; c < config_.n_critic(); ++c) {
     tape.Reset();
     r.d.ZeroGrad();
-    nn::Var noise = tape.Constant(r.noise.data() + c * shard * z, {shard, z});
+    nn::Var noise = tape.Input(r.noise.data() + c * shard * z, {shard, z});
     nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/false, cross);
-    nn::Var real = tape.Constant(r.real.data() + c * shard * kPixels, {shard, 1, kImageSize, kImageSize});
+    nn::Var real = tape.Input(r.real.data() + c * shard * kPixels, {shard, 1, kImageSize, kImageSize});
     // One discriminator pass over [real; fake] (one power iteration per update).
     const nn::Var both_parts[] = {real, fake};
     nn::Var scores = discriminator_->Forward(tape, r.d, r.d_power, nn::Concat(both_parts, 0), /*trainable=*/true,
@@ -231,7 +229,7 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   // One generator update through the (constant) discriminator.
   tape.Reset();
   r.g.ZeroGrad();
-  nn::Var noise = tape.Constant(r.noise.data() + config_.n_critic() * shard * z, {shard, z});
+  nn::Var noise = tape.Input(r.noise.data() + config_.n_critic() * shard * z, {shard, z});
   nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/true, cross);
   nn::Var scores = discriminator_->Forward(tape, r.d, r.d_power, fake, /*trainable=*/false, /*power_iterations=*/0);
   nn::Var loss = hinge ? nn::Scale(nn::Mean(scores), -1.0f) : nn::Mean(nn::Softplus(nn::Scale(scores, -1.0f)));
@@ -258,12 +256,12 @@ void GanTrainer::Generate(uint64_t stream, int64_t first, int64_t count, float* 
   nn::ParameterSet& weights = ema_decay_ > 0 ? ema_ : replicas_[0]->g;
   const int64_t z = config_.noise_size();
   std::vector<float> noise(kChunk * z);
-  nn::Tape tape(eval_backend_.get());
+  nn::Tape tape(replicas_[0]->backend.get());
   for (int64_t begin = 0; begin < count; begin += kChunk) {
     const int64_t n = std::min(kChunk, count - begin);
     FillNoise(config_.engine().seed() ^ 0x5EED, stream, (first + begin) * z, n * z, noise.data());
     tape.Reset();
-    nn::Var images = generator_->Forward(tape, weights, tape.Constant(noise.data(), {n, z}), /*trainable=*/false,
+    nn::Var images = generator_->Forward(tape, weights, tape.Input(noise.data(), {n, z}), /*trainable=*/false,
                                          /*cross_replica=*/nullptr);
     // To the host, then [-1, 1] -> [0, 1], the classifier's range.
     float* x = out + begin * kPixels;

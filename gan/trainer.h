@@ -92,8 +92,7 @@ class GanTrainer {
   std::vector<std::unique_ptr<Replica>> replicas_;  // one per local replica
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<Discriminator> discriminator_;
-  nn::ParameterSet ema_;
-  std::unique_ptr<nn::Backend> eval_backend_;
+  nn::ParameterSet ema_;  // on local replica 0's device
   int64_t steps_ = 0;
   double d_loss_ = 0, g_loss_ = 0;
   double lr_scale_ = 1;

@@ -57,26 +57,25 @@ TEST(GanTrainerTest, TwoReplicasWithCrossReplicaBatchNormEqualOneReplicaOnTheWho
   auto two = GanTrainer::Create(TinyConfig(/*replicas=*/2), &data);
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_TRUE(two.ok()) << two.status();
-  std::vector<float> initial((*one)->generator_parameters(0).values().begin(),
-                             (*one)->generator_parameters(0).values().end());
+  const std::vector<float> initial = (*one)->generator_parameters(0).DownloadValues();
   ASSERT_TRUE((*one)->Train(/*steps=*/1).ok());
   ASSERT_TRUE((*two)->Train(/*steps=*/1).ok());
   for (int r = 0; r < 2; ++r) {
-    EXPECT_LT(MaxDifference((*one)->generator_parameters(0).values(), (*two)->generator_parameters(r).values()), 1e-5)
+    EXPECT_LT(MaxDifference((*one)->generator_parameters(0).DownloadValues(), (*two)->generator_parameters(r).DownloadValues()), 1e-5)
         << "generator, replica " << r;
-    EXPECT_LT(MaxDifference((*one)->discriminator_parameters(0).values(),
-                            (*two)->discriminator_parameters(r).values()),
+    EXPECT_LT(MaxDifference((*one)->discriminator_parameters(0).DownloadValues(),
+                            (*two)->discriminator_parameters(r).DownloadValues()),
               1e-5)
         << "discriminator, replica " << r;
   }
-  EXPECT_LT(MaxDifference((*one)->generator_ema().values(), (*two)->generator_ema().values()), 1e-5);
+  EXPECT_LT(MaxDifference((*one)->generator_ema().DownloadValues(), (*two)->generator_ema().DownloadValues()), 1e-5);
   EXPECT_NEAR((*one)->discriminator_loss(), (*two)->discriminator_loss(), 1e-5);
   EXPECT_NEAR((*one)->generator_loss(), (*two)->generator_loss(), 1e-5);
   // The step moved the generator (the comparison is not vacuous): Adam's
   // first step moves every weight with a gradient by about the learning rate,
   // 1e-4 * 8 / 64 by the linear scaling rule.
   EXPECT_NEAR((*one)->GeneratorLearningRate(0), 1.25e-5, 1e-9);
-  EXPECT_GT(MaxDifference(initial, (*one)->generator_parameters(0).values()), 1e-5);
+  EXPECT_GT(MaxDifference(initial, (*one)->generator_parameters(0).DownloadValues()), 1e-5);
 }
 
 // The strict CPU device (memory the host cannot touch between kernels): a
@@ -92,10 +91,10 @@ TEST(GanTrainerTest, TwoReplicasOnTheStrictDeviceEqualTheCpuBitForBit) {
   ASSERT_TRUE((*cpu)->Train(/*steps=*/2).ok());
   ASSERT_TRUE((*strict)->Train(/*steps=*/2).ok());
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(MaxDifference((*cpu)->generator_parameters(r).values(), (*strict)->generator_parameters(r).values()), 0)
+    EXPECT_EQ(MaxDifference((*cpu)->generator_parameters(r).DownloadValues(), (*strict)->generator_parameters(r).DownloadValues()), 0)
         << "generator, replica " << r;
-    EXPECT_EQ(MaxDifference((*cpu)->discriminator_parameters(r).values(),
-                            (*strict)->discriminator_parameters(r).values()),
+    EXPECT_EQ(MaxDifference((*cpu)->discriminator_parameters(r).DownloadValues(),
+                            (*strict)->discriminator_parameters(r).DownloadValues()),
               0)
         << "discriminator, replica " << r;
   }
@@ -137,8 +136,8 @@ TEST(GanTrainerTest, CheckpointRoundTripsAndTrainingContinuesIdentically) {
   EXPECT_EQ((*b)->steps(), 3);
   ASSERT_TRUE((*a)->Train(2).ok());
   ASSERT_TRUE((*b)->Train(2).ok());
-  EXPECT_EQ(MaxDifference((*a)->generator_parameters(0).values(), (*b)->generator_parameters(0).values()), 0.0);
-  EXPECT_EQ(MaxDifference((*a)->generator_ema().values(), (*b)->generator_ema().values()), 0.0);
+  EXPECT_EQ(MaxDifference((*a)->generator_parameters(0).DownloadValues(), (*b)->generator_parameters(0).DownloadValues()), 0.0);
+  EXPECT_EQ(MaxDifference((*a)->generator_ema().DownloadValues(), (*b)->generator_ema().DownloadValues()), 0.0);
   std::filesystem::remove_all(dir);
 }
 

@@ -84,16 +84,15 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
 
   // The Replicator first: under MPI it says which rank this process is.
   const config::EngineConfig& engine = config.learner().engine();
-  replicator::ReplicatorOptions replicator_options = replicator::ReplicatorOptions::FromConfig(engine);
-  replicator_options.timeout = options.collective_timeout;
-  l->mpi_ = engine.collectives() == config::EngineConfig::MPI;
-  ASSIGN_OR_RETURN(l->replicator_, replicator::Replicator::Create(replicator_options));
+  l->mpi_ = !engine::InProcessReplicas(engine);
+  ASSIGN_OR_RETURN(l->replicator_, engine::MakeReplicator(engine, options.collective_timeout));
   if (l->mpi_) {
     l->rank_ = l->replicator_->local_replicas().front();
     l->num_ranks_ = l->replicator_->num_replicas();
     if (engine.replicas() > 1 && engine.replicas() != l->num_ranks_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "learner.engine.replicas ", engine.replicas(), " with learner.engine.collectives MPI: mpirun started ",
+          "learner.engine.replicas ", engine.replicas(), " with learner.engine.collectives ",
+          config::EngineConfig::Collectives_Name(engine.collectives()), ": mpirun started ",
           l->num_ranks_, " ranks (one replica each); leave learner.engine.replicas at 1 or make it match `mpirun -np`"));
     }
   }

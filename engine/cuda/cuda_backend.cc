@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) {}
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(options_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(AsStream(stream_));
   for (Buffer& b : scratch_) cudaFree(b.data);
   cudaFree(reduce_result_);
@@ -79,7 +80,13 @@ std::string CudaBackend::name() const {
 
 // --- Memory ---------------------------------------------------------------------------
 
+void* CudaBackend::Bound() {
+  CUDA_CHECK(cudaSetDevice(options_.device));
+  return stream_;
+}
+
 void* CudaBackend::Allocate(size_t bytes) {
+  Bound();
   void* p = nullptr;
   CUDA_CHECK(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes));
   // Keep it on the device; host reads map it without migrating it away.
@@ -92,27 +99,27 @@ void* CudaBackend::Allocate(size_t bytes) {
 
 void CudaBackend::Free(void* p) {
   if (p == nullptr) return;
-  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
   CUDA_CHECK(cudaFree(p));
 }
 
 void CudaBackend::Upload(const void* host, void* device, size_t bytes) {
-  CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, AsStream(stream_)));
-  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, AsStream(Bound())));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
 }
 
 void CudaBackend::Download(const void* device, void* host, size_t bytes) {
-  CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, AsStream(stream_)));
-  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, AsStream(Bound())));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
 }
 
-void CudaBackend::Synchronize() { CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_))); }
+void CudaBackend::Synchronize() { CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound()))); }
 
 void* CudaBackend::Scratch(int slot, size_t bytes) {
   Buffer& b = scratch_[slot];
   if (b.capacity < bytes) {
     // The old buffer may still be read by queued kernels.
-    CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+    CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
     CUDA_CHECK(cudaFree(b.data));
     b.data = nullptr;
     CUDA_CHECK(cudaMalloc(&b.data, bytes));
@@ -128,35 +135,35 @@ void CudaBackend::Done(const char* what) {
     std::abort();
   }
   if (!options_.synchronous) return;
-  if (cudaError_t e = cudaStreamSynchronize(AsStream(stream_)); e != cudaSuccess) {
+  if (cudaError_t e = cudaStreamSynchronize(AsStream(Bound())); e != cudaSuccess) {
     std::fprintf(stderr, "%s:%d: CudaBackend::%s: %s\n", __FILE__, __LINE__, what, cudaGetErrorString(e));
     std::abort();
   }
 }
 
 void CudaBackend::Fill(float* x, int64_t n, float value) {
-  kernels::Fill(AsStream(stream_), x, n, value);
+  kernels::Fill(AsStream(Bound()), x, n, value);
   Done("Fill");
 }
 
 void CudaBackend::Copy(const float* x, float* y, int64_t n) {
-  CUDA_CHECK(cudaMemcpyAsync(y, x, sizeof(float) * n, cudaMemcpyDefault, AsStream(stream_)));
+  CUDA_CHECK(cudaMemcpyAsync(y, x, sizeof(float) * n, cudaMemcpyDefault, AsStream(Bound())));
   Done("Copy");
 }
 
 void CudaBackend::Axpy(float alpha, const float* x, float* y, int64_t n) {
-  kernels::Axpy(AsStream(stream_), alpha, x, y, n);
+  kernels::Axpy(AsStream(Bound()), alpha, x, y, n);
   Done("Axpy");
 }
 
 void CudaBackend::AddScalar(float alpha, const float* scalar, float* y, int64_t n) {
-  kernels::AddScalar(AsStream(stream_), alpha, scalar, y, n);
+  kernels::AddScalar(AsStream(Bound()), alpha, scalar, y, n);
   Done("AddScalar");
 }
 
 void CudaBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
                              float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
-  kernels::CopyBlocks(AsStream(stream_), outer, len, src, src_stride, src_offset, dst, dst_stride, dst_offset,
+  kernels::CopyBlocks(AsStream(Bound()), outer, len, src, src_stride, src_offset, dst, dst_stride, dst_offset,
                       accumulate);
   Done("CopyBlocks");
 }
@@ -164,29 +171,29 @@ void CudaBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64
 // --- Elementwise -----------------------------------------------------------------------
 
 void CudaBackend::ActivationForward(nn::Activation f, float alpha, const float* x, float* y, int64_t n) {
-  kernels::ActivationForward(AsStream(stream_), static_cast<int>(f), alpha, x, y, n);
+  kernels::ActivationForward(AsStream(Bound()), static_cast<int>(f), alpha, x, y, n);
   Done("ActivationForward");
 }
 
 void CudaBackend::ActivationBackward(nn::Activation f, float alpha, const float* x, const float* y, const float* dy,
                                      float* dx, int64_t n) {
-  kernels::ActivationBackward(AsStream(stream_), static_cast<int>(f), alpha, x, y, dy, dx, n);
+  kernels::ActivationBackward(AsStream(Bound()), static_cast<int>(f), alpha, x, y, dy, dx, n);
   Done("ActivationBackward");
 }
 
 void CudaBackend::BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) {
-  kernels::BinaryForward(AsStream(stream_), static_cast<int>(op), a, b, y, n);
+  kernels::BinaryForward(AsStream(Bound()), static_cast<int>(op), a, b, y, n);
   Done("BinaryForward");
 }
 
 void CudaBackend::BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
                                  int64_t n) {
-  kernels::BinaryBackward(AsStream(stream_), static_cast<int>(op), a, b, dy, da, db, n);
+  kernels::BinaryBackward(AsStream(Bound()), static_cast<int>(op), a, b, dy, da, db, n);
   Done("BinaryBackward");
 }
 
 void CudaBackend::Scale(float alpha, const float* x, float* y, int64_t n) {
-  kernels::Scale(AsStream(stream_), alpha, x, y, n);
+  kernels::Scale(AsStream(Bound()), alpha, x, y, n);
   Done("Scale");
 }
 
@@ -194,10 +201,10 @@ void CudaBackend::Scale(float alpha, const float* x, float* y, int64_t n) {
 
 double CudaBackend::Reduce(const float* x, int64_t n, bool square) {
   double* result = reduce_result_;
-  kernels::Reduce(AsStream(stream_), x, n, square, reduce_result_ + 2, result);
+  kernels::Reduce(AsStream(Bound()), x, n, square, reduce_result_ + 2, result);
   double host = 0.0;
-  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, AsStream(stream_)));
-  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, AsStream(Bound())));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
   return host;
 }
 
@@ -206,12 +213,12 @@ double CudaBackend::Sum(const float* x, int64_t n) { return Reduce(x, n, /*squar
 double CudaBackend::SquaredNorm(const float* x, int64_t n) { return Reduce(x, n, /*square=*/true); }
 
 void CudaBackend::SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) {
-  kernels::SumAxis(AsStream(stream_), outer, reduce, inner, x, y, /*accumulate=*/false);
+  kernels::SumAxis(AsStream(Bound()), outer, reduce, inner, x, y, /*accumulate=*/false);
   Done("SumAxis");
 }
 
 void CudaBackend::SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
-  kernels::SumAxisBackward(AsStream(stream_), outer, reduce, inner, dy, dx);
+  kernels::SumAxisBackward(AsStream(Bound()), outer, reduce, inner, dy, dx);
   Done("SumAxisBackward");
 }
 
@@ -219,49 +226,49 @@ void CudaBackend::SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, 
 
 void CudaBackend::LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
                                    const float* beta, float* y, float* mean, float* rstd) {
-  kernels::LayerNormForward(AsStream(stream_), rows, cols, eps, x, gamma, beta, y, mean, rstd);
+  kernels::LayerNormForward(AsStream(Bound()), rows, cols, eps, x, gamma, beta, y, mean, rstd);
   Done("LayerNormForward");
 }
 
 void CudaBackend::LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
                                     const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) {
-  kernels::LayerNormBackward(AsStream(stream_), rows, cols, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+  kernels::LayerNormBackward(AsStream(Bound()), rows, cols, x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
   Done("LayerNormBackward");
 }
 
 void CudaBackend::BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) {
-  kernels::BatchNormStats(AsStream(stream_), n, c, hw, x, sums);
+  kernels::BatchNormStats(AsStream(Bound()), n, c, hw, x, sums);
   Done("BatchNormStats");
 }
 
 void CudaBackend::BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                                  const float* rstd, const float* gamma, const float* beta, float* y) {
-  kernels::BatchNormApply(AsStream(stream_), n, c, hw, x, mean, rstd, gamma, beta, y);
+  kernels::BatchNormApply(AsStream(Bound()), n, c, hw, x, mean, rstd, gamma, beta, y);
   Done("BatchNormApply");
 }
 
 void CudaBackend::BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                                          const float* rstd, const float* dy, float* sums) {
-  kernels::BatchNormBackwardStats(AsStream(stream_), n, c, hw, x, mean, rstd, dy, sums);
+  kernels::BatchNormBackwardStats(AsStream(Bound()), n, c, hw, x, mean, rstd, dy, sums);
   Done("BatchNormBackwardStats");
 }
 
 void CudaBackend::BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x,
                                          const float* mean, const float* rstd, const float* gamma, const float* sums,
                                          const float* dy, float* dx) {
-  kernels::BatchNormBackwardApply(AsStream(stream_), n, c, hw, count, x, mean, rstd, gamma, sums, dy, dx);
+  kernels::BatchNormBackwardApply(AsStream(Bound()), n, c, hw, count, x, mean, rstd, gamma, sums, dy, dx);
   Done("BatchNormBackwardApply");
 }
 
 // --- Softmax family ------------------------------------------------------------------------
 
 void CudaBackend::SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) {
-  kernels::SoftmaxForward(AsStream(stream_), rows, cols, x, y, log);
+  kernels::SoftmaxForward(AsStream(Bound()), rows, cols, x, y, log);
   Done("SoftmaxForward");
 }
 
 void CudaBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) {
-  kernels::SoftmaxBackward(AsStream(stream_), rows, cols, y, dy, dx, log);
+  kernels::SoftmaxBackward(AsStream(Bound()), rows, cols, y, dy, dx, log);
   Done("SoftmaxBackward");
 }
 
@@ -270,10 +277,10 @@ float CudaBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* 
   // Scratch: per-row losses, then the bad-label flag.
   float* per_row = static_cast<float*>(Scratch(5, sizeof(float) * rows + sizeof(int)));
   int* bad_label = reinterpret_cast<int*>(per_row + rows);
-  CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int), AsStream(stream_)));
-  kernels::CrossEntropyForward(AsStream(stream_), rows, cols, x, labels, logp, per_row, bad_label);
+  CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int), AsStream(Bound())));
+  kernels::CrossEntropyForward(AsStream(Bound()), rows, cols, x, labels, logp, per_row, bad_label);
   int bad = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&bad, bad_label, sizeof(int), cudaMemcpyDeviceToHost, AsStream(stream_)));
+  CUDA_CHECK(cudaMemcpyAsync(&bad, bad_label, sizeof(int), cudaMemcpyDeviceToHost, AsStream(Bound())));
   const double total = Reduce(per_row, rows, /*square=*/false);  // synchronises
   if (bad != 0) {
     std::fprintf(stderr, "%s:%d: CrossEntropyForward: a label is outside [0, %lld)\n", __FILE__, __LINE__,
@@ -285,7 +292,7 @@ float CudaBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* 
 
 void CudaBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
                                        const float* dloss, float* dx) {
-  kernels::CrossEntropyBackward(AsStream(stream_), rows, cols, logp, labels, dloss, dx);
+  kernels::CrossEntropyBackward(AsStream(Bound()), rows, cols, logp, labels, dloss, dx);
   Done("CrossEntropyBackward");
 }
 
@@ -294,19 +301,25 @@ void CudaBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* 
 void CudaBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
                                         const float* probabilities, const float* reward, const float* discount,
                                         float* out) {
-  kernels::CategoricalProjection(AsStream(stream_), rows, atoms, v_min, v_max, probabilities, reward, discount, out);
+  kernels::CategoricalProjection(AsStream(Bound()), rows, atoms, v_min, v_max, probabilities, reward, discount, out);
   Done("CategoricalProjection");
+}
+
+void CudaBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
+                                     const uint8_t* in, float* out) {
+  kernels::BytesToFloatPlanar(AsStream(Bound()), images, pixels, channels, scale, in, out);
+  Done("BytesToFloatPlanar");
 }
 
 void CudaBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                      const float* x, float* y) {
-  kernels::RandomShiftForward(AsStream(stream_), n, c, h, w, pad, shifts, x, y);
+  kernels::RandomShiftForward(AsStream(Bound()), n, c, h, w, pad, shifts, x, y);
   Done("RandomShiftForward");
 }
 
 void CudaBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                       const float* dy, float* dx) {
-  kernels::RandomShiftBackward(AsStream(stream_), n, c, h, w, pad, shifts, dy, dx);
+  kernels::RandomShiftBackward(AsStream(Bound()), n, c, h, w, pad, shifts, dy, dx);
   Done("RandomShiftBackward");
 }
 
@@ -322,12 +335,12 @@ void CudaBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const f
     // v = normalize(w^T u): the column-major matrix times u.
     CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(rows), &one, w,
                              static_cast<int>(cols), u, 1, &zero, v, 1));
-    kernels::NormalizeVector(AsStream(stream_), v, cols);
+    kernels::NormalizeVector(AsStream(Bound()), v, cols);
     // u = normalize(w v): its transpose times v (through t: u is gemv's input alias-free).
     CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_T, static_cast<int>(cols), static_cast<int>(rows), &one, w,
                              static_cast<int>(cols), v, 1, &zero, t, 1));
-    kernels::NormalizeVector(AsStream(stream_), t, rows);
-    CUDA_CHECK(cudaMemcpyAsync(u, t, sizeof(float) * rows, cudaMemcpyDefault, AsStream(stream_)));
+    kernels::NormalizeVector(AsStream(Bound()), t, rows);
+    CUDA_CHECK(cudaMemcpyAsync(u, t, sizeof(float) * rows, cudaMemcpyDefault, AsStream(Bound())));
   }
   Done("SpectralNormPowerIteration");
 }
@@ -340,18 +353,18 @@ float CudaBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* 
   float* t = static_cast<float*>(Scratch(4, sizeof(float) * rows));
   CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_T, static_cast<int>(cols), static_cast<int>(rows), &one, w,
                            static_cast<int>(cols), v, 1, &zero, t, 1));
-  kernels::Dot(AsStream(stream_), u, t, rows, reduce_result_ + 2, reduce_result_);
-  kernels::DivideBySigma(AsStream(stream_), rows * cols, w, reduce_result_, y);
+  kernels::Dot(AsStream(Bound()), u, t, rows, reduce_result_ + 2, reduce_result_);
+  kernels::DivideBySigma(AsStream(Bound()), rows * cols, w, reduce_result_, y);
   double sigma = 0.0;
-  CUDA_CHECK(cudaMemcpyAsync(&sigma, reduce_result_, sizeof(double), cudaMemcpyDeviceToHost, AsStream(stream_)));
-  CUDA_CHECK(cudaStreamSynchronize(AsStream(stream_)));
+  CUDA_CHECK(cudaMemcpyAsync(&sigma, reduce_result_, sizeof(double), cudaMemcpyDeviceToHost, AsStream(Bound())));
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
   return static_cast<float>(sigma);
 }
 
 void CudaBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
                                        float sigma, const float* dy, float* dw) {
-  kernels::Dot(AsStream(stream_), dy, w, rows * cols, reduce_result_ + 2, reduce_result_);
-  kernels::SpectralNormBackward(AsStream(stream_), rows, cols, u, v, sigma, reduce_result_, dy, dw);
+  kernels::Dot(AsStream(Bound()), dy, w, rows * cols, reduce_result_ + 2, reduce_result_);
+  kernels::SpectralNormBackward(AsStream(Bound()), rows, cols, u, v, sigma, reduce_result_, dy, dw);
   Done("SpectralNormBackward");
 }
 
@@ -359,18 +372,18 @@ void CudaBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* 
 
 void CudaBackend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
                              float c2, const float* grad, float* param, float* m, float* v) {
-  kernels::AdamUpdate(AsStream(stream_), n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad, param, m, v);
+  kernels::AdamUpdate(AsStream(Bound()), n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad, param, m, v);
   Done("AdamUpdate");
 }
 
 void CudaBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
                             float* buf) {
-  kernels::SgdUpdate(AsStream(stream_), n, lr, momentum, weight_decay, grad, param, buf);
+  kernels::SgdUpdate(AsStream(Bound()), n, lr, momentum, weight_decay, grad, param, buf);
   Done("SgdUpdate");
 }
 
 void CudaBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
-  kernels::Polyak(AsStream(stream_), n, tau, online, target);
+  kernels::Polyak(AsStream(Bound()), n, tau, online, target);
   Done("Polyak");
 }
 

@@ -4,32 +4,15 @@
 // im2col over the whole batch + one cuBLAS GEMM (the same GEMM path, so
 // bfloat16 applies to them too); everything else is this folder's own kernels.
 //
-// Device-memory story (the Backend interface passes raw float pointers and the
-// ops layer in engine/nn/ops.cc and tape.cc still reads and writes a few
-// values on the host between kernels: the loss seed, Sum's scalar, batch-norm
-// statistics, spectral-norm u/v copies, labels and shift offsets):
-//  1. Every pointer handed to this backend must be addressable by the GPU:
-//     memory from CudaBackend::Allocate (managed memory, preferred on the
-//     device, so the host may still read it), cudaMalloc'd memory, or — on a
-//     device that reports cudaDevAttrPageableMemoryAccess (HMM / ATS: Hopper
-//     with the open kernel module and Linux >= 6.1) — ordinary host memory,
-//     which then migrates to the GPU on first touch and stays there until the
-//     host touches it. pageable_memory_access() says which case holds. The
-//     tape's arena comes from Allocate; the ParameterSet's std::vector
-//     buffers, optimizer state and the replay batch are ordinary host memory
-//     still, so whole training steps (D4PG, GAN) run on this backend only
-//     where pageable_memory_access() is true.
-//  2. Because the ops layer touches memory on the host, the backend is
-//     synchronous by default (Options::synchronous): every call returns after
-//     its kernels finish. Set it false only when the caller reads nothing on
-//     the host until Synchronize().
-//  3. The path to a fully device-resident step (engine/nn, under way): the
-//     tape's arena comes from Backend::Allocate (done); ParameterSet next
-//     (one device buffer each for values and gradients, as now one host
-//     buffer); the ops layer's host touches moved behind backend calls
-//     (batch-norm finalise, u/v copy, label/shift upload); then batches are
-//     copied in once per step and parameters out once per version, and
-//     `synchronous` can default to false.
+// Device memory (the contract of backend.h): parameters, gradients, optimizer
+// state, the tape's arena and every uploaded input come from Allocate
+// (managed memory, preferred on the device), and the ops layer hands kernels
+// nothing else (the strict CPU device proves it on every test), so whole
+// training steps run on any GPU; pageable_memory_access() only says whether
+// the GPU could also read ordinary host memory. The backend is synchronous by
+// default (Options::synchronous: every call returns after its kernels); the
+// contract allows asynchronous kernels, which wait until this backend has run
+// whole steps on a GPU.
 //
 // Not thread-safe: one thread drives a CudaBackend at a time (the Backend
 // contract). Each instance owns a CUDA stream, a cuBLAS handle and scratch
@@ -155,6 +138,8 @@ class CudaBackend final : public nn::Backend {
 
   void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
                              const float* reward, const float* discount, float* out) override;
+  void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
+                          float* out) override;
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                           const float* x, float* y) override;
   void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
@@ -189,6 +174,10 @@ class CudaBackend final : public nn::Backend {
   CudaBackendOptions options_;
   bool pageable_memory_access_ = false;
   void* stream_ = nullptr;  // cudaStream_t
+  // Makes this backend's GPU the calling thread's current device (a replica
+  // thread, or the main thread between steps, may drive a backend another
+  // thread made) and returns the stream; every call goes through it.
+  void* Bound();
   void* cublas_ = nullptr;  // cublasHandle_t
   struct Buffer {
     void* data = nullptr;

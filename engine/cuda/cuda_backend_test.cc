@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/status_macros.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/layers.h"
@@ -385,17 +386,8 @@ TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
 }
 
 // --- Whole steps through the tape ---------------------------------------------------------
-// The tape's arena, the ParameterSet and the batch are plain host memory
-// today (see cuda_backend.h, "Device-memory story"), so these need a GPU that
-// addresses pageable memory.
-
-#define REQUIRE_PAGEABLE_ACCESS(backend)                                                             \
-  do {                                                                                               \
-    if (!(backend).pageable_memory_access()) {                                                       \
-      GTEST_SKIP() << "this GPU cannot address pageable host memory (no HMM/ATS), and the tape arena " \
-                      "and ParameterSet are still host memory; see cuda_backend.h";                  \
-    }                                                                                                \
-  } while (false)
+// Everything a step touches is this backend's memory (backend.h), so they
+// run on any GPU.
 
 // One DrQ-shaped pixel critic update, as D4PG's learner takes it (random
 // shift, conv 3x3 stride 2 then three stride 1 with fused ReLU, linear, layer
@@ -416,7 +408,7 @@ std::vector<float> PixelCriticSteps(nn::Backend* backend, int steps) {
   const auto linear = nn::LinearLayer::Create(params, "linear", kChannels * size * size, kFeatures);
   const auto norm = nn::LayerNormLayer::Create(params, "norm", kFeatures);
   const auto critic = nn::Mlp::Create(params, "critic", {kFeatures + kActions, 64, 64, kAtoms});
-  params.Allocate(/*seed=*/5);
+  params.Allocate(*backend, /*seed=*/5);
   nn::Tape tape(backend);
   nn::Adam adam(&params, backend);
   std::mt19937_64 shift_rng(9);
@@ -427,24 +419,23 @@ std::vector<float> PixelCriticSteps(nn::Backend* backend, int steps) {
   for (int step = 0; step < steps; ++step) {
     tape.Reset();
     params.ZeroGrad();
-    nn::Var h = nn::RandomShift(tape.Constant(pixels.data(), {kBatch, 9, 32, 32}), /*pad=*/4, shift_rng);
+    nn::Var h = nn::RandomShift(tape.Input(pixels.data(), {kBatch, 9, 32, 32}), /*pad=*/4, shift_rng);
     for (const nn::Conv2dLayer& conv : convs) h = conv(tape, params, h, nn::FusedActivation::kRelu);
     nn::Var features = nn::Tanh(norm(tape, params, linear(tape, params, nn::Flatten(h))));
-    const std::array<nn::Var, 2> parts = {features, tape.Constant(actions.data(), {kBatch, kActions})};
+    const std::array<nn::Var, 2> parts = {features, tape.Input(actions.data(), {kBatch, kActions})};
     nn::Var logits = critic(tape, params, nn::Concat(parts, /*axis=*/1));
     nn::Var loss = nn::SoftmaxCrossEntropy(logits, targets);
     tape.Backward(loss);
     nn::ClipGradientsByGlobalNorm(params, *backend, /*max_norm=*/40.0f);
     adam.Step(/*learning_rate=*/1e-3f);
   }
-  return {params.values().begin(), params.values().end()};
+  return params.DownloadValues();
 }
 
 TEST(CudaStepTest, PixelCriticStepMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   auto gpu = CudaBackend::Create();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  REQUIRE_PAGEABLE_ACCESS(**gpu);
   nn::CpuBackend cpu(1);
   ExpectNear(PixelCriticSteps(gpu->get(), 3), PixelCriticSteps(&cpu, 3), 1e-3f, false, "critic params");
 }
@@ -461,17 +452,20 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
   const int g_out = g.Add("g.out.w", {4, 1, 3, 3}, nn::Init::FanIn(36));
   const int d_conv = d.Add("d.conv.w", {8, 1, 4, 4}, nn::Init::FanIn(16));
   auto d_head = nn::LinearLayer::Create(d, "d.head", 8 * 7 * 7, 1);
-  g.Allocate(1);
-  d.Allocate(2);
-  std::vector<float> u = Random(8, 3), v = Random(16, 4), running_mean(4, 0.0f), running_var(4, 1.0f);
+  g.Allocate(*backend, 1);
+  d.Allocate(*backend, 2);
+  std::vector<float> running_mean(4, 0.0f), running_var(4, 1.0f);
+  nn::DeviceBuffer u(*backend, 8), v(*backend, 16);
+  u.Upload(Random(8, 3));
+  v.Upload(Random(16, 4));
   nn::Tape tape(backend);
   nn::Adam g_adam(&g, backend), d_adam(&d, backend);
   const int batch = 8;
   const std::vector<float> real = Random(batch * 28 * 28, 5);
   const std::vector<float> z = Random(batch * 16, 6);
-  const std::vector<float> ones_data(batch, 1.0f);
+  const std::vector<float> ones_data(batch, 1.0f);  // uploaded each step, as any input
   auto generate = [&](bool trainable) {
-    nn::Var h = nn::Relu(g_in(tape, g, tape.Constant(z.data(), {batch, 16})));
+    nn::Var h = nn::Relu(g_in(tape, g, tape.Input(z.data(), {batch, 16})));
     h = nn::Reshape(h, {batch, 8, 7, 7});
     h = nn::ConvTranspose2d(h, tape.Parameter(g, g_up), nn::Var{}, /*stride=*/2, /*pad=*/1);
     h = nn::Relu(nn::BatchNorm(h, tape.Parameter(g, g_gamma), tape.Parameter(g, g_beta),
@@ -490,9 +484,9 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
     d.ZeroGrad();
     g.ZeroGrad();
     nn::Var fake = generate(false);
-    nn::Var d_real = discriminate(tape.Constant(real.data(), {batch, 1, 28, 28}));
+    nn::Var d_real = discriminate(tape.Input(real.data(), {batch, 1, 28, 28}));
     nn::Var d_fake = discriminate(fake);
-    nn::Var ones = tape.Constant(ones_data.data(), {batch, 1});
+    nn::Var ones = tape.Input(ones_data.data(), {batch, 1});
     nn::Var d_loss = nn::Add(nn::Mean(nn::Relu(nn::Sub(ones, d_real))), nn::Mean(nn::Relu(nn::Add(ones, d_fake))));
     tape.Backward(d_loss);
     d_adam.Step(2e-4f);
@@ -504,8 +498,9 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
     tape.Backward(g_loss);
     g_adam.Step(1e-4f);
   }
-  std::vector<float> all(g.values().begin(), g.values().end());
-  all.insert(all.end(), d.values().begin(), d.values().end());
+  std::vector<float> all = g.DownloadValues();
+  const std::vector<float> d_values = d.DownloadValues();
+  all.insert(all.end(), d_values.begin(), d_values.end());
   return all;
 }
 
@@ -513,60 +508,38 @@ TEST(CudaStepTest, GanStepMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   auto gpu = CudaBackend::Create();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  REQUIRE_PAGEABLE_ACCESS(**gpu);
   nn::CpuBackend cpu(1);
   ExpectNear(GanSteps(gpu->get(), 2), GanSteps(&cpu, 2), 1e-3f, false, "GAN params");
 }
 
 // --- Replicas ---------------------------------------------------------------------------------
 
-// TrainShard of replicator/test_model.h, on a given backend per replica.
-absl::Status TrainShardOn(nn::Backend* backend, replicator::ReplicaContext& ctx, replicator::testing::TestModel& model,
-                          int steps) {
-  using replicator::testing::kGlobalBatch;
-  nn::Tape tape(backend);
-  nn::Adam adam(&model.params, backend);
-  replicator::GradientReducer reducer(&ctx, &model.params, /*bucket_floats=*/64);
-  replicator::ReplicatedOptimizer optimizer(&adam, &ctx, &reducer);
-  const int k = ctx.num_replicas(), shard = kGlobalBatch / k, r = ctx.replica_id();
-  for (int step = 0; step < steps; ++step) {
-    const replicator::testing::GlobalBatch batch = replicator::testing::MakeGlobalBatch(step);
-    tape.Reset();
-    model.params.ZeroGrad();
-    reducer.Reset();
-    nn::Var x = tape.Constant(batch.images.data() + r * shard * 72, {shard, 2, 6, 6});
-    nn::Var y = tape.Constant(batch.targets.data() + r * shard * 3, {shard, 3});
-    nn::Var h = nn::Conv2d(x, tape.Parameter(model.params, model.conv_w), nn::Var{}, 1, 1);
-    h = nn::BatchNorm(h, tape.Parameter(model.params, model.bn_gamma), tape.Parameter(model.params, model.bn_beta),
-                      {model.running_mean.data(), model.running_var.data(), 0.1f}, true, 1e-5f, &ctx);
-    nn::Var loss = nn::MeanSquaredError(model.head(tape, model.params, nn::Flatten(nn::Relu(h))), y);
-    tape.Backward(loss, &reducer);
-    optimizer.Step(1e-2f);
-    if (!ctx.status().ok()) return ctx.status();
-  }
-  return absl::OkStatus();
+// The test model on a GPU (`device`): replicator/test_model.h.
+std::unique_ptr<replicator::testing::TestModel> ModelOnGpu(int device) {
+  CudaBackendOptions options;
+  options.device = device;
+  auto gpu = CudaBackend::Create(options);
+  TROUPE_CHECK(gpu.ok());
+  return std::make_unique<replicator::testing::TestModel>(std::shared_ptr<nn::Backend>(std::move(*gpu)));
 }
 
+// K in-process replicas (threads, in-process collectives) on GPU 0.
 std::vector<float> TrainInProcess(int replicas, int steps) {
   replicator::ReplicatorOptions options;
   options.num_replicas = replicas;
   auto replicator = replicator::Replicator::Create(options);
   EXPECT_TRUE(replicator.ok()) << replicator.status();
-  std::vector<replicator::testing::TestModel> models(replicas);
+  std::vector<std::unique_ptr<replicator::testing::TestModel>> models;
+  for (int r = 0; r < replicas; ++r) models.push_back(ModelOnGpu(0));
   const absl::Status s = (*replicator)->RunReplicas([&](replicator::ReplicaContext& ctx) {
-    auto gpu = CudaBackend::Create();
-    if (!gpu.ok()) return gpu.status();
-    return TrainShardOn(gpu->get(), ctx, models[ctx.replica_id()], steps);
+    return replicator::testing::TrainShard(ctx, *models[ctx.replica_id()], steps, /*bucket_floats=*/64);
   });
   EXPECT_TRUE(s.ok()) << s;
-  return {models[0].params.values().begin(), models[0].params.values().end()};
+  return models[0]->params.DownloadValues();
 }
 
 TEST(CudaReplicaTest, TwoReplicasOnOneGpuMatchOneReplica) {
   REQUIRE_CUDA_DEVICE();
-  auto gpu = CudaBackend::Create();
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  REQUIRE_PAGEABLE_ACCESS(**gpu);
   ExpectNear(TrainInProcess(2, 3), TrainInProcess(1, 3), 1e-4f, false, "K=2 vs K=1 params");
 }
 
@@ -598,33 +571,22 @@ TEST(NcclCollectivesTest, ReplicasOnSeveralGpusMatchOneReplica) {
   if (devices < 2) {
     GTEST_SKIP() << "needs 2+ CUDA devices (found " << devices << "): NCCL refuses two ranks on one GPU";
   }
-  auto probe = CudaBackend::Create();
-  ASSERT_TRUE(probe.ok());
-  REQUIRE_PAGEABLE_ACCESS(**probe);
   const int k = 2;
   auto group = NcclCollectives::CreateGroup({0, 1}, std::chrono::seconds(60));
   ASSERT_TRUE(group.ok()) << group.status();
-  std::vector<replicator::testing::TestModel> models(k);
+  std::vector<std::unique_ptr<replicator::testing::TestModel>> models;
+  for (int r = 0; r < k; ++r) models.push_back(ModelOnGpu(r));
   std::vector<absl::Status> results(k);
   std::vector<std::thread> threads;
   for (int r = 0; r < k; ++r) {
     threads.emplace_back([&, r] {
-      CudaBackendOptions options;
-      options.device = r;
-      auto gpu = CudaBackend::Create(options);
-      if (!gpu.ok()) {
-        results[r] = gpu.status();
-        return;
-      }
       replicator::ReplicaContext ctx((*group)[r].get());
-      results[r] = TrainShardOn(gpu->get(), ctx, models[r], 3);
+      results[r] = replicator::testing::TrainShard(ctx, *models[r], 3, /*bucket_floats=*/64);
     });
   }
   for (auto& t : threads) t.join();
   for (const auto& s : results) ASSERT_TRUE(s.ok()) << s;
-  const std::vector<float> one = TrainInProcess(1, 3);
-  ExpectNear({models[1].params.values().begin(), models[1].params.values().end()}, one, 1e-4f, false,
-             "NCCL K=2 vs K=1 params");
+  ExpectNear(models[1]->params.DownloadValues(), TrainInProcess(1, 3), 1e-4f, false, "NCCL K=2 vs K=1 params");
 }
 #endif  // TROUPE_HAVE_NCCL
 

@@ -26,13 +26,14 @@ kernels::Conv Flatten(const nn::ConvGeometry& g) {
 void CudaBackend::GemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                               const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
                               int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  Bound();  // cuBLAS calls run on the handle's device
   auto handle = static_cast<cublasHandle_t>(cublas_);
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (m == 0 || n == 0) return;
   if (k == 0) {
     // C = beta * C (cuBLAS does this too, but not for every batch layout).
-    for (int64_t i = 0; i < batch; ++i) kernels::Scale(AsStream(stream_), beta, c + i * stride_c, c + i * stride_c, m * n);
+    for (int64_t i = 0; i < batch; ++i) kernels::Scale(AsStream(Bound()), beta, c + i * stride_c, c + i * stride_c, m * n);
     return;
   }
   const void* a_ptr = a;
@@ -45,8 +46,8 @@ void CudaBackend::GemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, 
     const int64_t b_count = (stride_b == 0 ? 0 : stride_b * (batch - 1)) + k * n;
     auto* a16 = static_cast<uint16_t*>(Scratch(2, sizeof(uint16_t) * a_count));
     auto* b16 = static_cast<uint16_t*>(Scratch(3, sizeof(uint16_t) * b_count));
-    kernels::ToBfloat16(AsStream(stream_), a, a16, a_count);
-    kernels::ToBfloat16(AsStream(stream_), b, b16, b_count);
+    kernels::ToBfloat16(AsStream(Bound()), a, a16, a_count);
+    kernels::ToBfloat16(AsStream(Bound()), b, b16, b_count);
     a_ptr = a16;
     b_ptr = b16;
     input_type = CUDA_R_16BF;
@@ -73,12 +74,12 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 }
 
 void CudaBackend::AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) {
-  kernels::AddRowBias(AsStream(stream_), rows, cols, bias, y);
+  kernels::AddRowBias(AsStream(Bound()), rows, cols, bias, y);
   Done("AddRowBias");
 }
 
 void CudaBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) {
-  kernels::RowBiasBackward(AsStream(stream_), rows, cols, dy, dbias);
+  kernels::RowBiasBackward(AsStream(Bound()), rows, cols, dy, dbias);
   Done("RowBiasBackward");
 }
 
@@ -89,11 +90,11 @@ void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation a
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* out = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
   // out[oc, n*P] = w[oc, ckk] * im2col(x)[ckk, n*P]; y = out in [n, oc, P] + b.
-  kernels::Im2Col(AsStream(stream_), k, x, col);
+  kernels::Im2Col(AsStream(Bound()), k, x, col);
   GemmStrided(false, false, g.oc, np, ckk, 1.0f, w, ckk, 0, col, np, 0, 0.0f, out, np, 0, 1);
-  kernels::ToBatchMajor(AsStream(stream_), g.n, g.oc, k.oh * k.ow, out, b, y, /*accumulate=*/false);
+  kernels::ToBatchMajor(AsStream(Bound()), g.n, g.oc, k.oh * k.ow, out, b, y, /*accumulate=*/false);
   if (act == nn::FusedActivation::kRelu) {
-    kernels::ActivationForward(AsStream(stream_), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, np * g.oc);
+    kernels::ActivationForward(AsStream(Bound()), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, np * g.oc);
   }
   Done("Conv2dForward");
 }
@@ -105,23 +106,23 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
   if (act == nn::FusedActivation::kRelu) {
     // Through the ReLU first (y > 0 exactly where its input was).
     auto* dpre = static_cast<float*>(Scratch(6, sizeof(float) * g.oc * np));
-    kernels::Fill(AsStream(stream_), dpre, g.oc * np, 0.0f);
-    kernels::ActivationBackward(AsStream(stream_), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, dy, dpre,
+    kernels::Fill(AsStream(Bound()), dpre, g.oc * np, 0.0f);
+    kernels::ActivationBackward(AsStream(Bound()), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, dy, dpre,
                                 g.oc * np);
     dy = dpre;
   }
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* dy_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
   // db[oc] += sum of dy over samples and pixels.
-  if (db != nullptr) kernels::ChannelSum(AsStream(stream_), g.n, g.oc, p, dy, db);
+  if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
   // dw[oc, ckk] += dy^T[oc, n*P] * im2col(x)[ckk, n*P]^T.
-  kernels::ToChannelMajor(AsStream(stream_), g.n, g.oc, p, dy, dy_t);
-  kernels::Im2Col(AsStream(stream_), k, x, col);
+  kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, dy, dy_t);
+  kernels::Im2Col(AsStream(Bound()), k, x, col);
   GemmStrided(false, true, g.oc, ckk, np, 1.0f, dy_t, np, 0, col, np, 0, 1.0f, dw, ckk, 0, 1);
   // dx += col2im(w^T[ckk, oc] * dy^T[oc, n*P]) (the columns are reused).
   if (dx != nullptr) {
     GemmStrided(true, false, ckk, np, g.oc, 1.0f, w, ckk, 0, dy_t, np, 0, 0.0f, col, np, 0, 1);
-    kernels::Col2Im(AsStream(stream_), k, col, dx, /*accumulate=*/true);
+    kernels::Col2Im(AsStream(Bound()), k, col, dx, /*accumulate=*/true);
   }
   Done("Conv2dBackward");
 }
@@ -133,10 +134,10 @@ void CudaBackend::ConvTranspose2dForward(const nn::ConvGeometry& g, const float*
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* x_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
   // y = col2im(w^T[ckk, oc] * x^T[oc, n*P]) + b.
-  kernels::ToChannelMajor(AsStream(stream_), g.n, g.oc, p, x, x_t);
+  kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, x, x_t);
   GemmStrided(true, false, ckk, np, g.oc, 1.0f, w, ckk, 0, x_t, np, 0, 0.0f, col, np, 0, 1);
-  kernels::Col2Im(AsStream(stream_), k, col, y, /*accumulate=*/false);
-  if (b != nullptr) kernels::AddChannelBias(AsStream(stream_), g.n, g.c, g.h * g.w, b, y);
+  kernels::Col2Im(AsStream(Bound()), k, col, y, /*accumulate=*/false);
+  if (b != nullptr) kernels::AddChannelBias(AsStream(Bound()), g.n, g.c, g.h * g.w, b, y);
   Done("ConvTranspose2dForward");
 }
 
@@ -147,17 +148,17 @@ void CudaBackend::ConvTranspose2dBackward(const nn::ConvGeometry& g, const float
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* x_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
   // The transposed conv's backward is a conv of dy: col = im2col(dy).
-  kernels::Im2Col(AsStream(stream_), k, dy, col);
+  kernels::Im2Col(AsStream(Bound()), k, dy, col);
   // dw[oc, ckk] += x^T[oc, n*P] * col^T.
-  kernels::ToChannelMajor(AsStream(stream_), g.n, g.oc, p, x, x_t);
+  kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, x, x_t);
   GemmStrided(false, true, g.oc, ckk, np, 1.0f, x_t, np, 0, col, np, 0, 1.0f, dw, ckk, 0, 1);
   // dx[n, oc, P] += (w[oc, ckk] * col) back in batch-major order (x_t reused).
   if (dx != nullptr) {
     GemmStrided(false, false, g.oc, np, ckk, 1.0f, w, ckk, 0, col, np, 0, 0.0f, x_t, np, 0, 1);
-    kernels::ToBatchMajor(AsStream(stream_), g.n, g.oc, p, x_t, nullptr, dx, /*accumulate=*/true);
+    kernels::ToBatchMajor(AsStream(Bound()), g.n, g.oc, p, x_t, nullptr, dx, /*accumulate=*/true);
   }
   // db[c] += sum of dy over samples and pixels.
-  if (db != nullptr) kernels::ChannelSum(AsStream(stream_), g.n, g.c, g.h * g.w, dy, db);
+  if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.c, g.h * g.w, dy, db);
   Done("ConvTranspose2dBackward");
 }
 

@@ -376,6 +376,15 @@ __global__ void CategoricalProjectionKernel(int64_t rows, int64_t atoms, float v
 
 __device__ inline int64_t Clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+// One thread per output float: reads stride `channels`, writes contiguous planes.
+__global__ void BytesToFloatPlanarKernel(int64_t images, int64_t pixels, int64_t channels, float scale,
+                                         const uint8_t* in, float* out) {
+  FOR_EACH(k, images * channels * pixels) {
+    const int64_t p = k % pixels, ch = (k / pixels) % channels, i = k / (pixels * channels);
+    out[k] = in[(i * pixels + p) * channels + ch] * scale;
+  }
+}
+
 __global__ void RandomShiftForwardKernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                                          const int32_t* shifts, const float* x, float* y) {
   FOR_EACH(k, n * c * h * w) {
@@ -583,6 +592,12 @@ void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_
                            const float* probabilities, const float* reward, const float* discount, float* out) {
   CategoricalProjectionKernel<<<Blocks(rows), kThreads, 0, s>>>(rows, atoms, v_min, v_max, probabilities, reward,
                                                                 discount, out);
+}
+
+void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t channels, float scale,
+                        const uint8_t* in, float* out) {
+  BytesToFloatPlanarKernel<<<Blocks(images * channels * pixels), kThreads, 0, s>>>(images, pixels, channels, scale,
+                                                                                 in, out);
 }
 
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

@@ -72,6 +72,8 @@ void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_
                            const float* probabilities, const float* reward, const float* discount, float* out);
 
 // --- Images --------------------------------------------------------------------------
+void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t channels, float scale,
+                        const uint8_t* in, float* out);
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                         const int32_t* shifts, const float* x, float* y);
 void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

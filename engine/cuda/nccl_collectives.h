@@ -60,6 +60,8 @@ class NcclCollectives final : public replicator::Collectives {
 
   int replica_id() const override { return rank_; }
   int num_replicas() const override { return size_; }
+  int local_rank() const override { return device_; }  // its GPU
+  bool takes_device_memory() const override { return true; }
   absl::Status AllReduce(std::span<float> data, replicator::ReduceOp op) override;
   absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
   absl::Status Broadcast(std::span<float> data, int root) override;

@@ -22,16 +22,22 @@
 //  - Kernels may run asynchronously. Download waits for the kernels before
 //    it; Synchronize waits for all. Upload may be used before the kernels
 //    that read the data without a Synchronize.
-//  - Pointers that are not the backend's (host memory) may still be passed
-//    to kernels while the ops layer has not moved every buffer to the
-//    device: the CPU backends read them, the CUDA backend only on devices
-//    with pageable memory access (cuda_backend.h).
+//  - Every pointer a kernel takes is the backend's memory: parameters,
+//    gradients and optimizer state (ParameterSet, Adam), the tape's values,
+//    and inputs the host uploaded (Tape::Input). The strict CPU device
+//    aborts on a kernel given host memory.
+//  - A backend whose memory the host can address (host_addressable: the
+//    CPU) lets code above it skip staging copies (the Replicator's
+//    collectives work on it in place); nothing may rely on it otherwise.
 #ifndef TROUPE_ENGINE_NN_BACKEND_H_
 #define TROUPE_ENGINE_NN_BACKEND_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace troupe::nn {
 
@@ -61,6 +67,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int num_threads() const = 0;
+  // True when the host may read and write this backend's memory directly
+  // (plain CPU memory): collectives then reduce it in place.
+  virtual bool host_addressable() const { return false; }
 
   // --- Device memory ----------------------------------------------------------
   // `bytes` of this backend's memory, 64-byte aligned and uninitialised (as
@@ -179,6 +188,11 @@ class Backend {
                                      float* out) = 0;
 
   // --- Images -----------------------------------------------------------------
+  // uint8 images with `channels` interleaved ([images, pixels, channels], as
+  // cameras and replay keep them) to float planes [images, channels, pixels]
+  // times `scale`: observations to network inputs.
+  virtual void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
+                                  float* out) = 0;
   // DrQ random shift: replicate-pad by `pad`, crop back at per-sample offsets
   // (shifts[2*i] = dy, shifts[2*i+1] = dx, each in [0, 2*pad]).
   virtual void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
@@ -209,6 +223,60 @@ class Backend {
                          float* buf) = 0;
   // target = (1 - tau) * target + tau * online.
   virtual void Polyak(int64_t n, float tau, const float* online, float* target) = 0;
+};
+
+// `count` floats of a backend's memory, freed with the buffer (move-only):
+// parameters, gradients, optimizer state.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // Uninitialised, as Backend::Allocate.
+  DeviceBuffer(Backend& backend, int64_t count)
+      : backend_(&backend), data_(backend.AllocateFloats(count)), size_(count) {}
+  ~DeviceBuffer() { Reset(); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      backend_ = other.backend_;
+      data_ = other.data_;
+      size_ = other.size_;
+      other.backend_ = nullptr;
+      other.data_ = nullptr;
+      other.size_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // A device address: for kernels, Upload and Download only.
+  float* data() const { return data_; }
+  int64_t size() const { return size_; }
+  Backend* backend() const { return backend_; }
+  bool empty() const { return data_ == nullptr; }
+
+  // Host copies of the whole buffer or of floats [offset, offset + n).
+  void Upload(std::span<const float> host, int64_t offset = 0) {
+    backend_->Upload(host.data(), data_ + offset, sizeof(float) * host.size());
+  }
+  void Download(std::span<float> host, int64_t offset = 0) const {
+    backend_->Download(data_ + offset, host.data(), sizeof(float) * host.size());
+  }
+  std::vector<float> Download() const {
+    std::vector<float> host(static_cast<size_t>(size_));
+    Download(host);
+    return host;
+  }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr) backend_->Free(data_);
+    data_ = nullptr;
+  }
+  Backend* backend_ = nullptr;
+  float* data_ = nullptr;
+  int64_t size_ = 0;
 };
 
 }  // namespace troupe::nn

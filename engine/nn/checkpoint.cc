@@ -23,19 +23,12 @@ uint64_t Fnv1a(const char* data, size_t n) {
   return h;
 }
 
-// One tensor of the file, pointing at the model's memory.
-struct Entry {
-  std::string name;
-  Shape shape;
-  float* data;
-};
-
-// Everything a checkpoint of (params, optimizer) holds, in file order.
-std::vector<Entry> Entries(const ParameterSet& params, Optimizer* optimizer, int64_t* steps) {
-  std::vector<Entry> entries;
-  auto& mutable_params = const_cast<ParameterSet&>(params);
+// Everything a checkpoint of (params, optimizer) holds in device memory, in
+// file order; the optimizer's step count follows them (StepsEntry).
+std::vector<DeviceTensor> Entries(const ParameterSet& params, Optimizer* optimizer) {
+  std::vector<DeviceTensor> entries;
   for (int i = 0; i < params.size(); ++i) {
-    entries.push_back({kParameterEntryPrefix + params.info(i).name, params.info(i).shape, mutable_params.value(i).data});
+    entries.push_back({kParameterEntryPrefix + params.info(i).name, params.info(i).shape, params.value(i).data});
   }
   if (optimizer != nullptr) {
     for (const OptimizerState& s : optimizer->State()) {
@@ -43,10 +36,12 @@ std::vector<Entry> Entries(const ParameterSet& params, Optimizer* optimizer, int
         entries.push_back({s.name + "/" + params.info(i).name, params.info(i).shape, s.data + params.info(i).offset});
       }
     }
-    entries.push_back({optimizer->name() + ".steps", Shape{2}, reinterpret_cast<float*>(steps)});
   }
   return entries;
 }
+
+// "<optimizer>.steps": the int64's bits in two floats, on the host.
+DeviceTensor StepsEntry(const Optimizer& optimizer) { return {optimizer.name() + ".steps", Shape{2}, nullptr}; }
 
 template <typename T>
 void Put(std::string& out, T v) {
@@ -85,18 +80,39 @@ class Reader {
 
 }  // namespace
 
-absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params, Optimizer* optimizer) {
-  int64_t steps[1] = {optimizer != nullptr ? optimizer->steps() : 0};
-  const std::vector<Entry> entries = Entries(params, optimizer, steps);
+std::vector<CheckpointTensor> DownloadTensors(Backend& backend, const std::vector<DeviceTensor>& tensors) {
+  std::vector<CheckpointTensor> host;
+  host.reserve(tensors.size());
+  for (const DeviceTensor& t : tensors) {
+    CheckpointTensor& h = host.emplace_back(CheckpointTensor{t.name, t.shape, std::vector<float>(t.shape.size())});
+    backend.Download(t.data, h.values.data(), sizeof(float) * h.values.size());
+  }
+  return host;
+}
+
+CheckpointTensor Int64Tensor(const std::string& name, std::span<const int64_t> values) {
+  CheckpointTensor t{name, Shape{2 * static_cast<int64_t>(values.size())}, std::vector<float>(2 * values.size())};
+  std::memcpy(t.values.data(), values.data(), sizeof(int64_t) * values.size());
+  return t;
+}
+
+std::vector<int64_t> Int64sOf(const CheckpointTensor& tensor) {
+  std::vector<int64_t> values(tensor.values.size() / 2);
+  std::memcpy(values.data(), tensor.values.data(), sizeof(int64_t) * values.size());
+  return values;
+}
+
+absl::Status WriteCheckpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors) {
   // Serialise into memory, then checksum.
   std::string out(kMagic, sizeof(kMagic));
-  Put<uint32_t>(out, static_cast<uint32_t>(entries.size()));
-  for (const Entry& e : entries) {
-    Put<uint32_t>(out, static_cast<uint32_t>(e.name.size()));
-    out += e.name;
-    Put<uint32_t>(out, static_cast<uint32_t>(e.shape.rank()));
-    for (int d = 0; d < e.shape.rank(); ++d) Put<int64_t>(out, e.shape[d]);
-    out.append(reinterpret_cast<const char*>(e.data), sizeof(float) * e.shape.size());
+  Put<uint32_t>(out, static_cast<uint32_t>(tensors.size()));
+  for (const CheckpointTensor& t : tensors) {
+    TROUPE_CHECK(static_cast<int64_t>(t.values.size()) == t.shape.size());
+    Put<uint32_t>(out, static_cast<uint32_t>(t.name.size()));
+    out += t.name;
+    Put<uint32_t>(out, static_cast<uint32_t>(t.shape.rank()));
+    for (int d = 0; d < t.shape.rank(); ++d) Put<int64_t>(out, t.shape[d]);
+    out.append(reinterpret_cast<const char*>(t.values.data()), sizeof(float) * t.values.size());
   }
   Put<uint64_t>(out, Fnv1a(out.data(), out.size()));
   // Temporary file + rename.
@@ -115,6 +131,15 @@ absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params,
     return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params, Optimizer* optimizer) {
+  std::vector<CheckpointTensor> tensors = DownloadTensors(params.backend(), Entries(params, optimizer));
+  if (optimizer != nullptr) {
+    const int64_t steps = optimizer->steps();
+    tensors.push_back(Int64Tensor(StepsEntry(*optimizer).name, {&steps, 1}));
+  }
+  return WriteCheckpoint(path, tensors);
 }
 
 namespace {
@@ -178,14 +203,11 @@ absl::Status Parse(const std::string& path, ParsedCheckpoint* parsed) {
 
 }  // namespace
 
-absl::Status LoadCheckpoint(const std::string& path, ParameterSet& params, Optimizer* optimizer) {
-  ParsedCheckpoint file;
-  RETURN_IF_ERROR(Parse(path, &file));
-  int64_t steps[1] = {0};
-  const std::vector<Entry> expected = Entries(params, optimizer, steps);
-  // Check every entry's name and shape before copying anything.
-  for (size_t k = 0; k < file.tensors.size(); ++k) {
-    const ParsedCheckpoint::Tensor& t = file.tensors[k];
+absl::StatusOr<std::vector<CheckpointTensor>> ReadCheckpointMatching(const std::string& path,
+                                                                      const std::vector<DeviceTensor>& expected) {
+  ASSIGN_OR_RETURN(std::vector<CheckpointTensor> file, ReadCheckpoint(path));
+  for (size_t k = 0; k < file.size(); ++k) {
+    const CheckpointTensor& t = file[k];
     if (k >= expected.size()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint has extra entry '", t.name,
                                                      "' the model does not have"));
@@ -199,16 +221,30 @@ absl::Status LoadCheckpoint(const std::string& path, ParameterSet& params, Optim
                                                      ", the model expects ", expected[k].shape.ToString()));
     }
   }
-  if (file.tensors.size() < expected.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint lacks '", expected[file.tensors.size()].name,
-                                                   "' (it has ", file.tensors.size(), " entries, the model ",
+  if (file.size() < expected.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": checkpoint lacks '", expected[file.size()].name,
+                                                   "' (it has ", file.size(), " entries, the model ",
                                                    expected.size(), ")"));
   }
-  // All checked: copy.
-  for (size_t k = 0; k < expected.size(); ++k) {
-    std::memcpy(expected[k].data, file.tensors[k].payload, sizeof(float) * expected[k].shape.size());
+  return file;
+}
+
+void UploadTensors(Backend& backend, const std::vector<CheckpointTensor>& host, const std::vector<DeviceTensor>& to) {
+  TROUPE_CHECK(host.size() >= to.size());
+  for (size_t k = 0; k < to.size(); ++k) {
+    TROUPE_CHECK(host[k].shape == to[k].shape);
+    backend.Upload(host[k].values.data(), to[k].data, sizeof(float) * host[k].values.size());
   }
-  if (optimizer != nullptr) optimizer->set_steps(steps[0]);
+}
+
+absl::Status LoadCheckpoint(const std::string& path, ParameterSet& params, Optimizer* optimizer) {
+  const std::vector<DeviceTensor> entries = Entries(params, optimizer);
+  std::vector<DeviceTensor> expected = entries;
+  if (optimizer != nullptr) expected.push_back(StepsEntry(*optimizer));
+  // Every entry's name and shape is checked before anything is overwritten.
+  ASSIGN_OR_RETURN(const std::vector<CheckpointTensor> file, ReadCheckpointMatching(path, expected));
+  UploadTensors(params.backend(), file, entries);
+  if (optimizer != nullptr) optimizer->set_steps(Int64sOf(file.back())[0]);
   return absl::OkStatus();
 }
 

@@ -9,6 +9,8 @@
 #ifndef TROUPE_ENGINE_NN_CHECKPOINT_H_
 #define TROUPE_ENGINE_NN_CHECKPOINT_H_
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,27 +24,54 @@ namespace troupe::nn {
 // The name prefix of a parameter's entry ("param/conv1.w").
 inline constexpr char kParameterEntryPrefix[] = "param/";
 
-// Writes params (and optimizer state if given). Errors: PermissionDenied /
-// DataLoss naming the path.
+// Writes params (and optimizer state if given), downloaded from their
+// backend. Errors: PermissionDenied / DataLoss naming the path.
 absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params, Optimizer* optimizer = nullptr);
 
-// Reads a checkpoint into params (and optimizer). The file's checksum, and
-// every entry's name and shape against the model, are checked before anything
-// is overwritten; a mismatch is InvalidArgument naming the first entry that
-// differs, a corrupt file DataLoss.
+// Reads a checkpoint into params (and optimizer), uploaded to their backend.
+// The file's checksum, and every entry's name and shape against the model,
+// are checked before anything is overwritten; a mismatch is InvalidArgument
+// naming the first entry that differs, a corrupt file DataLoss.
 absl::Status LoadCheckpoint(const std::string& path, ParameterSet& params, Optimizer* optimizer = nullptr);
 
-// One tensor of a checkpoint file.
+// --- The pieces, for models that are more than one ParameterSet ------------
+
+// One tensor of a checkpoint file, on the host.
 struct CheckpointTensor {
   std::string name;
   Shape shape;
   std::vector<float> values;
 };
 
+// A named tensor in a backend's memory (data may be null for an entry the
+// caller fills on the host, as a counter).
+struct DeviceTensor {
+  std::string name;
+  Shape shape;
+  float* data = nullptr;
+};
+
+// Host copies of `tensors`, one Download each.
+std::vector<CheckpointTensor> DownloadTensors(Backend& backend, const std::vector<DeviceTensor>& tensors);
+// Uploads host[k] into to[k] for every k < to.size() (shapes must match).
+void UploadTensors(Backend& backend, const std::vector<CheckpointTensor>& host, const std::vector<DeviceTensor>& to);
+// int64 counters as a tensor of 2n floats holding their bits, and back.
+CheckpointTensor Int64Tensor(const std::string& name, std::span<const int64_t> values);
+std::vector<int64_t> Int64sOf(const CheckpointTensor& tensor);
+
+// Writes `tensors` as a checkpoint file (the format above).
+absl::Status WriteCheckpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors);
+
 // Every tensor of the checkpoint at `path`, in file order, for a reader that
 // takes only some of them (a policy from its agent's checkpoint). The
 // checksum is checked first. Errors: NotFound, DataLoss (corrupt, truncated).
 absl::StatusOr<std::vector<CheckpointTensor>> ReadCheckpoint(const std::string& path);
+
+// ReadCheckpoint, then the file's entries checked against `expected`'s names
+// and shapes in order: InvalidArgument naming the first that differs, an
+// extra or a missing one.
+absl::StatusOr<std::vector<CheckpointTensor>> ReadCheckpointMatching(const std::string& path,
+                                                                      const std::vector<DeviceTensor>& expected);
 
 }  // namespace troupe::nn
 

@@ -423,6 +423,19 @@ void CpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min,
 
 // --- Images ----------------------------------------------------------------------
 
+void CpuBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
+                                    const uint8_t* in, float* out) {
+  pool_.ParallelFor(images, /*min_per_range=*/1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint8_t* src = in + i * pixels * channels;
+      float* dst = out + i * channels * pixels;
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t ch = 0; ch < channels; ++ch) dst[ch * pixels + p] = src[p * channels + ch] * scale;
+      }
+    }
+  });
+}
+
 void CpuBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                     const float* x, float* y) {
   pool_.ParallelFor(n, 1, [&](int64_t b, int64_t e) {

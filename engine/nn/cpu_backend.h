@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   int num_threads() const override { return pool_.num_threads(); }
+  bool host_addressable() const override { return true; }
   ThreadPool& pool() { return pool_; }
 
   // Ordinary host memory (aligned_alloc, untouched until used); copies are
@@ -100,6 +101,8 @@ class CpuBackend final : public Backend {
 
   void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
                              const float* reward, const float* discount, float* out) override;
+  void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
+                          float* out) override;
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                           const float* x, float* y) override;
   void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,

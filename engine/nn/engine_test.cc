@@ -1,12 +1,18 @@
 // The engine around the ops: tape reuse, an MLP fitting a regression,
 // optimizers against hand-computed updates, schedules, Polyak targets,
-// clipping and checkpoints.
+// clipping and checkpoints; each on the CPU backend and on the strict CPU
+// device (memory the host cannot touch: every host read here is a Download),
+// where the results are the CPU's bit for bit.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/nn/checkpoint.h"
@@ -14,6 +20,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
 #include "engine/nn/schedule.h"
+#include "engine/nn/strict_cpu_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -21,6 +28,39 @@ namespace troupe::nn {
 namespace {
 
 using ::testing::HasSubstr;
+
+enum class Device { kCpu, kStrict };
+
+std::unique_ptr<Backend> MakeDevice(Device device, int threads) {
+  if (device == Device::kStrict) return std::make_unique<StrictCpuBackend>(threads);
+  return std::make_unique<CpuBackend>(threads);
+}
+
+// Host copies of parameter i's value and gradient, and a gradient set from the host.
+std::vector<float> Value(const ParameterSet& params, int i) {
+  std::vector<float> host(params.info(i).shape.size());
+  params.backend().Download(params.value(i).data, host.data(), sizeof(float) * host.size());
+  return host;
+}
+std::vector<float> Grad(const ParameterSet& params, int i) {
+  std::vector<float> host(params.info(i).shape.size());
+  params.backend().Download(params.grad(i).data, host.data(), sizeof(float) * host.size());
+  return host;
+}
+void SetGrad(ParameterSet& params, int i, const std::vector<float>& host) {
+  ASSERT_EQ(static_cast<int64_t>(host.size()), params.info(i).shape.size());
+  params.backend().Upload(host.data(), params.grad(i).data, sizeof(float) * host.size());
+}
+
+// Each test runs on a backend of GetParam()'s device.
+class EngineTest : public ::testing::TestWithParam<Device> {
+ protected:
+  std::unique_ptr<Backend> NewBackend(int threads = 1) { return MakeDevice(GetParam(), threads); }
+};
+
+std::string DeviceName(const ::testing::TestParamInfo<Device>& info) {
+  return info.param == Device::kStrict ? "Strict" : "Cpu";
+}
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
@@ -39,98 +79,123 @@ void MakeRegression(int64_t n, uint64_t seed, std::vector<float>& x, std::vector
   }
 }
 
-TEST(TapeTest, SecondStepWithTheSameOpsAllocatesNoNewArena) {
-  CpuBackend backend(/*num_threads=*/2);
+TEST_P(EngineTest, SecondStepWithTheSameOpsAllocatesNoNewArena) {
+  auto backend = NewBackend(/*threads=*/2);
   ParameterSet params;
   Mlp mlp = Mlp::Create(params, "mlp", {2, 32, 1});
-  params.Allocate(/*seed=*/1);
+  params.Allocate(*backend, /*seed=*/1);
   std::vector<float> x, y;
   MakeRegression(64, 2, x, y);
-  Tape tape(&backend);
+  Tape tape(backend.get());
   int64_t bytes_after_first = 0;
   for (int step = 0; step < 3; ++step) {
     tape.Reset();
-    Var out = mlp(tape, params, tape.Constant(x.data(), {64, 2}));
-    Var loss = MeanSquaredError(out, tape.Constant(y.data(), {64, 1}));
+    Var out = mlp(tape, params, tape.Input(x.data(), {64, 2}));
+    Var loss = MeanSquaredError(out, tape.Input(y.data(), {64, 1}));
     tape.Backward(loss);
     if (step == 0) bytes_after_first = tape.arena_bytes();
   }
   EXPECT_EQ(tape.arena_bytes(), bytes_after_first);
 }
 
-TEST(TapeTest, GradientsOfAParameterUsedTwiceAccumulate) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, GradientsOfAParameterUsedTwiceAccumulate) {
+  auto backend = NewBackend();
   ParameterSet params;
   const int p = params.Add("p", {3}, Init::Constant(2.0f));
-  params.Allocate(0);
-  Tape tape(&backend);
+  params.Allocate(*backend, 0);
+  Tape tape(backend.get());
   Var a = tape.Parameter(params, p);
   Var b = tape.Parameter(params, p);
   tape.Backward(Sum(Mul(a, b)));  // d/dp sum p^2 = 2p
-  for (float g : params.grad(p).span()) EXPECT_FLOAT_EQ(g, 4.0f);
+  for (float g : Grad(params, p)) EXPECT_FLOAT_EQ(g, 4.0f);
+  params.ZeroGrad();
+  for (float g : Grad(params, p)) EXPECT_EQ(g, 0.0f);
 }
 
-TEST(MlpTest, FitsASmoothRegression) {
-  CpuBackend backend(/*num_threads=*/2);
+// `steps` Adam steps of an MLP on the regression; returns the held-out MSE
+// before and after, and the final parameters.
+struct Fit {
+  float initial = 0, final_loss = 0;
+  std::vector<float> values;
+};
+Fit FitRegression(Backend& backend, int steps) {
   ParameterSet params;
   Mlp mlp = Mlp::Create(params, "mlp", {2, 64, 64, 1});
-  params.Allocate(/*seed=*/3);
+  params.Allocate(backend, /*seed=*/3);
   Adam adam(&params, &backend);
   std::vector<float> x, y, tx, ty;
   MakeRegression(256, 4, x, y);
   MakeRegression(256, 5, tx, ty);
   Tape tape(&backend);
-  float initial = 0, final_loss = 0;
-  for (int step = 0; step < 600; ++step) {
+  Fit fit;
+  for (int step = 0; step < steps; ++step) {
     tape.Reset();
     params.ZeroGrad();
-    Var loss = MeanSquaredError(mlp(tape, params, tape.Constant(x.data(), {256, 2})), tape.Constant(y.data(), {256, 1}));
-    if (step == 0) initial = tape.item(loss);
+    Var loss = MeanSquaredError(mlp(tape, params, tape.Input(x.data(), {256, 2})), tape.Input(y.data(), {256, 1}));
+    if (step == 0) fit.initial = tape.item(loss);
     tape.Backward(loss);
     adam.Step(/*learning_rate=*/3e-3f);
   }
   tape.Reset();
-  final_loss = tape.item(
-      MeanSquaredError(mlp(tape, params, tape.Constant(tx.data(), {256, 2})), tape.Constant(ty.data(), {256, 1})));
-  EXPECT_GT(initial, 0.3f);
-  EXPECT_LT(final_loss, 0.01f) << "held-out MSE after 600 Adam steps";
+  fit.final_loss =
+      tape.item(MeanSquaredError(mlp(tape, params, tape.Input(tx.data(), {256, 2})), tape.Input(ty.data(), {256, 1})));
+  fit.values = params.DownloadValues();
+  return fit;
 }
 
-TEST(OptimizerTest, AdamMatchesTheFormulaForTwoSteps) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, AnMlpFitsASmoothRegression) {
+  auto backend = NewBackend(/*threads=*/2);
+  const Fit fit = FitRegression(*backend, 600);
+  EXPECT_GT(fit.initial, 0.3f);
+  EXPECT_LT(fit.final_loss, 0.01f) << "held-out MSE after 600 Adam steps";
+}
+
+// The strict device's whole training run equals the CPU's, bit for bit (one
+// thread each: the CPU backend's reductions split by thread count).
+TEST(StrictDeviceTest, AnMlpTrainsToTheCpusParametersBitForBit) {
+  CpuBackend cpu(1);
+  StrictCpuBackend strict(1);
+  const Fit a = FitRegression(cpu, 50), b = FitRegression(strict, 50);
+  EXPECT_EQ(a.values, b.values);
+  EXPECT_EQ(a.final_loss, b.final_loss);
+  EXPECT_NE(a.values, FitRegression(cpu, 49).values) << "the last step changes something";
+}
+
+TEST_P(EngineTest, AdamMatchesTheFormulaForTwoSteps) {
+  auto backend = NewBackend();
   ParameterSet params;
   const int p = params.Add("p", {2}, Init::Constant(1.0f));
-  params.Allocate(0);
-  Adam adam(&params, &backend, AdamOptions{0.9f, 0.999f, 1e-8f, /*weight_decay=*/0.1f});
+  params.Allocate(*backend, 0);
+  Adam adam(&params, backend.get(), AdamOptions{0.9f, 0.999f, 1e-8f, /*weight_decay=*/0.1f});
   double w = 1.0, m = 0, v = 0;
   const float grads[2] = {0.5f, -0.25f};
   for (int t = 1; t <= 2; ++t) {
-    params.grad(p).data[0] = grads[t - 1];
+    SetGrad(params, p, {grads[t - 1], 0.0f});
     adam.Step(/*learning_rate=*/0.01f);
     m = 0.9 * m + 0.1 * grads[t - 1];
     v = 0.999 * v + 0.001 * grads[t - 1] * grads[t - 1];
     const double mhat = m / (1 - std::pow(0.9, t)), vhat = v / (1 - std::pow(0.999, t));
     w = w - 0.01 * 0.1 * w - 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
-    EXPECT_NEAR(params.value(p).data[0], w, 1e-6) << "step " << t;
+    EXPECT_NEAR(Value(params, p)[0], w, 1e-6) << "step " << t;
   }
   EXPECT_EQ(adam.steps(), 2);
 }
 
 // A decorator steps its inner optimizer its own way; state, step count, name
 // and parameters are the inner one's, so checkpoints see no difference.
-TEST(OptimizerTest, AForwardingOptimizerSharesItsInnerOptimizersState) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, AForwardingOptimizerSharesItsInnerOptimizersState) {
+  auto backend = NewBackend();
   ParameterSet params;
   const int p = params.Add("p", {2}, Init::Constant(1.0f));
-  params.Allocate(0);
-  Sgd sgd(&params, &backend, SgdOptions{/*momentum=*/0.0f});
+  params.Allocate(*backend, 0);
+  Sgd sgd(&params, backend.get(), SgdOptions{/*momentum=*/0.0f});
   struct DoubleRate final : ForwardingOptimizer {
     using ForwardingOptimizer::ForwardingOptimizer;
     void Step(float learning_rate) override { inner()->Step(2 * learning_rate); }
   } doubled(&sgd);
-  params.grad(p).data[0] = 1.0f;
+  SetGrad(params, p, {1.0f, 0.0f});
   doubled.Step(/*learning_rate=*/0.25f);
-  EXPECT_FLOAT_EQ(params.value(p).data[0], 0.5f);  // 1 - 2 * 0.25 * 1
+  EXPECT_FLOAT_EQ(Value(params, p)[0], 0.5f);  // 1 - 2 * 0.25 * 1
   EXPECT_EQ(sgd.steps(), 1);
   doubled.set_steps(7);
   EXPECT_EQ(sgd.steps(), 7);
@@ -155,83 +220,81 @@ TEST(OptimizerTest, AdamStateDecaysToZeroNotToSubnormals) {
   EXPECT_EQ(v.back(), 0.0f);
 }
 
-TEST(OptimizerTest, SgdMomentumMatchesTheFormula) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, SgdMomentumMatchesTheFormula) {
+  auto backend = NewBackend();
   ParameterSet params;
   const int p = params.Add("p", {1}, Init::Constant(1.0f));
-  params.Allocate(0);
-  Sgd sgd(&params, &backend, SgdOptions{/*momentum=*/0.5f, /*weight_decay=*/0.0f});
-  params.grad(p).data[0] = 1.0f;
+  params.Allocate(*backend, 0);
+  Sgd sgd(&params, backend.get(), SgdOptions{/*momentum=*/0.5f, /*weight_decay=*/0.0f});
+  SetGrad(params, p, {1.0f});
   sgd.Step(0.1f);  // buf = 1, w = 0.9
   sgd.Step(0.1f);  // buf = 1.5, w = 0.75
-  EXPECT_NEAR(params.value(p).data[0], 0.75f, 1e-6);
+  EXPECT_NEAR(Value(params, p)[0], 0.75f, 1e-6);
 }
 
-TEST(OptimizerTest, ClipByGlobalNormScalesOnlyWhenAboveTheLimit) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, ClipByGlobalNormScalesOnlyWhenAboveTheLimit) {
+  auto backend = NewBackend();
   ParameterSet params;
   const int a = params.Add("a", {1}, Init::Zeros());
   const int b = params.Add("b", {1}, Init::Zeros());
-  params.Allocate(0);
-  params.grad(a).data[0] = 3.0f;
-  params.grad(b).data[0] = 4.0f;
-  EXPECT_FLOAT_EQ(ClipGradientsByGlobalNorm(params, backend, /*max_norm=*/10.0f), 5.0f);
-  EXPECT_FLOAT_EQ(params.grad(a).data[0], 3.0f);
-  EXPECT_FLOAT_EQ(ClipGradientsByGlobalNorm(params, backend, /*max_norm=*/1.0f), 5.0f);
-  EXPECT_NEAR(params.grad(a).data[0], 0.6f, 1e-6);
-  EXPECT_NEAR(params.grad(b).data[0], 0.8f, 1e-6);
+  params.Allocate(*backend, 0);
+  SetGrad(params, a, {3.0f});
+  SetGrad(params, b, {4.0f});
+  EXPECT_FLOAT_EQ(ClipGradientsByGlobalNorm(params, *backend, /*max_norm=*/10.0f), 5.0f);
+  EXPECT_FLOAT_EQ(Grad(params, a)[0], 3.0f);
+  EXPECT_FLOAT_EQ(ClipGradientsByGlobalNorm(params, *backend, /*max_norm=*/1.0f), 5.0f);
+  EXPECT_NEAR(Grad(params, a)[0], 0.6f, 1e-6);
+  EXPECT_NEAR(Grad(params, b)[0], 0.8f, 1e-6);
 }
 
-TEST(OptimizerTest, PolyakMovesTargetTauOfTheWayAndRefusesAnotherLayout) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, PolyakMovesTargetTauOfTheWayAndRefusesAnotherLayout) {
+  auto backend = NewBackend();
   ParameterSet online, target, other;
   online.Add("w", {2}, Init::Constant(1.0f));
   target.Add("w", {2}, Init::Zeros());
   other.Add("v", {2}, Init::Zeros());
-  online.Allocate(0), target.Allocate(0), other.Allocate(0);
-  ASSERT_TRUE(PolyakUpdate(online, target, backend, /*tau=*/0.25f).ok());
-  EXPECT_FLOAT_EQ(target.value(0).data[1], 0.25f);
-  ASSERT_TRUE(PolyakUpdate(online, target, backend, /*tau=*/0.25f).ok());
-  EXPECT_FLOAT_EQ(target.value(0).data[1], 0.4375f);
-  EXPECT_THAT(PolyakUpdate(online, other, backend, 0.1f).message(), HasSubstr("'w'"));
+  online.Allocate(*backend, 0), target.Allocate(*backend, 0), other.Allocate(*backend, 0);
+  ASSERT_TRUE(PolyakUpdate(online, target, *backend, /*tau=*/0.25f).ok());
+  EXPECT_FLOAT_EQ(Value(target, 0)[1], 0.25f);
+  ASSERT_TRUE(PolyakUpdate(online, target, *backend, /*tau=*/0.25f).ok());
+  EXPECT_FLOAT_EQ(Value(target, 0)[1], 0.4375f);
+  EXPECT_THAT(PolyakUpdate(online, other, *backend, 0.1f).message(), HasSubstr("'w'"));
 }
 
-TEST(ScheduleTest, WarmupThenCosineReachesTheFloor) {
-  ScheduleOptions o;
-  o.base_lr = 1.0f, o.warmup_steps = 10, o.decay = ScheduleOptions::Decay::kCosine, o.total_steps = 100;
-  o.final_fraction = 0.1f;
-  ASSERT_TRUE(o.Validate().ok());
-  EXPECT_FLOAT_EQ(LearningRate(o, 0), 0.1f);
-  EXPECT_FLOAT_EQ(LearningRate(o, 9), 1.0f);
-  EXPECT_FLOAT_EQ(LearningRate(o, 10), 1.0f);
-  EXPECT_NEAR(LearningRate(o, 60), 0.55f, 1e-5);  // halfway: floor + half the range
-  EXPECT_NEAR(LearningRate(o, 110), 0.1f, 1e-6);
-  EXPECT_NEAR(LearningRate(o, 5000), 0.1f, 1e-6);
-}
-
-TEST(ScheduleTest, ExponentialDecayHalvesEveryDecaySteps) {
-  ScheduleOptions o;
-  o.base_lr = 2.0f, o.decay = ScheduleOptions::Decay::kExponential, o.decay_rate = 0.5f, o.decay_steps = 100;
-  EXPECT_NEAR(LearningRate(o, 100), 1.0f, 1e-6);
-  EXPECT_NEAR(LearningRate(o, 200), 0.5f, 1e-6);
-  EXPECT_NEAR(LinearScalingRule(/*base_lr=*/0.1f, /*base_batch=*/256, /*batch=*/1024), 0.4f, 1e-6);
-  o.decay_steps = 0;
-  EXPECT_FALSE(o.Validate().ok());
+TEST_P(EngineTest, ParametersMoveBetweenHostAndDeviceOnlyThroughUploadAndDownload) {
+  auto backend = NewBackend();
+  ParameterSet params, copy;
+  for (ParameterSet* set : {&params, &copy}) Mlp::Create(*set, "mlp", {3, 4, 2});
+  params.Allocate(*backend, /*seed=*/5);
+  copy.Allocate(*backend, /*seed=*/6);
+  EXPECT_NE(params.DownloadValues(), copy.DownloadValues());
+  ASSERT_TRUE(copy.CopyValuesFrom(params).ok());
+  EXPECT_EQ(params.DownloadValues(), copy.DownloadValues());
+  std::vector<float> host(params.total_floats(), 0.5f);
+  ASSERT_TRUE(params.UploadValues(host).ok());
+  EXPECT_EQ(params.DownloadValues(), host);
+  host.pop_back();
+  EXPECT_THAT(params.UploadValues(host).message(), HasSubstr("got " + std::to_string(host.size()) + " floats"));
+  // The same seed gives the same values on any backend.
+  CpuBackend cpu(1);
+  ParameterSet on_cpu, here;
+  for (ParameterSet* set : {&on_cpu, &here}) Mlp::Create(*set, "mlp", {3, 4, 2});
+  on_cpu.Allocate(cpu, /*seed=*/6);
+  here.Allocate(*backend, /*seed=*/6);
+  EXPECT_EQ(on_cpu.DownloadValues(), here.DownloadValues());
 }
 
 // Sets every parameter's gradient (not the alignment padding between them).
 void FillGrads(ParameterSet& params, float value) {
-  for (int i = 0; i < params.size(); ++i) {
-    for (float& g : params.grad(i).span()) g = value;
-  }
+  for (int i = 0; i < params.size(); ++i) SetGrad(params, i, std::vector<float>(params.info(i).shape.size(), value));
 }
 
-TEST(CheckpointTest, RoundTripRestoresParametersAndAdamState) {
-  CpuBackend backend(1);
+TEST_P(EngineTest, ACheckpointRoundTripRestoresParametersAndAdamState) {
+  auto backend = NewBackend();
   ParameterSet params;
   Mlp::Create(params, "mlp", {3, 4, 2});
-  params.Allocate(/*seed=*/7);
-  Adam adam(&params, &backend);
+  params.Allocate(*backend, /*seed=*/7);
+  Adam adam(&params, backend.get());
   FillGrads(params, 0.1f);
   adam.Step(0.01f);
   const std::string path = TempPath("troupe_ckpt_roundtrip");
@@ -240,47 +303,103 @@ TEST(CheckpointTest, RoundTripRestoresParametersAndAdamState) {
 
   ParameterSet restored;
   Mlp::Create(restored, "mlp", {3, 4, 2});
-  restored.Allocate(/*seed=*/8);
-  Adam restored_adam(&restored, &backend);
+  restored.Allocate(*backend, /*seed=*/8);
+  Adam restored_adam(&restored, backend.get());
+  ASSERT_NE(params.DownloadValues(), restored.DownloadValues());
   ASSERT_TRUE(LoadCheckpoint(path, restored, &restored_adam).ok());
-  EXPECT_TRUE(std::equal(params.values().begin(), params.values().end(), restored.values().begin()));
+  EXPECT_EQ(params.DownloadValues(), restored.DownloadValues());
   EXPECT_EQ(restored_adam.steps(), 1);
   // The next step is identical.
   FillGrads(params, 0.1f);
   FillGrads(restored, 0.1f);
   adam.Step(0.01f);
   restored_adam.Step(0.01f);
-  EXPECT_TRUE(std::equal(params.values().begin(), params.values().end(), restored.values().begin()));
+  EXPECT_EQ(params.DownloadValues(), restored.DownloadValues());
   std::filesystem::remove(path);
 }
 
-TEST(CheckpointTest, RefusesADifferentModelNamingTheFirstMismatch) {
+// A file in the checkpoint format written byte by byte (as the engine wrote
+// them before its memory moved to the backend): parameters, Adam's moments
+// and step count load, on any device.
+TEST_P(EngineTest, ACheckpointFileOfTheDocumentedFormatLoads) {
+  std::string bytes = "TRPCKPT1";
+  auto put = [&bytes](const auto& v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  const int64_t steps = 3;
+  const float moments[2][2] = {{0.25f, -0.5f}, {0.125f, 2.0f}};
+  const std::vector<std::pair<std::string, std::vector<float>>> entries = {
+      {"param/w", {1.5f, -2.5f}}, {"adam.m/w", {moments[0][0], moments[0][1]}}, {"adam.v/w", {moments[1][0], moments[1][1]}}};
+  put(uint32_t{4});
+  for (const auto& [name, values] : entries) {
+    put(uint32_t(name.size()));
+    bytes += name;
+    put(uint32_t{1});
+    put(int64_t{2});
+    for (float v : values) put(v);
+  }
+  const std::string steps_name = "adam.steps";
+  put(uint32_t(steps_name.size()));
+  bytes += steps_name;
+  put(uint32_t{1});
+  put(int64_t{2});
+  put(steps);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a-64 of everything before it
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  put(h);
+  const std::string path = TempPath("troupe_ckpt_format");
+  std::ofstream(path, std::ios::binary) << bytes;
+
+  auto backend = NewBackend();
+  ParameterSet params;
+  params.Add("w", {2}, Init::Zeros());
+  params.Allocate(*backend, 0);
+  Adam adam(&params, backend.get());
+  ASSERT_TRUE(LoadCheckpoint(path, params, &adam).ok());
+  EXPECT_EQ(Value(params, 0), (std::vector<float>{1.5f, -2.5f}));
+  EXPECT_EQ(adam.steps(), 3);
+  const std::vector<OptimizerState> state = adam.State();
+  ASSERT_EQ(state.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> host(2);
+    backend->Download(state[k].data, host.data(), sizeof(float) * 2);
+    EXPECT_EQ(host, (std::vector<float>{moments[k][0], moments[k][1]})) << state[k].name;
+  }
+  // Saved again, the file is the same bytes.
+  ASSERT_TRUE(SaveCheckpoint(path + ".again", params, &adam).ok());
+  std::ifstream again(path + ".again", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(again), {}), bytes);
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".again");
+}
+
+TEST_P(EngineTest, ACheckpointOfADifferentModelIsRefusedNamingTheFirstMismatch) {
+  auto backend = NewBackend();
   ParameterSet params;
   Mlp::Create(params, "mlp", {3, 4, 2});
-  params.Allocate(1);
+  params.Allocate(*backend, 1);
   const std::string path = TempPath("troupe_ckpt_mismatch");
   ASSERT_TRUE(SaveCheckpoint(path, params).ok());
 
   ParameterSet wider;
   Mlp::Create(wider, "mlp", {3, 5, 2});
-  wider.Allocate(1);
-  const std::vector<float> before(wider.values().begin(), wider.values().end());
+  wider.Allocate(*backend, 1);
+  const std::vector<float> before = wider.DownloadValues();
   absl::Status s = LoadCheckpoint(path, wider);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("'param/mlp.0.w' has shape [3, 4], the model expects [3, 5]"));
-  EXPECT_TRUE(std::equal(before.begin(), before.end(), wider.values().begin())) << "nothing overwritten";
+  EXPECT_EQ(wider.DownloadValues(), before) << "nothing overwritten";
 
   ParameterSet renamed;
   Mlp::Create(renamed, "net", {3, 4, 2});
-  renamed.Allocate(1);
+  renamed.Allocate(*backend, 1);
   EXPECT_THAT(LoadCheckpoint(path, renamed).message(), HasSubstr("'param/mlp.0.w', the model expects 'param/net.0.w'"));
   std::filesystem::remove(path);
 }
 
-TEST(CheckpointTest, ReadCheckpointGivesEveryTensorByNameInFileOrder) {
+TEST_P(EngineTest, ReadCheckpointGivesEveryTensorByNameInFileOrder) {
+  auto backend = NewBackend();
   ParameterSet params;
   Mlp::Create(params, "mlp", {3, 4, 2});
-  params.Allocate(1);
+  params.Allocate(*backend, 1);
   const std::string path = TempPath("troupe_ckpt_read");
   ASSERT_TRUE(SaveCheckpoint(path, params).ok());
   auto tensors = ReadCheckpoint(path);
@@ -289,10 +408,7 @@ TEST(CheckpointTest, ReadCheckpointGivesEveryTensorByNameInFileOrder) {
   EXPECT_EQ((*tensors)[0].name, "param/mlp.0.w");
   EXPECT_EQ((*tensors)[0].shape, (Shape{3, 4}));
   EXPECT_EQ((*tensors)[3].name, "param/mlp.1.b");
-  for (int i = 0; i < params.size(); ++i) {
-    const auto value = params.value(i);
-    EXPECT_EQ((*tensors)[i].values, std::vector<float>(value.data, value.data + value.size())) << i;
-  }
+  for (int i = 0; i < params.size(); ++i) EXPECT_EQ((*tensors)[i].values, Value(params, i)) << i;
   // Truncated: DataLoss, as LoadCheckpoint.
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 9);
   EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
@@ -300,10 +416,11 @@ TEST(CheckpointTest, ReadCheckpointGivesEveryTensorByNameInFileOrder) {
   std::filesystem::remove(path);
 }
 
-TEST(CheckpointTest, CorruptFileIsDataLoss) {
+TEST_P(EngineTest, ACorruptCheckpointIsDataLoss) {
+  auto backend = NewBackend();
   ParameterSet params;
   Mlp::Create(params, "mlp", {3, 4, 2});
-  params.Allocate(1);
+  params.Allocate(*backend, 1);
   const std::string path = TempPath("troupe_ckpt_corrupt");
   ASSERT_TRUE(SaveCheckpoint(path, params).ok());
   {
@@ -316,6 +433,8 @@ TEST(CheckpointTest, CorruptFileIsDataLoss) {
   EXPECT_THAT(s.message(), HasSubstr("checksum"));
   std::filesystem::remove(path);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, EngineTest, ::testing::Values(Device::kCpu, Device::kStrict), DeviceName);
 
 }  // namespace
 }  // namespace troupe::nn

@@ -558,6 +558,15 @@ Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels) {
   return y;
 }
 
+Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, int64_t width, int64_t channels,
+                  float scale) {
+  const int64_t pixels = height * width;
+  const uint8_t* bytes = t.InputBytes(host, images * pixels * channels);
+  Var y = t.NewValue({images, channels, height, width}, /*requires_grad=*/false);
+  t.backend().BytesToFloatPlanar(images, pixels, channels, scale, bytes, t.value(y).data);
+  return y;
+}
+
 Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng) {
   Tape& t = *x.tape;
   const Shape& s = t.value(x).shape;

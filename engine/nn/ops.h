@@ -76,7 +76,7 @@ Var LayerNorm(Var x, Var gamma, Var beta, float eps = 1e-5f);
 
 // Running statistics for batch norm (owned by the layer, per replica).
 struct BatchNormState {
-  float* running_mean = nullptr;  // c floats
+  float* running_mean = nullptr;  // c floats, host memory (the statistics are finished on the host)
   float* running_var = nullptr;   // c floats
   float momentum = 0.1f;          // PyTorch's convention
 };
@@ -91,6 +91,7 @@ Var BatchNorm(Var x, Var gamma, Var beta, BatchNormState state, bool training, f
 // [shape[0], rest]; u, v are the persistent power-iteration vectors, updated
 // in place by `iterations` steps first (no gradient through them), as PyTorch's
 // spectral_norm does in training. iterations = 0 keeps u, v as they are.
+// u and v are the backend's memory (a ParameterSet's values, a DeviceBuffer).
 Var SpectralNorm(Var w, float* u, float* v, int iterations = 1);
 
 // --- Softmax family (last axis) ------------------------------------------------
@@ -98,6 +99,13 @@ Var Softmax(Var x);
 Var LogSoftmax(Var x);
 // Mean over rows of -log softmax(logits)[label]; labels has rows entries.
 Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels);
+
+// --- Images --------------------------------------------------------------------
+// uint8 images on the host, [images, height, width, channels] (interleaved, as
+// cameras and replay keep them), uploaded and turned into float planes
+// [images, channels, height, width] times `scale` on the device. No gradient.
+Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, int64_t width, int64_t channels,
+                  float scale);
 
 // --- Image augmentation --------------------------------------------------------
 // DrQ's random shift (Kostrikov et al. 2020): replicate-pad by `pad`, then

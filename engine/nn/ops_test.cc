@@ -8,8 +8,11 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/strict_cpu_backend.h"
@@ -55,7 +58,7 @@ double Evaluate(Backend& backend, std::vector<Input>& inputs, const BuildFn& bui
   }
   Var y = build(tape, vars);
   const std::vector<float> r = RandomVector(tape.value(y).shape.size(), /*seed=*/99);
-  Var rv = tape.Constant(r.data(), tape.value(y).shape);
+  Var rv = tape.Input(r.data(), tape.value(y).shape);
   Var loss = Sum(Mul(y, rv));
   const double value = tape.item(loss);
   if (grads != nullptr) {
@@ -103,8 +106,10 @@ constexpr double kStep = 1e-2;
 constexpr double kRtol = 2e-2;
 constexpr double kAtol = 2e-3;
 
-// CUDA against the CPU: float32 with another summation order.
+// CUDA against the CPU, per precision: float32 with another summation order;
+// bfloat16 matmul/conv inputs (8-bit mantissa, float32 accumulation).
 constexpr double kCudaRtol = 1e-3;
+constexpr double kCudaBfloat16Rtol = 5e-2;
 
 // The op's value and input gradients on every other backend against the CPU
 // reference (one thread each, so the reference is deterministic).
@@ -119,14 +124,19 @@ void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
   config::EngineConfig cuda;
   cuda.set_device(config::EngineConfig::CUDA);
   if (!engine::CheckDeviceAvailable(cuda, "test").ok()) return;  // no GPU here (or not built)
-  auto gpu = engine::MakeBackend(cuda, /*local_index=*/0, /*threads=*/1);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const double gpu_value = Evaluate(**gpu, inputs, build, &got);
-  EXPECT_NEAR(gpu_value, want_value, kCudaRtol * (1 + std::fabs(want_value))) << "CUDA";
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(got[i].size(), want[i].size());
-    for (size_t k = 0; k < want[i].size(); ++k) {
-      EXPECT_NEAR(got[i][k], want[i][k], kCudaRtol * (1 + std::fabs(want[i][k]))) << "CUDA input " << i << "[" << k << "]";
+  for (const auto& [precision, rtol] : {std::pair{config::EngineConfig::FLOAT32, kCudaRtol},
+                                        std::pair{config::EngineConfig::BFLOAT16, kCudaBfloat16Rtol}}) {
+    cuda.set_precision(precision);
+    const std::string name = absl::StrCat("CUDA ", config::EngineConfig::Precision_Name(precision));
+    auto gpu = engine::MakeBackend(cuda, /*local_index=*/0, /*threads=*/1);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const double gpu_value = Evaluate(**gpu, inputs, build, &got);
+    EXPECT_NEAR(gpu_value, want_value, rtol * (1 + std::fabs(want_value))) << name;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i].size(), want[i].size());
+      for (size_t k = 0; k < want[i].size(); ++k) {
+        EXPECT_NEAR(got[i][k], want[i][k], rtol * (1 + std::fabs(want[i][k]))) << name << " input " << i << "[" << k << "]";
+      }
     }
   }
 }
@@ -300,8 +310,10 @@ TEST(OpsGradientTest, SpectralNormWithFixedPowerIterationVectors) {
     backend.SpectralNormPowerIteration(3, 8, w.data(), u.data(), v.data(), /*iterations=*/30);
   }
   Input w{RandomVector(24, 35), Shape{3, 2, 2, 2}, true};
-  ExpectGradientsMatch({w}, [&](Tape&, std::vector<Var>& in) {
-    return SpectralNorm(in[0], u.data(), v.data(), /*iterations=*/0);
+  ExpectGradientsMatch({w}, [&](Tape& t, std::vector<Var>& in) {
+    // u and v in the backend's memory, as a ParameterSet keeps them.
+    return SpectralNorm(in[0], t.data(t.Input(u.data(), {3})).data, t.data(t.Input(v.data(), {8})).data,
+                        /*iterations=*/0);
   }, /*step=*/1e-3);
 }
 
@@ -448,6 +460,24 @@ TEST(ActivationForwardTest, MatchesFormulas) {
   EXPECT_NEAR(y[0], std::exp(-2.0) - 1.0, 1e-6);
   backend.ActivationForward(Activation::kSoftplus, 0.0f, x.data(), y.data(), 4);
   EXPECT_NEAR(y[3], std::log1p(std::exp(3.0)), 1e-6);
+}
+
+// uint8 interleaved images to scaled float planes: the layout by hand on the
+// CPU, and every backend against it (no gradient: an input op).
+TEST(ImagesToFloatTest, InterleavedBytesBecomeScaledPlanesOnEveryBackend) {
+  // Two 1x2 RGB images: pixel p of image i has channels (10i + p, 100 + p, 200 + i).
+  const std::vector<uint8_t> bytes = {0, 100, 200, 1, 101, 200, 10, 100, 201, 11, 101, 201};
+  CpuBackend cpu(1);
+  Tape tape(&cpu);
+  const Var y = ImagesToFloat(tape, bytes.data(), /*images=*/2, /*height=*/1, /*width=*/2, /*channels=*/3, 0.5f);
+  EXPECT_EQ(tape.value(y).shape, (Shape{2, 3, 1, 2}));
+  const std::vector<float> want = {0, 0.5, 50, 50.5, 100, 100, 5, 5.5, 50, 50.5, 100.5, 100.5};
+  EXPECT_EQ(std::vector<float>(tape.data(y).data, tape.data(y).data + 12), want);
+  std::vector<uint8_t> big(3 * 5 * 7 * 3);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 37 % 256);
+  ExpectBackendsAgree({}, [&](Tape& t, std::vector<Var>&) {
+    return ImagesToFloat(t, big.data(), /*images=*/3, /*height=*/5, /*width=*/7, /*channels=*/3, 1.0f / 255.0f);
+  });
 }
 
 TEST(RandomShiftTest, ShiftOfPadIsIdentityAndShiftsReplicateTheBorder) {

@@ -1,5 +1,6 @@
 #include "engine/nn/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -23,49 +24,60 @@ absl::Status SgdOptions::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A state buffer with the parameters' layout, zeroed on the device.
+DeviceBuffer ZeroedLike(const ParameterSet& params, Backend& backend) {
+  DeviceBuffer buffer(backend, std::max<int64_t>(params.total_floats(), 1));
+  backend.Fill(buffer.data(), buffer.size(), 0.0f);
+  return buffer;
+}
+
+}  // namespace
+
 Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options)
     : params_(params), backend_(backend), options_(options) {
-  TROUPE_CHECK(params->allocated());
-  m_.assign(params->values().size(), 0.0f);
-  v_.assign(params->values().size(), 0.0f);
+  TROUPE_CHECK(params->allocated() && &params->backend() == backend);
+  m_ = ZeroedLike(*params, *backend);
+  v_ = ZeroedLike(*params, *backend);
 }
 
 void Adam::Step(float learning_rate) {
   ++steps_;
   const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
   const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
-  backend_->AdamUpdate(static_cast<int64_t>(m_.size()), learning_rate, options_.beta1, options_.beta2, options_.eps,
-                       options_.weight_decay, c1, c2, params_->grads().data(), params_->values().data(), m_.data(),
-                       v_.data());
+  backend_->AdamUpdate(m_.size(), learning_rate, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                       c1, c2, params_->device_grads(), params_->device_values(), m_.data(), v_.data());
 }
 
 std::vector<OptimizerState> Adam::State() { return {{"adam.m", m_.data()}, {"adam.v", v_.data()}}; }
 
 Sgd::Sgd(ParameterSet* params, Backend* backend, SgdOptions options)
     : params_(params), backend_(backend), options_(options) {
-  TROUPE_CHECK(params->allocated());
-  momentum_.assign(params->values().size(), 0.0f);
+  TROUPE_CHECK(params->allocated() && &params->backend() == backend);
+  momentum_ = ZeroedLike(*params, *backend);
 }
 
 void Sgd::Step(float learning_rate) {
   ++steps_;
-  backend_->SgdUpdate(static_cast<int64_t>(momentum_.size()), learning_rate, options_.momentum,
-                      options_.weight_decay, params_->grads().data(), params_->values().data(), momentum_.data());
+  backend_->SgdUpdate(momentum_.size(), learning_rate, options_.momentum, options_.weight_decay,
+                      params_->device_grads(), params_->device_values(), momentum_.data());
 }
 
 std::vector<OptimizerState> Sgd::State() { return {{"sgd.momentum", momentum_.data()}}; }
 
 float ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm) {
-  auto grads = params.grads();
-  const float norm = static_cast<float>(std::sqrt(backend.SquaredNorm(grads.data(), grads.size())));
-  if (norm > max_norm && norm > 0.0f) backend.Scale(max_norm / norm, grads.data(), grads.data(), grads.size());
+  float* grads = params.device_grads();
+  const int64_t n = params.total_floats();
+  const float norm = static_cast<float>(std::sqrt(backend.SquaredNorm(grads, n)));
+  if (norm > max_norm && norm > 0.0f) backend.Scale(max_norm / norm, grads, grads, n);
   return norm;
 }
 
 absl::Status PolyakUpdate(const ParameterSet& online, ParameterSet& target, Backend& backend, float tau) {
   RETURN_IF_ERROR(target.CheckSameLayout(online));
   if (!(tau >= 0 && tau <= 1)) return absl::InvalidArgumentError(absl::StrCat("polyak tau ", tau, " not in [0, 1]"));
-  backend.Polyak(static_cast<int64_t>(online.values().size()), tau, online.values().data(), target.values().data());
+  backend.Polyak(online.total_floats(), tau, online.device_values(), target.device_values());
   return absl::OkStatus();
 }
 

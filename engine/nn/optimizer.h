@@ -17,7 +17,8 @@
 
 namespace troupe::nn {
 
-// A named state buffer with the ParameterSet's layout (total_floats() long).
+// A named state buffer with the ParameterSet's layout (total_floats() long),
+// in the parameters' backend's memory (a checkpoint downloads it).
 struct OptimizerState {
   std::string name;  // "adam.m"
   float* data = nullptr;
@@ -79,7 +80,7 @@ class Adam final : public Optimizer {
   Backend* backend_;
   AdamOptions options_;
   int64_t steps_ = 0;
-  std::vector<float> m_, v_;
+  DeviceBuffer m_, v_;  // zeroed by a kernel
 };
 
 struct SgdOptions {
@@ -104,7 +105,7 @@ class Sgd final : public Optimizer {
   Backend* backend_;
   SgdOptions options_;
   int64_t steps_ = 0;
-  std::vector<float> momentum_;
+  DeviceBuffer momentum_;
 };
 
 // Scales all gradients so their global L2 norm is at most `max_norm`;

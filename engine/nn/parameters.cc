@@ -26,13 +26,17 @@ int ParameterSet::Find(const std::string& name) const {
   return -1;
 }
 
-void ParameterSet::Allocate(uint64_t seed) {
+void ParameterSet::Allocate(Backend& backend, uint64_t seed) {
   TROUPE_CHECK(!allocated());
-  values_.assign(std::max<int64_t>(total_, 1), 0.0f);
-  grads_.assign(std::max<int64_t>(total_, 1), 0.0f);
+  const int64_t floats = std::max<int64_t>(total_, 1);
+  values_ = DeviceBuffer(backend, floats);
+  grads_ = DeviceBuffer(backend, floats);
+  backend.Fill(grads_.data(), floats, 0.0f);
+  // Initialised on the host (the same values on every backend), uploaded once.
+  std::vector<float> host(floats, 0.0f);
   std::mt19937_64 rng(seed);
   for (const ParameterInfo& p : params_) {
-    float* v = values_.data() + p.offset;
+    float* v = host.data() + p.offset;
     const int64_t n = p.shape.size();
     switch (p.init.kind) {
       case Init::kZeros:
@@ -52,9 +56,19 @@ void ParameterSet::Allocate(uint64_t seed) {
       }
     }
   }
+  values_.Upload(host);
 }
 
-void ParameterSet::ZeroGrad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+absl::Status ParameterSet::UploadValues(std::span<const float> host) {
+  TROUPE_CHECK(allocated());
+  if (static_cast<int64_t>(host.size()) != total_) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters: got ", host.size(), " floats, expected ", total_));
+  }
+  values_.Upload(host);
+  return absl::OkStatus();
+}
+
+void ParameterSet::ZeroGrad() { backend().Fill(grads_.data(), grads_.size(), 0.0f); }
 
 absl::Status ParameterSet::CheckSameLayout(const ParameterSet& other) const {
   const size_t n = std::min(params_.size(), other.params_.size());
@@ -78,8 +92,11 @@ absl::Status ParameterSet::CheckSameLayout(const ParameterSet& other) const {
 
 absl::Status ParameterSet::CopyValuesFrom(const ParameterSet& other) {
   RETURN_IF_ERROR(CheckSameLayout(other));
-  std::copy(other.values_.begin(), other.values_.end(), values_.begin());
-  return absl::OkStatus();
+  if (&other.backend() == &backend()) {
+    backend().Copy(other.values_.data(), values_.data(), values_.size());
+    return absl::OkStatus();
+  }
+  return UploadValues(other.DownloadValues());
 }
 
 }  // namespace troupe::nn

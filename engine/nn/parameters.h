@@ -1,8 +1,11 @@
 // A model's parameters in one contiguous buffer (llm.c's
 // malloc_and_point_parameters): declare every tensor with a name, shape and
 // initialiser, then Allocate() makes one value buffer and one gradient buffer
-// with the same layout, and each parameter is a view into them. A checkpoint,
-// a parameter broadcast and a gradient all-reduce are each one buffer.
+// with the same layout in a backend's memory, and each parameter is a view
+// into them. A checkpoint, a parameter broadcast and a gradient all-reduce
+// are each one buffer. The buffers are device memory (backend.h): kernels
+// use them, the host reads and writes them only through DownloadValues and
+// UploadValues.
 //
 // Not thread-safe; a ParameterSet belongs to one replica.
 #ifndef TROUPE_ENGINE_NN_PARAMETERS_H_
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/nn/backend.h"
 #include "engine/nn/tensor.h"
 
 namespace troupe::nn {
@@ -49,10 +53,13 @@ class ParameterSet {
   // unique (checked). Offsets are 16-float aligned.
   int Add(std::string name, Shape shape, Init init);
 
-  // Allocates values and gradients (zeroed) and runs every initialiser from
-  // `seed`. Parameters may not be added afterwards. Same seed, same values.
-  void Allocate(uint64_t seed);
+  // Allocates values and gradients (zeroed) in `backend`'s memory, runs every
+  // initialiser from `seed` on the host and uploads the values. Parameters
+  // may not be added afterwards. Same seed, same values, on every backend.
+  // `backend` must outlive the set.
+  void Allocate(Backend& backend, uint64_t seed);
   bool allocated() const { return !values_.empty(); }
+  Backend& backend() const { return *values_.backend(); }
 
   int size() const { return static_cast<int>(params_.size()); }
   const ParameterInfo& info(int i) const { return params_[i]; }
@@ -60,16 +67,26 @@ class ParameterSet {
   // Index of the parameter called `name`, or -1.
   int Find(const std::string& name) const;
 
-  TensorView value(int i) { return {values_.data() + params_[i].offset, params_[i].shape}; }
-  TensorView grad(int i) { return {grads_.data() + params_[i].offset, params_[i].shape}; }
-  // The whole buffers (including alignment padding, which stays zero).
-  std::span<float> values() { return values_; }
-  std::span<float> grads() { return grads_; }
-  std::span<const float> values() const { return values_; }
+  // Views of parameter i in device memory (for kernels and the tape).
+  TensorView value(int i) const { return {values_.data() + params_[i].offset, params_[i].shape}; }
+  TensorView grad(int i) const { return {grads_.data() + params_[i].offset, params_[i].shape}; }
+  // The whole buffers in device memory (total_floats() long, alignment
+  // padding included, which stays zero).
+  float* device_values() const { return values_.data(); }
+  float* device_grads() const { return grads_.data(); }
   int64_t total_floats() const { return total_; }
 
+  // Host copies of the whole value or gradient buffer (one Download), and
+  // the values set from the host (one Upload; InvalidArgument naming both
+  // sizes unless `host` has total_floats() floats).
+  std::vector<float> DownloadValues() const { return values_.Download(); }
+  std::vector<float> DownloadGrads() const { return grads_.Download(); }
+  absl::Status UploadValues(std::span<const float> host);
+
+  // Gradients to zero, with a backend kernel.
   void ZeroGrad();
-  // Copies another set's values; the layouts (names, shapes) must match.
+  // Copies another set's values (a kernel on one backend, a download and an
+  // upload across two); the layouts (names, shapes) must match.
   absl::Status CopyValuesFrom(const ParameterSet& other);
   // OK iff names and shapes match in order; otherwise says the first mismatch.
   absl::Status CheckSameLayout(const ParameterSet& other) const;
@@ -77,9 +94,8 @@ class ParameterSet {
  private:
   std::vector<ParameterInfo> params_;
   int64_t total_ = 0;
-  // Flat storage; std::vector<float> is enough alignment for Eigen's unaligned maps.
-  std::vector<float> values_;
-  std::vector<float> grads_;
+  DeviceBuffer values_;
+  DeviceBuffer grads_;
 };
 
 }  // namespace troupe::nn

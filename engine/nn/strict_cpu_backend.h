@@ -7,6 +7,9 @@
 // device-memory contract of backend.h without a GPU. Results equal
 // CpuBackend's bit for bit (the same kernels on the same threads).
 //
+// Kernels check that every pointer they are given is in the arena: the
+// ops layer hands a kernel no host memory (a GPU could not read it).
+//
 // For tests (config device CPU_STRICT): every call opens and closes the
 // arena with two mprotect calls, whose cost grows with the arena's size.
 // Not thread-safe (the Backend contract); other backends' memory and
@@ -16,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -78,6 +82,7 @@ class StrictCpuBackend final : public Backend {
   float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
   void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss, float* dx) override;
   void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities, const float* reward, const float* discount, float* out) override;
+  void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in, float* out) override;
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* x, float* y) override;
   void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* dy, float* dx) override;
   void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v, int iterations) override;
@@ -88,10 +93,14 @@ class StrictCpuBackend final : public Backend {
   void Polyak(int64_t n, float tau, const float* online, float* target) override;
 
  private:
-  // Opens the arena (read/write) for the lifetime of a call.
+  // Opens the arena (read/write) for the lifetime of a call. A kernel also
+  // names its pointer arguments: each (but null ones) must be this device's
+  // memory, or the process aborts naming the kernel and the argument, so a
+  // kernel handed host memory is caught as a host touch of device memory is.
   class Open {
    public:
     explicit Open(StrictCpuBackend* backend);
+    Open(StrictCpuBackend* backend, const char* kernel, std::initializer_list<const void*> device_pointers);
     ~Open();
     Open(const Open&) = delete;
     Open& operator=(const Open&) = delete;

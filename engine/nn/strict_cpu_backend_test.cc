@@ -38,6 +38,26 @@ TEST(StrictCpuDeviceDeathTest, AHostWriteOrReadOfDeviceMemoryFaultsAtOnce) {
       "");
 }
 
+TEST(StrictCpuDeviceDeathTest, AKernelGivenHostMemoryAbortsNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        StrictCpuBackend device(1);
+        float* y = device.AllocateFloats(4);
+        const std::vector<float> host(4, 1.0f);
+        device.Axpy(1.0f, host.data(), y, 4);  // x is host memory
+      },
+      "Axpy was given host memory \\(pointer argument 1");
+  EXPECT_DEATH(
+      {
+        StrictCpuBackend device(1);
+        Tape tape(&device);
+        const std::vector<float> host(4, 1.0f);
+        (void)Relu(tape.Constant(host.data(), {4}));  // Constant takes device data; host data goes through Input
+      },
+      "ActivationForward was given host memory");
+}
+
 TEST(StrictCpuDeviceTest, BytesMoveThroughUploadAndDownloadAndKernelsSeeThem) {
   StrictCpuBackend device(1);
   float* x = device.AllocateFloats(4);
@@ -70,8 +90,13 @@ std::vector<float> TrainSteps(Backend* backend, int steps, std::vector<float>* l
   const int sn = params.Add("sn.w", {256, 8}, Init::FanIn(256));
   const LayerNormLayer norm = LayerNormLayer::Create(params, "norm", 8);
   const LinearLayer head = LinearLayer::Create(params, "head", 8 + 2, 5);
-  params.Allocate(/*seed=*/3);
-  std::vector<float> running_mean(4, 0.0f), running_var(4, 1.0f), u(256, 0.1f), v(8, 0.5f);
+  params.Allocate(*backend, /*seed=*/3);
+  // Batch norm's running statistics are the host's (it finishes the
+  // statistics there); spectral norm's power-iteration vectors the device's.
+  std::vector<float> running_mean(4, 0.0f), running_var(4, 1.0f);
+  DeviceBuffer u(*backend, 256), v(*backend, 8);
+  backend->Fill(u.data(), 256, 0.1f);
+  backend->Fill(v.data(), 8, 0.5f);
   std::mt19937_64 data_rng(1), shift_rng(2);
   std::normal_distribution<float> normal;
   std::vector<float> images(kBatch * 3 * 8 * 8), extra(kBatch * 2), target(kBatch * 5);
@@ -85,21 +110,21 @@ std::vector<float> TrainSteps(Backend* backend, int steps, std::vector<float>* l
     for (int i = 0; i < kBatch; ++i) labels[i] = (step + i) % 5;
     tape.Reset();
     params.ZeroGrad();
-    Var x = RandomShift(tape.Constant(images.data(), {kBatch, 3, 8, 8}), /*pad=*/1, shift_rng);
+    Var x = RandomShift(tape.Input(images.data(), {kBatch, 3, 8, 8}), /*pad=*/1, shift_rng);
     Var h = conv(tape, params, x, FusedActivation::kRelu);
     h = BatchNorm(h, tape.Parameter(params, gamma), tape.Parameter(params, beta),
                   {running_mean.data(), running_var.data(), 0.1f}, /*training=*/true);
     Var w = SpectralNorm(tape.Parameter(params, sn), u.data(), v.data(), /*iterations=*/1);
     Var features = Tanh(norm(tape, params, Linear(Flatten(h), w, Var{})));
-    const std::array<Var, 2> parts = {features, tape.Constant(extra.data(), {kBatch, 2})};
+    const std::array<Var, 2> parts = {features, tape.Input(extra.data(), {kBatch, 2})};
     Var logits = head(tape, params, Concat(parts, /*axis=*/1));
-    Var loss = Add(SoftmaxCrossEntropy(logits, labels), MeanSquaredError(logits, tape.Constant(target.data(), {kBatch, 5})));
+    Var loss = Add(SoftmaxCrossEntropy(logits, labels), MeanSquaredError(logits, tape.Input(target.data(), {kBatch, 5})));
     loss = Add(loss, Scale(Sum(Mul(logits, logits)), 1e-3f));
     tape.Backward(loss);
     adam.Step(/*learning_rate=*/1e-2f);
     losses->push_back(tape.item(loss));
   }
-  return {params.values().begin(), params.values().end()};
+  return params.DownloadValues();
 }
 
 TEST(StrictCpuDeviceTest, ATrainingStepEqualsTheCpuBackendsBitForBit) {

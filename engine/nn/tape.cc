@@ -77,6 +77,18 @@ Var Tape::Parameter(ParameterSet& set, int index) {
   return {this, static_cast<int>(values_.size()) - 1};
 }
 
+Var Tape::Input(const float* host, Shape shape) {
+  float* data = AllocateFloats(shape.size());
+  backend_->Upload(host, data, sizeof(float) * shape.size());
+  return Constant(data, shape);
+}
+
+const uint8_t* Tape::InputBytes(const void* host, int64_t bytes) {
+  auto* data = static_cast<uint8_t*>(AllocateBytes(std::max<int64_t>(1, bytes)));
+  backend_->Upload(host, data, bytes);
+  return data;
+}
+
 Var Tape::Constant(const float* data, Shape shape) {
   Value v;
   v.data = const_cast<float*>(data);
@@ -126,6 +138,7 @@ void Tape::Record(const Node& node) {
 
 void Tape::Backward(Var loss, GradientListener* listener) {
   TROUPE_CHECK(values_[loss.id].shape.size() == 1);
+  if (!values_[loss.id].requires_grad) return;  // a loss of constants: nothing to differentiate
   const int num_values = static_cast<int>(values_.size());
   // Gradient buffers for intermediates, zeroed; aliases share their source's.
   for (int id = 0; id < num_values; ++id) {

@@ -79,11 +79,19 @@ class Tape {
 
   // Leaves. A parameter's gradient accumulates into its set's grad buffer.
   Var Parameter(ParameterSet& set, int index);
-  // A constant (no gradient): the data is referenced, not copied; it must
-  // outlive the step.
-  Var Constant(const float* data, Shape shape);
-  // A leaf whose gradient is wanted (tests, inputs to differentiate).
-  Var Leaf(const float* data, Shape shape);
+  // An input from the host (a batch, a target): uploaded into the arena, a
+  // constant (no gradient) of the step.
+  Var Input(const float* host, Shape shape);
+  // `bytes` of host data uploaded into the arena (uint8 pixels for
+  // ImagesToFloat); valid until Reset().
+  const uint8_t* InputBytes(const void* host, int64_t bytes);
+  // A constant (no gradient) on data already in the backend's memory (a
+  // value of this or another tape, a parameter used as a constant): the data
+  // is referenced, not copied; it must outlive the step.
+  Var Constant(const float* device_data, Shape shape);
+  // A leaf whose gradient is wanted (tests, inputs to differentiate), on
+  // device data as Constant.
+  Var Leaf(const float* device_data, Shape shape);
 
   // Records an op's output: a new value of `shape` with data from the arena.
   Var NewValue(Shape shape, bool requires_grad);
@@ -111,7 +119,8 @@ class Tape {
   int32_t* HostInts(int64_t count);
 
   // Seeds d(loss)/d(loss) = 1 (loss must have one element) and runs every
-  // node backward. Parameter gradients ACCUMULATE into their sets' buffers
+  // node backward (nothing when the loss depends on no gradient-requiring
+  // value). Parameter gradients ACCUMULATE into their sets' buffers
   // (call ParameterSet::ZeroGrad between steps). `listener`, if given, hears
   // of each parameter as soon as its gradient is final.
   void Backward(Var loss, GradientListener* listener = nullptr);

@@ -29,6 +29,14 @@ class Collectives {
   virtual ~Collectives() = default;
   virtual int replica_id() const = 0;
   virtual int num_replicas() const = 0;
+  // This replica's rank among the replicas on its machine, which picks its
+  // device (GPU): the replica id in a group of threads, the node-local rank
+  // under MPI.
+  virtual int local_rank() const { return replica_id(); }
+  // True when the collectives take a device backend's memory in place
+  // (NCCL); otherwise they take host memory, and ReplicaContext stages a
+  // device buffer through it.
+  virtual bool takes_device_memory() const { return false; }
 
   // data = op over replicas of data (in place). Blocks until all arrive; a
   // replica that does not arrive, or stops inside the collective, is an

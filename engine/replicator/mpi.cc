@@ -43,11 +43,17 @@ absl::StatusOr<std::unique_ptr<MpiCollectives>> MpiCollectives::Create(std::chro
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<MpiCollectives>(new MpiCollectives(rank, size, owns, timeout));
+  // The rank among this machine's ranks (which GPU is this process's).
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local_rank = 0;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_free(&node);
+  return std::unique_ptr<MpiCollectives>(new MpiCollectives(rank, size, local_rank, owns, timeout));
 }
 
-MpiCollectives::MpiCollectives(int rank, int size, bool owns_mpi, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), owns_mpi_(owns_mpi), timeout_(timeout) {}
+MpiCollectives::MpiCollectives(int rank, int size, int local_rank, bool owns_mpi, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), local_rank_(local_rank), owns_mpi_(owns_mpi), timeout_(timeout) {}
 
 MpiCollectives::~MpiCollectives() {
   for (auto& p : pending_) {

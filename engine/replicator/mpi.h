@@ -26,6 +26,7 @@ class MpiCollectives final : public Collectives {
 
   int replica_id() const override { return rank_; }
   int num_replicas() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
   absl::Status AllReduce(std::span<float> data, ReduceOp op) override;
   absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
   absl::Status Broadcast(std::span<float> data, int root) override;
@@ -34,13 +35,13 @@ class MpiCollectives final : public Collectives {
   void Fail(const absl::Status& status) override;
 
  private:
-  MpiCollectives(int rank, int size, bool owns_mpi, std::chrono::milliseconds timeout);
+  MpiCollectives(int rank, int size, int local_rank, bool owns_mpi, std::chrono::milliseconds timeout);
   // Exchanges descriptors with every other rank; names the missing/mismatched one.
   absl::Status CheckDescriptors(int kind, int64_t count, int root);
   // Polls `request` (an MPI_Request*) until done or the deadline.
   absl::Status Wait(void* request, int kind, int64_t count);
 
-  const int rank_, size_;
+  const int rank_, size_, local_rank_;
   const bool owns_mpi_;
   const std::chrono::milliseconds timeout_;
   int64_t seq_ = 0;

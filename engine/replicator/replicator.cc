@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/nn/cpu_backend.h"
 #include "engine/replicator/in_process.h"
 #include "engine/replicator/mpi.h"
 
@@ -24,13 +25,6 @@ absl::Status ReplicatorOptions::Validate() const {
   }
   if (timeout.count() <= 0) return absl::InvalidArgumentError("replicator timeout must be > 0");
   return absl::OkStatus();
-}
-
-ReplicatorOptions ReplicatorOptions::FromConfig(const config::EngineConfig& engine) {
-  ReplicatorOptions options;
-  options.backend = engine.collectives() == config::EngineConfig::MPI ? Backend::kMpi : Backend::kInProcess;
-  options.num_replicas = engine.replicas();
-  return options;
 }
 
 // --- ReplicaContext -------------------------------------------------------------
@@ -60,6 +54,21 @@ absl::Status ReplicaContext::WaitAll() {
 // nn::CrossReplicaSum's hook returns nothing: an error stays in status().
 void ReplicaContext::SumInPlace(std::span<float> values) {
   (void)Record(collectives_->AllReduce(values, ReduceOp::kSum));
+}
+
+bool ReplicaContext::ReducesInPlace(const nn::Backend& backend) const {
+  return backend.host_addressable() || collectives_->takes_device_memory();
+}
+
+absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op) {
+  if (ReducesInPlace(backend)) return AllReduce({data, static_cast<size_t>(count)}, op);
+  if (!status_.ok()) return status_;
+  if (static_cast<int64_t>(staging_.size()) < count) staging_.resize(count);
+  const std::span<float> host(staging_.data(), static_cast<size_t>(count));
+  backend.Download(data, host.data(), sizeof(float) * host.size());
+  RETURN_IF_ERROR(AllReduce(host, op));
+  backend.Upload(host.data(), data, sizeof(float) * host.size());
+  return absl::OkStatus();
 }
 
 // --- GradientReducer --------------------------------------------------------------
@@ -98,8 +107,16 @@ void GradientReducer::Reset() {
 
 void GradientReducer::Start(Bucket& b) {
   b.started = true;
+  float* device = params_->device_grads() + b.begin;
+  const size_t count = static_cast<size_t>(b.end - b.begin);
+  std::span<float> data(device, count);
+  if (!ctx_->ReducesInPlace(params_->backend())) {
+    if (host_grads_.empty()) host_grads_.resize(params_->total_floats());
+    data = std::span<float>(host_grads_.data() + b.begin, count);
+    params_->backend().Download(device, data.data(), sizeof(float) * count);
+  }
   // An error is kept by the context; Finish() reports it.
-  ctx_->StartAllReduce(params_->grads().subspan(b.begin, b.end - b.begin), ReduceOp::kMean).IgnoreError();
+  ctx_->StartAllReduce(data, ReduceOp::kMean).IgnoreError();
 }
 
 void GradientReducer::OnGradientReady(const nn::ParameterSet& set, int param_index) {
@@ -113,7 +130,12 @@ absl::Status GradientReducer::Finish() {
   for (Bucket& b : buckets_) {
     if (!b.started) Start(b);
   }
-  return ctx_->WaitAll();
+  RETURN_IF_ERROR(ctx_->WaitAll());
+  // The buckets cover the whole buffer: one upload of the staged copy.
+  if (!host_grads_.empty()) {
+    params_->backend().Upload(host_grads_.data(), params_->device_grads(), sizeof(float) * host_grads_.size());
+  }
+  return absl::OkStatus();
 }
 
 // --- ReplicatedOptimizer ------------------------------------------------------------
@@ -124,7 +146,8 @@ void ReplicatedOptimizer::Step(float learning_rate) {
   if (reducer_ != nullptr) {
     s = reducer_->Finish();
   } else {
-    s = ctx_->AllReduce(parameters().grads(), ReduceOp::kMean);
+    nn::ParameterSet& params = parameters();
+    s = ctx_->AllReduceDevice(params.backend(), params.device_grads(), params.total_floats(), ReduceOp::kMean);
   }
   if (!s.ok()) return;  // kept in ctx_->status()
   inner()->Step(learning_rate);
@@ -132,41 +155,47 @@ void ReplicatedOptimizer::Step(float learning_rate) {
 
 // --- Replicator -------------------------------------------------------------------------
 
-struct Replicator::GroupHolder {
-  std::unique_ptr<InProcessGroup> group;
-};
-
 Replicator::~Replicator() = default;
 
 absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(const ReplicatorOptions& options) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<Replicator> r(new Replicator());
-  r->group_ = std::make_unique<GroupHolder>();
-  if (options.backend == ReplicatorOptions::Backend::kInProcess) {
-    r->num_replicas_ = options.num_replicas;
-    r->group_->group = std::make_unique<InProcessGroup>(options.num_replicas, options.timeout);
-    for (int id = 0; id < options.num_replicas; ++id) {
-      r->local_ids_.push_back(id);
-      r->members_.push_back(r->group_->group->Member(id));
-    }
+  if (options.make_collectives) {
+    ASSIGN_OR_RETURN(r->collectives_, options.make_collectives(options.num_replicas, options.timeout));
+  } else if (options.backend == ReplicatorOptions::Backend::kInProcess) {
+    auto group = std::make_shared<InProcessGroup>(options.num_replicas, options.timeout);
+    for (int id = 0; id < options.num_replicas; ++id) r->collectives_.members.push_back(group->Member(id));
+    r->collectives_.shared = std::move(group);
   } else {
     ASSIGN_OR_RETURN(std::unique_ptr<MpiCollectives> mpi, MpiCollectives::Create(options.timeout));
-    r->num_replicas_ = mpi->num_replicas();
-    r->local_ids_.push_back(mpi->replica_id());
-    r->members_.push_back(std::move(mpi));
+    r->collectives_.members.push_back(std::move(mpi));
+  }
+  TROUPE_CHECK(!r->collectives_.members.empty());
+  r->num_replicas_ = r->collectives_.members[0]->num_replicas();
+  const int local = static_cast<int>(r->collectives_.members.size());
+  for (int k = 0; k < local; ++k) {
+    const int id = r->collectives_.members[k]->replica_id();
+    r->local_ids_.push_back(id);
+    if (options.make_backend) {
+      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> backend, options.make_backend(*r->collectives_.members[k], local));
+      r->backends_.push_back(std::move(backend));
+    } else {
+      r->backends_.push_back(std::make_shared<nn::CpuBackend>(/*num_threads=*/1));
+    }
   }
   return r;
 }
 
 absl::Status Replicator::RunReplicas(const std::function<absl::Status(ReplicaContext&)>& replica_fn) {
-  const size_t n = members_.size();
+  const std::vector<std::unique_ptr<Collectives>>& members = collectives_.members;
+  const size_t n = members.size();
   std::vector<absl::Status> results(n);
   auto run_one = [&](size_t k) {
-    ReplicaContext ctx(members_[k].get());
+    ReplicaContext ctx(members[k].get(), backends_[k]);
     absl::Status s = replica_fn(ctx);
     if (s.ok()) s = ctx.status();
     // Release the others from collectives they would wait in for this one.
-    if (!s.ok()) members_[k]->Fail(s);
+    if (!s.ok()) members[k]->Fail(s);
     results[k] = s;
   };
   if (n == 1) {

@@ -5,9 +5,13 @@
 // collectives; ReplicatedOptimizer averages gradients across replicas so a
 // single-replica step becomes a K-replica one without changing its code.
 //
-// Backends (chosen by ReplicatorOptions::backend): kInProcess runs the K
+// Collectives (chosen by ReplicatorOptions::backend): kInProcess runs the K
 // replicas as K threads of this process; kMpi runs one replica in this process
-// as rank r of `mpirun -np K`.
+// as rank r of `mpirun -np K`; a process may pass its own factory instead
+// (engine::MakeReplicator passes NCCL's), so this layer knows no device code.
+// Each local replica also gets its compute backend from the Replicator
+// (ReplicatorOptions::make_backend: replica r on device r), which
+// ReplicaContext::backend() hands to its code.
 //
 // Threads: Run() starts one std::jthread per local replica and joins them
 // before returning. Each replica's state (its ParameterSet, tape, optimizer)
@@ -18,29 +22,43 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/nn/backend.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
 #include "engine/nn/tape.h"
 #include "engine/replicator/interface.h"
-#include "proto/config.pb.h"
 
 namespace troupe::replicator {
+
+// The collectives of this process's replicas, one per local replica in
+// ascending id order, and whatever they share (an in-process group), kept
+// alive as long as they are.
+struct LocalCollectives {
+  std::vector<std::unique_ptr<Collectives>> members;
+  std::shared_ptr<void> shared;
+};
 
 struct ReplicatorOptions {
   enum class Backend { kInProcess, kMpi };
   Backend backend = Backend::kInProcess;
   int num_replicas = 1;  // kInProcess only; MPI takes it from mpirun
   std::chrono::milliseconds timeout{60000};  // per collective
+  // When set, makes the collectives instead of `backend` (NCCL, from a layer
+  // above this one): given num_replicas and the timeout.
+  std::function<absl::StatusOr<LocalCollectives>(int num_replicas, std::chrono::milliseconds timeout)>
+      make_collectives;
+  // The compute backend of the local replica whose collectives are
+  // `collectives` (its device: collectives.local_rank()), with
+  // `local_replicas` local replicas in all. Null: a one-thread CPU backend each.
+  std::function<absl::StatusOr<std::unique_ptr<nn::Backend>>(const Collectives& collectives, int local_replicas)>
+      make_backend;
   absl::Status Validate() const;
-
-  // The options an engine config section asks for (learner.engine,
-  // gan.engine), which must have passed engine::ValidateEngineConfig.
-  static ReplicatorOptions FromConfig(const config::EngineConfig& engine);
 };
 
 
@@ -48,10 +66,16 @@ struct ReplicatorOptions {
 // first one is status(), and later collectives fail at once.
 class ReplicaContext final : public nn::CrossReplicaSum {
  public:
-  explicit ReplicaContext(Collectives* collectives) : collectives_(collectives) {}
+  // `backend`: this replica's compute backend (may be null in tests of
+  // collectives alone).
+  explicit ReplicaContext(Collectives* collectives, std::shared_ptr<nn::Backend> backend = nullptr)
+      : collectives_(collectives), backend_(std::move(backend)) {}
   int replica_id() const { return collectives_->replica_id(); }
   int num_replicas() const { return collectives_->num_replicas(); }
+  // This replica's compute backend (its device), shared with whoever keeps it.
+  const std::shared_ptr<nn::Backend>& backend() const { return backend_; }
 
+  // Collectives on host memory.
   absl::Status AllReduce(std::span<float> data, ReduceOp op);
   absl::Status AllGather(std::span<const float> in, std::span<float> out);
   absl::Status Broadcast(std::span<float> data, int root);
@@ -61,6 +85,14 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   // nn::CrossReplicaSum (cross-replica batch norm): errors go to status().
   void SumInPlace(std::span<float> values) override;
 
+  // An all-reduce of `count` floats of `backend`'s memory: in place when the
+  // collectives can take it (host-addressable memory, or collectives that
+  // take device memory), otherwise downloaded, reduced on the host and
+  // uploaded back.
+  absl::Status AllReduceDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op);
+  // Whether `backend`'s buffers go to the collectives in place (no staging).
+  bool ReducesInPlace(const nn::Backend& backend) const;
+
   // The first collective error on this replica (OK if none).
   const absl::Status& status() const { return status_; }
   Collectives& collectives() { return *collectives_; }
@@ -68,13 +100,17 @@ class ReplicaContext final : public nn::CrossReplicaSum {
  private:
   absl::Status Record(absl::Status s);
   Collectives* collectives_;
+  std::shared_ptr<nn::Backend> backend_;
   absl::Status status_;
+  std::vector<float> staging_;  // AllReduceDevice's host copy, grows only
 };
 
 // Reduces (averages) a ParameterSet's gradients across replicas in buckets of
 // consecutive parameters, starting each bucket as soon as backward has
 // finished all its parameters (pass it to Tape::Backward as the listener), so
-// late layers reduce while early ones are still differentiated.
+// late layers reduce while early ones are still differentiated. Gradients the
+// collectives cannot take in place are downloaded bucket by bucket into a
+// host copy and uploaded once all have reduced.
 class GradientReducer final : public nn::GradientListener {
  public:
   // `bucket_floats`: a bucket closes once it holds at least this many floats.
@@ -96,6 +132,7 @@ class GradientReducer final : public nn::GradientListener {
   void Start(Bucket& b);
   ReplicaContext* ctx_;
   nn::ParameterSet* params_;
+  std::vector<float> host_grads_;  // staging, when not reduced in place
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   std::vector<char> ready_;
@@ -124,6 +161,8 @@ class Replicator {
   // Replicas in the whole group, and the ids this process runs.
   int num_replicas() const { return num_replicas_; }
   const std::vector<int>& local_replicas() const { return local_ids_; }
+  // The compute backend of local replica `local_index` (its ReplicaContext's).
+  const std::shared_ptr<nn::Backend>& backend(int local_index) const { return backends_[local_index]; }
 
   // Runs `replica_fn` once on every local replica, concurrently. Returns OK
   // if all did; otherwise the first error, prefixed with the replica that
@@ -151,9 +190,8 @@ class Replicator {
   Replicator() = default;
   int num_replicas_ = 1;
   std::vector<int> local_ids_;
-  std::vector<std::unique_ptr<Collectives>> members_;
-  struct GroupHolder;
-  std::unique_ptr<GroupHolder> group_;
+  LocalCollectives collectives_;
+  std::vector<std::shared_ptr<nn::Backend>> backends_;
 };
 
 }  // namespace troupe::replicator

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/status_macros.h"
+#include "engine/nn/strict_cpu_backend.h"
 #include "engine/replicator/test_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,20 +27,28 @@ std::unique_ptr<Replicator> MakeInProcess(int k, std::chrono::milliseconds timeo
   return std::move(r).value();
 }
 
-std::vector<float> TrainWith(int k, int64_t bucket_floats, bool batch_norm = true) {
+// K replicas train the test model, each on its own backend (`strict`: the
+// strict CPU device, whose gradients the Replicator stages through the host);
+// returns replica 0's parameters and running statistics.
+std::vector<float> TrainWith(int k, int64_t bucket_floats, bool batch_norm = true, bool strict = false) {
   auto replicator = MakeInProcess(k);
   std::vector<std::unique_ptr<testing::TestModel>> models;
-  for (int i = 0; i < k; ++i) models.push_back(std::make_unique<testing::TestModel>());
+  for (int i = 0; i < k; ++i) {
+    std::shared_ptr<nn::Backend> device;
+    if (strict) {
+      device = std::make_shared<nn::StrictCpuBackend>(/*num_threads=*/1);
+    } else {
+      device = std::make_shared<nn::CpuBackend>(/*num_threads=*/1);
+    }
+    models.push_back(std::make_unique<testing::TestModel>(device));
+  }
   absl::Status s = replicator->RunReplicas([&](ReplicaContext& ctx) {
     return testing::TrainShard(ctx, *models[ctx.replica_id()], /*steps=*/5, bucket_floats, batch_norm);
   });
   EXPECT_TRUE(s.ok()) << s;
   // Every replica holds the same parameters.
-  for (int i = 1; i < k; ++i) {
-    EXPECT_TRUE(std::equal(models[0]->params.values().begin(), models[0]->params.values().end(),
-                           models[i]->params.values().begin()));
-  }
-  std::vector<float> out(models[0]->params.values().begin(), models[0]->params.values().end());
+  for (int i = 1; i < k; ++i) EXPECT_EQ(models[0]->params.DownloadValues(), models[i]->params.DownloadValues());
+  std::vector<float> out = models[0]->params.DownloadValues();
   out.insert(out.end(), models[0]->running_mean.begin(), models[0]->running_mean.end());
   out.insert(out.end(), models[0]->running_var.begin(), models[0]->running_var.end());
   return out;
@@ -56,7 +65,51 @@ TEST(ReplicatorTest, TwoReplicasOnHalfBatchesEqualOneReplicaOnTheWholeBatch) {
   EXPECT_LT(worst, 2e-5) << "largest parameter difference after 5 Adam steps, at float " << at << " of " << one.size();
   // And the training moved the parameters (the comparison is not vacuous).
   testing::TestModel fresh;
-  EXPECT_GT(std::fabs(one[0] - fresh.params.values()[0]), 1e-3);
+  EXPECT_GT(std::fabs(one[0] - fresh.params.DownloadValues()[0]), 1e-3);
+}
+
+// Gradients in memory the host cannot touch reach the collectives through a
+// host copy (bucket by bucket during backward, or all at once): K=2 on the
+// strict CPU device equals K=2 on the CPU bit for bit.
+TEST(ReplicatorTest, ReplicasOnTheStrictDeviceReduceThroughTheHostAsOnTheCpu) {
+  for (int64_t bucket_floats : {int64_t{64}, int64_t{1} << 20}) {
+    EXPECT_EQ(TrainWith(2, bucket_floats, /*batch_norm=*/true, /*strict=*/true),
+              TrainWith(2, bucket_floats, /*batch_norm=*/true, /*strict=*/false))
+        << "buckets of " << bucket_floats;
+  }
+  // Without a reducer, the ReplicatedOptimizer reduces the whole buffer at once.
+  auto replicator = MakeInProcess(2);
+  std::vector<std::vector<float>> results(2);
+  for (bool strict : {false, true}) {
+    std::vector<std::unique_ptr<testing::TestModel>> models;
+    for (int i = 0; i < 2; ++i) {
+      std::shared_ptr<nn::Backend> device;
+      if (strict) {
+        device = std::make_shared<nn::StrictCpuBackend>(1);
+      } else {
+        device = std::make_shared<nn::CpuBackend>(1);
+      }
+      models.push_back(std::make_unique<testing::TestModel>(device));
+    }
+    ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+      testing::TestModel& m = *models[ctx.replica_id()];
+      nn::Sgd sgd(&m.params, m.backend.get());
+      ReplicatedOptimizer optimizer(&sgd, &ctx);
+      // Replica r's gradient is r + 1 everywhere: the mean is 1.5.
+      std::vector<float> grads(m.params.total_floats(), float(ctx.replica_id() + 1));
+      m.backend->Upload(grads.data(), m.params.device_grads(), sizeof(float) * grads.size());
+      optimizer.Step(/*learning_rate=*/0.1f);
+      const std::vector<float> reduced = [&] {
+        std::vector<float> host(m.params.total_floats());
+        m.backend->Download(m.params.device_grads(), host.data(), sizeof(float) * host.size());
+        return host;
+      }();
+      EXPECT_EQ(reduced, std::vector<float>(reduced.size(), 1.5f));
+      return ctx.status();
+    }).ok());
+    results[strict] = models[0]->params.DownloadValues();
+  }
+  EXPECT_EQ(results[0], results[1]);
 }
 
 TEST(ReplicatorTest, TwoReplicasWithoutBatchNormEqualOneReplica) {

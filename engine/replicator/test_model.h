@@ -5,6 +5,7 @@
 #ifndef TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 #define TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -33,14 +34,17 @@ inline GlobalBatch MakeGlobalBatch(int step) {
   return b;
 }
 
+// A small conv + batch norm + linear model, its parameters on `backend`.
 struct TestModel {
+  std::shared_ptr<nn::Backend> backend;  // before the parameters that live in it
   nn::ParameterSet params;
   int conv_w = -1, conv_b = -1;
   int bn_gamma = -1, bn_beta = -1;
   nn::LinearLayer head;
   std::vector<float> running_mean = std::vector<float>(4, 0.0f), running_var = std::vector<float>(4, 1.0f);
 
-  TestModel() {
+  explicit TestModel(std::shared_ptr<nn::Backend> device = std::make_shared<nn::CpuBackend>(/*num_threads=*/1))
+      : backend(std::move(device)) {
     // The conv's bias only feeds the no-batch-norm variant: before batch norm
     // its gradient is zero up to rounding, which Adam would amplify.
     conv_w = params.Add("conv.w", {4, 2, 3, 3}, nn::Init::FanIn(18));
@@ -48,7 +52,7 @@ struct TestModel {
     bn_gamma = params.Add("bn.gamma", {4}, nn::Init::Constant(1.0f));
     bn_beta = params.Add("bn.beta", {4}, nn::Init::Zeros());
     head = nn::LinearLayer::Create(params, "head", 4 * 36, 3);
-    params.Allocate(/*seed=*/17);
+    params.Allocate(*backend, /*seed=*/17);
   }
 };
 
@@ -56,9 +60,8 @@ struct TestModel {
 // gradients reduced in buckets of `bucket_floats` during backward.
 inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps, int64_t bucket_floats,
                                bool batch_norm = true) {
-  nn::CpuBackend backend(/*num_threads=*/1);
-  nn::Tape tape(&backend);
-  nn::Adam adam(&model.params, &backend);
+  nn::Tape tape(model.backend.get());
+  nn::Adam adam(&model.params, model.backend.get());
   GradientReducer reducer(&ctx, &model.params, bucket_floats);
   ReplicatedOptimizer optimizer(&adam, &ctx, &reducer);
   const int k = ctx.num_replicas(), shard = kGlobalBatch / k, r = ctx.replica_id();
@@ -67,8 +70,8 @@ inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps,
     tape.Reset();
     model.params.ZeroGrad();
     reducer.Reset();
-    nn::Var x = tape.Constant(batch.images.data() + r * shard * 72, {shard, 2, 6, 6});
-    nn::Var y = tape.Constant(batch.targets.data() + r * shard * 3, {shard, 3});
+    nn::Var x = tape.Input(batch.images.data() + r * shard * 72, {shard, 2, 6, 6});
+    nn::Var y = tape.Input(batch.targets.data() + r * shard * 3, {shard, 3});
     nn::Var h = nn::Conv2d(x, tape.Parameter(model.params, model.conv_w),
                            batch_norm ? nn::Var{} : tape.Parameter(model.params, model.conv_b), /*stride=*/1, /*pad=*/1);
     if (batch_norm) h = nn::BatchNorm(h, tape.Parameter(model.params, model.bn_gamma), tape.Parameter(model.params, model.bn_beta),

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "agents/d4pg_agent.h"
 #include "common/config.h"
-#include "engine/replicator/replicator.h"
+#include "engine/engine_config.h"
 #include "envs/env.h"
 
 namespace troupe::viz::testing {
@@ -52,7 +52,7 @@ inline std::string RlRunDir(const std::string& name, const std::string& task = "
   EXPECT_TRUE(env_spec.ok()) << env_spec.status();
   const agents::ObservationSpec spec = agents::ObservationSpecOf(*env_spec);
   const int action_size = env_spec->action_size;
-  auto replicator = replicator::Replicator::Create({});
+  auto replicator = engine::MakeReplicator(config.learner().engine());
   EXPECT_TRUE(replicator.ok()) << replicator.status();
   auto agent = agents::D4pgAgent::Create(config, spec, action_size, replicator->get());
   EXPECT_TRUE(agent.ok()) << agent.status();
