@@ -140,7 +140,7 @@ absl::StatusOr<double> BestOfOneAndTwoThreads(const std::string& command, const 
 }
 
 // The PyTorch release the Python peers run: 2.x for CPU, pinned so figures compare.
-constexpr char kPytorchRequirement[] = "torch==2.5.1";
+constexpr char kPytorchRequirement[] = "torch==2.5.1 numpy";
 
 }  // namespace
 

@@ -187,6 +187,20 @@ TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
   EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
   EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("bad.textproto:2:"));
   EXPECT_FALSE(fs::exists(dir_ + "/runs"));
+  // A device this machine cannot give (no GPU here; or a build without
+  // CUDA), and NCCL on a CPU device: refused saying why, no run directory.
+  const std::string runs = "runs_dir: \"" + dir_ + "/runs\"\n";
+  std::ofstream(path) << "mode: RL\n" << runs << "learner { engine { device: CUDA } }\n";
+  EXPECT_NE(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 0);
+  EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::AnyOf(::testing::HasSubstr("learner.engine.device CUDA: 1 GPU(s) needed"),
+                                                        ::testing::HasSubstr("built without CUDA")));
+  std::ofstream(path) << "mode: RL\n" << runs << "learner { engine { collectives: NCCL } }\n";
+  EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
+  EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("learner.engine.collectives NCCL: NCCL reduces between GPUs"));
+  std::ofstream(path) << "mode: RL\n" << runs << "learner { engine { device: TPU } }\n";
+  EXPECT_EQ(Wait(Start({"run", path}, dir_ + "/bad.log"), 30), 2);
+  EXPECT_THAT(Read(dir_ + "/bad.log"), ::testing::HasSubstr("bad.textproto:3:"));
+  EXPECT_FALSE(fs::exists(dir_ + "/runs"));
   // A resume of a directory with no checkpoint.
   EXPECT_NE(Wait(Start({"run", "--resume", dir_}, dir_ + "/bad.log"), 30), 0);
 }
