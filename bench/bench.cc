@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/files.h"
 #include "common/status_macros.h"
 
 namespace troupe::bench {
@@ -164,7 +165,7 @@ absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string
     }
     std::ofstream(venv + "/.torch-installed") << kPytorchRequirement << "\n";
   }
-  const std::string script = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/" + name + ".py";
+  const std::string script = ProjectPath("bench/peers/" + name + ".py");
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
 }
 
@@ -174,7 +175,7 @@ absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::strin
   }
   // Compile once (again when the source is newer than the binary).
   const std::string binary = (std::filesystem::temp_directory_path() / ("troupe_" + name)).string();
-  const std::string source = std::string(TROUPE_SOURCE_DIR) + "/bench/peers/" + name + ".cc";
+  const std::string source = ProjectPath("bench/peers/" + name + ".cc");
   if (!std::filesystem::exists(binary) ||
       std::filesystem::last_write_time(binary) < std::filesystem::last_write_time(source)) {
     std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());

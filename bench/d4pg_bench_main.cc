@@ -1,7 +1,9 @@
 // Measures D4PG learner updates/s on synthetic batches (no replay, no actors):
-//   d4pg_bench [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden]
+//   d4pg_bench [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
 // state: cartpole-sized (5 floats, 1 action); pixels: 3 frames of 84x84.
 // conv_channels and hidden (one size for both MLP layers) default to the config's defaults.
+// device: cpu (default), cpu_strict, cuda or cuda-bf16 (bfloat16 matmul/conv inputs).
+// Each update uploads its batch (uint8 pixels) as the learner does.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,8 +36,25 @@ int main(int argc, char** argv) {
     config.mutable_d4pg()->add_hidden(std::atoi(argv[6]));
     config.mutable_d4pg()->add_hidden(std::atoi(argv[6]));
   }
-  auto replicator = engine::MakeReplicator(config.learner().engine());
-  TROUPE_CHECK(replicator.ok());
+  const std::string device = argc > 7 ? argv[7] : "cpu";
+  config::EngineConfig* engine = config.mutable_learner()->mutable_engine();
+  if (device == "cpu_strict") {
+    engine->set_device(config::EngineConfig::CPU_STRICT);
+  } else if (device == "cuda" || device == "cuda-bf16") {
+    engine->set_device(config::EngineConfig::CUDA);
+    if (device == "cuda-bf16") engine->set_precision(config::EngineConfig::BFLOAT16);
+  } else if (device != "cpu") {
+    std::fprintf(stderr, "d4pg_bench: unknown device '%s' (cpu, cpu_strict, cuda, cuda-bf16)\n", device.c_str());
+    return 2;
+  }
+  absl::Status usable = engine::ValidateEngineConfig(*engine, "learner", batch);
+  if (usable.ok()) usable = engine::CheckDeviceAvailable(*engine, "learner");
+  using ReplicatorOr = absl::StatusOr<std::unique_ptr<replicator::Replicator>>;
+  ReplicatorOr replicator = usable.ok() ? engine::MakeReplicator(*engine) : ReplicatorOr(usable);
+  if (!replicator.ok()) {
+    std::fprintf(stderr, "d4pg_bench: %s\n", std::string(replicator.status().message()).c_str());
+    return 1;
+  }
   auto agent = agents::D4pgAgent::Create(config, spec, action_size, replicator->get());
   if (!agent.ok()) {
     std::fprintf(stderr, "%s\n", std::string(agent.status().message()).c_str());
@@ -63,7 +82,7 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   TROUPE_CHECK((*agent)->Train(updates, sample).ok());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("d4pg %s batch %d threads %d: %.2f updates/s (%.0f samples/s), %d updates in %.2f s\n", kind.c_str(),
-              batch, threads, updates / s, updates * batch / s, updates, s);
+  std::printf("d4pg %s batch %d on %s, threads %d: %.2f updates/s (%.0f samples/s), %d updates in %.2f s\n",
+              kind.c_str(), batch, device.c_str(), threads, updates / s, updates * batch / s, updates, s);
   return 0;
 }

@@ -85,7 +85,7 @@ absl::StatusOr<config::ExperimentConfig> BenchConfig(const Options& options, con
   } else {
     overrides.push_back("learner.min_replay_size=500");
   }
-  return LoadExperimentConfig(std::string(TROUPE_SOURCE_DIR) + "/configs/cartpole_swingup.textproto", overrides);
+  return LoadExperimentConfig(ProjectPath("configs/cartpole_swingup.textproto"), overrides);
 }
 
 // Reference: each actor's env pool and policy stepping alone, one thread per

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -105,7 +106,7 @@ TEST(ConfigTest, MissingFileIsNotFound) {
 
 TEST(ConfigTest, EveryShippedConfigParses) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(TROUPE_SOURCE_DIR) + "/configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(ProjectPath("configs"))) {
     if (entry.path().extension() != ".textproto") continue;
     auto c = LoadExperimentConfig(entry.path().string(), {});
     EXPECT_TRUE(c.ok()) << entry.path() << ": " << c.status();

@@ -1,14 +1,30 @@
 #include "common/files.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace troupe {
+
+std::string ProjectPath(const std::string& relative) {
+  static const std::string home = [] {
+    if (const char* env = std::getenv("TROUPE_HOME"); env != nullptr && *env != '\0') return std::string(env);
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      const std::filesystem::path bundled = exe.parent_path().parent_path() / "share" / "troupe";
+      if (std::filesystem::is_directory(bundled, ec)) return bundled.string();
+    }
+    return std::string(TROUPE_SOURCE_DIR);
+  }();
+  return home + "/" + relative;
+}
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";

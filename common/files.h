@@ -13,6 +13,12 @@ namespace troupe {
 // half-written file. Errors name the path.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
 
+// A path under the folder holding troupe's own files (configs/, envs/assets/,
+// test data, bench/peers/): under $TROUPE_HOME when set; else under
+// share/troupe beside this binary's folder when that exists (a relocated
+// bundle, tools/bundle.sh); else under the source tree it was built from.
+std::string ProjectPath(const std::string& relative);
+
 // Creates and returns a fresh run directory RUNS_DIR/NAME-YYYYmmdd-HHMMSS
 // (with -2, -3, ... if taken). PermissionDenied naming it if it cannot be made.
 absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name);

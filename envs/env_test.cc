@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/image.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -180,7 +181,7 @@ TEST_P(EveryTaskTest, FirstFrameMatchesGoldenImage) {
   ASSERT_TRUE(h.env->Reset(h.out()).ok());
   Image frame(84, 84, 3);
   frame.pixels = h.pixels;
-  const std::string path = std::string(TROUPE_SOURCE_DIR) + "/envs/testdata/golden/" + Sanitize(GetParam()) + ".png";
+  const std::string path = ProjectPath("envs/testdata/golden/") + Sanitize(GetParam()) + ".png";
   if (const char* update = std::getenv("TROUPE_UPDATE_GOLDENS"); update && std::string(update) == "1") {
     ASSERT_TRUE(WritePng(path, frame).ok());
   }

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -170,6 +172,11 @@ bool WriteByte(int socket, char byte) {
 
 std::string WorkerBinary() {
   if (const char* path = std::getenv("TROUPE_ENV_WORKER"); path != nullptr && *path != '\0') return path;
+  // Beside this binary (a relocated bundle's bin/), else where the build put it.
+  std::error_code ec;
+  const std::filesystem::path beside =
+      std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "troupe_env_worker";
+  if (!ec && std::filesystem::exists(beside, ec)) return beside.string();
   return TROUPE_ENV_WORKER_PATH;
 }
 

@@ -67,7 +67,8 @@ class EnvWorker {
   // with `options` (env i seeded EnvPool::SeedFor(options.seed, i)) and
   // waits until they and its render contexts exist. `spec` and `model` are
   // the pool's, for the sizes the worker's envs must have. The binary is
-  // $TROUPE_ENV_WORKER if set, else the one this build made. Errors:
+  // $TROUPE_ENV_WORKER if set, else one beside this binary (a relocated
+  // bundle), else the one this build made. Errors:
   // InvalidArgument for a task or camera name too long to pass; Unavailable
   // if the process cannot be started or exits during start-up; the worker's
   // own error if it cannot make its envs (e.g. MuJoCo's message for a bad

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/files.h"
 #include "envs/task.h"
 #include "envs/tasks/tasks.h"
 
@@ -30,7 +31,7 @@ absl::StatusOr<const TaskInfo*> FindTask(std::string_view name) {
 
 std::string AssetsDir() {
   if (const char* dir = std::getenv("TROUPE_ASSETS_DIR"); dir && *dir) return dir;
-  return TROUPE_DEFAULT_ASSETS_DIR;
+  return ProjectPath("envs/assets");
 }
 
 }  // namespace troupe::envs

@@ -72,8 +72,9 @@ const std::vector<TaskInfo>& Tasks();
 // The task called `name`, or NotFound listing every known task name.
 absl::StatusOr<const TaskInfo*> FindTask(std::string_view name);
 
-// The folder holding the MJCF models: $TROUPE_ASSETS_DIR if set, else the
-// source tree's envs/assets (compiled in).
+// The folder holding the MJCF models: $TROUPE_ASSETS_DIR if set, else
+// ProjectPath("envs/assets") (common/files.h: the source tree's, or a
+// relocated bundle's).
 std::string AssetsDir();
 
 }  // namespace troupe::envs

@@ -8,6 +8,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -27,7 +28,7 @@ constexpr char kRl[] = "mode: RL env { task: \"cartpole.swingup\" observation: S
 
 TEST(ValidateExperimentTest, EveryShippedConfigIsValid) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(TROUPE_SOURCE_DIR) + "/configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(ProjectPath("configs"))) {
     if (entry.path().extension() != ".textproto") continue;
     auto config = LoadExperimentConfig(entry.path().string(), {});
     ASSERT_TRUE(config.ok()) << config.status();

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "gtest/gtest.h"
 #include "replay/test_util.h"
 
@@ -304,7 +305,7 @@ constexpr int kRendered = 84;
 constexpr size_t kRenderedBytes = kRendered * kRendered * 3;
 
 std::vector<std::vector<uint8_t>> RenderedFrames() {
-  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/replay/testdata/rendered_frames.zst", std::ios::binary);
+  std::ifstream in(ProjectPath("replay/testdata/rendered_frames.zst"), std::ios::binary);
   const std::string packed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::string raw(32 * kRenderedBytes, '\0');
   const size_t n = ZSTD_decompress(raw.data(), raw.size(), packed.data(), packed.size());

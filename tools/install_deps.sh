@@ -19,6 +19,7 @@ packages=(
   libopenmpi-dev openmpi-bin          # Replicator MPI backend
   dataset-fashion-mnist               # GAN mode and the FID classifier (IDX files)
   xvfb xauth                          # viewer tests in a real window
+  debootstrap patchelf                # the relocatable bundle (tools/bundle.sh) and its bare-root test
 )
 
 missing=()

@@ -87,13 +87,11 @@ void* CudaBackend::Bound() {
 
 void* CudaBackend::Allocate(size_t bytes) {
   Bound();
+  // Plain device memory: the host never touches it (backend.h; the strict
+  // CPU device proves every step keeps to that), and unlike managed memory
+  // it cannot oversubscribe the card.
   void* p = nullptr;
-  CUDA_CHECK(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes));
-  // Keep it on the device; host reads map it without migrating it away.
-  cudaMemLocation location{};
-  location.type = cudaMemLocationTypeDevice;
-  location.id = options_.device;
-  CUDA_CHECK(cudaMemAdvise(p, bytes == 0 ? 1 : bytes, cudaMemAdviseSetPreferredLocation, location));
+  CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
   return p;
 }
 

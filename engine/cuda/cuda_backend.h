@@ -6,7 +6,7 @@
 //
 // Device memory (the contract of backend.h): parameters, gradients, optimizer
 // state, the tape's arena and every uploaded input come from Allocate
-// (managed memory, preferred on the device), and the ops layer hands kernels
+// (cudaMalloc: plain device memory), and the ops layer hands kernels
 // nothing else (the strict CPU device proves it on every test), so whole
 // training steps run on any GPU; pageable_memory_access() only says whether
 // the GPU could also read ordinary host memory. The backend is synchronous by
@@ -70,11 +70,11 @@ class CudaBackend final : public nn::Backend {
   bool pageable_memory_access() const { return pageable_memory_access_; }
 
   // --- Device memory (nn::Backend's contract) ----------------------------------
-  // `bytes` of managed memory preferred on this device (host-readable after
-  // Synchronize()), uninitialised; aborts with file and line on failure.
+  // `bytes` of this GPU's memory (cudaMalloc), uninitialised; aborts with
+  // file and line on failure.
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
-  // Copies between any host pointer and device/managed memory; waits.
+  // Copies between any host pointer and this GPU's memory; waits.
   void Upload(const void* host, void* device, size_t bytes) override;
   void Download(const void* device, void* host, size_t bytes) override;
   void Synchronize() override;

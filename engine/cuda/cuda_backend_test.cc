@@ -55,7 +55,7 @@ std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1.0f, float hi =
   return v;
 }
 
-// A managed-memory copy of a host vector, freed with the backend.
+// A device copy of a host vector, freed with the backend.
 class DeviceVector {
  public:
   DeviceVector(CudaBackend* gpu, const std::vector<float>& host) : gpu_(gpu), size_(host.size()) {
@@ -77,7 +77,7 @@ class DeviceVector {
   float* data_;
 };
 
-// Same data as int32 in managed memory (labels, shifts).
+// Same data as int32 in device memory (labels, shifts).
 int32_t* DeviceInts(CudaBackend* gpu, const std::vector<int32_t>& host) {
   auto* p = static_cast<int32_t*>(gpu->Allocate(sizeof(int32_t) * host.size()));
   gpu->Upload(host.data(), p, sizeof(int32_t) * host.size());

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The relocatable bundle (tools/bundle.sh) in a bare Debian 12 root made by
+# debootstrap, with none of troupe's packages: its CPU tests must pass there
+# (run.sh --cpu-only) with only what the bundle carries, plus CUDA's own
+# libraries where a GPU machine keeps them (/usr/local/cuda/lib64, copied in
+# from this machine's toolkit when the build uses CUDA).
+# Usage: tests/bundle_bare_root_test.sh BUILD_DIR   (as root; ctest runs it)
+set -euo pipefail
+if [[ $(id -u) -ne 0 ]]; then echo "skipped: needs root (debootstrap, chroot, bind mounts)"; exit 77; fi
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "$1" && pwd)
+work=$(mktemp -d /tmp/troupe-bundle-test.XXXXXX)
+root="$work/root"
+cleanup() {
+  for m in proc dev; do umount -l "$root/$m" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$top/tools/bundle.sh" --from "$build" "$work/troupe"
+
+# A minimal Debian 12, made once per machine and copied for each run.
+base=/var/cache/troupe/bare-debian-12
+if [[ ! -x "$base/bin/bash" ]]; then
+  command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)
+  rm -rf "$base.tmp" && mkdir -p "$(dirname "$base")"
+  if ! debootstrap --variant=minbase bookworm "$base.tmp" "${mirror:-http://deb.debian.org/debian}" \
+      > "$work/debootstrap.log" 2>&1; then
+    tail -n 5 "$work/debootstrap.log"
+    echo "skipped: debootstrap could not make a Debian 12 root (offline?)"
+    exit 77
+  fi
+  mv "$base.tmp" "$base"
+fi
+cp -a "$base" "$root"
+# None of troupe's libraries may be there: the test would prove nothing.
+if ls "$root"/usr/lib/x86_64-linux-gnu/ | grep -qE '^lib(grpc|protobuf|mujoco|absl|mpi)'; then
+  echo "the bare root holds troupe's libraries already" >&2
+  exit 1
+fi
+cp -a "$work/troupe" "$root/opt/troupe"
+if ldd "$build/cli/troupe" | grep -q libcublas; then
+  cuda_lib=$(dirname "$(ldd "$build/cli/troupe" | awk '/libcublas\./ {print $3}')")
+  mkdir -p "$root/usr/local/cuda/lib64"
+  cp -a "$cuda_lib"/libcublas.so* "$cuda_lib"/libcublasLt.so* "$cuda_lib"/libnccl.so* "$root/usr/local/cuda/lib64/" 2>/dev/null || true
+fi
+for m in proc dev; do mount --bind "/$m" "$root/$m"; done
+status=0
+chroot "$root" /opt/troupe/run.sh --cpu-only /opt/results > "$work/run.log" 2>&1 || status=$?
+cat "$work/run.log"
+last=$(tail -n 1 "$work/run.log")
+if [[ $status -ne 0 || ! "$last" =~ ^[1-9][0-9]*\ passed,\ 0\ failed$ ]]; then
+  echo "bundle tests in the bare root failed (exit $status); logs:" >&2
+  for f in "$root"/opt/results/*.log; do grep -lq "FAILED\|error" "$f" && { echo "== $f"; tail -n 30 "$f"; }; done >&2 || true
+  exit 1
+fi

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# A relocatable troupe for a machine without troupe's Debian packages: the
+# GPU machine (driver, CUDA toolkit, Python; no gRPC, MuJoCo, abseil, ...), or
+# a cluster where users cannot apt-get.
+#
+#   tools/bundle.sh DIR               builds Release with CUDA for x86-64-v3 in
+#                                     build/bundle, then writes DIR
+#   tools/bundle.sh --from BUILD DIR  writes DIR from an existing build (tests)
+#
+# DIR/bin/          troupe, troupe_env_worker, d4pg_bench, the test binaries;
+#                   RUNPATH $ORIGIN/../lib
+# DIR/lib/          every shared library they load that such a machine may lack
+#                   (from ldd), but glibc, libstdc++/libgcc_s, the NVIDIA driver
+#                   and CUDA's own runtime, cuBLAS and NCCL (run.sh finds those)
+# DIR/share/troupe/ configs, MuJoCo models, test data, peer scripts (the
+#                   binaries find them there: common/files.h ProjectPath)
+# DIR/run.sh        runs the tests and benchmarks there; every result goes
+#                   into one folder (DIR/run.sh --help)
+# DIR stays under 64 MiB (checked); DIR.tar.gz is the same, packed.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=""
+from=""
+if [[ "${1:-}" == "--from" ]]; then
+  build=$(cd "$2" && pwd)
+  from=1
+  shift 2
+fi
+if [[ $# -ne 1 ]]; then
+  echo "usage: tools/bundle.sh [--from BUILD_DIR] DIR" >&2
+  exit 2
+fi
+dir=$1
+command -v patchelf >/dev/null || {
+  echo "bundle: installing patchelf" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf >/dev/null
+}
+
+if [[ -z "$build" ]]; then
+  "$top/tools/install_deps.sh"
+  build="$top/build/bundle"
+  cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_MARCH=x86-64-v3 -DTROUPE_CUDA=ON >/dev/null
+  cmake --build "$build"
+fi
+
+# What goes in: the programs, and the tests that matter on a GPU machine.
+programs=(cli/troupe envs/troupe_env_worker bench/d4pg_bench)
+tests=(engine/nn_engine_test engine/nn_strict_device_test engine/nn_ops_test engine/engine_config_test
+       engine/replicator_test agents/agents_d4pg_test envs/envs_test)
+cuda_tests=(engine/cuda/cuda_backend_test)  # required when building here; taken if built with --from
+# Never carried: glibc, the C++ runtime every Linux has, the NVIDIA driver,
+# and CUDA's libraries, which the GPU machine has in its own version.
+system='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libpthread\.so|/libdl\.so|/librt\.so|/libresolv\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnvidia|libcublas|libcudart|libnccl'
+
+rm -rf "$dir"
+mkdir -p "$dir/bin" "$dir/lib" "$dir/share/troupe"
+for f in "${programs[@]}" "${tests[@]}" "${cuda_tests[@]}"; do
+  if [[ ! -x "$build/$f" ]]; then
+    if [[ " ${cuda_tests[*]} " == *" $f "* && -n "${from:-}" ]]; then
+      echo "bundle: $f not built (a build without CUDA): left out" >&2
+      continue
+    fi
+    echo "bundle: $build/$f not built" >&2
+    exit 1
+  fi
+  install -m 755 "$build/$f" "$dir/bin/"
+done
+# Libraries, from each binary's ldd (which resolves their own dependencies too).
+for f in "$dir"/bin/*; do
+  ldd "$f" | awk '/=> \// {print $3}' | grep -Ev "$system" || true
+done | sort -u | while read -r lib; do
+  install -m 644 "$(readlink -f "$lib")" "$dir/lib/$(basename "$lib")"
+done
+strip --strip-unneeded "$dir"/bin/* "$dir"/lib/* 2>/dev/null || true
+for f in "$dir"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
+for f in "$dir"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
+# The data the binaries and tests read, in the source tree's layout.
+(cd "$top" && cp -r --parents configs envs/assets envs/testdata bench/peers/torch_drq.py "$dir/share/troupe/")
+install -m 755 "$top/tools/bundle_run.sh" "$dir/run.sh"
+git -C "$top" describe --always --dirty > "$dir/VERSION" 2>/dev/null || echo unknown > "$dir/VERSION"
+
+size=$(du -sm --apparent-size "$dir" | cut -f1)
+# The same as one file to carry (with the repository beside it, a device call
+# takes 64 MiB in all): DIR.tar.gz, unpacked with `tar xzf`.
+tar -C "$(dirname "$dir")" -czf "$dir.tar.gz" "$(basename "$dir")"
+packed=$(du -sm --apparent-size "$dir.tar.gz" | cut -f1)
+echo "bundle: $dir: $(ls "$dir/bin" | wc -l) programs, $(ls "$dir/lib" | wc -l) libraries, ${size} MiB; $dir.tar.gz ${packed} MiB"
+if ((size >= 64)); then
+  echo "bundle: $dir is ${size} MiB, over the 64 MiB a device call carries" >&2
+  exit 1
+fi

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# run.sh of a troupe bundle (tools/bundle.sh): runs its tests and benchmarks
+# on this machine and writes every result into one folder.
+#
+#   ./run.sh [--cpu-only] [RESULTS_DIR]     (default RESULTS_DIR: ./results)
+#
+# --cpu-only: the tests that need neither a GPU, rendering nor data sets (a
+# bare Linux root), and no benchmarks. Otherwise: every test binary, then
+# `troupe bench learner` and D4PG pixel updates on the CPU and, where a GPU
+# answers, on CUDA in float32 and bfloat16.
+# Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt, env.txt
+# (what was found where), summary.txt; the last line printed is
+# "N passed, M failed".
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cpu_only=0
+if [[ "${1:-}" == "--cpu-only" ]]; then cpu_only=1; shift; fi
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then sed -n '2,14p' "$0"; exit 0; fi
+out=$(mkdir -p "${1:-results}" && cd "${1:-results}" && pwd)
+export TROUPE_HOME="$here/share/troupe"
+: > "$out/env.txt"
+note() { echo "$*" | tee -a "$out/env.txt"; }
+note "troupe bundle $(cat "$here/VERSION" 2>/dev/null) on $(uname -srm), $(nproc) cores"
+
+# CUDA's own libraries (cuBLAS, NCCL) are not in the bundle: find the versions
+# the binaries need where such a machine keeps them, the toolkit's lib64 or
+# the lib folders of the nvidia-* Python wheels.
+candidates=()
+for d in "${CUDA_HOME:-}/lib64" "${CUDA_HOME:-}/lib" /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
+  [[ -d "$d" ]] && candidates+=("$d")
+done
+for py in python3 /opt/torch/.venv/bin/python3; do
+  command -v "$py" >/dev/null 2>&1 || continue
+  site=$("$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || continue
+  for s in $site; do
+    for d in "$s"/nvidia/*/lib "$s"/nvidia/*/*/lib; do [[ -d "$d" ]] && candidates+=("$d"); done
+  done
+done
+needed=$(ldd "$here"/bin/* 2>/dev/null | grep -oE 'lib(cublas|cublasLt|cudart|nccl)\.so\.[0-9]+' | sort -u)
+libpath=""
+for soname in $needed; do
+  found=""
+  for d in "${candidates[@]}"; do
+    if [[ -e "$d/$soname" ]]; then found=$d; break; fi
+  done
+  if [[ -n "$found" ]]; then
+    note "CUDA library $soname: $found"
+    case ":$libpath:" in *":$found:"*) ;; *) libpath="$libpath:$found" ;; esac
+  else
+    note "CUDA library $soname: not found (looked in: ${candidates[*]:-nothing}); the CUDA programs will not start"
+  fi
+done
+export LD_LIBRARY_PATH="${libpath#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Rendering on an NVIDIA machine: the driver's EGL vendor, when glvnd's default has none.
+nvidia_egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+if [[ -z "${__EGL_VENDOR_LIBRARY_FILENAMES:-}" && -f "$nvidia_egl" ]]; then
+  export __EGL_VENDOR_LIBRARY_FILENAMES=$nvidia_egl
+  note "EGL vendor: $nvidia_egl"
+fi
+gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L > "$out/nvidia-smi.txt" 2>&1; then
+  gpu=1
+  note "GPU: $(head -n 1 "$out/nvidia-smi.txt")"
+else
+  note "GPU: none answers (nvidia-smi)"
+fi
+
+# Tests: each binary with its XML report and log.
+passed=0; failed=0
+cpu_tests=(nn_engine_test nn_strict_device_test nn_ops_test engine_config_test replicator_test cuda_backend_test
+           agents_d4pg_test)
+: > "$out/summary.txt"
+for t in "$here"/bin/*_test; do
+  name=$(basename "$t")
+  if ((cpu_only)) && [[ ! " ${cpu_tests[*]} " == *" $name "* ]]; then continue; fi
+  start=$(date +%s)
+  (cd "$TROUPE_HOME" && "$t" --gtest_output="xml:$out/$name.xml") > "$out/$name.log" 2>&1
+  rc=$?
+  line="$name: $( ((rc == 0)) && echo passed || echo "FAILED (exit $rc)") in $(( $(date +%s) - start )) s, $(grep -c '^\[       OK \]' "$out/$name.log") cases ok, $(grep -c '^\[  SKIPPED \]' "$out/$name.log") skipped"
+  echo "$line" | tee -a "$out/summary.txt"
+  if ((rc == 0)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
+
+# Benchmarks.
+if ((!cpu_only)); then
+  "$here/bin/troupe" bench learner --seconds 3 --json "$out/bench_learner.json" > "$out/bench_learner.txt" 2>&1
+  echo "troupe bench learner: exit $?" | tee -a "$out/summary.txt"
+  devices=(cpu)
+  ((gpu)) && devices+=(cuda cuda-bf16)
+  for device in "${devices[@]}"; do
+    for batch in 256 1024; do
+      [[ $device == cpu && $batch == 1024 ]] && continue
+      "$here/bin/d4pg_bench" pixels "$batch" "$(nproc)" 20 32 1024 "$device" > "$out/bench_d4pg_${device}_$batch.txt" 2>&1
+      echo "d4pg_bench pixels batch $batch on $device: $(tail -n 1 "$out/bench_d4pg_${device}_$batch.txt")" | tee -a "$out/summary.txt"
+    done
+  done
+fi
+echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
+((failed == 0))
