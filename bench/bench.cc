@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -167,6 +168,25 @@ absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string
   }
   const std::string script = ProjectPath("bench/peers/" + name + ".py");
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
+}
+
+absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
+  const char* env = std::getenv("TROUPE_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
+  if (auto probe = RunCommand(absl::StrCat(python, " -c 'import torch; assert torch.cuda.is_available(), \"torch sees no "
+                                           "GPU\"; print(torch.__version__)' 2>&1"));
+      !probe.ok()) {
+    return absl::UnavailableError(absl::StrCat(python, " cannot run the PyTorch peer on a GPU: ",
+                                               probe.status().message().substr(0, 300)));
+  }
+  auto out = RunCommand(absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"), " 1 ", args, " 2>&1"));
+  if (!out.ok()) return out.status();
+  const size_t at = out->rfind(key + " ");
+  double value = 0;
+  if (at == std::string::npos || std::sscanf(out->c_str() + at + key.size(), " %lf", &value) != 1) {
+    return absl::InternalError(absl::StrCat("peer ", name, " printed: ", *out));
+  }
+  return value;
 }
 
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {

@@ -50,6 +50,7 @@ struct Options {
   double seconds_per_figure = 1.0;   // measurement time per timed loop
   std::vector<std::string> filter;   // e.g. task names; empty = all
   bool quick = false;                // smaller sizes, for smoke tests
+  std::string device = "cpu";        // cpu, or cuda (learner, gan: the step on GPU 0)
 };
 
 struct Benchmark {
@@ -108,6 +109,11 @@ absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::strin
 // threads; returns the better number of its "KEY NUMBER" line. Unavailable,
 // saying why, when the environment cannot be made (offline, no python3-venv).
 absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key);
+
+// The same peer on a GPU machine, run once as `python3 NAME.py 1 ARGS` with
+// the machine's python3 ($TROUPE_PYTHON if set), which must import torch
+// and see a GPU: Unavailable saying which is missing otherwise.
+absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key);
 
 }  // namespace troupe::bench
 

@@ -11,14 +11,21 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
 #include "common/image.h"
+#include "common/status_macros.h"
+#include "engine/engine_config.h"
+#include "gan/data.h"
 #include "gan/evaluator.h"
 #include "gan/fid.h"
+#include "gan/trainer.h"
 
 namespace troupe::bench {
 namespace {
@@ -35,7 +42,47 @@ void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflu
 
 }  // namespace
 
+// --device cuda: the G+D step (n_critic 1) on GPU 0 at batch 256 and 4096,
+// float32 and bfloat16, on synthetic images, against PyTorch (the machine's
+// python3) eager and with the generator step compiled, on the same GPU.
+absl::StatusOr<Report> RunGanBenchmarkOnCuda(const Options& options) {
+  Report report;
+  const double seconds = std::max(options.seconds_per_figure, 3.0);
+  gan::GanData data;
+  data.train_count = 8192;
+  data.train.resize(data.train_count * 28 * 28);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
+  for (float& v : data.train) v = pixel(rng);
+  for (const auto precision : {config::EngineConfig::FLOAT32, config::EngineConfig::BFLOAT16}) {
+    const char* dtype = precision == config::EngineConfig::BFLOAT16 ? "bfloat16" : "float32";
+    for (const int64_t batch : options.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{256, 4096}) {
+      config::GanConfig c;
+      c.set_batch_size(batch);
+      c.set_base_batch_size(batch);
+      c.mutable_engine()->set_device(config::EngineConfig::CUDA);
+      c.mutable_engine()->set_precision(precision);
+      RETURN_IF_ERROR(engine::CheckDeviceAvailable(c.engine(), "gan"));
+      ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
+      RETURN_IF_ERROR(trainer->Train(2));  // warm up
+      const double steps_per_s = MeasureRate(seconds, [&](long n) { (void)trainer->Train(n); });
+      const std::string name = absl::StrFormat("G+D step (n_critic 1) on CUDA, %s, batch %d", dtype, batch);
+      for (const char* mode : {"eager", "compile"}) {
+        auto pytorch = RunGpuPytorchPeer(
+            "torch_gan",
+            absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds, " ", mode, " cuda ", dtype),
+            "images_per_second");
+        if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+        report.Add(name, steps_per_s * batch, "images/s", absl::StrCat("PyTorch on the GPU, ", mode),
+                   pytorch.ok() ? *pytorch : 0);
+      }
+    }
+  }
+  return report;
+}
+
 absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
+  if (options.device == "cuda") return RunGanBenchmarkOnCuda(options);
   Report report;
   int64_t budget = options.quick ? 20000 : 2000000;
   for (const std::string& f : options.filter) {

@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
+#include "common/status_macros.h"
+#include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
@@ -155,7 +157,56 @@ absl::StatusOr<std::pair<double, double>> MeasureMpiAllReduce(int64_t floats) {
 
 }  // namespace
 
+// --device cuda: the DrQ step on GPU 0 at batch 256 and 1024, float32 and
+// bfloat16, against PyTorch (the machine's python3) eager and compiled on the
+// same GPU in the same run; and the host<->device copies a D4PG step makes.
+absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
+  Report report;
+  const double seconds = std::max(options.seconds_per_figure, 2.0);
+  for (const auto precision : {config::EngineConfig::FLOAT32, config::EngineConfig::BFLOAT16}) {
+    config::EngineConfig engine;
+    engine.set_device(config::EngineConfig::CUDA);
+    engine.set_precision(precision);
+    RETURN_IF_ERROR(engine::CheckDeviceAvailable(engine, "bench"));
+    ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> gpu, engine::MakeBackend(engine, /*local_index=*/0, /*threads=*/1));
+    const bool bf16 = precision == config::EngineConfig::BFLOAT16;
+    const char* dtype = bf16 ? "bfloat16" : "float32";
+    for (const int64_t batch : options.quick ? std::vector<int64_t>{32} : std::vector<int64_t>{256, 1024}) {
+      const double troupe = MeasureTroupe(*gpu, batch, 84, seconds);
+      const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, %s, batch %d", gpu->name(), dtype, batch);
+      for (const char* mode : {"eager", "compile"}) {
+        auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode, " cuda ", dtype),
+                                         "samples_per_second");
+        if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+        report.Add(name, troupe, "samples/s", absl::StrCat("PyTorch on the GPU, ", mode), pytorch.ok() ? *pytorch : 0);
+      }
+    }
+    if (bf16) break;
+    // What a D4PG pixel step moves between host and GPU: its batch in (uint8
+    // observations and next observations, 3 frames of 84x84x3 each, at batch
+    // 256) and the policy's parameters out, each once per step.
+    const int64_t pixel_bytes = 2 * int64_t{256} * 3 * 84 * 84 * 3;
+    std::vector<uint8_t> host(pixel_bytes);
+    void* device = gpu->Allocate(pixel_bytes);
+    const double uploads = MeasureRate(seconds, [&](long n) {
+      for (long i = 0; i < n; ++i) gpu->Upload(host.data(), device, pixel_bytes);
+      gpu->Synchronize();
+    });
+    gpu->Free(device);
+    report.Add("upload of a D4PG pixel batch (2 x 256 x 3 x 84x84x3 bytes)", 1000.0 / uploads, "ms", "(no reference)", 0);
+    DrqNetwork net(84, *gpu);
+    std::vector<float> parameters(net.params.total_floats());
+    const double downloads = MeasureRate(seconds, [&](long n) {
+      for (long i = 0; i < n; ++i) gpu->Download(net.params.device_values(), parameters.data(), 4 * parameters.size());
+    });
+    report.Add(absl::StrFormat("download of the DrQ network's parameters (%.1f MB)", 4e-6 * parameters.size()),
+               1000.0 / downloads, "ms", "(no reference)", 0);
+  }
+  return report;
+}
+
 absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
+  if (options.device == "cuda") return RunLearnerBenchmarkOnCuda(options);
   Report report;
   const double seconds = std::max(options.seconds_per_figure, 2.0);
   const int64_t batch = options.quick ? 32 : 256;

@@ -14,6 +14,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> filter;
     double seconds = 1.0;
     bool quick = false;
+    std::string device = "cpu";
   };
   auto args = std::make_shared<Args>();
   std::vector<std::string> names;
@@ -24,6 +25,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--only", args->filter, "Restrict to these items (e.g. task names)");
   cmd->add_option("--seconds", args->seconds, "Measurement time per figure")->check(CLI::PositiveNumber);
   cmd->add_flag("--quick", args->quick, "Small sizes (smoke test)");
+  cmd->add_option("--device", args->device, "Where the learner and GAN steps run: cpu, or cuda (GPU 0)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([args, exit_code, names] {
     const bench::Benchmark* found = nullptr;
     for (const auto& b : bench::Benchmarks()) {
@@ -35,8 +38,14 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
+    if (args->device != "cpu" && found->name != "learner" && found->name != "gan") {
+      std::fprintf(stderr, "troupe bench %s: --device %s: only the learner and gan benchmarks run on a device\n",
+                   found->name.c_str(), args->device.c_str());
+      *exit_code = 2;
+      return;
+    }
     std::printf("troupe bench %s: %s\n", found->name.c_str(), found->description.c_str());
-    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick});
+    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick, args->device});
     if (!report.ok()) {
       std::fprintf(stderr, "troupe bench %s: %s\n", found->name.c_str(), report.status().ToString().c_str());
       *exit_code = 1;

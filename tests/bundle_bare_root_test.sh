@@ -45,7 +45,8 @@ if ldd "$build/cli/troupe" | grep -q libcublas; then
   mkdir -p "$root/usr/local/cuda/lib64"
   cp -a "$cuda_lib"/libcublas.so* "$cuda_lib"/libcublasLt.so* "$cuda_lib"/libnccl.so* "$root/usr/local/cuda/lib64/" 2>/dev/null || true
 fi
-for m in proc dev; do mount --bind "/$m" "$root/$m"; done
+# /proc for /proc/self/exe, /dev for /dev/null (best effort: TROUPE_HOME covers the former).
+for m in proc dev; do mount --bind "/$m" "$root/$m" || echo "could not bind-mount /$m into the root"; done
 status=0
 chroot "$root" /opt/troupe/run.sh --cpu-only /opt/results > "$work/run.log" 2>&1 || status=$?
 cat "$work/run.log"

@@ -75,7 +75,7 @@ strip --strip-unneeded "$dir"/bin/* "$dir"/lib/* 2>/dev/null || true
 for f in "$dir"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
 for f in "$dir"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 # The data the binaries and tests read, in the source tree's layout.
-(cd "$top" && cp -r --parents configs envs/assets envs/testdata bench/peers/torch_drq.py "$dir/share/troupe/")
+(cd "$top" && cp -r --parents configs envs/assets envs/testdata bench/peers/*.py "$dir/share/troupe/")
 install -m 755 "$top/tools/bundle_run.sh" "$dir/run.sh"
 git -C "$top" describe --always --dirty > "$dir/VERSION" 2>/dev/null || echo unknown > "$dir/VERSION"
 

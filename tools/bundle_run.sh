@@ -10,7 +10,7 @@
 # answers, on CUDA in float32 and bfloat16.
 # Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt, env.txt
 # (what was found where), summary.txt; the last line printed is
-# "N passed, M failed".
+# "N passed, M failed". RESULTS_DIR.tar.gz holds them all.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cpu_only=0
@@ -83,10 +83,18 @@ done
 
 # Benchmarks.
 if ((!cpu_only)); then
-  "$here/bin/troupe" bench learner --seconds 3 --json "$out/bench_learner.json" > "$out/bench_learner.txt" 2>&1
-  echo "troupe bench learner: exit $?" | tee -a "$out/summary.txt"
+  bench() {  # NAME ARGS...: troupe bench NAME ARGS --json, its output kept
+    local tag=$1; shift
+    "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
+    echo "troupe bench $* : exit $?" | tee -a "$out/summary.txt"
+  }
+  bench learner learner --seconds 3
   devices=(cpu)
-  ((gpu)) && devices+=(cuda cuda-bf16)
+  if ((gpu)); then
+    devices+=(cuda cuda-bf16)
+    bench learner_cuda learner --device cuda --seconds 3
+    bench gan_cuda gan --device cuda --seconds 3
+  fi
   for device in "${devices[@]}"; do
     for batch in 256 1024; do
       [[ $device == cpu && $batch == 1024 ]] && continue
@@ -94,6 +102,15 @@ if ((!cpu_only)); then
       echo "d4pg_bench pixels batch $batch on $device: $(tail -n 1 "$out/bench_d4pg_${device}_$batch.txt")" | tee -a "$out/summary.txt"
     done
   done
+  # The main job with its learner on the GPU, for five minutes: its curves.
+  if ((gpu)); then
+    timeout 300 "$here/bin/troupe" run "$TROUPE_HOME/configs/cartpole_swingup.textproto" \
+      --set learner.engine.device=CUDA --set runs_dir="$out/runs" > "$out/run_cuda.txt" 2>&1
+    echo "troupe run cartpole_swingup, learner on CUDA, 300 s: exit $? ($(tail -n 1 "$out/run_cuda.txt"))" | tee -a "$out/summary.txt"
+  fi
 fi
 echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
+# Everything as one file too (for a transfer that takes few files).
+tar -C "$(dirname "$out")" -czf "$out.tar.gz" "$(basename "$out")"
+echo "results: $out (and $out.tar.gz)" >&2
 ((failed == 0))

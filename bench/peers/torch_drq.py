@@ -1,9 +1,11 @@
 """The PyTorch 2.x peer of `troupe bench learner`: the DrQ network of
 bench/learner_bench.cc (and bench/peers/libtorch_drq.cc), forward + backward +
-Adam on CPU, eager or under torch.compile.
+Adam, eager or under torch.compile, on the CPU or a GPU (float32, or bfloat16
+autocast: bfloat16 matmul/conv inputs, float32 weights, as troupe's BFLOAT16).
 
-Not part of troupe: the benchmark runs it from a virtual environment under
-build/ that it makes. Usage: torch_drq.py THREADS BATCH SIZE SECONDS eager|compile;
+Not part of troupe: the benchmark runs it (on the CPU from a virtual
+environment under build/ that it makes; on a GPU with the machine's python3).
+Usage: torch_drq.py THREADS BATCH SIZE SECONDS eager|compile [cpu|cuda] [float32|bfloat16];
 prints "samples_per_second X".
 """
 import sys
@@ -30,35 +32,59 @@ class DrqNet(nn.Module):
         return self.head(torch.tanh(self.ln(self.fc(x.flatten(1)))))
 
 
+USAGE = "usage: torch_drq.py THREADS BATCH SIZE SECONDS eager|compile [cpu|cuda] [float32|bfloat16]"
+
+
+def parse(argv):
+    """The arguments, or exits with the usage line naming what is wrong."""
+    if not 6 <= len(argv) <= 8:
+        sys.exit(USAGE)
+    try:
+        threads, batch, size, seconds = int(argv[1]), int(argv[2]), int(argv[3]), float(argv[4])
+    except ValueError as e:
+        sys.exit(f"{USAGE}\n{e}")
+    mode = argv[5]
+    device = argv[6] if len(argv) > 6 else "cpu"
+    dtype = argv[7] if len(argv) > 7 else "float32"
+    if mode not in ("eager", "compile") or device not in ("cpu", "cuda") or dtype not in ("float32", "bfloat16"):
+        sys.exit(USAGE)
+    if threads < 1 or batch < 1 or size < 15 or seconds <= 0:
+        sys.exit(f"{USAGE}\nTHREADS, BATCH >= 1, SIZE >= 15, SECONDS > 0")
+    return threads, batch, size, seconds, mode, device, dtype
+
+
 def main():
-    if len(sys.argv) != 6 or sys.argv[5] not in ("eager", "compile"):
-        sys.exit("usage: torch_drq.py THREADS BATCH SIZE SECONDS eager|compile")
-    threads, batch, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    seconds = float(sys.argv[4])
+    threads, batch, size, seconds, mode, device, dtype = parse(sys.argv)
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    net = DrqNet(size)
+    net = DrqNet(size).to(device)
     adam = torch.optim.Adam(net.parameters(), lr=1e-4)
-    x = torch.rand(batch, 9, size, size)
-    y = torch.rand(batch, 1)
+    x = torch.rand(batch, 9, size, size, device=device)
+    y = torch.rand(batch, 1, device=device)
+    autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
     def step():
         adam.zero_grad(set_to_none=False)
-        loss = torch.nn.functional.mse_loss(net(x), y)
+        with autocast:
+            loss = torch.nn.functional.mse_loss(net(x).float(), y)
         loss.backward()
         adam.step()
 
-    if sys.argv[5] == "compile":
+    if mode == "compile":
         step = torch.compile(step)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for _ in range(3):  # warm up (compiles, when compiling)
         step()
+    sync()
     n, start = 0, time.perf_counter()
     while True:
         step()
         n += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds and n >= 3:
-            break
+        if n % 4 == 0:
+            sync()
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
     print(f"samples_per_second {n * batch / elapsed}")
 
 
