@@ -336,17 +336,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var item_loss = nn::Scale(nn::SumAxis(nn::Mul(target, log_probs_now), /*axis=*/1), -1.0f);
   const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(r.support.data(), {atoms, 1}));
   const std::array<nn::Var, 2> per_item = {nn::Reshape(item_loss, {rows, 1}), item_q};
-  const nn::Var items = nn::Concat(per_item, /*axis=*/1);
-  float* host = t.HostFloats(2 * rows);
-  device.Download(t.data(items).data, host, sizeof(float) * 2 * rows);
-  double loss_sum = 0, q_sum = 0;
-  r.keys.assign(batch.keys.begin(), batch.keys.end());
-  r.item_loss.resize(rows);
-  for (int64_t b = 0; b < rows; ++b) {
-    r.item_loss[b] = host[2 * b];
-    loss_sum += host[2 * b];
-    q_sum += host[2 * b + 1];
-  }
+  const nn::Var items = nn::Concat(per_item, /*axis=*/1);  // read with the step's other metrics, at its end
   // Importance weights (Schaul et al. 2016) scale each item's loss: a
   // weight per row, spread over its atoms on the host and uploaded.
   nn::Var weighted_target = target;
@@ -395,8 +385,24 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, *r.backend, tau));
   ++r.updates;
 
+  // The step's one read: per-item losses and Q [rows, 2] and the actor loss,
+  // gathered on the device and downloaded together.
+  float* readout = a.AllocateFloats(2 * rows + 1);
+  device.Copy(t.data(items).data, readout, 2 * rows);
+  device.Copy(a.data(actor_loss).data, readout + 2 * rows, 1);
+  float* host = a.HostFloats(2 * rows + 1);
+  device.Download(readout, host, sizeof(float) * (2 * rows + 1));
+  double loss_sum = 0, q_sum = 0;
+  r.keys.assign(batch.keys.begin(), batch.keys.end());
+  r.item_loss.resize(rows);
+  for (int64_t b = 0; b < rows; ++b) {
+    r.item_loss[b] = host[2 * b];
+    loss_sum += host[2 * b];
+    q_sum += host[2 * b + 1];
+  }
+
   // Metrics: means over the global batch.
-  float metrics[3] = {static_cast<float>(loss_sum / rows), a.item(actor_loss), static_cast<float>(q_sum / rows)};
+  float metrics[3] = {static_cast<float>(loss_sum / rows), host[2 * rows], static_cast<float>(q_sum / rows)};
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
   if (&r == replicas_[0].get()) {
     absl::MutexLock lock(&metrics_mu_);

@@ -3,7 +3,7 @@
 # debootstrap, with none of troupe's packages: its CPU tests must pass there
 # (run.sh --cpu-only) with only what the bundle carries, plus CUDA's own
 # libraries where a GPU machine keeps them (/usr/local/cuda/lib64, copied in
-# from this machine's toolkit when the build uses CUDA).
+# from this machine's toolkit, mounted read-only, when the build uses CUDA).
 # Usage: tests/bundle_bare_root_test.sh BUILD_DIR   (as root; ctest runs it)
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then echo "skipped: needs root (debootstrap, chroot, bind mounts)"; exit 77; fi
@@ -12,8 +12,9 @@ build=$(cd "$1" && pwd)
 work=$(mktemp -d /tmp/troupe-bundle-test.XXXXXX)
 root="$work/root"
 cleanup() {
-  for m in proc dev; do umount -l "$root/$m" 2>/dev/null || true; done
-  rm -rf "$work"
+  for m in usr/local/cuda/lib64 proc dev; do umount -l "$root/$m" 2>/dev/null || true; done
+  # Never into a mount that outlived its umount (the host's /dev, /proc).
+  rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
 
@@ -41,9 +42,10 @@ if ls "$root"/usr/lib/x86_64-linux-gnu/ | grep -qE '^lib(grpc|protobuf|mujoco|ab
 fi
 cp -a "$work/troupe" "$root/opt/troupe"
 if ldd "$build/cli/troupe" | grep -q libcublas; then
+  # Where a GPU machine keeps them: the toolkit's, mounted read-only.
   cuda_lib=$(dirname "$(ldd "$build/cli/troupe" | awk '/libcublas\./ {print $3}')")
   mkdir -p "$root/usr/local/cuda/lib64"
-  cp -a "$cuda_lib"/libcublas.so* "$cuda_lib"/libcublasLt.so* "$cuda_lib"/libnccl.so* "$root/usr/local/cuda/lib64/" 2>/dev/null || true
+  mount --bind -o ro "$cuda_lib" "$root/usr/local/cuda/lib64"
 fi
 # /proc for /proc/self/exe, /dev for /dev/null (best effort: TROUPE_HOME covers the former).
 for m in proc dev; do mount --bind "/$m" "$root/$m" || echo "could not bind-mount /$m into the root"; done

@@ -109,8 +109,9 @@ if ((!cpu_only)); then
     echo "troupe run cartpole_swingup, learner on CUDA, 300 s: exit $? ($(tail -n 1 "$out/run_cuda.txt"))" | tee -a "$out/summary.txt"
   fi
 fi
-echo "$passed passed, $failed failed" | tee -a "$out/summary.txt"
+echo "$passed passed, $failed failed" >> "$out/summary.txt"
 # Everything as one file too (for a transfer that takes few files).
 tar -C "$(dirname "$out")" -czf "$out.tar.gz" "$(basename "$out")"
-echo "results: $out (and $out.tar.gz)" >&2
+echo "results: $out (and $out.tar.gz)"
+echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -380,6 +380,13 @@ void CudaBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_de
   Done("SgdUpdate");
 }
 
+void CudaBackend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
+  // The sum of squares stays on the device: no host round trip per step.
+  kernels::Reduce(AsStream(Bound()), x, n, /*square=*/true, reduce_result_ + 2, reduce_result_);
+  kernels::ClipByNorm(AsStream(Bound()), x, n, max_norm, reduce_result_, norm);
+  Done("ClipByNorm");
+}
+
 void CudaBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
   kernels::Polyak(AsStream(Bound()), n, tau, online, target);
   Done("Polyak");

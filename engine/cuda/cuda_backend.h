@@ -156,6 +156,7 @@ class CudaBackend final : public nn::Backend {
                   const float* grad, float* param, float* m, float* v) override;
   void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
                  float* buf) override;
+  void ClipByNorm(float* x, int64_t n, float max_norm, float* norm) override;
   void Polyak(int64_t n, float tau, const float* online, float* target) override;
 
  private:

@@ -383,6 +383,15 @@ TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
   cpu_.Polyak(n, 0.005f, g.data(), p.data());
   gpu_->Polyak(n, 0.005f, gg.data(), gp.data());
   ExpectNear(gp.ToHost(), p, 1e-5f, false, "Polyak");
+  // Clipping: once above the limit (scaled), once below (untouched), the norm on the device.
+  for (const float max_norm : {1.0f, 1e6f}) {
+    float cpu_norm = 0;
+    DeviceVector gpu_norm(gpu_.get(), {0.0f});
+    cpu_.ClipByNorm(g.data(), n, max_norm, &cpu_norm);
+    gpu_->ClipByNorm(gg.data(), n, max_norm, gpu_norm.data());
+    ExpectNear(gg.ToHost(), g, 1e-6f, false, "ClipByNorm x");
+    ExpectNear(gpu_norm.ToHost(), {cpu_norm}, 1e-4f, false, "ClipByNorm norm");
+  }
 }
 
 // --- Whole steps through the tape ---------------------------------------------------------

@@ -632,6 +632,18 @@ void SgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float weight
   SgdKernel<<<Blocks(n), kThreads, 0, s>>>(n, lr, momentum, weight_decay, grad, param, buf);
 }
 
+__global__ void ClipByNormKernel(float* x, int64_t n, float max_norm, const double* sumsq, float* norm) {
+  const float value = static_cast<float>(sqrt(sumsq[0]));
+  if (norm != nullptr && blockIdx.x == 0 && threadIdx.x == 0) norm[0] = value;
+  if (!(value > max_norm && value > 0.0f)) return;
+  const float scale = max_norm / value;
+  FOR_EACH(k, n) { x[k] *= scale; }
+}
+
+void ClipByNorm(cudaStream_t s, float* x, int64_t n, float max_norm, const double* sumsq, float* norm) {
+  ClipByNormKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, max_norm, sumsq, norm);
+}
+
 void Polyak(cudaStream_t s, int64_t n, float tau, const float* online, float* target) {
   PolyakKernel<<<Blocks(n), kThreads, 0, s>>>(n, tau, online, target);
 }

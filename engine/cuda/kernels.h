@@ -93,6 +93,9 @@ void AdamUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, f
                 float c2, const float* grad, float* param, float* m, float* v);
 void SgdUpdate(cudaStream_t s, int64_t n, float lr, float momentum, float weight_decay, const float* grad,
                float* param, float* buf);
+// x *= max_norm / sqrt(sumsq[0]) when that norm exceeds max_norm; norm[0]
+// (may be null) gets the norm. sumsq is a device double (Reduce's result).
+void ClipByNorm(cudaStream_t s, float* x, int64_t n, float max_norm, const double* sumsq, float* norm);
 void Polyak(cudaStream_t s, int64_t n, float tau, const float* online, float* target);
 
 // --- Convolution helpers (conv_kernels.cu) ---------------------------------------------

@@ -213,6 +213,9 @@ class Backend {
                                     float sigma, const float* dy, float* dw) = 0;
 
   // --- Optimizer kernels ------------------------------------------------------
+  // Gradient clipping on the device: x *= max_norm / ||x|| when ||x|| >
+  // max_norm; norm[0] (device memory, may be null) gets ||x|| before clipping.
+  virtual void ClipByNorm(float* x, int64_t n, float max_norm, float* norm) = 0;
   // Adam / AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019 for the decoupled
   // weight decay): m, v updated in place; bias corrections c1 = 1 - b1^t,
   // c2 = 1 - b2^t passed in.

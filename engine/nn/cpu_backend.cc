@@ -547,6 +547,12 @@ void CpuBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_dec
   });
 }
 
+void CpuBackend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
+  const float value = static_cast<float>(std::sqrt(SquaredNorm(x, n)));
+  if (norm != nullptr) norm[0] = value;
+  if (value > max_norm && value > 0.0f) Scale(max_norm / value, x, x, n);
+}
+
 void CpuBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
   pool_.ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) target[i] += tau * (online[i] - target[i]);

@@ -66,12 +66,8 @@ void Sgd::Step(float learning_rate) {
 
 std::vector<OptimizerState> Sgd::State() { return {{"sgd.momentum", momentum_.data()}}; }
 
-float ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm) {
-  float* grads = params.device_grads();
-  const int64_t n = params.total_floats();
-  const float norm = static_cast<float>(std::sqrt(backend.SquaredNorm(grads, n)));
-  if (norm > max_norm && norm > 0.0f) backend.Scale(max_norm / norm, grads, grads, n);
-  return norm;
+void ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm, float* norm) {
+  backend.ClipByNorm(params.device_grads(), params.total_floats(), max_norm, norm);
 }
 
 absl::Status PolyakUpdate(const ParameterSet& online, ParameterSet& target, Backend& backend, float tau) {

@@ -108,9 +108,10 @@ class Sgd final : public Optimizer {
   DeviceBuffer momentum_;
 };
 
-// Scales all gradients so their global L2 norm is at most `max_norm`;
-// returns the norm before clipping.
-float ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm);
+// Scales all gradients so their global L2 norm is at most `max_norm`, on the
+// device (no host round trip); `norm` (device memory, may be null) gets the
+// norm before clipping.
+void ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm, float* norm = nullptr);
 
 // target = (1 - tau) * target + tau * online over the whole buffer (Polyak
 // averaging, as DDPG/D4PG targets). Layouts must match.

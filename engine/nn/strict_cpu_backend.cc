@@ -297,6 +297,11 @@ void StrictCpuBackend::SgdUpdate(int64_t n, float lr, float momentum, float weig
   inner_.SgdUpdate(n, lr, momentum, weight_decay, grad, param, buf);
 }
 
+void StrictCpuBackend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
+  const Open open(this, "ClipByNorm", {x, norm});
+  inner_.ClipByNorm(x, n, max_norm, norm);
+}
+
 void StrictCpuBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
   const Open open(this, "Polyak", {online, target});
   inner_.Polyak(n, tau, online, target);

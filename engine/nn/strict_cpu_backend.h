@@ -90,6 +90,7 @@ class StrictCpuBackend final : public Backend {
   void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma, const float* dy, float* dw) override;
   void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2, const float* grad, float* param, float* m, float* v) override;
   void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param, float* buf) override;
+  void ClipByNorm(float* x, int64_t n, float max_norm, float* norm) override;
   void Polyak(int64_t n, float tau, const float* online, float* target) override;
 
  private:
