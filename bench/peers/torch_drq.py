@@ -9,10 +9,11 @@ Usage: torch_drq.py THREADS BATCH SIZE SECONDS eager|compile [cpu|cuda] [float32
 prints "samples_per_second X".
 """
 import sys
-import time
 
 import torch
 from torch import nn
+
+import peer_timing
 
 
 class DrqNet(nn.Module):
@@ -72,21 +73,7 @@ def main():
 
     if mode == "compile":
         step = torch.compile(step)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(3):  # warm up (compiles, when compiling)
-        step()
-    sync()
-    n, start = 0, time.perf_counter()
-    while True:
-        step()
-        n += 1
-        if n % 4 == 0:
-            sync()
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                break
-    print(f"samples_per_second {n * batch / elapsed}")
-
+    print(f"samples_per_second {batch * peer_timing.steps_per_second(step, device, seconds)}")
 
 if __name__ == "__main__":
     main()

@@ -10,11 +10,12 @@ prints "images_per_second X" (real images shown to D per second).
 """
 import math
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import peer_timing
 
 USAGE = ("usage: torch_gan.py THREADS BATCH CHANNELS NOISE SECONDS eager|compile "
          "[cpu|cuda] [float32|bfloat16]")
@@ -104,22 +105,11 @@ def main():
 
     if mode == "compile":
         g_step = torch.compile(g_step)  # the D step updates u in Python state: left eager
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(3):  # warm up (compiles, when compiling)
+    def step():
         d_step()
         g_step()
-    sync()
-    n, start = 0, time.perf_counter()
-    while True:
-        d_step()
-        g_step()
-        n += 1
-        if n % 4 == 0:
-            sync()
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                break
-    print(f"images_per_second {n * batch / elapsed}")
+
+    print(f"images_per_second {batch * peer_timing.steps_per_second(step, device, seconds)}")
 
 
 if __name__ == "__main__":

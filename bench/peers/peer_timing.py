@@ -1,0 +1,22 @@
+"""The timing loop the PyTorch peers share: warm-up steps (compilation, when
+compiling), then whole steps until `seconds` have passed, the device
+synchronised before each clock reading."""
+import time
+
+import torch
+
+
+def steps_per_second(step, device, seconds, warm_up=3):
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(warm_up):
+        step()
+    sync()
+    n, start = 0, time.perf_counter()
+    while True:
+        step()
+        n += 1
+        if n % 4 == 0:
+            sync()
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return n / elapsed
