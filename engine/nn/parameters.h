@@ -76,11 +76,10 @@ class ParameterSet {
   float* device_grads() const { return grads_.data(); }
   int64_t total_floats() const { return total_; }
 
-  // Host copies of the whole value or gradient buffer (one Download), and
-  // the values set from the host (one Upload; InvalidArgument naming both
-  // sizes unless `host` has total_floats() floats).
+  // A host copy of the whole value buffer (one Download), and the values set
+  // from the host (one Upload; InvalidArgument naming both sizes unless
+  // `host` has total_floats() floats).
   std::vector<float> DownloadValues() const { return values_.Download(); }
-  std::vector<float> DownloadGrads() const { return grads_.Download(); }
   absl::Status UploadValues(std::span<const float> host);
 
   // Gradients to zero, with a backend kernel.
