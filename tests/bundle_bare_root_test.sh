@@ -36,12 +36,13 @@ if [[ ! -x "$base/bin/bash" ]]; then
 fi
 cp -a "$base" "$root"
 # None of troupe's libraries may be there: the test would prove nothing.
-if ls "$root"/usr/lib/x86_64-linux-gnu/ | grep -qE '^lib(grpc|protobuf|mujoco|absl|mpi)'; then
+if ls "$root"/usr/lib/x86_64-linux-gnu/ | grep -E '^lib(grpc|protobuf|mujoco|absl|mpi)' > /dev/null; then
   echo "the bare root holds troupe's libraries already" >&2
   exit 1
 fi
 cp -a "$work/troupe" "$root/opt/troupe"
-if ldd "$build/cli/troupe" | grep -q libcublas; then
+# (grep reads all of ldd's output: an early exit would fail the pipeline.)
+if ldd "$build/cli/troupe" | grep libcublas > /dev/null; then
   # Where a GPU machine keeps them: the toolkit's, mounted read-only.
   cuda_lib=$(dirname "$(ldd "$build/cli/troupe" | awk '/libcublas\./ {print $3}')")
   mkdir -p "$root/usr/local/cuda/lib64"
