@@ -147,10 +147,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   agent->replicator_ = replicator;
   agent->batch_size_ = batch;
   agent->hidden_ = internal::HiddenSizes(d4pg);
-  // The fixed support z_j = v_min + j * dz.
+  // The fixed support z_j = v_min + j * dz (each replica keeps it on its device).
   const int atoms = d4pg.atoms();
   const float dz = (d4pg.v_max() - d4pg.v_min()) / static_cast<float>(atoms - 1);
-  for (int j = 0; j < atoms; ++j) agent->support_.push_back(d4pg.v_min() + j * dz);
+  std::vector<float> support;
+  for (int j = 0; j < atoms; ++j) support.push_back(d4pg.v_min() + j * dz);
 
   const int local = static_cast<int>(replicator->local_replicas().size());
   const uint64_t seed = config.learner().engine().seed();
@@ -181,7 +182,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     // Scratch sized once; constants on the device.
     r->row_weights.resize(shard * atoms);
     r->support = nn::DeviceBuffer(device, atoms);
-    r->support.Upload(agent->support_);
+    r->support.Upload(support);
     r->bound = nn::DeviceBuffer(device, shard * action_size);
     r->bound.Upload(std::vector<float>(shard * action_size, d4pg.actor_pre_tanh_bound()));
     r->keys.reserve(shard);

@@ -134,7 +134,6 @@ class D4pgAgent {
   replicator::Replicator* replicator_ = nullptr;
   int64_t batch_size_ = 0;
   std::vector<int64_t> hidden_;
-  std::vector<float> support_;  // atoms, v_min .. v_max
   // Network descriptions (indices into each replica's sets; shared).
   internal::Encoder encoder_;  // in the critic set (pixels)
   internal::Mlp critic_;       // in the critic set

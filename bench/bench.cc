@@ -124,18 +124,23 @@ absl::StatusOr<std::string> RunCommand(const std::string& command) {
 
 namespace {
 
-// The better "KEY NUMBER" figure of `command THREADS ARGS` over 1 and 2 threads.
+// The number of the last "KEY NUMBER" line `command` printed.
+absl::StatusOr<double> RunPeerFigure(const std::string& command, const std::string& key) {
+  ASSIGN_OR_RETURN(const std::string out, RunCommand(command));
+  const size_t at = out.rfind(key + " ");
+  double value = 0;
+  if (at == std::string::npos || std::sscanf(out.c_str() + at + key.size(), " %lf", &value) != 1) {
+    return absl::InternalError(absl::StrCat("peer `", command, "` printed no '", key, " NUMBER' line: ", out));
+  }
+  return value;
+}
+
+// The better figure of `command THREADS ARGS` over 1 and 2 threads.
 absl::StatusOr<double> BestOfOneAndTwoThreads(const std::string& command, const std::string& args,
                                               const std::string& key) {
   double best = 0;
   for (int threads : {1, 2}) {
-    auto out = RunCommand(absl::StrCat(command, " ", threads, " ", args));
-    if (!out.ok()) return out.status();
-    const size_t at = out->rfind(key + " ");
-    double value = 0;
-    if (at == std::string::npos || std::sscanf(out->c_str() + at + key.size(), " %lf", &value) != 1) {
-      return absl::InternalError(absl::StrCat("peer `", command, "` printed: ", *out));
-    }
+    ASSIGN_OR_RETURN(const double value, RunPeerFigure(absl::StrCat(command, " ", threads, " ", args), key));
     best = std::max(best, value);
   }
   return best;
@@ -179,14 +184,8 @@ absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::str
     return absl::UnavailableError(absl::StrCat(python, " cannot run the PyTorch peer on a GPU: ",
                                                probe.status().message().substr(0, 300)));
   }
-  auto out = RunCommand(absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"), " 1 ", args, " 2>&1"));
-  if (!out.ok()) return out.status();
-  const size_t at = out->rfind(key + " ");
-  double value = 0;
-  if (at == std::string::npos || std::sscanf(out->c_str() + at + key.size(), " %lf", &value) != 1) {
-    return absl::InternalError(absl::StrCat("peer ", name, " printed: ", *out));
-  }
-  return value;
+  return RunPeerFigure(absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"), " 1 ", args, " 2>&1"),
+                       key);
 }
 
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {
