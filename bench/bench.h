@@ -50,7 +50,8 @@ struct Options {
   double seconds_per_figure = 1.0;   // measurement time per timed loop
   std::vector<std::string> filter;   // e.g. task names; empty = all
   bool quick = false;                // smaller sizes, for smoke tests
-  std::string device = "cpu";        // cpu, or cuda (learner, gan: the step on GPU 0)
+  std::string device = "cpu";        // cpu, cuda (learner, gan: the step on GPU 0), pjrt (learner)
+  std::string pjrt_plugin;           // --device pjrt: the plugin's .so
 };
 
 struct Benchmark {
