@@ -45,7 +45,7 @@
 namespace troupe::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using replay::FieldValue;
 
 constexpr double kActorRate = 100;       // transitions/s per actor (a state actor's pace)
@@ -55,7 +55,7 @@ constexpr int kParameterFloats = 67841;  // the D4PG state policy of cartpole (M
 constexpr int kVersions = 3;             // parameter versions published per N
 constexpr int kMaxVersions = 64;
 
-int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count(); }
 
 config::ReplayConfig FleetReplayConfig() {
   config::ReplayConfig c;
@@ -234,7 +234,7 @@ struct Actor {
   std::unique_ptr<proto::Parameters::Stub> stub;
   std::unique_ptr<Follower> follower;
   int64_t inserted = 0;
-  Clock::time_point due;
+  SteadyClock::time_point due;
 };
 
 absl::Status InsertRequest(Actor& actor) {
@@ -266,8 +266,8 @@ void ForAll(std::vector<Actor>& actors, int threads, std::chrono::seconds deadli
       ++finished;
     });
   }
-  const auto end = Clock::now() + deadline;
-  while (finished.load() < threads && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto end = SteadyClock::now() + deadline;
+  while (finished.load() < threads && SteadyClock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (finished.load() < threads) {
     std::fprintf(stderr, "troupe bench fleet: %s of %zu actors hung (not done in %ld s)\n", what, actors.size(),
                  long(deadline.count()));
@@ -321,6 +321,7 @@ absl::StatusOr<Report> RunFleetBenchmark(const Options& options) {
 
   Report report;
   int64_t inserted_total = 0;
+  int64_t version = 1;  // the server's newest parameter version (it publishes 1, then one per 'P')
   int kept_up = 0;
   absl::Status failure;
   for (const int n : sizes) {
@@ -345,32 +346,33 @@ absl::StatusOr<Report> RunFleetBenchmark(const Options& options) {
     ForAll(actors, 4, std::chrono::seconds(120), "the first insert", [&](Actor& a) {
       if (!InsertRequest(a).ok() || !a.writer->Flush().ok()) ++errors;
     });
-    const auto subscribed_by = Clock::now() + std::chrono::seconds(60);
+    const auto subscribed_by = SteadyClock::now() + std::chrono::seconds(60);
     auto all_hold = [&](int64_t version) {
       return std::all_of(actors.begin(), actors.end(), [&](const Actor& a) { return a.follower->latest() >= version; });
     };
-    while (!all_hold(1) && Clock::now() < subscribed_by) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const int64_t first_version = version;
+    while (!all_hold(first_version) && SteadyClock::now() < subscribed_by) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const int64_t rss_connected = server.ResidentBytes();
     const int64_t threads_connected = server.Count("task"), fds_connected = server.Count("fd");
 
     // Inserts at the actors' pace for `seconds`, on 2 driver threads;
     // kVersions new parameter versions published meanwhile.
-    const auto interval = std::chrono::duration_cast<Clock::duration>(
+    const auto interval = std::chrono::duration_cast<SteadyClock::duration>(
         std::chrono::duration<double>(kItemsPerRequest / kActorRate));
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     for (int i = 0; i < n; ++i) actors[i].due = start + interval * i / n;
-    const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    const auto end = start + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds));
     int64_t inserted_before_phase = 0;
     for (const Actor& a : actors) inserted_before_phase += a.inserted;
     std::vector<std::thread> drivers;
     const int driver_threads = 2;
     for (int t = 0; t < driver_threads; ++t) {
       drivers.emplace_back([&, t] {
-        while (Clock::now() < end) {
-          Clock::time_point next = end;
+        while (SteadyClock::now() < end) {
+          SteadyClock::time_point next = end;
           for (int i = t; i < n; i += driver_threads) {
             Actor& a = actors[i];
-            if (a.due <= Clock::now()) {
+            if (a.due <= SteadyClock::now()) {
               if (!InsertRequest(a).ok()) ++errors;
               a.due += interval;
             }
@@ -385,9 +387,10 @@ absl::StatusOr<Report> RunFleetBenchmark(const Options& options) {
       std::this_thread::sleep_until(start + (end - start) * (v + 1) / (kVersions + 1));
       ASSIGN_OR_RETURN(const int64_t t0, server.Ask('P'));
       published.push_back(t0);
+      ++version;
     }
     for (auto& d : drivers) d.join();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
     int64_t inserted_in_phase = -inserted_before_phase;
     for (const Actor& a : actors) inserted_in_phase += a.inserted;
 
@@ -396,14 +399,14 @@ absl::StatusOr<Report> RunFleetBenchmark(const Options& options) {
       if (!a.writer->Close().ok()) ++errors;
     });
     // Fan-out: from Publish to the last actor holding the version.
-    const auto fanned_by = Clock::now() + std::chrono::seconds(60);
-    while (!all_hold(1 + kVersions) && Clock::now() < fanned_by) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto fanned_by = SteadyClock::now() + std::chrono::seconds(60);
+    while (!all_hold(version) && SteadyClock::now() < fanned_by) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::vector<double> fan_out_ms;
     int missing_versions = 0;
     for (int v = 0; v < kVersions; ++v) {
       int64_t last = 0;
       for (const Actor& a : actors) {
-        const int64_t at = a.follower->arrival(2 + v);
+        const int64_t at = a.follower->arrival(int(first_version + 1 + v));
         if (at == 0) ++missing_versions;
         last = std::max(last, at);
       }
@@ -418,8 +421,8 @@ absl::StatusOr<Report> RunFleetBenchmark(const Options& options) {
     const int64_t lost = sent - (inserts_after - inserts_before);
     // Disconnect everyone, then give the server a moment to let go.
     for (Actor& a : actors) a.follower->Cancel();
-    const auto cancelled_by = Clock::now() + std::chrono::seconds(60);
-    while (Clock::now() < cancelled_by &&
+    const auto cancelled_by = SteadyClock::now() + std::chrono::seconds(60);
+    while (SteadyClock::now() < cancelled_by &&
            !std::all_of(actors.begin(), actors.end(), [](const Actor& a) { return a.follower->done(); })) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

@@ -37,8 +37,9 @@ void Server::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   // Wake blocked waiters first so their streams can finish, then stop gRPC
   // (which waits for every reactor to be done), then the workers.
-  replay_->Close();
-  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  // (A server that failed to start has no gRPC server to stop.)
+  if (replay_) replay_->Close();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   service_.reset();
 }
 

@@ -151,7 +151,7 @@ TEST_F(SecureEndToEndTest, LearnerAndTwoActorsTrainOverTlsAndCallsWithoutTheToke
   }
   // The learner logged the refused calls, and the token is nowhere.
   EXPECT_THAT(Read(dir_ + "/learner.log"), HasSubstr("refused a call to /troupe.proto.Replay/Info carrying no token"));
-  for (const std::string file : {dir_ + "/learner.log", dir_ + "/actor0.log", dir_ + "/actor1.log",
+  for (const std::string& file : {dir_ + "/learner.log", dir_ + "/actor0.log", dir_ + "/actor1.log",
                                  run + "/config.textproto", run + "/metrics.csv"}) {
     EXPECT_THAT(Read(file), Not(HasSubstr(good.token))) << file;
   }
