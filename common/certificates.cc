@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 // Runs `openssl ARGS...` in `dir` (no shell: hosts never reach one); its
 // output goes to a log whose text an error carries.
 absl::Status Openssl(const std::string& dir, const std::vector<std::string>& args) {
-  const std::string log = (fs::path(dir) / ".openssl.log").string();
+  const std::string log = fs::absolute(fs::path(dir) / ".openssl.log").string();
   // Everything the child needs is made before fork (the caller may have threads).
   std::vector<std::string> copy = args;
   std::vector<char*> argv;
