@@ -1,6 +1,7 @@
 #include "common/grpc_security.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -73,7 +74,7 @@ class GrpcSecurityTest : public ::testing::Test {
  protected:
   // Two independent CAs (troupe certs, as a user makes them), once.
   static void SetUpTestSuite() {
-    root_ = ::testing::TempDir() + "/grpc_security_test";
+    root_ = ::testing::TempDir() + "/grpc_security_test_" + std::to_string(getpid());  // ctest runs cases in parallel processes
     fs::remove_all(root_);
     ASSERT_TRUE(WriteCertificates(root_ + "/certs", {"learner-host", "10.1.2.3"}).ok());
     ASSERT_TRUE(WriteCertificates(root_ + "/other", {}).ok());

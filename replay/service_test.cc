@@ -52,7 +52,7 @@ TEST(ServiceTest, BindsLoopbackByDefault) {
 // a client with both is served; without the token every call is
 // UNAUTHENTICATED; beyond loopback without credentials it does not start.
 TEST(ServiceTest, StandaloneServerWithTlsRefusesClientsWithoutTheToken) {
-  const std::string certs = ::testing::TempDir() + "/replay_service_certs";
+  const std::string certs = ::testing::TempDir() + "/replay_service_certs_" + std::to_string(getpid());
   std::filesystem::remove_all(certs);
   ASSERT_TRUE(WriteCertificates(certs, {}).ok());
   config::SecurityConfig security;
