@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/security_flags.h"
+#include "common/grpc_security.h"
 #include "common/config.h"
 #include "replay/server.h"
 
@@ -17,6 +19,7 @@ void AddReplayCommand(CLI::App& app, int* exit_code) {
     std::string listen;
     std::string restore;
     std::vector<std::string> overrides;
+    SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("replay", "Run a standalone replay server (tables from the config's replay section)");
@@ -24,10 +27,18 @@ void AddReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--listen", args->listen, "host:port to listen on (default: replay.listen, 127.0.0.1:0)");
   cmd->add_option("--restore", args->restore, "Checkpoint to restore at start");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value");
+  args->security.AddTo(cmd);
   cmd->callback([args, exit_code] {
     auto experiment = LoadExperimentConfig(args->config, args->overrides);
     if (!experiment.ok()) {
       std::fprintf(stderr, "troupe replay: %s\n", std::string(experiment.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    args->security.ApplyTo(experiment->mutable_security());
+    auto credentials = LoadGrpcCredentials(experiment->security());
+    if (!credentials.ok()) {
+      std::fprintf(stderr, "troupe replay: %s\n", std::string(credentials.status().message()).c_str());
       *exit_code = 2;
       return;
     }
@@ -47,13 +58,14 @@ void AddReplayCommand(CLI::App& app, int* exit_code) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    auto server = replay::Server::Start(config);
+    auto server = replay::Server::Start(config, *credentials);
     if (!server.ok()) {
       std::fprintf(stderr, "troupe replay: %s\n", std::string(server.status().message()).c_str());
       *exit_code = 1;
       return;
     }
-    std::printf("troupe replay: listening on %s (%d tables)\n", (*server)->address().c_str(), config.tables_size());
+    std::printf("troupe replay: listening on %s (%d tables; %s)\n", (*server)->address().c_str(),
+                config.tables_size(), credentials->DescribeServer().c_str());
     std::fflush(stdout);
     int signal = 0;
     sigwait(&stop, &signal);
