@@ -221,18 +221,19 @@ std::string ProjectionCsv(const std::vector<Line>& lines, const std::vector<Meas
 
 // Efficiency against log2 K, one line per model, interconnect and overlap.
 Image ProjectionPlot(const std::vector<Line>& lines, const std::string& device) {
+  // One hue per model and interconnect; its overlap line in a second, distinct colour.
   static constexpr std::array<std::array<uint8_t, 3>, 8> kColors = {{{31, 119, 180},
-                                                                      {174, 199, 232},
+                                                                      {23, 190, 207},
                                                                       {255, 127, 14},
-                                                                      {255, 187, 120},
+                                                                      {140, 86, 75},
                                                                       {44, 160, 44},
-                                                                      {152, 223, 138},
+                                                                      {188, 189, 34},
                                                                       {214, 39, 40},
-                                                                      {255, 152, 150}}};
+                                                                      {148, 103, 189}}};
   std::vector<PlotSeries> series;
   for (size_t i = 0; i < lines.size(); ++i) {
     PlotSeries s;
-    s.label = absl::StrCat(lines[i].model, " ", lines[i].interconnect.name, lines[i].overlap ? " overlap" : "");
+    s.label = absl::StrCat(lines[i].model, ", ", lines[i].interconnect.name, lines[i].overlap ? ", overlap" : "");
     s.color = kColors[i % kColors.size()];
     for (const Projection& p : lines[i].projections) {
       s.x.push_back(std::log2(p.replicas));

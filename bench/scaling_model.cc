@@ -106,7 +106,7 @@ const Fabric kNvlink4{"NVLink 4", 370 * kGB, 3.4 * kUs};
 const Fabric kInfinibandNdr{"InfiniBand NDR 400 Gb/s", 46 * kGB, 14 * kUs};
 }  // namespace
 
-Interconnect NvlinkSwitchSystem() { return {"NVLink 4 (switch system)", kNvlink4, 256, kNvlink4}; }
+Interconnect NvlinkSwitchSystem() { return {"NVLink 4", kNvlink4, 256, kNvlink4}; }
 
 Interconnect NvlinkNodesOverInfiniband() { return {"NVLink 4 x8 + IB NDR", kNvlink4, 8, kInfinibandNdr}; }
 
