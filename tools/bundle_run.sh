@@ -8,7 +8,8 @@
 # bare Linux root), and no benchmarks. Otherwise: every test binary, then
 # `troupe bench learner` and D4PG pixel updates on the CPU and, where a GPU
 # answers, on CUDA in float32 and bfloat16.
-# Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt, env.txt
+# Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt,
+# scaling_cuda.csv/.png (the scaling projection on the GPU's step times), env.txt
 # (what was found where), summary.txt; the last line printed is
 # "N passed, M failed". RESULTS_DIR.tar.gz holds them all.
 set -uo pipefail
@@ -118,6 +119,8 @@ if ((!cpu_only)); then
     devices+=(cuda cuda-bf16)
     bench learner_cuda learner --device cuda --seconds 3
     bench gan_cuda gan --device cuda --seconds 3
+    # Writes its projection, scaling_cuda.csv and .png, into the working directory: the results.
+    (cd "$out" && bench scaling_cuda scaling --device cuda --seconds 3)
   fi
   if [[ -n $pjrt_cuda ]]; then
     bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
