@@ -64,6 +64,15 @@ absl::StatusOr<EnvSpec> ControlEnv::Describe(const TaskInfo& info, const Model& 
   spec.episode_steps = info.episode_steps;
   if (options.pixels) {
     RETURN_IF_ERROR(PixelCamera(info, model, options).status());
+    // What the renderer can draw: the model's offscreen buffer (checked here,
+    // before any buffer of this size is made, as well as when rendering).
+    if (options.render.width < 1 || options.render.height < 1 || options.render.width > m->vis.global.offwidth ||
+        options.render.height > m->vis.global.offheight) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "env.render: size ", options.render.width, "x", options.render.height, " is outside [1x1, ",
+          m->vis.global.offwidth, "x", m->vis.global.offheight, "], the offscreen buffer of task ", info.name,
+          "'s model (raise <visual><global offwidth= offheight=> in the model, or render smaller)"));
+    }
     spec.height = options.render.height;
     spec.width = options.render.width;
     spec.channels = 3;
