@@ -100,6 +100,12 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
 
   void AddError(int line, int column, const std::string& message) override {
     if (!error_.empty()) return;
+    // The parser reports a bad name or enum value where it stopped, after
+    // it: point at the name itself.
+    for (const char* prefix : {"no field named \"", "Unknown enumeration value of \""}) {
+      const std::string name = QuotedAfter(message, prefix);
+      if (!name.empty()) Rewind(name, &line, &column);
+    }
     error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
     const std::string hint = Hint(line, column, message);
     if (hint.empty()) return;
@@ -137,6 +143,30 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
       return field ? absl::StrCat("(one of ", EnumValues(field->enum_type()), ")") : "";
     }
     return "";
+  }
+
+  // Moves (line, column) back to the start of the last `token` at or before
+  // it, when there is one.
+  void Rewind(const std::string& token, int* line, int* column) const {
+    size_t offset = 0;
+    for (int i = 0; i < *line; ++i) {
+      const size_t newline = text_.find('\n', offset);
+      if (newline == std::string_view::npos) return;
+      offset = newline + 1;
+    }
+    offset = std::min(text_.size(), offset + static_cast<size_t>(std::max(*column, 0)));
+    const size_t at = text_.substr(0, offset).rfind(token);
+    if (at == std::string_view::npos) return;
+    int l = 0;
+    size_t line_start = 0;
+    for (size_t i = 0; i < at; ++i) {
+      if (text_[i] == '\n') {
+        ++l;
+        line_start = i + 1;
+      }
+    }
+    *line = l;
+    *column = static_cast<int>(at - line_start);
   }
 
   // The text between `prefix` and the next '"' in `message`, "" without `prefix`.
@@ -263,6 +293,11 @@ std::string ConfigSource::Locate(absl::string_view message) const {
       }
     }
     if (auto it = lines.find(path); it != lines.end()) return absl::StrCat(file, ":", it->second, ": ", message);
+    // An element of a list written as one [a, b, c]: the list's line.
+    if (path.back() == ']') {
+      const std::string list = path.substr(0, path.rfind('['));
+      if (auto it = lines.find(list); it != lines.end()) return absl::StrCat(file, ":", it->second, ": ", message);
+    }
   }
   // None is set: at its default. The closest enclosing message written.
   if (!paths.empty()) {
