@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -43,7 +44,9 @@ absl::StatusOr<int> ControlEnv::PixelCamera(const TaskInfo& info, const Model& m
   const std::string camera = options.camera.empty() ? info.pixel_camera : options.camera;
   const int id = mj_name2id(model.get(), mjOBJ_CAMERA, camera.c_str());
   if (id < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(info.name, ": no camera named '", camera, "' in ", model.path()));
+    return absl::InvalidArgumentError(absl::StrCat("env.render.camera: ", info.name, ": no camera named '",
+                                                   absl::CHexEscape(camera.substr(0, 64)),
+                                                   camera.size() > 64 ? "...'" : "'", " in ", model.path()));
   }
   return id;
 }
