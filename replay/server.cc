@@ -35,9 +35,10 @@ void Server::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   // Wake blocked waiters first so their streams can finish, then stop gRPC
-  // (which waits for every reactor to be done), then the workers.
-  replay_->Close();
-  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  // (which waits for every reactor to be done), then the workers. A server
+  // whose Start failed has neither.
+  if (replay_) replay_->Close();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   service_.reset();
 }
 

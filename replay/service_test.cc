@@ -272,21 +272,25 @@ TEST(ServiceTest, RateLimitedInsertWaitsWithoutStallingOtherStreams) {
 }
 
 TEST(ServiceTest, CheckpointAndRestoreOverGrpc) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/service_test_", ::getpid(), ".ckpt");
-  auto server = StartServer(TestConfig());
+  // Two servers sharing one checkpoint directory.
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/service_test_", ::getpid(), "_shared");
+  std::filesystem::create_directories(dir);
+  config::ReplayConfig config = TestConfig();
+  config.set_checkpoint_dir(dir);
+  auto server = StartServer(config);
   auto client = NewGrpcClient(server->address());
   auto writer = *client->NewWriter();
   ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/12).ok());
-  auto bytes = client->Checkpoint(path);
+  auto bytes = client->Checkpoint("episode.ckpt");
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  auto other = StartServer(TestConfig());
+  auto other = StartServer(config);
   auto other_client = NewGrpcClient(other->address());
-  auto items = other_client->Restore(path);
+  auto items = other_client->Restore("episode.ckpt");
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(*items, 12);
-  auto missing = other_client->Restore(path + ".nope");
+  auto missing = other_client->Restore("episode.ckpt.nope");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  std::remove(path.c_str());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServiceTest, ShutdownEndsBlockedSamplersWithUnavailable) {
@@ -454,7 +458,8 @@ TEST(ServiceTest, CheckpointAndRestoreTakeOnlyANameInsideTheServersCheckpointDir
     for (const bool restore : {false, true}) {
       const absl::Status status = restore ? client->Restore(name).status() : client->Checkpoint(name).status();
       EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << (restore ? "Restore " : "Checkpoint ") << name;
-      EXPECT_EQ(status.message().find(root.string()), std::string::npos) << "the server's folder is not told";
+      EXPECT_EQ(status.message().find((root / "checkpoints").string()), std::string::npos)
+          << "the server's folder is not told: " << status;
     }
   }
   // Nothing was written anywhere but the one checkpoint, and the data is kept.
