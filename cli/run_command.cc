@@ -128,6 +128,16 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     }
     // RL: a fresh run directory holding the resolved config, or the one resumed.
     std::string run_dir = args->resume;
+    const bool had_runs_dir = std::filesystem::exists(config->runs_dir(), ec);
+    // What a fresh run that failed at its start made goes again: its
+    // directory, and runs_dir when this run made it.
+    auto remove_unused = [&] {
+      if (resume) return;
+      RemoveRunDirectoryIfUnused(run_dir);
+      if (!had_runs_dir && std::filesystem::is_empty(config->runs_dir(), ec)) {
+        std::filesystem::remove(config->runs_dir(), ec);
+      }
+    };
     if (!resume) {
       auto made = MakeRunDirectory(config->runs_dir(), config->name());
       if (!made.ok()) {
@@ -138,7 +148,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
       if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) {
-        RemoveRunDirectoryIfUnused(run_dir);
+        remove_unused();
         *exit_code = Fail(s);
         return;
       }
@@ -148,7 +158,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
         !s.ok()) {
       // A fresh run that failed before writing anything (a port taken, data
       // that does not load) leaves no directory behind.
-      if (!resume) RemoveRunDirectoryIfUnused(run_dir);
+      remove_unused();
       *exit_code = Fail(s);
     }
   });

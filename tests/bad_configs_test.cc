@@ -7,7 +7,10 @@
 // Header of a corpus file:
 //   # expect: {file}:LINE: FIELD ... (a fragment of stderr)
 //   # args: --set k=v ...          (extra arguments; may be empty)
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -148,6 +151,28 @@ TEST(BadConfigPathTest, ADirectoryOrADeviceIsNotAConfig) {
   ExpectRefusedCleanly(RunTroupe({"run", "/dev/zero"}, "device"), "config file /dev/zero: not a regular file");
   ExpectRefusedCleanly(RunTroupe({"run", "/nonexistent/config.textproto"}, "missing"),
                        "config file not found: /nonexistent/config.textproto");
+}
+
+TEST(FailedStartTest, ARunThatCannotListenLeavesNoRunDirectory) {
+  // A port taken by someone else: the config is valid, the start fails.
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  socklen_t size = sizeof(address);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &size), 0);
+  const std::string listen = absl::StrCat("learner.listen=127.0.0.1:", ntohs(address.sin_port));
+  const Refusal r = RunTroupe({"run", (fs::path(TROUPE_SOURCE_DIR) / "configs" / "cartpole_swingup_state.textproto").string(),
+                               "--set", listen},
+                              "port_taken");
+  close(taken);
+  EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+  EXPECT_TRUE(absl::StrContains(r.stderr_text, "cannot listen on 127.0.0.1:")) << r.stderr_text;
+  EXPECT_TRUE(r.files_left.empty()) << "left behind: " << *r.files_left.begin();
+  EXPECT_TRUE(r.children_left.empty()) << r.children_left.size() << " processes left running";
 }
 
 TEST(BadConfigPathTest, ResumeNeedsARunDirectory) {
