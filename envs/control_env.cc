@@ -72,8 +72,8 @@ absl::StatusOr<EnvSpec> ControlEnv::Describe(const TaskInfo& info, const Model& 
     if (options.render.width < 1 || options.render.height < 1 || options.render.width > m->vis.global.offwidth ||
         options.render.height > m->vis.global.offheight) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "env.render: size ", options.render.width, "x", options.render.height, " is outside [1x1, ",
-          m->vis.global.offwidth, "x", m->vis.global.offheight, "], the offscreen buffer of task ", info.name,
+          "env.render: size ", options.render.width, "x", options.render.height, " is outside the offscreen buffer ",
+          m->vis.global.offwidth, "x", m->vis.global.offheight, " of task ", info.name,
           "'s model (raise <visual><global offwidth= offheight=> in the model, or render smaller)"));
     }
     spec.height = options.render.height;

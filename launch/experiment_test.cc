@@ -62,7 +62,7 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
       {"runs_dir: \"/etc/hostname\"", "runs_dir /etc/hostname: exists and is not a directory"},
       {"learner { listen: \"127.0.0.1:99999\" }", "learner.listen \"127.0.0.1:99999\": port 99999 is outside"},
       {"env { observation: PIXELS render { width: 100000 height: 100000 } }",
-       "env.render: size 100000x100000 is outside [1x1, 512x512]"},
+       "env.render: size 100000x100000 is outside the offscreen buffer 512x512"},
       {"env { observation: PIXELS render { camera: \"nowhere\" } }", "env.render.camera: cartpole.swingup: no camera"},
       {"learner { replay_size: 100000000000 }", "learner.replay_size 100000000000: must be in [1, 268435456]"},
       {"learner { batch_size: 1000000 }", "learner.batch_size 1000000: must be in [1, 65536]"},
