@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -30,15 +31,19 @@ using ::testing::FloatNear;
 
 // K in-process replicas on `device`, one thread each (the agent computes on
 // the Replicator's backends).
-std::unique_ptr<replicator::Replicator> MakeReplicator(int k,
-                                                       config::EngineConfig::Device device = config::EngineConfig::CPU) {
-  config::EngineConfig engine;
+std::unique_ptr<replicator::Replicator> MakeReplicator(int k, config::EngineConfig engine) {
   engine.set_replicas(k);
   engine.set_threads(k);
-  engine.set_device(device);
   auto r = engine::MakeReplicator(engine);
   TROUPE_CHECK(r.ok());
   return std::move(r).value();
+}
+
+std::unique_ptr<replicator::Replicator> MakeReplicator(int k,
+                                                       config::EngineConfig::Device device = config::EngineConfig::CPU) {
+  config::EngineConfig engine;
+  engine.set_device(device);
+  return MakeReplicator(k, engine);
 }
 
 config::ExperimentConfig TinyConfig(int batch, std::vector<int> hidden) {
@@ -352,24 +357,31 @@ void PixelBanditStack(const ObservationSpec& spec, float x, std::mt19937_64& rng
 // One step from pixels: the best action is the newest frame's red level.
 // Trains on `device` and returns the policy's actions on probe stacks whose
 // best actions are -0.8, -0.6, ..., 0.8; *checksum gets the agent's state.
-std::vector<float> TrainPixelBandit(config::EngineConfig::Device device, uint64_t* checksum) {
+// `updates` D4PG updates from pixels on `engine`'s device (a contextual
+// bandit: the best action is the brightness of the last frame's red plane).
+struct TrainedAgent {
+  std::unique_ptr<replicator::Replicator> replicator;  // outlives the agent, whose replicas it runs
+  std::unique_ptr<D4pgAgent> agent;
+};
+absl::StatusOr<TrainedAgent> TrainPixelBanditOn(const config::EngineConfig& engine, int updates,
+                                                config::ExperimentConfig* config) {
   const ObservationSpec spec{.frames = 2, .height = 32, .width = 32};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/32, {64, 64});
+  config::ExperimentConfig& c = *config;
+  c = TinyConfig(/*batch=*/32, {64, 64});
   c.mutable_d4pg()->set_target_tau(0.05f);
   c.mutable_d4pg()->set_encoder_features(16);
   c.mutable_d4pg()->set_conv_channels(8);
   c.mutable_d4pg()->set_augment_pad(2);
-  c.mutable_learner()->mutable_engine()->set_device(device);
-  auto replicator = MakeReplicator(1, device);
+  c.mutable_learner()->mutable_engine()->MergeFrom(engine);
+  auto replicator = MakeReplicator(1, c.learner().engine());
   auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
-  EXPECT_TRUE(agent.ok()) << agent.status();
-  if (!agent.ok()) return {};
+  if (!agent.ok()) return agent.status();
   auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
   TROUPE_CHECK(signature.ok());
   const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  EXPECT_TRUE((*agent)->Train(800, [&](int, int64_t n, replay::SampledBatch* out) {
+  absl::Status trained = (*agent)->Train(updates, [&](int, int64_t n, replay::SampledBatch* out) {
     replay::ShapeBatch(*signature, n, out);
     for (int64_t i = 0; i < n; ++i) {
       const float x = u(rng), action = u(rng);
@@ -381,11 +393,26 @@ std::vector<float> TrainPixelBandit(config::EngineConfig::Device device, uint64_
       Floats(out, 3)[i] = 0.0f;
     }
     return absl::OkStatus();
-  }).ok());
-  *checksum = (*agent)->StateChecksum();
+  });
+  if (!trained.ok()) return trained;
+  return TrainedAgent{std::move(replicator), *std::move(agent)};
+}
+
+std::vector<float> TrainPixelBandit(config::EngineConfig::Device device, uint64_t* checksum) {
+  config::EngineConfig engine;
+  engine.set_device(device);
+  config::ExperimentConfig c;
+  auto trained = TrainPixelBanditOn(engine, 800, &c);
+  EXPECT_TRUE(trained.ok()) << trained.status();
+  if (!trained.ok()) return {};
+  const D4pgAgent& agent = *trained->agent;
+  *checksum = agent.StateChecksum();
 
   // The inference path, on fresh stacks, with the learner's parameters.
-  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(**agent, c);
+  const ObservationSpec spec{.frames = 2, .height = 32, .width = 32};
+  const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
+  std::mt19937_64 rng(12);
+  const std::unique_ptr<D4pgPolicy> policy = PolicyOf(agent, c);
   constexpr int kProbes = 9;
   std::vector<uint8_t> pixels(kProbes * stack);
   std::vector<float> actions(kProbes);
@@ -410,6 +437,36 @@ TEST(D4pgAgentTest, LearnsAContextualBanditFromPixelsOnTheStrictDeviceAsOnTheCpu
   for (int i = 0; i < 9; ++i) EXPECT_NEAR(strict[i], -0.8f + 0.2f * i, 0.25) << "probe " << i;
   EXPECT_EQ(TrainPixelBandit(config::EngineConfig::CPU, &cpu_checksum), strict);
   EXPECT_EQ(cpu_checksum, strict_checksum);
+}
+
+// D4PG pixel updates on the PJRT backend (the XLA CPU plugin here; a TPU or
+// GPU plugin runs the same StableHLO programs): from the same batches, the
+// parameters after three updates are the CPU's within float32 rounding, and
+// they moved (the comparison is not vacuous).
+TEST(D4pgAgentTest, PixelUpdatesOnPjrtMatchTheCpu) {
+  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  config::EngineConfig cpu, pjrt;
+  pjrt.set_device(config::EngineConfig::PJRT);
+  pjrt.set_pjrt_plugin(plugin);
+  config::ExperimentConfig c;
+  auto initial = TrainPixelBanditOn(cpu, 0, &c);
+  auto on_cpu = TrainPixelBanditOn(cpu, 3, &c);
+  auto on_pjrt = TrainPixelBanditOn(pjrt, 3, &c);
+  ASSERT_TRUE(initial.ok() && on_cpu.ok()) << on_cpu.status();
+  ASSERT_TRUE(on_pjrt.ok()) << on_pjrt.status();
+  std::vector<float> start, want, got;
+  initial->agent->PolicyParameters(&start);
+  on_cpu->agent->PolicyParameters(&want);
+  on_pjrt->agent->PolicyParameters(&got);
+  ASSERT_EQ(got.size(), want.size());
+  double moved = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    moved = std::max(moved, std::fabs(double{want[i]} - start[i]));
+    worst = std::max(worst, std::fabs(double{got[i]} - want[i]));
+  }
+  EXPECT_GT(moved, 1e-4);
+  EXPECT_LT(worst, 1e-4) << "largest parameter difference, PJRT against CPU";
 }
 
 // --- Replicas and checkpoints -----------------------------------------------------------

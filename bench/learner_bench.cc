@@ -17,6 +17,7 @@
 
 #include <Eigen/Core>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
@@ -26,6 +27,9 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
 #include "engine/nn/strict_cpu_backend.h"
+#ifdef TROUPE_HAVE_PJRT
+#include "engine/pjrt/pjrt_backend.h"
+#endif
 
 namespace troupe::bench {
 namespace {
@@ -142,19 +146,6 @@ absl::StatusOr<double> MeasureLibtorch(int64_t batch, int64_t size, double secon
   return RunLibtorchPeer("libtorch_drq", absl::StrCat(batch, " ", size, " ", seconds), "samples_per_second");
 }
 
-// K=2 MPI all-reduce of `floats` floats: (troupe ms, raw MPI_Allreduce ms).
-absl::StatusOr<std::pair<double, double>> MeasureMpiAllReduce(int64_t floats) {
-  auto out = RunCommand(absl::StrCat(TROUPE_MPIEXEC, " -np 2 --oversubscribe --allow-run-as-root ",
-                                     TROUPE_MPI_ALLREDUCE_BIN, " ", floats, " 20 2>&1"));
-  if (!out.ok()) return out.status();
-  double troupe_ms = 0, raw_ms = 0;
-  const size_t at = out->find("troupe_ms");
-  if (at == std::string::npos || std::sscanf(out->c_str() + at, "troupe_ms %lf raw_ms %lf", &troupe_ms, &raw_ms) != 2) {
-    return absl::InternalError(absl::StrCat("mpi all-reduce peer printed: ", *out));
-  }
-  return std::make_pair(troupe_ms, raw_ms);
-}
-
 }  // namespace
 
 // --device cuda: the DrQ step on GPU 0 at batch 256 and 1024, float32 and
@@ -205,8 +196,78 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
   return report;
 }
 
+// --device pjrt: the DrQ step through a PJRT plugin (kernel at a time: one
+// compiled StableHLO program per kernel call), next to troupe's own backend
+// for the same device in the same run (the CPU backend for a CPU plugin, the
+// CUDA backend for the CUDA plugin, where built), and what the dispatch of
+// each kernel costs: the time a whole-step program would save.
+absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
+#ifndef TROUPE_HAVE_PJRT
+  return absl::InvalidArgumentError("--device pjrt: this troupe was built without the PJRT backend (TROUPE_PJRT=ON)");
+#else
+  Report report;
+  const double seconds = std::max(options.seconds_per_figure, 2.0);
+  config::EngineConfig engine;
+  engine.set_device(config::EngineConfig::PJRT);
+  engine.set_pjrt_plugin(options.pjrt_plugin);
+  RETURN_IF_ERROR(engine::ValidateEngineConfig(engine, "bench", 1));
+  RETURN_IF_ERROR(engine::CheckDeviceAvailable(engine, "bench"));
+  ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> pjrt, engine::MakeBackend(engine, /*local_index=*/0, /*threads=*/1));
+  const bool on_cpu = absl::StartsWith(pjrt->name(), "pjrt:cpu");
+  // The CPU plugin gets the CPU rows' smaller configuration.
+  const int64_t size = on_cpu ? 64 : 84;
+  const int64_t batch = options.quick ? 16 : on_cpu ? 128 : 256;
+  std::unique_ptr<nn::Backend> reference;
+  std::string reference_name;
+  if (on_cpu) {
+    reference = std::make_unique<nn::CpuBackend>(kThreads);
+    reference_name = absl::StrFormat("troupe's CPU backend, %d threads, same step", kThreads);
+  } else {
+    config::EngineConfig cuda;
+    cuda.set_device(config::EngineConfig::CUDA);
+    if (engine::CheckDeviceAvailable(cuda, "bench").ok()) {
+      ASSIGN_OR_RETURN(reference, engine::MakeBackend(cuda, 0, 1));
+      reference_name = "troupe's CUDA backend, same step";
+    }
+  }
+  const double troupe = MeasureTroupe(*pjrt, batch, size, seconds);
+  const std::string name =
+      absl::StrFormat("DrQ 9x%dx%d fwd+bwd+Adam on %s, float32, batch %d", size, size, pjrt->name(), batch);
+  if (reference) {
+    report.Add(name, troupe, "samples/s", reference_name, MeasureTroupe(*reference, batch, size, seconds));
+  } else {
+    auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " eager cuda float32"),
+                                     "samples_per_second");
+    if (!pytorch.ok()) std::printf("PyTorch peer unavailable: %s\n", pytorch.status().ToString().c_str());
+    report.Add(name, troupe, "samples/s", "PyTorch on the GPU, eager", pytorch.ok() ? *pytorch : 0);
+  }
+
+  // Kernel-at-a-time dispatch: launches per step, and the cost of one launch
+  // (a one-float Axpy: the program does next to nothing).
+  auto& backend = static_cast<pjrt::PjrtBackend&>(*pjrt);
+  const int64_t before = backend.stats().launches;
+  MeasureTroupe(backend, batch, size, 0.0);  // one warm-up step and one timed
+  const double launches_per_step = (backend.stats().launches - before) / 2.0;
+  nn::DeviceBuffer a(backend, 1), b(backend, 1);
+  a.Upload(std::vector<float>{1.0f});
+  b.Upload(std::vector<float>{0.0f});
+  const double launches_per_second = MeasureRate(seconds, [&](long n) {
+    for (long i = 0; i < n; ++i) backend.Axpy(1e-6f, a.data(), b.data(), 1);
+    backend.Synchronize();
+  });
+  const double launch_us = 1e6 / launches_per_second;
+  report.Add("kernel launches per step (one program each)", launches_per_step, "launches", "(no reference)", 0);
+  report.Add("time per launch of a one-float kernel", launch_us, "us", "(no reference)", 0);
+  const double step_ms = 1000.0 * batch / troupe;
+  report.Add("dispatch share of the step (launches x time per launch / step time)",
+             100.0 * launches_per_step * launch_us / 1000.0 / step_ms, "%", "(no reference)", 0);
+  return report;
+#endif
+}
+
 absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   if (options.device == "cuda") return RunLearnerBenchmarkOnCuda(options);
+  if (options.device == "pjrt") return RunLearnerBenchmarkOnPjrt(options);
   Report report;
   const double seconds = std::max(options.seconds_per_figure, 2.0);
   const int64_t batch = options.quick ? 32 : 256;
@@ -251,7 +312,7 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
 
   // The encoder's gradient buffer across two MPI processes.
   const int64_t encoder_floats = shape_only.EncoderFloats();
-  auto mpi = MeasureMpiAllReduce(encoder_floats);
+  auto mpi = MeasureMpiAllReduce(encoder_floats, /*reps=*/20);
   if (!mpi.ok()) {
     // A relocated bundle carries no mpirun: the row is left out, saying why.
     std::printf("K=2 MPI all-reduce not measured: %s\n", mpi.status().ToString().c_str());
@@ -259,7 +320,7 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   }
   // Times: ratio = troupe / raw (lower is better here).
   report.Add(absl::StrFormat("all-reduce of encoder grads (%.1f MB), K=2 MPI", encoder_floats * 4 / 1e6),
-             mpi->first, "ms", "raw MPI_Allreduce, same buffer", mpi->second);
+             mpi->troupe_ms, "ms", "raw MPI_Allreduce, same buffer", mpi->raw_ms);
   return report;
 }
 

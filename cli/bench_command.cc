@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_join.h"
 #include "bench/bench.h"
@@ -15,6 +16,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
     double seconds = 1.0;
     bool quick = false;
     std::string device = "cpu";
+    std::string pjrt_plugin;
   };
   auto args = std::make_shared<Args>();
   std::vector<std::string> names;
@@ -25,8 +27,12 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--only", args->filter, "Restrict to these items (e.g. task names)");
   cmd->add_option("--seconds", args->seconds, "Measurement time per figure")->check(CLI::PositiveNumber);
   cmd->add_flag("--quick", args->quick, "Small sizes (smoke test)");
-  cmd->add_option("--device", args->device, "Where the learner and GAN steps run: cpu, or cuda (GPU 0)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", args->device,
+                  "Where the learner and GAN steps (also scaling's K=1 steps) run: cpu, cuda (GPU 0), or pjrt (the "
+                  "learner on device 0 of --pjrt-plugin)")
+      ->check(CLI::IsMember({"cpu", "cuda", "pjrt"}));
+  cmd->add_option("--pjrt-plugin", args->pjrt_plugin,
+                  "--device pjrt: the PJRT plugin's .so (default: $TROUPE_PJRT_PLUGIN)");
   cmd->callback([args, exit_code, names] {
     const bench::Benchmark* found = nullptr;
     for (const auto& b : bench::Benchmarks()) {
@@ -38,14 +44,30 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    if (args->device != "cpu" && found->name != "learner" && found->name != "gan") {
-      std::fprintf(stderr, "troupe bench %s: --device %s: only the learner and gan benchmarks run on a device\n",
+    // The benchmarks with a device step: learner, gan, and scaling (its K = 1 steps).
+    const bool has_device_step = found->name == "learner" || found->name == "gan" || found->name == "scaling";
+    if (args->device != "cpu" && !has_device_step) {
+      std::fprintf(stderr,
+                   "troupe bench %s: --device %s: only the learner, gan and scaling benchmarks run on a device\n",
                    found->name.c_str(), args->device.c_str());
       *exit_code = 2;
       return;
     }
+    if (args->device == "pjrt" && found->name != "learner") {
+      std::fprintf(stderr, "troupe bench %s: --device pjrt: only the learner benchmark runs on a PJRT plugin\n",
+                   found->name.c_str());
+      *exit_code = 2;
+      return;
+    }
+    std::string plugin = args->pjrt_plugin;
+    if (plugin.empty() && std::getenv("TROUPE_PJRT_PLUGIN") != nullptr) plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+    if (args->device == "pjrt" && plugin.empty()) {
+      std::fprintf(stderr, "troupe bench learner: --device pjrt needs --pjrt-plugin PATH (or TROUPE_PJRT_PLUGIN)\n");
+      *exit_code = 2;
+      return;
+    }
     std::printf("troupe bench %s: %s\n", found->name.c_str(), found->description.c_str());
-    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick, args->device});
+    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick, args->device, plugin});
     if (!report.ok()) {
       std::fprintf(stderr, "troupe bench %s: %s\n", found->name.c_str(), report.status().ToString().c_str());
       *exit_code = 1;

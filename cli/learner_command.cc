@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "common/config.h"
 #include "common/files.h"
 #include "launch/experiment.h"
@@ -38,6 +39,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> overrides;
     bool resume = false;
     double collective_timeout_s = 60;
+    SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -52,6 +54,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--collective-timeout-s", args->collective_timeout_s,
                   "Seconds a replica waits for the others in a collective before failing, naming them")
       ->check(CLI::PositiveNumber);
+  args->security.AddTo(cmd);
   cmd->callback([args, exit_code] {
     auto loaded = LoadExperimentConfigWithSource(args->config, args->overrides);
     if (!loaded.ok()) {
@@ -64,6 +67,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       config->mutable_learner()->set_listen(args->listen);
       loaded->source.overrides["learner.listen"] = "--listen " + args->listen;
     }
+    args->security.ApplyTo(config->mutable_security());
     if (absl::Status valid = launch::ValidateExperiment(*config); !valid.ok()) {
       std::fprintf(stderr, "troupe learner: %s\n", loaded->source.Locate(valid.message()).c_str());
       *exit_code = 2;
@@ -86,7 +90,8 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
       (void)WriteFileAtomically(args->run_dir + "/config.textproto", text);
-      std::printf("%s serving replay and parameters on %s\n", who.c_str(), l.address().c_str());
+      std::printf("%s serving replay and parameters on %s (%s)\n", who.c_str(), l.address().c_str(),
+                  l.credentials().DescribeServer().c_str());
     } else {
       std::printf("%s (pid %d) sampling replay from rank 0 at %s\n", who.c_str(), int(getpid()),
                   l.address().c_str());

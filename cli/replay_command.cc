@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/security_flags.h"
+#include "common/grpc_security.h"
 #include "common/config.h"
 #include "replay/server.h"
 
@@ -18,6 +20,7 @@ void AddReplayCommand(CLI::App& app, int* exit_code) {
     std::string restore;
     std::string checkpoint_dir;
     std::vector<std::string> overrides;
+    SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("replay", "Run a standalone replay server (tables from the config's replay section)");
@@ -28,10 +31,18 @@ void AddReplayCommand(CLI::App& app, int* exit_code) {
                   "Directory where clients' Checkpoint/Restore calls write and read, by name (default: "
                   "replay.checkpoint_dir; none: those calls are refused)");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value");
+  args->security.AddTo(cmd);
   cmd->callback([args, exit_code] {
     auto experiment = LoadExperimentConfigWithSource(args->config, args->overrides);
     if (!experiment.ok()) {
       std::fprintf(stderr, "troupe replay: %s\n", std::string(experiment.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    args->security.ApplyTo(experiment->config.mutable_security());
+    auto credentials = LoadGrpcCredentials(experiment->config.security());
+    if (!credentials.ok()) {
+      std::fprintf(stderr, "troupe replay: %s\n", std::string(credentials.status().message()).c_str());
       *exit_code = 2;
       return;
     }
@@ -68,13 +79,14 @@ void AddReplayCommand(CLI::App& app, int* exit_code) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    auto server = replay::Server::Start(config);
+    auto server = replay::Server::Start(config, *credentials);
     if (!server.ok()) {
       std::fprintf(stderr, "troupe replay: %s\n", std::string(server.status().message()).c_str());
       *exit_code = 1;
       return;
     }
-    std::printf("troupe replay: listening on %s (%d tables)\n", (*server)->address().c_str(), config.tables_size());
+    std::printf("troupe replay: listening on %s (%d tables; %s)\n", (*server)->address().c_str(),
+                config.tables_size(), credentials->DescribeServer().c_str());
     std::fflush(stdout);
     int signal = 0;
     sigwait(&stop, &signal);

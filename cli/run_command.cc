@@ -9,8 +9,10 @@
 #include "absl/strings/str_format.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "common/config.h"
 #include "common/files.h"
+#include "common/grpc_security.h"
 #include "engine/engine_config.h"
 #include "gan/run.h"
 #include "launch/experiment.h"
@@ -77,12 +79,14 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     std::string config;
     std::vector<std::string> overrides;
     std::string resume;
+    SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run an experiment from a config file (configs/*.textproto)");
   cmd->add_option("config", args->config, "Experiment config, protobuf text format");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value (repeatable)");
   cmd->add_option("--resume", args->resume, "Continue the run in this directory from its last checkpoint");
+  args->security.AddTo(cmd);
   cmd->callback([args, exit_code] {
     if (args->config.empty() == args->resume.empty()) {
       std::fprintf(stderr, "troupe run: give a CONFIG file, or --resume RUN_DIR (not both)\n");
@@ -105,9 +109,16 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       *exit_code = Fail(loaded.status());
       return;
     }
-    const config::ExperimentConfig* config = &loaded->config;
+    config::ExperimentConfig* config = &loaded->config;
+    args->security.ApplyTo(config->mutable_security());
     absl::Status valid = launch::ValidateExperiment(*config);
     if (valid.ok()) valid = CheckRunnable(*config);
+    // The credentials and the listen address they allow, before a run directory exists.
+    if (valid.ok() && config->mode() == config::ExperimentConfig::RL) {
+      auto credentials = LoadGrpcCredentials(config->security());
+      valid = credentials.ok() ? CheckServerCredentials(*credentials, config->learner().listen(), "learner.listen")
+                               : credentials.status();
+    }
     if (!valid.ok()) {
       *exit_code = Fail(loaded->source.Annotate(valid));
       return;

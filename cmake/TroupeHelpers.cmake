@@ -1,35 +1,49 @@
-# troupe_test(NAME SOURCES <files...> DEPS <targets...> [LABELS <labels...>] [TIMEOUT <s>])
-# One GoogleTest binary; each TEST becomes its own ctest entry.
-# troupe_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [STRICT_DEVICE_CASES]):
-# a GoogleTest binary, its cases discovered as ctest tests. STRICT_DEVICE_CASES
-# labels the cases whose names contain "Strict" strict_device (ctest -L
-# strict_device runs everything proven on the strict CPU device).
+# troupe_test(NAME SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s] [STRICT_DEVICE_CASES] [PJRT_CASES] [PJRT]):
+# a GoogleTest binary, its cases discovered as ctest tests.
+#  - STRICT_DEVICE_CASES labels the cases whose names contain "Strict"
+#    strict_device (ctest -L strict_device runs everything proven on the
+#    strict CPU device).
+#  - PJRT_CASES: the cases whose names contain "Pjrt" run on a PJRT CPU plugin
+#    (label pjrt, after the fixture that fetches it; TROUPE_PJRT_PLUGIN names
+#    it); PJRT: the whole binary does, its ctest names prefixed "Pjrt." (a
+#    suite built twice, as nn_ops_test is, keeps distinct names).
 function(troupe_test name)
-  cmake_parse_arguments(ARG "STRICT_DEVICE_CASES" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "STRICT_DEVICE_CASES;PJRT_CASES;PJRT" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
+  set(pjrt_properties FIXTURES_REQUIRED pjrt_plugin ENVIRONMENT "TROUPE_PJRT_PLUGIN=${TROUPE_PJRT_CPU_PLUGIN}")
+  if(ARG_PJRT)
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Pjrt."
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${pjrt_properties})
+    return()
+  endif()
+  # The cases left for the plain group: all but those split off below.
+  set(others "")
+  if(ARG_PJRT_CASES)
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
+      TEST_FILTER "*Pjrt*"
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${pjrt_properties})
+    list(APPEND others "*Pjrt*")
+  endif()
+  if(ARG_STRICT_DEVICE_CASES)
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
+      TEST_FILTER "*Strict*-*Pjrt*"
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "strict_device;${ARG_LABELS}")
+    list(APPEND others "*Strict*")
+  endif()
   set(properties TIMEOUT ${ARG_TIMEOUT})
   if(ARG_LABELS)
     list(APPEND properties LABELS "${ARG_LABELS}")
   endif()
-  if(ARG_STRICT_DEVICE_CASES)
-    gtest_discover_tests(${name}
-      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-      DISCOVERY_TIMEOUT 60
-      TEST_FILTER "*Strict*"
-      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "strict_device;${ARG_LABELS}")
-    gtest_discover_tests(${name}
-      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-      DISCOVERY_TIMEOUT 60
-      TEST_FILTER "-*Strict*"
-      PROPERTIES ${properties})
+  if(others)
+    list(JOIN others ":" excluded)
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
+      TEST_FILTER "-${excluded}" PROPERTIES ${properties})
   else()
-    gtest_discover_tests(${name}
-      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-      DISCOVERY_TIMEOUT 60
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
       PROPERTIES ${properties})
   endif()
 endfunction()

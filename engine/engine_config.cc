@@ -13,6 +13,9 @@
 #ifdef TROUPE_HAVE_NCCL
 #include "engine/cuda/nccl_collectives.h"
 #endif
+#ifdef TROUPE_HAVE_PJRT
+#include "engine/pjrt/pjrt_backend.h"
+#endif
 
 namespace troupe::engine {
 
@@ -22,6 +25,14 @@ bool InProcessReplicas(const config::EngineConfig& engine) {
 
 bool BuiltWithNccl() {
 #ifdef TROUPE_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool BuiltWithPjrt() {
+#ifdef TROUPE_HAVE_PJRT
   return true;
 #else
   return false;
@@ -78,15 +89,43 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
     return bad(".engine.collectives ", config::EngineConfig::Collectives_Name(engine.collectives()),
                ": this troupe was built without NCCL (configure with NCCL_ROOT); collectives here: IN_PROCESS, MPI");
   }
-  if (!cuda && engine.precision() == config::EngineConfig::BFLOAT16) {
+  const bool pjrt = engine.device() == config::EngineConfig::PJRT;
+  if (pjrt && !BuiltWithPjrt()) {
+    return bad(".engine.device PJRT: this troupe was built without the PJRT backend (TROUPE_PJRT=ON)");
+  }
+  if (pjrt && engine.pjrt_plugin().empty()) {
+    return bad(".engine.pjrt_plugin: device PJRT needs the plugin's .so (libtpu.so, the XLA CUDA or CPU plugin)");
+  }
+  if (!pjrt && !engine.pjrt_plugin().empty()) {
+    return bad(".engine.pjrt_plugin \"", engine.pjrt_plugin(), "\": set, but engine.device is ",
+               config::EngineConfig::Device_Name(engine.device()), " (the plugin is for device PJRT)");
+  }
+  if (!cuda && !pjrt && engine.precision() == config::EngineConfig::BFLOAT16) {
     return absl::InvalidArgumentError(absl::StrCat(section, ".engine.precision BFLOAT16: the ",
                                                    config::EngineConfig::Device_Name(engine.device()),
-                                                   " device computes in FLOAT32 only (BFLOAT16 needs device CUDA)"));
+                                                   " device computes in FLOAT32 only (BFLOAT16 needs device CUDA or PJRT)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section) {
+#ifdef TROUPE_HAVE_PJRT
+  if (engine.device() == config::EngineConfig::PJRT) {
+    // Loads the plugin and opens its client (shared with the backends made later).
+    auto client = pjrt::Client::Shared(engine.pjrt_plugin());
+    if (!client.ok()) {
+      return absl::Status(client.status().code(),
+                          absl::StrCat(section, ".engine.pjrt_plugin: ", client.status().message()));
+    }
+    const int needed = InProcessReplicas(engine) ? engine.replicas() : 1;
+    if ((*client)->num_devices() < needed) {
+      return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device PJRT: ", needed, " device(s) needed, ",
+                                                        (*client)->num_devices(), " on platform ",
+                                                        (*client)->platform()));
+    }
+    return absl::OkStatus();
+  }
+#endif
   if (engine.device() != config::EngineConfig::CUDA) return absl::OkStatus();
 #ifdef TROUPE_HAVE_CUDA
   std::string why;
@@ -129,6 +168,19 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
       return std::unique_ptr<nn::Backend>(std::move(*backend));
 #else
       return NotBuiltWithCuda("engine");
+#endif
+    }
+    case config::EngineConfig::PJRT: {
+#ifdef TROUPE_HAVE_PJRT
+      pjrt::PjrtBackendOptions options;
+      options.plugin = engine.pjrt_plugin();
+      options.device = local_index;
+      options.bfloat16 = engine.precision() == config::EngineConfig::BFLOAT16;
+      auto backend = pjrt::PjrtBackend::Create(options);
+      if (!backend.ok()) return backend.status();
+      return std::unique_ptr<nn::Backend>(std::move(*backend));
+#else
+      return absl::InvalidArgumentError("engine.device PJRT: this troupe was built without the PJRT backend");
 #endif
     }
   }

@@ -19,9 +19,10 @@
 
 namespace troupe::engine {
 
-// True when this binary has the CUDA backend, and NCCL collectives.
+// True when this binary has the CUDA backend, NCCL collectives, the PJRT backend.
 bool BuiltWithCuda();
 bool BuiltWithNccl();
+bool BuiltWithPjrt();
 
 // InvalidArgument naming the field ("learner.engine.replicas 0: must be >= 1")
 // for an engine section `section` ("learner", "gan") cannot run: replicas or
@@ -40,7 +41,9 @@ int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replic
 
 // FailedPrecondition when the section's device is not on this machine: for
 // CUDA, fewer GPUs answer than the in-process replicas need (naming why: no
-// driver, no device, driver too old). OK for the CPU devices. Run before
+// driver, no device, driver too old); for PJRT, the plugin's error (missing
+// file, not a plugin, an API version troupe does not speak) or fewer devices
+// than the replicas need. OK for the CPU devices. Run before
 // anything starts, so that a run asking for a GPU where there is none leaves
 // nothing behind.
 absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section);

@@ -11,8 +11,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "learner/rl_learner.h"
@@ -20,12 +22,39 @@
 namespace troupe::launch {
 namespace {
 
+// The address local actors dial: the learner's, with an any-interface host
+// (0.0.0.0, [::]) replaced by loopback, which troupe certs' server
+// certificate always names.
+std::string LocalAddressOf(const std::string& learner) {
+  const std::string host = HostOf(learner);
+  const std::string port = learner.substr(learner.rfind(':') + 1);
+  if (host == "0.0.0.0" || host.empty()) return "127.0.0.1:" + port;
+  if (host == "::") return "[::1]:" + port;
+  return learner;
+}
+
 // Starts `troupe actor` (this same binary) for `index`, its output to
-// run_dir/logs/actor-INDEX.log. The child dies with the launcher.
-absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& learner, int index) {
+// run_dir/logs/actor-INDEX.log. The child dies with the launcher. A token
+// reaches it in its environment ($TROUPE_TOKEN), never on its command line.
+absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& learner, const std::string& token,
+                                 int index) {
   const std::string log = absl::StrCat(run_dir, "/logs/actor-", index, ".log");
   const std::string config = run_dir + "/config.textproto";
   const std::string index_text = std::to_string(index);
+  // The child's environment: ours, with the token set (made before fork).
+  std::vector<std::string> environment;
+  const std::string token_prefix = absl::StrCat(kTokenEnvironmentVariable, "=");
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, token_prefix)) environment.push_back(*e);
+  }
+  if (!token.empty()) environment.push_back(token_prefix + token);
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = {"troupe", "actor", "--learner", learner, "--config", config, "--index", index_text};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed for actor ", index));
@@ -38,8 +67,7 @@ absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& 
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    execl("/proc/self/exe", "troupe", "actor", "--learner", learner.c_str(), "--config", config.c_str(), "--index",
-          index_text.c_str(), static_cast<char*>(nullptr));
+    execve("/proc/self/exe", argv.data(), envp.data());
     _exit(127);
   }
   return pid;
@@ -59,19 +87,21 @@ std::string Thousands(int64_t v) {
 absl::StatusOr<std::unique_ptr<ActorFleet>> ActorFleet::Start(const config::ExperimentConfig& config,
                                                               const std::string& run_dir,
                                                               const std::string& learner_address,
-                                                              const std::atomic<bool>* stop) {
+                                                              const std::atomic<bool>* stop,
+                                                              const std::string& token) {
   std::unique_ptr<ActorFleet> fleet(new ActorFleet());
   fleet->stop_ = stop;
   fleet->config_ = config;
   fleet->run_dir_ = run_dir;
-  fleet->learner_address_ = learner_address;
+  fleet->learner_address_ = LocalAddressOf(learner_address);
+  fleet->token_ = token;
   std::filesystem::create_directories(run_dir + "/logs");
   {
     absl::MutexLock lock(&fleet->mutex_);
     fleet->actors_.resize(config.actors().count());
     for (int i = 0; i < config.actors().count(); ++i) {
       fleet->actors_[i].index = i;
-      ASSIGN_OR_RETURN(fleet->actors_[i].pid, SpawnActor(run_dir, learner_address, i));
+      ASSIGN_OR_RETURN(fleet->actors_[i].pid, SpawnActor(run_dir, fleet->learner_address_, token, i));
     }
   }
   fleet->watcher_ = std::jthread([f = fleet.get()](std::stop_token token) { f->Watch(token); });
@@ -97,7 +127,7 @@ void ActorFleet::Watch(std::stop_token token) {
                       actor.index, how.c_str(), config_.actors().max_restarts(), run_dir_.c_str(), actor.index);
           continue;
         }
-        auto pid = SpawnActor(run_dir_, learner_address_, actor.index);
+        auto pid = SpawnActor(run_dir_, learner_address_, token_, actor.index);
         if (pid.ok()) {
           actor.pid = *pid;
           ++actor.restarts;
@@ -164,7 +194,8 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
   std::fflush(stdout);
 
   // The actors, watched and restarted on a thread of their own.
-  ASSIGN_OR_RETURN(std::unique_ptr<ActorFleet> actors, ActorFleet::Start(config, run_dir, learner->address(), stop));
+  ASSIGN_OR_RETURN(std::unique_ptr<ActorFleet> actors,
+                   ActorFleet::Start(config, run_dir, learner->address(), stop, learner->credentials().token));
 
   // The status line, from the learner's stats, on another thread.
   std::jthread status_thread([&](std::stop_token token) {

@@ -32,13 +32,18 @@ namespace troupe::launch {
 // on stdout. Thread-safe (a mutex guards the process table).
 class ActorFleet {
  public:
-  // Starts the actors. `run_dir` holds config.textproto (what they read).
-  // Once *stop (if given) turns true, dead actors are no longer restarted.
+  // Starts the actors. `run_dir` holds config.textproto (what they read;
+  // its security section names certificate files, never the token). Once
+  // *stop (if given) turns true, dead actors are no longer restarted.
+  // `token` (the learner's, if it has one) reaches each actor as
+  // $TROUPE_TOKEN in its environment, never on its command line. An
+  // any-interface learner address (0.0.0.0:PORT) is dialled on loopback.
   // Errors: ResourceExhausted if fork fails.
   static absl::StatusOr<std::unique_ptr<ActorFleet>> Start(const config::ExperimentConfig& config,
                                                            const std::string& run_dir,
                                                            const std::string& learner_address,
-                                                           const std::atomic<bool>* stop = nullptr);
+                                                           const std::atomic<bool>* stop = nullptr,
+                                                           const std::string& token = "");
   ~ActorFleet();  // Stop()
 
   // Stops restarting, sends SIGTERM, waits up to 3 s, then SIGKILLs.
@@ -61,6 +66,7 @@ class ActorFleet {
 
   config::ExperimentConfig config_;
   std::string run_dir_, learner_address_;
+  std::string token_;  // passed to each actor in its environment
   const std::atomic<bool>* stop_ = nullptr;
   mutable absl::Mutex mutex_;
   std::vector<Actor> actors_ ABSL_GUARDED_BY(mutex_);

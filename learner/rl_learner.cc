@@ -15,8 +15,9 @@
 #include "actors/actor.h"
 #include "actors/evaluator.h"
 #include "common/files.h"
-#include "common/limits.h"
+#include "common/grpc_security.h"
 #include "common/image.h"
+#include "common/limits.h"
 #include "common/plot.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -89,6 +90,8 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   l->spec_ = agents::ObservationSpecOf(env_spec);
   l->action_size_ = env_spec.action_size;
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), l->spec_, l->action_size_));
+  // TLS and the token of the port and of other ranks' connections to rank 0.
+  ASSIGN_OR_RETURN(l->credentials_, LoadGrpcCredentials(config.security()));
 
   // The Replicator first: under MPI it says which rank this process is.
   const config::EngineConfig& engine = config.learner().engine();
@@ -165,7 +168,7 @@ absl::Status RlLearner::StartChief(const config::ReplayConfig& replay_config) {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string& listen = config_.learner().listen();
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  RETURN_IF_ERROR(AddSecureListeningPort(builder, credentials_, listen, "learner.listen", &port));
   builder.SetMaxReceiveMessageSize(int(replay_config.max_message_bytes()));
   builder.SetMaxSendMessageSize(int(replay_config.max_message_bytes()));
   builder.RegisterService(replay_service_.get());
@@ -208,7 +211,8 @@ absl::Status RlLearner::ShareChiefAddress(const absl::Status& chief_status, int6
     return absl::FailedPreconditionError(absl::StrCat("learner rank 0 failed to start: ", text));
   }
   address_ = text;
-  replay_client_ = replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes});
+  replay_client_ =
+      replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes, .credentials = credentials_});
   return absl::OkStatus();
 }
 

@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/certificates.h"
+#include "common/grpc_security.h"
 #include "gtest/gtest.h"
 #include "replay/grpc_client.h"
 #include "replay/server.h"
@@ -47,6 +49,34 @@ TEST(ServiceTest, BindsLoopbackByDefault) {
   ASSERT_NE(server, nullptr);
   EXPECT_GT(server->port(), 0);
   EXPECT_EQ(server->address(), absl::StrCat("127.0.0.1:", server->port()));
+}
+
+// The standalone server with TLS and a token (troupe replay --certs DIR):
+// a client with both is served; without the token every call is
+// UNAUTHENTICATED; beyond loopback without credentials it does not start.
+TEST(ServiceTest, StandaloneServerWithTlsRefusesClientsWithoutTheToken) {
+  const std::string certs = ::testing::TempDir() + "/replay_service_certs_" + std::to_string(getpid());
+  std::filesystem::remove_all(certs);
+  ASSERT_TRUE(WriteCertificates(certs, {}).ok());
+  config::SecurityConfig security;
+  security.set_certs_dir(certs);
+  auto credentials = LoadGrpcCredentials(security);
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  auto server = Server::Start(TestConfig(), *credentials);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = NewGrpcClient((*server)->address(), {.credentials = *credentials});
+  EXPECT_TRUE(client->Info().ok());
+  GrpcCredentials no_token = *credentials;
+  no_token.token.clear();
+  auto refused = NewGrpcClient((*server)->address(), {.credentials = no_token});
+  EXPECT_TRUE(absl::IsUnauthenticated(refused->Info().status()));
+  auto writer = refused->NewWriter();
+  ASSERT_TRUE(writer.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated((*writer)->Flush()));
+  // Beyond loopback without credentials: refused before it listens.
+  config::ReplayConfig everywhere = TestConfig();
+  everywhere.set_listen("0.0.0.0:0");
+  EXPECT_TRUE(absl::IsFailedPrecondition(Server::Start(everywhere).status()));
 }
 
 TEST(ServiceTest, ManyWritersAndOneSamplerSeeEveryItemExactlyOnce) {

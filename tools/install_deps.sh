@@ -20,6 +20,8 @@ packages=(
   dataset-fashion-mnist               # GAN mode and the FID classifier (IDX files)
   xvfb xauth                          # viewer tests in a real window
   debootstrap patchelf                # the relocatable bundle (tools/bundle.sh) and its bare-root test
+  python3-venv                        # tests and benches: PyPI peers and PJRT CPU plugins in venvs under build/
+  openssl libssl-dev                  # troupe certs (the openssl command); TLS key checks (libcrypto)
 )
 
 missing=()

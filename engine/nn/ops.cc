@@ -503,11 +503,13 @@ Var SpectralNorm(Var w, float* u, float* v, int iterations) {
   if (iterations > 0) t.backend().SpectralNormPowerIteration(rows, cols, t.value(w).data, u, v, iterations);
   Var y = t.NewValue(s, RequiresGrad(t, w));
   Node n;
-  // Save u, v as they were used (the caller may iterate them again).
+  // Save u, v as they were used (the caller may iterate them again): device
+  // copies, u and v being the backend's memory (an Upload from them worked
+  // on the CPU devices only; the PJRT backend caught it).
   n.saved[0] = t.AllocateFloats(rows);
   n.saved[1] = t.AllocateFloats(cols);
-  t.backend().Upload(u, n.saved[0], sizeof(float) * rows);
-  t.backend().Upload(v, n.saved[1], sizeof(float) * cols);
+  t.backend().Copy(u, n.saved[0], rows);
+  t.backend().Copy(v, n.saved[1], cols);
   n.f[0] = t.backend().SpectralNormForward(rows, cols, t.value(w).data, u, v, t.value(y).data);
   n.backward = SpectralNormBackwardNode;
   n.out = y.id;

@@ -3,9 +3,13 @@
 // convolutions; and the conformance of every backend built into this binary
 // against the CPU reference on the same op (ggml's test-backend-ops): the
 // strict CPU device bit for bit, CUDA within a tolerance where a GPU answers.
+// Built a second time with TROUPE_CONFORMANCE_PJRT (nn_ops_pjrt_test, ctest
+// -L pjrt): the same ops on the PJRT backend against the CPU.
 #include "engine/nn/ops.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -111,6 +115,47 @@ constexpr double kAtol = 2e-3;
 constexpr double kCudaRtol = 1e-3;
 constexpr double kCudaBfloat16Rtol = 5e-2;
 
+// `backend`'s value and input gradients against the CPU's (`want_value`, `want`).
+void ExpectAgreesWithin(Backend& backend, double rtol, const std::string& name, std::vector<Input>& inputs,
+                        const BuildFn& build, double want_value, const std::vector<std::vector<float>>& want) {
+  std::vector<std::vector<float>> got;
+  const double value = Evaluate(backend, inputs, build, &got);
+  EXPECT_NEAR(value, want_value, rtol * (1 + std::fabs(want_value))) << name;
+  ASSERT_EQ(got.size(), want.size()) << name;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    for (size_t k = 0; k < want[i].size(); ++k) {
+      EXPECT_NEAR(got[i][k], want[i][k], rtol * (1 + std::fabs(want[i][k]))) << name << " input " << i << "[" << k << "]";
+    }
+  }
+}
+
+#ifdef TROUPE_CONFORMANCE_PJRT
+// This binary (nn_ops_pjrt_test): the PJRT backend on the XLA CPU plugin the
+// ctest fixture fetched, against the CPU backend (another summation order).
+constexpr double kPjrtRtol = 1e-4;
+
+void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
+  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (plugin == nullptr || !std::filesystem::exists(plugin)) {
+    GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh fetches one from PyPI)";
+  }
+  CpuBackend reference(/*num_threads=*/1);
+  std::vector<std::vector<float>> want;
+  const double want_value = Evaluate(reference, inputs, build, &want);
+  config::EngineConfig pjrt;
+  pjrt.set_device(config::EngineConfig::PJRT);
+  pjrt.set_pjrt_plugin(plugin);
+  auto backend = engine::MakeBackend(pjrt, /*local_index=*/0, /*threads=*/1);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ExpectAgreesWithin(**backend, kPjrtRtol, "PJRT", inputs, build, want_value, want);
+}
+
+// The finite-difference checks are nn_ops_test's; this binary compares backends.
+void ExpectGradientsMatch(std::vector<Input> inputs, const BuildFn& build, double step = kStep) {
+  ExpectBackendsAgree(std::move(inputs), build);
+}
+#else
 // The op's value and input gradients on every other backend against the CPU
 // reference (one thread each, so the reference is deterministic).
 void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
@@ -127,17 +172,10 @@ void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
   for (const auto& [precision, rtol] : {std::pair{config::EngineConfig::FLOAT32, kCudaRtol},
                                         std::pair{config::EngineConfig::BFLOAT16, kCudaBfloat16Rtol}}) {
     cuda.set_precision(precision);
-    const std::string name = absl::StrCat("CUDA ", config::EngineConfig::Precision_Name(precision));
     auto gpu = engine::MakeBackend(cuda, /*local_index=*/0, /*threads=*/1);
     ASSERT_TRUE(gpu.ok()) << gpu.status();
-    const double gpu_value = Evaluate(**gpu, inputs, build, &got);
-    EXPECT_NEAR(gpu_value, want_value, rtol * (1 + std::fabs(want_value))) << name;
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i].size(), want[i].size());
-      for (size_t k = 0; k < want[i].size(); ++k) {
-        EXPECT_NEAR(got[i][k], want[i][k], rtol * (1 + std::fabs(want[i][k]))) << name << " input " << i << "[" << k << "]";
-      }
-    }
+    ExpectAgreesWithin(**gpu, rtol, absl::StrCat("CUDA ", config::EngineConfig::Precision_Name(precision)), inputs,
+                       build, want_value, want);
   }
 }
 
@@ -145,17 +183,21 @@ void ExpectGradientsMatch(std::vector<Input> inputs, const BuildFn& build, doubl
   ExpectBackendsAgree(inputs, build);
   EXPECT_LE(GradientError(std::move(inputs), build, step, kRtol, kAtol), 1.0);
 }
+#endif
 
 Input Random(Shape shape, uint64_t seed, float min_abs = 0.0f) {
   return {RandomVector(shape.size(), seed, -1.0f, 1.0f, min_abs), shape, true};
 }
 
+#ifndef TROUPE_CONFORMANCE_PJRT
 TEST(GradientCheckTest, DetectsAGradientWithTheWrongSign) {
   // The harness itself must be able to fail.
   const double error = GradientError({Random({3, 4}, 1)}, [](Tape&, std::vector<Var>& v) { return Tanh(v[0]); },
                                      kStep, kRtol, kAtol, /*flip_sign_of_analytic=*/true);
   EXPECT_GT(error, 10.0);
 }
+
+#endif
 
 TEST(OpsGradientTest, Linear) {
   ExpectGradientsMatch({Random({3, 5}, 1), Random({5, 4}, 2), Random({4}, 3)},
@@ -191,6 +233,7 @@ TEST(OpsGradientTest, Conv2dNonSquareKernel) {
                        [](Tape&, std::vector<Var>& v) { return Conv2d(v[0], v[1], v[2], /*stride=*/1, /*pad=*/1); });
 }
 
+#ifndef TROUPE_CONFORMANCE_PJRT
 TEST(FusedActivationTest, Conv2dReluEqualsReluOfConv2dInValueAndGradient) {
   // The fused kernel against the two-op composition, value and every
   // gradient, for each dx path (stride 1 and 2) and with two threads.
@@ -220,6 +263,8 @@ TEST(FusedActivationTest, Conv2dReluEqualsReluOfConv2dInValueAndGradient) {
     EXPECT_NE(none_grads[1], fused_grads[1]);
   }
 }
+
+#endif
 
 TEST(OpsGradientTest, ConvTranspose2dStride2) {
   ExpectGradientsMatch({Random({2, 3, 3, 3}, 7), Random({3, 2, 4, 4}, 8), Random({2}, 9)},
@@ -335,6 +380,7 @@ TEST(OpsGradientTest, RandomShiftWithFixedSeed) {
   });
 }
 
+#ifndef TROUPE_CONFORMANCE_PJRT
 // --- Forward references ------------------------------------------------------
 
 std::vector<float> NaiveConv(const ConvGeometry& g, const std::vector<float>& x, const std::vector<float>& w,
@@ -492,6 +538,8 @@ TEST(RandomShiftTest, ShiftOfPadIsIdentityAndShiftsReplicateTheBorder) {
   backend.RandomShiftForward(1, 1, 4, 4, /*pad=*/4, up_left, x.data(), y.data());
   for (float v : y) EXPECT_EQ(v, 0.0f);
 }
+
+#endif
 
 }  // namespace
 }  // namespace troupe::nn

@@ -1,0 +1,1048 @@
+#include "engine/pjrt/pjrt_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/pjrt/stablehlo.h"
+
+namespace troupe::pjrt {
+
+using nn::Activation;
+using nn::ConvGeometry;
+using nn::FusedActivation;
+
+namespace {
+
+// A device error in a kernel (the Backend interface returns none): abort
+// with the plugin's message, as a CUDA error does in the CUDA backend.
+[[noreturn]] void Fatal(const absl::Status& status, const char* what) {
+  std::fprintf(stderr, "PJRT backend: %s: %s\n", what, status.ToString().c_str());
+  std::abort();
+}
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) Fatal(status, what);
+}
+
+// Float scalars a launch takes at run time (learning rates, slopes, sigma):
+// one float32 vector parameter of this many entries.
+constexpr int64_t kMaxScalars = 16;
+
+size_t PageRound(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+}
+
+}  // namespace
+
+// One kernel call being built: its StableHLO function, the allocations it
+// touches (whole, as parameters), its scalars and its results for the host.
+class PjrtBackend::Launch {
+ public:
+  explicit Launch(PjrtBackend& backend) : b_(backend) {}
+  ~Launch() {
+    for (capi::Buffer* buffer : owned_) b_.client_->Destroy(buffer);
+  }
+  Launch(const Launch&) = delete;
+  Launch& operator=(const Launch&) = delete;
+
+  Function f;
+
+  // Device data at `p` as a tensor of `dims` and `type` (f32, i32, ui8).
+  Value Read(const void* p, const Dims& dims, std::string_view type) {
+    int64_t offset = 0;
+    Touched& t = Touch(p, &offset);
+    const int64_t n = Product(dims);
+    if (type == "ui8") return f.Reshape(f.Slice(Bytes(t, offset, n), {offset % 4}, {offset % 4 + n}), dims);
+    Require(offset % 4 == 0, "a 4-byte operand at an unaligned address");
+    Value words = f.Slice(t.current, {offset / 4}, {offset / 4 + n});
+    if (type == "i32") words = f.BitcastConvert(words, words.dims, "i32");
+    return f.Reshape(words, dims);
+  }
+  Value F32(const float* p, const Dims& dims) { return Read(p, dims, "f32"); }
+  Value I32(const int32_t* p, const Dims& dims) { return Read(p, dims, "i32"); }
+
+  // A float the call passes at run time (no recompile when it changes).
+  Value Scalar(float value) {
+    if (!scalars_param_) {
+      scalars_param_ = f.Parameter({kMaxScalars}, "f32");
+      args_.push_back(nullptr);  // filled in by Run
+      scalars_arg_ = static_cast<int>(args_.size()) - 1;
+    }
+    Require(static_cast<int64_t>(scalars_.size()) < kMaxScalars, "too many scalars in one kernel");
+    const int64_t i = static_cast<int64_t>(scalars_.size());
+    scalars_.push_back(value);
+    return f.Reshape(f.Slice(*scalars_param_, {i}, {i + 1}), {});
+  }
+  Value Const(double value) { return f.Constant(value); }
+
+  // Overwrites the data at `p` with v (f32, or ui8 bytes).
+  void Write(void* p, const Value& v) {
+    int64_t offset = 0;
+    Touched& t = Touch(p, &offset);
+    const int64_t n = v.size();
+    if (v.type == "ui8") {
+      const int64_t w0 = offset / 4, w1 = (offset + n + 3) / 4;
+      Value bytes = f.UpdateSlice(Bytes(t, offset, n), f.Reshape(v, {n}), {offset % 4});
+      Value words = f.BitcastConvert(f.Reshape(bytes, {w1 - w0, 4}), {w1 - w0}, "f32");
+      t.current = f.UpdateSlice(t.current, words, {w0});
+    } else {
+      Require(v.type == "f32" && offset % 4 == 0, "a float32 write at an unaligned address");
+      t.current = f.UpdateSlice(t.current, f.Reshape(v, {n}), {offset / 4});
+    }
+    t.written = true;
+  }
+  // *p += v; nothing when p is null (a gradient nobody needs).
+  void Accumulate(float* p, const Value& v) {
+    if (p != nullptr) Write(p, f.Add(F32(p, v.dims), v));
+  }
+
+  // A value the host gets back after Run (result<T>(i)).
+  int Result(const Value& v) {
+    results_.push_back(v);
+    return static_cast<int>(results_.size()) - 1;
+  }
+  // A host buffer the program reads (Upload's data); this launch owns it.
+  Value Input(capi::Buffer* buffer, const Dims& dims, std::string_view type) {
+    args_.push_back(buffer);
+    owned_.push_back(buffer);
+    return f.Parameter(dims, type);
+  }
+
+  // Compiles (once per program text), executes, and installs the updated
+  // allocations; fetches the host results.
+  void Run() {
+    std::vector<Value> outputs;
+    std::vector<Touched*> written;
+    for (Touched& t : touched_) {
+      if (!t.written) continue;
+      f.AliasParameter(t.parameter, static_cast<int>(outputs.size()));
+      outputs.push_back(t.current);
+      written.push_back(&t);
+    }
+    for (const Value& r : results_) outputs.push_back(r);
+    if (outputs.empty()) return;  // nothing written or read back: nothing to run
+    f.Return(outputs);
+    b_.last_program_ = f.Module();
+    capi::LoadedExecutable* executable = b_.Executable(b_.last_program_);
+    Client& client = *b_.client_;
+    if (scalars_param_) {
+      scalars_.resize(kMaxScalars, 0.0f);
+      const int64_t dims[] = {kMaxScalars};
+      auto buffer = client.BufferFromHost(scalars_.data(), capi::kF32, dims, b_.device_);
+      if (!buffer.ok()) Fatal(buffer.status(), "kernel scalars");
+      args_[scalars_arg_] = *buffer;
+      owned_.push_back(*buffer);
+    }
+    std::vector<capi::Buffer*> out(outputs.size(), nullptr);
+    Check(client.Execute(executable, args_, out, b_.device_), "launching a kernel");
+    ++b_.stats_.launches;
+    for (size_t i = 0; i < written.size(); ++i) {
+      Allocation& a = *written[i]->allocation;
+      client.Destroy(a.buffer);  // donated to the execution: spent
+      a.buffer = out[i];
+    }
+    for (size_t i = 0; i < results_.size(); ++i) {
+      capi::Buffer* r = out[written.size() + i];
+      const Value& v = results_[i];
+      host_.emplace_back(static_cast<size_t>(v.size()) * (v.type == "ui8" ? 1 : 4));
+      Check(client.ToHost(r, host_.back().data(), host_.back().size()), "reading a kernel's result");
+      client.Destroy(r);
+    }
+    for (capi::Buffer* buffer : owned_) client.Destroy(buffer);
+    owned_.clear();
+  }
+  const std::vector<char>& host(int i) const { return host_.at(i); }
+  float host_float(int i) const {
+    float v;
+    std::memcpy(&v, host_.at(i).data(), sizeof(v));
+    return v;
+  }
+
+ private:
+  struct Touched {
+    uintptr_t base;
+    Allocation* allocation;
+    int parameter;  // index among the function's parameters
+    Value current;  // the allocation's words as of this point of the program
+    bool written = false;
+  };
+
+  static int64_t Product(const Dims& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    return n;
+  }
+  static void Require(bool ok, const char* what) {
+    if (ok) return;
+    std::fprintf(stderr, "PJRT backend: %s\n", what);
+    std::abort();
+  }
+
+  Touched& Touch(const void* p, int64_t* offset) {
+    auto [base, allocation] = b_.Find(p, offset);
+    for (Touched& t : touched_) {
+      if (t.base == base) return t;
+    }
+    Value param = f.Parameter({allocation->words}, "f32");
+    args_.push_back(allocation->buffer);
+    touched_.push_back({base, allocation, f.num_parameters() - 1, param});
+    return touched_.back();
+  }
+
+  // The n bytes at `offset` and the whole words around them, as ui8[4 * words].
+  Value Bytes(Touched& t, int64_t offset, int64_t n) {
+    const int64_t w0 = offset / 4, w1 = (offset + n + 3) / 4;
+    Value words = f.Slice(t.current, {w0}, {w1});
+    return f.Reshape(f.BitcastConvert(words, {w1 - w0, 4}, "ui8"), {4 * (w1 - w0)});
+  }
+
+  PjrtBackend& b_;
+  std::vector<Touched> touched_;
+  std::vector<capi::Buffer*> args_;
+  std::vector<capi::Buffer*> owned_;
+  std::optional<Value> scalars_param_;
+  int scalars_arg_ = -1;
+  std::vector<float> scalars_;
+  std::vector<Value> results_;
+  std::vector<std::vector<char>> host_;
+};
+
+// --- Set-up and memory --------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<PjrtBackend>> PjrtBackend::Create(const PjrtBackendOptions& options) {
+  auto client = Client::Shared(options.plugin);
+  if (!client.ok()) return client.status();
+  if (options.device < 0 || options.device >= (*client)->num_devices()) {
+    return absl::OutOfRangeError(absl::StrCat("PJRT plugin ", options.plugin, ": device ", options.device,
+                                              " asked for, the plugin has ", (*client)->num_devices(), " (",
+                                              (*client)->platform(), ")"));
+  }
+  return std::unique_ptr<PjrtBackend>(new PjrtBackend(*std::move(client), options.device, options.bfloat16));
+}
+
+PjrtBackend::PjrtBackend(std::shared_ptr<Client> client, int device, bool bfloat16)
+    : client_(std::move(client)), device_(device), bfloat16_(bfloat16) {}
+
+PjrtBackend::~PjrtBackend() {
+  for (auto& [base, a] : allocations_) {
+    client_->Destroy(a.buffer);
+    munmap(reinterpret_cast<void*>(base), a.reserved);
+  }
+  for (auto& [text, executable] : executables_) client_->Destroy(executable);
+}
+
+std::string PjrtBackend::name() const { return absl::StrCat("pjrt:", client_->platform(), ":", device_); }
+
+void* PjrtBackend::Allocate(size_t bytes) {
+  Allocation a;
+  a.bytes = bytes;
+  a.reserved = PageRound(bytes);
+  a.words = static_cast<int64_t>(std::max<size_t>(1, (bytes + 3) / 4));
+  // Addresses only: PROT_NONE and never backed, so the host cannot use them.
+  void* base = mmap(nullptr, a.reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    std::fprintf(stderr, "PJRT backend: no address range for an allocation of %zu bytes\n", bytes);
+    std::abort();
+  }
+  // Contents are undefined by the contract; zeros are what the device gets.
+  const std::vector<float> zeros(static_cast<size_t>(a.words), 0.0f);
+  const int64_t dims[] = {a.words};
+  auto buffer = client_->BufferFromHost(zeros.data(), capi::kF32, dims, device_);
+  if (!buffer.ok()) Fatal(buffer.status(), absl::StrCat("allocating ", bytes, " bytes").c_str());
+  a.buffer = *buffer;
+  allocations_.emplace(reinterpret_cast<uintptr_t>(base), a);
+  return base;
+}
+
+void PjrtBackend::Free(void* p) {
+  if (p == nullptr) return;
+  auto it = allocations_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocations_.end()) {
+    std::fprintf(stderr, "PJRT backend: Free(%p): not an allocation of this backend\n", p);
+    std::abort();
+  }
+  client_->Destroy(it->second.buffer);
+  munmap(p, it->second.reserved);
+  allocations_.erase(it);
+}
+
+std::pair<uintptr_t, PjrtBackend::Allocation*> PjrtBackend::Find(const void* p, int64_t* byte_offset) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  auto it = allocations_.upper_bound(address);
+  if (p == nullptr || it == allocations_.begin() || address >= std::prev(it)->first + std::prev(it)->second.bytes) {
+    std::fprintf(stderr, "PJRT backend: %p is not this device's memory (host memory given to a kernel?)\n", p);
+    std::abort();
+  }
+  --it;
+  *byte_offset = static_cast<int64_t>(address - it->first);
+  return {it->first, &it->second};
+}
+
+capi::LoadedExecutable* PjrtBackend::Executable(const std::string& text) {
+  if (auto it = executables_.find(text); it != executables_.end()) return it->second;
+  const auto start = std::chrono::steady_clock::now();
+  auto executable = client_->Compile(text);
+  if (!executable.ok()) {
+    std::fprintf(stderr, "%s\n", text.c_str());
+    Fatal(executable.status(), "compiling a kernel");
+  }
+  stats_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++stats_.compiles;
+  executables_.emplace(text, *executable);
+  return *executable;
+}
+
+void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
+  if (bytes == 0) return;
+  int64_t offset = 0;
+  auto [base, a] = Find(device, &offset);
+  if (offset + static_cast<int64_t>(bytes) > static_cast<int64_t>(a->bytes)) {
+    std::fprintf(stderr, "PJRT backend: Upload of %zu bytes at offset %ld overruns an allocation of %zu\n", bytes,
+                 static_cast<long>(offset), a->bytes);
+    std::abort();
+  }
+  const bool words = offset % 4 == 0 && bytes % 4 == 0;
+  if (words && offset == 0 && static_cast<int64_t>(bytes / 4) == a->words) {
+    // The whole allocation: a new buffer replaces the old one.
+    const int64_t dims[] = {a->words};
+    auto buffer = client_->BufferFromHost(host, capi::kF32, dims, device_);
+    if (!buffer.ok()) Fatal(buffer.status(), "uploading");
+    client_->Destroy(a->buffer);
+    a->buffer = *buffer;
+    return;
+  }
+  const int64_t n = words ? static_cast<int64_t>(bytes / 4) : static_cast<int64_t>(bytes);
+  const int64_t dims[] = {n};
+  auto buffer = client_->BufferFromHost(host, words ? capi::kF32 : capi::kU8, dims, device_);
+  if (!buffer.ok()) Fatal(buffer.status(), "uploading");
+  Launch l(*this);
+  l.Write(device, l.Input(*buffer, {n}, words ? "f32" : "ui8"));
+  l.Run();
+}
+
+void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
+  if (bytes == 0) return;
+  int64_t offset = 0;
+  auto [base, a] = Find(device, &offset);
+  if (offset + static_cast<int64_t>(bytes) > static_cast<int64_t>(a->bytes)) {
+    std::fprintf(stderr, "PJRT backend: Download of %zu bytes at offset %ld overruns an allocation of %zu\n", bytes,
+                 static_cast<long>(offset), a->bytes);
+    std::abort();
+  }
+  const bool words = offset % 4 == 0 && bytes % 4 == 0;
+  if (words && offset == 0 && static_cast<int64_t>(bytes / 4) == a->words) {
+    Check(client_->ToHost(a->buffer, host, bytes), "downloading");
+    return;
+  }
+  Launch l(*this);
+  const int64_t n = words ? static_cast<int64_t>(bytes / 4) : static_cast<int64_t>(bytes);
+  l.Result(l.Read(device, {n}, words ? "f32" : "ui8"));
+  l.Run();
+  std::memcpy(host, l.host(0).data(), bytes);
+}
+
+void PjrtBackend::Synchronize() {
+  for (auto& [base, a] : allocations_) Check(client_->Await(a.buffer), "synchronising");
+}
+
+// --- Memory kernels -------------------------------------------------------------
+
+void PjrtBackend::Fill(float* x, int64_t n, float value) {
+  if (n == 0) return;
+  Launch l(*this);
+  l.Write(x, l.f.Splat(l.Scalar(value), {n}));
+  l.Run();
+}
+
+void PjrtBackend::Copy(const float* x, float* y, int64_t n) {
+  if (n == 0) return;
+  Launch l(*this);
+  l.Write(y, l.F32(x, {n}));
+  l.Run();
+}
+
+void PjrtBackend::Axpy(float alpha, const float* x, float* y, int64_t n) {
+  if (n == 0) return;
+  Launch l(*this);
+  Value xv = l.F32(x, {n});  // parameters in a fixed order (pjrt_test reads this program)
+  l.Accumulate(y, l.f.Mul(l.Scalar(alpha), xv));
+  l.Run();
+}
+
+void PjrtBackend::AddScalar(float alpha, const float* scalar, float* y, int64_t n) {
+  if (n == 0) return;
+  Launch l(*this);
+  Value s = l.f.Reshape(l.F32(scalar, {1}), {});
+  l.Accumulate(y, l.f.Splat(l.f.Mul(l.Scalar(alpha), s), {n}));
+  l.Run();
+}
+
+void PjrtBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
+                             float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
+  if (outer == 0 || len == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  // The span from the first block's start to the last one's end, padded to
+  // whole strides and viewed as [outer, stride].
+  auto span = [&](const float* base, int64_t stride) {
+    const int64_t count = (outer - 1) * stride + len;
+    return f.Reshape(f.Pad(l.F32(base, {count}), l.Const(0.0), {0}, {outer * stride - count}), {outer, stride});
+  };
+  Value blocks = f.Slice(span(src + src_offset, src_stride), {0, 0}, {outer, len});
+  float* out = dst + dst_offset;
+  Value region = span(out, dst_stride);
+  if (accumulate) blocks = f.Add(blocks, f.Slice(region, {0, 0}, {outer, len}));
+  Value updated = f.UpdateSlice(region, blocks, {0, 0});
+  const int64_t count = (outer - 1) * dst_stride + len;
+  l.Write(out, f.Slice(f.Reshape(updated, {outer * dst_stride}), {0}, {count}));
+  l.Run();
+}
+
+// --- Dense ------------------------------------------------------------------------
+
+namespace {
+
+// Matrix-multiply and convolution inputs in the backend's precision.
+Value MatmulInput(Function& f, const Value& x, bool bfloat16) { return bfloat16 ? f.Convert(x, "bf16") : x; }
+
+}  // namespace
+
+void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                       const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value product;
+  if (k == 0) {
+    product = f.Constant(0.0, "f32", {m, n});
+  } else {
+    Value av = MatmulInput(f, l.F32(a, trans_a ? Dims{k, m} : Dims{m, k}), bfloat16_);
+    Value bv = MatmulInput(f, l.F32(b, trans_b ? Dims{n, k} : Dims{k, n}), bfloat16_);
+    product = f.Dot(av, bv, {trans_a ? 0 : 1}, {trans_b ? 1 : 0}, {}, {}, !bfloat16_);
+  }
+  if (alpha != 1.0f) product = f.Mul(l.Scalar(alpha), product);
+  // beta == 0 never reads c (it may hold anything, NaN included).
+  if (beta != 0.0f) product = f.Add(product, f.Mul(l.Scalar(beta), l.F32(c, {m, n})));
+  l.Write(c, product);
+  l.Run();
+}
+
+void PjrtBackend::AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) {
+  if (rows == 0 || cols == 0) return;
+  Launch l(*this);
+  l.Accumulate(y, l.f.Broadcast(l.F32(bias, {cols}), {rows, cols}, {1}));
+  l.Run();
+}
+
+void PjrtBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  if (rows == 0 || cols == 0) return;
+  Launch l(*this);
+  l.Accumulate(dbias, l.f.Reduce(l.F32(dy, {rows, cols}), {0}));
+  l.Run();
+}
+
+// --- Convolution --------------------------------------------------------------------
+// XLA's convolution with explicit dimension numbers; the backward kernels are
+// convolutions too (as JAX derives them): the input gradient a convolution of
+// the stride-dilated output gradient with the flipped kernel, the weight
+// gradient one of the input with the output gradient as a dilated kernel.
+
+namespace {
+
+constexpr std::string_view kNchw = "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]";
+
+// conv(x, w) for x [n, c, h, w], w [oc, c, kh, kw] -> [n, oc, oh, ow].
+Value ConvForward(Function& f, const ConvGeometry& g, const Value& x, const Value& w, bool bf16) {
+  return f.Convolution(MatmulInput(f, x, bf16), MatmulInput(f, w, bf16), kNchw, {g.n, g.oc, g.oh(), g.ow()},
+                       {g.stride, g.stride}, {{g.pad, g.pad}, {g.pad, g.pad}}, {1, 1}, {1, 1}, !bf16);
+}
+
+// The adjoint of ConvForward in x: dy [n, oc, oh, ow] -> [n, c, h, w].
+Value ConvInputGrad(Function& f, const ConvGeometry& g, const Value& dy, const Value& w, bool bf16) {
+  const int64_t lo_h = g.kh - 1 - g.pad, lo_w = g.kw - 1 - g.pad;
+  const int64_t hi_h = g.h + g.kh - 1 - lo_h - ((g.oh() - 1) * g.stride + 1);
+  const int64_t hi_w = g.w + g.kw - 1 - lo_w - ((g.ow() - 1) * g.stride + 1);
+  return f.Convolution(MatmulInput(f, dy, bf16), MatmulInput(f, f.Reverse(w, {2, 3}), bf16),
+                       "[b, f, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]", {g.n, g.c, g.h, g.w}, {1, 1},
+                       {{lo_h, hi_h}, {lo_w, hi_w}}, {g.stride, g.stride}, {1, 1}, !bf16);
+}
+
+// The adjoint of ConvForward in w: x [n, c, h, w], dy [n, oc, oh, ow] -> [oc, c, kh, kw].
+Value ConvWeightGrad(Function& f, const ConvGeometry& g, const Value& x, const Value& dy, bool bf16) {
+  const int64_t hi_h = g.kh + (g.oh() - 1) * g.stride - g.h - g.pad;
+  const int64_t hi_w = g.kw + (g.ow() - 1) * g.stride - g.w - g.pad;
+  return f.Convolution(MatmulInput(f, x, bf16), MatmulInput(f, dy, bf16), "[f, b, 0, 1]x[i, o, 0, 1]->[f, b, 0, 1]",
+                       {g.oc, g.c, g.kh, g.kw}, {1, 1}, {{g.pad, hi_h}, {g.pad, hi_w}}, {1, 1},
+                       {g.stride, g.stride}, !bf16);
+}
+
+Value AddChannelBias(Function& f, const Value& y, const Value& bias) {
+  return f.Add(y, f.Broadcast(bias, y.dims, {1}));
+}
+
+}  // namespace
+
+void PjrtBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                                const float* b, float* y) {
+  Launch l(*this);
+  Function& f = l.f;
+  Value out = ConvForward(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_);
+  if (b != nullptr) out = AddChannelBias(f, out, l.F32(b, {g.oc}));
+  if (act == FusedActivation::kRelu) out = f.Max(out, l.Const(0.0));
+  l.Write(y, out);
+  l.Run();
+}
+
+void PjrtBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
+                                 const float* y, const float* dy, float* dx, float* dw, float* db) {
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims out_dims = {g.n, g.oc, g.oh(), g.ow()};
+  Value d = l.F32(dy, out_dims);
+  if (act == FusedActivation::kRelu) d = f.Select(f.Compare(l.F32(y, out_dims), l.Const(0.0), "GT"), d, l.Const(0.0));
+  if (db != nullptr) l.Accumulate(db, f.Reduce(d, {0, 2, 3}));
+  if (dx != nullptr) l.Accumulate(dx, ConvInputGrad(f, g, d, l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_));
+  if (dw != nullptr) l.Accumulate(dw, ConvWeightGrad(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), d, bfloat16_));
+  l.Run();
+}
+
+void PjrtBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
+                                         float* y) {
+  Launch l(*this);
+  Function& f = l.f;
+  Value out =
+      ConvInputGrad(f, g, l.F32(x, {g.n, g.oc, g.oh(), g.ow()}), l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_);
+  if (b != nullptr) out = AddChannelBias(f, out, l.F32(b, {g.c}));
+  l.Write(y, out);
+  l.Run();
+}
+
+void PjrtBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
+                                          float* dx, float* dw, float* db) {
+  Launch l(*this);
+  Function& f = l.f;
+  Value d = l.F32(dy, {g.n, g.c, g.h, g.w});
+  if (db != nullptr) l.Accumulate(db, f.Reduce(d, {0, 2, 3}));
+  if (dx != nullptr) l.Accumulate(dx, ConvForward(f, g, d, l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_));
+  if (dw != nullptr) l.Accumulate(dw, ConvWeightGrad(f, g, d, l.F32(x, {g.n, g.oc, g.oh(), g.ow()}), bfloat16_));
+  l.Run();
+}
+
+// --- Elementwise --------------------------------------------------------------------
+
+void PjrtBackend::ActivationForward(Activation fn, float alpha, const float* x, float* y, int64_t n) {
+  if (n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value v = l.F32(x, {n}), zero = l.Const(0.0);
+  Value out;
+  switch (fn) {
+    case Activation::kRelu:
+      out = f.Select(f.Compare(v, zero, "GT"), v, zero);
+      break;
+    case Activation::kLeakyRelu:
+      out = f.Select(f.Compare(v, zero, "GT"), v, f.Mul(l.Scalar(alpha), v));
+      break;
+    case Activation::kElu:
+      out = f.Select(f.Compare(v, zero, "GT"), v, f.Mul(l.Scalar(alpha), f.Unary("exponential_minus_one", v)));
+      break;
+    case Activation::kTanh:
+      out = f.Unary("tanh", v);
+      break;
+    case Activation::kSigmoid:
+      out = f.Unary("logistic", v);
+      break;
+    case Activation::kSoftplus: {
+      // log(1 + e^x), x itself above 20 (as the CPU backend).
+      Value big = f.Compare(v, l.Const(20.0), "GT");
+      out = f.Select(big, v, f.Unary("log_plus_one", f.Unary("exponential", f.Min(v, l.Const(20.0)))));
+      break;
+    }
+  }
+  l.Write(y, out);
+  l.Run();
+}
+
+void PjrtBackend::ActivationBackward(Activation fn, float alpha, const float* x, const float* y, const float* dy,
+                                     float* dx, int64_t n) {
+  if (n == 0 || dx == nullptr) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value d = l.F32(dy, {n}), zero = l.Const(0.0), one = l.Const(1.0);
+  auto positive = [&] { return f.Compare(l.F32(x, {n}), zero, "GT"); };
+  Value grad;
+  switch (fn) {
+    case Activation::kRelu:
+      grad = f.Select(positive(), d, zero);
+      break;
+    case Activation::kLeakyRelu:
+      grad = f.Select(positive(), d, f.Mul(l.Scalar(alpha), d));
+      break;
+    case Activation::kElu:
+      // d/dx alpha * (e^x - 1) = y + alpha.
+      grad = f.Select(positive(), d, f.Mul(f.Add(l.F32(y, {n}), l.Scalar(alpha)), d));
+      break;
+    case Activation::kTanh: {
+      Value out = l.F32(y, {n});
+      grad = f.Mul(f.Sub(one, f.Mul(out, out)), d);
+      break;
+    }
+    case Activation::kSigmoid: {
+      Value out = l.F32(y, {n});
+      grad = f.Mul(f.Mul(out, f.Sub(one, out)), d);
+      break;
+    }
+    case Activation::kSoftplus:
+      grad = f.Mul(f.Unary("logistic", l.F32(x, {n})), d);
+      break;
+  }
+  l.Accumulate(dx, grad);
+  l.Run();
+}
+
+void PjrtBackend::BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) {
+  if (n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value x = l.F32(a, {n}), z = l.F32(b, {n});
+  l.Write(y, op == nn::Binary::kAdd ? f.Add(x, z) : op == nn::Binary::kSub ? f.Sub(x, z) : f.Mul(x, z));
+  l.Run();
+}
+
+void PjrtBackend::BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
+                                 int64_t n) {
+  if (n == 0 || (da == nullptr && db == nullptr)) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value d = l.F32(dy, {n});
+  switch (op) {
+    case nn::Binary::kAdd:
+      l.Accumulate(da, d);
+      l.Accumulate(db, d);
+      break;
+    case nn::Binary::kSub:
+      l.Accumulate(da, d);
+      l.Accumulate(db, f.Unary("negate", d));
+      break;
+    case nn::Binary::kMul:
+      if (da != nullptr) l.Accumulate(da, f.Mul(l.F32(b, {n}), d));
+      if (db != nullptr) l.Accumulate(db, f.Mul(l.F32(a, {n}), d));
+      break;
+  }
+  l.Run();
+}
+
+void PjrtBackend::Scale(float alpha, const float* x, float* y, int64_t n) {
+  if (n == 0) return;
+  Launch l(*this);
+  l.Write(y, l.f.Mul(l.Scalar(alpha), l.F32(x, {n})));
+  l.Run();
+}
+
+// --- Reductions ---------------------------------------------------------------------
+
+double PjrtBackend::Sum(const float* x, int64_t n) {
+  if (n == 0) return 0.0;
+  Launch l(*this);
+  l.Result(l.f.Reduce(l.F32(x, {n}), {0}));
+  l.Run();
+  return l.host_float(0);
+}
+
+double PjrtBackend::SquaredNorm(const float* x, int64_t n) {
+  if (n == 0) return 0.0;
+  Launch l(*this);
+  Value v = l.F32(x, {n});
+  l.Result(l.f.Reduce(l.f.Mul(v, v), {0}));
+  l.Run();
+  return l.host_float(0);
+}
+
+void PjrtBackend::SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) {
+  if (outer * inner == 0) return;
+  Launch l(*this);
+  Value sum = reduce == 0 ? l.f.Constant(0.0, "f32", {outer, inner})
+                          : l.f.Reduce(l.F32(x, {outer, reduce, inner}), {1});
+  l.Write(y, sum);
+  l.Run();
+}
+
+void PjrtBackend::SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
+  if (outer * reduce * inner == 0) return;
+  Launch l(*this);
+  l.Accumulate(dx, l.f.Broadcast(l.F32(dy, {outer, inner}), {outer, reduce, inner}, {0, 2}));
+  l.Run();
+}
+
+// --- Normalisation --------------------------------------------------------------------
+
+void PjrtBackend::LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
+                                   const float* beta, float* y, float* mean, float* rstd) {
+  if (rows == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {rows, cols};
+  Value v = l.F32(x, shape);
+  Value inv_cols = l.Scalar(1.0f / static_cast<float>(cols));
+  Value mu = f.Mul(f.Reduce(v, {1}), inv_cols);
+  Value centered = f.Sub(v, f.Broadcast(mu, shape, {0}));
+  Value var = f.Mul(f.Reduce(f.Mul(centered, centered), {1}), inv_cols);
+  Value rs = f.Unary("rsqrt", f.Add(var, l.Scalar(eps)));
+  Value normed = f.Mul(centered, f.Broadcast(rs, shape, {0}));
+  l.Write(y, f.Add(f.Mul(normed, f.Broadcast(l.F32(gamma, {cols}), shape, {1})),
+                   f.Broadcast(l.F32(beta, {cols}), shape, {1})));
+  l.Write(mean, mu);
+  l.Write(rstd, rs);
+  l.Run();
+}
+
+void PjrtBackend::LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma,
+                                    const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma,
+                                    float* dbeta) {
+  if (rows == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {rows, cols};
+  Value d = l.F32(dy, shape);
+  Value rs = f.Broadcast(l.F32(rstd, {rows}), shape, {0});
+  Value xhat = f.Mul(f.Sub(l.F32(x, shape), f.Broadcast(l.F32(mean, {rows}), shape, {0})), rs);
+  if (dgamma != nullptr) l.Accumulate(dgamma, f.Reduce(f.Mul(d, xhat), {0}));
+  if (dbeta != nullptr) l.Accumulate(dbeta, f.Reduce(d, {0}));
+  if (dx != nullptr) {
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
+    Value g = f.Mul(d, f.Broadcast(l.F32(gamma, {cols}), shape, {1}));
+    Value inv_cols = l.Scalar(1.0f / static_cast<float>(cols));
+    Value mg = f.Broadcast(f.Mul(f.Reduce(g, {1}), inv_cols), shape, {0});
+    Value mgx = f.Broadcast(f.Mul(f.Reduce(f.Mul(g, xhat), {1}), inv_cols), shape, {0});
+    l.Accumulate(dx, f.Mul(rs, f.Sub(f.Sub(g, mg), f.Mul(xhat, mgx))));
+  }
+  l.Run();
+}
+
+namespace {
+
+// A per-channel vector [c] broadcast over [n, c, hw].
+Value PerChannel(Function& f, const Value& v, const Dims& shape) { return f.Broadcast(v, shape, {1}); }
+
+}  // namespace
+
+void PjrtBackend::BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) {
+  Launch l(*this);
+  Function& f = l.f;
+  Value v = l.F32(x, {n, c, hw});
+  l.Write(sums, f.Concatenate({f.Reduce(v, {0, 2}), f.Reduce(f.Mul(v, v), {0, 2})}, 0));
+  l.Run();
+}
+
+void PjrtBackend::BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                 const float* rstd, const float* gamma, const float* beta, float* y) {
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {n, c, hw};
+  Value scale = f.Mul(l.F32(gamma, {c}), l.F32(rstd, {c}));
+  Value shift = f.Sub(l.F32(beta, {c}), f.Mul(l.F32(mean, {c}), scale));
+  l.Write(y, f.Add(f.Mul(l.F32(x, shape), PerChannel(f, scale, shape)), PerChannel(f, shift, shape)));
+  l.Run();
+}
+
+void PjrtBackend::BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+                                         const float* rstd, const float* dy, float* sums) {
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {n, c, hw};
+  Value d = l.F32(dy, shape);
+  Value xhat = f.Mul(f.Sub(l.F32(x, shape), PerChannel(f, l.F32(mean, {c}), shape)),
+                     PerChannel(f, l.F32(rstd, {c}), shape));
+  l.Write(sums, f.Concatenate({f.Reduce(d, {0, 2}), f.Reduce(f.Mul(d, xhat), {0, 2})}, 0));
+  l.Run();
+}
+
+void PjrtBackend::BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x,
+                                         const float* mean, const float* rstd, const float* gamma, const float* sums,
+                                         const float* dy, float* dx) {
+  if (dx == nullptr) return;
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {n, c, hw};
+  Value s = l.F32(sums, {2 * c});
+  Value inv_count = l.Scalar(static_cast<float>(1.0 / count));
+  Value md = f.Mul(f.Slice(s, {0}, {c}), inv_count), mdx = f.Mul(f.Slice(s, {c}, {2 * c}), inv_count);
+  Value rs = l.F32(rstd, {c});
+  Value xhat = f.Mul(f.Sub(l.F32(x, shape), PerChannel(f, l.F32(mean, {c}), shape)), PerChannel(f, rs, shape));
+  Value k = f.Mul(l.F32(gamma, {c}), rs);
+  Value inner = f.Sub(f.Sub(l.F32(dy, shape), PerChannel(f, md, shape)), f.Mul(xhat, PerChannel(f, mdx, shape)));
+  l.Accumulate(dx, f.Mul(PerChannel(f, k, shape), inner));
+  l.Run();
+}
+
+// --- Softmax family ----------------------------------------------------------------------
+
+namespace {
+
+// log softmax over the last axis of [rows, cols].
+Value LogSoftmax(Function& f, const Value& x) {
+  Value mx = f.Broadcast(f.Reduce(x, {1}, "maximum"), x.dims, {0});
+  Value shifted = f.Sub(x, mx);
+  Value lse = f.Unary("log", f.Reduce(f.Unary("exponential", shifted), {1}));
+  return f.Sub(shifted, f.Broadcast(lse, x.dims, {0}));
+}
+
+// 1 where the column is the row's label, else 0 ([rows, cols], f32).
+Value OneHot(Function& f, const Value& labels, const Dims& shape) {
+  Value hit = f.Compare(f.Iota(shape, 1, "i32"), f.Broadcast(labels, shape, {0}), "EQ");
+  return f.Select(hit, f.Constant(1.0), f.Constant(0.0));
+}
+
+}  // namespace
+
+void PjrtBackend::SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) {
+  if (rows == 0) return;
+  Launch l(*this);
+  Value logp = LogSoftmax(l.f, l.F32(x, {rows, cols}));
+  l.Write(y, log ? logp : l.f.Unary("exponential", logp));
+  l.Run();
+}
+
+void PjrtBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) {
+  if (rows == 0 || dx == nullptr) return;
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {rows, cols};
+  Value out = l.F32(y, shape), d = l.F32(dy, shape);
+  if (log) {
+    // y = x - lse: dx = dy - softmax * sum(dy).
+    l.Accumulate(dx, f.Sub(d, f.Mul(f.Unary("exponential", out), f.Broadcast(f.Reduce(d, {1}), shape, {0}))));
+  } else {
+    // dx = y * (dy - sum(dy * y)).
+    l.Accumulate(dx, f.Mul(out, f.Sub(d, f.Broadcast(f.Reduce(f.Mul(d, out), {1}), shape, {0}))));
+  }
+  l.Run();
+}
+
+float PjrtBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels,
+                                       float* logp) {
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {rows, cols};
+  Value lp = LogSoftmax(f, l.F32(x, shape));
+  l.Write(logp, lp);
+  Value picked = f.Reduce(f.Mul(lp, OneHot(f, l.I32(labels, {rows}), shape)), {0, 1});
+  l.Result(f.Mul(picked, l.Scalar(-1.0f / static_cast<float>(rows))));
+  l.Run();
+  return l.host_float(0);
+}
+
+void PjrtBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
+                                       const float* dloss, float* dx) {
+  if (dx == nullptr) return;
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {rows, cols};
+  Value k = f.Mul(f.Reshape(l.F32(dloss, {1}), {}), l.Scalar(1.0f / static_cast<float>(rows)));
+  Value diff = f.Sub(f.Unary("exponential", l.F32(logp, shape)), OneHot(f, l.I32(labels, {rows}), shape));
+  l.Accumulate(dx, f.Mul(k, diff));
+  l.Run();
+}
+
+// --- Distributional RL ------------------------------------------------------------------
+
+void PjrtBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
+                                        const float* probabilities, const float* reward, const float* discount,
+                                        float* out) {
+  if (rows == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  // Each atom j's mass goes to atom i with weight max(0, 1 - |b_j - i|), b_j
+  // the position of the clipped, shifted Tz_j on the support: Algorithm 1 of
+  // Bellemare et al. 2017 (split between floor and ceil, all of it where b_j
+  // is whole) as one batched matrix product instead of a scatter.
+  const float dz = (v_max - v_min) / static_cast<float>(atoms - 1);
+  const Dims shape = {rows, atoms};
+  Value vmin = l.Scalar(v_min), vmax = l.Scalar(v_max), step = l.Scalar(dz);
+  Value z = f.Add(vmin, f.Mul(f.Iota(shape, 1, "f32"), step));
+  Value tz = f.Add(f.Broadcast(l.F32(reward, {rows}), shape, {0}), f.Mul(f.Broadcast(l.F32(discount, {rows}), shape, {0}), z));
+  tz = f.Clamp(f.Splat(vmin, shape), tz, f.Splat(vmax, shape));
+  Value b = f.Div(f.Sub(tz, vmin), step);
+  b = f.Clamp(f.Constant(0.0, "f32", shape), b, f.Constant(static_cast<double>(atoms - 1), "f32", shape));
+  const Dims cube = {rows, atoms, atoms};  // [row, from j, to i]
+  Value distance = f.Unary("abs", f.Sub(f.Broadcast(b, cube, {0, 1}), f.Iota(cube, 2, "f32")));
+  Value weight = f.Max(f.Sub(l.Const(1.0), distance), l.Const(0.0));
+  l.Write(out, f.Dot(l.F32(probabilities, shape), weight, {1}, {1}, {0}, {0}));
+  l.Run();
+}
+
+// --- Images -----------------------------------------------------------------------------
+
+void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
+                                     const uint8_t* in, float* out) {
+  if (images * pixels * channels == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value bytes = f.Convert(l.Read(in, {images, pixels, channels}, "ui8"), "f32");
+  l.Write(out, f.Mul(l.Scalar(scale), f.Transpose(bytes, {0, 2, 1})));
+  l.Run();
+}
+
+namespace {
+
+// The random shift's selection matrices: sel[i, r, a] = 1 where source
+// coordinate a = clamp(r + shift_i - pad, 0, size - 1) (replicate padding), for
+// the shifts in column `axis` of shifts [n, 2]. y = rows x image x cols^T.
+Value ShiftSelector(Function& f, const Value& shifts, int axis, int64_t n, int64_t size, int64_t pad) {
+  const Dims cube = {n, size, size};
+  Value s = f.Reshape(f.Slice(shifts, {0, axis}, {n, axis + 1}), {n});
+  s = f.Sub(s, f.Constant(static_cast<double>(pad), "i32"));
+  Value source = f.Add(f.Iota(cube, 1, "i32"), f.Broadcast(s, cube, {0}));
+  source = f.Clamp(f.Constant(0.0, "i32", cube), source, f.Constant(static_cast<double>(size - 1), "i32", cube));
+  return f.Select(f.Compare(f.Iota(cube, 2, "i32"), source, "EQ"), f.Constant(1.0), f.Constant(0.0));
+}
+
+}  // namespace
+
+void PjrtBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                                     const float* x, float* y) {
+  if (n * c * h * w == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value s = l.I32(shifts, {n, 2});
+  Value rows = ShiftSelector(f, s, 0, n, h, pad), cols = ShiftSelector(f, s, 1, n, w, pad);
+  // [n, r, a] . [n, c, a, b] -> [n, r, c, b]; . [n, q, b] -> [n, r, c, q].
+  Value t = f.Dot(rows, l.F32(x, {n, c, h, w}), {2}, {2}, {0}, {0});
+  Value out = f.Dot(t, cols, {3}, {2}, {0}, {0});
+  l.Write(y, f.Transpose(out, {0, 2, 1, 3}));
+  l.Run();
+}
+
+void PjrtBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+                                      const int32_t* shifts, const float* dy, float* dx) {
+  if (n * c * h * w == 0 || dx == nullptr) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value s = l.I32(shifts, {n, 2});
+  Value rows = ShiftSelector(f, s, 0, n, h, pad), cols = ShiftSelector(f, s, 1, n, w, pad);
+  // [n, r, a] . [n, c, r, q] -> [n, a, c, q]; . [n, q, b] -> [n, a, c, b].
+  Value t = f.Dot(rows, l.F32(dy, {n, c, h, w}), {1}, {2}, {0}, {0});
+  Value back = f.Dot(t, cols, {3}, {1}, {0}, {0});
+  l.Accumulate(dx, f.Transpose(back, {0, 2, 1, 3}));
+  l.Run();
+}
+
+// --- Spectral normalisation --------------------------------------------------------------
+
+namespace {
+
+Value Normalize(Function& f, const Value& v) {
+  Value norm = f.Unary("sqrt", f.Reduce(f.Mul(v, v), {0}));
+  return f.Mul(v, f.Div(f.Constant(1.0), f.Add(norm, f.Constant(1e-12))));
+}
+
+}  // namespace
+
+void PjrtBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
+                                             int iterations) {
+  if (iterations <= 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value wm = l.F32(w, {rows, cols});
+  Value uv = l.F32(u, {rows}), vv;
+  for (int it = 0; it < iterations; ++it) {
+    vv = Normalize(f, f.Dot(wm, uv, {0}, {0}));  // w^T u
+    uv = Normalize(f, f.Dot(wm, vv, {1}, {0}));  // w v
+  }
+  l.Write(u, uv);
+  l.Write(v, vv);
+  l.Run();
+}
+
+float PjrtBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                                       float* y) {
+  Launch l(*this);
+  Function& f = l.f;
+  Value wm = l.F32(w, {rows, cols});
+  Value sigma = f.Dot(l.F32(u, {rows}), f.Dot(wm, l.F32(v, {cols}), {1}, {0}), {0}, {0});
+  l.Write(y, f.Mul(wm, f.Div(f.Constant(1.0), sigma)));
+  l.Result(sigma);
+  l.Run();
+  return l.host_float(0);
+}
+
+void PjrtBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                                       float sigma, const float* dy, float* dw) {
+  if (dw == nullptr) return;
+  Launch l(*this);
+  Function& f = l.f;
+  const Dims shape = {rows, cols};
+  Value d = l.F32(dy, shape);
+  Value dot = f.Reduce(f.Mul(d, l.F32(w, shape)), {0, 1});
+  Value k2 = f.Mul(dot, l.Scalar(1.0f / (sigma * sigma)));
+  Value outer = f.Mul(f.Broadcast(l.F32(u, {rows}), shape, {0}), f.Broadcast(l.F32(v, {cols}), shape, {1}));
+  l.Accumulate(dw, f.Sub(f.Mul(d, l.Scalar(1.0f / sigma)), f.Mul(k2, outer)));
+  l.Run();
+}
+
+// --- Optimizer kernels -----------------------------------------------------------------------
+
+void PjrtBackend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
+  if (n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value v = l.F32(x, {n});
+  Value value = f.Unary("sqrt", f.Reduce(f.Mul(v, v), {0}));
+  if (norm != nullptr) l.Write(norm, f.Reshape(value, {1}));
+  Value limit = l.Scalar(max_norm);
+  // Scaled when ||x|| > max_norm and ||x|| > 0.
+  Value clip = f.Compare(value, f.Max(limit, l.Const(0.0)), "GT");
+  l.Write(x, f.Mul(v, f.Select(clip, f.Div(limit, f.Max(value, l.Const(1e-30))), l.Const(1.0))));
+  l.Run();
+}
+
+void PjrtBackend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
+                             float c2, const float* grad, float* param, float* m, float* v) {
+  if (n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value g = l.F32(grad, {n}), p = l.F32(param, {n});
+  Value m1 = f.Add(f.Mul(l.Scalar(beta1), l.F32(m, {n})), f.Mul(l.Scalar(1.0f - beta1), g));
+  Value v1 = f.Add(f.Mul(l.Scalar(beta2), l.F32(v, {n})), f.Mul(l.Scalar(1.0f - beta2), f.Mul(g, g)));
+  // Decoupled weight decay (AdamW); 0 gives plain Adam.
+  Value denominator = f.Add(f.Mul(f.Unary("sqrt", v1), l.Scalar(1.0f / std::sqrt(c2))), l.Scalar(eps));
+  Value update = f.Add(f.Mul(l.Scalar(lr * weight_decay), p), f.Div(f.Mul(l.Scalar(lr / c1), m1), denominator));
+  l.Write(m, m1);
+  l.Write(v, v1);
+  l.Write(param, f.Sub(p, update));
+  l.Run();
+}
+
+void PjrtBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                            float* buf) {
+  if (n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value p = l.F32(param, {n});
+  Value g = f.Add(l.F32(grad, {n}), f.Mul(l.Scalar(weight_decay), p));
+  Value b = f.Add(f.Mul(l.Scalar(momentum), l.F32(buf, {n})), g);
+  l.Write(buf, b);
+  l.Write(param, f.Sub(p, f.Mul(l.Scalar(lr), b)));
+  l.Run();
+}
+
+void PjrtBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
+  if (n == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value t = l.F32(target, {n});
+  l.Write(target, f.Add(t, f.Mul(l.Scalar(tau), f.Sub(l.F32(online, {n}), t))));
+  l.Run();
+}
+
+}  // namespace troupe::pjrt

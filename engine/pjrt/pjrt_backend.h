@@ -1,0 +1,172 @@
+// The nn engine's backend over a PJRT plugin: the route to a TPU (libtpu.so),
+// and to GPUs and CPUs through XLA's plugins, behind the same Backend
+// interface the CPU and CUDA backends implement.
+//
+// Memory: each Allocate is one PJRT buffer on the device (float32 words),
+// named by an address from a range reserved PROT_NONE, so a host read of
+// device memory faults as on the strict CPU device. Kernels take addresses
+// anywhere inside an allocation (the tape's arena, a parameter inside a
+// ParameterSet), so each launch resolves its pointers to (allocation, offset).
+//
+// Kernels: each kernel call is one small StableHLO program (stablehlo.h)
+// whose parameters are the whole allocations it touches plus a vector of
+// the call's float scalars (learning rates, slopes: values that change from
+// step to step without a recompile); it slices its operands at constant
+// offsets, computes, writes its outputs back with dynamic_update_slice and
+// returns the updated allocations, aliased to their parameters
+// (tf.aliasing_output) so the plugin updates them in place. Programs are
+// compiled once and cached by their text, which holds the kernel, its
+// shapes, offsets and precision. The tape issues backward kernels
+// explicitly, so no differentiation happens on the StableHLO side.
+//
+// Every kernel is a launch (one dispatch and, for float results such as
+// Sum, one copy back): the cost of kernel-at-a-time dispatch that a
+// whole-step program would save (README, "Toward the TPU").
+#ifndef TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
+#define TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "engine/nn/backend.h"
+#include "engine/pjrt/plugin.h"
+
+namespace troupe::pjrt {
+
+struct PjrtBackendOptions {
+  // The plugin's .so (libtpu.so, the XLA CUDA plugin, an XLA CPU plugin).
+  std::string plugin;
+  // Which of the plugin's devices (replica r of a process on device r).
+  int device = 0;
+  // bfloat16 inputs to matrix multiplies and convolutions (float32
+  // accumulation and everything else float32).
+  bool bfloat16 = false;
+};
+
+// Counters of a backend's launches, for benchmarks and tests.
+struct PjrtStats {
+  int64_t launches = 0;
+  int64_t compiles = 0;
+  double compile_seconds = 0.0;
+};
+
+class PjrtBackend final : public nn::Backend {
+ public:
+  // Errors: the plugin's (Plugin::Load, Client::Shared), OutOfRange for a
+  // device the plugin does not have.
+  static absl::StatusOr<std::unique_ptr<PjrtBackend>> Create(const PjrtBackendOptions& options);
+  ~PjrtBackend() override;
+  PjrtBackend(const PjrtBackend&) = delete;
+  PjrtBackend& operator=(const PjrtBackend&) = delete;
+
+  // "pjrt:cpu:0", "pjrt:cuda:1", "pjrt:tpu:0".
+  std::string name() const override;
+  int num_threads() const override { return 1; }
+  const Client& client() const { return *client_; }
+  const PjrtStats& stats() const { return stats_; }
+  // The StableHLO text of the last kernel launched (tests read it).
+  const std::string& last_program() const { return last_program_; }
+
+  void* Allocate(size_t bytes) override;
+  void Free(void* p) override;
+  void Upload(const void* host, void* device, size_t bytes) override;
+  void Download(const void* device, void* host, size_t bytes) override;
+  void Synchronize() override;
+
+  void Fill(float* x, int64_t n, float value) override;
+  void Copy(const float* x, float* y, int64_t n) override;
+  void Axpy(float alpha, const float* x, float* y, int64_t n) override;
+  void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
+  void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
+                  int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
+            float beta, float* c) override;
+  void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
+  void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
+  void Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                     const float* b, float* y) override;
+  void Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
+                      const float* y, const float* dy, float* dx, float* dw, float* db) override;
+  void ConvTranspose2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b,
+                              float* y) override;
+  void ConvTranspose2dBackward(const nn::ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
+                               float* dw, float* db) override;
+  void ActivationForward(nn::Activation f, float alpha, const float* x, float* y, int64_t n) override;
+  void ActivationBackward(nn::Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx,
+                          int64_t n) override;
+  void BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) override;
+  void BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
+                      int64_t n) override;
+  void Scale(float alpha, const float* x, float* y, int64_t n) override;
+  double Sum(const float* x, int64_t n) override;
+  double SquaredNorm(const float* x, int64_t n) override;
+  void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) override;
+  void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) override;
+  void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
+                        float* y, float* mean, float* rstd) override;
+  void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) override;
+  void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) override;
+  void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                      const float* gamma, const float* beta, float* y) override;
+  void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
+                              const float* dy, float* sums) override;
+  void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, double count, const float* x, const float* mean,
+                              const float* rstd, const float* gamma, const float* sums, const float* dy,
+                              float* dx) override;
+  void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
+  float CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp) override;
+  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
+                            float* dx) override;
+  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
+                             const float* reward, const float* discount, float* out) override;
+  void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
+                          float* out) override;
+  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                          const float* x, float* y) override;
+  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
+                           const float* dy, float* dx) override;
+  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
+                                  int iterations) override;
+  float SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
+                            float* y) override;
+  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float sigma,
+                            const float* dy, float* dw) override;
+  void ClipByNorm(float* x, int64_t n, float max_norm, float* norm) override;
+  void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
+                  const float* grad, float* param, float* m, float* v) override;
+  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
+                 float* buf) override;
+  void Polyak(int64_t n, float tau, const float* online, float* target) override;
+
+ private:
+  class Launch;
+  struct Allocation {
+    size_t bytes = 0;        // as asked for
+    size_t reserved = 0;     // address range reserved (page multiple)
+    int64_t words = 0;       // float32 words of the PJRT buffer
+    capi::Buffer* buffer = nullptr;
+  };
+  PjrtBackend(std::shared_ptr<Client> client, int device, bool bfloat16);
+  // The allocation `p` points into and p's byte offset in it; aborts naming
+  // the address when p is not this backend's memory.
+  std::pair<uintptr_t, Allocation*> Find(const void* p, int64_t* byte_offset);
+  capi::LoadedExecutable* Executable(const std::string& text);
+
+  std::shared_ptr<Client> client_;
+  int device_;
+  bool bfloat16_;
+  std::map<uintptr_t, Allocation> allocations_;
+  std::unordered_map<std::string, capi::LoadedExecutable*> executables_;
+  PjrtStats stats_;
+  std::string last_program_;
+};
+
+}  // namespace troupe::pjrt
+
+#endif  // TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_

@@ -1,0 +1,416 @@
+// The PJRT backend: the plugin loader's errors, the StableHLO it emits
+// (against hand-written text), and each kernel the ops suite does not reach
+// through the tape (optimizer updates, the C51 projection, byte images,
+// strided copies, unaligned transfers) against the CPU backend, on the XLA
+// CPU plugin the ctest fixture fetched (TROUPE_PJRT_PLUGIN). nn_ops_pjrt_test
+// runs every op of the tape on it.
+#include "engine/pjrt/pjrt_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/pjrt/stablehlo.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::pjrt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Where pjrt_test's fake plugins are: beside the test in a bundle
+// (TROUPE_FAKE_PLUGIN_DIR, set by its run.sh), else the build folder.
+std::string FakePlugin(const std::string& name) {
+  const char* dir = std::getenv("TROUPE_FAKE_PLUGIN_DIR");
+  return std::string(dir != nullptr ? dir : TROUPE_FAKE_PLUGIN_DIR) + "/" + name;
+}
+
+// The fetched CPU plugin, or "" (the tests that need it skip).
+std::string CpuPlugin() {
+  const char* path = std::getenv("TROUPE_PJRT_PLUGIN");
+  return path != nullptr && std::filesystem::exists(path) ? path : "";
+}
+
+#define REQUIRE_PLUGIN()                                                                                    \
+  const std::string plugin = CpuPlugin();                                                                   \
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)"
+
+std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// --- The loader ---------------------------------------------------------------------------
+
+TEST(PjrtPluginTest, AMissingFileIsNotFoundAndNamed) {
+  auto plugin = Plugin::Load("/nonexistent/libtpu.so");
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(plugin.status().message(), HasSubstr("/nonexistent/libtpu.so"));
+}
+
+TEST(PjrtPluginTest, AFileThatIsNoLibraryIsRefused) {
+  const std::string path = testing::TempDir() + "/not_a_library.so";
+  std::ofstream(path) << "plain text\n";
+  auto plugin = Plugin::Load(path);
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plugin.status().message(), HasSubstr("cannot load it"));
+  EXPECT_FALSE(Plugin::Load(testing::TempDir()).ok()) << "a directory";
+}
+
+TEST(PjrtPluginTest, ALibraryWithoutGetPjrtApiIsNotAPlugin) {
+  auto plugin = Plugin::Load(FakePlugin("libtroupe_fake_pjrt_no_symbol.so"));
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_THAT(plugin.status().message(), HasSubstr("no symbol GetPjrtApi"));
+}
+
+TEST(PjrtPluginTest, AnUnsupportedApiVersionIsRefusedWithBothVersions) {
+  auto plugin = Plugin::Load(FakePlugin("libtroupe_fake_pjrt_version_9.so"));
+  ASSERT_FALSE(plugin.ok());
+  EXPECT_EQ(plugin.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plugin.status().message(), HasSubstr("API version 9.0 is not supported"));
+  EXPECT_THAT(plugin.status().message(), HasSubstr("troupe speaks 0.81"));
+}
+
+TEST(PjrtPluginTest, TheEngineConfigNamesThePluginProblemBeforeAnythingStarts) {
+  config::EngineConfig engine;
+  engine.set_device(config::EngineConfig::PJRT);
+  absl::Status no_plugin = engine::ValidateEngineConfig(engine, "learner", 32);
+  EXPECT_THAT(no_plugin.message(), HasSubstr("learner.engine.pjrt_plugin"));
+  engine.set_pjrt_plugin("/nonexistent/plugin.so");
+  EXPECT_TRUE(engine::ValidateEngineConfig(engine, "learner", 32).ok());
+  absl::Status missing = engine::CheckDeviceAvailable(engine, "learner");
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("learner.engine.pjrt_plugin: PJRT plugin '/nonexistent/plugin.so'"));
+  config::EngineConfig cpu;
+  cpu.set_pjrt_plugin("/x.so");
+  EXPECT_THAT(engine::ValidateEngineConfig(cpu, "gan", 32).message(), HasSubstr("engine.device is CPU"));
+}
+
+TEST(PjrtPluginTest, CompileOptionsAreTheDocumentedProtoBytes) {
+  // executable_build_options {device_ordinal: -1 num_replicas: 1 num_partitions: 1}
+  // compile_portable_executable: true
+  const std::string want("\x1a\x0f\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x20\x01\x28\x01\x20\x01", 19);
+  EXPECT_EQ(CompileOptions(), want);
+}
+
+// --- The StableHLO text -----------------------------------------------------------------------
+
+TEST(StableHloTest, AnElementwiseProgramPrintsAsWritten) {
+  Function f;
+  Value x = f.Parameter({4}, "f32");
+  Value y = f.Parameter({4}, "f32");
+  f.AliasParameter(1, 0);
+  f.Return({f.Add(y, f.Mul(f.Constant(2.0), x))});
+  EXPECT_EQ(f.Module(),
+            "module @troupe_kernel {\n"
+            "  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32> {tf.aliasing_output = 0 : i32}) -> "
+            "(tensor<4xf32>) {\n"
+            "    %0 = \"stablehlo.constant\"() {value = dense<2.000000000e+00> : tensor<f32>} : () -> tensor<f32>\n"
+            "    %1 = \"stablehlo.broadcast_in_dim\"(%0) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> "
+            "tensor<4xf32>\n"
+            "    %2 = \"stablehlo.multiply\"(%1, %arg0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+            "    %3 = \"stablehlo.add\"(%arg1, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+            "    return %3 : tensor<4xf32>\n"
+            "  }\n"
+            "}\n");
+}
+
+TEST(StableHloTest, AReductionAndAMatrixProductPrintAsWritten) {
+  Function f;
+  Value a = f.Parameter({2, 3}, "f32");
+  Value b = f.Parameter({3, 5}, "f32");
+  Value rows = f.Reduce(a, {1});
+  Value product = f.Dot(a, b, {1}, {0});
+  EXPECT_EQ(rows.dims, Dims({2}));
+  EXPECT_EQ(product.dims, Dims({2, 5}));
+  f.Return({rows, product});
+  const std::string text = f.Module();
+  EXPECT_THAT(text, HasSubstr("    %1 = \"stablehlo.reduce\"(%arg0, %0) ({\n"
+                              "    ^bb0(%lhs: tensor<f32>, %rhs: tensor<f32>):\n"
+                              "      %r = \"stablehlo.add\"(%lhs, %rhs) : (tensor<f32>, tensor<f32>) -> tensor<f32>\n"
+                              "      \"stablehlo.return\"(%r) : (tensor<f32>) -> ()\n"
+                              "    }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>\n"));
+  EXPECT_THAT(text, HasSubstr("%2 = \"stablehlo.dot_general\"(%arg0, %arg1) {dot_dimension_numbers = "
+                              "#stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>, "
+                              "precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : "
+                              "(tensor<2x3xf32>, tensor<3x5xf32>) -> tensor<2x5xf32>\n"));
+  EXPECT_THAT(text, HasSubstr("-> (tensor<2xf32>, tensor<2x5xf32>)"));
+}
+
+TEST(StableHloTest, FloatLiteralsReadBackExactly) {
+  for (float v : {0.1f, -3.4028235e38f, 1e-30f, 0.99f}) {
+    EXPECT_EQ(std::strtof(FloatLiteral(v).c_str(), nullptr), v) << FloatLiteral(v);
+  }
+}
+
+TEST(PjrtBackendTest, AnAxpyIsOneProgramOverItsAllocationsWithTheScalarAtRunTime) {
+  REQUIRE_PLUGIN();
+  auto backend = PjrtBackend::Create({.plugin = plugin});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  PjrtBackend& b = **backend;
+  float* x = b.AllocateFloats(4);
+  float* y = b.AllocateFloats(6);
+  b.Axpy(0.5f, x, y + 2, 4);
+  EXPECT_EQ(b.last_program(),
+            "module @troupe_kernel {\n"
+            "  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<16xf32>, %arg2: tensor<6xf32> "
+            "{tf.aliasing_output = 0 : i32}) -> (tensor<6xf32>) {\n"
+            "    %0 = \"stablehlo.slice\"(%arg1) {start_indices = array<i64: 0>, limit_indices = array<i64: 1>, "
+            "strides = array<i64: 1>} : (tensor<16xf32>) -> tensor<1xf32>\n"
+            "    %1 = \"stablehlo.reshape\"(%0) : (tensor<1xf32>) -> tensor<f32>\n"
+            "    %2 = \"stablehlo.broadcast_in_dim\"(%1) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> "
+            "tensor<4xf32>\n"
+            "    %3 = \"stablehlo.multiply\"(%2, %arg0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+            "    %4 = \"stablehlo.slice\"(%arg2) {start_indices = array<i64: 2>, limit_indices = array<i64: 6>, "
+            "strides = array<i64: 1>} : (tensor<6xf32>) -> tensor<4xf32>\n"
+            "    %5 = \"stablehlo.add\"(%4, %3) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+            "    %6 = \"stablehlo.constant\"() {value = dense<2> : tensor<i64>} : () -> tensor<i64>\n"
+            "    %7 = \"stablehlo.dynamic_update_slice\"(%arg2, %5, %6) : (tensor<6xf32>, tensor<4xf32>, "
+            "tensor<i64>) -> tensor<6xf32>\n"
+            "    return %7 : tensor<6xf32>\n"
+            "  }\n"
+            "}\n");
+}
+
+// --- Kernels against the CPU ------------------------------------------------------------------
+
+// A CPU backend and a PJRT one with the same data: Put uploads to both, Get
+// downloads from both.
+class PjrtKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string plugin = CpuPlugin();
+    if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+    auto backend = PjrtBackend::Create({.plugin = plugin});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    pjrt_ = std::move(*backend);
+  }
+  struct Pair {
+    float* cpu;
+    float* pjrt;
+  };
+  Pair Put(const std::vector<float>& data) {
+    Pair p{cpu_.AllocateFloats(data.size()), pjrt_->AllocateFloats(data.size())};
+    cpu_.Upload(data.data(), p.cpu, 4 * data.size());
+    pjrt_->Upload(data.data(), p.pjrt, 4 * data.size());
+    return p;
+  }
+  void ExpectSame(Pair p, int64_t n, double tolerance = 1e-5, const std::string& what = "") {
+    std::vector<float> a(n), b(n);
+    cpu_.Download(p.cpu, a.data(), 4 * n);
+    pjrt_->Download(p.pjrt, b.data(), 4 * n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(b[i], a[i], tolerance * (1 + std::fabs(a[i]))) << what << "[" << i << "]";
+  }
+  nn::CpuBackend cpu_{1};
+  std::unique_ptr<PjrtBackend> pjrt_;
+};
+
+TEST_F(PjrtKernelTest, AdamSgdPolyakAndClipUpdateAsOnTheCpu) {
+  const int64_t n = 37;
+  Pair grad = Put(Random(n, 1)), param = Put(Random(n, 2)), m = Put(Random(n, 3, 0, 0.1f)), v = Put(Random(n, 4, 0, 0.1f));
+  for (int step = 1; step <= 3; ++step) {
+    const float c1 = 1 - std::pow(0.9f, step), c2 = 1 - std::pow(0.999f, step);
+    cpu_.AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, c1, c2, grad.cpu, param.cpu, m.cpu, v.cpu);
+    pjrt_->AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, c1, c2, grad.pjrt, param.pjrt, m.pjrt, v.pjrt);
+  }
+  ExpectSame(param, n, 1e-6, "adam param");
+  ExpectSame(m, n, 1e-6, "adam m");
+  ExpectSame(v, n, 1e-6, "adam v");
+  Pair buf = Put(std::vector<float>(n, 0.0f));
+  cpu_.SgdUpdate(n, 0.1f, 0.9f, 1e-4f, grad.cpu, param.cpu, buf.cpu);
+  pjrt_->SgdUpdate(n, 0.1f, 0.9f, 1e-4f, grad.pjrt, param.pjrt, buf.pjrt);
+  ExpectSame(param, n, 1e-6, "sgd param");
+  Pair target = Put(Random(n, 5));
+  cpu_.Polyak(n, 0.05f, param.cpu, target.cpu);
+  pjrt_->Polyak(n, 0.05f, param.pjrt, target.pjrt);
+  ExpectSame(target, n, 1e-6, "polyak");
+  Pair norm = Put({0.0f});
+  for (float max_norm : {100.0f, 0.5f}) {
+    cpu_.ClipByNorm(grad.cpu, n, max_norm, norm.cpu);
+    pjrt_->ClipByNorm(grad.pjrt, n, max_norm, norm.pjrt);
+    ExpectSame(grad, n, 1e-6, "clipped");
+    ExpectSame(norm, 1, 1e-6, "norm");
+  }
+  EXPECT_NEAR(pjrt_->SquaredNorm(grad.pjrt, n), 0.25, 1e-5) << "clipped to norm 0.5";
+  EXPECT_NEAR(pjrt_->Sum(param.pjrt, n), cpu_.Sum(param.cpu, n), 1e-4);
+}
+
+TEST_F(PjrtKernelTest, TheCategoricalProjectionMatchesAlgorithmOne) {
+  const int64_t rows = 5, atoms = 11;
+  std::vector<float> p = Random(rows * atoms, 6, 0.0f, 1.0f);
+  // Rewards that land on atoms exactly, between them and beyond both ends.
+  Pair probabilities = Put(p), reward = Put({0.0f, 0.37f, -20.0f, 20.0f, 1.0f}),
+       discount = Put({0.99f, 0.9f, 0.99f, 0.5f, 0.0f}), out = Put(std::vector<float>(rows * atoms, 7.0f));
+  cpu_.CategoricalProjection(rows, atoms, -10.0f, 10.0f, probabilities.cpu, reward.cpu, discount.cpu, out.cpu);
+  pjrt_->CategoricalProjection(rows, atoms, -10.0f, 10.0f, probabilities.pjrt, reward.pjrt, discount.pjrt, out.pjrt);
+  ExpectSame(out, rows * atoms, 1e-5, "projection");
+}
+
+TEST_F(PjrtKernelTest, GemmInEveryTransposeWithAlphaAndBeta) {
+  const int64_t m = 3, n = 5, k = 4;
+  Pair a = Put(Random(m * k, 7)), b = Put(Random(k * n, 8));
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 0.5f}) {
+        Pair c = Put(beta == 0.0f ? std::vector<float>(m * n, NAN) : Random(m * n, 9));
+        cpu_.Gemm(ta, tb, m, n, k, 1.5f, a.cpu, b.cpu, beta, c.cpu);
+        pjrt_->Gemm(ta, tb, m, n, k, 1.5f, a.pjrt, b.pjrt, beta, c.pjrt);
+        ExpectSame(c, m * n, 1e-5, absl::StrCat("gemm ", ta, tb, " beta ", beta));
+      }
+    }
+  }
+}
+
+TEST_F(PjrtKernelTest, Bfloat16MatrixInputsStayWithinTheirPrecision) {
+  auto bf16 = PjrtBackend::Create({.plugin = CpuPlugin(), .bfloat16 = true});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  const int64_t m = 4, n = 6, k = 32;
+  const std::vector<float> a = Random(m * k, 20), b = Random(k * n, 21);
+  float* da = (*bf16)->AllocateFloats(m * k);
+  float* db = (*bf16)->AllocateFloats(k * n);
+  float* dc = (*bf16)->AllocateFloats(m * n);
+  (*bf16)->Upload(a.data(), da, 4 * a.size());
+  (*bf16)->Upload(b.data(), db, 4 * b.size());
+  (*bf16)->Gemm(false, false, m, n, k, 1.0f, da, db, 0.0f, dc);
+  EXPECT_THAT((*bf16)->last_program(), HasSubstr("tensor<4x32xbf16>"));
+  std::vector<float> got(m * n), want(m * n);
+  (*bf16)->Download(dc, got.data(), 4 * got.size());
+  cpu_.Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    EXPECT_NEAR(got[i], want[i], 5e-2 * (1 + std::fabs(want[i]))) << i;
+    worst = std::max(worst, double{std::fabs(got[i] - want[i])});
+  }
+  EXPECT_GT(worst, 1e-6) << "bfloat16 inputs round: not float32 bit for bit";
+}
+
+TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
+  const nn::ConvGeometry g{.n = 2, .c = 3, .h = 9, .w = 8, .oc = 4, .kh = 3, .kw = 3, .stride = 2, .pad = 1};
+  Pair x = Put(Random(g.n * g.c * g.h * g.w, 10)), w = Put(Random(g.oc * g.c * g.kh * g.kw, 11)),
+       bias = Put(Random(g.oc, 12)), y = Put(std::vector<float>(g.n * g.oc * g.oh() * g.ow())),
+       dy = Put(Random(g.n * g.oc * g.oh() * g.ow(), 13)), dx = Put(std::vector<float>(g.n * g.c * g.h * g.w)),
+       dw = Put(std::vector<float>(g.oc * g.c * g.kh * g.kw)), db = Put(std::vector<float>(g.oc));
+  cpu_.Conv2dForward(g, nn::FusedActivation::kRelu, x.cpu, w.cpu, bias.cpu, y.cpu);
+  pjrt_->Conv2dForward(g, nn::FusedActivation::kRelu, x.pjrt, w.pjrt, bias.pjrt, y.pjrt);
+  ExpectSame(y, g.n * g.oc * g.oh() * g.ow(), 1e-5, "y");
+  cpu_.Conv2dBackward(g, nn::FusedActivation::kRelu, x.cpu, w.cpu, y.cpu, dy.cpu, dx.cpu, dw.cpu, db.cpu);
+  pjrt_->Conv2dBackward(g, nn::FusedActivation::kRelu, x.pjrt, w.pjrt, y.pjrt, dy.pjrt, dx.pjrt, dw.pjrt, db.pjrt);
+  ExpectSame(dx, g.n * g.c * g.h * g.w, 1e-5, "dx");
+  ExpectSame(dw, g.oc * g.c * g.kh * g.kw, 1e-5, "dw");
+  ExpectSame(db, g.oc, 1e-5, "db");
+}
+
+TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
+  // 2 images of 3 pixels x 3 channels: 18 bytes, uploaded 1 byte into a
+  // block (neither offset nor size a whole float).
+  std::vector<uint8_t> bytes(18);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 1);
+  uint8_t* cpu_in = static_cast<uint8_t*>(cpu_.Allocate(32));
+  uint8_t* pjrt_in = static_cast<uint8_t*>(pjrt_->Allocate(32));
+  cpu_.Upload(bytes.data(), cpu_in + 1, bytes.size());
+  pjrt_->Upload(bytes.data(), pjrt_in + 1, bytes.size());
+  std::vector<uint8_t> back(bytes.size());
+  pjrt_->Download(pjrt_in + 1, back.data(), back.size());
+  EXPECT_EQ(back, bytes);
+  Pair out = Put(std::vector<float>(18));
+  cpu_.BytesToFloatPlanar(2, 3, 3, 1.0f / 255, cpu_in + 1, out.cpu);
+  pjrt_->BytesToFloatPlanar(2, 3, 3, 1.0f / 255, pjrt_in + 1, out.pjrt);
+  ExpectSame(out, 18, 1e-6, "planes");
+}
+
+TEST_F(PjrtKernelTest, StridedBlocksCopyAndAccumulate) {
+  Pair src = Put(Random(40, 14)), dst = Put(Random(50, 15));
+  for (bool accumulate : {false, true}) {
+    cpu_.CopyBlocks(4, 3, src.cpu, 9, 2, dst.cpu, 11, 5, accumulate);
+    pjrt_->CopyBlocks(4, 3, src.pjrt, 9, 2, dst.pjrt, 11, 5, accumulate);
+    ExpectSame(dst, 50, 1e-6, accumulate ? "accumulated" : "copied");
+  }
+  cpu_.Fill(dst.cpu + 3, 7, 2.5f);
+  pjrt_->Fill(dst.pjrt + 3, 7, 2.5f);
+  Pair scalar = Put({4.0f});
+  cpu_.AddScalar(-0.5f, scalar.cpu, dst.cpu, 10);
+  pjrt_->AddScalar(-0.5f, scalar.pjrt, dst.pjrt, 10);
+  ExpectSame(dst, 50, 1e-6, "filled");
+}
+
+TEST_F(PjrtKernelTest, SpectralNormPowerIterationConverges) {
+  const int64_t rows = 4, cols = 6;
+  Pair w = Put(Random(rows * cols, 16)), u = Put(Random(rows, 17)), v = Put(std::vector<float>(cols));
+  cpu_.SpectralNormPowerIteration(rows, cols, w.cpu, u.cpu, v.cpu, 5);
+  pjrt_->SpectralNormPowerIteration(rows, cols, w.pjrt, u.pjrt, v.pjrt, 5);
+  ExpectSame(u, rows, 1e-5, "u");
+  ExpectSame(v, cols, 1e-5, "v");
+  Pair y = Put(std::vector<float>(rows * cols));
+  EXPECT_NEAR(pjrt_->SpectralNormForward(rows, cols, w.pjrt, u.pjrt, v.pjrt, y.pjrt),
+              cpu_.SpectralNormForward(rows, cols, w.cpu, u.cpu, v.cpu, y.cpu), 1e-5);
+  ExpectSame(y, rows * cols, 1e-5, "w / sigma");
+}
+
+// --- Memory, the cache, devices ------------------------------------------------------------------
+
+TEST_F(PjrtKernelTest, TheSameKernelOnTheSameShapesCompilesOnce) {
+  Pair x = Put(Random(8, 18)), y = Put(Random(8, 19));
+  pjrt_->Axpy(0.5f, x.pjrt, y.pjrt, 8);
+  const int64_t compiles = pjrt_->stats().compiles;
+  for (float alpha : {0.25f, -1.0f, 3.0f}) {
+    cpu_.Axpy(alpha, x.cpu, y.cpu, 8);
+    pjrt_->Axpy(alpha, x.pjrt, y.pjrt, 8);
+  }
+  cpu_.Axpy(0.5f, x.cpu, y.cpu, 8);
+  EXPECT_EQ(pjrt_->stats().compiles, compiles) << "alpha is a run-time scalar, not part of the program";
+  ExpectSame(y, 8, 1e-6);
+}
+
+TEST_F(PjrtKernelTest, DeviceMemoryIsNotTheHosts) {
+  float* p = pjrt_->AllocateFloats(4);
+  EXPECT_DEATH({ volatile float x = p[0]; (void)x; }, "");
+  EXPECT_DEATH(pjrt_->Fill(reinterpret_cast<float*>(&p), 1, 0.0f), "not this device's memory");
+}
+
+TEST(PjrtDeviceTest, EachDeviceOfThePluginAndAnOutOfRangeOne) {
+  REQUIRE_PLUGIN();
+  auto client = Client::Shared(plugin);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_FALSE((*client)->platform().empty());  // "cpu" here, "cuda" through the CUDA plugin
+  const int devices = (*client)->num_devices();
+  ASSERT_GE(devices, 1);
+  auto last = PjrtBackend::Create({.plugin = plugin, .device = devices - 1});
+  ASSERT_TRUE(last.ok()) << last.status();
+  float* x = (*last)->AllocateFloats(3);
+  const std::vector<float> in = {1, 2, 3};
+  (*last)->Upload(in.data(), x, 12);
+  (*last)->Scale(2.0f, x, x, 3);
+  std::vector<float> out(3);
+  (*last)->Download(x, out.data(), 12);
+  EXPECT_EQ(out, std::vector<float>({2, 4, 6}));
+  auto beyond = PjrtBackend::Create({.plugin = plugin, .device = devices});
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
+  REQUIRE_PLUGIN();
+  const std::string baseline = std::filesystem::path(plugin).parent_path() / "pjrt_cpu_plugin_0.81.so";
+  if (!std::filesystem::exists(baseline)) GTEST_SKIP() << "no baseline plugin at " << baseline;
+  auto backend = PjrtBackend::Create({.plugin = baseline});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->client().plugin().minor_version(), 81);
+  float* x = (*backend)->AllocateFloats(4);
+  const std::vector<float> in = {1, -2, 3, -4};
+  (*backend)->Upload(in.data(), x, 16);
+  EXPECT_EQ((*backend)->SquaredNorm(x, 4), 30.0);
+}
+
+}  // namespace
+}  // namespace troupe::pjrt

@@ -1,0 +1,288 @@
+#include "engine/pjrt/plugin.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace troupe::pjrt {
+namespace {
+
+// Zero-initialised argument struct with its struct_size set.
+template <typename Args>
+Args Make() {
+  Args args{};
+  args.struct_size = sizeof(Args);
+  return args;
+}
+
+absl::StatusCode CodeOf(capi::ErrorCode code) {
+  // PJRT's codes are absl's (both follow google.rpc.Code).
+  return code >= capi::kCancelled && code <= capi::kUnauthenticated ? static_cast<absl::StatusCode>(code)
+                                                                    : absl::StatusCode::kUnknown;
+}
+
+void AppendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+}  // namespace
+
+std::string CompileOptions() {
+  std::string build;  // ExecutableBuildOptionsProto
+  AppendVarint(build, (1 << 3) | 0);  // device_ordinal = -1: not fixed
+  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
+  AppendVarint(build, (4 << 3) | 0);  // num_replicas = 1
+  AppendVarint(build, 1);
+  AppendVarint(build, (5 << 3) | 0);  // num_partitions = 1
+  AppendVarint(build, 1);
+  std::string options;  // CompileOptionsProto
+  AppendVarint(options, (3 << 3) | 2);  // executable_build_options
+  AppendVarint(options, build.size());
+  options += build;
+  AppendVarint(options, (4 << 3) | 0);  // compile_portable_executable = true
+  AppendVarint(options, 1);
+  return options;
+}
+
+absl::Status Plugin::ToStatus(capi::Error* error, std::string_view what) const {
+  if (error == nullptr) return absl::OkStatus();
+  auto message = Make<capi::ErrorMessageArgs>();
+  message.error = error;
+  api_->Error_Message(&message);
+  auto code = Make<capi::ErrorGetCodeArgs>();
+  code.error = error;
+  code.code = capi::kUnknown;
+  if (capi::Error* e = api_->Error_GetCode(&code); e != nullptr) {
+    auto destroy = Make<capi::ErrorDestroyArgs>();
+    destroy.error = e;
+    api_->Error_Destroy(&destroy);
+    code.code = capi::kUnknown;
+  }
+  absl::Status status(CodeOf(code.code), absl::StrCat("PJRT plugin ", path_, ": ", std::string(what), ": ",
+                                                      std::string(message.message, message.message_size)));
+  auto destroy = Make<capi::ErrorDestroyArgs>();
+  destroy.error = error;
+  api_->Error_Destroy(&destroy);
+  return status;
+}
+
+absl::StatusOr<const Plugin*> Plugin::Load(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Plugin>>* loaded = new std::map<std::string, std::unique_ptr<Plugin>>;
+  std::lock_guard lock(mu);
+  if (auto it = loaded->find(path); it != loaded->end()) return it->second.get();
+
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("PJRT plugin '", path, "': no such file (engine.pjrt_plugin names the ",
+                                            "plugin's .so: libtpu.so, the XLA CUDA or CPU plugin)"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("PJRT plugin '", path, "': not a regular file"));
+  }
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("PJRT plugin '", path, "': cannot load it: ", dlerror()));
+  }
+  auto get_api = reinterpret_cast<capi::GetPjrtApiFn>(dlsym(handle, capi::kGetPjrtApiSymbol));
+  if (get_api == nullptr) {
+    dlclose(handle);
+    return absl::InvalidArgumentError(absl::StrCat("PJRT plugin '", path, "': no symbol ", capi::kGetPjrtApiSymbol,
+                                                   ": not a PJRT plugin"));
+  }
+  const capi::Api* api = get_api();
+  if (api == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("PJRT plugin '", path, "': ", capi::kGetPjrtApiSymbol,
+                                                   " returned no function table"));
+  }
+  const auto& version = api->pjrt_api_version;
+  if (version.major_version != capi::kSupportedMajor || version.minor_version < capi::kBaselineMinor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PJRT plugin '", path, "': API version ", version.major_version, ".", version.minor_version,
+        " is not supported (troupe speaks ", capi::kSupportedMajor, ".", capi::kBaselineMinor, " and later 0.x)"));
+  }
+  if (api->struct_size < capi::kApiSizeNeeded) {
+    return absl::InvalidArgumentError(absl::StrCat("PJRT plugin '", path, "': function table of ", api->struct_size,
+                                                   " bytes, troupe calls entries up to byte ",
+                                                   capi::kApiSizeNeeded));
+  }
+  auto plugin = std::unique_ptr<Plugin>(new Plugin(path, api));
+  auto init = Make<capi::PluginInitializeArgs>();
+  if (absl::Status s = plugin->ToStatus(api->Plugin_Initialize(&init), "initialising"); !s.ok()) return s;
+  const Plugin* p = plugin.get();
+  loaded->emplace(path, std::move(plugin));
+  return p;
+}
+
+Client::Client(const Plugin* plugin, capi::Client* client)
+    : plugin_(plugin), client_(client), compile_options_(CompileOptions()) {}
+
+Client::~Client() {
+  auto args = Make<capi::ClientDestroyArgs>();
+  args.client = client_;
+  (void)plugin_->ToStatus(plugin_->api().Client_Destroy(&args), "destroying the client");
+}
+
+absl::StatusOr<std::shared_ptr<Client>> Client::Shared(const std::string& plugin_path) {
+  static std::mutex mu;
+  static auto* clients = new std::map<std::string, std::weak_ptr<Client>>;
+  std::lock_guard lock(mu);
+  if (auto it = clients->find(plugin_path); it != clients->end()) {
+    if (auto client = it->second.lock()) return client;
+  }
+  absl::StatusOr<const Plugin*> plugin = Plugin::Load(plugin_path);
+  if (!plugin.ok()) return plugin.status();
+  const capi::Api& api = (*plugin)->api();
+  auto create = Make<capi::ClientCreateArgs>();
+  if (absl::Status s = (*plugin)->ToStatus(api.Client_Create(&create), "creating a client"); !s.ok()) return s;
+  std::shared_ptr<Client> client(new Client(*plugin, create.client));
+
+  auto name = Make<capi::ClientPlatformNameArgs>();
+  name.client = create.client;
+  if (absl::Status s = (*plugin)->ToStatus(api.Client_PlatformName(&name), "platform name"); !s.ok()) return s;
+  client->platform_.assign(name.platform_name, name.platform_name_size);
+  auto devices = Make<capi::ClientAddressableDevicesArgs>();
+  devices.client = create.client;
+  if (absl::Status s = (*plugin)->ToStatus(api.Client_AddressableDevices(&devices), "devices"); !s.ok()) return s;
+  client->devices_.assign(devices.addressable_devices, devices.addressable_devices + devices.num_addressable_devices);
+  if (client->devices_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("PJRT plugin ", plugin_path, ": no device (platform ",
+                                                      client->platform_, ")"));
+  }
+  (*clients)[plugin_path] = client;
+  return client;
+}
+
+std::string Client::device_kind(int device) const {
+  if (!CheckDevice(device).ok()) return "?";
+  const capi::Api& api = plugin_->api();
+  auto description = Make<capi::DeviceGetDescriptionArgs>();
+  description.device = devices_[device];
+  if (!plugin_->ToStatus(api.Device_GetDescription(&description), "device description").ok()) return "?";
+  auto kind = Make<capi::DeviceDescriptionKindArgs>();
+  kind.device_description = description.device_description;
+  if (!plugin_->ToStatus(api.DeviceDescription_Kind(&kind), "device kind").ok()) return "?";
+  return std::string(kind.device_kind, kind.device_kind_size);
+}
+
+absl::Status Client::CheckDevice(int device) const {
+  if (device < 0 || device >= num_devices()) {
+    return absl::OutOfRangeError(absl::StrCat("PJRT plugin ", plugin_->path(), ": device ", device, " of ",
+                                              num_devices(), " (platform ", platform_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<capi::LoadedExecutable*> Client::Compile(std::string_view mlir) {
+  std::string code(mlir);
+  static constexpr std::string_view kFormat = "mlir";
+  auto program = Make<capi::Program>();
+  program.code = code.data();
+  program.code_size = code.size();
+  program.format = kFormat.data();
+  program.format_size = kFormat.size();
+  auto args = Make<capi::ClientCompileArgs>();
+  args.client = client_;
+  args.program = &program;
+  args.compile_options = compile_options_.data();
+  args.compile_options_size = compile_options_.size();
+  if (absl::Status s = plugin_->ToStatus(plugin_->api().Client_Compile(&args), "compiling"); !s.ok()) return s;
+  return args.executable;
+}
+
+void Client::Destroy(capi::LoadedExecutable* executable) {
+  if (executable == nullptr) return;
+  auto args = Make<capi::LoadedExecutableDestroyArgs>();
+  args.executable = executable;
+  (void)plugin_->ToStatus(plugin_->api().LoadedExecutable_Destroy(&args), "destroying an executable");
+}
+
+namespace {
+
+// Waits for `event` and destroys it; its error as a Status.
+absl::Status AwaitEvent(const Plugin& plugin, capi::Event* event, std::string_view what) {
+  if (event == nullptr) return absl::OkStatus();
+  auto await = Make<capi::EventAwaitArgs>();
+  await.event = event;
+  absl::Status status = plugin.ToStatus(plugin.api().Event_Await(&await), what);
+  auto destroy = Make<capi::EventDestroyArgs>();
+  destroy.event = event;
+  (void)plugin.ToStatus(plugin.api().Event_Destroy(&destroy), "destroying an event");
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<capi::Buffer*> Client::BufferFromHost(const void* data, capi::BufferType type,
+                                                     std::span<const int64_t> dims, int device) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  auto args = Make<capi::ClientBufferFromHostBufferArgs>();
+  args.client = client_;
+  args.data = data;
+  args.type = type;
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = capi::kImmutableOnlyDuringCall;
+  args.device = devices_[device];
+  if (absl::Status s = plugin_->ToStatus(plugin_->api().Client_BufferFromHostBuffer(&args), "copying to the device");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AwaitEvent(*plugin_, args.done_with_host_buffer, "copying to the device"); !s.ok()) {
+    Destroy(args.buffer);
+    return s;
+  }
+  return args.buffer;
+}
+
+absl::Status Client::ToHost(capi::Buffer* buffer, void* host, size_t bytes) {
+  auto args = Make<capi::BufferToHostBufferArgs>();
+  args.src = buffer;
+  args.dst = host;
+  args.dst_size = bytes;
+  if (absl::Status s = plugin_->ToStatus(plugin_->api().Buffer_ToHostBuffer(&args), "copying to the host"); !s.ok()) {
+    return s;
+  }
+  return AwaitEvent(*plugin_, args.event, "copying to the host");
+}
+
+absl::Status Client::Await(capi::Buffer* buffer) {
+  auto args = Make<capi::BufferReadyEventArgs>();
+  args.buffer = buffer;
+  if (absl::Status s = plugin_->ToStatus(plugin_->api().Buffer_ReadyEvent(&args), "waiting"); !s.ok()) return s;
+  return AwaitEvent(*plugin_, args.event, "computing");
+}
+
+void Client::Destroy(capi::Buffer* buffer) {
+  if (buffer == nullptr) return;
+  auto args = Make<capi::BufferDestroyArgs>();
+  args.buffer = buffer;
+  (void)plugin_->ToStatus(plugin_->api().Buffer_Destroy(&args), "destroying a buffer");
+}
+
+absl::Status Client::Execute(capi::LoadedExecutable* executable, std::span<capi::Buffer* const> args,
+                             std::span<capi::Buffer*> outputs, int device) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  auto options = Make<capi::ExecuteOptions>();
+  capi::Buffer* const* argument_list = args.data();
+  capi::Buffer** output_list = outputs.data();
+  auto execute = Make<capi::LoadedExecutableExecuteArgs>();
+  execute.executable = executable;
+  execute.options = &options;
+  execute.argument_lists = &argument_list;
+  execute.num_devices = 1;
+  execute.num_args = args.size();
+  execute.output_lists = &output_list;
+  execute.execute_device = devices_[device];
+  return plugin_->ToStatus(plugin_->api().LoadedExecutable_Execute(&execute), "executing");
+}
+
+}  // namespace troupe::pjrt

@@ -1,0 +1,110 @@
+// A PJRT plugin (libtpu.so, the XLA CUDA or CPU plugin) loaded with dlopen,
+// and a client of it: devices, programs compiled from StableHLO text, device
+// buffers, executions. Every PJRT error becomes an absl::Status carrying the
+// plugin's own message and code.
+//
+//   auto client = pjrt::Client::Shared("/path/to/pjrt_c_api_cpu_plugin.so");
+//   auto exe = (*client)->Compile(module_text);
+//   auto buf = (*client)->BufferFromHost(data, capi::kF32, {4}, /*device=*/0);
+//   (*client)->Execute(*exe, {*buf}, outputs, /*device=*/0);
+//   (*client)->ToHost(outputs[0], host, 16);
+#ifndef TROUPE_ENGINE_PJRT_PLUGIN_H_
+#define TROUPE_ENGINE_PJRT_PLUGIN_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/pjrt/pjrt_c_api.h"
+
+namespace troupe::pjrt {
+
+// A plugin library and its function table; loaded once per path per process
+// (a plugin may not be initialised twice) and never unloaded.
+class Plugin {
+ public:
+  // Errors: NotFound for a missing file; InvalidArgument for a file dlopen
+  // refuses, one without GetPjrtApi, a function table too short for troupe's
+  // calls, or an API version troupe does not support (major other than 0,
+  // minor below the baseline); the plugin's own error from its initialisation.
+  static absl::StatusOr<const Plugin*> Load(const std::string& path);
+
+  const capi::Api& api() const { return *api_; }
+  const std::string& path() const { return path_; }
+  int major_version() const { return api_->pjrt_api_version.major_version; }
+  int minor_version() const { return api_->pjrt_api_version.minor_version; }
+
+  // `error` (which this destroys) as a Status: the plugin's code and message
+  // after `what` troupe was doing. OK for null.
+  absl::Status ToStatus(capi::Error* error, std::string_view what) const;
+
+ private:
+  Plugin(std::string path, const capi::Api* api) : path_(std::move(path)), api_(api) {}
+  std::string path_;
+  const capi::Api* api_;
+};
+
+// One client of a plugin: its devices and everything made on them. Shared by
+// the backends of one process that name the same plugin (a client owns the
+// devices; a second one could not open a GPU the first holds).
+class Client {
+ public:
+  static absl::StatusOr<std::shared_ptr<Client>> Shared(const std::string& plugin_path);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const Plugin& plugin() const { return *plugin_; }
+  // "cpu", "cuda", "tpu", ...
+  const std::string& platform() const { return platform_; }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+  // The device's kind as the plugin names it ("cpu", "NVIDIA H100 80GB HBM3", "TPU v5 lite").
+  std::string device_kind(int device) const;
+
+  // A program in StableHLO (MLIR text), compiled for any of this client's
+  // devices. Errors: the plugin's (a parse or verification error quotes the
+  // text's line).
+  absl::StatusOr<capi::LoadedExecutable*> Compile(std::string_view mlir);
+  void Destroy(capi::LoadedExecutable* executable);
+
+  // A dense row-major buffer on `device` with a copy of `data`.
+  absl::StatusOr<capi::Buffer*> BufferFromHost(const void* data, capi::BufferType type, std::span<const int64_t> dims,
+                                               int device);
+  // Copies the buffer's `bytes` (all of it) to `host`, waiting for the kernels
+  // that write it.
+  absl::Status ToHost(capi::Buffer* buffer, void* host, size_t bytes);
+  // Waits until the buffer's contents are computed; an execution's error shows here.
+  absl::Status Await(capi::Buffer* buffer);
+  void Destroy(capi::Buffer* buffer);
+
+  // Runs `executable` on `device` with `args`; `outputs` (sized to the
+  // program's result count) receives new buffers. Arguments the program
+  // aliases to an output are donated: their buffers are spent.
+  absl::Status Execute(capi::LoadedExecutable* executable, std::span<capi::Buffer* const> args,
+                       std::span<capi::Buffer*> outputs, int device);
+
+ private:
+  Client(const Plugin* plugin, capi::Client* client);
+  absl::Status CheckDevice(int device) const;
+  const Plugin* plugin_;
+  capi::Client* client_;
+  std::string platform_;
+  std::vector<capi::Device*> devices_;
+  std::string compile_options_;
+};
+
+// A serialized xla.CompileOptionsProto: one replica, one partition, portable
+// (the program runs on whichever device an execution names). Encoded here
+// from the message's field numbers (executable_build_options = 3 with
+// device_ordinal = 1, num_replicas = 4, num_partitions = 5;
+// compile_portable_executable = 4).
+std::string CompileOptions();
+
+}  // namespace troupe::pjrt
+
+#endif  // TROUPE_ENGINE_PJRT_PLUGIN_H_

@@ -1,0 +1,296 @@
+#include "engine/pjrt/stablehlo.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace troupe::pjrt {
+namespace {
+
+// A malformed program is a bug in the kernel that builds it: fail at the op.
+void Require(bool ok, std::string_view op, const std::string& why) {
+  if (ok) return;
+  std::fprintf(stderr, "stablehlo: %.*s: %s\n", static_cast<int>(op.size()), op.data(), why.c_str());
+  std::abort();
+}
+
+std::string DimsText(const Dims& d) { return absl::StrJoin(d, "x"); }
+std::string I64Array(const std::vector<int64_t>& v) {
+  return v.empty() ? "array<i64>" : absl::StrCat("array<i64: ", absl::StrJoin(v, ", "), ">");
+}
+std::string List(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); }
+
+}  // namespace
+
+int64_t Value::size() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string TensorType(const Dims& dims, std::string_view type) {
+  return dims.empty() ? absl::StrCat("tensor<", std::string(type), ">")
+                      : absl::StrCat("tensor<", DimsText(dims), "x", std::string(type), ">");
+}
+std::string TensorType(const Value& v) { return TensorType(v.dims, v.type); }
+
+std::string FloatLiteral(double v) {
+  Require(std::isfinite(v), "constant", "not finite");
+  return absl::StrFormat("%.9e", v);
+}
+
+Value Function::Fresh(const Dims& dims, std::string_view type) {
+  return {absl::StrCat("%", next_++), dims, std::string(type)};
+}
+
+Value Function::Parameter(const Dims& dims, std::string_view type) {
+  Value v{absl::StrCat("%arg", parameters_.size()), dims, std::string(type)};
+  parameters_.push_back(v);
+  aliases_.push_back(-1);
+  return v;
+}
+
+void Function::AliasParameter(int parameter, int output) { aliases_.at(parameter) = output; }
+
+void Function::Return(const std::vector<Value>& results) { results_ = results; }
+
+std::string Function::Module() const {
+  std::vector<std::string> params, result_types, result_ids;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    std::string p = absl::StrCat(parameters_[i].id, ": ", TensorType(parameters_[i]));
+    if (aliases_[i] >= 0) absl::StrAppend(&p, " {tf.aliasing_output = ", aliases_[i], " : i32}");
+    params.push_back(std::move(p));
+  }
+  for (const Value& r : results_) {
+    result_types.push_back(TensorType(r));
+    result_ids.push_back(r.id);
+  }
+  return absl::StrCat("module @troupe_kernel {\n  func.func public @main(", absl::StrJoin(params, ", "),
+                                  ") -> (", absl::StrJoin(result_types, ", "), ") {\n", body_, "    return ",
+                                  absl::StrJoin(result_ids, ", "), " : ", absl::StrJoin(result_types, ", "),
+                                  "\n  }\n}\n");
+}
+
+Value Function::Op(std::string_view name, const std::vector<Value>& args, const Dims& dims, std::string_view type,
+                   std::string_view attributes, std::string_view region) {
+  Value out = Fresh(dims, type);
+  std::vector<std::string> ids, types;
+  for (const Value& a : args) {
+    ids.push_back(a.id);
+    types.push_back(TensorType(a));
+  }
+  absl::StrAppend(&body_, "    ", out.id, " = \"stablehlo.", std::string(name), "\"(", absl::StrJoin(ids, ", "), ")",
+                  region.empty() ? "" : absl::StrCat(" (", std::string(region), ")"),
+                  attributes.empty() ? "" : absl::StrCat(" {", std::string(attributes), "}"), " : (",
+                  absl::StrJoin(types, ", "), ") -> ", TensorType(out), "\n");
+  return out;
+}
+
+Value Function::Constant(double v, std::string_view type, const Dims& dims) {
+  const bool is_float = type == "f32" || type == "bf16" || type == "f64";
+  const std::string literal = is_float ? FloatLiteral(v) : absl::StrCat(static_cast<int64_t>(v));
+  return Op("constant", {}, dims, type, absl::StrCat("value = dense<", literal, "> : ", TensorType(dims, type)));
+}
+
+Value Function::Iota(const Dims& dims, int axis, std::string_view type) {
+  Require(axis >= 0 && axis < static_cast<int>(dims.size()), "iota", "axis out of range");
+  return Op("iota", {}, dims, type, absl::StrCat("iota_dimension = ", axis, " : i64"));
+}
+
+Value Function::Reshape(const Value& x, const Dims& dims) {
+  Value probe{"", dims, x.type};
+  Require(probe.size() == x.size(), "reshape", absl::StrCat(TensorType(x), " to ", TensorType(dims, x.type)));
+  if (x.dims == dims) return x;
+  return Op("reshape", {x}, dims, x.type);
+}
+
+Value Function::Broadcast(const Value& x, const Dims& dims, const std::vector<int64_t>& map) {
+  Require(map.size() == x.dims.size(), "broadcast_in_dim", "one target axis per operand axis");
+  for (size_t i = 0; i < map.size(); ++i) {
+    Require(map[i] < static_cast<int64_t>(dims.size()) && (x.dims[i] == dims[map[i]] || x.dims[i] == 1),
+            "broadcast_in_dim", absl::StrCat(TensorType(x), " to ", TensorType(dims, x.type)));
+  }
+  if (x.dims == dims) return x;
+  return Op("broadcast_in_dim", {x}, dims, x.type, absl::StrCat("broadcast_dimensions = ", I64Array(map)));
+}
+
+Value Function::Splat(const Value& x, const Dims& dims) {
+  if (x.dims == dims) return x;
+  Require(x.dims.empty(), "splat", absl::StrCat(TensorType(x), " is not a scalar or of ", DimsText(dims)));
+  return Broadcast(x, dims, {});
+}
+
+Value Function::Transpose(const Value& x, const std::vector<int64_t>& permutation) {
+  Require(permutation.size() == x.dims.size(), "transpose", "permutation rank");
+  Dims dims;
+  for (int64_t p : permutation) dims.push_back(x.dims.at(p));
+  return Op("transpose", {x}, dims, x.type, absl::StrCat("permutation = ", I64Array(permutation)));
+}
+
+Value Function::Slice(const Value& x, const Dims& start, const Dims& limit) {
+  Require(start.size() == x.dims.size() && limit.size() == x.dims.size(), "slice", "rank");
+  Dims dims;
+  for (size_t i = 0; i < start.size(); ++i) {
+    Require(0 <= start[i] && start[i] <= limit[i] && limit[i] <= x.dims[i], "slice",
+            absl::StrCat("[", start[i], ":", limit[i], "] of ", TensorType(x)));
+    dims.push_back(limit[i] - start[i]);
+  }
+  if (dims == x.dims) return x;
+  return Op("slice", {x}, dims, x.type,
+            absl::StrCat("start_indices = ", I64Array(start), ", limit_indices = ", I64Array(limit),
+                         ", strides = ", I64Array(Dims(start.size(), 1))));
+}
+
+Value Function::Pad(const Value& x, const Value& value, const Dims& lo, const Dims& hi) {
+  Require(lo.size() == x.dims.size() && hi.size() == x.dims.size() && value.dims.empty(), "pad", "rank");
+  Dims dims;
+  bool identity = true;
+  for (size_t i = 0; i < lo.size(); ++i) {
+    dims.push_back(x.dims[i] + lo[i] + hi[i]);
+    Require(dims.back() >= 0, "pad", "negative size");
+    identity = identity && lo[i] == 0 && hi[i] == 0;
+  }
+  if (identity) return x;
+  return Op("pad", {x, value}, dims, x.type,
+            absl::StrCat("edge_padding_low = ", I64Array(lo), ", edge_padding_high = ", I64Array(hi),
+                         ", interior_padding = ", I64Array(Dims(lo.size(), 0))));
+}
+
+Value Function::Concatenate(const std::vector<Value>& parts, int axis) {
+  Require(!parts.empty(), "concatenate", "no operand");
+  if (parts.size() == 1) return parts[0];
+  Dims dims = parts[0].dims;
+  dims.at(axis) = 0;
+  for (const Value& p : parts) dims[axis] += p.dims.at(axis);
+  return Op("concatenate", parts, dims, parts[0].type, absl::StrCat("dimension = ", axis, " : i64"));
+}
+
+Value Function::Convert(const Value& x, std::string_view type) {
+  if (x.type == type) return x;
+  return Op("convert", {x}, x.dims, type);
+}
+
+Value Function::BitcastConvert(const Value& x, const Dims& dims, std::string_view type) {
+  return Op("bitcast_convert", {x}, dims, type);
+}
+
+Value Function::UpdateSlice(const Value& x, const Value& update, const Dims& offsets) {
+  Require(update.type == x.type && update.dims.size() == x.dims.size() && offsets.size() == x.dims.size(),
+          "dynamic_update_slice", absl::StrCat(TensorType(update), " into ", TensorType(x)));
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    Require(offsets[i] >= 0 && offsets[i] + update.dims[i] <= x.dims[i], "dynamic_update_slice",
+            absl::StrCat("offset ", offsets[i], " of ", TensorType(update), " into ", TensorType(x)));
+  }
+  if (update.dims == x.dims) return update;
+  std::vector<Value> args = {x, update};
+  for (int64_t o : offsets) args.push_back(Constant(static_cast<double>(o), "i64"));
+  return Op("dynamic_update_slice", args, x.dims, x.type);
+}
+
+Value Function::Reverse(const Value& x, const std::vector<int64_t>& axes) {
+  return Op("reverse", {x}, x.dims, x.type, absl::StrCat("dimensions = ", I64Array(axes)));
+}
+
+Value Function::Binary(std::string_view op, const Value& a, const Value& b) {
+  const Value& shaped = a.dims.empty() ? b : a;
+  const Value x = Splat(a, shaped.dims), y = Splat(b, shaped.dims);
+  Require(x.type == y.type, op, absl::StrCat(TensorType(x), " and ", TensorType(y)));
+  return Op(op, {x, y}, shaped.dims, x.type);
+}
+
+Value Function::Unary(std::string_view op, const Value& x) { return Op(op, {x}, x.dims, x.type); }
+
+Value Function::Compare(const Value& a, const Value& b, std::string_view direction) {
+  const Value& shaped = a.dims.empty() ? b : a;
+  const Value x = Splat(a, shaped.dims), y = Splat(b, shaped.dims);
+  Require(x.type == y.type, "compare", absl::StrCat(TensorType(x), " and ", TensorType(y)));
+  return Op("compare", {x, y}, shaped.dims, "i1",
+            absl::StrCat("comparison_direction = #stablehlo<comparison_direction ", std::string(direction), ">"));
+}
+
+Value Function::Select(const Value& predicate, const Value& on_true, const Value& on_false) {
+  const Value t = Splat(on_true, predicate.dims), f = Splat(on_false, predicate.dims);
+  return Op("select", {predicate, t, f}, predicate.dims, t.type);
+}
+
+Value Function::Clamp(const Value& lo, const Value& x, const Value& hi) {
+  return Op("clamp", {lo, x, hi}, x.dims, x.type);
+}
+
+Value Function::Reduce(const Value& x, const std::vector<int64_t>& axes, std::string_view op) {
+  if (axes.empty()) return x;
+  const bool add = op == "add";
+  Require(add || op == "maximum", "reduce", "add or maximum");
+  const Value init = add ? Constant(0.0, x.type) : Constant(-3.4028234663852886e38, x.type);
+  Dims dims;
+  for (int i = 0; i < x.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t a : axes) reduced = reduced || a == i;
+    if (!reduced) dims.push_back(x.dims[i]);
+  }
+  const std::string s = TensorType({}, x.type);
+  const std::string region = absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      %r = \"stablehlo.",
+                                          std::string(op), "\"(%lhs, %rhs) : (", s, ", ", s, ") -> ", s,
+                                          "\n      \"stablehlo.return\"(%r) : (", s, ") -> ()\n    }");
+  return Op("reduce", {x, init}, dims, x.type, absl::StrCat("dimensions = ", I64Array(axes)), region);
+}
+
+namespace {
+std::string PrecisionConfig(bool highest) {
+  const char* p = highest ? "HIGHEST" : "DEFAULT";
+  return absl::StrCat("precision_config = [#stablehlo<precision ", p, ">, #stablehlo<precision ", p, ">]");
+}
+}  // namespace
+
+Value Function::Dot(const Value& a, const Value& b, const std::vector<int64_t>& a_contract,
+                    const std::vector<int64_t>& b_contract, const std::vector<int64_t>& a_batch,
+                    const std::vector<int64_t>& b_batch, bool highest) {
+  Require(a_contract.size() == b_contract.size() && a_batch.size() == b_batch.size(), "dot_general", "axes");
+  auto in = [](int64_t i, const std::vector<int64_t>& v) {
+    for (int64_t x : v) {
+      if (x == i) return true;
+    }
+    return false;
+  };
+  Dims dims;
+  for (int64_t i : a_batch) dims.push_back(a.dims.at(i));
+  for (size_t k = 0; k < a_contract.size(); ++k) {
+    Require(a.dims.at(a_contract[k]) == b.dims.at(b_contract[k]), "dot_general",
+            absl::StrCat("contracting ", TensorType(a), " with ", TensorType(b)));
+  }
+  for (int i = 0; i < a.rank(); ++i) {
+    if (!in(i, a_contract) && !in(i, a_batch)) dims.push_back(a.dims[i]);
+  }
+  for (int i = 0; i < b.rank(); ++i) {
+    if (!in(i, b_contract) && !in(i, b_batch)) dims.push_back(b.dims[i]);
+  }
+  std::vector<std::string> fields;
+  if (!a_batch.empty()) {
+    fields.push_back(absl::StrCat("lhs_batching_dimensions = ", List(a_batch)));
+    fields.push_back(absl::StrCat("rhs_batching_dimensions = ", List(b_batch)));
+  }
+  fields.push_back(absl::StrCat("lhs_contracting_dimensions = ", List(a_contract)));
+  fields.push_back(absl::StrCat("rhs_contracting_dimensions = ", List(b_contract)));
+  return Op("dot_general", {a, b}, dims, "f32",
+            absl::StrCat("dot_dimension_numbers = #stablehlo.dot<", absl::StrJoin(fields, ", "), ">, ",
+                         PrecisionConfig(highest)));
+}
+
+Value Function::Convolution(const Value& x, const Value& w, std::string_view layout, const Dims& out_dims,
+                            const Dims& strides, const std::vector<Dims>& padding, const Dims& lhs_dilation,
+                            const Dims& rhs_dilation, bool highest) {
+  std::vector<std::string> pads;
+  for (const Dims& p : padding) pads.push_back(List(p));
+  return Op("convolution", {x, w}, out_dims, "f32",
+            absl::StrCat("dimension_numbers = #stablehlo.conv<", std::string(layout), ">, window_strides = ",
+                         I64Array(strides), ", padding = dense<[", absl::StrJoin(pads, ", "), "]> : tensor<",
+                         padding.size(), "x2xi64>, lhs_dilation = ", I64Array(lhs_dilation),
+                         ", rhs_dilation = ", I64Array(rhs_dilation),
+                         ", feature_group_count = 1 : i64, batch_group_count = 1 : i64, ", PrecisionConfig(highest)));
+}
+
+}  // namespace troupe::pjrt
