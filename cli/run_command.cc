@@ -120,7 +120,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                                : credentials.status();
     }
     if (!valid.ok()) {
-      *exit_code = Fail(loaded->source.Annotate(valid));
+      // A refused config exits 2 whatever the reason (as a usage error).
+      *exit_code = Fail(absl::InvalidArgumentError(loaded->source.Locate(valid.message())));
       return;
     }
     if (resume && !std::filesystem::is_regular_file(
