@@ -1,6 +1,7 @@
 #include "actors/actor.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -26,7 +27,10 @@ float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t fra
 
 absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (actors.count() < 0) return bad("actors.count ", actors.count(), ": must be >= 0");
+  if (actors.count() < 0 || actors.count() > kMaxActors) {
+    return bad("actors.count ", actors.count(), ": must be in [0, ", kMaxActors, "] (processes on this machine)");
+  }
+  if (actors.max_restarts() < 0) return bad("actors.max_restarts ", actors.max_restarts(), ": must be >= 0");
   const struct {
     const char* name;
     double value;
@@ -37,7 +41,7 @@ absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
                       {"random_frames", double(actors.random_frames())}};
   for (const auto& [name, value] : non_negative) {
     // !(>= 0) also refuses NaN.
-    if (!(value >= 0)) return bad("actors.", name, " ", value, ": must be >= 0");
+    if (!(value >= 0) || std::isinf(value)) return bad("actors.", name, " ", value, ": must be finite and >= 0");
   }
   if (actors.noise_max() < actors.noise_min()) {
     return bad("actors.noise_max ", actors.noise_max(), ": must be >= actors.noise_min ", actors.noise_min());

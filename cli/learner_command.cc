@@ -56,16 +56,20 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   args->security.AddTo(cmd);
   cmd->callback([args, exit_code] {
-    auto config = LoadExperimentConfig(args->config, args->overrides);
-    if (!config.ok()) {
-      std::fprintf(stderr, "troupe learner: %s\n", std::string(config.status().message()).c_str());
+    auto loaded = LoadExperimentConfigWithSource(args->config, args->overrides);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "troupe learner: %s\n", std::string(loaded.status().message()).c_str());
       *exit_code = 2;
       return;
     }
-    if (!args->listen.empty()) config->mutable_learner()->set_listen(args->listen);
+    config::ExperimentConfig* config = &loaded->config;
+    if (!args->listen.empty()) {
+      config->mutable_learner()->set_listen(args->listen);
+      loaded->source.overrides["learner.listen"] = "--listen " + args->listen;
+    }
     args->security.ApplyTo(config->mutable_security());
     if (absl::Status valid = launch::ValidateExperiment(*config); !valid.ok()) {
-      std::fprintf(stderr, "troupe learner: %s: %s\n", args->config.c_str(), std::string(valid.message()).c_str());
+      std::fprintf(stderr, "troupe learner: %s\n", loaded->source.Locate(valid.message()).c_str());
       *exit_code = 2;
       return;
     }

@@ -40,6 +40,18 @@ absl::Status CheckRunnable(const config::ExperimentConfig& config) {
   return absl::OkStatus();
 }
 
+// Removes a fresh run directory that holds nothing but its config (and
+// empty files or folders): what a run that failed at its start leaves.
+void RemoveRunDirectoryIfUnused(const std::string& run_dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(run_dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->path().filename() != "config.textproto" && it->file_size(ec) > 0) return;
+    if (!it->is_regular_file(ec) && !it->is_directory(ec)) return;
+  }
+  if (!ec) std::filesystem::remove_all(run_dir, ec);
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "troupe run: %s\n", std::string(status.message()).c_str());
   return absl::IsInvalidArgument(status) || absl::IsNotFound(status) ? 2 : 1;
@@ -82,12 +94,22 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       return;
     }
     const bool resume = !args->resume.empty();
-    const std::string config_path = resume ? args->resume + "/config.textproto" : args->config;
-    auto config = LoadExperimentConfig(config_path, args->overrides);
-    if (!config.ok()) {
-      *exit_code = Fail(config.status());
+    std::error_code ec;
+    if (resume && !std::filesystem::is_directory(args->resume, ec)) {
+      *exit_code = Fail(absl::InvalidArgumentError(
+          absl::StrCat("--resume ", args->resume, ": not a run directory (give the RUN_DIR troupe run made)")));
       return;
     }
+    const std::string config_path = resume ? args->resume + "/config.textproto" : args->config;
+    // Every check before anything is created: the config file, the
+    // overrides, the whole experiment; each error says where the field was
+    // set (file:line or the --set).
+    auto loaded = LoadExperimentConfigWithSource(config_path, args->overrides);
+    if (!loaded.ok()) {
+      *exit_code = Fail(loaded.status());
+      return;
+    }
+    config::ExperimentConfig* config = &loaded->config;
     args->security.ApplyTo(config->mutable_security());
     absl::Status valid = launch::ValidateExperiment(*config);
     if (valid.ok()) valid = CheckRunnable(*config);
@@ -98,7 +120,16 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                                : credentials.status();
     }
     if (!valid.ok()) {
-      *exit_code = Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", valid.message())));
+      // A refused config exits 2 whatever the reason (as a usage error).
+      *exit_code = Fail(absl::InvalidArgumentError(loaded->source.Locate(valid.message())));
+      return;
+    }
+    if (resume && !std::filesystem::is_regular_file(
+                      args->resume + (config->mode() == config::ExperimentConfig::GAN ? "/checkpoints/counters.txt"
+                                                                                      : "/checkpoints/agent.ckpt"),
+                      ec)) {
+      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ", args->resume,
+                                                         "/checkpoints (was the run started with troupe run?)")));
       return;
     }
     std::signal(SIGINT, OnSignal);
@@ -109,6 +140,16 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     }
     // RL: a fresh run directory holding the resolved config, or the one resumed.
     std::string run_dir = args->resume;
+    const bool had_runs_dir = std::filesystem::exists(config->runs_dir(), ec);
+    // What a fresh run that failed at its start made goes again: its
+    // directory, and runs_dir when this run made it.
+    auto remove_unused = [&] {
+      if (resume) return;
+      RemoveRunDirectoryIfUnused(run_dir);
+      if (!had_runs_dir && std::filesystem::is_empty(config->runs_dir(), ec)) {
+        std::filesystem::remove(config->runs_dir(), ec);
+      }
+    };
     if (!resume) {
       auto made = MakeRunDirectory(config->runs_dir(), config->name());
       if (!made.ok()) {
@@ -119,18 +160,17 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
       if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) {
+        remove_unused();
         *exit_code = Fail(s);
         return;
       }
-    } else if (!std::filesystem::exists(run_dir + (config->mode() == config::ExperimentConfig::GAN ? "/checkpoints/counters.txt"
-                                                                          : "/checkpoints/agent.ckpt"))) {
-      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", run_dir, ": no checkpoint in ", run_dir,
-                                                         "/checkpoints (was the run started with troupe run?)")));
-      return;
     }
     if (absl::Status s = config->mode() == config::ExperimentConfig::GAN ? gan::RunGan(*config, run_dir, resume, &stop_requested)
                                                  : launch::RunRlExperiment(*config, run_dir, resume, &stop_requested);
         !s.ok()) {
+      // A fresh run that failed before writing anything (a port taken, data
+      // that does not load) leaves no directory behind.
+      remove_unused();
       *exit_code = Fail(s);
     }
   });

@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/grpc_security.h"
 #include "common/image.h"
+#include "common/limits.h"
 #include "common/plot.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -58,7 +59,14 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
     return bad("checkpoint_every_s ", learner.checkpoint_every_s(), ": must be >= 1");
   }
   if (learner.max_updates() < 0) return bad("max_updates ", learner.max_updates(), ": must be >= 0 (0 = no limit)");
-  if (learner.replay_size() < 1) return bad("replay_size ", learner.replay_size(), ": must be >= 1");
+  if (learner.batch_size() > kMaxLearnerBatchSize) {
+    return bad("batch_size ", learner.batch_size(), ": must be in [1, ", kMaxLearnerBatchSize, "]");
+  }
+  if (learner.replay_size() < 1 || learner.replay_size() > replay::kMaxTableSize) {
+    return bad("replay_size ", learner.replay_size(), ": must be in [1, ", replay::kMaxTableSize, "]");
+  }
+  RETURN_IF_ERROR(CheckFitsInMemory(absl::StrCat("learner.replay_size ", learner.replay_size()),
+                                    static_cast<double>(learner.replay_size()) * replay::kTableBytesPerSlot));
   if (learner.min_replay_size() < 1 || learner.min_replay_size() > learner.replay_size()) {
     return bad("min_replay_size ", learner.min_replay_size(), ": must be in [1, learner.replay_size ",
                learner.replay_size(), "]");
@@ -67,7 +75,7 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
   if (!(learner.samples_per_insert() >= 0) || std::isinf(learner.samples_per_insert())) {
     return bad("samples_per_insert ", learner.samples_per_insert(), ": must be finite and >= 0 (0 = no ratio)");
   }
-  if (learner.listen().empty()) return bad("listen: must be HOST:PORT (port 0 = any free port)");
+  RETURN_IF_ERROR(ValidateHostPort(learner.listen(), "learner.listen"));
   return absl::OkStatus();
 }
 

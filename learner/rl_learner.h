@@ -47,9 +47,14 @@
 
 namespace troupe::learner {
 
+// The largest global batch the learner takes.
+inline constexpr int kMaxLearnerBatchSize = 1 << 16;
+
 // InvalidArgument naming the field ("learner.min_replay_size 0: must be >=
 // 1") for a learner section the RL learner cannot run, its engine section
-// included (engine::ValidateEngineConfig).
+// included (engine::ValidateEngineConfig); listen a strict HOST:PORT; sizes
+// within limits (batch_size, replay_size within replay's table limit and
+// this machine's memory).
 absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner);
 
 struct LearnerStats {

@@ -213,20 +213,20 @@ class GrpcClient : public ReplayClient {
     RETURN_IF_ERROR(FromGrpcStatus(stub_->Info(&context, proto::InfoRequest(), &response)));
     return response;
   }
-  absl::StatusOr<int64_t> Checkpoint(const std::string& path) override {
+  absl::StatusOr<int64_t> Checkpoint(const std::string& name) override {
     RETURN_IF_ERROR(channel_error_);
     grpc::ClientContext context;
     proto::CheckpointRequest request;
-    request.set_path(path);
+    request.set_name(name);
     proto::CheckpointResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(stub_->Checkpoint(&context, request, &response)));
     return response.bytes();
   }
-  absl::StatusOr<int64_t> Restore(const std::string& path) override {
+  absl::StatusOr<int64_t> Restore(const std::string& name) override {
     RETURN_IF_ERROR(channel_error_);
     grpc::ClientContext context;
     proto::RestoreRequest request;
-    request.set_path(path);
+    request.set_name(name);
     proto::RestoreResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(stub_->Restore(&context, request, &response)));
     return response.items();
