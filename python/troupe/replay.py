@@ -169,8 +169,12 @@ class Client:
         rate limiter). For many items a writer() is faster."""
         if self._writer is None:
             self._writer = self.writer()
-        self._writer.insert(table, item, priority)
-        self._writer.flush()
+        try:
+            self._writer.insert(table, item, priority)
+            self._writer.flush()
+        except _native.Error:
+            self._writer = None  # its stream may be broken: the next insert opens another
+            raise
 
     def sample(self, table: str, batch_size: int, timeout: Optional[float] = None) -> Sample:
         """A batch of `batch_size` items (blocking on the rate limiter up to
