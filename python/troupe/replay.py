@@ -102,7 +102,7 @@ class Writer:
             if isinstance(value, Frames):
                 fields.append(list(value))
             else:
-                fields.append(np.ascontiguousarray(value, dtype=field.dtype))
+                fields.append(np.require(np.asarray(value, dtype=field.dtype), requirements="C"))  # 0-d stays 0-d
         self._native.insert(table, float(priority), fields)
 
     def flush(self) -> None:
