@@ -87,6 +87,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--build", default=os.path.join(TOP, "build", "release"))
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--only", help="run the cases whose name contains this (e.g. pixels)")
     parser.add_argument("--json")
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
@@ -103,6 +104,8 @@ def main():
     print(header)
     results = []
     for name, task, observation, repeat, stack, envpool_id, domain, dm_task in CASES:
+        if args.only and args.only not in name:
+            continue
         python_rate = cpp_rate = 0.0
         for _ in range(args.rounds):
             rate, actions = python_loop(troupe, np, task, observation, repeat, stack, args.num_envs, args.seconds)
