@@ -22,6 +22,7 @@ packages=(
   debootstrap patchelf                # the relocatable bundle (tools/bundle.sh) and its bare-root test
   python3-venv                        # tests and benches: PyPI peers and PJRT CPU plugins in venvs under build/
   openssl libssl-dev                  # troupe certs (the openssl command); TLS key checks (libcrypto)
+  pybind11-dev python3-dev python3-numpy python3-pytest  # the Python package (python/) and its tests
 )
 
 missing=()
