@@ -302,51 +302,58 @@ capi::LoadedExecutable* PjrtBackend::Executable(const std::string& text) {
   return *executable;
 }
 
-void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
-  if (bytes == 0) return;
-  int64_t offset = 0;
-  auto [base, a] = Find(device, &offset);
-  if (offset + static_cast<int64_t>(bytes) > static_cast<int64_t>(a->bytes)) {
-    std::fprintf(stderr, "PJRT backend: Upload of %zu bytes at offset %ld overruns an allocation of %zu\n", bytes,
-                 static_cast<long>(offset), a->bytes);
+namespace {
+
+// A host transfer of `bytes` at `offset` into an allocation: float words
+// where it is aligned to them, else bytes; `whole`: all of the allocation.
+struct Transfer {
+  bool words;
+  bool whole;
+  int64_t count;  // words or bytes
+};
+Transfer TransferOf(const char* what, int64_t offset, size_t bytes, size_t allocation_bytes, int64_t allocation_words) {
+  if (offset + static_cast<int64_t>(bytes) > static_cast<int64_t>(allocation_bytes)) {
+    std::fprintf(stderr, "PJRT backend: %s of %zu bytes at offset %ld overruns an allocation of %zu\n", what, bytes,
+                 static_cast<long>(offset), allocation_bytes);
     std::abort();
   }
   const bool words = offset % 4 == 0 && bytes % 4 == 0;
-  if (words && offset == 0 && static_cast<int64_t>(bytes / 4) == a->words) {
-    // The whole allocation: a new buffer replaces the old one.
-    const int64_t dims[] = {a->words};
-    auto buffer = client_->BufferFromHost(host, capi::kF32, dims, device_);
-    if (!buffer.ok()) Fatal(buffer.status(), "uploading");
+  return {words, words && offset == 0 && static_cast<int64_t>(bytes / 4) == allocation_words,
+          static_cast<int64_t>(words ? bytes / 4 : bytes)};
+}
+
+}  // namespace
+
+void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
+  if (bytes == 0) return;
+  int64_t offset = 0;
+  Allocation* a = Find(device, &offset).second;
+  const Transfer t = TransferOf("Upload", offset, bytes, a->bytes, a->words);
+  const int64_t dims[] = {t.count};
+  auto buffer = client_->BufferFromHost(host, t.words ? capi::kF32 : capi::kU8, dims, device_);
+  if (!buffer.ok()) Fatal(buffer.status(), "uploading");
+  if (t.whole) {
+    // The whole allocation: the new buffer replaces the old one.
     client_->Destroy(a->buffer);
     a->buffer = *buffer;
     return;
   }
-  const int64_t n = words ? static_cast<int64_t>(bytes / 4) : static_cast<int64_t>(bytes);
-  const int64_t dims[] = {n};
-  auto buffer = client_->BufferFromHost(host, words ? capi::kF32 : capi::kU8, dims, device_);
-  if (!buffer.ok()) Fatal(buffer.status(), "uploading");
   Launch l(*this);
-  l.Write(device, l.Input(*buffer, {n}, words ? "f32" : "ui8"));
+  l.Write(device, l.Input(*buffer, {t.count}, t.words ? "f32" : "ui8"));
   l.Run();
 }
 
 void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
   if (bytes == 0) return;
   int64_t offset = 0;
-  auto [base, a] = Find(device, &offset);
-  if (offset + static_cast<int64_t>(bytes) > static_cast<int64_t>(a->bytes)) {
-    std::fprintf(stderr, "PJRT backend: Download of %zu bytes at offset %ld overruns an allocation of %zu\n", bytes,
-                 static_cast<long>(offset), a->bytes);
-    std::abort();
-  }
-  const bool words = offset % 4 == 0 && bytes % 4 == 0;
-  if (words && offset == 0 && static_cast<int64_t>(bytes / 4) == a->words) {
+  Allocation* a = Find(device, &offset).second;
+  const Transfer t = TransferOf("Download", offset, bytes, a->bytes, a->words);
+  if (t.whole) {
     Check(client_->ToHost(a->buffer, host, bytes), "downloading");
     return;
   }
   Launch l(*this);
-  const int64_t n = words ? static_cast<int64_t>(bytes / 4) : static_cast<int64_t>(bytes);
-  l.Result(l.Read(device, {n}, words ? "f32" : "ui8"));
+  l.Result(l.Read(device, {t.count}, t.words ? "f32" : "ui8"));
   l.Run();
   std::memcpy(host, l.host(0).data(), bytes);
 }
