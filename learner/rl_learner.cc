@@ -288,6 +288,9 @@ absl::Status RlLearner::Restore() {
       stats_.last_eval_return = std::stod(value);
     }
   }
+  std::printf("resumed from %s: %ld updates, %ld frames\n", dir.c_str(), static_cast<long>(agent_->updates()),
+              static_cast<long>(frames_before_));
+  std::fflush(stdout);
   return absl::OkStatus();
 }
 
