@@ -4,13 +4,17 @@
 // line, and Ctrl-C stopping everything cleanly with a final checkpoint.
 //
 // Run directory: config.textproto (resolved), metrics.csv/jsonl, eval.csv,
-// learning_curve.png, logs/actor-N.log, checkpoints/.
+// learning_curve.png, logs/actor-N.log, checkpoints/, status.txt (the status
+// line, rewritten every second), learner.address (HOST:PORT actors use).
+// The same code runs inside a Slurm job (launch/slurm.h), with each actor
+// started as a job step.
 #ifndef TROUPE_LAUNCH_LAUNCHER_H_
 #define TROUPE_LAUNCH_LAUNCHER_H_
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +28,18 @@
 
 namespace troupe::launch {
 
+// The argv an actor's command is wrapped in (e.g. `srun --nodelist=NODE ...
+// --` for a Slurm job step), given the actor's index; unset = the actor is
+// forked here.
+using ActorWrapper = std::function<std::vector<std::string>(int index)>;
+
+// The argv of `troupe actor` for actor `index` of the run in `run_dir`.
+std::vector<std::string> ActorCommand(const std::string& troupe_binary, const std::string& run_dir,
+                                      const std::string& learner_address, int index);
+
+// The troupe binary this process runs (/proc/self/exe resolved).
+std::string SelfBinary();
+
 // This machine's actor processes: config.actors().count() children running
 // `troupe actor` (this same binary, /proc/self/exe, so only the troupe
 // command can use it) against a learner, each with its output in
@@ -34,11 +50,14 @@ class ActorFleet {
  public:
   // Starts the actors. `run_dir` holds config.textproto (what they read).
   // Once *stop (if given) turns true, dead actors are no longer restarted.
+  // With `wrapper`, each actor runs under it (a Slurm job step: then the pid
+  // watched is the wrapper's, and SIGTERM reaches the actor through it).
   // Errors: ResourceExhausted if fork fails.
   static absl::StatusOr<std::unique_ptr<ActorFleet>> Start(const config::ExperimentConfig& config,
                                                            const std::string& run_dir,
                                                            const std::string& learner_address,
-                                                           const std::atomic<bool>* stop = nullptr);
+                                                           const std::atomic<bool>* stop = nullptr,
+                                                           ActorWrapper wrapper = nullptr);
   ~ActorFleet();  // Stop()
 
   // Stops restarting, sends SIGTERM, waits up to 3 s, then SIGKILLs.
@@ -59,8 +78,11 @@ class ActorFleet {
   ActorFleet() = default;
   void Watch(std::stop_token token);
 
+  absl::StatusOr<pid_t> Spawn(int index) const;
+
   config::ExperimentConfig config_;
-  std::string run_dir_, learner_address_;
+  std::string run_dir_, learner_address_, binary_;
+  ActorWrapper wrapper_;
   const std::atomic<bool>* stop_ = nullptr;
   mutable absl::Mutex mutex_;
   std::vector<Actor> actors_ ABSL_GUARDED_BY(mutex_);
@@ -69,11 +91,26 @@ class ActorFleet {
   std::jthread watcher_;
 };
 
+struct RlRunOptions {
+  // How actors start (see ActorWrapper); unset = forked on this machine.
+  ActorWrapper actor_wrapper;
+  // The host actors are told when the learner listens on every interface
+  // (0.0.0.0); empty = this machine's host name.
+  std::string advertised_host;
+};
+
 // Runs until total_frames / max_updates or *stop. `run_dir` exists and holds
 // config.textproto; with `resume`, training continues from its checkpoint.
 // Errors: config errors naming the field, "port in use", learner errors.
 absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
-                             const std::atomic<bool>* stop);
+                             const std::atomic<bool>* stop, const RlRunOptions& options = {});
+
+// `address` with an every-interface host (0.0.0.0, ::, empty) replaced by
+// `host` (this machine's name when empty).
+std::string ReachableAddress(const std::string& address, const std::string& host = "");
+
+// Writes RUN_DIR/status.txt: `line`, then "updated UNIX_SECONDS".
+void WriteStatusFile(const std::string& run_dir, const std::string& line);
 
 }  // namespace troupe::launch
 

@@ -20,6 +20,7 @@ packages=(
   dataset-fashion-mnist               # GAN mode and the FID classifier (IDX files)
   xvfb xauth                          # viewer tests in a real window
   debootstrap patchelf                # the relocatable bundle (tools/bundle.sh) and its bare-root test
+  slurm-wlm munge                     # troupe run --slurm (sbatch, srun, ...) and its test's private Slurm
 )
 
 missing=()
