@@ -47,6 +47,7 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
     std::fflush(stdout);
     std::signal(SIGINT, OnActorSignal);
     std::signal(SIGTERM, OnActorSignal);
+    std::signal(SIGUSR1, OnActorSignal);  // what srun forwards (troupe run --slurm stopping its actor steps)
     auto stats = actors::RunActor(*options, &actor_stop);
     if (!stats.ok()) {
       std::fprintf(stderr, "troupe actor %d: %s\n", options->index, stats.status().ToString().c_str());

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -152,7 +153,9 @@ void AddSlurmJobCommand(CLI::App& app, int* exit_code) {
     std::signal(SIGTERM, OnJobStop);
     std::signal(SIGUSR1, OnTimeLimitWarning);
     if (absl::Status s = launch::RunSlurmJob(*run_dir, launch::SelfBinary(), &job_stop, &job_requeue); !s.ok()) {
-      std::fprintf(stderr, "troupe slurm-job: %s\n", s.ToString().c_str());
+      const char* job = std::getenv("SLURM_JOB_ID");
+      std::fprintf(stderr, "troupe slurm-job: %s\nthe job failed; its logs: %s/slurm/job-%s.out (this output), %s/logs/\n",
+                   s.ToString().c_str(), run_dir->c_str(), job ? job : "JOBID", run_dir->c_str());
       *exit_code = 1;
     }
   });

@@ -95,7 +95,7 @@ absl::StatusOr<pid_t> ActorFleet::Spawn(int index) const {
   std::vector<std::string> argv =
       ActorCommand(wrapper_ ? binary_ : "/proc/self/exe", run_dir_, learner_address_, index);
   if (wrapper_) {
-    std::vector<std::string> wrapped = wrapper_(index);
+    std::vector<std::string> wrapped = wrapper_.argv(index);
     wrapped.insert(wrapped.end(), argv.begin(), argv.end());
     argv = std::move(wrapped);
   }
@@ -167,17 +167,36 @@ void ActorFleet::Stop() {
     stopping_ = true;
   }
   watcher_ = std::jthread();  // requests stop and joins
-  // SIGTERM, then SIGKILL after 3 s.
+  // The stop signal (SIGTERM, or the wrapper's) to all; after 3 s, SIGTERM to
+  // wrappers still there (srun then ends its step through Slurm); after 2 s
+  // more, SIGKILL.
   absl::MutexLock lock(&mutex_);
-  for (const Actor& actor : actors_) {
-    if (actor.pid > 0) kill(actor.pid, SIGTERM);
-  }
-  for (Actor& actor : actors_) {
-    if (actor.pid <= 0) continue;
-    for (int i = 0; i < 30 && waitpid(actor.pid, nullptr, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int stop_signal = wrapper_ ? wrapper_.stop_signal : SIGTERM;
+  auto reap_until = [this](std::chrono::steady_clock::time_point deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    while (true) {
+      bool alive = false;
+      for (Actor& actor : actors_) {
+        if (actor.pid > 0 && waitpid(actor.pid, nullptr, WNOHANG) == actor.pid) actor.pid = -1;
+        alive = alive || actor.pid > 0;
+      }
+      if (!alive || std::chrono::steady_clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (kill(actor.pid, SIGKILL) == 0) waitpid(actor.pid, nullptr, 0);
+  };
+  auto signal_all = [this](int signal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    for (const Actor& actor : actors_) {
+      if (actor.pid > 0) kill(actor.pid, signal);
+    }
+  };
+  signal_all(stop_signal);
+  reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(3));
+  if (stop_signal != SIGTERM) {
+    signal_all(SIGTERM);
+    reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  }
+  signal_all(SIGKILL);
+  for (Actor& actor : actors_) {
+    if (actor.pid > 0) waitpid(actor.pid, nullptr, 0);
     actor.pid = -1;
   }
 }
@@ -249,6 +268,9 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
   const absl::Status status = learner->Run(stop);
   interrupter.request_stop();
   status_thread.request_stop();
+  // Replay closed first: an actor blocked on an insert the rate limiter
+  // holds (nothing samples any more) sees it at once, and then its stop.
+  learner->Interrupt();
   actors->Stop();
   status_thread = std::jthread();
   const learner::LearnerStats s = learner->Stats();

@@ -11,6 +11,7 @@
 #ifndef TROUPE_LAUNCH_LAUNCHER_H_
 #define TROUPE_LAUNCH_LAUNCHER_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -28,10 +29,17 @@
 
 namespace troupe::launch {
 
-// The argv an actor's command is wrapped in (e.g. `srun --nodelist=NODE ...
-// --` for a Slurm job step), given the actor's index; unset = the actor is
-// forked here.
-using ActorWrapper = std::function<std::vector<std::string>(int index)>;
+// How actors start when they are not simply forked here: the argv an
+// actor's command is wrapped in, given the actor's index (e.g. `srun
+// --nodelist=NODE ...` for a Slurm job step), and the signal that asks a
+// wrapped actor to stop (srun turns SIGTERM into a kill of its step, but
+// forwards SIGUSR1, which troupe actor takes as a stop). Unset argv = forked
+// here, stopped with SIGTERM.
+struct ActorWrapper {
+  std::function<std::vector<std::string>(int index)> argv;
+  int stop_signal = SIGTERM;
+  explicit operator bool() const { return static_cast<bool>(argv); }
+};
 
 // The argv of `troupe actor` for actor `index` of the run in `run_dir`.
 std::vector<std::string> ActorCommand(const std::string& troupe_binary, const std::string& run_dir,
@@ -51,16 +59,17 @@ class ActorFleet {
   // Starts the actors. `run_dir` holds config.textproto (what they read).
   // Once *stop (if given) turns true, dead actors are no longer restarted.
   // With `wrapper`, each actor runs under it (a Slurm job step: then the pid
-  // watched is the wrapper's, and SIGTERM reaches the actor through it).
+  // watched is the wrapper's, and its stop signal reaches the actor through it).
   // Errors: ResourceExhausted if fork fails.
   static absl::StatusOr<std::unique_ptr<ActorFleet>> Start(const config::ExperimentConfig& config,
                                                            const std::string& run_dir,
                                                            const std::string& learner_address,
                                                            const std::atomic<bool>* stop = nullptr,
-                                                           ActorWrapper wrapper = nullptr);
+                                                           ActorWrapper wrapper = {});
   ~ActorFleet();  // Stop()
 
-  // Stops restarting, sends SIGTERM, waits up to 3 s, then SIGKILLs.
+  // Stops restarting, sends SIGTERM (the wrapper's stop signal), waits up
+  // to 3 s (then SIGTERM to a wrapper and 2 s more), then SIGKILLs.
   void Stop();
 
   // The live actors' process ids (for CPU accounting), and counts.

@@ -301,8 +301,10 @@ absl::StatusOr<SlurmPartition> QuerySlurmPartition(const std::string& partition)
   for (const std::string& line : Lines(sinfo.output)) {
     std::vector<std::string> cells = absl::StrSplit(line, '|');
     if (cells.size() != 3) continue;
-    std::string name = cells[0];
-    if (absl::ConsumeSuffix(&name, "*")) default_name = name;
+    absl::string_view starred = cells[0];
+    const bool is_default = absl::ConsumeSuffix(&starred, "*");
+    const std::string name(starred);
+    if (is_default) default_name = name;
     int nodes = 0, cpus = 0;
     (void)absl::SimpleAtoi(cells[1], &nodes);
     (void)absl::SimpleAtoi(absl::StripSuffix(cells[2], "+"), &cpus);
@@ -437,7 +439,9 @@ absl::Status RunSlurmJob(const std::string& run_dir, const std::string& troupe_b
   // Each actor is a job step of one task on its node; it may share the
   // allocation's CPUs with the learner (--overlap), so that a step never
   // waits for resources the batch step holds.
-  const ActorWrapper wrapper = [&plan, &nodes, cpus = config.slurm().cpus_per_actor()](int index) {
+  ActorWrapper wrapper;
+  wrapper.stop_signal = SIGUSR1;  // srun forwards it; SIGTERM would make srun kill the step
+  wrapper.argv = [&plan, &nodes, cpus = config.slurm().cpus_per_actor()](int index) {
     return std::vector<std::string>{"srun",
                                     "--nodes=1",
                                     "--ntasks=1",
@@ -457,12 +461,7 @@ absl::Status RunSlurmJob(const std::string& run_dir, const std::string& troupe_b
     config.mutable_learner()->set_listen("0.0.0.0" + listen.substr(listen.rfind(':')));
     status = RunRlExperiment(config, run_dir, resume, stop, {.actor_wrapper = wrapper, .advertised_host = HostName()});
   }
-  if (!status.ok()) {
-    absl::PrintF("\ntroupe slurm job %s failed: %s\nlogs: %s/slurm/job-%s.out, %s/logs/actor-N.log\n", job_id,
-                status.ToString(), run_dir, job_id, run_dir);
-    std::fflush(stdout);
-    return status;
-  }
+  RETURN_IF_ERROR(status);
   // Slurm's warning before the time limit: checkpointed above; run on in a
   // requeued job.
   if (requeue->load() && config.slurm().requeue()) {

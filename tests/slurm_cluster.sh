@@ -6,6 +6,7 @@
 #
 #   slurm_cluster.sh start DIR [WATCH_PID]   prints SLURM_CONF=DIR/slurm.conf
 #   slurm_cluster.sh stop DIR                cancels every job, stops the daemons
+#   slurm_cluster.sh steps DIR               the pids of its slurmstepd processes left
 #
 # With WATCH_PID, a watchdog stops the cluster once that process is gone (a
 # test that crashed or was killed by its timeout). Exit 77: not root.
@@ -13,6 +14,14 @@ set -euo pipefail
 
 action=${1:?start|stop}
 dir=${2:?DIR}
+
+# The slurmstepd processes of this cluster (their environment names its slurm.conf).
+stepds_of_this_cluster() {
+  local pid
+  for pid in $(pgrep -x slurmstepd || true); do
+    if grep -qzx "SLURM_CONF=$dir/slurm.conf" "/proc/$pid/environ" 2>/dev/null; then echo "$pid"; fi
+  done
+}
 
 # Stops what `start` started, by the pids it recorded; safe to run twice.
 stop_cluster() {
@@ -34,13 +43,9 @@ stop_cluster() {
     for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
   done
-  # Job steps whose slurmstepd outlived its slurmd (the spool dir names them).
-  for pid_dir in /proc/[0-9]*; do
-    if [[ "$(cat "$pid_dir/comm" 2>/dev/null)" == slurmstepd ]] &&
-       ls -l "$pid_dir/fd" 2>/dev/null | grep -q "$dir/"; then
-      kill -9 "${pid_dir#/proc/}" 2>/dev/null || true
-    fi
-  done
+  # Job steps whose slurmstepd outlived its slurmd: ours have this
+  # cluster's SLURM_CONF in their environment.
+  for pid in $(stepds_of_this_cluster); do kill -9 "$pid" 2>/dev/null || true; done
   [[ -n "${WATCHDOG:-}" ]] || { [[ -f "$dir/watchdog.pid" ]] && kill "$(cat "$dir/watchdog.pid")" 2>/dev/null || true; }
   rm -f "$dir"/*.pid
 }
@@ -55,6 +60,10 @@ free_port() {
 }
 
 case "$action" in
+  steps)
+    stepds_of_this_cluster
+    exit 0
+    ;;
   stop)
     stop_cluster
     exit 0

@@ -122,10 +122,12 @@ class SlurmEndToEndTest : public ::testing::Test {
     Shell(std::string(TROUPE_SOURCE_DIR) + "/tests/slurm_cluster.sh stop " + cluster_dir);
     // Every daemon is gone, and no job step outlived them.
     for (const std::string& pid : daemon_pids) {
-      if (!pid.empty()) EXPECT_FALSE(fs::exists("/proc/" + std::to_string(std::stoi(pid)))) << "daemon pid " << pid;
+      if (!pid.empty()) {
+        EXPECT_FALSE(fs::exists("/proc/" + std::to_string(std::stoi(pid)))) << "daemon pid " << pid;
+      }
     }
-    const std::string steps = Shell("pgrep -x slurmstepd || true").second;
-    EXPECT_EQ(steps, "") << "slurmstepd processes left";
+    const std::string steps = Shell(std::string(TROUPE_SOURCE_DIR) + "/tests/slurm_cluster.sh steps " + cluster_dir).second;
+    EXPECT_EQ(steps, "") << "slurmstepd processes of the private cluster left";
   }
   void SetUp() override {
     if (skip_reason.rfind("FAILED", 0) == 0) FAIL() << skip_reason;
@@ -262,8 +264,53 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
     EXPECT_GE(after[i][kFrames], frames_at_cancel) << "row " << i;
   }
   EXPECT_GT(after.back()[kUpdates], updates_at_cancel + 50);
+
+  // Slurm's warning before the time limit (what --signal=B:USR1@N sends the
+  // batch shell, sent now): the learner checkpoints, the job requeues itself
+  // and, started again, resumes from that checkpoint.
+  Shell(SlurmEnv() + "scancel --batch --signal=USR1 " + job2);
+  EXPECT_NE(AwaitMatch(job2_output, "checkpointed before the time limit; (requeueing) job", 30), "")
+      << Read(job2_output);
+  ASSERT_TRUE(AwaitJobState(job2, std::regex("PENDING|REQUEUED"), 30)) << JobState(job2);
+  const double updates_at_warning = Metrics(run_dir).back()[kUpdates];
+  const size_t rows_at_warning = Metrics(run_dir).size();
+  // Slurm holds a requeued job for two minutes (its EligibleTime); the
+  // test's operator lets it start now.
+  Shell(SlurmEnv() + "scontrol update jobid=" + job2 + " StartTime=now");
+  ASSERT_TRUE(AwaitJobState(job2, std::regex("RUNNING"), 30)) << JobState(job2);
+  EXPECT_NE(AwaitMatch(job2_output, "troupe slurm job \\d+ \\(restart 1\\) .*(resuming from the checkpoint)", 30), "")
+      << Read(job2_output);
+  const auto requeued_deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < requeued_deadline && Metrics(run_dir).back()[kUpdates] <= updates_at_warning + 50) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const auto requeued = Metrics(run_dir);
+  ASSERT_GT(requeued.size(), rows_at_warning) << Read(job2_output);
+  for (size_t i = rows_at_warning; i < requeued.size(); ++i) {
+    EXPECT_GE(requeued[i][kUpdates], updates_at_warning) << "row " << i;
+  }
+  EXPECT_GT(requeued.back()[kUpdates], updates_at_warning + 50);
   Shell(SlurmEnv() + "scancel " + job2);
   EXPECT_TRUE(AwaitJobState(job2, std::regex("CANCELLED|COMPLETED|FAILED"), 60)) << JobState(job2);
+}
+
+// A run that ends by itself (learner.max_updates): the learner's end stops
+// the actors and the job completes.
+TEST_F(SlurmEndToEndTest, TheLearnersEndStopsTheActorsAndCompletesTheJob) {
+  const auto [code, out] = Troupe("run " + WriteConfig(dir_, kSlurmSection) + " --slurm --set learner.max_updates=300");
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted Slurm job (\\d+) .*run directory (\\S+)"))) << out;
+  const std::string job = m[1], run_dir = m[2];
+  ASSERT_TRUE(AwaitJobState(job, std::regex("COMPLETED|FAILED|CANCELLED"), 60)) << JobState(job);
+  EXPECT_EQ(JobState(job), "COMPLETED") << Read(run_dir + "/slurm/job-" + job + ".out");
+  EXPECT_EQ(Metrics(run_dir).back()[kUpdates], 300);
+  // Each actor was stopped (SIGUSR1 through srun) and said so as it ended.
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = run_dir + "/logs/actor-" + std::to_string(i) + ".log";
+    EXPECT_NE(AwaitMatch(log, "actor \\d+: (\\d+) frames, \\d+ episodes", 5), "") << Read(log);
+  }
+  EXPECT_THAT(Read(run_dir + "/status.txt"), HasSubstr("ended (ok)"));
 }
 
 // The same config run locally (troupe run without --slurm), for the time to
