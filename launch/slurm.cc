@@ -152,9 +152,11 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
   // Until the ranks end; a stop goes to them (mpirun forwards SIGUSR1 to its
   // ranks, srun SIGTERM) and they checkpoint.
   bool signalled = false;
+  fs::file_time_type stopped_at;
   auto last_status = std::chrono::steady_clock::now();
   while (!exited) {
     if (stop->load() && !signalled) {
+      stopped_at = fs::file_time_type::clock::now();
       kill(learner, slurm.mpi_launch() == config::SlurmConfig::SRUN_PMIX ? SIGTERM : SIGUSR1);
       signalled = true;
     }
@@ -176,10 +178,17 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
   if (actors) actors->Stop();
   const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
   WriteStatusFile(run_dir, absl::StrFormat("%s | ended (learner ranks exit status %d)", config.env().task(), code));
-  if (code != 0) {
-    return absl::InternalError(absl::StrCat("the learner ranks (", argv[0], ") ended with exit status ", code));
+  if (code == 0) return absl::OkStatus();
+  // scancel signals mpirun too, which then ends with an error of its own
+  // after its ranks have stopped: a checkpoint written since the stop means
+  // they stopped as asked.
+  std::error_code error;
+  const auto checkpoint = fs::last_write_time(run_dir + "/checkpoints/agent.ckpt", error);
+  if (signalled && !error && checkpoint >= stopped_at - std::chrono::seconds(1)) {
+    absl::PrintF("the learner ranks checkpointed and stopped (%s exit status %d)\n", argv[0], code);
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("the learner ranks (", argv[0], ") ended with exit status ", code));
 }
 
 }  // namespace
