@@ -87,6 +87,19 @@ int SubmitToSlurm(const config::ExperimentConfig& config, const std::string& con
         "--slurm: no sbatch on the PATH; run troupe where Slurm's commands are (a login node of the cluster), or "
         "install them (Debian: apt-get install slurm-client); nothing was submitted"));
   }
+  // The job's shape comes from the slurm section, which the job itself reads
+  // to place its processes; sbatch options must not change it.
+  for (const std::string& option : sbatch_options) {
+    for (const char* shape : {"-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "-c", "--cpus-per-task"}) {
+      const std::string name = option.substr(0, option.find('='));
+      if (name == shape || (shape[1] != '-' && option.rfind(shape, 0) == 0 && option.size() > 2 && option[1] != '-')) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+            "--slurm ", option, ": the job's nodes, tasks and CPUs come from the config's slurm section (",
+            "--set slurm.nodes=N, slurm.tasks_per_node, slurm.cpus_per_actor, slurm.cpus_per_learner_rank); "
+            "nothing was submitted")));
+      }
+    }
+  }
   auto plan = launch::PlanSlurmJob(config);
   if (!plan.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", plan.status().message())));
   const std::string partition_name = PartitionOf(sbatch_options, config.slurm().partition());
@@ -128,6 +141,9 @@ int SubmitToSlurm(const config::ExperimentConfig& config, const std::string& con
   if (!run_dir.empty() && run_dir.back() == '/') run_dir.pop_back();
   std::filesystem::create_directories(run_dir + "/slurm");
   std::filesystem::create_directories(run_dir + "/logs");
+  // Where the security work's token goes (never on a command line): owner only.
+  std::filesystem::create_directories(run_dir + "/secrets");
+  std::filesystem::permissions(run_dir + "/secrets", std::filesystem::perms::owner_all);
   const std::string script = run_dir + "/slurm/job.sh";
   if (absl::Status s = WriteFileAtomically(script, launch::SlurmJobScript(config, *plan, run_dir, launch::SelfBinary()));
       !s.ok()) {

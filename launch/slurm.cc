@@ -377,8 +377,8 @@ std::string SlurmJobScript(const config::ExperimentConfig& config, const SlurmPl
                   "# Written by `troupe run --slurm` for the run directory below (on storage every node sees).\n"
                   "# Resubmit: troupe run --resume ", run_dir, " --slurm. Where it stands: troupe status ", run_dir,
                   "\n"
-                  "# Credentials: secrets are never put on a command line; a token for the learner's port goes in\n"
-                  "# ", run_dir, "/secrets/ (mode 0700, files 0600), which troupe reads there.\n");
+                  "# Credentials: never on a command line. The hook for a token of the learner's port (not yet\n"
+                  "# used: TLS and tokens are still to land) is ", run_dir, "/secrets/ (mode 0700, files 0600).\n");
   absl::StrAppend(&s, "exec ", Quote(troupe_binary), " slurm-job ", Quote(run_dir), "\n");
   return s;
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -185,6 +186,10 @@ TEST_F(SlurmEndToEndTest, RefusesAnAllocationTooSmallForTheConfig) {
   std::tie(code, out) = Troupe("run " + WriteConfig(dir_, "nodes: 1 cpus_per_actor: 2") + " --slurm");
   EXPECT_EQ(code, 2);
   EXPECT_THAT(out, HasSubstr("= 6 CPUs per node, but the nodes of the default partition \"debug\" have 4")) << out;
+  // The job's shape is the config's, not sbatch's.
+  std::tie(code, out) = Troupe("run " + WriteConfig(dir_, kSlurmSection) + " --slurm -N1");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--slurm -N1: the job's nodes, tasks and CPUs come from the config's slurm section")) << out;
   ExpectNothingSubmitted();
 }
 
@@ -311,6 +316,37 @@ TEST_F(SlurmEndToEndTest, TheLearnersEndStopsTheActorsAndCompletesTheJob) {
     EXPECT_NE(AwaitMatch(log, "actor \\d+: (\\d+) frames, \\d+ episodes", 5), "") << Read(log);
   }
   EXPECT_THAT(Read(run_dir + "/status.txt"), HasSubstr("ended (ok)"));
+}
+
+// learner.engine.collectives MPI: the job starts the learner's ranks with
+// mpirun inside the allocation (ranks 0, 1 on n0, rank 2 on n1; the actor on
+// n1), the actor finds rank 0 through learner.address, and all ranks end
+// with the same state.
+TEST_F(SlurmEndToEndTest, MpiLearnerRanksSpanTheNodes) {
+  const auto [code, out] =
+      Troupe("run " + WriteConfig(dir_, "nodes: 2 tasks_per_node: 2 cpus_per_actor: 1 cpus_per_learner_rank: 1") +
+                 " --slurm --set learner.engine.collectives=MPI --set learner.engine.replicas=3 --set "
+                 "learner.batch_size=96 --set actors.count=1 --set learner.max_updates=200",
+             "OMPI_MCA_btl=self,vader,tcp");
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted Slurm job (\\d+) .*run directory (\\S+)"))) << out;
+  const std::string job = m[1], run_dir = m[2];
+  const std::string output = run_dir + "/slurm/job-" + job + ".out";
+  ASSERT_TRUE(AwaitJobState(job, std::regex("COMPLETED|FAILED|CANCELLED"), 90)) << JobState(job);
+  EXPECT_EQ(JobState(job), "COMPLETED") << Read(output);
+  const std::string log = Read(output);
+  EXPECT_THAT(log, HasSubstr("mpirun -np 3 --host n0:2,n1:1"));
+  const std::regex final_line("learner rank (\\d) of 3: (\\d+) updates, state checksum ([0-9a-f]{16})");
+  std::set<std::string> ranks, states;
+  for (std::sregex_iterator it(log.begin(), log.end(), final_line), end; it != end; ++it) {
+    ranks.insert((*it)[1]);
+    states.insert(std::string((*it)[2]) + " " + std::string((*it)[3]));
+  }
+  EXPECT_EQ(ranks.size(), 3u) << log;
+  EXPECT_EQ(states.size(), 1u) << log;
+  EXPECT_NE(AwaitMatch(run_dir + "/logs/actor-0.log", "actor 0 .*(Slurm node n1)", 5), "");
+  EXPECT_NE(AwaitMatch(run_dir + "/logs/actor-0.log", "params v(\\d+)", 5), "") << Read(run_dir + "/logs/actor-0.log");
 }
 
 // The same config run locally (troupe run without --slurm), for the time to
