@@ -95,13 +95,16 @@ chmod 600 "$dir/munge.key"
 munged --socket="$dir/munge.sock" --key-file="$dir/munge.key" --pid-file="$dir/munged.pid" \
   --log-file="$dir/log/munged.log" --seed-file="$dir/munge.seed" --force
 
+# cred_expire: a requeued job waits this long (+1 s) before it may start
+# again, so that no node still holds the old run's revoked credential
+# (Slurm's default is 120 s).
 cat >"$dir/slurm.conf" <<EOF
 ClusterName=troupetest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge.sock
+AuthInfo=socket=$dir/munge.sock,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n

@@ -279,10 +279,9 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
   ASSERT_TRUE(AwaitJobState(job2, std::regex("PENDING|REQUEUED"), 30)) << JobState(job2);
   const double updates_at_warning = Metrics(run_dir).back()[kUpdates];
   const size_t rows_at_warning = Metrics(run_dir).size();
-  // Slurm holds a requeued job for two minutes (its EligibleTime); the
-  // test's operator lets it start now.
-  Shell(SlurmEnv() + "scontrol update jobid=" + job2 + " StartTime=now");
-  ASSERT_TRUE(AwaitJobState(job2, std::regex("RUNNING"), 30)) << JobState(job2);
+  // Slurm holds a requeued job until the old run's credentials expire
+  // (cred_expire, 10 s on the test's cluster; 120 s by default).
+  ASSERT_TRUE(AwaitJobState(job2, std::regex("RUNNING"), 45)) << Shell(SlurmEnv() + "scontrol show job " + job2).second;
   EXPECT_NE(AwaitMatch(job2_output, "troupe slurm job \\d+ \\(restart 1\\) .*(resuming from the checkpoint)", 30), "")
       << Read(job2_output);
   const auto requeued_deadline = Clock::now() + std::chrono::seconds(60);
