@@ -317,6 +317,29 @@ TEST_F(SlurmEndToEndTest, TheLearnersEndStopsTheActorsAndCompletesTheJob) {
   EXPECT_THAT(Read(run_dir + "/status.txt"), HasSubstr("ended (ok)"));
 }
 
+// A job that fails (here: resumed from a checkpoint that is not one) says
+// where its logs are, and troupe status shows it failed.
+TEST_F(SlurmEndToEndTest, AFailedJobSaysWhereItsLogsAre) {
+  auto [code, out] = Troupe("run " + WriteConfig(dir_, kSlurmSection) + " --slurm --set learner.max_updates=50");
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted Slurm job (\\d+) .*run directory (\\S+)"))) << out;
+  const std::string job = m[1], run_dir = m[2];
+  ASSERT_TRUE(AwaitJobState(job, std::regex("COMPLETED|FAILED|CANCELLED"), 60)) << JobState(job);
+  std::ofstream(run_dir + "/checkpoints/agent.ckpt", std::ios::trunc) << "not a checkpoint";
+  std::tie(code, out) = Troupe("run --resume " + run_dir + " --slurm");
+  ASSERT_EQ(code, 0) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted Slurm job (\\d+)"))) << out;
+  const std::string failed = m[1];
+  ASSERT_TRUE(AwaitJobState(failed, std::regex("COMPLETED|FAILED|CANCELLED"), 60)) << JobState(failed);
+  EXPECT_EQ(JobState(failed), "FAILED");
+  const std::string output = run_dir + "/slurm/job-" + failed + ".out";
+  EXPECT_THAT(Read(output), HasSubstr("the job failed; its logs: " + output + " (this output), " + run_dir + "/logs/"));
+  std::tie(code, out) = Troupe("status " + run_dir);
+  EXPECT_THAT(out, HasSubstr("slurm job " + failed + ": FAILED")) << out;
+  EXPECT_THAT(out, HasSubstr("job output " + output)) << out;
+}
+
 // learner.engine.collectives MPI: the job starts the learner's ranks with
 // mpirun inside the allocation (ranks 0, 1 on n0, rank 2 on n1; the actor on
 // n1), the actor finds rank 0 through learner.address, and all ranks end
