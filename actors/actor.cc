@@ -1,6 +1,7 @@
 #include "actors/actor.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "actors/observation_stack.h"
 #include "actors/parameter_client.h"
 #include "actors/transition_writer.h"
+#include "common/grpc_security.h"
 #include "common/status_macros.h"
 #include "envs/env_pool.h"
 #include "replay/grpc_client.h"
@@ -25,7 +27,10 @@ float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t fra
 
 absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (actors.count() < 0) return bad("actors.count ", actors.count(), ": must be >= 0");
+  if (actors.count() < 0 || actors.count() > kMaxActors) {
+    return bad("actors.count ", actors.count(), ": must be in [0, ", kMaxActors, "] (processes on this machine)");
+  }
+  if (actors.max_restarts() < 0) return bad("actors.max_restarts ", actors.max_restarts(), ": must be >= 0");
   const struct {
     const char* name;
     double value;
@@ -36,7 +41,7 @@ absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
                       {"random_frames", double(actors.random_frames())}};
   for (const auto& [name, value] : non_negative) {
     // !(>= 0) also refuses NaN.
-    if (!(value >= 0)) return bad("actors.", name, " ", value, ": must be >= 0");
+    if (!(value >= 0) || std::isinf(value)) return bad("actors.", name, " ", value, ": must be finite and >= 0");
   }
   if (actors.noise_max() < actors.noise_min()) {
     return bad("actors.noise_max ", actors.noise_max(), ": must be >= actors.noise_min ", actors.noise_min());
@@ -67,10 +72,11 @@ struct Connection {
   std::unique_ptr<TransitionWriter> transitions;
 };
 
-absl::Status Connect(const std::string& address, const TransitionLayout& layout, int num_envs, Connection* c) {
+absl::Status Connect(const std::string& address, const GrpcCredentials& credentials, const TransitionLayout& layout,
+                     int num_envs, Connection* c) {
   c->transitions.reset();
   c->writer.reset();
-  c->client = replay::NewGrpcClient(address);
+  c->client = replay::NewGrpcClient(address, {.credentials = credentials});
   ASSIGN_OR_RETURN(c->writer, c->client->NewWriter());
   c->transitions = std::make_unique<TransitionWriter>(c->writer.get(), num_envs, layout);
   return absl::OkStatus();
@@ -86,6 +92,8 @@ bool Retryable(const absl::Status& status) {
 absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atomic<bool>* stop) {
   const config::ExperimentConfig& config = options.config;
   RETURN_IF_ERROR(ValidateActorsConfig(config.actors()));
+  // TLS and the token from config.security and $TROUPE_TOKEN (common/grpc_security.h).
+  ASSIGN_OR_RETURN(const GrpcCredentials credentials, LoadGrpcCredentials(config.security()));
   // The env as the agent observes it (frames stacked; the pool renders single frames).
   ASSIGN_OR_RETURN(const envs::EnvSpec observed, envs::DescribeEnv(config.env()));
   const agents::ObservationSpec spec = agents::ObservationSpecOf(observed);
@@ -106,9 +114,9 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
 
   const TransitionLayout layout = ActorTransitionLayout(config, spec, action_size);
 
-  ParameterClient parameters(options.learner_address);
+  ParameterClient parameters(options.learner_address, credentials);
   Connection connection;
-  RETURN_IF_ERROR(Connect(options.learner_address, layout, n, &connection));
+  RETURN_IF_ERROR(Connect(options.learner_address, credentials, layout, n, &connection));
   (void)parameters.WaitForFirst(options.connect_timeout_ms);
 
   std::mt19937_64 rng(config.env().seed() * 7919 + options.index);
@@ -194,12 +202,12 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     ++stats.reconnects;
-    absl::Status connected = Connect(options.learner_address, layout, n, &connection);
+    absl::Status connected = Connect(options.learner_address, credentials, layout, n, &connection);
     if (connected.ok()) connected = start_all();
     while (!connected.ok() && Retryable(connected) && !(stop && stop->load())) {
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-      connected = Connect(options.learner_address, layout, n, &connection);
+      connected = Connect(options.learner_address, credentials, layout, n, &connection);
       if (connected.ok()) connected = start_all();
     }
     if (!connected.ok() && !Retryable(connected)) return connected;

@@ -35,8 +35,12 @@ struct ActorOptions {
 // and the decaying start).
 float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t frames);
 
+// The most actor processes `troupe run` starts on one machine.
+inline constexpr int kMaxActors = 256;
+
 // InvalidArgument naming the field ("actors.noise_decay_frames -5: must be
-// >= 0") for exploration settings an actor cannot use.
+// >= 0") for exploration settings an actor cannot use, or more than
+// kMaxActors actors.
 absl::Status ValidateActorsConfig(const config::ActorsConfig& actors);
 
 // How an actor for `config` writes its transitions into replay.

@@ -53,11 +53,16 @@ TEST(ValidateActorsConfigTest, NamesTheFieldAndValue) {
     void (*set)(config::ActorsConfig&);
     const char* message;
   } cases[] = {
-      {[](config::ActorsConfig& a) { a.set_count(-1); }, "actors.count -1: must be >= 0"},
-      {[](config::ActorsConfig& a) { a.set_noise_min(-0.5f); }, "actors.noise_min -0.5: must be >= 0"},
-      {[](config::ActorsConfig& a) { a.set_noise_initial(std::nanf("")); }, "actors.noise_initial nan: must be >= 0"},
-      {[](config::ActorsConfig& a) { a.set_noise_decay_frames(-5); }, "actors.noise_decay_frames -5: must be >= 0"},
-      {[](config::ActorsConfig& a) { a.set_random_frames(-1); }, "actors.random_frames -1: must be >= 0"},
+      {[](config::ActorsConfig& a) { a.set_count(-1); }, "actors.count -1: must be in [0, 256]"},
+      {[](config::ActorsConfig& a) { a.set_count(100000); }, "actors.count 100000: must be in [0, 256]"},
+      {[](config::ActorsConfig& a) { a.set_max_restarts(-1); }, "actors.max_restarts -1: must be >= 0"},
+      {[](config::ActorsConfig& a) { a.set_noise_min(-0.5f); }, "actors.noise_min -0.5: must be finite and >= 0"},
+      {[](config::ActorsConfig& a) { a.set_noise_max(INFINITY); }, "actors.noise_max inf: must be finite and >= 0"},
+      {[](config::ActorsConfig& a) { a.set_noise_initial(std::nanf("")); },
+       "actors.noise_initial nan: must be finite and >= 0"},
+      {[](config::ActorsConfig& a) { a.set_noise_decay_frames(-5); },
+       "actors.noise_decay_frames -5: must be finite and >= 0"},
+      {[](config::ActorsConfig& a) { a.set_random_frames(-1); }, "actors.random_frames -1: must be finite and >= 0"},
       {[](config::ActorsConfig& a) {
          a.set_noise_min(0.5f);
          a.set_noise_max(0.2f);

@@ -12,8 +12,8 @@
 
 namespace troupe::actors {
 
-ParameterClient::ParameterClient(const std::string& address)
-    : address_(address), thread_([this](std::stop_token stop) { Loop(stop); }) {}
+ParameterClient::ParameterClient(const std::string& address, const GrpcCredentials& credentials)
+    : address_(address), credentials_(credentials), thread_([this](std::stop_token stop) { Loop(stop); }) {}
 
 ParameterClient::~ParameterClient() {
   thread_.request_stop();
@@ -27,8 +27,13 @@ void ParameterClient::Loop(std::stop_token stop) {
   // actor) exceed gRPC's default 4 MB receive limit: lift it.
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), channel_args);
-  auto stub = proto::Parameters::NewStub(channel);
+  auto channel = NewSecureChannel(credentials_, address_, channel_args);
+  if (!channel.ok()) {
+    absl::MutexLock lock(&mutex_);
+    last_error_ = channel.status();
+    return;
+  }
+  auto stub = proto::Parameters::NewStub(*channel);
   std::chrono::milliseconds backoff(100);
   bool first_attempt = true;
   while (!stop.stop_requested()) {

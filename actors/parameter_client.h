@@ -20,14 +20,18 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_security.h"
 #include "proto/parameters.grpc.pb.h"
 
 namespace troupe::actors {
 
 class ParameterClient {
  public:
-  // Starts following `address` ("host:port") at once.
-  explicit ParameterClient(const std::string& address);
+  // Starts following `address` ("host:port") at once, with `credentials`
+  // (TLS, the token; none: loopback only). Credentials that cannot reach
+  // the address (beyond loopback without TLS) stop the client at once:
+  // WaitForFirst reports why.
+  explicit ParameterClient(const std::string& address, const GrpcCredentials& credentials = {});
   ~ParameterClient();  // cancels the stream and joins the thread
 
   // If a version newer than *version arrived, copies its (single, float32)
@@ -47,6 +51,7 @@ class ParameterClient {
   void Loop(std::stop_token stop);
 
   std::string address_;
+  GrpcCredentials credentials_;
   absl::Mutex mutex_;
   std::shared_ptr<proto::ParametersUpdate> latest_ ABSL_GUARDED_BY(mutex_);
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mutex_);  // the live call, to cancel it

@@ -428,6 +428,11 @@ void D4pgAgent::PolicyParameters(std::vector<float>* out) const {
 
 int64_t D4pgAgent::num_policy_parameters() const { return policy_floats_; }
 
+int64_t D4pgAgent::gradient_floats() const {
+  const Replica& r = *replicas_.front();
+  return r.critic.total_floats() + r.actor.total_floats();
+}
+
 D4pgMetrics D4pgAgent::metrics() const {
   absl::MutexLock lock(&metrics_mu_);
   D4pgMetrics m;

@@ -91,6 +91,11 @@ class D4pgAgent {
   void PolicyParameters(std::vector<float>* out) const;
   int64_t num_policy_parameters() const;
 
+  // Floats of gradient one update averages across replicas: the critic's
+  // (with the encoder, from pixels) and the actor's, each a ParameterSet
+  // reduced in buckets during its backward pass.
+  int64_t gradient_floats() const;
+
   // Means over the updates since the last call (updates: the running total).
   D4pgMetrics metrics() const;
   int64_t updates() const { return updates_; }

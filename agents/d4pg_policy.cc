@@ -1,6 +1,7 @@
 #include "agents/d4pg_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -37,26 +38,37 @@ absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpe
   }
   if (spec.state_size < 0) return bad("observation spec: state_size ", spec.state_size, " must be >= 0");
   if (spec.pixels() && (spec.height < kMinFrameSize || spec.width < kMinFrameSize)) {
-    return bad("observation spec: frames of ", spec.height, "x", spec.width, " are too small for the encoder (at least ",
+    return bad("observation spec (env.render): frames of ", spec.height, "x", spec.width, " are too small for the encoder (at least ",
                kMinFrameSize, "x", kMinFrameSize, ")");
   }
   if (action_size < 1) return bad("action_size ", action_size, " must be >= 1");
   // The critic's support and the networks.
-  if (config.atoms() < 2) return bad("d4pg.atoms ", config.atoms(), ": must be >= 2");
+  if (config.atoms() < 2 || config.atoms() > kMaxAtoms) {
+    return bad("d4pg.atoms ", config.atoms(), ": must be in [2, ", kMaxAtoms, "]");
+  }
+  if (!std::isfinite(config.v_min())) return bad("d4pg.v_min ", config.v_min(), ": must be finite");
+  if (!std::isfinite(config.v_max())) return bad("d4pg.v_max ", config.v_max(), ": must be finite");
   if (!(config.v_max() > config.v_min())) {
     return bad("d4pg.v_max ", config.v_max(), " must be greater than d4pg.v_min ", config.v_min());
   }
+  if (config.hidden_size() > kMaxHiddenLayers) {
+    return bad("d4pg.hidden: ", config.hidden_size(), " layers, at most ", kMaxHiddenLayers);
+  }
   for (int i = 0; i < config.hidden_size(); ++i) {
-    if (config.hidden(i) < 1) return bad("d4pg.hidden[", i, "] ", config.hidden(i), ": must be >= 1");
+    if (config.hidden(i) < 1 || config.hidden(i) > kMaxHiddenSize) {
+      return bad("d4pg.hidden[", i, "] ", config.hidden(i), ": must be in [1, ", kMaxHiddenSize, "]");
+    }
   }
   if (!(config.discount() > 0 && config.discount() <= 1)) {
     return bad("d4pg.discount ", config.discount(), ": must be in (0, 1]");
   }
-  if (config.n_step() < 1) return bad("d4pg.n_step ", config.n_step(), ": must be >= 1");
-  if (!(config.actor_learning_rate() > 0)) {
+  if (config.n_step() < 1 || config.n_step() > kMaxNStep) {
+    return bad("d4pg.n_step ", config.n_step(), ": must be in [1, ", kMaxNStep, "]");
+  }
+  if (!(config.actor_learning_rate() > 0) || std::isinf(config.actor_learning_rate())) {
     return bad("d4pg.actor_learning_rate ", config.actor_learning_rate(), ": must be > 0");
   }
-  if (!(config.critic_learning_rate() > 0)) {
+  if (!(config.critic_learning_rate() > 0) || std::isinf(config.critic_learning_rate())) {
     return bad("d4pg.critic_learning_rate ", config.critic_learning_rate(), ": must be > 0");
   }
   if (!(config.target_tau() > 0 && config.target_tau() <= 1)) {
@@ -72,9 +84,15 @@ absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpe
     return bad("d4pg.max_gradient_norm ", config.max_gradient_norm(), ": must be >= 0 (0 = no clipping)");
   }
   if (spec.pixels()) {
-    if (config.encoder_features() < 1) return bad("d4pg.encoder_features ", config.encoder_features(), ": must be >= 1");
-    if (config.conv_channels() < 1) return bad("d4pg.conv_channels ", config.conv_channels(), ": must be >= 1");
-    if (config.augment_pad() < 0) return bad("d4pg.augment_pad ", config.augment_pad(), ": must be >= 0");
+    if (config.encoder_features() < 1 || config.encoder_features() > kMaxEncoderFeatures) {
+      return bad("d4pg.encoder_features ", config.encoder_features(), ": must be in [1, ", kMaxEncoderFeatures, "]");
+    }
+    if (config.conv_channels() < 1 || config.conv_channels() > kMaxConvChannels) {
+      return bad("d4pg.conv_channels ", config.conv_channels(), ": must be in [1, ", kMaxConvChannels, "]");
+    }
+    if (config.augment_pad() < 0 || config.augment_pad() > kMaxAugmentPad) {
+      return bad("d4pg.augment_pad ", config.augment_pad(), ": must be in [0, ", kMaxAugmentPad, "]");
+    }
   }
   return absl::OkStatus();
 }

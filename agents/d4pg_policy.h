@@ -42,8 +42,19 @@ struct ObservationSpec {
 // spec.channels / 3 frames) when it renders them, else its state vector.
 ObservationSpec ObservationSpecOf(const envs::EnvSpec& spec);
 
+// Limits of the networks' sizes, so that no config asks for more than a
+// machine could allocate (launch also checks the whole step against memory).
+inline constexpr int kMaxHiddenLayers = 8;
+inline constexpr int kMaxHiddenSize = 8192;
+inline constexpr int kMaxAtoms = 1001;
+inline constexpr int kMaxConvChannels = 512;
+inline constexpr int kMaxEncoderFeatures = 8192;
+inline constexpr int kMaxNStep = 100;
+inline constexpr int kMaxAugmentPad = 32;
+
 // InvalidArgument naming the field ("d4pg.atoms 1: must be >= 2") for a
-// config, observation spec or action size D4PG cannot use.
+// config, observation spec or action size D4PG cannot use, or sizes beyond
+// the limits above.
 absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpec& spec, int action_size);
 
 // Inference only: encoder (pixels) and actor.

@@ -122,6 +122,19 @@ absl::StatusOr<std::string> RunCommand(const std::string& command) {
   return out;
 }
 
+absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps) {
+  ASSIGN_OR_RETURN(const std::string out,
+                   RunCommand(absl::StrCat(TROUPE_MPIEXEC, " -np 2 --oversubscribe --allow-run-as-root ",
+                                           TROUPE_MPI_ALLREDUCE_BIN, " ", floats, " ", reps, " 2>&1")));
+  MpiAllReduceTimes times;
+  const size_t at = out.find("troupe_ms");
+  if (at == std::string::npos ||
+      std::sscanf(out.c_str() + at, "troupe_ms %lf raw_ms %lf", &times.troupe_ms, &times.raw_ms) != 2) {
+    return absl::InternalError(absl::StrCat("mpi all-reduce peer printed: ", out));
+  }
+  return times;
+}
+
 namespace {
 
 // The number of the last "KEY NUMBER" line `command` printed.

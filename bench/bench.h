@@ -11,6 +11,7 @@
 #define TROUPE_BENCH_BENCH_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -96,6 +97,17 @@ double ThreadCpuSeconds();
 // Runs a shell command; returns its stdout. Internal naming the command and
 // its exit status (with its output) if it fails.
 absl::StatusOr<std::string> RunCommand(const std::string& command);
+
+// `reps` all-reduces of `floats` floats between 2 MPI processes (mpiexec -np
+// 2 of bench/peers/mpi_allreduce.cc): milliseconds each through troupe's MPI
+// collectives (ReplicaContext::AllReduce, mean) and through a raw blocking
+// MPI_Allreduce of the same buffer. Internal when mpiexec or the peer cannot
+// run (a relocated bundle carries neither).
+struct MpiAllReduceTimes {
+  double troupe_ms = 0;
+  double raw_ms = 0;
+};
+absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps);
 
 // A libtorch comparison peer, bench/peers/NAME.cc: compiled once into the
 // temp dir against Debian's libtorch-dev, run as `peer THREADS ARGS` with 1

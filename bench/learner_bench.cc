@@ -146,19 +146,6 @@ absl::StatusOr<double> MeasureLibtorch(int64_t batch, int64_t size, double secon
   return RunLibtorchPeer("libtorch_drq", absl::StrCat(batch, " ", size, " ", seconds), "samples_per_second");
 }
 
-// K=2 MPI all-reduce of `floats` floats: (troupe ms, raw MPI_Allreduce ms).
-absl::StatusOr<std::pair<double, double>> MeasureMpiAllReduce(int64_t floats) {
-  auto out = RunCommand(absl::StrCat(TROUPE_MPIEXEC, " -np 2 --oversubscribe --allow-run-as-root ",
-                                     TROUPE_MPI_ALLREDUCE_BIN, " ", floats, " 20 2>&1"));
-  if (!out.ok()) return out.status();
-  double troupe_ms = 0, raw_ms = 0;
-  const size_t at = out->find("troupe_ms");
-  if (at == std::string::npos || std::sscanf(out->c_str() + at, "troupe_ms %lf raw_ms %lf", &troupe_ms, &raw_ms) != 2) {
-    return absl::InternalError(absl::StrCat("mpi all-reduce peer printed: ", *out));
-  }
-  return std::make_pair(troupe_ms, raw_ms);
-}
-
 }  // namespace
 
 // --device cuda: the DrQ step on GPU 0 at batch 256 and 1024, float32 and
@@ -325,7 +312,7 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
 
   // The encoder's gradient buffer across two MPI processes.
   const int64_t encoder_floats = shape_only.EncoderFloats();
-  auto mpi = MeasureMpiAllReduce(encoder_floats);
+  auto mpi = MeasureMpiAllReduce(encoder_floats, /*reps=*/20);
   if (!mpi.ok()) {
     // A relocated bundle carries no mpirun: the row is left out, saying why.
     std::printf("K=2 MPI all-reduce not measured: %s\n", mpi.status().ToString().c_str());
@@ -333,7 +320,7 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   }
   // Times: ratio = troupe / raw (lower is better here).
   report.Add(absl::StrFormat("all-reduce of encoder grads (%.1f MB), K=2 MPI", encoder_floats * 4 / 1e6),
-             mpi->first, "ms", "raw MPI_Allreduce, same buffer", mpi->second);
+             mpi->troupe_ms, "ms", "raw MPI_Allreduce, same buffer", mpi->raw_ms);
   return report;
 }
 

@@ -8,6 +8,8 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options);  // bench/rep
 absl::StatusOr<Report> RunLearnerBenchmark(const Options& options);  // bench/learner_bench.cc
 absl::StatusOr<Report> RunGanBenchmark(const Options& options);  // bench/gan_bench.cc
 absl::StatusOr<Report> RunRlBenchmark(const Options& options);   // bench/rl_bench.cc
+absl::StatusOr<Report> RunFleetBenchmark(const Options& options);  // bench/fleet_bench.cc
+absl::StatusOr<Report> RunScalingBenchmark(const Options& options);  // bench/scaling_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -21,6 +23,14 @@ const std::vector<Benchmark>& Benchmarks() {
       {"rl", "end to end from pixels (cartpole.swingup 84x84): env frames/s and learner updates/s with 2 actor processes "
              "+ learner, vs each alone; CPU share of actors and learner",
        RunRlBenchmark},
+      {"fleet", "many actors, one learner: N simulated actor connections (insert stream + Parameters subscription) "
+                "against the learner's services on loopback; inserts kept up, memory per connection, parameter "
+                "fan-out, nothing lost, threads and fds back where they were (--only N... picks the sizes)",
+       RunFleetBenchmark},
+      {"scaling", "projection (a model, not a measurement) of D4PG and GAN data-parallel efficiency for K = 1..256 on "
+                  "NVLink / InfiniBand, from the measured K=1 step and gradient size; the ring all-reduce model "
+                  "checked against K=2 MPI on this machine",
+       RunScalingBenchmark},
   };
   return benchmarks;
 }

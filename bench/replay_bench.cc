@@ -7,7 +7,9 @@
 // cartpole.swingup and walker.walk and written as an actor does
 // (Writer::AppendFrame: LZ4, against a recent similar frame when that pays).
 // Sampling is also given per CPU-second of the sampling thread, since these
-// machines are shared.
+// machines are shared. Inserts over TLS with a token (common/grpc_security.h)
+// are measured against the same inserts without them, in alternated rounds
+// (`--only tls` runs just those rows).
 #include <grpcpp/create_channel.h>
 #include <grpcpp/server_builder.h>
 #include <time.h>
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -24,6 +27,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
+#include "common/certificates.h"
+#include "common/grpc_security.h"
 #include "common/status_macros.h"
 #include "envs/env.h"
 #include "proto/bench.grpc.pb.h"
@@ -291,6 +296,55 @@ absl::StatusOr<double> SampleRate(replay::Sampler& sampler, double seconds, doub
   return rate * kBatch;
 }
 
+// Inserts over TLS + token against the same inserts over plain loopback
+// gRPC: two fresh servers, a writer on each, `rounds` alternated windows of
+// each and the best window of each; pixel (frames compressed beforehand)
+// and state transitions. Certificates are made for the run (troupe certs).
+absl::Status AddTlsInsertFigures(Report& report, const std::vector<WireFrame>& wire, const Options& options) {
+  char dir_template[] = "/tmp/troupe-bench-certs-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  absl::Cleanup remove_dir = [&] { std::filesystem::remove_all(dir); };
+  RETURN_IF_ERROR(WriteCertificates(dir + "/certs", {}));
+  config::SecurityConfig security;
+  security.set_certs_dir(dir + "/certs");
+  ASSIGN_OR_RETURN(const GrpcCredentials tls, LoadGrpcCredentials(security));
+  const config::ReplayConfig replay_config = BenchConfig(options.quick ? 20000 : 200000);
+  ASSIGN_OR_RETURN(auto plain_server, replay::Server::Start(replay_config));
+  ASSIGN_OR_RETURN(auto tls_server, replay::Server::Start(replay_config, tls));
+  auto plain_client = replay::NewGrpcClient(plain_server->address());
+  auto tls_client = replay::NewGrpcClient(tls_server->address(), {.credentials = tls});
+  const int rounds = 5;
+  for (const bool pixels : {true, false}) {
+    const int items_per_request = pixels ? 16 : 64;
+    ASSIGN_OR_RETURN(auto plain_writer, plain_client->NewWriter({.max_items_per_request = items_per_request}));
+    ASSIGN_OR_RETURN(auto tls_writer, tls_client->NewWriter({.max_items_per_request = items_per_request}));
+    long plain_cursor = 0, tls_cursor = 0;
+    double best_plain = 0, best_tls = 0;
+    absl::Status error;
+    for (int round = 0; round < rounds && error.ok(); ++round) {
+      for (const bool use_tls : {false, true}) {
+        replay::Writer& writer = use_tls ? *tls_writer : *plain_writer;
+        long* cursor = use_tls ? &tls_cursor : &plain_cursor;
+        const double rate = MeasureRate(options.seconds_per_figure, [&](long n) {
+          if (!error.ok()) return;
+          error = pixels ? InsertPixels(writer, nullptr, &wire, n, cursor) : InsertState(writer, n);
+          if (error.ok()) error = writer.Flush();
+        });
+        (use_tls ? best_tls : best_plain) = std::max(use_tls ? best_tls : best_plain, rate);
+      }
+    }
+    RETURN_IF_ERROR(error);
+    RETURN_IF_ERROR(plain_writer->Close());
+    RETURN_IF_ERROR(tls_writer->Close());
+    report.Add(absl::StrFormat("gRPC insert, %s transitions, TLS + token (bar: 0.8x)", pixels ? "pixel" : "state"),
+               best_tls, "items/s", "the same inserts without TLS or token, same run", best_plain);
+  }
+  tls_server->Shutdown();
+  plain_server->Shutdown();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
@@ -335,6 +389,10 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
   report.Add(absl::StrFormat("frame size as written (%.0f%% against a reference)", 100 * referenced / raw.size()),
              wire_total / raw.size(), "bytes", "raw frame", kH * kW * kC);
   report.Add("frame compress (writer side, FrameEncoder)", compress_rate, "frames/s", "-", 0);
+  if (std::find(options.filter.begin(), options.filter.end(), "tls") != options.filter.end()) {
+    RETURN_IF_ERROR(AddTlsInsertFigures(report, wire, options));
+    return report;
+  }
 
   // 1. Memory: `held` pixel transitions in-process.
   const int64_t rss_before = ResidentBytes();
@@ -469,11 +527,11 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
     request.set_table(table);
     request.set_batch_size(kBatch);
     request.set_num_batches(1);
-    auto channel = grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), [] {
-      grpc::ChannelArguments a;
-      a.SetMaxReceiveMessageSize(256 << 20);
-      return a;
-    }());
+    ASSIGN_OR_RETURN(auto channel, NewSecureChannel(GrpcCredentials(), server->address(), [] {
+                       grpc::ChannelArguments a;
+                       a.SetMaxReceiveMessageSize(256 << 20);
+                       return a;
+                     }()));
     auto stub = proto::Replay::NewStub(channel);
     auto reader = stub->Sample(&context, request);
     proto::SampleResponse response;
@@ -488,6 +546,7 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
                absl::StrFormat("raw gRPC pull, %.0f B msgs", wire), raw_rate / kMB);
   }
   server->Shutdown();
+  RETURN_IF_ERROR(AddTlsInsertFigures(report, wire, options));
   return report;
 }
 

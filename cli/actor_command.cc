@@ -6,6 +6,7 @@
 
 #include "actors/actor.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "common/config.h"
 #include "launch/experiment.h"
 
@@ -19,19 +20,22 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<actors::ActorOptions>();
   auto config_path = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
+  auto security = std::make_shared<SecurityFlags>();
   CLI::App* cmd = app.add_subcommand("actor", "Run one actor process against a learner (troupe learner / troupe run)");
   cmd->add_option("--learner", options->learner_address, "The learner's HOST:PORT (replay + parameters)")->required();
   cmd->add_option("--config", *config_path, "Experiment config (the run's config.textproto)")->required();
   cmd->add_option("--set", *overrides, "Override a config field: path.to.field=value (repeatable)");
   cmd->add_option("--index", options->index, "This actor's index (sets its exploration noise and seed)");
   cmd->add_option("--max-frames", options->max_frames, "Stop after this many env frames (0 = until stopped)");
-  cmd->callback([options, config_path, overrides, exit_code] {
+  security->AddTo(cmd);
+  cmd->callback([options, config_path, overrides, security, exit_code] {
     auto config = LoadExperimentConfig(*config_path, *overrides);
     if (!config.ok()) {
       std::fprintf(stderr, "troupe actor: %s\n", std::string(config.status().message()).c_str());
       *exit_code = 2;
       return;
     }
+    security->ApplyTo(config->mutable_security());
     if (absl::Status valid = launch::ValidateExperiment(*config); !valid.ok()) {
       std::fprintf(stderr, "troupe actor: %s: %s\n", config_path->c_str(), std::string(valid.message()).c_str());
       *exit_code = 2;

@@ -28,8 +28,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--seconds", args->seconds, "Measurement time per figure")->check(CLI::PositiveNumber);
   cmd->add_flag("--quick", args->quick, "Small sizes (smoke test)");
   cmd->add_option("--device", args->device,
-                  "Where the learner and GAN steps run: cpu, cuda (GPU 0), or pjrt (the learner on device 0 of "
-                  "--pjrt-plugin)")
+                  "Where the learner and GAN steps (also scaling's K=1 steps) run: cpu, cuda (GPU 0), or pjrt (the "
+                  "learner on device 0 of --pjrt-plugin)")
       ->check(CLI::IsMember({"cpu", "cuda", "pjrt"}));
   cmd->add_option("--pjrt-plugin", args->pjrt_plugin,
                   "--device pjrt: the PJRT plugin's .so (default: $TROUPE_PJRT_PLUGIN)");
@@ -44,8 +44,11 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    if (args->device != "cpu" && found->name != "learner" && found->name != "gan") {
-      std::fprintf(stderr, "troupe bench %s: --device %s: only the learner and gan benchmarks run on a device\n",
+    // The benchmarks with a device step: learner, gan, and scaling (its K = 1 steps).
+    const bool has_device_step = found->name == "learner" || found->name == "gan" || found->name == "scaling";
+    if (args->device != "cpu" && !has_device_step) {
+      std::fprintf(stderr,
+                   "troupe bench %s: --device %s: only the learner, gan and scaling benchmarks run on a device\n",
                    found->name.c_str(), args->device.c_str());
       *exit_code = 2;
       return;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "common/config.h"
 #include "common/files.h"
 #include "launch/experiment.h"
@@ -39,6 +40,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> overrides;
     bool resume = false;
     double collective_timeout_s = 60;
+    SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -55,16 +57,22 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--collective-timeout-s", args->collective_timeout_s,
                   "Seconds a replica waits for the others in a collective before failing, naming them")
       ->check(CLI::PositiveNumber);
+  args->security.AddTo(cmd);
   cmd->callback([args, exit_code] {
-    auto config = LoadExperimentConfig(args->config, args->overrides);
-    if (!config.ok()) {
-      std::fprintf(stderr, "troupe learner: %s\n", std::string(config.status().message()).c_str());
+    auto loaded = LoadExperimentConfigWithSource(args->config, args->overrides);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "troupe learner: %s\n", std::string(loaded.status().message()).c_str());
       *exit_code = 2;
       return;
     }
-    if (!args->listen.empty()) config->mutable_learner()->set_listen(args->listen);
+    config::ExperimentConfig* config = &loaded->config;
+    if (!args->listen.empty()) {
+      config->mutable_learner()->set_listen(args->listen);
+      loaded->source.overrides["learner.listen"] = "--listen " + args->listen;
+    }
+    args->security.ApplyTo(config->mutable_security());
     if (absl::Status valid = launch::ValidateExperiment(*config); !valid.ok()) {
-      std::fprintf(stderr, "troupe learner: %s: %s\n", args->config.c_str(), std::string(valid.message()).c_str());
+      std::fprintf(stderr, "troupe learner: %s\n", loaded->source.Locate(valid.message()).c_str());
       *exit_code = 2;
       return;
     }
@@ -85,7 +93,8 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
       (void)WriteFileAtomically(args->run_dir + "/config.textproto", text);
-      std::printf("%s serving replay and parameters on %s\n", who.c_str(), l.address().c_str());
+      std::printf("%s serving replay and parameters on %s (%s)\n", who.c_str(), l.address().c_str(),
+                  l.credentials().DescribeServer().c_str());
       if (!args->address_file.empty()) {
         if (absl::Status s = WriteFileAtomically(args->address_file, launch::ReachableAddress(l.address()) + "\n");
             !s.ok()) {

@@ -13,8 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "common/config.h"
 #include "common/files.h"
+#include "common/grpc_security.h"
 #include "engine/engine_config.h"
 #include "gan/run.h"
 #include "launch/experiment.h"
@@ -41,6 +43,18 @@ absl::Status CheckRunnable(const config::ExperimentConfig& config) {
         "(threads)"));
   }
   return absl::OkStatus();
+}
+
+// Removes a fresh run directory that holds nothing but its config (and
+// empty files or folders): what a run that failed at its start leaves.
+void RemoveRunDirectoryIfUnused(const std::string& run_dir) {
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(run_dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->path().filename() != "config.textproto" && it->file_size(ec) > 0) return;
+    if (!it->is_regular_file(ec) && !it->is_directory(ec)) return;
+  }
+  if (!ec) std::filesystem::remove_all(run_dir, ec);
 }
 
 int Fail(const absl::Status& status) {
@@ -192,12 +206,14 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> overrides;
     std::string resume;
     bool slurm = false;
+    SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("run", "Run an experiment from a config file (configs/*.textproto)");
   cmd->add_option("config", args->config, "Experiment config, protobuf text format");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value (repeatable)");
   cmd->add_option("--resume", args->resume, "Continue the run in this directory from its last checkpoint");
+  args->security.AddTo(cmd);
   cmd->add_flag("--slurm", args->slurm,
                 "Submit the run as a Slurm batch job (the config's slurm section); options troupe does not know "
                 "(--partition=P, --time=10, ...) go to sbatch");
@@ -216,16 +232,48 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       return;
     }
     const bool resume = !args->resume.empty();
-    const std::string config_path = resume ? args->resume + "/config.textproto" : args->config;
-    auto config = LoadExperimentConfig(config_path, args->overrides);
-    if (!config.ok()) {
-      *exit_code = Fail(config.status());
+    std::error_code ec;
+    if (resume && !std::filesystem::is_directory(args->resume, ec)) {
+      *exit_code = Fail(absl::InvalidArgumentError(
+          absl::StrCat("--resume ", args->resume, ": not a run directory (give the RUN_DIR troupe run made)")));
       return;
     }
+    const std::string config_path = resume ? args->resume + "/config.textproto" : args->config;
+    // Every check before anything is created: the config file, the
+    // overrides, the whole experiment; each error says where the field was
+    // set (file:line or the --set).
+    auto loaded = LoadExperimentConfigWithSource(config_path, args->overrides);
+    if (!loaded.ok()) {
+      *exit_code = Fail(loaded.status());
+      return;
+    }
+    config::ExperimentConfig* config = &loaded->config;
+    args->security.ApplyTo(config->mutable_security());
     absl::Status valid = launch::ValidateExperiment(*config);
     if (valid.ok() && !args->slurm) valid = CheckRunnable(*config);
+    // The credentials and the listen address they allow, before a run
+    // directory exists. A Slurm job's learner listens on every interface of
+    // its node (actors on other nodes dial it): TLS and a token, or insecure.
+    if (valid.ok() && config->mode() == config::ExperimentConfig::RL) {
+      const std::string listen = config->learner().listen();
+      auto credentials = LoadGrpcCredentials(config->security());
+      valid = !credentials.ok() ? credentials.status()
+              : args->slurm
+                  ? CheckServerCredentials(*credentials, "0.0.0.0" + listen.substr(listen.rfind(':')),
+                                           "troupe run --slurm (its learner listens on every interface of its node)")
+                  : CheckServerCredentials(*credentials, listen, "learner.listen");
+    }
     if (!valid.ok()) {
-      *exit_code = Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", valid.message())));
+      // A refused config exits 2 whatever the reason (as a usage error).
+      *exit_code = Fail(absl::InvalidArgumentError(loaded->source.Locate(valid.message())));
+      return;
+    }
+    if (resume && !std::filesystem::is_regular_file(
+                      args->resume + (config->mode() == config::ExperimentConfig::GAN ? "/checkpoints/counters.txt"
+                                                                                      : "/checkpoints/agent.ckpt"),
+                      ec)) {
+      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ", args->resume,
+                                                         "/checkpoints (was the run started with troupe run?)")));
       return;
     }
     if (args->slurm) {
@@ -245,6 +293,16 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     }
     // RL: a fresh run directory holding the resolved config, or the one resumed.
     std::string run_dir = args->resume;
+    const bool had_runs_dir = std::filesystem::exists(config->runs_dir(), ec);
+    // What a fresh run that failed at its start made goes again: its
+    // directory, and runs_dir when this run made it.
+    auto remove_unused = [&] {
+      if (resume) return;
+      RemoveRunDirectoryIfUnused(run_dir);
+      if (!had_runs_dir && std::filesystem::is_empty(config->runs_dir(), ec)) {
+        std::filesystem::remove(config->runs_dir(), ec);
+      }
+    };
     if (!resume) {
       auto made = MakeRunDirectory(config->runs_dir(), config->name());
       if (!made.ok()) {
@@ -255,20 +313,19 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
       if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) {
+        remove_unused();
         *exit_code = Fail(s);
         return;
       }
-    } else if (!std::filesystem::exists(run_dir + (config->mode() == config::ExperimentConfig::GAN ? "/checkpoints/counters.txt"
-                                                                          : "/checkpoints/agent.ckpt"))) {
-      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", run_dir, ": no checkpoint in ", run_dir,
-                                                         "/checkpoints (was the run started with troupe run?)")));
-      return;
     }
     WriteLaunchFile(run_dir, absl::StrCat("launcher local\nhost ", HostName(),
                                           "\npid ", getpid(), "\nstarted ", UnixSeconds(), "\n"));
     if (absl::Status s = config->mode() == config::ExperimentConfig::GAN ? gan::RunGan(*config, run_dir, resume, &stop_requested)
                                                  : launch::RunRlExperiment(*config, run_dir, resume, &stop_requested);
         !s.ok()) {
+      // A fresh run that failed before writing anything (a port taken, data
+      // that does not load) leaves no directory behind.
+      remove_unused();
       *exit_code = Fail(s);
     }
   });

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/security_flags.h"
 #include "viz/view.h"
 
 namespace troupe::cli {
@@ -23,7 +24,10 @@ void AddViewCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--screenshot-dir", request->screenshot_dir, "Where p saves PNG screenshots");
   cmd->add_option("--quit-after", request->quit_after_seconds, "Quit after this many seconds (0: run until closed)");
   cmd->add_option("--final-screenshot", request->final_screenshot, "With --quit-after: save the last frame here (PNG)");
-  cmd->callback([request, exit_code] {
+  auto security = std::make_shared<SecurityFlags>();
+  security->AddTo(cmd);
+  cmd->callback([request, security, exit_code] {
+    security->ApplyTo(&request->security);
     const absl::Status status = viz::RunView(*request);
     if (!status.ok()) {
       std::fprintf(stderr, "troupe view: %s\n", std::string(status.message()).c_str());

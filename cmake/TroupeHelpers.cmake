@@ -5,7 +5,8 @@
 #    strict CPU device).
 #  - PJRT_CASES: the cases whose names contain "Pjrt" run on a PJRT CPU plugin
 #    (label pjrt, after the fixture that fetches it; TROUPE_PJRT_PLUGIN names
-#    it); PJRT: the whole binary does.
+#    it); PJRT: the whole binary does, its ctest names prefixed "Pjrt." (a
+#    suite built twice, as nn_ops_test is, keeps distinct names).
 function(troupe_test name)
   cmake_parse_arguments(ARG "STRICT_DEVICE_CASES;PJRT_CASES;PJRT" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -15,7 +16,7 @@ function(troupe_test name)
   endif()
   set(pjrt_properties FIXTURES_REQUIRED pjrt_plugin ENVIRONMENT "TROUPE_PJRT_PLUGIN=${TROUPE_PJRT_CPU_PLUGIN}")
   if(ARG_PJRT)
-    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Pjrt."
       PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${pjrt_properties})
     return()
   endif()

@@ -1,12 +1,17 @@
 #include "common/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/text_format.h>
 
 #include "absl/strings/ascii.h"
@@ -14,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
@@ -94,6 +100,12 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
 
   void AddError(int line, int column, const std::string& message) override {
     if (!error_.empty()) return;
+    // The parser reports a bad name or enum value where it stopped, after
+    // it: point at the name itself.
+    for (const char* prefix : {"no field named \"", "Unknown enumeration value of \""}) {
+      const std::string name = QuotedAfter(message, prefix);
+      if (!name.empty()) Rewind(name, &line, &column);
+    }
     error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
     const std::string hint = Hint(line, column, message);
     if (hint.empty()) return;
@@ -133,6 +145,30 @@ class FirstErrorCollector : public pb::io::ErrorCollector {
     return "";
   }
 
+  // Moves (line, column) back to the start of the last `token` at or before
+  // it, when there is one.
+  void Rewind(const std::string& token, int* line, int* column) const {
+    size_t offset = 0;
+    for (int i = 0; i < *line; ++i) {
+      const size_t newline = text_.find('\n', offset);
+      if (newline == std::string_view::npos) return;
+      offset = newline + 1;
+    }
+    offset = std::min(text_.size(), offset + static_cast<size_t>(std::max(*column, 0)));
+    const size_t at = text_.substr(0, offset).rfind(token);
+    if (at == std::string_view::npos) return;
+    int l = 0;
+    size_t line_start = 0;
+    for (size_t i = 0; i < at; ++i) {
+      if (text_[i] == '\n') {
+        ++l;
+        line_start = i + 1;
+      }
+    }
+    *line = l;
+    *column = static_cast<int>(at - line_start);
+  }
+
   // The text between `prefix` and the next '"' in `message`, "" without `prefix`.
   static std::string QuotedAfter(std::string_view message, std::string_view prefix) {
     const size_t at = message.find(prefix);
@@ -162,16 +198,151 @@ std::string FieldNames(const pb::Descriptor* descriptor) {
   return absl::StrJoin(names, ", ");
 }
 
+// Records in *lines the 1-based line of every field `tree` saw written in
+// `message`, by field path under `prefix`; a list's path gets its first
+// element's line.
+void RecordLines(const pb::Message& message, const pb::TextFormat::ParseInfoTree* tree, const std::string& prefix,
+                 absl::flat_hash_map<std::string, int>* lines) {
+  if (tree == nullptr) return;
+  const pb::Reflection* reflection = message.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const pb::FieldDescriptor* field : fields) {
+    const std::string path = prefix.empty() ? field->name() : absl::StrCat(prefix, ".", field->name());
+    const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    if (!field->is_repeated()) {
+      const pb::TextFormat::ParseLocation at = tree->GetLocation(field, -1);
+      if (at.line >= 0) lines->try_emplace(path, at.line + 1);
+      if (is_message) {
+        RecordLines(reflection->GetMessage(message, field), tree->GetTreeForNested(field, -1), path, lines);
+      }
+      continue;
+    }
+    for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+      const pb::TextFormat::ParseLocation at = tree->GetLocation(field, i);
+      if (at.line < 0) continue;
+      const std::string element = absl::StrCat(path, "[", i, "]");
+      lines->try_emplace(element, at.line + 1);
+      lines->try_emplace(path, at.line + 1);
+      if (is_message) {
+        RecordLines(reflection->GetRepeatedMessage(message, field, i), tree->GetTreeForNested(field, i), element,
+                    lines);
+      }
+    }
+  }
+}
+
+// True when `path` ("learner.engine.replicas", "replay.tables[0].name",
+// "d4pg.hidden[1]") names a field of `root`'s schema.
+bool IsSchemaPath(const pb::Descriptor* root, absl::string_view path) {
+  const pb::Descriptor* current = root;
+  const std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::string_view part = parts[i];
+    bool indexed = false;
+    if (const size_t bracket = part.find('['); bracket != absl::string_view::npos) {
+      int index = 0;
+      if (part.back() != ']' || !absl::SimpleAtoi(part.substr(bracket + 1, part.size() - bracket - 2), &index)) {
+        return false;
+      }
+      part = part.substr(0, bracket);
+      indexed = true;
+    }
+    if (current == nullptr) return false;
+    const pb::FieldDescriptor* field = current->FindFieldByName(std::string(part));
+    if (field == nullptr || (indexed && !field->is_repeated())) return false;
+    current = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE ? field->message_type() : nullptr;
+  }
+  return true;
+}
+
+// The words of `message` that could be field paths, in order.
+std::vector<std::string> PathCandidates(absl::string_view message) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  auto path_char = [](char c) { return absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '[' || c == ']'; };
+  while (i < message.size()) {
+    if (!path_char(message[i])) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && path_char(message[end])) ++end;
+    absl::string_view word = message.substr(i, end - i);
+    while (!word.empty() && word.back() == '.') word.remove_suffix(1);
+    if (!word.empty() && absl::ascii_islower(word.front())) out.emplace_back(word);
+    i = end;
+  }
+  return out;
+}
+
 }  // namespace
 
-absl::Status ParseTextConfig(std::string_view text, const std::string& name, pb::Message* message) {
+std::string ConfigSource::Locate(absl::string_view message) const {
+  const pb::Descriptor* root = config::ExperimentConfig::descriptor();
+  std::vector<std::string> paths;
+  for (std::string& candidate : PathCandidates(message)) {
+    if (IsSchemaPath(root, candidate)) paths.push_back(std::move(candidate));
+  }
+  // The first field named that an override or the file sets (overrides come
+  // later, so they win).
+  for (const std::string& path : paths) {
+    for (const auto& [overridden, assignment] : overrides) {
+      if (overridden == path || absl::StartsWith(overridden, absl::StrCat(path, "."))) {
+        return absl::StrCat(assignment, ": ", message);
+      }
+    }
+    if (auto it = lines.find(path); it != lines.end()) return absl::StrCat(file, ":", it->second, ": ", message);
+    // An element of a list written as one [a, b, c]: the list's line.
+    if (path.back() == ']') {
+      const std::string list = path.substr(0, path.rfind('['));
+      if (auto it = lines.find(list); it != lines.end()) return absl::StrCat(file, ":", it->second, ": ", message);
+    }
+  }
+  // None is set: at its default. The closest enclosing message written.
+  if (!paths.empty()) {
+    absl::string_view enclosing = paths.front();
+    while (true) {
+      const size_t dot = enclosing.rfind('.');
+      if (dot == absl::string_view::npos) break;
+      enclosing = enclosing.substr(0, dot);
+      if (auto it = lines.find(enclosing); it != lines.end()) {
+        return absl::StrCat(file, ":", it->second, ": ", message, " (", paths.front(),
+                            " is not set in the file: that is its default)");
+      }
+    }
+    return absl::StrCat(file, ": ", message, " (", paths.front(), " is not set in the file: that is its default)");
+  }
+  return absl::StrCat(file, ": ", message);
+}
+
+absl::Status ConfigSource::Annotate(const absl::Status& status) const {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), Locate(status.message()));
+}
+
+namespace {
+
+// ParseTextConfig, recording where each field was written into *tree when
+// given; protobuf logs nothing meanwhile.
+absl::Status ParseText(std::string_view text, const std::string& name, pb::Message* message,
+                       pb::TextFormat::ParseInfoTree* tree) {
+  const pb::LogSilencer quiet;
   FirstErrorCollector errors(text, message->GetDescriptor());
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
+  if (tree != nullptr) parser.WriteLocationsTo(tree);
   if (!parser.ParseFromString(std::string(text), message)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ":", errors.error()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ":", errors.error().empty() ? "1:1: does not parse" : errors.error()));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseTextConfig(std::string_view text, const std::string& name, pb::Message* message) {
+  return ParseText(text, name, message, nullptr);
 }
 
 absl::Status ApplyOverride(std::string_view assignment_view, pb::Message* message) {
@@ -219,6 +390,7 @@ absl::Status ApplyOverride(std::string_view assignment_view, pb::Message* messag
       literal = absl::StrCat("\"", absl::CEscape(literal), "\"");
     }
     // Parsed quietly: the error is ours to report.
+    const pb::LogSilencer quiet;
     FirstErrorCollector errors(literal, current->GetDescriptor());
     pb::TextFormat::Parser parser;
     parser.RecordErrorsTo(&errors);
@@ -234,16 +406,60 @@ absl::Status ApplyOverride(std::string_view assignment_view, pb::Message* messag
   return absl::OkStatus();
 }
 
+absl::StatusOr<LoadedConfig> ParseExperimentConfig(std::string_view text, const std::string& name,
+                                                   const std::vector<std::string>& overrides) {
+  LoadedConfig loaded;
+  loaded.source.file = name;
+  pb::TextFormat::ParseInfoTree tree;
+  RETURN_IF_ERROR(ParseText(text, name, &loaded.config, &tree));
+  RecordLines(loaded.config, &tree, "", &loaded.source.lines);
+  for (const std::string& assignment : overrides) {
+    RETURN_IF_ERROR(ApplyOverride(assignment, &loaded.config));
+    const std::string path = assignment.substr(0, assignment.find('='));
+    loaded.source.overrides[path] = absl::StrCat("--set ", assignment);
+  }
+  return loaded;
+}
+
+absl::StatusOr<LoadedConfig> LoadExperimentConfigWithSource(const std::string& path,
+                                                            const std::vector<std::string>& overrides) {
+  // Only a regular file of a sane size: a directory would read as an empty
+  // (default) config, a device or fifo might never end.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("config file not found: ", path));
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": cannot open: ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config file ", path, ": not a regular file (",
+        S_ISDIR(st.st_mode) ? "a directory" : "a device, fifo or socket",
+        "); give an experiment config, e.g. configs/cartpole_swingup_state.textproto"));
+  }
+  if (st.st_size > kMaxConfigFileBytes) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": ", st.st_size,
+                                                   " bytes, more than a config can be (", kMaxConfigFileBytes, ")"));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  return ParseExperimentConfig(text, path, overrides);
+}
+
 absl::StatusOr<config::ExperimentConfig> LoadExperimentConfig(const std::string& path,
                                                               const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("config file not found: ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  config::ExperimentConfig config;
-  RETURN_IF_ERROR(ParseTextConfig(text.str(), path, &config));
-  for (const auto& assignment : overrides) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
-  return config;
+  ASSIGN_OR_RETURN(LoadedConfig loaded, LoadExperimentConfigWithSource(path, overrides));
+  return std::move(loaded.config);
 }
 
 }  // namespace troupe

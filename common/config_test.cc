@@ -115,5 +115,53 @@ TEST(ConfigTest, EveryShippedConfigParses) {
   EXPECT_GE(count, 8);
 }
 
+TEST(ConfigSourceTest, ARefusalSaysTheLineOfTheFieldOrTheOverrideThatSetIt) {
+  auto loaded = ParseExperimentConfig("name: \"x\"\nlearner {\n  batch_size: 10\n  engine { replicas: 3 }\n}\n"
+                                      "d4pg {\n  hidden: [256, 0]\n}\nreplay {\n  tables {\n    name: \"t\"\n"
+                                      "    selector: \"lifo\"\n  }\n}\n",
+                                      "x.textproto", {"d4pg.discount=2"});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const ConfigSource& source = loaded->source;
+  EXPECT_EQ(source.Locate("learner.batch_size 10: must be divisible by learner.engine.replicas 3"),
+            "x.textproto:3: learner.batch_size 10: must be divisible by learner.engine.replicas 3");
+  EXPECT_EQ(source.Locate("learner.engine.replicas 3: too many"), "x.textproto:4: learner.engine.replicas 3: too many");
+  // An element of a list written [a, b]: the list's line.
+  EXPECT_EQ(source.Locate("d4pg.hidden[1] 0: must be in [1, 8192]"), "x.textproto:7: d4pg.hidden[1] 0: must be in [1, 8192]");
+  EXPECT_EQ(source.Locate("replay.tables[0].selector 'lifo': unknown"),
+            "x.textproto:12: replay.tables[0].selector 'lifo': unknown");
+  // An override wins over the file.
+  EXPECT_EQ(source.Locate("d4pg.discount 2: must be in (0, 1]"), "--set d4pg.discount=2: d4pg.discount 2: must be in (0, 1]");
+  // A field at its default: the enclosing message's line, saying so.
+  EXPECT_EQ(source.Locate("learner.min_replay_size 1000: too big"),
+            "x.textproto:2: learner.min_replay_size 1000: too big (learner.min_replay_size is not set in the file: "
+            "that is its default)");
+  // Words that are not fields of the schema are not taken for one.
+  EXPECT_EQ(source.Locate("unknown task 'cartpole.swingdown'"), "x.textproto: unknown task 'cartpole.swingdown'");
+  EXPECT_EQ(source.Annotate(absl::InvalidArgumentError("name \"x\": bad")).message(), "x.textproto:1: name \"x\": bad");
+}
+
+TEST(ConfigSourceTest, AParseErrorPointsAtTheUnknownNameItself) {
+  auto loaded = ParseExperimentConfig("mode: RL\nlearner {\n  replicas: 2\n}\n", "x.textproto", {});
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(loaded.status().message(), HasSubstr("x.textproto:3:3: Message type"));
+  loaded = ParseExperimentConfig("mode: RLX\n", "y.textproto", {});
+  EXPECT_THAT(loaded.status().message(), HasSubstr("y.textproto:1:7: Unknown enumeration value of \"RLX\""));
+}
+
+TEST(ConfigTest, OnlyARegularFileOfASaneSizeIsAConfig) {
+  const std::string dir = ::testing::TempDir();
+  auto loaded = LoadExperimentConfigWithSource(dir, {});
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("not a regular file (a directory)"));
+  EXPECT_THAT(LoadExperimentConfigWithSource("/dev/zero", {}).status().message(), HasSubstr("not a regular file"));
+  const std::string big = dir + "/config_test_big.textproto";
+  {
+    std::ofstream out(big);
+    out << std::string(kMaxConfigFileBytes + 1, '#');
+  }
+  EXPECT_THAT(LoadExperimentConfigWithSource(big, {}).status().message(), HasSubstr("more than a config can be"));
+  std::filesystem::remove(big);
+}
+
 }  // namespace
 }  // namespace troupe

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -40,7 +42,27 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
   return absl::OkStatus();
 }
 
+absl::Status ValidateRunName(const std::string& name) {
+  auto bad = [&name](const char* why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "name \"", absl::CHexEscape(name.substr(0, 64)), name.size() > 64 ? "..." : "", "\": ", why,
+        "; a run name is one plain path component of [A-Za-z0-9_.-], 1 to ", kMaxRunNameBytes,
+        " characters, not starting with '.' (the run directory is RUNS_DIR/NAME-DATE-TIME)"));
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.size() > kMaxRunNameBytes) return bad("is too long");
+  if (name.front() == '.') return bad("starts with '.'");
+  for (const char c : name) {
+    if (c == '/') return bad("has a '/': it would put the run directory outside runs_dir");
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
+      return bad("has a character outside [A-Za-z0-9_.-]");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name) {
+  if (absl::Status valid = ValidateRunName(name); !valid.ok()) return valid;
   const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone());
   std::string dir = absl::StrCat(runs_dir, "/", name, "-", stamp);
   std::error_code ec;

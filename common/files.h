@@ -19,8 +19,17 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
 // bundle, tools/bundle.sh); else under the source tree it was built from.
 std::string ProjectPath(const std::string& relative);
 
+// The longest run name.
+inline constexpr size_t kMaxRunNameBytes = 100;
+
+// OK when `name` (an experiment's `name`) is one plain path component:
+// 1 to kMaxRunNameBytes characters of [A-Za-z0-9_.-], not starting with '.'
+// (so no "..", no '/', nothing hidden). InvalidArgument "name \"...\": why".
+absl::Status ValidateRunName(const std::string& name);
+
 // Creates and returns a fresh run directory RUNS_DIR/NAME-YYYYmmdd-HHMMSS
-// (with -2, -3, ... if taken). PermissionDenied naming it if it cannot be made.
+// (with -2, -3, ... if taken). InvalidArgument for a name ValidateRunName
+// refuses; PermissionDenied naming it if it cannot be made.
 absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name);
 
 }  // namespace troupe

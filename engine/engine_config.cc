@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/strict_cpu_backend.h"
+#include "engine/replicator/in_process.h"
 #ifdef TROUPE_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #endif
@@ -20,7 +21,8 @@
 namespace troupe::engine {
 
 bool InProcessReplicas(const config::EngineConfig& engine) {
-  return engine.collectives() == config::EngineConfig::IN_PROCESS || engine.collectives() == config::EngineConfig::NCCL;
+  return engine.collectives() == config::EngineConfig::IN_PROCESS || engine.collectives() == config::EngineConfig::NCCL ||
+         engine.collectives() == config::EngineConfig::SHARED_DEVICE;
 }
 
 bool BuiltWithNccl() {
@@ -53,6 +55,11 @@ namespace {
 // exhaust one (a thread and a replica's networks each).
 constexpr int kMaxReplicas = 256;
 constexpr int kMaxThreads = 1024;
+
+// K replicas on one device (device 0), reducing on it.
+bool SharedDevice(const config::EngineConfig& engine) {
+  return engine.collectives() == config::EngineConfig::SHARED_DEVICE;
+}
 
 // What a build without CUDA says of `section`.engine.device CUDA.
 absl::Status NotBuiltWithCuda(const std::string& section) {
@@ -90,6 +97,12 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                ": this troupe was built without NCCL (configure with NCCL_ROOT); collectives here: IN_PROCESS, MPI");
   }
   const bool pjrt = engine.device() == config::EngineConfig::PJRT;
+  if (engine.collectives() == config::EngineConfig::SHARED_DEVICE && engine.device() != config::EngineConfig::CPU &&
+      !cuda) {
+    return bad(".engine.collectives SHARED_DEVICE: the replicas reduce each other's buffers on their one device, "
+               "which needs a device whose replicas share memory: CPU or CUDA (not ",
+               config::EngineConfig::Device_Name(engine.device()), ")");
+  }
   if (pjrt && !BuiltWithPjrt()) {
     return bad(".engine.device PJRT: this troupe was built without the PJRT backend (TROUPE_PJRT=ON)");
   }
@@ -117,7 +130,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
       return absl::Status(client.status().code(),
                           absl::StrCat(section, ".engine.pjrt_plugin: ", client.status().message()));
     }
-    const int needed = InProcessReplicas(engine) ? engine.replicas() : 1;
+    const int needed = SharedDevice(engine) ? 1 : InProcessReplicas(engine) ? engine.replicas() : 1;
     if ((*client)->num_devices() < needed) {
       return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device PJRT: ", needed, " device(s) needed, ",
                                                         (*client)->num_devices(), " on platform ",
@@ -130,7 +143,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
 #ifdef TROUPE_HAVE_CUDA
   std::string why;
   const int devices = cuda::DeviceCount(&why);
-  const int needed = InProcessReplicas(engine) ? engine.replicas() : 1;
+  const int needed = SharedDevice(engine) ? 1 : InProcessReplicas(engine) ? engine.replicas() : 1;
   if (devices < needed) {
     return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device CUDA: ", needed, " GPU(s) needed, ",
                                                       devices, " found", why.empty() ? "" : absl::StrCat(" (", why, ")")));
@@ -197,6 +210,17 @@ absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(const con
   options.make_backend = [engine](const replicator::Collectives& collectives, int local_replicas) {
     return MakeBackend(engine, collectives.local_rank(), EngineThreadsPerReplica(engine, local_replicas));
   };
+  if (SharedDevice(engine)) {
+    // K threads on device 0 (local_rank 0 for all), reducing on it.
+    options.make_collectives = [](int replicas, std::chrono::milliseconds timeout)
+        -> absl::StatusOr<replicator::LocalCollectives> {
+      auto group = std::make_shared<replicator::InProcessGroup>(replicas, timeout);
+      replicator::LocalCollectives local;
+      for (int id = 0; id < replicas; ++id) local.members.push_back(group->Member(id, /*on_device=*/true));
+      local.shared = std::move(group);
+      return local;
+    };
+  }
 #ifdef TROUPE_HAVE_NCCL
   if (engine.collectives() == config::EngineConfig::NCCL) {
     options.make_collectives = [](int replicas, std::chrono::milliseconds timeout)

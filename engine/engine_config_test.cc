@@ -70,6 +70,30 @@ TEST(ValidateEngineConfigTest, NcclIsForCudaDevicesInABuildWithIt) {
   }
 }
 
+// K replicas sharing one device reduce each other's buffers: only on devices
+// whose replicas share an address space (the CPU; one GPU).
+TEST(ValidateEngineConfigTest, SharedDeviceCollectivesNeedADeviceWhoseReplicasShareMemory) {
+  for (const auto device : {config::EngineConfig::CPU_STRICT, config::EngineConfig::PJRT}) {
+    config::EngineConfig engine = Engine(device);
+    engine.set_collectives(config::EngineConfig::SHARED_DEVICE);
+    engine.set_pjrt_plugin(device == config::EngineConfig::PJRT ? "/x.so" : "");
+    EXPECT_THAT(ValidateEngineConfig(engine, "learner", 8).message(),
+                HasSubstr("learner.engine.collectives SHARED_DEVICE: the replicas reduce each other's buffers"));
+  }
+  config::EngineConfig engine = Engine(config::EngineConfig::CPU);
+  engine.set_collectives(config::EngineConfig::SHARED_DEVICE);
+  engine.set_replicas(2);
+  EXPECT_TRUE(ValidateEngineConfig(engine, "learner", 8).ok());
+  EXPECT_TRUE(InProcessReplicas(engine));
+  auto replicator = MakeReplicator(engine);
+  ASSERT_TRUE(replicator.ok()) << replicator.status();
+  ASSERT_TRUE((*replicator)->RunReplicas([&](replicator::ReplicaContext& ctx) {
+    EXPECT_TRUE(ctx.ReducesOnDevice());
+    EXPECT_EQ(ctx.collectives().local_rank(), 0);
+    return absl::OkStatus();
+  }).ok());
+}
+
 // Each replica's backend comes from the Replicator: replica r on device r,
 // the section's threads split between them.
 TEST(MakeReplicatorTest, EveryLocalReplicaGetsABackendOfTheSectionsDevice) {

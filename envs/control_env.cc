@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -43,7 +44,9 @@ absl::StatusOr<int> ControlEnv::PixelCamera(const TaskInfo& info, const Model& m
   const std::string camera = options.camera.empty() ? info.pixel_camera : options.camera;
   const int id = mj_name2id(model.get(), mjOBJ_CAMERA, camera.c_str());
   if (id < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(info.name, ": no camera named '", camera, "' in ", model.path()));
+    return absl::InvalidArgumentError(absl::StrCat("env.render.camera: ", info.name, ": no camera named '",
+                                                   absl::CHexEscape(camera.substr(0, 64)),
+                                                   camera.size() > 64 ? "...'" : "'", " in ", model.path()));
   }
   return id;
 }
@@ -64,6 +67,15 @@ absl::StatusOr<EnvSpec> ControlEnv::Describe(const TaskInfo& info, const Model& 
   spec.episode_steps = info.episode_steps;
   if (options.pixels) {
     RETURN_IF_ERROR(PixelCamera(info, model, options).status());
+    // What the renderer can draw: the model's offscreen buffer (checked here,
+    // before any buffer of this size is made, as well as when rendering).
+    if (options.render.width < 1 || options.render.height < 1 || options.render.width > m->vis.global.offwidth ||
+        options.render.height > m->vis.global.offheight) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "env.render: size ", options.render.width, "x", options.render.height, " is outside the offscreen buffer ",
+          m->vis.global.offwidth, "x", m->vis.global.offheight, " of task ", info.name,
+          "'s model (raise <visual><global offwidth= offheight=> in the model, or render smaller)"));
+    }
     spec.height = options.render.height;
     spec.width = options.render.width;
     spec.channels = 3;

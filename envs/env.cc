@@ -25,7 +25,9 @@ absl::StatusOr<EnvOptions> EnvOptions::FromConfig(const config::EnvConfig& confi
 }
 
 absl::Status EnvOptions::Validate() const {
-  RETURN_IF_ERROR(FindTask(task).status());
+  if (absl::Status found = FindTask(task).status(); !found.ok()) {
+    return absl::Status(found.code(), absl::StrCat("env.task: ", found.message()));
+  }
   if (action_repeat < 1 || action_repeat > 1000) {
     return absl::InvalidArgumentError(absl::StrCat("env.action_repeat: ", action_repeat, " is outside [1, 1000]"));
   }

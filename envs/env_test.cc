@@ -310,6 +310,11 @@ TEST(EnvTest, RenderSizeBeyondTheOffscreenBufferIsRejected) {
   ASSERT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(env.status().message(), HasSubstr("4096x84"));
   EXPECT_THAT(env.status().message(), HasSubstr("offscreen buffer 512x512"));
+  // Described (what a config is checked with) as well, before any buffer is made.
+  options.render.width = 100000;
+  options.render.height = 100000;
+  EXPECT_THAT(DescribeEnv(options).status().message(),
+              HasSubstr("env.render: size 100000x100000 is outside the offscreen buffer 512x512"));
 }
 
 TEST(EnvTest, UnknownCameraIsRejected) {

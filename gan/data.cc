@@ -10,17 +10,23 @@
 
 namespace troupe::gan {
 
-absl::StatusOr<GanData> LoadGanData(const std::string& dir) {
+absl::Status CheckGanDataFiles(const std::string& dir) {
   // A missing directory or file: say which package provides it.
   for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                            "t10k-labels-idx1-ubyte.gz"}) {
     const std::string path = absl::StrCat(dir, "/", name);
-    if (!std::filesystem::exists(path)) {
-      return absl::NotFoundError(absl::StrCat("Fashion-MNIST file ", path, " not found: install Debian's ",
-                                              kDataPackage, " (apt-get install ", kDataPackage,
-                                              ", or tools/install_deps.sh), or set gan.data_dir"));
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      return absl::NotFoundError(absl::StrCat("gan.data_dir ", dir, ": Fashion-MNIST file ", path,
+                                              " not found: install Debian's ", kDataPackage, " (apt-get install ",
+                                              kDataPackage, ", or tools/install_deps.sh), or set gan.data_dir"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GanData> LoadGanData(const std::string& dir) {
+  if (absl::Status files = CheckGanDataFiles(dir); !files.ok()) return files;
   // The classifier's loader validates magic numbers, sizes, truncation and counts.
   absl::StatusOr<FashionMnist> raw = LoadFashionMnist(dir);
   if (!raw.ok()) return raw.status();

@@ -35,6 +35,12 @@ struct GanData {
 // magic number) or DataLoss (truncated, wrong sizes or counts) naming the file.
 absl::StatusOr<GanData> LoadGanData(const std::string& dir);
 
+// OK when `dir` holds the four Fashion-MNIST files as regular files (what a
+// config is checked for before a run starts; their contents are checked by
+// LoadGanData). NotFound "gan.data_dir ...: ... not found: install ..."
+// otherwise.
+absl::Status CheckGanDataFiles(const std::string& dir);
+
 // One replica's view of the global batch stream.
 class ShardSampler {
  public:

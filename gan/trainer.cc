@@ -62,20 +62,41 @@ void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t coun
 
 absl::Status ValidateGanConfig(const config::GanConfig& c) {
   RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
+  auto in_range = [](int64_t value, int64_t low, int64_t high) {
+    return absl::StrCat(value, ": must be in [", low, ", ", high, "]");
+  };
+  if (c.batch_size() > kMaxGanBatchSize) return FieldError("batch_size", in_range(c.batch_size(), 1, kMaxGanBatchSize));
   if (c.total_images() < 1) return FieldError("total_images", "must be positive");
-  if (c.noise_size() < 1) return FieldError("noise_size", "must be >= 1");
-  if (c.generator_channels() < 1) return FieldError("generator_channels", "must be >= 1");
-  if (c.discriminator_channels() < 1) return FieldError("discriminator_channels", "must be >= 1");
-  if (!(c.generator_learning_rate() > 0)) return FieldError("generator_learning_rate", "must be positive");
-  if (!(c.discriminator_learning_rate() > 0)) return FieldError("discriminator_learning_rate", "must be positive");
-  if (c.base_batch_size() < 1) return FieldError("base_batch_size", "must be >= 1");
+  if (c.noise_size() < 1 || c.noise_size() > kMaxGanWidth) {
+    return FieldError("noise_size", in_range(c.noise_size(), 1, kMaxGanWidth));
+  }
+  if (c.generator_channels() < 1 || c.generator_channels() > kMaxGanChannels) {
+    return FieldError("generator_channels", in_range(c.generator_channels(), 1, kMaxGanChannels));
+  }
+  if (c.discriminator_channels() < 1 || c.discriminator_channels() > kMaxGanChannels) {
+    return FieldError("discriminator_channels", in_range(c.discriminator_channels(), 1, kMaxGanChannels));
+  }
+  if (!(c.generator_learning_rate() > 0) || std::isinf(c.generator_learning_rate())) {
+    return FieldError("generator_learning_rate", "must be positive and finite");
+  }
+  if (!(c.discriminator_learning_rate() > 0) || std::isinf(c.discriminator_learning_rate())) {
+    return FieldError("discriminator_learning_rate", "must be positive and finite");
+  }
+  if (c.base_batch_size() < 1 || c.base_batch_size() > kMaxGanBatchSize) {
+    return FieldError("base_batch_size", in_range(c.base_batch_size(), 1, kMaxGanBatchSize));
+  }
   if (c.warmup_images() < 0) return FieldError("warmup_images", "must be >= 0");
   if (!(c.adam_beta1() >= 0 && c.adam_beta1() < 1)) return FieldError("adam_beta1", "must be in [0, 1)");
   if (!(c.adam_beta2() >= 0 && c.adam_beta2() < 1)) return FieldError("adam_beta2", "must be in [0, 1)");
-  if (c.n_critic() < 1) return FieldError("n_critic", "must be >= 1");
+  if (c.n_critic() < 1 || c.n_critic() > kMaxGanCriticSteps) {
+    return FieldError("n_critic", in_range(c.n_critic(), 1, kMaxGanCriticSteps));
+  }
   if (c.ema_half_life_images() < 0) return FieldError("ema_half_life_images", "must be >= 0 (0 = no EMA)");
   if (c.eval_every_images() < 1) return FieldError("eval_every_images", "must be positive");
-  if (c.eval_samples() < 2) return FieldError("eval_samples", "must be >= 2 (a covariance needs two samples)");
+  if (c.eval_samples() < 2 || c.eval_samples() > kMaxGanEvalSamples) {
+    return FieldError("eval_samples",
+                      in_range(c.eval_samples(), 2, kMaxGanEvalSamples) + " (a covariance needs two samples)");
+  }
   if (c.checkpoint_every_s() < 1) return FieldError("checkpoint_every_s", "must be >= 1");
   return absl::OkStatus();
 }

@@ -33,6 +33,14 @@
 
 namespace troupe::gan {
 
+// Limits of the sizes a GAN config sets (launch also checks a step against
+// this machine's memory).
+inline constexpr int kMaxGanBatchSize = 1 << 16;
+inline constexpr int kMaxGanWidth = 4096;     // noise_size
+inline constexpr int kMaxGanChannels = 1024;  // generator_ / discriminator_channels
+inline constexpr int kMaxGanCriticSteps = 100;
+inline constexpr int kMaxGanEvalSamples = 100000;
+
 // Checks every GanConfig field; errors name the field and the valid range.
 absl::Status ValidateGanConfig(const config::GanConfig& config);
 

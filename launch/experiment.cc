@@ -1,21 +1,105 @@
 #include "launch/experiment.h"
 
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "actors/actor.h"
 #include "actors/evaluator.h"
 #include "agents/d4pg_policy.h"
+#include "common/files.h"
+#include "common/limits.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "envs/env.h"
 #include "envs/env_pool.h"
+#include "gan/data.h"
 #include "gan/trainer.h"
 #include "learner/rl_learner.h"
+#include "replay/replay.h"
 
 namespace troupe::launch {
+namespace {
+
+// Where the run directory goes: a directory, or a path that can become one.
+absl::Status ValidateRunsDir(const std::string& runs_dir) {
+  if (runs_dir.empty()) return absl::InvalidArgumentError("runs_dir: empty; the folder run directories go in");
+  std::error_code ec;
+  if (std::filesystem::exists(runs_dir, ec) && !std::filesystem::is_directory(runs_dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("runs_dir ", runs_dir, ": exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// What the env pools of every actor process hold up front: each env's
+// observation a few times over (its own, the pool's batch, the stacks).
+absl::Status CheckEnvsFit(const envs::EnvSpec& env, const config::ExperimentConfig& config, int processes) {
+  const double observation_bytes =
+      env.pixel_bytes() > 0 ? static_cast<double>(env.pixel_bytes()) : 4.0 * env.state_size;
+  const double bytes = 4.0 * observation_bytes * config.pool().num_envs() * processes;
+  return CheckFitsInMemory(absl::StrCat("pool.num_envs ", config.pool().num_envs(), " x ", processes,
+                                        " processes with env.render ", env.width, "x", env.height),
+                           bytes);
+}
+
+// A D4PG step's memory, roughly: every replica's parameters with their
+// gradients, Adam moments and targets, and the activations of a batch
+// (DrQ encoder: a stride-2 conv then three stride-1 convs; the MLPs).
+absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
+                               int action_size) {
+  const config::D4pgConfig& d4pg = config.d4pg();
+  const double batch = config.learner().batch_size();
+  double parameters = 0, activations = 0, input = spec.state_size;
+  if (spec.pixels()) {
+    const double channels = d4pg.conv_channels(), in = 3.0 * spec.frames;
+    const double side = (std::max(spec.height, spec.width) - 3) / 2 + 1;
+    parameters += 9 * (in * channels + 3 * channels * channels) + channels * side * side * d4pg.encoder_features();
+    activations += 2.0 * in * spec.height * spec.width + 4 * channels * side * side * 4;
+    input = d4pg.encoder_features();
+  }
+  std::vector<double> widths(d4pg.hidden().begin(), d4pg.hidden().end());
+  if (widths.empty()) widths = {256, 256};
+  for (const bool critic : {false, true}) {
+    double previous = input + (critic ? action_size : 0);
+    for (double width : widths) {
+      parameters += previous * width;
+      activations += 6 * width;
+      previous = width;
+    }
+    parameters += previous * (critic ? d4pg.atoms() : action_size);
+  }
+  const double replicas = config.learner().engine().replicas();
+  const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch);
+  return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " with d4pg sizes (",
+                                        spec.pixels() ? "conv_channels, encoder_features, " : "",
+                                        "hidden) and learner.engine.replicas ", replicas),
+                           bytes);
+}
+
+// A GAN step's memory, roughly: generator and discriminator activations of
+// n_critic + 1 batches of 28x28 images, and the evaluation samples.
+absl::Status CheckGanStepFits(const config::GanConfig& gan) {
+  const double g = gan.generator_channels(), d = gan.discriminator_channels();
+  const double per_image = 784 + gan.noise_size() + g * (2 * 49 + 196) + d * (196 + 2 * 49);
+  const double bytes = 4.0 * (6 * per_image * gan.batch_size() * (gan.n_critic() + 1) +
+                              (784.0 + 4096) * gan.eval_samples() + 60000.0 * 784 * 3);
+  return CheckFitsInMemory(absl::StrCat("gan.batch_size ", gan.batch_size(),
+                                        " with gan.generator_channels, discriminator_channels, n_critic, eval_samples"),
+                           bytes);
+}
+
+}  // namespace
 
 absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
+  // Where the run goes: one plain name inside runs_dir.
+  RETURN_IF_ERROR(ValidateRunName(config.name()));
+  RETURN_IF_ERROR(ValidateRunsDir(config.runs_dir()));
   if (config.mode() == config::ExperimentConfig::GAN) {
     RETURN_IF_ERROR(gan::ValidateGanConfig(config.gan()));
+    RETURN_IF_ERROR(CheckGanStepFits(config.gan()));
+    RETURN_IF_ERROR(gan::CheckGanDataFiles(config.gan().data_dir()));
     return engine::CheckDeviceAvailable(config.gan().engine(), "gan");
   }
   // Envs: scripted and RL runs alike.
@@ -23,13 +107,25 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat("total_frames ", config.total_frames(), ": must be positive"));
   }
   ASSIGN_OR_RETURN(const envs::EnvSpec env, envs::DescribeEnv(config.env()));
-  RETURN_IF_ERROR(envs::EnvPoolOptions::FromConfig(config.env(), config.pool()).status());
-  if (config.mode() == config::ExperimentConfig::SCRIPTED) return absl::OkStatus();
-  // RL: actors, evaluator, the agent for this env, the learner.
+  ASSIGN_OR_RETURN(const envs::EnvPoolOptions pool, envs::EnvPoolOptions::FromConfig(config.env(), config.pool()));
+  if (config.mode() == config::ExperimentConfig::SCRIPTED) {
+    if (pool.batch_size != 0 && pool.batch_size != pool.num_envs) {
+      return absl::InvalidArgumentError(absl::StrCat("pool.batch_size ", pool.batch_size,
+                                                     ": a scripted run steps the pool in sync mode; leave it 0"));
+    }
+    return CheckEnvsFit(env, config, /*processes=*/1);
+  }
+  // RL: actors, evaluator, the agent for this env, the learner, replay.
   RETURN_IF_ERROR(actors::ValidateActorsConfig(config.actors()));
   RETURN_IF_ERROR(actors::ValidateEvaluatorConfig(config.evaluator()));
-  RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), agents::ObservationSpecOf(env), env.action_size));
+  RETURN_IF_ERROR(CheckEnvsFit(env, config, config.actors().count() + 1));
+  const agents::ObservationSpec spec = agents::ObservationSpecOf(env);
+  RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), spec, env.action_size));
   RETURN_IF_ERROR(learner::ValidateLearnerConfig(config.learner()));
+  RETURN_IF_ERROR(CheckD4pgStepFits(config, spec, env.action_size));
+  // The replay section: the learner adds its transitions table when it
+  // lists none.
+  RETURN_IF_ERROR(replay::ValidateReplayConfig(config.replay(), /*tables_required=*/false));
   return engine::CheckDeviceAvailable(config.learner().engine(), "learner");
 }
 

@@ -9,15 +9,25 @@
 namespace troupe::launch {
 
 // OK when every section the config's mode runs is valid:
-//   GAN:      gan (gan::ValidateGanConfig, its engine section included);
-//   SCRIPTED: total_frames, env (the task's spec is read: no env is built),
-//             pool;
-//   RL:       the above, then actors, evaluator, d4pg against the env's
-//             spec, learner (its engine section included).
+//   all:      name (one plain path component), runs_dir (a directory or
+//             nothing yet);
+//   GAN:      gan (gan::ValidateGanConfig, its engine section included),
+//             its step within this machine's memory, the data files there;
+//   SCRIPTED: total_frames, env (the task's spec is read: no env is built;
+//             render size within the model's offscreen buffer), pool (sync),
+//             the pool's buffers within memory;
+//   RL:       total_frames, env, pool, then actors (and every actor's pool
+//             within memory), evaluator, d4pg against the env's spec,
+//             learner (its engine section included), the D4PG step within
+//             memory, replay (replay::ValidateReplayConfig; no table needed).
 // Then the device the engine section asks for must be on this machine.
-// Errors: InvalidArgument (NotFound for an unknown task) naming the field,
-// its value and what would be right; FailedPrecondition for a device that is
-// not here (engine::CheckDeviceAvailable); the first one found.
+// Nothing is created, bound or allocated beyond the config's own size: a
+// config that passes cannot fail later for a reason checked here.
+// Errors: InvalidArgument (NotFound for an unknown task or missing file)
+// whose message starts with the field path ("learner.batch_size 10: ..."),
+// so that ConfigSource::Locate can say where it was set; FailedPrecondition
+// for a device that is not here (engine::CheckDeviceAvailable); the first
+// one found.
 absl::Status ValidateExperiment(const config::ExperimentConfig& config);
 
 }  // namespace troupe::launch

@@ -56,6 +56,24 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
       {"learner { replay_size: 100 min_replay_size: 1000 }", "learner.min_replay_size 1000"},
       {"learner { samples_per_insert: -1 }", "learner.samples_per_insert -1"},
       {"learner { publish_every: 0 }", "learner.publish_every 0"},
+      // Where the run goes, what it listens on, what it would allocate.
+      {"name: \"../../escape\"", "name \"../../escape\": starts with '.'"},
+      {"name: \"a/b\"", "name \"a/b\": has a '/'"},
+      {"runs_dir: \"/etc/hostname\"", "runs_dir /etc/hostname: exists and is not a directory"},
+      {"learner { listen: \"127.0.0.1:99999\" }", "learner.listen \"127.0.0.1:99999\": port 99999 is outside"},
+      {"env { observation: PIXELS render { width: 100000 height: 100000 } }",
+       "env.render: size 100000x100000 is outside the offscreen buffer 512x512"},
+      {"env { observation: PIXELS render { camera: \"nowhere\" } }", "env.render.camera: cartpole.swingup: no camera"},
+      {"learner { replay_size: 100000000000 }", "learner.replay_size 100000000000: must be in [1, 268435456]"},
+      {"learner { batch_size: 1000000 }", "learner.batch_size 1000000: must be in [1, 65536]"},
+      {"d4pg { hidden: [100000] }", "d4pg.hidden[0] 100000: must be in [1, 8192]"},
+      {"learner { batch_size: 65536 } d4pg { hidden: [8192, 8192, 8192, 8192, 8192, 8192, 8192, 8192] }",
+       "learner.batch_size 65536 with d4pg sizes (hidden) and learner.engine.replicas 1: needs ~"},
+      {"actors { count: 100000 }", "actors.count 100000: must be in [0, 256]"},
+      {"replay { tables { name: \"t\" selector: \"lifo\" fields { name: \"x\" shape: 1 } } }",
+       "replay.tables[0].selector 'lifo': unknown"},
+      {"replay { listen: \"localhost\" }", "replay.listen \"localhost\": no ':PORT'"},
+      {"replay { checkpoint_dir: \"/nonexistent/dir\" }", "replay.checkpoint_dir \"/nonexistent/dir\": not an existing"},
   };
   ASSERT_TRUE(ValidateExperiment(Parse(kRl)).ok()) << ValidateExperiment(Parse(kRl));
   for (const auto& c : cases) {
@@ -77,6 +95,13 @@ TEST(ValidateExperimentTest, OnlyTheSectionsTheModeRunsAreChecked) {
               HasSubstr("gan.batch_size 10: must be divisible by gan.engine.replicas 4"));
   EXPECT_THAT(ValidateExperiment(Parse("mode: GAN gan { engine { replicas: 0 } }")).message(),
               HasSubstr("gan.engine.replicas 0"));
+  EXPECT_THAT(ValidateExperiment(Parse("mode: GAN gan { data_dir: \"/nonexistent\" }")).message(),
+              HasSubstr("gan.data_dir /nonexistent: Fashion-MNIST file /nonexistent/train-images-idx3-ubyte.gz not found"));
+  EXPECT_THAT(ValidateExperiment(Parse("mode: GAN gan { batch_size: 100000000 }")).message(),
+              HasSubstr("gan.batch_size: 100000000: must be in [1, 65536]"));
+  // A scripted run steps its pool in sync mode.
+  EXPECT_THAT(ValidateExperiment(Parse("mode: SCRIPTED pool { num_envs: 4 batch_size: 2 }")).message(),
+              HasSubstr("pool.batch_size 2: a scripted run steps the pool in sync mode"));
 }
 
 }  // namespace

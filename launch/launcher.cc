@@ -11,9 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "common/grpc_security.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "learner/rl_learner.h"
@@ -21,13 +23,37 @@
 namespace troupe::launch {
 namespace {
 
+// The address local actors dial: the learner's, with an any-interface host
+// (0.0.0.0, [::]) replaced by loopback, which troupe certs' server
+// certificate always names.
+std::string LocalAddressOf(const std::string& learner) {
+  const std::string host = HostOf(learner);
+  const std::string port = learner.substr(learner.rfind(':') + 1);
+  if (host == "0.0.0.0" || host.empty()) return "127.0.0.1:" + port;
+  if (host == "::") return "[::1]:" + port;
+  return learner;
+}
+
 // Starts argv (the actor's command, wrapped or not) with its output appended
-// to `log`. The child dies with the launcher.
-absl::StatusOr<pid_t> SpawnLogged(const std::vector<std::string>& argv, const std::string& log, int index) {
+// to `log`. The child dies with the launcher. A token reaches it in its
+// environment ($TROUPE_TOKEN; srun passes it on to a job step), never on its
+// command line.
+absl::StatusOr<pid_t> SpawnLogged(const std::vector<std::string>& argv, const std::string& log,
+                                  const std::string& token, int index) {
   std::vector<std::string> copy = argv;
   std::vector<char*> pointers;
   for (std::string& a : copy) pointers.push_back(a.data());
   pointers.push_back(nullptr);
+  // The child's environment: ours, with the token set (made before fork).
+  std::vector<std::string> environment;
+  const std::string token_prefix = absl::StrCat(kTokenEnvironmentVariable, "=");
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, token_prefix)) environment.push_back(*e);
+  }
+  if (!token.empty()) environment.push_back(token_prefix + token);
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed for actor ", index));
@@ -40,7 +66,7 @@ absl::StatusOr<pid_t> SpawnLogged(const std::vector<std::string>& argv, const st
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    execvp(pointers[0], pointers.data());
+    execvpe(pointers[0], pointers.data(), envp.data());
     _exit(127);
   }
   return pid;
@@ -99,18 +125,22 @@ absl::StatusOr<pid_t> ActorFleet::Spawn(int index) const {
     wrapped.insert(wrapped.end(), argv.begin(), argv.end());
     argv = std::move(wrapped);
   }
-  return SpawnLogged(argv, absl::StrCat(run_dir_, "/logs/actor-", index, ".log"), index);
+  return SpawnLogged(argv, absl::StrCat(run_dir_, "/logs/actor-", index, ".log"), token_, index);
 }
 
 absl::StatusOr<std::unique_ptr<ActorFleet>> ActorFleet::Start(const config::ExperimentConfig& config,
                                                               const std::string& run_dir,
                                                               const std::string& learner_address,
-                                                              const std::atomic<bool>* stop, ActorWrapper wrapper) {
+                                                              const std::atomic<bool>* stop, const std::string& token,
+                                                              ActorWrapper wrapper) {
   std::unique_ptr<ActorFleet> fleet(new ActorFleet());
   fleet->stop_ = stop;
   fleet->config_ = config;
   fleet->run_dir_ = run_dir;
-  fleet->learner_address_ = learner_address;
+  // Actors here dial an any-interface learner on loopback; wrapped ones
+  // (other nodes) the address given.
+  fleet->learner_address_ = wrapper ? learner_address : LocalAddressOf(learner_address);
+  fleet->token_ = token;
   fleet->wrapper_ = std::move(wrapper);
   fleet->binary_ = SelfBinary();
   std::filesystem::create_directories(run_dir + "/logs");
@@ -235,7 +265,8 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
 
   // The actors, watched and restarted on a thread of their own.
   ASSIGN_OR_RETURN(std::unique_ptr<ActorFleet> actors,
-                   ActorFleet::Start(config, run_dir, address, stop, options.actor_wrapper));
+                   ActorFleet::Start(config, run_dir, options.actor_wrapper ? address : learner->address(), stop,
+                                     learner->credentials().token, options.actor_wrapper));
 
   // The status line, from the learner's stats, on another thread.
   std::jthread status_thread([&](std::stop_token token) {

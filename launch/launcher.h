@@ -56,15 +56,21 @@ std::string SelfBinary();
 // on stdout. Thread-safe (a mutex guards the process table).
 class ActorFleet {
  public:
-  // Starts the actors. `run_dir` holds config.textproto (what they read).
-  // Once *stop (if given) turns true, dead actors are no longer restarted.
-  // With `wrapper`, each actor runs under it (a Slurm job step: then the pid
-  // watched is the wrapper's, and its stop signal reaches the actor through it).
+  // Starts the actors. `run_dir` holds config.textproto (what they read;
+  // its security section names certificate files, never the token). Once
+  // *stop (if given) turns true, dead actors are no longer restarted.
+  // `token` (the learner's, if it has one) reaches each actor as
+  // $TROUPE_TOKEN in its environment, never on its command line. An
+  // any-interface learner address (0.0.0.0:PORT) is dialled on loopback.
+  // With `wrapper`, each actor runs under it (a Slurm job step on another
+  // node: it dials `learner_address` as given; the pid watched is the
+  // wrapper's, and its stop signal reaches the actor through it).
   // Errors: ResourceExhausted if fork fails.
   static absl::StatusOr<std::unique_ptr<ActorFleet>> Start(const config::ExperimentConfig& config,
                                                            const std::string& run_dir,
                                                            const std::string& learner_address,
                                                            const std::atomic<bool>* stop = nullptr,
+                                                           const std::string& token = "",
                                                            ActorWrapper wrapper = {});
   ~ActorFleet();  // Stop()
 
@@ -91,6 +97,7 @@ class ActorFleet {
 
   config::ExperimentConfig config_;
   std::string run_dir_, learner_address_, binary_;
+  std::string token_;  // passed to each actor in its environment
   ActorWrapper wrapper_;
   const std::atomic<bool>* stop_ = nullptr;
   mutable absl::Mutex mutex_;

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "common/config.h"
 #include "common/files.h"
+#include "common/grpc_security.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "launch/launcher.h"
@@ -147,7 +148,10 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
   }
   std::unique_ptr<ActorFleet> actors;
   if (!address.empty() && !exited) {
-    ASSIGN_OR_RETURN(actors, ActorFleet::Start(config, run_dir, address, stop, actor_wrapper));
+    // The token the ranks serve with reaches each actor step in its
+    // environment, as for a learner in this process.
+    ASSIGN_OR_RETURN(const GrpcCredentials credentials, LoadGrpcCredentials(config.security()));
+    ASSIGN_OR_RETURN(actors, ActorFleet::Start(config, run_dir, address, stop, credentials.token, actor_wrapper));
   }
   // Until the ranks end; a stop goes to them (mpirun forwards SIGUSR1 to its
   // ranks, srun SIGTERM) and they checkpoint.

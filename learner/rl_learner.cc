@@ -15,7 +15,9 @@
 #include "actors/actor.h"
 #include "actors/evaluator.h"
 #include "common/files.h"
+#include "common/grpc_security.h"
 #include "common/image.h"
+#include "common/limits.h"
 #include "common/plot.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -57,7 +59,14 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
     return bad("checkpoint_every_s ", learner.checkpoint_every_s(), ": must be >= 1");
   }
   if (learner.max_updates() < 0) return bad("max_updates ", learner.max_updates(), ": must be >= 0 (0 = no limit)");
-  if (learner.replay_size() < 1) return bad("replay_size ", learner.replay_size(), ": must be >= 1");
+  if (learner.batch_size() > kMaxLearnerBatchSize) {
+    return bad("batch_size ", learner.batch_size(), ": must be in [1, ", kMaxLearnerBatchSize, "]");
+  }
+  if (learner.replay_size() < 1 || learner.replay_size() > replay::kMaxTableSize) {
+    return bad("replay_size ", learner.replay_size(), ": must be in [1, ", replay::kMaxTableSize, "]");
+  }
+  RETURN_IF_ERROR(CheckFitsInMemory(absl::StrCat("learner.replay_size ", learner.replay_size()),
+                                    static_cast<double>(learner.replay_size()) * replay::kTableBytesPerSlot));
   if (learner.min_replay_size() < 1 || learner.min_replay_size() > learner.replay_size()) {
     return bad("min_replay_size ", learner.min_replay_size(), ": must be in [1, learner.replay_size ",
                learner.replay_size(), "]");
@@ -66,7 +75,7 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
   if (!(learner.samples_per_insert() >= 0) || std::isinf(learner.samples_per_insert())) {
     return bad("samples_per_insert ", learner.samples_per_insert(), ": must be finite and >= 0 (0 = no ratio)");
   }
-  if (learner.listen().empty()) return bad("listen: must be HOST:PORT (port 0 = any free port)");
+  RETURN_IF_ERROR(ValidateHostPort(learner.listen(), "learner.listen"));
   return absl::OkStatus();
 }
 
@@ -81,6 +90,8 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   l->spec_ = agents::ObservationSpecOf(env_spec);
   l->action_size_ = env_spec.action_size;
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), l->spec_, l->action_size_));
+  // TLS and the token of the port and of other ranks' connections to rank 0.
+  ASSIGN_OR_RETURN(l->credentials_, LoadGrpcCredentials(config.security()));
 
   // The Replicator first: under MPI it says which rank this process is.
   const config::EngineConfig& engine = config.learner().engine();
@@ -157,7 +168,7 @@ absl::Status RlLearner::StartChief(const config::ReplayConfig& replay_config) {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string& listen = config_.learner().listen();
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  RETURN_IF_ERROR(AddSecureListeningPort(builder, credentials_, listen, "learner.listen", &port));
   builder.SetMaxReceiveMessageSize(int(replay_config.max_message_bytes()));
   builder.SetMaxSendMessageSize(int(replay_config.max_message_bytes()));
   builder.RegisterService(replay_service_.get());
@@ -200,7 +211,8 @@ absl::Status RlLearner::ShareChiefAddress(const absl::Status& chief_status, int6
     return absl::FailedPreconditionError(absl::StrCat("learner rank 0 failed to start: ", text));
   }
   address_ = text;
-  replay_client_ = replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes});
+  replay_client_ =
+      replay::NewGrpcClient(address_, {.max_message_bytes = max_message_bytes, .credentials = credentials_});
   return absl::OkStatus();
 }
 

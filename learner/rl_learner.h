@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "actors/episode_stream.h"
 #include "agents/d4pg_agent.h"
+#include "common/grpc_security.h"
 #include "engine/replicator/replicator.h"
 #include "learner/service/parameter_service.h"
 #include "proto/config.pb.h"
@@ -46,9 +47,14 @@
 
 namespace troupe::learner {
 
+// The largest global batch the learner takes.
+inline constexpr int kMaxLearnerBatchSize = 1 << 16;
+
 // InvalidArgument naming the field ("learner.min_replay_size 0: must be >=
 // 1") for a learner section the RL learner cannot run, its engine section
-// included (engine::ValidateEngineConfig).
+// included (engine::ValidateEngineConfig); listen a strict HOST:PORT; sizes
+// within limits (batch_size, replay_size within replay's table limit and
+// this machine's memory).
 absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner);
 
 struct LearnerStats {
@@ -75,8 +81,10 @@ class RlLearner {
  public:
   // Sets everything up and starts serving on config.learner().listen().
   // With `resume`, loads run_dir/checkpoints (agent, counters, replay if
-  // saved). Errors: config errors naming the field; Unavailable if the
-  // address cannot be bound ("port in use"); checkpoint errors. Under MPI
+  // saved). Errors: config errors naming the field; credential errors
+  // (LoadGrpcCredentials); FailedPrecondition for a listen address beyond
+  // loopback without TLS and a token (AddSecureListeningPort); Unavailable
+  // if the address cannot be bound ("port in use"); checkpoint errors. Under MPI
   // only rank 0 serves and writes to run_dir (every rank loads the agent
   // checkpoint from run_dir/checkpoints on resume); the others learn rank
   // 0's address by broadcast, and fail with rank 0's error if it could not
@@ -88,6 +96,9 @@ class RlLearner {
 
   // "host:port" actors connect to (on every rank: rank 0's).
   const std::string& address() const { return address_; }
+  // The credentials of its port and its connections (config.security and
+  // $TROUPE_TOKEN, common/grpc_security.h).
+  const GrpcCredentials& credentials() const { return credentials_; }
 
   // This process's rank and the number of ranks (0 and 1 unless collectives
   // MPI). Rank 0 is the chief: it serves, evaluates and writes run_dir.
@@ -133,6 +144,7 @@ class RlLearner {
 
   config::ExperimentConfig config_;
   std::string run_dir_;
+  GrpcCredentials credentials_;
   agents::ObservationSpec spec_;
   int action_size_ = 0;
   std::unique_ptr<replay::Replay> replay_;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +13,8 @@
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "proto/replay_checkpoint.pb.h"
@@ -89,8 +93,15 @@ absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables,
   }
   // Write PATH.tmp.
   const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) return ErrnoError("cannot open " + tmp + " for writing", path);
+  // A fresh file: whatever had the temporary name (a stale one, a link) is
+  // replaced, never written through.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  std::FILE* file = fd < 0 ? nullptr : ::fdopen(fd, "wb");
+  if (file == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return ErrnoError("cannot open " + tmp + " for writing", path);
+  }
   RecordWriter writer(file);
   writer.Raw(kMagic, kMagicBytes);
   proto::CheckpointRecord record;
@@ -150,11 +161,48 @@ absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables,
   return writer.bytes();
 }
 
+absl::Status ValidateCheckpointName(absl::string_view name) {
+  auto bad = [&name](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint name \"", absl::CHexEscape(name.substr(0, 64)),
+                                                   name.size() > 64 ? "..." : "", "\" ", why,
+                                                   "; a name is one plain file name of [A-Za-z0-9_.-], 1 to ",
+                                                   kMaxCheckpointNameBytes, " characters, not starting with '.'"));
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.size() > kMaxCheckpointNameBytes) return bad(absl::StrCat("is ", name.size(), " bytes long"));
+  if (name.front() == '.') return bad("starts with '.'");
+  for (const char c : name) {
+    if (c == '/') return bad("has a '/': it would leave the checkpoint directory");
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
+      return bad("has a character outside [A-Za-z0-9_.-]");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& path, FrameStore& frame_store) {
-  // Read the whole file.
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": cannot open: ", std::strerror(errno)));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Read the whole file, which must be a regular one (not a directory, a
+  // device, a fifo).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("checkpoint ", path, ": cannot open: ", std::strerror(errno)));
+  std::string data;
+  {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " is not a regular file"));
+    }
+    data.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < data.size()) {
+      const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    data.resize(got);
+  }
   auto corrupt = [&path](const std::string& what) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is corrupt or truncated (", what,
                                             "); refusing it, nothing was restored"));
@@ -197,6 +245,12 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
         kVersion, " (version 1 predates reference-coded frames); refusing it, nothing was restored"));
   }
   const proto::CheckpointHeader header = record.header();
+  // Every frame and table is a record of its own: counts beyond the records
+  // there are cannot be right (and would be allocated for below).
+  if (header.num_frames() < 0 || static_cast<uint64_t>(header.num_frames()) > num_records ||
+      header.num_tables() < 0 || static_cast<uint64_t>(header.num_tables()) > num_records) {
+    return corrupt("header counts more frames or tables than there are records");
+  }
   std::vector<FramePtr> frames;
   FrameDecoder decoder;  // checks zstd frames
   frames.reserve(header.num_frames());

@@ -17,9 +17,11 @@
 #define TROUPE_REPLAY_CHECKPOINT_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/config.pb.h"
 #include "replay/frame_store.h"
 #include "replay/table.h"
@@ -35,11 +37,23 @@ struct RestoredTable {
   TableSnapshot snapshot;
 };
 
+// The longest checkpoint name the Checkpoint and Restore RPCs take.
+inline constexpr size_t kMaxCheckpointNameBytes = 128;
+
+// OK when `name` is one plain file name, safe to join to a checkpoint
+// directory: 1 to kMaxCheckpointNameBytes characters of [A-Za-z0-9_.-], not
+// starting with '.' (so never "." or "..", no hidden file) and no '/'.
+// InvalidArgument saying which rule it breaks; the name itself is quoted
+// only with unprintable characters escaped.
+absl::Status ValidateCheckpointName(absl::string_view name);
+
 // Reads a checkpoint, making its frames in `frames`. DataLoss naming the
 // path and what is wrong ("truncated", "checksum mismatch", ...) for a bad
 // file; FailedPrecondition for another format version (version 1 files,
 // from before reference-coded frames, are refused); NotFound if it does not
-// exist.
+// exist; FailedPrecondition for something that is not a regular file (a
+// directory, a device, a symbolic link: never followed). Messages never
+// quote the file's bytes.
 absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& path, FrameStore& frames);
 
 }  // namespace troupe::replay

@@ -240,8 +240,8 @@ class LocalClient : public ReplayClient {
     return replay_->MutatePriorities(request);
   }
   absl::StatusOr<proto::InfoResponse> Info() override { return replay_->Info(); }
-  absl::StatusOr<int64_t> Checkpoint(const std::string& path) override { return replay_->Checkpoint(path); }
-  absl::StatusOr<int64_t> Restore(const std::string& path) override { return replay_->Restore(path); }
+  absl::StatusOr<int64_t> Checkpoint(const std::string& name) override { return replay_->CheckpointByName(name); }
+  absl::StatusOr<int64_t> Restore(const std::string& name) override { return replay_->RestoreByName(name); }
 
  private:
   Replay* replay_;

@@ -149,10 +149,12 @@ class ReplayClient {
   // Returns how many keys were no longer in the table.
   virtual absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request) = 0;
   virtual absl::StatusOr<proto::InfoResponse> Info() = 0;
-  // Returns bytes written.
-  virtual absl::StatusOr<int64_t> Checkpoint(const std::string& path) = 0;
-  // Returns items restored.
-  virtual absl::StatusOr<int64_t> Restore(const std::string& path) = 0;
+  // Writes checkpoint `name` (a plain file name) in the replay's own
+  // checkpoint directory (replay.checkpoint_dir); returns bytes written.
+  // Errors: Replay::CheckpointByName's.
+  virtual absl::StatusOr<int64_t> Checkpoint(const std::string& name) = 0;
+  // Restores checkpoint `name` of that directory; returns items restored.
+  virtual absl::StatusOr<int64_t> Restore(const std::string& name) = 0;
 };
 
 // Embedded mode: calls `replay` directly (no copies through protobuf on the

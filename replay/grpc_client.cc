@@ -177,49 +177,63 @@ class GrpcClient : public ReplayClient {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
     args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
-    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    auto channel = NewSecureChannel(options.credentials, address, args);
+    if (!channel.ok()) {
+      channel_error_ = channel.status();
+      return;
+    }
+    channel_ = *std::move(channel);
     stub_ = proto::Replay::NewStub(channel_);
   }
+  explicit GrpcClient(std::shared_ptr<grpc::Channel> channel)
+      : channel_(std::move(channel)), stub_(proto::Replay::NewStub(channel_)) {}
 
   absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
+    RETURN_IF_ERROR(channel_error_);
     return std::make_unique<GrpcWriter>(stub_.get(), options);
   }
   absl::StatusOr<std::unique_ptr<Sampler>> NewSampler(const SamplerOptions& options) override {
+    RETURN_IF_ERROR(channel_error_);
     if (options.batch_size < 1) {
       return absl::InvalidArgumentError(absl::StrCat("batch_size is ", options.batch_size, ", must be >= 1"));
     }
     return std::make_unique<GrpcSampler>(stub_.get(), options);
   }
   absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request) override {
+    RETURN_IF_ERROR(channel_error_);
     grpc::ClientContext context;
     proto::MutatePrioritiesResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(stub_->MutatePriorities(&context, request, &response)));
     return response.missing();
   }
   absl::StatusOr<proto::InfoResponse> Info() override {
+    RETURN_IF_ERROR(channel_error_);
     grpc::ClientContext context;
     proto::InfoResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(stub_->Info(&context, proto::InfoRequest(), &response)));
     return response;
   }
-  absl::StatusOr<int64_t> Checkpoint(const std::string& path) override {
+  absl::StatusOr<int64_t> Checkpoint(const std::string& name) override {
+    RETURN_IF_ERROR(channel_error_);
     grpc::ClientContext context;
     proto::CheckpointRequest request;
-    request.set_path(path);
+    request.set_name(name);
     proto::CheckpointResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(stub_->Checkpoint(&context, request, &response)));
     return response.bytes();
   }
-  absl::StatusOr<int64_t> Restore(const std::string& path) override {
+  absl::StatusOr<int64_t> Restore(const std::string& name) override {
+    RETURN_IF_ERROR(channel_error_);
     grpc::ClientContext context;
     proto::RestoreRequest request;
-    request.set_path(path);
+    request.set_name(name);
     proto::RestoreResponse response;
     RETURN_IF_ERROR(FromGrpcStatus(stub_->Restore(&context, request, &response)));
     return response.items();
   }
 
  private:
+  absl::Status channel_error_;  // why there is no channel (credentials that cannot reach the address)
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Replay::Stub> stub_;
 };
@@ -228,6 +242,10 @@ class GrpcClient : public ReplayClient {
 
 std::unique_ptr<ReplayClient> NewGrpcClient(const std::string& address, const GrpcClientOptions& options) {
   return std::make_unique<GrpcClient>(address, options);
+}
+
+std::unique_ptr<ReplayClient> NewGrpcClient(std::shared_ptr<grpc::Channel> channel) {
+  return std::make_unique<GrpcClient>(std::move(channel));
 }
 
 }  // namespace troupe::replay

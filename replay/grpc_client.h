@@ -11,7 +11,10 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/channel.h>
+
 #include "absl/status/statusor.h"
+#include "common/grpc_security.h"
 #include "replay/client.h"
 
 namespace troupe::replay {
@@ -19,11 +22,19 @@ namespace troupe::replay {
 struct GrpcClientOptions {
   // Largest message sent or received (match the server's max_message_bytes).
   int64_t max_message_bytes = 64 << 20;
+  // TLS and the token (common/grpc_security.h); none: loopback only.
+  GrpcCredentials credentials;
 };
 
 // Connects lazily to `address` ("host:port"). Never fails for an
-// unreachable server: the first call reports UNAVAILABLE.
+// unreachable server: the first call reports UNAVAILABLE. Credentials that
+// cannot reach `address` (beyond loopback without TLS) make every call
+// report FailedPrecondition, saying how to set them up.
 std::unique_ptr<ReplayClient> NewGrpcClient(const std::string& address, const GrpcClientOptions& options = {});
+
+// The same on a channel the caller made (NewSecureChannel, with its own
+// message limits), e.g. to share one connection with a Parameters stream.
+std::unique_ptr<ReplayClient> NewGrpcClient(std::shared_ptr<grpc::Channel> channel);
 
 }  // namespace troupe::replay
 

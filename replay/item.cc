@@ -61,6 +61,11 @@ absl::StatusOr<Signature> Signature::FromConfig(const config::ReplayTableConfig&
     spec.bytes = DTypeSize(spec.dtype);
     for (int64_t d : field.shape()) {
       if (d <= 0) return absl::InvalidArgumentError(absl::StrCat(at, ": dimension ", d, " must be positive"));
+      // Bounded so that no size overflows (a config is checked tighter by
+      // ValidateTableConfig; this also guards a checkpoint's table config).
+      if (d > (int64_t{1} << 30) || spec.bytes > (int64_t{1} << 33) / d) {
+        return absl::InvalidArgumentError(absl::StrCat(at, ": dimension ", d, " makes the field too large"));
+      }
       spec.shape.push_back(d);
       spec.bytes *= d;
     }

@@ -1,13 +1,20 @@
 #include "replay/replay.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/limits.h"
 #include "common/status_macros.h"
 #include "replay/checkpoint.h"
 
@@ -78,23 +85,46 @@ absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Replay>> Replay::Create(const config::ReplayConfig& config) {
-  // Check the service-wide options, then each table.
-  if (config.tables_size() == 0) return absl::InvalidArgumentError("replay config: no tables");
-  if (config.max_message_bytes() < 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replay config: max_message_bytes is ", config.max_message_bytes(), ", must be >= 1024"));
+absl::Status ValidateReplayConfig(const config::ReplayConfig& config, bool tables_required) {
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat("replay.", parts...)); };
+  RETURN_IF_ERROR(ValidateHostPort(config.listen(), "replay.listen"));
+  if (config.max_message_bytes() < 1024 || config.max_message_bytes() > kMaxMessageBytes) {
+    return bad("max_message_bytes ", config.max_message_bytes(), ": must be in [1024, ", kMaxMessageBytes, "]");
   }
-  if (config.worker_threads() < 1) return absl::InvalidArgumentError("replay config: worker_threads must be >= 1");
+  if (config.worker_threads() < 1 || config.worker_threads() > kMaxWorkerThreads) {
+    return bad("worker_threads ", config.worker_threads(), ": must be in [1, ", kMaxWorkerThreads, "]");
+  }
   if (config.frame_compression_level() < 1 || config.frame_compression_level() > 19) {
-    return absl::InvalidArgumentError("replay config: frame_compression_level must be in [1, 19]");
+    return bad("frame_compression_level ", config.frame_compression_level(), ": must be in [1, 19]");
   }
-  auto replay = std::unique_ptr<Replay>(new Replay(config));
+  std::error_code ec;
+  if (!config.checkpoint_dir().empty() && !std::filesystem::is_directory(config.checkpoint_dir(), ec)) {
+    return absl::NotFoundError(absl::StrCat("replay.checkpoint_dir \"", absl::CHexEscape(config.checkpoint_dir()),
+                                            "\": not an existing directory; create it first"));
+  }
+  if (!config.restore_path().empty() && !std::filesystem::is_regular_file(config.restore_path(), ec)) {
+    return absl::NotFoundError(absl::StrCat("replay.restore_path \"", absl::CHexEscape(config.restore_path()),
+                                            "\": not an existing regular file (a replay checkpoint)"));
+  }
+  if (tables_required && config.tables_size() == 0) return bad("tables: none; a replay needs at least one table");
+  if (config.tables_size() > kMaxTables) return bad("tables: ", config.tables_size(), ", at most ", kMaxTables);
   absl::flat_hash_set<std::string> names;
-  for (const auto& table_config : config.tables()) {
-    if (!names.insert(table_config.name()).second) {
-      return absl::InvalidArgumentError(absl::StrCat("replay config: table '", table_config.name(), "' twice"));
+  for (int i = 0; i < config.tables_size(); ++i) {
+    const std::string prefix = absl::StrCat("replay.tables[", i, "].");
+    RETURN_IF_ERROR(ValidateTableConfig(config.tables(i), prefix));
+    if (!names.insert(config.tables(i).name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "name '", config.tables(i).name(), "': another table has this name"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Replay>> Replay::Create(const config::ReplayConfig& config) {
+  // Check the whole config before creating anything.
+  RETURN_IF_ERROR(ValidateReplayConfig(config));
+  auto replay = std::unique_ptr<Replay>(new Replay(config));
+  for (const auto& table_config : config.tables()) {
     ASSIGN_OR_RETURN(auto table, Table::Create(table_config));
     replay->tables_.push_back(std::move(table));
   }
@@ -163,6 +193,50 @@ absl::StatusOr<int64_t> Replay::Restore(const std::string& path) {
     items += static_cast<int64_t>(snapshot->items.size());
     RETURN_IF_ERROR(table->Restore(std::move(*snapshot)));
   }
+  return items;
+}
+
+namespace {
+
+// DIR/NAME for a client's checkpoint name, or why not.
+absl::StatusOr<std::string> CheckpointPathForName(const config::ReplayConfig& config, absl::string_view name) {
+  if (config.checkpoint_dir().empty()) {
+    return absl::FailedPreconditionError(
+        "this replay server takes no checkpoints by name: it was started without a checkpoint directory "
+        "(replay.checkpoint_dir, or `troupe replay --checkpoint-dir DIR`)");
+  }
+  RETURN_IF_ERROR(ValidateCheckpointName(name));
+  return absl::StrCat(config.checkpoint_dir(), "/", name);
+}
+
+// `status` with the server's path of a checkpoint replaced by its name.
+absl::Status NamedOnly(const absl::Status& status, const std::string& path, absl::string_view name) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrReplaceAll(status.message(), {{path, name}}));
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> Replay::CheckpointByName(absl::string_view name) {
+  ASSIGN_OR_RETURN(const std::string path, CheckpointPathForName(config_, name));
+  absl::StatusOr<int64_t> bytes = Checkpoint(path);
+  if (!bytes.ok()) return NamedOnly(bytes.status(), path, name);
+  return bytes;
+}
+
+absl::StatusOr<int64_t> Replay::RestoreByName(absl::string_view name) {
+  ASSIGN_OR_RETURN(const std::string path, CheckpointPathForName(config_, name));
+  // Only a regular file of the directory itself: a link there could point
+  // anywhere.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", name, ": no such checkpoint"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", name, " is not a regular file"));
+  }
+  absl::StatusOr<int64_t> items = Restore(path);
+  if (!items.ok()) return NamedOnly(items.status(), path, name);
   return items;
 }
 

@@ -18,6 +18,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/config.pb.h"
 #include "proto/replay.pb.h"
@@ -65,6 +66,21 @@ void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, b
 absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
                        bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch);
 
+// Limits of the service-wide options.
+inline constexpr int64_t kMaxMessageBytes = (int64_t{1} << 31) - 1;  // gRPC takes an int
+inline constexpr int kMaxWorkerThreads = 256;
+inline constexpr int kMaxTables = 64;
+
+// Checks a replay section without creating, binding or allocating
+// anything: listen (strict HOST:PORT), max_message_bytes, worker_threads,
+// frame_compression_level, checkpoint_dir (an existing directory when
+// set), restore_path (a regular file when set), and every table
+// (ValidateTableConfig; names unique). `tables_required`: false where an
+// empty list means the caller adds its own table (the RL learner's
+// transitions). InvalidArgument naming the field ("replay.tables[1].selector
+// ..."); NotFound for a missing checkpoint_dir or restore_path.
+absl::Status ValidateReplayConfig(const config::ReplayConfig& config, bool tables_required = true);
+
 class Replay {
  public:
   // Creates every table of `config` (at least one; names unique), and
@@ -81,12 +97,24 @@ class Replay {
   proto::InfoResponse Info() const;
   // Returns how many keys were no longer present.
   absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request);
-  // Writes every table to `path` (replay/checkpoint.h); returns bytes written.
+  // Writes every table to `path` (replay/checkpoint.h); returns bytes
+  // written. For the process's own files (the learner's run directory): a
+  // path from a client goes through CheckpointByName.
   absl::StatusOr<int64_t> Checkpoint(const std::string& path);
   // Replaces every table's contents with the checkpoint at `path`; returns
   // items restored. A missing, truncated, corrupt or mismatched checkpoint
   // is refused with the reason and leaves every table as it was.
   absl::StatusOr<int64_t> Restore(const std::string& path);
+
+  // Checkpoint and Restore for a client (the Checkpoint and Restore RPCs,
+  // ReplayClient): `name` is a plain file name (ValidateCheckpointName)
+  // inside config.checkpoint_dir, and nothing else is ever read or written.
+  // FailedPrecondition when the config has no checkpoint_dir; Restore also
+  // refuses a name that is not a regular file there (a link is not
+  // followed). Messages say the name, never the directory or anything read
+  // from a file the server did not write.
+  absl::StatusOr<int64_t> CheckpointByName(absl::string_view name);
+  absl::StatusOr<int64_t> RestoreByName(absl::string_view name);
 
   // Wakes every blocked insert and sample with Cancelled.
   void Close();

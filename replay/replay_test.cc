@@ -216,13 +216,13 @@ TEST(ReplayTest, CheckpointRoundTripRestoresItemsFramesAndCounters) {
     auto q = *e.client->NewSampler({.table = "queue", .batch_size = 2});
     SampledBatch b;
     ASSERT_TRUE(q->Next(&b).ok());  // takes items 0 and 1
-    auto bytes = e.client->Checkpoint(path);
+    auto bytes = e.replay->Checkpoint(path);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     EXPECT_GT(*bytes, 0);
     before = e.replay->Info();
   }
   Embedded restored(TestConfig());
-  auto items = restored.client->Restore(path);
+  auto items = restored.replay->Restore(path);
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(*items, 30 + 5);
   const proto::InfoResponse after = restored.replay->Info();
@@ -251,7 +251,7 @@ TEST(ReplayTest, CorruptOrTruncatedCheckpointIsRefusedAndDataKept) {
   Embedded e(TestConfig());
   auto writer = *e.client->NewWriter();
   ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/10).ok());
-  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  ASSERT_TRUE(e.replay->Checkpoint(path).ok());
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);
@@ -267,17 +267,17 @@ TEST(ReplayTest, CorruptOrTruncatedCheckpointIsRefusedAndDataKept) {
   std::string flipped = bytes;
   flipped[flipped.size() / 2] ^= 0x40;
   write(flipped);
-  auto status = e.client->Restore(path).status();
+  auto status = e.replay->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(status.message().find("is corrupt or truncated (checksum mismatch"), std::string::npos) << status;
   EXPECT_NE(status.message().find(path), std::string::npos) << "the message must name the file";
   // Truncated.
   write(bytes.substr(0, bytes.size() - 100));
-  status = e.client->Restore(path).status();
+  status = e.replay->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(status.message().find("no trailer: truncated"), std::string::npos) << status;
   // Missing.
-  EXPECT_EQ(e.client->Restore(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(e.replay->Restore(path + ".missing").status().code(), absl::StatusCode::kNotFound);
   // Every refusal left the live data alone.
   EXPECT_EQ(e.replay->Info().tables(0).size(), 15);
   std::remove(path.c_str());
@@ -288,15 +288,15 @@ TEST(ReplayTest, FailedCheckpointWriteKeepsThePreviousFile) {
   Embedded e(TestConfig());
   auto writer = *e.client->NewWriter();
   ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/10).ok());
-  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  ASSERT_TRUE(e.replay->Checkpoint(path).ok());
   // A checkpoint into a directory that does not exist fails cleanly.
   const std::string bad = TempPath("no_such_dir/x.ckpt");
-  auto status = e.client->Checkpoint(bad).status();
+  auto status = e.replay->Checkpoint(bad).status();
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("no_such_dir/x.ckpt.tmp"), std::string::npos) << status;
   // The good one still restores.
   Embedded other(TestConfig());
-  auto items = other.client->Restore(path);
+  auto items = other.replay->Restore(path);
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(*items, 10);
   std::remove(path.c_str());
@@ -305,11 +305,11 @@ TEST(ReplayTest, FailedCheckpointWriteKeepsThePreviousFile) {
 TEST(ReplayTest, CheckpointOfAnotherSignatureIsRefused) {
   const std::string path = TempPath("signature.ckpt");
   Embedded e(TestConfig());
-  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  ASSERT_TRUE(e.replay->Checkpoint(path).ok());
   config::ReplayConfig other = testing::ParseConfig(
       R"pb(tables { name: "pixels" fields { name: "obs" shape: 7 } })pb");
   Embedded o(other);
-  const absl::Status status = o.client->Restore(path).status();
+  const absl::Status status = o.replay->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(), absl::StrCat(path, ": table 'pixels' has a different signature in the checkpoint"));
   std::remove(path.c_str());
@@ -350,8 +350,8 @@ TEST(ReplayTest, EvictedReferenceCodedFramesAreFreedWithTheLastFrameCodedAgainst
   // Replacing the contents with an empty checkpoint frees every frame.
   const std::string path = TempPath("empty_scene.ckpt");
   Embedded empty(testing::SceneConfig(/*max_size=*/10));
-  ASSERT_TRUE(empty.client->Checkpoint(path).ok());
-  ASSERT_TRUE(e.client->Restore(path).ok());
+  ASSERT_TRUE(empty.replay->Checkpoint(path).ok());
+  ASSERT_TRUE(e.replay->Restore(path).ok());
   batch = SampledBatch();
   EXPECT_EQ(e.replay->Info().frames(), 0);
   EXPECT_EQ(e.replay->Info().frame_bytes(), 0);
@@ -369,11 +369,11 @@ TEST(ReplayTest, CheckpointRoundTripKeepsReferenceCodedFrames) {
       ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/80).ok());  // evicts 30, keeps some keys only as references
       ASSERT_TRUE(writer->Close().ok());
       writer.reset();
-      ASSERT_TRUE(e.client->Checkpoint(path).ok());
+      ASSERT_TRUE(e.replay->Checkpoint(path).ok());
       before = e.replay->Info();
     }
     Embedded restored(testing::SceneConfig(/*max_size=*/50));
-    auto items = restored.client->Restore(path);
+    auto items = restored.replay->Restore(path);
     ASSERT_TRUE(items.ok()) << items.status();
     EXPECT_EQ(*items, 50);
     const proto::InfoResponse after = restored.replay->Info();
@@ -419,11 +419,11 @@ TEST(ReplayTest, CheckpointOfFormatVersionTwoRestoresItsZstdFrames) {
     auto writer = *e.client->NewWriter({.codec = proto::COMPRESSION_ZSTD});
     ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/30).ok());
     ASSERT_TRUE(writer->Close().ok());
-    ASSERT_TRUE(e.client->Checkpoint(path).ok());
+    ASSERT_TRUE(e.replay->Checkpoint(path).ok());
   }
   SetCheckpointVersion(path, 2);
   Embedded restored(testing::SceneConfig(/*max_size=*/50));
-  auto items = restored.client->Restore(path);
+  auto items = restored.replay->Restore(path);
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(*items, 30);
   auto sampler = *restored.client->NewSampler({.table = "scene", .batch_size = 64});
@@ -438,9 +438,9 @@ TEST(ReplayTest, CheckpointOfFormatVersionOneIsRefusedSayingSo) {
   Embedded e(TestConfig());
   auto writer = *e.client->NewWriter();
   ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/5).ok());
-  ASSERT_TRUE(e.client->Checkpoint(path).ok());
+  ASSERT_TRUE(e.replay->Checkpoint(path).ok());
   SetCheckpointVersion(path, 1);
-  const absl::Status status = e.client->Restore(path).status();
+  const absl::Status status = e.replay->Restore(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(), absl::StrCat("checkpoint ", path,
                                            " has format version 1; this build reads versions 2 to 3 (version 1 "

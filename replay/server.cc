@@ -7,13 +7,14 @@
 
 namespace troupe::replay {
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const config::ReplayConfig& config) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const config::ReplayConfig& config,
+                                                      const GrpcCredentials& credentials) {
   auto server = std::unique_ptr<Server>(new Server());
   ASSIGN_OR_RETURN(server->replay_, Replay::Create(config));
   server->service_ = std::make_unique<ReplayService>(server->replay_.get(), config.worker_threads());
   // Listen where configured, with the configured message limit both ways.
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen(), grpc::InsecureServerCredentials(), &server->port_);
+  RETURN_IF_ERROR(AddSecureListeningPort(builder, credentials, config.listen(), "replay.listen", &server->port_));
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes()));
   builder.SetMaxSendMessageSize(static_cast<int>(config.max_message_bytes()));
@@ -36,8 +37,9 @@ void Server::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   // Wake blocked waiters first so their streams can finish, then stop gRPC
   // (which waits for every reactor to be done), then the workers.
-  replay_->Close();
-  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  // (A server that failed to start has no gRPC server to stop.)
+  if (replay_) replay_->Close();
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
   service_.reset();
 }
 

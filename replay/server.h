@@ -1,6 +1,7 @@
 // The standalone replay server (`troupe replay --listen ADDR`): a Replay
 // behind ReplayService on one gRPC port. Binds 127.0.0.1 unless the config
-// says otherwise; port 0 picks a free port (see port()).
+// says otherwise; port 0 picks a free port (see port()). Its credentials
+// (TLS, the token; common/grpc_security.h) come from the caller.
 //
 // Locking: Start/Shutdown from one owning thread; Wait may be called from
 // another.
@@ -13,6 +14,7 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "common/grpc_security.h"
 #include "proto/config.pb.h"
 #include "replay/replay.h"
 #include "replay/service.h"
@@ -22,9 +24,12 @@ namespace troupe::replay {
 class Server {
  public:
   // Creates the tables (restoring config.restore_path if set) and listens on
-  // config.listen. InvalidArgument for a bad config; Unavailable if the
+  // config.listen with `credentials` (none: loopback only). InvalidArgument
+  // for a bad config; FailedPrecondition for an address beyond loopback
+  // without TLS and a token (AddSecureListeningPort); Unavailable if the
   // address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const config::ReplayConfig& config);
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const config::ReplayConfig& config,
+                                                       const GrpcCredentials& credentials = {});
   // Shuts down.
   ~Server();
 

@@ -304,9 +304,9 @@ grpc::ServerUnaryReactor* ReplayService::Checkpoint(grpc::CallbackServerContext*
                                                     proto::CheckpointResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   workers_->Schedule([this, reactor, request, response] {
-    auto bytes = replay_->Checkpoint(request->path());
+    auto bytes = replay_->CheckpointByName(request->name());
     if (bytes.ok()) {
-      response->set_path(request->path());
+      response->set_name(request->name());
       response->set_bytes(*bytes);
     }
     reactor->Finish(ToGrpcStatus(bytes.status()));
@@ -319,7 +319,7 @@ grpc::ServerUnaryReactor* ReplayService::Restore(grpc::CallbackServerContext* co
                                                  proto::RestoreResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   workers_->Schedule([this, reactor, request, response] {
-    auto items = replay_->Restore(request->path());
+    auto items = replay_->RestoreByName(request->name());
     if (items.ok()) response->set_items(*items);
     reactor->Finish(ToGrpcStatus(items.status()));
   });

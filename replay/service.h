@@ -31,7 +31,8 @@
 //      num_batches batches finish OK; else go to 2.
 //
 // MutatePriorities and Info answer at once; Checkpoint and Restore run on
-// the worker pool and finish from there.
+// the worker pool and finish from there. They take a checkpoint NAME inside
+// the server's replay.checkpoint_dir, never a path (Replay::CheckpointByName).
 //
 // Locking: reactors are driven by one gRPC reaction or one worker task at a
 // time (never both: a task is scheduled only while no read or write is in

@@ -3,7 +3,11 @@
 
 #include <grpcpp/create_channel.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -11,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/certificates.h"
+#include "common/grpc_security.h"
 #include "gtest/gtest.h"
 #include "replay/grpc_client.h"
 #include "replay/server.h"
@@ -43,6 +49,34 @@ TEST(ServiceTest, BindsLoopbackByDefault) {
   ASSERT_NE(server, nullptr);
   EXPECT_GT(server->port(), 0);
   EXPECT_EQ(server->address(), absl::StrCat("127.0.0.1:", server->port()));
+}
+
+// The standalone server with TLS and a token (troupe replay --certs DIR):
+// a client with both is served; without the token every call is
+// UNAUTHENTICATED; beyond loopback without credentials it does not start.
+TEST(ServiceTest, StandaloneServerWithTlsRefusesClientsWithoutTheToken) {
+  const std::string certs = ::testing::TempDir() + "/replay_service_certs_" + std::to_string(getpid());
+  std::filesystem::remove_all(certs);
+  ASSERT_TRUE(WriteCertificates(certs, {}).ok());
+  config::SecurityConfig security;
+  security.set_certs_dir(certs);
+  auto credentials = LoadGrpcCredentials(security);
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  auto server = Server::Start(TestConfig(), *credentials);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = NewGrpcClient((*server)->address(), {.credentials = *credentials});
+  EXPECT_TRUE(client->Info().ok());
+  GrpcCredentials no_token = *credentials;
+  no_token.token.clear();
+  auto refused = NewGrpcClient((*server)->address(), {.credentials = no_token});
+  EXPECT_TRUE(absl::IsUnauthenticated(refused->Info().status()));
+  auto writer = refused->NewWriter();
+  ASSERT_TRUE(writer.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated((*writer)->Flush()));
+  // Beyond loopback without credentials: refused before it listens.
+  config::ReplayConfig everywhere = TestConfig();
+  everywhere.set_listen("0.0.0.0:0");
+  EXPECT_TRUE(absl::IsFailedPrecondition(Server::Start(everywhere).status()));
 }
 
 TEST(ServiceTest, ManyWritersAndOneSamplerSeeEveryItemExactlyOnce) {
@@ -268,21 +302,25 @@ TEST(ServiceTest, RateLimitedInsertWaitsWithoutStallingOtherStreams) {
 }
 
 TEST(ServiceTest, CheckpointAndRestoreOverGrpc) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/service_test_", ::getpid(), ".ckpt");
-  auto server = StartServer(TestConfig());
+  // Two servers sharing one checkpoint directory.
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/service_test_", ::getpid(), "_shared");
+  std::filesystem::create_directories(dir);
+  config::ReplayConfig config = TestConfig();
+  config.set_checkpoint_dir(dir);
+  auto server = StartServer(config);
   auto client = NewGrpcClient(server->address());
   auto writer = *client->NewWriter();
   ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/12).ok());
-  auto bytes = client->Checkpoint(path);
+  auto bytes = client->Checkpoint("episode.ckpt");
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  auto other = StartServer(TestConfig());
+  auto other = StartServer(config);
   auto other_client = NewGrpcClient(other->address());
-  auto items = other_client->Restore(path);
+  auto items = other_client->Restore("episode.ckpt");
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(*items, 12);
-  auto missing = other_client->Restore(path + ".nope");
+  auto missing = other_client->Restore("episode.ckpt.nope");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  std::remove(path.c_str());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServiceTest, ShutdownEndsBlockedSamplersWithUnavailable) {
@@ -400,6 +438,118 @@ TEST(ServiceTest, CorruptCompressedFrameIsRefusedWithAClearStatusAndTheServerKee
   SampledBatch batch;
   ASSERT_TRUE(sampler->Next(&batch).ok());
   EXPECT_TRUE(testing::SceneBatchMatches(batch));
+}
+
+// A fresh folder under the test temp dir with a `checkpoints` folder (the
+// server's) and an `outside` folder beside it.
+std::filesystem::path CheckpointSandbox(const std::string& name) {
+  const std::filesystem::path root =
+      std::filesystem::path(::testing::TempDir()) / absl::StrCat("service_test_", ::getpid(), "_", name);
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root / "checkpoints");
+  std::filesystem::create_directories(root / "outside");
+  return root;
+}
+
+// Every regular file under `root`, relative to it.
+std::set<std::string> FilesUnder(const std::filesystem::path& root) {
+  std::set<std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (!entry.is_directory()) files.insert(std::filesystem::relative(entry.path(), root).string());
+  }
+  return files;
+}
+
+TEST(ServiceTest, CheckpointAndRestoreTakeOnlyANameInsideTheServersCheckpointDirectory) {
+  const std::filesystem::path root = CheckpointSandbox("names");
+  config::ReplayConfig config = TestConfig();
+  config.set_checkpoint_dir((root / "checkpoints").string());
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto client = NewGrpcClient(server->address());
+  {
+    auto writer = *client->NewWriter();
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(testing::InsertState(*writer, "state", i).ok());
+    ASSERT_TRUE(writer->Close().ok());
+  }
+  // A plain name round-trips, inside the directory.
+  auto bytes = client->Checkpoint("snapshot-1.ckpt");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_GT(*bytes, 0);
+  auto items = client->Restore("snapshot-1.ckpt");
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 5);
+  // Anything that is not one plain file name is refused, both ways.
+  const std::string absolute = (root / "outside" / "absolute.ckpt").string();
+  const std::string names[] = {"../outside/escape.ckpt", "..", ".", "../escape.ckpt", absolute, "sub/dir.ckpt",
+                               "/etc/passwd", ".hidden", "", std::string(300, 'a'), "tab\tname", "new\nline",
+                               "back\\slash", std::string("nul\0byte", 8)};
+  for (const std::string& name : names) {
+    for (const bool restore : {false, true}) {
+      const absl::Status status = restore ? client->Restore(name).status() : client->Checkpoint(name).status();
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << (restore ? "Restore " : "Checkpoint ") << name;
+      EXPECT_EQ(status.message().find((root / "checkpoints").string()), std::string::npos)
+          << "the server's folder is not told: " << status;
+    }
+  }
+  // Nothing was written anywhere but the one checkpoint, and the data is kept.
+  EXPECT_EQ(FilesUnder(root), (std::set<std::string>{"checkpoints/snapshot-1.ckpt"}));
+  EXPECT_EQ(client->Info()->tables(1).size(), 5);
+  std::filesystem::remove_all(root);
+}
+
+TEST(ServiceTest, RestoreQuotesNothingOfFilesTheServerDidNotWriteAndFollowsNoLink) {
+  const std::filesystem::path root = CheckpointSandbox("foreign");
+  std::ofstream(root / "checkpoints" / "notes.txt") << "SECRET-TOKEN-1234 a file an operator left here\n";
+  std::ofstream(root / "outside" / "secret.txt") << "SECRET-TOKEN-5678\n";
+  std::filesystem::create_symlink(root / "outside" / "secret.txt", root / "checkpoints" / "link.ckpt");
+  std::filesystem::create_directories(root / "checkpoints" / "folder.ckpt");
+  config::ReplayConfig config = TestConfig();
+  config.set_checkpoint_dir((root / "checkpoints").string());
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  auto client = NewGrpcClient(server->address());
+  const struct {
+    const char* name;
+    absl::StatusCode code;
+  } cases[] = {{"notes.txt", absl::StatusCode::kDataLoss},
+               {"link.ckpt", absl::StatusCode::kFailedPrecondition},
+               {"folder.ckpt", absl::StatusCode::kFailedPrecondition},
+               {"missing.ckpt", absl::StatusCode::kNotFound}};
+  for (const auto& c : cases) {
+    const absl::Status status = client->Restore(c.name).status();
+    EXPECT_EQ(status.code(), c.code) << c.name << ": " << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), c.name)) << status;
+    EXPECT_FALSE(absl::StrContains(status.message(), "SECRET")) << status;
+    EXPECT_FALSE(absl::StrContains(status.message(), root.string())) << status;
+  }
+  // Checkpoint over the link writes a new file in place of the link, never
+  // through it.
+  ASSERT_TRUE(client->Checkpoint("link.ckpt").ok());
+  EXPECT_FALSE(std::filesystem::is_symlink(root / "checkpoints" / "link.ckpt"));
+  std::ifstream secret(root / "outside" / "secret.txt");
+  std::string line;
+  std::getline(secret, line);
+  EXPECT_EQ(line, "SECRET-TOKEN-5678");
+  std::filesystem::remove_all(root);
+}
+
+TEST(ServiceTest, WithoutACheckpointDirectoryCheckpointAndRestoreAreRefused) {
+  auto server = StartServer(TestConfig());
+  ASSERT_NE(server, nullptr);
+  auto client = NewGrpcClient(server->address());
+  const std::string name = absl::StrCat("no_dir_", ::getpid(), ".ckpt");
+  EXPECT_EQ(client->Checkpoint(name).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->Restore(name).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(std::filesystem::exists(name));
+}
+
+TEST(ServiceTest, AServerIsNotStartedOnAMissingCheckpointDirectory) {
+  config::ReplayConfig config = TestConfig();
+  config.set_checkpoint_dir(absl::StrCat(::testing::TempDir(), "/no_such_dir_", ::getpid()));
+  auto server = Server::Start(config);
+  ASSERT_FALSE(server.ok());
+  EXPECT_TRUE(absl::StartsWith(server.status().message(), "replay.checkpoint_dir")) << server.status();
 }
 
 }  // namespace

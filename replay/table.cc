@@ -3,7 +3,9 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "common/status_macros.h"
 #include "replay/selectors/fifo.h"
 #include "replay/selectors/prioritized.h"
@@ -11,9 +13,6 @@
 
 namespace troupe::replay {
 namespace {
-
-// The largest table we accept: slots and selectors are preallocated.
-constexpr int64_t kMaxTableSize = int64_t{1} << 30;
 
 std::unique_ptr<Selector> MakeSelector(const config::ReplayTableConfig& config) {
   if (config.selector() == "prioritized") {
@@ -34,21 +33,68 @@ bool WaitFor(absl::Mutex& mu, const absl::Condition& cond, absl::Duration timeou
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Table>> Table::Create(const config::ReplayTableConfig& config) {
-  const std::string where = absl::StrCat("table '", config.name(), "': ");
-  if (config.name().empty()) return absl::InvalidArgumentError("replay table config: name is empty");
+absl::Status ValidateTableConfig(const config::ReplayTableConfig& config, absl::string_view prefix) {
+  auto bad = [&](absl::string_view field, auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, field, parts...));
+  };
+  if (config.name().empty()) return bad("name", ": a table needs a name");
+  if (config.name().size() > 256) return bad("name", ": longer than 256 characters");
   if (config.max_size() < 1 || config.max_size() > kMaxTableSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "max_size is ", config.max_size(), ", must be in [1, ", kMaxTableSize, "]"));
+    return bad("max_size ", config.max_size(), ": must be in [1, ", kMaxTableSize, "]");
   }
+  RETURN_IF_ERROR(CheckFitsInMemory(absl::StrCat(prefix, "max_size ", config.max_size()),
+                                    static_cast<double>(config.max_size()) * kTableBytesPerSlot));
   if (config.selector() != "uniform" && config.selector() != "prioritized" && config.selector() != "fifo") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, "selector '", config.selector(), "' unknown; expected uniform, prioritized or fifo"));
+    return bad("selector '", absl::CHexEscape(config.selector().substr(0, 64)),
+               "': unknown; expected uniform, prioritized or fifo");
   }
-  if (!(config.priority_exponent() >= 0) || !(config.importance_exponent() >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "priority_exponent and importance_exponent must be >= 0"));
+  // !(x >= 0) also refuses NaN.
+  if (!(config.priority_exponent() >= 0) || std::isinf(config.priority_exponent())) {
+    return bad("priority_exponent ", config.priority_exponent(), ": must be finite and >= 0");
   }
-  RETURN_IF_ERROR(RateLimiter::Validate(config.rate_limiter(), config.name()));
+  if (!(config.importance_exponent() >= 0) || std::isinf(config.importance_exponent())) {
+    return bad("importance_exponent ", config.importance_exponent(), ": must be finite and >= 0");
+  }
+  const config::RateLimiterConfig& limiter = config.rate_limiter();
+  if (limiter.min_size_to_sample() < 1) {
+    return bad("rate_limiter.min_size_to_sample ", limiter.min_size_to_sample(), ": must be >= 1");
+  }
+  if (!(limiter.samples_per_insert() >= 0) || std::isinf(limiter.samples_per_insert())) {
+    return bad("rate_limiter.samples_per_insert ", limiter.samples_per_insert(), ": must be finite and >= 0");
+  }
+  if (std::isnan(limiter.error_buffer()) || std::isinf(limiter.error_buffer())) {
+    return bad("rate_limiter.error_buffer ", limiter.error_buffer(), ": must be finite");
+  }
+  if (limiter.insert_timeout_ms() < 0) {
+    return bad("rate_limiter.insert_timeout_ms ", limiter.insert_timeout_ms(), ": must be >= 0 (0 = forever)");
+  }
+  RETURN_IF_ERROR(RateLimiter::Validate(limiter, config.name()));
+  // Fields: sizes bounded so that no product overflows.
+  if (config.fields_size() == 0) return bad("fields", ": a table needs at least one field");
+  for (int i = 0; i < config.fields_size(); ++i) {
+    const config::ReplayFieldConfig& field = config.fields(i);
+    const std::string at = absl::StrCat("fields[", i, "].");
+    if (field.name().empty()) return bad(at, "name: a field needs a name");
+    if (field.shape_size() > 8) return bad(at, "shape: ", field.shape_size(), " dimensions, at most 8");
+    int64_t elements = 1;
+    for (int d = 0; d < field.shape_size(); ++d) {
+      const int64_t size = field.shape(d);
+      if (size < 1 || size > kMaxFieldBytes || elements > kMaxFieldBytes / size) {
+        return bad(at, "shape[", d, "] ", size, ": dimensions must be >= 1 and a field at most ", kMaxFieldBytes,
+                   " elements");
+      }
+      elements *= size;
+    }
+    if (field.frames() < 0 || field.frames() > kMaxFieldFrames) {
+      return bad(at, "frames ", field.frames(), ": must be in [0, ", kMaxFieldFrames, "]");
+    }
+    if (elements * 8 > kMaxFieldBytes) return bad(at, "shape: more than ", kMaxFieldBytes, " bytes");
+  }
+  return Signature::FromConfig(config).status();
+}
+
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(const config::ReplayTableConfig& config) {
+  RETURN_IF_ERROR(ValidateTableConfig(config, absl::StrCat("replay table '", config.name(), "': ")));
   ASSIGN_OR_RETURN(Signature signature, Signature::FromConfig(config));
   return std::unique_ptr<Table>(new Table(config, std::move(signature)));
 }

@@ -19,11 +19,13 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/config.pb.h"
@@ -46,6 +48,23 @@ struct TableSnapshot {
   int64_t inserts = 0, samples = 0, deletes = 0;
   uint64_t next_key = 0;
 };
+
+// The largest max_size a table may have: its slots and selector are
+// allocated up front (~kTableBytesPerSlot bytes a slot).
+inline constexpr int64_t kMaxTableSize = int64_t{1} << 28;
+inline constexpr int64_t kTableBytesPerSlot = 64;
+// The largest dense field or pixel frame a table accepts, and frames per
+// pixel field.
+inline constexpr int64_t kMaxFieldBytes = int64_t{1} << 30;
+inline constexpr int kMaxFieldFrames = 64;
+
+// Checks a table's config without allocating anything: name, max_size (in
+// [1, kMaxTableSize], and its slots within this machine's memory),
+// selector, exponents, rate limiter, fields (names, dtypes, shapes within
+// kMaxFieldBytes, frames). InvalidArgument whose message starts with
+// `prefix` and the field: "replay.tables[0].max_size 0: must be in [1, ...]"
+// for prefix "replay.tables[0].".
+absl::Status ValidateTableConfig(const config::ReplayTableConfig& config, absl::string_view prefix);
 
 class Table {
  public:

@@ -35,7 +35,7 @@ TEST(TableTest, CreateRejectsBadConfigSayingWhichField) {
       R"pb(name: "t" selector: "lifo" fields { name: "x" shape: 1 })pb", &c));
   auto table = Table::Create(c);
   EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.status().message(), "table 't': selector 'lifo' unknown; expected uniform, prioritized or fifo");
+  EXPECT_EQ(table.status().message(), "replay table 't': selector 'lifo': unknown; expected uniform, prioritized or fifo");
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
       R"pb(name: "t" fields { name: "obs" dtype: "float32" shape: 84 shape: 84 shape: 3 frames: 3 })pb", &c));
   table = Table::Create(c);

@@ -205,11 +205,18 @@ TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
   EXPECT_NE(Wait(Start({"run", "--resume", dir_}, dir_ + "/bad.log"), 30), 0);
 }
 
-// `troupe bench --device`: only the learner and GAN steps run on a device,
-// and one that is not here is refused saying why (no GPU on these machines).
+// `troupe bench --device`: only the learner and GAN steps (and scaling's)
+// run on a device, and one that is not here is refused saying why (no GPU on
+// these machines).
 TEST_F(RlEndToEndTest, BenchRefusesADeviceItCannotUse) {
   EXPECT_EQ(Wait(Start({"bench", "envs", "--device", "cuda"}, dir_ + "/bench.log"), 30), 2);
-  EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::HasSubstr("only the learner and gan benchmarks run on a device"));
+  EXPECT_THAT(Read(dir_ + "/bench.log"),
+              ::testing::HasSubstr("only the learner, gan and scaling benchmarks run on a device"));
+  EXPECT_EQ(Wait(Start({"bench", "scaling", "--device", "pjrt"}, dir_ + "/bench.log"), 30), 2);
+  EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::HasSubstr("only the learner benchmark runs on a PJRT plugin"));
+  EXPECT_EQ(Wait(Start({"bench", "scaling", "--device", "cuda", "--quick"}, dir_ + "/bench.log"), 60), 1);
+  EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::AnyOf(::testing::HasSubstr("1 GPU(s) needed, 0 found"),
+                                                         ::testing::HasSubstr("built without CUDA")));
   EXPECT_NE(Wait(Start({"bench", "learner", "--device", "tpu"}, dir_ + "/bench.log"), 30), 0);
   EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::HasSubstr("--device"));
   EXPECT_EQ(Wait(Start({"bench", "learner", "--device", "cuda", "--quick"}, dir_ + "/bench.log"), 60), 1);

@@ -46,7 +46,10 @@ fi
 # What goes in: the programs, and the tests that matter on a GPU machine.
 programs=(cli/troupe envs/troupe_env_worker bench/d4pg_bench)
 tests=(engine/nn_engine_test engine/nn_strict_device_test engine/nn_ops_test engine/engine_config_test
-       engine/replicator_test agents/agents_d4pg_test envs/envs_test)
+       engine/replicator_test agents/agents_d4pg_test envs/envs_test gan/gan_trainer_test
+       engine/pjrt/pjrt_test engine/nn_ops_pjrt_test)
+# pjrt_test's fake plugins (the loader's error paths), beside it in bin/.
+fake_plugins=(engine/pjrt/libtroupe_fake_pjrt_no_symbol.so engine/pjrt/libtroupe_fake_pjrt_version_9.so)
 cuda_tests=(engine/cuda/cuda_backend_test)  # required when building here; taken if built with --from
 # Never carried: glibc, the C++ runtime every Linux has, the NVIDIA driver,
 # and CUDA's libraries, which the GPU machine has in its own version.
@@ -65,14 +68,17 @@ for f in "${programs[@]}" "${tests[@]}" "${cuda_tests[@]}"; do
   fi
   install -m 755 "$build/$f" "$dir/bin/"
 done
+mkdir -p "$dir/bin/fake_plugins"
+for f in "${fake_plugins[@]}"; do install -m 755 "$build/$f" "$dir/bin/fake_plugins/"; done
 # Libraries, from each binary's ldd (which resolves their own dependencies too).
 for f in "$dir"/bin/*; do
+  [[ -f $f ]] || continue
   ldd "$f" | awk '/=> \// {print $3}' | grep -Ev "$system" || true
 done | sort -u | while read -r lib; do
   install -m 644 "$(readlink -f "$lib")" "$dir/lib/$(basename "$lib")"
 done
-strip --strip-unneeded "$dir"/bin/* "$dir"/lib/* 2>/dev/null || true
-for f in "$dir"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
+strip --strip-unneeded "$dir"/bin/* "$dir"/lib/* "$dir"/bin/fake_plugins/* 2>/dev/null || true
+for f in "$dir"/bin/*; do [[ -f $f ]] && patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
 for f in "$dir"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 # The data the binaries and tests read, in the source tree's layout.
 (cd "$top" && cp -r --parents configs envs/assets envs/testdata bench/peers/*.py "$dir/share/troupe/")

@@ -8,7 +8,8 @@
 # bare Linux root), and no benchmarks. Otherwise: every test binary, then
 # `troupe bench learner` and D4PG pixel updates on the CPU and, where a GPU
 # answers, on CUDA in float32 and bfloat16.
-# Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt, env.txt
+# Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt,
+# scaling_cuda.csv/.png (the scaling projection on the GPU's step times), env.txt
 # (what was found where), summary.txt; the last line printed is
 # "N passed, M failed". RESULTS_DIR.tar.gz holds them all.
 set -uo pipefail
@@ -57,6 +58,16 @@ if [[ -z "${__EGL_VENDOR_LIBRARY_FILENAMES:-}" && -f "$nvidia_egl" ]]; then
   export __EGL_VENDOR_LIBRARY_FILENAMES=$nvidia_egl
   note "EGL vendor: $nvidia_egl"
 fi
+# The XLA CUDA PJRT plugin JAX installs (jax-cuda13-pjrt), for the PJRT
+# backend's tests and benchmark on the GPU.
+pjrt_cuda=$(python3 -c 'import os, jax_plugins.xla_cuda13 as m; print(os.path.join(os.path.dirname(m.__file__), "xla_cuda_plugin.so"))' 2>/dev/null)
+if [[ -n $pjrt_cuda && -f $pjrt_cuda ]]; then
+  note "PJRT CUDA plugin: $pjrt_cuda"
+else
+  pjrt_cuda=""
+  note "PJRT CUDA plugin: not found (python3 -c 'import jax_plugins.xla_cuda13')"
+fi
+export TROUPE_FAKE_PLUGIN_DIR=$here/bin/fake_plugins
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L > "$out/nvidia-smi.txt" 2>&1; then
   gpu=1
@@ -68,18 +79,32 @@ fi
 # Tests: each binary with its XML report and log.
 passed=0; failed=0
 cpu_tests=(nn_engine_test nn_strict_device_test nn_ops_test engine_config_test replicator_test cuda_backend_test
-           agents_d4pg_test)
+           agents_d4pg_test pjrt_test)
 : > "$out/summary.txt"
+run_test() {  # NAME BINARY [ARGS...]: one test binary, its XML report and log
+  local name=$1 t=$2; shift 2
+  local start=$(date +%s)
+  (cd "$TROUPE_HOME" && "$t" --gtest_output="xml:$out/$name.xml" "$@") > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name: $( ((rc == 0)) && echo passed || echo "FAILED (exit $rc)") in $(( $(date +%s) - start )) s, $(grep -c '^\[       OK \]' "$out/$name.log") cases ok, $(grep -c '^\[  SKIPPED \]' "$out/$name.log") skipped" | tee -a "$out/summary.txt"
+  if ((rc == 0)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
 for t in "$here"/bin/*_test; do
   name=$(basename "$t")
   if ((cpu_only)) && [[ ! " ${cpu_tests[*]} " == *" $name "* ]]; then continue; fi
-  start=$(date +%s)
-  (cd "$TROUPE_HOME" && "$t" --gtest_output="xml:$out/$name.xml") > "$out/$name.log" 2>&1
-  rc=$?
-  line="$name: $( ((rc == 0)) && echo passed || echo "FAILED (exit $rc)") in $(( $(date +%s) - start )) s, $(grep -c '^\[       OK \]' "$out/$name.log") cases ok, $(grep -c '^\[  SKIPPED \]' "$out/$name.log") skipped"
-  echo "$line" | tee -a "$out/summary.txt"
-  if ((rc == 0)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  [[ $name == nn_ops_pjrt_test ]] && continue  # needs a plugin: below
+  run_test "$name" "$t"
 done
+# The PJRT backend through the XLA CUDA plugin: every op and kernel against
+# the CPU, a D4PG pixel update and GAN steps.
+if ((!cpu_only)) && [[ -n $pjrt_cuda ]]; then
+  export TROUPE_PJRT_PLUGIN=$pjrt_cuda
+  run_test pjrt_cuda_pjrt_test "$here/bin/pjrt_test"
+  run_test pjrt_cuda_nn_ops_pjrt_test "$here/bin/nn_ops_pjrt_test"
+  run_test pjrt_cuda_steps_d4pg "$here/bin/agents_d4pg_test" --gtest_filter='*Pjrt*'
+  run_test pjrt_cuda_steps_gan "$here/bin/gan_trainer_test" --gtest_filter='*Pjrt*'
+  unset TROUPE_PJRT_PLUGIN
+fi
 
 # Benchmarks.
 if ((!cpu_only)); then
@@ -94,6 +119,11 @@ if ((!cpu_only)); then
     devices+=(cuda cuda-bf16)
     bench learner_cuda learner --device cuda --seconds 3
     bench gan_cuda gan --device cuda --seconds 3
+    # Writes its projection, scaling_cuda.csv and .png, into the working directory: the results.
+    (cd "$out" && bench scaling_cuda scaling --device cuda --seconds 3)
+  fi
+  if [[ -n $pjrt_cuda ]]; then
+    bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
   fi
   for device in "${devices[@]}"; do
     for batch in 256 1024; do

@@ -23,7 +23,8 @@ declare -A allowed=(
   [viz]="actors agents envs engine common proto"
   [bench]="launch learner actors agents gan envs replay engine common proto"
   [cli]="bench viz launch learner actors agents gan envs replay engine common proto"
-  [tests]=""
+  [python]="viz agents envs replay engine common proto"  # the Python package binds what it includes
+  [tests]="common proto"  # end-to-end tests drive processes; a few also call services (wire schemas, credentials)
 )
 folders=" ${!allowed[*]} "
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "common/image.h"
 #include "common/status_macros.h"
 #include "viz/policies/checkpoint.h"
@@ -50,6 +51,7 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
     RETURN_IF_ERROR(CheckAddress(request.live));
     plan.mode = ViewPlan::Mode::kLive;
     plan.live_address = request.live;
+    plan.security = request.security;
     return plan;
   }
 
@@ -108,7 +110,8 @@ absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan) 
       return absl::FailedPreconditionError(
           absl::StrCat(plan.run_dir, " is a GAN run: it has samples and an FID curve, not episodes"));
     case ViewPlan::Mode::kLive: {
-      ASSIGN_OR_RETURN(auto source, LiveEpisodes::Create(plan.live_address));
+      ASSIGN_OR_RETURN(const GrpcCredentials credentials, LoadGrpcCredentials(plan.security));
+      ASSIGN_OR_RETURN(auto source, LiveEpisodes::Create(plan.live_address, absl::Seconds(10), credentials));
       return std::unique_ptr<EpisodeSource>(std::move(source));
     }
   }

@@ -20,6 +20,7 @@ struct ViewRequest {
   std::string run_dir;     // troupe view RUN_DIR
   std::string checkpoint;  // --checkpoint PATH (with RUN_DIR)
   std::string live;        // --live HOST:PORT
+  config::SecurityConfig security;  // --live: TLS and the token (--certs, --token-file, --insecure)
   std::string task;        // --task TASK (no run directory)
   std::string policy;      // --policy controller|zero|random; "" = the mode's default
   uint64_t seed = 0;
@@ -41,6 +42,7 @@ struct ViewPlan {
   std::string policy = "controller";  // kScripted
   std::string checkpoint;             // kCheckpoint
   std::string live_address;           // kLive
+  config::SecurityConfig security;    // kLive: how to reach it
   std::string run_dir;                // "" for --task and --live
   config::ExperimentConfig config;    // the run's (kCheckpoint; empty otherwise)
   std::vector<CurveFile> curves;      // the run's metrics files
@@ -58,8 +60,9 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request);
 // Checkpoint: a local env and the checkpoint's policy (CheckpointPolicy::Load's
 // errors: a checkpoint of another task or architecture names what differs).
 // kGan: FailedPrecondition (a GAN run has no episodes; RunView shows it).
-// Live: the evaluator's episode stream (LiveEpisodes::Create's errors:
-// Unavailable naming the address when nothing answers).
+// Live: the evaluator's episode stream (LoadGrpcCredentials' errors for
+// plan.security; LiveEpisodes::Create's: Unavailable naming the address when
+// nothing answers, FailedPrecondition beyond loopback without TLS).
 absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan);
 
 // Plans, checks the display, opens the window and runs until it closes.

@@ -49,6 +49,9 @@ size_t PageRound(size_t bytes) {
 class PjrtBackend::Launch {
  public:
   explicit Launch(PjrtBackend& backend) : b_(backend) {}
+  ~Launch() {
+    for (capi::Buffer* buffer : owned_) b_.client_->Destroy(buffer);
+  }
   Launch(const Launch&) = delete;
   Launch& operator=(const Launch&) = delete;
 
@@ -127,7 +130,7 @@ class PjrtBackend::Launch {
       written.push_back(&t);
     }
     for (const Value& r : results_) outputs.push_back(r);
-    if (outputs.empty()) return;
+    if (outputs.empty()) return;  // nothing written or read back: nothing to run
     f.Return(outputs);
     b_.last_program_ = f.Module();
     capi::LoadedExecutable* executable = b_.Executable(b_.last_program_);

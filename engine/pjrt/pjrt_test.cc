@@ -25,6 +25,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Where pjrt_test's fake plugins are: beside the test in a bundle
+// (TROUPE_FAKE_PLUGIN_DIR, set by its run.sh), else the build folder.
+std::string FakePlugin(const std::string& name) {
+  const char* dir = std::getenv("TROUPE_FAKE_PLUGIN_DIR");
+  return std::string(dir != nullptr ? dir : TROUPE_FAKE_PLUGIN_DIR) + "/" + name;
+}
+
 // The fetched CPU plugin, or "" (the tests that need it skip).
 std::string CpuPlugin() {
   const char* path = std::getenv("TROUPE_PJRT_PLUGIN");
@@ -63,13 +70,13 @@ TEST(PjrtPluginTest, AFileThatIsNoLibraryIsRefused) {
 }
 
 TEST(PjrtPluginTest, ALibraryWithoutGetPjrtApiIsNotAPlugin) {
-  auto plugin = Plugin::Load(TROUPE_FAKE_PLUGIN_DIR "/libtroupe_fake_pjrt_no_symbol.so");
+  auto plugin = Plugin::Load(FakePlugin("libtroupe_fake_pjrt_no_symbol.so"));
   ASSERT_FALSE(plugin.ok());
   EXPECT_THAT(plugin.status().message(), HasSubstr("no symbol GetPjrtApi"));
 }
 
 TEST(PjrtPluginTest, AnUnsupportedApiVersionIsRefusedWithBothVersions) {
-  auto plugin = Plugin::Load(TROUPE_FAKE_PLUGIN_DIR "/libtroupe_fake_pjrt_version_9.so");
+  auto plugin = Plugin::Load(FakePlugin("libtroupe_fake_pjrt_version_9.so"));
   ASSERT_FALSE(plugin.ok());
   EXPECT_EQ(plugin.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(plugin.status().message(), HasSubstr("API version 9.0 is not supported"));
@@ -266,6 +273,29 @@ TEST_F(PjrtKernelTest, GemmInEveryTransposeWithAlphaAndBeta) {
   }
 }
 
+TEST_F(PjrtKernelTest, Bfloat16MatrixInputsStayWithinTheirPrecision) {
+  auto bf16 = PjrtBackend::Create({.plugin = CpuPlugin(), .bfloat16 = true});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  const int64_t m = 4, n = 6, k = 32;
+  const std::vector<float> a = Random(m * k, 20), b = Random(k * n, 21);
+  float* da = (*bf16)->AllocateFloats(m * k);
+  float* db = (*bf16)->AllocateFloats(k * n);
+  float* dc = (*bf16)->AllocateFloats(m * n);
+  (*bf16)->Upload(a.data(), da, 4 * a.size());
+  (*bf16)->Upload(b.data(), db, 4 * b.size());
+  (*bf16)->Gemm(false, false, m, n, k, 1.0f, da, db, 0.0f, dc);
+  EXPECT_THAT((*bf16)->last_program(), HasSubstr("tensor<4x32xbf16>"));
+  std::vector<float> got(m * n), want(m * n);
+  (*bf16)->Download(dc, got.data(), 4 * got.size());
+  cpu_.Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    EXPECT_NEAR(got[i], want[i], 5e-2 * (1 + std::fabs(want[i]))) << i;
+    worst = std::max(worst, double{std::fabs(got[i] - want[i])});
+  }
+  EXPECT_GT(worst, 1e-6) << "bfloat16 inputs round: not float32 bit for bit";
+}
+
 TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
   const nn::ConvGeometry g{.n = 2, .c = 3, .h = 9, .w = 8, .oc = 4, .kh = 3, .kw = 3, .stride = 2, .pad = 1};
   Pair x = Put(Random(g.n * g.c * g.h * g.w, 10)), w = Put(Random(g.oc * g.c * g.kh * g.kw, 11)),
@@ -353,7 +383,7 @@ TEST(PjrtDeviceTest, EachDeviceOfThePluginAndAnOutOfRangeOne) {
   REQUIRE_PLUGIN();
   auto client = Client::Shared(plugin);
   ASSERT_TRUE(client.ok()) << client.status();
-  EXPECT_EQ((*client)->platform(), "cpu");
+  EXPECT_FALSE((*client)->platform().empty());  // "cpu" here, "cuda" through the CUDA plugin
   const int devices = (*client)->num_devices();
   ASSERT_GE(devices, 1);
   auto last = PjrtBackend::Create({.plugin = plugin, .device = devices - 1});

@@ -11,15 +11,31 @@
 namespace troupe::replicator {
 
 std::string DescribeCollective(int kind, int64_t count) {
-  const char* name = kind == kAllReduce ? "AllReduce" : kind == kAllGather ? "AllGather" : "Broadcast";
+  const char* name = kind == kAllReduce           ? "AllReduce"
+                     : kind == kAllGather         ? "AllGather"
+                     : kind == kAllReduceOnDevice ? "AllReduceOnDevice"
+                                                  : "Broadcast";
   return absl::StrCat(name, " of ", count, " floats");
 }
 
 class InProcessCollectives final : public Collectives {
  public:
-  InProcessCollectives(InProcessGroup* group, int id) : group_(group), id_(id) {}
+  InProcessCollectives(InProcessGroup* group, int id, bool on_device)
+      : group_(group), id_(id), on_device_(on_device) {}
   int replica_id() const override { return id_; }
   int num_replicas() const override { return group_->num_replicas(); }
+  // All replicas on one device: device 0.
+  int local_rank() const override { return on_device_ ? 0 : id_; }
+  bool reduces_on_device() const override { return on_device_; }
+
+  absl::Status AllReduceOnDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op) override {
+    if (!on_device_) return Collectives::AllReduceOnDevice(backend, data, count, op);
+    // This replica's kernels that wrote `data` finish before another
+    // replica's kernels read it.
+    backend.Synchronize();
+    InProcessGroup::Slot s{0, kAllReduceOnDevice, count, 0, data, data, count, &backend};
+    return group_->Run(id_, seq_++, s, op);
+  }
 
   absl::Status AllReduce(std::span<float> data, ReduceOp op) override {
     InProcessGroup::Slot s{0, kAllReduce, static_cast<int64_t>(data.size()), 0, data.data(), data.data(),
@@ -45,6 +61,7 @@ class InProcessCollectives final : public Collectives {
  private:
   InProcessGroup* group_;
   const int id_;
+  const bool on_device_;
   int64_t seq_ = 0;
 };
 
@@ -53,9 +70,9 @@ InProcessGroup::InProcessGroup(int num_replicas, std::chrono::milliseconds timeo
   TROUPE_CHECK(num_replicas >= 1);
 }
 
-std::unique_ptr<Collectives> InProcessGroup::Member(int id) {
+std::unique_ptr<Collectives> InProcessGroup::Member(int id, bool on_device) {
   TROUPE_CHECK(id >= 0 && id < num_replicas_);
-  return std::make_unique<InProcessCollectives>(this, id);
+  return std::make_unique<InProcessCollectives>(this, id, on_device);
 }
 
 void InProcessGroup::Fail(int id, const absl::Status& status) {
@@ -127,6 +144,19 @@ absl::Status InProcessGroup::Run(int id, int64_t seq, Slot slot, ReduceOp op) {
         if (r != slot.root) std::memcpy(slots_[r].out, slots_[slot.root].in, sizeof(float) * n);
       }
       break;
+    case kAllReduceOnDevice: {
+      // On the shared device, with the last arriving replica's kernels: the
+      // sum in replica order into replica 0's buffer (the same rounding
+      // whoever arrives last), the mean, then copies to the others; done
+      // before any replica goes on.
+      nn::Backend& b = *slot.backend;
+      float* sum = slots_[0].out;
+      for (int r = 1; r < num_replicas_; ++r) b.Axpy(1.0f, slots_[r].in, sum, n);
+      if (op == ReduceOp::kMean) b.Scale(1.0f / static_cast<float>(num_replicas_), sum, sum, n);
+      for (int r = 1; r < num_replicas_; ++r) b.Copy(sum, slots_[r].out, n);
+      b.Synchronize();
+      break;
+    }
   }
   completed_ = seq;
   return absl::OkStatus();

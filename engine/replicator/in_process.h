@@ -1,5 +1,6 @@
 // The in-process backend: K replicas as K threads of one process sharing a
-// group. Used by tests and by one-machine runs.
+// group. Used by tests and by one-machine runs; with members made on_device,
+// K replicas sharing one device (one GPU) that reduce on it.
 //
 // Locking: all group state is under InProcessGroup::mu_; replicas wait on
 // cv_ with the group's timeout. The replica that arrives last performs the
@@ -21,8 +22,11 @@ class InProcessGroup {
  public:
   InProcessGroup(int num_replicas, std::chrono::milliseconds timeout);
   int num_replicas() const { return num_replicas_; }
-  // Replica `id`'s end; the group must outlive it.
-  std::unique_ptr<Collectives> Member(int id);
+  // Replica `id`'s end; the group must outlive it. `on_device`: the replicas
+  // share one device whose memory each one's backend can address (the CPU;
+  // one GPU for all), and device buffers are reduced there
+  // (Collectives::AllReduceOnDevice) instead of through the host.
+  std::unique_ptr<Collectives> Member(int id, bool on_device = false);
 
  private:
   friend class InProcessCollectives;
@@ -34,6 +38,7 @@ class InProcessGroup {
     const float* in = nullptr;
     float* out = nullptr;
     int64_t out_count = 0;
+    nn::Backend* backend = nullptr;  // kAllReduceOnDevice: the replica's backend
   };
   absl::Status Run(int id, int64_t seq, Slot slot, ReduceOp op);
   void Fail(int id, const absl::Status& status);

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "engine/nn/backend.h"
 
 namespace troupe::replicator {
 
@@ -37,6 +38,16 @@ class Collectives {
   // (NCCL); otherwise they take host memory, and ReplicaContext stages a
   // device buffer through it.
   virtual bool takes_device_memory() const { return false; }
+  // True when the replicas share one device and reduce its memory there with
+  // their own backends' kernels (K replicas on one GPU, each its own stream):
+  // device buffers then go to AllReduceOnDevice, host memory (batch-norm
+  // statistics) to AllReduce as before.
+  virtual bool reduces_on_device() const { return false; }
+  // data (`count` floats of `backend`'s memory) = op over replicas, computed
+  // on the device with one replica's kernels reading the others' buffers.
+  virtual absl::Status AllReduceOnDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op) {
+    return absl::UnimplementedError("these collectives reduce host memory (reduces_on_device is false)");
+  }
 
   // data = op over replicas of data (in place). Blocks until all arrive; a
   // replica that does not arrive, or stops inside the collective, is an
@@ -62,7 +73,7 @@ class Collectives {
 
 // "AllReduce of 1024 floats": how errors describe a collective.
 std::string DescribeCollective(int kind, int64_t count);
-enum CollectiveKind { kAllReduce = 1, kAllGather = 2, kBroadcast = 3 };
+enum CollectiveKind { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kAllReduceOnDevice = 4 };
 
 }  // namespace troupe::replicator
 

@@ -61,6 +61,10 @@ bool ReplicaContext::ReducesInPlace(const nn::Backend& backend) const {
 }
 
 absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op) {
+  if (ReducesOnDevice()) {
+    if (!status_.ok()) return status_;
+    return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
+  }
   if (ReducesInPlace(backend)) return AllReduce({data, static_cast<size_t>(count)}, op);
   if (!status_.ok()) return status_;
   if (static_cast<int64_t>(staging_.size()) < count) staging_.resize(count);
@@ -109,6 +113,11 @@ void GradientReducer::Start(Bucket& b) {
   b.started = true;
   float* device = params_->device_grads() + b.begin;
   const size_t count = static_cast<size_t>(b.end - b.begin);
+  if (ctx_->ReducesOnDevice()) {
+    // On the shared device, at once (its kernels queue behind backward's).
+    ctx_->AllReduceDevice(params_->backend(), device, static_cast<int64_t>(count), ReduceOp::kMean).IgnoreError();
+    return;
+  }
   std::span<float> data(device, count);
   if (!ctx_->ReducesInPlace(params_->backend())) {
     if (host_grads_.empty()) host_grads_.resize(params_->total_floats());

@@ -92,6 +92,9 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   absl::Status AllReduceDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op);
   // Whether `backend`'s buffers go to the collectives in place (no staging).
   bool ReducesInPlace(const nn::Backend& backend) const;
+  // Whether device buffers are reduced on the device they share
+  // (Collectives::reduces_on_device: K replicas on one GPU).
+  bool ReducesOnDevice() const { return collectives_->reduces_on_device(); }
 
   // The first collective error on this replica (OK if none).
   const absl::Status& status() const { return status_; }

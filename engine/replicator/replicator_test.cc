@@ -8,6 +8,7 @@
 
 #include "common/status_macros.h"
 #include "engine/nn/strict_cpu_backend.h"
+#include "engine/replicator/in_process.h"
 #include "engine/replicator/test_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -18,20 +19,34 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-std::unique_ptr<Replicator> MakeInProcess(int k, std::chrono::milliseconds timeout = 30000ms) {
+// `on_device`: the replicas share one device and reduce on it
+// (InProcessGroup members made on_device, as collectives SHARED_DEVICE).
+std::unique_ptr<Replicator> MakeInProcess(int k, std::chrono::milliseconds timeout = 30000ms, bool on_device = false) {
   ReplicatorOptions o;
   o.num_replicas = k;
   o.timeout = timeout;
+  if (on_device) {
+    o.make_collectives = [](int replicas, std::chrono::milliseconds t) -> absl::StatusOr<LocalCollectives> {
+      auto group = std::make_shared<InProcessGroup>(replicas, t);
+      LocalCollectives local;
+      for (int id = 0; id < replicas; ++id) local.members.push_back(group->Member(id, /*on_device=*/true));
+      local.shared = std::move(group);
+      return local;
+    };
+  }
   auto r = Replicator::Create(o);
   TROUPE_CHECK(r.ok());
   return std::move(r).value();
 }
 
 // K replicas train the test model, each on its own backend (`strict`: the
-// strict CPU device, whose gradients the Replicator stages through the host);
-// returns replica 0's parameters and running statistics.
-std::vector<float> TrainWith(int k, int64_t bucket_floats, bool batch_norm = true, bool strict = false) {
-  auto replicator = MakeInProcess(k);
+// strict CPU device, whose gradients the Replicator stages through the host;
+// `shared_device`: CPU backends on one address space reducing each other's
+// buffers with their kernels, as K replicas on one GPU do); returns replica
+// 0's parameters and running statistics.
+std::vector<float> TrainWith(int k, int64_t bucket_floats, bool batch_norm = true, bool strict = false,
+                             bool shared_device = false) {
+  auto replicator = MakeInProcess(k, 30000ms, shared_device);
   std::vector<std::unique_ptr<testing::TestModel>> models;
   for (int i = 0; i < k; ++i) {
     std::shared_ptr<nn::Backend> device;
@@ -110,6 +125,45 @@ TEST(ReplicatorTest, ReplicasOnTheStrictDeviceReduceThroughTheHostAsOnTheCpu) {
     results[strict] = models[0]->params.DownloadValues();
   }
   EXPECT_EQ(results[0], results[1]);
+}
+
+// K replicas on one device (collectives SHARED_DEVICE: K threads on one GPU,
+// each its own stream) reduce their gradients there, with one replica's
+// kernels reading the others' buffers: bit for bit the host reduction at
+// K=2 (the same sum and the same halving), bucket by bucket or at once, and
+// so K=1 on the whole batch within the same tolerance.
+TEST(ReplicatorTest, TwoReplicasSharingOneDeviceReduceOnItAsThroughTheHost) {
+  for (int64_t bucket_floats : {int64_t{64}, int64_t{1} << 20}) {
+    EXPECT_EQ(TrainWith(2, bucket_floats, /*batch_norm=*/true, /*strict=*/false, /*shared_device=*/true),
+              TrainWith(2, bucket_floats, /*batch_norm=*/true, /*strict=*/false, /*shared_device=*/false))
+        << "buckets of " << bucket_floats;
+  }
+  // The ReplicatedOptimizer's whole-buffer mean, and one backend per replica.
+  auto replicator = MakeInProcess(3, 30000ms, /*on_device=*/true);
+  std::vector<std::unique_ptr<testing::TestModel>> models;
+  for (int i = 0; i < 3; ++i) {
+    models.push_back(std::make_unique<testing::TestModel>(std::make_shared<nn::CpuBackend>(1)));
+  }
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    EXPECT_TRUE(ctx.ReducesOnDevice());
+    EXPECT_EQ(ctx.collectives().local_rank(), 0) << "every replica on device 0";
+    testing::TestModel& m = *models[ctx.replica_id()];
+    nn::Sgd sgd(&m.params, m.backend.get());
+    ReplicatedOptimizer optimizer(&sgd, &ctx);
+    // Replica r's gradient is r + 1 everywhere: the mean is 2.
+    std::vector<float> grads(m.params.total_floats(), float(ctx.replica_id() + 1));
+    m.backend->Upload(grads.data(), m.params.device_grads(), sizeof(float) * grads.size());
+    optimizer.Step(/*learning_rate=*/0.1f);
+    std::vector<float> reduced(m.params.total_floats());
+    m.backend->Download(m.params.device_grads(), reduced.data(), sizeof(float) * reduced.size());
+    EXPECT_EQ(reduced, std::vector<float>(reduced.size(), 2.0f));
+    return ctx.status();
+  }).ok());
+  const std::vector<float> one = TrainWith(/*k=*/1, /*bucket_floats=*/1 << 20);
+  const std::vector<float> two = TrainWith(2, 64, true, false, /*shared_device=*/true);
+  double worst = 0;
+  for (size_t i = 0; i < one.size(); ++i) worst = std::max<double>(worst, std::fabs(one[i] - two[i]));
+  EXPECT_LT(worst, 2e-5);
 }
 
 TEST(ReplicatorTest, TwoReplicasWithoutBatchNormEqualOneReplica) {

@@ -7,9 +7,10 @@
 namespace troupe::viz {
 
 absl::StatusOr<std::unique_ptr<LiveEpisodes>> LiveEpisodes::Create(const std::string& address,
-                                                                   absl::Duration connect_timeout) {
+                                                                   absl::Duration connect_timeout,
+                                                                   const GrpcCredentials& credentials) {
   std::unique_ptr<LiveEpisodes> live(new LiveEpisodes(address));
-  live->channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  ASSIGN_OR_RETURN(live->channel_, NewSecureChannel(credentials, address));
   live->stub_ = proto::EpisodeStream::NewStub(live->channel_);
   live->reader_ = std::jthread([self = live.get()](std::stop_token stop) { self->ReadLoop(stop); });
 
@@ -21,6 +22,7 @@ absl::StatusOr<std::unique_ptr<LiveEpisodes>> LiveEpisodes::Create(const std::st
     if (!live->mutex_.AwaitWithTimeout(absl::Condition(&greeted), connect_timeout)) {
       return absl::UnavailableError(absl::StrCat(
           "--live ", address, ": no evaluator episode stream answered within ", absl::FormatDuration(connect_timeout),
+          live->last_error_.empty() ? "" : absl::StrCat(" (last attempt: ", live->last_error_, ")"),
           ". Is `troupe run` of an RL config going, and is this the learner's address (its status line prints it)?"));
     }
     greeting = *live->greeting_;
@@ -81,9 +83,10 @@ void LiveEpisodes::ReadLoop(std::stop_token stop) {
         }
       }
     }
-    reader->Finish();
+    const grpc::Status finished = reader->Finish();
     // Broken or refused: try again in a second.
     absl::MutexLock lock(&mutex_);
+    if (!finished.ok()) last_error_ = finished.error_message();
     context_ = nullptr;
     connected_ = false;
     mutex_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Seconds(1));

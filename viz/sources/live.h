@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "proto/episodes.grpc.pb.h"
 #include "viz/sources/interface.h"
 
@@ -37,12 +38,17 @@ class LiveEpisodes : public EpisodeSource {
 
   // Connects to the evaluator's stream at `address` and waits up to
   // `connect_timeout` for its greeting, which names the task; then builds
-  // that task's model. Errors: Unavailable naming the address (and what to
-  // check) if nothing answers in time; the greeting's unknown task as
-  // MakeEnv says it. A stream that breaks later is re-followed every second;
-  // the HUD shows "reconnecting".
+  // that task's model. `credentials`: TLS and the token
+  // (common/grpc_security.h; none: loopback only). Errors: FailedPrecondition
+  // for credentials that cannot reach the address (beyond loopback without
+  // TLS); Unavailable naming the address (and what to check, with the last
+  // call's error: a refused token or handshake shows there) if nothing
+  // answers in time; the greeting's unknown task as MakeEnv says it. A
+  // stream that breaks later is re-followed every second; the HUD shows
+  // "reconnecting".
   static absl::StatusOr<std::unique_ptr<LiveEpisodes>> Create(const std::string& address,
-                                                              absl::Duration connect_timeout = absl::Seconds(10));
+                                                              absl::Duration connect_timeout = absl::Seconds(10),
+                                                              const GrpcCredentials& credentials = {});
   ~LiveEpisodes() override;
 
   const mjModel* model() const override { return env_->model(); }
@@ -84,6 +90,7 @@ class LiveEpisodes : public EpisodeSource {
   std::optional<proto::EpisodeState> greeting_ ABSL_GUARDED_BY(mutex_);
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mutex_) = nullptr;  // the call in flight
   bool connected_ ABSL_GUARDED_BY(mutex_) = false;
+  std::string last_error_ ABSL_GUARDED_BY(mutex_);  // how the last call ended, if it failed
   int64_t received_ ABSL_GUARDED_BY(mutex_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;  // the destructor runs: stop waiting to reconnect
   int64_t parameter_version_ = -1;            // of the last applied state; physics thread only
