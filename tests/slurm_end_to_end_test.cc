@@ -65,7 +65,7 @@ bool AwaitJobState(const std::string& job, const std::regex& wanted, int seconds
 // A short D4PG-from-state run over both nodes; it runs until cancelled and
 // checkpoints only when it stops (checkpoint_every_s is an hour), so a
 // checkpoint proves the stop wrote it.
-std::string WriteConfig(const std::string& dir, const std::string& slurm_section) {
+std::string WriteConfig(const std::string& dir, const std::string& slurm_section, bool secure = true) {
   const std::string path = dir + "/slurm.textproto";
   std::ofstream(path) << R"(name: "slurm_e2e" mode: RL
 env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
@@ -78,6 +78,8 @@ evaluator { every_frames: 0 }
 total_frames: 1000000000
 runs_dir: ")" << dir << R"(/runs"
 slurm { )" << slurm_section << " }\n";
+  // TLS and a token from `troupe certs` (the learner listens beyond loopback).
+  if (secure) std::ofstream(path, std::ios::app) << "security { certs_dir: \"" << cluster_dir << "/certs\" }\n";
   return path;
 }
 
@@ -117,6 +119,12 @@ class SlurmEndToEndTest : public ::testing::Test {
     for (const char* name : {"slurmctld.pid", "slurmd-n0.pid", "slurmd-n1.pid", "munged.pid"}) {
       daemon_pids.push_back(Read(cluster_dir + "/" + name));
     }
+    // Certificates naming this host (the nodes' learner address) and a token.
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    const auto [certs_code, certs_out] =
+        Shell(std::string(TROUPE_BINARY) + " certs " + cluster_dir + "/certs --hosts " + host);
+    if (certs_code != 0 && skip_reason.empty()) skip_reason = "FAILED to make certificates: " + certs_out;
   }
   static void TearDownTestSuite() {
     if (cluster_dir.empty()) return;
@@ -154,6 +162,13 @@ TEST_F(SlurmEndToEndTest, RefusesWithoutSbatchOnThePath) {
   const auto [code, out] = Troupe("run " + config + " --slurm", "PATH=/nonexistent");
   EXPECT_NE(code, 0);
   EXPECT_THAT(out, HasSubstr("no sbatch on the PATH")) << out;
+  ExpectNothingSubmitted();
+}
+
+TEST_F(SlurmEndToEndTest, RefusesALearnerOnEveryInterfaceWithoutTlsAndAToken) {
+  const auto [code, out] = Troupe("run " + WriteConfig(dir_, kSlurmSection, /*secure=*/false) + " --slurm");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("troupe run --slurm (its learner listens on every interface of its node)")) << out;
   ExpectNothingSubmitted();
 }
 
