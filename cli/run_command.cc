@@ -51,7 +51,9 @@ void RemoveRunDirectoryIfUnused(const std::string& run_dir) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(run_dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec) && it->path().filename() != "config.textproto" && it->file_size(ec) > 0) return;
+    // config.textproto and launch.txt are troupe run's own, written before anything ran.
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(ec) && name != "config.textproto" && name != "launch.txt" && it->file_size(ec) > 0) return;
     if (!it->is_regular_file(ec) && !it->is_directory(ec)) return;
   }
   if (!ec) std::filesystem::remove_all(run_dir, ec);
