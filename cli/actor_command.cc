@@ -1,5 +1,8 @@
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "actors/actor.h"
 #include "cli/commands.h"
@@ -39,8 +42,16 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
       return;
     }
     options->config = *config;
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    const char* slurm_node = std::getenv("SLURMD_NODENAME");  // a job step of troupe run --slurm
+    std::printf("actor %d (pid %d) on %s%s%s%s, learner %s\n", options->index, int(getpid()), host,
+                slurm_node ? " (Slurm node " : "", slurm_node ? slurm_node : "", slurm_node ? ")" : "",
+                options->learner_address.c_str());
+    std::fflush(stdout);
     std::signal(SIGINT, OnActorSignal);
     std::signal(SIGTERM, OnActorSignal);
+    std::signal(SIGUSR1, OnActorSignal);  // what srun forwards (troupe run --slurm stopping its actor steps)
     auto stats = actors::RunActor(*options, &actor_stop);
     if (!stats.ok()) {
       std::fprintf(stderr, "troupe actor %d: %s\n", options->index, stats.status().ToString().c_str());

@@ -14,6 +14,8 @@ void AddViewCommand(CLI::App& app, int* exit_code);   // troupe view RUN_DIR | -
 void AddReplayCommand(CLI::App& app, int* exit_code);  // troupe replay --config CONFIG [--listen ADDR]
 void AddLearnerCommand(CLI::App& app, int* exit_code);  // troupe learner --config CONFIG --run-dir DIR
 void AddActorCommand(CLI::App& app, int* exit_code);    // troupe actor --learner HOST:PORT --config CONFIG
+void AddStatusCommand(CLI::App& app, int* exit_code);   // troupe status RUN_DIR
+void AddSlurmJobCommand(CLI::App& app, int* exit_code);  // troupe slurm-job RUN_DIR (inside a Slurm job)
 void AddCertsCommand(CLI::App& app, int* exit_code);    // troupe certs DIR --hosts A,B
 
 }  // namespace troupe::cli

@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "launch/experiment.h"
+#include "launch/launcher.h"
 #include "learner/rl_learner.h"
 
 namespace troupe::cli {
@@ -35,7 +36,7 @@ void AbortOtherRanksIfAny() {
 
 void AddLearnerCommand(CLI::App& app, int* exit_code) {
   struct Args {
-    std::string config, run_dir, listen;
+    std::string config, run_dir, listen, address_file;
     std::vector<std::string> overrides;
     bool resume = false;
     double collective_timeout_s = 60;
@@ -50,6 +51,8 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--run-dir", args->run_dir, "Run directory (metrics, checkpoints; written by rank 0)")->required();
   cmd->add_option("--listen", args->listen, "HOST:PORT to serve on (overrides learner.listen)");
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value (repeatable)");
+  cmd->add_option("--address-file", args->address_file,
+                  "Rank 0 writes the HOST:PORT actors connect to into this file (e.g. on shared storage)");
   cmd->add_flag("--resume", args->resume, "Continue from the run directory's checkpoint");
   cmd->add_option("--collective-timeout-s", args->collective_timeout_s,
                   "Seconds a replica waits for the others in a collective before failing, naming them")
@@ -92,6 +95,12 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       (void)WriteFileAtomically(args->run_dir + "/config.textproto", text);
       std::printf("%s serving replay and parameters on %s (%s)\n", who.c_str(), l.address().c_str(),
                   l.credentials().DescribeServer().c_str());
+      if (!args->address_file.empty()) {
+        if (absl::Status s = WriteFileAtomically(args->address_file, launch::ReachableAddress(l.address()) + "\n");
+            !s.ok()) {
+          std::fprintf(stderr, "troupe %s: --address-file: %s\n", who.c_str(), std::string(s.message()).c_str());
+        }
+      }
     } else {
       std::printf("%s (pid %d) sampling replay from rank 0 at %s\n", who.c_str(), int(getpid()),
                   l.address().c_str());
@@ -99,6 +108,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
     std::fflush(stdout);
     std::signal(SIGINT, OnLearnerSignal);
     std::signal(SIGTERM, OnLearnerSignal);
+    std::signal(SIGUSR1, OnLearnerSignal);  // what mpirun forwards to its ranks (a Slurm job's stop)
     std::jthread interrupter([&](std::stop_token token) {
       while (!token.stop_requested() && !learner_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (learner_stop) l.Interrupt();

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   troupe::cli::AddReplayCommand(app, &exit_code);
   troupe::cli::AddLearnerCommand(app, &exit_code);
   troupe::cli::AddActorCommand(app, &exit_code);
+  troupe::cli::AddStatusCommand(app, &exit_code);
+  troupe::cli::AddSlurmJobCommand(app, &exit_code);
   troupe::cli::AddCertsCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -1,3 +1,6 @@
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "actors/scripted_actor.h"
 #include "cli/commands.h"
 #include "cli/security_flags.h"
@@ -17,6 +21,7 @@
 #include "gan/run.h"
 #include "launch/experiment.h"
 #include "launch/launcher.h"
+#include "launch/slurm.h"
 
 namespace troupe::cli {
 namespace {
@@ -46,7 +51,9 @@ void RemoveRunDirectoryIfUnused(const std::string& run_dir) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(run_dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec) && it->path().filename() != "config.textproto" && it->file_size(ec) > 0) return;
+    // config.textproto and launch.txt are troupe run's own, written before anything ran.
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(ec) && name != "config.textproto" && name != "launch.txt" && it->file_size(ec) > 0) return;
     if (!it->is_regular_file(ec) && !it->is_directory(ec)) return;
   }
   if (!ec) std::filesystem::remove_all(run_dir, ec);
@@ -55,6 +62,127 @@ void RemoveRunDirectoryIfUnused(const std::string& run_dir) {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "troupe run: %s\n", std::string(status.message()).c_str());
   return absl::IsInvalidArgument(status) || absl::IsNotFound(status) ? 2 : 1;
+}
+
+// "KEY VALUE" lines saying how the run in run_dir was started (troupe status).
+void WriteLaunchFile(const std::string& run_dir, const std::string& text) {
+  (void)WriteFileAtomically(run_dir + "/launch.txt", text);
+}
+
+std::string HostName() {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The partition named by sbatch options on the command line (-p P,
+// --partition P, --partition=P), else `fallback`.
+std::string PartitionOf(const std::vector<std::string>& sbatch_options, const std::string& fallback) {
+  std::string partition = fallback;
+  for (size_t i = 0; i < sbatch_options.size(); ++i) {
+    const std::string& o = sbatch_options[i];
+    if ((o == "-p" || o == "--partition") && i + 1 < sbatch_options.size()) partition = sbatch_options[i + 1];
+    if (o.rfind("--partition=", 0) == 0) partition = o.substr(12);
+    if (o.rfind("-p", 0) == 0 && o.size() > 2 && o[2] != '-') partition = o.substr(2);
+  }
+  return partition;
+}
+
+// `troupe run CONFIG --slurm [sbatch options]` (and --resume RUN_DIR
+// --slurm): everything is checked before anything is submitted (sbatch on
+// the PATH, the slurm section, the partition and its size), then the job
+// script is written into the run directory and submitted.
+int SubmitToSlurm(const config::ExperimentConfig& config, const std::string& config_path, std::string run_dir,
+                  bool resume, const std::vector<std::string>& sbatch_options) {
+  if (launch::FindOnPath("sbatch").empty()) {
+    return Fail(absl::FailedPreconditionError(
+        "--slurm: no sbatch on the PATH; run troupe where Slurm's commands are (a login node of the cluster), or "
+        "install them (Debian: apt-get install slurm-client); nothing was submitted"));
+  }
+  // The job's shape comes from the slurm section, which the job itself reads
+  // to place its processes; sbatch options must not change it.
+  for (const std::string& option : sbatch_options) {
+    for (const char* shape : {"-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "-c", "--cpus-per-task"}) {
+      const std::string name = option.substr(0, option.find('='));
+      if (name == shape || (shape[1] != '-' && option.rfind(shape, 0) == 0 && option.size() > 2 && option[1] != '-')) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+            "--slurm ", option, ": the job's nodes, tasks and CPUs come from the config's slurm section (",
+            "--set slurm.nodes=N, slurm.tasks_per_node, slurm.cpus_per_actor, slurm.cpus_per_learner_rank); "
+            "nothing was submitted")));
+      }
+    }
+  }
+  auto plan = launch::PlanSlurmJob(config);
+  if (!plan.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", plan.status().message())));
+  const std::string partition_name = PartitionOf(sbatch_options, config.slurm().partition());
+  auto partition = launch::QuerySlurmPartition(partition_name);
+  if (!partition.ok()) {
+    return Fail(absl::Status(partition.status().code(),
+                             absl::StrCat("--slurm: ", partition.status().message(), "; nothing was submitted")));
+  }
+  const std::string field = partition_name == config.slurm().partition()
+                                ? (partition_name.empty() ? "the default partition" : "slurm.partition")
+                                : "sbatch's --partition";
+  if (absl::Status fits = launch::CheckPlanFitsPartition(*plan, *partition, field); !fits.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", fits.message(), "; nothing was submitted")));
+  }
+  // A resumed run must not be running already.
+  if (resume) {
+    std::ifstream launch_file(run_dir + "/launch.txt");
+    std::string key, value, job_id;
+    while (launch_file >> key >> value) {
+      if (key == "job_id") job_id = value;
+    }
+    const std::string state = job_id.empty() ? "" : launch::SlurmJobState(job_id);
+    if (state == "PENDING" || state == "RUNNING" || state == "REQUEUED" || state == "COMPLETING") {
+      return Fail(absl::FailedPreconditionError(absl::StrCat("--resume ", run_dir, ": Slurm job ", job_id,
+                                                             " of this run is ", state, "; scancel ", job_id,
+                                                             " first (it checkpoints)")));
+    }
+  }
+  // The run directory, absolute: the nodes read and write it (shared storage).
+  if (!resume) {
+    auto made = MakeRunDirectory(config.runs_dir(), config.name());
+    if (!made.ok()) return Fail(made.status());
+    run_dir = *made;
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(config, &text);
+    if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) return Fail(s);
+  }
+  run_dir = std::filesystem::absolute(run_dir).lexically_normal().string();
+  if (!run_dir.empty() && run_dir.back() == '/') run_dir.pop_back();
+  std::filesystem::create_directories(run_dir + "/slurm");
+  std::filesystem::create_directories(run_dir + "/logs");
+  // Where the security work's token goes (never on a command line): owner only.
+  std::filesystem::create_directories(run_dir + "/secrets");
+  std::filesystem::permissions(run_dir + "/secrets", std::filesystem::perms::owner_all);
+  const std::string script = run_dir + "/slurm/job.sh";
+  if (absl::Status s = WriteFileAtomically(script, launch::SlurmJobScript(config, *plan, run_dir, launch::SelfBinary()));
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                           std::filesystem::perms::group_exec);
+  auto job_id = launch::SubmitSlurmJob(script, sbatch_options);
+  if (!job_id.ok()) {
+    return Fail(absl::Status(job_id.status().code(),
+                             absl::StrCat("--slurm: ", job_id.status().message(), " (job script: ", script, ")")));
+  }
+  const std::string output = absl::StrCat(run_dir, "/slurm/job-", *job_id, ".out");
+  WriteLaunchFile(run_dir, absl::StrCat("launcher slurm\njob_id ", *job_id, "\nscript ", script, "\noutput ", output,
+                                        "\nsubmitted ", UnixSeconds(), "\n"));
+  std::ofstream(run_dir + "/slurm/jobs.txt", std::ios::app) << *job_id << "\n";
+  std::printf("submitted Slurm job %s (%s); run directory %s\n", job_id->c_str(),
+              resume ? "resuming from its checkpoint" : "a new run", run_dir.c_str());
+  std::printf("follow it: troupe status %s   (or: squeue -j %s; tail -f %s)\n", run_dir.c_str(), job_id->c_str(),
+              output.c_str());
+  std::printf("stop it with a checkpoint: scancel %s; continue it later: troupe run --resume %s --slurm\n",
+              job_id->c_str(), run_dir.c_str());
+  return 0;
 }
 
 int RunScriptedMode(const config::ExperimentConfig& config) {
@@ -79,6 +207,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     std::string config;
     std::vector<std::string> overrides;
     std::string resume;
+    bool slurm = false;
     SecurityFlags security;
   };
   auto args = std::make_shared<Args>();
@@ -87,7 +216,18 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--set", args->overrides, "Override a config field: path.to.field=value (repeatable)");
   cmd->add_option("--resume", args->resume, "Continue the run in this directory from its last checkpoint");
   args->security.AddTo(cmd);
-  cmd->callback([args, exit_code] {
+  cmd->add_flag("--slurm", args->slurm,
+                "Submit the run as a Slurm batch job (the config's slurm section); options troupe does not know "
+                "(--partition=P, --time=10, ...) go to sbatch");
+  cmd->allow_extras();
+  cmd->callback([args, exit_code, cmd] {
+    const std::vector<std::string> extras = cmd->remaining();
+    if (!extras.empty() && !args->slurm) {
+      std::fprintf(stderr, "troupe run: unknown arguments: %s (sbatch options go after --slurm)\n",
+                   absl::StrJoin(extras, " ").c_str());
+      *exit_code = 2;
+      return;
+    }
     if (args->config.empty() == args->resume.empty()) {
       std::fprintf(stderr, "troupe run: give a CONFIG file, or --resume RUN_DIR (not both)\n");
       *exit_code = 2;
@@ -112,12 +252,18 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     config::ExperimentConfig* config = &loaded->config;
     args->security.ApplyTo(config->mutable_security());
     absl::Status valid = launch::ValidateExperiment(*config);
-    if (valid.ok()) valid = CheckRunnable(*config);
-    // The credentials and the listen address they allow, before a run directory exists.
+    if (valid.ok() && !args->slurm) valid = CheckRunnable(*config);
+    // The credentials and the listen address they allow, before a run
+    // directory exists. A Slurm job's learner listens on every interface of
+    // its node (actors on other nodes dial it): TLS and a token, or insecure.
     if (valid.ok() && config->mode() == config::ExperimentConfig::RL) {
+      const std::string listen = config->learner().listen();
       auto credentials = LoadGrpcCredentials(config->security());
-      valid = credentials.ok() ? CheckServerCredentials(*credentials, config->learner().listen(), "learner.listen")
-                               : credentials.status();
+      valid = !credentials.ok() ? credentials.status()
+              : args->slurm
+                  ? CheckServerCredentials(*credentials, "0.0.0.0" + listen.substr(listen.rfind(':')),
+                                           "troupe run --slurm (its learner listens on every interface of its node)")
+                  : CheckServerCredentials(*credentials, listen, "learner.listen");
     }
     if (!valid.ok()) {
       // A refused config exits 2 whatever the reason (as a usage error).
@@ -130,6 +276,15 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
                       ec)) {
       *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ", args->resume,
                                                          "/checkpoints (was the run started with troupe run?)")));
+      return;
+    }
+    if (args->slurm) {
+      if (resume && !std::filesystem::exists(args->resume + "/checkpoints/agent.ckpt")) {
+        *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ",
+                                                           args->resume, "/checkpoints")));
+        return;
+      }
+      *exit_code = SubmitToSlurm(*config, config_path, args->resume, resume, extras);
       return;
     }
     std::signal(SIGINT, OnSignal);
@@ -165,6 +320,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
         return;
       }
     }
+    WriteLaunchFile(run_dir, absl::StrCat("launcher local\nhost ", HostName(),
+                                          "\npid ", getpid(), "\nstarted ", UnixSeconds(), "\n"));
     if (absl::Status s = config->mode() == config::ExperimentConfig::GAN ? gan::RunGan(*config, run_dir, resume, &stop_requested)
                                                  : launch::RunRlExperiment(*config, run_dir, resume, &stop_requested);
         !s.ok()) {

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/files.h"
 #include "common/grpc_security.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
@@ -33,14 +34,16 @@ std::string LocalAddressOf(const std::string& learner) {
   return learner;
 }
 
-// Starts `troupe actor` (this same binary) for `index`, its output to
-// run_dir/logs/actor-INDEX.log. The child dies with the launcher. A token
-// reaches it in its environment ($TROUPE_TOKEN), never on its command line.
-absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& learner, const std::string& token,
-                                 int index) {
-  const std::string log = absl::StrCat(run_dir, "/logs/actor-", index, ".log");
-  const std::string config = run_dir + "/config.textproto";
-  const std::string index_text = std::to_string(index);
+// Starts argv (the actor's command, wrapped or not) with its output appended
+// to `log`. The child dies with the launcher. A token reaches it in its
+// environment ($TROUPE_TOKEN; srun passes it on to a job step), never on its
+// command line.
+absl::StatusOr<pid_t> SpawnLogged(const std::vector<std::string>& argv, const std::string& log,
+                                  const std::string& token, int index) {
+  std::vector<std::string> copy = argv;
+  std::vector<char*> pointers;
+  for (std::string& a : copy) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
   // The child's environment: ours, with the token set (made before fork).
   std::vector<std::string> environment;
   const std::string token_prefix = absl::StrCat(kTokenEnvironmentVariable, "=");
@@ -51,10 +54,6 @@ absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& 
   std::vector<char*> envp;
   for (std::string& e : environment) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = {"troupe", "actor", "--learner", learner, "--config", config, "--index", index_text};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed for actor ", index));
@@ -67,7 +66,7 @@ absl::StatusOr<pid_t> SpawnActor(const std::string& run_dir, const std::string& 
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    execve("/proc/self/exe", argv.data(), envp.data());
+    execvpe(pointers[0], pointers.data(), envp.data());
     _exit(127);
   }
   return pid;
@@ -84,24 +83,73 @@ std::string Thousands(int64_t v) {
 
 }  // namespace
 
+std::string SelfBinary() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string("/proc/self/exe") : self.string();
+}
+
+std::vector<std::string> ActorCommand(const std::string& troupe_binary, const std::string& run_dir,
+                                      const std::string& learner_address, int index) {
+  return {troupe_binary, "actor", "--learner", learner_address, "--config", run_dir + "/config.textproto",
+          "--index", std::to_string(index)};
+}
+
+std::string ReachableAddress(const std::string& address, const std::string& host) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return address;
+  const std::string bound = address.substr(0, colon);
+  if (bound != "0.0.0.0" && bound != "[::]" && bound != "::" && !bound.empty()) return address;
+  std::string name = host;
+  if (name.empty()) {
+    char buffer[256] = {0};
+    gethostname(buffer, sizeof(buffer) - 1);
+    name = buffer;
+  }
+  return name + address.substr(colon);
+}
+
+void WriteStatusFile(const std::string& run_dir, const std::string& line) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  (void)WriteFileAtomically(run_dir + "/status.txt", absl::StrCat(line, "\nupdated ", now, "\n"));
+}
+
+absl::StatusOr<pid_t> ActorFleet::Spawn(int index) const {
+  // Forked here: this same binary as /proc/self/exe; wrapped: its real path.
+  std::vector<std::string> argv =
+      ActorCommand(wrapper_ ? binary_ : "/proc/self/exe", run_dir_, learner_address_, index);
+  if (wrapper_) {
+    std::vector<std::string> wrapped = wrapper_.argv(index);
+    wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+    argv = std::move(wrapped);
+  }
+  return SpawnLogged(argv, absl::StrCat(run_dir_, "/logs/actor-", index, ".log"), token_, index);
+}
+
 absl::StatusOr<std::unique_ptr<ActorFleet>> ActorFleet::Start(const config::ExperimentConfig& config,
                                                               const std::string& run_dir,
                                                               const std::string& learner_address,
-                                                              const std::atomic<bool>* stop,
-                                                              const std::string& token) {
+                                                              const std::atomic<bool>* stop, const std::string& token,
+                                                              ActorWrapper wrapper) {
   std::unique_ptr<ActorFleet> fleet(new ActorFleet());
   fleet->stop_ = stop;
   fleet->config_ = config;
   fleet->run_dir_ = run_dir;
-  fleet->learner_address_ = LocalAddressOf(learner_address);
+  // Actors here dial an any-interface learner on loopback; wrapped ones
+  // (other nodes) the address given.
+  fleet->learner_address_ = wrapper ? learner_address : LocalAddressOf(learner_address);
   fleet->token_ = token;
+  fleet->wrapper_ = std::move(wrapper);
+  fleet->binary_ = SelfBinary();
   std::filesystem::create_directories(run_dir + "/logs");
   {
     absl::MutexLock lock(&fleet->mutex_);
     fleet->actors_.resize(config.actors().count());
     for (int i = 0; i < config.actors().count(); ++i) {
       fleet->actors_[i].index = i;
-      ASSIGN_OR_RETURN(fleet->actors_[i].pid, SpawnActor(run_dir, fleet->learner_address_, token, i));
+      ASSIGN_OR_RETURN(fleet->actors_[i].pid, fleet->Spawn(i));
     }
   }
   fleet->watcher_ = std::jthread([f = fleet.get()](std::stop_token token) { f->Watch(token); });
@@ -127,7 +175,7 @@ void ActorFleet::Watch(std::stop_token token) {
                       actor.index, how.c_str(), config_.actors().max_restarts(), run_dir_.c_str(), actor.index);
           continue;
         }
-        auto pid = SpawnActor(run_dir_, learner_address_, token_, actor.index);
+        auto pid = Spawn(actor.index);
         if (pid.ok()) {
           actor.pid = *pid;
           ++actor.restarts;
@@ -149,17 +197,36 @@ void ActorFleet::Stop() {
     stopping_ = true;
   }
   watcher_ = std::jthread();  // requests stop and joins
-  // SIGTERM, then SIGKILL after 3 s.
+  // The stop signal (SIGTERM, or the wrapper's) to all; after 3 s, SIGTERM to
+  // wrappers still there (srun then ends its step through Slurm); after 2 s
+  // more, SIGKILL.
   absl::MutexLock lock(&mutex_);
-  for (const Actor& actor : actors_) {
-    if (actor.pid > 0) kill(actor.pid, SIGTERM);
-  }
-  for (Actor& actor : actors_) {
-    if (actor.pid <= 0) continue;
-    for (int i = 0; i < 30 && waitpid(actor.pid, nullptr, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int stop_signal = wrapper_ ? wrapper_.stop_signal : SIGTERM;
+  auto reap_until = [this](std::chrono::steady_clock::time_point deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    while (true) {
+      bool alive = false;
+      for (Actor& actor : actors_) {
+        if (actor.pid > 0 && waitpid(actor.pid, nullptr, WNOHANG) == actor.pid) actor.pid = -1;
+        alive = alive || actor.pid > 0;
+      }
+      if (!alive || std::chrono::steady_clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (kill(actor.pid, SIGKILL) == 0) waitpid(actor.pid, nullptr, 0);
+  };
+  auto signal_all = [this](int signal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    for (const Actor& actor : actors_) {
+      if (actor.pid > 0) kill(actor.pid, signal);
+    }
+  };
+  signal_all(stop_signal);
+  reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(3));
+  if (stop_signal != SIGTERM) {
+    signal_all(SIGTERM);
+    reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  }
+  signal_all(SIGKILL);
+  for (Actor& actor : actors_) {
+    if (actor.pid > 0) waitpid(actor.pid, nullptr, 0);
     actor.pid = -1;
   }
 }
@@ -186,29 +253,40 @@ int ActorFleet::restarts() const {
 }
 
 absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
-                             const std::atomic<bool>* stop) {
+                             const std::atomic<bool>* stop, const RlRunOptions& options) {
   std::filesystem::create_directories(run_dir + "/logs");
   ASSIGN_OR_RETURN(auto learner, learner::RlLearner::Create(config, run_dir, resume));
-  std::printf("learner serving replay and parameters on %s; run directory %s\n", learner->address().c_str(),
-              run_dir.c_str());
+  // The address actors use, also in the run directory for those started by
+  // hand and for troupe status.
+  const std::string address = ReachableAddress(learner->address(), options.advertised_host);
+  RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/learner.address", address + "\n"));
+  std::printf("learner serving replay and parameters on %s; run directory %s\n", address.c_str(), run_dir.c_str());
   std::fflush(stdout);
 
   // The actors, watched and restarted on a thread of their own.
   ASSIGN_OR_RETURN(std::unique_ptr<ActorFleet> actors,
-                   ActorFleet::Start(config, run_dir, learner->address(), stop, learner->credentials().token));
+                   ActorFleet::Start(config, run_dir, options.actor_wrapper ? address : learner->address(), stop,
+                                     learner->credentials().token, options.actor_wrapper));
 
   // The status line, from the learner's stats, on another thread.
   std::jthread status_thread([&](std::stop_token token) {
     StatusLine line(std::chrono::milliseconds(500));
+    auto last_file = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     while (!token.stop_requested()) {
       const learner::LearnerStats s = learner->Stats();
-      line.Update(absl::StrFormat(
+      const std::string text = absl::StrFormat(
           "%s | frames %s | %.0f fps | updates %s (%.1f/s) | replay %s | spi %.1f | eval %s | params v%d | "
           "actors %d/%d (restarts %d)",
           config.env().task(), Thousands(s.frames), s.frames_per_second, Thousands(s.updates), s.updates_per_second,
           Thousands(s.replay_size), s.samples_per_insert,
           s.last_eval_return < 0 ? "-" : absl::StrFormat("%.1f @ %s", s.last_eval_return, Thousands(s.last_eval_frames)),
-          s.parameter_version, actors->alive(), actors->count(), actors->restarts()));
+          s.parameter_version, actors->alive(), actors->count(), actors->restarts());
+      line.Update(text);
+      // The same line in the run directory (troupe status), every 0.5 s.
+      if (std::chrono::steady_clock::now() - last_file >= std::chrono::milliseconds(500)) {
+        WriteStatusFile(run_dir, text);
+        last_file = std::chrono::steady_clock::now();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
   });
@@ -221,9 +299,15 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
   const absl::Status status = learner->Run(stop);
   interrupter.request_stop();
   status_thread.request_stop();
+  // Replay closed first: an actor blocked on an insert the rate limiter
+  // holds (nothing samples any more) sees it at once, and then its stop.
+  learner->Interrupt();
   actors->Stop();
   status_thread = std::jthread();
   const learner::LearnerStats s = learner->Stats();
+  WriteStatusFile(run_dir, absl::StrFormat("%s | ended (%s) | frames %s | updates %s | params v%d",
+                                           config.env().task(), status.ok() ? "ok" : status.ToString(),
+                                           Thousands(s.frames), Thousands(s.updates), s.parameter_version));
   std::printf("\n%s: %s frames, %s updates, last eval return %s; run directory %s\n", config.env().task().c_str(),
               Thousands(s.frames).c_str(), Thousands(s.updates).c_str(),
               s.last_eval_return < 0 ? "-" : absl::StrFormat("%.1f", s.last_eval_return).c_str(), run_dir.c_str());

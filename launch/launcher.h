@@ -4,13 +4,18 @@
 // line, and Ctrl-C stopping everything cleanly with a final checkpoint.
 //
 // Run directory: config.textproto (resolved), metrics.csv/jsonl, eval.csv,
-// learning_curve.png, logs/actor-N.log, checkpoints/.
+// learning_curve.png, logs/actor-N.log, checkpoints/, status.txt (the status
+// line, rewritten every second), learner.address (HOST:PORT actors use).
+// The same code runs inside a Slurm job (launch/slurm.h), with each actor
+// started as a job step.
 #ifndef TROUPE_LAUNCH_LAUNCHER_H_
 #define TROUPE_LAUNCH_LAUNCHER_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +28,25 @@
 #include "proto/config.pb.h"
 
 namespace troupe::launch {
+
+// How actors start when they are not simply forked here: the argv an
+// actor's command is wrapped in, given the actor's index (e.g. `srun
+// --nodelist=NODE ...` for a Slurm job step), and the signal that asks a
+// wrapped actor to stop (srun turns SIGTERM into a kill of its step, but
+// forwards SIGUSR1, which troupe actor takes as a stop). Unset argv = forked
+// here, stopped with SIGTERM.
+struct ActorWrapper {
+  std::function<std::vector<std::string>(int index)> argv;
+  int stop_signal = SIGTERM;
+  explicit operator bool() const { return static_cast<bool>(argv); }
+};
+
+// The argv of `troupe actor` for actor `index` of the run in `run_dir`.
+std::vector<std::string> ActorCommand(const std::string& troupe_binary, const std::string& run_dir,
+                                      const std::string& learner_address, int index);
+
+// The troupe binary this process runs (/proc/self/exe resolved).
+std::string SelfBinary();
 
 // This machine's actor processes: config.actors().count() children running
 // `troupe actor` (this same binary, /proc/self/exe, so only the troupe
@@ -38,15 +62,20 @@ class ActorFleet {
   // `token` (the learner's, if it has one) reaches each actor as
   // $TROUPE_TOKEN in its environment, never on its command line. An
   // any-interface learner address (0.0.0.0:PORT) is dialled on loopback.
+  // With `wrapper`, each actor runs under it (a Slurm job step on another
+  // node: it dials `learner_address` as given; the pid watched is the
+  // wrapper's, and its stop signal reaches the actor through it).
   // Errors: ResourceExhausted if fork fails.
   static absl::StatusOr<std::unique_ptr<ActorFleet>> Start(const config::ExperimentConfig& config,
                                                            const std::string& run_dir,
                                                            const std::string& learner_address,
                                                            const std::atomic<bool>* stop = nullptr,
-                                                           const std::string& token = "");
+                                                           const std::string& token = "",
+                                                           ActorWrapper wrapper = {});
   ~ActorFleet();  // Stop()
 
-  // Stops restarting, sends SIGTERM, waits up to 3 s, then SIGKILLs.
+  // Stops restarting, sends SIGTERM (the wrapper's stop signal), waits up
+  // to 3 s (then SIGTERM to a wrapper and 2 s more), then SIGKILLs.
   void Stop();
 
   // The live actors' process ids (for CPU accounting), and counts.
@@ -64,9 +93,12 @@ class ActorFleet {
   ActorFleet() = default;
   void Watch(std::stop_token token);
 
+  absl::StatusOr<pid_t> Spawn(int index) const;
+
   config::ExperimentConfig config_;
-  std::string run_dir_, learner_address_;
+  std::string run_dir_, learner_address_, binary_;
   std::string token_;  // passed to each actor in its environment
+  ActorWrapper wrapper_;
   const std::atomic<bool>* stop_ = nullptr;
   mutable absl::Mutex mutex_;
   std::vector<Actor> actors_ ABSL_GUARDED_BY(mutex_);
@@ -75,11 +107,26 @@ class ActorFleet {
   std::jthread watcher_;
 };
 
+struct RlRunOptions {
+  // How actors start (see ActorWrapper); unset = forked on this machine.
+  ActorWrapper actor_wrapper;
+  // The host actors are told when the learner listens on every interface
+  // (0.0.0.0); empty = this machine's host name.
+  std::string advertised_host;
+};
+
 // Runs until total_frames / max_updates or *stop. `run_dir` exists and holds
 // config.textproto; with `resume`, training continues from its checkpoint.
 // Errors: config errors naming the field, "port in use", learner errors.
 absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
-                             const std::atomic<bool>* stop);
+                             const std::atomic<bool>* stop, const RlRunOptions& options = {});
+
+// `address` with an every-interface host (0.0.0.0, ::, empty) replaced by
+// `host` (this machine's name when empty).
+std::string ReachableAddress(const std::string& address, const std::string& host = "");
+
+// Writes RUN_DIR/status.txt: `line`, then "updated UNIX_SECONDS".
+void WriteStatusFile(const std::string& run_dir, const std::string& line);
 
 }  // namespace troupe::launch
 

@@ -1,0 +1,164 @@
+// `troupe status RUN_DIR` (where a run stands, local or on Slurm) and
+// `troupe slurm-job RUN_DIR` (what the job script of `troupe run --slurm`
+// runs inside the allocation; not for typing by hand).
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "launch/launcher.h"
+#include "launch/slurm.h"
+
+namespace troupe::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> job_stop{false};
+std::atomic<bool> job_requeue{false};
+void OnJobStop(int) { job_stop = true; }
+void OnTimeLimitWarning(int) {
+  job_requeue = true;
+  job_stop = true;
+}
+
+// "KEY VALUE" lines (launch.txt, counters.txt).
+std::map<std::string, std::string> ReadKeyValues(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    if (space != std::string::npos) out[line.substr(0, space)] = line.substr(space + 1);
+  }
+  return out;
+}
+
+std::string Ago(int64_t seconds) {
+  if (seconds < 120) return absl::StrCat(seconds, " s ago");
+  if (seconds < 7200) return absl::StrCat(seconds / 60, " min ago");
+  return absl::StrCat(seconds / 3600, " h ago");
+}
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int64_t FileAge(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return Now() - st.st_mtime;
+}
+
+std::string HostName() {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// Prints where the run in `run_dir` stands; false when it is no run directory.
+bool PrintStatus(const std::string& run_dir) {
+  if (!fs::exists(run_dir + "/config.textproto")) {
+    std::fprintf(stderr, "troupe status: %s is no run directory (no config.textproto)\n", run_dir.c_str());
+    return false;
+  }
+  std::printf("run directory %s\n", run_dir.c_str());
+  // How it was started, and whether that is still going.
+  const auto launch = ReadKeyValues(run_dir + "/launch.txt");
+  const std::string launcher = launch.count("launcher") ? launch.at("launcher") : "";
+  if (launcher == "slurm") {
+    const std::string& id = launch.at("job_id");
+    std::string state = launch::SlurmJobState(id);
+    if (state.empty()) state = launch::FindOnPath("squeue").empty() ? "unknown here (no squeue on the PATH)"
+                                                                     : "no longer known to Slurm (ended)";
+    std::printf("slurm job %s: %s\n", id.c_str(), state.c_str());
+    std::printf("job output %s\n", launch.count("output") ? launch.at("output").c_str() : "-");
+  } else if (launcher == "local") {
+    const std::string host = launch.count("host") ? launch.at("host") : "";
+    const std::string pid = launch.count("pid") ? launch.at("pid") : "";
+    std::string state = "ended";
+    if (host != HostName()) {
+      state = absl::StrCat("on another machine (", host, ")");
+    } else if (!pid.empty() && fs::exists("/proc/" + pid)) {
+      std::ifstream cmdline("/proc/" + pid + "/cmdline");
+      std::string command;
+      std::getline(cmdline, command, '\0');
+      if (command.find("troupe") != std::string::npos || command.find("/proc/self/exe") != std::string::npos) {
+        state = "running";
+      }
+    }
+    std::printf("local run: troupe run (pid %s on %s): %s\n", pid.c_str(), host.c_str(), state.c_str());
+  } else {
+    std::printf("started by hand (troupe learner), or before troupe wrote launch.txt\n");
+  }
+  // The status line the launcher keeps in the run directory.
+  std::ifstream status_file(run_dir + "/status.txt");
+  std::string line, updated;
+  if (std::getline(status_file, line)) {
+    std::getline(status_file, updated);
+    int64_t when = 0;
+    const std::vector<std::string> parts = absl::StrSplit(updated, ' ');
+    if (parts.size() == 2) when = std::atoll(parts[1].c_str());
+    std::printf("status (%s): %s\n", when > 0 ? Ago(Now() - when).c_str() : "?", line.c_str());
+  } else {
+    std::printf("status: none yet\n");
+  }
+  std::ifstream address_file(run_dir + "/learner.address");
+  std::string address;
+  if (std::getline(address_file, address)) std::printf("learner %s\n", address.c_str());
+  // The last checkpoint.
+  const auto counters = ReadKeyValues(run_dir + "/checkpoints/counters.txt");
+  const int64_t age = FileAge(run_dir + "/checkpoints/agent.ckpt");
+  if (age >= 0) {
+    std::printf("checkpoint %s/checkpoints (%s, at %s env frames)\n", run_dir.c_str(), Ago(age).c_str(),
+                counters.count("frames") ? counters.at("frames").c_str() : "?");
+  } else {
+    std::printf("checkpoint: none yet\n");
+  }
+  std::printf("metrics %s/metrics.csv; actor logs %s/logs/\n", run_dir.c_str(), run_dir.c_str());
+  return true;
+}
+
+}  // namespace
+
+void AddStatusCommand(CLI::App& app, int* exit_code) {
+  auto run_dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "status", "Where a run stands (local or on Slurm): its job, status line, checkpoint, logs");
+  cmd->add_option("run_dir", *run_dir, "The run directory (runs/NAME-DATE-TIME)")->required();
+  cmd->callback([run_dir, exit_code] { *exit_code = PrintStatus(*run_dir) ? 0 : 2; });
+}
+
+void AddSlurmJobCommand(CLI::App& app, int* exit_code) {
+  auto run_dir = std::make_shared<std::string>();
+  // No group: hidden from --help; the job script of troupe run --slurm runs it.
+  CLI::App* cmd = app.add_subcommand("slurm-job", "Inside a Slurm allocation: run the experiment in RUN_DIR")->group("");
+  cmd->add_option("run_dir", *run_dir, "The run directory troupe run --slurm made")->required();
+  cmd->callback([run_dir, exit_code] {
+    // scancel and preemption send SIGTERM; sbatch --signal=B:USR1@N warns
+    // before the time limit.
+    std::signal(SIGINT, OnJobStop);
+    std::signal(SIGTERM, OnJobStop);
+    std::signal(SIGUSR1, OnTimeLimitWarning);
+    if (absl::Status s = launch::RunSlurmJob(*run_dir, launch::SelfBinary(), &job_stop, &job_requeue); !s.ok()) {
+      const char* job = std::getenv("SLURM_JOB_ID");
+      std::fprintf(stderr, "troupe slurm-job: %s\nthe job failed; its logs: %s/slurm/job-%s.out (this output), %s/logs/\n",
+                   s.ToString().c_str(), run_dir->c_str(), job ? job : "JOBID", run_dir->c_str());
+      *exit_code = 1;
+    }
+  });
+}
+
+}  // namespace troupe::cli
