@@ -15,6 +15,7 @@ void AddReplayCommand(CLI::App& app, int* exit_code);  // troupe replay --config
 void AddLearnerCommand(CLI::App& app, int* exit_code);  // troupe learner --config CONFIG --run-dir DIR
 void AddActorCommand(CLI::App& app, int* exit_code);    // troupe actor --learner HOST:PORT --config CONFIG
 void AddCertsCommand(CLI::App& app, int* exit_code);    // troupe certs DIR --hosts A,B
+void AddSweepCommand(CLI::App& app, int* exit_code);    // troupe sweep CONFIG --grid f=v1,v2 [--seeds N] [--parallel P]
 
 }  // namespace troupe::cli
 
