@@ -150,8 +150,9 @@ absl::StatusOr<std::vector<GridAxis>> ParseGrid(const std::vector<std::string>& 
     const std::vector<std::string> names = absl::StrSplit(axis.field, ':');
     for (const std::string& value : axis.values) {
       if (std::vector<std::string>(absl::StrSplit(value, ':')).size() != names.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--grid ", argument, ": value ", value, " has not one part per field (",
-                                                       names.size(), " fields, parts separated by ':')"));
+        return absl::InvalidArgumentError(absl::StrCat("--grid ", argument, ": value ", value,
+                                                       " has not one part per field (", names.size(),
+                                                       " fields, parts separated by ':')"));
       }
     }
     for (const std::string& name : names) {
@@ -305,9 +306,13 @@ absl::Status RunSweep(const SweepPlan& plan, int parallel, const std::vector<std
                                                           ec.message()));
   // sweep.txt: what was swept; each new run's config.
   std::string text = "# troupe sweep\n";
-  for (const GridAxis& axis : plan.grid) absl::StrAppend(&text, "grid ", axis.field, "=", absl::StrJoin(axis.values, ","), "\n");
+  for (const GridAxis& axis : plan.grid) {
+    absl::StrAppend(&text, "grid ", axis.field, "=", absl::StrJoin(axis.values, ","), "\n");
+  }
   absl::StrAppend(&text, "seeds ", plan.seeds, "\n");
-  for (const SweepRun& run : plan.runs) absl::StrAppend(&text, "run ", run.name, " ", run.point, " seed ", run.seed, "\n");
+  for (const SweepRun& run : plan.runs) {
+    absl::StrAppend(&text, "run ", run.name, " ", run.point, " seed ", run.seed, "\n");
+  }
   RETURN_IF_ERROR(WriteFileAtomically(plan.sweep_dir + "/sweep.txt", text));
   std::vector<const SweepRun*> pending;
   for (const SweepRun& run : plan.runs) {

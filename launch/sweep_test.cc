@@ -185,9 +185,10 @@ TEST(WriteSweepSummaryTest, SummarizesRlReturnsOverSeeds) {
   plan.mode = config::ExperimentConfig::RL;
   plan.grid = *ParseGrid({"d4pg.discount=0.9,0.99"});
   plan.seeds = 2;
-  const std::vector<std::string> evals = {"frames,updates,eval_return,actions_at_bound\n0,0,10,0\n100,5,30,0\n200,9,20,0\n",
-                                          "frames,updates,eval_return,actions_at_bound\n0,0,12,0\n100,5,16,0\n200,9,40,0\n",
-                                          "frames,updates,eval_return,actions_at_bound\n0,0,1,0\n", ""};
+  const std::vector<std::string> evals = {
+      "frames,updates,eval_return,actions_at_bound\n0,0,10,0\n100,5,30,0\n200,9,20,0\n",
+      "frames,updates,eval_return,actions_at_bound\n0,0,12,0\n100,5,16,0\n200,9,40,0\n",
+      "frames,updates,eval_return,actions_at_bound\n0,0,1,0\n", ""};
   for (int i = 0; i < 4; ++i) {
     SweepRun run;
     run.point = i < 2 ? "d4pg.discount=0.9" : "d4pg.discount=0.99";
