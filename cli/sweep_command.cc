@@ -101,12 +101,19 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
       return;
     }
     auto log = [](const std::string& line) { std::fprintf(stderr, "troupe sweep: %s\n", line.c_str()); };
+    absl::Status status;
     if (args->summary_only) {
-      if (absl::Status s = launch::WriteSweepSummary(*plan); !s.ok()) *exit_code = Fail(s);
-    } else if (absl::Status s = launch::RunSweep(*plan, args->parallel, {SelfPath(), "sweep", "--run-member"},
-                                                 &stop_requested, log);
-               !s.ok()) {
-      *exit_code = Fail(s);
+      std::error_code ec;
+      status = std::filesystem::is_directory(plan->sweep_dir, ec)
+                   ? launch::WriteSweepSummary(*plan)
+                   : absl::NotFoundError(absl::StrCat("--summary-only: no sweep directory ", plan->sweep_dir,
+                                                      " (run the sweep first, or give its --dir)"));
+    } else {
+      status = launch::RunSweep(*plan, args->parallel, {SelfPath(), "sweep", "--run-member"}, &stop_requested, log);
+    }
+    if (!status.ok()) {
+      *exit_code = Fail(status);
+      return;
     }
     log(absl::StrCat(plan->runs.size(), " runs in ", plan->sweep_dir, "; summary: ", plan->sweep_dir,
                      "/summary.md, curves: ", plan->sweep_dir, "/curves.png"));
