@@ -17,6 +17,7 @@ void AddActorCommand(CLI::App& app, int* exit_code);    // troupe actor --learne
 void AddStatusCommand(CLI::App& app, int* exit_code);   // troupe status RUN_DIR
 void AddSlurmJobCommand(CLI::App& app, int* exit_code);  // troupe slurm-job RUN_DIR (inside a Slurm job)
 void AddCertsCommand(CLI::App& app, int* exit_code);    // troupe certs DIR --hosts A,B
+void AddSweepCommand(CLI::App& app, int* exit_code);    // troupe sweep CONFIG --grid f=v1,v2 [--seeds N] [--parallel P]
 
 }  // namespace troupe::cli
 

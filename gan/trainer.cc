@@ -19,7 +19,7 @@ struct GanTrainer::Replica {
   int global_id = 0;
   std::shared_ptr<nn::Backend> backend;  // this replica's device (from the Replicator)
   nn::ParameterSet g, d, d_power;
-  std::unique_ptr<nn::Adam> g_adam, d_adam;
+  std::unique_ptr<nn::Optimizer> g_adam, d_adam;  // gan.optimizer (Adam by default)
   std::unique_ptr<nn::Tape> tape;
   std::unique_ptr<ShardSampler> sampler;
   std::vector<float> real;   // [n_critic][shard, 1, 28, 28]
@@ -123,11 +123,23 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
     r->g.Allocate(device, seed * 3 + 1);
     r->d.Allocate(device, seed * 3 + 2);
     r->d_power.Allocate(device, seed * 3 + 3);
-    nn::AdamOptions adam;
-    adam.beta1 = config.adam_beta1();
-    adam.beta2 = config.adam_beta2();
-    r->g_adam = std::make_unique<nn::Adam>(&r->g, &device, adam);
-    r->d_adam = std::make_unique<nn::Adam>(&r->d, &device, adam);
+    auto make_optimizer = [&](nn::ParameterSet* params) -> std::unique_ptr<nn::Optimizer> {
+      switch (config.optimizer()) {
+        case config::GanConfig::LAMB:
+          return std::make_unique<nn::Lamb>(params, &device,
+                                            nn::LambOptions{config.adam_beta1(), config.adam_beta2()});
+        case config::GanConfig::LARS:
+          return std::make_unique<nn::Lars>(params, &device, nn::LarsOptions{});
+        case config::GanConfig::ADAM:
+          break;
+      }
+      nn::AdamOptions adam;
+      adam.beta1 = config.adam_beta1();
+      adam.beta2 = config.adam_beta2();
+      return std::make_unique<nn::Adam>(params, &device, adam);
+    };
+    r->g_adam = make_optimizer(&r->g);
+    r->d_adam = make_optimizer(&r->d);
     r->tape = std::make_unique<nn::Tape>(&device);
     r->sampler = std::make_unique<ShardSampler>(data, seed, config.batch_size(), id, k);
     const int64_t shard = config.batch_size() / k;

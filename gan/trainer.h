@@ -8,7 +8,7 @@
 //   hinge (Lim & Ye 2017):  L_D = E[relu(1 - D(x))] + E[relu(1 + D(G(z)))],  L_G = -E[D(G(z))]
 //   non-saturating (Goodfellow et al. 2014):
 //                           L_D = E[softplus(-D(x))] + E[softplus(D(G(z)))], L_G = E[softplus(-D(G(z)))]
-// with Adam at two time-scale learning rates (Heusel et al. 2017) scaled from
+// with Adam (or gan.optimizer LAMB / LARS) at two time-scale learning rates (Heusel et al. 2017) scaled from
 // base_batch_size by the linear scaling rule (Goyal et al. 2017, or sqrt /
 // none) after a linear warmup, and an exponential moving average of the
 // generator's weights (Yazici et al. 2019) used for evaluation.

@@ -185,6 +185,59 @@ TEST(GanTrainerTest, NonSaturatingLossTrainsWithFiniteLosses) {
   EXPECT_EQ((*trainer)->images_seen(), 5 * 2 * 8);
 }
 
+// gan.optimizer LAMB / LARS: both networks step with it (the weights differ
+// from Adam's after one step), on two replicas as on one, and its state
+// checkpoints under its own names.
+TEST(GanTrainerTest, LambAndLarsStepBothNetworksOnOneAndTwoReplicas) {
+  const GanData data = RandomData(64);
+  auto adam = GanTrainer::Create(TinyConfig(1), &data);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  ASSERT_TRUE((*adam)->Train(1).ok());
+  for (auto optimizer : {config::GanConfig::LAMB, config::GanConfig::LARS}) {
+    SCOPED_TRACE(config::GanConfig::Optimizer_Name(optimizer));
+    config::GanConfig c1 = TinyConfig(1), c2 = TinyConfig(2);
+    for (config::GanConfig* c : {&c1, &c2}) {
+      c->set_optimizer(optimizer);
+      if (optimizer == config::GanConfig::LARS) {  // LARS's global rate is ~1 (its trust coefficient is 0.001)
+        c->set_generator_learning_rate(1.0f);
+        c->set_discriminator_learning_rate(1.0f);
+      }
+    }
+    auto one = GanTrainer::Create(c1, &data);
+    auto two = GanTrainer::Create(c2, &data);
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_TRUE(two.ok()) << two.status();
+    const std::vector<float> initial = (*one)->generator_parameters(0).DownloadValues();
+    ASSERT_TRUE((*one)->Train(1).ok());
+    ASSERT_TRUE((*two)->Train(1).ok());
+    EXPECT_TRUE(std::isfinite((*one)->discriminator_loss()) && std::isfinite((*one)->generator_loss()));
+    EXPECT_GT(MaxDifference(initial, (*one)->generator_parameters(0).DownloadValues()), 1e-7);
+    EXPECT_GT(MaxDifference((*adam)->generator_parameters(0).DownloadValues(),
+                            (*one)->generator_parameters(0).DownloadValues()),
+              1e-7);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LT(MaxDifference((*one)->generator_parameters(0).DownloadValues(),
+                              (*two)->generator_parameters(r).DownloadValues()),
+                1e-5);
+      EXPECT_LT(MaxDifference((*one)->discriminator_parameters(0).DownloadValues(),
+                              (*two)->discriminator_parameters(r).DownloadValues()),
+                1e-5);
+    }
+    const std::string dir = (std::filesystem::temp_directory_path() /
+                             ("troupe_gan_opt_" + std::to_string(getpid()) + config::GanConfig::Optimizer_Name(optimizer)))
+                                .string();
+    ASSERT_TRUE((*one)->SaveCheckpoint(dir).ok());
+    auto again = GanTrainer::Create(c1, &data);
+    ASSERT_TRUE((*again)->LoadCheckpoint(dir).ok());
+    ASSERT_TRUE((*one)->Train(2).ok());
+    ASSERT_TRUE((*again)->Train(2).ok());
+    EXPECT_EQ(MaxDifference((*one)->generator_parameters(0).DownloadValues(),
+                            (*again)->generator_parameters(0).DownloadValues()),
+              0.0);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(GanTrainerTest, InvalidConfigNamesTheField) {
   const GanData data = RandomData(64);
   config::GanConfig c = TinyConfig(3);

@@ -181,6 +181,89 @@ TEST_P(EngineTest, AdamMatchesTheFormulaForTwoSteps) {
   EXPECT_EQ(adam.steps(), 2);
 }
 
+// Per-tensor host references of the published rules, in double.
+double Norm(const std::vector<double>& x) {
+  double s = 0;
+  for (double v : x) s += v * v;
+  return std::sqrt(s);
+}
+
+// LAMB (You et al. 2020, Algorithm 2) against its formula for three steps on
+// two tensors of different scales, with weight decay.
+TEST_P(EngineTest, LambMatchesThePublishedUpdateRule) {
+  auto backend = NewBackend();
+  ParameterSet params;
+  const int a = params.Add("a", {3}, Init::Constant(0.5f));
+  const int b = params.Add("b", {2}, Init::Constant(-2.0f));
+  params.Allocate(*backend, 0);
+  const LambOptions options{0.9f, 0.999f, 1e-6f, /*weight_decay=*/0.01f};
+  ASSERT_TRUE(options.Validate().ok());
+  Lamb lamb(&params, backend.get(), options);
+  std::vector<std::vector<double>> x = {{0.5, 0.5, 0.5}, {-2.0, -2.0}}, m = {{0, 0, 0}, {0, 0}}, v = m;
+  const std::vector<std::vector<std::vector<float>>> grads = {
+      {{0.3f, -0.1f, 0.02f}, {1.0f, -4.0f}}, {{-0.2f, 0.1f, 0.05f}, {0.5f, 3.0f}}, {{0.1f, 0.1f, -0.3f}, {-2.0f, 1.0f}}};
+  for (int t = 1; t <= 3; ++t) {
+    SetGrad(params, a, grads[t - 1][0]);
+    SetGrad(params, b, grads[t - 1][1]);
+    lamb.Step(/*learning_rate=*/0.05f);
+    for (int k = 0; k < 2; ++k) {
+      std::vector<double> r(x[k].size());
+      for (size_t i = 0; i < r.size(); ++i) {
+        const double g = grads[t - 1][k][i];
+        m[k][i] = 0.9 * m[k][i] + 0.1 * g;
+        v[k][i] = 0.999 * v[k][i] + 0.001 * g * g;
+        const double mhat = m[k][i] / (1 - std::pow(0.9, t)), vhat = v[k][i] / (1 - std::pow(0.999, t));
+        r[i] = mhat / (std::sqrt(vhat) + 1e-6) + 0.01 * x[k][i];
+      }
+      const double trust = Norm(x[k]) / Norm(r);
+      for (size_t i = 0; i < r.size(); ++i) x[k][i] -= 0.05 * trust * r[i];
+    }
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(Value(params, a)[i], x[0][i], 1e-5) << "step " << t << " a" << i;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(Value(params, b)[i], x[1][i], 1e-5) << "step " << t << " b" << i;
+  }
+  EXPECT_EQ(lamb.steps(), 3);
+}
+
+// LARS (You, Gitman & Ginsburg 2017, Algorithm 1) against its formula for
+// three steps on two tensors, with momentum and weight decay.
+TEST_P(EngineTest, LarsMatchesThePublishedUpdateRule) {
+  auto backend = NewBackend();
+  ParameterSet params;
+  const int a = params.Add("a", {3}, Init::Constant(0.5f));
+  const int b = params.Add("b", {2}, Init::Constant(-2.0f));
+  params.Allocate(*backend, 0);
+  const LarsOptions options{/*momentum=*/0.9f, /*weight_decay=*/0.0005f, /*trust_coefficient=*/0.02f};
+  ASSERT_TRUE(options.Validate().ok());
+  Lars lars(&params, backend.get(), options);
+  std::vector<std::vector<double>> w = {{0.5, 0.5, 0.5}, {-2.0, -2.0}}, vel = {{0, 0, 0}, {0, 0}};
+  const std::vector<std::vector<std::vector<float>>> grads = {
+      {{0.3f, -0.1f, 0.02f}, {1.0f, -4.0f}}, {{-0.2f, 0.1f, 0.05f}, {0.5f, 3.0f}}, {{0.1f, 0.1f, -0.3f}, {-2.0f, 1.0f}}};
+  const float rates[3] = {1.0f, 0.5f, 2.0f};  // the rate sits inside the momentum, as in the paper
+  for (int t = 1; t <= 3; ++t) {
+    SetGrad(params, a, grads[t - 1][0]);
+    SetGrad(params, b, grads[t - 1][1]);
+    lars.Step(rates[t - 1]);
+    for (int k = 0; k < 2; ++k) {
+      std::vector<double> g(grads[t - 1][k].begin(), grads[t - 1][k].end());
+      const double local = 0.02 * Norm(w[k]) / (Norm(g) + 0.0005 * Norm(w[k]));
+      for (size_t i = 0; i < g.size(); ++i) {
+        vel[k][i] = 0.9 * vel[k][i] + rates[t - 1] * local * (g[i] + 0.0005 * w[k][i]);
+        w[k][i] -= vel[k][i];
+      }
+    }
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(Value(params, a)[i], w[0][i], 1e-5) << "step " << t << " a" << i;
+    for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(Value(params, b)[i], w[1][i], 1e-5) << "step " << t << " b" << i;
+  }
+  EXPECT_EQ(lars.steps(), 3);
+}
+
+TEST(OptimizerTest, LambAndLarsRefuseOutOfRangeOptions) {
+  EXPECT_THAT(LambOptions{1.0f}.Validate().message(), HasSubstr("lamb beta1 1 not in [0, 1)"));
+  EXPECT_THAT((LambOptions{0.9f, 0.999f, 0.0f}).Validate().message(), HasSubstr("lamb eps 0 must be > 0"));
+  EXPECT_THAT((LarsOptions{0.9f, 0.0f, 0.0f}).Validate().message(), HasSubstr("lars trust_coefficient 0"));
+  EXPECT_THAT((LarsOptions{0.9f, -1.0f}).Validate().message(), HasSubstr("lars weight_decay -1 < 0"));
+}
+
 // A decorator steps its inner optimizer its own way; state, step count, name
 // and parameters are the inner one's, so checkpoints see no difference.
 TEST_P(EngineTest, AForwardingOptimizerSharesItsInnerOptimizersState) {

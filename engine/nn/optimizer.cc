@@ -24,6 +24,25 @@ absl::Status SgdOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status LambOptions::Validate() const {
+  if (!(beta1 >= 0 && beta1 < 1)) return absl::InvalidArgumentError(absl::StrCat("lamb beta1 ", beta1, " not in [0, 1)"));
+  if (!(beta2 >= 0 && beta2 < 1)) return absl::InvalidArgumentError(absl::StrCat("lamb beta2 ", beta2, " not in [0, 1)"));
+  if (!(eps > 0)) return absl::InvalidArgumentError(absl::StrCat("lamb eps ", eps, " must be > 0"));
+  if (!(weight_decay >= 0)) return absl::InvalidArgumentError(absl::StrCat("lamb weight_decay ", weight_decay, " < 0"));
+  return absl::OkStatus();
+}
+
+absl::Status LarsOptions::Validate() const {
+  if (!(momentum >= 0 && momentum < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("lars momentum ", momentum, " not in [0, 1)"));
+  }
+  if (!(weight_decay >= 0)) return absl::InvalidArgumentError(absl::StrCat("lars weight_decay ", weight_decay, " < 0"));
+  if (!(trust_coefficient > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("lars trust_coefficient ", trust_coefficient, " must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // A state buffer with the parameters' layout, zeroed on the device.
@@ -65,6 +84,69 @@ void Sgd::Step(float learning_rate) {
 }
 
 std::vector<OptimizerState> Sgd::State() { return {{"sgd.momentum", momentum_.data()}}; }
+
+Lamb::Lamb(ParameterSet* params, Backend* backend, LambOptions options)
+    : params_(params), backend_(backend), options_(options) {
+  TROUPE_CHECK(params->allocated() && &params->backend() == backend);
+  m_ = ZeroedLike(*params, *backend);
+  v_ = ZeroedLike(*params, *backend);
+  update_ = ZeroedLike(*params, *backend);
+}
+
+void Lamb::Step(float learning_rate) {
+  ++steps_;
+  const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
+  const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
+  // update = -(m_hat / (sqrt(v_hat) + eps)): Adam at rate 1 from zero (moments updated).
+  backend_->Fill(update_.data(), update_.size(), 0.0f);
+  backend_->AdamUpdate(m_.size(), /*lr=*/1.0f, options_.beta1, options_.beta2, options_.eps, /*weight_decay=*/0.0f,
+                       c1, c2, params_->device_grads(), update_.data(), m_.data(), v_.data());
+  // update = -r = -(adam + lambda * x).
+  if (options_.weight_decay > 0) {
+    backend_->Axpy(-options_.weight_decay, params_->device_values(), update_.data(), params_->total_floats());
+  }
+  // Per tensor: x += lr * (||x|| / ||r||) * update.
+  for (int i = 0; i < params_->size(); ++i) {
+    const ParameterInfo& info = params_->info(i);
+    const int64_t n = info.shape.size();
+    float* x = params_->device_values() + info.offset;
+    const float* u = update_.data() + info.offset;
+    const double x_norm = std::sqrt(backend_->SquaredNorm(x, n));
+    const double r_norm = std::sqrt(backend_->SquaredNorm(u, n));
+    const double trust = x_norm > 0 && r_norm > 0 ? x_norm / r_norm : 1.0;
+    backend_->Axpy(static_cast<float>(learning_rate * trust), u, x, n);
+  }
+}
+
+std::vector<OptimizerState> Lamb::State() { return {{"lamb.m", m_.data()}, {"lamb.v", v_.data()}}; }
+
+Lars::Lars(ParameterSet* params, Backend* backend, LarsOptions options)
+    : params_(params), backend_(backend), options_(options) {
+  TROUPE_CHECK(params->allocated() && &params->backend() == backend);
+  momentum_ = ZeroedLike(*params, *backend);
+}
+
+void Lars::Step(float learning_rate) {
+  ++steps_;
+  for (int i = 0; i < params_->size(); ++i) {
+    const ParameterInfo& info = params_->info(i);
+    const int64_t n = info.shape.size();
+    float* w = params_->device_values() + info.offset;
+    float* g = params_->device_grads() + info.offset;
+    // The local rate from this tensor's norms.
+    const double w_norm = std::sqrt(backend_->SquaredNorm(w, n));
+    const double g_norm = std::sqrt(backend_->SquaredNorm(g, n));
+    const double local = w_norm > 0 && g_norm > 0
+                             ? options_.trust_coefficient * w_norm / (g_norm + options_.weight_decay * w_norm)
+                             : 1.0;
+    // g = gamma * local * (g + beta * w); v = m * v + g; w -= v.
+    if (options_.weight_decay > 0) backend_->Axpy(options_.weight_decay, w, g, n);
+    backend_->Scale(static_cast<float>(learning_rate * local), g, g, n);
+    backend_->SgdUpdate(n, /*lr=*/1.0f, options_.momentum, /*weight_decay=*/0.0f, g, w, momentum_.data() + info.offset);
+  }
+}
+
+std::vector<OptimizerState> Lars::State() { return {{"lars.momentum", momentum_.data()}}; }
 
 void ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm, float* norm) {
   backend.ClipByNorm(params.device_grads(), params.total_floats(), max_norm, norm);

@@ -108,6 +108,73 @@ class Sgd final : public Optimizer {
   DeviceBuffer momentum_;
 };
 
+struct LambOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-6f;
+  float weight_decay = 0.0f;  // lambda, added to the Adam direction before the trust ratio
+  absl::Status Validate() const;
+};
+
+// LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning:
+// Training BERT in 76 minutes", Algorithm 2, phi the identity): per
+// parameter tensor, with Adam's bias-corrected moments,
+//   r = m_hat / (sqrt(v_hat) + eps) + lambda * x
+//   x -= lr * (||x|| / ||r||) * r        (ratio 1 when either norm is 0).
+// Built from existing kernels (AdamUpdate into a zeroed scratch buffer gives
+// -m_hat / (sqrt(v_hat) + eps)); the two norms of each tensor come to the host
+// (two small reads per parameter tensor per step).
+class Lamb final : public Optimizer {
+ public:
+  Lamb(ParameterSet* params, Backend* backend, LambOptions options = {});
+  void Step(float learning_rate) override;
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+  std::vector<OptimizerState> State() override;
+  std::string name() const override { return "lamb"; }
+  ParameterSet& parameters() override { return *params_; }
+
+ private:
+  ParameterSet* params_;
+  Backend* backend_;
+  LambOptions options_;
+  int64_t steps_ = 0;
+  DeviceBuffer m_, v_;
+  DeviceBuffer update_;  // scratch: -r, not state
+};
+
+struct LarsOptions {
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;        // beta
+  float trust_coefficient = 0.001f;  // eta
+  absl::Status Validate() const;
+};
+
+// LARS (You, Gitman & Ginsburg 2017, "Large Batch Training of Convolutional
+// Networks", Algorithm 1): per parameter tensor, with global rate gamma,
+//   local = eta * ||w|| / (||g|| + beta * ||w||)   (1 when ||w|| or ||g|| is 0)
+//   v = m * v + gamma * local * (g + beta * w);   w -= v.
+// Built from existing kernels (the gradient is scaled in place, then
+// SgdUpdate at rate 1); the two norms of each tensor come to the host.
+// Leaves the gradient buffer changed.
+class Lars final : public Optimizer {
+ public:
+  Lars(ParameterSet* params, Backend* backend, LarsOptions options = {});
+  void Step(float learning_rate) override;
+  int64_t steps() const override { return steps_; }
+  void set_steps(int64_t steps) override { steps_ = steps; }
+  std::vector<OptimizerState> State() override;
+  std::string name() const override { return "lars"; }
+  ParameterSet& parameters() override { return *params_; }
+
+ private:
+  ParameterSet* params_;
+  Backend* backend_;
+  LarsOptions options_;
+  int64_t steps_ = 0;
+  DeviceBuffer momentum_;
+};
+
 // Scales all gradients so their global L2 norm is at most `max_norm`, on the
 // device (no host round trip); `norm` (device memory, may be null) gets the
 // norm before clipping.
