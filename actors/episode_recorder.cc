@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<EpisodeRecorder>> EpisodeRecorder::Create(const R
   // The encoder first: a build without one fails here, not at the first video.
   RETURN_IF_ERROR(FindVideoEncoder(options.encoder).status());
   ASSIGN_OR_RETURN(const envs::TaskInfo* info, envs::FindTask(options.task));
-  ASSIGN_OR_RETURN(auto model, envs::LoadTaskModel(options.task, /*multisample=*/true));
+  ASSIGN_OR_RETURN(auto model, envs::LoadTaskModel(options.task, options.multisample));
   const mjModel* m = model->get();
   // The camera and the size the model's offscreen buffer allows.
   const std::string camera_name = options.camera.empty() ? info->pixel_camera : options.camera;

@@ -36,7 +36,10 @@ struct RecorderOptions {
   int action_repeat = 1;    // one frame per agent step: frame time = control timestep x action_repeat
   int width = 480;          // even, at most the model's offscreen buffer (512 for troupe's models)
   int height = 480;
-  bool shadows = true;      // viewer quality (the agent's pixels go without)
+  // Viewer quality (the agent's pixels go without both); each costs frames/s
+  // on a CPU rasterizer (README, "Evaluation videos").
+  bool shadows = true;
+  bool multisample = false;
   std::string camera;       // "" = the task's pixel camera
   std::string encoder;      // VideoOptions::encoder ("" = the best available)
   size_t max_queued_states = 20000;
