@@ -15,6 +15,7 @@ void AddReplayCommand(CLI::App& app, int* exit_code);  // troupe replay --config
 void AddLearnerCommand(CLI::App& app, int* exit_code);  // troupe learner --config CONFIG --run-dir DIR
 void AddActorCommand(CLI::App& app, int* exit_code);    // troupe actor --learner HOST:PORT --config CONFIG
 void AddCertsCommand(CLI::App& app, int* exit_code);    // troupe certs DIR --hosts A,B
+void AddReportCommand(CLI::App& app, int* exit_code);   // troupe report RUN_OR_SWEEP_DIR [-o FILE]
 
 }  // namespace troupe::cli
 

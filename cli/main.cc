@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   troupe::cli::AddLearnerCommand(app, &exit_code);
   troupe::cli::AddActorCommand(app, &exit_code);
   troupe::cli::AddCertsCommand(app, &exit_code);
+  troupe::cli::AddReportCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
