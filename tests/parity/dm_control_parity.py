@@ -36,6 +36,24 @@ STATES = 12          # same-state comparisons per task
 EARLY_STEPS = 5      # steps over which the trajectories must still agree closely
 OBS_TOLERANCE = 2e-4  # troupe observes in float32
 REWARD_TOLERANCE = 1e-4
+# Whole-episode returns: the trajectories part within tens of steps where the
+# models or engines differ at all, so returns agree only statistically.
+RETURN_TOLERANCE = (0.2, 15.0)  # |troupe - dm_control| <= max(relative x dm_control, absolute)
+
+# Where troupe's own MJCF models differ from dm_control's by design (README,
+# "dm_control parity"): what is left out of the same-state checks, and why.
+KNOWN_DIFFERENCES = {
+    "finger.spin": {"obs_skip": [2, 3, 7, 8],
+                    "why": "troupe's finger model: spinner hinge at (0.02, 0.25), tip 0.12 from it, its own touch "
+                           "sites; dm_control's at (0.2, 0.4), tip 0.13: tip position and touch differ"},
+    "ball_in_cup.catch": {"reward_tolerance": 1.0,
+                          "why": "troupe's cup: its target box (half sizes 0.06 x 0.055, 6 cm above the cup's "
+                                 "origin) is not dm_control's (0.05 x 0.05, 5 cm below): 'ball in cup' differs "
+                                 "near the rim"},
+    "cheetah.run": {"reward_tolerance": 0.01,
+                    "why": "troupe's own cheetah: its masses put the torso subtree's velocity (the run speed) a "
+                           "few percent off dm_control's for the same qvel"},
+}
 
 
 class Probe:
@@ -96,6 +114,9 @@ def compare_task(np, suite, binary, task, failures, report):
     low, high = env.action_spec().minimum, env.action_spec().maximum
 
     # 1. The same states: observation and reward are functions of the state.
+    known = KNOWN_DIFFERENCES.get(task, {})
+    compared = [i for i in range(sum(size for _, size in fields)) if i not in known.get("obs_skip", [])]
+    reward_tolerance = known.get("reward_tolerance", REWARD_TOLERANCE)
     rng = np.random.default_rng(1)
     worst_obs = worst_reward = 0.0
     for k in range(STATES):
@@ -109,15 +130,16 @@ def compare_task(np, suite, binary, task, failures, report):
         want_reward = float(env.task.get_reward(physics))
         target(task, probe, physics)
         got = probe.ask("set", *qpos, *qvel, *ctrl)
-        obs_error = float(np.max(np.abs(np.asarray(got["obs"]) - want_obs) / np.maximum(1, np.abs(want_obs))))
+        diff = np.zeros(want_obs.size)
+        diff[compared] = (np.abs(np.asarray(got["obs"]) - want_obs) / np.maximum(1, np.abs(want_obs)))[compared]
+        obs_error = float(np.max(diff))
         worst_obs = max(worst_obs, obs_error)
         worst_reward = max(worst_reward, abs(got["reward"] - want_reward))
         if obs_error > OBS_TOLERANCE:
-            diff = np.abs(np.asarray(got["obs"]) - want_obs)
             failures.append(f"{task}: state {k}: observation differs by up to {obs_error:.3g} "
                             f"(index {int(np.argmax(diff))}: troupe {got['obs'][int(np.argmax(diff))]:.6g}, "
                             f"dm_control {want_obs[int(np.argmax(diff))]:.6g})")
-        if abs(got["reward"] - want_reward) > REWARD_TOLERANCE:
+        if abs(got["reward"] - want_reward) > reward_tolerance:
             failures.append(f"{task}: state {k}: reward troupe {got['reward']:.6g}, dm_control {want_reward:.6g}")
     row["obs_max_rel_error"] = worst_obs
     row["reward_max_error"] = worst_reward
@@ -153,6 +175,10 @@ def compare_task(np, suite, binary, task, failures, report):
         if troupe_last != dm_last:
             failures.append(f"{task} {policy}: episode ends (step, discount) troupe {troupe_last}, "
                             f"dm_control {dm_last}")
+        bound = max(RETURN_TOLERANCE[0] * abs(dm_return), RETURN_TOLERANCE[1])
+        if abs(troupe_return - dm_return) > bound:
+            failures.append(f"{task} {policy} policy: return troupe {troupe_return:.1f}, dm_control {dm_return:.1f} "
+                            f"(more than {bound:.1f} apart)")
         row[f"{policy}_steps"] = steps
         row[f"{policy}_return_troupe"] = troupe_return
         row[f"{policy}_return_dm_control"] = dm_return
@@ -200,6 +226,8 @@ def main():
     if args.json:
         with open(args.json, "w") as out:
             json.dump(report, out, indent=1)
+    for task, known in KNOWN_DIFFERENCES.items():
+        print(f"known difference: {task}: {known['why']}")
     for failure in failures:
         print("FAIL:", failure)
     return 1 if failures else 0
