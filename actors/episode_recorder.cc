@@ -1,6 +1,7 @@
 #include "actors/episode_recorder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -41,13 +42,16 @@ absl::StatusOr<std::unique_ptr<EpisodeRecorder>> EpisodeRecorder::Create(const R
                                                    " and max_queued_states ", options.max_queued_states,
                                                    ": must be >= 1"));
   }
-  const double frame_seconds = m->opt.timestep * info->control_substeps * options.action_repeat;
-  return std::unique_ptr<EpisodeRecorder>(new EpisodeRecorder(options, std::move(model), camera, frame_seconds));
+  // One frame per `stride` agent steps, the fewest that keep to max_fps.
+  const double step_seconds = m->opt.timestep * info->control_substeps * options.action_repeat;
+  const int stride = options.max_fps > 0 ? std::max(1, int(std::ceil(1.0 / (step_seconds * options.max_fps) - 1e-9))) : 1;
+  return std::unique_ptr<EpisodeRecorder>(
+      new EpisodeRecorder(options, std::move(model), camera, step_seconds * stride, stride));
 }
 
 EpisodeRecorder::EpisodeRecorder(const RecorderOptions& options, std::shared_ptr<const envs::Model> model, int camera,
-                                 double frame_seconds)
-    : options_(options), model_(std::move(model)), camera_(camera), frame_seconds_(frame_seconds) {
+                                 double frame_seconds, int stride)
+    : options_(options), model_(std::move(model)), camera_(camera), frame_seconds_(frame_seconds), stride_(stride) {
   thread_ = std::jthread([this] { Run(); });
 }
 
@@ -64,10 +68,16 @@ void EpisodeRecorder::BeginVideo(const std::string& path) {
   if (in_video_) queue_.push_back(Item{Item::Kind::kEnd, "", {}, !dropping_});
   queue_.push_back(Item{Item::Kind::kBegin, path, {}, true});
   in_video_ = true;
+  recorded_ = 0;
   dropping_ = false;
 }
 
 void EpisodeRecorder::Record(const mjData* data) {
+  // Every stride-th state is a frame.
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!in_video_ || dropping_ || recorded_++ % stride_ != 0) return;
+  }
   // Copy outside the lock: the caller's thread pays only the copy.
   const mjModel* m = model_->get();
   std::vector<double> state;

@@ -34,6 +34,10 @@ namespace troupe::actors {
 struct RecorderOptions {
   std::string task;         // e.g. "cartpole.swingup"
   int action_repeat = 1;    // one frame per agent step: frame time = control timestep x action_repeat
+  // At most this many frames per simulated second: every k-th state is kept
+  // (k the smallest that fits; cartpole's 100 agent steps/s become 25 fps),
+  // which bounds the cost of a video. 0: every state.
+  double max_fps = 30;
   int width = 480;          // even, at most the model's offscreen buffer (512 for troupe's models)
   int height = 480;
   // Viewer quality (the agent's pixels go without both); each costs frames/s
@@ -76,7 +80,10 @@ class EpisodeRecorder {
   // error since the last Flush (encoder, file or renderer), else OK.
   absl::Status Flush();
   Stats stats() const;
+  // Simulated seconds per frame (agent steps per frame x control timestep x action repeat).
   double frame_seconds() const { return frame_seconds_; }
+  // States recorded per frame kept.
+  int stride() const { return stride_; }
 
  private:
   struct Item {
@@ -86,7 +93,7 @@ class EpisodeRecorder {
     bool complete = true;       // kEnd: false if states were dropped
   };
   EpisodeRecorder(const RecorderOptions& options, std::shared_ptr<const envs::Model> model, int camera,
-                  double frame_seconds);
+                  double frame_seconds, int stride);
   void Run();
   bool HasWorkOrStop() const ABSL_SHARED_LOCKS_REQUIRED(mutex_) { return stopping_ || !queue_.empty(); }
   bool IdleOrStop() const ABSL_SHARED_LOCKS_REQUIRED(mutex_) { return stopping_ || (queue_.empty() && !busy_); }
@@ -97,10 +104,12 @@ class EpisodeRecorder {
   const std::shared_ptr<const envs::Model> model_;
   const int camera_;
   const double frame_seconds_;
+  const int stride_;
   mutable absl::Mutex mutex_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mutex_);
   size_t queued_states_ ABSL_GUARDED_BY(mutex_) = 0;
   bool in_video_ ABSL_GUARDED_BY(mutex_) = false;  // between BeginVideo and EndVideo
+  int64_t recorded_ ABSL_GUARDED_BY(mutex_) = 0;   // states given to the current video (kept or not)
   bool dropping_ ABSL_GUARDED_BY(mutex_) = false;  // the current video overflowed
   bool busy_ ABSL_GUARDED_BY(mutex_) = false;      // the thread holds an item
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;

@@ -35,6 +35,7 @@ TEST(EpisodeRecorderTest, Records100StepEpisodeAsMp4ThatDecodesBack) {
   RecorderOptions options;
   options.task = "cartpole.swingup";
   options.action_repeat = 2;
+  options.max_fps = 0;  // every state a frame
   options.shadows = false;  // twice as fast on llvmpipe; the size and the encoding are what is tested
   auto recorder = EpisodeRecorder::Create(options);
   ASSERT_TRUE(recorder.ok()) << recorder.status();
@@ -102,6 +103,28 @@ TEST(EpisodeRecorderTest, SlowEncodingNeverBlocksTheCallerAndDropsTheWholeVideo)
   auto info = ReadVideoInfo(kept);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->frames, 5);
+}
+
+TEST(EpisodeRecorderTest, KeepsEveryKthStateToStayWithinMaxFps) {
+  auto env = MakeCartpole();
+  RecorderOptions options;
+  options.task = "cartpole.swingup";  // 0.01 s agent steps: 100 per second
+  options.width = 32;
+  options.height = 32;
+  options.max_fps = 30;  // every 4th state: 25 fps
+  auto recorder = EpisodeRecorder::Create(options);
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  EXPECT_EQ((*recorder)->stride(), 4);
+  EXPECT_NEAR((*recorder)->frame_seconds(), 0.04, 1e-9);
+  const std::string path = TempPath("strided.mp4");
+  (*recorder)->BeginVideo(path);
+  for (int i = 0; i < 101; ++i) (*recorder)->Record(env->data());  // states 0, 4, ..., 100
+  (*recorder)->EndVideo();
+  ASSERT_TRUE((*recorder)->Flush().ok());
+  auto info = ReadVideoInfo(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->frames, 26);
+  EXPECT_NEAR(info->seconds, 26 * 0.04, 0.05);
 }
 
 TEST(EpisodeRecorderTest, MissingEncoderFailsAtCreate) {

@@ -30,6 +30,11 @@ absl::StatusOr<std::unique_ptr<EpisodeRecorder>> MakeEvaluationRecorder(const co
   options.action_repeat = config.env().action_repeat();
   options.width = evaluator.video_width();
   options.height = evaluator.video_height();
+  // At most three evaluations' videos wait (a few minutes of a 2-core
+  // machine's spare time); a fourth is dropped, and the learner's final
+  // flush waits for no more than three.
+  ASSIGN_OR_RETURN(const envs::EnvSpec spec, envs::DescribeEnv(config.env()));
+  options.max_queued_states = 3 * size_t(spec.episode_steps + 1);
   auto recorder = EpisodeRecorder::Create(options);
   if (!recorder.ok()) {
     return absl::Status(recorder.status().code(),

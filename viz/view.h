@@ -35,7 +35,8 @@ struct ViewRequest {
   std::string final_screenshot;
   // --record FILE.mp4: no window; the first `record_episodes` episodes the
   // viewer would show are rendered offscreen at width x height (even, at most
-  // the model's 512x512 offscreen buffer) into one MP4 (H.264), then it exits.
+  // the model's 512x512 offscreen buffer) into one MP4 (H.264; at most 30
+  // frames per simulated second, as evaluation videos), then it exits.
   std::string record;
   int record_episodes = 1;
 };
