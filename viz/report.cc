@@ -326,7 +326,7 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
 }
 
 absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::string& output) {
-  if (!fs::is_directory(dir)) return absl::NotFoundError(absl::StrCat("troupe report: ", dir, " is not a directory"));
+  if (!fs::is_directory(dir)) return absl::NotFoundError(absl::StrCat(dir, " is not a directory"));
   const std::string out = output.empty() ? (fs::path(dir) / "report.html").string() : output;
   const fs::path page_dir = fs::absolute(out).parent_path();
   // One run, or the runs in the folder (a sweep).
@@ -348,7 +348,7 @@ absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::strin
   }
   if (runs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "troupe report: ", dir, " is neither a run directory (it has no config.textproto) nor a directory of runs "
+        dir, " is neither a run directory (it has no config.textproto) nor a directory of runs "
         "(none of its subfolders has one)"));
   }
 
@@ -387,11 +387,11 @@ absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::strin
   {
     std::ofstream file(partial, std::ios::trunc);
     file << html;
-    if (!file) return absl::PermissionDeniedError(absl::StrCat("troupe report: cannot write ", partial));
+    if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write ", partial));
   }
   std::error_code error;
   fs::rename(partial, out, error);
-  if (error) return absl::PermissionDeniedError(absl::StrCat("troupe report: cannot write ", out, ": ", error.message()));
+  if (error) return absl::PermissionDeniedError(absl::StrCat("cannot write ", out, ": ", error.message()));
   return out;
 }
 
