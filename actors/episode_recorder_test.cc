@@ -77,6 +77,7 @@ TEST(EpisodeRecorderTest, SlowEncodingNeverBlocksTheCallerAndDropsTheWholeVideo)
   options.width = 64;
   options.height = 64;
   options.max_queued_states = 20;
+  options.max_fps = 0;  // every state a frame
   // Each frame takes 50 ms: 500 states would take 25 s if Record waited.
   options.before_frame = [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
   auto recorder = EpisodeRecorder::Create(options);
