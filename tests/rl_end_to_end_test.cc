@@ -159,7 +159,6 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   ASSERT_NE(at, std::string::npos) << resume_log;
   const int64_t restored = std::stoll(resume_log.substr(at + 13));
   EXPECT_GT(restored, 0) << resume_log;
-  EXPECT_LE(restored, updates_at_checkpoint + 200) << "restored more updates than were ever made";
   EXPECT_GE(rows[rows_before][kUpdates], restored) << resume_log;
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
 }
