@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "bench/synthetic.h"
 #include "agents/d4pg_agent.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -61,23 +62,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   // One random batch, served every update.
-  auto signature = replay::Signature::FromConfig(agents::D4pgTransitionTable(spec, action_size, config));
-  TROUPE_CHECK(signature.ok());
-  replay::SampledBatch data;
-  replay::ShapeBatch(*signature, batch, &data);
-  std::mt19937 rng(1);
-  for (auto& field : data.fields) {
-    if (field.dtype == proto::DTYPE_UINT8) {
-      for (auto& b : field.data) b = static_cast<uint8_t>(rng());
-    } else {
-      float* f = reinterpret_cast<float*>(field.data.data());
-      for (size_t i = 0; i < field.data.size() / 4; ++i) f[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
-    }
-  }
-  auto sample = [&](int, int64_t, replay::SampledBatch* out) {
-    if (out->keys.empty()) *out = data;  // the learner alone: copy once
-    return absl::OkStatus();
-  };
+  auto data = bench::RandomD4pgBatch(spec, action_size, config, batch, 1);
+  TROUPE_CHECK(data.ok());
+  const agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(*data);
   TROUPE_CHECK((*agent)->Train(2, sample).ok());  // warm-up (arena, scratch)
   const auto start = std::chrono::steady_clock::now();
   TROUPE_CHECK((*agent)->Train(updates, sample).ok());

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/synthetic.h"
 #include "bench/bench.h"
 #include "common/image.h"
 #include "common/status_macros.h"
@@ -48,12 +49,7 @@ void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflu
 absl::StatusOr<Report> RunGanBenchmarkOnCuda(const Options& options) {
   Report report;
   const double seconds = std::max(options.seconds_per_figure, 3.0);
-  gan::GanData data;
-  data.train_count = 8192;
-  data.train.resize(data.train_count * 28 * 28);
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  for (float& v : data.train) v = pixel(rng);
+  const gan::GanData data = bench::RandomGanData();
   for (const auto precision : {config::EngineConfig::FLOAT32, config::EngineConfig::BFLOAT16}) {
     const char* dtype = precision == config::EngineConfig::BFLOAT16 ? "bfloat16" : "float32";
     for (const int64_t batch : options.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{256, 4096}) {

@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/synthetic.h"
 #include "agents/d4pg_agent.h"
 #include "bench/bench.h"
 #include "bench/scaling_model.h"
@@ -78,22 +79,9 @@ absl::StatusOr<MeasuredStep> MeasureD4pg(const config::EngineConfig& engine, int
   *config.mutable_learner()->mutable_engine() = engine;
   ASSIGN_OR_RETURN(auto replicator, engine::MakeReplicator(engine));
   ASSIGN_OR_RETURN(auto agent, agents::D4pgAgent::Create(config, spec, action_size, replicator.get()));
-  ASSIGN_OR_RETURN(auto signature, replay::Signature::FromConfig(agents::D4pgTransitionTable(spec, action_size, config)));
-  replay::SampledBatch data;
-  replay::ShapeBatch(signature, batch, &data);
-  std::mt19937 rng(1);
-  for (auto& field : data.fields) {
-    if (field.dtype == proto::DTYPE_UINT8) {
-      for (auto& b : field.data) b = static_cast<uint8_t>(rng());
-    } else {
-      float* f = reinterpret_cast<float*>(field.data.data());
-      for (size_t i = 0; i < field.data.size() / 4; ++i) f[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
-    }
-  }
-  auto sample = [&](int, int64_t, replay::SampledBatch* out) {
-    if (out->keys.empty()) *out = data;
-    return absl::OkStatus();
-  };
+  // One random batch, served every update.
+  ASSIGN_OR_RETURN(const replay::SampledBatch data, bench::RandomD4pgBatch(spec, action_size, config, batch, 1));
+  const agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(data);
   RETURN_IF_ERROR(agent->Train(2, sample));  // warm up: arena and scratch reach their size
   absl::Status failed;
   const double updates_per_second = MeasureRate(seconds, [&](long n) {
@@ -114,22 +102,10 @@ absl::StatusOr<MeasuredStep> MeasureD4pg(const config::EngineConfig& engine, int
   return m;
 }
 
-// Synthetic training images for the GAN steps (the step's cost does not
-// depend on what the images show).
-gan::GanData SyntheticGanData() {
-  gan::GanData data;
-  data.train_count = 8192;
-  data.train.resize(data.train_count * 28 * 28);
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  for (float& v : data.train) v = pixel(rng);
-  return data;
-}
-
 // The GAN's generator + discriminator step (the config's defaults, n_critic
 // discriminator updates and one generator update) at `batch` on one replica.
 absl::StatusOr<MeasuredStep> MeasureGan(const config::EngineConfig& engine, int64_t batch, double seconds) {
-  const gan::GanData data = SyntheticGanData();
+  const gan::GanData data = bench::RandomGanData();
   config::GanConfig c;
   c.set_batch_size(batch);
   c.set_base_batch_size(batch);

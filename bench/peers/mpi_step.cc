@@ -19,6 +19,7 @@
 #include <string>
 #include <utility>
 
+#include "bench/synthetic.h"
 #include "agents/d4pg_agent.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -67,23 +68,9 @@ absl::Status D4pgSteps(int replicas, int shard, int steps) {
   *config.mutable_learner()->mutable_engine() = OneThreadPerRank(replicas);
   ASSIGN_OR_RETURN(auto replicator, engine::MakeReplicator(config.learner().engine()));
   ASSIGN_OR_RETURN(auto agent, agents::D4pgAgent::Create(config, spec, action_size, replicator.get()));
-  // One random batch, served every update (as d4pg_bench does).
-  ASSIGN_OR_RETURN(auto signature, replay::Signature::FromConfig(agents::D4pgTransitionTable(spec, action_size, config)));
-  replay::SampledBatch data;
-  replay::ShapeBatch(signature, shard, &data);
-  std::mt19937 rng(replicator->local_replicas()[0]);
-  for (auto& field : data.fields) {
-    if (field.dtype == proto::DTYPE_UINT8) {
-      for (auto& b : field.data) b = static_cast<uint8_t>(rng());
-    } else {
-      float* f = reinterpret_cast<float*>(field.data.data());
-      for (size_t i = 0; i < field.data.size() / 4; ++i) f[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
-    }
-  }
-  auto sample = [&](int, int64_t, replay::SampledBatch* out) {
-    if (out->keys.empty()) *out = data;
-    return absl::OkStatus();
-  };
+  // One random batch, served every update.
+  ASSIGN_OR_RETURN(const replay::SampledBatch data, bench::RandomD4pgBatch(spec, action_size, config, shard, replicator->local_replicas()[0]));
+  const agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(data);
   RETURN_IF_ERROR(agent->Train(2, sample));  // warm up (arena, scratch, collectives)
   ASSIGN_OR_RETURN(const auto ms, TimeSteps(steps, [&] { return agent->Train(1, sample); }));
   Print(replicator->local_replicas()[0] == 0, ms, agent->gradient_floats());
@@ -91,12 +78,7 @@ absl::Status D4pgSteps(int replicas, int shard, int steps) {
 }
 
 absl::Status GanSteps(int replicas, int shard, int steps) {
-  gan::GanData data;
-  data.train_count = 8192;
-  data.train.resize(data.train_count * 28 * 28);
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-  for (float& v : data.train) v = pixel(rng);
+  const gan::GanData data = bench::RandomGanData();
   config::GanConfig c;
   c.set_batch_size(int64_t{shard} * replicas);
   c.set_base_batch_size(c.batch_size());
