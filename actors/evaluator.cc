@@ -22,8 +22,31 @@ absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<EpisodeRecorder>> MakeEvaluationRecorder(const config::ExperimentConfig& config) {
+  const config::EvaluatorConfig& evaluator = config.evaluator();
+  if (!evaluator.record_video() || evaluator.every_frames() <= 0) return std::unique_ptr<EpisodeRecorder>();
+  RecorderOptions options;
+  options.task = config.env().task();
+  options.action_repeat = config.env().action_repeat();
+  options.width = evaluator.video_width();
+  options.height = evaluator.video_height();
+  // At most three evaluations' videos wait (a few minutes of a 2-core
+  // machine's spare time); a fourth is dropped, and the learner's final
+  // flush waits for no more than three.
+  ASSIGN_OR_RETURN(const envs::EnvSpec spec, envs::DescribeEnv(config.env()));
+  options.max_queued_states = 3 * size_t(spec.episode_steps + 1);
+  auto recorder = EpisodeRecorder::Create(options);
+  if (!recorder.ok()) {
+    return absl::Status(recorder.status().code(),
+                        absl::StrCat("evaluator.record_video: ", recorder.status().message(),
+                                     " (evaluator.record_video: false turns evaluation videos off)"));
+  }
+  return std::move(*recorder);
+}
+
 absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
-                                    uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version) {
+                                    uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version,
+                                    EpisodeRecorder* recorder, const std::string& video_path) {
   // The env as the agent observes it (frames stacked; the pool renders single frames).
   ASSIGN_OR_RETURN(const envs::EnvSpec observed, envs::DescribeEnv(config.env()));
   const agents::ObservationSpec spec = agents::ObservationSpecOf(observed);
@@ -53,6 +76,11 @@ absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agen
     publisher->Publish(pool->model(), pool->data(0), /*step=*/0, /*last=*/false, {}, 0.0,
                        parameter_version);
   }
+  // The first env's episode is also the video, if one is asked for.
+  if (recorder) {
+    recorder->BeginVideo(video_path);
+    recorder->Record(pool->data(0));
+  }
   int64_t step = 0, at_bound = 0, counted = 0;
   int remaining = episodes;
   while (remaining > 0) {
@@ -63,6 +91,10 @@ absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agen
       const bool last = batch.step_type[0] == uint8_t(envs::StepType::kLast);
       publisher->Publish(pool->model(), pool->data(0), ++step, last,
                          std::span<const float>(actions.data(), action_size), batch.reward[0], parameter_version);
+    }
+    if (recorder && !done[0]) {
+      recorder->Record(pool->data(0));
+      if (batch.step_type[0] == uint8_t(envs::StepType::kLast)) recorder->EndVideo();
     }
     for (int i = 0; i < episodes; ++i) {
       if (pixels) stack.Push(i, batch.pixels.data() + size_t(i) * env_spec.pixel_bytes());

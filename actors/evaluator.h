@@ -4,6 +4,7 @@
 #define TROUPE_ACTORS_EVALUATOR_H_
 
 #include "absl/status/statusor.h"
+#include "actors/episode_recorder.h"
 #include "actors/episode_stream.h"
 #include "agents/d4pg_policy.h"
 #include "proto/config.pb.h"
@@ -33,10 +34,19 @@ absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator);
 // together on one thread) with `policy`'s deterministic actions, seeded by
 // `seed`. Errors: config and env errors. With a `publisher`, the first env's
 // episode is published state by state (for `troupe view --live`), tagged
-// with `parameter_version`.
+// with `parameter_version`. With a `recorder`, the first env's episode is
+// queued as the video `video_path` (the recorder renders and encodes it on
+// its own thread: Evaluate does not wait for it).
 absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
                                     uint64_t seed, EpisodePublisher* publisher = nullptr,
-                                    int64_t parameter_version = 0);
+                                    int64_t parameter_version = 0, EpisodeRecorder* recorder = nullptr,
+                                    const std::string& video_path = "");
+
+// The recorder for config's evaluation videos (evaluator.record_video,
+// .video_width, .video_height), or null when they are off or the evaluator
+// never runs. Errors: EpisodeRecorder::Create's (no encoder, a size the
+// task's model cannot render).
+absl::StatusOr<std::unique_ptr<EpisodeRecorder>> MakeEvaluationRecorder(const config::ExperimentConfig& config);
 
 }  // namespace troupe::actors
 

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
@@ -186,6 +188,47 @@ absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string
   }
   const std::string script = ProjectPath("bench/peers/" + name + ".py");
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
+}
+
+absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds) {
+  // The venv bench/python_bench.py makes, with the same pins and marker.
+  constexpr char kPeers[] = "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0";
+  const std::string venv = TROUPE_PYTHON_BENCH_VENV;
+  const std::string python = venv + "/bin/python";
+  std::ifstream marker_in(venv + "/.installed");
+  std::string marker;
+  std::getline(marker_in, marker);
+  if (marker != kPeers) {
+    std::printf("(installing %s from PyPI into %s for the EnvPool figures: a minute or two, once)\n", kPeers,
+                venv.c_str());
+    std::fflush(stdout);
+    if (!std::filesystem::exists(python)) {
+      if (auto made = RunCommand(absl::StrCat("python3 -m venv ", venv, " 2>&1")); !made.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot make the EnvPool venv (apt-get install python3-venv): ", made.status().message()));
+      }
+    }
+    if (auto installed = RunCommand(absl::StrCat(python, " -m pip install --quiet --disable-pip-version-check ",
+                                                 kPeers, " 2>&1"));
+        !installed.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot install ", kPeers, " (offline?): ", installed.status().message().substr(0, 400)));
+    }
+    std::ofstream(venv + "/.installed") << kPeers << "\n";
+  }
+  ASSIGN_OR_RETURN(const std::string out,
+                   RunCommand(absl::StrCat(python, " ", ProjectPath("bench/peers/envpool_dmc.py"), " ", task_id, " ",
+                                           num_envs, " ", seconds, " ", threads, " 2>&1")));
+  // {"steps_per_second": N}
+  const std::string key = "\"steps_per_second\":";
+  const size_t at = out.rfind(key);
+  double value = 0;
+  if (at == std::string::npos ||
+      !absl::SimpleAtod(absl::StripAsciiWhitespace(out.substr(at + key.size(), out.find('}', at) - at - key.size())),
+                        &value)) {
+    return absl::InternalError(absl::StrCat("envpool_dmc.py printed no steps_per_second: ", out.substr(0, 400)));
+  }
+  return value;
 }
 
 absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {

@@ -7,10 +7,14 @@
 // core (the machine's ceiling: a thread a slice for state, an env worker
 // process a slice for pixels). The loops compared run the same
 // steps of the same episodes in alternated windows, and each figure is its
-// best window (bench.h, BestOfAlternated).
+// best window (bench.h, BestOfAlternated). For state, the pool on 1 and 2
+// threads next to EnvPool (PyPI envpool, its dm_control tasks, MuJoCo 3.x)
+// stepping the same number of envs on as many threads, in the same run
+// (skipped, saying why, without PyPI; not in --quick runs).
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <thread>
 
@@ -26,6 +30,21 @@ namespace {
 
 constexpr int kActionTableSize = 4096;  // precomputed random actions, cycled
 constexpr int kAttempts = 16;           // every pair: best of this many alternated windows
+
+// EnvPool's id of a troupe task: "ball_in_cup.catch" -> "BallInCupCatch-v1".
+std::string EnvPoolId(const std::string& task) {
+  std::string id;
+  bool upper = true;
+  for (char c : task) {
+    if (c == '.' || c == '_') {
+      upper = true;
+      continue;
+    }
+    id += upper ? char(std::toupper(c)) : c;
+    upper = false;
+  }
+  return id + "-v1";
+}
 
 std::vector<float> RandomActions(int action_size, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -286,6 +305,7 @@ absl::StatusOr<double> ProbeInStep(const Loop& loop, const std::vector<Loop>& pa
 
 absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
   Report report;
+  std::string envpool_missing = options.quick ? "not in --quick runs" : "";  // why EnvPool is skipped
   const double seconds = options.quick ? 0.2 : options.seconds_per_figure;
   const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   for (const envs::TaskInfo& info : envs::Tasks()) {
@@ -347,6 +367,32 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
                  absl::StrCat("the same envs in ", threads, " fixed slices, a free ", pixels ? "process" : "thread",
                               " each"),
                  rates[2] * num_envs);
+      if (pixels) continue;
+      // EnvPool on the same envs and threads (its dm_control tasks do not render).
+      for (int pool_threads : {1, 2}) {
+        pool_options.num_threads = pool_threads;
+        ASSIGN_OR_RETURN(std::shared_ptr<envs::EnvPool> our_pool, envs::EnvPool::Create(pool_options));
+        ASSIGN_OR_RETURN(Loop ours, PoolLoop(our_pool, actions));
+        ASSIGN_OR_RETURN(double probe_rate, ProbeInStep(ours, {}, seconds / 20));
+        ASSIGN_OR_RETURN(std::vector<double> our_rate,
+                         BestOfAlternated({ours}, std::max(1L, long(probe_rate * seconds / kAttempts)), kAttempts,
+                                          Clock::kWall));
+        double envpool = 0;
+        if (envpool_missing.empty()) {
+          auto measured = RunEnvPoolPeer(EnvPoolId(info.name), num_envs, pool_threads, seconds);
+          if (measured.ok()) {
+            envpool = *measured;
+          } else {
+            envpool_missing = std::string(measured.status().message());
+            std::printf("(EnvPool figures skipped: %s)\n", envpool_missing.c_str());
+          }
+        }
+        report.Add(absl::StrCat(info.name, " state pool, ", pool_threads, pool_threads == 1 ? " thread, " : " threads, ",
+                                num_envs, " envs, against EnvPool"),
+                   our_rate[0] * num_envs, "steps/s",
+                   "EnvPool 1.2.5 stepping its dm_control task (MuJoCo 3.17), the same envs on as many threads",
+                   envpool);
+      }
     }
   }
   return report;

@@ -18,6 +18,7 @@ void AddStatusCommand(CLI::App& app, int* exit_code);   // troupe status RUN_DIR
 void AddSlurmJobCommand(CLI::App& app, int* exit_code);  // troupe slurm-job RUN_DIR (inside a Slurm job)
 void AddCertsCommand(CLI::App& app, int* exit_code);    // troupe certs DIR --hosts A,B
 void AddSweepCommand(CLI::App& app, int* exit_code);    // troupe sweep CONFIG --grid f=v1,v2 [--seeds N] [--parallel P]
+void AddReportCommand(CLI::App& app, int* exit_code);   // troupe report RUN_OR_SWEEP_DIR [-o FILE]
 
 }  // namespace troupe::cli
 

@@ -24,11 +24,29 @@ void AddViewCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--screenshot-dir", request->screenshot_dir, "Where p saves PNG screenshots");
   cmd->add_option("--quit-after", request->quit_after_seconds, "Quit after this many seconds (0: run until closed)");
   cmd->add_option("--final-screenshot", request->final_screenshot, "With --quit-after: save the last frame here (PNG)");
+  cmd->add_option("--record", request->record,
+                  "Record the episodes to this MP4 file instead of opening a window (no display needed); "
+                  "--width/--height default to 480x480");
+  cmd->add_option("--episodes", request->record_episodes, "With --record: how many episodes")
+      ->check(CLI::PositiveNumber);
   auto security = std::make_shared<SecurityFlags>();
   security->AddTo(cmd);
-  cmd->callback([request, security, exit_code] {
+  cmd->callback([request, security, exit_code, cmd] {
     security->ApplyTo(&request->security);
-    const absl::Status status = viz::RunView(*request);
+    absl::Status status;
+    if (!request->record.empty()) {
+      // A video's size: 480x480 unless asked (the window's 1280x720 exceeds the models' offscreen buffer).
+      if (cmd->get_option("--width")->count() == 0) request->width = 480;
+      if (cmd->get_option("--height")->count() == 0) request->height = 480;
+      auto frames = viz::RecordView(*request);
+      status = frames.status();
+      if (frames.ok()) {
+        std::printf("troupe view: recorded %d episode(s), %ld frames, %dx%d, to %s\n", request->record_episodes,
+                    long(*frames), request->width, request->height, request->record.c_str());
+      }
+    } else {
+      status = viz::RunView(*request);
+    }
     if (!status.ok()) {
       std::fprintf(stderr, "troupe view: %s\n", std::string(status.message()).c_str());
       *exit_code = status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -131,8 +131,16 @@ absl::StatusOr<TimeStep> ControlEnv::Step(std::span<const float> action, Observa
   }
   const int warnings_before = InstabilityWarnings();
   try {
-    mj_step2(m, data_);
-    for (int i = 1; i < info_.control_substeps; ++i) mj_step(m, data_);
+    // As dm_control's Physics.step: the first step finishes the mj_step1
+    // already done, except with RK4, which mj_step2 does not do (its
+    // substeps are whole mj_steps); mj_step1 leaves positions and sensors
+    // up to date for the reward and the observation.
+    if (m->opt.integrator == mjINT_RK4) {
+      for (int i = 0; i < info_.control_substeps; ++i) mj_step(m, data_);
+    } else {
+      mj_step2(m, data_);
+      for (int i = 1; i < info_.control_substeps; ++i) mj_step(m, data_);
+    }
     mj_step1(m, data_);
   } catch (const MujocoError& e) {
     return absl::InternalError(absl::StrCat(info_.name, ": physics: ", e.what()));

@@ -148,6 +148,8 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   }
   if (!l->is_chief()) return l;
   ASSIGN_OR_RETURN(l->eval_policy_, agents::D4pgPolicy::Create(config.d4pg(), l->spec_, l->action_size_));
+  // Videos: a missing encoder or a bad size fails here, before training.
+  ASSIGN_OR_RETURN(l->eval_recorder_, actors::MakeEvaluationRecorder(config));
   l->next_eval_frames_ = l->frames_before_ + config.evaluator().every_frames();
   // Version 1 (or the restored one) before any actor asks.
   l->agent_->PolicyParameters(&l->policy_parameters_);
@@ -317,7 +319,8 @@ void RlLearner::MaybeEvaluate() {
     if (status.ok()) {
       auto result = actors::Evaluate(config_, *eval_policy_, config_.evaluator().episodes(),
                                      config_.env().seed() + 7777 + uint64_t(updates), episode_publisher_.get(),
-                                     updates);
+                                     updates, eval_recorder_.get(),
+                                     absl::StrCat(run_dir_, "/videos/eval-", frames, ".mp4"));
       if (result.ok()) evaluation = *result;
       status = result.status();
     }
@@ -496,6 +499,12 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   if (status.ok()) RETURN_IF_ERROR(CheckReplicasAgree());
   if (!is_chief()) return absl::OkStatus();
   evaluator_ = std::jthread();  // let a running evaluation finish
+  // And its video: the last evaluation's is the one most worth watching.
+  if (eval_recorder_) {
+    if (const absl::Status video = eval_recorder_->Flush(); !video.ok()) {
+      std::fprintf(stderr, "evaluator: video: %s\n", video.ToString().c_str());
+    }
+  }
   RecordStats(/*write_row=*/true);
   return Checkpoint();
 }

@@ -35,6 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "actors/episode_recorder.h"
 #include "actors/episode_stream.h"
 #include "agents/d4pg_agent.h"
 #include "common/grpc_security.h"
@@ -165,6 +166,9 @@ class RlLearner {
   int rank_ = 0, num_ranks_ = 1;
   std::vector<float> policy_parameters_;
   std::unique_ptr<agents::D4pgPolicy> eval_policy_;  // used on the evaluator thread only
+  // Evaluation videos (evaluator.record_video; null when off): fed on the
+  // evaluator thread, rendered and encoded on the recorder's own.
+  std::unique_ptr<actors::EpisodeRecorder> eval_recorder_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_row_;  // when the last metrics row was written
   int64_t row_updates_ = 0, row_frames_ = 0;        // counters at that row

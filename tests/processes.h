@@ -86,11 +86,11 @@ inline std::string AwaitMatch(const std::string& log, const std::string& pattern
   return "";
 }
 
-// A run directory's metrics.csv as rows of numbers (header dropped), with
-// its columns.
-inline std::vector<std::vector<double>> Metrics(const std::string& run_dir) {
+// A run directory's metrics.csv (or another of its CSV files) as rows of
+// numbers (header dropped), with its columns.
+inline std::vector<std::vector<double>> Metrics(const std::string& run_dir, const std::string& file = "metrics.csv") {
   std::vector<std::vector<double>> rows;
-  std::ifstream in(run_dir + "/metrics.csv");
+  std::ifstream in(run_dir + "/" + file);
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {

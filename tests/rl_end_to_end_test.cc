@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/video.h"
 #include "tests/processes.h"
 
 namespace troupe {
@@ -23,8 +24,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using namespace troupe::e2e;  // Wait, Read, Metrics and its columns
 
-// A small, fast experiment written into `dir`.
-std::string WriteConfig(const std::string& dir, int64_t total_frames) {
+// A small, fast experiment written into `dir`; with `videos`, each
+// evaluation's first episode is recorded (the default; the long tests turn it
+// off to keep their two cores for training).
+std::string WriteConfig(const std::string& dir, int64_t total_frames, bool videos = false) {
   const std::string path = dir + "/small.textproto";
   std::ofstream(path) << R"(name: "e2e" mode: RL
 env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
@@ -33,7 +36,8 @@ d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 
 learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 checkpoint_every_s: 1 }
 actors { count: 2 random_frames: 2000 }
 evaluator { every_frames: 4000 episodes: 1 }
-runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n";
+runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n"
+                      << (videos ? "" : "evaluator { record_video: false }\n");
   return path;
 }
 
@@ -69,7 +73,7 @@ class RlEndToEndTest : public ::testing::Test {
 };
 
 TEST_F(RlEndToEndTest, ParametersAdvanceReplayFillsAndTheCriticLossFalls) {
-  const std::string config = WriteConfig(dir_, /*total_frames=*/14000);
+  const std::string config = WriteConfig(dir_, /*total_frames=*/14000, /*videos=*/true);
   const int exit_code = Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/240);
   ASSERT_EQ(exit_code, 0) << Read(dir_ + "/run.log");
   const std::string run = OnlyRunDir(dir_);
@@ -95,6 +99,18 @@ TEST_F(RlEndToEndTest, ParametersAdvanceReplayFillsAndTheCriticLossFalls) {
   }
   EXPECT_TRUE(fs::exists(run + "/learning_curve.png"));
   EXPECT_TRUE(fs::exists(run + "/checkpoints/agent.ckpt"));
+  // Each evaluation's first episode as a video: 1000 control steps at action
+  // repeat 4 are 250 agent steps, 251 frames with the reset state, 480x480.
+  const auto evals = Metrics(run, "eval.csv");
+  ASSERT_FALSE(evals.empty());
+  for (const auto& eval : evals) {
+    const std::string video = run + "/videos/eval-" + std::to_string(int64_t(eval[0])) + ".mp4";
+    auto info = troupe::ReadVideoInfo(video);
+    ASSERT_TRUE(info.ok()) << info.status() << "\n" << Read(dir_ + "/run.log");
+    EXPECT_EQ(info->frames, 251) << video;
+    EXPECT_EQ(info->width, 480);
+    EXPECT_EQ(info->height, 480);
+  }
 }
 
 TEST_F(RlEndToEndTest, AKilledActorIsRestartedAndTrainingGoesOn) {

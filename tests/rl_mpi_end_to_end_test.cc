@@ -39,7 +39,7 @@ d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 
 learner { engine { collectives: MPI threads: 1 } batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32
           checkpoint_every_s: 2 max_updates: )" << max_updates << R"( }
 actors { count: 2 random_frames: 1000 }
-evaluator { every_frames: 4000 episodes: 1 }
+evaluator { every_frames: 4000 episodes: 1 record_video: false }
 total_frames: )" << total_frames << "\n";
   return path;
 }

@@ -14,6 +14,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev  # wire + config
   libzstd-dev liblz4-dev              # frame compression
   libpng-dev                          # PNG output (goldens, curves, sample grids)
+  libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # evaluation videos: MP4, H.264 (Debian's libavcodec has libx264)
+  chromium                            # tests only: troupe report's HTML rendered headless
   libsdl2-dev                         # viewer
   libcli11-dev libspdlog-dev          # command line, logging
   libopenmpi-dev openmpi-bin          # Replicator MPI backend

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "actors/episode_recorder.h"
 #include "common/grpc_security.h"
 #include "common/image.h"
 #include "common/status_macros.h"
@@ -118,7 +119,48 @@ absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan) 
   return absl::InternalError("unknown view mode");
 }
 
+absl::StatusOr<int64_t> RecordView(const ViewRequest& request) {
+  ASSIGN_OR_RETURN(ViewPlan plan, PlanView(request));
+  if (plan.mode == ViewPlan::Mode::kLive || plan.mode == ViewPlan::Mode::kGan) {
+    return absl::InvalidArgumentError(
+        "--record re-renders a run directory's checkpoint or a --task locally; a live stream or a GAN run has "
+        "nothing to re-render (a run's evaluation videos are in its videos/ folder)");
+  }
+  if (request.record_episodes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--episodes ", request.record_episodes, ": must be >= 1"));
+  }
+  // The recorder first (a missing encoder or a bad size fails before any work).
+  actors::RecorderOptions options;
+  options.task = plan.env.task;
+  options.action_repeat = plan.env.action_repeat;
+  options.width = request.width;
+  options.height = request.height;
+  options.camera = plan.env.camera;
+  options.max_queued_states = size_t(-1);  // recording is the whole job: never drop
+  ASSIGN_OR_RETURN(auto recorder, actors::EpisodeRecorder::Create(options));
+  ASSIGN_OR_RETURN(auto source, MakeSource(plan));
+  // Every state of N episodes, one video.
+  recorder->BeginVideo(request.record);
+  for (int episode = 0; episode < request.record_episodes; ++episode) {
+    ASSIGN_OR_RETURN(SourceStep step, source->ApplyReset());
+    recorder->Record(source->data());
+    while (step.step_type != envs::StepType::kLast) {
+      RETURN_IF_ERROR(source->PrepareStep());
+      ASSIGN_OR_RETURN(step, source->ApplyStep());
+      if (!step.idle) recorder->Record(source->data());
+    }
+  }
+  recorder->EndVideo();
+  RETURN_IF_ERROR(recorder->Flush());
+  const actors::EpisodeRecorder::Stats stats = recorder->stats();
+  if (stats.videos_written != 1) {
+    return absl::InternalError(absl::StrCat("--record ", request.record, ": the video was not written"));
+  }
+  return stats.frames_written;
+}
+
 absl::Status RunView(const ViewRequest& request) {
+  if (!request.record.empty()) return RecordView(request).status();
   ASSIGN_OR_RETURN(ViewPlan plan, PlanView(request));
   RETURN_IF_ERROR(CheckDisplay());
   ViewerOptions options;

@@ -33,6 +33,12 @@ struct ViewRequest {
   // `final_screenshot` if set (README pictures, smoke checks).
   double quit_after_seconds = 0;
   std::string final_screenshot;
+  // --record FILE.mp4: no window; the first `record_episodes` episodes the
+  // viewer would show are rendered offscreen at width x height (even, at most
+  // the model's 512x512 offscreen buffer) into one MP4 (H.264; at most 30
+  // frames per simulated second, as evaluation videos), then it exits.
+  std::string record;
+  int record_episodes = 1;
 };
 
 struct ViewPlan {
@@ -66,7 +72,16 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request);
 absl::StatusOr<std::unique_ptr<EpisodeSource>> MakeSource(const ViewPlan& plan);
 
 // Plans, checks the display, opens the window and runs until it closes.
+// With request.record, RecordView instead.
 absl::Status RunView(const ViewRequest& request);
+
+// `troupe view ... --record FILE.mp4 --episodes N`: needs no display.
+// Returns the video's frames. Errors: PlanView's and MakeSource's;
+// InvalidArgument for --live or a GAN run (nothing to re-render locally:
+// record the learner's own videos/ instead), N < 1 or a size the model
+// cannot render; EpisodeRecorder's (no encoder: NotFound saying what to
+// install); the source's and encoder's errors.
+absl::StatusOr<int64_t> RecordView(const ViewRequest& request);
 
 }  // namespace troupe::viz
 

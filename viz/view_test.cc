@@ -11,6 +11,9 @@
 #include <set>
 #include <thread>
 
+#include "actors/episode_recorder.h"
+#include "common/video.h"
+#include "envs/env.h"
 #include "viz/testing/run_dirs.h"
 #include "viz/testing/xvfb.h"
 
@@ -52,6 +55,39 @@ int PixelsNear(const Image& image, std::array<int, 3> rgb) {
     count += std::abs(p[0] - rgb[0]) < 30 && std::abs(p[1] - rgb[1]) < 30 && std::abs(p[2] - rgb[2]) < 30;
   }
   return count;
+}
+
+TEST(RecordViewTest, RecordsTheCheckpointsEpisodesToAnMp4WithoutAWindow) {
+  std::vector<float> parameters;
+  const std::string dir = testing::RlRunDir("record", "cartpole.swingup", "[32, 32]", &parameters);
+  const std::string video = ::testing::TempDir() + "/record-view.mp4";
+  fs::remove(video);
+  const ViewRequest request{.run_dir = dir, .seed = 2, .width = 64, .height = 48, .record = video, .record_episodes = 2};
+  auto plan = PlanView(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto spec = envs::DescribeEnv(plan->env);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto frames = RecordView(request);
+  ASSERT_TRUE(frames.ok()) << frames.status();
+  // Two whole episodes (each its reset state and every agent step), one
+  // state in `stride` a frame (the recorder's 30 fps cap).
+  auto recorder = actors::EpisodeRecorder::Create(
+      {.task = plan->env.task, .action_repeat = plan->env.action_repeat, .width = 64, .height = 48});
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  const int stride = (*recorder)->stride();
+  EXPECT_EQ(*frames, (2 * (spec->episode_steps + 1) + stride - 1) / stride);
+  auto info = ReadVideoInfo(video);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->frames, *frames);
+  EXPECT_EQ(info->width, 64);
+  EXPECT_EQ(info->height, 48);
+}
+
+TEST(RecordViewTest, RefusesALiveStream) {
+  auto frames = RecordView({.live = "127.0.0.1:7070", .record = ::testing::TempDir() + "/live.mp4"});
+  ASSERT_FALSE(frames.ok());
+  EXPECT_EQ(frames.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(frames.status().message(), HasSubstr("videos/"));
 }
 
 TEST(CheckpointViewTest, TheCheckpointsPolicyDrivesTheEnvInAWindow) {

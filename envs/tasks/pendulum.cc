@@ -41,7 +41,7 @@ class PendulumSwingup : public Task {
   }
 
   double Reward(const mjModel* model, const mjData* data) const override {
-    return Tolerance(data->xmat[9 * pole_ + 8], std::cos(30.0 * M_PI / 180.0), 1.0);
+    return Tolerance(data->xmat[9 * pole_ + 8], std::cos(8.0 * M_PI / 180.0), 1.0);
   }
 
   // Energy pumping toward the upright energy, then PD within the cone.

@@ -1,0 +1,75 @@
+#include "common/video.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <vector>
+
+namespace troupe {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "-" + name)).string();
+}
+
+TEST(Mp4WriterTest, WritesFramesThatDecodeBackAtTheirSize) {
+  const std::string path = TempPath("moving.mp4");
+  VideoOptions options;
+  options.width = 64;
+  options.height = 48;
+  options.frame_seconds = 0.04;
+  auto writer = Mp4Writer::Open(path, options);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<uint8_t> rgb(64 * 48 * 3);
+  for (int f = 0; f < 30; ++f) {
+    // A bright square that moves, over grey.
+    std::fill(rgb.begin(), rgb.end(), 90);
+    for (int y = 10; y < 20; ++y)
+      for (int x = f; x < f + 10; ++x) rgb[(y * 64 + x) * 3] = 250;
+    ASSERT_TRUE((*writer)->AddFrame(rgb.data()).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path)) << "only the partial file exists before Finish";
+  ASSERT_TRUE((*writer)->Finish().ok());
+  auto info = ReadVideoInfo(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->frames, 30);
+  EXPECT_EQ(info->width, 64);
+  EXPECT_EQ(info->height, 48);
+  EXPECT_EQ(info->codec, (*writer)->encoder() == "mpeg4" ? "mpeg4" : "h264");
+  EXPECT_NEAR(info->seconds, 1.2, 0.1);
+  std::filesystem::remove(path);
+}
+
+TEST(Mp4WriterTest, AbandonedWriterLeavesNoFile) {
+  const std::string path = TempPath("abandoned.mp4");
+  {
+    auto writer = Mp4Writer::Open(path, VideoOptions{.width = 16, .height = 16});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::vector<uint8_t> rgb(16 * 16 * 3, 7);
+    ASSERT_TRUE((*writer)->AddFrame(rgb.data()).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+}
+
+TEST(Mp4WriterTest, MissingEncoderIsAClearError) {
+  auto writer = Mp4Writer::Open(TempPath("x.mp4"), VideoOptions{.encoder = "no-such-encoder"});
+  ASSERT_FALSE(writer.ok());
+  EXPECT_EQ(writer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(writer.status().message().find("no-such-encoder"), std::string::npos) << writer.status();
+}
+
+TEST(Mp4WriterTest, OddSizeIsRefused) {
+  auto writer = Mp4Writer::Open(TempPath("odd.mp4"), VideoOptions{.width = 15, .height = 16});
+  ASSERT_FALSE(writer.ok());
+  EXPECT_EQ(writer.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Mp4WriterTest, DebianFfmpegHasH264) {
+  auto encoder = FindVideoEncoder();
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EXPECT_EQ(*encoder, "libx264");
+}
+
+}  // namespace
+}  // namespace troupe
