@@ -1,6 +1,9 @@
 // Videos: RGB frames encoded to an MP4 file (H.264 through FFmpeg's
 // libavcodec/libavformat; Debian's libavcodec has libx264), and an MP4 read
 // back (tests, reports). Used for evaluation videos and `troupe view --record`.
+// The FFmpeg code lives in libtroupe_video.so, loaded on first use (see
+// common/video_module.h): without it every call here is FailedPrecondition
+// saying where it was looked for and how to turn videos off.
 #ifndef TROUPE_COMMON_VIDEO_H_
 #define TROUPE_COMMON_VIDEO_H_
 
@@ -22,6 +25,9 @@ struct VideoOptions {
   std::string encoder;
   int threads = 1;  // encoder threads: videos are encoded beside training, not instead of it
 };
+
+// OK when videos can be made here (the module loads); the error otherwise.
+absl::Status VideoAvailable();
 
 // The encoder Mp4Writer::Open would use for `requested` ("" = the best one
 // available). Errors: NotFound naming the encoder asked for, or, for "",
@@ -53,7 +59,6 @@ class Mp4Writer {
  private:
   struct Impl;
   Mp4Writer(std::unique_ptr<Impl> impl, std::string path, std::string encoder);
-  absl::Status Drain();
   std::unique_ptr<Impl> impl_;
   std::string path_;
   std::string encoder_;

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 namespace troupe {
@@ -63,6 +66,42 @@ TEST(Mp4WriterTest, OddSizeIsRefused) {
   auto writer = Mp4Writer::Open(TempPath("odd.mp4"), VideoOptions{.width = 15, .height = 16});
   ASSERT_FALSE(writer.ok());
   EXPECT_EQ(writer.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// In a child process (the module is loaded once per process): with the
+// module named where none is, every call says so, names the path and how to
+// turn videos off; nothing is written.
+TEST(Mp4WriterTest, MissingModuleIsAClearErrorNamingWhereItLooked) {
+  const std::string path = TempPath("no-module.mp4");
+  EXPECT_EXIT(
+      {
+        setenv("TROUPE_VIDEO_MODULE", "/nonexistent/libtroupe_video.so", 1);
+        const absl::Status available = VideoAvailable();
+        auto writer = Mp4Writer::Open(path, VideoOptions{.width = 16, .height = 16});
+        const bool clear = available.code() == absl::StatusCode::kFailedPrecondition &&
+                           available.message().find("/nonexistent/libtroupe_video.so") != std::string::npos &&
+                           available.message().find("evaluator.record_video: false") != std::string::npos &&
+                           !writer.ok() && writer.status() == available &&
+                           !std::filesystem::exists(path + ".partial");
+        fprintf(stderr, "%s\n", std::string(available.message()).c_str());
+        std::exit(clear ? 3 : 4);
+      },
+      testing::ExitedWithCode(3), "libtroupe_video.so");
+}
+
+// A file that is not the module (here: a text file) is refused, not run.
+TEST(Mp4WriterTest, WrongModuleFileIsRefused) {
+  const std::string fake = TempPath("libtroupe_video.so");
+  { std::ofstream(fake) << "not a shared object\n"; }
+  EXPECT_EXIT(
+      {
+        setenv("TROUPE_VIDEO_MODULE", fake.c_str(), 1);
+        const absl::Status available = VideoAvailable();
+        fprintf(stderr, "%s\n", std::string(available.message()).c_str());
+        std::exit(available.code() == absl::StatusCode::kFailedPrecondition ? 3 : 4);
+      },
+      testing::ExitedWithCode(3), "cannot load");
+  std::filesystem::remove(fake);
 }
 
 TEST(Mp4WriterTest, DebianFfmpegHasH264) {
