@@ -35,9 +35,9 @@ pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
 learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 checkpoint_every_s: 1 }
 actors { count: 2 random_frames: 2000 }
-evaluator { every_frames: 4000 episodes: 1 }
-runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n"
-                      << (videos ? "" : "evaluator { record_video: false }\n");
+evaluator { every_frames: 4000 episodes: 1 record_video: )"
+                      << (videos ? "true" : "false") << " }\nruns_dir: \"" << dir << "/runs\"\ntotal_frames: " << total_frames
+                      << "\n";
   return path;
 }
 
