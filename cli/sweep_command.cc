@@ -5,9 +5,12 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "launch/slurm.h"
 #include "launch/sweep.h"
 
 namespace troupe::cli {
@@ -27,6 +30,30 @@ std::string SelfPath() {
   std::error_code ec;
   const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("/proc/self/exe") : path.string();
+}
+
+// --slurm is checked before anything is created or submitted: sbatch must be
+// on the PATH, and sbatch options may not reshape the array (troupe sets
+// it: one task per run, --cores CPUs each, --parallel at a time).
+absl::Status CheckSlurmSweepOptions(const std::vector<std::string>& sbatch_options, bool summary_only) {
+  if (summary_only) return absl::InvalidArgumentError("--slurm and --summary-only: give one of them");
+  if (launch::FindOnPath("sbatch").empty()) {
+    return absl::FailedPreconditionError(
+        "--slurm: no sbatch on the PATH; run troupe where Slurm's commands are (a login node of the cluster), or "
+        "install them (Debian: apt-get install slurm-client); nothing was submitted");
+  }
+  for (const std::string& option : sbatch_options) {
+    const std::string name = option.substr(0, option.find('='));
+    for (const char* shape : {"-a", "--array", "-n", "--ntasks", "-c", "--cpus-per-task", "-o", "--output"}) {
+      const bool short_form = shape[1] != '-' && option.rfind(shape, 0) == 0 && option.size() >= 2 && option[1] != '-';
+      if (name == shape || short_form) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--slurm ", option, ": troupe shapes the job array (one task per run, --cores CPUs each, at most ",
+            "--parallel at a time, output in SWEEP_DIR/slurm/); nothing was submitted"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -56,14 +83,18 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--parallel", args->parallel, "Runs at a time on this machine, the cores split between them")
       ->capture_default_str();
-  cmd->add_option("--cores", args->cores, "Cores to split between parallel runs (0 = this machine's)")
+  cmd->add_option("--cores", args->cores, "Cores to split between parallel runs (0 = this machine's); with --slurm, the CPUs of each run's array task")
       ->capture_default_str();
   cmd->add_option("--dir", args->dir, "The sweep directory (default RUNS_DIR/NAME-sweep)");
   cmd->add_flag("--summary-only", args->summary_only, "Write the summary of the runs as they are; start nothing");
-  cmd->add_flag("--slurm", args->slurm, "Submit the sweep as a Slurm job array (not available yet)");
+  cmd->add_flag("--slurm", args->slurm,
+                "Submit the sweep as a Slurm job array: one array task per run not done, --cores CPUs each, at most "
+                "--parallel at a time, then a summary job; options troupe does not know (--partition=P, --time=60, "
+                "...) go to sbatch");
+  cmd->allow_extras();
   cmd->add_option("--run-member", args->run_member, "(internal) run one member of a sweep in RUN_DIR")
       ->group("");
-  cmd->callback([args, exit_code] {
+  cmd->callback([args, exit_code, cmd] {
     std::signal(SIGINT, OnSignal);
     std::signal(SIGTERM, OnSignal);
     // A child of a sweep: one run.
@@ -75,11 +106,17 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
       *exit_code = Fail(absl::InvalidArgumentError("give a CONFIG file (e.g. configs/gan_fashion_mnist.textproto)"));
       return;
     }
-    if (args->slurm) {
-      *exit_code = Fail(absl::InvalidArgumentError(
-          "--slurm: submitting a sweep as a Slurm job array is not implemented yet (it waits for troupe's Slurm "
-          "launcher); run it here with --parallel P, or submit one `troupe sweep` job per node"));
+    const std::vector<std::string> sbatch_options = cmd->remaining();
+    if (!sbatch_options.empty() && !args->slurm) {
+      *exit_code = Fail(absl::InvalidArgumentError(absl::StrCat(
+          "unknown arguments: ", absl::StrJoin(sbatch_options, " "), " (sbatch options go after --slurm)")));
       return;
+    }
+    if (args->slurm) {
+      if (absl::Status s = CheckSlurmSweepOptions(sbatch_options, args->summary_only); !s.ok()) {
+        *exit_code = Fail(s);
+        return;
+      }
     }
     // Every check before anything is created.
     auto grid = launch::ParseGrid(args->grid);
@@ -92,8 +129,10 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
     options.overrides = args->overrides;
     options.grid = *grid;
     options.seeds = args->seeds;
-    options.parallel = args->parallel;
-    options.cores = args->cores;
+    // Under Slurm every run has its array task's CPUs to itself.
+    const int slurm_cpus = args->cores > 0 ? args->cores : static_cast<int>(std::thread::hardware_concurrency());
+    options.parallel = args->slurm ? 1 : args->parallel;
+    options.cores = args->slurm ? slurm_cpus : args->cores;
     options.sweep_dir = args->dir;
     auto plan = launch::PlanSweep(options);
     if (!plan.ok()) {
@@ -108,6 +147,23 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
                    ? launch::WriteSweepSummary(*plan)
                    : absl::NotFoundError(absl::StrCat("--summary-only: no sweep directory ", plan->sweep_dir,
                                                       " (run the sweep first, or give its --dir)"));
+    } else if (args->slurm) {
+      // The summary job: this sweep again, with --summary-only.
+      std::vector<std::string> summary = {SelfPath(), "sweep", std::filesystem::absolute(args->config).string()};
+      for (const std::string& o : args->overrides) summary.insert(summary.end(), {"--set", o});
+      for (const std::string& g : args->grid) summary.insert(summary.end(), {"--grid", g});
+      summary.insert(summary.end(), {"--seeds", std::to_string(args->seeds), "--dir",
+                                     std::filesystem::absolute(plan->sweep_dir).string(), "--summary-only"});
+      auto jobs = launch::SubmitSweepToSlurm(*plan, args->parallel, slurm_cpus, {SelfPath(), "sweep", "--run-member"},
+                                             summary, sbatch_options, log);
+      status = jobs.status();
+      if (jobs.ok() && jobs->runs > 0) {
+        log(absl::StrCat("submitted job array ", jobs->array_job, " (", jobs->runs, " runs, ", slurm_cpus,
+                         " CPUs each, at most ", args->parallel, " at a time) and summary job ",
+                         jobs->summary_job.empty() ? "(refused)" : jobs->summary_job, "; squeue -j ",
+                         jobs->array_job, " to watch, the same command again to resubmit what is not done"));
+        return;
+      }
     } else {
       status = launch::RunSweep(*plan, args->parallel, {SelfPath(), "sweep", "--run-member"}, &stop_requested, log);
     }

@@ -34,13 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Single-quoted for bash.
-std::string Quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
@@ -383,8 +376,14 @@ std::string SlurmJobScript(const config::ExperimentConfig& config, const SlurmPl
                   "\n"
                   "# Credentials: never on a command line. The hook for a token of the learner's port (not yet\n"
                   "# used: TLS and tokens are still to land) is ", run_dir, "/secrets/ (mode 0700, files 0600).\n");
-  absl::StrAppend(&s, "exec ", Quote(troupe_binary), " slurm-job ", Quote(run_dir), "\n");
+  absl::StrAppend(&s, "exec ", ShellQuote(troupe_binary), " slurm-job ", ShellQuote(run_dir), "\n");
   return s;
+}
+
+std::string ShellQuote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 absl::StatusOr<std::string> SubmitSlurmJob(const std::string& script, const std::vector<std::string>& sbatch_options) {

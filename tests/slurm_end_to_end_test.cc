@@ -386,6 +386,68 @@ TEST_F(SlurmEndToEndTest, MpiLearnerRanksSpanTheNodes) {
   EXPECT_NE(AwaitMatch(run_dir + "/logs/actor-0.log", "params v(\\d+)", 5), "") << Read(run_dir + "/logs/actor-0.log");
 }
 
+// `troupe sweep --slurm`: two seeds of a short state run as a job array (one
+// array task per run, on the cluster's nodes), then the summary job once the
+// array ended: both runs done, the summary lists both; the same command again
+// submits nothing.
+TEST_F(SlurmEndToEndTest, ASweepRunsAsAJobArrayThenItsSummary) {
+  const std::string config = WriteConfig(dir_, kSlurmSection);
+  const std::string sweep = dir_ + "/sweep";
+  const std::string command = "sweep " + config + " --seeds 2 --cores 2 --parallel 2 --dir " + sweep +
+                              " --set total_frames=3000 --set evaluator.every_frames=1500 --set evaluator.episodes=1"
+                              " --set evaluator.record_video=false --slurm --time=5";
+  auto [code, out] = Troupe(command);
+  ASSERT_EQ(code, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted job array (\\d+) \\(2 runs, 2 CPUs each, at most 2 at a "
+                                                   "time\\) and summary job (\\d+)")))
+      << out;
+  const std::string array = m[1], summary = m[2];
+  EXPECT_THAT(Read(sweep + "/slurm/array.sh"), HasSubstr("#SBATCH --array=0-1%2"));
+  EXPECT_THAT(Read(sweep + "/slurm/array.sh"), HasSubstr("#SBATCH --cpus-per-task=2"));
+  ASSERT_TRUE(AwaitJobState(summary, std::regex("COMPLETED|FAILED|CANCELLED|"), 150))
+      << JobState(summary) << Read(sweep + "/seed-0/log.txt");
+  for (const char* run : {"seed-0", "seed-1"}) {
+    EXPECT_TRUE(fs::exists(sweep + "/" + run + "/done")) << Read(sweep + "/" + run + "/log.txt");
+    EXPECT_GE(Metrics(sweep + "/" + run).back()[kFrames], 3000) << run;
+  }
+  // Each array task said where it ran; the summary job wrote the table.
+  EXPECT_THAT(Read(sweep + "/slurm/job-" + array + "_0.out"), HasSubstr("array task 0 on n"));
+  EXPECT_THAT(Read(sweep + "/slurm/job-" + array + "_1.out"), HasSubstr("array task 1 on n"));
+  const std::string table = Read(sweep + "/runs.csv");
+  EXPECT_THAT(table, HasSubstr("seed-0")) << table;
+  EXPECT_THAT(table, HasSubstr("seed-1")) << table;
+  EXPECT_TRUE(fs::exists(sweep + "/summary.md"));
+  EXPECT_TRUE(fs::exists(sweep + "/curves.png"));
+  std::tie(code, out) = Troupe(command);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("every run is done: nothing to submit")) << out;
+}
+
+// Refused before anything is made or submitted: sbatch options that would
+// reshape the array, --slurm with --summary-only, no sbatch on the PATH.
+TEST_F(SlurmEndToEndTest, ASweepRefusesWhatWouldReshapeItsArray) {
+  const std::string config = WriteConfig(dir_, kSlurmSection);
+  const std::string sweep = " --seeds 2 --dir " + dir_ + "/sweep";
+  auto [code, out] = Troupe("sweep " + config + sweep + " --slurm --array=0-9");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--slurm --array=0-9: troupe shapes the job array")) << out;
+  std::tie(code, out) = Troupe("sweep " + config + sweep + " --slurm -c8");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--slurm -c8: troupe shapes the job array")) << out;
+  std::tie(code, out) = Troupe("sweep " + config + sweep + " --slurm --summary-only");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--slurm and --summary-only")) << out;
+  std::tie(code, out) = Troupe("sweep " + config + sweep + " --slurm", "PATH=/nonexistent");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("no sbatch on the PATH")) << out;
+  std::tie(code, out) = Troupe("sweep " + config + sweep + " --partition=x");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("sbatch options go after --slurm")) << out;
+  EXPECT_FALSE(fs::exists(dir_ + "/sweep"));
+  EXPECT_EQ(Shell(SlurmEnv() + "squeue --noheader").second, "");
+}
+
 // The same config run locally (troupe run without --slurm), for the time to
 // the first parameter version next to the Slurm one.
 TEST_F(SlurmEndToEndTest, TheSameConfigLocallyForComparison) {
