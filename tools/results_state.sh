@@ -3,7 +3,8 @@
 # configs, 500k env frames each, with `troupe sweep`, seed 0 of every task
 # first, then seeds 1 and 2 (a sweep rerun skips finished runs and resumes
 # unfinished ones from their checkpoints, so rerun the same command after a
-# stop). Evaluation videos off here (llvmpipe renders them on the cores the
+# stop). Each evaluation is 10 episodes (as the papers' final numbers), its
+# return their mean. Evaluation videos off here (llvmpipe renders them on the cores the
 # runs train on); tools/results_table.py makes the table and frame strips.
 #   tools/results_state.sh [TROUPE] [OUT_DIR] [SEEDS]
 #   defaults: build/release/cli/troupe, runs/results_state, 3
@@ -18,6 +19,6 @@ for ((n = 1; n <= seeds; ++n)); do
   for task in "${tasks[@]}"; do
     echo "== $task, seeds 0..$((n - 1)) ($(date -u +%H:%M:%S))"
     "$troupe" sweep "$root/configs/${task}_state.textproto" --dir "$out/$task" --seeds "$n" \
-      --set total_frames=500000 --set evaluator.record_video=false
+      --set total_frames=500000 --set evaluator.episodes=10 --set evaluator.record_video=false
   done
 done
