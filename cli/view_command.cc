@@ -27,6 +27,10 @@ void AddViewCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--record", request->record,
                   "Record the episodes to this MP4 file instead of opening a window (no display needed); "
                   "--width/--height default to 480x480");
+  cmd->add_option("--strip", request->strip,
+                  "With --record: also this PNG, --strip-frames frames of the video side by side");
+  cmd->add_option("--strip-frames", request->strip_frames, "With --strip: how many frames, evenly spaced")
+      ->capture_default_str();
   cmd->add_option("--episodes", request->record_episodes, "With --record: how many episodes")
       ->check(CLI::PositiveNumber);
   auto security = std::make_shared<SecurityFlags>();
@@ -34,7 +38,9 @@ void AddViewCommand(CLI::App& app, int* exit_code) {
   cmd->callback([request, security, exit_code, cmd] {
     security->ApplyTo(&request->security);
     absl::Status status;
-    if (!request->record.empty()) {
+    if (!request->strip.empty() && request->record.empty()) {
+      status = absl::InvalidArgumentError("--strip needs --record FILE.mp4 (the strip is made from that video)");
+    } else if (!request->record.empty()) {
       // A video's size: 480x480 unless asked (the window's 1280x720 exceeds the models' offscreen buffer).
       if (cmd->get_option("--width")->count() == 0) request->width = 480;
       if (cmd->get_option("--height")->count() == 0) request->height = 480;
@@ -43,6 +49,7 @@ void AddViewCommand(CLI::App& app, int* exit_code) {
       if (frames.ok()) {
         std::printf("troupe view: recorded %d episode(s), %ld frames, %dx%d, to %s\n", request->record_episodes,
                     long(*frames), request->width, request->height, request->record.c_str());
+        if (!request->strip.empty()) std::printf("troupe view: frame strip %s\n", request->strip.c_str());
       }
     } else {
       status = viz::RunView(*request);

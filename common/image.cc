@@ -2,6 +2,7 @@
 
 #include <png.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -81,6 +82,23 @@ absl::StatusOr<Image> ReadPng(const std::string& path) {
   png_read_end(png, nullptr);
   png_destroy_read_struct(&png, &info, nullptr);
   return image;
+}
+
+Image HorizontalStrip(const std::vector<Image>& images, int gap) {
+  if (images.empty()) return Image();
+  int width = gap * (static_cast<int>(images.size()) - 1), height = 0;
+  for (const Image& image : images) {
+    width += image.width;
+    height = std::max(height, image.height);
+  }
+  Image strip(width, height, 3);
+  std::fill(strip.pixels.begin(), strip.pixels.end(), 255);
+  int x = 0;
+  for (const Image& image : images) {
+    for (int y = 0; y < image.height; ++y) std::copy_n(image.at(0, y), size_t(image.width) * 3, strip.at(x, y));
+    x += image.width + gap;
+  }
+  return strip;
 }
 
 }  // namespace troupe

@@ -33,6 +33,12 @@ absl::Status WritePng(const std::string& path, const Image& image);
 // Reads a grey or RGB 8-bit PNG. Errors name the path and what was wrong.
 absl::StatusOr<Image> ReadPng(const std::string& path);
 
+// `images` side by side, left to right, `gap` pixels of white between them,
+// top-aligned on a white background as tall as the tallest (frame strips of
+// videos). Every image must have `channels` 3; an empty list gives an empty
+// image.
+Image HorizontalStrip(const std::vector<Image>& images, int gap = 4);
+
 }  // namespace troupe
 
 #endif  // TROUPE_COMMON_IMAGE_H_

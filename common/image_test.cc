@@ -1,5 +1,6 @@
 #include "common/image.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -30,6 +31,21 @@ TEST(ImageTest, TruncatedPngIsDataLossNamingThePath) {
   auto read = ReadPng(path);
   ASSERT_FALSE(read.ok());
   EXPECT_NE(read.status().message().find(path), std::string::npos) << read.status();
+}
+
+TEST(ImageTest, HorizontalStripPlacesImagesLeftToRightWithWhiteGaps) {
+  Image a(2, 3, 3), b(3, 1, 3);
+  std::fill(a.pixels.begin(), a.pixels.end(), 10);
+  std::fill(b.pixels.begin(), b.pixels.end(), 20);
+  const Image strip = HorizontalStrip({a, b}, /*gap=*/1);
+  ASSERT_EQ(strip.width, 2 + 1 + 3);
+  ASSERT_EQ(strip.height, 3);
+  EXPECT_EQ(strip.at(1, 2)[0], 10);   // a, its last row
+  EXPECT_EQ(strip.at(2, 0)[0], 255);  // the gap
+  EXPECT_EQ(strip.at(3, 0)[2], 20);   // b, top-aligned
+  EXPECT_EQ(strip.at(5, 0)[0], 20);
+  EXPECT_EQ(strip.at(3, 1)[0], 255);  // below b, shorter than a
+  EXPECT_EQ(HorizontalStrip({}).width, 0);
 }
 
 TEST(ImageTest, NonPngIsRejected) {

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -149,6 +150,31 @@ absl::StatusOr<VideoInfo> ReadVideoInfo(const std::string& path) {
   auto module = Module();
   if (!module.ok()) return module.status();
   return (*module)->read_info(path);
+}
+
+absl::StatusOr<std::vector<Image>> ReadVideoFrames(const std::string& path, int count) {
+  if (count < 1) return absl::InvalidArgumentError(absl::StrCat("video ", path, ": ", count, " frames asked for"));
+  auto info = ReadVideoInfo(path);
+  if (!info.ok()) return info.status();
+  if (info->frames == 0) return std::vector<Image>{};
+  // Evenly spaced, the first and the last included.
+  std::vector<int64_t> indices;
+  const int64_t n = std::min<int64_t>(count, info->frames);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t index = n == 1 ? 0 : i * (info->frames - 1) / (n - 1);
+    if (indices.empty() || indices.back() != index) indices.push_back(index);
+  }
+  auto frames = (*Module())->read_frames(path, indices);
+  if (!frames.ok()) return frames.status();
+  std::vector<Image> images;
+  for (std::vector<uint8_t>& rgb : frames->rgb) {
+    Image& image = images.emplace_back();
+    image.width = frames->width;
+    image.height = frames->height;
+    image.channels = 3;
+    image.pixels = std::move(rgb);
+  }
+  return images;
 }
 
 }  // namespace troupe

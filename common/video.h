@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/image.h"
 
 namespace troupe {
 
@@ -78,6 +80,11 @@ struct VideoInfo {
 // Errors: NotFound for a missing file; Internal with FFmpeg's message for one
 // that is not a decodable video.
 absl::StatusOr<VideoInfo> ReadVideoInfo(const std::string& path);
+
+// `count` frames of the video at `path`, evenly spaced from its first frame
+// to its last (all of them when it has fewer), as RGB images. Errors:
+// ReadVideoInfo's; InvalidArgument for count < 1.
+absl::StatusOr<std::vector<Image>> ReadVideoFrames(const std::string& path, int count);
 
 }  // namespace troupe
 

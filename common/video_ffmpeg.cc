@@ -2,8 +2,10 @@
 // dlopen (see common/video_module.h). H.264 through Debian's libavcodec
 // (libx264), MPEG-4 part 2 where no H.264 encoder is.
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/video_module.h"
@@ -187,7 +189,10 @@ absl::StatusOr<std::unique_ptr<video_module::Encoder>> FfmpegEncoder::Open(const
   return std::unique_ptr<video_module::Encoder>(std::move(self));
 }
 
-absl::StatusOr<VideoInfo> ReadInfo(const std::string& path) {
+// Decodes every frame of the video at `path`, calling on_frame(frame, index)
+// for each in order; the VideoInfo of what it decoded.
+absl::StatusOr<VideoInfo> Decode(const std::string& path,
+                                 const std::function<absl::Status(const AVFrame&, int64_t)>& on_frame) {
   AVFormatContext* format = nullptr;
   int rc = avformat_open_input(&format, path.c_str(), nullptr, nullptr);
   if (rc < 0) return absl::InternalError(absl::StrCat("video ", path, ": cannot open: ", AvError(rc)));
@@ -227,6 +232,7 @@ absl::StatusOr<VideoInfo> ReadInfo(const std::string& path) {
       if (got < 0) return absl::InternalError(absl::StrCat("video ", path, ": decoding failed: ", AvError(got)));
       info.width = closer.frame->width;
       info.height = closer.frame->height;
+      if (absl::Status s = on_frame(*closer.frame, info.frames); !s.ok()) return s;
       ++info.frames;
     }
   };
@@ -246,6 +252,38 @@ absl::StatusOr<VideoInfo> ReadInfo(const std::string& path) {
   return info;
 }
 
+absl::StatusOr<VideoInfo> ReadInfo(const std::string& path) {
+  return Decode(path, [](const AVFrame&, int64_t) { return absl::OkStatus(); });
+}
+
+// The frames at `indices` (ascending) as RGB, converted from the decoder's format.
+absl::StatusOr<video_module::Frames> ReadFrames(const std::string& path, const std::vector<int64_t>& indices) {
+  video_module::Frames frames;
+  SwsContext* scale = nullptr;
+  size_t next = 0;
+  auto decoded = Decode(path, [&](const AVFrame& frame, int64_t index) -> absl::Status {
+    if (next >= indices.size() || indices[next] != index) return absl::OkStatus();
+    ++next;
+    frames.width = frame.width;
+    frames.height = frame.height;
+    scale = sws_getCachedContext(scale, frame.width, frame.height, static_cast<AVPixelFormat>(frame.format),
+                                 frame.width, frame.height, AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+    if (scale == nullptr) return absl::InternalError(absl::StrCat("video ", path, ": cannot make a converter"));
+    std::vector<uint8_t>& rgb = frames.rgb.emplace_back(size_t(frame.width) * frame.height * 3);
+    uint8_t* target[1] = {rgb.data()};
+    const int target_stride[1] = {3 * frame.width};
+    sws_scale(scale, frame.data, frame.linesize, 0, frame.height, target, target_stride);
+    return absl::OkStatus();
+  });
+  sws_freeContext(scale);
+  if (!decoded.ok()) return decoded.status();
+  if (next < indices.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("video ", path, ": frame ", indices[next], " asked for, but it has ", decoded->frames));
+  }
+  return frames;
+}
+
 }  // namespace
 }  // namespace troupe
 
@@ -253,6 +291,7 @@ extern "C" __attribute__((visibility("default"))) const troupe::video_module::Ap
   static const troupe::video_module::Api api{.version = troupe::video_module::kVersion,
                                              .find_encoder = troupe::FindEncoder,
                                              .open = troupe::FfmpegEncoder::Open,
-                                             .read_info = troupe::ReadInfo};
+                                             .read_info = troupe::ReadInfo,
+                                             .read_frames = troupe::ReadFrames};
   return &api;
 }

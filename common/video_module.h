@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,7 +30,14 @@ class Encoder {
 
 // Bumped whenever this table or the types it passes change; the loader
 // refuses a module built against another version.
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;
+
+// Decoded frames, RGB, rows top-down.
+struct Frames {
+  int width = 0;
+  int height = 0;
+  std::vector<std::vector<uint8_t>> rgb;
+};
 
 struct Api {
   int version = kVersion;
@@ -41,6 +49,9 @@ struct Api {
                                                    const VideoOptions& options, const std::string& encoder);
   // ReadVideoInfo of common/video.h, for an existing file.
   absl::StatusOr<VideoInfo> (*read_info)(const std::string& path);
+  // The frames at `indices` (ascending) of an existing file. Errors:
+  // OutOfRange for an index past its last frame.
+  absl::StatusOr<Frames> (*read_frames)(const std::string& path, const std::vector<int64_t>& indices);
 };
 
 }  // namespace troupe::video_module

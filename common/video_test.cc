@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,6 +44,42 @@ TEST(Mp4WriterTest, WritesFramesThatDecodeBackAtTheirSize) {
   std::filesystem::remove(path);
 }
 
+// The moving square read back: evenly spaced frames, the first and the last
+// included, each where the square was when written.
+TEST(Mp4WriterTest, ReadVideoFramesGivesEvenlySpacedFramesAsWritten) {
+  const std::string path = TempPath("strip.mp4");
+  auto writer = Mp4Writer::Open(path, VideoOptions{.width = 64, .height = 48});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<uint8_t> rgb(64 * 48 * 3);
+  for (int f = 0; f < 31; ++f) {
+    std::fill(rgb.begin(), rgb.end(), 30);
+    for (int y = 10; y < 30; ++y)
+      for (int x = f; x < f + 20; ++x) std::fill_n(&rgb[(y * 64 + x) * 3], 3, 230);
+    ASSERT_TRUE((*writer)->AddFrame(rgb.data()).ok());
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+  auto frames = ReadVideoFrames(path, 4);  // frames 0, 10, 20, 30
+  ASSERT_TRUE(frames.ok()) << frames.status();
+  ASSERT_EQ(frames->size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    const Image& frame = (*frames)[i];
+    ASSERT_EQ(frame.width, 64);
+    ASSERT_EQ(frame.height, 48);
+    const int left = 10 * i;  // the square's left edge in frame 10 i
+    EXPECT_GT(frame.at(left + 10, 20)[0], 180) << "frame " << 10 * i << ": inside the square";
+    EXPECT_LT(frame.at(left + 30, 20)[0], 80) << "frame " << 10 * i << ": right of the square";
+    if (left > 5) {
+      EXPECT_LT(frame.at(left - 5, 20)[0], 80) << "frame " << 10 * i << ": left of the square";
+    }
+  }
+  auto all = ReadVideoFrames(path, 100);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 31u);
+  EXPECT_EQ(ReadVideoFrames(path, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadVideoFrames(path + ".none", 3).status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove(path);
+}
+
 TEST(Mp4WriterTest, AbandonedWriterLeavesNoFile) {
   const std::string path = TempPath("abandoned.mp4");
   {
@@ -72,6 +109,7 @@ TEST(Mp4WriterTest, OddSizeIsRefused) {
 // module named where none is, every call says so, names the path and how to
 // turn videos off; nothing is written.
 TEST(Mp4WriterTest, MissingModuleIsAClearErrorNamingWhereItLooked) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: not one that loaded the module already
   const std::string path = TempPath("no-module.mp4");
   EXPECT_EXIT(
       {
@@ -93,6 +131,7 @@ TEST(Mp4WriterTest, MissingModuleIsAClearErrorNamingWhereItLooked) {
 TEST(Mp4WriterTest, WrongModuleFileIsRefused) {
   const std::string fake = TempPath("libtroupe_video.so");
   { std::ofstream(fake) << "not a shared object\n"; }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
         setenv("TROUPE_VIDEO_MODULE", fake.c_str(), 1);

@@ -4,8 +4,10 @@
 # first, then seeds 1 and 2 (a sweep rerun skips finished runs and resumes
 # unfinished ones from their checkpoints, so rerun the same command after a
 # stop). Each evaluation is 10 episodes (as the papers' final numbers), its
-# return their mean. Evaluation videos off here (llvmpipe renders them on the cores the
-# runs train on); tools/results_table.py makes the table and frame strips.
+# return their mean. Evaluation videos off here (llvmpipe renders them on the
+# cores the runs train on); at the end each task's seed 0 is recorded once
+# (OUT_DIR/TASK/seed-0.mp4) with a frame strip (OUT_DIR/TASK/strip.png), and
+# tools/results_table.py makes the table.
 #   tools/results_state.sh [TROUPE] [OUT_DIR] [SEEDS]
 #   defaults: build/release/cli/troupe, runs/results_state, 3
 set -euo pipefail
@@ -21,4 +23,9 @@ for ((n = 1; n <= seeds; ++n)); do
     "$troupe" sweep "$root/configs/${task}_state.textproto" --dir "$out/$task" --seeds "$n" \
       --set total_frames=500000 --set evaluator.episodes=10 --set evaluator.record_video=false
   done
+done
+for task in "${tasks[@]}"; do
+  [[ -f $out/$task/seed-0/done ]] || continue
+  "$troupe" view "$out/$task/seed-0" --record "$out/$task/seed-0.mp4" --strip "$out/$task/strip.png" \
+    --width 240 --height 240
 done

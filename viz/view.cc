@@ -10,6 +10,7 @@
 #include "common/grpc_security.h"
 #include "common/image.h"
 #include "common/status_macros.h"
+#include "common/video.h"
 #include "viz/policies/checkpoint.h"
 #include "viz/policies/scripted.h"
 #include "viz/run_directory.h"
@@ -129,6 +130,9 @@ absl::StatusOr<int64_t> RecordView(const ViewRequest& request) {
   if (request.record_episodes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--episodes ", request.record_episodes, ": must be >= 1"));
   }
+  if (!request.strip.empty() && request.strip_frames < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--strip-frames ", request.strip_frames, ": must be >= 1"));
+  }
   // The recorder first (a missing encoder or a bad size fails before any work).
   actors::RecorderOptions options;
   options.task = plan.env.task;
@@ -155,6 +159,10 @@ absl::StatusOr<int64_t> RecordView(const ViewRequest& request) {
   const actors::EpisodeRecorder::Stats stats = recorder->stats();
   if (stats.videos_written != 1) {
     return absl::InternalError(absl::StrCat("--record ", request.record, ": the video was not written"));
+  }
+  if (!request.strip.empty()) {
+    ASSIGN_OR_RETURN(std::vector<Image> frames, ReadVideoFrames(request.record, request.strip_frames));
+    RETURN_IF_ERROR(WritePng(request.strip, HorizontalStrip(frames)));
   }
   return stats.frames_written;
 }

@@ -39,6 +39,10 @@ struct ViewRequest {
   // frames per simulated second, as evaluation videos), then it exits.
   std::string record;
   int record_episodes = 1;
+  // --strip FILE.png (with --record): `strip_frames` frames of the video,
+  // evenly spaced from its first to its last, side by side in one PNG.
+  std::string strip;
+  int strip_frames = 6;
 };
 
 struct ViewPlan {

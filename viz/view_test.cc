@@ -62,7 +62,16 @@ TEST(RecordViewTest, RecordsTheCheckpointsEpisodesToAnMp4WithoutAWindow) {
   const std::string dir = testing::RlRunDir("record", "cartpole.swingup", "[32, 32]", &parameters);
   const std::string video = ::testing::TempDir() + "/record-view.mp4";
   fs::remove(video);
-  const ViewRequest request{.run_dir = dir, .seed = 2, .width = 64, .height = 48, .record = video, .record_episodes = 2};
+  const std::string strip = ::testing::TempDir() + "/record-view-strip.png";
+  fs::remove(strip);
+  const ViewRequest request{.run_dir = dir,
+                            .seed = 2,
+                            .width = 64,
+                            .height = 48,
+                            .record = video,
+                            .record_episodes = 2,
+                            .strip = strip,
+                            .strip_frames = 5};
   auto plan = PlanView(request);
   ASSERT_TRUE(plan.ok()) << plan.status();
   auto spec = envs::DescribeEnv(plan->env);
@@ -81,6 +90,20 @@ TEST(RecordViewTest, RecordsTheCheckpointsEpisodesToAnMp4WithoutAWindow) {
   EXPECT_EQ(info->frames, *frames);
   EXPECT_EQ(info->width, 64);
   EXPECT_EQ(info->height, 48);
+  // The frame strip: 5 frames of 64x48 with 4-pixel gaps, the first and the
+  // last the video's own.
+  auto png = ReadPng(strip);
+  ASSERT_TRUE(png.ok()) << png.status();
+  EXPECT_EQ(png->width, 5 * 64 + 4 * 4);
+  EXPECT_EQ(png->height, 48);
+  auto ends = ReadVideoFrames(video, 2);
+  ASSERT_TRUE(ends.ok()) << ends.status();
+  for (int y = 0; y < 48; y += 7) {
+    for (int x = 0; x < 64; x += 9) {
+      EXPECT_EQ(png->at(x, y)[1], (*ends)[0].at(x, y)[1]) << "first frame at " << x << "," << y;
+      EXPECT_EQ(png->at(4 * 68 + x, y)[1], (*ends)[1].at(x, y)[1]) << "last frame at " << x << "," << y;
+    }
+  }
 }
 
 TEST(RecordViewTest, RefusesALiveStream) {
