@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The README's results table from sweeps of the task configs.
 
-    tools/results_table.py runs/results_state [--pixels runs/results_pixels] [--machine TEXT] [--frames 500000]
+    tools/results_table.py runs/results_state [--pixels runs/results_pixels] [--machine TEXT]
 
 Each DIR holds one sweep directory per task (tools/results_state.sh makes
 them: DIR/<task>/seed-N/ run directories). Per task: the final evaluation
 return of each seed (its last eval.csv row, counted only once the run has
-reached --frames), mean and standard deviation over the finished seeds, and
+reached its budget: the sweep's `done` file), mean and standard deviation over the finished seeds, and
 the env frames and wall time at which each seed first reached 90% of its own
 final return (median over seeds); next to the published numbers at 500k
 steps as the DrQ paper's Table 1 reports them (Kostrikov, Yarats & Fergus
@@ -52,7 +52,7 @@ def seconds_at(metrics, frames):
     return math.nan
 
 
-def seed_result(run_dir, target_frames):
+def seed_result(run_dir):
     """(final return, frames to 90%, seconds to 90%, done) of one run, or None before its first evaluation."""
     eval_path = os.path.join(run_dir, "eval.csv")
     if not os.path.exists(eval_path):
@@ -61,7 +61,9 @@ def seed_result(run_dir, target_frames):
     if not evals:
         return None
     final = evals[-1]["eval_return"]
-    done = evals[-1]["frames"] >= target_frames
+    # Done: the sweep marked it so (it reached its budget); its last
+    # evaluation is the last multiple of evaluator.every_frames before it.
+    done = os.path.exists(os.path.join(run_dir, "done"))
     first = next((e for e in evals if e["eval_return"] >= 0.9 * final), evals[-1])
     metrics_path = os.path.join(run_dir, "metrics.csv")
     metrics = read_csv(metrics_path) if os.path.exists(metrics_path) else []
@@ -85,7 +87,7 @@ def published(task, table, index=None):
     return f"{value[0]} ± {value[1]}"
 
 
-def table(directory, target_frames, machine, pixels, per_seed):
+def table(directory, machine, pixels, per_seed):
     rows = []
     head = ("| task | troupe D4PG (seeds done) | per seed | frames to 90% | wall time to 90% | "
             + ("DrQ | CURL |" if pixels else "SAC state |") + " machine |")
@@ -100,7 +102,7 @@ def table(directory, target_frames, machine, pixels, per_seed):
             run = os.path.join(sweep, name)
             if not (name.startswith("seed-") and os.path.isdir(run)):
                 continue
-            result = seed_result(run, target_frames)
+            result = seed_result(run)
             if result is None:
                 continue
             final, f90, s90, done, at = result
@@ -129,17 +131,17 @@ def main():
     parser.add_argument("state", help="directory of per-task state sweeps")
     parser.add_argument("--pixels", help="directory of per-task pixel sweeps")
     parser.add_argument("--machine", default=f"{os.cpu_count()} cores, CPU", help="the machine, named in every row")
-    parser.add_argument("--frames", type=int, default=500000, help="env frames a run must reach to count")
+    parser.add_argument("--frames", type=int, default=500000, help="the runs' budget in env frames (for the titles)")
     parser.add_argument("--csv", help="write every seed's row here")
     args = parser.parse_args()
     if not os.path.isdir(args.state):
         sys.exit(f"results_table: {args.state} is not a directory")
     per_seed = []
     print(f"From state, {args.frames:,} env frames (final eval return; in brackets: runs still going):\n")
-    print(table(args.state, args.frames, args.machine, False, per_seed))
+    print(table(args.state, args.machine, False, per_seed))
     if args.pixels:
         print(f"\nFrom pixels, {args.frames:,} env frames:\n")
-        print(table(args.pixels, args.frames, args.machine, True, per_seed))
+        print(table(args.pixels, args.machine, True, per_seed))
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.writer(f)
