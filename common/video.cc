@@ -1,4 +1,4 @@
-// Mp4Writer and ReadVideoInfo over libtroupe_video.so (common/video_ffmpeg.cc),
+// Mp4Writer and ReadVideoInfo over libtroupe_video_ffmpeg.so (common/video_ffmpeg.cc),
 // loaded with dlopen the first time a video is asked for; see
 // common/video_module.h for why.
 #include "common/video.h"
@@ -19,7 +19,7 @@
 namespace troupe {
 namespace {
 
-constexpr char kModuleName[] = "libtroupe_video.so";
+constexpr char kModuleName[] = "libtroupe_video_ffmpeg.so";
 
 // Where the module may be: $TROUPE_VIDEO_MODULE alone when set; otherwise
 // beside the running program or in its ../lib, then where this build tree
@@ -56,7 +56,7 @@ absl::StatusOr<const video_module::Api*> LoadModule() {
     const video_module::Api* api = entry != nullptr ? entry() : nullptr;
     if (api == nullptr || api->version != video_module::kVersion) {
       return absl::FailedPreconditionError(
-          absl::StrCat("videos: ", path, " is not a libtroupe_video.so of this troupe (no TroupeVideoModule of ",
+          absl::StrCat("videos: ", path, " is not a libtroupe_video_ffmpeg.so of this troupe (no TroupeVideoModule of ",
                        "version ", video_module::kVersion, ")"));
     }
     return api;  // never unloaded: encoders may outlive any one caller

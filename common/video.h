@@ -1,7 +1,7 @@
 // Videos: RGB frames encoded to an MP4 file (H.264 through FFmpeg's
 // libavcodec/libavformat; Debian's libavcodec has libx264), and an MP4 read
 // back (tests, reports). Used for evaluation videos and `troupe view --record`.
-// The FFmpeg code lives in libtroupe_video.so, loaded on first use (see
+// The FFmpeg code lives in libtroupe_video_ffmpeg.so, loaded on first use (see
 // common/video_module.h): without it every call here is FailedPrecondition
 // saying where it was looked for and how to turn videos off.
 #ifndef TROUPE_COMMON_VIDEO_H_

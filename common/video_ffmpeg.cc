@@ -1,4 +1,4 @@
-// libtroupe_video.so: troupe's FFmpeg code, loaded by common/video.cc with
+// libtroupe_video_ffmpeg.so: troupe's FFmpeg code, loaded by common/video.cc with
 // dlopen (see common/video_module.h). H.264 through Debian's libavcodec
 // (libx264), MPEG-4 part 2 where no H.264 encoder is.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The interface between common/video.cc and libtroupe_video.so, the module
+// The interface between common/video.cc and libtroupe_video_ffmpeg.so, the module
 // that holds troupe's FFmpeg code (common/video_ffmpeg.cc). troupe loads the
 // module with dlopen when it first needs a video, so that no troupe binary
 // links FFmpeg's libraries: a relocated copy of troupe (tools/bundle.sh)

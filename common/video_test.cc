@@ -113,23 +113,23 @@ TEST(Mp4WriterTest, MissingModuleIsAClearErrorNamingWhereItLooked) {
   const std::string path = TempPath("no-module.mp4");
   EXPECT_EXIT(
       {
-        setenv("TROUPE_VIDEO_MODULE", "/nonexistent/libtroupe_video.so", 1);
+        setenv("TROUPE_VIDEO_MODULE", "/nonexistent/libtroupe_video_ffmpeg.so", 1);
         const absl::Status available = VideoAvailable();
         auto writer = Mp4Writer::Open(path, VideoOptions{.width = 16, .height = 16});
         const bool clear = available.code() == absl::StatusCode::kFailedPrecondition &&
-                           available.message().find("/nonexistent/libtroupe_video.so") != std::string::npos &&
+                           available.message().find("/nonexistent/libtroupe_video_ffmpeg.so") != std::string::npos &&
                            available.message().find("evaluator.record_video: false") != std::string::npos &&
                            !writer.ok() && writer.status() == available &&
                            !std::filesystem::exists(path + ".partial");
         fprintf(stderr, "%s\n", std::string(available.message()).c_str());
         std::exit(clear ? 3 : 4);
       },
-      testing::ExitedWithCode(3), "libtroupe_video.so");
+      testing::ExitedWithCode(3), "libtroupe_video_ffmpeg.so");
 }
 
 // A file that is not the module (here: a text file) is refused, not run.
 TEST(Mp4WriterTest, WrongModuleFileIsRefused) {
-  const std::string fake = TempPath("libtroupe_video.so");
+  const std::string fake = TempPath("libtroupe_video_ffmpeg.so");
   { std::ofstream(fake) << "not a shared object\n"; }
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
