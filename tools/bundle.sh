@@ -4,12 +4,15 @@
 # a cluster where users cannot apt-get.
 #
 #   tools/bundle.sh DIR               builds Release with CUDA for x86-64-v3 in
-#                                     build/bundle, then writes DIR
+#                                     build/bundle, troupe's libraries shared
+#                                     (the programs and tests share one copy
+#                                     of each), then writes DIR
 #   tools/bundle.sh --from BUILD DIR  writes DIR from an existing build (tests)
 #
 # DIR/bin/          troupe, troupe_env_worker, d4pg_bench, the test binaries;
 #                   RUNPATH $ORIGIN/../lib
-# DIR/lib/          every shared library they load that such a machine may lack
+# DIR/lib/          troupe's own libraries and every shared library they load
+#                   that such a machine may lack
 #                   (from ldd), but glibc, libstdc++/libgcc_s, the NVIDIA driver
 #                   and CUDA's own runtime, cuBLAS and NCCL (run.sh finds those)
 # DIR/share/troupe/ configs, MuJoCo models, test data, peer scripts (the
@@ -39,7 +42,13 @@ command -v patchelf >/dev/null || {
 if [[ -z "$build" ]]; then
   "$top/tools/install_deps.sh"
   build="$top/build/bundle"
-  cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_MARCH=x86-64-v3 -DTROUPE_CUDA=ON >/dev/null
+  launchers=()
+  if command -v ccache >/dev/null; then
+    launchers=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+               -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake -S "$top" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_MARCH=x86-64-v3 -DTROUPE_CUDA=ON \
+    -DBUILD_SHARED_LIBS=ON "${launchers[@]}" >/dev/null
   cmake --build "$build"
 fi
 
@@ -92,13 +101,18 @@ tar -C "$(dirname "$dir")" -czf "$dir.tar.gz" "$(basename "$dir")"
 packed=$(du -sm --apparent-size "$dir.tar.gz" | cut -f1)
 echo "bundle: $dir: $(ls "$dir/bin" | wc -l) programs, $(ls "$dir/lib" | wc -l) libraries, ${size} MiB; $dir.tar.gz ${packed} MiB"
 # What travels is DIR.tar.gz: it must fit the 64 MiB a device call carries.
-# DIR itself grew past 64 MiB with the PJRT and GAN tests (each test binary
-# carries its own copy of the CUDA kernels and runtime: a shared
-# libtroupe_cuda would take ~10 MiB off); said, not hidden.
+# DIR itself stays under 64 MiB when troupe's libraries are shared (this
+# script's own build: 56 MiB); from a static build (--from a default build,
+# as the CI test does) every test binary carries its own copy of troupe and
+# the CUDA runtime and DIR is ~72 MiB, which is said, not refused.
 if ((packed >= 64)); then
   echo "bundle: $dir.tar.gz is ${packed} MiB, over the 64 MiB a device call carries" >&2
   exit 1
 fi
 if ((size >= 64)); then
-  echo "bundle: note: $dir is ${size} MiB unpacked (over 64 MiB); the ${packed} MiB $dir.tar.gz is what travels" >&2
+  if [[ -z "$from" ]]; then
+    echo "bundle: $dir is ${size} MiB, over 64 MiB" >&2
+    exit 1
+  fi
+  echo "bundle: note: $dir is ${size} MiB unpacked (over 64 MiB: a static build); the ${packed} MiB $dir.tar.gz is what travels" >&2
 fi
