@@ -190,7 +190,8 @@ absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
 }
 
-absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds) {
+absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,
+                                      bool pixels) {
   // The venv bench/python_bench.py makes, with the same pins and marker.
   constexpr char kPeers[] = "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0";
   const std::string venv = TROUPE_PYTHON_BENCH_VENV;
@@ -218,7 +219,7 @@ absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, 
   }
   ASSIGN_OR_RETURN(const std::string out,
                    RunCommand(absl::StrCat(python, " ", ProjectPath("bench/peers/envpool_dmc.py"), " ", task_id, " ",
-                                           num_envs, " ", seconds, " ", threads, " 2>&1")));
+                                           num_envs, " ", seconds, " ", threads, pixels ? " pixels" : "", " 2>&1")));
   // {"steps_per_second": N}
   const std::string key = "\"steps_per_second\":";
   const size_t at = out.rfind(key);

@@ -126,10 +126,12 @@ absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string
 // EnvPool (PyPI envpool 1.2.5 with dm_control 1.0.50 and mujoco 3.17.0, the
 // pins of bench/python_bench.py, in its venv BUILD/python-bench-venv, made on
 // first use) stepping its dm_control task `task_id` (e.g. "CheetahRun-v1")
-// from state with random actions: `num_envs` envs on `threads` threads, all
-// stepped per batch, for `seconds`; returns env steps per second (wall
-// clock). Unavailable, saying why, when the venv cannot be made (offline).
-absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds);
+// with random actions: `num_envs` envs on `threads` threads, all stepped per
+// batch (with `pixels`, each also rendered at 84x84 every step), for
+// `seconds`; returns env steps per second (wall clock). Unavailable, saying
+// why, when the venv cannot be made (offline).
+absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,
+                                      bool pixels = false);
 
 // The same peer on a GPU machine, run once as `python3 NAME.py 1 ARGS` with
 // the machine's python3 ($TROUPE_PYTHON if set), which must import torch

@@ -7,10 +7,11 @@
 // core (the machine's ceiling: a thread a slice for state, an env worker
 // process a slice for pixels). The loops compared run the same
 // steps of the same episodes in alternated windows, and each figure is its
-// best window (bench.h, BestOfAlternated). For state, the pool on 1 and 2
-// threads next to EnvPool (PyPI envpool, its dm_control tasks, MuJoCo 3.x)
-// stepping the same number of envs on as many threads, in the same run
-// (skipped, saying why, without PyPI; not in --quick runs).
+// best window (bench.h, BestOfAlternated). For state and pixels, the pool on
+// 1 and 2 threads next to EnvPool (PyPI envpool, its dm_control tasks,
+// MuJoCo 3.x; for pixels rendering every env at 84x84 every step) stepping
+// the same number of envs on as many threads, in the same run (skipped,
+// saying why, without PyPI; not in --quick runs).
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
@@ -367,8 +368,8 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
                  absl::StrCat("the same envs in ", threads, " fixed slices, a free ", pixels ? "process" : "thread",
                               " each"),
                  rates[2] * num_envs);
-      if (pixels) continue;
-      // EnvPool on the same envs and threads (its dm_control tasks do not render).
+      // EnvPool on the same envs and threads: its dm_control task, rendering
+      // every env at 84x84 every step for pixels.
       for (int pool_threads : {1, 2}) {
         pool_options.num_threads = pool_threads;
         ASSIGN_OR_RETURN(std::shared_ptr<envs::EnvPool> our_pool, envs::EnvPool::Create(pool_options));
@@ -379,7 +380,7 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
                                           Clock::kWall));
         double envpool = 0;
         if (envpool_missing.empty()) {
-          auto measured = RunEnvPoolPeer(EnvPoolId(info.name), num_envs, pool_threads, seconds);
+          auto measured = RunEnvPoolPeer(EnvPoolId(info.name), num_envs, pool_threads, seconds, pixels);
           if (measured.ok()) {
             envpool = *measured;
           } else {
@@ -387,10 +388,11 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
             std::printf("(EnvPool figures skipped: %s)\n", envpool_missing.c_str());
           }
         }
-        report.Add(absl::StrCat(info.name, " state pool, ", pool_threads, pool_threads == 1 ? " thread, " : " threads, ",
-                                num_envs, " envs, against EnvPool"),
+        report.Add(absl::StrCat(info.name, " ", kind, " pool, ", pool_threads,
+                                pool_threads == 1 ? " thread, " : " threads, ", num_envs, " envs, against EnvPool"),
                    our_rate[0] * num_envs, "steps/s",
-                   "EnvPool 1.2.5 stepping its dm_control task (MuJoCo 3.17), the same envs on as many threads",
+                   absl::StrCat("EnvPool 1.2.5 stepping its dm_control task (MuJoCo 3.17)",
+                                pixels ? ", rendering each env at 84x84" : "", ", the same envs on as many threads"),
                    envpool);
       }
     }
