@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bench/peers.h"  // RunCommand, CompileLibtorchPeer
 
 namespace troupe::bench {
 
@@ -93,10 +94,6 @@ absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& lo
 // up on a loaded machine, where wall-clock rates measure the neighbours as
 // much as the code.
 double ThreadCpuSeconds();
-
-// Runs a shell command; returns its stdout. Internal naming the command and
-// its exit status (with its output) if it fails.
-absl::StatusOr<std::string> RunCommand(const std::string& command);
 
 // `reps` all-reduces of `floats` floats between 2 MPI processes (mpiexec -np
 // 2 of bench/peers/mpi_allreduce.cc): milliseconds each through troupe's MPI
