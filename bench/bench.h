@@ -107,7 +107,7 @@ struct MpiAllReduceTimes {
 absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps);
 
 // A libtorch comparison peer, bench/peers/NAME.cc: compiled once into the
-// temp dir against Debian's libtorch-dev, run as `peer THREADS ARGS` with 1
+// temp dir against Debian's libtorch-dev (CompileLibtorchPeer), run as `peer THREADS ARGS` with 1
 // and 2 threads; returns the better number of the "KEY NUMBER" line it
 // prints. NotFound when libtorch-dev is not installed.
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key);

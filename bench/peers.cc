@@ -2,8 +2,12 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/files.h"
 
 namespace troupe::bench {
@@ -24,12 +28,16 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
   if (!std::filesystem::exists(kLibtorchHeader)) {
     return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
   }
-  const std::string binary = (std::filesystem::temp_directory_path() / ("troupe_" + name)).string();
   const std::string source = ProjectPath("bench/peers/" + name + ".cc");
-  if (std::filesystem::exists(binary) &&
-      std::filesystem::last_write_time(binary) >= std::filesystem::last_write_time(source)) {
-    return binary;
-  }
+  std::ifstream in(source, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the peer's source ", source));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Named for the source's contents: checkouts of other versions sharing the
+  // temp dir each get their own binary, and an edit recompiles.
+  const std::string binary = (std::filesystem::temp_directory_path() /
+                              absl::StrFormat("troupe_%s_%016x", name, std::hash<std::string>{}(text)))
+                                 .string();
+  if (std::filesystem::exists(binary)) return binary;
   std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
   std::fflush(stdout);
   // zlib: the GAN peer reads Fashion-MNIST's gzipped IDX files itself.

@@ -19,8 +19,9 @@ inline constexpr char kLibtorchHeader[] = "/usr/include/torch/csrc/api/include/t
 // its exit status (with its output) if it fails.
 absl::StatusOr<std::string> RunCommand(const std::string& command);
 
-// bench/peers/NAME.cc compiled into the temp dir against libtorch-dev (once,
-// and again when the source is newer than the binary; about a minute);
+// bench/peers/NAME.cc compiled into the temp dir against libtorch-dev (once
+// per version of the source: the binary is named for its contents; about a
+// minute);
 // returns the binary's path. NotFound when libtorch-dev is not installed,
 // Internal with the compiler's output when it does not compile.
 absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name);

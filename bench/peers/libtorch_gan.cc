@@ -422,9 +422,10 @@ int TrainMode(int argc, char** argv) {
       {"samples_out", ""},      {"weights", ""},              {"data_dir", "/usr/share/datasets/fashion-mnist"},
       {"print_losses", "0"}};
   for (int i = 3; i < argc; ++i) {
-    const char* eq = std::strchr(argv[i], '=');
-    if (eq == nullptr || args.count(std::string(argv[i], eq)) == 0) Fail(std::string("unknown argument ") + argv[i]);
-    args[std::string(argv[i], eq)] = eq + 1;
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || args.count(arg.substr(0, eq)) == 0) Fail("unknown argument " + arg);
+    args[arg.substr(0, eq)] = arg.substr(eq + 1);
   }
   auto i64 = [&](const char* key) { return std::atoll(args[key].c_str()); };
   auto f64 = [&](const char* key) { return std::atof(args[key].c_str()); };
