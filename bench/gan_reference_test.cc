@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -118,6 +119,7 @@ class GanReferenceTest : public ::testing::Test {
     options.steps = kSteps;
     options.samples = samples;
     options.per_step_losses = true;
+    options.threads = 1;  // libtorch's OpenMP threads spin when ctest runs tests side by side
     return RunLibtorchGanReference(config, options);
   }
 
@@ -137,6 +139,9 @@ TEST_F(GanReferenceTest, LossesMatchTroupeStepByStepFromTheSameWeightsAndBatches
     EXPECT_NEAR(troupe.d[step], reference->discriminator_losses[step], kLossTolerance) << "D loss, step " << step;
     EXPECT_NEAR(troupe.g[step], reference->generator_losses[step], kLossTolerance) << "G loss, step " << step;
   }
+  std::printf("worst |troupe - reference| over %d steps: D loss %.3g, G loss %.3g\n", kSteps,
+              MaxAbsDifference(troupe.d, reference->discriminator_losses),
+              MaxAbsDifference(troupe.g, reference->generator_losses));
   // The losses move by much more than the tolerance: the agreement says something.
   auto range = [](const std::vector<double>& v) {
     return *std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end());
@@ -160,6 +165,7 @@ TEST_F(GanReferenceTest, EmaSamplesMatchTroupesGenerate) {
     worst = std::max(worst, static_cast<double>(std::abs(troupe[i] - reference->samples[i])));
     moved = std::max(moved, static_cast<double>(std::abs(troupe[i] - initial[i])));
   }
+  std::printf("EMA samples: worst |troupe - reference| %.3g; moved by training up to %.3g\n", worst, moved);
   EXPECT_LE(worst, kPixelTolerance);
   // Training moved the EMA generator: equal samples are not just equal initial weights.
   EXPECT_GT(moved, 20 * kPixelTolerance);
@@ -181,6 +187,7 @@ TEST_F(GanReferenceTest, AReferenceWithAWrongLearningRateDisagrees) {
     ASSERT_TRUE(reference.ok()) << what << ": " << reference.status();
     const double worst = std::max(MaxAbsDifference(troupe.d, reference->discriminator_losses),
                                   MaxAbsDifference(troupe.g, reference->generator_losses));
+    std::printf("reference with %s: worst loss difference %.3g\n", what, worst);
     EXPECT_GT(worst, 2 * kLossTolerance) << what;
   }
 }
