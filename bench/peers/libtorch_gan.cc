@@ -13,13 +13,25 @@
 //     GanTrainer (gan/trainer.h) from troupe's exported initial weights, on
 //     the same stream of Fashion-MNIST images and the same noise, and writes
 //     samples of its EMA generator for troupe's classifier-FID. The keys are
-//     GanConfig's fields (see Train below; bench/gan_reference.cc passes
+//     GanConfig's fields (see TrainMode below; bench/gan_reference.cc passes
 //     them). Prints "step S d_loss X g_loss Y" per step with
 //     print_losses=1, then "train_seconds X". Exits 1 with a message naming
 //     the file (and tensor) on bad input.
 //
-// Where the peer follows troupe rather than a library default, it says so;
-// where it cannot match troupe exactly, the comment says how it differs.
+// Where the peer follows troupe rather than a library default, it says so.
+// Where it cannot match troupe exactly:
+//   - float32 arithmetic in another order: libtorch's convolutions and GEMMs
+//     against troupe's kernels; batch-norm statistics and the power
+//     iteration's norms, which troupe sums in double; Adam's bias
+//     corrections, which libtorch computes in double and troupe in float.
+//     Over 20 steps the losses agree to ~1e-4 (bench/gan_reference_test);
+//     GAN training amplifies such differences, so over hundreds of thousands
+//     of images the two runs become different trajectories of the same
+//     algorithm, which is what the FID comparison is for.
+//   - one process: troupe's K replicas with cross-replica batch norm compute
+//     the step of one replica on the whole batch (gan_trainer_test), which
+//     is what the peer computes for any K.
+//   - Adam only: gan.optimizer LAMB / LARS have no reference here.
 #include <torch/torch.h>
 
 #include <zlib.h>
