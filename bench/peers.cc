@@ -1,5 +1,7 @@
 #include "bench/peers.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,9 +42,12 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
   if (std::filesystem::exists(binary)) return binary;
   std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
   std::fflush(stdout);
-  // zlib: the GAN peer reads Fashion-MNIST's gzipped IDX files itself.
+  // zlib: the GAN peer reads Fashion-MNIST's gzipped IDX files itself. A
+  // temporary per process, then a rename: tests run side by side (ctest -j)
+  // may compile the same peer at once.
+  const std::string temporary = absl::StrCat(binary, ".", getpid(), ".tmp");
   auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
-                                       binary, ".tmp -ltorch -ltorch_cpu -lc10 -lz 2>&1 && mv ", binary, ".tmp ",
+                                       temporary, " -ltorch -ltorch_cpu -lc10 -lz 2>&1 && mv ", temporary, " ",
                                        binary));
   if (!built.ok()) return built.status();
   return binary;
