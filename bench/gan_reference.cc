@@ -14,6 +14,17 @@
 
 namespace troupe::bench {
 
+namespace {
+
+// `text` single-quoted for the shell (paths with spaces or quotes).
+std::string ShellQuoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char ch : text) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
+}  // namespace
+
 std::string LibtorchGanArguments(const config::GanConfig& c, const GanReferenceOptions& options) {
   auto real = [](double x) { return absl::StrFormat("%.9g", x); };
   const char* scaling = c.lr_scaling() == config::GanConfig::LINEAR ? "linear"
@@ -26,8 +37,9 @@ std::string LibtorchGanArguments(const config::GanConfig& c, const GanReferenceO
       real(c.generator_learning_rate()), " d_lr=", real(c.discriminator_learning_rate()), " lr_scaling=", scaling,
       " warmup_images=", c.warmup_images(), " beta1=", real(c.adam_beta1()), " beta2=", real(c.adam_beta2()),
       " n_critic=", c.n_critic(), " ema_half_life_images=", c.ema_half_life_images(), " seed=", c.engine().seed(),
-      " data_dir=", c.data_dir(), " weights=", options.weights, " steps=", options.steps, " samples=", options.samples,
-      options.samples > 0 ? absl::StrCat(" samples_out=", options.samples_path) : "",
+      " ", ShellQuoted("data_dir=" + c.data_dir()), " ", ShellQuoted("weights=" + options.weights),
+      " steps=", options.steps, " samples=", options.samples,
+      options.samples > 0 ? absl::StrCat(" ", ShellQuoted("samples_out=" + options.samples_path)) : "",
       " print_losses=", options.per_step_losses ? 1 : 0);
 }
 
