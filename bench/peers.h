@@ -21,8 +21,7 @@ absl::StatusOr<std::string> RunCommand(const std::string& command);
 
 // bench/peers/NAME.cc compiled into the temp dir against libtorch-dev (once
 // per version of the source: the binary is named for its contents; about a
-// minute);
-// returns the binary's path. NotFound when libtorch-dev is not installed,
+// minute, several on a loaded machine); returns the binary's path. NotFound when libtorch-dev is not installed,
 // Internal with the compiler's output when it does not compile.
 absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name);
 
