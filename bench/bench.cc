@@ -112,18 +112,6 @@ absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& lo
   return best;
 }
 
-absl::StatusOr<std::string> RunCommand(const std::string& command) {
-  FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = pclose(p);
-  if (rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
-  return out;
-}
-
 absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps) {
   ASSIGN_OR_RETURN(const std::string out,
                    RunCommand(absl::StrCat(TROUPE_MPIEXEC, " -np 2 --oversubscribe --allow-run-as-root ",
@@ -246,21 +234,7 @@ absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::str
 }
 
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {
-  if (!std::filesystem::exists("/usr/include/torch/csrc/api/include/torch/torch.h")) {
-    return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
-  }
-  // Compile once (again when the source is newer than the binary).
-  const std::string binary = (std::filesystem::temp_directory_path() / ("troupe_" + name)).string();
-  const std::string source = ProjectPath("bench/peers/" + name + ".cc");
-  if (!std::filesystem::exists(binary) ||
-      std::filesystem::last_write_time(binary) < std::filesystem::last_write_time(source)) {
-    std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
-    std::fflush(stdout);
-    auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
-                                         binary, ".tmp -ltorch -ltorch_cpu -lc10 2>&1 && mv ", binary, ".tmp ",
-                                         binary));
-    if (!built.ok()) return built.status();
-  }
+  ASSIGN_OR_RETURN(const std::string binary, CompileLibtorchPeer(name));
   return BestOfOneAndTwoThreads(binary, args, key);
 }
 

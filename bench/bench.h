@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "bench/peers.h"  // RunCommand, CompileLibtorchPeer
 
 namespace troupe::bench {
 
@@ -94,10 +95,6 @@ absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& lo
 // much as the code.
 double ThreadCpuSeconds();
 
-// Runs a shell command; returns its stdout. Internal naming the command and
-// its exit status (with its output) if it fails.
-absl::StatusOr<std::string> RunCommand(const std::string& command);
-
 // `reps` all-reduces of `floats` floats between 2 MPI processes (mpiexec -np
 // 2 of bench/peers/mpi_allreduce.cc): milliseconds each through troupe's MPI
 // collectives (ReplicaContext::AllReduce, mean) and through a raw blocking
@@ -110,7 +107,7 @@ struct MpiAllReduceTimes {
 absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps);
 
 // A libtorch comparison peer, bench/peers/NAME.cc: compiled once into the
-// temp dir against Debian's libtorch-dev, run as `peer THREADS ARGS` with 1
+// temp dir against Debian's libtorch-dev (CompileLibtorchPeer), run as `peer THREADS ARGS` with 1
 // and 2 threads; returns the better number of the "KEY NUMBER" line it
 // prints. NotFound when libtorch-dev is not installed.
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key);

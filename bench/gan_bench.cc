@@ -7,7 +7,16 @@
 // 10,000 training images against the test images; and the generator +
 // discriminator step's images/s against the same step in Debian's libtorch
 // 1.13 (bench/peers/libtorch_gan.cc, compiled at run time when installed).
+// Then troupe's classifier-FID after N images at batch 64 next to the
+// libtorch reference GAN's (bench/gan_reference.h: the same GAN trained in
+// libtorch from troupe's initial weights on the same images and noise),
+// N = 300,000 by default (`--only reference_images=N`; `--quick` 5,000);
+// `--only reference` or `--only reference_images=N` alone runs only that
+// comparison (and the floor); `--only reference_threads=N` sets the
+// reference's threads (default 1). The bar is troupe / reference <= 1.1.
 // The FID here is a classifier-FID (gan/fid.h), not Inception-FID.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,10 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/synthetic.h"
 #include "bench/bench.h"
+#include "bench/gan_reference.h"
 #include "common/image.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -40,6 +51,50 @@ absl::StatusOr<double> LibtorchGanRate(int64_t batch, const config::GanConfig& c
 }
 
 void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); }
+
+// troupe's classifier-FID after `images` images at batch 64 (config `c`)
+// next to the libtorch reference's from the same initial weights, images and
+// noise, one after the other: troupe on kThreads threads, the reference on
+// `reference_threads` (1 by default: libtorch's OpenMP threads spin while
+// they wait, and on cores shared with other work 2 threads ran 3.5x slower
+// than 1; the threads change the wall time, not the FID). A reference that
+// cannot run (no libtorch-dev) is reported as missing, saying why.
+absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator& evaluator, config::GanConfig c,
+                                    int64_t images, int64_t samples, int reference_threads, Report& report) {
+  c.set_batch_size(64);
+  const int64_t steps = (images + c.batch_size() * c.n_critic() - 1) / (c.batch_size() * c.n_critic());
+  ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
+  const std::string weights = absl::StrFormat("%s/gan_bench_initial_weights_%d.ckpt",
+                                              std::filesystem::temp_directory_path().string(), getpid());
+  RETURN_IF_ERROR(trainer->ExportWeights(weights));
+  Log(absl::StrFormat("reference comparison: troupe trains %d steps at batch 64 ...", steps));
+  const auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(trainer->Train(steps));
+  const double troupe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const gan::Evaluation troupe = evaluator.Evaluate(*trainer, samples);
+  Log(absl::StrFormat("  troupe: FID %.2f after %.0f s (D %.3f G %.3f); the libtorch reference trains ...", troupe.fid,
+                      troupe_seconds, trainer->discriminator_loss(), trainer->generator_loss()));
+  GanReferenceOptions options;
+  options.weights = weights;
+  options.steps = steps;
+  options.samples = samples;
+  options.threads = reference_threads;
+  absl::StatusOr<GanReferenceRun> reference = RunLibtorchGanReference(c, options);
+  std::filesystem::remove(weights);
+  double reference_fid = 0;  // 0: missing
+  std::string timing = absl::StrFormat("troupe %.0f s", troupe_seconds);
+  if (reference.ok()) {
+    reference_fid = evaluator.EvaluateImages(reference->samples.data(), samples).fid;
+    absl::StrAppendFormat(&timing, ", reference %.0f s", reference->train_seconds);
+  } else {
+    std::printf("libtorch reference GAN unavailable: %s\n", reference.status().ToString().substr(0, 600).c_str());
+  }
+  report.Add(absl::StrFormat("classifier-FID after %d images, batch 64 [%s]", trainer->images_seen(), timing),
+             troupe.fid, "FID",
+             reference.ok() ? "reference (libtorch, same run; bar <= 1.1)" : "reference (libtorch: missing)",
+             reference_fid);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -81,9 +136,20 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   if (options.device == "cuda") return RunGanBenchmarkOnCuda(options);
   Report report;
   int64_t budget = options.quick ? 20000 : 2000000;
+  int64_t reference_images = options.quick ? 5000 : 300000;
+  int64_t reference_threads = 1;
+  bool reference_only = false, budget_set = false;
   for (const std::string& f : options.filter) {
-    if (f.rfind("images=", 0) == 0) budget = std::stoll(f.substr(7));
+    int64_t* number = nullptr;
+    if (f.rfind("images=", 0) == 0) number = &budget, budget_set = true;
+    if (f.rfind("reference_images=", 0) == 0) number = &reference_images, reference_only = true;
+    if (f.rfind("reference_threads=", 0) == 0) number = &reference_threads;
+    if (f == "reference") reference_only = true;
+    if (number != nullptr && (!absl::SimpleAtoi(f.substr(f.find('=') + 1), number) || *number < 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("--only ", f, ": want a positive number"));
+    }
   }
+  reference_only = reference_only && !budget_set;
   auto data = gan::LoadGanData(gan::kFashionMnistDir);
   if (!data.ok()) return data.status();
   gan::FidClassifier::Options classifier_options;  // cached in ~/.cache/troupe, trained on first use
@@ -98,10 +164,16 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   report.Add(absl::StrFormat("classifier-FID floor: %d train vs %d test images", samples, samples), floor, "FID",
              "(itself)", floor);
 
-  // Step throughput against libtorch at batch 64.
   config::GanConfig base;
   base.mutable_engine()->set_threads(kThreads);
   base.set_eval_samples(samples);
+  base.set_data_dir(gan::kFashionMnistDir);
+  // troupe against the reference implementation, at equal images.
+  RETURN_IF_ERROR(AddReferenceComparison(*data, evaluator, base, reference_images, samples,
+                                         static_cast<int>(std::min<int64_t>(reference_threads, 64)), report));
+  if (reference_only) return report;
+
+  // Step throughput against libtorch at batch 64.
   {
     config::GanConfig c = base;
     c.set_batch_size(64);

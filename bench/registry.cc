@@ -18,7 +18,8 @@ const std::vector<Benchmark>& Benchmarks() {
        RunReplayBenchmark},
       {"learner", "DrQ encoder+MLP fwd+bwd+Adam samples/s vs libtorch; engine GFLOP/s vs Eigen GEMM; K=2 MPI all-reduce",
        RunLearnerBenchmark},
-      {"gan", "classifier-FID at equal images seen for batch 64/256/1024 (K=1, 2) vs the real-vs-real floor; G+D step images/s vs libtorch",
+      {"gan", "classifier-FID vs the libtorch reference GAN at equal images (--only reference_images=N); at equal "
+              "images seen for batch 64/256/1024 (K=1, 2) vs the real-vs-real floor; G+D step images/s vs libtorch",
        RunGanBenchmark},
       {"rl", "end to end from pixels (cartpole.swingup 84x84): env frames/s and learner updates/s with 2 actor processes "
              "+ learner, vs each alone; CPU share of actors and learner",

@@ -16,11 +16,18 @@ GanEvaluator::GanEvaluator(FidClassifier* classifier, const GanData& data, int64
 Evaluation GanEvaluator::Evaluate(GanTrainer& trainer, int64_t samples) {
   const auto start = std::chrono::steady_clock::now();
   images_.resize(samples * kPixels);
+  trainer.Generate(kEvalNoiseStream, 0, samples, images_.data());
+  Evaluation e = EvaluateImages(images_.data(), samples);
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return e;
+}
+
+Evaluation GanEvaluator::EvaluateImages(const float* images, int64_t samples) {
+  const auto start = std::chrono::steady_clock::now();
   features_.resize(samples * kFeatureSize);
   probabilities_.resize(samples * kClasses);
-  // Generate, classify, compare with the test set's statistics.
-  trainer.Generate(kEvalNoiseStream, 0, samples, images_.data());
-  classifier_->Evaluate(images_.data(), samples, features_.data(), probabilities_.data());
+  // Classify, compare with the test set's statistics.
+  classifier_->Evaluate(images, samples, features_.data(), probabilities_.data());
   Evaluation e;
   e.fid = FrechetDistance(ComputeFeatureStats(features_.data(), samples, kFeatureSize), test_stats_);
   e.classifier_score = ClassifierScore(probabilities_.data(), samples, kClasses);

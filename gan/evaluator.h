@@ -31,6 +31,9 @@ class GanEvaluator {
 
   // FID and classifier score of `samples` images from the trainer's EMA generator.
   Evaluation Evaluate(GanTrainer& trainer, int64_t samples);
+  // The same of `samples` images [samples, 1, 28, 28] in [0, 1] made
+  // elsewhere (a reference implementation's samples).
+  Evaluation EvaluateImages(const float* images, int64_t samples);
   // The floor: FID of the first `samples` training images against the test images.
   double RealAgainstRealFid(const GanData& data, int64_t samples);
   const FeatureStats& test_stats() const { return test_stats_; }

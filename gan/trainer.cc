@@ -303,6 +303,15 @@ void GanTrainer::Generate(uint64_t stream, int64_t first, int64_t count, float* 
   }
 }
 
+absl::Status GanTrainer::ExportWeights(const std::string& path) const {
+  const Replica& r = *replicas_[0];
+  std::vector<nn::DeviceTensor> tensors;
+  for (const nn::ParameterSet* set : {&r.g, &r.d, &r.d_power}) {
+    for (int i = 0; i < set->size(); ++i) tensors.push_back({set->info(i).name, set->info(i).shape, set->value(i).data});
+  }
+  return nn::WriteCheckpoint(path, nn::DownloadTensors(*r.backend, tensors));
+}
+
 absl::Status GanTrainer::SaveCheckpoint(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

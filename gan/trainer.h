@@ -74,6 +74,15 @@ class GanTrainer {
   // is off), with batch statistics over chunks of 500.
   void Generate(uint64_t stream, int64_t first, int64_t count, float* out);
 
+  // Writes replica 0's current weights to `path` for a reference
+  // implementation to start from (bench/peers/libtorch_gan.cc imports them):
+  // one file in troupe's checkpoint format (engine/nn/checkpoint.h: per
+  // tensor its name, shape and float32 data, then a checksum) holding the
+  // generator's parameters (g.*), the discriminator's (d.*) and its spectral
+  // norm's power-iteration vectors (d.*.u, d.*.v), named as gan/networks.cc
+  // declares them. Errors: PermissionDenied / DataLoss naming the path.
+  absl::Status ExportWeights(const std::string& path) const;
+
   // Checkpoint files in `dir` (created): generator.ckpt and
   // discriminator.ckpt (weights + Adam), generator_ema.ckpt,
   // discriminator_power_vectors.ckpt, then counters.txt as the commit point.

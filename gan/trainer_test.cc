@@ -12,6 +12,7 @@
 #include <random>
 
 #include "engine/engine_config.h"
+#include "engine/nn/checkpoint.h"
 #include "gan/evaluator.h"
 #include "gan/fashion_classifier.h"
 #include "gan/run.h"
@@ -265,6 +266,38 @@ TEST(GanTrainerTest, CheckpointRoundTripsAndTrainingContinuesIdentically) {
   EXPECT_EQ(MaxDifference((*a)->generator_parameters(0).DownloadValues(), (*b)->generator_parameters(0).DownloadValues()), 0.0);
   EXPECT_EQ(MaxDifference((*a)->generator_ema().DownloadValues(), (*b)->generator_ema().DownloadValues()), 0.0);
   std::filesystem::remove_all(dir);
+}
+
+TEST(GanTrainerTest, ExportWeightsWritesEveryTensorByNameWithItsCurrentValues) {
+  const GanData data = RandomData(64);
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("troupe_gan_weights_" + std::to_string(getpid()))).string();
+  auto trainer = GanTrainer::Create(TinyConfig(1), &data);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Train(2).ok());  // values that are not the initial ones
+  ASSERT_TRUE((*trainer)->ExportWeights(path).ok());
+  auto tensors = nn::ReadCheckpoint(path);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  // Generator, discriminator, then the 3 spectral norms' u and v.
+  nn::ParameterSet& g = (*trainer)->generator_parameters(0);
+  nn::ParameterSet& d = (*trainer)->discriminator_parameters(0);
+  ASSERT_EQ(static_cast<int>(tensors->size()), g.size() + d.size() + 6);
+  const std::vector<float> g_values = g.DownloadValues();
+  for (int i = 0; i < g.size(); ++i) {
+    const nn::CheckpointTensor& t = (*tensors)[i];
+    EXPECT_EQ(t.name, g.info(i).name);
+    EXPECT_EQ(t.shape, g.info(i).shape);
+    EXPECT_EQ(MaxDifference(t.values, std::span<const float>(g_values).subspan(g.info(i).offset, t.values.size())), 0.0)
+        << t.name;
+  }
+  EXPECT_EQ((*tensors)[g.size()].name, "d.c1.w");
+  EXPECT_EQ(tensors->back().name, "d.fc.v");
+  EXPECT_EQ(tensors->back().shape, nn::Shape({1}));
+  // Unwritable: an error naming the path, nothing left behind.
+  const absl::Status denied = (*trainer)->ExportWeights("/nonexistent-dir/weights.ckpt");
+  EXPECT_FALSE(denied.ok());
+  EXPECT_THAT(denied.message(), ::testing::HasSubstr("/nonexistent-dir/weights.ckpt"));
+  std::filesystem::remove(path);
 }
 
 // Real data and a small classifier trained once for the suite (6,000 images,

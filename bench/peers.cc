@@ -1,0 +1,56 @@
+#include "bench/peers.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+
+namespace troupe::bench {
+
+absl::StatusOr<std::string> RunCommand(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  if (rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
+  return out;
+}
+
+absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
+  if (!std::filesystem::exists(kLibtorchHeader)) {
+    return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
+  }
+  const std::string source = ProjectPath("bench/peers/" + name + ".cc");
+  std::ifstream in(source, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the peer's source ", source));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Named for the source's contents: checkouts of other versions sharing the
+  // temp dir each get their own binary, and an edit recompiles.
+  const std::string binary = (std::filesystem::temp_directory_path() /
+                              absl::StrFormat("troupe_%s_%016x", name, std::hash<std::string>{}(text)))
+                                 .string();
+  if (std::filesystem::exists(binary)) return binary;
+  std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
+  std::fflush(stdout);
+  // zlib: the GAN peer reads Fashion-MNIST's gzipped IDX files itself. A
+  // temporary per process, then a rename: tests run side by side (ctest -j)
+  // may compile the same peer at once.
+  const std::string temporary = absl::StrCat(binary, ".", getpid(), ".tmp");
+  auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
+                                       temporary, " -ltorch -ltorch_cpu -lc10 -lz 2>&1 && mv ", temporary, " ",
+                                       binary));
+  if (!built.ok()) return built.status();
+  return binary;
+}
+
+}  // namespace troupe::bench
