@@ -27,5 +27,5 @@ done
 for task in "${tasks[@]}"; do
   [[ -f $out/$task/seed-0/done ]] || continue
   "$troupe" view "$out/$task/seed-0" --record "$out/$task/seed-0.mp4" --strip "$out/$task/strip.png" \
-    --width 240 --height 240
+    --width 160 --height 160
 done
