@@ -83,7 +83,9 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--parallel", args->parallel, "Runs at a time on this machine, the cores split between them")
       ->capture_default_str();
-  cmd->add_option("--cores", args->cores, "Cores to split between parallel runs (0 = this machine's); with --slurm, the CPUs of each run's array task")
+  cmd->add_option("--cores", args->cores,
+                  "Cores to split between parallel runs (0 = this machine's); with --slurm, the CPUs of each run's "
+                  "array task")
       ->capture_default_str();
   cmd->add_option("--dir", args->dir, "The sweep directory (default RUNS_DIR/NAME-sweep)");
   cmd->add_flag("--summary-only", args->summary_only, "Write the summary of the runs as they are; start nothing");

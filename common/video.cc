@@ -139,7 +139,8 @@ absl::Status Mp4Writer::Finish() {
   std::error_code error;
   std::filesystem::rename(impl_->partial, path_, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("video: cannot move ", impl_->partial, " to ", path_, ": ", error.message()));
+    return absl::InternalError(
+        absl::StrCat("video: cannot move ", impl_->partial, " to ", path_, ": ", error.message()));
   }
   finished_ = true;
   return absl::OkStatus();

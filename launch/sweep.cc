@@ -464,8 +464,10 @@ absl::StatusOr<SlurmSweepJobs> SubmitSweepToSlurm(const SweepPlan& plan, int par
   absl::StrAppend(&array, "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=", cpus_per_run, "\n");
   absl::StrAppend(&array, "#SBATCH --output=", dir, "/job-%A_%a.out\n#SBATCH --open-mode=append\n");
   absl::StrAppend(&array, "set -euo pipefail\n");
-  absl::StrAppend(&array, "run_dir=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" ", ShellQuote(dir + "/members.txt"), ")\n");
-  absl::StrAppend(&array, "echo \"troupe sweep: array task $SLURM_ARRAY_TASK_ID on ${SLURMD_NODENAME:-$(hostname)}: $run_dir\"\n");
+  absl::StrAppend(&array, "run_dir=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" ", ShellQuote(dir + "/members.txt"),
+                  ")\n");
+  absl::StrAppend(&array, "echo \"troupe sweep: array task $SLURM_ARRAY_TASK_ID on ",
+                  "${SLURMD_NODENAME:-$(hostname)}: $run_dir\"\n");
   std::string command;
   for (const std::string& word : runner) absl::StrAppend(&command, ShellQuote(word), " ");
   absl::StrAppend(&array, "exec ", command, "\"$run_dir\" >> \"$run_dir/log.txt\" 2>&1\n");
