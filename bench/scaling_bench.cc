@@ -145,11 +145,12 @@ absl::StatusOr<double> MeasureMpiStep(const std::string& model, int replicas, in
     return absl::StrCat(TROUPE_MPIEXEC, " -np ", ranks, " --oversubscribe --allow-run-as-root --bind-to none ",
                         TROUPE_MPI_STEP_BIN, " ", model, " ", ranks, " ", shard, " ", steps);
   };
-  std::string command = run(replicas);
+  std::string command;
   if (side_by_side > 1) {
-    command = "(";
     for (int i = 0; i < side_by_side; ++i) absl::StrAppend(&command, run(1), " & ");
-    command += "wait)";
+    command = absl::StrCat("(", command, "wait)");
+  } else {
+    command = run(replicas);
   }
   ASSIGN_OR_RETURN(const std::string out, RunCommand(command + " 2>&1"));
   double slowest = 0;
