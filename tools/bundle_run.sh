@@ -114,6 +114,10 @@ if ((!cpu_only)); then
     echo "troupe bench $* : exit $?" | tee -a "$out/summary.txt"
   }
   bench learner learner --seconds 3
+  # TLS + token against plain gRPC on the insert path, on this machine's
+  # cores (the 2-core development machines put both ends of ~500 MB/s of
+  # AES-GCM on the same two cores).
+  bench replay_tls replay --only tls
   devices=(cpu)
   if ((gpu)); then
     devices+=(cuda cuda-bf16)
