@@ -10,21 +10,26 @@ import sysconfig
 import time
 
 
+# EnvPool's vendored GL library (a name prefix in envpool.libs) -> the system's.
+SYSTEM_GL = {"libEGL-": "/lib/x86_64-linux-gnu/libEGL.so.1", "libOpenGL-": "/lib/x86_64-linux-gnu/libOpenGL.so.0",
+             "libGLdispatch-": "/lib/x86_64-linux-gnu/libGLdispatch.so.0"}
+
+
 def use_system_gl():
     """EnvPool's wheel vendors libEGL, libOpenGL and libGLdispatch under
     hashed names; next to Mesa's EGL (which loads the system's libGLdispatch)
     two dispatch tables exist and MuJoCo's gladLoadGL fails. Point the
-    vendored names at the system's glvnd libraries (in this bench-only venv)."""
+    vendored names at the system's glvnd libraries (in this bench-only venv;
+    the originals are kept as NAME.vendored)."""
     libs = os.path.join(sysconfig.get_paths()["purelib"], "envpool.libs")
-    system = "/lib/x86_64-linux-gnu"
-    for name in os.listdir(libs) if os.path.isdir(libs) else []:
-        for stem in ("libEGL", "libOpenGL", "libGLdispatch"):
-            target = os.path.join(system, {"libEGL": "libEGL.so.1", "libOpenGL": "libOpenGL.so.0",
-                                           "libGLdispatch": "libGLdispatch.so.0"}[stem])
-            path = os.path.join(libs, name)
-            if name.startswith(stem + "-") and not os.path.islink(path) and os.path.exists(target):
-                os.replace(path, path + ".vendored")
-                os.symlink(target, path)
+    if not os.path.isdir(libs):
+        return
+    for name in os.listdir(libs):
+        path = os.path.join(libs, name)
+        target = next((t for prefix, t in SYSTEM_GL.items() if name.startswith(prefix)), None)
+        if target and not name.endswith(".vendored") and not os.path.islink(path) and os.path.exists(target):
+            os.replace(path, path + ".vendored")
+            os.symlink(target, path)
 
 
 task, num_envs, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
