@@ -2,19 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace troupe::nn {
+namespace {
 
-absl::Status AdamOptions::Validate() const {
-  if (!(beta1 >= 0 && beta1 < 1)) return absl::InvalidArgumentError(absl::StrCat("adam beta1 ", beta1, " not in [0, 1)"));
-  if (!(beta2 >= 0 && beta2 < 1)) return absl::InvalidArgumentError(absl::StrCat("adam beta2 ", beta2, " not in [0, 1)"));
-  if (!(eps > 0)) return absl::InvalidArgumentError(absl::StrCat("adam eps ", eps, " must be > 0"));
-  if (!(weight_decay >= 0)) return absl::InvalidArgumentError(absl::StrCat("adam weight_decay ", weight_decay, " < 0"));
+// Adam's and LAMB's moment settings; `name` prefixes each message.
+absl::Status ValidateMoments(const char* name, float beta1, float beta2, float eps, float weight_decay) {
+  for (const auto& [which, beta] : {std::pair{"beta1", beta1}, std::pair{"beta2", beta2}}) {
+    if (!(beta >= 0 && beta < 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", which, " ", beta, " not in [0, 1)"));
+    }
+  }
+  if (!(eps > 0)) return absl::InvalidArgumentError(absl::StrCat(name, " eps ", eps, " must be > 0"));
+  if (!(weight_decay >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " weight_decay ", weight_decay, " < 0"));
+  }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status AdamOptions::Validate() const { return ValidateMoments("adam", beta1, beta2, eps, weight_decay); }
 
 absl::Status SgdOptions::Validate() const {
   if (!(momentum >= 0 && momentum < 1)) {
@@ -24,13 +36,7 @@ absl::Status SgdOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::Status LambOptions::Validate() const {
-  if (!(beta1 >= 0 && beta1 < 1)) return absl::InvalidArgumentError(absl::StrCat("lamb beta1 ", beta1, " not in [0, 1)"));
-  if (!(beta2 >= 0 && beta2 < 1)) return absl::InvalidArgumentError(absl::StrCat("lamb beta2 ", beta2, " not in [0, 1)"));
-  if (!(eps > 0)) return absl::InvalidArgumentError(absl::StrCat("lamb eps ", eps, " must be > 0"));
-  if (!(weight_decay >= 0)) return absl::InvalidArgumentError(absl::StrCat("lamb weight_decay ", weight_decay, " < 0"));
-  return absl::OkStatus();
-}
+absl::Status LambOptions::Validate() const { return ValidateMoments("lamb", beta1, beta2, eps, weight_decay); }
 
 absl::Status LarsOptions::Validate() const {
   if (!(momentum >= 0 && momentum < 1)) {
