@@ -152,28 +152,42 @@ absl::StatusOr<double> BestOfOneAndTwoThreads(const std::string& command, const 
 // The PyTorch release the Python peers run: 2.x for CPU, pinned so figures compare.
 constexpr char kPytorchRequirement[] = "torch==2.5.1 numpy";
 
+// The python of a virtual environment at `venv` holding the pip
+// `requirement`, made and filled from PyPI on first use (`why` says what for
+// and how long); VENV/`marker` records the requirement, so a changed pin
+// installs again. Unavailable, saying why, when it cannot be made (no
+// python3-venv, offline).
+absl::StatusOr<std::string> PeerVenv(const std::string& venv, const std::string& requirement,
+                                     const std::string& marker, const std::string& why) {
+  const std::string python = venv + "/bin/python";
+  std::ifstream marker_in(venv + "/" + marker);
+  std::string installed_requirement;
+  std::getline(marker_in, installed_requirement);
+  if (installed_requirement == requirement) return python;
+  std::printf("(installing %s into %s %s)\n", requirement.c_str(), venv.c_str(), why.c_str());
+  std::fflush(stdout);
+  if (!std::filesystem::exists(python)) {
+    if (auto made = RunCommand(absl::StrCat("python3 -m venv ", venv, " 2>&1")); !made.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot make the venv ", venv, " (apt-get install python3-venv): ", made.status().message()));
+    }
+  }
+  if (auto installed = RunCommand(
+          absl::StrCat(python, " -m pip install --quiet --disable-pip-version-check ", requirement, " 2>&1"));
+      !installed.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot install ", requirement, " into ", venv, " (offline?): ",
+                                               installed.status().message().substr(0, 400)));
+  }
+  std::ofstream(venv + "/" + marker) << requirement << "\n";
+  return python;
+}
+
 }  // namespace
 
 absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
-  const std::string venv = TROUPE_PEERS_VENV;
-  const std::string python = venv + "/bin/python";
-  if (!std::filesystem::exists(venv + "/.torch-installed")) {
-    std::printf("(installing %s for CPU into %s for the PyTorch peer: a few minutes, once)\n", kPytorchRequirement,
-                venv.c_str());
-    std::fflush(stdout);
-    if (!std::filesystem::exists(python)) {
-      if (auto made = RunCommand(absl::StrCat("python3 -m venv ", venv, " 2>&1")); !made.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot make the peer environment (apt-get install python3-venv): ", made.status().message()));
-      }
-    }
-    if (auto installed = RunCommand(absl::StrCat(python, " -m pip install --quiet ", kPytorchRequirement, " 2>&1"));
-        !installed.ok()) {
-      return absl::UnavailableError(absl::StrCat("cannot install ", kPytorchRequirement, " (offline?): ",
-                                                 installed.status().message().substr(0, 400)));
-    }
-    std::ofstream(venv + "/.torch-installed") << kPytorchRequirement << "\n";
-  }
+  ASSIGN_OR_RETURN(const std::string python,
+                   PeerVenv(TROUPE_PEERS_VENV, kPytorchRequirement, ".torch-installed",
+                            "for CPU for the PyTorch peer: a few minutes, once"));
   const std::string script = ProjectPath("bench/peers/" + name + ".py");
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
 }
@@ -181,30 +195,9 @@ absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string
 absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,
                                       bool pixels) {
   // The venv bench/python_bench.py makes, with the same pins and marker.
-  constexpr char kPeers[] = "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0";
-  const std::string venv = TROUPE_PYTHON_BENCH_VENV;
-  const std::string python = venv + "/bin/python";
-  std::ifstream marker_in(venv + "/.installed");
-  std::string marker;
-  std::getline(marker_in, marker);
-  if (marker != kPeers) {
-    std::printf("(installing %s from PyPI into %s for the EnvPool figures: a minute or two, once)\n", kPeers,
-                venv.c_str());
-    std::fflush(stdout);
-    if (!std::filesystem::exists(python)) {
-      if (auto made = RunCommand(absl::StrCat("python3 -m venv ", venv, " 2>&1")); !made.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot make the EnvPool venv (apt-get install python3-venv): ", made.status().message()));
-      }
-    }
-    if (auto installed = RunCommand(absl::StrCat(python, " -m pip install --quiet --disable-pip-version-check ",
-                                                 kPeers, " 2>&1"));
-        !installed.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot install ", kPeers, " (offline?): ", installed.status().message().substr(0, 400)));
-    }
-    std::ofstream(venv + "/.installed") << kPeers << "\n";
-  }
+  ASSIGN_OR_RETURN(const std::string python,
+                   PeerVenv(TROUPE_PYTHON_BENCH_VENV, "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0", ".installed",
+                            "from PyPI for the EnvPool figures: a minute or two, once"));
   ASSIGN_OR_RETURN(const std::string out,
                    RunCommand(absl::StrCat(python, " ", ProjectPath("bench/peers/envpool_dmc.py"), " ", task_id, " ",
                                            num_envs, " ", seconds, " ", threads, pixels ? " pixels" : "", " 2>&1")));
