@@ -83,6 +83,20 @@ TEST(ReplicatorTest, TwoReplicasOnHalfBatchesEqualOneReplicaOnTheWholeBatch) {
   EXPECT_GT(std::fabs(one[0] - fresh.params.DownloadValues()[0]), 1e-3);
 }
 
+// One ReplicatedOptimizer step of replica ctx.replica_id() on `m` whose
+// gradient is replica_id + 1 everywhere; returns the gradient as reduced
+// (the mean over K replicas: (K + 1) / 2 everywhere).
+std::vector<float> StepWithReplicaIndexGradients(ReplicaContext& ctx, testing::TestModel& m) {
+  nn::Sgd sgd(&m.params, m.backend.get());
+  ReplicatedOptimizer optimizer(&sgd, &ctx);
+  std::vector<float> grads(m.params.total_floats(), float(ctx.replica_id() + 1));
+  m.backend->Upload(grads.data(), m.params.device_grads(), sizeof(float) * grads.size());
+  optimizer.Step(/*learning_rate=*/0.1f);
+  std::vector<float> reduced(m.params.total_floats());
+  m.backend->Download(m.params.device_grads(), reduced.data(), sizeof(float) * reduced.size());
+  return reduced;
+}
+
 // Gradients in memory the host cannot touch reach the collectives through a
 // host copy (bucket by bucket during backward, or all at once): K=2 on the
 // strict CPU device equals K=2 on the CPU bit for bit.
@@ -107,18 +121,8 @@ TEST(ReplicatorTest, ReplicasOnTheStrictDeviceReduceThroughTheHostAsOnTheCpu) {
       models.push_back(std::make_unique<testing::TestModel>(device));
     }
     ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
-      testing::TestModel& m = *models[ctx.replica_id()];
-      nn::Sgd sgd(&m.params, m.backend.get());
-      ReplicatedOptimizer optimizer(&sgd, &ctx);
       // Replica r's gradient is r + 1 everywhere: the mean is 1.5.
-      std::vector<float> grads(m.params.total_floats(), float(ctx.replica_id() + 1));
-      m.backend->Upload(grads.data(), m.params.device_grads(), sizeof(float) * grads.size());
-      optimizer.Step(/*learning_rate=*/0.1f);
-      const std::vector<float> reduced = [&] {
-        std::vector<float> host(m.params.total_floats());
-        m.backend->Download(m.params.device_grads(), host.data(), sizeof(float) * host.size());
-        return host;
-      }();
+      const std::vector<float> reduced = StepWithReplicaIndexGradients(ctx, *models[ctx.replica_id()]);
       EXPECT_EQ(reduced, std::vector<float>(reduced.size(), 1.5f));
       return ctx.status();
     }).ok());
@@ -147,15 +151,8 @@ TEST(ReplicatorTest, TwoReplicasSharingOneDeviceReduceOnItAsThroughTheHost) {
   ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
     EXPECT_TRUE(ctx.ReducesOnDevice());
     EXPECT_EQ(ctx.collectives().local_rank(), 0) << "every replica on device 0";
-    testing::TestModel& m = *models[ctx.replica_id()];
-    nn::Sgd sgd(&m.params, m.backend.get());
-    ReplicatedOptimizer optimizer(&sgd, &ctx);
     // Replica r's gradient is r + 1 everywhere: the mean is 2.
-    std::vector<float> grads(m.params.total_floats(), float(ctx.replica_id() + 1));
-    m.backend->Upload(grads.data(), m.params.device_grads(), sizeof(float) * grads.size());
-    optimizer.Step(/*learning_rate=*/0.1f);
-    std::vector<float> reduced(m.params.total_floats());
-    m.backend->Download(m.params.device_grads(), reduced.data(), sizeof(float) * reduced.size());
+    const std::vector<float> reduced = StepWithReplicaIndexGradients(ctx, *models[ctx.replica_id()]);
     EXPECT_EQ(reduced, std::vector<float>(reduced.size(), 2.0f));
     return ctx.status();
   }).ok());
