@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -18,6 +17,7 @@
 #include "gan/fid.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/processes.h"
 
 namespace troupe::launch {
 namespace {
@@ -25,12 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using e2e::Read;
 
 void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -261,19 +256,10 @@ class SweepEndToEndTest : public ::testing::Test {
   static pid_t StartSweep(const std::string& sweep_dir, const std::string& log) {
     const std::string config = dir_->path() + "/tiny.textproto";
     Write(config, TinyGanConfig(dir_->path() + "/runs", dir_->path() + "/classifier.ckpt"));
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      FILE* out = std::fopen(log.c_str(), "w");
-      dup2(fileno(out), STDOUT_FILENO);
-      dup2(fileno(out), STDERR_FILENO);
-      execl(TROUPE_BINARY, TROUPE_BINARY, "sweep", config.c_str(), "--grid", "gan.batch_size=16,32", "--grid",
-            "gan.lr_scaling=LINEAR,SQRT", "--seeds", "2", "--parallel", "2", "--cores", "2", "--dir",
-            sweep_dir.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    return pid;
+    return e2e::Start(TROUPE_BINARY,
+                      {"sweep", config, "--grid", "gan.batch_size=16,32", "--grid", "gan.lr_scaling=LINEAR,SQRT",
+                       "--seeds", "2", "--parallel", "2", "--cores", "2", "--dir", sweep_dir},
+                      log);
   }
   static inline TempDir* dir_ = nullptr;
 };
