@@ -17,7 +17,7 @@
 #include "gan/fid.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/processes.h"
+#include "common/processes.h"
 
 namespace troupe::launch {
 namespace {

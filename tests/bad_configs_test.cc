@@ -28,7 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
-#include "tests/processes.h"
+#include "common/processes.h"
 
 namespace troupe::e2e {
 namespace {

@@ -15,7 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/video.h"
-#include "tests/processes.h"
+#include "common/processes.h"
 
 namespace troupe {
 namespace {

@@ -15,7 +15,7 @@
 #include "proto/episodes.grpc.pb.h"
 #include "proto/parameters.grpc.pb.h"
 #include "proto/replay.grpc.pb.h"
-#include "tests/processes.h"
+#include "common/processes.h"
 
 namespace troupe {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/processes.h"
+#include "common/processes.h"
 
 namespace troupe {
 namespace {

@@ -1,8 +1,9 @@
-// Helpers for the end-to-end tests that run real troupe processes: start one
-// in its own process group with its output in a log, wait for it with a
-// deadline, read its logs and the run directory's metrics.csv.
-#ifndef TROUPE_TESTS_PROCESSES_H_
-#define TROUPE_TESTS_PROCESSES_H_
+// Helpers for the tests that run real troupe processes (the end-to-end tests
+// in tests/, the sweep test in launch/): start one in its own process group
+// with its output in a log, wait for it with a deadline, read its logs and
+// the run directory's metrics.csv. Header-only and test-only, like fuzz.h.
+#ifndef TROUPE_COMMON_PROCESSES_H_
+#define TROUPE_COMMON_PROCESSES_H_
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -107,4 +108,4 @@ enum MetricsColumn { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kRe
 
 }  // namespace troupe::e2e
 
-#endif  // TROUPE_TESTS_PROCESSES_H_
+#endif  // TROUPE_COMMON_PROCESSES_H_
