@@ -298,10 +298,11 @@ TEST(CheetahTest, RestingEarnsNothingAndAGaitRunsForward) {
     for (int step = 0; step < 200; ++step) rest_return += loaded.Step(Zeros(loaded.model()));
     EXPECT_LT(rest_return, 1.0) << "seed " << seed;
 
-    // A bang-bang gait: each joint a square wave at 3.6 Hz with its own
-    // phase (found by a small search), run for 5 s.
-    constexpr double kFrequency = 3.598;
-    constexpr double kPhases[6] = {5.269, 3.865, 3.981, 5.185, 1.538, 5.450};
+    // A bang-bang gait: each joint a square wave at 4.5 Hz with its own
+    // phase (found by a small random search on dm_control's cheetah, the
+    // same model: 11-13 m in 5 s from four of its initial states), run for 5 s.
+    constexpr double kFrequency = 4.498;
+    constexpr double kPhases[6] = {4.945, 1.504, 5.507, 0.368, 2.112, 0.944};
     loaded.Reset(seed);
     const double start = loaded.data()->qpos[rootx];
     double run_return = 0.0;

@@ -47,9 +47,6 @@ KNOWN_DIFFERENCES = {
                           "why": "troupe's cup: its target box (half sizes 0.06 x 0.055, 6 cm above the cup's "
                                  "origin) is not dm_control's (0.05 x 0.05, 5 cm below): 'ball in cup' differs "
                                  "near the rim"},
-    "cheetah.run": {"reward_tolerance": 0.01,
-                    "why": "troupe's own cheetah: its masses put the torso subtree's velocity (the run speed) a "
-                           "few percent off dm_control's for the same qvel"},
 }
 
 
@@ -61,7 +58,6 @@ TOGETHER_STEPS = 200
 TOGETHER_QPOS = 1e-3
 MODELS_THAT_PART = {
     "reacher.easy": "dm_control's arm geoms collide (with its floor among others); troupe's collide with nothing",
-    "cheetah.run": "troupe's own cheetah: masses, contacts",
     "walker.walk": "troupe's own walker: masses, contacts",
     "ball_in_cup.catch": "troupe's own cup and tendon",
 }
