@@ -73,9 +73,9 @@ int main(int argc, char** argv) {
         joints += (joints.empty() ? "\"" : ",\"") + std::string(mj_id2name(m, mjOBJ_JOINT, j)) + "\"";
       }
       std::printf("{\"nq\":%d,\"nv\":%d,\"nu\":%d,\"episode_steps\":%d,\"timestep\":%.17g,\"substeps\":%d,"
-                  "\"fields\":[%s],\"joints\":[%s]}\n",
+                  "\"fields\":[%s],\"joints\":[%s],\"model\":\"%s\"}\n",
                   m->nq, m->nv, m->nu, env.spec().episode_steps, m->opt.timestep, (*info)->control_substeps,
-                  fields.c_str(), joints.c_str());
+                  fields.c_str(), joints.c_str(), (AssetsDir() + "/" + (*info)->model_file).c_str());
     } else if (command == "reset" || command == "set") {
       const size_t want = size_t(m->nq + m->nv) + (command == "set" ? m->nu : 0);
       if (numbers.size() != want) {

@@ -15,12 +15,10 @@ namespace {
 
 constexpr char kModelFile[] = "ball_in_cup.xml";
 
-// The ball starts within this box around the string's anchor (m)...
-constexpr double kInitialHalfWidth = 0.3;
-constexpr double kInitialBelow = 0.3;
-constexpr double kInitialAbove = 0.05;
-// ...redrawn until it is collision-free, within the string's reach and not
-// already caught.
+// The ball starts at joint positions x in [-0.2, 0.2], z in [0.2, 0.5] m
+// (from its body's home 0.2 m up), redrawn until nothing touches
+// (dm_control's catch task).
+constexpr double kInitialX = 0.2, kInitialZLow = 0.2, kInitialZHigh = 0.5;
 constexpr int kMaxInitialAttempts = 1000;
 
 // Catching. Observation (dm_control's): position (4: cup x, z and ball x, z
@@ -31,28 +29,18 @@ class BallInCupCatchTask : public Task {
     return BindIds(model, kModelFile,
                    {{mjOBJ_JOINT, "ball_x", &ball_x_joint_},
                     {mjOBJ_JOINT, "ball_z", &ball_z_joint_},
-                    {mjOBJ_BODY, "ball", &ball_body_},
                     {mjOBJ_GEOM, "ball", &ball_geom_},
-                    {mjOBJ_SITE, "target", &target_site_},
-                    {mjOBJ_SITE, "anchor", &anchor_site_},
-                    {mjOBJ_TENDON, "string", &string_tendon_}});
+                    {mjOBJ_SITE, "target", &target_site_}});
   }
 
   void InitializeEpisode(const mjModel* model, mjData* data, std::mt19937_64& rng) override {
-    // The cup stays at its home position; the ball is placed at random near
-    // the anchor, at rest. The last draw stands if none qualifies.
-    mj_kinematics(model, data);
-    const double anchor_x = data->site_xpos[3 * anchor_site_];
-    const double anchor_z = data->site_xpos[3 * anchor_site_ + 2];
-    const double* ball_home = model->body_pos + 3 * ball_body_;
-    const double string_length = model->tendon_range[2 * string_tendon_ + 1];
+    // The cup at rest at home; the ball at rest at a random place. The last
+    // draw stands if none is free.
     for (int attempt = 0; attempt < kMaxInitialAttempts; ++attempt) {
-      const double x = anchor_x + Uniform(rng, -kInitialHalfWidth, kInitialHalfWidth);
-      const double z = anchor_z + Uniform(rng, -kInitialBelow, kInitialAbove);
-      data->qpos[model->jnt_qposadr[ball_x_joint_]] = x - ball_home[0];
-      data->qpos[model->jnt_qposadr[ball_z_joint_]] = z - ball_home[2];
+      data->qpos[model->jnt_qposadr[ball_x_joint_]] = Uniform(rng, -kInitialX, kInitialX);
+      data->qpos[model->jnt_qposadr[ball_z_joint_]] = Uniform(rng, kInitialZLow, kInitialZHigh);
       mj_forward(model, data);
-      if (data->ncon == 0 && data->ten_length[string_tendon_] < string_length && !BallInCup(model, data)) break;
+      if (data->ncon == 0) break;
     }
   }
 
@@ -77,17 +65,14 @@ class BallInCupCatchTask : public Task {
     const double* target = data->site_xpos + 3 * target_site_;
     const double* target_size = model->site_size + 3 * target_site_;
     const double radius = model->geom_size[3 * ball_geom_];
-    return std::abs(ball[0] - target[0]) <= target_size[0] - radius &&
-           std::abs(ball[2] - target[2]) <= target_size[2] - radius;
+    return std::abs(ball[0] - target[0]) < target_size[0] - radius &&
+           std::abs(ball[2] - target[2]) < target_size[2] - radius;
   }
 
   int ball_x_joint_ = -1;
   int ball_z_joint_ = -1;
-  int ball_body_ = -1;
   int ball_geom_ = -1;
   int target_site_ = -1;
-  int anchor_site_ = -1;
-  int string_tendon_ = -1;
 };
 
 }  // namespace
@@ -95,7 +80,7 @@ class BallInCupCatchTask : public Task {
 std::vector<TaskInfo> BallInCupTasks() {
   return {TaskInfo{.name = "ball_in_cup.catch",
                    .model_file = kModelFile,
-                   .control_substeps = 2,
+                   .control_substeps = 10,
                    .episode_steps = 1000,
                    .pixel_camera = "fixed",
                    .make = [] { return std::make_unique<BallInCupCatchTask>(); }}};

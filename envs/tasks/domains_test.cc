@@ -358,18 +358,19 @@ TEST(BallInCupTest, RewardIsOneWithBallInCupAndZeroHangingBelow) {
   LoadedTask loaded("ball_in_cup.catch");
   ASSERT_TRUE(loaded.ok());
   const mjModel* model = loaded.model();
-  // The home state: the ball hangs at rest on the string.
+  // The home state: the ball hangs below the cup, on the string.
   mj_resetData(model, loaded.data());
   EXPECT_EQ(loaded.Forward(), 0.0);
   double hanging_return = 0.0;
   for (int step = 0; step < 200; ++step) hanging_return += loaded.Step(Zeros(model));
   EXPECT_EQ(hanging_return, 0.0);
 
-  // Put the ball in the cup, just above its floor: it stays there.
+  // Put the ball in the cup, just above its floor (0.1 m below the rim): it
+  // stays there, the cup sagging on its springs under the ball's weight.
   mj_resetData(model, loaded.data());
   const int ball_body = mj_name2id(model, mjOBJ_BODY, "ball");
   const int cup_body = mj_name2id(model, mjOBJ_BODY, "cup");
-  const double ball_in_cup_z = model->body_pos[3 * cup_body + 2] + 0.04;
+  const double ball_in_cup_z = model->body_pos[3 * cup_body + 2] - 0.06;
   loaded.data()->qpos[loaded.JointQpos("ball_z")] = ball_in_cup_z - model->body_pos[3 * ball_body + 2];
   EXPECT_EQ(loaded.Forward(), 1.0);
   double caught_return = 0.0;
@@ -377,13 +378,18 @@ TEST(BallInCupTest, RewardIsOneWithBallInCupAndZeroHangingBelow) {
   EXPECT_EQ(caught_return, 200.0);
 }
 
-TEST(BallInCupTest, EpisodesStartWithTheBallOutOfTheCupAndTheStringSlack) {
+TEST(BallInCupTest, EpisodesStartAsDmControlsWithNothingTouchingAndTheStringSlack) {
   LoadedTask loaded("ball_in_cup.catch");
   ASSERT_TRUE(loaded.ok());
   const int string = mj_name2id(loaded.model(), mjOBJ_TENDON, "string");
+  const int ball_x = loaded.JointQpos("ball_x"), ball_z = loaded.JointQpos("ball_z");
   for (uint64_t seed = 0; seed < 20; ++seed) {
     loaded.Reset(seed);
-    EXPECT_EQ(loaded.task().Reward(loaded.model(), loaded.data()), 0.0) << "seed " << seed;
+    // dm_control's draw: ball x in [-0.2, 0.2], z in [0.2, 0.5], the cup at home.
+    EXPECT_LE(std::abs(loaded.data()->qpos[ball_x]), 0.2) << "seed " << seed;
+    EXPECT_GE(loaded.data()->qpos[ball_z], 0.2) << "seed " << seed;
+    EXPECT_LE(loaded.data()->qpos[ball_z], 0.5) << "seed " << seed;
+    EXPECT_EQ(loaded.data()->qpos[loaded.JointQpos("cup_x")], 0.0) << "seed " << seed;
     EXPECT_EQ(loaded.data()->ncon, 0) << "seed " << seed;
     EXPECT_LE(loaded.data()->ten_length[string], loaded.model()->tendon_range[2 * string + 1]) << "seed " << seed;
   }
