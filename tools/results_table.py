@@ -3,7 +3,7 @@
 
     tools/results_table.py runs/results_state [--pixels runs/results_pixels] [--machine TEXT]
 
-Each DIR holds one sweep directory per task (tools/results_state.sh makes
+Each DIR holds one sweep directory per task (tools/results.sh makes
 them: DIR/<task>/seed-N/ run directories). Per task: the final evaluation
 return of each seed (its last eval.csv row, counted only once the run has
 reached its budget: the sweep's `done` file), mean and standard deviation over the finished seeds, and
