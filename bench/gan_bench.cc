@@ -26,12 +26,13 @@
 //   key.txt               the key, for a reader
 //   initial_weights.ckpt  troupe's initial weights, exported once
 //   troupe_checkpoint/    troupe's half, checkpointed every 5 minutes while
-//                         it trains (GanTrainer::SaveCheckpoint), resumed
+//                         it trains (GanTrainer::SaveCheckpoint; `--only
+//                         reference_checkpoint_s=S` sets the interval), resumed
 //   troupe_result.txt     troupe's half once finished (FID, losses, seconds,
 //                         images, with the key): a rerun skips its training
-//   reference_state.pt    the libtorch reference's state (every 500 steps
-//                         and at the end), resumed; once at step N a rerun
-//                         only draws its samples
+//   reference_state.pt    the libtorch reference's state (every 500 steps,
+//                         or N/10 when fewer, and at the end), resumed; once
+//                         at step N a rerun only draws its samples
 // A run killed at any point loses at most the minutes since the last save.
 // `--only reference_dir=DIR` alone also runs only the comparison.
 #include <algorithm>
@@ -72,62 +73,22 @@ absl::StatusOr<double> LibtorchGanRate(int64_t batch, const config::GanConfig& c
 
 void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); }
 
-// How often troupe's half of the reference comparison saves a checkpoint, and
-// in how many steps per Train call it checks the time.
-constexpr double kTroupeCheckpointSeconds = 300;
-constexpr int64_t kTroupeStepsPerCall = 50;
-// How often (in steps) the libtorch reference saves its state.
+// In how many steps per Train call troupe's half of the reference comparison
+// checks whether a checkpoint is due.
+constexpr int64_t kTroupeStepsPerCall = 20;
+// How often (in steps) the libtorch reference saves its state at most: a
+// short run saves 10 times.
 constexpr int64_t kReferenceSaveEvery = 500;
-
-// A checkpoint of troupe's half is complete when it has counters.txt
-// (GanTrainer::SaveCheckpoint's commit point) and seconds.txt (its training
-// time so far), written last.
-bool IsCompleteCheckpoint(const std::string& dir) {
-  return std::filesystem::exists(dir + "/counters.txt") && std::filesystem::exists(dir + "/seconds.txt");
-}
-
-// Saves troupe's half into DIR.new, then swaps it for DIR: the old DIR's
-// counters.txt goes first, so a kill part way leaves one complete checkpoint
-// (DIR, or else DIR.new) for LoadTroupeCheckpoint.
-absl::Status SaveTroupeCheckpoint(const gan::GanTrainer& trainer, const std::string& dir, double seconds) {
-  const std::string fresh = dir + ".new";
-  std::error_code ec;
-  std::filesystem::remove_all(fresh, ec);
-  RETURN_IF_ERROR(trainer.SaveCheckpoint(fresh));
-  RETURN_IF_ERROR(WriteFileAtomically(fresh + "/seconds.txt", absl::StrFormat("%.17g\n", seconds)));
-  std::filesystem::remove(dir + "/counters.txt", ec);
-  std::filesystem::remove_all(dir, ec);
-  std::filesystem::rename(fresh, dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot rename ", fresh, " to ", dir, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-// Restores troupe's half from its checkpoint in DIR (or DIR.new, see above);
-// returns the training seconds before it. NotFound when there is none;
-// the checkpoint's own error, saying how to start over, when it is unreadable.
-absl::StatusOr<double> LoadTroupeCheckpoint(gan::GanTrainer& trainer, const std::string& dir) {
-  for (const std::string& candidate : {dir, dir + ".new"}) {
-    if (!IsCompleteCheckpoint(candidate)) continue;
-    double seconds = 0;
-    std::ifstream(candidate + "/seconds.txt") >> seconds;
-    if (absl::Status loaded = trainer.LoadCheckpoint(candidate); !loaded.ok()) {
-      return absl::Status(loaded.code(), absl::StrCat(loaded.message(), " (remove ", candidate,
-                                                      " to train troupe's half from the start)"));
-    }
-    return seconds;
-  }
-  return absl::NotFoundError(absl::StrCat("no checkpoint of troupe's half in ", dir));
-}
 
 // troupe's half of the reference comparison: `steps` steps of config `c` from
 // its checkpoint in `dir` if there is one (exporting the initial weights to
 // `weights` first if they are missing), checkpointed every
-// kTroupeCheckpointSeconds; then its classifier-FID, written with `key` to
+// `checkpoint_seconds`; then its classifier-FID, written with `key` to
 // dir/troupe_result.txt, and the checkpoint removed.
 absl::StatusOr<TroupeHalf> TrainTroupeHalf(const gan::GanData& data, gan::GanEvaluator& evaluator,
                                            const config::GanConfig& c, int64_t steps, int64_t samples,
                                            const std::string& dir, const std::string& key,
-                                           const std::string& weights) {
+                                           const std::string& weights, double checkpoint_seconds) {
   ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
   if (!std::filesystem::exists(weights)) RETURN_IF_ERROR(trainer->ExportWeights(weights));
   // Resume from the checkpoint, if any.
@@ -139,11 +100,11 @@ absl::StatusOr<TroupeHalf> TrainTroupeHalf(const gan::GanData& data, gan::GanEva
                         trainer->steps(), steps, checkpoint, earlier_seconds));
   } else if (absl::IsNotFound(resumed.status())) {
     Log(absl::StrFormat("reference comparison: troupe trains %d steps at batch 64 (checkpoint every %.0f s in %s) ...",
-                        steps, kTroupeCheckpointSeconds, checkpoint));
+                        steps, checkpoint_seconds, checkpoint));
   } else {
     return resumed.status();
   }
-  // Train, checkpointing every kTroupeCheckpointSeconds (not after the last step: the result file follows).
+  // Train, checkpointing every checkpoint_seconds (not after the last step: the result file follows).
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const int64_t first_step = trainer->steps();
@@ -151,7 +112,7 @@ absl::StatusOr<TroupeHalf> TrainTroupeHalf(const gan::GanData& data, gan::GanEva
   double last_save = 0;
   while (trainer->steps() < steps) {
     RETURN_IF_ERROR(trainer->Train(std::min(kTroupeStepsPerCall, steps - trainer->steps())));
-    if (trainer->steps() < steps && piece_seconds() - last_save >= kTroupeCheckpointSeconds) {
+    if (trainer->steps() < steps && piece_seconds() - last_save >= checkpoint_seconds) {
       RETURN_IF_ERROR(SaveTroupeCheckpoint(*trainer, checkpoint, earlier_seconds + piece_seconds()));
       last_save = piece_seconds();
       Log(absl::StrFormat("  troupe: step %d of %d, images/s %.1f, checkpoint saved", trainer->steps(), steps,
@@ -182,7 +143,7 @@ absl::StatusOr<TroupeHalf> TrainTroupeHalf(const gan::GanData& data, gan::GanEva
 // saying why.
 absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator& evaluator, config::GanConfig c,
                                     int64_t images, int64_t samples, int reference_threads, const std::string& root,
-                                    Report& report) {
+                                    double checkpoint_seconds, Report& report) {
   c.set_batch_size(64);
   const int64_t steps = (images + c.batch_size() * c.n_critic() - 1) / (c.batch_size() * c.n_critic());
   // The comparison's directory, named for its key.
@@ -204,7 +165,7 @@ absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator&
       RETURN_IF_ERROR(trainer->ExportWeights(weights));
     }
   } else if (absl::IsNotFound(troupe.status())) {
-    troupe = TrainTroupeHalf(data, evaluator, c, steps, samples, dir, key, weights);
+    troupe = TrainTroupeHalf(data, evaluator, c, steps, samples, dir, key, weights, checkpoint_seconds);
     if (!troupe.ok()) return troupe.status();
     Log(absl::StrFormat("  troupe: FID %.2f after %.0f s (D %.3f G %.3f)", troupe->fid, troupe->seconds,
                         troupe->discriminator_loss, troupe->generator_loss));
@@ -218,7 +179,7 @@ absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator&
   options.samples = samples;
   options.threads = reference_threads;
   options.state_path = dir + "/reference_state.pt";
-  options.save_every = kReferenceSaveEvery;
+  options.save_every = std::clamp<int64_t>(steps / 10, 1, kReferenceSaveEvery);
   options.progress = [steps](const std::string& line) {
     long long step;
     if (std::sscanf(line.c_str(), "resumed at step %lld", &step) == 1) {
@@ -233,7 +194,7 @@ absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator&
   if (!std::filesystem::exists(options.state_path)) {
     Log(absl::StrFormat("reference comparison: the libtorch reference trains %d steps (state saved every %d steps "
                         "to %s) ...",
-                        steps, kReferenceSaveEvery, options.state_path));
+                        steps, options.save_every, options.state_path));
   }
   absl::StatusOr<GanReferenceRun> reference = RunLibtorchGanReference(c, options);
   double reference_fid = 0;  // 0: missing
@@ -291,7 +252,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   Report report;
   int64_t budget = options.quick ? 20000 : 2000000;
   int64_t reference_images = options.quick ? 5000 : 300000;
-  int64_t reference_threads = 1;
+  int64_t reference_threads = 1, checkpoint_seconds = 300;
   std::string reference_root = CacheDirectory() + "/gan_reference";
   bool reference_only = false, budget_set = false;
   for (const std::string& f : options.filter) {
@@ -304,6 +265,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
     if (f.rfind("images=", 0) == 0) number = &budget, budget_set = true;
     if (f.rfind("reference_images=", 0) == 0) number = &reference_images, reference_only = true;
     if (f.rfind("reference_threads=", 0) == 0) number = &reference_threads;
+    if (f.rfind("reference_checkpoint_s=", 0) == 0) number = &checkpoint_seconds;
     if (f == "reference") reference_only = true;
     if (number != nullptr && (!absl::SimpleAtoi(f.substr(f.find('=') + 1), number) || *number < 1)) {
       return absl::InvalidArgumentError(absl::StrCat("--only ", f, ": want a positive number"));
@@ -331,7 +293,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   // troupe against the reference implementation, at equal images.
   RETURN_IF_ERROR(AddReferenceComparison(*data, evaluator, base, reference_images, samples,
                                          static_cast<int>(std::min<int64_t>(reference_threads, 64)), reference_root,
-                                         report));
+                                         static_cast<double>(checkpoint_seconds), report));
   if (reference_only) return report;
 
   // Step throughput against libtorch at batch 64.

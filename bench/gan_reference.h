@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gan/trainer.h"
 #include "proto/config.pb.h"
 
 namespace troupe::bench {
@@ -93,6 +94,19 @@ absl::Status WriteTroupeHalf(const std::string& path, const std::string& key, co
 // for another comparison (not reused); DataLoss naming the path when it
 // cannot be parsed.
 absl::StatusOr<TroupeHalf> ReadTroupeHalf(const std::string& path, const std::string& key);
+
+// troupe's half while it trains: `trainer`'s checkpoint (GanTrainer::
+// SaveCheckpoint) and its training seconds so far, saved into DIR.new and
+// then swapped for DIR, the old DIR's commit point removed first, so a kill
+// at any moment leaves one complete checkpoint (DIR, or else DIR.new).
+// Errors: the checkpoint's, PermissionDenied naming DIR.
+absl::Status SaveTroupeCheckpoint(const gan::GanTrainer& trainer, const std::string& dir, double seconds);
+
+// Restores `trainer` from the complete checkpoint in DIR (else DIR.new) and
+// returns the training seconds it had. NotFound when neither is complete;
+// the checkpoint's own error, saying to remove it to start over, when it
+// cannot be read.
+absl::StatusOr<double> LoadTroupeCheckpoint(gan::GanTrainer& trainer, const std::string& dir);
 
 }  // namespace troupe::bench
 

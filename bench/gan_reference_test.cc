@@ -234,7 +234,8 @@ TEST_F(GanReferenceTest, AResumedRunMatchesOneUninterruptedRun) {
   constexpr int64_t kResumeSamples = 100;
   absl::StatusOr<GanReferenceRun> whole = TrainReference(config_, kResumeSamples);
   ASSERT_TRUE(whole.ok()) << whole.status();
-  absl::StatusOr<GanReferenceRun> first = TrainReference(config_, /*samples=*/0, /*steps=*/kSteps / 2, /*resumable=*/true);
+  absl::StatusOr<GanReferenceRun> first =
+      TrainReference(config_, /*samples=*/0, /*steps=*/kSteps / 2, /*resumable=*/true);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->first_step, 0);
   ASSERT_TRUE(std::filesystem::exists(state_));
@@ -335,6 +336,90 @@ TEST(GanSamplesFileTest, ReadGanSamplesNamesTheFileAndWhatItHolds) {
   std::filesystem::remove(path);
 }
 
+// Without libtorch: troupe's half checkpointed part way (SaveTroupeCheckpoint)
+// and restored into a fresh trainer goes on as the uninterrupted one does,
+// and a kill during a save leaves a checkpoint to resume from.
+class TroupeCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<gan::GanData> data = gan::LoadGanData(config_.data_dir());
+    if (!data.ok()) GTEST_SKIP() << "Fashion-MNIST not installed: " << data.status();
+    data_ = *std::move(data);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    std::filesystem::remove_all(dir_ + ".new", ignored);
+  }
+  std::unique_ptr<gan::GanTrainer> NewTrainer() {
+    absl::StatusOr<std::unique_ptr<gan::GanTrainer>> trainer = gan::GanTrainer::Create(config_, &data_);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    return trainer.ok() ? *std::move(trainer) : nullptr;
+  }
+
+  config::GanConfig config_ = SmallConfig();
+  gan::GanData data_;
+  std::string dir_ = TempPath("troupe_checkpoint");
+};
+
+TEST_F(TroupeCheckpointTest, ARestoredTrainerContinuesAsTheUninterruptedOne) {
+  std::unique_ptr<gan::GanTrainer> whole = NewTrainer(), resumed = NewTrainer();
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(resumed, nullptr);
+  // Two saves: the second replaces the first.
+  ASSERT_TRUE(whole->Train(2).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*whole, dir_, /*seconds=*/1.5).ok());
+  ASSERT_TRUE(whole->Train(1).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*whole, dir_, /*seconds=*/2.5).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + ".new"));
+  ASSERT_TRUE(whole->Train(2).ok());
+  absl::StatusOr<double> seconds = LoadTroupeCheckpoint(*resumed, dir_);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(*seconds, 2.5);
+  EXPECT_EQ(resumed->steps(), 3);
+  ASSERT_TRUE(resumed->Train(2).ok());
+  // troupe's threaded kernels are not bitwise reproducible from run to run
+  // (two uninterrupted trainers differ by ~1e-7), hence kResumeTolerance.
+  EXPECT_NEAR(resumed->discriminator_loss(), whole->discriminator_loss(), kResumeTolerance);
+  EXPECT_NEAR(resumed->generator_loss(), whole->generator_loss(), kResumeTolerance);
+  std::vector<float> from_whole(10 * gan::kPixels), from_resumed(10 * gan::kPixels);
+  whole->Generate(gan::kEvalNoiseStream, 0, 10, from_whole.data());
+  resumed->Generate(gan::kEvalNoiseStream, 0, 10, from_resumed.data());
+  for (size_t i = 0; i < from_whole.size(); ++i) ASSERT_NEAR(from_resumed[i], from_whole[i], kResumeTolerance) << i;
+}
+
+TEST_F(TroupeCheckpointTest, AKillDuringASaveLeavesACheckpointToResumeFrom) {
+  std::unique_ptr<gan::GanTrainer> trainer = NewTrainer();
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_TRUE(trainer->Train(1).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*trainer, dir_, /*seconds=*/1).ok());
+  ASSERT_TRUE(trainer->Train(1).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*trainer, dir_, /*seconds=*/2).ok());
+  // Killed in the swap, the old checkpoint gone, the new one not yet renamed.
+  std::filesystem::rename(dir_, dir_ + ".new");
+  std::unique_ptr<gan::GanTrainer> restored = NewTrainer();
+  ASSERT_NE(restored, nullptr);
+  absl::StatusOr<double> seconds = LoadTroupeCheckpoint(*restored, dir_);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(*seconds, 2);
+  EXPECT_EQ(restored->steps(), 2);
+  // Killed while writing the new one: its half-written DIR.new is passed over.
+  std::filesystem::rename(dir_ + ".new", dir_);
+  std::filesystem::create_directories(dir_ + ".new");
+  std::ofstream(dir_ + ".new/counters.txt") << "steps 9\n";  // no seconds.txt: incomplete
+  restored = NewTrainer();
+  ASSERT_NE(restored, nullptr);
+  seconds = LoadTroupeCheckpoint(*restored, dir_);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(restored->steps(), 2);
+  // Neither: NotFound, and the trainer untouched.
+  std::filesystem::remove_all(dir_);
+  restored = NewTrainer();
+  ASSERT_NE(restored, nullptr);
+  EXPECT_EQ(LoadTroupeCheckpoint(*restored, dir_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(restored->steps(), 0);
+}
+
 // Without libtorch: troupe's finished half of the bench's comparison is
 // reused by the same comparison only; another N, sample count or config
 // reads as "not reused", a missing file as NotFound, a cut one as DataLoss.
@@ -382,8 +467,8 @@ TEST(ReferenceComparisonDirectoryTest, IsNamedForTheImagesAndAStableHashOfTheKey
   const std::string dir = ReferenceComparisonDirectory("/root", /*images=*/3000, key);
   EXPECT_EQ(dir, ReferenceComparisonDirectory("/root", /*images=*/3000, key));
   EXPECT_THAT(dir, ::testing::StartsWith("/root/images3000-"));
-  EXPECT_NE(dir, ReferenceComparisonDirectory(
-                     "/root", /*images=*/3000, ReferenceComparisonKey(SmallConfig(), /*images=*/3000, /*samples=*/10000)));
+  const std::string other_key = ReferenceComparisonKey(SmallConfig(), /*images=*/3000, /*samples=*/10000);
+  EXPECT_NE(dir, ReferenceComparisonDirectory("/root", /*images=*/3000, other_key));
 }
 
 }  // namespace

@@ -448,10 +448,9 @@ void SetLearningRate(torch::optim::Adam& adam, double lr) {
 constexpr char kStateFormat[] = "troupe libtorch_gan state 1";
 // The settings that change the training: a state must have been written
 // with the same values (steps, samples, data_dir and threads may differ).
-constexpr const char* kStateSettings[] = {"batch",  "base_batch", "noise",         "g_channels",    "d_channels",
-                                          "loss",   "g_lr",       "d_lr",          "lr_scaling",    "warmup_images",
-                                          "beta1",  "beta2",      "eps",           "n_critic",      "ema_half_life_images",
-                                          "seed"};
+constexpr const char* kStateSettings[] = {
+    "batch",      "base_batch",    "noise", "g_channels", "d_channels", "loss", "g_lr", "d_lr",
+    "lr_scaling", "warmup_images", "beta1", "beta2",      "eps",        "n_critic", "ema_half_life_images", "seed"};
 using Settings = std::vector<std::pair<std::string, std::string>>;
 using TensorMap = std::map<std::string, torch::Tensor>;
 
@@ -530,7 +529,9 @@ std::pair<int64_t, double> ReadStateTensors(const std::string& path, torch::seri
     for (const auto& [prefix, tensors] : StateTensors(p, ema)) {
       for (auto& [name, t] : *tensors) {
         torch::Tensor saved;
-        if (!archive.try_read(ArchiveKey(prefix, name), saved)) Fail(path + ": the state has no tensor " + prefix + " " + name);
+        if (!archive.try_read(ArchiveKey(prefix, name), saved)) {
+          Fail(path + ": the state has no tensor " + prefix + " " + name);
+        }
         if (!saved.sizes().equals(t.sizes())) {
           Fail(path + ": the state's " + prefix + " " + name + " has shape " + ShapeString(saved.sizes().vec()) +
                ", the model's is " + ShapeString(t.sizes().vec()));
