@@ -15,11 +15,31 @@
 // comparison (and the floor); `--only reference_threads=N` sets the
 // reference's threads (default 1). The bar is troupe / reference <= 1.1.
 // The FID here is a classifier-FID (gan/fid.h), not Inception-FID.
-#include <unistd.h>
-
+//
+// The comparison is resumable (at 300,000 images it takes hours): it works
+// in ROOT/images<N>-<hash of the key> (bench/gan_reference.h
+// ReferenceComparisonDirectory; the key is N, the samples and the whole GAN
+// config, so another N or config gets a directory of its own). ROOT is
+// `--only reference_dir=DIR`, by default ~/.cache/troupe/gan_reference
+// ($XDG_CACHE_HOME/troupe/gan_reference when set; common/files.h
+// CacheDirectory), the same whatever the working directory. In it:
+//   key.txt               the key, for a reader
+//   initial_weights.ckpt  troupe's initial weights, exported once
+//   troupe_checkpoint/    troupe's half, checkpointed every 5 minutes while
+//                         it trains (GanTrainer::SaveCheckpoint; `--only
+//                         reference_checkpoint_s=S` sets the interval), resumed
+//   troupe_result.txt     troupe's half once finished (FID, losses, seconds,
+//                         images, with the key): a rerun skips its training
+//   reference_state.pt    the libtorch reference's state (every 500 steps,
+//                         or N/10 when fewer, and at the end), resumed; once
+//                         at step N a rerun only draws its samples
+// A run killed at any point loses at most the minutes since the last save.
+// `--only reference_dir=DIR` alone also runs only the comparison.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,6 +51,7 @@
 #include "bench/synthetic.h"
 #include "bench/bench.h"
 #include "bench/gan_reference.h"
+#include "common/files.h"
 #include "common/image.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -52,46 +73,140 @@ absl::StatusOr<double> LibtorchGanRate(int64_t batch, const config::GanConfig& c
 
 void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); }
 
+// In how many steps per Train call troupe's half of the reference comparison
+// checks whether a checkpoint is due.
+constexpr int64_t kTroupeStepsPerCall = 20;
+// How often (in steps) the libtorch reference saves its state at most: a
+// short run saves 10 times.
+constexpr int64_t kReferenceSaveEvery = 500;
+
+// troupe's half of the reference comparison: `steps` steps of config `c` from
+// its checkpoint in `dir` if there is one (exporting the initial weights to
+// `weights` first if they are missing), checkpointed every
+// `checkpoint_seconds`; then its classifier-FID, written with `key` to
+// dir/troupe_result.txt, and the checkpoint removed.
+absl::StatusOr<TroupeHalf> TrainTroupeHalf(const gan::GanData& data, gan::GanEvaluator& evaluator,
+                                           const config::GanConfig& c, int64_t steps, int64_t samples,
+                                           const std::string& dir, const std::string& key,
+                                           const std::string& weights, double checkpoint_seconds) {
+  ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
+  if (!std::filesystem::exists(weights)) RETURN_IF_ERROR(trainer->ExportWeights(weights));
+  // Resume from the checkpoint, if any.
+  const std::string checkpoint = dir + "/troupe_checkpoint";
+  double earlier_seconds = 0;
+  if (absl::StatusOr<double> resumed = LoadTroupeCheckpoint(*trainer, checkpoint); resumed.ok()) {
+    earlier_seconds = *resumed;
+    Log(absl::StrFormat("reference comparison: troupe's half resumes at step %d of %d (%s, %.0f s trained before)",
+                        trainer->steps(), steps, checkpoint, earlier_seconds));
+  } else if (absl::IsNotFound(resumed.status())) {
+    Log(absl::StrFormat("reference comparison: troupe trains %d steps at batch 64 (checkpoint every %.0f s in %s) ...",
+                        steps, checkpoint_seconds, checkpoint));
+  } else {
+    return resumed.status();
+  }
+  // Train, checkpointing every checkpoint_seconds (not after the last step: the result file follows).
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const int64_t first_step = trainer->steps();
+  auto piece_seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  double last_save = 0;
+  while (trainer->steps() < steps) {
+    RETURN_IF_ERROR(trainer->Train(std::min(kTroupeStepsPerCall, steps - trainer->steps())));
+    if (trainer->steps() < steps && piece_seconds() - last_save >= checkpoint_seconds) {
+      RETURN_IF_ERROR(SaveTroupeCheckpoint(*trainer, checkpoint, earlier_seconds + piece_seconds()));
+      last_save = piece_seconds();
+      Log(absl::StrFormat("  troupe: step %d of %d, images/s %.1f, checkpoint saved", trainer->steps(), steps,
+                          (trainer->steps() - first_step) * c.batch_size() * c.n_critic() / last_save));
+    }
+  }
+  TroupeHalf half;
+  half.seconds = earlier_seconds + piece_seconds();
+  half.fid = evaluator.Evaluate(*trainer, samples).fid;
+  half.images = trainer->images_seen();
+  half.discriminator_loss = trainer->discriminator_loss();
+  half.generator_loss = trainer->generator_loss();
+  RETURN_IF_ERROR(WriteTroupeHalf(dir + "/troupe_result.txt", key, half));
+  std::error_code ignored;
+  std::filesystem::remove_all(checkpoint, ignored);
+  std::filesystem::remove_all(checkpoint + ".new", ignored);
+  return half;
+}
+
 // troupe's classifier-FID after `images` images at batch 64 (config `c`)
 // next to the libtorch reference's from the same initial weights, images and
-// noise, one after the other: troupe on kThreads threads, the reference on
+// noise, one after the other, resumable in a directory under `root` (the
+// header comment): troupe on kThreads threads, the reference on
 // `reference_threads` (1 by default: libtorch's OpenMP threads spin while
 // they wait, and on cores shared with other work 2 threads ran 3.5x slower
 // than 1; the threads change the wall time, not the FID). A reference that
-// cannot run (no libtorch-dev) is reported as missing, saying why.
+// cannot run (no libtorch-dev, a state it refuses) is reported as missing,
+// saying why.
 absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator& evaluator, config::GanConfig c,
-                                    int64_t images, int64_t samples, int reference_threads, Report& report) {
+                                    int64_t images, int64_t samples, int reference_threads, const std::string& root,
+                                    double checkpoint_seconds, Report& report) {
   c.set_batch_size(64);
   const int64_t steps = (images + c.batch_size() * c.n_critic() - 1) / (c.batch_size() * c.n_critic());
-  ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
-  const std::string weights = absl::StrFormat("%s/gan_bench_initial_weights_%d.ckpt",
-                                              std::filesystem::temp_directory_path().string(), getpid());
-  RETURN_IF_ERROR(trainer->ExportWeights(weights));
-  Log(absl::StrFormat("reference comparison: troupe trains %d steps at batch 64 ...", steps));
-  const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(trainer->Train(steps));
-  const double troupe_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const gan::Evaluation troupe = evaluator.Evaluate(*trainer, samples);
-  Log(absl::StrFormat("  troupe: FID %.2f after %.0f s (D %.3f G %.3f); the libtorch reference trains ...", troupe.fid,
-                      troupe_seconds, trainer->discriminator_loss(), trainer->generator_loss()));
+  // The comparison's directory, named for its key.
+  const std::string key = ReferenceComparisonKey(c, images, samples);
+  const std::string dir = ReferenceComparisonDirectory(root, images, key);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/key.txt", key + "\n"));
+  Log(absl::StrFormat("reference comparison: %d images, work directory %s", images, dir));
+  const std::string weights = dir + "/initial_weights.ckpt";
+  // troupe's half: read back when done earlier, else trained (or resumed).
+  absl::StatusOr<TroupeHalf> troupe = ReadTroupeHalf(dir + "/troupe_result.txt", key);
+  if (troupe.ok()) {
+    Log(absl::StrFormat("reference comparison: troupe's half done earlier (FID %.2f after %d images, %.0f s), skipped",
+                        troupe->fid, troupe->images, troupe->seconds));
+    if (!std::filesystem::exists(weights)) {  // the reference starts from them
+      ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
+      RETURN_IF_ERROR(trainer->ExportWeights(weights));
+    }
+  } else if (absl::IsNotFound(troupe.status())) {
+    troupe = TrainTroupeHalf(data, evaluator, c, steps, samples, dir, key, weights, checkpoint_seconds);
+    if (!troupe.ok()) return troupe.status();
+    Log(absl::StrFormat("  troupe: FID %.2f after %.0f s (D %.3f G %.3f)", troupe->fid, troupe->seconds,
+                        troupe->discriminator_loss, troupe->generator_loss));
+  } else {
+    return troupe.status();
+  }
+  // The reference's half, from its state when there is one.
   GanReferenceOptions options;
   options.weights = weights;
   options.steps = steps;
   options.samples = samples;
   options.threads = reference_threads;
+  options.state_path = dir + "/reference_state.pt";
+  options.save_every = std::clamp<int64_t>(steps / 10, 1, kReferenceSaveEvery);
+  options.progress = [steps](const std::string& line) {
+    long long step;
+    if (std::sscanf(line.c_str(), "resumed at step %lld", &step) == 1) {
+      Log(step == steps ? absl::StrFormat("reference comparison: the libtorch reference finished earlier (%s); "
+                                          "drawing its samples",
+                                          line)
+                        : absl::StrFormat("reference comparison: the libtorch reference %s", line));
+    } else {
+      Log("  libtorch reference: " + line);
+    }
+  };
+  if (!std::filesystem::exists(options.state_path)) {
+    Log(absl::StrFormat("reference comparison: the libtorch reference trains %d steps (state saved every %d steps "
+                        "to %s) ...",
+                        steps, options.save_every, options.state_path));
+  }
   absl::StatusOr<GanReferenceRun> reference = RunLibtorchGanReference(c, options);
-  std::filesystem::remove(weights);
   double reference_fid = 0;  // 0: missing
-  std::string timing = absl::StrFormat("troupe %.0f s", troupe_seconds);
+  std::string timing = absl::StrFormat("troupe %.0f s", troupe->seconds);
   if (reference.ok()) {
     reference_fid = evaluator.EvaluateImages(reference->samples.data(), samples).fid;
     absl::StrAppendFormat(&timing, ", reference %.0f s", reference->train_seconds);
   } else {
     std::printf("libtorch reference GAN unavailable: %s\n", reference.status().ToString().substr(0, 600).c_str());
   }
-  report.Add(absl::StrFormat("classifier-FID after %d images, batch 64 [%s]", trainer->images_seen(), timing),
-             troupe.fid, "FID",
-             reference.ok() ? "reference (libtorch, same run; bar <= 1.1)" : "reference (libtorch: missing)",
+  report.Add(absl::StrFormat("classifier-FID after %d images, batch 64 [%s]", troupe->images, timing), troupe->fid,
+             "FID", reference.ok() ? "reference (libtorch, same run; bar <= 1.1)" : "reference (libtorch: missing)",
              reference_fid);
   return absl::OkStatus();
 }
@@ -137,13 +252,20 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   Report report;
   int64_t budget = options.quick ? 20000 : 2000000;
   int64_t reference_images = options.quick ? 5000 : 300000;
-  int64_t reference_threads = 1;
+  int64_t reference_threads = 1, checkpoint_seconds = 300;
+  std::string reference_root = CacheDirectory() + "/gan_reference";
   bool reference_only = false, budget_set = false;
   for (const std::string& f : options.filter) {
     int64_t* number = nullptr;
+    if (f.rfind("reference_dir=", 0) == 0) {
+      reference_root = f.substr(f.find('=') + 1);
+      reference_only = true;
+      if (reference_root.empty()) return absl::InvalidArgumentError("--only reference_dir=: want a directory");
+    }
     if (f.rfind("images=", 0) == 0) number = &budget, budget_set = true;
     if (f.rfind("reference_images=", 0) == 0) number = &reference_images, reference_only = true;
     if (f.rfind("reference_threads=", 0) == 0) number = &reference_threads;
+    if (f.rfind("reference_checkpoint_s=", 0) == 0) number = &checkpoint_seconds;
     if (f == "reference") reference_only = true;
     if (number != nullptr && (!absl::SimpleAtoi(f.substr(f.find('=') + 1), number) || *number < 1)) {
       return absl::InvalidArgumentError(absl::StrCat("--only ", f, ": want a positive number"));
@@ -170,7 +292,8 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   base.set_data_dir(gan::kFashionMnistDir);
   // troupe against the reference implementation, at equal images.
   RETURN_IF_ERROR(AddReferenceComparison(*data, evaluator, base, reference_images, samples,
-                                         static_cast<int>(std::min<int64_t>(reference_threads, 64)), report));
+                                         static_cast<int>(std::min<int64_t>(reference_threads, 64)), reference_root,
+                                         static_cast<double>(checkpoint_seconds), report));
   if (reference_only) return report;
 
   // Step throughput against libtorch at batch 64.

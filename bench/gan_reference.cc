@@ -4,11 +4,16 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
+#include <type_traits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/peers.h"
+#include "common/files.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
 
@@ -40,7 +45,9 @@ std::string LibtorchGanArguments(const config::GanConfig& c, const GanReferenceO
       " ", ShellQuoted("data_dir=" + c.data_dir()), " ", ShellQuoted("weights=" + options.weights),
       " steps=", options.steps, " samples=", options.samples,
       options.samples > 0 ? absl::StrCat(" ", ShellQuoted("samples_out=" + options.samples_path)) : "",
-      " print_losses=", options.per_step_losses ? 1 : 0);
+      " print_losses=", options.per_step_losses ? 1 : 0,
+      options.state_path.empty() ? "" : absl::StrCat(" ", ShellQuoted("state=" + options.state_path)),
+      " save_every=", options.save_every);
 }
 
 absl::StatusOr<GanReferenceRun> RunLibtorchGanReference(const config::GanConfig& config,
@@ -54,25 +61,39 @@ absl::StatusOr<GanReferenceRun> RunLibtorchGanReference(const config::GanConfig&
     o.samples_path = (std::filesystem::temp_directory_path() / absl::StrCat("troupe_gan_reference_", getpid(), ".ckpt"))
                          .string();
   }
+  // The peer's progress lines as they come, to o.progress.
+  std::function<void(const std::string&)> on_line;
+  if (o.progress) {
+    on_line = [&o](const std::string& line) {
+      long long step, steps;
+      if (line.rfind("resumed at step ", 0) == 0 ||
+          std::sscanf(line.c_str(), "step %lld of %lld", &step, &steps) == 2) {
+        o.progress(line);
+      }
+    };
+  }
   // The peer's messages go to stderr: keep them with its output for errors.
-  ASSIGN_OR_RETURN(const std::string out,
-                   RunCommand(absl::StrCat(binary, " ", o.threads, " ", LibtorchGanArguments(config, o), " 2>&1")));
+  ASSIGN_OR_RETURN(const std::string out, RunCommand(absl::StrCat(binary, " ", o.threads, " ",
+                                                                  LibtorchGanArguments(config, o), " 2>&1"),
+                                                     on_line));
   GanReferenceRun run;
   std::istringstream lines(out);
   std::string line;
   while (std::getline(lines, line)) {
-    long long step;
+    long long step, steps;
     double d, g;
-    if (std::sscanf(line.c_str(), "step %lld d_loss %lf g_loss %lf", &step, &d, &g) == 3) {
+    if (std::sscanf(line.c_str(), "resumed at step %lld of %lld", &step, &steps) == 2) {
+      run.first_step = step;
+    } else if (std::sscanf(line.c_str(), "step %lld d_loss %lf g_loss %lf", &step, &d, &g) == 3) {
       run.discriminator_losses.push_back(d);
       run.generator_losses.push_back(g);
     } else {
       std::sscanf(line.c_str(), "train_seconds %lf", &run.train_seconds);
     }
   }
-  if (o.per_step_losses && static_cast<int64_t>(run.discriminator_losses.size()) != o.steps) {
+  if (o.per_step_losses && static_cast<int64_t>(run.discriminator_losses.size()) != o.steps - run.first_step) {
     return absl::InternalError(absl::StrCat("the libtorch reference printed ", run.discriminator_losses.size(),
-                                            " step losses, not ", o.steps, ": ", out.substr(0, 400)));
+                                            " step losses, not ", o.steps - run.first_step, ": ", out.substr(0, 400)));
   }
   if (o.samples > 0) {
     absl::StatusOr<std::vector<float>> samples = ReadGanSamples(o.samples_path);
@@ -99,6 +120,106 @@ absl::StatusOr<std::vector<float>> ReadGanSamples(const std::string& path) {
         absl::StrCat(path, ": holds ", what, "; a samples file holds one tensor \"samples\" [N, 1, 28, 28]"));
   }
   return std::move(tensors[0].values);
+}
+
+std::string ReferenceComparisonKey(const config::GanConfig& config, int64_t images, int64_t samples) {
+  return absl::StrCat("images=", images, " samples=", samples, " config={", config.ShortDebugString(), "}");
+}
+
+std::string ReferenceComparisonDirectory(const std::string& root, int64_t images, const std::string& key) {
+  // FNV-1a-64: stable across runs, builds and machines (std::hash is not promised to be).
+  uint64_t hash = 14695981039346656037ull;
+  for (const char ch : key) hash = (hash ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return absl::StrFormat("%s/images%d-%016x", root, images, hash);
+}
+
+absl::Status WriteTroupeHalf(const std::string& path, const std::string& key, const TroupeHalf& half) {
+  return WriteFileAtomically(
+      path, absl::StrFormat("key %s\nimages %d\nfid %.17g\ndiscriminator_loss %.17g\ngenerator_loss %.17g\n"
+                            "seconds %.17g\n",
+                            key, half.images, half.fid, half.discriminator_loss, half.generator_loss, half.seconds));
+}
+
+absl::StatusOr<TroupeHalf> ReadTroupeHalf(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such file (troupe's half not finished)"));
+  // The first line: the key it was written for.
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("key ", 0) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": the first line is not \"key ...\" (not a troupe result file?)"));
+  }
+  if (line.substr(4) != key) {
+    return absl::FailedPreconditionError(absl::StrCat(path, ": written for another comparison (", line.substr(4),
+                                                      "), not for this one (", key, "); not reused"));
+  }
+  // Then one "name value" a line.
+  std::map<std::string, std::string> values;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    if (space != std::string::npos) values[line.substr(0, space)] = line.substr(space + 1);
+  }
+  TroupeHalf half;
+  auto number = [&](const char* name, auto* into) -> absl::Status {
+    auto it = values.find(name);
+    bool parsed = false;
+    if (it != values.end()) {
+      if constexpr (std::is_same_v<decltype(into), int64_t*>) {
+        parsed = absl::SimpleAtoi(it->second, into);
+      } else {
+        parsed = absl::SimpleAtod(it->second, into);
+      }
+    }
+    return parsed ? absl::OkStatus()
+                  : absl::DataLossError(absl::StrCat(path, ": no readable \"", name, " NUMBER\" line (truncated?)"));
+  };
+  RETURN_IF_ERROR(number("images", &half.images));
+  RETURN_IF_ERROR(number("fid", &half.fid));
+  RETURN_IF_ERROR(number("discriminator_loss", &half.discriminator_loss));
+  RETURN_IF_ERROR(number("generator_loss", &half.generator_loss));
+  RETURN_IF_ERROR(number("seconds", &half.seconds));
+  return half;
+}
+
+namespace {
+
+// A checkpoint of troupe's half is complete when it has counters.txt
+// (GanTrainer::SaveCheckpoint's commit point) and seconds.txt, written last.
+bool IsCompleteCheckpoint(const std::string& dir) {
+  return std::filesystem::exists(dir + "/counters.txt") && std::filesystem::exists(dir + "/seconds.txt");
+}
+
+}  // namespace
+
+absl::Status SaveTroupeCheckpoint(const gan::GanTrainer& trainer, const std::string& dir, double seconds) {
+  // The new checkpoint, complete, beside the old one.
+  const std::string fresh = dir + ".new";
+  std::error_code ec;
+  std::filesystem::remove_all(fresh, ec);
+  RETURN_IF_ERROR(trainer.SaveCheckpoint(fresh));
+  RETURN_IF_ERROR(WriteFileAtomically(fresh + "/seconds.txt", absl::StrFormat("%.17g\n", seconds)));
+  // The swap: the old one stops being complete before it goes.
+  std::filesystem::remove(dir + "/counters.txt", ec);
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::rename(fresh, dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot rename ", fresh, " to ", dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> LoadTroupeCheckpoint(gan::GanTrainer& trainer, const std::string& dir) {
+  for (const std::string& candidate : {dir, dir + ".new"}) {
+    if (!IsCompleteCheckpoint(candidate)) continue;
+    double seconds = 0;
+    if (!(std::ifstream(candidate + "/seconds.txt") >> seconds)) {
+      return absl::DataLossError(absl::StrCat(candidate, "/seconds.txt: no number (remove ", candidate,
+                                              " to train troupe's half from the start)"));
+    }
+    if (absl::Status loaded = trainer.LoadCheckpoint(candidate); !loaded.ok()) {
+      return absl::Status(loaded.code(), absl::StrCat(loaded.message(), " (remove ", candidate,
+                                                      " to train troupe's half from the start)"));
+    }
+    return seconds;
+  }
+  return absl::NotFoundError(absl::StrCat("no complete checkpoint of troupe's half in ", dir, " or ", dir, ".new"));
 }
 
 }  // namespace troupe::bench

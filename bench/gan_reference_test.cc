@@ -3,7 +3,10 @@
 // noise, the first kSteps steps' D and G losses agree step by step and so do
 // the EMA generator's samples; a reference given a wrong learning rate does
 // not agree (the comparison can fail); bad input names the file and tensor.
-// Skipped, saying so, without libtorch-dev or Fashion-MNIST.
+// A reference run stopped and resumed from its state file ends as one
+// uninterrupted run; a state of another config, or a corrupt one, is refused
+// clearly. Skipped, saying so, without libtorch-dev or Fashion-MNIST. The
+// comparison's work-directory helpers (troupe's finished half) need neither.
 #include "bench/gan_reference.h"
 
 #include <unistd.h>
@@ -12,6 +15,8 @@
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +44,9 @@ constexpr int64_t kSamples = 600;  // more than one chunk of 500 in Generate
 constexpr double kLossTolerance = 2e-3;
 // Largest |troupe - reference| allowed for a sample pixel (in [0, 1]).
 constexpr double kPixelTolerance = 2e-3;
+// Largest difference allowed between a resumed reference run and an
+// uninterrupted one (the same arithmetic in the same order: in practice 0).
+constexpr double kResumeTolerance = 1e-6;
 
 // A small GAN whose learning rates matter within kSteps: batch 32 from base
 // batch 64 (linear scaling halves the rates), warmup over the first 10 steps,
@@ -88,7 +96,7 @@ class GanReferenceTest : public ::testing::Test {
   }
   void TearDown() override {
     std::error_code ignored;
-    std::filesystem::remove(weights_, ignored);
+    for (const std::string& path : {weights_, state_, state_ + ".tmp"}) std::filesystem::remove(path, ignored);
   }
 
   // troupe's trainer for `config`, its initial weights exported to weights_.
@@ -113,19 +121,27 @@ class GanReferenceTest : public ::testing::Test {
     return losses;
   }
 
-  absl::StatusOr<GanReferenceRun> TrainReference(const config::GanConfig& config, int64_t samples = 0) {
+  // `steps` steps of the reference (resuming from state_ when `resumable`),
+  // with every step's losses and `samples` EMA samples.
+  absl::StatusOr<GanReferenceRun> TrainReference(const config::GanConfig& config, int64_t samples = 0,
+                                                 int64_t steps = kSteps, bool resumable = false) {
     GanReferenceOptions options;
     options.weights = weights_;
-    options.steps = kSteps;
+    options.steps = steps;
     options.samples = samples;
     options.per_step_losses = true;
     options.threads = 1;  // libtorch's OpenMP threads spin when ctest runs tests side by side
+    if (resumable) {
+      options.state_path = state_;
+      options.save_every = 3;  // saves part way as well as at the end
+    }
     return RunLibtorchGanReference(config, options);
   }
 
   config::GanConfig config_ = SmallConfig();
   gan::GanData data_;
   std::string weights_;
+  std::string state_ = TempPath("state.pt");
 };
 
 TEST_F(GanReferenceTest, LossesMatchTroupeStepByStepFromTheSameWeightsAndBatches) {
@@ -209,6 +225,102 @@ TEST_F(GanReferenceTest, AWeightOfAnotherShapeIsNamedWithBothShapes) {
               AllOf(HasSubstr(weights_ + ": tensor g.fc.w has shape [32, 2352]"), HasSubstr("wants [32, 1568]")));
 }
 
+// A run stopped after half the steps and resumed from its state file (saved
+// every 3 steps and at the end) ends as one uninterrupted run: the same loss
+// at every step and the same EMA samples; run again once finished, it trains
+// nothing and draws the same samples.
+TEST_F(GanReferenceTest, AResumedRunMatchesOneUninterruptedRun) {
+  ASSERT_NE(NewTrainer(config_), nullptr);
+  constexpr int64_t kResumeSamples = 100;
+  absl::StatusOr<GanReferenceRun> whole = TrainReference(config_, kResumeSamples);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  absl::StatusOr<GanReferenceRun> first =
+      TrainReference(config_, /*samples=*/0, /*steps=*/kSteps / 2, /*resumable=*/true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->first_step, 0);
+  ASSERT_TRUE(std::filesystem::exists(state_));
+  absl::StatusOr<GanReferenceRun> second = TrainReference(config_, kResumeSamples, kSteps, /*resumable=*/true);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->first_step, kSteps / 2);
+  // The two pieces' losses, step by step, against the whole run's.
+  Losses resumed = {first->discriminator_losses, first->generator_losses};
+  resumed.d.insert(resumed.d.end(), second->discriminator_losses.begin(), second->discriminator_losses.end());
+  resumed.g.insert(resumed.g.end(), second->generator_losses.begin(), second->generator_losses.end());
+  ASSERT_EQ(resumed.d.size(), static_cast<size_t>(kSteps));
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_NEAR(resumed.d[step], whole->discriminator_losses[step], kResumeTolerance) << "D loss, step " << step;
+    EXPECT_NEAR(resumed.g[step], whole->generator_losses[step], kResumeTolerance) << "G loss, step " << step;
+  }
+  ASSERT_EQ(second->samples.size(), whole->samples.size());
+  double worst = 0;
+  for (size_t i = 0; i < whole->samples.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(second->samples[i] - whole->samples[i])));
+  }
+  std::printf("resumed against whole: worst loss difference %.3g, worst pixel difference %.3g\n",
+              std::max(MaxAbsDifference(resumed.d, whole->discriminator_losses),
+                       MaxAbsDifference(resumed.g, whole->generator_losses)),
+              worst);
+  EXPECT_LE(worst, kResumeTolerance);
+  // train_seconds counts both pieces.
+  EXPECT_GE(second->train_seconds, first->train_seconds);
+  // Finished: no step trained, the same samples, the time read back.
+  absl::StatusOr<GanReferenceRun> finished = TrainReference(config_, kResumeSamples, kSteps, /*resumable=*/true);
+  ASSERT_TRUE(finished.ok()) << finished.status();
+  EXPECT_EQ(finished->first_step, kSteps);
+  EXPECT_TRUE(finished->discriminator_losses.empty());
+  EXPECT_EQ(finished->samples, second->samples);
+  EXPECT_GE(finished->train_seconds, first->train_seconds);
+  EXPECT_LE(finished->train_seconds, second->train_seconds + 1e-3);
+}
+
+// A state is resumed only by a run of the same settings and initial weights
+// and no fewer steps: anything else is refused, naming the file and the
+// setting (both values) or the step.
+TEST_F(GanReferenceTest, AStateOfAnotherConfigIsRefusedNamingTheSetting) {
+  ASSERT_NE(NewTrainer(config_), nullptr);
+  ASSERT_TRUE(TrainReference(config_, /*samples=*/0, /*steps=*/2, /*resumable=*/true).ok());
+  config::GanConfig two_critics = config_, other_rate = config_, other_seed = config_;
+  two_critics.set_n_critic(2);
+  other_rate.set_discriminator_learning_rate(config_.discriminator_learning_rate() * 2);
+  other_seed.mutable_engine()->set_seed(8);
+  absl::StatusOr<GanReferenceRun> refused = TrainReference(two_critics, 0, /*steps=*/4, /*resumable=*/true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr(state_ + ": the state was written with n_critic=1, this run has n_critic=2"));
+  refused = TrainReference(other_rate, 0, /*steps=*/4, /*resumable=*/true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), AllOf(HasSubstr(state_ + ": the state was written with d_lr=0.00200000009"),
+                                                HasSubstr("this run has d_lr=0.00400000019")));
+  refused = TrainReference(config_, 0, /*steps=*/1, /*resumable=*/true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr(state_ + ": the state is at step 2, past this run's steps=1"));
+  // The same settings from other initial weights.
+  ASSERT_NE(NewTrainer(other_seed), nullptr);  // overwrites weights_
+  refused = TrainReference(config_, 0, /*steps=*/4, /*resumable=*/true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr(state_ + ": the state was written with weights_checksum="));
+}
+
+// A state file cut short (a full disk, a copy interrupted) or that is not a
+// state at all is an error naming the file, not a crash or a fresh start.
+TEST_F(GanReferenceTest, ATruncatedOrForeignStateFileIsAClearError) {
+  ASSERT_NE(NewTrainer(config_), nullptr);
+  ASSERT_TRUE(TrainReference(config_, /*samples=*/0, /*steps=*/2, /*resumable=*/true).ok());
+  std::string bytes;
+  {
+    std::ifstream in(state_, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(bytes.size(), 1000u);
+  for (const std::string& contents : {bytes.substr(0, bytes.size() / 2), std::string("not a state file\n")}) {
+    std::ofstream(state_, std::ios::binary | std::ios::trunc) << contents;
+    absl::StatusOr<GanReferenceRun> run = TrainReference(config_, 0, /*steps=*/4, /*resumable=*/true);
+    ASSERT_FALSE(run.ok());
+    EXPECT_THAT(run.status().message(), HasSubstr(state_ + ": not a readable state file (corrupt or truncated?"))
+        << contents.size() << " bytes";
+  }
+}
+
 // Without libtorch: the samples file reader.
 TEST(GanSamplesFileTest, ReadGanSamplesNamesTheFileAndWhatItHolds) {
   const std::string path = TempPath("samples.ckpt");
@@ -222,6 +334,141 @@ TEST(GanSamplesFileTest, ReadGanSamplesNamesTheFileAndWhatItHolds) {
   ASSERT_TRUE(right.ok()) << right.status();
   EXPECT_EQ(right->size(), 3u * 784);
   std::filesystem::remove(path);
+}
+
+// Without libtorch: troupe's half checkpointed part way (SaveTroupeCheckpoint)
+// and restored into a fresh trainer goes on as the uninterrupted one does,
+// and a kill during a save leaves a checkpoint to resume from.
+class TroupeCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<gan::GanData> data = gan::LoadGanData(config_.data_dir());
+    if (!data.ok()) GTEST_SKIP() << "Fashion-MNIST not installed: " << data.status();
+    data_ = *std::move(data);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    std::filesystem::remove_all(dir_ + ".new", ignored);
+  }
+  std::unique_ptr<gan::GanTrainer> NewTrainer() {
+    absl::StatusOr<std::unique_ptr<gan::GanTrainer>> trainer = gan::GanTrainer::Create(config_, &data_);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    return trainer.ok() ? *std::move(trainer) : nullptr;
+  }
+
+  config::GanConfig config_ = SmallConfig();
+  gan::GanData data_;
+  std::string dir_ = TempPath("troupe_checkpoint");
+};
+
+TEST_F(TroupeCheckpointTest, ARestoredTrainerContinuesAsTheUninterruptedOne) {
+  std::unique_ptr<gan::GanTrainer> whole = NewTrainer(), resumed = NewTrainer();
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(resumed, nullptr);
+  // Two saves: the second replaces the first.
+  ASSERT_TRUE(whole->Train(2).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*whole, dir_, /*seconds=*/1.5).ok());
+  ASSERT_TRUE(whole->Train(1).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*whole, dir_, /*seconds=*/2.5).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + ".new"));
+  ASSERT_TRUE(whole->Train(2).ok());
+  absl::StatusOr<double> seconds = LoadTroupeCheckpoint(*resumed, dir_);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(*seconds, 2.5);
+  EXPECT_EQ(resumed->steps(), 3);
+  ASSERT_TRUE(resumed->Train(2).ok());
+  // troupe's threaded kernels are not bitwise reproducible from run to run
+  // (two uninterrupted trainers differ by ~1e-7), hence kResumeTolerance.
+  EXPECT_NEAR(resumed->discriminator_loss(), whole->discriminator_loss(), kResumeTolerance);
+  EXPECT_NEAR(resumed->generator_loss(), whole->generator_loss(), kResumeTolerance);
+  std::vector<float> from_whole(10 * gan::kPixels), from_resumed(10 * gan::kPixels);
+  whole->Generate(gan::kEvalNoiseStream, 0, 10, from_whole.data());
+  resumed->Generate(gan::kEvalNoiseStream, 0, 10, from_resumed.data());
+  for (size_t i = 0; i < from_whole.size(); ++i) ASSERT_NEAR(from_resumed[i], from_whole[i], kResumeTolerance) << i;
+}
+
+TEST_F(TroupeCheckpointTest, AKillDuringASaveLeavesACheckpointToResumeFrom) {
+  std::unique_ptr<gan::GanTrainer> trainer = NewTrainer();
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_TRUE(trainer->Train(1).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*trainer, dir_, /*seconds=*/1).ok());
+  ASSERT_TRUE(trainer->Train(1).ok());
+  ASSERT_TRUE(SaveTroupeCheckpoint(*trainer, dir_, /*seconds=*/2).ok());
+  // Killed in the swap, the old checkpoint gone, the new one not yet renamed.
+  std::filesystem::rename(dir_, dir_ + ".new");
+  std::unique_ptr<gan::GanTrainer> restored = NewTrainer();
+  ASSERT_NE(restored, nullptr);
+  absl::StatusOr<double> seconds = LoadTroupeCheckpoint(*restored, dir_);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(*seconds, 2);
+  EXPECT_EQ(restored->steps(), 2);
+  // Killed while writing the new one: its half-written DIR.new is passed over.
+  std::filesystem::rename(dir_ + ".new", dir_);
+  std::filesystem::create_directories(dir_ + ".new");
+  std::ofstream(dir_ + ".new/counters.txt") << "steps 9\n";  // no seconds.txt: incomplete
+  restored = NewTrainer();
+  ASSERT_NE(restored, nullptr);
+  seconds = LoadTroupeCheckpoint(*restored, dir_);
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  EXPECT_EQ(restored->steps(), 2);
+  // Neither: NotFound, and the trainer untouched.
+  std::filesystem::remove_all(dir_);
+  restored = NewTrainer();
+  ASSERT_NE(restored, nullptr);
+  EXPECT_EQ(LoadTroupeCheckpoint(*restored, dir_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(restored->steps(), 0);
+}
+
+// Without libtorch: troupe's finished half of the bench's comparison is
+// reused by the same comparison only; another N, sample count or config
+// reads as "not reused", a missing file as NotFound, a cut one as DataLoss.
+TEST(ReferenceComparisonDirectoryTest, AFinishedTroupeHalfIsReusedOnlyForItsOwnComparison) {
+  const config::GanConfig config = SmallConfig();
+  config::GanConfig other_config = config;
+  other_config.set_generator_learning_rate(2e-3f);
+  const std::string key = ReferenceComparisonKey(config, /*images=*/3000, /*samples=*/2000);
+  const std::string path = TempPath("troupe_result.txt");
+  EXPECT_EQ(ReadTroupeHalf(path, key).status().code(), absl::StatusCode::kNotFound);
+  TroupeHalf half;
+  half.images = 3008;
+  half.fid = 41.123456789;
+  half.discriminator_loss = 1.5;
+  half.generator_loss = 0.1;
+  half.seconds = 812.25;
+  ASSERT_TRUE(WriteTroupeHalf(path, key, half).ok());
+  absl::StatusOr<TroupeHalf> read = ReadTroupeHalf(path, key);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->images, half.images);
+  EXPECT_EQ(read->fid, half.fid);
+  EXPECT_EQ(read->discriminator_loss, half.discriminator_loss);
+  EXPECT_EQ(read->generator_loss, half.generator_loss);
+  EXPECT_EQ(read->seconds, half.seconds);
+  for (const std::string& other : {ReferenceComparisonKey(config, /*images=*/5000, /*samples=*/2000),
+                                   ReferenceComparisonKey(config, /*images=*/3000, /*samples=*/10000),
+                                   ReferenceComparisonKey(other_config, /*images=*/3000, /*samples=*/2000)}) {
+    ASSERT_NE(other, key);
+    absl::StatusOr<TroupeHalf> refused = ReadTroupeHalf(path, other);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << other;
+    EXPECT_THAT(refused.status().message(), AllOf(HasSubstr(path), HasSubstr("not reused")));
+  }
+  std::ofstream(path, std::ios::trunc) << "key " << key << "\nimages 3008\n";  // cut after one line
+  absl::StatusOr<TroupeHalf> cut = ReadTroupeHalf(path, key);
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(cut.status().message(), AllOf(HasSubstr(path), HasSubstr("\"fid NUMBER\"")));
+  std::filesystem::remove(path);
+}
+
+// The directory is named for N and the key's hash, the same on every run and
+// machine (FNV-1a-64: "" hashes to its offset basis), another for another key.
+TEST(ReferenceComparisonDirectoryTest, IsNamedForTheImagesAndAStableHashOfTheKey) {
+  EXPECT_EQ(ReferenceComparisonDirectory("/root", /*images=*/1, ""), "/root/images1-cbf29ce484222325");
+  const std::string key = ReferenceComparisonKey(SmallConfig(), /*images=*/3000, /*samples=*/2000);
+  const std::string dir = ReferenceComparisonDirectory("/root", /*images=*/3000, key);
+  EXPECT_EQ(dir, ReferenceComparisonDirectory("/root", /*images=*/3000, key));
+  EXPECT_THAT(dir, ::testing::StartsWith("/root/images3000-"));
+  const std::string other_key = ReferenceComparisonKey(SmallConfig(), /*images=*/3000, /*samples=*/10000);
+  EXPECT_NE(dir, ReferenceComparisonDirectory("/root", /*images=*/3000, other_key));
 }
 
 }  // namespace

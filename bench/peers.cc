@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,13 +15,24 @@
 
 namespace troupe::bench {
 
-absl::StatusOr<std::string> RunCommand(const std::string& command) {
+absl::StatusOr<std::string> RunCommand(const std::string& command,
+                                       const std::function<void(const std::string&)>& on_line) {
   FILE* p = popen(command.c_str(), "r");
   if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
   std::string out;
   char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  size_t line_start = 0;
+  // read() rather than fread(): fread waits until its buffer is full, which
+  // would hold a slow command's progress lines back.
+  for (ssize_t n; (n = read(fileno(p), buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    // Complete lines to on_line as they arrive.
+    for (size_t end; on_line && (end = out.find('\n', line_start)) != std::string::npos; line_start = end + 1) {
+      on_line(out.substr(line_start, end - line_start));
+    }
+  }
   const int rc = pclose(p);
   if (rc != 0) return absl::InternalError(absl::StrCat("`", command, "` exited with ", rc, ": ", out));
   return out;

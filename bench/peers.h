@@ -5,6 +5,7 @@
 #ifndef TROUPE_BENCH_PEERS_H_
 #define TROUPE_BENCH_PEERS_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -15,9 +16,12 @@ namespace troupe::bench {
 // The header whose presence means libtorch-dev is installed.
 inline constexpr char kLibtorchHeader[] = "/usr/include/torch/csrc/api/include/torch/torch.h";
 
-// Runs a shell command; returns its stdout. Internal naming the command and
-// its exit status (with its output) if it fails.
-absl::StatusOr<std::string> RunCommand(const std::string& command);
+// Runs a shell command; returns its stdout. `on_line`, when given, also gets
+// each line of it (without the newline) as it comes, for progress of a long
+// run. Internal naming the command and its exit status (with its output) if
+// it fails.
+absl::StatusOr<std::string> RunCommand(const std::string& command,
+                                       const std::function<void(const std::string&)>& on_line = {});
 
 // bench/peers/NAME.cc compiled into the temp dir against libtorch-dev (once
 // per version of the source: the binary is named for its contents; about a

@@ -14,6 +14,15 @@
 
 namespace troupe {
 
+std::string CacheDirectory() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string cache = xdg != nullptr && *xdg != '\0'     ? std::string(xdg)
+                            : home != nullptr && *home != '\0' ? absl::StrCat(home, "/.cache")
+                                                               : std::string("/tmp");
+  return absl::StrCat(cache, "/troupe");
+}
+
 std::string ProjectPath(const std::string& relative) {
   static const std::string home = [] {
     if (const char* env = std::getenv("TROUPE_HOME"); env != nullptr && *env != '\0') return std::string(env);

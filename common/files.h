@@ -19,6 +19,11 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
 // bundle, tools/bundle.sh); else under the source tree it was built from.
 std::string ProjectPath(const std::string& relative);
 
+// The folder for troupe's caches (the FID classifier, the bench's reference
+// comparison): $XDG_CACHE_HOME/troupe when set, else ~/.cache/troupe, else
+// /tmp/troupe. Not created here.
+std::string CacheDirectory();
+
 // The longest run name.
 inline constexpr size_t kMaxRunNameBytes = 100;
 

@@ -64,14 +64,7 @@ double ClassifierScore(const float* probabilities, int64_t count, int classes) {
   return std::exp(kl / static_cast<double>(count));
 }
 
-std::string DefaultClassifierPath() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = xdg != nullptr && *xdg != '\0' ? std::string(xdg)
-                            : home != nullptr && *home != '\0' ? absl::StrCat(home, "/.cache")
-                                                               : std::string("/tmp");
-  return absl::StrCat(cache, "/troupe/fashion_mnist_classifier.ckpt");
-}
+std::string DefaultClassifierPath() { return CacheDirectory() + "/fashion_mnist_classifier.ckpt"; }
 
 FidClassifier::FidClassifier(std::unique_ptr<nn::Backend> backend) : backend_(std::move(backend)), model_(params_) {}
 

@@ -15,8 +15,15 @@
 //     samples of its EMA generator for troupe's classifier-FID. The keys are
 //     GanConfig's fields (see TrainMode below; bench/gan_reference.cc passes
 //     them). Prints "step S d_loss X g_loss Y" per step with
-//     print_losses=1, then "train_seconds X". Exits 1 with a message naming
-//     the file (and tensor) on bad input.
+//     print_losses=1, "step S of N, images/s X" every save_every steps
+//     (default 500) and at the end, then "train_seconds X". With
+//     state=FILE the run is resumable: every save_every steps and at the end
+//     it writes its whole state to FILE, and a run that finds FILE continues
+//     from its step (printing "resumed at step S of N from FILE") with the
+//     same losses and samples as one uninterrupted run; train_seconds counts
+//     every piece. A state written with other settings is refused, naming
+//     the setting. Exits 1 with a message naming the file (and tensor or
+//     setting) on bad input.
 //
 // Where the peer follows troupe rather than a library default, it says so.
 // Where it cannot match troupe exactly:
@@ -48,6 +55,8 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace F = torch::nn::functional;
@@ -172,7 +181,9 @@ uint64_t Fnv1a(const char* data, size_t n) {
   return h;
 }
 
-std::map<std::string, torch::Tensor> ReadTensors(const std::string& path) {
+// The file's tensors by name; `checksum`, when given, gets the file's
+// checksum (a fingerprint of its contents).
+std::map<std::string, torch::Tensor> ReadTensors(const std::string& path, uint64_t* checksum_out = nullptr) {
   std::ifstream f(path, std::ios::binary);
   if (!f) Fail("cannot open the weights file " + path);
   const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -180,6 +191,7 @@ std::map<std::string, torch::Tensor> ReadTensors(const std::string& path) {
   uint64_t checksum;
   std::memcpy(&checksum, bytes.data() + bytes.size() - 8, 8);
   if (checksum != Fnv1a(bytes.data(), bytes.size() - 8)) Fail(path + ": checksum mismatch (corrupt or truncated)");
+  if (checksum_out != nullptr) *checksum_out = checksum;
   size_t at = 8;
   const size_t end = bytes.size() - 8;
   auto take = [&](void* out, size_t n) {
@@ -339,9 +351,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> PowerVectorShapes(int6
 
 // Takes every expected tensor from the file's; a missing one, a shape that
 // differs or a tensor the model does not have is an error naming the file
-// and the tensor.
-Parameters ImportWeights(const std::string& path, int64_t noise, int64_t g_channels, int64_t d_channels) {
-  std::map<std::string, torch::Tensor> file = ReadTensors(path);
+// and the tensor. `checksum` gets the file's checksum.
+Parameters ImportWeights(const std::string& path, int64_t noise, int64_t g_channels, int64_t d_channels,
+                         uint64_t* checksum) {
+  std::map<std::string, torch::Tensor> file = ReadTensors(path, checksum);
   Parameters p;
   auto take = [&](const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
                   std::map<std::string, torch::Tensor>& into) {
@@ -420,6 +433,135 @@ void SetLearningRate(torch::optim::Adam& adam, double lr) {
   for (auto& group : adam.param_groups()) static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
 }
 
+// --- Resuming: the state file (state=FILE) ------------------------------------
+// Everything a step depends on besides its index (the images and the noise
+// are functions of the step), as one torch::serialize archive:
+//   format              kStateFormat
+//   setting_KEY         the run's KEY=VALUE for each of kStateSettings, and
+//                       setting_weights_checksum, the initial weights file's
+//   step, train_seconds the steps done and their wall time, over all pieces
+//   g_*, d_*, power_*, ema_*  the generator, discriminator, power vectors and
+//                       EMA generator (troupe's names, '.' written as '_')
+//   g_adam, d_adam      the optimizers' state (torch::optim::Adam::save)
+// Written to FILE.tmp then renamed, so a kill never leaves half a state.
+
+constexpr char kStateFormat[] = "troupe libtorch_gan state 1";
+// The settings that change the training: a state must have been written
+// with the same values (steps, samples, data_dir and threads may differ).
+constexpr const char* kStateSettings[] = {
+    "batch",      "base_batch",    "noise", "g_channels", "d_channels", "loss", "g_lr", "d_lr",
+    "lr_scaling", "warmup_images", "beta1", "beta2",      "eps",        "n_critic", "ema_half_life_images", "seed"};
+using Settings = std::vector<std::pair<std::string, std::string>>;
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+std::string ArchiveKey(const std::string& prefix, const std::string& name) {
+  std::string key = prefix + "_" + name;
+  std::replace(key.begin(), key.end(), '.', '_');
+  return key;
+}
+
+// libtorch's message without its backtrace, first line only.
+std::string ErrorText(const std::exception& e) {
+  const auto* error = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = error != nullptr ? error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+// The tensor groups of a state, with their archive prefixes.
+std::vector<std::pair<std::string, TensorMap*>> StateTensors(Parameters& p, TensorMap& ema) {
+  return {{"g", &p.g}, {"d", &p.d}, {"power", &p.power}, {"ema", &ema}};
+}
+
+void SaveState(const std::string& path, const Settings& settings, Parameters& p, TensorMap& ema,
+               torch::optim::Adam& g_adam, torch::optim::Adam& d_adam, int64_t step, double train_seconds) {
+  const std::string temporary = path + ".tmp";
+  try {
+    torch::serialize::OutputArchive archive;
+    archive.write("format", c10::IValue(std::string(kStateFormat)));
+    for (const auto& [key, value] : settings) archive.write("setting_" + key, c10::IValue(value));
+    archive.write("step", c10::IValue(step));
+    archive.write("train_seconds", c10::IValue(train_seconds));
+    for (const auto& [prefix, tensors] : StateTensors(p, ema)) {
+      for (const auto& [name, t] : *tensors) archive.write(ArchiveKey(prefix, name), t.detach());
+    }
+    for (const auto& [key, adam] : {std::pair{"g_adam", &g_adam}, std::pair{"d_adam", &d_adam}}) {
+      torch::serialize::OutputArchive optimizer(archive.compilation_unit());
+      adam->save(optimizer);
+      archive.write(key, optimizer);
+    }
+    archive.save_to(temporary);
+  } catch (const std::exception& e) {
+    Fail("cannot write the state file " + temporary + ": " + ErrorText(e));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) Fail("cannot rename " + temporary + " to " + path);
+}
+
+// Opens the state at `path` and checks it against this run's settings; a
+// file that is not a state, or one written with other settings, is an error
+// naming the file (and the first setting that differs).
+void OpenState(const std::string& path, const Settings& settings, torch::serialize::InputArchive& archive) {
+  const std::string unreadable = path + ": not a readable state file (corrupt or truncated? remove it to start over)";
+  c10::IValue format;
+  try {
+    archive.load_from(path);
+  } catch (const std::exception& e) {
+    Fail(unreadable + ": " + ErrorText(e));
+  }
+  if (!archive.try_read("format", format) || !format.isString() || format.toStringRef() != kStateFormat) {
+    Fail(unreadable + ": no \"" + std::string(kStateFormat) + "\" format entry");
+  }
+  for (const auto& [key, value] : settings) {
+    c10::IValue saved;
+    const std::string was =
+        archive.try_read("setting_" + key, saved) && saved.isString() ? saved.toStringRef() : "(none)";
+    if (was != value) {
+      Fail(path + ": the state was written with " + key + "=" + was + ", this run has " + key + "=" + value +
+           "; run with the same settings to resume, or remove the file to start over");
+    }
+  }
+}
+
+// Reads the state's tensors into p and ema (shapes checked against them) and
+// returns its step and train_seconds.
+std::pair<int64_t, double> ReadStateTensors(const std::string& path, torch::serialize::InputArchive& archive,
+                                            Parameters& p, TensorMap& ema) {
+  try {
+    for (const auto& [prefix, tensors] : StateTensors(p, ema)) {
+      for (auto& [name, t] : *tensors) {
+        torch::Tensor saved;
+        if (!archive.try_read(ArchiveKey(prefix, name), saved)) {
+          Fail(path + ": the state has no tensor " + prefix + " " + name);
+        }
+        if (!saved.sizes().equals(t.sizes())) {
+          Fail(path + ": the state's " + prefix + " " + name + " has shape " + ShapeString(saved.sizes().vec()) +
+               ", the model's is " + ShapeString(t.sizes().vec()));
+        }
+        t = saved.detach().clone().requires_grad_(t.requires_grad());
+      }
+    }
+    c10::IValue step, seconds;
+    archive.read("step", step);
+    archive.read("train_seconds", seconds);
+    return {step.toInt(), seconds.toDouble()};
+  } catch (const std::exception& e) {
+    Fail(path + ": not a readable state file (corrupt or truncated? remove it to start over): " + ErrorText(e));
+  }
+}
+
+// Loads the optimizers' state (after they were built on p's tensors).
+void ReadStateOptimizers(const std::string& path, torch::serialize::InputArchive& archive, torch::optim::Adam& g_adam,
+                         torch::optim::Adam& d_adam) {
+  try {
+    for (const auto& [key, adam] : {std::pair{"g_adam", &g_adam}, std::pair{"d_adam", &d_adam}}) {
+      torch::serialize::InputArchive optimizer;
+      archive.read(key, optimizer);
+      adam->load(optimizer);
+    }
+  } catch (const std::exception& e) {
+    Fail(path + ": the state's optimizers are unreadable (corrupt? remove it to start over): " + ErrorText(e));
+  }
+}
+
 }  // namespace
 
 int TrainMode(int argc, char** argv) {
@@ -432,7 +574,7 @@ int TrainMode(int argc, char** argv) {
       {"eps", "1e-8"},          {"n_critic", "1"},            {"ema_half_life_images", "20000"},
       {"seed", "0"},            {"steps", "1"},               {"samples", "0"},
       {"samples_out", ""},      {"weights", ""},              {"data_dir", "/usr/share/datasets/fashion-mnist"},
-      {"print_losses", "0"}};
+      {"print_losses", "0"},    {"state", ""},                {"save_every", "500"}};
   for (int i = 3; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
@@ -448,6 +590,9 @@ int TrainMode(int argc, char** argv) {
   const bool hinge = args["loss"] == "hinge";
   if (args["weights"].empty()) Fail("weights=FILE is required (troupe's initial weights, GanTrainer::ExportWeights)");
   if (samples > 0 && args["samples_out"].empty()) Fail("samples=N needs samples_out=FILE");
+  const std::string state_path = args["state"];
+  const int64_t save_every = i64("save_every");
+  if (save_every < 1) Fail("save_every=" + args["save_every"] + ": want a positive number of steps");
 
   // troupe's learning rates (GanTrainer::Create / *LearningRate): the config's
   // float rate times the double scale, as a float; warmup (step + 1) / warmup_steps.
@@ -466,9 +611,31 @@ int TrainMode(int argc, char** argv) {
   const int64_t half_life = i64("ema_half_life_images");
   const double ema_decay = half_life > 0 ? std::pow(0.5, static_cast<double>(images_per_step) / half_life) : 0.0;
 
-  Parameters p = ImportWeights(args["weights"], z, gc, dc);
+  uint64_t weights_checksum = 0;
+  Parameters p = ImportWeights(args["weights"], z, gc, dc, &weights_checksum);
   std::map<std::string, torch::Tensor> ema;
   for (const auto& [name, t] : p.g) ema[name] = t.detach().clone();
+  // A state from an earlier piece of this run replaces the initial weights.
+  Settings settings;
+  for (const char* key : kStateSettings) settings.emplace_back(key, args[key]);
+  char checksum_text[17];
+  std::snprintf(checksum_text, sizeof(checksum_text), "%016llx", static_cast<unsigned long long>(weights_checksum));
+  settings.emplace_back("weights_checksum", checksum_text);
+  torch::serialize::InputArchive state;
+  const bool resume = !state_path.empty() && std::ifstream(state_path).good();
+  int64_t first_step = 0;
+  double earlier_seconds = 0;  // the earlier pieces' training time
+  if (resume) {
+    OpenState(state_path, settings, state);
+    std::tie(first_step, earlier_seconds) = ReadStateTensors(state_path, state, p, ema);
+    if (first_step > steps) {
+      Fail(state_path + ": the state is at step " + std::to_string(first_step) + ", past this run's steps=" +
+           std::to_string(steps));
+    }
+    std::printf("resumed at step %lld of %lld from %s\n", static_cast<long long>(first_step),
+                static_cast<long long>(steps), state_path.c_str());
+    std::fflush(stdout);
+  }
   ImageStream stream(LoadTrainImages(args["data_dir"]), seed);
   // Adam with troupe's betas and eps (troupe's AdamUpdate is PyTorch's formula:
   // lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)).
@@ -477,10 +644,12 @@ int TrainMode(int argc, char** argv) {
   };
   torch::optim::Adam g_adam(Values(p.g), adam_options());
   torch::optim::Adam d_adam(Values(p.d), adam_options());
+  if (resume) ReadStateOptimizers(state_path, state, g_adam, d_adam);
   const bool print_losses = i64("print_losses") != 0;
 
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < steps; ++step) {
+  auto piece_seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  for (int64_t step = first_step; step < steps; ++step) {
     // n_critic discriminator updates, each one pass over [real; fake] with one
     // power iteration, the generator (batch statistics) without gradients.
     double d_loss_value = 0;
@@ -519,8 +688,17 @@ int TrainMode(int argc, char** argv) {
     }
     if (print_losses) std::printf("step %lld d_loss %.9g g_loss %.9g\n", static_cast<long long>(step), d_loss_value,
                                   g_loss.item<double>());
+    // Every save_every steps and after the last: progress, and the state.
+    const int64_t done = step + 1;
+    if (done % save_every == 0 || done == steps) {
+      const double seconds = piece_seconds();
+      if (!state_path.empty()) SaveState(state_path, settings, p, ema, g_adam, d_adam, done, earlier_seconds + seconds);
+      std::printf("step %lld of %lld, images/s %.1f%s\n", static_cast<long long>(done), static_cast<long long>(steps),
+                  (done - first_step) * images_per_step / seconds, state_path.empty() ? "" : ", state saved");
+      std::fflush(stdout);
+    }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = piece_seconds();  // this piece's
 
   // Samples as troupe's GanTrainer::Generate draws them: the EMA generator
   // (the online one without EMA), noise stream kEvalNoiseStream of seed ^
@@ -537,7 +715,8 @@ int TrainMode(int argc, char** argv) {
     }
     WriteTensor(args["samples_out"], "samples", torch::cat(chunks));
   }
-  std::printf("train_seconds %.3f\n", seconds);
-  std::printf("images_per_second %.2f\n", steps * images_per_step / seconds);
+  // train_seconds: over every piece of a resumed run; images/s: this piece's.
+  std::printf("train_seconds %.3f\n", earlier_seconds + seconds);
+  std::printf("images_per_second %.2f\n", first_step < steps ? (steps - first_step) * images_per_step / seconds : 0.0);
   return 0;
 }
