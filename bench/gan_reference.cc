@@ -180,46 +180,23 @@ absl::StatusOr<TroupeHalf> ReadTroupeHalf(const std::string& path, const std::st
   return half;
 }
 
-namespace {
-
-// A checkpoint of troupe's half is complete when it has counters.txt
-// (GanTrainer::SaveCheckpoint's commit point) and seconds.txt, written last.
-bool IsCompleteCheckpoint(const std::string& dir) {
-  return std::filesystem::exists(dir + "/counters.txt") && std::filesystem::exists(dir + "/seconds.txt");
-}
-
-}  // namespace
-
 absl::Status SaveTroupeCheckpoint(const gan::GanTrainer& trainer, const std::string& dir, double seconds) {
-  // The new checkpoint, complete, beside the old one.
-  const std::string fresh = dir + ".new";
-  std::error_code ec;
-  std::filesystem::remove_all(fresh, ec);
-  RETURN_IF_ERROR(trainer.SaveCheckpoint(fresh));
-  RETURN_IF_ERROR(WriteFileAtomically(fresh + "/seconds.txt", absl::StrFormat("%.17g\n", seconds)));
-  // The swap: the old one stops being complete before it goes.
-  std::filesystem::remove(dir + "/counters.txt", ec);
-  std::filesystem::remove_all(dir, ec);
-  std::filesystem::rename(fresh, dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot rename ", fresh, " to ", dir, ": ", ec.message()));
-  return absl::OkStatus();
+  return trainer.SaveCheckpoint(dir, {{"seconds.txt", absl::StrFormat("%.17g\n", seconds)}});
 }
 
 absl::StatusOr<double> LoadTroupeCheckpoint(gan::GanTrainer& trainer, const std::string& dir) {
-  for (const std::string& candidate : {dir, dir + ".new"}) {
-    if (!IsCompleteCheckpoint(candidate)) continue;
-    double seconds = 0;
-    if (!(std::ifstream(candidate + "/seconds.txt") >> seconds)) {
-      return absl::DataLossError(absl::StrCat(candidate, "/seconds.txt: no number (remove ", candidate,
-                                              " to train troupe's half from the start)"));
-    }
-    if (absl::Status loaded = trainer.LoadCheckpoint(candidate); !loaded.ok()) {
-      return absl::Status(loaded.code(), absl::StrCat(loaded.message(), " (remove ", candidate,
-                                                      " to train troupe's half from the start)"));
-    }
-    return seconds;
+  absl::StatusOr<std::string> from = trainer.LoadCheckpoint(dir);
+  if (absl::IsNotFound(from.status())) return from.status();
+  if (!from.ok()) {
+    return absl::Status(from.status().code(), absl::StrCat(from.status().message(), " (remove ", dir,
+                                                           " to train troupe's half from the start)"));
   }
-  return absl::NotFoundError(absl::StrCat("no complete checkpoint of troupe's half in ", dir, " or ", dir, ".new"));
+  double seconds = 0;
+  if (!(std::ifstream(*from + "/seconds.txt") >> seconds)) {
+    return absl::DataLossError(
+        absl::StrCat(*from, "/seconds.txt: no number (remove ", dir, " to train troupe's half from the start)"));
+  }
+  return seconds;
 }
 
 }  // namespace troupe::bench

@@ -95,11 +95,10 @@ absl::Status WriteTroupeHalf(const std::string& path, const std::string& key, co
 // cannot be parsed.
 absl::StatusOr<TroupeHalf> ReadTroupeHalf(const std::string& path, const std::string& key);
 
-// troupe's half while it trains: `trainer`'s checkpoint (GanTrainer::
-// SaveCheckpoint) and its training seconds so far, saved into DIR.new and
-// then swapped for DIR, the old DIR's commit point removed first, so a kill
-// at any moment leaves one complete checkpoint (DIR, or else DIR.new).
-// Errors: the checkpoint's, PermissionDenied naming DIR.
+// troupe's half while it trains: `trainer`'s checkpoint with its training
+// seconds so far (seconds.txt) inside it, GanTrainer::SaveCheckpoint's
+// crash-safe swap, so a kill at any moment leaves one complete checkpoint
+// (DIR, or else DIR.new). Errors: the checkpoint's.
 absl::Status SaveTroupeCheckpoint(const gan::GanTrainer& trainer, const std::string& dir, double seconds);
 
 // Restores `trainer` from the complete checkpoint in DIR (else DIR.new) and

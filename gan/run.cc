@@ -59,7 +59,7 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   ASSIGN_OR_RETURN(std::unique_ptr<FidClassifier> classifier, FidClassifier::LoadOrTrain(classifier_options, Log));
   ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
   const std::string checkpoint_dir = run_dir + "/checkpoints";
-  if (resume) RETURN_IF_ERROR(trainer->LoadCheckpoint(checkpoint_dir));
+  if (resume) RETURN_IF_ERROR(trainer->LoadCheckpoint(checkpoint_dir).status());
   const bool chief = trainer->is_chief();
   GanEvaluator evaluator(classifier.get(), data);
   History history = ReadHistory(run_dir + "/eval.csv");

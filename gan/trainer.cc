@@ -312,34 +312,54 @@ absl::Status GanTrainer::ExportWeights(const std::string& path) const {
   return nn::WriteCheckpoint(path, nn::DownloadTensors(*r.backend, tensors));
 }
 
-absl::Status GanTrainer::SaveCheckpoint(const std::string& dir) const {
+namespace {
+
+// A checkpoint folder is complete once its commit point, counters.txt, is there.
+bool IsCompleteCheckpoint(const std::string& dir) { return std::filesystem::exists(dir + "/counters.txt"); }
+
+}  // namespace
+
+absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
+                                        const std::vector<std::pair<std::string, std::string>>& extra_files) const {
+  // The new checkpoint, complete, beside the old one.
+  const std::string fresh = dir + ".new";
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  std::filesystem::remove_all(fresh, ec);
+  std::filesystem::create_directories(fresh, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", fresh, ": ", ec.message()));
   Replica& r = *replicas_[0];
-  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/generator.ckpt", r.g, r.g_adam.get()));
-  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/discriminator.ckpt", r.d, r.d_adam.get()));
-  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/generator_ema.ckpt", ema_));
-  RETURN_IF_ERROR(nn::SaveCheckpoint(dir + "/discriminator_power_vectors.ckpt", r.d_power));
-  // The commit point: a checkpoint without counters.txt is not used.
-  return WriteFileAtomically(dir + "/counters.txt", absl::StrCat("steps ", steps_, "\n"));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(fresh + "/generator.ckpt", r.g, r.g_adam.get()));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(fresh + "/discriminator.ckpt", r.d, r.d_adam.get()));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(fresh + "/generator_ema.ckpt", ema_));
+  RETURN_IF_ERROR(nn::SaveCheckpoint(fresh + "/discriminator_power_vectors.ckpt", r.d_power));
+  for (const auto& [name, contents] : extra_files) RETURN_IF_ERROR(WriteFileAtomically(fresh + "/" + name, contents));
+  RETURN_IF_ERROR(WriteFileAtomically(fresh + "/counters.txt", absl::StrCat("steps ", steps_, "\n")));
+  // The swap: the old checkpoint stops being complete before it goes, so
+  // from here on LoadCheckpoint reads DIR.new until it has become `dir`.
+  std::filesystem::remove(dir + "/counters.txt", ec);
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::rename(fresh, dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot rename ", fresh, " to ", dir, ": ", ec.message()));
+  return absl::OkStatus();
 }
 
-absl::Status GanTrainer::LoadCheckpoint(const std::string& dir) {
-  std::ifstream in(dir + "/counters.txt");
+absl::StatusOr<std::string> GanTrainer::LoadCheckpoint(const std::string& dir) {
+  const std::string from = IsCompleteCheckpoint(dir) ? dir : dir + ".new";
+  std::ifstream in(from + "/counters.txt");
   std::string key;
   int64_t steps = -1;
   if (!(in >> key >> steps) || key != "steps" || steps < 0) {
-    return absl::NotFoundError(absl::StrCat(dir, "/counters.txt: missing or unreadable (no complete checkpoint)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": no complete checkpoint (counters.txt missing or unreadable there and in ", dir, ".new)"));
   }
   for (auto& r : replicas_) {
-    RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/generator.ckpt", r->g, r->g_adam.get()));
-    RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/discriminator.ckpt", r->d, r->d_adam.get()));
-    RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/discriminator_power_vectors.ckpt", r->d_power));
+    RETURN_IF_ERROR(nn::LoadCheckpoint(from + "/generator.ckpt", r->g, r->g_adam.get()));
+    RETURN_IF_ERROR(nn::LoadCheckpoint(from + "/discriminator.ckpt", r->d, r->d_adam.get()));
+    RETURN_IF_ERROR(nn::LoadCheckpoint(from + "/discriminator_power_vectors.ckpt", r->d_power));
   }
-  RETURN_IF_ERROR(nn::LoadCheckpoint(dir + "/generator_ema.ckpt", ema_));
+  RETURN_IF_ERROR(nn::LoadCheckpoint(from + "/generator_ema.ckpt", ema_));
   steps_ = steps;
-  return absl::OkStatus();
+  return from;
 }
 
 }  // namespace troupe::gan

@@ -19,6 +19,7 @@
 #define TROUPE_GAN_TRAINER_H_
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -83,13 +84,20 @@ class GanTrainer {
   // declares them. Errors: PermissionDenied / DataLoss naming the path.
   absl::Status ExportWeights(const std::string& path) const;
 
-  // Checkpoint files in `dir` (created): generator.ckpt and
-  // discriminator.ckpt (weights + Adam), generator_ema.ckpt,
-  // discriminator_power_vectors.ckpt, then counters.txt as the commit point.
-  absl::Status SaveCheckpoint(const std::string& dir) const;
-  // Restores every replica from `dir`. Errors: NotFound / DataLoss /
-  // InvalidArgument naming the file (e.g. a model of another size).
-  absl::Status LoadCheckpoint(const std::string& dir);
+  // A checkpoint in `dir`: generator.ckpt and discriminator.ckpt (weights +
+  // Adam), generator_ema.ckpt, discriminator_power_vectors.ckpt, the
+  // caller's `extra_files` (name, contents), then counters.txt as the commit
+  // point. Crash-safe when repeated into the same `dir`: it is written
+  // complete into DIR.new, which then replaces `dir`, so a process killed at
+  // any moment leaves one complete checkpoint (`dir`, or DIR.new when killed
+  // during the swap) that LoadCheckpoint finds.
+  absl::Status SaveCheckpoint(const std::string& dir,
+                              const std::vector<std::pair<std::string, std::string>>& extra_files = {}) const;
+  // Restores every replica from the complete checkpoint in `dir`, else in
+  // DIR.new; returns the folder it read (where the extra files are).
+  // Errors: NotFound when neither is complete; DataLoss / InvalidArgument
+  // naming the file (e.g. a model of another size).
+  absl::StatusOr<std::string> LoadCheckpoint(const std::string& dir);
 
   // Replica r's networks' values (tests: replication is exact).
   nn::ParameterSet& generator_parameters(int r);

@@ -268,6 +268,54 @@ TEST(GanTrainerTest, CheckpointRoundTripsAndTrainingContinuesIdentically) {
   std::filesystem::remove_all(dir);
 }
 
+// A save repeated into the same folder and killed part way leaves one
+// complete checkpoint: the old one while DIR.new is being written, DIR.new
+// once the swap has begun; a folder with no commit point anywhere is
+// NotFound. (The kills are simulated by leaving the files as a killed save
+// would.)
+TEST(GanTrainerTest, ASaveKilledPartWayLeavesOneCompleteCheckpoint) {
+  const GanData data = RandomData(64);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_gan_swap_" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir + ".new");
+  auto a = GanTrainer::Create(TinyConfig(1), &data);
+  ASSERT_TRUE((*a)->Train(2).ok());
+  ASSERT_TRUE((*a)->SaveCheckpoint(dir, {{"note.txt", "first\n"}}).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + ".new"));
+  ASSERT_TRUE((*a)->Train(3).ok());
+  auto restored = [&](int64_t want_steps, const std::string& want_from) {
+    auto b = GanTrainer::Create(TinyConfig(1), &data);
+    absl::StatusOr<std::string> from = (*b)->LoadCheckpoint(dir);
+    ASSERT_TRUE(from.ok()) << from.status();
+    EXPECT_EQ(*from, want_from);
+    EXPECT_EQ((*b)->steps(), want_steps);
+  };
+
+  // Killed while writing the second save: DIR.new has weights, no commit point.
+  ASSERT_TRUE((*a)->SaveCheckpoint(dir + ".new").ok());  // a complete folder...
+  std::filesystem::remove(dir + ".new/counters.txt");    // ...not yet committed
+  restored(2, dir);
+  // Killed during the swap, after the old commit point went: DIR.new is read.
+  ASSERT_TRUE((*a)->SaveCheckpoint(dir + ".new").ok());
+  std::filesystem::remove(dir + "/counters.txt");
+  restored(5, dir + ".new");
+  // The next save completes the swap; its extra files are inside it.
+  ASSERT_TRUE((*a)->SaveCheckpoint(dir, {{"note.txt", "second\n"}}).ok());
+  restored(5, dir);
+  std::string note;
+  std::ifstream(dir + "/note.txt") >> note;
+  EXPECT_EQ(note, "second");
+  EXPECT_FALSE(std::filesystem::exists(dir + ".new"));
+  // No commit point anywhere: NotFound naming the folder.
+  std::filesystem::remove(dir + "/counters.txt");
+  auto c = GanTrainer::Create(TinyConfig(1), &data);
+  absl::StatusOr<std::string> none = (*c)->LoadCheckpoint(dir);
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  EXPECT_THAT(none.status().message(), ::testing::HasSubstr(dir));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir + ".new");
+}
+
 TEST(GanTrainerTest, ExportWeightsWritesEveryTensorByNameWithItsCurrentValues) {
   const GanData data = RandomData(64);
   const std::string path =
