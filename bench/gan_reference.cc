@@ -14,21 +14,12 @@
 #include "absl/strings/str_format.h"
 #include "bench/peers.h"
 #include "common/files.h"
+#include "common/fnv1a.h"
+#include "common/shell.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
 
 namespace troupe::bench {
-
-namespace {
-
-// `text` single-quoted for the shell (paths with spaces or quotes).
-std::string ShellQuoted(const std::string& text) {
-  std::string quoted = "'";
-  for (char ch : text) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return quoted + "'";
-}
-
-}  // namespace
 
 std::string LibtorchGanArguments(const config::GanConfig& c, const GanReferenceOptions& options) {
   auto real = [](double x) { return absl::StrFormat("%.9g", x); };
@@ -42,11 +33,11 @@ std::string LibtorchGanArguments(const config::GanConfig& c, const GanReferenceO
       real(c.generator_learning_rate()), " d_lr=", real(c.discriminator_learning_rate()), " lr_scaling=", scaling,
       " warmup_images=", c.warmup_images(), " beta1=", real(c.adam_beta1()), " beta2=", real(c.adam_beta2()),
       " n_critic=", c.n_critic(), " ema_half_life_images=", c.ema_half_life_images(), " seed=", c.engine().seed(),
-      " ", ShellQuoted("data_dir=" + c.data_dir()), " ", ShellQuoted("weights=" + options.weights),
+      " ", ShellQuote("data_dir=" + c.data_dir()), " ", ShellQuote("weights=" + options.weights),
       " steps=", options.steps, " samples=", options.samples,
-      options.samples > 0 ? absl::StrCat(" ", ShellQuoted("samples_out=" + options.samples_path)) : "",
+      options.samples > 0 ? absl::StrCat(" ", ShellQuote("samples_out=" + options.samples_path)) : "",
       " print_losses=", options.per_step_losses ? 1 : 0,
-      options.state_path.empty() ? "" : absl::StrCat(" ", ShellQuoted("state=" + options.state_path)),
+      options.state_path.empty() ? "" : absl::StrCat(" ", ShellQuote("state=" + options.state_path)),
       " save_every=", options.save_every);
 }
 
@@ -127,10 +118,8 @@ std::string ReferenceComparisonKey(const config::GanConfig& config, int64_t imag
 }
 
 std::string ReferenceComparisonDirectory(const std::string& root, int64_t images, const std::string& key) {
-  // FNV-1a-64: stable across runs, builds and machines (std::hash is not promised to be).
-  uint64_t hash = 14695981039346656037ull;
-  for (const char ch : key) hash = (hash ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  return absl::StrFormat("%s/images%d-%016x", root, images, hash);
+  // FNV-1a: stable across runs, builds and machines (std::hash is not promised to be).
+  return absl::StrFormat("%s/images%d-%016x", root, images, Fnv1a64(key.data(), key.size()));
 }
 
 absl::Status WriteTroupeHalf(const std::string& path, const std::string& key, const TroupeHalf& half) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "common/shell.h"
 
 namespace troupe::bench {
 
@@ -45,9 +46,15 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
   const std::string source = ProjectPath("bench/peers/" + name + ".cc");
   std::ifstream in(source, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read the peer's source ", source));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Named for the source's contents: checkouts of other versions sharing the
-  // temp dir each get their own binary, and an edit recompiles.
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The one troupe header a peer includes (header-only, no dependencies).
+  const std::string shared_header = ProjectPath(std::string(kPeerSharedHeader));
+  std::ifstream header(shared_header, std::ios::binary);
+  if (!header) return absl::NotFoundError(absl::StrCat("cannot read ", shared_header, ", which the peers include"));
+  text.append(std::istreambuf_iterator<char>(header), std::istreambuf_iterator<char>());
+  // Named for the source's contents (and the header's): checkouts of other
+  // versions sharing the temp dir each get their own binary, and an edit
+  // recompiles.
   const std::string binary = (std::filesystem::temp_directory_path() /
                               absl::StrFormat("troupe_%s_%016x", name, std::hash<std::string>{}(text)))
                                  .string();
@@ -58,7 +65,8 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
   // temporary per process, then a rename: tests run side by side (ctest -j)
   // may compile the same peer at once.
   const std::string temporary = absl::StrCat(binary, ".", getpid(), ".tmp");
-  auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include ", source, " -o ",
+  auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include -I",
+                                       ShellQuote(ProjectPath(".")), " ", source, " -o ",
                                        temporary, " -ltorch -ltorch_cpu -lc10 -lz 2>&1 && mv ", temporary, " ",
                                        binary));
   if (!built.ok()) return built.status();

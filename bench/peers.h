@@ -15,6 +15,8 @@ namespace troupe::bench {
 
 // The header whose presence means libtorch-dev is installed.
 inline constexpr char kLibtorchHeader[] = "/usr/include/torch/csrc/api/include/torch/torch.h";
+// The troupe header the libtorch peers include (from the project root, -I).
+inline constexpr char kPeerSharedHeader[] = "common/fnv1a.h";
 
 // Runs a shell command; returns its stdout. `on_line`, when given, also gets
 // each line of it (without the newline) as it comes, for progress of a long

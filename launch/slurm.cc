@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/grpc_security.h"
+#include "common/shell.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "launch/launcher.h"
@@ -378,12 +379,6 @@ std::string SlurmJobScript(const config::ExperimentConfig& config, const SlurmPl
                   "# used: TLS and tokens are still to land) is ", run_dir, "/secrets/ (mode 0700, files 0600).\n");
   absl::StrAppend(&s, "exec ", ShellQuote(troupe_binary), " slurm-job ", ShellQuote(run_dir), "\n");
   return s;
-}
-
-std::string ShellQuote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 absl::StatusOr<std::string> SubmitSlurmJob(const std::string& script, const std::vector<std::string>& sbatch_options) {

@@ -68,9 +68,6 @@ absl::Status CheckPlanFitsPartition(const SlurmPlan& plan, const SlurmPartition&
 std::string SlurmJobScript(const config::ExperimentConfig& config, const SlurmPlan& plan,
                            const std::string& run_dir, const std::string& troupe_binary);
 
-// `text` single-quoted for bash (job scripts).
-std::string ShellQuote(const std::string& text);
-
 // `program`'s path on $PATH, or "" when it is not there.
 std::string FindOnPath(const std::string& program);
 

@@ -31,6 +31,7 @@
 #include "common/files.h"
 #include "common/image.h"
 #include "common/plot.h"
+#include "common/shell.h"
 #include "common/status_macros.h"
 #include "gan/fid.h"
 #include "gan/run.h"

@@ -41,6 +41,8 @@
 //   - Adam only: gan.optimizer LAMB / LARS have no reference here.
 #include <torch/torch.h>
 
+#include "common/fnv1a.h"  // troupe's, header-only: the checkpoint checksum
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -172,14 +174,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // troupe's checkpoint format (engine/nn/checkpoint.h), little-endian:
 //   "TRPCKPT1" | u32 entries | entries... | u64 FNV-1a-64 of all prior bytes
 //   entry: u32 name length | name | u32 rank | i64 dims[rank] | f32 data
-uint64_t Fnv1a(const char* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t Fnv1a(const char* data, size_t n) { return troupe::Fnv1a64(data, n, troupe::kCheckpointFnv1aBasis); }
 
 // The file's tensors by name; `checksum`, when given, gets the file's
 // checksum (a fingerprint of its contents).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 
 namespace troupe::nn {
@@ -14,14 +15,7 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'R', 'P', 'C', 'K', 'P', 'T', '1'};
 
-uint64_t Fnv1a(const char* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t Fnv1a(const char* data, size_t n) { return Fnv1a64(data, n, kCheckpointFnv1aBasis); }
 
 // Everything a checkpoint of (params, optimizer) holds in device memory, in
 // file order; the optimizer's step count follows them (StepsEntry).
