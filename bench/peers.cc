@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "common/fnv1a.h"
 #include "common/shell.h"
 
 namespace troupe::bench {
@@ -56,7 +57,7 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
   // versions sharing the temp dir each get their own binary, and an edit
   // recompiles.
   const std::string binary = (std::filesystem::temp_directory_path() /
-                              absl::StrFormat("troupe_%s_%016x", name, std::hash<std::string>{}(text)))
+                              absl::StrFormat("troupe_%s_%016x", name, Fnv1a64(text.data(), text.size())))
                                  .string();
   if (std::filesystem::exists(binary)) return binary;
   std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());

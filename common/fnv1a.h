@@ -26,6 +26,10 @@ inline uint64_t Fnv1a64(const char* data, size_t n, uint64_t basis = kFnv1aBasis
   return h;
 }
 
+// The checksum that ends a troupe checkpoint file: FNV-1a-64 of every byte
+// before it, from kCheckpointFnv1aBasis.
+inline uint64_t CheckpointChecksum(const char* data, size_t n) { return Fnv1a64(data, n, kCheckpointFnv1aBasis); }
+
 }  // namespace troupe
 
 #endif  // TROUPE_COMMON_FNV1A_H_

@@ -174,8 +174,8 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // troupe's checkpoint format (engine/nn/checkpoint.h), little-endian:
 //   "TRPCKPT1" | u32 entries | entries... | u64 FNV-1a-64 of all prior bytes
 //   entry: u32 name length | name | u32 rank | i64 dims[rank] | f32 data
-uint64_t Fnv1a(const char* data, size_t n) { return troupe::Fnv1a64(data, n, troupe::kCheckpointFnv1aBasis); }
-
+// (the checksum: troupe::CheckpointChecksum, common/fnv1a.h).
+//
 // The file's tensors by name; `checksum`, when given, gets the file's
 // checksum (a fingerprint of its contents).
 std::map<std::string, torch::Tensor> ReadTensors(const std::string& path, uint64_t* checksum_out = nullptr) {
@@ -185,7 +185,9 @@ std::map<std::string, torch::Tensor> ReadTensors(const std::string& path, uint64
   if (bytes.size() < 20 || bytes.compare(0, 8, "TRPCKPT1") != 0) Fail(path + ": not a troupe checkpoint file");
   uint64_t checksum;
   std::memcpy(&checksum, bytes.data() + bytes.size() - 8, 8);
-  if (checksum != Fnv1a(bytes.data(), bytes.size() - 8)) Fail(path + ": checksum mismatch (corrupt or truncated)");
+  if (checksum != troupe::CheckpointChecksum(bytes.data(), bytes.size() - 8)) {
+    Fail(path + ": checksum mismatch (corrupt or truncated)");
+  }
   if (checksum_out != nullptr) *checksum_out = checksum;
   size_t at = 8;
   const size_t end = bytes.size() - 8;
@@ -228,7 +230,7 @@ void WriteTensor(const std::string& path, const std::string& name, const torch::
   put(&rank, 4);
   for (int64_t d : t.sizes()) put(&d, 8);
   put(t.data_ptr<float>(), sizeof(float) * t.numel());
-  const uint64_t checksum = Fnv1a(out.data(), out.size());
+  const uint64_t checksum = troupe::CheckpointChecksum(out.data(), out.size());
   put(&checksum, 8);
   // Temporary file + rename, as troupe writes checkpoints.
   {

@@ -15,8 +15,6 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'R', 'P', 'C', 'K', 'P', 'T', '1'};
 
-uint64_t Fnv1a(const char* data, size_t n) { return Fnv1a64(data, n, kCheckpointFnv1aBasis); }
-
 // Everything a checkpoint of (params, optimizer) holds in device memory, in
 // file order; the optimizer's step count follows them (StepsEntry).
 std::vector<DeviceTensor> Entries(const ParameterSet& params, Optimizer* optimizer) {
@@ -108,7 +106,7 @@ absl::Status WriteCheckpoint(const std::string& path, const std::vector<Checkpoi
     for (int d = 0; d < t.shape.rank(); ++d) Put<int64_t>(out, t.shape[d]);
     out.append(reinterpret_cast<const char*>(t.values.data()), sizeof(float) * t.values.size());
   }
-  Put<uint64_t>(out, Fnv1a(out.data(), out.size()));
+  Put<uint64_t>(out, CheckpointChecksum(out.data(), out.size()));
   // Temporary file + rename.
   const std::string tmp = path + ".tmp";
   {
@@ -161,7 +159,7 @@ absl::Status Parse(const std::string& path, ParsedCheckpoint* parsed) {
   }
   uint64_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - sizeof(stored), sizeof(stored));
-  if (stored != Fnv1a(bytes.data(), bytes.size() - sizeof(stored))) {
+  if (stored != CheckpointChecksum(bytes.data(), bytes.size() - sizeof(stored))) {
     return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (file corrupt or truncated)"));
   }
   // Each entry: name, rank, dims, payload.
