@@ -1,5 +1,7 @@
 #include "common/files.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -8,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -68,6 +71,32 @@ absl::Status ValidateRunName(const std::string& name) {
     }
   }
   return absl::OkStatus();
+}
+
+double LastRunSeconds(const std::string& metrics_csv) {
+  std::ifstream in(metrics_csv, std::ios::binary | std::ios::ate);
+  if (!in) return 0;
+  // The last rows are in the file's last few KB.
+  const std::streamoff size = in.tellg(), tail = std::min<std::streamoff>(size, 1 << 16);
+  std::string text(static_cast<size_t>(tail), '\0');
+  in.seekg(size - tail);
+  in.read(text.data(), tail);
+  // Whole rows only: a row cut off by a killed writer has no newline yet.
+  size_t end = text.rfind('\n');
+  while (end != std::string::npos && end > 0) {
+    const size_t begin = text.rfind('\n', end - 1);
+    // The first row of a tail that starts mid-file may be cut at its start.
+    if (begin == std::string::npos && tail < size) break;
+    const size_t from = begin == std::string::npos ? 0 : begin + 1;
+    const std::string row = text.substr(from, end - from);
+    double seconds = 0;
+    if (absl::SimpleAtod(row.substr(0, row.find(',')), &seconds) && std::isfinite(seconds) && seconds >= 0) {
+      return seconds;
+    }
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return 0;
 }
 
 absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name) {

@@ -24,6 +24,11 @@ std::string ProjectPath(const std::string& relative);
 // /tmp/troupe. Not created here.
 std::string CacheDirectory();
 
+// The `seconds` (first column) of the last whole row of a run's metrics
+// CSV; 0 when the file is missing or has no such row. A resumed run starts
+// its clock from it, so a run's seconds count all of its pieces.
+double LastRunSeconds(const std::string& metrics_csv);
+
 // The longest run name.
 inline constexpr size_t kMaxRunNameBytes = 100;
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/files.h"
 #include "common/image.h"
 #include "common/plot.h"
 #include "common/status_line.h"
@@ -47,7 +48,9 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   const config::GanConfig& gan = config.gan();
   RETURN_IF_ERROR(ValidateGanConfig(gan));
   using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+  // A resumed run's clock goes on from its last metrics row.
+  const auto start = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                        resume ? LastRunSeconds(run_dir + "/metrics.csv") : 0.0));
 
   // Data, the FID classifier (trained and cached on first use), the trainer.
   ASSIGN_OR_RETURN(GanData data, LoadGanData(gan.data_dir()));

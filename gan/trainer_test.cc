@@ -12,6 +12,7 @@
 #include <random>
 
 #include "engine/engine_config.h"
+#include "common/files.h"
 #include "engine/nn/checkpoint.h"
 #include "gan/evaluator.h"
 #include "gan/fashion_classifier.h"
@@ -434,9 +435,27 @@ TEST_F(GanShortRunTest, RunGanWritesTheRunDirectoryAndResumes) {
                            "samples/samples-000000160.png"}) {
     EXPECT_TRUE(std::filesystem::exists(run_dir + "/" + file)) << file;
   }
-  // Resume with a larger budget: continues from 320 images.
+  // Resume with a larger budget: continues from 320 images, and its clock
+  // from the first piece's last metrics row.
+  const double seconds_before = LastRunSeconds(run_dir + "/metrics.csv");
+  ASSERT_GT(seconds_before, 0);
   c.set_total_images(480);
   ASSERT_TRUE(RunGan(config, run_dir, /*resume=*/true, nullptr).ok());
+  std::ifstream metrics(run_dir + "/metrics.csv");
+  std::string row;
+  std::getline(metrics, row);  // header
+  double previous = 0;
+  int rows = 0;
+  while (std::getline(metrics, row)) {
+    const double seconds = std::stod(row.substr(0, row.find(',')));
+    EXPECT_GE(seconds, previous) << "row " << rows << ": " << row;
+    previous = seconds;
+    ++rows;
+  }
+  // A row per chunk of steps; chunks stop at every evaluation (10 steps):
+  // 2 before the resume, 1 after.
+  EXPECT_EQ(rows, 3);
+  EXPECT_GT(previous, seconds_before);
   std::ifstream counters(run_dir + "/checkpoints/counters.txt");
   std::string key;
   int64_t steps = 0;

@@ -176,6 +176,8 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   const int64_t restored = std::stoll(resume_log.substr(at + 13));
   EXPECT_GT(restored, 0) << resume_log;
   EXPECT_GE(rows[rows_before][kUpdates], restored) << resume_log;
+  // Its clock goes on from the last row before the kill.
+  EXPECT_GE(rows[rows_before][kSeconds], rows[rows_before - 1][kSeconds]);
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
 }
 

@@ -39,6 +39,19 @@ def read_csv(path):
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
+def whole_run_seconds(metrics):
+    """Rows with `seconds` counted over all of a run's pieces. Runs resumed
+    before troupe carried the clock over (common/files.h LastRunSeconds)
+    started it again at 0: each such drop adds the piece before it."""
+    offset, previous = 0.0, None
+    for row in metrics:
+        if previous is not None and row["seconds"] < previous:
+            offset += previous
+        previous = row["seconds"]
+        row["seconds"] += offset
+    return metrics
+
+
 def seconds_at(metrics, frames):
     """Wall seconds of the run when it had stepped `frames` env frames (linear between metrics rows)."""
     previous = None
@@ -66,7 +79,7 @@ def seed_result(run_dir):
     done = os.path.exists(os.path.join(run_dir, "done"))
     first = next((e for e in evals if e["eval_return"] >= 0.9 * final), evals[-1])
     metrics_path = os.path.join(run_dir, "metrics.csv")
-    metrics = read_csv(metrics_path) if os.path.exists(metrics_path) else []
+    metrics = whole_run_seconds(read_csv(metrics_path)) if os.path.exists(metrics_path) else []
     return final, first["frames"], seconds_at(metrics, first["frames"]), done, evals[-1]["frames"]
 
 

@@ -47,6 +47,21 @@ class ResultsTableTest(unittest.TestCase):
             with open(os.path.join(top, "seeds.csv")) as f:
                 self.assertEqual(len(f.read().splitlines()), 4)  # header and 3 seeds
 
+    def test_a_clock_restarted_by_an_old_resume_counts_both_pieces(self):
+        with tempfile.TemporaryDirectory() as top:
+            run = os.path.join(top, "walker_walk", "seed-0")
+            write_run(run, [(20000, 100), (40000, 900), (60000, 1000)], 0.001, True)
+            # Killed at 30k frames (30 s) and resumed from its 20k checkpoint
+            # by a troupe that started the clock again: 20 s more to 40k.
+            with open(os.path.join(run, "metrics.csv"), "w") as f:
+                f.write("seconds,frames,updates\n0,0,0\n10,10000,0\n30,30000,0\n"
+                        "0.5,20000,0\n10.5,30000,0\n20.5,40000,0\n40.5,60000,0\n")
+            out = subprocess.run([sys.executable, TOOL, top], capture_output=True, text=True, check=True).stdout
+            row = next(line for line in out.splitlines() if line.startswith("| walker.walk"))
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            self.assertEqual(cells[3], "40k")
+            self.assertEqual(cells[4], "0.8 min")  # 30 + 20.5 s, not 20.5 s
+
     def test_not_a_directory(self):
         result = subprocess.run([sys.executable, TOOL, "/nonexistent/sweeps"], capture_output=True, text=True)
         self.assertNotEqual(result.returncode, 0)
