@@ -298,9 +298,13 @@ absl::StatusOr<double> SampleRate(replay::Sampler& sampler, double seconds, doub
 
 // Inserts over TLS + token against the same inserts over plain loopback
 // gRPC: two fresh servers, a writer on each, `rounds` alternated windows of
-// each and the best window of each; pixel (frames compressed beforehand)
-// and state transitions. Certificates are made for the run (troupe certs).
-absl::Status AddTlsInsertFigures(Report& report, const std::vector<WireFrame>& wire, const Options& options) {
+// each and the best window of each. Three kinds of inserts: pixel
+// transitions as an actor writes them (raw frames: AppendFrame compresses
+// each on the writer's thread, actors/transition_writer.cc), the same with
+// frames compressed beforehand (the transport alone), and state
+// transitions. Certificates are made for the run (troupe certs).
+absl::Status AddTlsInsertFigures(Report& report, const std::vector<std::vector<uint8_t>>& raw,
+                                 const std::vector<WireFrame>& wire, const Options& options) {
   char dir_template[] = "/tmp/troupe-bench-certs-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
@@ -315,7 +319,9 @@ absl::Status AddTlsInsertFigures(Report& report, const std::vector<WireFrame>& w
   auto plain_client = replay::NewGrpcClient(plain_server->address());
   auto tls_client = replay::NewGrpcClient(tls_server->address(), {.credentials = tls});
   const int rounds = 5;
-  for (const bool pixels : {true, false}) {
+  enum Kind { kPixelsAsActorsWrite, kPixelsPrecompressed, kState };
+  for (const Kind kind : {kPixelsAsActorsWrite, kPixelsPrecompressed, kState}) {
+    const bool pixels = kind != kState;
     const int items_per_request = pixels ? 16 : 64;
     ASSIGN_OR_RETURN(auto plain_writer, plain_client->NewWriter({.max_items_per_request = items_per_request}));
     ASSIGN_OR_RETURN(auto tls_writer, tls_client->NewWriter({.max_items_per_request = items_per_request}));
@@ -334,7 +340,9 @@ absl::Status AddTlsInsertFigures(Report& report, const std::vector<WireFrame>& w
         const double rate = MeasureRate(options.seconds_per_figure, [&](long n) {
           if (!error.ok()) return;
           const double cpu = ProcessCpuSeconds();
-          error = pixels ? InsertPixels(writer, nullptr, &wire, n, cursor) : InsertState(writer, n);
+          error = kind == kPixelsAsActorsWrite  ? InsertPixels(writer, &raw, nullptr, n, cursor)
+                  : kind == kPixelsPrecompressed ? InsertPixels(writer, nullptr, &wire, n, cursor)
+                                                 : InsertState(writer, n);
           if (error.ok()) error = writer.Flush();
           per_cpu_second = static_cast<double>(n) / std::max(ProcessCpuSeconds() - cpu, 1e-9);
         });
@@ -346,11 +354,13 @@ absl::Status AddTlsInsertFigures(Report& report, const std::vector<WireFrame>& w
     RETURN_IF_ERROR(error);
     RETURN_IF_ERROR(plain_writer->Close());
     RETURN_IF_ERROR(tls_writer->Close());
-    report.Add(absl::StrFormat("gRPC insert, %s transitions, TLS + token (bar: 0.8x)", pixels ? "pixel" : "state"),
-               best_tls, "items/s", "the same inserts without TLS or token, same run", best_plain);
-    report.Add(absl::StrFormat("gRPC insert, %s transitions per CPU-second (writer + server), TLS + token",
-                               pixels ? "pixel" : "state"),
-               best_tls_cpu, "items/CPU-s", "the same inserts without TLS or token, same run", best_plain_cpu);
+    const char* what = kind == kPixelsAsActorsWrite  ? "pixel transitions as actors write them (LZ4 on the writer)"
+                       : kind == kPixelsPrecompressed ? "pixel transitions, frames compressed beforehand"
+                                                      : "state transitions";
+    report.Add(absl::StrFormat("gRPC insert, %s, TLS + token (bar: 0.8x)", what), best_tls, "items/s",
+               "the same inserts without TLS or token, same run", best_plain);
+    report.Add(absl::StrFormat("gRPC insert, %s, per CPU-second (writer + server), TLS + token", what), best_tls_cpu,
+               "items/CPU-s", "the same inserts without TLS or token, same run", best_plain_cpu);
   }
   tls_server->Shutdown();
   plain_server->Shutdown();
@@ -402,7 +412,7 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
              wire_total / raw.size(), "bytes", "raw frame", kH * kW * kC);
   report.Add("frame compress (writer side, FrameEncoder)", compress_rate, "frames/s", "-", 0);
   if (std::find(options.filter.begin(), options.filter.end(), "tls") != options.filter.end()) {
-    RETURN_IF_ERROR(AddTlsInsertFigures(report, wire, options));
+    RETURN_IF_ERROR(AddTlsInsertFigures(report, raw, wire, options));
     return report;
   }
 
@@ -558,7 +568,7 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
                absl::StrFormat("raw gRPC pull, %.0f B msgs", wire), raw_rate / kMB);
   }
   server->Shutdown();
-  RETURN_IF_ERROR(AddTlsInsertFigures(report, wire, options));
+  RETURN_IF_ERROR(AddTlsInsertFigures(report, raw, wire, options));
   return report;
 }
 
