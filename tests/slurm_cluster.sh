@@ -81,6 +81,18 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   "$here/tools/install_deps.sh" >&2
 fi
 
+# What slurmd and the jobs need of the machine itself (a real Debian 12
+# machine has both; a bare chroot or container may not).
+if ! mountpoint -q /sys/fs/cgroup; then
+  echo "slurm_cluster: slurmd needs the cgroup filesystem, and /sys/fs/cgroup is not mounted here; skipped" >&2
+  exit 77
+fi
+if ! getent hosts "$(hostname -s)" >/dev/null; then
+  echo "slurm_cluster: this machine's host name '$(hostname -s)' does not resolve (getent hosts), and Slurm's nodes" \
+    "and the actors dial it: add it to /etc/hosts; skipped" >&2
+  exit 77
+fi
+
 mkdir -p "$dir"/{state,log,spool/n0,spool/n1}
 chmod 755 "$dir"
 taken=""

@@ -22,7 +22,7 @@ packages=(
   dataset-fashion-mnist               # GAN mode and the FID classifier (IDX files)
   xvfb xauth                          # viewer tests in a real window
   debootstrap patchelf                # the relocatable bundle (tools/bundle.sh) and its bare-root test
-  slurm-wlm munge                     # troupe run --slurm (sbatch, srun, ...) and its test's private Slurm
+  slurm-wlm munge iproute2            # troupe run --slurm (sbatch, srun, ...); its test's private Slurm (ss: free ports)
   python3-venv                        # tests and benches: PyPI peers and PJRT CPU plugins in venvs under build/
   openssl libssl-dev                  # troupe certs (the openssl command); TLS key checks (libcrypto)
   pybind11-dev python3-dev python3-numpy python3-pytest  # the Python package (python/) and its tests
