@@ -7,6 +7,8 @@
 // 10,000 training images against the test images; and the generator +
 // discriminator step's images/s against the same step in Debian's libtorch
 // 1.13 (bench/peers/libtorch_gan.cc, compiled at run time when installed).
+// `--only speed` gives only the step's images/s at each batch and replica
+// count of the batch study, next to batch 64 on 1 replica.
 // Then troupe's classifier-FID after N images at batch 64 next to the
 // libtorch reference GAN's (bench/gan_reference.h: the same GAN trained in
 // libtorch from troupe's initial weights on the same images and noise),
@@ -211,6 +213,31 @@ absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator&
   return absl::OkStatus();
 }
 
+// The G+D step's images/s at each global batch and replica count of the
+// batch study (tools/gan_batch_study.sh), next to batch 64 on 1 replica in
+// the same run: what a bigger batch costs or saves per image, apart from
+// what it does to quality (`--only speed`).
+absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& base, double seconds, Report& report) {
+  double batch64 = 0;
+  for (auto [batch, replicas] : {std::pair{64, 1}, {256, 1}, {256, 2}, {1024, 1}, {1024, 2}}) {
+    config::GanConfig c = base;
+    c.set_batch_size(batch);
+    c.mutable_engine()->set_replicas(replicas);
+    ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
+    RETURN_IF_ERROR(trainer->Train(2));  // warm up
+    absl::Status error;
+    const double steps_per_s = MeasureRate(seconds, [&](long n) {
+      if (error.ok()) error = trainer->Train(n);
+    });
+    RETURN_IF_ERROR(error);
+    const double images_per_s = steps_per_s * batch;
+    if (batch == 64 && replicas == 1) batch64 = images_per_s;
+    report.Add(absl::StrFormat("G+D step, batch %d, %d replica(s), %d threads", batch, replicas, kThreads),
+               images_per_s, "images/s", "batch 64, 1 replica, same run", batch64);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // --device cuda: the G+D step (n_critic 1) on GPU 0 at batch 256 and 4096,
@@ -254,7 +281,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   int64_t reference_images = options.quick ? 5000 : 300000;
   int64_t reference_threads = 1, checkpoint_seconds = 300;
   std::string reference_root = CacheDirectory() + "/gan_reference";
-  bool reference_only = false, budget_set = false;
+  bool reference_only = false, budget_set = false, speed_only = false;
   for (const std::string& f : options.filter) {
     int64_t* number = nullptr;
     if (f.rfind("reference_dir=", 0) == 0) {
@@ -267,6 +294,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
     if (f.rfind("reference_threads=", 0) == 0) number = &reference_threads;
     if (f.rfind("reference_checkpoint_s=", 0) == 0) number = &checkpoint_seconds;
     if (f == "reference") reference_only = true;
+    if (f == "speed") speed_only = true;
     if (number != nullptr && (!absl::SimpleAtoi(f.substr(f.find('=') + 1), number) || *number < 1)) {
       return absl::InvalidArgumentError(absl::StrCat("--only ", f, ": want a positive number"));
     }
@@ -274,6 +302,13 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   reference_only = reference_only && !budget_set;
   auto data = gan::LoadGanData(gan::kFashionMnistDir);
   if (!data.ok()) return data.status();
+  if (speed_only) {
+    config::GanConfig base;
+    base.mutable_engine()->set_threads(kThreads);
+    base.set_data_dir(gan::kFashionMnistDir);
+    RETURN_IF_ERROR(AddStepSpeeds(*data, base, std::max(options.seconds_per_figure, 3.0), report));
+    return report;
+  }
   gan::FidClassifier::Options classifier_options;  // cached in ~/.cache/troupe, trained on first use
   classifier_options.threads = kThreads;
   auto classifier = gan::FidClassifier::LoadOrTrain(classifier_options, Log);
