@@ -366,7 +366,9 @@ absl::Status RunSweep(const SweepPlan& plan, int parallel, const std::vector<std
   std::vector<std::string> failed;
   size_t next = 0;
   bool stopping = false;
-  while (next < pending.size() || !running.empty()) {
+  // Once stopping, the runs not started stay for the next sweep: the loop
+  // ends when the running ones have stopped.
+  while ((!stopping && next < pending.size()) || !running.empty()) {
     if (!stopping && stop != nullptr && stop->load()) {
       stopping = true;
       for (const auto& [pid, run] : running) kill(pid, SIGTERM);

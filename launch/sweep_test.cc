@@ -4,14 +4,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gan/fid.h"
@@ -119,6 +122,39 @@ TEST_F(PlanSweepTest, RunsTheCrossProductWithSeedsAndSplitCores) {
   EXPECT_EQ(plan->runs[7].config.gan().engine().seed(), 1u);
   EXPECT_EQ(plan->runs[7].config.gan().engine().threads(), 2);
   EXPECT_FALSE(fs::exists(plan->sweep_dir)) << "planning creates nothing";
+}
+
+TEST_F(PlanSweepTest, AStoppedSweepEndsWhileRunsWereStillToStart) {
+  // RL, so that preparing trains nothing; runs that sleep until stopped.
+  const std::string config = dir_.path() + "/tiny_rl.textproto";
+  Write(config, "name: \"tiny_rl\" mode: RL runs_dir: \"" + dir_.path() + "/runs\"\n");
+  SweepOptions options;
+  options.config_path = config;
+  options.grid = *ParseGrid({"learner.batch_size=16,32"});
+  options.seeds = 2;
+  auto plan = PlanSweep(options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 4u);
+  std::atomic<bool> stop{false};
+  std::vector<std::string> lines;
+  absl::Mutex mutex;
+  auto sweep = std::async(std::launch::async, [&] {
+    return RunSweep(*plan, /*parallel=*/1, {"/bin/sh", "-c", "exec sleep 60", "sh"}, &stop, [&](const std::string& l) {
+      absl::MutexLock lock(&mutex);
+      lines.push_back(l);
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stop = true;
+  // Ends once its one running run has stopped, though three never started.
+  ASSERT_EQ(sweep.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the sweep did not end";
+  const absl::Status status = sweep.get();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  absl::MutexLock lock(&mutex);
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("stopped " + plan->runs[0].name)));
+  for (size_t i = 1; i < plan->runs.size(); ++i) {
+    EXPECT_THAT(lines, ::testing::Not(::testing::Contains(HasSubstr(plan->runs[i].name + " (pid"))));
+  }
 }
 
 TEST_F(PlanSweepTest, SteppedFieldsMakeOnePointEach) {
