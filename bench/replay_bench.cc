@@ -346,8 +346,9 @@ absl::Status AddTlsInsertFigures(Report& report, const std::vector<std::vector<u
           if (error.ok()) error = writer.Flush();
           per_cpu_second = static_cast<double>(n) / std::max(ProcessCpuSeconds() - cpu, 1e-9);
         });
-        (use_tls ? best_tls : best_plain) = std::max(use_tls ? best_tls : best_plain, rate);
+        double& best = use_tls ? best_tls : best_plain;
         double& best_cpu = use_tls ? best_tls_cpu : best_plain_cpu;
+        best = std::max(best, rate);
         best_cpu = std::max(best_cpu, per_cpu_second);
       }
     }

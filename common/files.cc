@@ -76,7 +76,7 @@ absl::Status ValidateRunName(const std::string& name) {
 double LastRunSeconds(const std::string& metrics_csv) {
   std::ifstream in(metrics_csv, std::ios::binary | std::ios::ate);
   if (!in) return 0;
-  // The last rows are in the file's last few KB.
+  // The last rows are in the file's last 64 KB.
   const std::streamoff size = in.tellg(), tail = std::min<std::streamoff>(size, 1 << 16);
   std::string text(static_cast<size_t>(tail), '\0');
   in.seekg(size - tail);
