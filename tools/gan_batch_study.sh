@@ -7,7 +7,7 @@
 #   replicas_2: batch 256, linear, on 2 in-process replicas (cross-replica
 #     batch norm), the same IMAGES: the same step as 1 replica (gan_trainer_test)
 #     trained for as long, the check that the replica axis changes speed, not
-#     quality (its speed for every batch: `troupe bench gan`);
+#     quality (its speed for every batch: `troupe bench gan --only speed`);
 #   equal_steps: batch 64 and 256 for as many steps as batch 1024 takes in
 #     IMAGES (IMAGES / 1024), both scalings; batch 1024's point at those steps
 #     is its equal_images run.
@@ -23,13 +23,13 @@ images=${3:-500000}
 config=$root/configs/gan_fashion_mnist.textproto
 mkdir -p "$out"
 
+# Two sweeps at a time: the G+D step keeps ~1.5 of 2 cores busy, so
+# equal_images runs beside equal_steps then replicas_2 (separate run
+# directories; each sweep resumes its own).
 "$troupe" sweep "$config" --dir "$out/equal_images" \
   --set gan.total_images="$images" --set gan.eval_every_images=$((images / 8)) \
-  --grid gan.lr_scaling=LINEAR,SQRT --grid gan.batch_size=64,256,1024
-
-"$troupe" sweep "$config" --dir "$out/replicas_2" \
-  --set gan.total_images="$images" --set gan.eval_every_images=$((images / 8)) \
-  --set gan.engine.replicas=2 --set gan.lr_scaling=LINEAR --set gan.batch_size=256
+  --grid gan.lr_scaling=LINEAR,SQRT --grid gan.batch_size=64,256,1024 &
+equal_images=$!
 
 steps=$((images / 1024))
 zipped=""
@@ -39,3 +39,7 @@ for batch in 64 256; do
 done
 "$troupe" sweep "$config" --dir "$out/equal_steps" \
   --grid gan.lr_scaling=LINEAR,SQRT --grid gan.batch_size:gan.total_images:gan.eval_every_images="$zipped"
+"$troupe" sweep "$config" --dir "$out/replicas_2" \
+  --set gan.total_images="$images" --set gan.eval_every_images=$((images / 8)) \
+  --set gan.engine.replicas=2 --set gan.lr_scaling=LINEAR --set gan.batch_size=256
+wait "$equal_images"
