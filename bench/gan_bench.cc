@@ -45,6 +45,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -213,24 +214,32 @@ absl::Status AddReferenceComparison(const gan::GanData& data, gan::GanEvaluator&
   return absl::OkStatus();
 }
 
-// The G+D step's images/s at each global batch and replica count of the
-// batch study (tools/gan_batch_study.sh), next to batch 64 on 1 replica in
-// the same run: what a bigger batch costs or saves per image, apart from
-// what it does to quality (`--only speed`).
+// The (global batch, replicas) points this benchmark compares.
+constexpr std::pair<int, int> kBatchPoints[] = {{64, 1}, {256, 1}, {256, 2}, {1024, 1}, {1024, 2}};
+
+// Images/s of the G+D step of config `c`, after 2 warm-up steps, over
+// `seconds` of whole steps.
+absl::StatusOr<double> StepImagesPerSecond(const gan::GanData& data, const config::GanConfig& c, double seconds) {
+  ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
+  RETURN_IF_ERROR(trainer->Train(2));
+  absl::Status error;
+  const double steps_per_s = MeasureRate(seconds, [&](long n) {
+    if (error.ok()) error = trainer->Train(n);
+  });
+  RETURN_IF_ERROR(error);
+  return steps_per_s * c.batch_size();
+}
+
+// The G+D step's images/s at each point of kBatchPoints, next to batch 64
+// on 1 replica in the same run: what a bigger batch costs or saves per
+// image, apart from what it does to quality (`--only speed`).
 absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& base, double seconds, Report& report) {
   double batch64 = 0;
-  for (auto [batch, replicas] : {std::pair{64, 1}, {256, 1}, {256, 2}, {1024, 1}, {1024, 2}}) {
+  for (auto [batch, replicas] : kBatchPoints) {
     config::GanConfig c = base;
     c.set_batch_size(batch);
     c.mutable_engine()->set_replicas(replicas);
-    ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
-    RETURN_IF_ERROR(trainer->Train(2));  // warm up
-    absl::Status error;
-    const double steps_per_s = MeasureRate(seconds, [&](long n) {
-      if (error.ok()) error = trainer->Train(n);
-    });
-    RETURN_IF_ERROR(error);
-    const double images_per_s = steps_per_s * batch;
+    ASSIGN_OR_RETURN(const double images_per_s, StepImagesPerSecond(data, c, seconds));
     if (batch == 64 && replicas == 1) batch64 = images_per_s;
     report.Add(absl::StrFormat("G+D step, batch %d, %d replica(s), %d threads", batch, replicas, kThreads),
                images_per_s, "images/s", "batch 64, 1 replica, same run", batch64);
@@ -302,11 +311,12 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   reference_only = reference_only && !budget_set;
   auto data = gan::LoadGanData(gan::kFashionMnistDir);
   if (!data.ok()) return data.status();
+  config::GanConfig base;
+  base.mutable_engine()->set_threads(kThreads);
+  base.set_data_dir(gan::kFashionMnistDir);
+  const double step_seconds = std::max(options.seconds_per_figure, 3.0);
   if (speed_only) {
-    config::GanConfig base;
-    base.mutable_engine()->set_threads(kThreads);
-    base.set_data_dir(gan::kFashionMnistDir);
-    RETURN_IF_ERROR(AddStepSpeeds(*data, base, std::max(options.seconds_per_figure, 3.0), report));
+    RETURN_IF_ERROR(AddStepSpeeds(*data, base, step_seconds, report));
     return report;
   }
   gan::FidClassifier::Options classifier_options;  // cached in ~/.cache/troupe, trained on first use
@@ -321,10 +331,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   report.Add(absl::StrFormat("classifier-FID floor: %d train vs %d test images", samples, samples), floor, "FID",
              "(itself)", floor);
 
-  config::GanConfig base;
-  base.mutable_engine()->set_threads(kThreads);
   base.set_eval_samples(samples);
-  base.set_data_dir(gan::kFashionMnistDir);
   // troupe against the reference implementation, at equal images.
   RETURN_IF_ERROR(AddReferenceComparison(*data, evaluator, base, reference_images, samples,
                                          static_cast<int>(std::min<int64_t>(reference_threads, 64)), reference_root,
@@ -335,19 +342,15 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   {
     config::GanConfig c = base;
     c.set_batch_size(64);
-    auto trainer = gan::GanTrainer::Create(c, &*data);
-    if (!trainer.ok()) return trainer.status();
-    if (absl::Status s = (*trainer)->Train(2); !s.ok()) return s;  // warm up
-    const double seconds = std::max(options.seconds_per_figure, 3.0);
-    const double steps_per_s = MeasureRate(seconds, [&](long n) { (void)(*trainer)->Train(n); });
-    auto torch = LibtorchGanRate(64, c, seconds);
+    ASSIGN_OR_RETURN(const double images_per_s, StepImagesPerSecond(*data, c, step_seconds));
+    auto torch = LibtorchGanRate(64, c, step_seconds);
     if (!torch.ok()) std::printf("libtorch peer unavailable: %s\n", torch.status().ToString().c_str());
-    report.Add(absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kThreads), steps_per_s * 64, "images/s",
+    report.Add(absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kThreads), images_per_s, "images/s",
                torch.ok() ? "libtorch 1.13, best of 1/2 threads" : "libtorch (not installed)", torch.ok() ? *torch : 0);
   }
 
   // Equal images seen at growing global batch, 1 and 2 replicas.
-  for (auto [batch, replicas] : {std::pair{64, 1}, {256, 1}, {256, 2}, {1024, 1}, {1024, 2}}) {
+  for (auto [batch, replicas] : kBatchPoints) {
     config::GanConfig c = base;
     c.set_batch_size(batch);
     c.mutable_engine()->set_replicas(replicas);

@@ -99,6 +99,12 @@ double LastRunSeconds(const std::string& metrics_csv) {
   return 0;
 }
 
+std::chrono::steady_clock::time_point RunClockStart(const std::string& run_dir, bool resume) {
+  const double seconds = resume ? LastRunSeconds(run_dir + "/metrics.csv") : 0.0;
+  return std::chrono::steady_clock::now() -
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name) {
   if (absl::Status valid = ValidateRunName(name); !valid.ok()) return valid;
   const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone());

@@ -2,6 +2,7 @@
 #ifndef TROUPE_COMMON_FILES_H_
 #define TROUPE_COMMON_FILES_H_
 
+#include <chrono>
 #include <string>
 
 #include "absl/status/status.h"
@@ -28,6 +29,10 @@ std::string CacheDirectory();
 // CSV; 0 when the file is missing or has no such row. A resumed run starts
 // its clock from it, so a run's seconds count all of its pieces.
 double LastRunSeconds(const std::string& metrics_csv);
+
+// When the clock of the run in `run_dir` started: now, less the seconds
+// its metrics.csv already counts when `resume` (LastRunSeconds).
+std::chrono::steady_clock::time_point RunClockStart(const std::string& run_dir, bool resume);
 
 // The longest run name.
 inline constexpr size_t kMaxRunNameBytes = 100;

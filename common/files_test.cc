@@ -29,10 +29,17 @@ TEST_F(LastRunSecondsTest, IsTheFirstColumnOfTheLastWholeRow) {
   EXPECT_DOUBLE_EQ(LastRunSeconds(::testing::TempDir() + "/no_such_metrics.csv"), 0.0);
 }
 
-TEST_F(LastRunSecondsTest, ReadsOnlyTheTailOfALongFile) {
+TEST_F(LastRunSecondsTest, FindsTheLastRowOfAFileLongerThanTheTailItReads) {
   std::string text = "seconds,frames\n";
   for (int i = 0; i < 20000; ++i) text += std::to_string(i) + ".5,123456789\n";
   EXPECT_DOUBLE_EQ(LastRunSeconds(Write(text)), 19999.5);
+  // The 64 KB tail starts inside a row ("123456.5,1" cut to ".5,1") and
+  // holds no whole numeric row after it: the cut row is not read as 0.5.
+  std::string cut = "seconds,frames\n";
+  for (int i = 0; i < 100; ++i) cut += "123456.5,1\n";
+  cut += "xy\n";  // 3 bytes, then 2-byte rows: 65,531 bytes after the numeric rows
+  for (int i = 0; i < 32764; ++i) cut += "x\n";
+  EXPECT_DOUBLE_EQ(LastRunSeconds(Write(cut)), 0.0);
 }
 
 }  // namespace

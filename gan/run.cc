@@ -48,9 +48,7 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   const config::GanConfig& gan = config.gan();
   RETURN_IF_ERROR(ValidateGanConfig(gan));
   using Clock = std::chrono::steady_clock;
-  // A resumed run's clock goes on from its last metrics row.
-  const auto start = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                                        resume ? LastRunSeconds(run_dir + "/metrics.csv") : 0.0));
+  const auto start = RunClockStart(run_dir, resume);  // a resumed run's clock goes on
 
   // Data, the FID classifier (trained and cached on first use), the trainer.
   ASSIGN_OR_RETURN(GanData data, LoadGanData(gan.data_dir()));

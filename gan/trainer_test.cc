@@ -11,8 +11,8 @@
 #include <fstream>
 #include <random>
 
-#include "engine/engine_config.h"
 #include "common/files.h"
+#include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
 #include "gan/evaluator.h"
 #include "gan/fashion_classifier.h"

@@ -139,10 +139,10 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     l->samplers_.push_back(std::move(sampler));
   }
 
+  l->resumed_ = resume;
   if (resume) {
     if (l->is_chief()) {
       RETURN_IF_ERROR(l->Restore());
-      l->seconds_before_ = LastRunSeconds(run_dir + "/metrics.csv");
     } else {
       RETURN_IF_ERROR(l->agent_->Load(CheckpointDir(run_dir) + "/agent.ckpt"));
     }
@@ -413,8 +413,7 @@ void RlLearner::RecordStats(bool write_row) {
 }
 
 absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
-  // A resumed run's clock goes on from its last metrics row.
-  start_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds_before_));
+  start_ = RunClockStart(run_dir_, resumed_);  // a resumed run's clock goes on
   auto last_checkpoint = Clock::now();
   last_row_ = Clock::now();
   row_updates_ = agent_->updates();

@@ -145,6 +145,7 @@ class RlLearner {
 
   config::ExperimentConfig config_;
   std::string run_dir_;
+  bool resumed_ = false;  // from a checkpoint in run_dir_ (its clock goes on)
   GrpcCredentials credentials_;
   agents::ObservationSpec spec_;
   int action_size_ = 0;
@@ -170,8 +171,6 @@ class RlLearner {
   // evaluator thread, rendered and encoded on the recorder's own.
   std::unique_ptr<actors::EpisodeRecorder> eval_recorder_;
   std::chrono::steady_clock::time_point start_;
-  // Seconds the run had been going before this resume (its metrics.csv).
-  double seconds_before_ = 0;
   std::chrono::steady_clock::time_point last_row_;  // when the last metrics row was written
   int64_t row_updates_ = 0, row_frames_ = 0;        // counters at that row
 

@@ -87,8 +87,9 @@ if ! mountpoint -q /sys/fs/cgroup; then
   echo "slurm_cluster: slurmd needs the cgroup filesystem, and /sys/fs/cgroup is not mounted here; skipped" >&2
   exit 77
 fi
-if ! getent hosts "$(hostname -s)" >/dev/null; then
-  echo "slurm_cluster: this machine's host name '$(hostname -s)' does not resolve (getent hosts), and Slurm's nodes" \
+host=$(hostname -s)
+if ! getent hosts "$host" >/dev/null; then
+  echo "slurm_cluster: this machine's host name '$host' does not resolve (getent hosts), and Slurm's nodes" \
     "and the actors dial it: add it to /etc/hosts; skipped" >&2
   exit 77
 fi
@@ -99,7 +100,6 @@ taken=""
 ctld_port=$(free_port)
 n0_port=$(free_port)
 n1_port=$(free_port)
-host=$(hostname -s)
 
 # munge: a fresh key and a socket of our own (the system's munged, if any, is untouched).
 dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none
