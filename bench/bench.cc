@@ -216,12 +216,15 @@ absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, 
 absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
   const char* env = std::getenv("TROUPE_PYTHON");
   const std::string python = env != nullptr && *env != '\0' ? env : "python3";
-  if (auto probe = RunCommand(absl::StrCat(python, " -c 'import torch; assert torch.cuda.is_available(), \"torch sees no "
-                                           "GPU\"; print(torch.__version__)' 2>&1"));
-      !probe.ok()) {
+  // Probed once per process (importing torch takes seconds; a bench runs the peer many times).
+  static const absl::Status usable = [&]() -> absl::Status {
+    auto probe = RunCommand(absl::StrCat(python, " -c 'import torch; assert torch.cuda.is_available(), \"torch sees no "
+                                         "GPU\"; print(torch.__version__)' 2>&1"));
+    if (probe.ok()) return absl::OkStatus();
     return absl::UnavailableError(absl::StrCat(python, " cannot run the PyTorch peer on a GPU: ",
                                                probe.status().message().substr(0, 300)));
-  }
+  }();
+  RETURN_IF_ERROR(usable);
   return RunPeerFigure(absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"), " 1 ", args, " 2>&1"),
                        key);
 }

@@ -2,12 +2,15 @@
 # run.sh of a troupe bundle (tools/bundle.sh): runs its tests and benchmarks
 # on this machine and writes every result into one folder.
 #
-#   ./run.sh [--cpu-only] [RESULTS_DIR]     (default RESULTS_DIR: ./results)
+#   ./run.sh [--cpu-only] [--budget SECONDS] [RESULTS_DIR]   (default: ./results)
 #
 # --cpu-only: the tests that need neither a GPU, rendering nor data sets (a
-# bare Linux root), and no benchmarks. Otherwise: every test binary, then
-# `troupe bench learner` and D4PG pixel updates on the CPU and, where a GPU
-# answers, on CUDA in float32 and bfloat16.
+# bare Linux root), and no benchmarks. Otherwise, most telling first, since a
+# GPU lease is short: every test binary at once (the GPU conformance suites
+# among them, and the PJRT ones through the CUDA plugin), then the GPU
+# benchmarks one at a time on a quiet machine, then the main job with its
+# learner on the GPU, then the CPU benchmarks. --budget: stop starting work
+# after SECONDS (the main job gets what is left, at most 300 s).
 # Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt,
 # scaling_cuda.csv/.png (the scaling projection on the GPU's step times), env.txt
 # (what was found where), summary.txt; the last line printed is
@@ -16,7 +19,11 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cpu_only=0
 if [[ "${1:-}" == "--cpu-only" ]]; then cpu_only=1; shift; fi
-if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then sed -n '2,14p' "$0"; exit 0; fi
+budget=100000
+if [[ "${1:-}" == "--budget" ]]; then budget=$2; shift 2; fi
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then sed -n '2,17p' "$0"; exit 0; fi
+t0=$(date +%s)
+left() { echo $((budget - ($(date +%s) - t0))); }
 out=$(mkdir -p "${1:-results}" && cd "${1:-results}" && pwd)
 export TROUPE_HOME="$here/share/troupe"
 : > "$out/env.txt"
@@ -76,74 +83,105 @@ else
   note "GPU: none answers (nvidia-smi)"
 fi
 
-# Tests: each binary with its XML report and log.
-passed=0; failed=0
+# Tests: each binary with its XML report and log, all at once (a GPU
+# machine's cores; the GPU suites share the card, which changes no result).
 cpu_tests=(nn_engine_test nn_strict_device_test nn_ops_test engine_config_test replicator_test cuda_backend_test
            agents_d4pg_test pjrt_test)
 : > "$out/summary.txt"
-run_test() {  # NAME BINARY [ARGS...]: one test binary, its XML report and log
+run_test() {  # NAME BINARY [ARGS...]: one test binary, its XML report, log and one summary line (NAME.line)
   local name=$1 t=$2; shift 2
   local start=$(date +%s)
-  (cd "$TROUPE_HOME" && "$t" --gtest_output="xml:$out/$name.xml" "$@") > "$out/$name.log" 2>&1
+  (cd "$TROUPE_HOME" && timeout 240 "$t" --gtest_output="xml:$out/$name.xml" "$@") > "$out/$name.log" 2>&1
   local rc=$?
-  echo "$name: $( ((rc == 0)) && echo passed || echo "FAILED (exit $rc)") in $(( $(date +%s) - start )) s, $(grep -c '^\[       OK \]' "$out/$name.log") cases ok, $(grep -c '^\[  SKIPPED \]' "$out/$name.log") skipped" | tee -a "$out/summary.txt"
-  if ((rc == 0)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  echo "$name: $( ((rc == 0)) && echo passed || echo "FAILED (exit $rc)") in $(( $(date +%s) - start )) s, $(grep -c '^\[       OK \]' "$out/$name.log") cases ok, $(grep -c '^\[  SKIPPED \]' "$out/$name.log") skipped" > "$out/$name.line"
 }
+names=()
 for t in "$here"/bin/*_test; do
   name=$(basename "$t")
   if ((cpu_only)) && [[ ! " ${cpu_tests[*]} " == *" $name "* ]]; then continue; fi
   [[ $name == nn_ops_pjrt_test ]] && continue  # needs a plugin: below
-  run_test "$name" "$t"
+  names+=("$name")
+  run_test "$name" "$t" &
 done
 # The PJRT backend through the XLA CUDA plugin: every op and kernel against
-# the CPU, a D4PG pixel update and GAN steps.
+# the CPU, a D4PG pixel update and GAN steps (one after another: one plugin
+# client at a time is enough for the card's memory).
 if ((!cpu_only)) && [[ -n $pjrt_cuda ]]; then
-  export TROUPE_PJRT_PLUGIN=$pjrt_cuda
-  run_test pjrt_cuda_pjrt_test "$here/bin/pjrt_test"
-  run_test pjrt_cuda_nn_ops_pjrt_test "$here/bin/nn_ops_pjrt_test"
-  run_test pjrt_cuda_steps_d4pg "$here/bin/agents_d4pg_test" --gtest_filter='*Pjrt*'
-  run_test pjrt_cuda_steps_gan "$here/bin/gan_trainer_test" --gtest_filter='*Pjrt*'
-  unset TROUPE_PJRT_PLUGIN
+  names+=(pjrt_cuda_pjrt_test pjrt_cuda_nn_ops_pjrt_test pjrt_cuda_steps_d4pg pjrt_cuda_steps_gan)
+  (
+    export TROUPE_PJRT_PLUGIN=$pjrt_cuda
+    run_test pjrt_cuda_pjrt_test "$here/bin/pjrt_test"
+    run_test pjrt_cuda_nn_ops_pjrt_test "$here/bin/nn_ops_pjrt_test"
+    run_test pjrt_cuda_steps_d4pg "$here/bin/agents_d4pg_test" --gtest_filter='*Pjrt*'
+    run_test pjrt_cuda_steps_gan "$here/bin/gan_trainer_test" --gtest_filter='*Pjrt*'
+  ) &
+fi
+wait
+passed=0; failed=0
+for name in "${names[@]}"; do
+  line=$(cat "$out/$name.line" 2>/dev/null || echo "$name: FAILED (no result)")
+  echo "$line" | tee -a "$out/summary.txt"
+  rm -f "$out/$name.line"
+  if [[ $line == "$name: passed"* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
+echo "tests done at $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+# A failed CUDA suite: its failed cases again under compute-sanitizer's
+# memcheck (out-of-bounds and misaligned accesses, API errors), for the log.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if ((gpu)) && [[ -n $sanitizer ]]; then
+  for name in cuda_backend_test nn_ops_test; do
+    cases=$(sed -n 's/^\[  FAILED  \] \([A-Za-z0-9_/.]*\) .*/\1/p' "$out/$name.log" 2>/dev/null | sort -u | paste -sd: -)
+    [[ -z $cases ]] && continue
+    (cd "$TROUPE_HOME" && timeout 90 "$sanitizer" --tool memcheck "$here/bin/$name" --gtest_filter="$cases") \
+      > "$out/${name}_memcheck.log" 2>&1
+    echo "$name's failed cases under memcheck: exit $? ($(grep -c 'Invalid\|Error' "$out/${name}_memcheck.log") error lines)" | tee -a "$out/summary.txt"
+  done
 fi
 
-# Benchmarks.
+# Benchmarks, one at a time, GPU first; each skipped once the budget is spent.
 if ((!cpu_only)); then
   bench() {  # NAME ARGS...: troupe bench NAME ARGS --json, its output kept
     local tag=$1; shift
-    "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
-    echo "troupe bench $* : exit $?" | tee -a "$out/summary.txt"
+    if (( $(left) < 30 )); then echo "troupe bench $* : skipped (budget spent)" | tee -a "$out/summary.txt"; return; fi
+    local start=$(date +%s)
+    timeout 300 "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
+    echo "troupe bench $* : exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   }
+  d4pg() {  # DEVICE BATCH: D4PG pixel updates/s
+    if (( $(left) < 30 )); then return; fi
+    timeout 200 "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 20 32 1024 "$1" > "$out/bench_d4pg_$1_$2.txt" 2>&1
+    echo "d4pg_bench pixels batch $2 on $1: $(tail -n 1 "$out/bench_d4pg_$1_$2.txt")" | tee -a "$out/summary.txt"
+  }
+  if ((gpu)); then
+    bench learner_cuda learner --device cuda --seconds 3
+    bench gan_cuda gan --device cuda --seconds 3
+    for device in cuda cuda-bf16; do d4pg "$device" 256; done
+    if [[ -n $pjrt_cuda ]]; then
+      bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
+    fi
+    # Writes its projection, scaling_cuda.csv and .png, into the working directory: the results.
+    (cd "$out" && bench scaling_cuda scaling --device cuda --seconds 3)
+    for device in cuda cuda-bf16; do d4pg "$device" 1024; done
+    # The main job with its learner on the GPU, for what the budget leaves
+    # (at most five minutes): its curves (no evaluation videos: the bundle
+    # carries no FFmpeg).
+    seconds=$(( $(left) - 40 ))
+    ((seconds > 300)) && seconds=300
+    if ((seconds >= 60)); then
+      timeout "$seconds" "$here/bin/troupe" run "$TROUPE_HOME/configs/cartpole_swingup.textproto" \
+        --set learner.engine.device=CUDA --set evaluator.record_video=false --set runs_dir="$out/runs" \
+        > "$out/run_cuda.txt" 2>&1
+      echo "troupe run cartpole_swingup, learner on CUDA, $seconds s: exit $? ($(tail -n 1 "$out/run_cuda.txt"))" | tee -a "$out/summary.txt"
+    else
+      echo "troupe run cartpole_swingup on CUDA: skipped (budget spent)" | tee -a "$out/summary.txt"
+    fi
+  fi
   bench learner learner --seconds 3
+  d4pg cpu 256
   # TLS + token against plain gRPC on the insert path, on this machine's
   # cores (the 2-core development machines put both ends of ~500 MB/s of
   # AES-GCM on the same two cores).
   bench replay_tls replay --only tls
-  devices=(cpu)
-  if ((gpu)); then
-    devices+=(cuda cuda-bf16)
-    bench learner_cuda learner --device cuda --seconds 3
-    bench gan_cuda gan --device cuda --seconds 3
-    # Writes its projection, scaling_cuda.csv and .png, into the working directory: the results.
-    (cd "$out" && bench scaling_cuda scaling --device cuda --seconds 3)
-  fi
-  if [[ -n $pjrt_cuda ]]; then
-    bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
-  fi
-  for device in "${devices[@]}"; do
-    for batch in 256 1024; do
-      [[ $device == cpu && $batch == 1024 ]] && continue
-      "$here/bin/d4pg_bench" pixels "$batch" "$(nproc)" 20 32 1024 "$device" > "$out/bench_d4pg_${device}_$batch.txt" 2>&1
-      echo "d4pg_bench pixels batch $batch on $device: $(tail -n 1 "$out/bench_d4pg_${device}_$batch.txt")" | tee -a "$out/summary.txt"
-    done
-  done
-  # The main job with its learner on the GPU, for five minutes: its curves
-  # (no evaluation videos: the bundle carries no FFmpeg).
-  if ((gpu)); then
-    timeout 300 "$here/bin/troupe" run "$TROUPE_HOME/configs/cartpole_swingup.textproto" \
-      --set learner.engine.device=CUDA --set evaluator.record_video=false --set runs_dir="$out/runs" \
-      > "$out/run_cuda.txt" 2>&1
-    echo "troupe run cartpole_swingup, learner on CUDA, 300 s: exit $? ($(tail -n 1 "$out/run_cuda.txt"))" | tee -a "$out/summary.txt"
-  fi
 fi
 echo "$passed passed, $failed failed" >> "$out/summary.txt"
 # Everything as one file too (for a transfer that takes few files).
