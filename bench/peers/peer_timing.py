@@ -20,3 +20,11 @@ def steps_per_second(step, device, seconds, warm_up=3):
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
                 return n / elapsed
+
+
+def float32_without_tf32():
+    """Float32 as float32 on a GPU: PyTorch runs cuDNN convolutions in TF32
+    (10-bit mantissa inputs) by default; troupe's FLOAT32 keeps float32
+    inputs (its TF32 is off), so the float32 rows compare like with like."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False

@@ -1,8 +1,10 @@
 // Convolution helpers for the CUDA backend: whole-batch im2col / col2im and
 // the [n, oc, P] <-> [oc, n*P] layout changes around the one big GEMM
 // (Caffe's and early cuDNN's "explicit GEMM" convolution).
+// Index arithmetic is 32-bit wherever the tensors allow (indexing.cuh).
 #include <cuda_runtime.h>
 
+#include "engine/cuda/indexing.cuh"
 #include "engine/cuda/kernels.h"
 
 namespace troupe::cuda::kernels {
@@ -16,72 +18,86 @@ int Blocks(int64_t n) {
   return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
 }
 
-#define FOR_EACH(i, n) \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-
-// One thread per col entry: row (ch, ki, kj), column (i, oy, ox).
+// Block (x, y): row y = (ch, ki, kj) of col, columns (i, oy, ox) strided over x.
+template <typename I>
 __global__ void Im2ColKernel(Conv g, const float* x, float* col) {
-  const int64_t p = g.oh * g.ow, np = g.n * p, rows = g.c * g.kh * g.kw;
-  FOR_EACH(k, rows * np) {
-    const int64_t row = k / np, column = k % np;
-    const int64_t i = column / p, pix = column % p, oy = pix / g.ow, ox = pix % g.ow;
-    const int64_t kj = row % g.kw, ki = (row / g.kw) % g.kh, ch = row / (g.kw * g.kh);
-    const int64_t iy = oy * g.stride - g.pad + ki, ix = ox * g.stride - g.pad + kj;
-    col[k] = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) ? x[((i * g.c + ch) * g.h + iy) * g.w + ix] : 0.0f;
+  const I oh = g.oh, ow = g.ow, p = oh * ow, np = static_cast<I>(g.n) * p;
+  const I h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, stride = g.stride, pad = g.pad;
+  for (I row = blockIdx.y; row < c * kh * kw; row += gridDim.y) {
+    const I kj = row % kw, ki = (row / kw) % kh, ch = row / (kw * kh);
+    float* out = col + row * np;
+    FOR_EACH_INDEX(I, column, np) {
+      const I i = column / p, pix = column % p, oy = pix / ow, ox = pix % ow;
+      const I iy = oy * stride - pad + ki, ix = ox * stride - pad + kj;
+      out[column] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x[((i * c + ch) * h + iy) * w + ix] : 0.0f;
+    }
   }
 }
 
 // One thread per x entry, gathering every col entry that read it (no atomics).
+template <typename I>
 __global__ void Col2ImKernel(Conv g, const float* col, float* x, bool accumulate) {
-  const int64_t p = g.oh * g.ow, np = g.n * p;
-  FOR_EACH(k, g.n * g.c * g.h * g.w) {
-    const int64_t ix = k % g.w, iy = (k / g.w) % g.h, ch = (k / (g.w * g.h)) % g.c, i = k / (g.w * g.h * g.c);
+  const I oh = g.oh, ow = g.ow, p = oh * ow, np = static_cast<I>(g.n) * p;
+  const I h = g.h, w = g.w, c = g.c, kh = g.kh, kw = g.kw, stride = g.stride, pad = g.pad;
+  FOR_EACH_INDEX(I, k, static_cast<I>(g.n) * c * h * w) {
+    const I ix = k % w, iy = (k / w) % h, ch = (k / (w * h)) % c, i = k / (w * h * c);
     float s = 0.0f;
-    for (int64_t ki = 0; ki < g.kh; ++ki) {
-      const int64_t ty = iy + g.pad - ki;
-      if (ty < 0 || ty % g.stride != 0) continue;
-      const int64_t oy = ty / g.stride;
-      if (oy >= g.oh) continue;
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const int64_t tx = ix + g.pad - kj;
-        if (tx < 0 || tx % g.stride != 0) continue;
-        const int64_t ox = tx / g.stride;
-        if (ox >= g.ow) continue;
-        s += col[((ch * g.kh + ki) * g.kw + kj) * np + i * p + oy * g.ow + ox];
+    for (I ki = 0; ki < kh; ++ki) {
+      const I ty = iy + pad - ki;
+      if (ty < 0 || ty % stride != 0) continue;
+      const I oy = ty / stride;
+      if (oy >= oh) continue;
+      for (I kj = 0; kj < kw; ++kj) {
+        const I tx = ix + pad - kj;
+        if (tx < 0 || tx % stride != 0) continue;
+        const I ox = tx / stride;
+        if (ox >= ow) continue;
+        s += col[((ch * kh + ki) * kw + kj) * np + i * p + oy * ow + ox];
       }
     }
     x[k] = accumulate ? x[k] + s : s;
   }
 }
 
-__global__ void ToChannelMajorKernel(int64_t n, int64_t oc, int64_t p, const float* x, float* y) {
+template <typename I>
+__global__ void ToChannelMajorKernel(int64_t n64, int64_t oc64, int64_t p64, const float* x, float* y) {
   // y[o, i*p + j] = x[i, o, j]; indexed by the output so writes coalesce.
-  FOR_EACH(k, n * oc * p) {
-    const int64_t o = k / (n * p), rest = k % (n * p), i = rest / p, j = rest % p;
+  const I n = n64, oc = oc64, p = p64;
+  FOR_EACH_INDEX(I, k, n * oc * p) {
+    const I o = k / (n * p), rest = k % (n * p), i = rest / p, j = rest % p;
     y[k] = x[(i * oc + o) * p + j];
   }
 }
 
-__global__ void ToBatchMajorKernel(int64_t n, int64_t oc, int64_t p, const float* x, const float* bias, float* y,
+template <typename I>
+__global__ void ToBatchMajorKernel(int64_t n64, int64_t oc64, int64_t p64, const float* x, const float* bias, float* y,
                                    bool accumulate) {
   // y[i, o, j] (+)= x[o, i*p + j] + bias[o].
-  FOR_EACH(k, n * oc * p) {
-    const int64_t j = k % p, o = (k / p) % oc, i = k / (p * oc);
+  const I n = n64, oc = oc64, p = p64;
+  FOR_EACH_INDEX(I, k, n * oc * p) {
+    const I j = k % p, o = (k / p) % oc, i = k / (p * oc);
     const float v = x[o * n * p + i * p + j] + (bias ? bias[o] : 0.0f);
     y[k] = accumulate ? y[k] + v : v;
   }
 }
 
-__global__ void AddChannelBiasKernel(int64_t n, int64_t c, int64_t hw, const float* bias, float* y) {
-  FOR_EACH(k, n * c * hw) y[k] += bias[(k / hw) % c];
+template <typename I>
+__global__ void AddChannelBiasKernel(int64_t n64, int64_t c64, int64_t hw64, const float* bias, float* y) {
+  const I n = n64, c = c64, hw = hw64;
+  FOR_EACH_INDEX(I, k, n * c * hw) y[k] += bias[(k / hw) % c];
 }
 
-// One block per channel.
-__global__ void ChannelSumKernel(int64_t n, int64_t c, int64_t hw, const float* dy, float* db) {
-  __shared__ float partial[kThreads];
-  const int64_t ch = blockIdx.x;
+// One block per channel, kChannelThreads wide (a layer has few channels, each
+// summed over the whole batch: wide blocks keep more of the GPU busy).
+constexpr int kChannelThreads = 1024;
+
+template <typename I>
+__global__ void __launch_bounds__(kChannelThreads)
+    ChannelSumKernel(int64_t n64, int64_t c64, int64_t hw64, const float* dy, float* db) {
+  __shared__ float partial[kChannelThreads];
+  const I n = n64, c = c64, hw = hw64, ch = blockIdx.x;
   float s = 0.0f;
-  for (int64_t k = threadIdx.x; k < n * hw; k += blockDim.x) s += dy[((k / hw) * c + ch) * hw + k % hw];
+  for (I k = threadIdx.x; k < n * hw; k += blockDim.x) s += dy[((k / hw) * c + ch) * hw + k % hw];
   partial[threadIdx.x] = s;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -94,29 +110,34 @@ __global__ void ChannelSumKernel(int64_t n, int64_t c, int64_t hw, const float* 
 }  // namespace
 
 void Im2Col(cudaStream_t s, const Conv& g, const float* x, float* col) {
-  Im2ColKernel<<<Blocks(g.c * g.kh * g.kw * g.n * g.oh * g.ow), kThreads, 0, s>>>(g, x, col);
+  const int64_t rows = g.c * g.kh * g.kw, np = g.n * g.oh * g.ow;
+  const dim3 grid(static_cast<unsigned>(Blocks(np)), static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  LAUNCH_INDEXED(Im2ColKernel, Fits32(rows * np) && Fits32(g.n * g.c * g.h * g.w), grid, kThreads, s, g, x, col);
 }
 
 void Col2Im(cudaStream_t s, const Conv& g, const float* col, float* x, bool accumulate) {
-  Col2ImKernel<<<Blocks(g.n * g.c * g.h * g.w), kThreads, 0, s>>>(g, col, x, accumulate);
+  const int64_t size = g.n * g.c * g.h * g.w;
+  LAUNCH_INDEXED(Col2ImKernel, Fits32(size) && Fits32(g.c * g.kh * g.kw * g.n * g.oh * g.ow), Blocks(size), kThreads,
+                 s, g, col, x, accumulate);
 }
 
 void ToChannelMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float* x, float* y) {
-  ToChannelMajorKernel<<<Blocks(n * oc * p), kThreads, 0, s>>>(n, oc, p, x, y);
+  LAUNCH_INDEXED(ToChannelMajorKernel, Fits32(n * oc * p), Blocks(n * oc * p), kThreads, s, n, oc, p, x, y);
 }
 
 void ToBatchMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float* x, const float* bias, float* y,
                   bool accumulate) {
-  ToBatchMajorKernel<<<Blocks(n * oc * p), kThreads, 0, s>>>(n, oc, p, x, bias, y, accumulate);
+  LAUNCH_INDEXED(ToBatchMajorKernel, Fits32(n * oc * p), Blocks(n * oc * p), kThreads, s, n, oc, p, x, bias, y,
+                 accumulate);
 }
 
 void AddChannelBias(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* bias, float* y) {
-  AddChannelBiasKernel<<<Blocks(n * c * hw), kThreads, 0, s>>>(n, c, hw, bias, y);
+  LAUNCH_INDEXED(AddChannelBiasKernel, Fits32(n * c * hw), Blocks(n * c * hw), kThreads, s, n, c, hw, bias, y);
 }
 
 void ChannelSum(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* dy, float* db) {
   if (c == 0) return;
-  ChannelSumKernel<<<static_cast<unsigned>(c), kThreads, 0, s>>>(n, c, hw, dy, db);
+  LAUNCH_INDEXED(ChannelSumKernel, Fits32(n * c * hw), static_cast<unsigned>(c), kChannelThreads, s, n, c, hw, dy, db);
 }
 
 }  // namespace troupe::cuda::kernels

@@ -2,9 +2,12 @@
 // convolution ones (those are in cuda_conv.cc).
 #include "engine/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -39,6 +42,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
         absl::StrCat("CUDA device ", options.device, " does not exist (", count, " device(s): 0..", count - 1, ")"));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(options));
+  if (const char* p = std::getenv("TROUPE_CUDA_PROFILE"); p != nullptr && std::string(p) == "1") b->options_.profile = true;
   // Device, stream, cuBLAS handle (math mode per the options).
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorString(e)));
@@ -68,6 +72,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(AsStream(stream_));
+  if (options_.profile) PrintProfile();
   for (Buffer& b : scratch_) cudaFree(b.data);
   cudaFree(reduce_result_);
   if (cublas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
@@ -104,14 +109,19 @@ void CudaBackend::Free(void* p) {
 void CudaBackend::Upload(const void* host, void* device, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, AsStream(Bound())));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
+  if (options_.profile) Mark("Upload");
 }
 
 void CudaBackend::Download(const void* device, void* host, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, AsStream(Bound())));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
+  if (options_.profile) Mark("Download");
 }
 
-void CudaBackend::Synchronize() { CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound()))); }
+void CudaBackend::Synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
+  if (options_.profile) Mark("Synchronize");
+}
 
 void* CudaBackend::Scratch(int slot, size_t bytes) {
   Buffer& b = scratch_[slot];
@@ -132,10 +142,39 @@ void CudaBackend::Done(const char* what) {
                  cudaGetErrorString(e));
     std::abort();
   }
-  if (!options_.synchronous) return;
+  if (!options_.synchronous && !options_.profile) return;
   if (cudaError_t e = cudaStreamSynchronize(AsStream(Bound())); e != cudaSuccess) {
     std::fprintf(stderr, "%s:%d: CudaBackend::%s: %s\n", __FILE__, __LINE__, what, cudaGetErrorString(e));
     std::abort();
+  }
+  if (options_.profile) Mark(what);
+}
+
+void CudaBackend::Stage(const char* what) {
+  if (!options_.profile) return;
+  CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
+  Mark(what);
+}
+
+void CudaBackend::Mark(const char* what) {
+  const auto now = std::chrono::steady_clock::now();
+  CallTime& t = profile_[what];
+  ++t.calls;
+  t.seconds += std::chrono::duration<double>(now - last_mark_).count();
+  last_mark_ = now;
+}
+
+void CudaBackend::PrintProfile() const {
+  std::vector<std::pair<std::string, CallTime>> rows(profile_.begin(), profile_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0.0;
+  for (const auto& [name, t] : rows) total += t.seconds;
+  std::fprintf(stderr, "CudaBackend profile (%s, GPU %d; each call waited for; host time between calls included)\n",
+               name().c_str(), options_.device);
+  std::fprintf(stderr, "%-28s %10s %12s %12s %7s\n", "call", "calls", "total ms", "us per call", "share");
+  for (const auto& [name, t] : rows) {
+    std::fprintf(stderr, "%-28s %10ld %12.2f %12.1f %6.1f%%\n", name.c_str(), static_cast<long>(t.calls),
+                 1e3 * t.seconds, 1e6 * t.seconds / static_cast<double>(t.calls), 100.0 * t.seconds / total);
   }
 }
 
@@ -206,9 +245,17 @@ double CudaBackend::Reduce(const float* x, int64_t n, bool square) {
   return host;
 }
 
-double CudaBackend::Sum(const float* x, int64_t n) { return Reduce(x, n, /*square=*/false); }
+double CudaBackend::Sum(const float* x, int64_t n) {
+  const double sum = Reduce(x, n, /*square=*/false);
+  Done("Sum");
+  return sum;
+}
 
-double CudaBackend::SquaredNorm(const float* x, int64_t n) { return Reduce(x, n, /*square=*/true); }
+double CudaBackend::SquaredNorm(const float* x, int64_t n) {
+  const double sum = Reduce(x, n, /*square=*/true);
+  Done("SquaredNorm");
+  return sum;
+}
 
 void CudaBackend::SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) {
   kernels::SumAxis(AsStream(Bound()), outer, reduce, inner, x, y, /*accumulate=*/false);
@@ -285,6 +332,7 @@ float CudaBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* 
                  static_cast<long long>(cols));
     std::abort();
   }
+  Done("CrossEntropyForward");
   return static_cast<float>(total / rows);
 }
 
@@ -356,6 +404,7 @@ float CudaBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* 
   double sigma = 0.0;
   CUDA_CHECK(cudaMemcpyAsync(&sigma, reduce_result_, sizeof(double), cudaMemcpyDeviceToHost, AsStream(Bound())));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
+  Done("SpectralNormForward");
   return static_cast<float>(sigma);
 }
 

@@ -20,8 +20,10 @@
 #ifndef TROUPE_ENGINE_CUDA_CUDA_BACKEND_H_
 #define TROUPE_ENGINE_CUDA_CUDA_BACKEND_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -49,6 +51,12 @@ struct CudaBackendOptions {
   bool allow_tf32 = false;
   // Every call waits for its kernels (see the header comment, point 2).
   bool synchronous = true;
+  // Per-call profile: every call waits for its kernels and adds the time
+  // since the previous call returned (its launches and kernels, and the
+  // host's work in between) to its name's total; the table goes to stderr
+  // when the backend is destroyed. Create() turns it on when the
+  // environment has TROUPE_CUDA_PROFILE=1.
+  bool profile = false;
 };
 
 class CudaBackend final : public nn::Backend {
@@ -171,6 +179,12 @@ class CudaBackend final : public nn::Backend {
   double Reduce(const float* x, int64_t n, bool square);
   // After each public call: waits when synchronous, and checks for errors.
   void Done(const char* what);
+  // Profiling (options_.profile): the time since the last mark goes to `what`.
+  void Mark(const char* what);
+  // Within a call, when profiling: waits for the kernels so far and marks
+  // them as `what` (a stage of the call: "Conv2dBackward: GEMM dw").
+  void Stage(const char* what);
+  void PrintProfile() const;
 
   CudaBackendOptions options_;
   bool pageable_memory_access_ = false;
@@ -187,6 +201,12 @@ class CudaBackend final : public nn::Backend {
   static constexpr int kScratchSlots = 7;
   Buffer scratch_[kScratchSlots];
   double* reduce_result_ = nullptr;  // device double[2]
+  struct CallTime {
+    int64_t calls = 0;
+    double seconds = 0.0;
+  };
+  std::map<std::string, CallTime> profile_;
+  std::chrono::steady_clock::time_point last_mark_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace troupe::cuda

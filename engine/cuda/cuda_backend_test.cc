@@ -479,8 +479,8 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
     h = nn::ConvTranspose2d(h, tape.Parameter(g, g_up), nn::Var{}, /*stride=*/2, /*pad=*/1);
     h = nn::Relu(nn::BatchNorm(h, tape.Parameter(g, g_gamma), tape.Parameter(g, g_beta),
                                {running_mean.data(), running_var.data(), 0.1f}, /*training=*/true));
-    h = nn::ConvTranspose2d(h, tape.Parameter(g, g_out), nn::Var{}, 2, 1, /*output_pad=*/0);
-    return nn::Tanh(h);  // [batch, 1, 28, 28]
+    h = nn::ConvTranspose2d(h, tape.Parameter(g, g_out), nn::Var{}, 2, 1, /*output_pad=*/1);
+    return nn::Tanh(h);  // [batch, 1, 28, 28]: (14 - 1) * 2 - 2 + 3 + 1
   };
   auto discriminate = [&](nn::Var images) {
     nn::Var w = nn::SpectralNorm(tape.Parameter(d, d_conv), u.data(), v.data(), 1);
@@ -511,6 +511,16 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
   const std::vector<float> d_values = d.DownloadValues();
   all.insert(all.end(), d_values.begin(), d_values.end());
   return all;
+}
+
+// The step models above on the CPU alone, so that every build without a GPU
+// runs them too (a shape mistake in them once surfaced only on the GPU).
+TEST(CudaStepTest, StepModelsRunOnTheCpu) {
+  nn::CpuBackend cpu(1);
+  for (const auto& [name, values] : {std::pair{"critic", PixelCriticSteps(&cpu, 1)}, std::pair{"GAN", GanSteps(&cpu, 1)}}) {
+    ASSERT_FALSE(values.empty()) << name;
+    for (float v : values) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
 }
 
 TEST(CudaStepTest, GanStepMatchesCpu) {

@@ -91,7 +91,9 @@ void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation a
   auto* out = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
   // out[oc, n*P] = w[oc, ckk] * im2col(x)[ckk, n*P]; y = out in [n, oc, P] + b.
   kernels::Im2Col(AsStream(Bound()), k, x, col);
+  Stage("Conv2dForward: im2col");
   GemmStrided(false, false, g.oc, np, ckk, 1.0f, w, ckk, 0, col, np, 0, 0.0f, out, np, 0, 1);
+  Stage("Conv2dForward: GEMM");
   kernels::ToBatchMajor(AsStream(Bound()), g.n, g.oc, k.oh * k.ow, out, b, y, /*accumulate=*/false);
   if (act == nn::FusedActivation::kRelu) {
     kernels::ActivationForward(AsStream(Bound()), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, np * g.oc);
@@ -113,15 +115,21 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
   }
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* dy_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
+  Stage("Conv2dBackward: ReLU");
   // db[oc] += sum of dy over samples and pixels.
   if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
+  Stage("Conv2dBackward: bias");
   // dw[oc, ckk] += dy^T[oc, n*P] * im2col(x)[ckk, n*P]^T.
   kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, dy, dy_t);
+  Stage("Conv2dBackward: to channel-major");
   kernels::Im2Col(AsStream(Bound()), k, x, col);
+  Stage("Conv2dBackward: im2col");
   GemmStrided(false, true, g.oc, ckk, np, 1.0f, dy_t, np, 0, col, np, 0, 1.0f, dw, ckk, 0, 1);
+  Stage("Conv2dBackward: GEMM dw");
   // dx += col2im(w^T[ckk, oc] * dy^T[oc, n*P]) (the columns are reused).
   if (dx != nullptr) {
     GemmStrided(true, false, ckk, np, g.oc, 1.0f, w, ckk, 0, dy_t, np, 0, 0.0f, col, np, 0, 1);
+    Stage("Conv2dBackward: GEMM dx");
     kernels::Col2Im(AsStream(Bound()), k, col, dx, /*accumulate=*/true);
   }
   Done("Conv2dBackward");

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "engine/cuda/indexing.cuh"
 #include "engine/cuda/kernels.h"
 
 namespace troupe::cuda::kernels {
@@ -171,24 +172,31 @@ void ReduceImpl(cudaStream_t s, const float* a, const float* b, int64_t n, int m
   ReduceFinalKernel<<<1, kThreads, 0, s>>>(partials, blocks, result);
 }
 
-__global__ void SumAxisKernel(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate) {
-  FOR_EACH(k, outer * inner) {
-    const int64_t o = k / inner, i = k % inner;
+template <typename I>
+__global__ void SumAxisKernel(int64_t outer64, int64_t reduce64, int64_t inner64, const float* x, float* y,
+                              bool accumulate) {
+  const I outer = outer64, reduce = reduce64, inner = inner64;
+  FOR_EACH_INDEX(I, k, outer * inner) {
+    const I o = k / inner, i = k % inner;
     float s = 0.0f;
-    for (int64_t r = 0; r < reduce; ++r) s += x[(o * reduce + r) * inner + i];
+    for (I r = 0; r < reduce; ++r) s += x[(o * reduce + r) * inner + i];
     y[k] = accumulate ? y[k] + s : s;
   }
 }
 
-__global__ void SumAxisBackwardKernel(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
-  FOR_EACH(k, outer * reduce * inner) {
-    const int64_t i = k % inner, o = k / (reduce * inner);
+template <typename I>
+__global__ void SumAxisBackwardKernel(int64_t outer64, int64_t reduce64, int64_t inner64, const float* dy, float* dx) {
+  const I outer = outer64, reduce = reduce64, inner = inner64;
+  FOR_EACH_INDEX(I, k, outer * reduce * inner) {
+    const I i = k % inner, o = k / (reduce * inner);
     dx[k] += dy[o * inner + i];
   }
 }
 
-__global__ void AddRowBiasKernel(int64_t rows, int64_t cols, const float* bias, float* y) {
-  FOR_EACH(k, rows * cols) y[k] += bias[k % cols];
+template <typename I>
+__global__ void AddRowBiasKernel(int64_t rows64, int64_t cols64, const float* bias, float* y) {
+  const I rows = rows64, cols = cols64;
+  FOR_EACH_INDEX(I, k, rows * cols) y[k] += bias[k % cols];
 }
 
 // --- Normalisation ------------------------------------------------------------------------
@@ -251,14 +259,19 @@ __global__ void LayerNormBackwardParamsKernel(int64_t rows, int64_t cols, const 
   }
 }
 
-// One block per channel: sums[ch] = sum x (or dy), sums[c + ch] = sum x^2 (or dy * xhat).
-__global__ void BatchNormStatsKernel(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                     const float* rstd, const float* dy, float* sums) {
-  const int64_t ch = blockIdx.x;
+// One block per channel, kChannelThreads wide (few channels, each summed over
+// the whole batch): sums[ch] = sum x (or dy), sums[c + ch] = sum x^2 (or dy * xhat).
+constexpr int kChannelThreads = 1024;
+
+template <typename I>
+__global__ void __launch_bounds__(kChannelThreads)
+    BatchNormStatsKernel(int64_t n64, int64_t c64, int64_t hw64, const float* x, const float* mean, const float* rstd,
+                         const float* dy, float* sums) {
+  const I n = n64, c = c64, hw = hw64, ch = blockIdx.x;
   double s = 0.0, ss = 0.0;
   const float m = mean ? mean[ch] : 0.0f, rs = rstd ? rstd[ch] : 0.0f;
-  for (int64_t k = threadIdx.x; k < n * hw; k += blockDim.x) {
-    const int64_t i = k / hw, j = k % hw;
+  for (I k = threadIdx.x; k < n * hw; k += blockDim.x) {
+    const I i = k / hw, j = k % hw;
     const float v = x[(i * c + ch) * hw + j];
     if (dy == nullptr) {
       s += v;
@@ -277,20 +290,24 @@ __global__ void BatchNormStatsKernel(int64_t n, int64_t c, int64_t hw, const flo
   }
 }
 
-__global__ void BatchNormApplyKernel(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
+template <typename I>
+__global__ void BatchNormApplyKernel(int64_t n64, int64_t c64, int64_t hw64, const float* x, const float* mean,
                                      const float* rstd, const float* gamma, const float* beta, float* y) {
-  FOR_EACH(k, n * c * hw) {
-    const int64_t ch = (k / hw) % c;
+  const I n = n64, c = c64, hw = hw64;
+  FOR_EACH_INDEX(I, k, n * c * hw) {
+    const I ch = (k / hw) % c;
     const float scale = gamma[ch] * rstd[ch], shift = beta[ch] - mean[ch] * scale;
     y[k] = x[k] * scale + shift;
   }
 }
 
-__global__ void BatchNormBackwardApplyKernel(int64_t n, int64_t c, int64_t hw, double count, const float* x,
+template <typename I>
+__global__ void BatchNormBackwardApplyKernel(int64_t n64, int64_t c64, int64_t hw64, double count, const float* x,
                                              const float* mean, const float* rstd, const float* gamma,
                                              const float* sums, const float* dy, float* dx) {
-  FOR_EACH(k, n * c * hw) {
-    const int64_t ch = (k / hw) % c;
+  const I n = n64, c = c64, hw = hw64;
+  FOR_EACH_INDEX(I, k, n * c * hw) {
+    const I ch = (k / hw) % c;
     const float md = static_cast<float>(sums[ch] / count), mdx = static_cast<float>(sums[c + ch] / count);
     const float xhat = (x[k] - mean[ch]) * rstd[ch];
     dx[k] += gamma[ch] * rstd[ch] * (dy[k] - md - xhat * mdx);
@@ -374,34 +391,41 @@ __global__ void CategoricalProjectionKernel(int64_t rows, int64_t atoms, float v
 
 // --- Images -------------------------------------------------------------------------------------
 
-__device__ inline int64_t Clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+template <typename I>
+__device__ inline I Clamp(I v, I lo, I hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // One thread per output float: reads stride `channels`, writes contiguous planes.
-__global__ void BytesToFloatPlanarKernel(int64_t images, int64_t pixels, int64_t channels, float scale,
+template <typename I>
+__global__ void BytesToFloatPlanarKernel(int64_t images64, int64_t pixels64, int64_t channels64, float scale,
                                          const uint8_t* in, float* out) {
-  FOR_EACH(k, images * channels * pixels) {
-    const int64_t p = k % pixels, ch = (k / pixels) % channels, i = k / (pixels * channels);
+  const I images = images64, pixels = pixels64, channels = channels64;
+  FOR_EACH_INDEX(I, k, images * channels * pixels) {
+    const I p = k % pixels, ch = (k / pixels) % channels, i = k / (pixels * channels);
     out[k] = in[(i * pixels + p) * channels + ch] * scale;
   }
 }
 
-__global__ void RandomShiftForwardKernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+template <typename I>
+__global__ void RandomShiftForwardKernel(int64_t n64, int64_t c64, int64_t h64, int64_t w64, int64_t pad64,
                                          const int32_t* shifts, const float* x, float* y) {
-  FOR_EACH(k, n * c * h * w) {
-    const int64_t q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
-    const int64_t iy = Clamp(r + shifts[2 * i] - pad, 0, h - 1);
-    const int64_t ix = Clamp(q + shifts[2 * i + 1] - pad, 0, w - 1);
+  const I n = n64, c = c64, h = h64, w = w64, pad = pad64;
+  FOR_EACH_INDEX(I, k, n * c * h * w) {
+    const I q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
+    const I iy = Clamp<I>(r + shifts[2 * i] - pad, 0, h - 1);
+    const I ix = Clamp<I>(q + shifts[2 * i + 1] - pad, 0, w - 1);
     y[k] = x[plane * h * w + iy * w + ix];
   }
 }
 
 // Scatter with atomics: replicate padding sends several outputs to one border input.
-__global__ void RandomShiftBackwardKernel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
+template <typename I>
+__global__ void RandomShiftBackwardKernel(int64_t n64, int64_t c64, int64_t h64, int64_t w64, int64_t pad64,
                                           const int32_t* shifts, const float* dy, float* dx) {
-  FOR_EACH(k, n * c * h * w) {
-    const int64_t q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
-    const int64_t iy = Clamp(r + shifts[2 * i] - pad, 0, h - 1);
-    const int64_t ix = Clamp(q + shifts[2 * i + 1] - pad, 0, w - 1);
+  const I n = n64, c = c64, h = h64, w = w64, pad = pad64;
+  FOR_EACH_INDEX(I, k, n * c * h * w) {
+    const I q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
+    const I iy = Clamp<I>(r + shifts[2 * i] - pad, 0, h - 1);
+    const I ix = Clamp<I>(q + shifts[2 * i + 1] - pad, 0, w - 1);
     atomicAdd(dx + plane * h * w + iy * w + ix, dy[k]);
   }
 }
@@ -512,20 +536,22 @@ void Dot(cudaStream_t s, const float* a, const float* b, int64_t n, double* part
 }
 
 void SumAxis(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate) {
-  SumAxisKernel<<<Blocks(outer * inner), kThreads, 0, s>>>(outer, reduce, inner, x, y, accumulate);
+  LAUNCH_INDEXED(SumAxisKernel, Fits32(outer * reduce * inner), Blocks(outer * inner), kThreads, s, outer, reduce, inner,
+                 x, y, accumulate);
 }
 
 void SumAxisBackward(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
-  SumAxisBackwardKernel<<<Blocks(outer * reduce * inner), kThreads, 0, s>>>(outer, reduce, inner, dy, dx);
+  LAUNCH_INDEXED(SumAxisBackwardKernel, Fits32(outer * reduce * inner), Blocks(outer * reduce * inner), kThreads, s,
+                 outer, reduce, inner, dy, dx);
 }
 
 void RowBiasBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* dy, float* dbias) {
   // dbias[j] += sum over the rows: SumAxis with outer 1, accumulating.
-  SumAxisKernel<<<Blocks(cols), kThreads, 0, s>>>(1, rows, cols, dy, dbias, true);
+  LAUNCH_INDEXED(SumAxisKernel, Fits32(rows * cols), Blocks(cols), kThreads, s, int64_t{1}, rows, cols, dy, dbias, true);
 }
 
 void AddRowBias(cudaStream_t s, int64_t rows, int64_t cols, const float* bias, float* y) {
-  AddRowBiasKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, bias, y);
+  LAUNCH_INDEXED(AddRowBiasKernel, Fits32(rows * cols), Blocks(rows * cols), kThreads, s, rows, cols, bias, y);
 }
 
 void LayerNormForward(cudaStream_t s, int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
@@ -546,24 +572,29 @@ void LayerNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* 
 }
 
 void BatchNormStats(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, float* sums) {
-  BatchNormStatsKernel<<<static_cast<unsigned>(c), kThreads, 0, s>>>(n, c, hw, x, nullptr, nullptr, nullptr, sums);
+  if (c == 0) return;
+  LAUNCH_INDEXED(BatchNormStatsKernel, Fits32(n * c * hw), static_cast<unsigned>(c), kChannelThreads, s, n, c, hw, x,
+                 nullptr, nullptr, nullptr, sums);
 }
 
 void BatchNormApply(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                     const float* rstd, const float* gamma, const float* beta, float* y) {
-  BatchNormApplyKernel<<<Blocks(n * c * hw), kThreads, 0, s>>>(n, c, hw, x, mean, rstd, gamma, beta, y);
+  LAUNCH_INDEXED(BatchNormApplyKernel, Fits32(n * c * hw), Blocks(n * c * hw), kThreads, s, n, c, hw, x, mean, rstd,
+                 gamma, beta, y);
 }
 
 void BatchNormBackwardStats(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                             const float* rstd, const float* dy, float* sums) {
-  BatchNormStatsKernel<<<static_cast<unsigned>(c), kThreads, 0, s>>>(n, c, hw, x, mean, rstd, dy, sums);
+  if (c == 0) return;
+  LAUNCH_INDEXED(BatchNormStatsKernel, Fits32(n * c * hw), static_cast<unsigned>(c), kChannelThreads, s, n, c, hw, x,
+                 mean, rstd, dy, sums);
 }
 
 void BatchNormBackwardApply(cudaStream_t s, int64_t n, int64_t c, int64_t hw, double count, const float* x,
                             const float* mean, const float* rstd, const float* gamma, const float* sums,
                             const float* dy, float* dx) {
-  BatchNormBackwardApplyKernel<<<Blocks(n * c * hw), kThreads, 0, s>>>(n, c, hw, count, x, mean, rstd, gamma, sums,
-                                                                       dy, dx);
+  LAUNCH_INDEXED(BatchNormBackwardApplyKernel, Fits32(n * c * hw), Blocks(n * c * hw), kThreads, s, n, c, hw, count, x,
+                 mean, rstd, gamma, sums, dy, dx);
 }
 
 void SoftmaxForward(cudaStream_t s, int64_t rows, int64_t cols, const float* x, float* y, bool log) {
@@ -596,18 +627,20 @@ void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_
 
 void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t channels, float scale,
                         const uint8_t* in, float* out) {
-  BytesToFloatPlanarKernel<<<Blocks(images * channels * pixels), kThreads, 0, s>>>(images, pixels, channels, scale,
-                                                                                 in, out);
+  LAUNCH_INDEXED(BytesToFloatPlanarKernel, Fits32(images * channels * pixels), Blocks(images * channels * pixels),
+                 kThreads, s, images, pixels, channels, scale, in, out);
 }
 
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                         const int32_t* shifts, const float* x, float* y) {
-  RandomShiftForwardKernel<<<Blocks(n * c * h * w), kThreads, 0, s>>>(n, c, h, w, pad, shifts, x, y);
+  LAUNCH_INDEXED(RandomShiftForwardKernel, Fits32(n * c * h * w), Blocks(n * c * h * w), kThreads, s, n, c, h, w, pad,
+                 shifts, x, y);
 }
 
 void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                          const int32_t* shifts, const float* dy, float* dx) {
-  RandomShiftBackwardKernel<<<Blocks(n * c * h * w), kThreads, 0, s>>>(n, c, h, w, pad, shifts, dy, dx);
+  LAUNCH_INDEXED(RandomShiftBackwardKernel, Fits32(n * c * h * w), Blocks(n * c * h * w), kThreads, s, n, c, h, w, pad,
+                 shifts, dy, dx);
 }
 
 void NormalizeVector(cudaStream_t s, float* x, int64_t n) { NormalizeVectorKernel<<<1, 1024, 0, s>>>(x, n); }
