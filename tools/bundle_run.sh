@@ -143,13 +143,16 @@ if ((!cpu_only)); then
   bench() {  # NAME ARGS...: troupe bench NAME ARGS --json, its output kept
     local tag=$1; shift
     if (( $(left) < 30 )); then echo "troupe bench $* : skipped (budget spent)" | tee -a "$out/summary.txt"; return; fi
-    local start=$(date +%s)
-    timeout 300 "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
+    local start=$(date +%s) limit=$(left)
+    ((limit > 300)) && limit=300
+    timeout "$limit" "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
     echo "troupe bench $* : exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   }
   d4pg() {  # DEVICE BATCH: D4PG pixel updates/s
     if (( $(left) < 30 )); then return; fi
-    timeout 200 "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 20 32 1024 "$1" > "$out/bench_d4pg_$1_$2.txt" 2>&1
+    local limit=$(left)
+    ((limit > 200)) && limit=200
+    timeout "$limit" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 20 32 1024 "$1" > "$out/bench_d4pg_$1_$2.txt" 2>&1
     echo "d4pg_bench pixels batch $2 on $1: $(tail -n 1 "$out/bench_d4pg_$1_$2.txt")" | tee -a "$out/summary.txt"
   }
   if ((gpu)); then
