@@ -64,6 +64,7 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> grid;
     std::vector<std::string> overrides;
     int seeds = 1;
+    int first_seed = 0;
     int parallel = 1;
     int cores = 0;
     std::string dir;
@@ -80,6 +81,10 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--grid", args->grid, "A swept field: path.to.field=v1,v2,... (repeatable; the cross product runs)");
   cmd->add_option("--set", args->overrides, "Override a config field for every run: path.to.field=value (repeatable)");
   cmd->add_option("--seeds", args->seeds, "Seeds per grid point (seed i adds i to the engine's seed)")
+      ->capture_default_str();
+  cmd->add_option("--first-seed", args->first_seed,
+                  "Index of the first seed: runs seed-F .. seed-(F+N-1) (more seeds for a study, or its seeds split "
+                  "between machines)")
       ->capture_default_str();
   cmd->add_option("--parallel", args->parallel, "Runs at a time on this machine, the cores split between them")
       ->capture_default_str();
@@ -131,6 +136,7 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
     options.overrides = args->overrides;
     options.grid = *grid;
     options.seeds = args->seeds;
+    options.first_seed = args->first_seed;
     // Under Slurm every run has its array task's CPUs to itself.
     const int slurm_cpus = args->cores > 0 ? args->cores : static_cast<int>(std::thread::hardware_concurrency());
     options.parallel = args->slurm ? 1 : args->parallel;
@@ -154,7 +160,8 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
       std::vector<std::string> summary = {SelfPath(), "sweep", std::filesystem::absolute(args->config).string()};
       for (const std::string& o : args->overrides) summary.insert(summary.end(), {"--set", o});
       for (const std::string& g : args->grid) summary.insert(summary.end(), {"--grid", g});
-      summary.insert(summary.end(), {"--seeds", std::to_string(args->seeds), "--dir",
+      summary.insert(summary.end(), {"--seeds", std::to_string(args->seeds), "--first-seed",
+                                     std::to_string(args->first_seed), "--dir",
                                      std::filesystem::absolute(plan->sweep_dir).string(), "--summary-only"});
       auto jobs = launch::SubmitSweepToSlurm(*plan, args->parallel, slurm_cpus, {SelfPath(), "sweep", "--run-member"},
                                              summary, sbatch_options, log);

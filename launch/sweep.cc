@@ -179,6 +179,9 @@ std::vector<std::string> AxisAssignments(const GridAxis& axis, const std::string
 
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options) {
   if (options.seeds < 1) return absl::InvalidArgumentError(absl::StrCat("--seeds ", options.seeds, ": must be >= 1"));
+  if (options.first_seed < 0 || options.first_seed > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat("--first-seed ", options.first_seed, ": must be 0..1000000"));
+  }
   if (options.parallel < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--parallel ", options.parallel, ": must be >= 1"));
   }
@@ -206,6 +209,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options) {
   plan.mode = mode;
   plan.grid = options.grid;
   plan.seeds = options.seeds;
+  plan.first_seed = options.first_seed;
   plan.sweep_dir = options.sweep_dir.empty() ? absl::StrCat(base.config.runs_dir(), "/", base.config.name(), "-sweep")
                                              : options.sweep_dir;
   const int cores = options.cores > 0 ? options.cores : std::max(1u, std::thread::hardware_concurrency());
@@ -227,7 +231,7 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options) {
       assignments.insert(assignments.begin(), axis_assignments.begin(), axis_assignments.end());
       name_parts.insert(name_parts.begin(), absl::StrCat(labels[a], "-", PathSafe(value)));
     }
-    for (int seed = 0; seed < options.seeds; ++seed) {
+    for (int seed = options.first_seed; seed < options.first_seed + options.seeds; ++seed) {
       SweepRun run;
       run.assignments = assignments;
       run.point = assignments.empty() ? "base" : absl::StrJoin(assignments, ",");
@@ -315,7 +319,8 @@ absl::StatusOr<std::vector<const SweepRun*>> PrepareSweep(const SweepPlan& plan,
   for (const GridAxis& axis : plan.grid) {
     absl::StrAppend(&text, "grid ", axis.field, "=", absl::StrJoin(axis.values, ","), "\n");
   }
-  absl::StrAppend(&text, "seeds ", plan.seeds, "\n");
+  absl::StrAppend(&text, "seeds ", plan.seeds, plan.first_seed > 0 ? absl::StrCat(" from ", plan.first_seed) : "",
+                  "\n");
   for (const SweepRun& run : plan.runs) {
     absl::StrAppend(&text, "run ", run.name, " ", run.point, " seed ", run.seed, "\n");
   }

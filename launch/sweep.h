@@ -66,6 +66,9 @@ struct SweepOptions {
   std::vector<std::string> overrides;  // `--set`, applied before the grid
   std::vector<GridAxis> grid;
   int seeds = 1;     // seed i adds i to the engine's seed (and to env.seed for RL)
+  // The first seed index: seeds first_seed .. first_seed + seeds - 1 (more
+  // seeds for a finished study, or a study's seeds split between machines).
+  int first_seed = 0;
   int parallel = 1;  // runs at a time on this machine
   // Cores split between the `parallel` runs: a run whose engine.threads is 0
   // (all cores) gets max(1, cores / parallel). 0 = this machine's cores.
@@ -77,7 +80,7 @@ struct SweepRun {
   std::string name;                      // directory name under the sweep directory
   std::string point;                     // "gan.batch_size=64,gan.lr_scaling=SQRT" ("base" for no grid)
   std::vector<std::string> assignments;  // the point's "field=value"s
-  int seed = 0;                          // index, 0..seeds-1
+  int seed = 0;                          // index, first_seed .. first_seed + seeds - 1
   std::string run_dir;
   config::ExperimentConfig config;  // resolved: base, --set, the point, the seed, the threads
 };
@@ -87,6 +90,7 @@ struct SweepPlan {
   config::ExperimentConfig::Mode mode = config::ExperimentConfig::GAN;
   std::vector<GridAxis> grid;
   int seeds = 1;
+  int first_seed = 0;
   std::vector<SweepRun> runs;  // grid points in order (last axis fastest), seeds innermost
 };
 

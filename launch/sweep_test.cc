@@ -124,6 +124,24 @@ TEST_F(PlanSweepTest, RunsTheCrossProductWithSeedsAndSplitCores) {
   EXPECT_FALSE(fs::exists(plan->sweep_dir)) << "planning creates nothing";
 }
 
+// --first-seed: more seeds for a study (or a study's seeds split between
+// machines) name and seed their runs from that index on.
+TEST_F(PlanSweepTest, FirstSeedNamesAndSeedsRunsFromThatIndex) {
+  SweepOptions options = Options({"gan.batch_size=16,32"});
+  options.seeds = 2;
+  options.first_seed = 3;
+  auto plan = PlanSweep(options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->runs.size(), 4u);
+  EXPECT_EQ(plan->runs[0].name, "batch_size-16__seed-3");
+  EXPECT_EQ(plan->runs[3].name, "batch_size-32__seed-4");
+  EXPECT_EQ(plan->runs[0].seed, 3);
+  EXPECT_EQ(plan->runs[0].config.gan().engine().seed(), 3u);
+  EXPECT_EQ(plan->runs[3].config.gan().engine().seed(), 4u);
+  options.first_seed = -1;
+  EXPECT_THAT(PlanSweep(options).status().message(), HasSubstr("--first-seed -1: must be 0..1000000"));
+}
+
 TEST_F(PlanSweepTest, AStoppedSweepEndsWhileRunsWereStillToStart) {
   // RL, so that preparing trains nothing; runs that sleep until stopped.
   const std::string config = dir_.path() + "/tiny_rl.textproto";
