@@ -103,6 +103,14 @@ for t in "$here"/bin/*_test; do
   names+=("$name")
   run_test "$name" "$t" &
 done
+# The CUDA suites again with asynchronous kernels (TROUPE_CUDA_ASYNC=1).
+if ((gpu)); then
+  for name in cuda_backend_test nn_ops_test agents_d4pg_test; do
+    [[ -x $here/bin/$name ]] || continue
+    names+=("${name}_async")
+    TROUPE_CUDA_ASYNC=1 run_test "${name}_async" "$here/bin/$name" &
+  done
+fi
 # The PJRT backend through the XLA CUDA plugin: every op and kernel against
 # the CPU, a D4PG pixel update and GAN steps (one after another: one plugin
 # client at a time is enough for the card's memory).
@@ -148,17 +156,22 @@ if ((!cpu_only)); then
     timeout "$limit" "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
     echo "troupe bench $* : exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   }
-  d4pg() {  # DEVICE BATCH: D4PG pixel updates/s
+  d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply)
     if (( $(left) < 30 )); then return; fi
     local limit=$(left)
     ((limit > 200)) && limit=200
-    timeout "$limit" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 20 32 1024 "$1" > "$out/bench_d4pg_$1_$2.txt" 2>&1
-    echo "d4pg_bench pixels batch $2 on $1: $(tail -n 1 "$out/bench_d4pg_$1_$2.txt")" | tee -a "$out/summary.txt"
+    local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
+    timeout "$limit" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 50 32 1024 "$1" > "$file" 2>&1
+    echo "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: $(grep 'updates/s' "$file" | tail -n 1)" | tee -a "$out/summary.txt"
   }
   if ((gpu)); then
     bench learner_cuda learner --device cuda --seconds 3
     bench gan_cuda gan --device cuda --seconds 3
     for device in cuda cuda-bf16; do d4pg "$device" 256; done
+    # Synchronous against asynchronous kernels, and where a step's time goes
+    # (TROUPE_CUDA_PROFILE=1: a table per backend at the end of its log).
+    TROUPE_CUDA_ASYNC=1 d4pg cuda 256 async
+    TROUPE_CUDA_PROFILE=1 d4pg cuda 256 profile
     if [[ -n $pjrt_cuda ]]; then
       bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
     fi

@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(options));
   if (const char* p = std::getenv("TROUPE_CUDA_PROFILE"); p != nullptr && std::string(p) == "1") b->options_.profile = true;
+  if (const char* a = std::getenv("TROUPE_CUDA_ASYNC"); a != nullptr && std::string(a) == "1") {
+    b->options_.synchronous = false;
+  }
   // Device, stream, cuBLAS handle (math mode per the options).
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorString(e)));

@@ -10,9 +10,10 @@
 // nothing else (the strict CPU device proves it on every test), so whole
 // training steps run on any GPU; pageable_memory_access() only says whether
 // the GPU could also read ordinary host memory. The backend is synchronous by
-// default (Options::synchronous: every call returns after its kernels); the
-// contract allows asynchronous kernels, which wait until this backend has run
-// whole steps on a GPU.
+// default (Options::synchronous: every call returns after its kernels; whole
+// D4PG and GAN steps matched the CPU this way on an H200); the contract
+// allows asynchronous kernels (TROUPE_CUDA_ASYNC=1), opt-in until a GPU run
+// has checked them.
 //
 // Not thread-safe: one thread drives a CudaBackend at a time (the Backend
 // contract). Each instance owns a CUDA stream, a cuBLAS handle and scratch
@@ -50,6 +51,11 @@ struct CudaBackendOptions {
   // default so float32 matches the CPU reference to float rounding.
   bool allow_tf32 = false;
   // Every call waits for its kernels (see the header comment, point 2).
+  // Create() turns it off when the environment has TROUPE_CUDA_ASYNC=1: the
+  // kernels queue on the stream and the host waits only where it reads a
+  // result (Download, Sum, ...) or hands memory to another stream (the
+  // Replicator synchronises before collectives), as the contract allows;
+  // kept opt-in until a GPU run has checked it against the synchronous one.
   bool synchronous = true;
   // Per-call profile: every call waits for its kernels and adds the time
   // since the previous call returned (its launches and kernels, and the

@@ -65,7 +65,10 @@ absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, 
     if (!status_.ok()) return status_;
     return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
   }
-  if (ReducesInPlace(backend)) return AllReduce({data, static_cast<size_t>(count)}, op);
+  if (ReducesInPlace(backend)) {
+    backend.Synchronize();  // the kernels that wrote `data` have run (NCCL reads it on its own stream)
+    return AllReduce({data, static_cast<size_t>(count)}, op);
+  }
   if (!status_.ok()) return status_;
   if (static_cast<int64_t>(staging_.size()) < count) staging_.resize(count);
   const std::span<float> host(staging_.data(), static_cast<size_t>(count));
@@ -119,6 +122,9 @@ void GradientReducer::Start(Bucket& b) {
     return;
   }
   std::span<float> data(device, count);
+  // Collectives that read the device buffer in place (NCCL, on its own
+  // stream) start after backward's kernels so far have run.
+  params_->backend().Synchronize();
   if (!ctx_->ReducesInPlace(params_->backend())) {
     if (host_grads_.empty()) host_grads_.resize(params_->total_floats());
     data = std::span<float>(host_grads_.data() + b.begin, count);
