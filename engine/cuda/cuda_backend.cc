@@ -42,10 +42,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
         absl::StrCat("CUDA device ", options.device, " does not exist (", count, " device(s): 0..", count - 1, ")"));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend(options));
-  if (const char* p = std::getenv("TROUPE_CUDA_PROFILE"); p != nullptr && std::string(p) == "1") b->options_.profile = true;
-  if (const char* a = std::getenv("TROUPE_CUDA_ASYNC"); a != nullptr && std::string(a) == "1") {
-    b->options_.synchronous = false;
-  }
+  auto env_is_1 = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string(v) == "1";
+  };
+  if (env_is_1("TROUPE_CUDA_PROFILE")) b->options_.profile = true;
+  if (env_is_1("TROUPE_CUDA_ASYNC")) b->options_.synchronous = false;
   // Device, stream, cuBLAS handle (math mode per the options).
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorString(e)));

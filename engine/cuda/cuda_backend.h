@@ -60,8 +60,10 @@ struct CudaBackendOptions {
   // Per-call profile: every call waits for its kernels and adds the time
   // since the previous call returned (its launches and kernels, and the
   // host's work in between) to its name's total; the table goes to stderr
-  // when the backend is destroyed. Create() turns it on when the
-  // environment has TROUPE_CUDA_PROFILE=1.
+  // when the backend is destroyed. Convolutions are also timed by stage
+  // ("Conv2dBackward: GEMM dw"; the call's own row is then what follows its
+  // last stage). Create() turns it on when the environment has
+  // TROUPE_CUDA_PROFILE=1.
   bool profile = false;
 };
 
