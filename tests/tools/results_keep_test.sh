@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# tools/results_keep.sh: a finished run's config and CSVs are copied (and are
+# what tools/results_table.py reads), an unfinished run and checkpoints are not.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for seed in 0 1; do
+  run="$work/results/cheetah_run/seed-$seed"
+  mkdir -p "$run/checkpoints"
+  echo 'name: "cheetah"' > "$run/config.textproto"
+  printf 'frames,updates,eval_return,actions_at_bound\n20000,0,700.5,0.0\n' > "$run/eval.csv"
+  printf 'seconds,frames,updates\n0,0,0\n10,20000,0\n' > "$run/metrics.csv"
+  echo weights > "$run/checkpoints/learner.ckpt"
+done
+touch "$work/results/cheetah_run/seed-0/done"  # seed 1 is still going
+out=$("$top/tools/results_keep.sh" "$work/results" "$work/kept")
+[[ $out == *"1 finished runs"* ]] || { echo "unexpected output: $out"; exit 1; }
+kept="$work/kept/cheetah_run/seed-0"
+for f in config.textproto eval.csv metrics.csv done; do [[ -f $kept/$f ]] || { echo "missing $kept/$f"; exit 1; }; done
+[[ ! -e $kept/checkpoints ]] || { echo "checkpoints copied"; exit 1; }
+[[ ! -e $work/kept/cheetah_run/seed-1 ]] || { echo "unfinished run copied"; exit 1; }
+table=$(python3 "$top/tools/results_table.py" "$work/kept")
+[[ $table == *"| cheetah.run | 700 (1) |"* ]] || { echo "table: $table"; exit 1; }
+# A missing argument is a usage error, not a copy into the wrong place.
+if "$top/tools/results_keep.sh" "$work/results" 2>/dev/null; then echo "ran without KEEP_DIR"; exit 1; fi
+echo "ok"
