@@ -2,7 +2,7 @@
 # run.sh of a troupe bundle (tools/bundle.sh): runs its tests and benchmarks
 # on this machine and writes every result into one folder.
 #
-#   ./run.sh [--cpu-only] [--budget SECONDS] [RESULTS_DIR]   (default: ./results)
+#   ./run.sh [--cpu-only] [--budget SECONDS] [--parts LIST] [RESULTS_DIR]   (default: ./results)
 #
 # --cpu-only: the tests that need neither a GPU, rendering nor data sets (a
 # bare Linux root), and no benchmarks. Otherwise, most telling first, since a
@@ -10,7 +10,10 @@
 # among them, and the PJRT ones through the CUDA plugin), then the GPU
 # benchmarks one at a time on a quiet machine, then the main job with its
 # learner on the GPU, then the CPU benchmarks. --budget: stop starting work
-# after SECONDS (the main job gets what is left, at most 300 s).
+# after SECONDS (the main job gets what is left, at most 300 s). --parts: a
+# comma-separated subset of tests,gpu,job,cpu (the GPU benchmarks; the GPU
+# scaling bench and the main job; the CPU benchmarks), to split the work
+# between calls of a short lease; default all.
 # Results: NAME.xml and NAME.log per test binary, bench_*.json/.txt,
 # scaling_cuda.csv/.png (the scaling projection on the GPU's step times), env.txt
 # (what was found where), summary.txt; the last line printed is
@@ -18,10 +21,22 @@
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cpu_only=0
-if [[ "${1:-}" == "--cpu-only" ]]; then cpu_only=1; shift; fi
 budget=100000
-if [[ "${1:-}" == "--budget" ]]; then budget=$2; shift 2; fi
-if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then sed -n '2,17p' "$0"; exit 0; fi
+parts=tests,gpu,job,cpu
+while (($# > 0)); do
+  case "$1" in
+    --cpu-only) cpu_only=1; shift ;;
+    --budget) budget=${2:?--budget SECONDS}; shift 2 ;;
+    --parts) parts=${2:?--parts LIST}; shift 2 ;;
+    --help|-h) sed -n '2,21p' "$0"; exit 0 ;;
+    -*) echo "run.sh: unknown option $1 (--help)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+for part in ${parts//,/ }; do
+  [[ " tests gpu job cpu " == *" $part "* ]] || { echo "run.sh: --parts: unknown part $part (tests,gpu,job,cpu)" >&2; exit 2; }
+done
+has() { [[ ",$parts," == *",$1,"* ]]; }
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 out=$(mkdir -p "${1:-results}" && cd "${1:-results}" && pwd)
@@ -96,33 +111,35 @@ run_test() {  # NAME BINARY [ARGS...]: one test binary, its XML report, log and 
   echo "$name: $( ((rc == 0)) && echo passed || echo "FAILED (exit $rc)") in $(( $(date +%s) - start )) s, $(grep -c '^\[       OK \]' "$out/$name.log") cases ok, $(grep -c '^\[  SKIPPED \]' "$out/$name.log") skipped" > "$out/$name.line"
 }
 names=()
-for t in "$here"/bin/*_test; do
-  name=$(basename "$t")
-  if ((cpu_only)) && [[ ! " ${cpu_tests[*]} " == *" $name "* ]]; then continue; fi
-  [[ $name == nn_ops_pjrt_test ]] && continue  # needs a plugin: below
-  names+=("$name")
-  run_test "$name" "$t" &
-done
-# The CUDA suites again with asynchronous kernels (TROUPE_CUDA_ASYNC=1).
-if ((gpu)); then
-  for name in cuda_backend_test nn_ops_test agents_d4pg_test; do
-    [[ -x $here/bin/$name ]] || continue
-    names+=("${name}_async")
-    TROUPE_CUDA_ASYNC=1 run_test "${name}_async" "$here/bin/$name" &
+if has tests; then
+  for t in "$here"/bin/*_test; do
+    name=$(basename "$t")
+    if ((cpu_only)) && [[ ! " ${cpu_tests[*]} " == *" $name "* ]]; then continue; fi
+    [[ $name == nn_ops_pjrt_test ]] && continue  # needs a plugin: below
+    names+=("$name")
+    run_test "$name" "$t" &
   done
-fi
-# The PJRT backend through the XLA CUDA plugin: every op and kernel against
-# the CPU, a D4PG pixel update and GAN steps (one after another: one plugin
-# client at a time is enough for the card's memory).
-if ((!cpu_only)) && [[ -n $pjrt_cuda ]]; then
-  names+=(pjrt_cuda_pjrt_test pjrt_cuda_nn_ops_pjrt_test pjrt_cuda_steps_d4pg pjrt_cuda_steps_gan)
-  (
-    export TROUPE_PJRT_PLUGIN=$pjrt_cuda
-    run_test pjrt_cuda_pjrt_test "$here/bin/pjrt_test"
-    run_test pjrt_cuda_nn_ops_pjrt_test "$here/bin/nn_ops_pjrt_test"
-    run_test pjrt_cuda_steps_d4pg "$here/bin/agents_d4pg_test" --gtest_filter='*Pjrt*'
-    run_test pjrt_cuda_steps_gan "$here/bin/gan_trainer_test" --gtest_filter='*Pjrt*'
-  ) &
+  # The CUDA suites again with asynchronous kernels (TROUPE_CUDA_ASYNC=1).
+  if ((gpu)); then
+    for name in cuda_backend_test nn_ops_test agents_d4pg_test; do
+      [[ -x $here/bin/$name ]] || continue
+      names+=("${name}_async")
+      TROUPE_CUDA_ASYNC=1 run_test "${name}_async" "$here/bin/$name" &
+    done
+  fi
+  # The PJRT backend through the XLA CUDA plugin: every op and kernel against
+  # the CPU, a D4PG pixel update and GAN steps (one after another: one plugin
+  # client at a time is enough for the card's memory).
+  if ((!cpu_only)) && [[ -n $pjrt_cuda ]]; then
+    names+=(pjrt_cuda_pjrt_test pjrt_cuda_nn_ops_pjrt_test pjrt_cuda_steps_d4pg pjrt_cuda_steps_gan)
+    (
+      export TROUPE_PJRT_PLUGIN=$pjrt_cuda
+      run_test pjrt_cuda_pjrt_test "$here/bin/pjrt_test"
+      run_test pjrt_cuda_nn_ops_pjrt_test "$here/bin/nn_ops_pjrt_test"
+      run_test pjrt_cuda_steps_d4pg "$here/bin/agents_d4pg_test" --gtest_filter='*Pjrt*'
+      run_test pjrt_cuda_steps_gan "$here/bin/gan_trainer_test" --gtest_filter='*Pjrt*'
+    ) &
+  fi
 fi
 wait
 passed=0; failed=0
@@ -132,11 +149,11 @@ for name in "${names[@]}"; do
   rm -f "$out/$name.line"
   if [[ $line == "$name: passed"* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
-echo "tests done at $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+has tests && echo "tests done at $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
 # A failed CUDA suite: its failed cases again under compute-sanitizer's
 # memcheck (out-of-bounds and misaligned accesses, API errors), for the log.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if ((gpu)) && [[ -n $sanitizer ]]; then
+if ((gpu)) && [[ -n $sanitizer ]] && has tests; then
   for name in cuda_backend_test nn_ops_test; do
     cases=$(sed -n 's/^\[  FAILED  \] \([A-Za-z0-9_/.]*\) .*/\1/p' "$out/$name.log" 2>/dev/null | sort -u | paste -sd: -)
     [[ -z $cases ]] && continue
@@ -164,7 +181,7 @@ if ((!cpu_only)); then
     timeout "$limit" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 50 32 1024 "$1" > "$file" 2>&1
     echo "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: $(grep 'updates/s' "$file" | tail -n 1)" | tee -a "$out/summary.txt"
   }
-  if ((gpu)); then
+  if ((gpu)) && has gpu; then
     bench learner_cuda learner --device cuda --seconds 3
     bench gan_cuda gan --device cuda --seconds 3
     for device in cuda cuda-bf16; do d4pg "$device" 256; done
@@ -175,9 +192,11 @@ if ((!cpu_only)); then
     if [[ -n $pjrt_cuda ]]; then
       bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
     fi
+    for device in cuda cuda-bf16; do d4pg "$device" 1024; done
+  fi
+  if ((gpu)) && has job; then
     # Writes its projection, scaling_cuda.csv and .png, into the working directory: the results.
     (cd "$out" && bench scaling_cuda scaling --device cuda --seconds 3)
-    for device in cuda cuda-bf16; do d4pg "$device" 1024; done
     # The main job with its learner on the GPU, for what the budget leaves
     # (at most five minutes): its curves (no evaluation videos: the bundle
     # carries no FFmpeg).
@@ -192,12 +211,14 @@ if ((!cpu_only)); then
       echo "troupe run cartpole_swingup on CUDA: skipped (budget spent)" | tee -a "$out/summary.txt"
     fi
   fi
-  bench learner learner --seconds 3
-  d4pg cpu 256
-  # TLS + token against plain gRPC on the insert path, on this machine's
-  # cores (the 2-core development machines put both ends of ~500 MB/s of
-  # AES-GCM on the same two cores).
-  bench replay_tls replay --only tls
+  if has cpu; then
+    bench learner learner --seconds 3
+    d4pg cpu 256
+    # TLS + token against plain gRPC on the insert path, on this machine's
+    # cores (the 2-core development machines put both ends of ~500 MB/s of
+    # AES-GCM on the same two cores).
+    bench replay_tls replay --only tls
+  fi
 fi
 echo "$passed passed, $failed failed" >> "$out/summary.txt"
 # Everything as one file too (for a transfer that takes few files).
