@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Copies the finished runs of a results directory (tools/results.sh) into
-# the repository, without checkpoints or logs: each run's config, eval.csv,
-# metrics.csv and done file, enough for tools/results_table.py. Run
-# directories live under runs/, which git ignores and a machine may lose.
+# Copies the finished runs of a directory of sweeps (tools/results.sh,
+# tools/gan_batch_study.sh: DIR/SWEEP/RUN/) into the repository, without
+# checkpoints or logs: each run's config, eval.csv, metrics.csv, done file
+# and its pictures (learning or FID curve, GAN sample grid), enough for
+# tools/results_table.py and tools/gan_study_table.py. Run directories live
+# under runs/, which git ignores and a machine may lose.
 #   tools/results_keep.sh runs/results_state docs/results/state
+#   tools/results_keep.sh runs/batch_study docs/results/gan_batch_study
 set -euo pipefail
-from=${1:?usage: tools/results_keep.sh RESULTS_DIR KEEP_DIR}
-to=${2:?usage: tools/results_keep.sh RESULTS_DIR KEEP_DIR}
+from=${1:?usage: tools/results_keep.sh SWEEPS_DIR KEEP_DIR}
+to=${2:?usage: tools/results_keep.sh SWEEPS_DIR KEEP_DIR}
 kept=0
-for done in "$from"/*/seed-*/done; do
+for done in "$from"/*/*/done; do
   [[ -f $done ]] || continue
   run=$(dirname "$done")
   dest="$to/$(basename "$(dirname "$run")")/$(basename "$run")"
   mkdir -p "$dest"
   cp "$run"/config.textproto "$run"/eval.csv "$run"/metrics.csv "$run"/done "$dest"/
+  for picture in learning_curve.png fid_curve.png samples.png; do
+    [[ -f $run/$picture ]] && cp "$run/$picture" "$dest"/
+  done
   kept=$((kept + 1))
 done
 echo "results_keep: $kept finished runs of $from in $to"

@@ -14,10 +14,26 @@ for seed in 0 1; do
   echo weights > "$run/checkpoints/learner.ckpt"
 done
 touch "$work/results/cheetah_run/seed-0/done"  # seed 1 is still going
+printf 'png' > "$work/results/cheetah_run/seed-0/learning_curve.png"
+# A GAN sweep's run, named for its grid point.
+gan="$work/results/equal_images/lr_scaling-SQRT__batch_size-1024__seed-0"
+mkdir -p "$gan/samples"
+echo 'mode: GAN' > "$gan/config.textproto"
+printf 'images,steps,classifier_fid,classifier_score,seconds\n500000,488,30.5,7.1,900\n' > "$gan/eval.csv"
+printf 'seconds,images,steps,images_per_s\n900,500000,488,550\n' > "$gan/metrics.csv"
+printf 'png' > "$gan/samples.png"
+touch "$gan/done"
 out=$("$top/tools/results_keep.sh" "$work/results" "$work/kept")
-[[ $out == *"1 finished runs"* ]] || { echo "unexpected output: $out"; exit 1; }
+[[ $out == *"2 finished runs"* ]] || { echo "unexpected output: $out"; exit 1; }
+kept_gan="$work/kept/equal_images/lr_scaling-SQRT__batch_size-1024__seed-0"
+for f in config.textproto eval.csv metrics.csv done samples.png; do
+  [[ -f $kept_gan/$f ]] || { echo "missing $kept_gan/$f"; exit 1; }
+done
+[[ ! -e $kept_gan/samples ]] || { echo "the samples folder copied"; exit 1; }
 kept="$work/kept/cheetah_run/seed-0"
-for f in config.textproto eval.csv metrics.csv done; do [[ -f $kept/$f ]] || { echo "missing $kept/$f"; exit 1; }; done
+for f in config.textproto eval.csv metrics.csv done learning_curve.png; do
+  [[ -f $kept/$f ]] || { echo "missing $kept/$f"; exit 1; }
+done
 [[ ! -e $kept/checkpoints ]] || { echo "checkpoints copied"; exit 1; }
 [[ ! -e $work/kept/cheetah_run/seed-1 ]] || { echo "unfinished run copied"; exit 1; }
 table=$(python3 "$top/tools/results_table.py" "$work/kept")
