@@ -229,6 +229,11 @@ absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::str
                        key);
 }
 
+std::vector<const char*> GpuPeerModes(int64_t batch) {
+  if (batch == 256) return {"eager", "compile"};
+  return {"eager"};
+}
+
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {
   ASSIGN_OR_RETURN(const std::string binary, CompileLibtorchPeer(name));
   return BestOfOneAndTwoThreads(binary, args, key);

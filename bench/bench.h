@@ -134,6 +134,10 @@ absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, 
 // the machine's python3 ($TROUPE_PYTHON if set), which must import torch
 // and see a GPU: Unavailable saying which is missing otherwise.
 absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key);
+// The PyTorch modes a GPU bench runs the peer in at `batch`: eager always,
+// torch.compile at batch 256 only (the bars' point; each compile costs tens
+// of seconds of a short GPU lease).
+std::vector<const char*> GpuPeerModes(int64_t batch);
 
 }  // namespace troupe::bench
 

@@ -269,9 +269,7 @@ absl::StatusOr<Report> RunGanBenchmarkOnCuda(const Options& options) {
       RETURN_IF_ERROR(trainer->Train(2));  // warm up
       const double steps_per_s = MeasureRate(seconds, [&](long n) { (void)trainer->Train(n); });
       const std::string name = absl::StrFormat("G+D step (n_critic 1) on CUDA, %s, batch %d", dtype, batch);
-      // torch.compile at batch 256 only (the bar's point), as in bench learner.
-      for (const char* mode : {"eager", "compile"}) {
-        if (mode == std::string("compile") && batch != 256) continue;
+      for (const char* mode : GpuPeerModes(batch)) {
         auto pytorch = RunGpuPytorchPeer(
             "torch_gan",
             absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds, " ", mode, " cuda ", dtype),

@@ -165,10 +165,7 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
     for (const int64_t batch : options.quick ? std::vector<int64_t>{32} : std::vector<int64_t>{256, 1024}) {
       const double troupe = MeasureTroupe(*gpu, batch, 84, seconds);
       const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, %s, batch %d", gpu->name(), dtype, batch);
-      // torch.compile at batch 256 only (the bar's point): each compile costs
-      // tens of seconds of the short GPU lease.
-      for (const char* mode : {"eager", "compile"}) {
-        if (mode == std::string("compile") && batch != 256) continue;
+      for (const char* mode : GpuPeerModes(batch)) {
         auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode, " cuda ", dtype),
                                          "samples_per_second");
         if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());

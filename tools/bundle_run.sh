@@ -39,6 +39,7 @@ done
 has() { [[ ",$parts," == *",$1,"* ]]; }
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
+capped() { local l=$(left); echo $((l < $1 ? l : $1)); }  # CAP: the seconds left, at most CAP
 out=$(mkdir -p "${1:-results}" && cd "${1:-results}" && pwd)
 export TROUPE_HOME="$here/share/troupe"
 : > "$out/env.txt"
@@ -168,17 +169,14 @@ if ((!cpu_only)); then
   bench() {  # NAME ARGS...: troupe bench NAME ARGS --json, its output kept
     local tag=$1; shift
     if (( $(left) < 30 )); then echo "troupe bench $* : skipped (budget spent)" | tee -a "$out/summary.txt"; return; fi
-    local start=$(date +%s) limit=$(left)
-    ((limit > 300)) && limit=300
-    timeout "$limit" "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
+    local start=$(date +%s)
+    timeout "$(capped 300)" "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
     echo "troupe bench $* : exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   }
   d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply)
     if (( $(left) < 30 )); then return; fi
-    local limit=$(left)
-    ((limit > 200)) && limit=200
     local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
-    timeout "$limit" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 50 32 1024 "$1" > "$file" 2>&1
+    timeout "$(capped 200)" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 50 32 1024 "$1" > "$file" 2>&1
     echo "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: $(grep 'updates/s' "$file" | tail -n 1)" | tee -a "$out/summary.txt"
   }
   if ((gpu)) && has gpu; then
@@ -200,8 +198,7 @@ if ((!cpu_only)); then
     # The main job with its learner on the GPU, for what the budget leaves
     # (at most five minutes): its curves (no evaluation videos: the bundle
     # carries no FFmpeg).
-    seconds=$(( $(left) - 40 ))
-    ((seconds > 300)) && seconds=300
+    seconds=$(( $(capped 340) - 40 ))
     if ((seconds >= 60)); then
       timeout "$seconds" "$here/bin/troupe" run "$TROUPE_HOME/configs/cartpole_swingup.textproto" \
         --set learner.engine.device=CUDA --set evaluator.record_video=false --set runs_dir="$out/runs" \

@@ -87,10 +87,7 @@ __global__ void AddChannelBiasKernel(int64_t n64, int64_t c64, int64_t hw64, con
   FOR_EACH_INDEX(I, k, n * c * hw) y[k] += bias[(k / hw) % c];
 }
 
-// One block per channel, kChannelThreads wide (a layer has few channels, each
-// summed over the whole batch: wide blocks keep more of the GPU busy).
-constexpr int kChannelThreads = 1024;
-
+// One block per channel, kChannelThreads wide.
 template <typename I>
 __global__ void __launch_bounds__(kChannelThreads)
     ChannelSumKernel(int64_t n64, int64_t c64, int64_t hw64, const float* dy, float* db) {

@@ -14,6 +14,11 @@ namespace troupe::cuda::kernels {
 // it (at most a grid of 8192 blocks of 1024 threads), fits in int32.
 inline bool Fits32(int64_t n) { return n >= 0 && n < (int64_t{1} << 31) - (int64_t{1} << 24); }
 
+// Threads of a one-block-per-channel reduction (conv bias gradients,
+// batch-norm statistics): a layer has few channels, each summed over the
+// whole batch, so wide blocks keep more of the GPU busy.
+constexpr int kChannelThreads = 1024;
+
 }  // namespace troupe::cuda::kernels
 
 // Grid-stride loop over [0, n) with an index of type I.

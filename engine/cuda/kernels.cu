@@ -259,10 +259,8 @@ __global__ void LayerNormBackwardParamsKernel(int64_t rows, int64_t cols, const 
   }
 }
 
-// One block per channel, kChannelThreads wide (few channels, each summed over
-// the whole batch): sums[ch] = sum x (or dy), sums[c + ch] = sum x^2 (or dy * xhat).
-constexpr int kChannelThreads = 1024;
-
+// One block per channel, kChannelThreads wide: sums[ch] = sum x (or dy),
+// sums[c + ch] = sum x^2 (or dy * xhat).
 template <typename I>
 __global__ void __launch_bounds__(kChannelThreads)
     BatchNormStatsKernel(int64_t n64, int64_t c64, int64_t hw64, const float* x, const float* mean, const float* rstd,

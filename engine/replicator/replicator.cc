@@ -122,10 +122,11 @@ void GradientReducer::Start(Bucket& b) {
     return;
   }
   std::span<float> data(device, count);
-  // Collectives that read the device buffer in place (NCCL, on its own
-  // stream) start after backward's kernels so far have run.
-  params_->backend().Synchronize();
-  if (!ctx_->ReducesInPlace(params_->backend())) {
+  if (ctx_->ReducesInPlace(params_->backend())) {
+    // Collectives that read the device buffer in place (NCCL, on its own
+    // stream) start after backward's kernels so far have run.
+    params_->backend().Synchronize();
+  } else {
     if (host_grads_.empty()) host_grads_.resize(params_->total_floats());
     data = std::span<float>(host_grads_.data() + b.begin, count);
     params_->backend().Download(device, data.data(), sizeof(float) * count);
