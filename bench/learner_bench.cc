@@ -173,6 +173,17 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
       }
     }
     if (bf16) break;
+    // The same step with the convolutions on troupe's im2col + cuBLAS path
+    // (TROUPE_CUDA_CONV=im2col, what the backend takes without cuDNN).
+    if (!options.quick) {
+      setenv("TROUPE_CUDA_CONV", "im2col", /*overwrite=*/1);
+      absl::StatusOr<std::unique_ptr<nn::Backend>> im2col = engine::MakeBackend(engine, 0, 1);
+      unsetenv("TROUPE_CUDA_CONV");
+      RETURN_IF_ERROR(im2col.status());
+      report.Add("DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: the backend's convolutions (cuDNN)",
+                 MeasureTroupe(*gpu, 256, 84, seconds), "samples/s", "troupe with im2col + cuBLAS convolutions",
+                 MeasureTroupe(**im2col, 256, 84, seconds));
+    }
     // What a D4PG pixel step moves between host and GPU: its batch in (uint8
     // observations and next observations, 3 frames of 84x84x3 each, at batch
     // 256) and the policy's parameters out, each once per step.

@@ -61,8 +61,11 @@ for py in python3 /opt/torch/.venv/bin/python3; do
   done
 done
 needed=$(ldd "$here"/bin/* 2>/dev/null | grep -oE 'lib(cublas|cublasLt|cudart|nccl)\.so\.[0-9]+' | sort -u)
+# Opened at run time, not linked: cuDNN (the CUDA backend's convolutions;
+# im2col without it) and NVRTC (cuDNN's runtime-compiled kernels).
+optional="libcudnn.so.9 libnvrtc.so.13"
 libpath=""
-for soname in $needed; do
+for soname in $needed $optional; do
   found=""
   for d in "${candidates[@]}"; do
     if [[ -e "$d/$soname" ]]; then found=$d; break; fi
@@ -70,6 +73,8 @@ for soname in $needed; do
   if [[ -n "$found" ]]; then
     note "CUDA library $soname: $found"
     case ":$libpath:" in *":$found:"*) ;; *) libpath="$libpath:$found" ;; esac
+  elif [[ " $optional " == *" $soname "* ]]; then
+    note "CUDA library $soname: not found (looked in: ${candidates[*]:-nothing}); the CUDA backend goes without it"
   else
     note "CUDA library $soname: not found (looked in: ${candidates[*]:-nothing}); the CUDA programs will not start"
   fi

@@ -2,6 +2,7 @@
 // the [n, oc, P] <-> [oc, n*P] layout changes around the one big GEMM
 // (Caffe's and early cuDNN's "explicit GEMM" convolution).
 // Index arithmetic is 32-bit wherever the tensors allow (indexing.cuh).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "engine/cuda/indexing.cuh"
@@ -104,6 +105,35 @@ __global__ void __launch_bounds__(kChannelThreads)
   if (threadIdx.x == 0) db[ch] += partial[0];
 }
 
+__device__ inline float Load(const float* p, int64_t i) { return p[i]; }
+__device__ inline float Load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+
+template <typename I, typename T>
+__global__ void ChannelBiasActivationKernel(int64_t n64, int64_t c64, int64_t hw64, const T* x, const float* bias,
+                                            bool relu, float* y) {
+  const I n = n64, c = c64, hw = hw64;
+  FOR_EACH_INDEX(I, k, n * c * hw) {
+    float v = Load(x, k);
+    if (bias != nullptr) v += bias[(k / hw) % c];
+    y[k] = relu && v < 0.0f ? 0.0f : v;
+  }
+}
+
+__global__ void ReluGradientKernel(int64_t n, const float* y, const float* dy, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    out[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
+__global__ void AddBfloat16Kernel(int64_t n, const __nv_bfloat16* x, float* y, bool accumulate) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float v = __bfloat162float(x[i]);
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
 }  // namespace
 
 void Im2Col(cudaStream_t s, const Conv& g, const float* x, float* col) {
@@ -135,6 +165,37 @@ void AddChannelBias(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const floa
 void ChannelSum(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* dy, float* db) {
   if (c == 0) return;
   LAUNCH_INDEXED(ChannelSumKernel, Fits32(n * c * hw), static_cast<unsigned>(c), kChannelThreads, s, n, c, hw, dy, db);
+}
+
+namespace {
+template <typename T>
+void LaunchChannelBiasActivation(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const T* x, const float* bias,
+                                 bool relu, float* y) {
+  const int64_t count = n * c * hw;
+  if (Fits32(count)) {
+    ChannelBiasActivationKernel<int32_t, T><<<Blocks(count), kThreads, 0, s>>>(n, c, hw, x, bias, relu, y);
+  } else {
+    ChannelBiasActivationKernel<int64_t, T><<<Blocks(count), kThreads, 0, s>>>(n, c, hw, x, bias, relu, y);
+  }
+}
+}  // namespace
+
+void ChannelBiasActivation(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* bias,
+                           bool relu, float* y) {
+  LaunchChannelBiasActivation(s, n, c, hw, x, bias, relu, y);
+}
+
+void ChannelBiasActivation(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const uint16_t* x, const float* bias,
+                           bool relu, float* y) {
+  LaunchChannelBiasActivation(s, n, c, hw, reinterpret_cast<const __nv_bfloat16*>(x), bias, relu, y);
+}
+
+void ReluGradient(cudaStream_t s, int64_t n, const float* y, const float* dy, float* out) {
+  ReluGradientKernel<<<Blocks(n), kThreads, 0, s>>>(n, y, dy, out);
+}
+
+void AddBfloat16(cudaStream_t s, int64_t n, const uint16_t* x, float* y, bool accumulate) {
+  AddBfloat16Kernel<<<Blocks(n), kThreads, 0, s>>>(n, reinterpret_cast<const __nv_bfloat16*>(x), y, accumulate);
 }
 
 }  // namespace troupe::cuda::kernels

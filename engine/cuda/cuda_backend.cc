@@ -3,6 +3,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   };
   if (env_is_1("TROUPE_CUDA_PROFILE")) b->options_.profile = true;
   if (env_is_1("TROUPE_CUDA_ASYNC")) b->options_.synchronous = false;
+  if (const char* conv = std::getenv("TROUPE_CUDA_CONV"); conv != nullptr && *conv != '\0') {
+    const std::string v = conv;
+    if (v != "cudnn" && v != "im2col") {
+      return absl::InvalidArgumentError(absl::StrCat("TROUPE_CUDA_CONV=", v, ": expected cudnn or im2col"));
+    }
+    b->options_.convolutions = v == "cudnn" ? ConvAlgorithm::kCudnn : ConvAlgorithm::kIm2col;
+  }
   // Device, stream, cuBLAS handle (math mode per the options).
   if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorString(e)));
@@ -68,6 +76,22 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   int pageable = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, options.device));
   b->pageable_memory_access_ = pageable != 0;
+  // Convolutions: cuDNN on this stream, else im2col (said once per process).
+  b->convolutions_ = "im2col + cuBLAS";
+  if (b->options_.convolutions == ConvAlgorithm::kCudnn) {
+    absl::StatusOr<std::unique_ptr<CudnnConvolutions>> cudnn =
+        CudnnConvolutions::Create(stream, b->options_.allow_tf32);
+    if (cudnn.ok()) {
+      b->cudnn_ = std::move(*cudnn);
+      b->convolutions_ = b->cudnn_->description();
+    } else {
+      absl::StrAppend(&b->convolutions_, " (", cudnn.status().message(), ")");
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) std::fprintf(stderr, "troupe: CUDA convolutions by %s\n", b->convolutions_.c_str());
+    }
+  } else {
+    b->convolutions_ += " (as asked)";
+  }
   CUDA_CHECK(cudaMalloc(&b->reduce_result_, sizeof(double) * (2 + kernels::ReducePartials())));
   return b;
 }
@@ -78,6 +102,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(AsStream(stream_));
   if (options_.profile) PrintProfile();
+  cudnn_.reset();  // its handle is on stream_
   for (Buffer& b : scratch_) cudaFree(b.data);
   cudaFree(reduce_result_);
   if (cublas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(cublas_));

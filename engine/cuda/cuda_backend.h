@@ -1,8 +1,9 @@
 // The CUDA backend of the nn engine: every kernel of nn::Backend on one GPU.
 // GEMMs go to cuBLAS (cublasGemmEx, float32 or bfloat16 inputs with float32
-// accumulation, switchable); convolutions and transposed convolutions are
-// im2col over the whole batch + one cuBLAS GEMM (the same GEMM path, so
-// bfloat16 applies to them too); everything else is this folder's own kernels.
+// accumulation, switchable); convolutions and transposed convolutions to
+// cuDNN (cudnn_conv.h, opened at run time; bfloat16 operands there too),
+// or, where cuDNN is missing or has no algorithm, im2col over the whole
+// batch + one cuBLAS GEMM; everything else is this folder's own kernels.
 //
 // Device memory (the contract of backend.h): parameters, gradients, optimizer
 // state, the tape's arena and every uploaded input come from Allocate
@@ -30,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/cuda/cudnn_conv.h"
 #include "engine/nn/backend.h"
 
 namespace troupe::cuda {
@@ -44,12 +46,20 @@ enum class GemmPrecision {
   kBfloat16,  // inputs rounded to bfloat16, float32 accumulation and output
 };
 
+enum class ConvAlgorithm {
+  kCudnn,   // cuDNN, im2col where it is missing or has no algorithm for a geometry
+  kIm2col,  // im2col + one cuBLAS GEMM, always
+};
+
 struct CudaBackendOptions {
   int device = 0;
   GemmPrecision gemm_precision = GemmPrecision::kFloat32;
   // TF32 tensor cores for float32 GEMMs (10-bit mantissa inputs). Off by
   // default so float32 matches the CPU reference to float rounding.
   bool allow_tf32 = false;
+  // How convolutions run. Create() takes TROUPE_CUDA_CONV=im2col or =cudnn
+  // from the environment.
+  ConvAlgorithm convolutions = ConvAlgorithm::kCudnn;
   // Every call waits for its kernels (see the header comment, point 2).
   // Create() turns it off when the environment has TROUPE_CUDA_ASYNC=1: the
   // kernels queue on the stream and the host waits only where it reads a
@@ -84,6 +94,12 @@ class CudaBackend final : public nn::Backend {
   void set_gemm_precision(GemmPrecision precision) { options_.gemm_precision = precision; }
   // True when the GPU can address ordinary (pageable) host memory.
   bool pageable_memory_access() const { return pageable_memory_access_; }
+  // How convolutions run here: "cuDNN 9.19.0 (libcudnn.so.9)", or "im2col +
+  // cuBLAS" with the reason cuDNN is not used.
+  const std::string& convolutions() const { return convolutions_; }
+  // Convolution geometries (per pass and type) cuDNN had no algorithm for,
+  // which ran on im2col instead.
+  int conv_fallbacks() const { return cudnn_ != nullptr ? cudnn_->unsupported() : 0; }
 
   // --- Device memory (nn::Backend's contract) ----------------------------------
   // `bytes` of this GPU's memory (cudaMalloc), uninitialised; aborts with
@@ -179,6 +195,14 @@ class CudaBackend final : public nn::Backend {
   explicit CudaBackend(const CudaBackendOptions& options);
   // Scratch slot `slot` of at least `bytes` (device memory, grows only).
   void* Scratch(int slot, size_t bytes);
+  // The cuDNN path (cuda_conv.cc): whether cuDNN runs `pass` of `g` at this
+  // precision; an operand in the pass's type (x itself, or a bfloat16 copy
+  // in scratch slot `slot`); one pass into float32 `out` (+)= result.
+  bool Bf16() const { return options_.gemm_precision == GemmPrecision::kBfloat16; }
+  bool UseCudnn(ConvPass pass, const nn::ConvGeometry& g);
+  const void* ConvOperand(int slot, const float* x, int64_t n);
+  void CudnnPass(ConvPass pass, const nn::ConvGeometry& g, const void* a, const void* b, float* out, int64_t n,
+                 bool accumulate);
   // Row-major GEMM with explicit leading dimensions and batch strides.
   void GemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
@@ -202,11 +226,13 @@ class CudaBackend final : public nn::Backend {
   // thread made) and returns the stream; every call goes through it.
   void* Bound();
   void* cublas_ = nullptr;  // cublasHandle_t
+  std::unique_ptr<CudnnConvolutions> cudnn_;  // null: im2col
+  std::string convolutions_;
   struct Buffer {
     void* data = nullptr;
     size_t capacity = 0;
   };
-  static constexpr int kScratchSlots = 7;
+  static constexpr int kScratchSlots = 8;
   Buffer scratch_[kScratchSlots];
   double* reduce_result_ = nullptr;  // device double[2]
   struct CallTime {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -155,21 +156,53 @@ TEST_P(CudaGemmTest, GemmMatchesCpuInEveryTransposeCase) {
   }
 }
 
-TEST_P(CudaGemmTest, ConvolutionsMatchCpuForwardAndBackward) {
-  gpu_->set_gemm_precision(GetParam());
-  // DrQ's first layer shape (stride 2) and a padded stride-1 and -2 layer.
+INSTANTIATE_TEST_SUITE_P(Precisions, CudaGemmTest,
+                         ::testing::Values(GemmPrecision::kFloat32, GemmPrecision::kBfloat16),
+                         [](const auto& info) { return info.param == GemmPrecision::kFloat32 ? "Float32" : "Bfloat16"; });
+
+// Convolutions on each path (cuDNN, im2col) at each precision.
+class CudaConvTest : public ::testing::TestWithParam<std::tuple<GemmPrecision, ConvAlgorithm>> {
+ protected:
+  void SetUp() override {
+    REQUIRE_CUDA_DEVICE();
+    CudaBackendOptions options;
+    options.gemm_precision = std::get<0>(GetParam());
+    options.convolutions = std::get<1>(GetParam());
+    auto b = CudaBackend::Create(options);
+    ASSERT_TRUE(b.ok()) << b.status();
+    gpu_ = std::move(*b);
+    std::printf("convolutions: %s\n", gpu_->convolutions().c_str());
+    if (options.convolutions == ConvAlgorithm::kCudnn && gpu_->convolutions().rfind("cuDNN", 0) != 0) {
+      GTEST_SKIP() << "cuDNN not usable here: " << gpu_->convolutions();
+    }
+  }
+  float Tolerance() const { return std::get<0>(GetParam()) == GemmPrecision::kBfloat16 ? 2e-2f : 2e-4f; }
+  nn::CpuBackend cpu_{/*num_threads=*/1};
+  std::unique_ptr<CudaBackend> gpu_;
+};
+
+TEST_P(CudaConvTest, ConvolutionsMatchCpuForwardAndBackward) {
+  // DrQ's first layer shape (stride 2), padded stride-1 and -2 layers, an odd
+  // size whose transposed conv needs an output padding (10 -> 5 -> 10), and
+  // a DrQ-sized stride-1 layer (32 channels, 41x41), where cuDNN's
+  // algorithm choice differs from the small ones'.
   const ConvGeometry geometries[] = {
       {.n = 3, .c = 9, .h = 21, .w = 21, .oc = 8, .kh = 3, .kw = 3, .stride = 2, .pad = 0},
       {.n = 2, .c = 4, .h = 8, .w = 8, .oc = 5, .kh = 3, .kw = 3, .stride = 1, .pad = 1},
       {.n = 2, .c = 3, .h = 8, .w = 8, .oc = 6, .kh = 4, .kw = 4, .stride = 2, .pad = 1},
+      {.n = 2, .c = 3, .h = 10, .w = 10, .oc = 4, .kh = 3, .kw = 3, .stride = 2, .pad = 1},
+      {.n = 4, .c = 32, .h = 41, .w = 41, .oc = 32, .kh = 3, .kw = 3, .stride = 1, .pad = 0},
   };
   for (const auto& [g, act] : {std::pair{geometries[0], nn::FusedActivation::kNone},
                                std::pair{geometries[1], nn::FusedActivation::kNone},
                                std::pair{geometries[2], nn::FusedActivation::kNone},
+                               std::pair{geometries[3], nn::FusedActivation::kNone},
                                std::pair{geometries[0], nn::FusedActivation::kRelu},
-                               std::pair{geometries[1], nn::FusedActivation::kRelu}}) {
+                               std::pair{geometries[1], nn::FusedActivation::kRelu},
+                               std::pair{geometries[4], nn::FusedActivation::kRelu}}) {
     const int64_t xs = g.n * g.c * g.h * g.w, ys = g.n * g.oc * g.oh() * g.ow(), ws = g.oc * g.c * g.kh * g.kw;
-    const std::string name = "conv c=" + std::to_string(g.c) + " stride=" + std::to_string(g.stride) +
+    const std::string name = "conv c=" + std::to_string(g.c) + " " + std::to_string(g.h) + "x" +
+                             std::to_string(g.w) + " stride=" + std::to_string(g.stride) +
                              (act == nn::FusedActivation::kRelu ? " relu" : "");
     std::vector<float> x = Random(xs, 1), w = Random(ws, 2), b = Random(g.oc, 3), dy = Random(ys, 4);
     std::vector<float> y(ys), dx = Random(xs, 5), dw = Random(ws, 6), db = Random(g.oc, 7);
@@ -183,6 +216,11 @@ TEST_P(CudaGemmTest, ConvolutionsMatchCpuForwardAndBackward) {
     ExpectNear(gdx.ToHost(), dx, Tolerance(), true, name + " dx");
     ExpectNear(gdw.ToHost(), dw, Tolerance(), true, name + " dw");
     ExpectNear(gdb.ToHost(), db, 2e-4f, true, name + " db");
+    // Without an input gradient (a network's first layer) and without bias.
+    std::vector<float> dw2 = dw;
+    cpu_.Conv2dBackward(g, act, x.data(), w.data(), y.data(), dy.data(), nullptr, dw2.data(), nullptr);
+    gpu_->Conv2dBackward(g, act, gx.data(), gw.data(), gy.data(), gdy.data(), nullptr, gdw.data(), nullptr);
+    ExpectNear(gdw.ToHost(), dw2, Tolerance(), true, name + " dw, no dx");
     // The transposed conv over the same geometry: x is the conv's output side.
     std::vector<float> tx = Random(ys, 8), tdy = Random(xs, 9), ty(xs), tdx = Random(ys, 10), tb = Random(g.c, 11);
     std::vector<float> tdw = Random(ws, 12), tdb = Random(g.c, 13);
@@ -197,11 +235,56 @@ TEST_P(CudaGemmTest, ConvolutionsMatchCpuForwardAndBackward) {
     ExpectNear(gtdw.ToHost(), tdw, Tolerance(), true, name + " transposed dw");
     ExpectNear(gtdb.ToHost(), tdb, 2e-4f, true, name + " transposed db");
   }
+  // Every geometry and pass above ran on the path asked for: cuDNN had an
+  // algorithm for each (none fell back to im2col).
+  EXPECT_EQ(gpu_->conv_fallbacks(), 0) << gpu_->convolutions();
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, CudaGemmTest,
-                         ::testing::Values(GemmPrecision::kFloat32, GemmPrecision::kBfloat16),
-                         [](const auto& info) { return info.param == GemmPrecision::kFloat32 ? "Float32" : "Bfloat16"; });
+INSTANTIATE_TEST_SUITE_P(
+    PrecisionsAndPaths, CudaConvTest,
+    ::testing::Combine(::testing::Values(GemmPrecision::kFloat32, GemmPrecision::kBfloat16),
+                       ::testing::Values(ConvAlgorithm::kCudnn, ConvAlgorithm::kIm2col)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == GemmPrecision::kFloat32 ? "Float32" : "Bfloat16") +
+             (std::get<1>(info.param) == ConvAlgorithm::kCudnn ? "Cudnn" : "Im2col");
+    });
+
+// Host only (no GPU): cuDNN opens where the toolkit has it, and the
+// descriptors troupe builds give cuDNN the engine's output shape for each
+// geometry, odd sizes and padding included.
+TEST(CudnnLibraryTest, DescriptorsGiveTheEnginesOutputShapes) {
+  absl::StatusOr<const CudnnApi*> api = LoadCudnn();
+  if (!api.ok()) GTEST_SKIP() << api.status();
+  std::printf("%s\n", CudnnDescription(**api).c_str());
+  const ConvGeometry geometries[] = {
+      {.n = 256, .c = 9, .h = 84, .w = 84, .oc = 32, .kh = 3, .kw = 3, .stride = 2, .pad = 0},
+      {.n = 3, .c = 4, .h = 10, .w = 7, .oc = 5, .kh = 3, .kw = 2, .stride = 2, .pad = 1},
+      {.n = 1, .c = 1, .h = 28, .w = 28, .oc = 64, .kh = 4, .kw = 4, .stride = 2, .pad = 1},
+  };
+  for (const ConvGeometry& g : geometries) {
+    absl::StatusOr<std::array<int, 4>> shape = CudnnOutputShape(**api, g);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(*shape, (std::array<int, 4>{static_cast<int>(g.n), static_cast<int>(g.oc), static_cast<int>(g.oh()),
+                                          static_cast<int>(g.ow())}));
+  }
+  // What cuDNN's 4-d descriptors cannot hold is an error, not a wrong plan.
+  const ConvGeometry huge{.n = 70000, .c = 64, .h = 32, .w = 32, .oc = 8, .kh = 3, .kw = 3, .stride = 1, .pad = 1};
+  absl::StatusOr<std::array<int, 4>> shape = CudnnOutputShape(**api, huge);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_NE(shape.status().message().find("elements"), std::string::npos) << shape.status();
+}
+
+TEST(CudnnLibraryTest, AMissingLibraryOrSymbolIsAClearError) {
+  absl::StatusOr<const CudnnApi*> missing = OpenCudnn({"/nonexistent/libcudnn.so.9"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.status().message().find("cuDNN not found"), std::string::npos) << missing.status();
+  EXPECT_NE(missing.status().message().find("/nonexistent/libcudnn.so.9"), std::string::npos) << missing.status();
+  // A library that opens but is not cuDNN names the first call it lacks.
+  absl::StatusOr<const CudnnApi*> wrong = OpenCudnn({"libm.so.6"});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("libm.so.6 has no cudnnGetVersion"), std::string::npos) << wrong.status();
+}
 
 TEST_F(CudaOpsTest, RowBiasMatchesCpu) {
   const int64_t rows = 33, cols = 70;

@@ -1,8 +1,10 @@
 // CudaBackend's dense kernels: cuBLAS GEMM (float32, or bfloat16 inputs with
-// float32 accumulation), row bias, and convolutions as whole-batch im2col +
-// one GEMM. Scratch slots: 0 columns [c*kh*kw, n*P], 1 channel-major
+// float32 accumulation), row bias, and convolutions through cuDNN
+// (cudnn_conv.h) or as whole-batch im2col + one GEMM.
+// Scratch slots, im2col: 0 columns [c*kh*kw, n*P], 1 channel-major
 // activations [oc, n*P], 2/3 bfloat16 copies of GEMM operands, 6 the gradient
-// through a fused activation [n, oc, P].
+// through a fused activation [n, oc, P]. cuDNN: 0 a bfloat16 result, 2/3/7
+// bfloat16 operands, 6 the gradient through a fused activation.
 #include <cstdint>
 
 #include <cublas_v2.h>
@@ -83,8 +85,57 @@ void CudaBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, f
   Done("RowBiasBackward");
 }
 
+// --- Convolutions through cuDNN ---------------------------------------------------------
+// Each public convolution takes this path when cuDNN runs every pass it needs
+// at the backend's precision, else the im2col path below it.
+
+bool CudaBackend::UseCudnn(ConvPass pass, const nn::ConvGeometry& g) {
+  if (cudnn_ == nullptr) return false;
+  Bound();
+  return cudnn_->Supports(pass, g, Bf16() ? ConvDataType::kBfloat16 : ConvDataType::kFloat32);
+}
+
+const void* CudaBackend::ConvOperand(int slot, const float* x, int64_t n) {
+  if (!Bf16()) return x;
+  auto* x16 = static_cast<uint16_t*>(Scratch(slot, sizeof(uint16_t) * n));
+  kernels::ToBfloat16(AsStream(Bound()), x, x16, n);
+  return x16;
+}
+
+void CudaBackend::CudnnPass(ConvPass pass, const nn::ConvGeometry& g, const void* a, const void* b, float* out,
+                            int64_t n, bool accumulate) {
+  if (!Bf16()) {
+    // cuDNN scales and adds in place: out = conv + beta * out.
+    cudnn_->Run(pass, g, ConvDataType::kFloat32, a, b, accumulate ? 1.0f : 0.0f, out);
+    return;
+  }
+  auto* result = static_cast<uint16_t*>(Scratch(0, sizeof(uint16_t) * n));
+  cudnn_->Run(pass, g, ConvDataType::kBfloat16, a, b, 0.0f, result);
+  kernels::AddBfloat16(AsStream(Bound()), n, result, out, accumulate);
+}
+
+// --- Convolutions -------------------------------------------------------------------------
+
 void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
                                 const float* b, float* y) {
+  const bool relu = act == nn::FusedActivation::kRelu;
+  const int64_t p = g.oh() * g.ow(), xs = g.n * g.c * g.h * g.w, ys = g.n * g.oc * p, ws = g.oc * g.c * g.kh * g.kw;
+  if (UseCudnn(ConvPass::kForward, g)) {
+    const void* x_op = ConvOperand(2, x, xs);
+    const void* w_op = ConvOperand(3, w, ws);
+    if (Bf16()) {
+      auto* y16 = static_cast<uint16_t*>(Scratch(0, sizeof(uint16_t) * ys));
+      cudnn_->Run(ConvPass::kForward, g, ConvDataType::kBfloat16, x_op, w_op, 0.0f, y16);
+      Stage("Conv2dForward: cuDNN");
+      kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.oc, p, y16, b, relu, y);
+    } else {
+      cudnn_->Run(ConvPass::kForward, g, ConvDataType::kFloat32, x_op, w_op, 0.0f, y);
+      Stage("Conv2dForward: cuDNN");
+      if (b != nullptr || relu) kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.oc, p, y, b, relu, y);
+    }
+    Done("Conv2dForward");
+    return;
+  }
   const kernels::Conv k = Flatten(g);
   const int64_t np = g.n * k.oh * k.ow, ckk = g.c * g.kh * g.kw;
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
@@ -108,14 +159,27 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
   if (act == nn::FusedActivation::kRelu) {
     // Through the ReLU first (y > 0 exactly where its input was).
     auto* dpre = static_cast<float*>(Scratch(6, sizeof(float) * g.oc * np));
-    kernels::Fill(AsStream(Bound()), dpre, g.oc * np, 0.0f);
-    kernels::ActivationBackward(AsStream(Bound()), static_cast<int>(nn::Activation::kRelu), 0.0f, y, y, dy, dpre,
-                                g.oc * np);
+    kernels::ReluGradient(AsStream(Bound()), g.oc * np, y, dy, dpre);
     dy = dpre;
+  }
+  Stage("Conv2dBackward: ReLU");
+  if (UseCudnn(ConvPass::kBackwardFilter, g) && (dx == nullptr || UseCudnn(ConvPass::kBackwardData, g))) {
+    if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
+    Stage("Conv2dBackward: bias");
+    const void* x_op = ConvOperand(2, x, g.n * g.c * g.h * g.w);
+    const void* dy_op = ConvOperand(7, dy, g.oc * np);
+    CudnnPass(ConvPass::kBackwardFilter, g, x_op, dy_op, dw, g.oc * ckk, /*accumulate=*/true);
+    Stage("Conv2dBackward: cuDNN dw");
+    if (dx != nullptr) {
+      CudnnPass(ConvPass::kBackwardData, g, dy_op, ConvOperand(3, w, g.oc * ckk), dx, g.n * g.c * g.h * g.w,
+                /*accumulate=*/true);
+      Stage("Conv2dBackward: cuDNN dx");
+    }
+    Done("Conv2dBackward");
+    return;
   }
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* dy_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
-  Stage("Conv2dBackward: ReLU");
   // db[oc] += sum of dy over samples and pixels.
   if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
   Stage("Conv2dBackward: bias");
@@ -137,6 +201,23 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
 
 void CudaBackend::ConvTranspose2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b,
                                          float* y) {
+  // The transposed conv is the conv's backward data pass: x [n, oc, oh, ow]
+  // in, y [n, c, h, w] out.
+  if (UseCudnn(ConvPass::kBackwardData, g)) {
+    const int64_t xs = g.n * g.oc * g.oh() * g.ow(), ys = g.n * g.c * g.h * g.w;
+    const void* x_op = ConvOperand(2, x, xs);
+    const void* w_op = ConvOperand(3, w, g.oc * g.c * g.kh * g.kw);
+    if (Bf16()) {
+      auto* y16 = static_cast<uint16_t*>(Scratch(0, sizeof(uint16_t) * ys));
+      cudnn_->Run(ConvPass::kBackwardData, g, ConvDataType::kBfloat16, x_op, w_op, 0.0f, y16);
+      kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.c, g.h * g.w, y16, b, false, y);
+    } else {
+      cudnn_->Run(ConvPass::kBackwardData, g, ConvDataType::kFloat32, x_op, w_op, 0.0f, y);
+      if (b != nullptr) kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.c, g.h * g.w, y, b, false, y);
+    }
+    Done("ConvTranspose2dForward");
+    return;
+  }
   const kernels::Conv k = Flatten(g);
   const int64_t p = k.oh * k.ow, np = g.n * p, ckk = g.c * g.kh * g.kw;
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
@@ -151,6 +232,17 @@ void CudaBackend::ConvTranspose2dForward(const nn::ConvGeometry& g, const float*
 
 void CudaBackend::ConvTranspose2dBackward(const nn::ConvGeometry& g, const float* x, const float* w, const float* dy,
                                           float* dx, float* dw, float* db) {
+  // dy [n, c, h, w] is the conv's input side, x [n, oc, oh, ow] its output
+  // side: dw is the conv's filter gradient of (dy, x), dx the conv of dy.
+  if (UseCudnn(ConvPass::kBackwardFilter, g) && (dx == nullptr || UseCudnn(ConvPass::kForward, g))) {
+    const int64_t xs = g.n * g.oc * g.oh() * g.ow(), dys = g.n * g.c * g.h * g.w, ws = g.oc * g.c * g.kh * g.kw;
+    const void* dy_op = ConvOperand(2, dy, dys);
+    CudnnPass(ConvPass::kBackwardFilter, g, dy_op, ConvOperand(7, x, xs), dw, ws, /*accumulate=*/true);
+    if (dx != nullptr) CudnnPass(ConvPass::kForward, g, dy_op, ConvOperand(3, w, ws), dx, xs, /*accumulate=*/true);
+    if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.c, g.h * g.w, dy, db);
+    Done("ConvTranspose2dBackward");
+    return;
+  }
   const kernels::Conv k = Flatten(g);
   const int64_t p = k.oh * k.ow, np = g.n * p, ckk = g.c * g.kh * g.kw;
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
