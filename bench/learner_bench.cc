@@ -114,9 +114,10 @@ double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double s
     tape.Backward(loss);
     adam.Step(1e-4f);
   };
-  step();  // warm up: arena and scratch reach their size
+  step();  // warm up: arena and scratch reach their size (and cuDNN measures its algorithms)
   return batch * MeasureRate(seconds, [&](long n) {
            for (long i = 0; i < n; ++i) step();
+           backend.Synchronize();  // queued kernels count (a GPU backend may run asynchronously)
          });
 }
 
@@ -173,16 +174,26 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
       }
     }
     if (bf16) break;
-    // The same step with the convolutions on troupe's im2col + cuBLAS path
-    // (TROUPE_CUDA_CONV=im2col, what the backend takes without cuDNN).
+    // The same step on the backend's other paths, each next to the default
+    // in the same run: convolutions by im2col + cuBLAS (TROUPE_CUDA_CONV=
+    // im2col, what the backend takes without cuDNN), and kernels queued
+    // without a wait after each call (TROUPE_CUDA_ASYNC=1).
     if (!options.quick) {
-      setenv("TROUPE_CUDA_CONV", "im2col", /*overwrite=*/1);
-      absl::StatusOr<std::unique_ptr<nn::Backend>> im2col = engine::MakeBackend(engine, 0, 1);
-      unsetenv("TROUPE_CUDA_CONV");
-      RETURN_IF_ERROR(im2col.status());
-      report.Add("DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: the backend's convolutions (cuDNN)",
+      const auto with_env = [&](const char* name, const char* value) {
+        setenv(name, value, /*overwrite=*/1);
+        absl::StatusOr<std::unique_ptr<nn::Backend>> b = engine::MakeBackend(engine, 0, 1);
+        unsetenv(name);
+        return b;
+      };
+      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> im2col, with_env("TROUPE_CUDA_CONV", "im2col"));
+      report.Add("DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: the default convolutions (cuDNN)",
                  MeasureTroupe(*gpu, 256, 84, seconds), "samples/s", "troupe with im2col + cuBLAS convolutions",
-                 MeasureTroupe(**im2col, 256, 84, seconds));
+                 MeasureTroupe(*im2col, 256, 84, seconds));
+      im2col.reset();
+      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> async, with_env("TROUPE_CUDA_ASYNC", "1"));
+      report.Add("DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: asynchronous kernels",
+                 MeasureTroupe(*async, 256, 84, seconds), "samples/s", "troupe, a wait after every call (default)",
+                 MeasureTroupe(*gpu, 256, 84, seconds));
     }
     // What a D4PG pixel step moves between host and GPU: its batch in (uint8
     // observations and next observations, 3 frames of 84x84x3 each, at batch
