@@ -150,13 +150,18 @@ absl::Status Describe(const CudnnApi& api, const nn::ConvGeometry& g, cudnnDataT
 }
 
 // The fastest measured algorithm that ran, fits the workspace cap and keeps
-// the numerics: strict float32 takes only FMA math (no TF32 tensor cores).
+// the numerics: strict float32 skips any that report tensor-core math (it
+// was measured under FMA math and runs under it, as PyTorch does with TF32
+// off, whatever math type cuDNN reports for a non-tensor-core algorithm).
 template <typename Perf>
 const Perf* Pick(const Perf* perf, int count, bool strict_float32) {
   for (int i = 0; i < count; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     if (perf[i].memory > CudnnConvolutions::kMaxWorkspaceBytes) continue;
-    if (strict_float32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    if (strict_float32 &&
+        (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) {
+      continue;
+    }
     return &perf[i];
   }
   return nullptr;
@@ -276,7 +281,7 @@ CudnnConvolutions::Plan& CudnnConvolutions::PlanFor(ConvPass pass, const nn::Con
         plan.supported = true;
         plan.algo = static_cast<int>(best->algo);
         plan.workspace = best->memory;
-        CUDNN_CHECK(*api_, cudnnSetConvolutionMathType(plan.d.conv, best->mathType));
+        CUDNN_CHECK(*api_, cudnnSetConvolutionMathType(plan.d.conv, strict_float32 ? CUDNN_FMA_MATH : best->mathType));
       }
     };
     switch (pass) {
