@@ -1,6 +1,7 @@
 // Convolution helpers for the CUDA backend: whole-batch im2col / col2im and
 // the [n, oc, P] <-> [oc, n*P] layout changes around the one big GEMM
-// (Caffe's and early cuDNN's "explicit GEMM" convolution).
+// (Caffe's and early cuDNN's "explicit GEMM" convolution), and the one-pass
+// bias / ReLU / bfloat16 epilogues around cuDNN's convolutions.
 // Index arithmetic is 32-bit wherever the tensors allow (indexing.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
