@@ -117,6 +117,11 @@ std::string CudaBackend::name() const {
 
 void* CudaBackend::Bound() {
   CUDA_CHECK(cudaSetDevice(options_.device));
+  if (options_.profile && !in_call_) {
+    // A call's first step: the time since the last call ended is the host's.
+    in_call_ = true;
+    Mark("(host, between calls)");
+  }
   return stream_;
 }
 
@@ -127,6 +132,7 @@ void* CudaBackend::Allocate(size_t bytes) {
   // it cannot oversubscribe the card.
   void* p = nullptr;
   CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  if (options_.profile) End("Allocate");
   return p;
 }
 
@@ -134,23 +140,24 @@ void CudaBackend::Free(void* p) {
   if (p == nullptr) return;
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
   CUDA_CHECK(cudaFree(p));
+  if (options_.profile) End("Free");
 }
 
 void CudaBackend::Upload(const void* host, void* device, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyDefault, AsStream(Bound())));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
-  if (options_.profile) Mark("Upload");
+  if (options_.profile) End("Upload");
 }
 
 void CudaBackend::Download(const void* device, void* host, size_t bytes) {
   CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDefault, AsStream(Bound())));
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
-  if (options_.profile) Mark("Download");
+  if (options_.profile) End("Download");
 }
 
 void CudaBackend::Synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
-  if (options_.profile) Mark("Synchronize");
+  if (options_.profile) End("Synchronize");
 }
 
 void* CudaBackend::Scratch(int slot, size_t bytes) {
@@ -177,13 +184,18 @@ void CudaBackend::Done(const char* what) {
     std::fprintf(stderr, "%s:%d: CudaBackend::%s: %s\n", __FILE__, __LINE__, what, cudaGetErrorString(e));
     std::abort();
   }
-  if (options_.profile) Mark(what);
+  if (options_.profile) End(what);
 }
 
 void CudaBackend::Stage(const char* what) {
   if (!options_.profile) return;
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
   Mark(what);
+}
+
+void CudaBackend::End(const char* what) {
+  Mark(what);
+  in_call_ = false;
 }
 
 void CudaBackend::Mark(const char* what) {
@@ -199,7 +211,9 @@ void CudaBackend::PrintProfile() const {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double total = 0.0;
   for (const auto& [name, t] : rows) total += t.seconds;
-  std::fprintf(stderr, "CudaBackend profile (%s, GPU %d; each call waited for; host time between calls included)\n",
+  std::fprintf(stderr,
+               "CudaBackend profile (%s, GPU %d; each call waited for, from its first CUDA step to its end; the "
+               "host's time between calls in its own row)\n",
                name().c_str(), options_.device);
   std::fprintf(stderr, "%-28s %10s %12s %12s %7s\n", "call", "calls", "total ms", "us per call", "share");
   for (const auto& [name, t] : rows) {

@@ -67,10 +67,11 @@ struct CudaBackendOptions {
   // Replicator synchronises before collectives), as the contract allows;
   // kept opt-in until a GPU run has checked it against the synchronous one.
   bool synchronous = true;
-  // Per-call profile: every call waits for its kernels and adds the time
-  // since the previous call returned (its launches and kernels, and the
-  // host's work in between) to its name's total; the table goes to stderr
-  // when the backend is destroyed. Convolutions are also timed by stage
+  // Per-call profile: every call waits for its kernels and adds its time,
+  // from its first CUDA step to its end (launches and kernels), to its
+  // name's total, and the host's time between calls (the ops layer, the
+  // caller) to a row of its own; the table goes to stderr when the backend
+  // is destroyed. Convolutions are also timed by stage
   // ("Conv2dBackward: GEMM dw"; the call's own row is then what follows its
   // last stage). Create() turns it on when the environment has
   // TROUPE_CUDA_PROFILE=1.
@@ -211,8 +212,10 @@ class CudaBackend final : public nn::Backend {
   double Reduce(const float* x, int64_t n, bool square);
   // After each public call: waits when synchronous, and checks for errors.
   void Done(const char* what);
-  // Profiling (options_.profile): the time since the last mark goes to `what`.
+  // Profiling (options_.profile): the time since the last mark goes to
+  // `what`; End also closes the call (the next Bound starts one).
   void Mark(const char* what);
+  void End(const char* what);
   // Within a call, when profiling: waits for the kernels so far and marks
   // them as `what` (a stage of the call: "Conv2dBackward: GEMM dw").
   void Stage(const char* what);
@@ -240,6 +243,7 @@ class CudaBackend final : public nn::Backend {
     double seconds = 0.0;
   };
   std::map<std::string, CallTime> profile_;
+  bool in_call_ = false;  // profiling: between a call's first Bound and its End
   std::chrono::steady_clock::time_point last_mark_ = std::chrono::steady_clock::now();
 };
 
