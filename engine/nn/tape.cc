@@ -7,6 +7,9 @@
 namespace troupe::nn {
 namespace {
 constexpr int64_t kBlockBytes = int64_t{64} << 20;
+constexpr int64_t kAlignBytes = 64;
+// The bytes an allocation of `bytes` takes in the arena (the next one starts there).
+int64_t ArenaBytes(int64_t bytes) { return (std::max<int64_t>(1, bytes) + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
 }  // namespace
 
 Tape::Tape(Backend* backend) : backend_(backend) {
@@ -19,7 +22,7 @@ Tape::~Tape() {
 }
 
 void* Tape::AllocateBytes(int64_t bytes) {
-  bytes = (bytes + 63) / 64 * 64;
+  bytes = ArenaBytes(bytes);
   // Use the current block if it fits, else the next one that fits, else a new one.
   while (current_block_ < static_cast<int>(blocks_.size())) {
     Block& b = blocks_[current_block_];
@@ -141,6 +144,15 @@ void Tape::Backward(Var loss, GradientListener* listener) {
   if (!values_[loss.id].requires_grad) return;  // a loss of constants: nothing to differentiate
   const int num_values = static_cast<int>(values_.size());
   // Gradient buffers for intermediates, zeroed; aliases share their source's.
+  // Buffers allocated one after another lie end to end in the arena (their
+  // padding included), so each such run is zeroed by one Fill: one kernel
+  // launch where a GPU backend made one per value (dozens a step).
+  float* run = nullptr;
+  int64_t run_floats = 0;
+  const auto zero_run = [&] {
+    if (run_floats > 0) backend_->Fill(run, run_floats, 0.0f);
+    run_floats = 0;
+  };
   for (int id = 0; id < num_values; ++id) {
     Value& v = values_[id];
     if (!v.requires_grad) continue;
@@ -148,9 +160,17 @@ void Tape::Backward(Var loss, GradientListener* listener) {
       v.grad = values_[v.alias_of].grad;  // sources come first
     } else if (!v.external_grad && v.grad == nullptr) {
       v.grad = AllocateFloats(v.shape.size());
-      backend_->Fill(v.grad, v.shape.size(), 0.0f);
+      const int64_t floats = ArenaBytes(std::max<int64_t>(1, v.shape.size()) * sizeof(float)) / sizeof(float);
+      if (run_floats > 0 && v.grad == run + run_floats) {
+        run_floats += floats;
+      } else {
+        zero_run();
+        run = v.grad;
+        run_floats = floats;
+      }
     }
   }
+  zero_run();
   // For the listener: each parameter value's earliest using node.
   if (listener != nullptr) {
     last_use_.assign(num_values, -1);
