@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -366,7 +367,15 @@ TEST(EnvWorkerTest, AnAsyncPoolInWorkerProcessesEqualsOneInThreads) {
     std::vector<int32_t> all = {0, 1, 2, 3, 4, 5};
     ASSERT_TRUE((*pool)->SendReset(all).ok());
     const size_t bytes = (*pool)->spec().pixel_bytes();
-    for (int r = 0; r < 30; ++r) {
+    // Until every env has 6 results: which envs finish first depends on the
+    // machine's load (a busy worker process serves its envs late), so a
+    // fixed number of rounds could leave one with too few to compare.
+    const auto fewest = [&] {
+      size_t n = SIZE_MAX;
+      for (int id = 0; id < 6; ++id) n = std::min(n, seen[p][id].size());
+      return n;
+    };
+    for (int r = 0; r < 600 && fewest() < 6; ++r) {
       auto batch = (*pool)->Recv();
       ASSERT_TRUE(batch.ok()) << batch.status();
       std::vector<int32_t> ids(batch->env_id.begin(), batch->env_id.end());
@@ -382,7 +391,7 @@ TEST(EnvWorkerTest, AnAsyncPoolInWorkerProcessesEqualsOneInThreads) {
   }
   for (int id = 0; id < 6; ++id) {
     const size_t n = std::min(seen[0][id].size(), seen[1][id].size());
-    EXPECT_GT(n, 3u) << "env " << id;
+    EXPECT_GE(n, 6u) << "env " << id << " (an async pool left it unserved for 600 rounds)";
     for (size_t k = 0; k < n; ++k) {
       EXPECT_EQ(seen[0][id][k], seen[1][id][k]) << "env " << id << " result " << k;
       EXPECT_EQ(rewards[0][id][k], rewards[1][id][k]) << "env " << id << " result " << k;
