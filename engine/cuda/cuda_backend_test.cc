@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <chrono>
 #include <string>
@@ -248,6 +249,23 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param) == GemmPrecision::kFloat32 ? "Float32" : "Bfloat16") +
              (std::get<1>(info.param) == ConvAlgorithm::kCudnn ? "Cudnn" : "Im2col");
     });
+
+TEST(CudaBackendTest, AnUnknownConvolutionPathInTheEnvironmentIsRefusedNamingIt) {
+  REQUIRE_CUDA_DEVICE();
+  setenv("TROUPE_CUDA_CONV", "winograd", /*overwrite=*/1);
+  auto b = CudaBackend::Create();
+  unsetenv("TROUPE_CUDA_CONV");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("TROUPE_CUDA_CONV=winograd: expected cudnn or im2col"), std::string::npos)
+      << b.status();
+  // And an explicit im2col says so.
+  setenv("TROUPE_CUDA_CONV", "im2col", 1);
+  auto im2col = CudaBackend::Create();
+  unsetenv("TROUPE_CUDA_CONV");
+  ASSERT_TRUE(im2col.ok()) << im2col.status();
+  EXPECT_EQ((*im2col)->convolutions(), "im2col + cuBLAS (as asked)");
+}
 
 // Host only (no GPU): cuDNN opens where the toolkit has it, and the
 // descriptors troupe builds give cuDNN the engine's output shape for each
