@@ -295,6 +295,9 @@ TEST(CudnnLibraryTest, DescriptorsGiveTheEnginesOutputShapes) {
 TEST(CudnnLibraryTest, AMissingLibraryOrSymbolIsAClearError) {
   absl::StatusOr<const CudnnApi*> missing = OpenCudnn({"/nonexistent/libcudnn.so.9"});
   ASSERT_FALSE(missing.ok());
+  if (missing.status().message().find("built without cudnn.h") != std::string::npos) {
+    GTEST_SKIP() << missing.status();
+  }
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(missing.status().message().find("cuDNN not found"), std::string::npos) << missing.status();
   EXPECT_NE(missing.status().message().find("/nonexistent/libcudnn.so.9"), std::string::npos) << missing.status();
