@@ -28,3 +28,10 @@ def float32_without_tf32():
     inputs (its TF32 is off), so the float32 rows compare like with like."""
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def cudnn_algorithms_measured():
+    """cuDNN's convolution algorithms measured once per shape
+    (cudnn.benchmark, the usual setting for fixed-shape training), as
+    troupe's CUDA backend picks its own (cudnnFind*)."""
+    torch.backends.cudnn.benchmark = True

@@ -58,6 +58,7 @@ def main():
     threads, batch, size, seconds, mode, device, dtype = parse(sys.argv)
     torch.set_num_threads(threads)
     peer_timing.float32_without_tf32()
+    peer_timing.cudnn_algorithms_measured()
     torch.manual_seed(1)
     net = DrqNet(size).to(device)
     adam = torch.optim.Adam(net.parameters(), lr=1e-4)

@@ -60,6 +60,7 @@ def main():
     threads, batch, c, noise, seconds, mode, device, dtype = parse(sys.argv)
     torch.set_num_threads(threads)
     peer_timing.float32_without_tf32()
+    peer_timing.cudnn_algorithms_measured()
     torch.manual_seed(1)
     fc = nn.Linear(noise, 2 * c * 49, bias=False)
     bn0, bn1 = nn.BatchNorm2d(2 * c), nn.BatchNorm2d(c)
