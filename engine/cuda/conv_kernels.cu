@@ -83,12 +83,6 @@ __global__ void ToBatchMajorKernel(int64_t n64, int64_t oc64, int64_t p64, const
   }
 }
 
-template <typename I>
-__global__ void AddChannelBiasKernel(int64_t n64, int64_t c64, int64_t hw64, const float* bias, float* y) {
-  const I n = n64, c = c64, hw = hw64;
-  FOR_EACH_INDEX(I, k, n * c * hw) y[k] += bias[(k / hw) % c];
-}
-
 // One block per channel, kChannelThreads wide.
 template <typename I>
 __global__ void __launch_bounds__(kChannelThreads)
@@ -121,18 +115,11 @@ __global__ void ChannelBiasActivationKernel(int64_t n64, int64_t c64, int64_t hw
 }
 
 __global__ void ReluGradientKernel(int64_t n, const float* y, const float* dy, float* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    out[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-  }
+  FOR_EACH_INDEX(int64_t, i, n) out[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 __global__ void AddBfloat16Kernel(int64_t n, const __nv_bfloat16* x, float* y, bool accumulate) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
-    const float v = __bfloat162float(x[i]);
-    y[i] = accumulate ? y[i] + v : v;
-  }
+  FOR_EACH_INDEX(int64_t, i, n) y[i] = accumulate ? y[i] + __bfloat162float(x[i]) : __bfloat162float(x[i]);
 }
 
 }  // namespace
@@ -157,10 +144,6 @@ void ToBatchMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float*
                   bool accumulate) {
   LAUNCH_INDEXED(ToBatchMajorKernel, Fits32(n * oc * p), Blocks(n * oc * p), kThreads, s, n, oc, p, x, bias, y,
                  accumulate);
-}
-
-void AddChannelBias(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* bias, float* y) {
-  LAUNCH_INDEXED(AddChannelBiasKernel, Fits32(n * c * hw), Blocks(n * c * hw), kThreads, s, n, c, hw, bias, y);
 }
 
 void ChannelSum(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* dy, float* db) {

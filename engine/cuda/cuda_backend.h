@@ -204,6 +204,10 @@ class CudaBackend final : public nn::Backend {
   const void* ConvOperand(int slot, const float* x, int64_t n);
   void CudnnPass(ConvPass pass, const nn::ConvGeometry& g, const void* a, const void* b, float* out, int64_t n,
                  bool accumulate);
+  // One pass into y [n, channels, hw] (overwritten; profiled as `stage`),
+  // then y = act(y + bias) in one more, a bfloat16 result converted in it.
+  void CudnnPassWithBias(ConvPass pass, const nn::ConvGeometry& g, const void* a, const void* b, const float* bias,
+                         bool relu, int64_t channels, int64_t hw, float* y, const char* stage);
   // Row-major GEMM with explicit leading dimensions and batch strides.
   void GemmStrided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,

@@ -114,25 +114,30 @@ void CudaBackend::CudnnPass(ConvPass pass, const nn::ConvGeometry& g, const void
   kernels::AddBfloat16(AsStream(Bound()), n, result, out, accumulate);
 }
 
+void CudaBackend::CudnnPassWithBias(ConvPass pass, const nn::ConvGeometry& g, const void* a, const void* b,
+                                    const float* bias, bool relu, int64_t channels, int64_t hw, float* y,
+                                    const char* stage) {
+  if (!Bf16()) {
+    cudnn_->Run(pass, g, ConvDataType::kFloat32, a, b, 0.0f, y);
+    Stage(stage);
+    if (bias != nullptr || relu) kernels::ChannelBiasActivation(AsStream(Bound()), g.n, channels, hw, y, bias, relu, y);
+    return;
+  }
+  // The bfloat16 result to float32 in the same pass as the bias and activation.
+  auto* y16 = static_cast<uint16_t*>(Scratch(0, sizeof(uint16_t) * g.n * channels * hw));
+  cudnn_->Run(pass, g, ConvDataType::kBfloat16, a, b, 0.0f, y16);
+  Stage(stage);
+  kernels::ChannelBiasActivation(AsStream(Bound()), g.n, channels, hw, y16, bias, relu, y);
+}
+
 // --- Convolutions -------------------------------------------------------------------------
 
 void CudaBackend::Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
                                 const float* b, float* y) {
-  const bool relu = act == nn::FusedActivation::kRelu;
-  const int64_t p = g.oh() * g.ow(), xs = g.n * g.c * g.h * g.w, ys = g.n * g.oc * p, ws = g.oc * g.c * g.kh * g.kw;
   if (UseCudnn(ConvPass::kForward, g)) {
-    const void* x_op = ConvOperand(2, x, xs);
-    const void* w_op = ConvOperand(3, w, ws);
-    if (Bf16()) {
-      auto* y16 = static_cast<uint16_t*>(Scratch(0, sizeof(uint16_t) * ys));
-      cudnn_->Run(ConvPass::kForward, g, ConvDataType::kBfloat16, x_op, w_op, 0.0f, y16);
-      Stage("Conv2dForward: cuDNN");
-      kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.oc, p, y16, b, relu, y);
-    } else {
-      cudnn_->Run(ConvPass::kForward, g, ConvDataType::kFloat32, x_op, w_op, 0.0f, y);
-      Stage("Conv2dForward: cuDNN");
-      if (b != nullptr || relu) kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.oc, p, y, b, relu, y);
-    }
+    CudnnPassWithBias(ConvPass::kForward, g, ConvOperand(2, x, g.n * g.c * g.h * g.w),
+                      ConvOperand(3, w, g.oc * g.c * g.kh * g.kw), b, act == nn::FusedActivation::kRelu, g.oc,
+                      g.oh() * g.ow(), y, "Conv2dForward: cuDNN");
     Done("Conv2dForward");
     return;
   }
@@ -163,9 +168,10 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
     dy = dpre;
   }
   Stage("Conv2dBackward: ReLU");
+  // db[oc] += sum of dy over samples and pixels.
+  if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
+  Stage("Conv2dBackward: bias");
   if (UseCudnn(ConvPass::kBackwardFilter, g) && (dx == nullptr || UseCudnn(ConvPass::kBackwardData, g))) {
-    if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
-    Stage("Conv2dBackward: bias");
     const void* x_op = ConvOperand(2, x, g.n * g.c * g.h * g.w);
     const void* dy_op = ConvOperand(7, dy, g.oc * np);
     CudnnPass(ConvPass::kBackwardFilter, g, x_op, dy_op, dw, g.oc * ckk, /*accumulate=*/true);
@@ -180,9 +186,6 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
   }
   auto* col = static_cast<float*>(Scratch(0, sizeof(float) * ckk * np));
   auto* dy_t = static_cast<float*>(Scratch(1, sizeof(float) * g.oc * np));
-  // db[oc] += sum of dy over samples and pixels.
-  if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
-  Stage("Conv2dBackward: bias");
   // dw[oc, ckk] += dy^T[oc, n*P] * im2col(x)[ckk, n*P]^T.
   kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, dy, dy_t);
   Stage("Conv2dBackward: to channel-major");
@@ -204,17 +207,9 @@ void CudaBackend::ConvTranspose2dForward(const nn::ConvGeometry& g, const float*
   // The transposed conv is the conv's backward data pass: x [n, oc, oh, ow]
   // in, y [n, c, h, w] out.
   if (UseCudnn(ConvPass::kBackwardData, g)) {
-    const int64_t xs = g.n * g.oc * g.oh() * g.ow(), ys = g.n * g.c * g.h * g.w;
-    const void* x_op = ConvOperand(2, x, xs);
-    const void* w_op = ConvOperand(3, w, g.oc * g.c * g.kh * g.kw);
-    if (Bf16()) {
-      auto* y16 = static_cast<uint16_t*>(Scratch(0, sizeof(uint16_t) * ys));
-      cudnn_->Run(ConvPass::kBackwardData, g, ConvDataType::kBfloat16, x_op, w_op, 0.0f, y16);
-      kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.c, g.h * g.w, y16, b, false, y);
-    } else {
-      cudnn_->Run(ConvPass::kBackwardData, g, ConvDataType::kFloat32, x_op, w_op, 0.0f, y);
-      if (b != nullptr) kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.c, g.h * g.w, y, b, false, y);
-    }
+    CudnnPassWithBias(ConvPass::kBackwardData, g, ConvOperand(2, x, g.n * g.oc * g.oh() * g.ow()),
+                      ConvOperand(3, w, g.oc * g.c * g.kh * g.kw), b, /*relu=*/false, g.c, g.h * g.w, y,
+                      "ConvTranspose2dForward: cuDNN");
     Done("ConvTranspose2dForward");
     return;
   }
@@ -226,7 +221,7 @@ void CudaBackend::ConvTranspose2dForward(const nn::ConvGeometry& g, const float*
   kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, x, x_t);
   GemmStrided(true, false, ckk, np, g.oc, 1.0f, w, ckk, 0, x_t, np, 0, 0.0f, col, np, 0, 1);
   kernels::Col2Im(AsStream(Bound()), k, col, y, /*accumulate=*/false);
-  if (b != nullptr) kernels::AddChannelBias(AsStream(Bound()), g.n, g.c, g.h * g.w, b, y);
+  if (b != nullptr) kernels::ChannelBiasActivation(AsStream(Bound()), g.n, g.c, g.h * g.w, y, b, false, y);
   Done("ConvTranspose2dForward");
 }
 
@@ -234,12 +229,13 @@ void CudaBackend::ConvTranspose2dBackward(const nn::ConvGeometry& g, const float
                                           float* dx, float* dw, float* db) {
   // dy [n, c, h, w] is the conv's input side, x [n, oc, oh, ow] its output
   // side: dw is the conv's filter gradient of (dy, x), dx the conv of dy.
+  // db[c] += sum of dy over samples and pixels.
+  if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.c, g.h * g.w, dy, db);
   if (UseCudnn(ConvPass::kBackwardFilter, g) && (dx == nullptr || UseCudnn(ConvPass::kForward, g))) {
     const int64_t xs = g.n * g.oc * g.oh() * g.ow(), dys = g.n * g.c * g.h * g.w, ws = g.oc * g.c * g.kh * g.kw;
     const void* dy_op = ConvOperand(2, dy, dys);
     CudnnPass(ConvPass::kBackwardFilter, g, dy_op, ConvOperand(7, x, xs), dw, ws, /*accumulate=*/true);
     if (dx != nullptr) CudnnPass(ConvPass::kForward, g, dy_op, ConvOperand(3, w, ws), dx, xs, /*accumulate=*/true);
-    if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.c, g.h * g.w, dy, db);
     Done("ConvTranspose2dBackward");
     return;
   }
@@ -257,8 +253,6 @@ void CudaBackend::ConvTranspose2dBackward(const nn::ConvGeometry& g, const float
     GemmStrided(false, false, g.oc, np, ckk, 1.0f, w, ckk, 0, col, np, 0, 0.0f, x_t, np, 0, 1);
     kernels::ToBatchMajor(AsStream(Bound()), g.n, g.oc, p, x_t, nullptr, dx, /*accumulate=*/true);
   }
-  // db[c] += sum of dy over samples and pixels.
-  if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.c, g.h * g.w, dy, db);
   Done("ConvTranspose2dBackward");
 }
 

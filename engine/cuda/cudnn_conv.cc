@@ -113,9 +113,12 @@ absl::Status Describe(const CudnnApi& api, const nn::ConvGeometry& g, cudnnDataT
     return absl::InvalidArgumentError(absl::StrCat("convolution with output ", oh, "x", ow, ", stride ", g.stride,
                                                    ", pad ", g.pad));
   }
-  for (int64_t elements : {g.n * g.c * g.h * g.w, g.n * g.oc * oh * ow, g.oc * g.c * g.kh * g.kw}) {
+  const std::pair<const char*, int64_t> tensors[] = {
+      {"input", g.n * g.c * g.h * g.w}, {"output", g.n * g.oc * oh * ow}, {"filter", g.oc * g.c * g.kh * g.kw}};
+  for (const auto& [name, elements] : tensors) {
     if (!FitsInt(elements)) {
-      return absl::OutOfRangeError(absl::StrCat("a tensor of ", elements, " elements (cuDNN's 4-d tensors: int)"));
+      return absl::OutOfRangeError(
+          absl::StrCat("the ", name, " tensor has ", elements, " elements; cuDNN's 4-d tensors hold at most ", INT_MAX));
     }
   }
   auto check = [&](cudnnStatus_t s, const char* what) {

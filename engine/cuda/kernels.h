@@ -113,14 +113,12 @@ void Col2Im(cudaStream_t s, const Conv& g, const float* col, float* x, bool accu
 void ToChannelMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float* x, float* y);
 void ToBatchMajor(cudaStream_t s, int64_t n, int64_t oc, int64_t p, const float* x, const float* bias, float* y,
                   bool accumulate);
-// y[i, ch, :] += bias[ch] for a [n, c, hw] tensor.
-void AddChannelBias(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* bias, float* y);
 // db[ch] += sum over i, hw of dy[i, ch, hw].
 void ChannelSum(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* dy, float* db);
 
-// Around cuDNN's convolutions (cudnn_conv.h), one pass each:
 // y[i, ch, :] = act(x[i, ch, :] + bias[ch]) for a [n, c, hw] tensor, x float32
-// or bfloat16 (may be y itself when float32), bias may be null, act ReLU or none.
+// or bfloat16 (may be y itself when float32), bias may be null, act ReLU or
+// none: a convolution's bias and activation in one pass.
 void ChannelBiasActivation(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const float* x, const float* bias,
                            bool relu, float* y);
 void ChannelBiasActivation(cudaStream_t s, int64_t n, int64_t c, int64_t hw, const uint16_t* x, const float* bias,
@@ -128,7 +126,7 @@ void ChannelBiasActivation(cudaStream_t s, int64_t n, int64_t c, int64_t hw, con
 // out = dy where y > 0, else 0 (no accumulation): the gradient through a
 // fused ReLU, as the convolution's operand.
 void ReluGradient(cudaStream_t s, int64_t n, const float* y, const float* dy, float* out);
-// y (+)= x for a bfloat16 x: a bfloat16 convolution's result into float32.
+// y (+)= x for a bfloat16 x: a bfloat16 cuDNN convolution's result into float32.
 void AddBfloat16(cudaStream_t s, int64_t n, const uint16_t* x, float* y, bool accumulate);
 
 }  // namespace troupe::cuda::kernels

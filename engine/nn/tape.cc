@@ -160,7 +160,7 @@ void Tape::Backward(Var loss, GradientListener* listener) {
       v.grad = values_[v.alias_of].grad;  // sources come first
     } else if (!v.external_grad && v.grad == nullptr) {
       v.grad = AllocateFloats(v.shape.size());
-      const int64_t floats = ArenaBytes(std::max<int64_t>(1, v.shape.size()) * sizeof(float)) / sizeof(float);
+      const int64_t floats = ArenaBytes(v.shape.size() * sizeof(float)) / sizeof(float);  // with its padding
       if (run_floats > 0 && v.grad == run + run_floats) {
         run_floats += floats;
       } else {
