@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 
 namespace troupe {
 
@@ -103,6 +105,63 @@ std::chrono::steady_clock::time_point RunClockStart(const std::string& run_dir, 
   const double seconds = resume ? LastRunSeconds(run_dir + "/metrics.csv") : 0.0;
   return std::chrono::steady_clock::now() -
          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+namespace {
+
+// `text` as a finite number, or nullopt.
+std::optional<double> FiniteNumber(std::string_view text) {
+  double value = 0;
+  if (absl::SimpleAtod(absl::string_view(text.data(), text.size()), &value) && std::isfinite(value)) return value;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<double> CsvNumber(std::string_view row, int index) {
+  size_t begin = 0;
+  for (int column = 0; column < index; ++column) {
+    begin = row.find(',', begin);
+    if (begin == std::string_view::npos) return std::nullopt;
+    ++begin;
+  }
+  return FiniteNumber(row.substr(begin, row.find(',', begin) - begin));
+}
+
+std::optional<double> JsonNumber(std::string_view row, std::string_view key) {
+  const std::string needle = absl::StrCat("\"", absl::string_view(key.data(), key.size()), "\": ");
+  const size_t at = row.find(needle);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view rest = row.substr(at + needle.size());
+  return FiniteNumber(rest.substr(0, rest.find_first_of(",}")));
+}
+
+absl::StatusOr<std::vector<std::string>> DropRowsPast(
+    const std::string& path, double limit, bool header,
+    absl::FunctionRef<std::optional<double>(std::string_view row)> progress) {
+  std::vector<std::string> dropped;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return dropped;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  std::string kept;
+  size_t begin = 0;
+  for (bool first = true; begin < text.size(); first = false) {
+    const size_t end = text.find('\n', begin);
+    const std::string_view row(text.data() + begin, (end == std::string::npos ? text.size() : end) - begin);
+    const bool whole = end != std::string::npos;
+    if (whole && first && header) {
+      kept.append(row).push_back('\n');
+    } else if (const std::optional<double> at = progress(row); whole && at.has_value() && *at <= limit) {
+      kept.append(row).push_back('\n');
+    } else {
+      dropped.emplace_back(row);
+    }
+    if (!whole) break;
+    begin = end + 1;
+  }
+  if (!dropped.empty()) RETURN_IF_ERROR(WriteFileAtomically(path, kept));
+  return dropped;
 }
 
 absl::StatusOr<std::string> MakeRunDirectory(const std::string& runs_dir, const std::string& name) {

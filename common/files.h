@@ -3,8 +3,12 @@
 #define TROUPE_COMMON_FILES_H_
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -33,6 +37,23 @@ double LastRunSeconds(const std::string& metrics_csv);
 // When the clock of the run in `run_dir` started: now, less the seconds
 // its metrics.csv already counts when `resume` (LastRunSeconds).
 std::chrono::steady_clock::time_point RunClockStart(const std::string& run_dir, bool resume);
+
+// A resumed run goes on from its checkpoint, so the rows its logs got after
+// that checkpoint (a killed run writes on until it dies) are written again.
+// This rewrites the log at `path` (a CSV whose first line, with `header`, is
+// kept, or JSON lines) without them: every row whose `progress` (frames,
+// images; CsvNumber, JsonNumber) is past `limit`, every row `progress` cannot
+// read, and a last line with no newline (cut off by the killed writer). The
+// file is replaced atomically, and only when a row goes; a missing file
+// drops nothing. Returns the rows dropped, in order; errors name the path.
+absl::StatusOr<std::vector<std::string>> DropRowsPast(
+    const std::string& path, double limit, bool header,
+    absl::FunctionRef<std::optional<double>(std::string_view row)> progress);
+// The number in column `index` (from 0) of a CSV row; nullopt when the row
+// has no such column or it is not a finite number.
+std::optional<double> CsvNumber(std::string_view row, int index);
+// The number after "\"key\": " in a JSON line; nullopt when there is none.
+std::optional<double> JsonNumber(std::string_view row, std::string_view key);
 
 // The longest run name.
 inline constexpr size_t kMaxRunNameBytes = 100;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,19 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   const std::string checkpoint_dir = run_dir + "/checkpoints";
   if (resume) RETURN_IF_ERROR(trainer->LoadCheckpoint(checkpoint_dir).status());
   const bool chief = trainer->is_chief();
+  if (resume && chief) {
+    // The rows written after the checkpoint are written again from it.
+    const double limit = static_cast<double>(trainer->images_seen());
+    struct Log {
+      const char* file;
+      int images_column;
+    };
+    for (const Log log : {Log{"/eval.csv", 0}, Log{"/metrics.csv", 1}}) {
+      RETURN_IF_ERROR(DropRowsPast(run_dir + log.file, limit, /*header=*/true, [&](std::string_view row) {
+                        return CsvNumber(row, log.images_column);
+                      }).status());
+    }
+  }
   GanEvaluator evaluator(classifier.get(), data);
   History history = ReadHistory(run_dir + "/eval.csv");
 

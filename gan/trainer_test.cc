@@ -453,12 +453,25 @@ TEST_F(GanShortRunTest, RunGanWritesTheRunDirectoryAndResumes) {
                            "samples/samples-000000160.png"}) {
     EXPECT_TRUE(std::filesystem::exists(run_dir + "/" + file)) << file;
   }
-  // Resume with a larger budget: continues from 320 images, and its clock
-  // from the first piece's last metrics row.
+  // As a run killed after its checkpoint leaves them: an evaluation and a
+  // metrics row past it (100 s later), and a row cut off mid-write.
   const double seconds_before = LastRunSeconds(run_dir + "/metrics.csv");
   ASSERT_GT(seconds_before, 0);
+  std::ofstream(run_dir + "/eval.csv", std::ios::app) << "999999,9999,1.0,1.0,1.0\n";
+  std::ofstream(run_dir + "/metrics.csv", std::ios::app)
+      << seconds_before + 100 << ",999999,9999,1,0,0,0,0\n" << seconds_before + 101 << ",9999";
+  // Resume with a larger budget: continues from 320 images, its clock from
+  // the last whole metrics row (the lost piece counts), and the rows past the
+  // checkpoint go.
   c.set_total_images(480);
   ASSERT_TRUE(RunGan(config, run_dir, /*resume=*/true, nullptr).ok());
+  std::ifstream evals(run_dir + "/eval.csv");
+  std::string eval_row, last_eval;
+  while (std::getline(evals, eval_row)) {
+    EXPECT_EQ(eval_row.find("999999"), std::string::npos) << eval_row;
+    last_eval = eval_row;
+  }
+  EXPECT_EQ(last_eval.substr(0, last_eval.find(',')), "480");
   std::ifstream metrics(run_dir + "/metrics.csv");
   std::string row;
   std::getline(metrics, row);  // header
@@ -473,7 +486,7 @@ TEST_F(GanShortRunTest, RunGanWritesTheRunDirectoryAndResumes) {
   // A row per chunk of steps; chunks stop at every evaluation (10 steps):
   // 2 before the resume, 1 after.
   EXPECT_EQ(rows, 3);
-  EXPECT_GT(previous, seconds_before);
+  EXPECT_GT(previous, seconds_before + 100);
   std::ifstream counters(run_dir + "/checkpoints/counters.txt");
   std::string key;
   int64_t steps = 0;

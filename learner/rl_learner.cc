@@ -4,7 +4,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include <grpcpp/server_builder.h>
 #include <unistd.h>
@@ -151,7 +154,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   ASSIGN_OR_RETURN(l->eval_policy_, agents::D4pgPolicy::Create(config.d4pg(), l->spec_, l->action_size_));
   // Videos: a missing encoder or a bad size fails here, before training.
   ASSIGN_OR_RETURN(l->eval_recorder_, actors::MakeEvaluationRecorder(config));
-  l->next_eval_frames_ = l->frames_before_ + config.evaluator().every_frames();
+  if (!resume) l->next_eval_frames_ = config.evaluator().every_frames();  // else from eval.csv (Restore)
   // Version 1 (or the restored one) before any actor asks.
   l->agent_->PolicyParameters(&l->policy_parameters_);
   l->parameter_store_.Publish(l->agent_->updates() + 1, "policy", l->policy_parameters_);
@@ -271,12 +274,35 @@ absl::Status RlLearner::Restore() {
   RETURN_IF_ERROR(agent_->Load(dir + "/agent.ckpt"));
   RETURN_IF_ERROR(ReadCounters(dir + "/counters.txt", &frames_before_, &samples_));
   samples_before_ = samples_;
+  std::string replay_note = "replay starts empty (learner.checkpoint_replay is off)";
   if (std::filesystem::exists(dir + "/replay.ckpt")) {
     RETURN_IF_ERROR(replay_->Restore(dir + "/replay.ckpt").status());
     const proto::InfoResponse info = replay_->Info();
     inserts_before_ = info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0;
+    replay_note = absl::StrCat("replay restored: ", info.tables_size() ? info.tables(0).size() : 0, " items");
   }
-  // Evaluations so far stay on the curve.
+  // The run's clock goes on from the last metrics row, lost piece included.
+  start_ = RunClockStart(run_dir_, /*resume=*/true);
+  // The rows written after the checkpoint (the run went on until it was
+  // stopped) are written again from it: they go, with their videos, so the
+  // logs go on from the checkpoint without a step back.
+  const double limit = static_cast<double>(frames_before_);
+  ASSIGN_OR_RETURN(const std::vector<std::string> evals,
+                   DropRowsPast(run_dir_ + "/eval.csv", limit, /*header=*/true,
+                                [](std::string_view row) { return CsvNumber(row, 0); }));
+  for (const std::string& row : evals) {
+    if (const std::optional<double> frames = CsvNumber(row, 0)) {
+      std::filesystem::remove(absl::StrCat(run_dir_, "/videos/eval-", static_cast<int64_t>(*frames), ".mp4"));
+    }
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> rows,
+                   DropRowsPast(run_dir_ + "/metrics.csv", limit, /*header=*/true,
+                                [](std::string_view row) { return CsvNumber(row, 1); }));
+  RETURN_IF_ERROR(DropRowsPast(run_dir_ + "/metrics.jsonl", limit, /*header=*/false, [](std::string_view row) {
+                    return JsonNumber(row, "frames");
+                  }).status());
+  // Evaluations so far stay on the curve, and the next is due where it was.
+  int64_t last_eval_frames = 0;
   std::ifstream eval(run_dir_ + "/eval.csv");
   std::string line;
   std::getline(eval, line);  // header
@@ -287,12 +313,16 @@ absl::Status RlLearner::Restore() {
     if (std::getline(row, frames, ',') && std::getline(row, updates, ',') && std::getline(row, value, ',')) {
       eval_frames_.push_back(std::stod(frames));
       eval_returns_.push_back(std::stod(value));
-      stats_.last_eval_frames = std::stoll(frames);
+      stats_.last_eval_frames = last_eval_frames = std::stoll(frames);
       stats_.last_eval_return = std::stod(value);
     }
   }
-  std::printf("resumed from %s: %ld updates, %ld frames\n", dir.c_str(), static_cast<long>(agent_->updates()),
-              static_cast<long>(frames_before_));
+  next_eval_frames_ = last_eval_frames + config_.evaluator().every_frames();
+  std::printf(
+      "resumed from %s: %ld updates, %ld frames; %s; %zu metrics rows and %zu evaluations made after that "
+      "checkpoint dropped (made again)\n",
+      dir.c_str(), static_cast<long>(agent_->updates()), static_cast<long>(frames_before_), replay_note.c_str(),
+      rows.size(), evals.size());
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -413,7 +443,7 @@ void RlLearner::RecordStats(bool write_row) {
 }
 
 absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
-  start_ = RunClockStart(run_dir_, resumed_);  // a resumed run's clock goes on
+  if (!resumed_) start_ = Clock::now();  // a resumed run's clock goes on (Restore)
   auto last_checkpoint = Clock::now();
   last_row_ = Clock::now();
   row_updates_ = agent_->updates();

@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/files.h"
 #include "common/video.h"
 #include "common/processes.h"
 
@@ -158,6 +159,7 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   const std::string counters = Read(run + "/checkpoints/counters.txt");
   ASSERT_THAT(counters, ::testing::HasSubstr("frames"));
   const size_t rows_before = Metrics(run).size();
+  const double seconds_before_kill = LastRunSeconds(run + "/metrics.csv");
 
   // Resume: counters, parameters and optimizer state continue.
   const int exit_code = Wait(Start({"run", "--resume", run, "--set", "total_frames=" +
@@ -166,18 +168,34 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
                              /*seconds=*/240);
   ASSERT_EQ(exit_code, 0) << Read(dir_ + "/resume.log");
   const auto rows = Metrics(run);
-  ASSERT_GT(rows.size(), rows_before);
-  // The learner restored the checkpoint's update count (the checkpoint, made
-  // every second, may be behind the last metrics row: a second of updates
-  // under load), and the first row after the resume continues from it.
+  // The learner restored the checkpoint's update count. The checkpoint, made
+  // every second, may be behind the last metrics row (a second of updates
+  // under load): the rows past it were dropped, and are made again.
   const std::string resume_log = Read(dir_ + "/resume.log");
   const size_t at = resume_log.find("checkpoints: ");
   ASSERT_NE(at, std::string::npos) << resume_log;
   const int64_t restored = std::stoll(resume_log.substr(at + 13));
   EXPECT_GT(restored, 0) << resume_log;
-  EXPECT_GE(rows[rows_before][kUpdates], restored) << resume_log;
-  // Its clock goes on from the last row before the kill.
-  EXPECT_GE(rows[rows_before][kSeconds], rows[rows_before - 1][kSeconds]);
+  EXPECT_THAT(resume_log, ::testing::HasSubstr("replay starts empty (learner.checkpoint_replay is off)"));
+  const size_t dropped_at = resume_log.find("; ", resume_log.find("replay starts empty"));
+  ASSERT_NE(dropped_at, std::string::npos) << resume_log;
+  const size_t dropped = std::stoul(resume_log.substr(dropped_at + 2));
+  ASSERT_LE(dropped, rows_before) << resume_log;
+  const size_t kept = rows_before - dropped;
+  ASSERT_GT(kept, 0u) << resume_log;
+  ASSERT_GT(rows.size(), kept);
+  EXPECT_LE(rows[kept - 1][kUpdates], restored) << resume_log;
+  EXPECT_GE(rows[kept][kUpdates], restored) << resume_log;
+  // No step back anywhere: frames and updates only grow, row after row, and
+  // each evaluation is after the one before.
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_GE(rows[i][kFrames], rows[i - 1][kFrames]) << "row " << i;
+    EXPECT_GE(rows[i][kUpdates], rows[i - 1][kUpdates]) << "row " << i;
+  }
+  const auto evals = Metrics(run, "eval.csv");
+  for (size_t i = 1; i < evals.size(); ++i) EXPECT_GT(evals[i][0], evals[i - 1][0]) << "evaluation " << i;
+  // Its clock goes on from the last row before the kill, lost piece included.
+  EXPECT_GE(rows[kept][kSeconds], seconds_before_kill);
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
 }
 
