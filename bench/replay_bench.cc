@@ -9,8 +9,12 @@
 // Sampling is also given per CPU-second of the sampling thread, since these
 // machines are shared. Inserts over TLS with a token (common/grpc_security.h)
 // are measured against the same inserts without them, in alternated rounds
-// (`--only tls` runs just those rows).
+// (`--only tls` runs just those rows). A checkpoint of the pixel
+// transitions held (learner.checkpoint_replay) is written and restored next
+// to plain write()+fsync() and read() of as many bytes (`--only checkpoint`
+// runs the rows up to those).
 #include <grpcpp/create_channel.h>
+#include <fcntl.h>
 #include <grpcpp/server_builder.h>
 #include <time.h>
 #include <unistd.h>
@@ -370,6 +374,70 @@ absl::Status AddTlsInsertFigures(Report& report, const std::vector<std::vector<u
 
 }  // namespace
 
+// Seconds to write `bytes` bytes to `path` with write() in 1 MiB pieces and
+// fsync(), and (in *read_seconds) to read them back with read(): what a
+// checkpoint of that size costs at least, on the same disk.
+absl::StatusOr<double> RawFileSeconds(const std::string& path, int64_t bytes, double* read_seconds) {
+  std::vector<char> piece(1 << 20, 'x');
+  const auto t0 = std::chrono::steady_clock::now();
+  const int out = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out < 0) return absl::PermissionDeniedError(absl::StrCat("cannot create ", path));
+  for (int64_t done = 0; done < bytes;) {
+    const ssize_t n = write(out, piece.data(), static_cast<size_t>(std::min<int64_t>(piece.size(), bytes - done)));
+    if (n <= 0) {
+      close(out);
+      return absl::DataLossError(absl::StrCat("write failed: ", path));
+    }
+    done += n;
+  }
+  const bool synced = fsync(out) == 0;
+  close(out);
+  if (!synced) return absl::DataLossError(absl::StrCat("fsync failed: ", path));
+  const auto t1 = std::chrono::steady_clock::now();
+  const int in = open(path.c_str(), O_RDONLY);
+  if (in < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  while (read(in, piece.data(), piece.size()) > 0) {
+  }
+  close(in);
+  *read_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+// A checkpoint of `replay`'s `held` pixel transitions (what
+// learner.checkpoint_replay writes) and its restore, next to writing and
+// reading as many bytes with plain write()+fsync() and read() in the same
+// folder; best of 2 rounds each (the disk is shared).
+absl::Status AddCheckpointFigures(Report& report, replay::Replay& replay, long held) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("troupe_bench_checkpoint_", getpid())).string();
+  std::filesystem::create_directories(dir);
+  absl::Cleanup remove = [&dir] { std::filesystem::remove_all(dir); };
+  const std::string path = dir + "/replay.ckpt";
+  double write_seconds = 1e30, restore_seconds = 1e30, raw_write = 1e30, raw_read = 1e30;
+  int64_t bytes = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(bytes, replay.Checkpoint(path));
+    write_seconds = std::min(write_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(const int64_t items, replay.Restore(path));
+    restore_seconds =
+        std::min(restore_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (items != held) return absl::InternalError(absl::StrCat("restored ", items, " of ", held, " transitions"));
+    double read_seconds = 0;
+    ASSIGN_OR_RETURN(const double seconds, RawFileSeconds(dir + "/raw", bytes, &read_seconds));
+    raw_write = std::min(raw_write, seconds);
+    raw_read = std::min(raw_read, read_seconds);
+  }
+  report.Add(absl::StrFormat("replay checkpoint bytes per pixel transition (%ld held)", held),
+             static_cast<double>(bytes) / held, "bytes", "raw frame", kH * kW * kC);
+  report.Add(absl::StrFormat("replay checkpoint write, %.0f MB, fsync'd", bytes / kMB), bytes / kMB / write_seconds,
+             "MB/s", "write()+fsync() of as many bytes", bytes / kMB / raw_write);
+  report.Add("replay checkpoint restore (read, checked, frames and tables rebuilt)", bytes / kMB / restore_seconds,
+             "MB/s", "read() of as many bytes", bytes / kMB / raw_read);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
   Report report;
   const double seconds = options.seconds_per_figure;
@@ -438,6 +506,8 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
              static_cast<double>(rss_after - rss_before) / held, "bytes", "bar: at most 4 KiB", 4096);
   report.Add("  of which stored frame bytes per transition", static_cast<double>(info.frame_bytes()) / held, "bytes",
              "raw stacks (obs + next_obs)", 2.0 * kStack * kH * kW * kC);
+  RETURN_IF_ERROR(AddCheckpointFigures(report, *pixel_replay, held));
+  if (std::find(options.filter.begin(), options.filter.end(), "checkpoint") != options.filter.end()) return report;
 
   // 2. In-process sampling, batch 256, uniform, one thread.
   double batch_bytes = 0;

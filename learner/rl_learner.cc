@@ -275,7 +275,9 @@ absl::Status RlLearner::Restore() {
   RETURN_IF_ERROR(ReadCounters(dir + "/counters.txt", &frames_before_, &samples_));
   samples_before_ = samples_;
   std::string replay_note = "replay starts empty (learner.checkpoint_replay is off)";
-  if (std::filesystem::exists(dir + "/replay.ckpt")) {
+  if (config_.learner().checkpoint_replay() && !std::filesystem::exists(dir + "/replay.ckpt")) {
+    replay_note = "replay starts empty (the checkpoint has no replay.ckpt)";
+  } else if (config_.learner().checkpoint_replay()) {
     RETURN_IF_ERROR(replay_->Restore(dir + "/replay.ckpt").status());
     const proto::InfoResponse info = replay_->Info();
     inserts_before_ = info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0;

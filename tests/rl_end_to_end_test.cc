@@ -28,13 +28,15 @@ using namespace troupe::e2e;  // Wait, Read, Metrics and its columns
 // A small, fast experiment written into `dir`; with `videos`, each
 // evaluation's first episode is recorded (the default; the long tests turn it
 // off to keep their two cores for training).
-std::string WriteConfig(const std::string& dir, int64_t total_frames, bool videos = false) {
+std::string WriteConfig(const std::string& dir, int64_t total_frames, bool videos = false,
+                        const std::string& learner = "") {
   const std::string path = dir + "/small.textproto";
   std::ofstream(path) << R"(name: "e2e" mode: RL
 env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
-learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 checkpoint_every_s: 1 }
+learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 checkpoint_every_s: 1 )"
+                      << learner << R"( }
 actors { count: 2 random_frames: 2000 }
 evaluator { every_frames: 4000 episodes: 1 record_video: )"
                       << (videos ? "true" : "false") << " }\nruns_dir: \"" << dir << "/runs\"\ntotal_frames: " << total_frames
@@ -140,7 +142,8 @@ TEST_F(RlEndToEndTest, AKilledActorIsRestartedAndTrainingGoesOn) {
 }
 
 TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
-  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000);
+  // Replay not checkpointed (APixelRunKilledResumesWithItsReplay has it).
+  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000, /*videos=*/false, "checkpoint_replay: false");
   const pid_t launcher = Start({"run", config}, dir_ + "/run.log");
   // Let it train and checkpoint (every second), then SIGKILL the learner.
   std::string run;
@@ -199,18 +202,26 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
 }
 
-// The pixel path end to end: frames sent once over gRPC, stacks rebuilt in
-// replay, the encoder trained, the policy acting on stacked frames.
-TEST_F(RlEndToEndTest, PixelRunTrainsOnStackedFramesFromReplay) {
-  const std::string path = dir_ + "/pixels.textproto";
+// A small pixel experiment (32x32 frames) written into `dir`, with `learner`
+// fields added to its learner block.
+std::string WritePixelConfig(const std::string& dir, int64_t total_frames, const std::string& learner = "") {
+  const std::string path = dir + "/pixels.textproto";
   std::ofstream(path) << R"(name: "pixels" mode: RL
 env { task: "cartpole.swingup" observation: PIXELS render { width: 32 height: 32 } action_repeat: 8 frame_stack: 2 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [32, 32] v_max: 800 conv_channels: 8 encoder_features: 16 augment_pad: 2 }
-learner { batch_size: 16 publish_every: 5 min_replay_size: 100 samples_per_insert: 4 }
+learner { batch_size: 16 publish_every: 5 min_replay_size: 100 samples_per_insert: 4 )"
+                      << learner << R"( }
 actors { count: 2 random_frames: 400 }
 evaluator { every_frames: 2000 episodes: 1 }
-runs_dir: ")" << dir_ << "/runs\"\ntotal_frames: 3000\n";
+runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n";
+  return path;
+}
+
+// The pixel path end to end: frames sent once over gRPC, stacks rebuilt in
+// replay, the encoder trained, the policy acting on stacked frames.
+TEST_F(RlEndToEndTest, PixelRunTrainsOnStackedFramesFromReplay) {
+  const std::string path = WritePixelConfig(dir_, /*total_frames=*/3000);
   const int exit_code = Wait(Start({"run", path}, dir_ + "/run.log"), /*seconds=*/240);
   ASSERT_EQ(exit_code, 0) << Read(dir_ + "/run.log");
   const auto rows = Metrics(OnlyRunDir(dir_));
@@ -219,6 +230,50 @@ runs_dir: ")" << dir_ << "/runs\"\ntotal_frames: 3000\n";
   EXPECT_GT(rows.back()[kUpdates], 20);
   EXPECT_TRUE(std::isfinite(rows.back()[kCriticLoss]));
   EXPECT_GT(rows.back()[kCriticLoss], 0);
+}
+
+// learner.checkpoint_replay (on by default): a pixel run killed after a
+// checkpoint resumes with the transitions it had (its frames stored once,
+// compressed), not an empty replay.
+TEST_F(RlEndToEndTest, APixelRunKilledResumesWithItsReplay) {
+  const std::string path = WritePixelConfig(dir_, /*total_frames=*/1000000, "checkpoint_every_s: 1");
+  const pid_t launcher = Start({"run", path}, dir_ + "/run.log");
+  std::string run;
+  for (int i = 0; i < 1800; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (run.empty() && fs::exists(dir_ + "/runs")) run = OnlyRunDir(dir_);
+    if (!run.empty() && fs::exists(run + "/checkpoints/counters.txt") &&
+        std::stoll(Read(run + "/checkpoints/counters.txt").substr(7)) >= 2000) {
+      break;
+    }
+  }
+  ASSERT_FALSE(run.empty()) << Read(dir_ + "/run.log");
+  kill(launcher, SIGKILL);
+  Wait(launcher, 10);
+  const std::string counters = Read(run + "/checkpoints/counters.txt");
+  const int64_t frames = std::stoll(counters.substr(7));
+  ASSERT_GE(frames, 2000) << Read(dir_ + "/run.log");
+  // Each transition adds one 32x32x3 frame (3,072 bytes raw); the file holds
+  // them compressed, with the items' other fields.
+  const int64_t transitions = frames / 8;
+  EXPECT_LT(fs::file_size(run + "/checkpoints/replay.ckpt"), transitions * 3072);
+
+  const int exit_code = Wait(Start({"run", "--resume", run, "--set", "total_frames=" + std::to_string(frames + 400)},
+                                   dir_ + "/resume.log"),
+                             /*seconds=*/240);
+  ASSERT_EQ(exit_code, 0) << Read(dir_ + "/resume.log");
+  const std::string resume_log = Read(dir_ + "/resume.log");
+  const size_t at = resume_log.find("replay restored: ");
+  ASSERT_NE(at, std::string::npos) << resume_log;
+  const int64_t restored = std::stoll(resume_log.substr(at + 17));
+  // The checkpoint may be a second behind the counters (replay is written
+  // first): most of the transitions, and never more.
+  EXPECT_GE(restored, transitions / 2) << resume_log;
+  EXPECT_LE(restored, transitions + 2 * 2) << resume_log;
+  // The rows after the resume start from that replay, not from empty.
+  const auto rows = Metrics(run);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_GE(rows.back()[kReplaySize], restored);
 }
 
 TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
