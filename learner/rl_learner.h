@@ -170,7 +170,9 @@ class RlLearner {
   // Evaluation videos (evaluator.record_video; null when off): fed on the
   // evaluator thread, rendered and encoded on the recorder's own.
   std::unique_ptr<actors::EpisodeRecorder> eval_recorder_;
-  std::chrono::steady_clock::time_point start_;
+  // When the run's clock started: Run(), or for a resumed run its last
+  // metrics row's seconds before now (Restore).
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_row_;  // when the last metrics row was written
   int64_t row_updates_ = 0, row_frames_ = 0;        // counters at that row
 
