@@ -154,7 +154,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   ASSIGN_OR_RETURN(l->eval_policy_, agents::D4pgPolicy::Create(config.d4pg(), l->spec_, l->action_size_));
   // Videos: a missing encoder or a bad size fails here, before training.
   ASSIGN_OR_RETURN(l->eval_recorder_, actors::MakeEvaluationRecorder(config));
-  if (!resume) l->next_eval_frames_ = config.evaluator().every_frames();  // else from eval.csv (Restore)
+  if (!resume) l->next_eval_frames_ = l->NextEvaluation(0);  // else from eval.csv (Restore)
   // Version 1 (or the restored one) before any actor asks.
   l->agent_->PolicyParameters(&l->policy_parameters_);
   l->parameter_store_.Publish(l->agent_->updates() + 1, "policy", l->policy_parameters_);
@@ -319,7 +319,7 @@ absl::Status RlLearner::Restore() {
       stats_.last_eval_return = std::stod(value);
     }
   }
-  next_eval_frames_ = last_eval_frames + config_.evaluator().every_frames();
+  next_eval_frames_ = NextEvaluation(last_eval_frames);
   std::printf(
       "resumed from %s: %ld updates, %ld frames; %s; %zu metrics rows and %zu evaluations made after that "
       "checkpoint dropped (made again)\n",
@@ -337,10 +337,15 @@ absl::Status RlLearner::Checkpoint() {
   return WriteCounters(dir + "/counters.txt", FramesNow(), samples_);
 }
 
-void RlLearner::MaybeEvaluate() {
+int64_t RlLearner::NextEvaluation(int64_t frames) const {
+  const int64_t every = std::max<int64_t>(config_.evaluator().every_frames(), 1);
+  return (frames / every + 1) * every;
+}
+
+void RlLearner::MaybeEvaluate(bool force) {
   const int64_t frames = FramesNow();
-  if (config_.evaluator().every_frames() <= 0 || frames < next_eval_frames_ || evaluating_.load()) return;
-  next_eval_frames_ = frames + config_.evaluator().every_frames();
+  if (config_.evaluator().every_frames() <= 0 || evaluating_.load() || (frames < next_eval_frames_ && !force)) return;
+  next_eval_frames_ = NextEvaluation(frames);
   // Evaluate a snapshot of the policy on the evaluator's thread.
   evaluator_ = std::jthread();  // the previous one has finished (evaluating_ is false)
   evaluating_ = true;
@@ -531,12 +536,22 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   // after an error the ranks are no longer in step).
   if (status.ok()) RETURN_IF_ERROR(CheckReplicasAgree());
   if (!is_chief()) return absl::OkStatus();
-  evaluator_ = std::jthread();  // let a running evaluation finish
-  // And its video: the last evaluation's is the one most worth watching.
-  if (eval_recorder_) {
+  // Videos still being encoded are written (the last evaluation's is the
+  // one most worth watching).
+  auto flush_videos = [this] {
+    if (!eval_recorder_) return;
     if (const absl::Status video = eval_recorder_->Flush(); !video.ok()) {
       std::fprintf(stderr, "evaluator: video: %s\n", video.ToString().c_str());
     }
+  };
+  evaluator_ = std::jthread();  // let a running evaluation finish
+  flush_videos();
+  // A run that reached its end has its final policy evaluated there, unless
+  // the last evaluation already was (a stop request ends without one).
+  if (!(stop && stop->load()) && Stats().last_eval_frames < std::min(FramesNow(), config_.total_frames())) {
+    MaybeEvaluate(/*force=*/true);
+    evaluator_ = std::jthread();
+    flush_videos();
   }
   RecordStats(/*write_row=*/true);
   return Checkpoint();

@@ -136,7 +136,13 @@ class RlLearner {
   absl::Status CheckReplicasAgree();
   absl::Status Checkpoint();
   absl::Status Restore();
-  void MaybeEvaluate();
+  // Starts an evaluation on the evaluator's thread when one is due (or, with
+  // `force`, now) and none is running.
+  void MaybeEvaluate(bool force = false);
+  // The first evaluation point after `frames`: evaluations are due at the
+  // first frames at or past each multiple of evaluator.every_frames, so a
+  // resumed run keeps the grid a fresh one has.
+  int64_t NextEvaluation(int64_t frames) const;
   // Refreshes stats_; with `write_row`, also rates and losses since the last
   // row, and appends a metrics row. Learner thread only.
   void RecordStats(bool write_row);

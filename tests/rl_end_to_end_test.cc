@@ -65,6 +65,21 @@ std::vector<pid_t> Children(pid_t pid) {
   return out;
 }
 
+// Evaluations (eval.csv rows) fall at the first frames past multiples of
+// `every`, at most one per multiple, in order; the last is the final
+// policy's, at or past the run's `end` (an extra one where the grid has
+// none there).
+void ExpectEvaluationsOnTheGrid(const std::vector<std::vector<double>>& evals, int64_t every, int64_t end) {
+  ASSERT_GE(evals.size(), 2u);
+  int64_t multiple = 0;
+  for (size_t i = 0; i + 1 < evals.size(); ++i) {
+    EXPECT_GT(int64_t(evals[i][0]) / every, multiple) << "evaluation at " << evals[i][0] << " frames";
+    multiple = int64_t(evals[i][0]) / every;
+  }
+  EXPECT_GT(evals.back()[0], evals[evals.size() - 2][0]);
+  EXPECT_GE(evals.back()[0], end);
+}
+
 class RlEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -106,6 +121,7 @@ TEST_F(RlEndToEndTest, ParametersAdvanceReplayFillsAndTheCriticLossFalls) {
   // repeat 4 are 250 agent steps, 251 frames with the reset state, 480x480.
   const auto evals = Metrics(run, "eval.csv");
   ASSERT_FALSE(evals.empty());
+  ExpectEvaluationsOnTheGrid(evals, /*every=*/4000, /*end=*/14000);
   for (const auto& eval : evals) {
     const std::string video = run + "/videos/eval-" + std::to_string(int64_t(eval[0])) + ".mp4";
     auto info = troupe::ReadVideoInfo(video);
@@ -195,8 +211,7 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
     EXPECT_GE(rows[i][kFrames], rows[i - 1][kFrames]) << "row " << i;
     EXPECT_GE(rows[i][kUpdates], rows[i - 1][kUpdates]) << "row " << i;
   }
-  const auto evals = Metrics(run, "eval.csv");
-  for (size_t i = 1; i < evals.size(); ++i) EXPECT_GT(evals[i][0], evals[i - 1][0]) << "evaluation " << i;
+  ExpectEvaluationsOnTheGrid(Metrics(run, "eval.csv"), /*every=*/4000, std::stoll(counters.substr(7)) + 3000);
   // Its clock goes on from the last row before the kill, lost piece included.
   EXPECT_GE(rows[kept][kSeconds], seconds_before_kill);
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
