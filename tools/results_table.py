@@ -75,7 +75,7 @@ def seed_result(run_dir):
         return None
     final = evals[-1]["eval_return"]
     # Done: the sweep marked it so (it reached its budget); its last
-    # evaluation is the last multiple of evaluator.every_frames before it.
+    # evaluation is the final policy's, at its end.
     done = os.path.exists(os.path.join(run_dir, "done"))
     first = next((e for e in evals if e["eval_return"] >= 0.9 * final), evals[-1])
     metrics_path = os.path.join(run_dir, "metrics.csv")
