@@ -9,12 +9,21 @@
 // differs); bfloat16 GEMM/conv 2e-2 * max|cpu| (8-bit mantissa inputs,
 // float32 accumulation). Training steps compare parameters after a few
 // Adam steps to 1e-3 absolute (Adam normalises gradient noise up to ~lr).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -710,6 +719,104 @@ TEST(NcclCollectivesTest, ReplicasOnSeveralGpusMatchOneReplica) {
   for (auto& t : threads) t.join();
   for (const auto& s : results) ASSERT_TRUE(s.ok()) << s;
   ExpectNear(models[1]->params.DownloadValues(), TrainInProcess(1, 3), 1e-4f, false, "NCCL K=2 vs K=1 params");
+}
+
+// The NCCL the process runs with (needs no GPU): its version, printed for the
+// GPU machine's log (which decides whether two ranks may share its GPU).
+TEST(NcclVersionTest, IsTheLoadedLibrarysVersion) {
+  const int version = NcclVersion();
+  std::printf("NCCL %s (%d)\n", NcclVersionString().c_str(), version);
+  EXPECT_GE(version, 20900);  // the major*10000 + minor*100 + patch encoding, from NCCL 2.9 on
+  EXPECT_LT(version, 100000);
+  EXPECT_EQ(NcclVersionString(),
+            std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
+                std::to_string(version % 100));
+}
+
+// The rank process of TwoProcessesOnOneGpuMatchOneReplica, started by it as
+// this binary with TROUPE_NCCL_RANK and TROUPE_NCCL_DIR set (skipped
+// otherwise): joins a 2-rank NCCL group on GPU 0 through an id file, as
+// one of two processes, trains its shard and writes its parameters.
+TEST(NcclRankProcess, TrainsItsShardAndWritesItsParameters) {
+  const char* rank = std::getenv("TROUPE_NCCL_RANK");
+  const char* dir = std::getenv("TROUPE_NCCL_DIR");
+  if (rank == nullptr || dir == nullptr) {
+    GTEST_SKIP() << "a rank process of NcclCollectivesTest.TwoProcessesOnOneGpuMatchOneReplica, which starts it";
+  }
+  NcclOptions options;
+  options.rank = std::atoi(rank);
+  options.num_replicas = 2;
+  options.device = 0;
+  options.id_file = std::string(dir) + "/nccl.id";
+  auto collectives = NcclCollectives::Create(options);
+  ASSERT_TRUE(collectives.ok()) << collectives.status();
+  auto model = ModelOnGpu(0);
+  replicator::ReplicaContext ctx(collectives->get());
+  const absl::Status trained = replicator::testing::TrainShard(ctx, *model, 3, /*bucket_floats=*/64);
+  ASSERT_TRUE(trained.ok()) << trained;
+  const std::vector<float> params = model->params.DownloadValues();
+  std::ofstream(std::string(dir) + "/params-" + rank, std::ios::binary)
+      .write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(sizeof(float) * params.size()));
+}
+
+// The multi-process NCCL path (what NCCL_MPI runs under mpirun, with the id
+// passed through a file instead of MPI) at K = 2 on ONE GPU, where NCCL
+// allows two ranks there: two processes, each a rank on GPU 0, end with the
+// parameters of one replica on the whole batch.
+TEST(NcclCollectivesTest, TwoProcessesOnOneGpuMatchOneReplica) {
+  REQUIRE_CUDA_DEVICE();
+  if (NcclVersion() < kNcclMultiRankGpuVersion) {
+    GTEST_SKIP() << "NCCL " << NcclVersionString()
+                 << " refuses two ranks on one GPU; NCCL_MULTI_RANK_GPU_ENABLE=1 allows it from NCCL 2.30";
+  }
+  std::printf("NCCL %s, NCCL_MULTI_RANK_GPU_ENABLE=1\n", NcclVersionString().c_str());
+  const std::string dir = ::testing::TempDir() + "/nccl_two_processes";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> env = {"NCCL_MULTI_RANK_GPU_ENABLE=1", "TROUPE_NCCL_RANK=" + std::to_string(r),
+                                    "TROUPE_NCCL_DIR=" + dir};
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string exe = "/proc/self/exe", filter = "--gtest_filter=NcclRankProcess.*";
+    char* argv[] = {exe.data(), filter.data(), nullptr};
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    const std::string log = dir + "/rank-" + std::to_string(r) + ".log";
+    posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&files, 1, 2);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, "/proc/self/exe", &files, nullptr, argv, envp.data()), 0);
+    posix_spawn_file_actions_destroy(&files);
+    ranks.push_back(pid);
+  }
+  for (int r = 0; r < 2; ++r) {
+    int status = -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (waitpid(ranks[r], &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(ranks[r], SIGKILL);
+        waitpid(ranks[r], &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::ifstream log(dir + "/rank-" + std::to_string(r) + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << ":\n" << text;
+    ASSERT_NE(text.find("[       OK ] NcclRankProcess"), std::string::npos) << "rank " << r << ":\n" << text;
+  }
+  const std::vector<float> one_replica = TrainInProcess(1, 3);
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir + "/params-" + std::to_string(r), std::ios::binary);
+    std::vector<float> params(one_replica.size());
+    in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(sizeof(float) * params.size()));
+    ASSERT_EQ(in.gcount(), static_cast<std::streamsize>(sizeof(float) * params.size())) << "rank " << r;
+    ExpectNear(params, one_replica, 1e-4f, false, "NCCL 2 processes on one GPU vs K=1 params");
+  }
 }
 #endif  // TROUPE_HAVE_NCCL
 

@@ -112,6 +112,16 @@ absl::Status NcclCollectives::Init(const void* unique_id) {
   return absl::OkStatus();
 }
 
+int NcclVersion() {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess ? version : 0;
+}
+
+std::string NcclVersionString() {
+  const int v = NcclVersion();
+  return absl::StrCat(v / 10000, ".", (v % 10000) / 100, ".", v % 100);
+}
+
 absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Create(const NcclOptions& options) {
   if (options.num_replicas < 1 || options.rank < 0 || options.rank >= options.num_replicas) {
     return absl::InvalidArgumentError(

@@ -33,6 +33,14 @@
 
 namespace troupe::cuda {
 
+// The NCCL library this process runs with, as ncclGetVersion gives it
+// (2.28.9 is 22809), and as "2.28.9".
+int NcclVersion();
+std::string NcclVersionString();
+// From NCCL 2.30 on, NCCL_MULTI_RANK_GPU_ENABLE=1 lets several ranks share
+// one GPU (experimental); before, NCCL refuses that ("Duplicate GPU").
+inline constexpr int kNcclMultiRankGpuVersion = 23000;
+
 struct NcclOptions {
   int rank = 0;
   int num_replicas = 1;
@@ -52,8 +60,9 @@ class NcclCollectives final : public replicator::Collectives {
   // Rank and size from MPI_COMM_WORLD (initialising MPI if nobody has), the
   // id broadcast from rank 0, device = local rank modulo the visible GPUs.
   static absl::StatusOr<std::unique_ptr<NcclCollectives>> CreateWithMpi(std::chrono::milliseconds timeout);
-  // One communicator per device in `devices` (distinct GPUs: NCCL refuses
-  // two ranks on one GPU), for a group of threads in this process.
+  // One communicator per device in `devices` (distinct GPUs: NCCL before
+  // 2.30 refuses two ranks on one GPU), for a group of threads in this
+  // process.
   static absl::StatusOr<std::vector<std::unique_ptr<NcclCollectives>>> CreateGroup(
       const std::vector<int>& devices, std::chrono::milliseconds timeout);
   ~NcclCollectives() override;
