@@ -156,6 +156,8 @@ for name in "${names[@]}"; do
   if [[ $line == "$name: passed"* ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 has tests && echo "tests done at $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+# The NCCL the CUDA suite ran with (2.30+ lets two ranks share the GPU).
+grep -m 1 '^NCCL [0-9]' "$out/cuda_backend_test.log" 2>/dev/null | tee -a "$out/summary.txt"
 # A failed CUDA suite: its failed cases again under compute-sanitizer's
 # memcheck (out-of-bounds and misaligned accesses, API errors), for the log.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
