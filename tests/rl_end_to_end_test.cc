@@ -233,6 +233,33 @@ runs_dir: ")" << dir << "/runs\"\ntotal_frames: " << total_frames << "\n";
   return path;
 }
 
+// A finished run whose last evaluation is not at its end (a run resumed
+// before evaluations kept their grid) gets its final policy evaluated when
+// it is resumed, and nothing else: no training, no other evaluation.
+TEST_F(RlEndToEndTest, AFinishedRunResumedGetsItsMissingFinalEvaluation) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/6000);
+  ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/240), 0) << Read(dir_ + "/run.log");
+  const std::string run = OnlyRunDir(dir_);
+  auto evals = Metrics(run, "eval.csv");
+  ASSERT_GE(evals.size(), 2u);
+  const double final_frames = evals.back()[0];
+  const int64_t updates = int64_t(Metrics(run).back()[kUpdates]);
+  // Drop the final evaluation, as such a run never had it.
+  std::string text = Read(run + "/eval.csv");
+  text.erase(text.rfind('\n', text.size() - 2) + 1);
+  std::ofstream(run + "/eval.csv", std::ios::trunc) << text;
+  ASSERT_EQ(Metrics(run, "eval.csv").size(), evals.size() - 1);
+
+  ASSERT_EQ(Wait(Start({"run", "--resume", run}, dir_ + "/resume.log"), /*seconds=*/120), 0)
+      << Read(dir_ + "/resume.log");
+  evals = Metrics(run, "eval.csv");
+  ASSERT_GE(evals.size(), 2u);
+  EXPECT_GE(evals.back()[0], 6000);
+  EXPECT_GE(evals.back()[0], final_frames);
+  EXPECT_EQ(int64_t(evals.back()[1]), updates);  // the same policy: no update since
+  EXPECT_EQ(int64_t(Metrics(run).back()[kUpdates]), updates);
+}
+
 // The pixel path end to end: frames sent once over gRPC, stacks rebuilt in
 // replay, the encoder trained, the policy acting on stacked frames.
 TEST_F(RlEndToEndTest, PixelRunTrainsOnStackedFramesFromReplay) {
