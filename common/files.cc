@@ -91,9 +91,8 @@ double LastRunSeconds(const std::string& metrics_csv) {
     if (begin == std::string::npos && tail < size) break;
     const size_t from = begin == std::string::npos ? 0 : begin + 1;
     const std::string row = text.substr(from, end - from);
-    double seconds = 0;
-    if (absl::SimpleAtod(row.substr(0, row.find(',')), &seconds) && std::isfinite(seconds) && seconds >= 0) {
-      return seconds;
+    if (const std::optional<double> seconds = CsvNumber(row, 0); seconds.has_value() && *seconds >= 0) {
+      return *seconds;
     }
     if (begin == std::string::npos) break;
     end = begin;

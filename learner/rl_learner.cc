@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -310,13 +309,13 @@ absl::Status RlLearner::Restore() {
   std::getline(eval, line);  // header
   absl::MutexLock lock(&mutex_);
   while (std::getline(eval, line)) {
-    std::stringstream row(line);
-    std::string frames, updates, value;
-    if (std::getline(row, frames, ',') && std::getline(row, updates, ',') && std::getline(row, value, ',')) {
-      eval_frames_.push_back(std::stod(frames));
-      eval_returns_.push_back(std::stod(value));
-      stats_.last_eval_frames = last_eval_frames = std::stoll(frames);
-      stats_.last_eval_return = std::stod(value);
+    // frames,updates,eval_return,...
+    const std::optional<double> frames = CsvNumber(line, 0), value = CsvNumber(line, 2);
+    if (frames.has_value() && value.has_value()) {
+      eval_frames_.push_back(*frames);
+      eval_returns_.push_back(*value);
+      stats_.last_eval_frames = last_eval_frames = static_cast<int64_t>(*frames);
+      stats_.last_eval_return = *value;
     }
   }
   next_eval_frames_ = NextEvaluation(last_eval_frames);
