@@ -360,6 +360,20 @@ void PixelBanditStack(const ObservationSpec& spec, float x, std::mt19937_64& rng
 // One step from pixels: the best action is the newest frame's red level.
 // Trains on `device` and returns the policy's actions on probe stacks whose
 // best actions are -0.8, -0.6, ..., 0.8; *checksum gets the agent's state.
+// Row i of a pixel bandit batch (D4pgTransitionTable's fields): the stack
+// showing context x, a random next stack, `action` and its reward
+// 1 - (action - x)^2 (clipped to [0, 1]), `discount`.
+void PixelBanditRow(const ObservationSpec& spec, float x, float action, float discount, std::mt19937_64& rng,
+                    replay::SampledBatch* out, int64_t i) {
+  const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  PixelBanditStack(spec, x, rng, out->fields[0].data.data() + i * stack);
+  PixelBanditStack(spec, u(rng), rng, out->fields[4].data.data() + i * stack);
+  Floats(out, 1)[i] = action;
+  Floats(out, 2)[i] = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
+  Floats(out, 3)[i] = discount;
+}
+
 // `updates` D4PG updates from pixels on `engine`'s device (a contextual
 // bandit: the best action is the brightness of the last frame's red plane).
 struct TrainedAgent {
@@ -381,7 +395,6 @@ absl::StatusOr<TrainedAgent> TrainPixelBanditOn(const config::EngineConfig& engi
   if (!agent.ok()) return agent.status();
   auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
   TROUPE_CHECK(signature.ok());
-  const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   absl::Status trained = (*agent)->Train(updates, [&](int, int64_t n, replay::SampledBatch* out) {
@@ -389,11 +402,7 @@ absl::StatusOr<TrainedAgent> TrainPixelBanditOn(const config::EngineConfig& engi
     for (int64_t i = 0; i < n; ++i) {
       const float x = u(rng), action = u(rng);
       out->keys[i] = i;
-      PixelBanditStack(spec, x, rng, out->fields[0].data.data() + i * stack);
-      PixelBanditStack(spec, u(rng), rng, out->fields[4].data.data() + i * stack);
-      Floats(out, 1)[i] = action;
-      Floats(out, 2)[i] = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
-      Floats(out, 3)[i] = 0.0f;
+      PixelBanditRow(spec, x, action, /*discount=*/0.0f, rng, out, i);
     }
     return absl::OkStatus();
   });
@@ -491,7 +500,6 @@ D4pgAgent::SampleFn BanditBatches(const ObservationSpec& spec, const config::Exp
     auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
     TROUPE_CHECK(signature.ok());
     replay::ShapeBatch(*signature, n, out);
-    const int64_t stack = int64_t{spec.frames} * spec.height * spec.width * 3;
     std::mt19937_64 rng(1000 + update);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     out->weights.resize(n);
@@ -499,11 +507,7 @@ D4pgAgent::SampleFn BanditBatches(const ObservationSpec& spec, const config::Exp
       const float x = u(rng), action = u(rng);
       out->keys[i] = 100 * update + i;
       out->weights[i] = 0.5f + 0.5f * std::fabs(u(rng));
-      PixelBanditStack(spec, x, rng, out->fields[0].data.data() + i * stack);
-      PixelBanditStack(spec, u(rng), rng, out->fields[4].data.data() + i * stack);
-      Floats(out, 1)[i] = action;
-      Floats(out, 2)[i] = std::clamp(1.0f - (action - x) * (action - x), 0.0f, 1.0f);
-      Floats(out, 3)[i] = 0.9f;
+      PixelBanditRow(spec, x, action, /*discount=*/0.9f, rng, out, i);
     }
     return absl::OkStatus();
   };

@@ -61,36 +61,6 @@ std::string HostName() {
 // different names.
 std::atomic<int> files_opened{0};
 
-absl::Status ErrnoError(int error, std::string_view what) {
-  const std::string message = absl::StrCat(std::string(what), ": ", std::strerror(error));
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EFBIG:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-// Writes all of `bytes` to `fd` (write(2) may take fewer, or be interrupted).
-absl::Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return ErrnoError(written < 0 ? errno : EIO, absl::StrCat("cannot write event file ", path));
-    bytes.remove_prefix(size_t(written));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 uint32_t Crc32c(std::string_view data) {
@@ -152,7 +122,7 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Open(const std::string
                            files_opened.fetch_add(1));
     fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-      return ErrnoError(errno, absl::StrCat("cannot create event file ", path));
+      return ErrnoStatus(errno, absl::StrCat("cannot create event file ", path));
     }
   }
   std::unique_ptr<EventWriter> writer(new EventWriter(fd, path));
@@ -175,7 +145,9 @@ absl::Status EventWriter::Append(const std::string& event) {
   const std::string record = FrameRecord(event);
   absl::MutexLock lock(&mutex_);
   if (!error_.ok()) return error_;
-  error_ = WriteAll(fd_, record, path_);
+  if (const int error = WriteAll(fd_, record); error != 0) {
+    error_ = ErrnoStatus(error, absl::StrCat("cannot write event file ", path_));
+  }
   return error_;
 }
 

@@ -52,6 +52,7 @@ absl::Status ErrnoStatus(int error, absl::string_view what) {
   switch (error) {
     case ENOSPC:
     case EDQUOT:
+    case EFBIG:
       return absl::ResourceExhaustedError(message);
     case EIO:
       return absl::DataLossError(message);
@@ -60,10 +61,22 @@ absl::Status ErrnoStatus(int error, absl::string_view what) {
     case EROFS:
       return absl::PermissionDeniedError(message);
     case ENOENT:
+    case ENOTDIR:
       return absl::NotFoundError(message);
     default:
       return absl::InternalError(message);
   }
+}
+
+int WriteAll(int fd, absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return ENOSPC;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return 0;
 }
 
 absl::Status SyncPath(const std::string& path) {
@@ -81,19 +94,14 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
   // Write and sync path.tmp; on any failure it goes.
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", tmp, " for writing"));
-  auto fail = [&](const std::string& what) {
-    const absl::Status status = ErrnoStatus(errno, what);
+  auto fail = [&](int error, const std::string& what) {
+    const absl::Status status = ErrnoStatus(error, what);
     ::close(fd);
     ::unlink(tmp.c_str());
     return status;
   };
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail(absl::StrCat("write to ", tmp, " failed"));
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return fail(absl::StrCat("cannot sync ", tmp));
+  if (const int error = WriteAll(fd, text); error != 0) return fail(error, absl::StrCat("write to ", tmp, " failed"));
+  if (::fsync(fd) != 0) return fail(errno, absl::StrCat("cannot sync ", tmp));
   if (::close(fd) != 0) {
     const absl::Status status = ErrnoStatus(errno, absl::StrCat("write to ", tmp, " failed"));
     ::unlink(tmp.c_str());
@@ -115,17 +123,12 @@ absl::Status AppendToFile(const std::string& path, absl::string_view rows, absl:
   std::string text;
   if (before == 0) text.append(header.data(), header.size());
   text.append(rows.data(), rows.size());
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // Whole rows or none: what was written of these goes.
-      const absl::Status status = ErrnoStatus(n < 0 ? errno : ENOSPC, absl::StrCat("append to ", path, " failed"));
-      if (before >= 0) (void)::ftruncate(fd, before);
-      ::close(fd);
-      return status;
-    }
-    done += static_cast<size_t>(n);
+  if (const int error = WriteAll(fd, text); error != 0) {
+    // Whole rows or none: what was written of these goes.
+    const absl::Status status = ErrnoStatus(error, absl::StrCat("append to ", path, " failed"));
+    if (before >= 0) (void)::ftruncate(fd, before);
+    ::close(fd);
+    return status;
   }
   if (::close(fd) != 0) return ErrnoStatus(errno, absl::StrCat("append to ", path, " failed"));
   return absl::OkStatus();

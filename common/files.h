@@ -24,9 +24,15 @@ namespace troupe {
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text);
 
 // The error `error` (an errno value) as a Status whose message is
-// "WHAT: strerror": ENOSPC and EDQUOT ResourceExhausted, EIO DataLoss, EACCES
-// and EPERM PermissionDenied, ENOENT NotFound, others Internal.
+// "WHAT: strerror": ENOSPC, EDQUOT and EFBIG ResourceExhausted, EIO DataLoss,
+// EACCES, EPERM and EROFS PermissionDenied, ENOENT and ENOTDIR NotFound,
+// others Internal.
 absl::Status ErrnoStatus(int error, absl::string_view what);
+
+// Writes all of `bytes` to `fd` (write(2) may take fewer, or be
+// interrupted): 0, or the errno of the write that failed (ENOSPC for one
+// that wrote nothing).
+int WriteAll(int fd, absl::string_view bytes);
 
 // Flushes the file or folder at `path` to stable storage (fsync): for a
 // folder, the names made, renamed or removed in it. Errors: ErrnoStatus

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/generations.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/processes.h"
@@ -24,20 +25,8 @@
 namespace troupe {
 namespace {
 
-// The newest committed checkpoint generation of a run (checkpoints/
-// generation-N holding a MANIFEST, common/generations.h), "" when none.
-std::string NewestCheckpoint(const std::string& run_dir) {
-  std::string newest;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("generation-", 0) == 0 && std::filesystem::exists(entry.path() / "MANIFEST") &&
-        (newest.empty() || name > std::filesystem::path(newest).filename().string())) {
-      newest = entry.path().string();
-    }
-  }
-  return newest;
-}
+// The newest committed checkpoint generation of a run, "" when none.
+std::string NewestCheckpoint(const std::string& run_dir) { return NewestCommittedGeneration(run_dir + "/checkpoints"); }
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;

@@ -22,6 +22,12 @@ void Backend::EndStep() {
   for (const DeferredRead& r : TakeDeferredReads()) Download(r.device, r.host, r.bytes);
 }
 
+void Backend::AllReduceInStep(float* data, int64_t count, bool mean) {
+  std::fprintf(stderr, "%s backend: AllReduceInStep of %lld floats, but its steps run with no other replicas\n",
+               name().c_str(), static_cast<long long>(count));
+  std::abort();
+}
+
 void Backend::ReadAtStepEnd(const void* device, void* host, size_t bytes) {
   if (!in_step_) {
     Download(device, host, bytes);

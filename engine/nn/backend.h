@@ -289,12 +289,13 @@ class Backend {
   virtual void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n) = 0;
 
   // --- Collectives inside a step ------------------------------------------------
+  // True inside a step that runs as ONE program with the other replicas'
+  // (PJRT with K replicas): their collectives are then AllReduceInStep.
+  virtual bool reduces_in_step() const { return false; }
   // data (`count` floats of this backend's memory) = its sum (its mean when
-  // `mean`) over the replicas that run this step as ONE program with this
-  // backend (PJRT with K replicas: an all_reduce inside the step's program,
-  // as TF-Replicator's cross_replica_sum on a TPU). False where this backend
-  // has no such replicas: the caller reduces some other way.
-  virtual bool AllReduceInStep(float* data, int64_t count, bool mean) { return false; }
+  // `mean`) over those replicas: an all_reduce inside the step's program, as
+  // TF-Replicator's cross_replica_sum on a TPU. Only where reduces_in_step().
+  virtual void AllReduceInStep(float* data, int64_t count, bool mean);
 
  protected:
   struct DeferredRead {

@@ -130,7 +130,6 @@ class PjrtBackend::Recorder {
   bool Touches(uintptr_t base) const {
     return std::any_of(tracked_.begin(), tracked_.end(), [&](const Tracked& t) { return t.base == base; });
   }
-  int64_t kernels() const { return kernels_; }
   void CountKernel() { ++kernels_; }
 
   // Compiles (once per program text), executes, and installs the written
@@ -153,7 +152,7 @@ class PjrtBackend::Recorder {
     const double compiled_before = b_.stats_.compile_seconds;
     const bool replicated = step_ && b_.group_ != nullptr;
     capi::LoadedExecutable* executable = replicated ? nullptr : b_.Executable(b_.last_program_, step_ ? kernels_ : 0);
-    compile_seconds_ = b_.stats_.compile_seconds - compiled_before;
+    const double compile_seconds = b_.stats_.compile_seconds - compiled_before;
     Client& client = *b_.client_;
     if (scalars_param_) {
       scalars_.resize(static_cast<size_t>(scalars_param_->dims[0]), 0.0f);
@@ -168,7 +167,7 @@ class PjrtBackend::Recorder {
       // The host's part of a step: recording its kernels, writing and finding
       // its program, its inputs (a first step's compile counted apart).
       b_.stats_.step_host_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count() - compile_seconds_;
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count() - compile_seconds;
     }
     if (replicated) {
       // One program on every replica: the group runs it once all have arrived.
@@ -330,14 +329,7 @@ class PjrtBackend::Recorder {
     const int64_t words = t.allocation->words;
     if (t.scratch || Covered(t) == 4 * words) return Range(t, 0, 4 * words, /*words=*/true);
     Value v = t.whole;
-    for (auto& [begin, piece] : t.pieces) {
-      Value w = AsWords(piece.v);
-      if (begin == 0 && w.dims[0] == words) {
-        v = w;
-      } else {
-        v = f.UpdateSlice(v, w, {begin / 4});
-      }
-    }
+    for (auto& [begin, piece] : t.pieces) v = f.UpdateSlice(v, AsWords(piece.v), {begin / 4});
     return v;
   }
 
@@ -353,7 +345,6 @@ class PjrtBackend::Recorder {
   std::vector<std::vector<char>> host_;
   int64_t kernels_ = 0;
   std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();
-  double compile_seconds_ = 0;
 };
 
 // One kernel call: records into the step's program inside a compiled step,
@@ -400,14 +391,14 @@ class PjrtBackend::Launch {
 
 namespace {
 
-// A step's program compiled for `replicas` replicas, from the on-disk cache
+// A program compiled for `replicas` replicas, from the on-disk cache
 // in `cache_dir` when it holds one for this plugin, device kind and text
 // (one file per program, named by a 128-bit hash of them; a file that does
 // not load is compiled again and replaced; written to a temporary name and
 // renamed, so a killed process leaves no half file), else compiled and, where
 // the plugin can serialize it, stored there. `cache_dir` empty: no cache.
-capi::LoadedExecutable* CompileStep(Client& client, const std::string& cache_dir, const std::string& text,
-                                    int replicas, double* seconds, bool* from_cache) {
+capi::LoadedExecutable* CompileProgram(Client& client, const std::string& cache_dir, const std::string& text,
+                                       int replicas, double* seconds, bool* from_cache) {
   const auto start = std::chrono::steady_clock::now();
   *from_cache = false;
   std::string path;
@@ -430,7 +421,7 @@ capi::LoadedExecutable* CompileStep(Client& client, const std::string& cache_dir
   auto executable = client.Compile(text, replicas);
   if (!executable.ok()) {
     std::fprintf(stderr, "%s\n", text.c_str());
-    Fatal(executable.status(), "compiling a step");
+    Fatal(executable.status(), absl::StrCat("compiling a program for ", replicas, " replica(s)").c_str());
   }
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!path.empty()) {
@@ -558,24 +549,19 @@ std::pair<uintptr_t, PjrtBackend::Allocation*> PjrtBackend::Find(const void* p, 
 
 capi::LoadedExecutable* PjrtBackend::Executable(const std::string& text, int64_t step_kernels) {
   if (auto it = executables_.find(text); it != executables_.end()) return it->second;
+  // A step's program is kept on disk too; a kernel's is cheap to compile again.
+  double seconds = 0;
+  bool from_cache = false;
+  capi::LoadedExecutable* executable =
+      CompileProgram(*client_, step_kernels > 0 ? cache_dir_ : std::string(), text, 1, &seconds, &from_cache);
   if (step_kernels > 0) {
-    double seconds = 0;
-    bool from_cache = false;
-    capi::LoadedExecutable* executable = CompileStep(*client_, cache_dir_, text, 1, &seconds, &from_cache);
     NoteStepCompile(seconds, step_kernels, text.size(), from_cache);
-    executables_.emplace(text, executable);
-    return executable;
+  } else {
+    stats_.compile_seconds += seconds;
+    ++stats_.compiles;
   }
-  const auto start = std::chrono::steady_clock::now();
-  auto executable = client_->Compile(text);
-  if (!executable.ok()) {
-    std::fprintf(stderr, "%s\n", text.c_str());
-    Fatal(executable.status(), step_kernels > 0 ? "compiling a step" : "compiling a kernel");
-  }
-  stats_.compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ++stats_.compiles;
-  executables_.emplace(text, *executable);
-  return *executable;
+  executables_.emplace(text, executable);
+  return executable;
 }
 
 void PjrtBackend::NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache) {
@@ -598,14 +584,13 @@ void PjrtBackend::BeginStep() {
   step_ = std::make_unique<Recorder>(*this, /*step=*/true);
 }
 
-bool PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean) {
-  if (!step_ || !group_) return false;
-  if (count == 0) return true;
+void PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean) {
+  if (!reduces_in_step()) nn::Backend::AllReduceInStep(data, count, mean);  // aborts, saying why
+  if (count == 0) return;
   Launch l(*this);
   Value sum = l.f.AllReduce(l.F32(data, {count}), group_->size());
   l.Write(data, mean ? l.f.Mul(sum, l.Const(1.0 / group_->size())) : sum);
   l.Run();
-  return true;
 }
 
 PjrtReplicaGroup::~PjrtReplicaGroup() {
@@ -642,7 +627,7 @@ void PjrtReplicaGroup::Execute(int replica, Arrival* arrival, const std::shared_
   auto it = executables_.find(text);
   if (it == executables_.end()) {
     capi::LoadedExecutable* executable =
-        CompileStep(*client_, cache_dir, text, replicas_, &arrival->compile_seconds, &arrival->from_cache);
+        CompileProgram(*client_, cache_dir, text, replicas_, &arrival->compile_seconds, &arrival->from_cache);
     it = executables_.emplace(text, executable).first;
   }
   std::vector<std::vector<capi::Buffer*>> args, outputs;
@@ -679,7 +664,6 @@ void PjrtBackend::EndStep() {
   ++stats_.steps;
   for (size_t i = 0; i < reads.size(); ++i) std::memcpy(reads[i].host, step->host(results[i]).data(), reads[i].bytes);
 }
-
 
 namespace {
 

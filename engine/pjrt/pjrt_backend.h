@@ -154,7 +154,8 @@ class PjrtBackend final : public nn::Backend {
   void Free(void* p) override;
   void BeginStep() override;
   void EndStep() override;
-  bool AllReduceInStep(float* data, int64_t count, bool mean) override;
+  bool reduces_in_step() const override { return step_ != nullptr && group_ != nullptr; }
+  void AllReduceInStep(float* data, int64_t count, bool mean) override;
   bool compiles_steps() const { return compile_steps_; }
   // The K replicas this backend's steps run with as one program (0: none).
   int group_size() const { return group_ ? group_->size() : 0; }

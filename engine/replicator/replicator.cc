@@ -64,16 +64,15 @@ absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, 
   if (num_replicas() == 1) return status_;  // a sum or mean over one replica is the data
   if (!status_.ok()) return status_;
   // Replicas that run the step as one program reduce inside it.
-  if (backend.in_step() && backend.AllReduceInStep(data, count, op == ReduceOp::kMean)) return status_;
-  if (ReducesOnDevice()) {
-    if (!status_.ok()) return status_;
-    return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
+  if (backend.reduces_in_step()) {
+    backend.AllReduceInStep(data, count, op == ReduceOp::kMean);
+    return status_;
   }
+  if (ReducesOnDevice()) return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
   if (ReducesInPlace(backend)) {
     backend.Synchronize();  // the kernels that wrote `data` have run (NCCL reads it on its own stream)
     return AllReduce({data, static_cast<size_t>(count)}, op);
   }
-  if (!status_.ok()) return status_;
   if (static_cast<int64_t>(staging_.size()) < count) staging_.resize(count);
   const std::span<float> host(staging_.data(), static_cast<size_t>(count));
   const nn::Backend::HostStaging staging(backend);
@@ -122,11 +121,9 @@ void GradientReducer::Start(Bucket& b) {
   b.started = true;
   float* device = params_->device_grads() + b.begin;
   const size_t count = static_cast<size_t>(b.end - b.begin);
-  nn::Backend& backend = params_->backend();
-  // Replicas that run the step as one program: the bucket's all-reduce is in it.
-  if (backend.in_step() && backend.AllReduceInStep(device, static_cast<int64_t>(count), /*mean=*/true)) return;
-  if (ctx_->ReducesOnDevice()) {
-    // On the shared device, at once (its kernels queue behind backward's).
+  if (ctx_->ReducesOnDevice() || params_->backend().reduces_in_step()) {
+    // On the shared device, at once (its kernels queue behind backward's);
+    // or inside the step's one program for all replicas.
     ctx_->AllReduceDevice(params_->backend(), device, static_cast<int64_t>(count), ReduceOp::kMean).IgnoreError();
     return;
   }
