@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that every #include runs down the layers: a folder includes only
-# itself and the folders listed for it below (DESIGN.md's layer table; the
-# README's Development section says the same in prose). Prints each include
+# itself and the folders listed for it below (the layer table of
+# docs/design.md says the same; tools/check_docs.py keeps the two equal,
+# so change both together). Prints each include
 # that runs up or sideways with file and line, and exits 1 if there is one.
 #   tools/check_layers.sh [ROOT]     ROOT: the source tree (default: this one)
 # ctest runs it as Layers.IncludesRunDownOnly (tests/CMakeLists.txt).
