@@ -41,7 +41,7 @@ struct RecorderOptions {
   int width = 480;          // even, at most the model's offscreen buffer (512 for troupe's models)
   int height = 480;
   // Viewer quality (the agent's pixels go without both); each costs frames/s
-  // on a CPU rasterizer (README, "Evaluation videos").
+  // on a CPU rasterizer (docs/running.md, "Videos and reports").
   bool shadows = true;
   bool multisample = false;
   std::string camera;       // "" = the task's pixel camera

@@ -39,7 +39,7 @@ constexpr int kAnswerTimeoutMs = 60'000;
 // answer is often moments away.
 constexpr std::chrono::microseconds kAnswerSpin{200};
 // Making the contexts and loading a model take a noticeable fraction of a
-// second (README, "Measured costs"); this is far above both.
+// second (docs/design.md, "Measured costs"); this is far above both.
 constexpr int kStartTimeoutMs = 60'000;
 
 // The shared memory: this header, then the arrays Layout places, each
@@ -136,7 +136,7 @@ bool CopyName(const std::string& text, char (&field)[N]) {
 
 // Waits up to `timeout_ms` for one byte on `socket`, looking without
 // sleeping for the first `spin` (a wake-up from the kernel costs more than a
-// short spin: README, "Measured costs"). Returns the byte, 0 on EOF or a
+// short spin: docs/design.md, "Measured costs"). Returns the byte, 0 on EOF or a
 // socket error, -1 on timeout.
 int ReadByte(int socket, int timeout_ms, std::chrono::microseconds spin = {}) {
   if (spin.count() > 0) {

@@ -9,7 +9,7 @@
 // those of the pool's own process.
 //
 // Why a batch at a time: waking a process that sleeps in the kernel costs a
-// sizeable share of an 84x84 render (README, "Measured costs"). Handing
+// sizeable share of an 84x84 render (docs/design.md, "Measured costs"). Handing
 // over whole batches (the worker owns its envs: physics, rendering, frame
 // stacks, SubprocVecEnv style) pays that once per batch instead of once per
 // step.

@@ -3,7 +3,7 @@
 //
 // Threading: every thread that renders gets its own EGL context, made once
 // and kept current on that thread until it exits, and its own MuJoCo GPU
-// context (mjrContext, slow to make: README, "Measured costs") per model it
+// context (mjrContext, slow to make: docs/design.md, "Measured costs") per model it
 // renders. Both live in
 // thread-local storage; nothing here is shared between threads, so there is
 // no locking. Envs hold no GL state: any thread may render any env.

@@ -6,7 +6,7 @@
 //
 // Codecs (the wire's proto::Compression ids): LZ4 block format, the
 // default, decodes faster than zstd on rendered frames (sampling decodes ~4
-// frames per transition) for somewhat more bytes (README, "Measured costs");
+// frames per transition) for somewhat more bytes (docs/design.md, "Measured costs");
 // zstd stays readable (older writers, checkpoints).
 //
 // Reference coding: a frame may be compressed with another frame of the same

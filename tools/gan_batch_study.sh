@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GAN batch study (README "GAN batch study"), with `troupe sweep`, sized
+# The GAN batch study (docs/gan.md, "The batch study"), with `troupe sweep`, sized
 # for a small machine:
 #   equal_images: batch 64, 256, 1024 x linear and square-root learning-rate
 #     scaling (with the config's warm-up), IMAGES real images per point,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's GAN batch-study table from the study's sweeps.
+"""The GAN batch-study table of docs/gan.md from the study's sweeps.
 
     tools/gan_study_table.py runs/batch_study [--machine TEXT]
 

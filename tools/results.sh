@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's results tables: each task's config for state or pixels, 500k
+# The results tables of docs/results.md: each task's config for state or pixels, 500k
 # env frames, with `troupe sweep`, seed 0 of every task first, then seeds 1
 # and 2 (a sweep rerun skips finished runs and resumes unfinished ones from
 # their checkpoints, so rerun the same command after a stop). Each evaluation

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's results table from sweeps of the task configs.
+"""The results tables of docs/results.md from sweeps of the task configs.
 
     tools/results_table.py runs/results_state [--pixels runs/results_pixels] [--machine TEXT]
 

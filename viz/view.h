@@ -30,7 +30,7 @@ struct ViewRequest {
   double speed = 1;
   std::string screenshot_dir = ".";
   // > 0: quit after this many wall seconds, first saving a screenshot to
-  // `final_screenshot` if set (README pictures, smoke checks).
+  // `final_screenshot` if set (the pictures in docs/, smoke checks).
   double quit_after_seconds = 0;
   std::string final_screenshot;
   // --record FILE.mp4: no window; the first `record_episodes` episodes the

@@ -10,7 +10,7 @@
 // ParallelTasks (from then on), compute with subnormal floats flushed to
 // zero (x86 FTZ and DAZ). Adam's second moments of weights that stop getting
 // gradient decay into the subnormal range, where arithmetic is far slower
-// (the README's "Measured costs" has the figures). TensorFlow sets the same
+// (docs/design.md, "Measured costs", has the figures). TensorFlow sets the same
 // mode.
 //
 // Locking: `mu_` guards the job description and counters; workers sleep on

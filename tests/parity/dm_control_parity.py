@@ -257,7 +257,7 @@ def main():
     failures, report = [], []
     for task in args.tasks.split(","):
         compare_task(np, suite, mujoco_physics, binary, task, failures, report)
-    # The table (README, "dm_control parity").
+    # The table (docs/tasks.md, "dm_control parity").
     print(f"troupe (MuJoCo 2.2.2) vs dm_control {dm_control.__version__ if hasattr(dm_control, '__version__') else ''}"
           f"(MuJoCo {mujoco.__version__}), same states and same actions:")
     print(f"{'task':20} {'obs rel err':>11} {'reward err':>10} {'steps':>6} {'zero: troupe':>12} {'dm_control':>10}"
