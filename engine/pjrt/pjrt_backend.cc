@@ -1318,45 +1318,48 @@ void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t cha
 
 namespace {
 
-// The random shift's selection matrices: sel[i, r, a] = 1 where source
-// coordinate a = clamp(r + shift_i - pad, 0, size - 1) (replicate padding), for
-// the shifts in column `axis` of shifts [n, 2]. y = rows x image x cols^T.
-Value ShiftSelector(Function& f, const Value& shifts, int axis, int64_t n, int64_t size, int64_t pad) {
-  const Dims cube = {n, size, size};
+// The index vectors [n, size, 2] (sample, source) of a random shift along
+// one image axis: output coordinate r of sample i reads source coordinate
+// clamp(r + shift_i - pad, 0, size - 1) (replicate padding), for the shifts
+// in column `axis` of shifts [n, 2].
+Value ShiftSources(Function& f, const Value& shifts, int axis, int64_t n, int64_t size, int64_t pad) {
+  const Dims square = {n, size};
   Value s = f.Reshape(f.Slice(shifts, {0, axis}, {n, axis + 1}), {n});
   s = f.Sub(s, f.Constant(static_cast<double>(pad), "i32"));
-  Value source = f.Add(f.Iota(cube, 1, "i32"), f.Broadcast(s, cube, {0}));
-  source = f.Clamp(f.Constant(0.0, "i32", cube), source, f.Constant(static_cast<double>(size - 1), "i32", cube));
-  return f.Select(f.Compare(f.Iota(cube, 2, "i32"), source, "EQ"), f.Constant(1.0), f.Constant(0.0));
+  Value source = f.Add(f.Iota(square, 1, "i32"), f.Broadcast(s, square, {0}));
+  source = f.Clamp(f.Constant(0.0, "i32", square), source, f.Constant(static_cast<double>(size - 1), "i32", square));
+  return f.Concatenate({f.Iota({n, size, 1}, 0, "i32"), f.Reshape(source, {n, size, 1})}, 2);
 }
 
 }  // namespace
 
+// y = x shifted: two gathers, rows (whole rows of w floats) then columns,
+// as the CPU backend's clamped reads; no one-hot products.
 void PjrtBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                      const float* x, float* y) {
   if (n * c * h * w == 0) return;
   Launch l(*this);
   Function& f = l.f;
   Value s = l.I32(shifts, {n, 2});
-  Value rows = ShiftSelector(f, s, 0, n, h, pad), cols = ShiftSelector(f, s, 1, n, w, pad);
-  // [n, r, a] . [n, c, a, b] -> [n, r, c, b]; . [n, q, b] -> [n, r, c, q].
-  Value t = f.Dot(rows, l.F32(x, {n, c, h, w}), {2}, {2}, {0}, {0});
-  Value out = f.Dot(t, cols, {3}, {2}, {0}, {0});
-  l.Write(y, f.Transpose(out, {0, 2, 1, 3}));
+  // [n, c, h, w]: out[i, ch, r, q] = x[i, ch, row(i, r), q], then = t[i, ch, r, col(i, q)].
+  Value t = f.Gather(l.F32(x, {n, c, h, w}), ShiftSources(f, s, 0, n, h, pad), /*offset_dims=*/{1, 3},
+                     /*collapsed=*/{0, 2}, /*start_index_map=*/{0, 2}, /*slice_sizes=*/{1, c, 1, w});
+  l.Write(y, f.Gather(t, ShiftSources(f, s, 1, n, w, pad), {1, 2}, {0, 3}, {0, 3}, {1, c, h, 1}));
   l.Run();
 }
 
+// dx += the adjoint: dy scattered (added) back through the columns, then the rows.
 void PjrtBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                                       const int32_t* shifts, const float* dy, float* dx) {
   if (n * c * h * w == 0 || dx == nullptr) return;
   Launch l(*this);
   Function& f = l.f;
   Value s = l.I32(shifts, {n, 2});
-  Value rows = ShiftSelector(f, s, 0, n, h, pad), cols = ShiftSelector(f, s, 1, n, w, pad);
-  // [n, r, a] . [n, c, r, q] -> [n, a, c, q]; . [n, q, b] -> [n, a, c, b].
-  Value t = f.Dot(rows, l.F32(dy, {n, c, h, w}), {1}, {2}, {0}, {0});
-  Value back = f.Dot(t, cols, {3}, {1}, {0}, {0});
-  l.Accumulate(dx, f.Transpose(back, {0, 2, 1, 3}));
+  const Dims dims = {n, c, h, w};
+  Value zero = f.Constant(0.0, "f32", dims);
+  Value t = f.ScatterAdd(zero, ShiftSources(f, s, 1, n, w, pad), l.F32(dy, dims), /*window_dims=*/{1, 2},
+                         /*inserted=*/{0, 3}, /*index_map=*/{0, 3});
+  l.Accumulate(dx, f.ScatterAdd(zero, ShiftSources(f, s, 0, n, h, pad), t, {1, 3}, {0, 2}, {0, 2}));
   l.Run();
 }
 

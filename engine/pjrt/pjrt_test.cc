@@ -377,6 +377,31 @@ TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
   ExpectSame(db, g.oc, 1e-5, "db");
 }
 
+// DrQ's random shift moves pixels, so it equals the CPU's exactly, replicated
+// borders included (shifts 0 and 2 * pad clamp); on PJRT it is two gathers
+// (rows, then columns) and its adjoint two scatter-adds, never products with
+// one-hot selection matrices (n x h x h x c x w multiply-adds a pass).
+TEST_F(PjrtKernelTest, RandomShiftIsAGatherEqualToTheCpuAndItsAdjointAScatter) {
+  const int64_t n = 3, c = 2, h = 5, w = 7, pad = 2;
+  const std::vector<int32_t> shifts = {0, 4, 2, 2, 4, 1};  // (row, column) per sample, each in [0, 2 * pad]
+  int32_t* s_cpu = static_cast<int32_t*>(cpu_.Allocate(sizeof(int32_t) * shifts.size()));
+  int32_t* s_pjrt = static_cast<int32_t*>(pjrt_->Allocate(sizeof(int32_t) * shifts.size()));
+  cpu_.Upload(shifts.data(), s_cpu, sizeof(int32_t) * shifts.size());
+  pjrt_->Upload(shifts.data(), s_pjrt, sizeof(int32_t) * shifts.size());
+  Pair x = Put(Random(n * c * h * w, 20)), y = Put(std::vector<float>(n * c * h * w)),
+       dy = Put(Random(n * c * h * w, 21)), dx = Put(Random(n * c * h * w, 22));
+  cpu_.RandomShiftForward(n, c, h, w, pad, s_cpu, x.cpu, y.cpu);
+  pjrt_->RandomShiftForward(n, c, h, w, pad, s_pjrt, x.pjrt, y.pjrt);
+  EXPECT_THAT(pjrt_->last_program(), HasSubstr("stablehlo.gather"));
+  EXPECT_THAT(pjrt_->last_program(), ::testing::Not(HasSubstr("stablehlo.dot_general")));
+  ExpectSame(y, n * c * h * w, 0.0, "y");
+  cpu_.RandomShiftBackward(n, c, h, w, pad, s_cpu, dy.cpu, dx.cpu);
+  pjrt_->RandomShiftBackward(n, c, h, w, pad, s_pjrt, dy.pjrt, dx.pjrt);
+  EXPECT_THAT(pjrt_->last_program(), HasSubstr("stablehlo.scatter"));
+  EXPECT_THAT(pjrt_->last_program(), ::testing::Not(HasSubstr("stablehlo.dot_general")));
+  ExpectSame(dx, n * c * h * w, 1e-6, "dx");  // sums of up to 2 * pad + 1 entries, in another order
+}
+
 TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
   // 2 images of 3 pixels x 3 channels: 18 bytes, uploaded 1 byte into a
   // block (neither offset nor size a whole float).

@@ -1,5 +1,6 @@
 #include "engine/pjrt/stablehlo.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,16 @@ std::string I64Array(const std::vector<int64_t>& v) {
   return v.empty() ? "array<i64>" : absl::StrCat("array<i64: ", absl::StrJoin(v, ", "), ">");
 }
 std::string List(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); }
+bool Contains(const Dims& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// The region combining two `type` scalars with `op` ("add", "maximum") that
+// reductions, all-reduces and scatters take.
+std::string ScalarRegion(std::string_view op, std::string_view type) {
+  const std::string s = absl::StrCat("tensor<", std::string(type), ">");
+  return absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      %r = \"stablehlo.", std::string(op),
+                      "\"(%lhs, %rhs) : (", s, ", ", s, ") -> ", s, "\n      \"stablehlo.return\"(%r) : (", s,
+                      ") -> ()\n    }");
+}
 
 }  // namespace
 
@@ -194,6 +205,52 @@ Value Function::UpdateSlice(const Value& x, const Value& update, const Dims& off
   return Op("dynamic_update_slice", args, x.dims, x.type);
 }
 
+Value Function::Gather(const Value& x, const Value& indices, const Dims& offset_dims, const Dims& collapsed,
+                       const Dims& start_index_map, const Dims& slice_sizes) {
+  Require(indices.type == "i32" && indices.rank() >= 1 && indices.dims.back() == static_cast<int64_t>(start_index_map.size()),
+          "gather", absl::StrCat(TensorType(indices), " as index vectors of ", start_index_map.size()));
+  Require(static_cast<int>(slice_sizes.size()) == x.rank() &&
+              offset_dims.size() + collapsed.size() == slice_sizes.size() && std::is_sorted(offset_dims.begin(), offset_dims.end()),
+          "gather", "slice_sizes, offset_dims and collapsed_slice_dims do not fit the operand's rank");
+  const int rank = indices.rank() - 1 + static_cast<int>(offset_dims.size());
+  Dims dims(rank);
+  int64_t batch = 0, window = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (Contains(offset_dims, i)) {
+      while (Contains(collapsed, window)) {
+        Require(slice_sizes[window] == 1, "gather", "a collapsed axis of slice size other than 1");
+        ++window;
+      }
+      dims[i] = slice_sizes[window++];
+    } else {
+      dims[i] = indices.dims[batch++];
+    }
+  }
+  for (int64_t a = 0; a < x.rank(); ++a) {
+    Require(slice_sizes[a] >= 0 && slice_sizes[a] <= x.dims[a], "gather", "a slice larger than the operand");
+  }
+  return Op("gather", {x, indices}, dims, x.type,
+            absl::StrCat("dimension_numbers = #stablehlo.gather<offset_dims = ", List(offset_dims),
+                         ", collapsed_slice_dims = ", List(collapsed), ", start_index_map = ", List(start_index_map),
+                         ", index_vector_dim = ", indices.rank() - 1, ">, slice_sizes = ", I64Array(slice_sizes),
+                         ", indices_are_sorted = false"));
+}
+
+Value Function::ScatterAdd(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                           const Dims& inserted, const Dims& index_map) {
+  Require(indices.type == "i32" && indices.rank() >= 1 && indices.dims.back() == static_cast<int64_t>(index_map.size()),
+          "scatter", absl::StrCat(TensorType(indices), " as index vectors of ", index_map.size()));
+  Require(updates.type == x.type && updates.rank() == indices.rank() - 1 + static_cast<int>(window_dims.size()) &&
+              window_dims.size() + inserted.size() == static_cast<size_t>(x.rank()),
+          "scatter", absl::StrCat(TensorType(updates), " as updates of ", TensorType(x)));
+  return Op("scatter", {x, indices, updates}, x.dims, x.type,
+            absl::StrCat("scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = ", List(window_dims),
+                         ", inserted_window_dims = ", List(inserted), ", scatter_dims_to_operand_dims = ",
+                         List(index_map), ", index_vector_dim = ", indices.rank() - 1,
+                         ">, indices_are_sorted = false, unique_indices = false"),
+            ScalarRegion("add", x.type));
+}
+
 Value Function::Reverse(const Value& x, const std::vector<int64_t>& axes) {
   return Op("reverse", {x}, x.dims, x.type, absl::StrCat("dimensions = ", I64Array(axes)));
 }
@@ -235,25 +292,18 @@ Value Function::Reduce(const Value& x, const std::vector<int64_t>& axes, std::st
     for (int64_t a : axes) reduced = reduced || a == i;
     if (!reduced) dims.push_back(x.dims[i]);
   }
-  const std::string s = TensorType({}, x.type);
-  const std::string region = absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      %r = \"stablehlo.",
-                                          std::string(op), "\"(%lhs, %rhs) : (", s, ", ", s, ") -> ", s,
-                                          "\n      \"stablehlo.return\"(%r) : (", s, ") -> ()\n    }");
-  return Op("reduce", {x, init}, dims, x.type, absl::StrCat("dimensions = ", I64Array(axes)), region);
+  return Op("reduce", {x, init}, dims, x.type, absl::StrCat("dimensions = ", I64Array(axes)),
+            ScalarRegion(op, x.type));
 }
 
 Value Function::AllReduce(const Value& x, int replicas) {
   Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
-  const std::string s = TensorType({}, x.type);
-  const std::string region = absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      %r = \"stablehlo.add\"(%lhs, %rhs) : (",
-                                          s, ", ", s, ") -> ", s, "\n      \"stablehlo.return\"(%r) : (", s,
-                                          ") -> ()\n    }");
   std::vector<int64_t> group(replicas);
   for (int r = 0; r < replicas; ++r) group[r] = r;
   // One group of every replica, no channel: a cross-replica sum.
   return Op("all_reduce", {x}, x.dims, x.type,
             absl::StrCat("replica_groups = dense<[", List(group), "]> : tensor<1x", replicas, "xi64>"),
-            region);
+            ScalarRegion("add", x.type));
 }
 
 namespace {

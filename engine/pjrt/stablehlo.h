@@ -78,6 +78,20 @@ class Function {
   Value BitcastConvert(const Value& x, const Dims& dims, std::string_view type);
   // Writes `update` into x at constant `offsets`.
   Value UpdateSlice(const Value& x, const Value& update, const Dims& offsets);
+  // stablehlo.gather: for each index vector (the last axis of `indices`, i32,
+  // its entries x's axes `start_index_map`), the slice of x of `slice_sizes`
+  // starting there. The result has the indices' other axes, in order, and
+  // the slice's axes not in `collapsed` (each of size 1) at the result axes
+  // `offset_dims` (ascending).
+  Value Gather(const Value& x, const Value& indices, const Dims& offset_dims, const Dims& collapsed,
+               const Dims& start_index_map, const Dims& slice_sizes);
+  // The adjoint of Gather: x with each window of `updates` added at the
+  // place its index vector names (stablehlo.scatter with an add; repeated
+  // places sum). `window_dims`: the axes of `updates` that are window axes;
+  // `inserted`: x's axes of size 1 in the window; the index vector's entries
+  // are x's axes `index_map`.
+  Value ScatterAdd(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                   const Dims& inserted, const Dims& index_map);
   Value Reverse(const Value& x, const std::vector<int64_t>& axes);
 
   // --- Elementwise (a rank-0 operand is broadcast to the other's shape) ---
