@@ -148,11 +148,16 @@ class PjrtBackend::Recorder {
     for (const Value& r : results_) outputs.push_back(r);
     if (outputs.empty()) return;  // nothing written or read back: nothing to run
     f.Return(outputs);
+    const auto program_began = std::chrono::steady_clock::now();
     b_.last_program_ = f.Module();
     const double compiled_before = b_.stats_.compile_seconds;
     const bool replicated = step_ && b_.group_ != nullptr;
     capi::LoadedExecutable* executable = replicated ? nullptr : b_.Executable(b_.last_program_, step_ ? kernels_ : 0);
     const double compile_seconds = b_.stats_.compile_seconds - compiled_before;
+    if (step_) {
+      b_.stats_.step_program_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - program_began).count() - compile_seconds;
+    }
     Client& client = *b_.client_;
     if (scalars_param_) {
       scalars_.resize(static_cast<size_t>(scalars_param_->dims[0]), 0.0f);
@@ -693,8 +698,10 @@ void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
   Allocation* a = Find(device, &offset).second;
   const Transfer t = TransferOf("Upload", offset, bytes, a->bytes, a->words);
   const int64_t dims[] = {t.count};
+  const auto began = std::chrono::steady_clock::now();
   auto buffer = client_->BufferFromHost(host, t.words ? capi::kF32 : capi::kU8, dims, device_);
   if (!buffer.ok()) Fatal(buffer.status(), "uploading");
+  if (step_) stats_.step_upload_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (t.whole && !step_) {
     // The whole allocation: the new buffer replaces the old one.
     client_->Destroy(a->buffer);

@@ -128,8 +128,10 @@ struct PjrtStats {
   int64_t step_launches = 0;  // programs they executed (one each, unless a host staging split one)
   double compile_seconds = 0.0;
   // Host time of compiled steps before their execution: recording the
-  // kernels, writing and finding the program, uploading its inputs.
+  // kernels, writing and finding the program, uploading its inputs. Of it:
   double step_host_seconds = 0.0;
+  double step_program_seconds = 0.0;  // writing the program's text and finding its executable
+  double step_upload_seconds = 0.0;   // copying host data into device buffers (Upload)
 };
 
 class PjrtBackend final : public nn::Backend {
