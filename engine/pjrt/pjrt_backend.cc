@@ -149,10 +149,11 @@ class PjrtBackend::Recorder {
     if (outputs.empty()) return;  // nothing written or read back: nothing to run
     f.Return(outputs);
     const auto program_began = std::chrono::steady_clock::now();
-    b_.last_program_ = f.Module();
+    Program& program = b_.ProgramOf(f);
+    b_.last_program_ = &program;
     const double compiled_before = b_.stats_.compile_seconds;
     const bool replicated = step_ && b_.group_ != nullptr;
-    capi::LoadedExecutable* executable = replicated ? nullptr : b_.Executable(b_.last_program_, step_ ? kernels_ : 0);
+    capi::LoadedExecutable* executable = replicated ? nullptr : b_.Executable(program, step_ ? kernels_ : 0);
     const double compile_seconds = b_.stats_.compile_seconds - compiled_before;
     if (step_) {
       b_.stats_.step_program_seconds +=
@@ -176,11 +177,11 @@ class PjrtBackend::Recorder {
     }
     if (replicated) {
       // One program on every replica: the group runs it once all have arrived.
-      PjrtReplicaGroup::Arrival arrival{&b_.last_program_, &args_, std::move(out)};
+      PjrtReplicaGroup::Arrival arrival{&program.text, &args_, std::move(out)};
       b_.group_->Execute(b_.device_, &arrival, b_.client_, b_.cache_dir_);
       out = std::move(arrival.outputs);
       if (arrival.compile_seconds > 0) {
-        b_.NoteStepCompile(arrival.compile_seconds, kernels_, b_.last_program_.size(), arrival.from_cache);
+        b_.NoteStepCompile(arrival.compile_seconds, kernels_, program.text.size(), arrival.from_cache);
       }
     } else {
       Check(client.Execute(executable, args_, out, b_.device_), step_ ? "executing a step" : "launching a kernel");
@@ -492,7 +493,14 @@ PjrtBackend::~PjrtBackend() {
     client_->Destroy(a.buffer);
     munmap(reinterpret_cast<void*>(base), a.reserved);
   }
-  for (auto& [text, executable] : executables_) client_->Destroy(executable);
+  for (auto& [fingerprint, program] : programs_) {
+    if (program.executable != nullptr) client_->Destroy(program.executable);
+  }
+}
+
+const std::string& PjrtBackend::last_program() const {
+  static const std::string none;
+  return last_program_ != nullptr ? last_program_->text : none;
 }
 
 std::string PjrtBackend::name() const { return absl::StrCat("pjrt:", client_->platform(), ":", device_); }
@@ -552,21 +560,29 @@ std::pair<uintptr_t, PjrtBackend::Allocation*> PjrtBackend::Find(const void* p, 
   return {it->first, &it->second};
 }
 
-capi::LoadedExecutable* PjrtBackend::Executable(const std::string& text, int64_t step_kernels) {
-  if (auto it = executables_.find(text); it != executables_.end()) return it->second;
+PjrtBackend::Program& PjrtBackend::ProgramOf(const Function& f) {
+  auto [it, met_first] = programs_.try_emplace(f.fingerprint());
+  if (met_first) {
+    it->second.text = f.Module();
+    ++stats_.programs_printed;
+  }
+  return it->second;
+}
+
+capi::LoadedExecutable* PjrtBackend::Executable(Program& program, int64_t step_kernels) {
+  if (program.executable != nullptr) return program.executable;
   // A step's program is kept on disk too; a kernel's is cheap to compile again.
   double seconds = 0;
   bool from_cache = false;
-  capi::LoadedExecutable* executable =
-      CompileProgram(*client_, step_kernels > 0 ? cache_dir_ : std::string(), text, 1, &seconds, &from_cache);
+  program.executable =
+      CompileProgram(*client_, step_kernels > 0 ? cache_dir_ : std::string(), program.text, 1, &seconds, &from_cache);
   if (step_kernels > 0) {
-    NoteStepCompile(seconds, step_kernels, text.size(), from_cache);
+    NoteStepCompile(seconds, step_kernels, program.text.size(), from_cache);
   } else {
     stats_.compile_seconds += seconds;
     ++stats_.compiles;
   }
-  executables_.emplace(text, executable);
-  return executable;
+  return program.executable;
 }
 
 void PjrtBackend::NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache) {

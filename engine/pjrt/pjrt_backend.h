@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "engine/nn/backend.h"
 #include "engine/pjrt/plugin.h"
+#include "engine/pjrt/stablehlo.h"
 
 namespace troupe::pjrt {
 
@@ -126,6 +127,7 @@ struct PjrtStats {
   int64_t step_cache_loads = 0;  // whole steps loaded from the on-disk cache instead
   int64_t steps = 0;          // compiled steps executed
   int64_t step_launches = 0;  // programs they executed (one each, unless a host staging split one)
+  int64_t programs_printed = 0;  // program texts written: once each, a program met again is found by its fingerprint
   double compile_seconds = 0.0;
   // Host time of compiled steps before their execution: recording the
   // kernels, writing and finding the program, uploading its inputs. Of it:
@@ -149,7 +151,7 @@ class PjrtBackend final : public nn::Backend {
   const Client& client() const { return *client_; }
   const PjrtStats& stats() const { return stats_; }
   // The StableHLO text of the last kernel launched (tests read it).
-  const std::string& last_program() const { return last_program_; }
+  const std::string& last_program() const;
 
   void* Allocate(size_t bytes) override;
   void* AllocateScratch(size_t bytes) override;
@@ -252,9 +254,18 @@ class PjrtBackend final : public nn::Backend {
   // The allocation `p` points into and p's byte offset in it; aborts naming
   // the address when p is not this backend's memory.
   std::pair<uintptr_t, Allocation*> Find(const void* p, int64_t* byte_offset);
-  // The compiled program for `text` (compiled on first use; a step's, with
+  // A program met by this backend: its text, printed once, and its
+  // executable, compiled (or loaded) on first use.
+  struct Program {
+    std::string text;
+    capi::LoadedExecutable* executable = nullptr;
+  };
+  // The program `f` records, found by its fingerprint (its text is printed
+  // only the first time).
+  Program& ProgramOf(const Function& f);
+  // Its compiled executable (compiled on first use; a step's, with
   // `step_kernels` > 0, says so once with its compile time).
-  capi::LoadedExecutable* Executable(const std::string& text, int64_t step_kernels);
+  capi::LoadedExecutable* Executable(Program& program, int64_t step_kernels);
   // Counts a step's compile (or load from the on-disk cache) and says so once (stderr).
   void NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache);
 
@@ -266,9 +277,9 @@ class PjrtBackend final : public nn::Backend {
   std::shared_ptr<PjrtReplicaGroup> group_;
   std::unique_ptr<Recorder> step_;  // the step being recorded (compiled steps)
   std::map<uintptr_t, Allocation> allocations_;
-  std::unordered_map<std::string, capi::LoadedExecutable*> executables_;
+  std::unordered_map<Fingerprint, Program, FingerprintHash> programs_;
   PjrtStats stats_;
-  std::string last_program_;
+  const Program* last_program_ = nullptr;
 };
 
 }  // namespace troupe::pjrt

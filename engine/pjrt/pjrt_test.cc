@@ -151,6 +151,30 @@ TEST(StableHloTest, AReductionAndAMatrixProductPrintAsWritten) {
   EXPECT_THAT(text, HasSubstr("-> (tensor<2xf32>, tensor<2x5xf32>)"));
 }
 
+// The fingerprint stands for the text: programs built alike share it; one
+// attribute, alias, result or replica count apart, they do not.
+TEST(StableHloTest, TheFingerprintIsTheTextsWithoutPrintingIt) {
+  enum Change { kNone, kAttribute, kAlias, kResult, kReplicas, kOperandOrder };
+  auto build = [](Change change) {
+    Function f;
+    Value a = f.Parameter({2, 3}, "f32");
+    Value b = f.Parameter({2, 3}, "f32");
+    if (change == kAlias) f.AliasParameter(1, 0);
+    if (change == kReplicas) f.set_replicas(2);
+    Value sum = change == kOperandOrder ? f.Add(b, a) : f.Add(a, b);
+    Value rows = f.Reduce(sum, {change == kAttribute ? 0 : 1});
+    f.Return(change == kResult ? std::vector<Value>{rows, sum} : std::vector<Value>{rows});
+    return std::pair{f.fingerprint(), f.Module()};
+  };
+  const auto [fingerprint, text] = build(kNone);
+  EXPECT_EQ(build(kNone).first, fingerprint);
+  for (Change change : {kAttribute, kAlias, kResult, kReplicas, kOperandOrder}) {
+    const auto [other, other_text] = build(change);
+    EXPECT_NE(other_text, text) << change;
+    EXPECT_NE(other, fingerprint) << change;
+  }
+}
+
 TEST(StableHloTest, FloatLiteralsReadBackExactly) {
   for (float v : {0.1f, -3.4028235e38f, 1e-30f, 0.99f}) {
     EXPECT_EQ(std::strtof(FloatLiteral(v).c_str(), nullptr), v) << FloatLiteral(v);
@@ -232,7 +256,8 @@ TEST_F(PjrtKernelTest, ACompiledStepTakesItsScalarsAtRunTimeAndRecompilesForANew
          v = Put(std::vector<float>(n)), loss = Put({0.0f});
     float* cpu_scratch = cpu_.AllocateFloats(n);
     float* pjrt_scratch = static_cast<float*>(pjrt_->AllocateScratch(4 * n));
-    const int64_t compiles = pjrt_->stats().step_compiles, launches = pjrt_->stats().launches;
+    const int64_t compiles = pjrt_->stats().step_compiles, launches = pjrt_->stats().launches,
+                  printed = pjrt_->stats().programs_printed;
     for (int step = 1; step <= 3; ++step) {
       const float lr = 1e-3f * step, c1 = 1 - std::pow(0.9f, step), c2 = 1 - std::pow(0.999f, step);
       float cpu_loss = 0, pjrt_loss = 0;
@@ -254,6 +279,7 @@ TEST_F(PjrtKernelTest, ACompiledStepTakesItsScalarsAtRunTimeAndRecompilesForANew
     EXPECT_THAT(pjrt_->last_program(), ::testing::Not(::testing::HasSubstr("%arg6: ")));
     EXPECT_EQ(pjrt_->stats().step_compiles - compiles, 1) << "one program for three steps";
     EXPECT_EQ(pjrt_->stats().launches - launches, 3) << "one execution per step";
+    EXPECT_EQ(pjrt_->stats().programs_printed - printed, 1) << "steps 2 and 3 found by their fingerprint";
     ExpectSame(param, n, 1e-6, "param");
     ExpectSame(v, n, 1e-6, "adam v");
   }

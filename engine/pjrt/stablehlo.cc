@@ -1,9 +1,11 @@
 #include "engine/pjrt/stablehlo.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -80,27 +82,85 @@ std::string Function::Module() const {
     result_types.push_back(TensorType(r));
     result_ids.push_back(r.id);
   }
+  std::string body;
+  for (const Instruction& op : ops_) {
+    std::vector<std::string> ids, types;
+    for (const Value& a : op.args) {
+      ids.push_back(a.id);
+      types.push_back(TensorType(a));
+    }
+    absl::StrAppend(&body, "    ", op.out.id, " = \"stablehlo.", op.name, "\"(", absl::StrJoin(ids, ", "), ")",
+                    op.region.empty() ? "" : absl::StrCat(" (", op.region, ")"),
+                    op.attributes.empty() ? "" : absl::StrCat(" {", op.attributes, "}"), " : (",
+                    absl::StrJoin(types, ", "), ") -> ", TensorType(op.out), "\n");
+  }
   const std::string attributes =
       replicas_ > 1 ? absl::StrCat(" attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = ", replicas_, " : i32}")
                     : std::string();
   return absl::StrCat("module @troupe_kernel", attributes, " {\n  func.func public @main(", absl::StrJoin(params, ", "),
-                                  ") -> (", absl::StrJoin(result_types, ", "), ") {\n", body_, "    return ",
-                                  absl::StrJoin(result_ids, ", "), " : ", absl::StrJoin(result_types, ", "),
-                                  "\n  }\n}\n");
+                      ") -> (", absl::StrJoin(result_types, ", "), ") {\n", body, "    return ",
+                      absl::StrJoin(result_ids, ", "), " : ", absl::StrJoin(result_types, ", "), "\n  }\n}\n");
 }
 
-Value Function::Op(std::string_view name, const std::vector<Value>& args, const Dims& dims, std::string_view type,
+void Function::Mix(uint64_t word) {
+  // Two lanes of multiply-rotate; Fingerprint() finishes each with a full avalanche.
+  h1_ = std::rotl((h1_ ^ word) * 0x9E3779B97F4A7C15ull, 31) * 0xBF58476D1CE4E5B9ull;
+  h2_ = std::rotl(h2_ + word * 0x94D049BB133111EBull, 27) ^ h1_;
+}
+
+void Function::Mix(std::string_view bytes) {
+  Mix(static_cast<uint64_t>(bytes.size()));
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes.data() + i, 8);
+    Mix(word);
+  }
+  if (i < bytes.size()) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, bytes.size() - i);
+    Mix(word);
+  }
+}
+
+Fingerprint Function::fingerprint() const {
+  // What Module() prints besides the ops: parameters, aliases, results, replicas.
+  Function f;
+  f.h1_ = h1_;
+  f.h2_ = h2_;
+  f.Mix(static_cast<uint64_t>(ops_.size()));
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    f.Mix(parameters_[i].type);
+    for (int64_t d : parameters_[i].dims) f.Mix(static_cast<uint64_t>(d));
+    f.Mix(static_cast<uint64_t>(static_cast<int64_t>(aliases_[i])));
+  }
+  for (const Value& r : results_) f.Mix(r.id);
+  f.Mix(static_cast<uint64_t>(replicas_));
+  // MurmurHash3's 64-bit finalizer on each lane.
+  auto avalanche = [](uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 33);
+  };
+  return {avalanche(f.h1_), avalanche(f.h2_ ^ f.h1_)};
+}
+
+Value Function::Op(std::string_view name, std::vector<Value> args, const Dims& dims, std::string_view type,
                    std::string_view attributes, std::string_view region) {
   Value out = Fresh(dims, type);
-  std::vector<std::string> ids, types;
-  for (const Value& a : args) {
-    ids.push_back(a.id);
-    types.push_back(TensorType(a));
-  }
-  absl::StrAppend(&body_, "    ", out.id, " = \"stablehlo.", std::string(name), "\"(", absl::StrJoin(ids, ", "), ")",
-                  region.empty() ? "" : absl::StrCat(" (", std::string(region), ")"),
-                  attributes.empty() ? "" : absl::StrCat(" {", std::string(attributes), "}"), " : (",
-                  absl::StrJoin(types, ", "), ") -> ", TensorType(out), "\n");
+  // The text Module() prints for this op follows from these (operand types
+  // from their ids: each id was defined, with its type, before).
+  Mix(name);
+  Mix(static_cast<uint64_t>(args.size()));
+  for (const Value& a : args) Mix(a.id);
+  Mix(type);
+  Mix(static_cast<uint64_t>(dims.size()));
+  for (int64_t d : dims) Mix(static_cast<uint64_t>(d));
+  Mix(attributes);
+  Mix(region);
+  ops_.push_back({std::string(name), std::move(args), out, std::string(attributes), std::string(region)});
   return out;
 }
 

@@ -40,6 +40,16 @@ std::string TensorType(const Value& v);
 // A float as an MLIR literal that reads back to the same float32.
 std::string FloatLiteral(double v);
 
+// A 128-bit fingerprint of a program: equal for programs whose text is
+// equal and, short of a hash collision, only for them.
+struct Fingerprint {
+  uint64_t hi = 0, lo = 0;
+  bool operator==(const Fingerprint&) const = default;
+};
+struct FingerprintHash {
+  size_t operator()(const Fingerprint& f) const { return static_cast<size_t>(f.lo); }
+};
+
 class Function {
  public:
   // A parameter of @main.
@@ -56,9 +66,12 @@ class Function {
   int replicas() const { return replicas_; }
   // The module's text: @main with the parameters, the ops and the results.
   std::string Module() const;
+  // The fingerprint of the text Module() would print, kept up as ops are
+  // added, so a program met before is found again without printing it.
+  Fingerprint fingerprint() const;
 
   // Any op in generic form with result [dims] of `type`.
-  Value Op(std::string_view name, const std::vector<Value>& args, const Dims& dims, std::string_view type,
+  Value Op(std::string_view name, std::vector<Value> args, const Dims& dims, std::string_view type,
            std::string_view attributes = "", std::string_view region = "");
 
   // --- Constants and shapes ---
@@ -130,11 +143,23 @@ class Function {
                     const Dims& rhs_dilation, bool highest = true);
 
  private:
+  // One op as Op() took it; Module() prints them.
+  struct Instruction {
+    std::string name;
+    std::vector<Value> args;
+    Value out;
+    std::string attributes;
+    std::string region;
+  };
   Value Fresh(const Dims& dims, std::string_view type);
+  // Folds into the running fingerprint: a word, or bytes (their length first).
+  void Mix(uint64_t word);
+  void Mix(std::string_view bytes);
   std::vector<Value> parameters_;
   std::vector<int> aliases_;
   std::vector<Value> results_;
-  std::string body_;
+  std::vector<Instruction> ops_;
+  uint64_t h1_ = 0x243F6A8885A308D3ull, h2_ = 0x13198A2E03707344ull;  // the running fingerprint of ops_
   int next_ = 0;
   int replicas_ = 1;
 };
