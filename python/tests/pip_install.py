@@ -142,12 +142,16 @@ def main():
               f"{text[-4000:]}")
         return 1
     print(text.strip().splitlines()[-1], f"({seconds:.0f} s)")
-    # The build reused BUILD's objects: it compiled nothing and linked the module.
-    compiled = [line for line in text.splitlines() if "Building CXX object" in line or "Building C object" in line]
-    if compiled or "Linking CXX shared module" not in text:
+    # The build reused BUILD's objects: pip's build step (after scikit-build-core's
+    # "*** Building project", so not the configure that brings BUILD up to date)
+    # compiled nothing and linked the module.
+    pip_build_step = text.split("*** Building project", 1)[-1]
+    compiled = [line.strip() for line in pip_build_step.splitlines()
+                if "Building CXX object" in line or "Building C object" in line]
+    if compiled or "Linking CXX shared module" not in pip_build_step:
         print(f"FAILED: pip's build was to link the module from {build}'s objects and compile nothing; "
               f"it compiled {len(compiled)} files ({compiled[:3]}), and linked the module: "
-              f"{'Linking CXX shared module' in text} (log: {log})")
+              f"{'Linking CXX shared module' in pip_build_step} (log: {log})")
         return 1
 
     # The C++ pool's bytes for the same seed and actions, then the venv's pool.
