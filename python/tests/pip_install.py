@@ -6,10 +6,12 @@
 ctest runs it as Python.PipInstallIntoAFreshVenv (label python). It
   * makes a new venv, BUILD/pip-venv (any earlier one is removed first), from
     the Python it runs on (Debian's; no system site-packages);
-  * runs `BUILD/pip-venv/bin/pip install SOURCE_DIR` (pyproject.toml:
-    scikit-build-core from PyPI, CMake and Debian's build dependencies),
-    its CMake build kept in BUILD/pip-build so that a second run is
-    incremental (the venv is new each time);
+  * runs `BUILD/pip-venv/bin/pip install -v SOURCE_DIR` (pyproject.toml:
+    scikit-build-core from PyPI, CMake and Debian's build dependencies) with
+    its CMake build in a new BUILD/pip-build, told to link the module from
+    BUILD's objects and libraries (TROUPE_PYTHON_REUSE_BUILD=BUILD) rather
+    than compile them again, and checks from pip's log that it compiled
+    nothing and linked the module;
   * from outside the source and build trees, with nothing pointing at them
     (no PYTHONPATH, no TROUPE_* variables), imports troupe from the venv,
     steps a cartpole pixel pool of 4 envs on 2 threads (so one env worker
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 
 SKIP = 77
@@ -100,13 +103,6 @@ def main():
     parser.add_argument("--build", required=True)
     parser.add_argument("--helper", required=True, help="troupe_python_test_helper")
     args = parser.parse_args()
-    if os.environ.get("TROUPE_PIP_TEST") != "1":
-        # A second build of the module and what it links, through pip: 15-30
-        # minutes on 2 cores the first time, over the test command's
-        # 20-minute budget; the build folder it keeps makes later runs ~2 min.
-        print("skipped: pip builds the module again (15-30 min on 2 cores the first time); "
-              "TROUPE_PIP_TEST=1 ctest -R Python.PipInstall runs it")
-        return SKIP
     source, build = os.path.abspath(args.source), os.path.abspath(args.build)
 
     answers, why = pypi_answers()
@@ -123,23 +119,40 @@ def main():
         print(f"FAILED: `{sys.executable} -m venv {venv}`: {made.stdout}{made.stderr}")
         return 1
 
-    # pip install SOURCE (the repository root: pyproject.toml), its CMake build kept under BUILD.
-    log = os.path.join(build, "pip-install.log")
-    command = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--disable-pip-version-check",
-               f"--config-settings=build-dir={os.path.join(build, 'pip-build')}", source]
+    # pip install SOURCE (the repository root: pyproject.toml) in a new CMake build
+    # that links the module from BUILD's objects.
+    log, pip_build = os.path.join(build, "pip-install.log"), os.path.join(build, "pip-build")
+    shutil.rmtree(pip_build, ignore_errors=True)
+    command = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-v", "--disable-pip-version-check",
+               f"--config-settings=build-dir={pip_build}",
+               f"--config-settings=cmake.define.TROUPE_PYTHON_REUSE_BUILD={build}", source]
     print("$", " ".join(command), f"(log: {log})", flush=True)
+    started = time.monotonic()
     with open(log, "w") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=clean_environment(),
                               cwd=tempfile.gettempdir())
+    seconds = time.monotonic() - started
+    text = open(log).read()
     if done.returncode != 0:
-        tail = open(log).read()[-4000:]
         answers, why = pypi_answers()
         if not answers:
-            print(f"skipped: PyPI stopped answering during the install: {why}\n{tail}")
+            print(f"skipped: PyPI stopped answering during the install: {why}\n{text[-4000:]}")
             return SKIP
-        print(f"FAILED: PyPI answers ({why}) but `pip install {source}` failed (exit {done.returncode}):\n{tail}")
+        print(f"FAILED: PyPI answers ({why}) but `pip install {source}` failed (exit {done.returncode}):\n"
+              f"{text[-4000:]}")
         return 1
-    print(open(log).read().strip().splitlines()[-1])
+    print(text.strip().splitlines()[-1], f"({seconds:.0f} s)")
+    # The build reused BUILD's objects: pip's build step (after scikit-build-core's
+    # "*** Building project", so not the configure that brings BUILD up to date)
+    # compiled nothing and linked the module.
+    pip_build_step = text.split("*** Building project", 1)[-1]
+    compiled = [line.strip() for line in pip_build_step.splitlines()
+                if "Building CXX object" in line or "Building C object" in line]
+    if compiled or "Linking CXX shared module" not in pip_build_step:
+        print(f"FAILED: pip's build was to link the module from {build}'s objects and compile nothing; "
+              f"it compiled {len(compiled)} files ({compiled[:3]}), and linked the module: "
+              f"{'Linking CXX shared module' in pip_build_step} (log: {log})")
+        return 1
 
     # The C++ pool's bytes for the same seed and actions, then the venv's pool.
     with tempfile.TemporaryDirectory() as scratch:
