@@ -52,7 +52,7 @@ struct Options {
   double seconds_per_figure = 1.0;   // measurement time per timed loop
   std::vector<std::string> filter;   // e.g. task names; empty = all
   bool quick = false;                // smaller sizes, for smoke tests
-  std::string device = "cpu";        // cpu, cuda (learner, gan: the step on GPU 0), pjrt (learner)
+  std::string device = "cpu";        // cpu, cuda (learner, gan: the step on GPU 0), pjrt (learner, gan)
   std::string pjrt_plugin;           // --device pjrt: the plugin's .so
 };
 

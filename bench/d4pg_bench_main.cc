@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
@@ -39,11 +40,12 @@ namespace {
 
 // The PyTorch and JAX peers' rows beside troupe's `updates_per_second` for
 // the pixel update at `batch` with the config's networks, on `device` and
-// `threads` (d4pg_bench's); each peer runs for `seconds` after its warm-up.
-void ReportPeers(const troupe::config::ExperimentConfig& config, const std::string& device, int batch, int threads,
-                 double updates_per_second, double seconds) {
+// `threads` (d4pg_bench's), on the GPU where `gpu` (troupe's update ran on
+// one: CUDA, or a PJRT plugin's GPU); each peer runs for `seconds` after its
+// warm-up.
+void ReportPeers(const troupe::config::ExperimentConfig& config, const std::string& device, bool gpu, int batch,
+                 int threads, double updates_per_second, double seconds) {
   using namespace troupe;
-  const bool gpu = device == "cuda" || device == "cuda-bf16";
   const config::D4pgConfig& d4pg = config.d4pg();
   const std::vector<int64_t> hidden(d4pg.hidden().begin(), d4pg.hidden().end());
   // The peers take one hidden size for both layers; the default is 256.
@@ -187,7 +189,10 @@ int main(int argc, char** argv) {
     std::printf("--peers: the peers are of the pixel update only; none run for %s\n", kind.c_str());
   } else if (peers) {
     // Each peer timed for as long as troupe's updates took, 3 s at least.
-    ReportPeers(config, device, batch, threads, updates / s, std::max(3.0, s));
+    const std::string backend = (*replicator)->backend(0)->name();
+    const bool gpu = absl::StartsWith(backend, "cuda") ||
+                     (absl::StartsWith(backend, "pjrt:") && !absl::StartsWith(backend, "pjrt:cpu"));
+    ReportPeers(config, device, gpu, batch, threads, updates / s, std::max(3.0, s));
   }
   return 0;
 }

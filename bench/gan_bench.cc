@@ -48,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -249,33 +250,62 @@ absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& ba
 
 }  // namespace
 
-// --device cuda: the G+D step (n_critic 1) on GPU 0 at batch 256 and 4096,
-// float32 and bfloat16, on synthetic images, against PyTorch (the machine's
-// python3) eager and with the generator step compiled, on the same GPU.
-absl::StatusOr<Report> RunGanBenchmarkOnCuda(const Options& options) {
+// --device cuda or pjrt: the G+D step (n_critic 1) on synthetic images on
+// GPU 0 (the CUDA backend, or one compiled program per step through the PJRT
+// plugin --pjrt-plugin names) at batch 256 and 4096, float32 and bfloat16,
+// against PyTorch (the machine's python3) eager and with the generator step
+// compiled, on the same GPU. On a CPU PJRT plugin: batch 256, float32,
+// against troupe's CPU backend in the same run.
+absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
   Report report;
   const double seconds = std::max(options.seconds_per_figure, 3.0);
   const gan::GanData data = bench::RandomGanData();
-  for (const auto precision : {config::EngineConfig::FLOAT32, config::EngineConfig::BFLOAT16}) {
+  config::EngineConfig engine;
+  const bool pjrt = options.device == "pjrt";
+  engine.set_device(pjrt ? config::EngineConfig::PJRT : config::EngineConfig::CUDA);
+  if (pjrt) {
+    engine.set_pjrt_plugin(options.pjrt_plugin);
+    engine.set_pjrt_cache_dir("");  // compiled anew, as the peers' are
+    RETURN_IF_ERROR(engine::ValidateEngineConfig(engine, "bench", 1));
+  }
+  RETURN_IF_ERROR(engine::CheckDeviceAvailable(engine, "gan"));
+  std::string device_name;
+  {
+    ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> probe, engine::MakeBackend(engine, /*local_index=*/0, 1));
+    device_name = probe->name();
+  }
+  const bool on_cpu = absl::StartsWith(device_name, "pjrt:cpu");
+  const std::string where = pjrt ? absl::StrCat(device_name, ", one program per step") : std::string("CUDA");
+  std::vector<config::EngineConfig::Precision> precisions = {config::EngineConfig::FLOAT32};
+  if (!on_cpu) precisions.push_back(config::EngineConfig::BFLOAT16);
+  const std::vector<int64_t> batches = options.quick ? std::vector<int64_t>{64}
+                                       : on_cpu      ? std::vector<int64_t>{256}
+                                                     : std::vector<int64_t>{256, 4096};
+  for (const auto precision : precisions) {
     const char* dtype = precision == config::EngineConfig::BFLOAT16 ? "bfloat16" : "float32";
-    for (const int64_t batch : options.quick ? std::vector<int64_t>{64} : std::vector<int64_t>{256, 4096}) {
+    for (const int64_t batch : batches) {
       config::GanConfig c;
       c.set_batch_size(batch);
       c.set_base_batch_size(batch);
-      c.mutable_engine()->set_device(config::EngineConfig::CUDA);
+      *c.mutable_engine() = engine;
       c.mutable_engine()->set_precision(precision);
-      RETURN_IF_ERROR(engine::CheckDeviceAvailable(c.engine(), "gan"));
-      ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
-      RETURN_IF_ERROR(trainer->Train(2));  // warm up
-      const double steps_per_s = MeasureRate(seconds, [&](long n) { (void)trainer->Train(n); });
-      const std::string name = absl::StrFormat("G+D step (n_critic 1) on CUDA, %s, batch %d", dtype, batch);
+      ASSIGN_OR_RETURN(const double images_per_s, StepImagesPerSecond(data, c, seconds));
+      const std::string name = absl::StrFormat("G+D step (n_critic 1) on %s, %s, batch %d", where, dtype, batch);
+      if (on_cpu) {
+        config::GanConfig cpu = c;
+        *cpu.mutable_engine() = config::EngineConfig();  // the CPU backend
+        cpu.mutable_engine()->set_precision(precision);
+        ASSIGN_OR_RETURN(const double cpu_images_per_s, StepImagesPerSecond(data, cpu, seconds));
+        report.Add(name, images_per_s, "images/s", "troupe's CPU backend, same step", cpu_images_per_s);
+        continue;
+      }
       for (const char* mode : GpuPeerModes(batch)) {
         auto pytorch = RunGpuPytorchPeer(
             "torch_gan",
             absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds, " ", mode, " cuda ", dtype),
             "images_per_second");
         if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
-        report.Add(name, steps_per_s * batch, "images/s", absl::StrCat("PyTorch on the GPU, ", mode),
+        report.Add(name, images_per_s, "images/s", absl::StrCat("PyTorch on the GPU, ", mode),
                    pytorch.ok() ? *pytorch : 0);
       }
     }
@@ -284,7 +314,7 @@ absl::StatusOr<Report> RunGanBenchmarkOnCuda(const Options& options) {
 }
 
 absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
-  if (options.device == "cuda") return RunGanBenchmarkOnCuda(options);
+  if (options.device == "cuda" || options.device == "pjrt") return RunGanBenchmarkOnDevice(options);
   Report report;
   int64_t budget = options.quick ? 20000 : 2000000;
   int64_t reference_images = options.quick ? 5000 : 300000;

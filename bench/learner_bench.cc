@@ -156,6 +156,27 @@ absl::StatusOr<double> MeasureLibtorch(int64_t batch, int64_t size, double secon
 
 }  // namespace
 
+namespace {
+
+// The GPU peers' rows beside troupe's `troupe` samples/s for the DrQ step
+// at 84x84, `batch`, `dtype` ("float32", "bfloat16"): PyTorch (the
+// machine's python3) eager, and compiled at batch 256, and JAX's jax.jit.
+void AddGpuPeerRows(Report& report, const std::string& name, double troupe, int64_t batch, const char* dtype,
+                    double seconds) {
+  for (const char* mode : GpuPeerModes(batch)) {
+    auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode, " cuda ", dtype),
+                                     "samples_per_second");
+    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+    report.Add(name, troupe, "samples/s", absl::StrCat("PyTorch on the GPU, ", mode), pytorch.ok() ? *pytorch : 0);
+  }
+  // The machine's JAX: the whole step as one XLA program.
+  auto jax = RunGpuJaxPeer("jax_drq", absl::StrCat(batch, " 84 ", seconds, " jit cuda ", dtype), "samples_per_second");
+  if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
+  report.Add(name, troupe, "samples/s", "JAX on the GPU, jax.jit", jax.ok() ? *jax : 0);
+}
+
+}  // namespace
+
 // --device cuda: the DrQ step on GPU 0 at batch 256 and 1024, float32 and
 // bfloat16, against PyTorch (the machine's python3) eager and compiled, and
 // JAX (jax.jit, the machine's JAX), on the same GPU in the same run; and the host<->device copies a D4PG step makes.
@@ -172,18 +193,9 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
     const char* dtype = bf16 ? "bfloat16" : "float32";
     for (const int64_t batch : options.quick ? std::vector<int64_t>{32} : std::vector<int64_t>{256, 1024}) {
       const double troupe = MeasureTroupe(*gpu, batch, 84, seconds);
-      const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, %s, batch %d", gpu->name(), dtype, batch);
-      for (const char* mode : GpuPeerModes(batch)) {
-        auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode, " cuda ", dtype),
-                                         "samples_per_second");
-        if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
-        report.Add(name, troupe, "samples/s", absl::StrCat("PyTorch on the GPU, ", mode), pytorch.ok() ? *pytorch : 0);
-      }
-      // The machine's JAX: the whole step as one XLA program.
-      auto jax =
-          RunGpuJaxPeer("jax_drq", absl::StrCat(batch, " 84 ", seconds, " jit cuda ", dtype), "samples_per_second");
-      if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-      report.Add(name, troupe, "samples/s", "JAX on the GPU, jax.jit", jax.ok() ? *jax : 0);
+      AddGpuPeerRows(report,
+                     absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, %s, batch %d", gpu->name(), dtype, batch),
+                     troupe, batch, dtype, seconds);
     }
     if (bf16) break;
     // The same step on the backend's other paths, each next to the default
@@ -231,12 +243,14 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
 }
 
 // --device pjrt: the DrQ step through a PJRT plugin as ONE compiled program
-// per step, next to the same step kernel at a time (one program per kernel
-// call), troupe's own backend for that device (the CPU backend for a CPU
-// plugin, the CUDA backend for the CUDA plugin, where built) and JAX's
-// jax.jit of the same network on the same kind of device, all in one run;
-// with the launches per step, the host's milliseconds per compiled step
-// (recording it, finding its program, its inputs) and its compile time.
+// per step, all in one run. On a GPU plugin: at batch 256 and 1024, float32
+// and bfloat16, against PyTorch eager (and compiled at 256) and JAX's
+// jax.jit on the same GPU. On the CPU plugin: against JAX's jax.jit on its
+// CPU backend (the same XLA: this measures troupe's lowering). Then, at one
+// batch in float32, next to the same step kernel at a time (one program per
+// kernel call) and troupe's own backend for that device (the CPU backend, or
+// the CUDA backend where built), with the launches per step, the host's
+// milliseconds per compiled step and its compile time.
 absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
 #ifndef TROUPE_HAVE_PJRT
   return absl::InvalidArgumentError("--device pjrt: this troupe was built without the PJRT backend (TROUPE_PJRT=ON)");
@@ -254,6 +268,22 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   kernels_engine.set_pjrt_steps(config::EngineConfig::KERNELS);
   ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> kernels, engine::MakeBackend(kernels_engine, 0, 1));
   const bool on_cpu = absl::StartsWith(compiled->name(), "pjrt:cpu");
+  if (!on_cpu) {
+    // On a GPU, the bars' grid: one program per step at batch 256 and 1024,
+    // float32 and bfloat16, against PyTorch eager (and compiled) and JAX.
+    for (const auto precision : {config::EngineConfig::FLOAT32, config::EngineConfig::BFLOAT16}) {
+      config::EngineConfig grid_engine = engine;
+      grid_engine.set_precision(precision);
+      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> b, engine::MakeBackend(grid_engine, 0, 1));
+      const char* dtype = precision == config::EngineConfig::BFLOAT16 ? "bfloat16" : "float32";
+      for (const int64_t grid_batch : options.quick ? std::vector<int64_t>{32} : std::vector<int64_t>{256, 1024}) {
+        AddGpuPeerRows(report,
+                       absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, one program per step, %s, batch %d",
+                                       b->name(), dtype, grid_batch),
+                       MeasureTroupe(*b, grid_batch, 84, seconds), grid_batch, dtype, seconds);
+      }
+    }
+  }
   // The CPU plugin gets the CPU rows' smaller configuration.
   const int64_t size = on_cpu ? 64 : 84;
   const int64_t batch = options.quick ? 16 : on_cpu ? 128 : 256;
@@ -265,20 +295,20 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   const pjrt::PjrtStats stats = backend.stats();
   const double timed_steps = static_cast<double>(std::max<int64_t>(1, stats.steps - warm.steps));
 
-  // JAX's jit of the same network: the same XLA compiler, so this measures
-  // troupe's lowering, not XLA.
-  auto jax = on_cpu ? RunJaxPeer("jax_drq", absl::StrCat(batch, " ", size, " ", seconds, " jit cpu float32"),
-                                 "samples_per_second")
-                    : RunGpuJaxPeer("jax_drq", absl::StrCat(batch, " ", size, " ", seconds, " jit cuda float32"),
-                                    "samples_per_second");
-  if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-  // The peer's figure is the better of two runs (1 and 2 threads); troupe's
-  // the better of one run before it and one after (its program is compiled
-  // already), so a burst of load on a shared machine costs neither side more.
-  const double troupe = std::max(first, MeasureTroupe(backend, batch, size, seconds));
-  report.Add(name, troupe, "samples/s",
-             on_cpu ? "JAX 0.11.2 jax.jit on its CPU backend, best of 1/2 threads" : "JAX jax.jit on the GPU",
-             jax.ok() ? *jax : 0);
+  double troupe = first;
+  if (on_cpu) {
+    // JAX's jit of the same network: the same XLA compiler, so this measures
+    // troupe's lowering, not XLA.
+    auto jax = RunJaxPeer("jax_drq", absl::StrCat(batch, " ", size, " ", seconds, " jit cpu float32"),
+                          "samples_per_second");
+    if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
+    // The peer's figure is the better of two runs (1 and 2 threads); troupe's
+    // the better of one run before it and one after (its program is compiled
+    // already), so a burst of load on a shared machine costs neither side more.
+    troupe = std::max(first, MeasureTroupe(backend, batch, size, seconds));
+    report.Add(name, troupe, "samples/s", "JAX 0.11.2 jax.jit on its CPU backend, best of 1/2 threads",
+               jax.ok() ? *jax : 0);
+  }
   report.Add(name, troupe, "samples/s", "the same step kernel at a time on the same plugin",
              MeasureTroupe(*kernels, batch, size, seconds));
   if (on_cpu) {
@@ -293,10 +323,6 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
       report.Add(name, troupe, "samples/s", "troupe's CUDA backend, same step",
                  MeasureTroupe(*reference, batch, size, seconds));
     }
-    auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " ", size, " ", seconds, " eager cuda float32"),
-                                     "samples_per_second");
-    if (!pytorch.ok()) std::printf("PyTorch peer unavailable: %s\n", pytorch.status().ToString().c_str());
-    report.Add(name, troupe, "samples/s", "PyTorch on the GPU, eager", pytorch.ok() ? *pytorch : 0);
   }
 
   // What a compiled step costs besides its execution.

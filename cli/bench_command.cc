@@ -29,7 +29,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--quick", args->quick, "Small sizes (smoke test)");
   cmd->add_option("--device", args->device,
                   "Where the learner and GAN steps (also scaling's K=1 steps) run: cpu, cuda (GPU 0), or pjrt (the "
-                  "learner on device 0 of --pjrt-plugin)")
+                  "learner and GAN steps, one program per step, on device 0 of --pjrt-plugin)")
       ->check(CLI::IsMember({"cpu", "cuda", "pjrt"}));
   cmd->add_option("--pjrt-plugin", args->pjrt_plugin,
                   "--device pjrt: the PJRT plugin's .so (default: $TROUPE_PJRT_PLUGIN)");
@@ -53,8 +53,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    if (args->device == "pjrt" && found->name != "learner") {
-      std::fprintf(stderr, "troupe bench %s: --device pjrt: only the learner benchmark runs on a PJRT plugin\n",
+    if (args->device == "pjrt" && found->name != "learner" && found->name != "gan") {
+      std::fprintf(stderr, "troupe bench %s: --device pjrt: only the learner and gan benchmarks run on a PJRT plugin\n",
                    found->name.c_str());
       *exit_code = 2;
       return;
@@ -62,7 +62,8 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
     std::string plugin = args->pjrt_plugin;
     if (plugin.empty() && std::getenv("TROUPE_PJRT_PLUGIN") != nullptr) plugin = std::getenv("TROUPE_PJRT_PLUGIN");
     if (args->device == "pjrt" && plugin.empty()) {
-      std::fprintf(stderr, "troupe bench learner: --device pjrt needs --pjrt-plugin PATH (or TROUPE_PJRT_PLUGIN)\n");
+      std::fprintf(stderr, "troupe bench %s: --device pjrt needs --pjrt-plugin PATH (or TROUPE_PJRT_PLUGIN)\n",
+                   found->name.c_str());
       *exit_code = 2;
       return;
     }

@@ -366,7 +366,7 @@ TEST_F(RlEndToEndTest, BenchRefusesADeviceItCannotUse) {
   EXPECT_THAT(Read(dir_ + "/bench.log"),
               ::testing::HasSubstr("only the learner, gan and scaling benchmarks run on a device"));
   EXPECT_EQ(Wait(Start({"bench", "scaling", "--device", "pjrt"}, dir_ + "/bench.log"), 30), 2);
-  EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::HasSubstr("only the learner benchmark runs on a PJRT plugin"));
+  EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::HasSubstr("only the learner and gan benchmarks run on a PJRT plugin"));
   EXPECT_EQ(Wait(Start({"bench", "scaling", "--device", "cuda", "--quick"}, dir_ + "/bench.log"), 60), 1);
   EXPECT_THAT(Read(dir_ + "/bench.log"), ::testing::AnyOf(::testing::HasSubstr("1 GPU(s) needed, 0 found"),
                                                          ::testing::HasSubstr("built without CUDA")));

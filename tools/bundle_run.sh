@@ -180,10 +180,12 @@ if ((!cpu_only)); then
     timeout "$(capped 300)" "$here/bin/troupe" bench "$@" --json "$out/bench_$tag.json" > "$out/bench_$tag.txt" 2>&1
     echo "troupe bench $* : exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   }
-  d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply)
+  d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it)
     if (( $(left) < 30 )); then return; fi
     local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
-    timeout "$(capped 200)" "$here/bin/d4pg_bench" pixels "$2" "$(nproc)" 50 32 1024 "$1" > "$file" 2>&1
+    local peers=()
+    [[ ${3:-} == peers ]] && peers=(--peers)
+    timeout "$(capped 200)" "$here/bin/d4pg_bench" "${peers[@]}" pixels "$2" "$(nproc)" 50 32 1024 "$1" > "$file" 2>&1
     echo "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: $(grep 'updates/s' "$file" | tail -n 1)" | tee -a "$out/summary.txt"
   }
   if ((gpu)) && has gpu; then
@@ -197,8 +199,12 @@ if ((!cpu_only)); then
     if [[ -n $pjrt_cuda ]]; then
       # One compiled program per step against JAX jit, kernel at a time, the
       # CUDA backend and PyTorch eager; then the D4PG pixel update compiled.
+      # The bars: the DrQ step at batch 256 and 1024, float32 and bfloat16,
+      # against PyTorch and JAX; the D4PG update at 256 against the PyTorch
+      # and JAX updates; the GAN step at 256 and 4096 against PyTorch.
       bench learner_pjrt_cuda learner --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
-      TROUPE_PJRT_PLUGIN=$pjrt_cuda d4pg pjrt 256
+      TROUPE_PJRT_PLUGIN=$pjrt_cuda d4pg pjrt 256 peers
+      bench gan_pjrt_cuda gan --device pjrt --pjrt-plugin "$pjrt_cuda" --seconds 3
       TROUPE_PJRT_PLUGIN=$pjrt_cuda d4pg pjrt 1024
     fi
     for device in cuda cuda-bf16; do d4pg "$device" 1024; done
