@@ -1,9 +1,13 @@
 #include "engine/engine_config.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/shell.h"
 #include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/strict_cpu_backend.h"
@@ -62,6 +66,12 @@ bool SharedDevice(const config::EngineConfig& engine) {
 }
 
 // What a build without CUDA says of `section`.engine.device CUDA.
+// Devices the replicas of this process need: one per in-process replica
+// (one for all on a shared device; one per MPI rank).
+int DevicesNeeded(const config::EngineConfig& engine) {
+  return SharedDevice(engine) ? 1 : InProcessReplicas(engine) ? engine.replicas() : 1;
+}
+
 absl::Status NotBuiltWithCuda(const std::string& section) {
   return absl::InvalidArgumentError(absl::StrCat(
       section, ".engine.device CUDA: this troupe was built without CUDA (configure with the CUDA toolkit, "
@@ -85,6 +95,11 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
   }
   const bool cuda = engine.device() == config::EngineConfig::CUDA;
   if (cuda && !BuiltWithCuda()) return NotBuiltWithCuda(section);
+  // Device GPU becomes PJRT or CUDA on the machine that runs it (ResolveDevice).
+  const bool gpu = engine.device() == config::EngineConfig::GPU;
+  if (gpu && !BuiltWithCuda() && !BuiltWithPjrt()) {
+    return bad(".engine.device GPU: this troupe was built with neither CUDA nor the PJRT backend");
+  }
   const bool nccl = engine.collectives() == config::EngineConfig::NCCL ||
                     engine.collectives() == config::EngineConfig::NCCL_MPI;
   if (nccl && !cuda) {
@@ -109,28 +124,33 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
   if (pjrt && engine.pjrt_plugin().empty()) {
     return bad(".engine.pjrt_plugin: device PJRT needs the plugin's .so (libtpu.so, the XLA CUDA or CPU plugin)");
   }
-  if (!pjrt && !engine.pjrt_plugin().empty()) {
+  if (!pjrt && !gpu && !engine.pjrt_plugin().empty()) {
     return bad(".engine.pjrt_plugin \"", engine.pjrt_plugin(), "\": set, but engine.device is ",
                config::EngineConfig::Device_Name(engine.device()), " (the plugin is for device PJRT)");
   }
-  if (!pjrt && engine.has_pjrt_cache_dir()) {
+  if (!pjrt && !gpu && engine.has_pjrt_cache_dir()) {
     return bad(".engine.pjrt_cache_dir \"", engine.pjrt_cache_dir(), "\": set, but engine.device is ",
                config::EngineConfig::Device_Name(engine.device()), " (the cache is device PJRT's)");
   }
-  if (!pjrt && engine.has_pjrt_steps()) {
+  if (!pjrt && !gpu && engine.has_pjrt_steps()) {
     return bad(".engine.pjrt_steps ", config::EngineConfig::PjrtSteps_Name(engine.pjrt_steps()),
                ": set, but engine.device is ", config::EngineConfig::Device_Name(engine.device()),
                " (compiled steps are device PJRT's)");
   }
-  if (!cuda && !pjrt && engine.precision() == config::EngineConfig::BFLOAT16) {
+  if (!cuda && !pjrt && !gpu && engine.precision() == config::EngineConfig::BFLOAT16) {
     return absl::InvalidArgumentError(absl::StrCat(section, ".engine.precision BFLOAT16: the ",
                                                    config::EngineConfig::Device_Name(engine.device()),
-                                                   " device computes in FLOAT32 only (BFLOAT16 needs device CUDA or PJRT)"));
+                                                   " device computes in FLOAT32 only (BFLOAT16 needs device CUDA, PJRT or GPU)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section) {
+  if (engine.device() == config::EngineConfig::GPU) {
+    std::string said;
+    ASSIGN_OR_RETURN(const config::EngineConfig chosen, ChooseGpuPath(engine, FindGpuPaths(engine), section, &said));
+    return CheckDeviceAvailable(chosen, section);
+  }
 #ifdef TROUPE_HAVE_PJRT
   if (engine.device() == config::EngineConfig::PJRT) {
     // Loads the plugin and opens its client (shared with the backends made later).
@@ -139,7 +159,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
       return absl::Status(client.status().code(),
                           absl::StrCat(section, ".engine.pjrt_plugin: ", client.status().message()));
     }
-    const int needed = SharedDevice(engine) ? 1 : InProcessReplicas(engine) ? engine.replicas() : 1;
+    const int needed = DevicesNeeded(engine);
     if ((*client)->num_devices() < needed) {
       return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device PJRT: ", needed, " device(s) needed, ",
                                                         (*client)->num_devices(), " on platform ",
@@ -152,7 +172,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
 #ifdef TROUPE_HAVE_CUDA
   std::string why;
   const int devices = cuda::DeviceCount(&why);
-  const int needed = SharedDevice(engine) ? 1 : InProcessReplicas(engine) ? engine.replicas() : 1;
+  const int needed = DevicesNeeded(engine);
   if (devices < needed) {
     return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device CUDA: ", needed, " GPU(s) needed, ",
                                                       devices, " found", why.empty() ? "" : absl::StrCat(" (", why, ")")));
@@ -187,9 +207,121 @@ std::shared_ptr<void> MakeReplicaGroup(const config::EngineConfig& engine) {
 
 }  // namespace
 
+namespace {
+
+// The XLA CUDA plugin JAX installs (jax-cuda13-pjrt or -cuda12), as the
+// machine's python3 ($TROUPE_PYTHON) finds it without importing JAX; "" and
+// *why_not when there is none.
+std::string JaxCudaPlugin(std::string* why_not) {
+  const char* env = std::getenv("TROUPE_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
+  const std::string program =
+      "import importlib.util, os\n"
+      "for name in ('jax_plugins.xla_cuda13', 'jax_plugins.xla_cuda12'):\n"
+      "    try:\n"
+      "        spec = importlib.util.find_spec(name)\n"
+      "    except Exception:\n"
+      "        spec = None\n"
+      "    for folder in (spec.submodule_search_locations or []) if spec else []:\n"
+      "        path = os.path.join(folder, 'xla_cuda_plugin.so')\n"
+      "        if os.path.exists(path):\n"
+      "            print(path)\n"
+      "            raise SystemExit(0)\n";
+  std::string path;
+  if (FILE* pipe = popen(absl::StrCat("timeout 30 ", ShellQuote(python), " -c ", ShellQuote(program), " 2>/dev/null").c_str(), "r")) {
+    char buffer[4096];
+    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) path += buffer;
+    pclose(pipe);
+  }
+  path = std::string(absl::StripAsciiWhitespace(path));
+  if (path.empty()) {
+    *why_not = absl::StrCat("engine.pjrt_plugin is unset and ", python,
+                            " finds no XLA CUDA plugin (jax_plugins.xla_cuda13 or xla_cuda12, from jax[cuda13])");
+  }
+  return path;
+}
+
+}  // namespace
+
+GpuPaths FindGpuPaths(const config::EngineConfig& engine) {
+  GpuPaths found;
+#ifdef TROUPE_HAVE_PJRT
+  const std::string plugin = engine.pjrt_plugin().empty() ? JaxCudaPlugin(&found.pjrt_why_not) : engine.pjrt_plugin();
+  if (!plugin.empty()) {
+    auto client = pjrt::Client::Shared(plugin);
+    if (client.ok()) {
+      found.pjrt_plugin = plugin;
+      found.pjrt_platform = (*client)->platform();
+      found.pjrt_devices = (*client)->num_devices();
+    } else {
+      found.pjrt_why_not = std::string(client.status().message());
+    }
+  }
+#else
+  found.pjrt_why_not = "this troupe was built without the PJRT backend";
+#endif
+#ifdef TROUPE_HAVE_CUDA
+  found.cuda_devices = cuda::DeviceCount(&found.cuda_why_not);
+#else
+  found.cuda_why_not = "this troupe was built without CUDA";
+#endif
+  return found;
+}
+
+absl::StatusOr<config::EngineConfig> ChooseGpuPath(const config::EngineConfig& engine, const GpuPaths& found,
+                                                   const std::string& section, std::string* said) {
+  if (engine.device() != config::EngineConfig::GPU) return engine;
+  const int needed = DevicesNeeded(engine);
+  std::string pjrt_why = found.pjrt_why_not;
+  if (!found.pjrt_plugin.empty()) {
+    if (found.pjrt_platform == "cpu") {
+      pjrt_why = absl::StrCat(found.pjrt_plugin, " is a CPU plugin");
+    } else if (found.pjrt_devices < needed) {
+      pjrt_why = absl::StrCat(found.pjrt_plugin, ": ", needed, " device(s) needed, ", found.pjrt_devices, " on ",
+                              found.pjrt_platform);
+    } else {
+      config::EngineConfig chosen = engine;
+      chosen.set_device(config::EngineConfig::PJRT);
+      chosen.set_pjrt_plugin(found.pjrt_plugin);
+      *said = absl::StrCat(section, ".engine.device GPU: one compiled program per step through the PJRT plugin ",
+                           found.pjrt_plugin, " (", found.pjrt_platform, ", ", found.pjrt_devices, " device(s))");
+      return chosen;
+    }
+  }
+  const std::string cuda_why =
+      found.cuda_devices >= needed
+          ? std::string()
+          : absl::StrCat(needed, " GPU(s) needed, ", found.cuda_devices, " found",
+                         found.cuda_why_not.empty() ? "" : absl::StrCat(" (", found.cuda_why_not, ")"));
+  if (cuda_why.empty()) {
+    config::EngineConfig chosen = engine;
+    chosen.set_device(config::EngineConfig::CUDA);
+    chosen.clear_pjrt_plugin();
+    chosen.clear_pjrt_cache_dir();
+    chosen.clear_pjrt_steps();
+    *said = absl::StrCat(section, ".engine.device GPU: the CUDA backend (", found.cuda_devices,
+                         " GPU(s)); no PJRT GPU plugin: ", pjrt_why);
+    return chosen;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(section, ".engine.device GPU: no GPU path here. PJRT: ", pjrt_why, ". CUDA: ", cuda_why));
+}
+
+absl::StatusOr<config::EngineConfig> ResolveDevice(const config::EngineConfig& engine, const std::string& section) {
+  if (engine.device() != config::EngineConfig::GPU) return engine;
+  std::string said;
+  ASSIGN_OR_RETURN(config::EngineConfig chosen, ChooseGpuPath(engine, FindGpuPaths(engine), section, &said));
+  std::fprintf(stderr, "troupe: %s\n", said.c_str());
+  return chosen;
+}
+
 absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineConfig& engine, int local_index,
                                                          int threads, std::shared_ptr<void> group) {
   switch (engine.device()) {
+    case config::EngineConfig::GPU: {
+      ASSIGN_OR_RETURN(const config::EngineConfig chosen, ResolveDevice(engine, "engine"));
+      return MakeBackend(chosen, local_index, threads, std::move(group));
+    }
     case config::EngineConfig::CPU:
       return std::make_unique<nn::CpuBackend>(threads);
     case config::EngineConfig::CPU_STRICT:
@@ -228,8 +360,9 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
   return absl::InvalidArgumentError(absl::StrCat("engine.device ", int(engine.device()), ": unknown"));
 }
 
-absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(const config::EngineConfig& engine,
+absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(const config::EngineConfig& requested,
                                                                        std::chrono::milliseconds timeout) {
+  ASSIGN_OR_RETURN(const config::EngineConfig engine, ResolveDevice(requested, "engine"));
   replicator::ReplicatorOptions options;
   options.backend = InProcessReplicas(engine) ? replicator::ReplicatorOptions::Backend::kInProcess
                                               : replicator::ReplicatorOptions::Backend::kMpi;

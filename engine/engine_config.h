@@ -48,6 +48,31 @@ int EngineThreadsPerReplica(const config::EngineConfig& engine, int local_replic
 // nothing behind.
 absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section);
 
+// What device GPU can use on this machine: an XLA PJRT plugin (its path, its
+// platform and device count, or why there is none) and the CUDA backend's
+// GPUs (or why none answers).
+struct GpuPaths {
+  std::string pjrt_plugin;
+  std::string pjrt_platform;
+  int pjrt_devices = 0;
+  std::string pjrt_why_not;
+  int cuda_devices = 0;
+  std::string cuda_why_not;
+};
+// Looks: the plugin at engine.pjrt_plugin when set, else the XLA CUDA plugin
+// JAX installs (python3 finds jax_plugins.xla_cuda13 or xla_cuda12), opened
+// to count its devices; the CUDA backend's GPUs where built with CUDA.
+GpuPaths FindGpuPaths(const config::EngineConfig& engine);
+// Device GPU made concrete from `found`: PJRT with the plugin when it is a
+// GPU plugin with the devices the in-process replicas need (compiled steps:
+// the fast path), else CUDA when enough GPUs answer; `said` gets one line
+// saying which and why. Other devices come back as they are. Errors:
+// FailedPrecondition naming the section and why each path is out.
+absl::StatusOr<config::EngineConfig> ChooseGpuPath(const config::EngineConfig& engine, const GpuPaths& found,
+                                                   const std::string& section, std::string* said);
+// ChooseGpuPath on this machine (FindGpuPaths), saying the choice on stderr.
+absl::StatusOr<config::EngineConfig> ResolveDevice(const config::EngineConfig& engine, const std::string& section);
+
 // The backend of the replica with node-local rank `local_index` (device
 // `local_index` for CUDA and PJRT) with `threads` compute threads (CPU
 // devices); `group`: what the K replicas of a PJRT Replicator share to run

@@ -2,6 +2,7 @@
 // backend each device gives (CUDA refused, saying why, where it cannot be had).
 #include "engine/engine_config.h"
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,80 @@ TEST(MakeBackendTest, CudaWithoutAGpuIsRefusedSayingWhy) {
   EXPECT_EQ(available.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(available.message(), HasSubstr("learner.engine.device CUDA: 1 GPU(s) needed, 0 found"));
   EXPECT_FALSE(MakeBackend(cuda, 0, 1).ok());
+}
+
+// Device GPU picks the fastest path present: compiled PJRT steps through a
+// GPU plugin with enough devices, else the CUDA backend, else a refusal that
+// says why each is out; the choice is said in one line.
+TEST(ChooseGpuPathTest, CompiledPjrtFirstThenCudaElseWhyNeither) {
+  config::EngineConfig gpu = Engine(config::EngineConfig::GPU, config::EngineConfig::BFLOAT16);
+  GpuPaths both{.pjrt_plugin = "/x/xla_cuda_plugin.so", .pjrt_platform = "cuda", .pjrt_devices = 1, .cuda_devices = 1};
+  std::string said;
+  auto chosen = ChooseGpuPath(gpu, both, "learner", &said);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(chosen->device(), config::EngineConfig::PJRT);
+  EXPECT_EQ(chosen->pjrt_plugin(), "/x/xla_cuda_plugin.so");
+  EXPECT_EQ(chosen->precision(), config::EngineConfig::BFLOAT16);
+  EXPECT_THAT(said, HasSubstr("learner.engine.device GPU: one compiled program per step through the PJRT plugin "
+                              "/x/xla_cuda_plugin.so (cuda, 1 device(s))"));
+  EXPECT_TRUE(ValidateEngineConfig(*chosen, "learner", 8).ok());
+
+  // A CPU plugin is no GPU; two in-process replicas need two devices.
+  GpuPaths cpu_plugin = both;
+  cpu_plugin.pjrt_platform = "cpu";
+  chosen = ChooseGpuPath(gpu, cpu_plugin, "learner", &said);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(chosen->device(), config::EngineConfig::CUDA);
+  EXPECT_FALSE(chosen->has_pjrt_plugin());
+  EXPECT_THAT(said, HasSubstr("the CUDA backend (1 GPU(s)); no PJRT GPU plugin: /x/xla_cuda_plugin.so is a CPU plugin"));
+  EXPECT_TRUE(ValidateEngineConfig(*chosen, "learner", 8).ok() || !BuiltWithCuda());
+  gpu.set_replicas(2);
+  auto refused = ChooseGpuPath(gpu, both, "learner", &said);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("learner.engine.device GPU: no GPU path here. PJRT: /x/xla_cuda_plugin.so: 2 device(s) needed, "
+                        "1 on cuda. CUDA: 2 GPU(s) needed, 1 found"));
+
+  // Other devices pass through as they are.
+  chosen = ChooseGpuPath(Engine(config::EngineConfig::CPU), both, "learner", &said);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->device(), config::EngineConfig::CPU);
+}
+
+// This machine has no GPU: device GPU is accepted by validation (with the
+// PJRT fields and BFLOAT16) but refused before anything starts, naming why
+// each path is out; pointed at the CPU plugin, it says that is no GPU.
+TEST(ChooseGpuPathTest, NoGpuHereIsRefusedBeforeAnythingStarts) {
+  config::EngineConfig gpu = Engine(config::EngineConfig::GPU, config::EngineConfig::BFLOAT16);
+  gpu.set_pjrt_steps(config::EngineConfig::COMPILED);
+  ASSERT_TRUE(ValidateEngineConfig(gpu, "learner", 8).ok());
+  const absl::Status available = CheckDeviceAvailable(gpu, "learner");
+  if (available.ok()) GTEST_SKIP() << "a GPU path answers here";
+  EXPECT_EQ(available.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(available.message(), HasSubstr("learner.engine.device GPU: no GPU path here. PJRT: "));
+  EXPECT_THAT(available.message(), HasSubstr(". CUDA: "));
+  EXPECT_FALSE(MakeReplicator(gpu).ok());
+}
+
+TEST(ChooseGpuPathTest, APjrtCpuPluginIsNoGpu) {
+  const char* cpu_plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (cpu_plugin == nullptr || !BuiltWithPjrt()) GTEST_SKIP() << "no PJRT CPU plugin at TROUPE_PJRT_PLUGIN";
+  config::EngineConfig gpu = Engine(config::EngineConfig::GPU);
+  gpu.set_pjrt_plugin(cpu_plugin);
+  const GpuPaths found = FindGpuPaths(gpu);
+  EXPECT_EQ(found.pjrt_plugin, cpu_plugin);
+  EXPECT_EQ(found.pjrt_platform, "cpu");
+  const absl::Status available = CheckDeviceAvailable(gpu, "learner");
+  if (available.ok()) GTEST_SKIP() << "a CUDA GPU answers here";
+  EXPECT_THAT(available.message(), HasSubstr(std::string(cpu_plugin) + " is a CPU plugin"));
+}
+
+// GPU cannot take NCCL collectives (they need device CUDA, said plainly).
+TEST(ChooseGpuPathTest, NcclWantsCudaNotGpu) {
+  config::EngineConfig gpu = Engine(config::EngineConfig::GPU);
+  gpu.set_collectives(config::EngineConfig::NCCL);
+  EXPECT_THAT(ValidateEngineConfig(gpu, "learner", 8).message(), HasSubstr("needs learner.engine.device CUDA (not GPU)"));
 }
 
 }  // namespace

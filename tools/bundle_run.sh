@@ -218,11 +218,14 @@ if ((!cpu_only)); then
     seconds=$(( $(capped 340) - 40 ))
     if ((seconds >= 60)); then
       timeout "$seconds" "$here/bin/troupe" run "$TROUPE_HOME/configs/cartpole_swingup.textproto" \
-        --set learner.engine.device=CUDA --set evaluator.record_video=false --set runs_dir="$out/runs" \
-        > "$out/run_cuda.txt" 2>&1
-      echo "troupe run cartpole_swingup, learner on CUDA, $seconds s: exit $? ($(tail -n 1 "$out/run_cuda.txt"))" | tee -a "$out/summary.txt"
+        --set learner.engine.device=GPU --set evaluator.record_video=false --set runs_dir="$out/runs" \
+        > "$out/run_gpu.txt" 2>&1
+      rc=$?
+      # Which path device GPU took, as the learner said it.
+      path=$(grep -rho 'engine.device GPU: [^(]*' "$out/runs" "$out/run_gpu.txt" 2>/dev/null | head -n 1)
+      echo "troupe run cartpole_swingup, learner on the GPU (${path:-path not said}), $seconds s: exit $rc ($(tail -n 1 "$out/run_gpu.txt"))" | tee -a "$out/summary.txt"
     else
-      echo "troupe run cartpole_swingup on CUDA: skipped (budget spent)" | tee -a "$out/summary.txt"
+      echo "troupe run cartpole_swingup on the GPU: skipped (budget spent)" | tee -a "$out/summary.txt"
     fi
   fi
   if has cpu; then
