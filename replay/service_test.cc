@@ -265,13 +265,13 @@ proto::FrameData RawFrame(uint64_t key) {
   return f;
 }
 
-// Adds a pixels item to `request` whose obs are frames k-3..k-1 and next_obs
-// k-2..k, reward `reward`.
+// Adds a pixels item to `request` (k >= 2) whose obs are frames k-2, k-2,
+// k-1 and next_obs k-2..k, reward `reward`.
 void AddPixelItem(proto::InsertRequest* request, uint64_t k, float reward) {
   auto* item = request->add_items();
   item->set_table("pixels");
   auto* obs = item->add_fields();
-  for (uint64_t j = k - 3; j < k; ++j) obs->add_frame_keys(j);
+  for (uint64_t j : {k - 2, k - 2, k - 1}) obs->add_frame_keys(j);
   auto* action = item->add_fields()->mutable_tensor();
   action->set_dtype(proto::DTYPE_FLOAT32);
   action->add_shape(2);
