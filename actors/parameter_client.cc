@@ -40,7 +40,15 @@ void ParameterClient::Loop(std::stop_token stop) {
   bool first_attempt = true;
   std::optional<std::chrono::steady_clock::time_point> lost_since;  // when a working stream was lost
   while (!stop.stop_requested()) {
-    if (!first_attempt) ++reconnects_;
+    if (!first_attempt) {
+      ++reconnects_;
+      // Wait for the channel (a second at a time, so a stop is seen): the
+      // wait drives the connection, which after a failure nothing else
+      // would but gRPC's 5 s backup poller, and then the call fails at once.
+      for (int i = 0; i < 10 && !stop.stop_requested(); ++i) {
+        if ((*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1))) break;
+      }
+    }
     first_attempt = false;
     // One Get stream, from the version we hold.
     auto context = std::make_shared<grpc::ClientContext>();

@@ -3,6 +3,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -31,13 +32,13 @@ uint64_t NewWriterId() {
 //      wait) confirms every request before it: unacked_ empties.
 //   3. A failed write or read ends the stream; later Sends only keep
 //      their requests (1) and return the stream's status.
-//   4. Resume opens a new stream and re-sends
+//   4. Resume waits for the channel to connect, opens a new stream and re-sends
 //      unacked_ in order, the first marked `resume`, the last asking for
 //      an ack (2); the server skips what it already inserted.
 class GrpcWriter : public Writer {
  public:
-  GrpcWriter(proto::Replay::Stub* stub, const WriterOptions& options)
-      : Writer(options), stub_(stub), writer_id_(options.resumable ? NewWriterId() : 0) {
+  GrpcWriter(std::shared_ptr<grpc::Channel> channel, proto::Replay::Stub* stub, const WriterOptions& options)
+      : Writer(options), channel_(std::move(channel)), stub_(stub), writer_id_(options.resumable ? NewWriterId() : 0) {
     OpenStream();
   }
 
@@ -62,12 +63,18 @@ class GrpcWriter : public Writer {
     if (writer_id_ == 0) return Writer::Resume();
     if (closed_) return absl::FailedPreconditionError("Resume: the writer is closed");
     if (!finished_ && unacked_.empty()) return absl::OkStatus();
-    // 4. A new stream (the old one cancelled if it is still open).
+    // 4. A new stream (the old one cancelled if it is still open), once
+    // the channel has connected or kResumeConnectWait passed. The wait
+    // drives the connection: after a failure a call fails at once, and
+    // with no thread waiting on the channel gRPC advances a connection only
+    // on its backup poller (every 5 s), too slowly for a lossy link's
+    // handshakes. Not connected, the stream then fails with the reason.
     if (!finished_) {
       context_->TryCancel();
       (void)stream_->Finish();
       finished_ = true;
     }
+    (void)channel_->WaitForConnected(std::chrono::system_clock::now() + kResumeConnectWait);
     OpenStream();
     if (unacked_.empty() && sequence_ == 0) return absl::OkStatus();  // nothing was ever sent
     if (unacked_.empty()) {
@@ -155,6 +162,7 @@ class GrpcWriter : public Writer {
     return status_;
   }
 
+  std::shared_ptr<grpc::Channel> channel_;
   proto::Replay::Stub* stub_;
   const uint64_t writer_id_;  // 0: not resumable
   std::unique_ptr<grpc::ClientContext> context_;
@@ -297,7 +305,7 @@ class GrpcClient : public ReplayClient {
 
   absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
     RETURN_IF_ERROR(channel_error_);
-    return std::make_unique<GrpcWriter>(stub_.get(), options);
+    return std::make_unique<GrpcWriter>(channel_, stub_.get(), options);
   }
   absl::StatusOr<std::unique_ptr<Sampler>> NewSampler(const SamplerOptions& options) override {
     RETURN_IF_ERROR(channel_error_);

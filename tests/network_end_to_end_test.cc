@@ -1,14 +1,16 @@
-// Actors through a bad network: the learner on this machine's side of a
-// veth pair, two actors in a network namespace on the other, TLS and a
-// token on. `tc netem` makes the link lose 10% of packets and delay each by
+// Actors through a bad network: the learner in this machine's network
+// namespace, two actors in another one the test makes, joined by one link,
+// TLS and a token on. The link loses 10% of packets and delays each by
 // 200 ms each way; then a partition (100% loss) of 30 s; then the lossy
 // link again. The pixel run keeps training, the evaluator keeps
 // evaluating, every actor resumes its insert stream after the partition,
 // and replay took exactly the transitions the actors say they wrote:
 // nothing lost, nothing inserted twice (so no episode is cut short).
 //
-// Needs root, iproute2 (ip, tc) and the netem qdisc; skipped, saying which
-// is missing, without them.
+// The link is a veth pair with `tc netem` on both ends where the kernel has
+// the netem qdisc, else two TUN devices with this test's own forwarder
+// doing what netem would (tests/tun_link.h). Needs root and iproute2;
+// skipped, saying what is missing, without them.
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/processes.h"
+#include "tests/tun_link.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -51,10 +54,13 @@ Shell Sh(const std::string& command) {
   return result;
 }
 
-// The link's two ends: `outside` on this machine's side (the learner's),
-// `inside` in the namespace (the actors').
-constexpr char kLossyLink[] = "netem delay 200ms loss 10%";
-constexpr char kPartition[] = "netem loss 100%";
+// The link's settings: lossy, and a partition.
+struct LinkSettings {
+  double loss;
+  std::chrono::milliseconds delay;
+};
+constexpr LinkSettings kLossyLink{0.10, std::chrono::milliseconds(200)};
+constexpr LinkSettings kPartition{1.0, std::chrono::milliseconds(200)};
 
 class NetworkEndToEndTest : public ::testing::Test {
  protected:
@@ -72,14 +78,15 @@ class NetworkEndToEndTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    tun_link_.reset();  // its devices go with their fds
     if (made_namespace_) {
-      (void)Sh("ip netns del " + namespace_);  // its end of the pair goes with it, and so the other
+      (void)Sh("ip netns del " + namespace_);  // its end of a veth pair goes with it, and so the other
       (void)Sh("ip link del " + outside_);
     }
   }
 
-  // Makes the namespace and the veth pair with addresses; an empty string,
-  // or why this machine cannot (for GTEST_SKIP).
+  // Makes the namespace and the link (lossy) with addresses; an empty
+  // string, or why this machine cannot (for GTEST_SKIP).
   std::string MakeNetwork() {
     if (geteuid() != 0) return "making a network namespace needs root (ip netns add)";
     if (Sh("ip -V").code != 0 || Sh("tc -V").code != 0) {
@@ -90,30 +97,68 @@ class NetworkEndToEndTest : public ::testing::Test {
     }
     made_namespace_ = true;
     const std::string in = "ip netns exec " + namespace_ + " ";
+    if (Shell lo = Sh(in + "ip link set lo up"); lo.code != 0) return "cannot set up the namespace: " + lo.output;
+    // A veth pair with netem on both ends, where the kernel has netem.
+    std::string no_netem;
     for (const std::string& command :
          {"ip link add " + outside_ + " type veth peer name " + inside_, "ip link set " + inside_ + " netns " + namespace_,
           "ip addr add " + learner_host_ + "/24 dev " + outside_, "ip link set " + outside_ + " up",
           in + "ip addr add " + actor_host_ + "/24 dev " + inside_, in + "ip link set " + inside_ + " up",
-          in + "ip link set lo up"}) {
-      if (Shell step = Sh(command); step.code != 0) return "this machine cannot make a veth pair: " + command + ": " + step.output;
+          "tc qdisc add dev " + outside_ + " root " + Netem(kLossyLink),
+          in + "tc qdisc add dev " + inside_ + " root " + Netem(kLossyLink)}) {
+      if (Shell step = Sh(command); step.code != 0) {
+        no_netem = command + ": " + step.output;
+        break;
+      }
     }
-    if (Shell netem = Sh("tc qdisc add dev " + outside_ + " root " + kLossyLink); netem.code != 0) {
-      return "this machine has no netem qdisc (the sch_netem kernel module): " + netem.output;
+    if (no_netem.empty()) {
+      std::printf("link: a veth pair with tc netem on both ends\n");
+      return "";
     }
-    if (Shell netem = Sh(in + "tc qdisc add dev " + inside_ + " root " + kLossyLink); netem.code != 0) {
-      return "this machine has no netem qdisc in a namespace: " + netem.output;
+    // Else TUN devices and this test's forwarder.
+    (void)Sh("ip link del " + outside_);
+    (void)Sh(in + "ip link del " + inside_);
+    std::string error;
+    const int outside = TunLink::OpenDevice(outside_, &error);
+    if (outside < 0) return "no netem (" + no_netem + ") and " + error;
+    const int inside = TunLink::OpenDevice(inside_, &error);
+    if (inside < 0) {
+      close(outside);
+      return "no netem (" + no_netem + ") and " + error;
     }
+    tun_link_ = std::make_unique<TunLink>(outside, inside);
+    for (const std::string& command :
+         {"ip link set " + inside_ + " netns " + namespace_,
+          "ip addr add " + learner_host_ + "/32 peer " + actor_host_ + "/32 dev " + outside_,
+          "ip link set " + outside_ + " up",
+          in + "ip addr add " + actor_host_ + "/32 peer " + learner_host_ + "/32 dev " + inside_,
+          in + "ip link set " + inside_ + " up"}) {
+      if (Shell step = Sh(command); step.code != 0) return "cannot set up TUN devices: " + command + ": " + step.output;
+    }
+    tun_link_->Set(kLossyLink.loss, kLossyLink.delay);
+    std::printf("link: TUN devices and the test's forwarder (this kernel has no netem qdisc: %s)\n",
+                no_netem.c_str());
     return "";
   }
 
-  // Both ends' netem settings ("netem ...").
-  void SetLink(const std::string& netem) {
-    ASSERT_EQ(Sh("tc qdisc change dev " + outside_ + " root " + netem).code, 0);
-    ASSERT_EQ(Sh("ip netns exec " + namespace_ + " tc qdisc change dev " + inside_ + " root " + netem).code, 0);
+  static std::string Netem(const LinkSettings& settings) {
+    return absl::StrCat("netem delay ", settings.delay.count(), "ms loss ", settings.loss * 100, "%");
+  }
+
+  // Both ends of the link.
+  void SetLink(const LinkSettings& settings) {
+    if (tun_link_) {
+      tun_link_->Set(settings.loss, settings.delay);
+      return;
+    }
+    ASSERT_EQ(Sh("tc qdisc change dev " + outside_ + " root " + Netem(settings)).code, 0);
+    ASSERT_EQ(Sh("ip netns exec " + namespace_ + " tc qdisc change dev " + inside_ + " root " + Netem(settings)).code,
+              0);
   }
 
   std::string dir_, namespace_, outside_, inside_, learner_host_, actor_host_;
   bool made_namespace_ = false;
+  std::unique_ptr<TunLink> tun_link_;
 };
 
 // The run's latest updates (metrics.csv's last row), 0 before the first row.
