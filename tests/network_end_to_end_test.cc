@@ -218,11 +218,13 @@ total_frames: 100000000
     Stop(learner);
   };
 
-  // 1. Training through 10% loss and 200 ms delay each way.
+  // 1. Training through 10% loss and 200 ms delay each way, for 20 s at least.
+  const auto lossy_since = std::chrono::steady_clock::now();
   if (!AwaitUpdates(run, 30, /*seconds=*/120)) {
     stop_all();
     FAIL() << "no training through the lossy link\n" << logs();
   }
+  std::this_thread::sleep_until(lossy_since + std::chrono::seconds(20));
   // 2. A partition of 30 s.
   SetLink(kPartition);
   const int64_t before_partition = Updates(run);
@@ -273,6 +275,12 @@ total_frames: 100000000
   std::printf("replay took %s transitions; the actors wrote %ld\n", m[1].str().c_str(), long(written));
   EXPECT_EQ(std::stoll(m[1]), written) << all;
   EXPECT_GT(written, 0);
+  // ...because replay kept each actor's writer session for it to resume.
+  EXPECT_THAT(learner_log, HasSubstr("resumed its session on a new insert stream")) << learner_log;
+  if (tun_link_) {
+    std::printf("link: %ld packets carried, %ld dropped\n", long(tun_link_->packets_carried()),
+                long(tun_link_->packets_dropped()));
+  }
   // The evaluator went on too: an evaluation after the partition.
   const auto evaluations = Metrics(run, "eval.csv");
   ASSERT_FALSE(evaluations.empty()) << all;
