@@ -381,6 +381,40 @@ TEST(ServiceTest, AWriterSessionResumedOnANewStreamInsertsEachItemOnce) {
       << status.error_message();
 }
 
+// Idle writer sessions are kept up to kMaxIdleWriterSessions, the oldest
+// dropped first: a writer whose session went cannot resume it (and says
+// so), a newer one can.
+TEST(ServiceTest, IdleWriterSessionsBeyondTheBoundAreDroppedOldestFirst) {
+  auto server = StartServer(TestConfig());
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Replay::NewStub(channel);
+  // One request (an ack) on a stream of writer `writer`; the status it ended with.
+  auto one_stream = [&](uint64_t writer, int64_t sequence, bool resume) {
+    grpc::ClientContext context;
+    auto stream = stub->Insert(&context);
+    proto::InsertRequest request;
+    request.set_writer(writer);
+    request.set_sequence(sequence);
+    request.set_resume(resume);
+    request.set_ack(true);
+    proto::InsertResponse response;
+    if (stream->Write(request) && stream->Read(&response)) stream->WritesDone();
+    return stream->Finish();
+  };
+  for (uint64_t writer = 1; writer <= kMaxIdleWriterSessions + 1; ++writer) {
+    ASSERT_TRUE(one_stream(writer, 1, /*resume=*/false).ok()) << writer;
+  }
+  // Each stream's end lets its session go once the server is done with
+  // the stream (at once; a second is generous). A probe that finds a
+  // session would refresh it, so each writer is probed once.
+  absl::SleepFor(absl::Seconds(1));
+  const grpc::Status oldest = one_stream(1, 2, /*resume=*/true);
+  EXPECT_EQ(oldest.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << oldest.error_message();
+  EXPECT_TRUE(absl::StrContains(oldest.error_message(), "was idle longer than")) << oldest.error_message();
+  const grpc::Status newest = one_stream(kMaxIdleWriterSessions + 1, 2, /*resume=*/true);
+  EXPECT_TRUE(newest.ok()) << newest.error_message();
+}
+
 // The resumable client writer: a stream the server ends mid-request (the
 // rate limiter's insert timeout, a partial insert) is resumed, and the
 // sampler sees every item exactly once and in order.
@@ -430,6 +464,34 @@ TEST(ServiceTest, AResumableWriterLosesNothingAndInsertsNothingTwiceWhenItsStrea
   for (int i = 0; i < kItems; ++i) expected[i] = static_cast<float>(i);
   EXPECT_EQ(seen, expected);
   EXPECT_EQ(client->Info()->tables(3).rate_limiter().inserts(), kItems);
+}
+
+// A server that restarted (a learner killed and started again) has no
+// session to resume: Resume says so, and what was not acknowledged is
+// counted (the actor then starts a new writer).
+TEST(ServiceTest, AResumableWriterIsToldWhenTheServerNoLongerHasItsSession) {
+  config::ReplayConfig config = TestConfig();
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  const std::string address = server->address();
+  auto client = NewGrpcClient(address);
+  auto writer = *client->NewWriter({.resumable = true});
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 1).ok());
+  ASSERT_TRUE(writer->Flush().ok());
+  // The server goes, and another starts on the same port.
+  server.reset();
+  config.set_listen(address);
+  server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 2).ok());
+  const absl::Status flushed = writer->Flush();
+  EXPECT_FALSE(flushed.ok());
+  EXPECT_EQ(writer->items_unacknowledged(), 1);
+  const absl::Status resumed = writer->Resume();
+  EXPECT_TRUE(absl::IsFailedPrecondition(resumed)) << resumed;
+  EXPECT_TRUE(absl::StrContains(resumed.message(), "to resume (the server restarted")) << resumed;
+  EXPECT_EQ(writer->items_unacknowledged(), 1);
+  EXPECT_EQ(client->Info()->tables(1).rate_limiter().inserts(), 0);
 }
 
 // A writer that is not resumable says so.
