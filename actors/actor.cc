@@ -81,7 +81,8 @@ absl::Status Connect(const std::string& address, const GrpcCredentials& credenti
   c->transitions.reset();
   c->writer.reset();
   c->client = replay::NewGrpcClient(address, {.credentials = credentials});
-  ASSIGN_OR_RETURN(c->writer, c->client->NewWriter());
+  // Resumable: a broken stream is resumed with nothing lost or inserted twice.
+  ASSIGN_OR_RETURN(c->writer, c->client->NewWriter({.resumable = true}));
   c->transitions = std::make_unique<TransitionWriter>(c->writer.get(), num_envs, layout);
   return absl::OkStatus();
 }
@@ -168,6 +169,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     void Succeeded() { since.reset(); }
   } authentication{options, credentials, std::nullopt};
   std::chrono::milliseconds backoff(100);
+  constexpr std::chrono::milliseconds kMaxBackoff(5000);
   constexpr int kFlushEvery = 16;  // pool steps between waits for replay's acknowledgement
   int steps_since_flush = 0;
   while (!(stop && stop->load()) && (options.max_frames == 0 || stats.frames < options.max_frames)) {
@@ -186,30 +188,35 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     }
     ASSIGN_OR_RETURN(batch, pool->Step(actions));
 
-    // Record each env's step (or its new episode) in replay.
+    // Record each env's step (or its new episode) in replay. A send that
+    // fails leaves its transitions queued in the writer: every env's step
+    // is still recorded, and the stream is resumed below.
     absl::Status write_status;
-    for (int i = 0; i < n && write_status.ok(); ++i) {
+    for (int i = 0; i < n; ++i) {
       const auto type = static_cast<envs::StepType>(batch.step_type[i]);
+      absl::Status recorded;
       if (type == envs::StepType::kFirst) {
         if (pixels) stack.Reset(i, frame_of(batch, i));
-        write_status = connection.transitions->Start(i, state_of(batch, i), frame_of(batch, i));
-        continue;
+        recorded = connection.transitions->Start(i, state_of(batch, i), frame_of(batch, i));
+      } else {
+        if (pixels) stack.Push(i, frame_of(batch, i));
+        stats.frames += env_spec.action_repeat;
+        episode_return[i] += batch.reward[i];
+        const bool last = type == envs::StepType::kLast;
+        recorded = connection.transitions->Step(i, &actions[size_t(i) * action_size], batch.reward[i],
+                                                batch.discount[i], last, state_of(batch, i), frame_of(batch, i));
+        if (last) {
+          ++stats.episodes;
+          stats.last_return = episode_return[i];
+          std::printf("actor %d: episode %ld return %.1f frames %ld params v%ld noise %.2f\n", options.index,
+                      long(stats.episodes), episode_return[i], long(stats.frames), long(stats.parameter_version),
+                      ActorNoiseScale(config.actors(), options.index, stats.frames));
+          std::fflush(stdout);
+          episode_return[i] = 0;
+        }
       }
-      if (pixels) stack.Push(i, frame_of(batch, i));
-      stats.frames += env_spec.action_repeat;
-      episode_return[i] += batch.reward[i];
-      const bool last = type == envs::StepType::kLast;
-      write_status = connection.transitions->Step(i, &actions[size_t(i) * action_size], batch.reward[i],
-                                                  batch.discount[i], last, state_of(batch, i), frame_of(batch, i));
-      if (last) {
-        ++stats.episodes;
-        stats.last_return = episode_return[i];
-        std::printf("actor %d: episode %ld return %.1f frames %ld params v%ld noise %.2f\n", options.index,
-                    long(stats.episodes), episode_return[i], long(stats.frames), long(stats.parameter_version),
-                    ActorNoiseScale(config.actors(), options.index, stats.frames));
-        std::fflush(stdout);
-        episode_return[i] = 0;
-      }
+      if (!recorded.ok() && !Retryable(recorded)) return recorded;
+      write_status.Update(recorded);
     }
     // Every few steps, wait until what was sent is in replay: this is where
     // the learner's rate limiter holds actors back (without it, transport
@@ -229,26 +236,56 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     // A TLS handshake that fails is said in troupe's words, and given up
     // after actors.authentication_timeout_s (a wrong CA does not heal).
     RETURN_IF_ERROR(authentication.Failed(write_status));
-    // Replay went away: drop what was in flight, reconnect with backoff,
-    // and start every env's transitions afresh from its current observation.
-    std::fprintf(stderr, "actor %d: replay unavailable (%s); reconnecting in %ld ms\n", options.index,
-                 std::string(write_status.message()).c_str(), long(backoff.count()));
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-    ++stats.reconnects;
-    absl::Status connected = Connect(options.learner_address, credentials, layout, n, &connection);
-    if (connected.ok()) connected = start_all();
-    while (!connected.ok() && Retryable(connected) && !(stop && stop->load())) {
-      RETURN_IF_ERROR(authentication.Failed(connected));
+    // Replay went away: resume the insert stream with backoff. Its
+    // unacknowledged transitions are re-sent, and replay skips those it
+    // had: nothing is lost or inserted twice, and episodes go on.
+    std::fprintf(stderr, "actor %d: replay unavailable (%s); resuming the insert stream with backoff from %ld ms\n",
+                 options.index, std::string(write_status.message()).c_str(), long(backoff.count()));
+    const auto broke = std::chrono::steady_clock::now();
+    const int64_t waiting = connection.writer->items_unacknowledged();
+    int tries = 0;
+    absl::Status resumed = write_status;
+    while (!resumed.ok() && !(stop && stop->load())) {
       std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-      connected = Connect(options.learner_address, credentials, layout, n, &connection);
-      if (connected.ok()) connected = start_all();
+      backoff = std::min(backoff * 2, kMaxBackoff);
+      ++tries;
+      resumed = connection.writer->Resume();
+      if (absl::IsFailedPrecondition(resumed)) {
+        // Replay no longer has this writer's session (the learner
+        // restarted): what it had not acknowledged is lost; a new stream
+        // starts every env's transitions afresh from its current observation.
+        const int64_t lost = connection.writer->items_unacknowledged();
+        stats.transitions_lost += lost;
+        stats.transitions += connection.transitions->transitions_inserted() - lost;
+        std::fprintf(stderr, "actor %d: %s; %ld transitions lost, starting a new insert stream\n", options.index,
+                     std::string(resumed.message()).c_str(), long(lost));
+        resumed = Connect(options.learner_address, credentials, layout, n, &connection);
+        if (resumed.ok()) resumed = start_all();
+      }
+      if (resumed.ok()) break;
+      if (!Retryable(resumed)) return resumed;
+      RETURN_IF_ERROR(authentication.Failed(resumed));
     }
-    if (!connected.ok() && !Retryable(connected)) return connected;
+    if (!resumed.ok()) break;  // stopped while replay was away
+    ++stats.reconnects;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - broke).count();
+    std::fprintf(stderr, "actor %d: replay insert stream resumed after %.1f s (%d tries), %ld transitions re-sent\n",
+                 options.index, seconds, tries, long(waiting));
   }
-  // Deliver what is queued (best effort: the learner may be gone).
-  if (connection.writer) (void)connection.writer->Close();
+  // Deliver what is queued (best effort: the learner may be gone); what
+  // replay never acknowledged is counted as lost.
+  if (connection.writer) {
+    absl::Status closed = connection.writer->Close();
+    if (!closed.ok() && Retryable(closed) && connection.writer->Resume().ok()) closed = connection.writer->Close();
+    const int64_t lost = connection.writer->items_unacknowledged();
+    stats.transitions += connection.transitions->transitions_inserted() - lost;
+    stats.transitions_lost += lost;
+    if (!closed.ok()) {
+      std::fprintf(stderr, "actor %d: the last transitions did not reach replay (%s): %ld lost\n", options.index,
+                   std::string(closed.message()).c_str(), long(lost));
+    }
+  }
+  stats.parameter_reconnects = parameters.reconnects();
   return stats;
 }
 

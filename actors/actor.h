@@ -3,8 +3,12 @@
 // with a per-actor scale (spread across actors as Ape-X/D4PG do), and an
 // n-step transition writer streaming to replay over gRPC. It follows the
 // learner's Parameters stream and switches to a new version between env
-// steps. When the learner or replay goes away it retries with backoff and
-// resumes, losing at most the transitions in flight.
+// steps. When the learner or replay goes away (a partition, a restart) it
+// resumes its insert stream with backoff (0.1 s doubling to 5 s): replay
+// keeps the actor's writer session, the transitions it had not
+// acknowledged are re-sent and those it had are skipped, so nothing is lost
+// or inserted twice and episodes are never cut. Only a learner that
+// restarted (no session to resume) loses what was in flight.
 #ifndef TROUPE_ACTORS_ACTOR_H_
 #define TROUPE_ACTORS_ACTOR_H_
 
@@ -52,7 +56,12 @@ struct ActorStats {
   int64_t episodes = 0;
   double last_return = 0;
   int64_t parameter_version = 0;
-  int64_t reconnects = 0;
+  int64_t reconnects = 0;            // insert streams resumed (or restarted)
+  int64_t parameter_reconnects = 0;  // Parameters streams reconnected
+  // Transitions replay acknowledged, and those it never did (in flight
+  // when a learner restarted, or when the actor stopped).
+  int64_t transitions = 0;
+  int64_t transitions_lost = 0;
 };
 
 // Runs the actor until *stop, max_frames, or an error that retrying cannot

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include <grpcpp/create_channel.h>
 
@@ -36,8 +38,17 @@ void ParameterClient::Loop(std::stop_token stop) {
   auto stub = proto::Parameters::NewStub(*channel);
   std::chrono::milliseconds backoff(100);
   bool first_attempt = true;
+  std::optional<std::chrono::steady_clock::time_point> lost_since;  // when a working stream was lost
   while (!stop.stop_requested()) {
-    if (!first_attempt) ++reconnects_;
+    if (!first_attempt) {
+      ++reconnects_;
+      // Wait for the channel (a second at a time, so a stop is seen): the
+      // wait drives the connection, which after a failure nothing else
+      // would but gRPC's 5 s backup poller, and then the call fails at once.
+      for (int i = 0; i < 10 && !stop.stop_requested(); ++i) {
+        if ((*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(1))) break;
+      }
+    }
     first_attempt = false;
     // One Get stream, from the version we hold.
     auto context = std::make_shared<grpc::ClientContext>();
@@ -51,6 +62,12 @@ void ParameterClient::Loop(std::stop_token stop) {
     auto reader = stub->Get(context.get(), request);
     auto update = std::make_shared<proto::ParametersUpdate>();
     while (reader->Read(update.get())) {
+      if (lost_since) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - *lost_since).count();
+        std::fprintf(stderr, "parameters: the stream from %s is back after %.1f s, at version %ld\n",
+                     address_.c_str(), seconds, long(update->version()));
+        lost_since.reset();
+      }
       {
         absl::MutexLock lock(&mutex_);
         latest_ = update;
@@ -59,6 +76,12 @@ void ParameterClient::Loop(std::stop_token stop) {
       backoff = std::chrono::milliseconds(100);
     }
     const absl::Status finished = FromGrpcStatus(reader->Finish());
+    // Said once per outage (the learner gone, a partition), after the first version.
+    if (!lost_since && latest_version() > 0 && !stop.stop_requested()) {
+      lost_since = std::chrono::steady_clock::now();
+      std::fprintf(stderr, "parameters: the stream from %s ended (%s); reconnecting with backoff\n", address_.c_str(),
+                   finished.ok() ? "by the learner" : std::string(finished.message()).c_str());
+    }
     // The learner went away (or is not up yet): wait, then reconnect.
     absl::MutexLock lock(&mutex_);
     context_.reset();
@@ -66,6 +89,11 @@ void ParameterClient::Loop(std::stop_token stop) {
     mutex_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
+}
+
+int64_t ParameterClient::latest_version() {
+  absl::MutexLock lock(&mutex_);
+  return latest_ ? latest_->version() : 0;
 }
 
 bool ParameterClient::TakeNewer(int64_t* version, std::vector<float>* parameters) {

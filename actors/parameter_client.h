@@ -49,6 +49,8 @@ class ParameterClient {
 
  private:
   void Loop(std::stop_token stop);
+  // The version held (0: none yet).
+  int64_t latest_version();
 
   std::string address_;
   GrpcCredentials credentials_;

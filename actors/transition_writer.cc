@@ -36,7 +36,7 @@ absl::Status TransitionWriter::Start(int env_index, const float* state, const ui
   return absl::OkStatus();
 }
 
-absl::Status TransitionWriter::InsertFront(EnvState& env, size_t steps, const Observation& next) {
+absl::Status TransitionWriter::InsertFront(EnvState& env, size_t steps, const Observation& next, absl::Status* sent) {
   // The discounted sum of the first `steps` rewards and the bootstrap discount.
   float total = 0, discount = 1;
   for (size_t j = 0; j < steps; ++j) {
@@ -49,12 +49,17 @@ absl::Status TransitionWriter::InsertFront(EnvState& env, size_t steps, const Ob
                ? replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {layout_.state_size}, o.state.data())
                : replay::FieldValue::Frames(o.frames);
   };
-  RETURN_IF_ERROR(writer_->Insert(
+  const int64_t queued = writer_->items_queued();
+  absl::Status status = writer_->Insert(
       layout_.table, /*priority=*/1.0,
       {observation_field(front.observation),
        replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {layout_.action_size}, front.action.data()),
        replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &total),
-       replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount), observation_field(next)}));
+       replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount), observation_field(next)});
+  // Not queued: a bad item. Queued but its send failed: the writer keeps
+  // it (a resumable writer re-sends it), and the episode goes on.
+  if (writer_->items_queued() == queued) return status;
+  sent->Update(status);
   ++inserted_;
   env.pending.pop_front();
   return absl::OkStatus();
@@ -72,12 +77,15 @@ absl::Status TransitionWriter::Step(int env_index, const float* action, float re
                          discount});
   env.current = std::move(next);
   // A full n-step window is complete; at the end, every pending one is.
-  if (env.pending.size() == size_t(layout_.n_step)) RETURN_IF_ERROR(InsertFront(env, env.pending.size(), env.current));
+  absl::Status sent;
+  if (env.pending.size() == size_t(layout_.n_step)) {
+    RETURN_IF_ERROR(InsertFront(env, env.pending.size(), env.current, &sent));
+  }
   if (last) {
-    while (!env.pending.empty()) RETURN_IF_ERROR(InsertFront(env, env.pending.size(), env.current));
+    while (!env.pending.empty()) RETURN_IF_ERROR(InsertFront(env, env.pending.size(), env.current, &sent));
     env.started = false;
   }
-  return absl::OkStatus();
+  return sent;
 }
 
 void TransitionWriter::Clear() {

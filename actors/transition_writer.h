@@ -44,7 +44,10 @@ class TransitionWriter {
 
   // One step of env `env`: the action taken from its previous observation,
   // the reward and env discount, whether the episode ended, and the new
-  // observation. Inserts the transitions that became complete.
+  // observation. Inserts the transitions that became complete. A send
+  // that fails (replay unreachable) is returned only after the step is
+  // wholly recorded: its transitions stay queued in the writer (a
+  // resumable writer re-sends them on Resume), so an episode is never cut.
   absl::Status Step(int env, const float* action, float reward, float discount, bool last, const float* state,
                     const uint8_t* frame);
 
@@ -52,6 +55,7 @@ class TransitionWriter {
   // nothing half-written is kept). Envs must Start again.
   void Clear();
 
+  // Transitions handed to the writer (queued or sent).
   int64_t transitions_inserted() const { return inserted_; }
 
  private:
@@ -73,8 +77,10 @@ class TransitionWriter {
   };
 
   absl::StatusOr<Observation> Observe(const EnvState& env, const float* state, const uint8_t* frame, bool first);
-  // Inserts pending[0] with the n-step return of the first `steps` pendings.
-  absl::Status InsertFront(EnvState& env, size_t steps, const Observation& next);
+  // Inserts pending[0] with the n-step return of the first `steps`
+  // pendings. An item the writer queued but could not send is recorded as
+  // inserted, and the send's error goes to *sent.
+  absl::Status InsertFront(EnvState& env, size_t steps, const Observation& next, absl::Status* sent);
 
   replay::Writer* writer_;
   TransitionLayout layout_;

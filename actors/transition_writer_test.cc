@@ -90,6 +90,79 @@ TEST(TransitionWriterTest, NStepReturnsAndFlushAtEpisodeEnd) {
   }
 }
 
+// A writer whose link can be cut: while cut, each request is kept and its
+// send fails UNAVAILABLE; Resume delivers what was kept, in order (as a
+// resumable gRPC writer does).
+class CuttableWriter : public replay::Writer {
+ public:
+  explicit CuttableWriter(replay::Replay* replay) : Writer({.max_items_per_request = 1}), session_(replay) {}
+  bool cut = false;
+  absl::Status Close() override { return Flush(); }
+  absl::Status Resume() override {
+    cut = false;
+    for (proto::InsertRequest& request : kept_) {
+      if (absl::Status s = session_.Prepare(&request); !s.ok()) return s;
+      if (absl::Status s = session_.InsertPending(absl::InfiniteDuration()); !s.ok()) return s;
+    }
+    kept_.clear();
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status Send(proto::InsertRequest* request, int /*items*/) override {
+    kept_.emplace_back();
+    kept_.back().Swap(request);
+    if (cut) return absl::UnavailableError("link cut");
+    return Resume();
+  }
+
+ private:
+  replay::InsertSession session_;
+  std::vector<proto::InsertRequest> kept_;
+};
+
+// Sends that fail mid-episode (replay unreachable) do not cut it: every
+// step is still recorded, the episode's end flushes its pending steps, the
+// error is returned, and once the writer resumes replay has the whole
+// episode, each transition once.
+TEST(TransitionWriterTest, AFailedSendDoesNotCutTheEpisode) {
+  auto replay = MakeReplay(/*pixels=*/false);
+  auto client = replay::NewLocalClient(replay.get());
+  CuttableWriter writer(replay.get());
+  TransitionLayout layout{.state_size = 2, .action_size = 1, .n_step = 3, .discount = 0.5f};
+  TransitionWriter transitions(&writer, /*num_envs=*/1, layout);
+  float s[2] = {0, 0};
+  ASSERT_TRUE(transitions.Start(0, s, nullptr).ok());
+  for (int t = 0; t < 5; ++t) {
+    const float action = 10.0f + t;
+    s[0] = float(t + 1);
+    s[1] = -float(t + 1);
+    writer.cut = t >= 3;  // the link goes after the first transition (complete at t = 2) is in
+    const absl::Status status = transitions.Step(0, &action, float(t + 1), 1.0f, /*last=*/t == 4, s, nullptr);
+    if (t < 3) {
+      ASSERT_TRUE(status.ok()) << status;
+    } else {
+      EXPECT_TRUE(absl::IsUnavailable(status)) << t << ": " << status;
+    }
+  }
+  EXPECT_EQ(transitions.transitions_inserted(), 5);
+  EXPECT_EQ(writer.items_queued(), 5);
+  EXPECT_EQ(replay->Info().tables(0).size(), 1);
+  // The episode ended whole: the next one starts.
+  ASSERT_TRUE(transitions.Start(0, s, nullptr).ok());
+  ASSERT_TRUE(writer.Resume().ok());
+  ASSERT_EQ(replay->Info().tables(0).size(), 5);
+  replay::SampledBatch batch = Drain(*client, 5);
+  const float* obs = batch.fields[0].as<float>();
+  const float* reward = batch.fields[2].as<float>();
+  const float expected_reward[5] = {1 + 0.5f * 2 + 0.25f * 3, 2 + 0.5f * 3 + 0.25f * 4, 3 + 0.5f * 4 + 0.25f * 5,
+                                    4 + 0.5f * 5, 5};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(obs[2 * i], float(i)) << i;
+    EXPECT_FLOAT_EQ(reward[i], expected_reward[i]) << i;
+  }
+}
+
 TEST(TransitionWriterTest, EnvsInterleaveWithoutMixing) {
   auto replay = MakeReplay(/*pixels=*/false);
   auto client = replay::NewLocalClient(replay.get());

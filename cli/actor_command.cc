@@ -58,8 +58,11 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
-    std::printf("actor %d: %ld frames, %ld episodes, params v%ld, %ld reconnects\n", options->index,
-                long(stats->frames), long(stats->episodes), long(stats->parameter_version), long(stats->reconnects));
+    std::printf("actor %d: %ld frames, %ld episodes, params v%ld, %ld reconnects, %ld transitions written, %ld lost"
+                " (%ld parameter stream reconnects)\n",
+                options->index, long(stats->frames), long(stats->episodes), long(stats->parameter_version),
+                long(stats->reconnects), long(stats->transitions), long(stats->transitions_lost),
+                long(stats->parameter_reconnects));
   });
 }
 

@@ -134,6 +134,10 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       *exit_code = 1;
       return;
     }
+    if (l.is_chief()) {
+      std::printf("%s: %ld updates; replay took %ld transitions from the actors\n", who.c_str(),
+                  long(l.Stats().updates), long(l.TransitionsInserted()));
+    }
     if (l.num_ranks() > 1) {
       std::printf("%s: %ld updates, state checksum %016lx\n", who.c_str(), long(l.Stats().updates),
                   static_cast<unsigned long>(l.StateChecksum()));

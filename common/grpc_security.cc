@@ -355,6 +355,14 @@ absl::Status AddSecureListeningPort(grpc::ServerBuilder& builder, const GrpcCred
     server_credentials = grpc::InsecureServerCredentials();
   }
   if (has_token) server_credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(credentials.token));
+  // Keepalive: a client that vanished (a partition, a pulled cable) is
+  // noticed and its streams end; clients' pings are welcome.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, int(absl::ToInt64Milliseconds(kServerKeepaliveTime)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, int(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             int(absl::ToInt64Milliseconds(kClientKeepaliveTime) / 2));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddListeningPort(listen, server_credentials, port);
   return absl::OkStatus();
 }
@@ -364,6 +372,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> NewSecureChannel(const GrpcCreden
                                                                 grpc::ChannelArguments args) {
   const bool loopback = IsLoopbackHost(HostOf(target));
   const bool has_token = !credentials.token.empty();
+  // Keepalive: a connection that stopped answering (a partition) fails its
+  // calls UNAVAILABLE within kClientKeepaliveTime + kKeepaliveTimeout
+  // instead of waiting on TCP for many minutes; reconnecting backs off to
+  // kMaxReconnectBackoff at most.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, int(absl::ToInt64Milliseconds(kClientKeepaliveTime)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, int(absl::ToInt64Milliseconds(kKeepaliveTimeout)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, int(absl::ToInt64Milliseconds(kMaxReconnectBackoff)));
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
   if (credentials.client_tls()) {
     grpc::SslCredentialsOptions options;

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "proto/config.pb.h"
 
 namespace troupe {
@@ -48,6 +49,16 @@ inline constexpr char kTokenEnvironmentVariable[] = "TROUPE_TOKEN";
 inline constexpr char kTokenMetadataKey[] = "authorization";
 // The fewest characters a token may have (`troupe certs` writes 64).
 inline constexpr size_t kMinTokenLength = 16;
+
+// Connections that stop answering: every client channel pings after
+// kClientKeepaliveTime without traffic and every server after
+// kServerKeepaliveTime; a ping unanswered for kKeepaliveTimeout ends the
+// connection and its calls (UNAVAILABLE: callers retry). Reconnecting
+// backs off to kMaxReconnectBackoff at most.
+inline constexpr absl::Duration kClientKeepaliveTime = absl::Seconds(10);
+inline constexpr absl::Duration kServerKeepaliveTime = absl::Seconds(20);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(10);
+inline constexpr absl::Duration kMaxReconnectBackoff = absl::Seconds(5);
 
 // SecurityConfig resolved: the PEM files' contents and the token.
 struct GrpcCredentials {

@@ -322,6 +322,11 @@ void RlLearner::Interrupt() {
   if (replay_) replay_->Close();
 }
 
+int64_t RlLearner::TransitionsInserted() const {
+  const proto::InfoResponse info = replay_->Info();
+  return (info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0) - inserts_before_;
+}
+
 int64_t RlLearner::FramesNow() const {
   const proto::InfoResponse info = replay_->Info();
   const int64_t inserts = info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0;

@@ -156,6 +156,10 @@ class RlLearner {
 
   LearnerStats Stats() const;
 
+  // Transitions the actors inserted into replay since this process
+  // started (those restored from a checkpoint not counted). Rank 0 only.
+  int64_t TransitionsInserted() const;
+
  private:
   RlLearner() = default;
   // Rank 0's part of Create: replay, the port and its services.

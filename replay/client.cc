@@ -140,6 +140,7 @@ absl::Status Writer::Insert(const std::string& table, double priority, absl::Spa
     }
   }
   ++request_items_;
+  ++items_queued_;
   if (request_items_ >= options_.max_items_per_request || request_bytes_ >= options_.max_request_bytes) {
     return SendQueued(/*ack=*/false);
   }
@@ -148,6 +149,10 @@ absl::Status Writer::Insert(const std::string& table, double priority, absl::Spa
 
 absl::Status Writer::Flush() { return SendQueued(/*ack=*/true); }
 
+absl::Status Writer::Resume() {
+  return absl::UnimplementedError("Resume: this writer is not resumable (WriterOptions::resumable, over gRPC)");
+}
+
 absl::Status Writer::SendQueued(bool ack) {
   // The server may forget frames that no later item can use.
   request_.set_forget_frames_before(
@@ -155,7 +160,7 @@ absl::Status Writer::SendQueued(bool ack) {
   request_.set_ack(ack);
   const int items = request_items_;
   bytes_sent_ += static_cast<int64_t>(request_.ByteSizeLong());
-  absl::Status status = Send(&request_);
+  absl::Status status = Send(&request_, items);
   request_.Clear();
   request_bytes_ = 0;
   request_items_ = 0;
@@ -179,7 +184,7 @@ class LocalWriter : public Writer {
   }
 
  protected:
-  absl::Status Send(proto::InsertRequest* request) override {
+  absl::Status Send(proto::InsertRequest* request, int /*items*/) override {
     if (closed_ && (request->items_size() > 0 || request->item_groups_size() > 0)) {
       return absl::FailedPreconditionError("writer is closed");
     }

@@ -45,7 +45,17 @@ struct WriterOptions {
   // this writer when that at least halves it (replay/frame_store.h,
   // FrameEncoder); false: every frame is compressed alone.
   bool reference_frames = true;
+  // Over gRPC: a writer session (proto/replay.proto InsertRequest.writer).
+  // The writer keeps every request until the server acknowledges it (an
+  // ack asked for by Flush, or by the writer itself once
+  // kMaxUnacknowledgedBytes wait), so that after its stream breaks Resume
+  // can re-send them on a new stream with nothing inserted twice. The
+  // embedded writer ignores it (it cannot lose a request).
+  bool resumable = false;
 };
+
+// A resumable writer asks for an ack once this many request bytes wait for one.
+inline constexpr int64_t kMaxUnacknowledgedBytes = 64 << 20;
 
 // One field of an item: dense bytes with dtype and shape, or frame keys.
 // Shapes and key lists are stored inline (an item's fields cost no heap
@@ -97,6 +107,25 @@ class Writer {
   // Flushes and ends the stream; the writer is unusable afterwards.
   virtual absl::Status Close() = 0;
 
+  // A resumable writer (WriterOptions::resumable) whose stream broke (a
+  // call returned UNAVAILABLE or another transport error): opens a new
+  // stream on the same writer session, re-sends every request the server
+  // had not acknowledged and waits for their ack (blocking as Flush does;
+  // a connection that cannot be made fails it, as it fails any call). The server skips what it had inserted already,
+  // so each item is inserted exactly once. Items queued while the stream
+  // was broken (Insert and Flush keep them) go too. Returns OK once all is
+  // acknowledged (also when nothing was broken); UNAVAILABLE or
+  // DEADLINE_EXCEEDED to try again later; FAILED_PRECONDITION when the
+  // server no longer has the session (it restarted): the unacknowledged
+  // items are then lost, and a new writer must start. Unimplemented for a
+  // writer that is not resumable.
+  virtual absl::Status Resume();
+  // Items sent or queued that the server has not acknowledged yet (what a
+  // writer abandoned now would lose). 0 for the embedded writer.
+  virtual int64_t items_unacknowledged() const { return 0; }
+
+  // Items accepted by Insert so far (queued, whether or not sent yet).
+  int64_t items_queued() const { return items_queued_; }
   int64_t items_sent() const { return items_sent_; }
   // Serialized request bytes sent so far (what went on the wire).
   int64_t bytes_sent() const { return bytes_sent_; }
@@ -104,8 +133,10 @@ class Writer {
  protected:
   // Delivers `request` (its forget watermark and ack already set; it may
   // be consumed: cleared afterwards); with request.ack(), returns once the
-  // server confirmed it.
-  virtual absl::Status Send(proto::InsertRequest* request) = 0;
+  // server confirmed it. `items`: how many items it holds.
+  virtual absl::Status Send(proto::InsertRequest* request, int items) = 0;
+
+  const WriterOptions& options() const { return options_; }
 
  private:
   absl::Status SendQueued(bool ack);
@@ -118,6 +149,7 @@ class Writer {
   int request_items_ = 0;
   int64_t request_bytes_ = 0;
   uint64_t next_frame_key_ = 0;
+  int64_t items_queued_ = 0;
   int64_t items_sent_ = 0;
   int64_t bytes_sent_ = 0;
 };

@@ -3,7 +3,10 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <chrono>
 #include <cstring>
+#include <deque>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -13,54 +16,166 @@
 namespace troupe::replay {
 namespace {
 
+// A random non-zero writer session id (proto/replay.proto InsertRequest.writer).
+uint64_t NewWriterId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t(device()) << 32) ^ device();
+  return id;
+}
+
+// Steps of a resumable writer (WriterOptions::resumable):
+//   1. Send numbers each request (writer, sequence, first_item) and keeps
+//      it in unacked_ before writing it, so a request is never lost on the
+//      client's side, whether the write works or not.
+//   2. An ack (Flush, or the writer's own once kMaxUnacknowledgedBytes
+//      wait) confirms every request before it: unacked_ empties.
+//   3. A failed write or read ends the stream; later Sends only keep
+//      their requests (1) and return the stream's status.
+//   4. Resume waits for the channel to connect, opens a new stream and re-sends
+//      unacked_ in order, the first marked `resume`, the last asking for
+//      an ack (2); the server skips what it already inserted.
 class GrpcWriter : public Writer {
  public:
-  GrpcWriter(proto::Replay::Stub* stub, const WriterOptions& options) : Writer(options) {
-    stream_ = stub->Insert(&context_);
+  GrpcWriter(std::shared_ptr<grpc::Channel> channel, proto::Replay::Stub* stub, const WriterOptions& options)
+      : Writer(options), channel_(std::move(channel)), stub_(stub), writer_id_(options.resumable ? NewWriterId() : 0) {
+    OpenStream();
   }
 
   ~GrpcWriter() override {
     // Abandoned without Close: cancel, so the server drops the stream.
     if (!finished_) {
-      context_.TryCancel();
+      context_->TryCancel();
       (void)stream_->Finish();
     }
   }
 
   absl::Status Close() override {
-    if (finished_) return status_;
+    if (closed_ || (finished_ && writer_id_ == 0)) return status_;
     absl::Status flushed = Flush();
     if (!flushed.ok()) return flushed;
     stream_->WritesDone();
+    closed_ = true;
     return FinishStream(/*closing=*/true);
   }
 
+  absl::Status Resume() override {
+    if (writer_id_ == 0) return Writer::Resume();
+    if (closed_) return absl::FailedPreconditionError("Resume: the writer is closed");
+    if (!finished_ && unacked_.empty()) return absl::OkStatus();
+    // 4. A new stream (the old one cancelled if it is still open), once
+    // the channel has connected or kResumeConnectWait passed. The wait
+    // drives the connection: after a failure a call fails at once, and
+    // with no thread waiting on the channel gRPC advances a connection only
+    // on its backup poller (every 5 s), too slowly for a lossy link's
+    // handshakes. Not connected, the stream then fails with the reason.
+    if (!finished_) {
+      context_->TryCancel();
+      (void)stream_->Finish();
+      finished_ = true;
+    }
+    (void)channel_->WaitForConnected(std::chrono::system_clock::now() + kResumeConnectWait);
+    OpenStream();
+    if (unacked_.empty() && sequence_ == 0) return absl::OkStatus();  // nothing was ever sent
+    if (unacked_.empty()) {
+      // Nothing to re-send: an empty request confirms the session.
+      proto::InsertRequest empty;
+      Number(&empty, 0);
+      unacked_.push_back(std::move(empty));
+    }
+    for (size_t i = 0; i < unacked_.size(); ++i) {
+      proto::InsertRequest& request = unacked_[i];
+      // (A session whose first request may never have arrived is made anew.)
+      request.set_resume(i == 0 && request.sequence() > 1);
+      request.set_ack(i + 1 == unacked_.size());
+      if (!stream_->Write(request)) return FinishStream();
+    }
+    proto::InsertResponse response;
+    if (!stream_->Read(&response)) return FinishStream();
+    Acknowledged();
+    return absl::OkStatus();
+  }
+
+  int64_t items_unacknowledged() const override { return unacked_items_; }
+
  protected:
-  absl::Status Send(proto::InsertRequest* request) override {
-    if (finished_) return status_.ok() ? absl::FailedPreconditionError("writer is closed") : status_;
-    // A failed write or read means the server ended the stream: its status says why.
-    if (!stream_->Write(*request)) return FinishStream();
-    if (request->ack()) {
+  absl::Status Send(proto::InsertRequest* request, int items) override {
+    if (closed_) return absl::FailedPreconditionError("writer is closed");
+    if (writer_id_ == 0) {
+      if (finished_) return status_;
+      // A failed write or read means the server ended the stream: its status says why.
+      if (!stream_->Write(*request)) return FinishStream();
+      if (request->ack()) {
+        proto::InsertResponse response;
+        if (!stream_->Read(&response)) return FinishStream();
+      }
+      return absl::OkStatus();
+    }
+    // 1. Numbered and kept until acknowledged.
+    Number(request, items);
+    unacked_bytes_ += static_cast<int64_t>(request->ByteSizeLong());
+    if (unacked_bytes_ >= kMaxUnacknowledgedBytes) request->set_ack(true);
+    unacked_.emplace_back();
+    unacked_.back().Swap(request);
+    const proto::InsertRequest& sent = unacked_.back();
+    // 3. A broken stream keeps requests for Resume.
+    if (finished_) return status_;
+    if (!stream_->Write(sent)) return FinishStream();
+    if (sent.ack()) {
+      // 2. The ack covers every request before it.
       proto::InsertResponse response;
       if (!stream_->Read(&response)) return FinishStream();
+      Acknowledged();
     }
     return absl::OkStatus();
   }
 
  private:
+  void OpenStream() {
+    stream_.reset();
+    context_ = std::make_unique<grpc::ClientContext>();
+    stream_ = stub_->Insert(context_.get());
+    finished_ = false;
+    status_ = absl::OkStatus();
+  }
+
+  // Sets the session fields of the writer's next request of `items` items.
+  void Number(proto::InsertRequest* request, int items) {
+    request->set_writer(writer_id_);
+    request->set_sequence(++sequence_);
+    request->set_first_item(items_numbered_);
+    items_numbered_ += items;
+    unacked_items_ += items;
+  }
+
+  void Acknowledged() {
+    unacked_.clear();
+    unacked_items_ = 0;
+    unacked_bytes_ = 0;
+  }
+
   // Ends the stream; an OK end is an error unless we were closing.
   absl::Status FinishStream(bool closing = false) {
     finished_ = true;
     status_ = FromGrpcStatus(stream_->Finish());
     if (status_.ok() && !closing) status_ = absl::UnavailableError("replay insert stream ended by the server");
-    if (status_.ok()) return status_;
     return status_;
   }
 
-  grpc::ClientContext context_;
+  std::shared_ptr<grpc::Channel> channel_;
+  proto::Replay::Stub* stub_;
+  const uint64_t writer_id_;  // 0: not resumable
+  std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<proto::InsertRequest, proto::InsertResponse>> stream_;
   bool finished_ = false;
+  bool closed_ = false;
   absl::Status status_;
+  // The session (resumable writers only).
+  int64_t sequence_ = 0;
+  int64_t items_numbered_ = 0;
+  std::deque<proto::InsertRequest> unacked_;
+  int64_t unacked_items_ = 0;
+  int64_t unacked_bytes_ = 0;
 };
 
 class GrpcSampler : public Sampler {
@@ -190,7 +305,7 @@ class GrpcClient : public ReplayClient {
 
   absl::StatusOr<std::unique_ptr<Writer>> NewWriter(const WriterOptions& options) override {
     RETURN_IF_ERROR(channel_error_);
-    return std::make_unique<GrpcWriter>(stub_.get(), options);
+    return std::make_unique<GrpcWriter>(channel_, stub_.get(), options);
   }
   absl::StatusOr<std::unique_ptr<Sampler>> NewSampler(const SamplerOptions& options) override {
     RETURN_IF_ERROR(channel_error_);

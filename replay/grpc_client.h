@@ -8,6 +8,7 @@
 #ifndef TROUPE_REPLAY_GRPC_CLIENT_H_
 #define TROUPE_REPLAY_GRPC_CLIENT_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,10 @@
 #include "replay/client.h"
 
 namespace troupe::replay {
+
+// How long Writer::Resume waits for the channel to connect before it opens
+// its new stream anyway (which then fails, saying why).
+inline constexpr std::chrono::seconds kResumeConnectWait{10};
 
 struct GrpcClientOptions {
   // Largest message sent or received (match the server's max_message_bytes).

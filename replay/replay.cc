@@ -251,9 +251,19 @@ absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
   TROUPE_CHECK(!has_pending());
   pending_.clear();
   next_pending_ = 0;
+  // A writer session's re-sent request: what already arrived is skipped.
+  const bool session = request->writer() != 0;
+  if (session && (request->sequence() < 1 || request->first_item() < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("writer session request: sequence ", request->sequence(),
+                                                   " and first_item ", request->first_item(),
+                                                   " must be >= 1 and >= 0"));
+  }
+  const bool resent = session && request->sequence() <= last_sequence_;
+  int64_t skip = session ? std::max<int64_t>(0, items_inserted_ - request->first_item()) : 0;
   // Frames: keys strictly increasing over the stream; a reference must be held.
   for (int i = 0; i < request->frames_size(); ++i) {
     proto::FrameData* frame = request->mutable_frames(i);
+    if (resent && any_frame_ && frame->key() <= last_frame_key_) continue;  // held since the first time
     if (any_frame_ && frame->key() <= last_frame_key_) {
       return absl::InvalidArgumentError(absl::StrCat("frame ", i, " of the request: key ", frame->key(),
                                                      " is not above the previous key ", last_frame_key_));
@@ -275,20 +285,30 @@ absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
     any_frame_ = true;
     last_frame_key_ = frame->key();
   }
-  // Items, then item groups: check all before queueing any.
-  pending_.resize(request->items_size());
-  for (int i = 0; i < request->items_size(); ++i) {
-    if (absl::Status status = PrepareItem(request->items(i), i, &pending_[i]); !status.ok()) {
+  if (session) last_sequence_ = std::max(last_sequence_, request->sequence());
+  // Items, then item groups: check all before queueing any (but those a
+  // re-send skips).
+  const int64_t skipped = skip;
+  const int64_t direct_skip = std::min<int64_t>(skip, request->items_size());
+  pending_.resize(request->items_size() - direct_skip);
+  for (int i = static_cast<int>(direct_skip); i < request->items_size(); ++i) {
+    if (absl::Status status = PrepareItem(request->items(i), i, &pending_[i - direct_skip]); !status.ok()) {
       pending_.clear();
       return status;
     }
   }
+  skip -= direct_skip;
+  int first = request->items_size();
   for (const proto::ItemGroup& group : request->item_groups()) {
-    if (absl::Status status = PrepareGroup(group, static_cast<int>(pending_.size())); !status.ok()) {
+    const int64_t group_skip = std::min<int64_t>(skip, group.priorities_size());
+    if (absl::Status status = PrepareGroup(group, first, group_skip); !status.ok()) {
       pending_.clear();
       return status;
     }
+    skip -= group_skip;
+    first += group.priorities_size();
   }
+  items_skipped_ += skipped - skip;
   // Forget frames no later item may use (items keep their references).
   if (request->forget_frames_before() > 0) {
     frames_.erase(frames_.begin(), frames_.lower_bound(request->forget_frames_before()));
@@ -323,7 +343,7 @@ absl::StatusOr<FramePtr> InsertSession::ItemFrame(uint64_t key, const FieldSpec&
   return it->second;
 }
 
-absl::Status InsertSession::PrepareGroup(const proto::ItemGroup& group, int first) {
+absl::Status InsertSession::PrepareGroup(const proto::ItemGroup& group, int first, int64_t skip) {
   ASSIGN_OR_RETURN(Table * table, ItemTable(group.table(), first));
   const Signature& signature = table->signature();
   const int64_t n = group.priorities_size();
@@ -362,8 +382,8 @@ absl::Status InsertSession::PrepareGroup(const proto::ItemGroup& group, int firs
         n * signature.num_frames));
   }
   // The items.
-  pending_.reserve(pending_.size() + n);
-  for (int64_t i = 0; i < n; ++i) {
+  pending_.reserve(pending_.size() + n - skip);
+  for (int64_t i = skip; i < n; ++i) {
     const double priority = group.priorities(i);
     if (!std::isfinite(priority) || priority < 0) {
       return absl::InvalidArgumentError(absl::StrCat("item ", first + i, " (table '", group.table(), "'): priority ",

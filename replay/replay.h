@@ -140,6 +140,13 @@ class InsertSession {
   // them. On error nothing is queued, and the message says what and where:
   // "item 2 field 'obs' (table 'pixels'): expected float32[24], got float32[23]".
   // Frame bytes are moved out of *request. Requires !has_pending().
+  //
+  // A request of a writer session (request.writer() != 0; proto/replay.proto)
+  // may be a re-send: its items below items_inserted() (counted from
+  // request.first_item()) are skipped, and when its sequence is one this
+  // session already saw, its frames at or below the newest key held are
+  // skipped too (they arrived the first time). InvalidArgument for a
+  // session request with sequence < 1 or first_item < 0.
   absl::Status Prepare(proto::InsertRequest* request);
 
   // Inserts the queued items in order, each waiting up to `timeout` (and at
@@ -153,7 +160,16 @@ class InsertSession {
   // (InfiniteDuration when none); requires has_pending().
   absl::Duration pending_timeout() const;
   int64_t items_inserted() const { return items_inserted_; }
+  // Items of re-sent requests skipped because they were inserted already.
+  int64_t items_skipped() const { return items_skipped_; }
   int64_t frames_held() const { return static_cast<int64_t>(frames_.size()); }
+
+  // Forgets the queued items (a writer session taken over by a new stream
+  // after the old one ended mid-request: the writer re-sends them).
+  void DropPending() {
+    pending_.clear();
+    next_pending_ = 0;
+  }
 
  private:
   struct Pending {
@@ -163,8 +179,9 @@ class InsertSession {
   };
 
   absl::Status PrepareItem(const proto::ItemData& data, int index, Pending* out);
-  // Checks a group's layout once, then queues its items (numbered from `first`).
-  absl::Status PrepareGroup(const proto::ItemGroup& group, int first);
+  // Checks a group's layout once, then queues its items (numbered from
+  // `first`) but the first `skip` of them.
+  absl::Status PrepareGroup(const proto::ItemGroup& group, int first, int64_t skip);
   // The table named by item `index`; NotFound naming the item.
   absl::StatusOr<Table*> ItemTable(const std::string& name, int index);
   // The held frame `key`, of `spec`'s frame shape; `at` names the field in errors.
@@ -180,6 +197,8 @@ class InsertSession {
   std::vector<Pending> pending_;
   size_t next_pending_ = 0;
   int64_t items_inserted_ = 0;
+  int64_t items_skipped_ = 0;
+  int64_t last_sequence_ = 0;  // a writer session's newest request prepared
 };
 
 }  // namespace troupe::replay

@@ -2,8 +2,12 @@
 
 #include <google/protobuf/arena.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +23,10 @@ constexpr int kMaxBatchSize = 1 << 20;
 class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto::InsertResponse> {
  public:
   explicit InsertReactor(ReplayService* service)
-      : service_(service), session_(service->replay()), arena_(ArenaOptions(arena_block_, sizeof(arena_block_))) {
+      : service_(service),
+        own_session_(service->replay()),
+        session_(&own_session_),
+        arena_(ArenaOptions(arena_block_, sizeof(arena_block_))) {
     ReadNext();  // 1
   }
 
@@ -29,12 +36,22 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
       Finish(grpc::Status::OK);
       return;
     }
+    // a. A writer session: taken on the stream's first request.
+    if (absl::Status status = TakeSession(); !status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
     // 3. Check the whole request. Frame bytes move out of it into the store;
     // the rest is copied, so the request is done with here.
     ack_ = request_->ack();
-    if (absl::Status status = session_.Prepare(request_); !status.ok()) {
+    const int64_t skipped_before = session_->items_skipped();
+    if (absl::Status status = session_->Prepare(request_); !status.ok()) {
       Finish(ToGrpcStatus(status));
       return;
+    }
+    if (session_->items_skipped() > skipped_before) {
+      std::fprintf(stderr, "replay: writer %016llx re-sent %lld items it had sent before; skipped (inserted already)\n",
+                   static_cast<unsigned long long>(writer_), static_cast<long long>(session_->items_skipped() - skipped_before));
     }
     blocked_since_ = absl::InfiniteFuture();
     ContinueInsert(absl::ZeroDuration());
@@ -49,13 +66,41 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
   }
 
   void OnCancel() override { cancelled_ = true; }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (writer_session_) service_->LetGoWriterSession(writer_session_.get());  // c
+    delete this;
+  }
 
  private:
+  // a. The first request of a writer session's stream takes the session;
+  // later requests must name the same writer.
+  absl::Status TakeSession() {
+    if (!first_request_) {
+      if (request_->writer() != writer_) {
+        return absl::InvalidArgumentError(absl::StrCat("insert stream of writer ", absl::Hex(writer_, absl::kZeroPad16),
+                                                       ": a request names writer ",
+                                                       absl::Hex(request_->writer(), absl::kZeroPad16)));
+      }
+      return absl::OkStatus();
+    }
+    first_request_ = false;
+    writer_ = request_->writer();
+    if (writer_ == 0) return absl::OkStatus();
+    auto taken = service_->TakeWriterSession(writer_, request_->resume());
+    if (!taken.ok()) return taken.status();
+    writer_session_ = *std::move(taken);
+    session_ = &writer_session_->session;
+    if (request_->resume()) {
+      std::fprintf(stderr, "replay: writer %016llx resumed its session on a new insert stream (%lld items inserted before)\n",
+                   static_cast<unsigned long long>(writer_), static_cast<long long>(session_->items_inserted()));
+    }
+    return absl::OkStatus();
+  }
+
   // 4. Inserts queued items, waiting at most `wait`; on a block hands the
   // rest to the worker pool.
   void ContinueInsert(absl::Duration wait) {
-    absl::Status status = session_.InsertPending(wait);
+    absl::Status status = session_->InsertPending(wait);
     if (absl::IsDeadlineExceeded(status)) {
       const absl::Time now = absl::Now();
       if (blocked_since_ == absl::InfiniteFuture()) blocked_since_ = now;
@@ -63,7 +108,7 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
         Finish(grpc::Status(grpc::StatusCode::CANCELLED, "insert stream cancelled while rate limited"));
         return;
       }
-      const absl::Duration limit = session_.pending_timeout();
+      const absl::Duration limit = session_->pending_timeout();
       if (now - blocked_since_ >= limit) {
         Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                             absl::StrCat("insert blocked by the rate limiter for more than ",
@@ -83,7 +128,7 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
     }
     // 5. Ack if asked, then read on.
     if (ack_) {
-      response_.set_items_inserted(session_.items_inserted());
+      response_.set_items_inserted(session_->items_inserted());
       StartWrite(&response_);
       return;
     }
@@ -108,7 +153,11 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
   }
 
   ReplayService* service_;
-  InsertSession session_;
+  InsertSession own_session_;  // a stream without a writer session
+  std::shared_ptr<ReplayService::WriterSession> writer_session_;
+  InsertSession* session_;  // own_session_ or writer_session_'s
+  bool first_request_ = true;
+  uint64_t writer_ = 0;
   alignas(16) char arena_block_[64 << 10];
   google::protobuf::Arena arena_;
   proto::InsertRequest* request_ = nullptr;
@@ -270,6 +319,58 @@ ReplayService::ReplayService(Replay* replay, int worker_threads)
     : replay_(replay), workers_(std::make_unique<WorkerPool>(worker_threads)) {}
 
 ReplayService::~ReplayService() = default;
+
+absl::StatusOr<std::shared_ptr<ReplayService::WriterSession>> ReplayService::TakeWriterSession(uint64_t writer,
+                                                                                               bool resume) {
+  absl::MutexLock lock(&sessions_mutex_);
+  ExpireWriterSessions();
+  auto it = sessions_.find(writer);
+  if (it == sessions_.end()) {
+    if (resume) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "replay has no session of writer ", absl::Hex(writer, absl::kZeroPad16),
+          " to resume (the server restarted, or the session was idle longer than ",
+          absl::FormatDuration(kWriterSessionLifetime), "): what it had not had acknowledged is lost"));
+    }
+    it = sessions_.emplace(writer, std::make_shared<WriterSession>(replay_)).first;
+  } else if (it->second->held) {
+    return absl::UnavailableError(absl::StrCat("writer ", absl::Hex(writer, absl::kZeroPad16),
+                                               "'s previous insert stream is still open on the server; retry once "
+                                               "it has ended"));
+  }
+  it->second->held = true;
+  // What the previous stream had queued but not inserted is re-sent by the writer.
+  it->second->session.DropPending();
+  return it->second;
+}
+
+void ReplayService::LetGoWriterSession(WriterSession* session) {
+  absl::MutexLock lock(&sessions_mutex_);
+  session->held = false;
+  session->let_go = absl::Now();
+  ExpireWriterSessions();
+}
+
+int ReplayService::writer_sessions() const {
+  absl::MutexLock lock(&sessions_mutex_);
+  return static_cast<int>(sessions_.size());
+}
+
+void ReplayService::ExpireWriterSessions() {
+  const absl::Time now = absl::Now();
+  std::vector<std::pair<absl::Time, uint64_t>> idle;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (!it->second->held && now - it->second->let_go > kWriterSessionLifetime) {
+      sessions_.erase(it++);
+      continue;
+    }
+    if (!it->second->held) idle.emplace_back(it->second->let_go, it->first);
+    ++it;
+  }
+  if (idle.size() <= static_cast<size_t>(kMaxIdleWriterSessions)) return;
+  std::sort(idle.begin(), idle.end());
+  for (size_t i = 0; i + kMaxIdleWriterSessions < idle.size(); ++i) sessions_.erase(idle[i].second);
+}
 
 grpc::ServerBidiReactor<proto::InsertRequest, proto::InsertResponse>* ReplayService::Insert(
     grpc::CallbackServerContext* context) {

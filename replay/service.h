@@ -18,6 +18,24 @@
 //   5. If the request asked for an ack, write InsertResponse and go to 1
 //      when the write is done; else go to 1.
 //
+// Writer sessions (InsertRequest.writer != 0; a resumable writer,
+// replay/client.h): the InsertSession belongs to the writer, not to one
+// stream, so that a writer whose stream broke re-sends on a new stream what
+// was not acknowledged and nothing is inserted twice.
+//   a. The stream's first request names the writer. A session it already
+//      has, not held by another stream, is taken over (items the old
+//      stream had queued but not inserted are dropped: the writer re-sends
+//      them); a session still held by an open stream is refused
+//      UNAVAILABLE (the old stream ends when its client's cancel, or the
+//      server's keepalive, reaches it; the writer retries); an unknown one
+//      is made, unless the request says `resume` (FAILED_PRECONDITION: the
+//      server restarted or the session expired).
+//   b. Steps 3 to 5 run on the writer's session (InsertSession::Prepare
+//      skips what was inserted already).
+//   c. When the stream is done the session is let go, and kept for
+//      kWriterSessionLifetime (at most kMaxIdleWriterSessions of them, the
+//      oldest dropped first) for the writer to come back.
+//
 // Sample (server stream; SampleReactor):
 //   1. Check the request (table exists: NOT_FOUND; batch_size in [1, 1<<20]:
 //      INVALID_ARGUMENT) and schedule step 2.
@@ -42,6 +60,10 @@
 
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/replay.grpc.pb.h"
 #include "replay/replay.h"
@@ -51,6 +73,9 @@ namespace troupe::replay {
 
 // How long one worker task waits on a rate limiter before requeueing.
 inline constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
+// How long a writer session no stream holds is kept, and how many are.
+inline constexpr absl::Duration kWriterSessionLifetime = absl::Minutes(10);
+inline constexpr int kMaxIdleWriterSessions = 256;
 
 class ReplayService final : public proto::Replay::CallbackService {
  public:
@@ -75,9 +100,31 @@ class ReplayService final : public proto::Replay::CallbackService {
   Replay* replay() { return replay_; }
   WorkerPool& workers() { return *workers_; }
 
+  // A writer's session and whether a stream holds it.
+  struct WriterSession {
+    explicit WriterSession(Replay* replay) : session(replay) {}
+    InsertSession session;
+    bool held = false;   // guarded by the service's sessions mutex
+    absl::Time let_go;   // when the last stream let it go (idle sessions)
+  };
+  // Step a: the session of `writer` for a new stream, now held by it.
+  // Unavailable while another stream holds it; FailedPrecondition when
+  // `resume` and the server has none.
+  absl::StatusOr<std::shared_ptr<WriterSession>> TakeWriterSession(uint64_t writer, bool resume);
+  // Step c.
+  void LetGoWriterSession(WriterSession* session);
+  // Writer sessions kept (held or idle).
+  int writer_sessions() const;
+
  private:
+  // Drops idle sessions past kWriterSessionLifetime, then the oldest idle
+  // ones beyond kMaxIdleWriterSessions.
+  void ExpireWriterSessions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sessions_mutex_);
+
   Replay* replay_;
   std::unique_ptr<WorkerPool> workers_;
+  mutable absl::Mutex sessions_mutex_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<WriterSession>> sessions_ ABSL_GUARDED_BY(sessions_mutex_);
 };
 
 }  // namespace troupe::replay

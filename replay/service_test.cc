@@ -253,6 +253,256 @@ TEST(ServiceTest, ClientCancelledMidStreamLeavesNothingHalfInserted) {
   EXPECT_TRUE(writer->Close().ok());
 }
 
+// A frame of the pixels table (16x16x3, raw) for raw-stub requests.
+proto::FrameData RawFrame(uint64_t key) {
+  proto::FrameData f;
+  f.set_key(key);
+  auto* t = f.mutable_pixels();
+  t->set_dtype(proto::DTYPE_UINT8);
+  for (int d : {testing::kH, testing::kW, testing::kC}) t->add_shape(d);
+  const std::vector<uint8_t> pixels = testing::TestFrame(static_cast<int>(key));
+  t->set_data(pixels.data(), pixels.size());
+  return f;
+}
+
+// Adds a pixels item to `request` (k >= 2) whose obs are frames k-2, k-2,
+// k-1 and next_obs k-2..k, reward `reward`.
+void AddPixelItem(proto::InsertRequest* request, uint64_t k, float reward) {
+  auto* item = request->add_items();
+  item->set_table("pixels");
+  auto* obs = item->add_fields();
+  for (uint64_t j : {k - 2, k - 2, k - 1}) obs->add_frame_keys(j);
+  auto* action = item->add_fields()->mutable_tensor();
+  action->set_dtype(proto::DTYPE_FLOAT32);
+  action->add_shape(2);
+  action->set_data(std::string(8, '\0'));
+  auto* r = item->add_fields()->mutable_tensor();
+  r->set_dtype(proto::DTYPE_FLOAT32);
+  r->set_data(reinterpret_cast<const char*>(&reward), sizeof(reward));
+  auto* next = item->add_fields();
+  for (uint64_t j = k - 2; j <= k; ++j) next->add_frame_keys(j);
+}
+
+// A writer session over raw streams: a request re-sent on a new stream
+// after its ack was lost is skipped, frames included; a re-send that
+// overlaps what was inserted inserts only the rest; a second stream while
+// the first holds the session is refused UNAVAILABLE; resuming a session the
+// server never had is FAILED_PRECONDITION.
+TEST(ServiceTest, AWriterSessionResumedOnANewStreamInsertsEachItemOnce) {
+  auto server = StartServer(TestConfig());
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Replay::NewStub(channel);
+  constexpr uint64_t kWriter = 0x5eed;
+  auto numbered = [](proto::InsertRequest r, int64_t sequence, int64_t first_item, bool ack, bool resume = false) {
+    r.set_writer(kWriter);
+    r.set_sequence(sequence);
+    r.set_first_item(first_item);
+    r.set_ack(ack);
+    r.set_resume(resume);
+    return r;
+  };
+  // Request 1: frames 0..3, items 0 and 1 (frames up to 3). Request 2:
+  // frames 4, 5, items 2 and 3.
+  proto::InsertRequest one, two, three;
+  for (uint64_t k = 0; k < 4; ++k) *one.add_frames() = RawFrame(k);
+  AddPixelItem(&one, 2, 0.0f);
+  AddPixelItem(&one, 3, 1.0f);
+  for (uint64_t k = 4; k < 6; ++k) *two.add_frames() = RawFrame(k);
+  AddPixelItem(&two, 4, 2.0f);
+  AddPixelItem(&two, 5, 3.0f);
+  // Request 3 re-sends item 3 (its ack "lost") with a new one: frame 6, item 4.
+  *three.add_frames() = RawFrame(6);
+  AddPixelItem(&three, 5, 3.0f);
+  AddPixelItem(&three, 6, 4.0f);
+  proto::InsertResponse response;
+  grpc::ClientContext first_context;
+  auto first = stub->Insert(&first_context);
+  ASSERT_TRUE(first->Write(numbered(one, 1, 0, /*ack=*/true)));
+  ASSERT_TRUE(first->Read(&response));
+  ASSERT_TRUE(first->Write(numbered(two, 2, 2, /*ack=*/true)));
+  ASSERT_TRUE(first->Read(&response));
+  EXPECT_EQ(response.items_inserted(), 4);
+  {
+    // While the first stream holds the session, another is refused.
+    grpc::ClientContext context;
+    auto second = stub->Insert(&context);
+    ASSERT_TRUE(second->Write(numbered(proto::InsertRequest(), 3, 4, /*ack=*/true, /*resume=*/true)));
+    EXPECT_FALSE(second->Read(&response));
+    const grpc::Status refused = second->Finish();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+    EXPECT_TRUE(absl::StrContains(refused.error_message(), "still open")) << refused.error_message();
+  }
+  // The writer lost request 2's ack: it cancels that stream and re-sends 2
+  // (sequence 2, first item 2) and then 3 (first item 3: item 3 again, and 4).
+  first_context.TryCancel();
+  (void)first->Finish();
+  auto client = NewGrpcClient(server->address());
+  bool resumed = false;
+  for (int attempt = 0; attempt < 200 && !resumed; ++attempt) {
+    grpc::ClientContext context;
+    auto stream = stub->Insert(&context);
+    proto::InsertRequest resend = numbered(two, 2, 2, /*ack=*/false, /*resume=*/true);
+    proto::InsertRequest next = numbered(three, 3, 3, /*ack=*/true);
+    if (stream->Write(resend) && stream->Write(next) && stream->Read(&response)) {
+      resumed = true;
+      EXPECT_EQ(response.items_inserted(), 5) << "items 0..4, each once";
+      stream->WritesDone();
+    }
+    const grpc::Status status = stream->Finish();
+    if (!resumed) {
+      // Only "the old stream is still open" may refuse it, until the server lets it go.
+      ASSERT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  ASSERT_TRUE(resumed);
+  auto info = client->Info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->tables(0).size(), 5);
+  EXPECT_EQ(info->tables(0).rate_limiter().inserts(), 5);
+  EXPECT_EQ(info->frames(), 7) << "re-sent frames are not stored twice";
+  // Every item once: rewards 0..4.
+  auto sampler = *client->NewSampler({.table = "pixels", .batch_size = 200, .num_batches = 1});
+  SampledBatch batch;
+  ASSERT_TRUE(sampler->Next(&batch).ok());
+  std::set<float> rewards;
+  for (int i = 0; i < 200; ++i) rewards.insert(batch.fields[2].as<float>()[i]);
+  EXPECT_EQ(rewards, (std::set<float>{0, 1, 2, 3, 4}));
+  // A session the server never had cannot be resumed.
+  grpc::ClientContext context;
+  auto stream = stub->Insert(&context);
+  proto::InsertRequest unknown = numbered(proto::InsertRequest(), 9, 40, /*ack=*/true, /*resume=*/true);
+  unknown.set_writer(0xdead);
+  ASSERT_TRUE(stream->Write(unknown));
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "no session of writer 000000000000dead to resume"))
+      << status.error_message();
+}
+
+// Idle writer sessions are kept up to kMaxIdleWriterSessions, the oldest
+// dropped first: a writer whose session went cannot resume it (and says
+// so), a newer one can.
+TEST(ServiceTest, IdleWriterSessionsBeyondTheBoundAreDroppedOldestFirst) {
+  auto server = StartServer(TestConfig());
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::Replay::NewStub(channel);
+  // One request (an ack) on a stream of writer `writer`; the status it ended with.
+  auto one_stream = [&](uint64_t writer, int64_t sequence, bool resume) {
+    grpc::ClientContext context;
+    auto stream = stub->Insert(&context);
+    proto::InsertRequest request;
+    request.set_writer(writer);
+    request.set_sequence(sequence);
+    request.set_resume(resume);
+    request.set_ack(true);
+    proto::InsertResponse response;
+    if (stream->Write(request) && stream->Read(&response)) stream->WritesDone();
+    return stream->Finish();
+  };
+  for (uint64_t writer = 1; writer <= kMaxIdleWriterSessions + 1; ++writer) {
+    ASSERT_TRUE(one_stream(writer, 1, /*resume=*/false).ok()) << writer;
+  }
+  // Each stream's end lets its session go once the server is done with
+  // the stream (at once; a second is generous). A probe that finds a
+  // session would refresh it, so each writer is probed once.
+  absl::SleepFor(absl::Seconds(1));
+  const grpc::Status oldest = one_stream(1, 2, /*resume=*/true);
+  EXPECT_EQ(oldest.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << oldest.error_message();
+  EXPECT_TRUE(absl::StrContains(oldest.error_message(), "was idle longer than")) << oldest.error_message();
+  const grpc::Status newest = one_stream(kMaxIdleWriterSessions + 1, 2, /*resume=*/true);
+  EXPECT_TRUE(newest.ok()) << newest.error_message();
+}
+
+// The resumable client writer: a stream the server ends mid-request (the
+// rate limiter's insert timeout, a partial insert) is resumed, and the
+// sampler sees every item exactly once and in order.
+TEST(ServiceTest, AResumableWriterLosesNothingAndInsertsNothingTwiceWhenItsStreamEnds) {
+  auto server = StartServer(TestConfig("max_size: 1000", R"pb(
+    tables { name: "limited" max_size: 100 selector: "fifo"
+             rate_limiter { samples_per_insert: 1 error_buffer: 2 insert_timeout_ms: 200 }
+             fields { name: "x" } })pb"));
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter({.max_items_per_request = 10, .resumable = true});
+  constexpr int kItems = 20;
+  for (int i = 0; i < kItems; ++i) {
+    const float x = static_cast<float>(i);
+    // A send may fail (the stream ended): the item is kept all the same.
+    (void)writer->Insert("limited", 1, {FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &x)});
+  }
+  // Only 3 fit before a sample: the server ends the stream after 200 ms.
+  const absl::Status flushed = writer->Flush();
+  ASSERT_EQ(flushed.code(), absl::StatusCode::kDeadlineExceeded) << flushed;
+  EXPECT_EQ(writer->items_queued(), kItems);
+  EXPECT_EQ(writer->items_unacknowledged(), kItems);
+  // A sampler drains the table while the writer resumes until all is in.
+  std::vector<float> seen;
+  absl::Status sample_status;
+  {
+    std::jthread sampler_thread([&] {
+      auto sampler = *client->NewSampler({.table = "limited", .batch_size = 1, .timeout = absl::Seconds(20)});
+      SampledBatch batch;
+      while (seen.size() < kItems) {
+        sample_status = sampler->Next(&batch);
+        if (!sample_status.ok()) return;
+        seen.push_back(batch.fields[0].as<float>()[0]);
+      }
+    });
+    absl::Status resumed = flushed;
+    for (int attempt = 0; attempt < 100 && !resumed.ok(); ++attempt) {
+      resumed = writer->Resume();
+      ASSERT_TRUE(resumed.ok() || absl::IsDeadlineExceeded(resumed) || absl::IsUnavailable(resumed)) << resumed;
+      if (!resumed.ok()) absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(resumed.ok()) << resumed;
+    EXPECT_EQ(writer->items_unacknowledged(), 0);
+    ASSERT_TRUE(writer->Close().ok());
+  }
+  ASSERT_TRUE(sample_status.ok()) << sample_status;
+  std::vector<float> expected(kItems);
+  for (int i = 0; i < kItems; ++i) expected[i] = static_cast<float>(i);
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(client->Info()->tables(3).rate_limiter().inserts(), kItems);
+}
+
+// A server that restarted (a learner killed and started again) has no
+// session to resume: Resume says so, and what was not acknowledged is
+// counted (the actor then starts a new writer).
+TEST(ServiceTest, AResumableWriterIsToldWhenTheServerNoLongerHasItsSession) {
+  config::ReplayConfig config = TestConfig();
+  auto server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  const std::string address = server->address();
+  auto client = NewGrpcClient(address);
+  auto writer = *client->NewWriter({.resumable = true});
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 1).ok());
+  ASSERT_TRUE(writer->Flush().ok());
+  // The server goes, and another starts on the same port.
+  server.reset();
+  config.set_listen(address);
+  server = StartServer(config);
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(testing::InsertState(*writer, "state", 2).ok());
+  const absl::Status flushed = writer->Flush();
+  EXPECT_FALSE(flushed.ok());
+  EXPECT_EQ(writer->items_unacknowledged(), 1);
+  const absl::Status resumed = writer->Resume();
+  EXPECT_TRUE(absl::IsFailedPrecondition(resumed)) << resumed;
+  EXPECT_TRUE(absl::StrContains(resumed.message(), "to resume (the server restarted")) << resumed;
+  EXPECT_EQ(writer->items_unacknowledged(), 1);
+  EXPECT_EQ(client->Info()->tables(1).rate_limiter().inserts(), 0);
+}
+
+// A writer that is not resumable says so.
+TEST(ServiceTest, ResumeOfAWriterThatIsNotResumableIsUnimplemented) {
+  auto server = StartServer(TestConfig());
+  auto client = NewGrpcClient(server->address());
+  auto writer = *client->NewWriter();
+  EXPECT_TRUE(absl::IsUnimplemented(writer->Resume()));
+  EXPECT_TRUE(writer->Close().ok());
+}
+
 TEST(ServiceTest, SampleTimesOutWithDeadlineExceededNamingTheTable) {
   auto server = StartServer(TestConfig());
   auto client = NewGrpcClient(server->address());

@@ -45,8 +45,10 @@ test_only=(
   xvfb xauth                          # viewer tests in a real window
   python3 python3-numpy python3-pytest  # the Python tests (Debian's numpy), tools' tests;
                                       # PyPI peers and PJRT CPU plugins in venvs under build/ (python3-venv)
+  iproute2                            # ip netns, veth and tc netem (tests/network_end_to_end_test.cc); ss
+                                      # (free ports, tests/slurm_cluster.sh)
 )
-slurm=(slurm-wlm munge iproute2)      # sbatch, srun, slurmctld, slurmd, munged; ss (free ports)
+slurm=(slurm-wlm munge)               # sbatch, srun, slurmctld, slurmd, munged (ss: test's iproute2)
 bundle=(debootstrap patchelf)         # the bundle's RUNPATHs; the bare Debian root it is tested in
 browser=(chromium)
 asan=(libasan8 libubsan1)             # GCC's runtimes (build-essential's gcc-12 brings them; named here)
