@@ -1,5 +1,5 @@
 // troupe sweep CONFIG --grid field=v1,v2,... [--grid ...] [--seeds N] [--parallel P] [--dir DIR]
-// (launch/sweep.h says what the sweep directory holds).
+// (launch/sweep_plan.h says what the sweep directory holds).
 #include <unistd.h>
 
 #include <csignal>
@@ -11,7 +11,12 @@
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "launch/slurm.h"
-#include "launch/sweep.h"
+#include "launch/slurm.h"
+#include "launch/sweep_local.h"
+#include "launch/sweep_member.h"
+#include "launch/sweep_plan.h"
+#include "launch/sweep_slurm.h"
+#include "launch/sweep_summary.h"
 
 namespace troupe::cli {
 namespace {
