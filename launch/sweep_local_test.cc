@@ -31,19 +31,14 @@ using e2e::Read;
 using testing::ReadCsv;
 using testing::TempDir;
 using testing::TinyGanConfig;
+using testing::TinyRlSweep;
 using testing::ToDouble;
 using testing::Write;
 
 TEST(RunSweepTest, AStoppedSweepEndsWhileRunsWereStillToStart) {
   TempDir dir;
   // RL, so that preparing trains nothing; runs that sleep until stopped.
-  const std::string config = dir.path() + "/tiny_rl.textproto";
-  Write(config, "name: \"tiny_rl\" mode: RL runs_dir: \"" + dir.path() + "/runs\"\n");
-  SweepOptions options;
-  options.config_path = config;
-  options.grid = *ParseGrid({"learner.batch_size=16,32"});
-  options.seeds = 2;
-  auto plan = PlanSweep(options);
+  auto plan = PlanSweep(TinyRlSweep(dir.path(), /*seeds=*/2));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->runs.size(), 4u);
   std::atomic<bool> stop{false};

@@ -17,6 +17,7 @@ using ::testing::HasSubstr;
 using e2e::Read;
 using testing::TempDir;
 using testing::TinyGanConfig;
+using testing::TinyRlSweep;
 using testing::Write;
 
 TEST(ParseGridTest, ReadsFieldsAndValues) {
@@ -144,13 +145,7 @@ TEST_F(PlanSweepTest, RefusesARunDirectoryOfAnotherConfig) {
 // config; a run that has `done` is skipped and its directory left as it is.
 TEST(PrepareSweepTest, WritesTheRunsConfigsAndSkipsRunsDone) {
   TempDir dir;
-  // RL, so that preparing trains no FID classifier.
-  const std::string config = dir.path() + "/tiny_rl.textproto";
-  Write(config, "name: \"tiny_rl\" mode: RL runs_dir: \"" + dir.path() + "/runs\"\n");
-  SweepOptions options;
-  options.config_path = config;
-  options.grid = *ParseGrid({"learner.batch_size=16,32"});
-  auto plan = PlanSweep(options);
+  auto plan = PlanSweep(TinyRlSweep(dir.path(), /*seeds=*/1));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->runs.size(), 2u);
   fs::create_directories(plan->runs[0].run_dir);

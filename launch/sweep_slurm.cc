@@ -13,6 +13,14 @@ namespace troupe::launch {
 
 namespace fs = std::filesystem;
 
+absl::Status CheckSlurmSweepOptions(const std::vector<std::string>& sbatch_options) {
+  RETURN_IF_ERROR(CheckSbatchOnPath());
+  return CheckSbatchOptionsAvoid(sbatch_options,
+                                 {"-a", "--array", "-n", "--ntasks", "-c", "--cpus-per-task", "-o", "--output"},
+                                 "troupe shapes the job array (one task per run, --cores CPUs each, at most "
+                                 "--parallel at a time, output in SWEEP_DIR/slurm/)");
+}
+
 absl::StatusOr<SlurmSweepJobs> SubmitSweepToSlurm(const SweepPlan& plan, int parallel, int cpus_per_run,
                                                   const std::vector<std::string>& runner,
                                                   const std::vector<std::string>& summary_command,

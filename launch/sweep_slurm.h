@@ -6,10 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "launch/sweep_plan.h"
 
 namespace troupe::launch {
+
+// Checked before anything is created or submitted: sbatch on the PATH
+// (FailedPrecondition), and sbatch options that would reshape the job array
+// troupe sets (one task per run, its CPUs, at most --parallel at a time,
+// output in SWEEP_DIR/slurm/): InvalidArgument naming the option.
+absl::Status CheckSlurmSweepOptions(const std::vector<std::string>& sbatch_options);
 
 // `troupe sweep ... --slurm [sbatch options]`: the runs of `plan` not done
 // yet as one Slurm job array, one array task of `cpus_per_run` CPUs per run

@@ -38,15 +38,9 @@ class SubmitSweepToSlurmTest : public ::testing::Test {
   }
   void TearDown() override { setenv("PATH", old_path_.c_str(), 1); }
 
-  // RL, so that preparing trains nothing: 2 grid points x 2 seeds.
+  // 2 grid points x 2 seeds.
   SweepPlan Plan() {
-    const std::string config = dir_.path() + "/tiny_rl.textproto";
-    Write(config, "name: \"tiny_rl\" mode: RL runs_dir: \"" + dir_.path() + "/runs\"\n");
-    SweepOptions options;
-    options.config_path = config;
-    options.grid = *ParseGrid({"learner.batch_size=16,32"});
-    options.seeds = 2;
-    auto plan = PlanSweep(options);
+    auto plan = PlanSweep(testing::TinyRlSweep(dir_.path(), /*seeds=*/2));
     EXPECT_TRUE(plan.ok()) << plan.status();
     return *plan;
   }
@@ -93,6 +87,17 @@ TEST_F(SubmitSweepToSlurmTest, SubmitsNothingWhenEveryRunIsDone) {
   EXPECT_EQ(jobs->array_job, "");
   EXPECT_FALSE(fs::exists(calls_));
   EXPECT_TRUE(fs::exists(plan.sweep_dir + "/summary.csv"));
+}
+
+TEST_F(SubmitSweepToSlurmTest, RefusesOptionsThatReshapeTheArray) {
+  for (const std::string option : {"--array=0-3", "-a0-3", "-c", "--cpus-per-task=2", "-ofile", "--output=f"}) {
+    const absl::Status status = CheckSlurmSweepOptions({option});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << option;
+    EXPECT_THAT(status.message(), HasSubstr("--slurm " + option + ": troupe shapes the job array"));
+  }
+  EXPECT_TRUE(CheckSlurmSweepOptions({"--partition=p", "--time=60"}).ok());
+  setenv("PATH", dir_.path().c_str(), 1);  // no sbatch there
+  EXPECT_EQ(CheckSlurmSweepOptions({}).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "launch/sweep_plan.h"
 
 namespace troupe::launch::testing {
 
@@ -46,6 +47,18 @@ inline std::string TinyGanConfig(const std::string& runs_dir, const std::string&
                       "total_images: 6400 eval_every_images: 1600 eval_samples: 300 warmup_images: 0 "
                       "checkpoint_every_s: 1 classifier_checkpoint: \"",
                       classifier, "\" }\n");
+}
+
+// A sweep of RL runs in `dir`: 2 grid points (learner.batch_size 16, 32)
+// x `seeds`, planned from a config written there. Preparing it trains
+// nothing (no FID classifier), and each run's config is the defaults.
+inline SweepOptions TinyRlSweep(const std::string& dir, int seeds) {
+  SweepOptions options;
+  options.config_path = dir + "/tiny_rl.textproto";
+  Write(options.config_path, "name: \"tiny_rl\" mode: RL runs_dir: \"" + dir + "/runs\"\n");
+  options.grid = *ParseGrid({"learner.batch_size=16,32"});
+  options.seeds = seeds;
+  return options;
 }
 
 // A CSV file as rows of column -> cell.
