@@ -96,6 +96,8 @@ class AsyncQueueScheduler {
   std::atomic<int64_t> next_slot_{0};
   std::vector<Count> written_;       // per buffer
   int64_t next_batch_ = 0;           // the next buffer WaitBatch returns (caller only)
+  // std::mutex rather than absl::Mutex, as EnvPool's (engine/nn/thread_pool.h:
+  // ThreadSanitizer sees it).
   std::mutex mutex_;
   std::vector<Queue> queues_;        // one for all threads; or one per thread
   std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
