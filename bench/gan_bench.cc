@@ -6,7 +6,7 @@
 // its wall time and images/s; beside it the floor, the classifier-FID of
 // 10,000 training images against the test images; and the generator +
 // discriminator step's images/s against the same step in Debian's libtorch
-// 1.13 (bench/peers/libtorch_gan.cc, compiled at run time when installed).
+// 1.13 (bench/peers/libtorch_gan_step.cc, compiled at run time when installed).
 // `--only speed` gives only the step's images/s at each batch and replica
 // count of the batch study, next to batch 64 on 1 replica.
 // Then troupe's classifier-FID after N images at batch 64 next to the
@@ -71,7 +71,7 @@ constexpr int kThreads = 2;
 
 // The libtorch peer's images/s (best of 1 and 2 threads); NotFound without libtorch-dev.
 absl::StatusOr<double> LibtorchGanRate(int64_t batch, const config::GanConfig& c, double seconds) {
-  return RunLibtorchPeer("libtorch_gan", absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds),
+  return RunLibtorchPeer("libtorch_gan_step", absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds),
                          "images_per_second");
 }
 

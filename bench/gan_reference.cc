@@ -27,7 +27,7 @@ std::string LibtorchGanArguments(const config::GanConfig& c, const GanReferenceO
                         : c.lr_scaling() == config::GanConfig::SQRT ? "sqrt"
                                                                      : "none";
   return absl::StrCat(
-      "train batch=", c.batch_size(), " base_batch=", c.base_batch_size(), " noise=", c.noise_size(),
+      "batch=", c.batch_size(), " base_batch=", c.base_batch_size(), " noise=", c.noise_size(),
       " g_channels=", c.generator_channels(), " d_channels=", c.discriminator_channels(),
       " loss=", c.loss() == config::GanConfig::HINGE ? "hinge" : "non_saturating", " g_lr=",
       real(c.generator_learning_rate()), " d_lr=", real(c.discriminator_learning_rate()), " lr_scaling=", scaling,
@@ -46,7 +46,7 @@ absl::StatusOr<GanReferenceRun> RunLibtorchGanReference(const config::GanConfig&
   if (config.optimizer() != config::GanConfig::ADAM) {
     return absl::UnimplementedError("the libtorch reference GAN has gan.optimizer ADAM only");
   }
-  ASSIGN_OR_RETURN(const std::string binary, CompileLibtorchPeer("libtorch_gan"));
+  ASSIGN_OR_RETURN(const std::string binary, CompileLibtorchPeer("libtorch_gan_reference"));
   GanReferenceOptions o = options;
   if (o.samples > 0 && o.samples_path.empty()) {
     o.samples_path = (std::filesystem::temp_directory_path() / absl::StrCat("troupe_gan_reference_", getpid(), ".ckpt"))

@@ -1,4 +1,4 @@
-// The reference GAN: bench/peers/libtorch_gan.cc in training mode, the same
+// The reference GAN: bench/peers/libtorch_gan_reference.cc, the same
 // GAN as troupe's GanTrainer (networks, losses, Adam, learning-rate scaling
 // and warmup, generator EMA) in libtorch, started from troupe's exported
 // initial weights (GanTrainer::ExportWeights) and fed the same stream of
@@ -46,8 +46,8 @@ struct GanReferenceRun {
   double train_seconds = 0;    // the training loop's wall time in the peer, over every piece of a resumed run
 };
 
-// The peer's arguments after THREADS: "train" and `config`'s fields as
-// KEY=VALUE (floats to 9 significant digits, so they round-trip).
+// The peer's arguments after THREADS: `config`'s fields as KEY=VALUE
+// (floats to 9 significant digits, so they round-trip).
 std::string LibtorchGanArguments(const config::GanConfig& config, const GanReferenceOptions& options);
 
 // Compiles the peer if needed and trains it. Errors: NotFound without

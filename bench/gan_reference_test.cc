@@ -1,5 +1,5 @@
-// The libtorch reference GAN (bench/peers/libtorch_gan.cc) against troupe's
-// GanTrainer: from the same exported initial weights, on the same images and
+// The libtorch reference GAN (bench/peers/libtorch_gan_reference.cc) against
+// troupe's GanTrainer: from the same exported initial weights, on the same images and
 // noise, the first kSteps steps' D and G losses agree step by step and so do
 // the EMA generator's samples; a reference given a wrong learning rate does
 // not agree (the comparison can fail); bad input names the file and tensor.
@@ -212,7 +212,7 @@ TEST_F(GanReferenceTest, AMissingWeightsFileIsNamed) {
   absl::StatusOr<GanReferenceRun> reference = TrainReference(config_);  // weights_ not written
   ASSERT_FALSE(reference.ok());
   // The peer's own message (the command line, also in the status, names the file too).
-  EXPECT_THAT(reference.status().message(), HasSubstr("libtorch_gan: cannot open the weights file " + weights_));
+  EXPECT_THAT(reference.status().message(), HasSubstr("libtorch_gan_reference: cannot open the weights file " + weights_));
 }
 
 TEST_F(GanReferenceTest, AWeightOfAnotherShapeIsNamedWithBothShapes) {

@@ -4,7 +4,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <google/protobuf/text_format.h>
 
@@ -22,7 +21,7 @@
 #include "gan/run.h"
 #include "launch/experiment.h"
 #include "launch/launcher.h"
-#include "launch/slurm.h"
+#include "launch/slurm_submit.h"
 
 namespace troupe::cli {
 namespace {
@@ -78,112 +77,6 @@ std::string HostName() {
 
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// The partition named by sbatch options on the command line (-p P,
-// --partition P, --partition=P), else `fallback`.
-std::string PartitionOf(const std::vector<std::string>& sbatch_options, const std::string& fallback) {
-  std::string partition = fallback;
-  for (size_t i = 0; i < sbatch_options.size(); ++i) {
-    const std::string& o = sbatch_options[i];
-    if ((o == "-p" || o == "--partition") && i + 1 < sbatch_options.size()) partition = sbatch_options[i + 1];
-    if (o.rfind("--partition=", 0) == 0) partition = o.substr(12);
-    if (o.rfind("-p", 0) == 0 && o.size() > 2 && o[2] != '-') partition = o.substr(2);
-  }
-  return partition;
-}
-
-// `troupe run CONFIG --slurm [sbatch options]` (and --resume RUN_DIR
-// --slurm): everything is checked before anything is submitted (sbatch on
-// the PATH, the slurm section, the partition and its size), then the job
-// script is written into the run directory and submitted.
-int SubmitToSlurm(const config::ExperimentConfig& config, const std::string& config_path, std::string run_dir,
-                  bool resume, const std::vector<std::string>& sbatch_options) {
-  if (launch::FindOnPath("sbatch").empty()) {
-    return Fail(absl::FailedPreconditionError(
-        "--slurm: no sbatch on the PATH; run troupe where Slurm's commands are (a login node of the cluster), or "
-        "install them (Debian: apt-get install slurm-client); nothing was submitted"));
-  }
-  // The job's shape comes from the slurm section, which the job itself reads
-  // to place its processes; sbatch options must not change it.
-  for (const std::string& option : sbatch_options) {
-    for (const char* shape : {"-N", "--nodes", "-n", "--ntasks", "--ntasks-per-node", "-c", "--cpus-per-task"}) {
-      const std::string name = option.substr(0, option.find('='));
-      if (name == shape || (shape[1] != '-' && option.rfind(shape, 0) == 0 && option.size() > 2 && option[1] != '-')) {
-        return Fail(absl::InvalidArgumentError(absl::StrCat(
-            "--slurm ", option, ": the job's nodes, tasks and CPUs come from the config's slurm section (",
-            "--set slurm.nodes=N, slurm.tasks_per_node, slurm.cpus_per_actor, slurm.cpus_per_learner_rank); "
-            "nothing was submitted")));
-      }
-    }
-  }
-  auto plan = launch::PlanSlurmJob(config);
-  if (!plan.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", plan.status().message())));
-  const std::string partition_name = PartitionOf(sbatch_options, config.slurm().partition());
-  auto partition = launch::QuerySlurmPartition(partition_name);
-  if (!partition.ok()) {
-    return Fail(absl::Status(partition.status().code(),
-                             absl::StrCat("--slurm: ", partition.status().message(), "; nothing was submitted")));
-  }
-  const std::string field = partition_name == config.slurm().partition()
-                                ? (partition_name.empty() ? "the default partition" : "slurm.partition")
-                                : "sbatch's --partition";
-  if (absl::Status fits = launch::CheckPlanFitsPartition(*plan, *partition, field); !fits.ok()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(config_path, ": ", fits.message(), "; nothing was submitted")));
-  }
-  // A resumed run must not be running already.
-  if (resume) {
-    std::ifstream launch_file(run_dir + "/launch.txt");
-    std::string key, value, job_id;
-    while (launch_file >> key >> value) {
-      if (key == "job_id") job_id = value;
-    }
-    const std::string state = job_id.empty() ? "" : launch::SlurmJobState(job_id);
-    if (state == "PENDING" || state == "RUNNING" || state == "REQUEUED" || state == "COMPLETING") {
-      return Fail(absl::FailedPreconditionError(absl::StrCat("--resume ", run_dir, ": Slurm job ", job_id,
-                                                             " of this run is ", state, "; scancel ", job_id,
-                                                             " first (it checkpoints)")));
-    }
-  }
-  // The run directory, absolute: the nodes read and write it (shared storage).
-  if (!resume) {
-    auto made = MakeRunDirectory(config.runs_dir(), config.name());
-    if (!made.ok()) return Fail(made.status());
-    run_dir = *made;
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(config, &text);
-    if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) return Fail(s);
-  }
-  run_dir = std::filesystem::absolute(run_dir).lexically_normal().string();
-  if (!run_dir.empty() && run_dir.back() == '/') run_dir.pop_back();
-  std::filesystem::create_directories(run_dir + "/slurm");
-  std::filesystem::create_directories(run_dir + "/logs");
-  // Where the security work's token goes (never on a command line): owner only.
-  std::filesystem::create_directories(run_dir + "/secrets");
-  std::filesystem::permissions(run_dir + "/secrets", std::filesystem::perms::owner_all);
-  const std::string script = run_dir + "/slurm/job.sh";
-  if (absl::Status s = WriteFileAtomically(script, launch::SlurmJobScript(config, *plan, run_dir, launch::SelfBinary()));
-      !s.ok()) {
-    return Fail(s);
-  }
-  std::filesystem::permissions(script, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
-                                           std::filesystem::perms::group_exec);
-  auto job_id = launch::SubmitSlurmJob(script, sbatch_options);
-  if (!job_id.ok()) {
-    return Fail(absl::Status(job_id.status().code(),
-                             absl::StrCat("--slurm: ", job_id.status().message(), " (job script: ", script, ")")));
-  }
-  const std::string output = absl::StrCat(run_dir, "/slurm/job-", *job_id, ".out");
-  WriteLaunchFile(run_dir, absl::StrCat("launcher slurm\njob_id ", *job_id, "\nscript ", script, "\noutput ", output,
-                                        "\nsubmitted ", UnixSeconds(), "\n"));
-  std::ofstream(run_dir + "/slurm/jobs.txt", std::ios::app) << *job_id << "\n";
-  std::printf("submitted Slurm job %s (%s); run directory %s\n", job_id->c_str(),
-              resume ? "resuming from its checkpoint" : "a new run", run_dir.c_str());
-  std::printf("follow it: troupe status %s   (or: squeue -j %s; tail -f %s)\n", run_dir.c_str(), job_id->c_str(),
-              output.c_str());
-  std::printf("stop it with a checkpoint: scancel %s; continue it later: troupe run --resume %s --slurm\n",
-              job_id->c_str(), run_dir.c_str());
-  return 0;
 }
 
 int RunScriptedMode(const config::ExperimentConfig& config) {
@@ -290,12 +183,17 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       return;
     }
     if (args->slurm) {
-      if (resume && NewestCheckpointFile(args->resume + "/checkpoints", "agent.ckpt").empty()) {
-        *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ",
-                                                           args->resume, "/checkpoints")));
+      auto job = launch::SubmitRunToSlurm(*config, config_path, args->resume, extras);
+      if (!job.ok()) {
+        *exit_code = Fail(job.status());
         return;
       }
-      *exit_code = SubmitToSlurm(*config, config_path, args->resume, resume, extras);
+      std::printf("submitted Slurm job %s (%s); run directory %s\n", job->job_id.c_str(),
+                  resume ? "resuming from its checkpoint" : "a new run", job->run_dir.c_str());
+      std::printf("follow it: troupe status %s   (or: squeue -j %s; tail -f %s)\n", job->run_dir.c_str(),
+                  job->job_id.c_str(), job->output.c_str());
+      std::printf("stop it with a checkpoint: scancel %s; continue it later: troupe run --resume %s --slurm\n",
+                  job->job_id.c_str(), job->run_dir.c_str());
       return;
     }
     std::signal(SIGINT, OnSignal);

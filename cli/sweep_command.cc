@@ -1,5 +1,5 @@
 // troupe sweep CONFIG --grid field=v1,v2,... [--grid ...] [--seeds N] [--parallel P] [--dir DIR]
-// (launch/sweep.h says what the sweep directory holds).
+// (launch/sweep_plan.h says what the sweep directory holds).
 #include <unistd.h>
 
 #include <csignal>
@@ -10,8 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
-#include "launch/slurm.h"
-#include "launch/sweep.h"
+#include "launch/sweep_local.h"
+#include "launch/sweep_member.h"
+#include "launch/sweep_plan.h"
+#include "launch/sweep_slurm.h"
+#include "launch/sweep_summary.h"
 
 namespace troupe::cli {
 namespace {
@@ -30,30 +33,6 @@ std::string SelfPath() {
   std::error_code ec;
   const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("/proc/self/exe") : path.string();
-}
-
-// --slurm is checked before anything is created or submitted: sbatch must be
-// on the PATH, and sbatch options may not reshape the array (troupe sets
-// it: one task per run, --cores CPUs each, --parallel at a time).
-absl::Status CheckSlurmSweepOptions(const std::vector<std::string>& sbatch_options, bool summary_only) {
-  if (summary_only) return absl::InvalidArgumentError("--slurm and --summary-only: give one of them");
-  if (launch::FindOnPath("sbatch").empty()) {
-    return absl::FailedPreconditionError(
-        "--slurm: no sbatch on the PATH; run troupe where Slurm's commands are (a login node of the cluster), or "
-        "install them (Debian: apt-get install slurm-client); nothing was submitted");
-  }
-  for (const std::string& option : sbatch_options) {
-    const std::string name = option.substr(0, option.find('='));
-    for (const char* shape : {"-a", "--array", "-n", "--ntasks", "-c", "--cpus-per-task", "-o", "--output"}) {
-      const bool short_form = shape[1] != '-' && option.rfind(shape, 0) == 0 && option.size() >= 2 && option[1] != '-';
-      if (name == shape || short_form) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--slurm ", option, ": troupe shapes the job array (one task per run, --cores CPUs each, at most ",
-            "--parallel at a time, output in SWEEP_DIR/slurm/); nothing was submitted"));
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -120,7 +99,10 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
       return;
     }
     if (args->slurm) {
-      if (absl::Status s = CheckSlurmSweepOptions(sbatch_options, args->summary_only); !s.ok()) {
+      const absl::Status s = args->summary_only
+                                 ? absl::InvalidArgumentError("--slurm and --summary-only: give one of them")
+                                 : launch::CheckSlurmSweepOptions(sbatch_options);
+      if (!s.ok()) {
         *exit_code = Fail(s);
         return;
       }

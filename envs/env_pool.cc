@@ -1,10 +1,10 @@
 #include "envs/env_pool.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -95,37 +95,55 @@ absl::StatusOr<std::unique_ptr<EnvPool>> EnvPool::Create(const EnvPoolOptions& o
     p.ring_.push_back(std::move(buffer));
   }
 
-  if (p.sync()) {
-    p.ranges_ = std::vector<Range>(threads);
+  // The scheduler: worker threads (none in sync mode with env workers: the
+  // caller's thread hands them their shares itself); a thread that renders
+  // here makes its GL context before the first job (a failure resurfaces at
+  // the first render).
+  const bool renders_here = options.env.pixels && !in_processes;
+  auto on_start = [&p, renders_here](int) {
+    if (renders_here) (void)PrepareRenderer(p.model_);
+  };
+  if (p.sync() && in_processes) {
+    SyncProcessScheduler::Options o;
+    for (const auto& worker : p.env_workers_) o.workers.push_back(worker.get());
+    o.own_envs = p.home_[1];
+    o.run_own = [&p](int32_t begin, int32_t end) { p.RunSyncJobs(begin, end); };
+    o.collect = [&p](const EnvWorker& worker, int32_t id) { p.CopyWorkerResult(worker, id, *p.ring_[0], id); };
+    o.on_error = [&p](const absl::Status& status) { p.RecordError(status); };
+    p.sync_processes_ = std::make_unique<SyncProcessScheduler>(std::move(o));
+  } else if (p.sync()) {
+    p.sync_threads_ = std::make_unique<SyncThreadScheduler>(
+        p.home_, on_start, [&p](int, int32_t begin, int32_t end) { p.RunSyncJobs(begin, end); });
   } else {
     p.actions_.assign(size_t(p.num_envs_) * p.spec_.action_size, 0.0f);
     p.in_flight_.assign(p.num_envs_, 0);
-    p.queues_ = std::vector<Queue>(in_processes ? threads : 1);
-  }
-  // Worker threads (none in sync mode with env workers: the caller's thread
-  // hands them their shares itself); a thread that renders here makes its
-  // GL context before the first job.
-  for (int t = 1; t < (p.sync() && in_processes ? 1 : threads); ++t) {
-    const bool renders_here = options.env.pixels && !in_processes;
-    p.workers_.emplace_back([&p, renders_here, t](std::stop_token stop) {
-      // A failure resurfaces at the first render.
-      if (renders_here) (void)PrepareRenderer(p.model_);
-      if (p.sync()) {
-        p.SyncWorkerLoop(stop, t);
-      } else {
-        p.AsyncWorkerLoop(stop, t);
+    AsyncQueueScheduler::Options o;
+    o.home = p.home_;
+    o.queue_per_thread = in_processes;
+    o.batch_size = p.batch_size_;
+    o.ring = ring;
+    o.on_start = on_start;
+    o.start = [&p](int thread, std::span<const Job> jobs) {
+      if (EnvWorker* worker = p.WorkerOf(thread)) {
+        if (auto status = worker->Run(jobs, p.actions_.data()); !status.ok()) p.RecordError(status);
       }
-    });
+    };
+    o.finish = [&p](int thread, const Job& job, int buffer, int row) {
+      if (EnvWorker* worker = p.WorkerOf(thread)) {
+        p.CopyWorkerResult(*worker, job.env_id, *p.ring_[buffer], row);
+      } else {
+        p.RunJob(job.env_id, job.reset, &p.actions_[size_t(job.env_id) * p.spec_.action_size], *p.ring_[buffer], row);
+      }
+    };
+    p.async_ = std::make_unique<AsyncQueueScheduler>(std::move(o));
   }
   return pool;
 }
 
 EnvPool::~EnvPool() {
-  for (auto& worker : workers_) worker.request_stop();
-  // Sync workers sleep on the epoch rather than on a condition variable.
-  epoch_.fetch_add(1, std::memory_order_seq_cst);
-  epoch_.notify_all();
-  workers_.clear();  // joins
+  // The schedulers' threads first: they step envs and write buffers.
+  sync_threads_.reset();
+  async_.reset();
 }
 
 std::vector<pid_t> EnvPool::worker_pids() const {
@@ -157,30 +175,6 @@ const mjData* EnvPool::data(int index) {
   return mirror.get();
 }
 
-namespace {
-
-// Spins (with the CPU's pause hint) until `done()` or `budget` has passed;
-// returns done(). A batch of cheap envs is over in tens of microseconds,
-// sooner than a wake-up from the kernel, so both sides of a hand-off look
-// before they sleep.
-template <typename Done>
-bool SpinFor(std::chrono::microseconds budget, Done done) {
-  const auto until = std::chrono::steady_clock::now() + budget;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    for (int i = 0; i < 16; ++i) __builtin_ia32_pause();
-  }
-  return true;
-}
-
-constexpr std::chrono::microseconds kSpin{200};
-
-uint64_t PackRange(uint32_t front, uint32_t back) { return uint64_t(back) << 32 | front; }
-uint32_t Front(uint64_t bounds) { return uint32_t(bounds); }
-uint32_t Back(uint64_t bounds) { return uint32_t(bounds >> 32); }
-
-}  // namespace
-
 absl::Status EnvPool::CheckActions(std::span<const float> actions, size_t rows,
                                    std::span<const int32_t> env_ids) const {
   const size_t action_size = spec_.action_size;
@@ -200,9 +194,15 @@ absl::Status EnvPool::CheckActions(std::span<const float> actions, size_t rows,
 }
 
 void EnvPool::RecordError(const absl::Status& status) {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(error_mutex_);
   if (first_error_.ok()) first_error_ = status;
   failed_.store(true, std::memory_order_release);
+}
+
+absl::Status EnvPool::TakeError() {
+  std::lock_guard lock(error_mutex_);
+  failed_.store(false, std::memory_order_relaxed);
+  return std::exchange(first_error_, absl::OkStatus());
 }
 
 ObservationBuffers EnvPool::RowOutputs(Buffer& buffer, int row) {
@@ -273,137 +273,25 @@ absl::StatusOr<EnvBatch> EnvPool::Step(std::span<const float> actions) {
 }
 
 absl::StatusOr<EnvBatch> EnvPool::RunSyncBatch(bool reset, const float* actions) {
-  if (!env_workers_.empty()) {
-    RunSyncBatchInWorkers(reset, actions);
+  // Read by whichever thread steps an env of this process (RunSyncJobs);
+  // SyncThreadScheduler::RunBatch publishes it to its workers.
+  batch_reset_ = reset;
+  batch_actions_ = actions;
+  if (sync_processes_) {
+    sync_processes_->RunBatch(reset, actions);
   } else {
-    RunSyncBatchInThreads(reset, actions);
+    sync_threads_->RunBatch();
   }
-  if (failed_.load(std::memory_order_acquire)) {
-    std::lock_guard lock(mutex_);
-    failed_.store(false, std::memory_order_relaxed);
-    return std::exchange(first_error_, absl::OkStatus());
-  }
+  if (failed_.load(std::memory_order_acquire)) return TakeError();
   return View(*ring_[0]);
 }
 
-void EnvPool::RunSyncBatchInWorkers(bool reset, const float* actions) {
-  // Every worker gets its share at once; this thread steps its own
-  // meanwhile, then collects the answers. No worker threads: one hand-off
-  // per worker and batch.
-  // (A worker whose Send failed fails its Wait with the same error, at once.)
-  Buffer& buffer = *ring_[0];
-  for (const auto& worker : env_workers_) {
-    worker_jobs_.clear();
-    for (int32_t id = worker->first(); id < worker->first() + worker->count(); ++id) worker_jobs_.push_back({id, reset});
-    if (const absl::Status status = worker->Send(worker_jobs_, actions); !status.ok()) RecordError(status);
-  }
-  const int action_size = spec_.action_size;
-  for (int32_t id = home_[0]; id < home_[1]; ++id) {
-    RunJob(id, reset, actions == nullptr ? nullptr : actions + size_t(id) * action_size, buffer, id);
-  }
-  for (const auto& worker : env_workers_) {
-    if (const absl::Status status = worker->Wait(); !status.ok()) RecordError(status);
-    for (int32_t id = worker->first(); id < worker->first() + worker->count(); ++id) {
-      CopyWorkerResult(*worker, id, buffer, id);
-    }
-  }
-}
-
-void EnvPool::RunSyncBatchInThreads(bool reset, const float* actions) {
-  // Publish the batch: its inputs, then every range (release: a thread that
-  // claims an id sees the inputs), then the epoch the workers wait on.
-  batch_reset_ = reset;
-  batch_actions_ = actions;
-  done_.store(0, std::memory_order_relaxed);
-  for (size_t t = 0; t < ranges_.size(); ++t) {
-    ranges_[t].bounds.store(PackRange(home_[t], home_[t + 1]), std::memory_order_release);
-  }
-  epoch_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) epoch_.notify_all();
-
-  RunSyncJobs(/*thread=*/0);
-  // The workers are finishing the last envs: look before sleeping. (Either
-  // the owner's load after announcing its sleep sees the last count, or the
-  // last thread's load of owner_sleeping_ sees it asleep; both seq_cst.)
-  auto all_done = [&] { return done_.load(std::memory_order_acquire) == num_envs_; };
-  if (!SpinFor(kSpin, all_done)) {
-    owner_sleeping_.store(true, std::memory_order_seq_cst);
-    for (int d; (d = done_.load(std::memory_order_seq_cst)) != num_envs_;) done_.wait(d, std::memory_order_seq_cst);
-    owner_sleeping_.store(false, std::memory_order_relaxed);
-  }
-}
-
-bool EnvPool::TakeSyncJobs(int thread, int32_t& begin, int32_t& end) {
-  // Own range, from the front, in chunks that shrink with what is left: big
-  // ones cost one atomic for many cheap steps, small ones at the end keep
-  // the threads finishing together.
-  std::atomic<uint64_t>& own = ranges_[thread].bounds;
-  uint64_t bounds = own.load(std::memory_order_acquire);
-  while (Front(bounds) < Back(bounds)) {
-    const uint32_t chunk = std::max(1u, (Back(bounds) - Front(bounds)) / 4);
-    if (own.compare_exchange_weak(bounds, PackRange(Front(bounds) + chunk, Back(bounds)), std::memory_order_acq_rel)) {
-      begin = int32_t(Front(bounds));
-      end = begin + int32_t(chunk);
-      return true;
-    }
-  }
-  // Steal one env from the back of the fullest other range (its owner works
-  // from the front): a stolen env's state moves to this core and back, so
-  // move only as many as it takes to finish together.
-  for (;;) {
-    int victim = -1;
-    uint32_t most = 0;
-    for (size_t t = 0; t < ranges_.size(); ++t) {
-      const uint64_t b = ranges_[t].bounds.load(std::memory_order_relaxed);
-      if (Back(b) - Front(b) > most) {
-        most = Back(b) - Front(b);
-        victim = int(t);
-      }
-    }
-    if (victim < 0) return false;
-    std::atomic<uint64_t>& range = ranges_[victim].bounds;
-    bounds = range.load(std::memory_order_acquire);
-    if (Front(bounds) < Back(bounds) &&
-        range.compare_exchange_strong(bounds, PackRange(Front(bounds), Back(bounds) - 1), std::memory_order_acq_rel)) {
-      end = int32_t(Back(bounds));
-      begin = end - 1;
-      return true;
-    }
-  }
-}
-
-void EnvPool::RunSyncJobs(int thread) {
+void EnvPool::RunSyncJobs(int32_t begin, int32_t end) {
   Buffer& buffer = *ring_[0];
   const int action_size = spec_.action_size;
-  int32_t begin, end;
-  while (TakeSyncJobs(thread, begin, end)) {
-    for (int32_t id = begin; id < end; ++id) {
-      RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size,
-             buffer, id);
-    }
-    // One atomic add per chunk; the last one wakes a sleeping owner.
-    const int count = end - begin;
-    if (done_.fetch_add(count, std::memory_order_seq_cst) + count == num_envs_ &&
-        owner_sleeping_.load(std::memory_order_seq_cst)) {
-      done_.notify_one();
-    }
-  }
-}
-
-void EnvPool::SyncWorkerLoop(std::stop_token stop, int thread) {
-  uint32_t seen = 0;  // the epoch before the first batch
-  for (;;) {
-    auto next_batch = [&] { return epoch_.load(std::memory_order_acquire) != seen || stop.stop_requested(); };
-    if (!SpinFor(kSpin, next_batch)) {
-      sleeping_workers_.fetch_add(1, std::memory_order_seq_cst);
-      while (!stop.stop_requested() && epoch_.load(std::memory_order_seq_cst) == seen) {
-        epoch_.wait(seen, std::memory_order_seq_cst);
-      }
-      sleeping_workers_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    if (stop.stop_requested()) return;
-    seen = epoch_.load(std::memory_order_acquire);
-    RunSyncJobs(thread);
+  for (int32_t id = begin; id < end; ++id) {
+    RunJob(id, batch_reset_, batch_actions_ == nullptr ? nullptr : batch_actions_ + size_t(id) * action_size, buffer,
+           id);
   }
 }
 
@@ -446,20 +334,7 @@ absl::Status EnvPool::Enqueue(std::span<const float> actions, std::span<const in
     in_flight_[env_ids[i]] = 1;
   }
   in_flight_count_ += static_cast<int>(env_ids.size());
-  {
-    std::lock_guard lock(mutex_);
-    for (int32_t id : env_ids) {
-      Queue& queue = QueueOfEnv(id);
-      queue.jobs.push_back({id, reset});
-      queue.queued.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  // With one queue any worker will do; with a queue per thread, only its own.
-  if (env_ids.size() == 1 && queues_.size() == 1) {
-    work_ready_.notify_one();
-  } else {
-    work_ready_.notify_all();
-  }
+  async_->Enqueue(env_ids, reset);
   return absl::OkStatus();
 }
 
@@ -469,96 +344,14 @@ absl::Status EnvPool::Send(std::span<const float> actions, std::span<const int32
 
 absl::Status EnvPool::SendReset(std::span<const int32_t> env_ids) { return Enqueue({}, env_ids, /*reset=*/true); }
 
-void EnvPool::TakeShare(Queue& queue, std::vector<Job>& jobs) {
-  // A share shrinks with the queue: big ones cost one lock for many cheap
-  // steps, small ones at the end keep the threads finishing together. A
-  // queue of its own goes to its thread whole (one request to its worker).
-  const size_t share = queues_.size() > 1 ? queue.jobs.size()
-                                          : std::max<size_t>(1, queue.jobs.size() / (2 * size_t(num_workers_ + 1)));
-  for (size_t i = 0; i < share; ++i) {
-    jobs.push_back(queue.jobs.front());
-    queue.jobs.pop_front();
-  }
-  queue.queued.fetch_sub(int(share), std::memory_order_relaxed);
-}
-
-void EnvPool::RunAsyncJobs(int thread, std::span<const Job> jobs) {
-  EnvWorker* worker = WorkerOf(thread);
-  if (worker) {
-    if (auto status = worker->Run(jobs, actions_.data()); !status.ok()) RecordError(status);
-  }
-  // Each env claims its result slot as it is taken up (rows in that order)
-  // and is published at once: Recv returns the first envs done. A slot's
-  // row was last written a ring ago, by any thread; the claims' chain of
-  // acq_rel adds orders this write after that one and after the Recv that
-  // returned it (some claim before this one is of a job sent after it).
-  for (const Job& job : jobs) {
-    const int64_t slot = next_slot_.fetch_add(1, std::memory_order_acq_rel);
-    Buffer& buffer = *ring_[(slot / batch_size_) % ring_.size()];
-    const int row = int(slot % batch_size_);
-    if (worker) {
-      CopyWorkerResult(*worker, job.env_id, buffer, row);
-    } else {
-      RunJob(job.env_id, job.reset, &actions_[size_t(job.env_id) * spec_.action_size], buffer, row);
-    }
-    // The last row of a batch wakes the owner.
-    if (buffer.written.fetch_add(1, std::memory_order_acq_rel) + 1 == batch_size_) {
-      std::lock_guard lock(mutex_);
-      batch_ready_.notify_one();
-    }
-  }
-}
-
-void EnvPool::AsyncWorkerLoop(std::stop_token stop, int thread) {
-  Queue& queue = QueueOfThread(thread);
-  std::vector<Job> jobs;
-  for (;;) {
-    jobs.clear();
-    SpinFor(kSpin, [&] { return queue.queued.load(std::memory_order_relaxed) != 0 || stop.stop_requested(); });
-    {
-      std::unique_lock lock(mutex_);
-      if (!work_ready_.wait(lock, stop, [&] { return queue.queued.load(std::memory_order_relaxed) > 0; })) return;
-      TakeShare(queue, jobs);
-    }
-    RunAsyncJobs(thread, jobs);
-  }
-}
-
 absl::StatusOr<EnvBatch> EnvPool::Recv() {
   if (sync()) return absl::FailedPreconditionError("Recv: async mode only (pool.batch_size < num_envs); use Step");
   if (in_flight_count_ < batch_size_) {
     return absl::FailedPreconditionError(
         absl::StrCat("Recv: ", in_flight_count_, " envs in flight, fewer than batch_size ", batch_size_));
   }
-  // The previously returned buffer is free again.
-  if (next_recv_ > 0) ring_[(next_recv_ - 1) % ring_.size()]->written.store(0, std::memory_order_relaxed);
-  Buffer& buffer = *ring_[next_recv_ % ring_.size()];
-  // The caller works too: it steps queued envs until none are left, then
-  // sleeps until the workers finish the batch. (Only the owner enqueues, so
-  // no job can arrive while it waits.)
-  auto full = [&] { return buffer.written.load(std::memory_order_acquire) == batch_size_; };
-  absl::Status error;
-  {
-    std::unique_lock lock(mutex_);
-    Queue& own = QueueOfThread(0);
-    while (!full() && own.queued.load(std::memory_order_relaxed) > 0) {
-      TakeShare(own, caller_jobs_);
-      lock.unlock();
-      RunAsyncJobs(/*thread=*/0, caller_jobs_);
-      caller_jobs_.clear();
-      lock.lock();
-    }
-    if (!full()) {
-      // The workers are finishing the last envs: look before sleeping.
-      lock.unlock();
-      SpinFor(kSpin, full);
-      lock.lock();
-    }
-    batch_ready_.wait(lock, full);
-    error = std::exchange(first_error_, absl::OkStatus());
-    failed_.store(false, std::memory_order_relaxed);
-  }
-  ++next_recv_;
+  Buffer& buffer = *ring_[async_->WaitBatch()];
+  const absl::Status error = TakeError();
   // Gather the staged rows into the batch's arrays.
   for (int i = 0; i < batch_size_; ++i) {
     const RowResult& r = buffer.rows[i];

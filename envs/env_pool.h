@@ -11,47 +11,42 @@
 // Threading: Reset/Step/Send/Recv are called from one thread (the owner).
 // T threads step envs: T - 1 workers and the owner itself, which takes jobs
 // while it waits (no hand-off latency, no oversubscription). Each env is
-// stepped by one thread at a time, so envs need no locks.
-// - Sync mode: thread t has a contiguous range of home envs, whose state
-//   stays in its core's cache from step to step. A batch is published by
-//   setting every thread's range of envs still to take (one atomic word:
-//   front and back) and bumping an epoch the workers spin (then sleep) on.
-//   A thread takes chunks from the front of its own range and, once that is
-//   empty, single envs from the back of the fullest other one. Finished envs
-//   are counted with one atomic add per chunk; the owner spins, then sleeps,
-//   until all are done. No lock and, while batches follow each other within
-//   the spin time, no system call: a batch of cheap state envs is over in
-//   tens of microseconds.
-// - Async mode: env ids wait in one mutex-guarded FIFO, so no env waits
-//   behind a thread that is slow to run; each result claims the next slot
-//   of a ring of batch buffers and Recv returns a buffer once it is full.
+// stepped by one thread at a time, so envs need no locks. Which thread
+// steps which env, and when, is a scheduler's (envs/schedulers/); the pool
+// picks one of three from its options:
+// - sync mode: SyncThreadScheduler, a contiguous range of home envs per
+//   thread, taken in chunks, the last ones stolen by idle threads;
+// - async mode: AsyncQueueScheduler, env ids in FIFO queues, each result
+//   in the next slot of a ring of batch buffers; Recv returns a buffer
+//   once it is full;
+// - sync mode with env worker processes: SyncProcessScheduler.
 // Pixels: one process's llvmpipe rasterizes one scene at a time, so threads
 // rendering in it would take turns. With T > 1 threads, envs past the
 // caller's home range therefore live in T - 1 env worker processes
 // (envs/env_worker.h), which step and render them, a request per batch:
-// - sync mode has no worker threads: the caller's thread sends each worker
-//   its share, steps its own share meanwhile, then collects the answers;
-// - async mode: env ids wait in a queue per thread, and worker thread t
-//   hands all of its queue to its worker process in one request.
+// sync mode has no worker threads (SyncProcessScheduler: the caller's
+// thread sends each process its share, steps its own share meanwhile, then
+// collects the answers); in async mode env ids wait in a queue per thread,
+// and worker thread t hands all of its queue to its process in one request.
 // Without processes (pool.render_in_processes off) each worker thread
 // renders in this process with a GL context of its own (envs/renderer.h).
 #ifndef TROUPE_ENVS_ENV_POOL_H_
 #define TROUPE_ENVS_ENV_POOL_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "envs/env.h"
 #include "envs/env_worker.h"
+#include "envs/schedulers/async_queue.h"
+#include "envs/schedulers/sync_processes.h"
+#include "envs/schedulers/sync_threads.h"
 
 namespace troupe::envs {
 
@@ -170,19 +165,6 @@ class EnvPool {
     std::vector<int32_t> episode_step;
     std::vector<RowResult> rows;          // async: batch_size
     std::vector<StateLine> staged_state;  // async: batch_size x state_lines_
-    std::atomic<int> written{0};          // async: rows written
-  };
-  // Sync mode: the ids of a thread's home range not yet taken in the batch
-  // in flight, [front, back), in one word (front in the low half) so the
-  // owner of the range (from the front) and a thief (from the back) claim
-  // ids with one compare-and-swap each.
-  struct alignas(64) Range {
-    std::atomic<uint64_t> bounds{0};
-  };
-  // Async mode: env ids waiting for a thread.
-  struct alignas(64) Queue {
-    std::deque<Job> jobs;          // guarded by mutex_
-    std::atomic<int> queued{0};    // jobs.size(), written under mutex_, read by spinning workers
   };
   struct DataDeleter {
     void operator()(mjData* data) const { mj_deleteData(data); }
@@ -196,6 +178,8 @@ class EnvPool {
   // Steps (or, with `reset` or an ended episode, resets) env `id` of this
   // process with `action` into row `row` of `buffer`.
   void RunJob(int32_t id, bool reset, const float* action, Buffer& buffer, int row);
+  // Sync mode: runs envs [begin, end) of the batch in flight (row = env id).
+  void RunSyncJobs(int32_t begin, int32_t end);
   // Copies env `id`'s result of its last job in `worker` into row `row` of
   // `buffer`. (After a failed EnvWorker::Run the rows are still written, an
   // env's error row is kLast and a dead worker's are stale, and the batch
@@ -211,28 +195,10 @@ class EnvPool {
   // The thread whose home range holds env `id`.
   int HomeThread(int32_t id) const;
   void RecordError(const absl::Status& status);
+  // The first error recorded since the last call (OK if none), cleared.
+  absl::Status TakeError();
 
-  // Sync mode.
   absl::StatusOr<EnvBatch> RunSyncBatch(bool reset, const float* actions);
-  void RunSyncBatchInThreads(bool reset, const float* actions);
-  void RunSyncBatchInWorkers(bool reset, const float* actions);
-  void SyncWorkerLoop(std::stop_token stop, int thread);
-  // Takes and runs envs of the batch in flight until none are left to take.
-  void RunSyncJobs(int thread);
-  // A chunk [begin, end) from the front of `thread`'s own range, or one env
-  // from the back of the fullest other range; false when all are taken.
-  bool TakeSyncJobs(int thread, int32_t& begin, int32_t& end);
-
-  // Async mode.
-  void AsyncWorkerLoop(std::stop_token stop, int thread);
-  // The queue thread `thread` takes from / env `id` waits in.
-  Queue& QueueOfThread(int thread) { return queues_[queues_.size() == 1 ? 0 : thread]; }
-  Queue& QueueOfEnv(int32_t id) { return queues_[queues_.size() == 1 ? 0 : HomeThread(id)]; }
-  // Moves a share of the queue's front into `jobs`. mutex_ held.
-  void TakeShare(Queue& queue, std::vector<Job>& jobs);
-  // Runs thread `thread`'s jobs, each into the next result slot, publishing
-  // each as soon as it is written.
-  void RunAsyncJobs(int thread, std::span<const Job> jobs);
   absl::Status Enqueue(std::span<const float> actions, std::span<const int32_t> env_ids, bool reset);
   EnvBatch View(Buffer& buffer) const;
 
@@ -247,38 +213,32 @@ class EnvPool {
   int num_workers_ = 0;                // set before the workers start
   // std::mutex rather than absl::Mutex on purpose (see engine/nn/thread_pool.h:
   // ThreadSanitizer, which this pool's lock-free paths rely on, sees it).
-  std::mutex mutex_;
-  absl::Status first_error_;           // guarded by mutex_
+  std::mutex error_mutex_;
+  absl::Status first_error_;           // guarded by error_mutex_
   std::atomic<bool> failed_{false};    // first_error_ is set
 
   // Thread t's home envs are [home_[t], home_[t + 1]).
   std::vector<int32_t> home_;
-  std::vector<Range> ranges_;          // per thread
-  bool batch_reset_ = false;           // the batch in flight resets its envs
-  const float* batch_actions_ = nullptr;  // its actions (the caller's, valid during Step)
-  alignas(64) std::atomic<uint32_t> epoch_{0};  // bumped by the owner to start a batch
-  std::atomic<int> sleeping_workers_{0};        // workers waiting on epoch_ in the kernel
-  alignas(64) std::atomic<int> done_{0};        // envs of the batch in flight finished
-  std::atomic<bool> owner_sleeping_{false};     // the owner waits on done_ in the kernel
+  // The sync batch in flight: whether it resets its envs, and its actions
+  // (the caller's, valid during Step); read by the threads that step it.
+  bool batch_reset_ = false;
+  const float* batch_actions_ = nullptr;
 
-  // Async mode. Results: a ring of buffers; slot k of the stream is buffer
-  // (k / batch_size) % ring, row k % batch_size.
+  // Sync mode writes ring_[0] in place. Async mode: a ring of buffers, as
+  // the scheduler's slots say.
   std::vector<std::unique_ptr<Buffer>> ring_;
-  std::atomic<int64_t> next_slot_{0};
-  int64_t next_recv_ = 0;              // index of the next buffer Recv returns (owner thread only)
-  std::vector<float> actions_;         // num_envs x action_size, the last action sent to each env
-  std::vector<uint8_t> in_flight_;     // per env, owner thread only
+  std::vector<float> actions_;         // async: num_envs x action_size, the last action sent to each env
+  std::vector<uint8_t> in_flight_;     // async: per env, owner thread only
   int in_flight_count_ = 0;            // owner thread only
-  std::vector<Queue> queues_;          // one for all threads; or, with env workers, one per thread
-  std::condition_variable_any work_ready_;  // workers wait for jobs (or a stop request)
-  std::condition_variable batch_ready_;     // Recv waits for a full buffer
-  std::vector<Job> caller_jobs_;       // the owner's share inside Recv
 
   // Thread t >= 1's envs live in [t - 1]. Sync mode: driven by the owner,
   // with no worker threads; async: by worker thread t.
   std::vector<std::unique_ptr<EnvWorker>> env_workers_;
-  std::vector<Job> worker_jobs_;       // sync mode: a worker's jobs, owner thread only
-  std::vector<std::jthread> workers_;
+  // The one scheduler the options call for; last, so that their threads
+  // are joined before anything they use goes.
+  std::unique_ptr<SyncThreadScheduler> sync_threads_;
+  std::unique_ptr<SyncProcessScheduler> sync_processes_;
+  std::unique_ptr<AsyncQueueScheduler> async_;
 };
 
 }  // namespace troupe::envs

@@ -76,7 +76,8 @@ class GanTrainer {
   void Generate(uint64_t stream, int64_t first, int64_t count, float* out);
 
   // Writes replica 0's current weights to `path` for a reference
-  // implementation to start from (bench/peers/libtorch_gan.cc imports them):
+  // implementation to start from (bench/peers/libtorch_gan_reference.cc
+  // imports them):
   // one file in troupe's checkpoint format (engine/nn/checkpoint.h: per
   // tensor its name, shape and float32 data, then a checksum) holding the
   // generator's parameters (g.*), the discriminator's (d.*) and its spectral

@@ -466,6 +466,29 @@ absl::StatusOr<std::string> SubmitSlurmJob(const std::string& script, const std:
   return id.substr(0, id.find(';'));
 }
 
+absl::Status CheckSbatchOnPath() {
+  if (!FindOnPath("sbatch").empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "--slurm: no sbatch on the PATH; run troupe where Slurm's commands are (a login node of the cluster), or "
+      "install them (Debian: apt-get install slurm-client); nothing was submitted");
+}
+
+absl::Status CheckSbatchOptionsAvoid(const std::vector<std::string>& sbatch_options,
+                                     const std::vector<std::string>& reserved, const std::string& why) {
+  for (const std::string& option : sbatch_options) {
+    const std::string name = option.substr(0, option.find('='));
+    for (const std::string& shape : reserved) {
+      // "-N2": a short option with its value attached.
+      const bool short_form = shape.size() > 1 && shape[1] != '-' && option.rfind(shape, 0) == 0 &&
+                              option.size() > 2 && option[1] != '-';
+      if (name == shape || short_form) {
+        return absl::InvalidArgumentError(absl::StrCat("--slurm ", option, ": ", why, "; nothing was submitted"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string SlurmJobState(const std::string& job_id) {
   auto squeue = RunProgram({"squeue", "--noheader", "--states=all", "--jobs=" + job_id, "--format=%T"});
   if (squeue.ok() && squeue->exit_code == 0) {

@@ -101,6 +101,17 @@ absl::StatusOr<ProgramResult> RunProgram(const std::vector<std::string>& argv);
 // FailedPrecondition with sbatch's message when it refuses the job.
 absl::StatusOr<std::string> SubmitSlurmJob(const std::string& script, const std::vector<std::string>& sbatch_options);
 
+// OK when sbatch is on the PATH; else FailedPrecondition saying where
+// Slurm's commands are to be found (checked before anything is submitted).
+absl::Status CheckSbatchOnPath();
+
+// InvalidArgument "--slurm OPTION: `why`; nothing was submitted" for the
+// first of `sbatch_options` that sets one of `reserved` (options troupe sets
+// itself, e.g. {"-N", "--nodes"}): the option alone or as "--name=VALUE",
+// or a short one with its value attached ("-N2"). OK when none does.
+absl::Status CheckSbatchOptionsAvoid(const std::vector<std::string>& sbatch_options,
+                                     const std::vector<std::string>& reserved, const std::string& why);
+
 // The job's state as Slurm reports it ("PENDING", "RUNNING", "COMPLETED",
 // "CANCELLED", ...; squeue, then scontrol), or "" once Slurm has forgotten
 // the job.

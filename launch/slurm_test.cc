@@ -118,5 +118,18 @@ TEST(ValidateSlurmConfigTest, NamesTheFieldAndWhatWouldBeRight) {
   EXPECT_THAT(ValidateSlurmConfig(slurm).message(), ::testing::HasSubstr("slurm.partition"));
 }
 
+// Options troupe sets itself are refused in every spelling sbatch reads;
+// others, and options that merely begin alike, pass.
+TEST(CheckSbatchOptionsAvoidTest, RefusesReservedOptionsInEverySpelling) {
+  const std::vector<std::string> reserved = {"-N", "--nodes"};
+  for (const std::string option : {"-N", "-N2", "--nodes", "--nodes=2"}) {
+    const absl::Status status = CheckSbatchOptionsAvoid({"--time=10", option}, reserved, "the config says");
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << option;
+    EXPECT_EQ(status.message(), "--slurm " + option + ": the config says; nothing was submitted");
+  }
+  EXPECT_TRUE(CheckSbatchOptionsAvoid({"--time=10", "--nodelist=n0", "-p", "debug"}, reserved, "").ok());
+  EXPECT_TRUE(CheckSbatchOptionsAvoid({}, reserved, "").ok());
+}
+
 }  // namespace
 }  // namespace troupe::launch

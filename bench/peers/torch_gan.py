@@ -1,5 +1,5 @@
 """The PyTorch 2.x peer of `troupe bench gan`: the GAN mode's generator +
-discriminator step (gan/networks.h, as bench/peers/libtorch_gan.cc): DCGAN
+discriminator step (gan/networks.h, as bench/peers/libtorch_gan_step.cc): DCGAN
 generator with batch norm, spectrally normalised discriminator with one power
 iteration per D update, hinge loss, Adam for both; eager or under
 torch.compile, on the CPU or a GPU, float32 or bfloat16 autocast.

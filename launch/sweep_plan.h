@@ -2,6 +2,11 @@
 // field values and seeds, each grid point and seed a normal run directory
 // under one sweep directory, then a summary over seeds.
 //
+// This file: the grid, the plan (every run resolved and checked before
+// anything is created) and the sweep directory it writes down. The runs go
+// on this machine (sweep_local.h) or as a Slurm job array (sweep_slurm.h),
+// each run one member (sweep_member.h); sweep_summary.h writes the summary.
+//
 //   troupe sweep CONFIG --grid gan.batch_size=64,256 --grid gan.lr_scaling=LINEAR,SQRT --seeds 2 --parallel 2
 //
 // Sweep directory (SweepPlan::sweep_dir; default RUNS_DIR/NAME-sweep, so that
@@ -29,10 +34,9 @@
 // checkpoint, and starts the others afresh (clearing what an attempt killed
 // before its first checkpoint left). A rerun whose config for an existing
 // run differs (other than in its thread count) is refused.
-#ifndef TROUPE_LAUNCH_SWEEP_H_
-#define TROUPE_LAUNCH_SWEEP_H_
+#ifndef TROUPE_LAUNCH_SWEEP_PLAN_H_
+#define TROUPE_LAUNCH_SWEEP_PLAN_H_
 
-#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -104,64 +108,26 @@ struct SweepPlan {
 // as ValidateExperiment, each saying which --grid or point.
 absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options);
 
-// The runs of `plan` not done yet, `parallel` at a time, each as a child
-// process `runner... RUN_DIR` (the CLI passes `troupe sweep --run-member`)
-// with its output appended to RUN_DIR/log.txt; writes sweep.txt and each new
-// run's config.textproto first (and, for GANs, trains the FID classifier
-// once when its checkpoint is missing), and the summary after every run
-// that ends.
-// Blocks until every run ended or *stop; on stop, sends SIGTERM to the
-// running children (they checkpoint) and waits for them. `log` hears one line
-// per run started, skipped or ended. Errors: Cancelled when stopped (rerun to
-// resume); Internal naming the runs that failed (the others still ran);
-// PermissionDenied for a directory that cannot be written.
-absl::Status RunSweep(const SweepPlan& plan, int parallel, const std::vector<std::string>& runner,
-                      const std::atomic<bool>* stop, const std::function<void(const std::string&)>& log);
+// Writes the plan into its directory: makes the sweep directory, sweep.txt
+// and each new run's directory and config.textproto, and (GAN) trains the
+// FID classifier once where a run needs one that is missing, so that
+// parallel runs do not each train (and write) it. Returns the runs not done
+// yet, in plan order; `log` hears one line per run skipped as done and per
+// classifier trained. Errors: PermissionDenied for a directory that cannot
+// be made; those of writing a file or training the classifier.
+absl::StatusOr<std::vector<const SweepRun*>> PrepareSweep(const SweepPlan& plan,
+                                                          const std::function<void(const std::string&)>& log);
 
-// `troupe sweep ... --slurm [sbatch options]`: the runs of `plan` not done
-// yet as one Slurm job array, one array task of `cpus_per_run` CPUs per run
-// (at most `parallel` at a time), each running `runner... RUN_DIR` with its
-// output appended to RUN_DIR/log.txt; then a second job that runs
-// `summary_command` (the same sweep with --summary-only) once the array has
-// ended, however its tasks ended (afterany). Prepares the sweep directory as
-// RunSweep does, then writes SWEEP_DIR/slurm/: members.txt (array task i
-// runs line i + 1), array.sh, summary.sh, jobs.txt (the job ids), and the
-// array tasks' job-%A_%a.out. A member is an ordinary run: scancel makes it
-// checkpoint, and a rerun of the same command submits what is not done,
-// resuming from checkpoints. Errors: FailedPrecondition with sbatch's message
-// when it refuses a job; PermissionDenied for a directory that cannot be
-// written. With every run done, submits nothing and writes the summary.
-struct SlurmSweepJobs {
-  int runs = 0;             // array tasks submitted
-  std::string array_job;    // "" when nothing was left to run
-  std::string summary_job;  // "" likewise
-};
-absl::StatusOr<SlurmSweepJobs> SubmitSweepToSlurm(const SweepPlan& plan, int parallel, int cpus_per_run,
-                                                  const std::vector<std::string>& runner,
-                                                  const std::vector<std::string>& summary_command,
-                                                  const std::vector<std::string>& sbatch_options,
-                                                  const std::function<void(const std::string&)>& log);
+// Whether the run in `run_dir` reached its budget (RUN_DIR/done exists).
+bool SweepRunDone(const std::string& run_dir);
 
-// What one child of RunSweep does: reads RUN_DIR/config.textproto, resumes
-// from RUN_DIR/checkpoints when there is one (else clears everything but the
-// config), trains (gan::RunGan or RunRlExperiment) until the budget or
-// *stop, and writes RUN_DIR/done when the budget was reached. Errors: those
-// of the run.
-absl::Status RunSweepMember(const std::string& run_dir, const std::atomic<bool>* stop);
+// Whether the run in `run_dir` has a checkpoint to resume from: a committed
+// generation, or the one file of the layout before them.
+bool SweepRunHasCheckpoint(const std::string& run_dir, config::ExperimentConfig::Mode mode);
 
-// One run's metric curve as its eval.csv has it (x: images or env frames),
-// rows a resumed run evaluated twice taken from the later attempt.
-struct RunCurve {
-  std::vector<double> x, y;
-  bool done = false;
-};
-RunCurve ReadRunCurve(const std::string& run_dir);
-
-// Writes runs.csv, summary.csv, summary.md and curves.png for the runs as
-// they are now (runs without an evaluation are listed with no metric).
-// Errors: PermissionDenied naming a file that cannot be written.
-absl::Status WriteSweepSummary(const SweepPlan& plan);
+// The file a run directory holds once its run reached its budget.
+inline constexpr char kSweepDoneFile[] = "done";
 
 }  // namespace troupe::launch
 
-#endif  // TROUPE_LAUNCH_SWEEP_H_
+#endif  // TROUPE_LAUNCH_SWEEP_PLAN_H_
