@@ -25,6 +25,7 @@
 #include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/text_format.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/fuzz.h"
 #include "gtest/gtest.h"
@@ -347,8 +348,14 @@ TEST(RpcFuzzTest, MutatedReplayAndParameterRequestsNeverCrashTheServersOrWriteOu
     }
     ++calls_by_kind[k];
     if (status.ok() || answered) ++ok_by_kind[k];
-    // A server that dies or stops answering fails at once.
-    ASSERT_NE(status.error_code(), grpc::StatusCode::UNAVAILABLE) << "seed " << seed << ": " << status.error_message();
+    // A server that dies or stops answering fails at once. One UNAVAILABLE is
+    // an answer: a writer session whose previous insert stream is still open
+    // is refused until it ends (the writer retries), and mutated writer ids
+    // make two streams of one writer likely.
+    const bool session_busy = status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                              absl::StrContains(status.error_message(), "previous insert stream is still open");
+    ASSERT_TRUE(status.error_code() != grpc::StatusCode::UNAVAILABLE || session_busy)
+        << "seed " << seed << ": " << status.error_message();
   });
 
   // Both servers still answer, and serve what they should.

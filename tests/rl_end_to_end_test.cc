@@ -180,11 +180,16 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (run.empty() && fs::exists(dir_ + "/runs")) run = OnlyRunDir(dir_);
     // The newest checkpoint's own count (its counters hold the agent's
-    // updates), with a metrics row written before it.
-    if (!run.empty() && !NewestCheckpoint(run).empty() && !Metrics(run).empty()) {
+    // updates), once a metrics row was written before it (a row at no more
+    // updates than it holds: the resume keeps that row).
+    if (!run.empty() && !NewestCheckpoint(run).empty()) {
       const std::string counters = Read(NewestCheckpoint(run) + "/counters.txt");
       const size_t at = counters.find("updates ");
-      if (at != std::string::npos) updates_at_checkpoint = std::stoll(counters.substr(at + 8));
+      const auto rows = Metrics(run);
+      if (at != std::string::npos && !rows.empty()) {
+        const int64_t updates = std::stoll(counters.substr(at + 8));
+        if (rows.front()[kUpdates] <= updates) updates_at_checkpoint = updates;
+      }
     }
   }
   ASSERT_GE(updates_at_checkpoint, 100) << Read(dir_ + "/run.log");
