@@ -96,6 +96,35 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
   return table;
 }
 
+// --- Device frames ----------------------------------------------------------------
+
+int64_t DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
+  const config::LearnerConfig& learner = config.learner();
+  if (!spec.pixels() || !learner.device_frames() || replicas < 1) return 0;
+  const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
+  const int64_t shard_frames = int64_t{learner.batch_size()} / replicas * 2 * spec.frames;
+  const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
+  return std::min(budget, learner.replay_size() * 2 * spec.frames + 2 * shard_frames);
+}
+
+absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec) {
+  const config::LearnerConfig& learner = config.learner();
+  if (!spec.pixels() || !learner.device_frames()) return absl::OkStatus();
+  if (learner.device_frame_mib() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
+  }
+  const int replicas = std::max(1, learner.engine().replicas());
+  const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
+  const int64_t shard_frames = int64_t{learner.batch_size()} / replicas * 2 * spec.frames;
+  const absl::Status status = DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas), frame_bytes, shard_frames);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
+                                                 spec.width, "x", spec.height, " frames and learner.batch_size ",
+                                                 learner.batch_size(), ": ", status.message(),
+                                                 " (or learner.device_frames: false assembles batches on the host)"));
+}
+
 // --- D4pgAgent --------------------------------------------------------------------
 
 // One replica's mutable state: its networks, targets, optimizers, tapes and
@@ -123,6 +152,12 @@ struct D4pgAgent::Replica {
   std::vector<uint64_t> keys;                        // last batch's keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
+  // Pixels on the device (learner.device_frames): the frame table, the
+  // decoder for frames it lacks, and a batch's slots (as resolved, then in
+  // gather order: every observation's frames, then every next observation's).
+  std::unique_ptr<DeviceFrameTable> frames;
+  replay::FrameDecoder decoder;
+  std::vector<int32_t> slots, gather_slots;
   int64_t updates = 0;
 };
 
@@ -133,6 +168,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
                                                              replicator::Replicator* replicator) {
   const config::D4pgConfig& d4pg = config.d4pg();
   RETURN_IF_ERROR(ValidateD4pg(d4pg, spec, action_size));
+  RETURN_IF_ERROR(ValidateDeviceFrames(config, spec));
   if (replicator == nullptr) return absl::InvalidArgumentError("D4pgAgent needs a replicator");
   const int64_t batch = config.learner().batch_size();
   const int k = replicator->num_replicas();
@@ -188,6 +224,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->bound.Upload(std::vector<float>(shard * action_size, d4pg.actor_pre_tanh_bound()));
     r->keys.reserve(shard);
     r->item_loss.reserve(shard);
+    if (const int64_t slots = DeviceFrameSlots(config, spec, k); slots > 0) {
+      const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
+      RETURN_IF_ERROR(DeviceFrameTable::Check(slots, frame_bytes, shard * 2 * spec.frames));
+      r->frames = std::make_unique<DeviceFrameTable>(&device, slots, frame_bytes);
+    }
     agent->replicas_.push_back(std::move(r));
   }
 
@@ -234,11 +275,16 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
   return status;
 }
 
-absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows) const {
+absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const {
   if (batch.fields.size() != kNumFields) {
     return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.fields.size(),
                                                    " fields, expected ", static_cast<int>(kNumFields), " (",
                                                    absl::StrJoin(kFieldNames, ", "), ")"));
+  }
+  if (gathered && static_cast<int64_t>(batch.frames.size()) != rows * 2 * spec_.frames) {
+    return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.frames.size(),
+                                                   " frame references, expected ", rows * 2 * spec_.frames, " (",
+                                                   rows, " rows of 2 stacks of ", spec_.frames, ")"));
   }
   // The expected dtype and shape of each field.
   std::vector<int64_t> observation = {rows, spec_.state_size};
@@ -258,6 +304,8 @@ absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t ro
     const replay::SampledField& f = batch.fields[i];
     int64_t elements = 1;
     for (int64_t d : *expected[i].shape) elements *= d;
+    // Gathered pixels: shaped, no bytes (the frames are references).
+    if (gathered && expected[i].dtype == proto::DTYPE_UINT8) elements = 0;
     if (f.dtype != expected[i].dtype || f.shape != *expected[i].shape ||
         static_cast<int64_t>(f.data.size()) < elements * replay::DTypeSize(f.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -275,7 +323,27 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const int64_t rows = batch_size_ / ctx.num_replicas();
   const int atoms = d4pg.atoms();
   const float v_min = d4pg.v_min(), v_max = d4pg.v_max();
-  RETURN_IF_ERROR(CheckBatch(batch, rows));
+  // Pixels as frame references: gathered from the device frame table.
+  const bool gathered = spec_.pixels() && !batch.frames.empty();
+  if (gathered && r.frames == nullptr) {
+    return absl::InvalidArgumentError(
+        "transition batch carries frame references, and this agent keeps no device frame table "
+        "(learner.device_frames false): sample decoded pixels");
+  }
+  RETURN_IF_ERROR(CheckBatch(batch, rows, gathered));
+  if (gathered) {
+    // Frames the device lacks go up now, before the step (one upload, one
+    // scatter); the step gathers observations, then next observations.
+    RETURN_IF_ERROR(r.frames->Resolve(batch.frames, r.decoder, &r.slots));
+    const int64_t stack = spec_.frames;
+    r.gather_slots.resize(2 * rows * stack);
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t j = 0; j < stack; ++j) {
+        r.gather_slots[b * stack + j] = r.slots[b * 2 * stack + j];
+        r.gather_slots[(rows + b) * stack + j] = r.slots[b * 2 * stack + stack + j];
+      }
+    }
+  }
 
   // This Train call's gradient averaging (the context changes per call).
   if (r.generation != train_generation_) {
@@ -304,9 +372,21 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   nn::Tape& t = r.critic_tape;
   t.Reset();
   nn::Var observation, next_observation;
-  if (spec_.pixels()) {
+  if (gathered) {
+    // uint8 frames gathered on the device, [2 * rows * stack, H, W, 3].
+    const int64_t count = static_cast<int64_t>(r.gather_slots.size());
+    int32_t* slots = t.AllocateInts(count);
+    device.Upload(r.gather_slots.data(), slots, sizeof(int32_t) * count);
+    const int64_t frame_bytes = r.frames->frame_bytes();
+    auto* pixels = reinterpret_cast<uint8_t*>(t.AllocateFloats(count * frame_bytes / 4));
+    r.frames->Gather(count, slots, pixels);
+    observation = internal::DevicePixelInput(t, pixels, rows, spec_);
+    next_observation = internal::DevicePixelInput(t, pixels + count / 2 * frame_bytes, rows, spec_);
+  } else if (spec_.pixels()) {
     observation = internal::PixelInput(t, batch.fields[kObservation].as<uint8_t>(), rows, spec_);
     next_observation = internal::PixelInput(t, batch.fields[kNextObservation].as<uint8_t>(), rows, spec_);
+  }
+  if (spec_.pixels()) {
     if (d4pg.augment_pad() > 0) {
       observation = nn::RandomShift(observation, d4pg.augment_pad(), r.rng);
       next_observation = nn::RandomShift(next_observation, d4pg.augment_pad(), r.rng);
@@ -454,6 +534,21 @@ D4pgMetrics D4pgAgent::metrics() const {
   sum_critic_loss_ = sum_actor_loss_ = sum_q_ = 0;
   metric_count_ = 0;
   return m;
+}
+
+bool D4pgAgent::frame_references() const { return !replicas_.empty() && replicas_[0]->frames != nullptr; }
+
+DeviceFrameStats D4pgAgent::frame_stats() const {
+  DeviceFrameStats sum;
+  for (const auto& r : replicas_) {
+    if (r->frames == nullptr) continue;
+    const DeviceFrameStats& s = r->frames->stats();
+    sum.frames_uploaded += s.frames_uploaded;
+    sum.bytes_uploaded += s.bytes_uploaded;
+    sum.replaced += s.replaced;
+    sum.resolved += s.resolved;
+  }
+  return sum;
 }
 
 void D4pgAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const {

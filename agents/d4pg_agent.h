@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "agents/d4pg_networks.h"
+#include "agents/device_frames.h"
 #include "agents/d4pg_policy.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/parameters.h"
@@ -54,6 +55,18 @@ namespace troupe::agents {
 // come from config.learner(); seed from config.learner().engine().seed().
 config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
                                               const config::ExperimentConfig& config);
+
+// Slots of each replica's device frame table (agents/device_frames.h) for
+// `config` with `replicas` replicas: learner.device_frame_mib of frames, at
+// most what replay can refer to (learner.replay_size items of 2 stacks, and
+// two shards' frames in flight). 0 when batches are assembled on the host
+// (state observations, or learner.device_frames false).
+int64_t DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas);
+// Checks learner.device_frames and device_frame_mib against the frames and
+// the batch, before anything is created: InvalidArgument naming the field
+// and the sizes (a table smaller than one shard's frames, frames the
+// table's kernels cannot move).
+absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec);
 
 struct D4pgMetrics {
   double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
@@ -98,6 +111,15 @@ class D4pgAgent {
 
   // Means over the updates since the last call (updates: the running total).
   D4pgMetrics metrics() const;
+
+  // True when Train's batches must carry frame references
+  // (replay::SamplerOptions::frame_references) instead of decoded pixels:
+  // pixels with learner.device_frames. A batch with decoded pixels is then
+  // still taken (the host-assembled path).
+  bool frame_references() const;
+  // The device frame tables' counters, summed over this process's replicas
+  // (zeros without tables). Same thread rule as PolicyParameters.
+  DeviceFrameStats frame_stats() const;
   int64_t updates() const { return updates_; }
 
   // Prioritized replay (config.learner().prioritized()): the keys of the last
@@ -133,7 +155,8 @@ class D4pgAgent {
   D4pgAgent() = default;
   Replica& LocalReplica(int replica_id);
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch);
-  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows) const;
+  // `gathered`: the pixels come as frame references (batch.frames).
+  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const;
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 

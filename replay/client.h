@@ -129,6 +129,11 @@ struct SamplerOptions {
   int64_t num_batches = 0;
   // How long one Next may wait on the rate limiter; then DeadlineExceeded.
   absl::Duration timeout = absl::InfiniteDuration();
+  // Batches carry their items' frames (SampledBatch::frames) instead of
+  // decoded pixels: for a learner that keeps frames on its device
+  // (agents/device_frames.h). Embedded replay only: a remote replay's
+  // NewSampler refuses it (Unimplemented).
+  bool frame_references = false;
 };
 
 // A learner's sample stream.

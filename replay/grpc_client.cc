@@ -197,6 +197,11 @@ class GrpcClient : public ReplayClient {
     if (options.batch_size < 1) {
       return absl::InvalidArgumentError(absl::StrCat("batch_size is ", options.batch_size, ", must be >= 1"));
     }
+    if (options.frame_references) {
+      return absl::UnimplementedError(
+          "frame_references: a remote replay's sampler sends decoded pixels (frame references need the embedded "
+          "replay)");
+    }
     return std::make_unique<GrpcSampler>(stub_.get(), options);
   }
   absl::StatusOr<int64_t> MutatePriorities(const proto::MutatePrioritiesRequest& request) override {

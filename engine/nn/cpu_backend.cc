@@ -468,6 +468,24 @@ void CpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min,
 
 // --- Images ----------------------------------------------------------------------
 
+void CpuBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
+                            const int32_t* indices, float* out) {
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_words);
+  for (int64_t i = 0; i < count; ++i) {
+    TROUPE_CHECK(indices[i] >= 0 && indices[i] < rows);
+    std::memcpy(out + i * row_words, table + int64_t{indices[i]} * row_words, row_bytes);
+  }
+}
+
+void CpuBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
+                             const float* values) {
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_words);
+  for (int64_t i = 0; i < count; ++i) {
+    TROUPE_CHECK(indices[i] >= 0 && indices[i] < rows);
+    std::memcpy(table + int64_t{indices[i]} * row_words, values + i * row_words, row_bytes);
+  }
+}
+
 void CpuBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
                                     const uint8_t* in, float* out) {
   pool_.ParallelFor(images, /*min_per_range=*/1, [&](int64_t begin, int64_t end) {
