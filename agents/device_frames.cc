@@ -31,7 +31,6 @@ absl::Status DeviceFrameTable::Check(int64_t slots, int64_t frame_bytes, int64_t
 DeviceFrameTable::DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes)
     : backend_(backend), slots_(slots), frame_bytes_(frame_bytes), row_words_(frame_bytes / 4) {
   TROUPE_CHECK(Check(slots, frame_bytes, 1).ok());
-  table_ = nn::DeviceBuffer(*backend_, (slots_ + 1) * row_words_);
   slot_.resize(static_cast<size_t>(slots_));
   // Free slots are taken from the back: slot 0 first.
   free_.reserve(static_cast<size_t>(slots_));
@@ -91,6 +90,8 @@ int32_t DeviceFrameTable::TakeSlot() {
 absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                                        std::vector<int32_t>* slots) {
   ++batch_;
+  // The table's memory, on first use (an agent fed host batches never needs it).
+  if (table_.empty()) table_ = nn::DeviceBuffer(*backend_, (slots_ + 1) * row_words_);
   slots->resize(frames.size());
   new_frames_.clear();
   host_slots_.clear();

@@ -64,7 +64,8 @@ class DeviceFrameTable {
 
   // `slots` frames of `frame_bytes` each in `backend`'s memory (which must
   // outlive the table), plus one spare slot that padding rows of an upload
-  // land in. Requires Check(slots, frame_bytes, 1) to pass.
+  // land in; allocated by the first Resolve. Requires Check(slots,
+  // frame_bytes, 1) to pass.
   DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes);
   DeviceFrameTable(const DeviceFrameTable&) = delete;
   DeviceFrameTable& operator=(const DeviceFrameTable&) = delete;
