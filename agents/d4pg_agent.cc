@@ -373,15 +373,18 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   t.Reset();
   nn::Var observation, next_observation;
   if (gathered) {
-    // uint8 frames gathered on the device, [2 * rows * stack, H, W, 3].
+    // The stacked frames gathered from the device frame table straight into
+    // the encoder's float input (uint8 until then), as PixelInput lays it out.
     const int64_t count = static_cast<int64_t>(r.gather_slots.size());
     int32_t* slots = t.AllocateInts(count);
     device.Upload(r.gather_slots.data(), slots, sizeof(int32_t) * count);
-    const int64_t frame_bytes = r.frames->frame_bytes();
-    auto* pixels = reinterpret_cast<uint8_t*>(t.AllocateFloats(count * frame_bytes / 4));
-    r.frames->Gather(count, slots, pixels);
-    observation = internal::DevicePixelInput(t, pixels, rows, spec_);
-    next_observation = internal::DevicePixelInput(t, pixels + count / 2 * frame_bytes, rows, spec_);
+    for (int half = 0; half < 2; ++half) {
+      const nn::Var frames = t.NewValue({count / 2, 3, spec_.height, spec_.width}, /*requires_grad=*/false);
+      r.frames->GatherToFloatPlanar(count / 2, slots + half * (count / 2), /*channels=*/3, 1.0f / 255.0f,
+                                    t.value(frames).data);
+      (half == 0 ? observation : next_observation) =
+          nn::Reshape(frames, {rows, 3 * spec_.frames, spec_.height, spec_.width});
+    }
   } else if (spec_.pixels()) {
     observation = internal::PixelInput(t, batch.fields[kObservation].as<uint8_t>(), rows, spec_);
     next_observation = internal::PixelInput(t, batch.fields[kNextObservation].as<uint8_t>(), rows, spec_);

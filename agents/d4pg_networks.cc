@@ -107,10 +107,4 @@ nn::Var PixelInput(nn::Tape& t, const uint8_t* pixels, int64_t batch, const Obse
   return nn::Reshape(frames, {batch, 3 * spec.frames, spec.height, spec.width});
 }
 
-nn::Var DevicePixelInput(nn::Tape& t, const uint8_t* device_pixels, int64_t batch, const ObservationSpec& spec) {
-  const nn::Var frames = nn::DeviceImagesToFloat(t, device_pixels, batch * spec.frames, spec.height, spec.width,
-                                                 /*channels=*/3, /*scale=*/1.0f / 255.0f);
-  return nn::Reshape(frames, {batch, 3 * spec.frames, spec.height, spec.width});
-}
-
 }  // namespace troupe::agents::internal

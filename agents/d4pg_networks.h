@@ -85,9 +85,6 @@ bool TrainedWithCritic(const std::string& policy_parameter);
 // host) as the encoder's input: uploaded and converted on the device to float
 // NCHW [B, 3k, H, W] / 255 (channel f*3 + c is frame f's colour c).
 nn::Var PixelInput(nn::Tape& t, const uint8_t* pixels, int64_t batch, const ObservationSpec& spec);
-// The same for pixels already in the device's memory (gathered from the
-// device frame table): nothing uploaded.
-nn::Var DevicePixelInput(nn::Tape& t, const uint8_t* device_pixels, int64_t batch, const ObservationSpec& spec);
 
 }  // namespace internal
 }  // namespace troupe::agents

@@ -175,6 +175,12 @@ void DeviceFrameTable::Gather(int64_t count, const int32_t* device_slots, uint8_
   backend_->GatherRows(slots_ + 1, row_words_, table_.data(), count, device_slots, reinterpret_cast<float*>(out));
 }
 
+void DeviceFrameTable::GatherToFloatPlanar(int64_t count, const int32_t* device_slots, int64_t channels, float scale,
+                                           float* out) {
+  backend_->GatherBytesToFloatPlanar(slots_ + 1, row_words_, table_.data(), count, device_slots,
+                                     frame_bytes_ / channels, channels, scale, out);
+}
+
 int64_t DeviceFrameTable::resident() const {
   int64_t live = 0;
   for (const Slot& slot : slot_) live += slot.id != 0 && !slot.frame.expired() ? 1 : 0;

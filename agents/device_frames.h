@@ -84,6 +84,10 @@ class DeviceFrameTable {
   // bytes each, contiguous, as uint8 [count, H, W, C]. `device_slots`
   // (int32) and `out` are the backend's memory; a kernel (inside a step too).
   void Gather(int64_t count, const int32_t* device_slots, uint8_t* out);
+  // The same frames as the first layer's input: float planes [count,
+  // channels, pixels] times `scale` (Backend::GatherBytesToFloatPlanar),
+  // gathered inside the conversion, without a uint8 copy.
+  void GatherToFloatPlanar(int64_t count, const int32_t* device_slots, int64_t channels, float scale, float* out);
 
   int64_t slots() const { return slots_; }
   int64_t frame_bytes() const { return frame_bytes_; }

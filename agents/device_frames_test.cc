@@ -98,22 +98,35 @@ struct PixelReplay {
   }
   // The gather inside a step, read at its end (as the learner's step does).
   const int64_t count = static_cast<int64_t>(slots.size());
-  nn::DeviceBuffer device_slots(backend, count), gathered(backend, count * kFrameBytes / 4);
+  nn::DeviceBuffer device_slots(backend, count), gathered(backend, count * kFrameBytes / 4),
+      planes(backend, count * kFrameBytes);
   std::vector<uint8_t> back(count * kFrameBytes);
+  std::vector<float> planes_back(count * kFrameBytes);
   {
     nn::StepScope step(backend);
     backend.Upload(slots.data(), device_slots.data(), sizeof(int32_t) * count);
-    frames.Gather(count, reinterpret_cast<const int32_t*>(device_slots.data()),
-                  reinterpret_cast<uint8_t*>(gathered.data()));
+    const auto* device_slot_data = reinterpret_cast<const int32_t*>(device_slots.data());
+    frames.Gather(count, device_slot_data, reinterpret_cast<uint8_t*>(gathered.data()));
+    frames.GatherToFloatPlanar(count, device_slot_data, kC, 1.0f / 255.0f, planes.data());
     backend.ReadAtStepEnd(gathered.data(), back.data(), back.size());
+    backend.ReadAtStepEnd(planes.data(), planes_back.data(), sizeof(float) * planes_back.size());
   }
   // Item i's frame j: observation (j < 3) or next observation, stack slot j % 3.
+  nn::CpuBackend reference(1);
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < kFramesPerItem; ++j) {
       const replay::SampledField& field = host.fields[j < kStack ? 0 : 3];
       const uint8_t* want = field.data.data() + (i * kStack + j % kStack) * kFrameBytes;
       if (std::memcmp(back.data() + (i * kFramesPerItem + j) * kFrameBytes, want, kFrameBytes) != 0) {
         return ::testing::AssertionFailure() << "item " << i << " frame " << j << " differs from the host batch";
+      }
+      // The first layer's input: the CPU's BytesToFloatPlanar of the host
+      // batch's frame, bit for bit.
+      std::vector<float> want_planes(kFrameBytes);
+      reference.BytesToFloatPlanar(1, kH * kW, kC, 1.0f / 255.0f, want, want_planes.data());
+      if (std::memcmp(planes_back.data() + (i * kFramesPerItem + j) * kFrameBytes, want_planes.data(),
+                      sizeof(float) * kFrameBytes) != 0) {
+        return ::testing::AssertionFailure() << "item " << i << " frame " << j << ": float planes differ";
       }
     }
   }

@@ -427,6 +427,14 @@ void CudaBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int
   Done("ScatterRows");
 }
 
+void CudaBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                           const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                           float* out) {
+  kernels::GatherBytesToFloatPlanar(AsStream(Bound()), rows, row_words, table, images, indices, pixels, channels,
+                                    scale, out);
+  Done("GatherBytesToFloatPlanar");
+}
+
 void CudaBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                      const float* x, float* y) {
   kernels::RandomShiftForward(AsStream(Bound()), n, c, h, w, pad, shifts, x, y);

@@ -447,6 +447,19 @@ __global__ void ScatterRowsKernel(int64_t row_words64, int64_t count64, const in
   }
 }
 
+// BytesToFloatPlanar with image i read from row indices[i] of the table.
+template <typename I>
+__global__ void GatherBytesToFloatPlanarKernel(int64_t row_words64, int64_t images64, const int32_t* indices,
+                                               int64_t pixels64, int64_t channels64, float scale,
+                                               const uint8_t* table, float* out) {
+  const I images = images64, pixels = pixels64, channels = channels64;
+  const int64_t row_bytes = 4 * row_words64;
+  FOR_EACH_INDEX(I, k, images * channels * pixels) {
+    const I p = k % pixels, ch = (k / pixels) % channels, i = k / (pixels * channels);
+    out[k] = table[static_cast<int64_t>(indices[i]) * row_bytes + p * channels + ch] * scale;
+  }
+}
+
 template <typename I>
 __global__ void RandomShiftForwardKernel(int64_t n64, int64_t c64, int64_t h64, int64_t w64, int64_t pad64,
                                          const int32_t* shifts, const float* x, float* y) {
@@ -693,6 +706,15 @@ void ScatterRows(cudaStream_t s, int64_t rows, int64_t row_words, float* table, 
   if (count * row_words == 0) return;
   LAUNCH_INDEXED(ScatterRowsKernel, Fits32(count * row_words), Blocks(count * row_words), kThreads, s, row_words,
                  count, indices, reinterpret_cast<const uint32_t*>(values), reinterpret_cast<uint32_t*>(table));
+}
+
+void GatherBytesToFloatPlanar(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t images,
+                              const int32_t* indices, int64_t pixels, int64_t channels, float scale, float* out) {
+  (void)rows;
+  if (images * pixels * channels == 0) return;
+  LAUNCH_INDEXED(GatherBytesToFloatPlanarKernel, Fits32(images * channels * pixels), Blocks(images * channels * pixels),
+                 kThreads, s, row_words, images, indices, pixels, channels, scale,
+                 reinterpret_cast<const uint8_t*>(table), out);
 }
 
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

@@ -85,6 +85,8 @@ void GatherRows(cudaStream_t s, int64_t rows, int64_t row_words, const float* ta
                 const int32_t* indices, float* out);
 void ScatterRows(cudaStream_t s, int64_t rows, int64_t row_words, float* table, int64_t count,
                  const int32_t* indices, const float* values);
+void GatherBytesToFloatPlanar(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t images,
+                              const int32_t* indices, int64_t pixels, int64_t channels, float scale, float* out);
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                         const int32_t* shifts, const float* x, float* y);
 void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

@@ -265,6 +265,12 @@ class Backend {
   // ends up holding unspecified bits).
   virtual void ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
                            const float* values) = 0;
+  // BytesToFloatPlanar of `images` images gathered from such a table: image
+  // i is the first pixels * channels bytes of row indices[i]. The gather
+  // happens inside the conversion (no uint8 copy of the batch is made).
+  virtual void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                        const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                        float* out) = 0;
 
   // --- Spectral normalisation (Miyato et al. 2018) ---------------------------
   // w viewed as [rows, cols]; u [rows], v [cols] are the power-iteration

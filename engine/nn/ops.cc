@@ -532,15 +532,10 @@ Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels) {
 
 Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, int64_t width, int64_t channels,
                   float scale) {
-  const uint8_t* bytes = t.InputBytes(host, images * height * width * channels);
-  return DeviceImagesToFloat(t, bytes, images, height, width, channels, scale);
-}
-
-Var DeviceImagesToFloat(Tape& t, const uint8_t* device, int64_t images, int64_t height, int64_t width,
-                        int64_t channels, float scale) {
   const int64_t pixels = height * width;
+  const uint8_t* bytes = t.InputBytes(host, images * pixels * channels);
   Var y = t.NewValue({images, channels, height, width}, /*requires_grad=*/false);
-  t.backend().BytesToFloatPlanar(images, pixels, channels, scale, device, t.value(y).data);
+  t.backend().BytesToFloatPlanar(images, pixels, channels, scale, bytes, t.value(y).data);
   return y;
 }
 

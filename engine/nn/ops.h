@@ -108,10 +108,6 @@ Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels);
 // [images, channels, height, width] times `scale` on the device. No gradient.
 Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, int64_t width, int64_t channels,
                   float scale);
-// The same for images already in the backend's memory (gathered from the
-// learner's device frame table): nothing is uploaded.
-Var DeviceImagesToFloat(Tape& t, const uint8_t* device, int64_t images, int64_t height, int64_t width,
-                        int64_t channels, float scale);
 
 // --- Image augmentation --------------------------------------------------------
 // DrQ's random shift (Kostrikov et al. 2020): replicate-pad by `pad`, then

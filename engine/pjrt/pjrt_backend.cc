@@ -1358,6 +1358,28 @@ void PjrtBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int
   l.Run();
 }
 
+void PjrtBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                           const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                           float* out) {
+  if (images * pixels * channels == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
+  Value at = f.Reshape(l.I32(indices, {images}), {images, 1});
+  Value picked = f.Op("gather", {bits, at}, {images, row_words}, "i32",
+                      absl::StrCat("dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = "
+                                   "[0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
+                                   "slice_sizes = array<i64: 1, ",
+                                   row_words, ">"));
+  // Words to their bytes (little-endian, as the host wrote them), the image's
+  // first pixels * channels, then BytesToFloatPlanar's conversion.
+  Value bytes = f.Reshape(f.BitcastConvert(picked, {images, row_words, 4}, "ui8"), {images, 4 * row_words});
+  if (4 * row_words != pixels * channels) bytes = f.Slice(bytes, {0, 0}, {images, pixels * channels});
+  Value values = f.Convert(f.Reshape(bytes, {images, pixels, channels}), "f32");
+  l.Write(out, f.Mul(l.Scalar(scale), f.Transpose(values, {0, 2, 1})));
+  l.Run();
+}
+
 namespace {
 
 // The random shift's selection matrices: sel[i, r, a] = 1 where source

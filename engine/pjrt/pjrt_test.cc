@@ -440,6 +440,15 @@ TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
     same_bits(out, kCount * kWords, "gathered rows");
   }
   EXPECT_EQ(pjrt_->stats().step_compiles, compiles + 1) << "new indices, the same program";
+  // Rows as images of 2 pixels x 3 channels (6 of a row's 24 bytes), gathered
+  // into float planes: the CPU's floats exactly.
+  Pair planes = Put(std::vector<float>(kCount * 6));
+  Pair image_at = put_ints({3, 3, 8, 0});
+  cpu_.GatherBytesToFloatPlanar(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(image_at.cpu), 2, 3,
+                                1.0f / 255, planes.cpu);
+  pjrt_->GatherBytesToFloatPlanar(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(image_at.pjrt), 2, 3,
+                                  1.0f / 255, planes.pjrt);
+  same_bits(planes, kCount * 6, "gathered float planes");
   std::vector<uint32_t> got(kCount * kWords);
   pjrt_->Download(out.pjrt, got.data(), 4 * got.size());
   // Row 0 of the table is scatter row 1; gathered first above.
