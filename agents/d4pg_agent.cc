@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <random>
+#include <stop_token>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +51,69 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
  private:
   nn::Backend* backend_;
   float max_norm_;
+};
+
+// A replica's input one update ahead (learner.prefetch_input): a thread
+// produces input i (sampling it into buffer i % 2, preparing its frames)
+// once input i - 1 was taken and uploaded, so input i + 1 is made while
+// update i steps, and buffer i % 2 is refilled only after update i - 2 (its
+// last user) ended. It makes the inputs of one Train call only, no more.
+class InputPrefetcher {
+ public:
+  InputPrefetcher(int64_t count, std::function<absl::Status(int64_t)> produce)
+      : produce_(std::move(produce)), thread_([this, count](std::stop_token) { Run(count); }) {}
+  ~InputPrefetcher() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();  // (a producer blocked in sampling returns when replay closes or fills)
+  }
+  InputPrefetcher(const InputPrefetcher&) = delete;
+  InputPrefetcher& operator=(const InputPrefetcher&) = delete;
+
+  // Blocks until input `index` is made; adds the seconds waited to *waited.
+  // Its status (the sampler's, or the frames').
+  absl::Status Take(int64_t index, double* waited) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::MutexLock lock(&mu_);
+    const auto made = [this, index]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return made_ > index || !status_.ok(); };
+    mu_.Await(absl::Condition(&made));
+    *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return made_ > index ? absl::OkStatus() : status_;
+  }
+  // Input `index` went up: the producer may make the next one.
+  void Release(int64_t index) {
+    absl::MutexLock lock(&mu_);
+    released_ = index + 1;
+  }
+
+ private:
+  void Run(int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        const auto may_make = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || released_ >= i; };
+        mu_.Await(absl::Condition(&may_make));
+        if (stop_) return;
+      }
+      absl::Status status = produce_(i);
+      absl::MutexLock lock(&mu_);
+      if (!status.ok()) {
+        status_ = std::move(status);
+        return;
+      }
+      made_ = i + 1;
+    }
+  }
+
+  const std::function<absl::Status(int64_t)> produce_;
+  absl::Mutex mu_;
+  int64_t made_ ABSL_GUARDED_BY(mu_) = 0;      // inputs made
+  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // inputs taken and uploaded
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::jthread thread_;  // last: started once the rest is built
 };
 
 }  // namespace
@@ -144,7 +210,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
 
-  replay::SampledBatch batch;
+  replay::SampledBatch batches[2];  // input i of a Train call in batches[i % 2]
   std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
   std::vector<float> readout;      // the step's one read: per-item loss and Q [B, 2], then the actor loss
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -157,7 +223,8 @@ struct D4pgAgent::Replica {
   // gather order: every observation's frames, then every next observation's).
   std::unique_ptr<DeviceFrameTable> frames;
   replay::FrameDecoder decoder;
-  std::vector<int32_t> slots, gather_slots;
+  std::vector<int32_t> slots[2], gather_slots;  // slots[i % 2]: batches[i % 2]'s
+  int64_t next_input = 0;                       // the Train call's next input
   int64_t updates = 0;
 };
 
@@ -259,20 +326,55 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
   if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
   ++train_generation_;
   const int64_t shard = batch_size_ / replicator_->num_replicas();
-  absl::Status status = replicator_->Run<replay::SampledBatch*>(
+  const std::vector<int>& ids = replicator_->local_replicas();
+  for (auto& r : replicas_) r->next_input = 0;
+  // With prefetch, each replica's inputs are made one update ahead.
+  std::vector<std::unique_ptr<InputPrefetcher>> prefetchers(replicas_.size());
+  if (config_.learner().prefetch_input() && num_updates > 1) {
+    for (size_t k = 0; k < replicas_.size(); ++k) {
+      prefetchers[k] = std::make_unique<InputPrefetcher>(num_updates, [&, k](int64_t i) {
+        return ProduceInput(*replicas_[k], ids[k], shard, i, sample);
+      });
+    }
+  }
+  absl::Status status = replicator_->Run<Input>(
       num_updates,
-      // input_fn: this replica's shard of the global batch.
-      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<replay::SampledBatch*> {
-        Replica& r = LocalReplica(ctx.replica_id());
-        RETURN_IF_ERROR(sample(ctx.replica_id(), shard, &r.batch));
-        return &r.batch;
+      // input_fn: this replica's shard of the global batch, its new frames uploaded.
+      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Input> {
+        const size_t k = std::find(ids.begin(), ids.end(), ctx.replica_id()) - ids.begin();
+        Replica& r = *replicas_[k];
+        const int64_t i = r.next_input++;
+        double waited = 0;
+        if (prefetchers[k] != nullptr) {
+          RETURN_IF_ERROR(prefetchers[k]->Take(i, &waited));
+        } else {
+          const auto start = std::chrono::steady_clock::now();
+          RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample));
+          waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        if (r.frames != nullptr) r.frames->Upload();
+        if (prefetchers[k] != nullptr) prefetchers[k]->Release(i);
+        if (k == 0) {
+          absl::MutexLock lock(&metrics_mu_);
+          sum_input_wait_ += waited;
+        }
+        return Input{&r.batches[i % 2], &r.slots[i % 2]};
       },
       // step_fn: one D4PG update on it.
-      [&](replicator::ReplicaContext& ctx, replay::SampledBatch*& batch) -> absl::Status {
-        return Update(ctx, LocalReplica(ctx.replica_id()), *batch);
+      [&](replicator::ReplicaContext& ctx, Input& input) -> absl::Status {
+        return Update(ctx, LocalReplica(ctx.replica_id()), input);
       });
   updates_ = replicas_[0]->updates;
   return status;
+}
+
+absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index,
+                                     const SampleFn& sample) {
+  replay::SampledBatch& batch = r.batches[index % 2];
+  RETURN_IF_ERROR(sample(replica_id, shard, &batch));
+  // Frame references: slots found, new frames decoded (uploaded by input_fn).
+  if (r.frames == nullptr || batch.frames.empty()) return absl::OkStatus();
+  return r.frames->Prepare(batch.frames, r.decoder, &r.slots[index % 2]);
 }
 
 absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const {
@@ -318,7 +420,8 @@ absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t ro
   return absl::OkStatus();
 }
 
-absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch) {
+absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input) {
+  const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = batch_size_ / ctx.num_replicas();
   const int atoms = d4pg.atoms();
@@ -332,15 +435,16 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
   RETURN_IF_ERROR(CheckBatch(batch, rows, gathered));
   if (gathered) {
-    // Frames the device lacks go up now, before the step (one upload, one
-    // scatter); the step gathers observations, then next observations.
-    RETURN_IF_ERROR(r.frames->Resolve(batch.frames, r.decoder, &r.slots));
+    // The frames went up with the input (one upload, one scatter); the step
+    // gathers observations, then next observations.
+    const std::vector<int32_t>& slots = *input.slots;
     const int64_t stack = spec_.frames;
+    TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
     r.gather_slots.resize(2 * rows * stack);
     for (int64_t b = 0; b < rows; ++b) {
       for (int64_t j = 0; j < stack; ++j) {
-        r.gather_slots[b * stack + j] = r.slots[b * 2 * stack + j];
-        r.gather_slots[(rows + b) * stack + j] = r.slots[b * 2 * stack + stack + j];
+        r.gather_slots[b * stack + j] = slots[b * 2 * stack + j];
+        r.gather_slots[(rows + b) * stack + j] = slots[b * 2 * stack + stack + j];
       }
     }
   }
@@ -532,9 +636,10 @@ D4pgMetrics D4pgAgent::metrics() const {
     m.critic_loss = sum_critic_loss_ / metric_count_;
     m.actor_loss = sum_actor_loss_ / metric_count_;
     m.q_mean = sum_q_ / metric_count_;
+    m.input_wait_s = sum_input_wait_ / metric_count_;
   }
   m.updates = metric_updates_;
-  sum_critic_loss_ = sum_actor_loss_ = sum_q_ = 0;
+  sum_critic_loss_ = sum_actor_loss_ = sum_q_ = sum_input_wait_ = 0;
   metric_count_ = 0;
   return m;
 }

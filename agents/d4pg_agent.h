@@ -11,11 +11,14 @@
 //   agent->Train(/*num_updates=*/10, [&](int replica, int64_t n, replay::SampledBatch* out) {
 //     return samplers[replica]->Next(out);   // n == cfg.learner().batch_size() / replicas
 //   });
+//   (with agent->frame_references(), the samplers hand frame references:
+//   replay::SamplerOptions::frame_references)
 //   std::vector<float> params; agent->PolicyParameters(&params);
 //   policy->SetParameters(params);  // at an actor: agents/d4pg_policy.h
 //
 // Threads: D4pgAgent runs one std::jthread per local replica inside Train()
-// (the Replicator's); everything else (PolicyParameters, Save, Load) must be
+// (the Replicator's), and with learner.prefetch_input one more per replica
+// that samples the next update's batch while this one steps; everything else (PolicyParameters, Save, Load) must be
 // called from the thread that calls Train, between Train calls. metrics() may
 // be called from any thread.
 #ifndef TROUPE_AGENTS_D4PG_AGENT_H_
@@ -73,6 +76,7 @@ struct D4pgMetrics {
   double actor_loss = 0;   // -E[Q(s, pi(s))] plus the pre-tanh penalty
   double q_mean = 0;       // E[Q(s, a)] of the replay actions under the online critic
   int64_t updates = 0;     // total updates so far (restored by Load)
+  double input_wait_s = 0;  // what an update waited for its input (sampling, new frames), mean
 };
 
 class D4pgAgent {
@@ -92,7 +96,9 @@ class D4pgAgent {
   ~D4pgAgent();
 
   // `num_updates` D4PG updates on the Replicator: per update each replica
-  // samples its shard through `sample` (input_fn), then (step_fn) takes one
+  // samples its shard through `sample` (input_fn; with
+  // learner.prefetch_input, on a thread of its own one update ahead, never
+  // beyond this call's updates), then (step_fn) takes one
   // critic step and one actor step with gradients averaged over replicas,
   // and moves the targets. Errors: the sampler's, InvalidArgument for a
   // batch that does not match the table signature (naming field and shape),
@@ -154,7 +160,16 @@ class D4pgAgent {
   struct Replica;
   D4pgAgent() = default;
   Replica& LocalReplica(int replica_id);
-  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch);
+  // One replica's input for an update: the batch and, for frame references,
+  // their slots in the device frame table (uploaded already).
+  struct Input {
+    replay::SampledBatch* batch = nullptr;
+    const std::vector<int32_t>* slots = nullptr;
+  };
+  // Samples input `index` of a Train call into its buffer and prepares its
+  // frames (the host's part: no device call).
+  absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
+  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input);
   // `gathered`: the pixels come as frame references (batch.frames).
   absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const;
   // Everything Save writes, downloaded from replica 0's device, in file order.
@@ -185,6 +200,7 @@ class D4pgAgent {
   mutable double sum_critic_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_q_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  mutable double sum_input_wait_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable int64_t metric_count_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   int64_t metric_updates_ ABSL_GUARDED_BY(metrics_mu_) = 0;
 };

@@ -89,9 +89,15 @@ int32_t DeviceFrameTable::TakeSlot() {
 
 absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                                        std::vector<int32_t>* slots) {
+  RETURN_IF_ERROR(Prepare(frames, decoder, slots));
+  Upload();
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
+                                       std::vector<int32_t>* slots) {
+  TROUPE_CHECK(pending_ == 0);  // the previous batch's frames went up
   ++batch_;
-  // The table's memory, on first use (an agent fed host batches never needs it).
-  if (table_.empty()) table_ = nn::DeviceBuffer(*backend_, (slots_ + 1) * row_words_);
   slots->resize(frames.size());
   new_frames_.clear();
   host_slots_.clear();
@@ -153,7 +159,16 @@ absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames,
     }
   }
   host_slots_.resize(static_cast<size_t>(bucket), static_cast<int32_t>(slots_));
+  pending_ = n;
+  return absl::OkStatus();
+}
 
+void DeviceFrameTable::Upload() {
+  // The table's memory, on first use (an agent fed host batches never needs it).
+  if (table_.empty()) table_ = nn::DeviceBuffer(*backend_, (slots_ + 1) * row_words_);
+  if (pending_ == 0) return;
+  const int64_t n = pending_, bucket = static_cast<int64_t>(host_slots_.size());
+  pending_ = 0;
   // One upload of the rows, one of their slots, one scatter into the table.
   Staging& staging = staging_[bucket];
   if (staging.rows.empty()) {
@@ -168,7 +183,6 @@ absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames,
                         reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
   stats_.frames_uploaded += n;
   stats_.bytes_uploaded += static_cast<int64_t>(row_bytes + slot_bytes);
-  return absl::OkStatus();
 }
 
 void DeviceFrameTable::Gather(int64_t count, const int32_t* device_slots, uint8_t* out) {

@@ -5,9 +5,9 @@
 //
 //   DeviceFrameTable table(&backend, /*slots=*/100000, /*frame_bytes=*/84 * 84 * 3);
 //   sampler options: frame_references = true   // batches carry FramePtrs
-//   RETURN_IF_ERROR(table.Resolve(batch.frames, &slots));  // outside a step
+//   RETURN_IF_ERROR(table.Resolve(batch.frames, decoder, &slots));  // outside a step
 //   ... in the step: upload `slots` (int32) and
-//   table.Gather(count, device_slots, out);               // uint8 frames on the device
+//   table.GatherToFloatPlanar(count, device_slots, 3, 1 / 255.0f, out);  // the first layer's input
 //
 // A frame is named by its Frame::id() (unique in its store for the store's
 // life). Resolve gives each frame of a batch a slot: a frame the table holds
@@ -80,6 +80,15 @@ class DeviceFrameTable {
   absl::Status Resolve(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                        std::vector<int32_t>* slots);
 
+  // Resolve in two halves, so that a sampler thread can do the host's part
+  // while the device runs the previous step: Prepare finds or assigns the
+  // slots and decodes the new frames into host staging (no device call; any
+  // one thread), Upload sends them (the device's thread). Prepare requires
+  // the previous Prepare's Upload done; the two never run at once.
+  absl::Status Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
+                       std::vector<int32_t>* slots);
+  void Upload();
+
   // out[i] = the frame in slot device_slots[i] for i < count: frame_bytes()
   // bytes each, contiguous, as uint8 [count, H, W, C]. `device_slots`
   // (int32) and `out` are the backend's memory; a kernel (inside a step too).
@@ -125,6 +134,7 @@ class DeviceFrameTable {
   std::vector<uint32_t> host_rows_;
   std::vector<int32_t> host_slots_;
   std::vector<const replay::Frame*> new_frames_;
+  int64_t pending_ = 0;  // new frames Prepare staged for Upload
   struct Staging {
     nn::DeviceBuffer rows, slots;
   };

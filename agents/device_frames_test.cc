@@ -349,13 +349,16 @@ std::unique_ptr<replay::Replay> FilledD4pgReplay(const config::ExperimentConfig&
   return *std::move(r);
 }
 
-// `updates` D4PG updates sampled from a filled replay: with frame
-// references (the device frame table) or host-assembled batches.
+// `updates` D4PG updates sampled from a filled replay, in Train calls of
+// `per_call`: with frame references (the device frame table) or
+// host-assembled batches, with the input made one update ahead or not.
 uint64_t TrainOnReplay(config::EngineConfig::Device device, bool device_frames, int updates,
-                       DeviceFrameStats* stats = nullptr) {
+                       DeviceFrameStats* stats = nullptr, bool prefetch = true, int per_call = 1000,
+                       double* input_wait_s = nullptr) {
   config::ExperimentConfig c = PixelAgentConfig();
   c.mutable_learner()->mutable_engine()->set_device(device);
   c.mutable_learner()->set_device_frames(device_frames);
+  c.mutable_learner()->set_prefetch_input(prefetch);
   const ObservationSpec spec{.frames = 3, .height = 64, .width = 64};
   auto replay = FilledD4pgReplay(c, spec, /*transitions=*/40);
   auto replicator = engine::MakeReplicator(c.learner().engine());
@@ -367,10 +370,13 @@ uint64_t TrainOnReplay(config::EngineConfig::Device device, bool device_frames, 
   auto sampler = client->NewSampler(
       {.table = "transitions", .batch_size = 8, .frame_references = (*agent)->frame_references()});
   TROUPE_CHECK(sampler.ok());
-  const absl::Status trained = (*agent)->Train(
-      updates, [&](int, int64_t, replay::SampledBatch* out) { return (*sampler)->Next(out); });
-  EXPECT_TRUE(trained.ok()) << trained;
+  for (int done = 0; done < updates; done += per_call) {
+    const absl::Status trained = (*agent)->Train(
+        std::min(per_call, updates - done), [&](int, int64_t, replay::SampledBatch* out) { return (*sampler)->Next(out); });
+    EXPECT_TRUE(trained.ok()) << trained;
+  }
   if (stats != nullptr) *stats = (*agent)->frame_stats();
+  if (input_wait_s != nullptr) *input_wait_s = (*agent)->metrics().input_wait_s;
   return (*agent)->StateChecksum();
 }
 
@@ -382,6 +388,19 @@ TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesEqualHostBatchesBitForBit) {
   // 6 batches of 8 transitions resolved 288 frames; the replay has 45.
   EXPECT_EQ(stats.resolved, 6 * 8 * kFramesPerItem);
   EXPECT_LE(stats.frames_uploaded, 45);
+}
+
+// The input made one update ahead (a thread per replica) changes no update:
+// the same batches in the same order, gathered or host-assembled, in one
+// Train call or several.
+TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
+  const uint64_t plain = TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/false);
+  double waited = -1;
+  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/true, 1000, &waited), plain);
+  EXPECT_GE(waited, 0.0);
+  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/true, /*per_call=*/3), plain);
+  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, false, 7, nullptr, /*prefetch=*/true, /*per_call=*/2),
+            TrainOnReplay(config::EngineConfig::CPU, false, 7, nullptr, /*prefetch=*/false));
 }
 
 TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesOnTheStrictDeviceEqualTheCpusBitForBit) {
