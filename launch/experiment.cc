@@ -79,9 +79,9 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const age
   const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch) + frame_table;
   return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " with d4pg sizes (",
                                         spec.pixels() ? "conv_channels, encoder_features, " : "",
-                                        "hidden), learner.engine.replicas ", replicas,
+                                        "hidden) and learner.engine.replicas ", replicas,
                                         spec.pixels() && config.learner().device_frames()
-                                            ? absl::StrCat(" and learner.device_frame_mib ",
+                                            ? absl::StrCat(", with learner.device_frame_mib ",
                                                            config.learner().device_frame_mib())
                                             : std::string()),
                            bytes);
