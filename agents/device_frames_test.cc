@@ -6,6 +6,8 @@
 // host batches; a table too small for a batch is refused naming the sizes.
 #include "agents/device_frames.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -354,9 +356,13 @@ std::unique_ptr<replay::Replay> FilledD4pgReplay(const config::ExperimentConfig&
 // host-assembled batches, with the input made one update ahead or not.
 uint64_t TrainOnReplay(config::EngineConfig::Device device, bool device_frames, int updates,
                        DeviceFrameStats* stats = nullptr, bool prefetch = true, int per_call = 1000,
-                       double* input_wait_s = nullptr) {
+                       double* input_wait_s = nullptr, std::vector<float>* policy = nullptr) {
   config::ExperimentConfig c = PixelAgentConfig();
   c.mutable_learner()->mutable_engine()->set_device(device);
+  if (device == config::EngineConfig::PJRT) {
+    c.mutable_learner()->mutable_engine()->set_pjrt_plugin(PjrtPlugin());
+    c.mutable_learner()->mutable_engine()->set_pjrt_cache_dir("");
+  }
   c.mutable_learner()->set_device_frames(device_frames);
   c.mutable_learner()->set_prefetch_input(prefetch);
   const ObservationSpec spec{.frames = 3, .height = 64, .width = 64};
@@ -377,6 +383,7 @@ uint64_t TrainOnReplay(config::EngineConfig::Device device, bool device_frames, 
   }
   if (stats != nullptr) *stats = (*agent)->frame_stats();
   if (input_wait_s != nullptr) *input_wait_s = (*agent)->metrics().input_wait_s;
+  if (policy != nullptr) (*agent)->PolicyParameters(policy);
   return (*agent)->StateChecksum();
 }
 
@@ -401,6 +408,31 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
   EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/true, /*per_call=*/3), plain);
   EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, false, 7, nullptr, /*prefetch=*/true, /*per_call=*/2),
             TrainOnReplay(config::EngineConfig::CPU, false, 7, nullptr, /*prefetch=*/false));
+}
+
+// On PJRT the gather is inside the step's one compiled program: the
+// updates from gathered frames are the CPU's within float32 rounding (XLA's
+// fused kernels against Eigen's) and those of host batches on PJRT.
+TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesInACompiledPjrtStepMatchTheCpu) {
+  if (PjrtPlugin().empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  std::vector<float> cpu, gathered, host, start;
+  TrainOnReplay(config::EngineConfig::CPU, false, 0, nullptr, true, 1000, nullptr, &start);
+  TrainOnReplay(config::EngineConfig::CPU, false, 4, nullptr, true, 1000, nullptr, &cpu);
+  DeviceFrameStats stats;
+  TrainOnReplay(config::EngineConfig::PJRT, true, 4, &stats, true, 1000, nullptr, &gathered);
+  TrainOnReplay(config::EngineConfig::PJRT, false, 4, nullptr, true, 1000, nullptr, &host);
+  ASSERT_EQ(gathered.size(), cpu.size());
+  ASSERT_EQ(host.size(), cpu.size());
+  double moved = 0, to_cpu = 0, to_host = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    moved = std::max(moved, std::fabs(double{cpu[i]} - start[i]));
+    to_cpu = std::max(to_cpu, std::fabs(double{gathered[i]} - cpu[i]));
+    to_host = std::max(to_host, std::fabs(double{gathered[i]} - host[i]));
+  }
+  EXPECT_GT(moved, 1e-4);
+  EXPECT_LT(to_cpu, 1e-4);
+  EXPECT_LT(to_host, 1e-4);
+  EXPECT_EQ(stats.resolved, 4 * 8 * kFramesPerItem);
 }
 
 TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesOnTheStrictDeviceEqualTheCpusBitForBit) {
