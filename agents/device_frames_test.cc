@@ -25,7 +25,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "replay/client.h"
+#include "replay/grpc_client.h"
 #include "replay/replay.h"
+#include "replay/server.h"
 #include "replay/test_util.h"
 #ifdef TROUPE_HAVE_PJRT
 #include "engine/pjrt/pjrt_backend.h"
@@ -296,6 +298,101 @@ TEST(DeviceFrameTableTest, ATableSmallerThanABatchIsRefusedNamingTheSizes) {
   // The host-assembled path needs no table.
   c.mutable_learner()->set_device_frames(false);
   EXPECT_TRUE(ValidateDeviceFrames(c, spec).ok());
+}
+
+// A remote replay (`troupe replay`, here a server on loopback): sampled
+// with frame references, each frame crosses the stream once, and the device
+// gets each once per learner life (a frame sent twice would be a new frame
+// to the sampler, and go up again); a restarted learner (a new stream, a new
+// table) gets the frames it samples again; every gathered frame is what was
+// inserted, also while replay evicts and the stream forgets frames.
+void CheckRemoteLives(const std::string& table_extra, int initial, int per_batch, int batches, int64_t slots_held,
+                      int lives) {
+  auto server = replay::Server::Start(replay::testing::TestConfig(table_extra));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto local = replay::NewLocalClient((*server)->replay());
+  auto writer = local->NewWriter();
+  ASSERT_TRUE(writer.ok());
+  // A stream of frames (frame k is TestFrame(k)); item s observes frames
+  // s..s+2, then s+3..s+5, and its action is {s, -s}.
+  std::vector<uint64_t> keys;
+  int next_item = 0;
+  auto write = [&](int items) {
+    for (int n = 0; n < items; ++n, ++next_item) {
+      const int s = next_item;
+      while (static_cast<int>(keys.size()) < s + 6) {
+        const std::vector<uint8_t> frame = replay::testing::TestFrame(static_cast<int>(keys.size()));
+        keys.push_back(*(*writer)->AppendFrame(frame.data(), kH, kW, kC));
+      }
+      const float action[2] = {static_cast<float>(s), static_cast<float>(-s)}, reward = 0;
+      ASSERT_TRUE((*writer)
+                      ->Insert("pixels", 1.0,
+                               {replay::FieldValue::Frames({keys[s], keys[s + 1], keys[s + 2]}),
+                                replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {2}, action),
+                                replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
+                                replay::FieldValue::Frames({keys[s + 3], keys[s + 4], keys[s + 5]})})
+                      .ok());
+    }
+    ASSERT_TRUE((*writer)->Flush().ok());
+  };
+  write(initial);
+  auto client = replay::NewGrpcClient((*server)->address());
+  nn::CpuBackend cpu(1);
+  replay::FrameDecoder decoder;
+  for (int life = 0; life < lives; ++life) {
+    SCOPED_TRACE(::testing::Message() << "learner life " << life);
+    auto sampler = client->NewSampler({.table = "pixels", .batch_size = 16, .frame_references = true});
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    DeviceFrameTable table(&cpu, slots_held, kFrameBytes);
+    std::set<int> server_frames;
+    replay::SampledBatch batch;
+    std::vector<int32_t> slots;
+    for (int b = 0; b < batches; ++b) {
+      write(per_batch);
+      ASSERT_TRUE((*sampler)->Next(&batch).ok());
+      ASSERT_EQ(batch.frames.size(), 16u * kFramesPerItem);
+      EXPECT_TRUE(batch.fields[0].data.empty()) << "pixels are references, not bytes";
+      ASSERT_TRUE(table.Resolve(batch.frames, decoder, &slots).ok());
+      const int64_t count = static_cast<int64_t>(slots.size());
+      nn::DeviceBuffer device_slots(cpu, count), gathered(cpu, count * kFrameBytes / 4);
+      cpu.Upload(slots.data(), device_slots.data(), sizeof(int32_t) * count);
+      table.Gather(count, reinterpret_cast<const int32_t*>(device_slots.data()),
+                   reinterpret_cast<uint8_t*>(gathered.data()));
+      std::vector<uint8_t> back(count * kFrameBytes);
+      cpu.Download(gathered.data(), back.data(), back.size());
+      for (int i = 0; i < 16; ++i) {
+        const int s = static_cast<int>(batch.fields[1].as<float>()[2 * i]);
+        for (int j = 0; j < kFramesPerItem; ++j) {
+          server_frames.insert(s + j);
+          ASSERT_EQ(std::memcmp(back.data() + (i * kFramesPerItem + j) * kFrameBytes,
+                                replay::testing::TestFrame(s + j).data(), kFrameBytes),
+                    0)
+              << "batch " << b << " item " << i << " (transition " << s << ") frame " << j;
+        }
+      }
+    }
+    EXPECT_EQ(table.stats().frames_uploaded, static_cast<int64_t>(server_frames.size()))
+        << "each frame of the server once in this life";
+    EXPECT_EQ(table.stats().replaced, 0) << "slots of frames the stream forgot were free again";
+    if (per_batch > 0) EXPECT_GT(static_cast<int64_t>(server_frames.size()), slots_held) << "more frames than slots";
+  }
+}
+
+TEST(DeviceFrameTableTest, ARemoteReplaySendsEachFrameOncePerLearnerLife) {
+  CheckRemoteLives("max_size: 1000", /*initial=*/150, /*per_batch=*/0, /*batches=*/25, /*slots_held=*/1000,
+                   /*lives=*/2);
+}
+
+TEST(DeviceFrameTableTest, ARemoteReplaysEvictedFramesAreForgottenAndBatchesStayExact) {
+  // 40 items held, 5 new before each of 60 batches: more frames than the
+  // 150 slots go through; frames die on the server, the stream forgets them
+  // (every 16 batches), the sampler lets them go, their slots free (nothing
+  // replaced; with the forgetting turned off, live frames were), batches
+  // stay exact.
+  // The rate limiter keeps the server's sampling (which streams ahead of
+  // the client) within ~12 batches of the inserts.
+  CheckRemoteLives("max_size: 40 rate_limiter { samples_per_insert: 3.2 error_buffer: 200 }", /*initial=*/40,
+                   /*per_batch=*/5, /*batches=*/60, /*slots_held=*/150, /*lives=*/1);
 }
 
 // --- D4PG on gathered frames ----------------------------------------------------------

@@ -175,9 +175,9 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     replay::SamplerOptions sampler_options{.table = "transitions", .batch_size = shard};
     // A remote sampler gives up when rank 0 stops answering (as collectives do).
     if (!l->is_chief()) sampler_options.timeout = absl::FromChrono(options.collective_timeout);
-    // The embedded replay hands frame references to the device frame table
-    // (a remote one, other ranks', sends decoded pixels).
-    sampler_options.frame_references = l->is_chief() && l->agent_->frame_references();
+    // Frame references for the device frame table: from the embedded replay,
+    // or over gRPC (other ranks), each frame once per stream.
+    sampler_options.frame_references = l->agent_->frame_references();
     ASSIGN_OR_RETURN(auto sampler, l->replay_client_->NewSampler(sampler_options));
     l->samplers_.push_back(std::move(sampler));
   }
