@@ -384,15 +384,16 @@ TEST(DeviceFrameTableTest, ARemoteReplaySendsEachFrameOncePerLearnerLife) {
 }
 
 TEST(DeviceFrameTableTest, ARemoteReplaysEvictedFramesAreForgottenAndBatchesStayExact) {
-  // 40 items held, 5 new before each of 60 batches: more frames than the
-  // 150 slots go through; frames die on the server, the stream forgets them
+  // 40 items held, 5 new before each of 120 batches: more frames than the
+  // 260 slots go through (what the sampler holds peaks near 200: replay's
+  // and the writer's live frames, and 16 batches' worth not yet forgotten); frames die on the server, the stream forgets them
   // (every 16 batches), the sampler lets them go, their slots free (nothing
   // replaced; with the forgetting turned off, live frames were), batches
   // stay exact.
   // The rate limiter keeps the server's sampling (which streams ahead of
   // the client) within ~12 batches of the inserts.
   CheckRemoteLives("max_size: 40 rate_limiter { samples_per_insert: 3.2 error_buffer: 200 }", /*initial=*/40,
-                   /*per_batch=*/5, /*batches=*/60, /*slots_held=*/150, /*lives=*/1);
+                   /*per_batch=*/5, /*batches=*/120, /*slots_held=*/260, /*lives=*/1);
 }
 
 // --- D4PG on gathered frames ----------------------------------------------------------
