@@ -374,7 +374,9 @@ void CheckRemoteLives(const std::string& table_extra, int initial, int per_batch
     EXPECT_EQ(table.stats().frames_uploaded, static_cast<int64_t>(server_frames.size()))
         << "each frame of the server once in this life";
     EXPECT_EQ(table.stats().replaced, 0) << "slots of frames the stream forgot were free again";
-    if (per_batch > 0) EXPECT_GT(static_cast<int64_t>(server_frames.size()), slots_held) << "more frames than slots";
+    if (per_batch > 0) {
+      EXPECT_GT(static_cast<int64_t>(server_frames.size()), slots_held) << "more frames than slots";
+    }
   }
 }
 
