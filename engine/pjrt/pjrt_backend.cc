@@ -1344,19 +1344,21 @@ void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t cha
 // Rows move as i32 (bits: no float op may touch a frame's bytes), by
 // stablehlo.gather and stablehlo.scatter with the indices as run-time data,
 // so a step's program does not change with the rows it picks.
+
+// Rows `indices[0..count)` of table [rows, row_words], as i32 [count, row_words].
+Value PjrtBackend::PickRows(Launch& l, int64_t rows, int64_t row_words, const float* table, int64_t count,
+                            const int32_t* indices) {
+  Function& f = l.f;
+  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
+  Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
+  return f.Gather(bits, at, /*offset_dims=*/{1}, /*collapsed=*/{0}, /*start_index_map=*/{0}, {1, row_words});
+}
+
 void PjrtBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
                              const int32_t* indices, float* out) {
   if (count * row_words == 0) return;
   Launch l(*this);
-  Function& f = l.f;
-  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
-  Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
-  Value picked = f.Op("gather", {bits, at}, {count, row_words}, "i32",
-                      absl::StrCat("dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = "
-                                   "[0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
-                                   "slice_sizes = array<i64: 1, ",
-                                   row_words, ">"));
-  l.Write(out, f.BitcastConvert(picked, {count, row_words}, "f32"));
+  l.Write(out, l.f.BitcastConvert(PickRows(l, rows, row_words, table, count, indices), {count, row_words}, "f32"));
   l.Run();
 }
 
@@ -1368,15 +1370,8 @@ void PjrtBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int
   Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
   Value update = f.BitcastConvert(l.F32(values, {count, row_words}), {count, row_words}, "i32");
   Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
-  const std::string s = TensorType({}, "i32");
   // The update replaces what was there.
-  const std::string region = absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      \"stablehlo.return\"(%rhs) : (",
-                                          s, ") -> ()\n    }");
-  Value scattered = f.Op("scatter", {bits, at, update}, {rows, row_words}, "i32",
-                         "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], "
-                         "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>, "
-                         "indices_are_sorted = false, unique_indices = false",
-                         region);
+  Value scattered = f.ScatterReplace(bits, at, update, /*window_dims=*/{1}, /*inserted=*/{0}, /*index_map=*/{0});
   l.Write(table, f.BitcastConvert(scattered, {rows, row_words}, "f32"));
   l.Run();
 }
@@ -1387,13 +1382,7 @@ void PjrtBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, cons
   if (images * pixels * channels == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
-  Value at = f.Reshape(l.I32(indices, {images}), {images, 1});
-  Value picked = f.Op("gather", {bits, at}, {images, row_words}, "i32",
-                      absl::StrCat("dimension_numbers = #stablehlo.gather<offset_dims = [1], collapsed_slice_dims = "
-                                   "[0], start_index_map = [0], index_vector_dim = 1>, indices_are_sorted = false, "
-                                   "slice_sizes = array<i64: 1, ",
-                                   row_words, ">"));
+  Value picked = PickRows(l, rows, row_words, table, images, indices);
   // Words to their bytes (little-endian, as the host wrote them), the image's
   // first pixels * channels, then BytesToFloatPlanar's conversion.
   Value bytes = f.Reshape(f.BitcastConvert(picked, {images, row_words, 4}, "ui8"), {images, 4 * row_words});

@@ -273,6 +273,9 @@ class PjrtBackend final : public nn::Backend {
   // Its compiled executable (compiled on first use; a step's, with
   // `step_kernels` > 0, says so once with its compile time).
   capi::LoadedExecutable* Executable(Program& program, int64_t step_kernels);
+  // Rows `indices` of a row table, as i32 words (GatherRows, GatherBytesToFloatPlanar).
+  Value PickRows(Launch& l, int64_t rows, int64_t row_words, const float* table, int64_t count,
+                 const int32_t* indices);
   // Counts a step's compile (or load from the on-disk cache) and says so once (stderr).
   void NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache);
 
