@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <random>
+#include <stop_token>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +51,69 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
  private:
   nn::Backend* backend_;
   float max_norm_;
+};
+
+// A replica's input one update ahead (learner.prefetch_input): a thread
+// produces input i (sampling it into buffer i % 2, preparing its frames)
+// once input i - 1 was taken and uploaded, so input i + 1 is made while
+// update i steps, and buffer i % 2 is refilled only after update i - 2 (its
+// last user) ended. It makes the inputs of one Train call only, no more.
+class InputPrefetcher {
+ public:
+  InputPrefetcher(int64_t count, std::function<absl::Status(int64_t)> produce)
+      : produce_(std::move(produce)), thread_([this, count](std::stop_token) { Run(count); }) {}
+  ~InputPrefetcher() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();  // (a producer blocked in sampling returns when replay closes or fills)
+  }
+  InputPrefetcher(const InputPrefetcher&) = delete;
+  InputPrefetcher& operator=(const InputPrefetcher&) = delete;
+
+  // Blocks until input `index` is made; adds the seconds waited to *waited.
+  // Its status (the sampler's, or the frames').
+  absl::Status Take(int64_t index, double* waited) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::MutexLock lock(&mu_);
+    const auto made = [this, index]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return made_ > index || !status_.ok(); };
+    mu_.Await(absl::Condition(&made));
+    *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return made_ > index ? absl::OkStatus() : status_;
+  }
+  // Input `index` went up: the producer may make the next one.
+  void Release(int64_t index) {
+    absl::MutexLock lock(&mu_);
+    released_ = index + 1;
+  }
+
+ private:
+  void Run(int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        const auto may_make = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || released_ >= i; };
+        mu_.Await(absl::Condition(&may_make));
+        if (stop_) return;
+      }
+      absl::Status status = produce_(i);
+      absl::MutexLock lock(&mu_);
+      if (!status.ok()) {
+        status_ = std::move(status);
+        return;
+      }
+      made_ = i + 1;
+    }
+  }
+
+  const std::function<absl::Status(int64_t)> produce_;
+  absl::Mutex mu_;
+  int64_t made_ ABSL_GUARDED_BY(mu_) = 0;      // inputs made
+  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // inputs taken and uploaded
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::jthread thread_;  // last: started once the rest is built
 };
 
 }  // namespace
@@ -96,6 +162,35 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
   return table;
 }
 
+// --- Device frames ----------------------------------------------------------------
+
+int64_t DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
+  const config::LearnerConfig& learner = config.learner();
+  if (!spec.pixels() || !learner.device_frames() || replicas < 1) return 0;
+  const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
+  const int64_t shard_frames = int64_t{learner.batch_size()} / replicas * 2 * spec.frames;
+  const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
+  return std::min(budget, learner.replay_size() * 2 * spec.frames + 2 * shard_frames);
+}
+
+absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec) {
+  const config::LearnerConfig& learner = config.learner();
+  if (!spec.pixels() || !learner.device_frames()) return absl::OkStatus();
+  if (learner.device_frame_mib() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
+  }
+  const int replicas = std::max(1, learner.engine().replicas());
+  const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
+  const int64_t shard_frames = int64_t{learner.batch_size()} / replicas * 2 * spec.frames;
+  const absl::Status status = DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas), frame_bytes, shard_frames);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
+                                                 spec.width, "x", spec.height, " frames and learner.batch_size ",
+                                                 learner.batch_size(), ": ", status.message(),
+                                                 " (or learner.device_frames: false assembles batches on the host)"));
+}
+
 // --- D4pgAgent --------------------------------------------------------------------
 
 // One replica's mutable state: its networks, targets, optimizers, tapes and
@@ -115,7 +210,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
 
-  replay::SampledBatch batch;
+  replay::SampledBatch batches[2];  // input i of a Train call in batches[i % 2]
   std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
   std::vector<float> readout;      // the step's one read: per-item loss and Q [B, 2], then the actor loss
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -123,6 +218,13 @@ struct D4pgAgent::Replica {
   std::vector<uint64_t> keys;                        // last batch's keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
+  // Pixels on the device (learner.device_frames): the frame table, the
+  // decoder for frames it lacks, and a batch's slots (as resolved, then in
+  // gather order: every observation's frames, then every next observation's).
+  std::unique_ptr<DeviceFrameTable> frames;
+  replay::FrameDecoder decoder;
+  std::vector<int32_t> slots[2], gather_slots;  // slots[i % 2]: batches[i % 2]'s
+  int64_t next_input = 0;                       // the Train call's next input
   int64_t updates = 0;
 };
 
@@ -133,6 +235,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
                                                              replicator::Replicator* replicator) {
   const config::D4pgConfig& d4pg = config.d4pg();
   RETURN_IF_ERROR(ValidateD4pg(d4pg, spec, action_size));
+  RETURN_IF_ERROR(ValidateDeviceFrames(config, spec));
   if (replicator == nullptr) return absl::InvalidArgumentError("D4pgAgent needs a replicator");
   const int64_t batch = config.learner().batch_size();
   const int k = replicator->num_replicas();
@@ -188,6 +291,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->bound.Upload(std::vector<float>(shard * action_size, d4pg.actor_pre_tanh_bound()));
     r->keys.reserve(shard);
     r->item_loss.reserve(shard);
+    if (const int64_t slots = DeviceFrameSlots(config, spec, k); slots > 0) {
+      const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
+      RETURN_IF_ERROR(DeviceFrameTable::Check(slots, frame_bytes, shard * 2 * spec.frames));
+      r->frames = std::make_unique<DeviceFrameTable>(&device, slots, frame_bytes);
+    }
     agent->replicas_.push_back(std::move(r));
   }
 
@@ -218,27 +326,67 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
   if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
   ++train_generation_;
   const int64_t shard = batch_size_ / replicator_->num_replicas();
-  absl::Status status = replicator_->Run<replay::SampledBatch*>(
+  const std::vector<int>& ids = replicator_->local_replicas();
+  for (auto& r : replicas_) r->next_input = 0;
+  // With prefetch, each replica's inputs are made one update ahead.
+  std::vector<std::unique_ptr<InputPrefetcher>> prefetchers(replicas_.size());
+  if (config_.learner().prefetch_input() && num_updates > 1) {
+    for (size_t k = 0; k < replicas_.size(); ++k) {
+      prefetchers[k] = std::make_unique<InputPrefetcher>(num_updates, [&, k](int64_t i) {
+        return ProduceInput(*replicas_[k], ids[k], shard, i, sample);
+      });
+    }
+  }
+  absl::Status status = replicator_->Run<Input>(
       num_updates,
-      // input_fn: this replica's shard of the global batch.
-      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<replay::SampledBatch*> {
-        Replica& r = LocalReplica(ctx.replica_id());
-        RETURN_IF_ERROR(sample(ctx.replica_id(), shard, &r.batch));
-        return &r.batch;
+      // input_fn: this replica's shard of the global batch, its new frames uploaded.
+      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Input> {
+        const size_t k = std::find(ids.begin(), ids.end(), ctx.replica_id()) - ids.begin();
+        Replica& r = *replicas_[k];
+        const int64_t i = r.next_input++;
+        double waited = 0;
+        if (prefetchers[k] != nullptr) {
+          RETURN_IF_ERROR(prefetchers[k]->Take(i, &waited));
+        } else {
+          const auto start = std::chrono::steady_clock::now();
+          RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample));
+          waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        if (r.frames != nullptr) r.frames->Upload();
+        if (prefetchers[k] != nullptr) prefetchers[k]->Release(i);
+        if (k == 0) {
+          absl::MutexLock lock(&metrics_mu_);
+          sum_input_wait_ += waited;
+        }
+        return Input{&r.batches[i % 2], &r.slots[i % 2]};
       },
       // step_fn: one D4PG update on it.
-      [&](replicator::ReplicaContext& ctx, replay::SampledBatch*& batch) -> absl::Status {
-        return Update(ctx, LocalReplica(ctx.replica_id()), *batch);
+      [&](replicator::ReplicaContext& ctx, Input& input) -> absl::Status {
+        return Update(ctx, LocalReplica(ctx.replica_id()), input);
       });
   updates_ = replicas_[0]->updates;
   return status;
 }
 
-absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows) const {
+absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index,
+                                     const SampleFn& sample) {
+  replay::SampledBatch& batch = r.batches[index % 2];
+  RETURN_IF_ERROR(sample(replica_id, shard, &batch));
+  // Frame references: slots found, new frames decoded (uploaded by input_fn).
+  if (r.frames == nullptr || batch.frames.empty()) return absl::OkStatus();
+  return r.frames->Prepare(batch.frames, r.decoder, &r.slots[index % 2]);
+}
+
+absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const {
   if (batch.fields.size() != kNumFields) {
     return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.fields.size(),
                                                    " fields, expected ", static_cast<int>(kNumFields), " (",
                                                    absl::StrJoin(kFieldNames, ", "), ")"));
+  }
+  if (gathered && static_cast<int64_t>(batch.frames.size()) != rows * 2 * spec_.frames) {
+    return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.frames.size(),
+                                                   " frame references, expected ", rows * 2 * spec_.frames, " (",
+                                                   rows, " rows of 2 stacks of ", spec_.frames, ")"));
   }
   // The expected dtype and shape of each field.
   std::vector<int64_t> observation = {rows, spec_.state_size};
@@ -258,6 +406,8 @@ absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t ro
     const replay::SampledField& f = batch.fields[i];
     int64_t elements = 1;
     for (int64_t d : *expected[i].shape) elements *= d;
+    // Gathered pixels: shaped, no bytes (the frames are references).
+    if (gathered && expected[i].dtype == proto::DTYPE_UINT8) elements = 0;
     if (f.dtype != expected[i].dtype || f.shape != *expected[i].shape ||
         static_cast<int64_t>(f.data.size()) < elements * replay::DTypeSize(f.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -270,12 +420,34 @@ absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t ro
   return absl::OkStatus();
 }
 
-absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch) {
+absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input) {
+  const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = batch_size_ / ctx.num_replicas();
   const int atoms = d4pg.atoms();
   const float v_min = d4pg.v_min(), v_max = d4pg.v_max();
-  RETURN_IF_ERROR(CheckBatch(batch, rows));
+  // Pixels as frame references: gathered from the device frame table.
+  const bool gathered = spec_.pixels() && !batch.frames.empty();
+  if (gathered && r.frames == nullptr) {
+    return absl::InvalidArgumentError(
+        "transition batch carries frame references, and this agent keeps no device frame table "
+        "(learner.device_frames false): sample decoded pixels");
+  }
+  RETURN_IF_ERROR(CheckBatch(batch, rows, gathered));
+  if (gathered) {
+    // The frames went up with the input (one upload, one scatter); the step
+    // gathers observations, then next observations.
+    const std::vector<int32_t>& slots = *input.slots;
+    const int64_t stack = spec_.frames;
+    TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
+    r.gather_slots.resize(2 * rows * stack);
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t j = 0; j < stack; ++j) {
+        r.gather_slots[b * stack + j] = slots[b * 2 * stack + j];
+        r.gather_slots[(rows + b) * stack + j] = slots[b * 2 * stack + stack + j];
+      }
+    }
+  }
 
   // This Train call's gradient averaging (the context changes per call).
   if (r.generation != train_generation_) {
@@ -304,9 +476,24 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   nn::Tape& t = r.critic_tape;
   t.Reset();
   nn::Var observation, next_observation;
-  if (spec_.pixels()) {
+  if (gathered) {
+    // The stacked frames gathered from the device frame table straight into
+    // the encoder's float input (uint8 until then), as PixelInput lays it out.
+    const int64_t count = static_cast<int64_t>(r.gather_slots.size());
+    int32_t* slots = t.AllocateInts(count);
+    device.Upload(r.gather_slots.data(), slots, sizeof(int32_t) * count);
+    for (int half = 0; half < 2; ++half) {
+      const nn::Var frames = t.NewValue({count / 2, 3, spec_.height, spec_.width}, /*requires_grad=*/false);
+      r.frames->GatherToFloatPlanar(count / 2, slots + half * (count / 2), /*channels=*/3, 1.0f / 255.0f,
+                                    t.value(frames).data);
+      (half == 0 ? observation : next_observation) =
+          nn::Reshape(frames, {rows, 3 * spec_.frames, spec_.height, spec_.width});
+    }
+  } else if (spec_.pixels()) {
     observation = internal::PixelInput(t, batch.fields[kObservation].as<uint8_t>(), rows, spec_);
     next_observation = internal::PixelInput(t, batch.fields[kNextObservation].as<uint8_t>(), rows, spec_);
+  }
+  if (spec_.pixels()) {
     if (d4pg.augment_pad() > 0) {
       observation = nn::RandomShift(observation, d4pg.augment_pad(), r.rng);
       next_observation = nn::RandomShift(next_observation, d4pg.augment_pad(), r.rng);
@@ -449,11 +636,27 @@ D4pgMetrics D4pgAgent::metrics() const {
     m.critic_loss = sum_critic_loss_ / metric_count_;
     m.actor_loss = sum_actor_loss_ / metric_count_;
     m.q_mean = sum_q_ / metric_count_;
+    m.input_wait_s = sum_input_wait_ / metric_count_;
   }
   m.updates = metric_updates_;
-  sum_critic_loss_ = sum_actor_loss_ = sum_q_ = 0;
+  sum_critic_loss_ = sum_actor_loss_ = sum_q_ = sum_input_wait_ = 0;
   metric_count_ = 0;
   return m;
+}
+
+bool D4pgAgent::frame_references() const { return !replicas_.empty() && replicas_[0]->frames != nullptr; }
+
+DeviceFrameStats D4pgAgent::frame_stats() const {
+  DeviceFrameStats sum;
+  for (const auto& r : replicas_) {
+    if (r->frames == nullptr) continue;
+    const DeviceFrameStats& s = r->frames->stats();
+    sum.frames_uploaded += s.frames_uploaded;
+    sum.bytes_uploaded += s.bytes_uploaded;
+    sum.replaced += s.replaced;
+    sum.resolved += s.resolved;
+  }
+  return sum;
 }
 
 void D4pgAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const {

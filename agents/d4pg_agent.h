@@ -11,11 +11,14 @@
 //   agent->Train(/*num_updates=*/10, [&](int replica, int64_t n, replay::SampledBatch* out) {
 //     return samplers[replica]->Next(out);   // n == cfg.learner().batch_size() / replicas
 //   });
+//   (with agent->frame_references(), the samplers hand frame references:
+//   replay::SamplerOptions::frame_references)
 //   std::vector<float> params; agent->PolicyParameters(&params);
 //   policy->SetParameters(params);  // at an actor: agents/d4pg_policy.h
 //
 // Threads: D4pgAgent runs one std::jthread per local replica inside Train()
-// (the Replicator's); everything else (PolicyParameters, Save, Load) must be
+// (the Replicator's), and with learner.prefetch_input one more per replica
+// that samples the next update's batch while this one steps; everything else (PolicyParameters, Save, Load) must be
 // called from the thread that calls Train, between Train calls. metrics() may
 // be called from any thread.
 #ifndef TROUPE_AGENTS_D4PG_AGENT_H_
@@ -33,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "agents/d4pg_networks.h"
+#include "agents/device_frames.h"
 #include "agents/d4pg_policy.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/parameters.h"
@@ -55,11 +59,24 @@ namespace troupe::agents {
 config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
                                               const config::ExperimentConfig& config);
 
+// Slots of each replica's device frame table (agents/device_frames.h) for
+// `config` with `replicas` replicas: learner.device_frame_mib of frames, at
+// most what replay can refer to (learner.replay_size items of 2 stacks, and
+// two shards' frames in flight). 0 when batches are assembled on the host
+// (state observations, or learner.device_frames false).
+int64_t DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas);
+// Checks learner.device_frames and device_frame_mib against the frames and
+// the batch, before anything is created: InvalidArgument naming the field
+// and the sizes (a table smaller than one shard's frames, frames the
+// table's kernels cannot move).
+absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec);
+
 struct D4pgMetrics {
   double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
   double actor_loss = 0;   // -E[Q(s, pi(s))] plus the pre-tanh penalty
   double q_mean = 0;       // E[Q(s, a)] of the replay actions under the online critic
   int64_t updates = 0;     // total updates so far (restored by Load)
+  double input_wait_s = 0;  // what an update waited for its input (sampling, new frames), mean
 };
 
 class D4pgAgent {
@@ -79,7 +96,9 @@ class D4pgAgent {
   ~D4pgAgent();
 
   // `num_updates` D4PG updates on the Replicator: per update each replica
-  // samples its shard through `sample` (input_fn), then (step_fn) takes one
+  // samples its shard through `sample` (input_fn; with
+  // learner.prefetch_input, on a thread of its own one update ahead, never
+  // beyond this call's updates), then (step_fn) takes one
   // critic step and one actor step with gradients averaged over replicas,
   // and moves the targets. Errors: the sampler's, InvalidArgument for a
   // batch that does not match the table signature (naming field and shape),
@@ -98,6 +117,15 @@ class D4pgAgent {
 
   // Means over the updates since the last call (updates: the running total).
   D4pgMetrics metrics() const;
+
+  // True when Train's batches must carry frame references
+  // (replay::SamplerOptions::frame_references) instead of decoded pixels:
+  // pixels with learner.device_frames. A batch with decoded pixels is then
+  // still taken (the host-assembled path).
+  bool frame_references() const;
+  // The device frame tables' counters, summed over this process's replicas
+  // (zeros without tables). Same thread rule as PolicyParameters.
+  DeviceFrameStats frame_stats() const;
   int64_t updates() const { return updates_; }
 
   // Prioritized replay (config.learner().prioritized()): the keys of the last
@@ -132,8 +160,18 @@ class D4pgAgent {
   struct Replica;
   D4pgAgent() = default;
   Replica& LocalReplica(int replica_id);
-  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const replay::SampledBatch& batch);
-  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows) const;
+  // One replica's input for an update: the batch and, for frame references,
+  // their slots in the device frame table (uploaded already).
+  struct Input {
+    replay::SampledBatch* batch = nullptr;
+    const std::vector<int32_t>* slots = nullptr;
+  };
+  // Samples input `index` of a Train call into its buffer and prepares its
+  // frames (the host's part: no device call).
+  absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
+  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input);
+  // `gathered`: the pixels come as frame references (batch.frames).
+  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const;
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 
@@ -162,6 +200,7 @@ class D4pgAgent {
   mutable double sum_critic_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_q_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  mutable double sum_input_wait_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable int64_t metric_count_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   int64_t metric_updates_ ABSL_GUARDED_BY(metrics_mu_) = 0;
 };

@@ -10,6 +10,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options);  // bench/gan_be
 absl::StatusOr<Report> RunRlBenchmark(const Options& options);   // bench/rl_bench.cc
 absl::StatusOr<Report> RunFleetBenchmark(const Options& options);  // bench/fleet_bench.cc
 absl::StatusOr<Report> RunScalingBenchmark(const Options& options);  // bench/scaling_bench.cc
+absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options);  // bench/learner_input_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -33,6 +34,9 @@ const std::vector<Benchmark>& Benchmarks() {
                   "NVLink / InfiniBand, from the measured K=1 step and gradient size; the ring all-reduce model "
                   "checked against K=2 MPI on this machine",
        RunScalingBenchmark},
+      {"learner-input", "D4PG pixel learner input (batch 256, 84x84 stacked 3): bytes uploaded per update and input "
+                        "transitions/s with the device frame table vs the host-assembled batch, one thread",
+       RunLearnerInputBenchmark},
   };
   return benchmarks;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "actors/actor.h"
 #include "actors/evaluator.h"
+#include "agents/d4pg_agent.h"
 #include "agents/d4pg_policy.h"
 #include "common/files.h"
 #include "common/limits.h"
@@ -72,10 +73,17 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const age
     parameters += previous * (critic ? d4pg.atoms() : action_size);
   }
   const double replicas = config.learner().engine().replicas();
-  const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch);
+  // Each replica's device frame table (agents/device_frames.h).
+  const double frame_table = static_cast<double>(agents::DeviceFrameSlots(config, spec, static_cast<int>(replicas))) *
+                             spec.height * spec.width * 3 * replicas;
+  const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch) + frame_table;
   return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " with d4pg sizes (",
                                         spec.pixels() ? "conv_channels, encoder_features, " : "",
-                                        "hidden) and learner.engine.replicas ", replicas),
+                                        "hidden) and learner.engine.replicas ", replicas,
+                                        spec.pixels() && config.learner().device_frames()
+                                            ? absl::StrCat(", with learner.device_frame_mib ",
+                                                           config.learner().device_frame_mib())
+                                            : std::string()),
                            bytes);
 }
 
@@ -126,6 +134,7 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   const agents::ObservationSpec spec = agents::ObservationSpecOf(env);
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), spec, env.action_size));
   RETURN_IF_ERROR(learner::ValidateLearnerConfig(config.learner()));
+  RETURN_IF_ERROR(agents::ValidateDeviceFrames(config, spec));
   RETURN_IF_ERROR(CheckD4pgStepFits(config, spec, env.action_size));
   // The replay section: the learner adds its transitions table when it
   // lists none.

@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   l->spec_ = agents::ObservationSpecOf(env_spec);
   l->action_size_ = env_spec.action_size;
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), l->spec_, l->action_size_));
+  RETURN_IF_ERROR(agents::ValidateDeviceFrames(config, l->spec_));
   // TLS and the token of the port and of other ranks' connections to rank 0.
   ASSIGN_OR_RETURN(l->credentials_, LoadGrpcCredentials(config.security()));
 
@@ -174,13 +175,17 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     replay::SamplerOptions sampler_options{.table = "transitions", .batch_size = shard};
     // A remote sampler gives up when rank 0 stops answering (as collectives do).
     if (!l->is_chief()) sampler_options.timeout = absl::FromChrono(options.collective_timeout);
+    // Frame references for the device frame table: from the embedded replay,
+    // or over gRPC (other ranks), each frame once per stream.
+    sampler_options.frame_references = l->agent_->frame_references();
     ASSIGN_OR_RETURN(auto sampler, l->replay_client_->NewSampler(sampler_options));
     l->samplers_.push_back(std::move(sampler));
   }
 
   l->metrics_csv_ = AppendLog(run_dir + "/metrics.csv",
                               "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,"
-                              "critic_loss,actor_loss,q_mean,eval_return,parameter_version\n");
+                              "critic_loss,actor_loss,q_mean,eval_return,parameter_version,input_wait_ms,"
+                              "frames_uploaded_per_update\n");
   l->metrics_jsonl_ = AppendLog(run_dir + "/metrics.jsonl");
   l->eval_csv_ = AppendLog(run_dir + "/eval.csv", "frames,updates,eval_return,actions_at_bound\n");
   l->resumed_ = resume;
@@ -581,16 +586,18 @@ void RlLearner::WriteMetrics() {
   // A row that cannot be written (a full disk) is warned about by the log,
   // and the run goes on.
   const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-  metrics_csv_.Append(absl::StrFormat("%.1f,%d,%d,%.2f,%.1f,%d,%.3f,%.5f,%.5f,%.4f,%.2f,%d\n", seconds, s.frames,
-                                      s.updates, s.updates_per_second, s.frames_per_second, s.replay_size,
+  metrics_csv_.Append(absl::StrFormat("%.1f,%d,%d,%.2f,%.1f,%d,%.3f,%.5f,%.5f,%.4f,%.2f,%d,%.3f,%.2f\n", seconds,
+                                      s.frames, s.updates, s.updates_per_second, s.frames_per_second, s.replay_size,
                                       s.samples_per_insert, s.critic_loss, s.actor_loss, s.q_mean, s.last_eval_return,
-                                      s.parameter_version));
+                                      s.parameter_version, s.input_wait_ms, s.frames_uploaded_per_update));
   metrics_jsonl_.Append(absl::StrFormat(
       "{\"seconds\": %.1f, \"frames\": %d, \"updates\": %d, \"updates_per_s\": %.2f, \"frames_per_s\": %.1f, "
       "\"replay_size\": %d, \"samples_per_insert\": %.3f, \"critic_loss\": %.5f, \"actor_loss\": %.5f, "
-      "\"q_mean\": %.4f, \"eval_return\": %.2f, \"parameter_version\": %d, \"checkpoint_s\": %.3f}\n",
+      "\"q_mean\": %.4f, \"eval_return\": %.2f, \"parameter_version\": %d, \"checkpoint_s\": %.3f, "
+      "\"input_wait_ms\": %.3f, \"frames_uploaded_per_update\": %.2f}\n",
       seconds, s.frames, s.updates, s.updates_per_second, s.frames_per_second, s.replay_size, s.samples_per_insert,
-      s.critic_loss, s.actor_loss, s.q_mean, s.last_eval_return, s.parameter_version, s.checkpoint_seconds));
+      s.critic_loss, s.actor_loss, s.q_mean, s.last_eval_return, s.parameter_version, s.checkpoint_seconds,
+      s.input_wait_ms, s.frames_uploaded_per_update));
   // The same row in the event file, at step = frames (eval_return comes
   // from the evaluations themselves, at theirs).
   if (events_) {
@@ -668,6 +675,11 @@ void RlLearner::RecordStats(bool write_row) {
         stats_.critic_loss = m.critic_loss;
         stats_.actor_loss = m.actor_loss;
         stats_.q_mean = m.q_mean;
+        stats_.input_wait_ms = 1e3 * m.input_wait_s;
+        const int64_t uploaded = agent_->frame_stats().frames_uploaded;
+        stats_.frames_uploaded_per_update =
+            static_cast<double>(uploaded - row_frames_uploaded_) / static_cast<double>(agent_->updates() - row_updates_);
+        row_frames_uploaded_ = uploaded;
       }
     }
   }

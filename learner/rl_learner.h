@@ -88,6 +88,12 @@ struct LearnerStats {
   int64_t replay_size = 0;
   double samples_per_insert = 0;  // sampled transitions / inserted transitions
   double critic_loss = 0, actor_loss = 0, q_mean = 0;
+  // What an update waited for its input (sampling, new frames) over the
+  // interval, mean milliseconds: near 0 unless input is the bottleneck.
+  double input_wait_ms = 0;
+  // Pixel frames uploaded to the device frame table per update over the
+  // interval (agents/device_frames.h).
+  double frames_uploaded_per_update = 0;
   double last_eval_return = -1;   // -1 before the first evaluation
   int64_t last_eval_frames = 0;
   int64_t parameter_version = 0;
@@ -244,6 +250,7 @@ class RlLearner {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_row_;  // when the last metrics row was written
   int64_t row_updates_ = 0, row_frames_ = 0;        // counters at that row
+  int64_t row_frames_uploaded_ = 0;                  // the agent's frame_stats() at that row
 
   // The run's logs (rank 0): metrics rows (learner thread), evaluations
   // (the evaluator's thread). A failed append is warned about, not fatal.

@@ -211,9 +211,15 @@ class LocalSampler : public Sampler {
     items_.clear();
     int64_t table_size = 0;
     RETURN_IF_ERROR(table_->Sample(options_.batch_size, options_.timeout, &items_, &table_size));
-    ShapeBatch(table_->signature(), options_.batch_size, batch);
-    absl::Status status = FillBatch(table_->signature(), items_, table_size, table_->prioritized(),
-                                    table_->config().importance_exponent(), decoder_, batch);
+    ShapeBatch(table_->signature(), options_.batch_size, batch, options_.frame_references);
+    absl::Status status;
+    if (options_.frame_references) {
+      FillBatchReferences(table_->signature(), items_, table_size, table_->prioritized(),
+                          table_->config().importance_exponent(), batch);
+    } else {
+      status = FillBatch(table_->signature(), items_, table_size, table_->prioritized(),
+                         table_->config().importance_exponent(), decoder_, batch);
+    }
     items_.clear();
     ++batches_;
     return status;

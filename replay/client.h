@@ -161,6 +161,13 @@ struct SamplerOptions {
   int64_t num_batches = 0;
   // How long one Next may wait on the rate limiter; then DeadlineExceeded.
   absl::Duration timeout = absl::InfiniteDuration();
+  // Batches carry their items' frames (SampledBatch::frames) instead of
+  // decoded pixels: for a learner that keeps frames on its device
+  // (agents/device_frames.h). Over gRPC each frame crosses the stream once
+  // (SampleRequest.frames_once): the sampler keeps the frames it received,
+  // still compressed, until the server lets them go, and a new sampler (a
+  // restarted learner) receives the ones it samples again.
+  bool frame_references = false;
 };
 
 // A learner's sample stream.

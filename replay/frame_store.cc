@@ -22,6 +22,7 @@ Frame::Frame(std::string data, proto::Compression codec, int32_t height, int32_t
       width_(width),
       channels_(channels),
       depth_(reference ? reference->depth() + 1 : 0),
+      id_(counters->next_id.fetch_add(1, std::memory_order_relaxed)),
       counters_(std::move(counters)),
       reference_(std::move(reference)) {
   data_.shrink_to_fit();

@@ -52,6 +52,7 @@ namespace troupe::replay {
 struct FrameCounters {
   std::atomic<int64_t> frames{0};
   std::atomic<int64_t> bytes{0};
+  std::atomic<uint64_t> next_id{1};  // the next frame's Frame::id()
 };
 
 // Longest chain of references a stored frame may sit on (a frame coded
@@ -86,12 +87,17 @@ class Frame {
   const FramePtr& reference() const { return reference_; }
   // 0 for a key frame, else 1 + the reference's depth.
   int depth() const { return depth_; }
+  // This frame's number, unique among the frames of its store for the
+  // store's life (never reused, never 0): what a holder of per-frame state
+  // elsewhere (the learner's device frame table) keys it by.
+  uint64_t id() const { return id_; }
 
  private:
   std::string data_;
   proto::Compression codec_;
   int32_t height_, width_, channels_;
   int depth_;
+  uint64_t id_;
   std::shared_ptr<FrameCounters> counters_;
   FramePtr reference_;
 };

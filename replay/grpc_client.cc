@@ -8,6 +8,7 @@
 #include <deque>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -188,6 +189,8 @@ class GrpcSampler : public Sampler {
     if (options.timeout != absl::InfiniteDuration()) {
       request.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.timeout)));
     }
+    request.set_frames_once(options.frame_references);
+    frame_references_ = options.frame_references;
     reader_ = stub->Sample(&context_, request);
   }
 
@@ -206,10 +209,72 @@ class GrpcSampler : public Sampler {
       if (status_.ok()) status_ = absl::OutOfRangeError("sample stream gave all its batches");
       return status_;
     }
-    return Unpack(batch);
+    return frame_references_ ? UnpackReferences(batch) : Unpack(batch);
   }
 
  private:
+  // frames_once: the frames this stream sent, kept (as a FrameStore's,
+  // checked as replay checks them) while the server holds them; the batch
+  // refers to them (SampledBatch::frames).
+  absl::Status UnpackReferences(SampledBatch* batch) {
+    for (uint64_t id : response_.forgotten_frame_ids()) held_.erase(id);
+    if (response_.frame_ids_size() != response_.frames_size() ||
+        response_.frame_reference_ids_size() != response_.frames_size()) {
+      return absl::DataLossError("sample response: frame ids do not match its frames");
+    }
+    for (int k = 0; k < response_.frames_size(); ++k) {
+      proto::Tensor* t = response_.mutable_frames(k);
+      if (t->shape_size() != 3) return absl::DataLossError("sample response: a frame is not [H, W, C]");
+      FramePtr reference;
+      if (const uint64_t ref = response_.frame_reference_ids(k); ref != 0) {
+        auto it = held_.find(ref);
+        if (it == held_.end()) return absl::DataLossError("sample response: a frame's reference was never sent");
+        reference = it->second;
+      }
+      ASSIGN_OR_RETURN(FramePtr frame,
+                       store_.FromCompressed(std::move(*t->mutable_data()), t->compression(),
+                                             static_cast<int32_t>(t->shape(0)), static_cast<int32_t>(t->shape(1)),
+                                             static_cast<int32_t>(t->shape(2)), std::move(reference), decoder_,
+                                             absl::StrCat("sample response frame ", k)));
+      held_[response_.frame_ids(k)] = std::move(frame);
+    }
+    // Keys, weights, dense columns; pixel fields shaped, their frames referenced.
+    const int64_t n = response_.keys_size();
+    batch->keys.assign(response_.keys().begin(), response_.keys().end());
+    batch->probabilities.assign(response_.probabilities().begin(), response_.probabilities().end());
+    batch->weights.assign(response_.weights().begin(), response_.weights().end());
+    batch->table_size = response_.table_size();
+    batch->fields.resize(response_.fields_size());
+    int64_t frames_per_item = 0;
+    for (const proto::SampledField& in : response_.fields()) frames_per_item += n > 0 ? in.frame_id_size() / n : 0;
+    batch->frames.resize(n * frames_per_item);
+    int64_t offset = 0;
+    for (int f = 0; f < response_.fields_size(); ++f) {
+      const proto::SampledField& in = response_.fields(f);
+      SampledField& out = batch->fields[f];
+      out.dtype = in.tensor().dtype();
+      out.shape.assign(in.tensor().shape().begin(), in.tensor().shape().end());
+      if (in.frame_id_size() == 0) {
+        out.data.assign(in.tensor().data().begin(), in.tensor().data().end());
+        continue;
+      }
+      out.data.clear();
+      const int64_t frames = in.frame_id_size() / n;
+      if (out.shape.size() != 5 || out.shape[0] != n || out.shape[1] != frames || frames * n != in.frame_id_size()) {
+        return absl::DataLossError("sample response: pixel field shape does not match its frame ids");
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < frames; ++j) {
+          auto it = held_.find(in.frame_id(i * frames + j));
+          if (it == held_.end()) return absl::DataLossError("sample response: a frame id that was never sent");
+          batch->frames[i * frames_per_item + offset + j] = it->second;
+        }
+      }
+      offset += frames;
+    }
+    return absl::OkStatus();
+  }
+
   // Rebuilds the batch from the response: dense columns copied, each
   // distinct frame decoded once and copied to its other places.
   absl::Status Unpack(SampledBatch* batch) {
@@ -284,6 +349,9 @@ class GrpcSampler : public Sampler {
   size_t scratch_used_ = 0;
   bool finished_ = false;
   absl::Status status_;
+  bool frame_references_ = false;
+  FrameStore store_;                                   // frames_once: the frames received ...
+  absl::flat_hash_map<uint64_t, FramePtr> held_;      // ... by the server's id
 };
 
 class GrpcClient : public ReplayClient {

@@ -20,7 +20,7 @@
 
 namespace troupe::replay {
 
-void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch) {
+void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch, bool frame_references) {
   batch->keys.resize(batch_size);
   batch->probabilities.resize(batch_size);
   batch->weights.resize(batch_size);
@@ -33,8 +33,10 @@ void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* ba
     field.shape.push_back(batch_size);
     if (spec.frames > 0) field.shape.push_back(spec.frames);
     field.shape.insert(field.shape.end(), spec.shape.begin(), spec.shape.end());
-    field.data.resize(batch_size * spec.bytes * std::max(1, spec.frames));
+    const bool decoded = spec.frames == 0 || !frame_references;
+    field.data.resize(decoded ? batch_size * spec.bytes * std::max(1, spec.frames) : 0);
   }
+  batch->frames.resize(frame_references ? batch_size * signature.num_frames : 0);
 }
 
 void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, bool prioritized, double beta,
@@ -54,17 +56,45 @@ void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, b
   }
 }
 
-absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
-                       bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch) {
+namespace {
+
+// A batch's keys, probabilities and importance weights.
+void FillKeys(const std::vector<SampledItem>& items, int64_t table_size, bool prioritized, double beta,
+              SampledBatch* batch) {
   const int64_t n = static_cast<int64_t>(items.size());
-  TROUPE_CHECK(static_cast<int64_t>(batch->keys.size()) == n && batch->fields.size() == signature.fields.size());
+  TROUPE_CHECK(static_cast<int64_t>(batch->keys.size()) == n);
   batch->table_size = table_size;
-  // Keys, probabilities and importance weights.
   for (int64_t i = 0; i < n; ++i) {
     batch->keys[i] = items[i].item->key;
     batch->probabilities[i] = items[i].probability;
   }
   ComputeWeights(items, table_size, prioritized, beta, batch->weights.data());
+}
+
+}  // namespace
+
+void FillBatchReferences(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
+                         bool prioritized, double beta, SampledBatch* batch) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  TROUPE_CHECK(batch->fields.size() == signature.fields.size() &&
+               static_cast<int64_t>(batch->frames.size()) == n * signature.num_frames);
+  FillKeys(items, table_size, prioritized, beta, batch);
+  // Dense fields copied; an item's frames (already in signature order) referenced.
+  for (int64_t i = 0; i < n; ++i) {
+    const Item& item = *items[i].item;
+    for (size_t f = 0; f < signature.fields.size(); ++f) {
+      const FieldSpec& spec = signature.fields[f];
+      if (spec.frames == 0) std::memcpy(batch->fields[f].data.data() + i * spec.bytes, item.dense.data() + spec.offset, spec.bytes);
+    }
+    std::copy(item.frames.begin(), item.frames.end(), batch->frames.begin() + i * signature.num_frames);
+  }
+}
+
+absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
+                       bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  TROUPE_CHECK(static_cast<int64_t>(batch->keys.size()) == n && batch->fields.size() == signature.fields.size());
+  FillKeys(items, table_size, prioritized, beta, batch);
   // Fields, item by item; each distinct frame (and reference) of the batch
   // is decoded once, repeats are copied.
   decoder.BeginBatch();

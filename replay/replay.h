@@ -46,11 +46,18 @@ struct SampledBatch {
   std::vector<float> weights;
   int64_t table_size = 0;
   std::vector<SampledField> fields;  // in signature order
+  // Frame references instead of pixels (SamplerOptions::frame_references):
+  // each item's frames, [batch, signature.num_frames] in signature order
+  // (the pixel fields' frames, oldest first), held alive until the batch is
+  // refilled; the pixel fields are then shaped but hold no bytes. Empty when
+  // the pixels were decoded into the fields.
+  std::vector<FramePtr> frames;
 };
 
 // Sizes *batch for `batch_size` items of `signature`; reuses its buffers, so
-// it allocates only when the shape grows.
-void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch);
+// it allocates only when the shape grows. `frame_references`: pixel fields
+// get their shape and no bytes, `frames` one entry per item frame.
+void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch, bool frame_references = false);
 
 // Importance weights (Schaul et al. 2016): w_i = (N P(i))^-beta / max_j w_j
 // when `prioritized` and beta > 0, else 1. Writes items.size() floats.
@@ -65,6 +72,10 @@ void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, b
 // DataLoss if a stored frame does not decode.
 absl::Status FillBatch(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
                        bool prioritized, double beta, FrameDecoder& decoder, SampledBatch* batch);
+// As FillBatch for a batch shaped with `frame_references`: dense fields
+// copied, each item's frames referenced in `frames` (nothing decoded).
+void FillBatchReferences(const Signature& signature, const std::vector<SampledItem>& items, int64_t table_size,
+                         bool prioritized, double beta, SampledBatch* batch);
 
 // Limits of the service-wide options.
 inline constexpr int64_t kMaxMessageBytes = (int64_t{1} << 31) - 1;  // gRPC takes an int

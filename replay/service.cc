@@ -273,11 +273,46 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
       }
       for (int64_t i = 0; i < n; ++i) {
         for (int32_t j = 0; j < spec.frames; ++j) {
-          field->add_frame_index(AddFrame(*items_[i].item->frames[spec.offset + j]));
+          const FramePtr& frame = items_[i].item->frames[spec.offset + j];
+          if (request_.frames_once()) {
+            field->add_frame_id(SendOnce(frame));
+          } else {
+            field->add_frame_index(AddFrame(*frame));
+          }
         }
       }
     }
     if (!any_reference_) response_.clear_frame_references();
+    // Frames sent earlier that replay let go: the client may drop them (a
+    // pass over what was sent, every kForgetEvery batches).
+    if (request_.frames_once() && ++batches_built_ % kForgetEvery == 0) {
+      for (auto it = sent_.begin(); it != sent_.end();) {
+        if (it->second.expired()) {
+          response_.add_forgotten_frame_ids(it->first);
+          sent_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+
+  // frames_once: adds `frame` (after its reference) to the response unless
+  // this stream sent it before; returns its id.
+  uint64_t SendOnce(const FramePtr& frame) {
+    if (sent_.contains(frame->id())) return frame->id();
+    const uint64_t reference = frame->reference() != nullptr ? SendOnce(frame->reference()) : 0;
+    proto::Tensor* stored = response_.add_frames();
+    stored->set_dtype(proto::DTYPE_UINT8);
+    stored->add_shape(frame->height());
+    stored->add_shape(frame->width());
+    stored->add_shape(frame->channels());
+    stored->set_compression(frame->codec());
+    stored->set_data(frame->data());
+    response_.add_frame_ids(frame->id());
+    response_.add_frame_reference_ids(reference);
+    sent_.emplace(frame->id(), frame);
+    return frame->id();
   }
 
   // Adds `frame` (after its reference) to the response once; returns its index.
@@ -306,6 +341,10 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
   std::vector<float> weights_;
   absl::flat_hash_map<const Frame*, int32_t> frame_index_;
   bool any_reference_ = false;
+  // frames_once: the frames this stream sent, by id, while replay holds them.
+  static constexpr int64_t kForgetEvery = 16;
+  absl::flat_hash_map<uint64_t, std::weak_ptr<const Frame>> sent_;
+  int64_t batches_built_ = 0;
   proto::SampleResponse response_;
   int64_t table_size_ = 0;
   int64_t batches_sent_ = 0;

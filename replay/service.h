@@ -44,7 +44,9 @@
 //      DEADLINE_EXCEEDED; if the client cancelled, finish CANCELLED; if the
 //      server is closing, finish UNAVAILABLE so clients retry elsewhere.
 //   3. Build the response (unique frames once, still compressed, each after
-//      the frame it was coded against) and write it.
+//      the frame it was coded against; with frames_once, only the frames
+//      this stream has not sent, the others by id, and every 16 batches the
+//      ids of sent frames replay let go) and write it.
 //   4. Write done: a failed write means the client is gone: finish. After
 //      num_batches batches finish OK; else go to 2.
 //

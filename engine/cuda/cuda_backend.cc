@@ -415,6 +415,26 @@ void CudaBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t cha
   Done("BytesToFloatPlanar");
 }
 
+void CudaBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
+                             const int32_t* indices, float* out) {
+  kernels::GatherRows(AsStream(Bound()), rows, row_words, table, count, indices, out);
+  Done("GatherRows");
+}
+
+void CudaBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
+                              const float* values) {
+  kernels::ScatterRows(AsStream(Bound()), rows, row_words, table, count, indices, values);
+  Done("ScatterRows");
+}
+
+void CudaBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                           const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                           float* out) {
+  kernels::GatherBytesToFloatPlanar(AsStream(Bound()), rows, row_words, table, images, indices, pixels, channels,
+                                    scale, out);
+  Done("GatherBytesToFloatPlanar");
+}
+
 void CudaBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                      const float* x, float* y) {
   kernels::RandomShiftForward(AsStream(Bound()), n, c, h, w, pad, shifts, x, y);

@@ -426,6 +426,40 @@ __global__ void BytesToFloatPlanarKernel(int64_t images64, int64_t pixels64, int
   }
 }
 
+// Row tables: words moved as uint32 (bits, never float arithmetic).
+template <typename I>
+__global__ void GatherRowsKernel(int64_t row_words64, int64_t count64, const int32_t* indices, const uint32_t* table,
+                                 uint32_t* out) {
+  const I row_words = row_words64, count = count64;
+  FOR_EACH_INDEX(I, k, count * row_words) {
+    const I i = k / row_words, w = k % row_words;
+    out[k] = table[static_cast<int64_t>(indices[i]) * row_words + w];
+  }
+}
+
+template <typename I>
+__global__ void ScatterRowsKernel(int64_t row_words64, int64_t count64, const int32_t* indices,
+                                  const uint32_t* values, uint32_t* table) {
+  const I row_words = row_words64, count = count64;
+  FOR_EACH_INDEX(I, k, count * row_words) {
+    const I i = k / row_words, w = k % row_words;
+    table[static_cast<int64_t>(indices[i]) * row_words + w] = values[k];
+  }
+}
+
+// BytesToFloatPlanar with image i read from row indices[i] of the table.
+template <typename I>
+__global__ void GatherBytesToFloatPlanarKernel(int64_t row_words64, int64_t images64, const int32_t* indices,
+                                               int64_t pixels64, int64_t channels64, float scale,
+                                               const uint8_t* table, float* out) {
+  const I images = images64, pixels = pixels64, channels = channels64;
+  const int64_t row_bytes = 4 * row_words64;
+  FOR_EACH_INDEX(I, k, images * channels * pixels) {
+    const I p = k % pixels, ch = (k / pixels) % channels, i = k / (pixels * channels);
+    out[k] = table[static_cast<int64_t>(indices[i]) * row_bytes + p * channels + ch] * scale;
+  }
+}
+
 template <typename I>
 __global__ void RandomShiftForwardKernel(int64_t n64, int64_t c64, int64_t h64, int64_t w64, int64_t pad64,
                                          const int32_t* shifts, const float* x, float* y) {
@@ -656,6 +690,31 @@ void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t 
                         const uint8_t* in, float* out) {
   LAUNCH_INDEXED(BytesToFloatPlanarKernel, Fits32(images * channels * pixels), Blocks(images * channels * pixels),
                  kThreads, s, images, pixels, channels, scale, in, out);
+}
+
+void GatherRows(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t count,
+                const int32_t* indices, float* out) {
+  (void)rows;
+  if (count * row_words == 0) return;
+  LAUNCH_INDEXED(GatherRowsKernel, Fits32(count * row_words), Blocks(count * row_words), kThreads, s, row_words,
+                 count, indices, reinterpret_cast<const uint32_t*>(table), reinterpret_cast<uint32_t*>(out));
+}
+
+void ScatterRows(cudaStream_t s, int64_t rows, int64_t row_words, float* table, int64_t count,
+                 const int32_t* indices, const float* values) {
+  (void)rows;
+  if (count * row_words == 0) return;
+  LAUNCH_INDEXED(ScatterRowsKernel, Fits32(count * row_words), Blocks(count * row_words), kThreads, s, row_words,
+                 count, indices, reinterpret_cast<const uint32_t*>(values), reinterpret_cast<uint32_t*>(table));
+}
+
+void GatherBytesToFloatPlanar(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t images,
+                              const int32_t* indices, int64_t pixels, int64_t channels, float scale, float* out) {
+  (void)rows;
+  if (images * pixels * channels == 0) return;
+  LAUNCH_INDEXED(GatherBytesToFloatPlanarKernel, Fits32(images * channels * pixels), Blocks(images * channels * pixels),
+                 kThreads, s, row_words, images, indices, pixels, channels, scale,
+                 reinterpret_cast<const uint8_t*>(table), out);
 }
 
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

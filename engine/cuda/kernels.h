@@ -80,6 +80,13 @@ void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_
 // --- Images --------------------------------------------------------------------------
 void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t channels, float scale,
                         const uint8_t* in, float* out);
+// Rows of 32-bit words copied as bits (uint32), one thread per word.
+void GatherRows(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t count,
+                const int32_t* indices, float* out);
+void ScatterRows(cudaStream_t s, int64_t rows, int64_t row_words, float* table, int64_t count,
+                 const int32_t* indices, const float* values);
+void GatherBytesToFloatPlanar(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t images,
+                              const int32_t* indices, int64_t pixels, int64_t channels, float scale, float* out);
 void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
                         const int32_t* shifts, const float* x, float* y);
 void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,

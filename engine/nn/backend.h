@@ -253,6 +253,25 @@ class Backend {
   virtual void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                    const float* dy, float* dx) = 0;
 
+  // --- Row tables (the learner's device frame table) --------------------------
+  // A table of `rows` rows of `row_words` 32-bit words each, whose bits are
+  // copied, never computed on (uint8 frames, four bytes a word: bit for bit
+  // whatever they hold). Indices are int32 in this backend's memory, each in
+  // [0, rows) (out of range aborts; on a GPU, garbage).
+  // out[i, :] = table[indices[i], :] for i < count.
+  virtual void GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
+                          const int32_t* indices, float* out) = 0;
+  // table[indices[i], :] = values[i, :] for i < count (a row named twice
+  // ends up holding unspecified bits).
+  virtual void ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
+                           const float* values) = 0;
+  // BytesToFloatPlanar of `images` images gathered from such a table: image
+  // i is the first pixels * channels bytes of row indices[i]. The gather
+  // happens inside the conversion (no uint8 copy of the batch is made).
+  virtual void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                        const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                        float* out) = 0;
+
   // --- Spectral normalisation (Miyato et al. 2018) ---------------------------
   // w viewed as [rows, cols]; u [rows], v [cols] are the power-iteration
   // vectors, updated in place by `iterations` steps (no gradient flows there).

@@ -468,6 +468,40 @@ void CpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min,
 
 // --- Images ----------------------------------------------------------------------
 
+void CpuBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
+                            const int32_t* indices, float* out) {
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_words);
+  for (int64_t i = 0; i < count; ++i) {
+    TROUPE_CHECK(indices[i] >= 0 && indices[i] < rows);
+    std::memcpy(out + i * row_words, table + int64_t{indices[i]} * row_words, row_bytes);
+  }
+}
+
+void CpuBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
+                             const float* values) {
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_words);
+  for (int64_t i = 0; i < count; ++i) {
+    TROUPE_CHECK(indices[i] >= 0 && indices[i] < rows);
+    std::memcpy(table + int64_t{indices[i]} * row_words, values + i * row_words, row_bytes);
+  }
+}
+
+void CpuBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                          const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                          float* out) {
+  TROUPE_CHECK(pixels * channels <= 4 * row_words);
+  for (int64_t i = 0; i < images; ++i) TROUPE_CHECK(indices[i] >= 0 && indices[i] < rows);
+  pool_.ParallelFor(images, /*min_per_range=*/1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto* src = reinterpret_cast<const uint8_t*>(table + int64_t{indices[i]} * row_words);
+      float* dst = out + i * channels * pixels;
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t ch = 0; ch < channels; ++ch) dst[ch * pixels + p] = src[p * channels + ch] * scale;
+      }
+    }
+  });
+}
+
 void CpuBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
                                     const uint8_t* in, float* out) {
   pool_.ParallelFor(images, /*min_per_range=*/1, [&](int64_t begin, int64_t end) {

@@ -105,6 +105,13 @@ class CpuBackend final : public Backend {
                              const float* reward, const float* discount, float* out) override;
   void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                           float* out) override;
+  void GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count, const int32_t* indices,
+                  float* out) override;
+  void ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
+                   const float* values) override;
+  void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                float* out) override;
   void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                           const float* x, float* y) override;
   void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,

@@ -275,6 +275,25 @@ void StrictCpuBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_
   inner_.BytesToFloatPlanar(images, pixels, channels, scale, in, out);
 }
 
+void StrictCpuBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
+                                  const int32_t* indices, float* out) {
+  const Open open(this, "GatherRows", {table, indices, out});
+  inner_.GatherRows(rows, row_words, table, count, indices, out);
+}
+
+void StrictCpuBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count,
+                                   const int32_t* indices, const float* values) {
+  const Open open(this, "ScatterRows", {table, indices, values});
+  inner_.ScatterRows(rows, row_words, table, count, indices, values);
+}
+
+void StrictCpuBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table,
+                                                int64_t images, const int32_t* indices, int64_t pixels,
+                                                int64_t channels, float scale, float* out) {
+  const Open open(this, "GatherBytesToFloatPlanar", {table, indices, out});
+  inner_.GatherBytesToFloatPlanar(rows, row_words, table, images, indices, pixels, channels, scale, out);
+}
+
 void StrictCpuBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts, const float* x, float* y) {
   const Open open(this, "RandomShiftForward", {shifts, x, y});
   inner_.RandomShiftForward(n, c, h, w, pad, shifts, x, y);

@@ -1339,6 +1339,59 @@ void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t cha
   l.Run();
 }
 
+// --- Row tables -----------------------------------------------------------------
+
+// Rows move as i32 (bits: no float op may touch a frame's bytes), by
+// stablehlo.gather and stablehlo.scatter with the indices as run-time data,
+// so a step's program does not change with the rows it picks.
+
+// Rows `indices[0..count)` of table [rows, row_words], as i32 [count, row_words].
+Value PjrtBackend::PickRows(Launch& l, int64_t rows, int64_t row_words, const float* table, int64_t count,
+                            const int32_t* indices) {
+  Function& f = l.f;
+  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
+  Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
+  return f.Gather(bits, at, /*offset_dims=*/{1}, /*collapsed=*/{0}, /*start_index_map=*/{0}, {1, row_words});
+}
+
+void PjrtBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
+                             const int32_t* indices, float* out) {
+  if (count * row_words == 0) return;
+  Launch l(*this);
+  l.Write(out, l.f.BitcastConvert(PickRows(l, rows, row_words, table, count, indices), {count, row_words}, "f32"));
+  l.Run();
+}
+
+void PjrtBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
+                              const float* values) {
+  if (count * row_words == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
+  Value update = f.BitcastConvert(l.F32(values, {count, row_words}), {count, row_words}, "i32");
+  Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
+  // The update replaces what was there.
+  Value scattered = f.ScatterReplace(bits, at, update, /*window_dims=*/{1}, /*inserted=*/{0}, /*index_map=*/{0});
+  l.Write(table, f.BitcastConvert(scattered, {rows, row_words}, "f32"));
+  l.Run();
+}
+
+void PjrtBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                           const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                           float* out) {
+  if (images * pixels * channels == 0) return;
+  Launch l(*this);
+  Function& f = l.f;
+  Value picked = PickRows(l, rows, row_words, table, images, indices);
+  // Words to their bytes (little-endian, as the host wrote them), the image's
+  // first pixels * channels, then BytesToFloatPlanar's conversion.
+  Value bytes = f.Reshape(f.BitcastConvert(picked, {images, row_words, 4}, "ui8"), {images, 4 * row_words});
+  if (4 * row_words != pixels * channels) bytes = f.Slice(bytes, {0, 0}, {images, pixels * channels});
+  Value values = f.Convert(f.Reshape(bytes, {images, pixels, channels}), "f32");
+  l.Write(out, f.Mul(l.Scalar(scale), f.Transpose(values, {0, 2, 1})));
+  l.Run();
+}
+
 namespace {
 
 // The index vectors [n, size, 2] (sample, source) of a random shift along

@@ -8,7 +8,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -444,6 +446,64 @@ TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
   cpu_.BytesToFloatPlanar(2, 3, 3, 1.0f / 255, cpu_in + 1, out.cpu);
   pjrt_->BytesToFloatPlanar(2, 3, 3, 1.0f / 255, pjrt_in + 1, out.pjrt);
   ExpectSame(out, 18, 1e-6, "planes");
+}
+
+// The device frame table's kernels move rows of words as bits: every
+// pattern (NaNs, infinities, denormals: random bytes hold them all) comes
+// back as the CPU's, by a scatter outside a step and a gather inside one,
+// with the indices as run-time data (a second step with other indices runs
+// the same program).
+TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
+  constexpr int64_t kRows = 9, kWords = 6, kCount = 4;
+  std::mt19937_64 rng(31);
+  std::vector<uint32_t> bits(kCount * kWords);
+  for (uint32_t& b : bits) b = static_cast<uint32_t>(rng());
+  bits[0] = 0x7fc00001u;  // a NaN with a payload
+  bits[1] = 0xff800000u;  // -inf
+  bits[2] = 0x00000001u;  // the smallest denormal
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), 4 * bits.size());
+  Pair table = Put(std::vector<float>(kRows * kWords, 0.5f)), rows = Put(values);
+  Pair out = Put(std::vector<float>(kCount * kWords));
+  const std::vector<int32_t> scatter_at = {7, 0, 3, 8};
+  auto put_ints = [&](const std::vector<int32_t>& v) {
+    std::vector<float> f(v.size());
+    std::memcpy(f.data(), v.data(), 4 * v.size());
+    return Put(f);
+  };
+  Pair at = put_ints(scatter_at);
+  cpu_.ScatterRows(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(at.cpu), rows.cpu);
+  pjrt_->ScatterRows(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(at.pjrt), rows.pjrt);
+  auto same_bits = [&](Pair p, int64_t n, const char* what) {
+    std::vector<uint32_t> a(n), b(n);
+    cpu_.Download(p.cpu, a.data(), 4 * n);
+    pjrt_->Download(p.pjrt, b.data(), 4 * n);
+    EXPECT_EQ(a, b) << what;
+  };
+  same_bits(table, kRows * kWords, "table after the scatter");
+  const int64_t compiles = pjrt_->stats().step_compiles;
+  for (const std::vector<int32_t>& gather_at : {std::vector<int32_t>{8, 7, 7, 1}, std::vector<int32_t>{0, 3, 8, 2}}) {
+    Pair g = put_ints(gather_at);
+    cpu_.GatherRows(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(g.cpu), out.cpu);
+    pjrt_->BeginStep();
+    pjrt_->GatherRows(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(g.pjrt), out.pjrt);
+    pjrt_->EndStep();
+    same_bits(out, kCount * kWords, "gathered rows");
+  }
+  EXPECT_EQ(pjrt_->stats().step_compiles, compiles + 1) << "new indices, the same program";
+  // Rows as images of 2 pixels x 3 channels (6 of a row's 24 bytes), gathered
+  // into float planes: the CPU's floats exactly.
+  Pair planes = Put(std::vector<float>(kCount * 6));
+  Pair image_at = put_ints({3, 3, 8, 0});
+  cpu_.GatherBytesToFloatPlanar(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(image_at.cpu), 2, 3,
+                                1.0f / 255, planes.cpu);
+  pjrt_->GatherBytesToFloatPlanar(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(image_at.pjrt), 2, 3,
+                                  1.0f / 255, planes.pjrt);
+  same_bits(planes, kCount * 6, "gathered float planes");
+  std::vector<uint32_t> got(kCount * kWords);
+  pjrt_->Download(out.pjrt, got.data(), 4 * got.size());
+  // Row 0 of the table is scatter row 1; gathered first above.
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + kWords, bits.begin() + kWords));
 }
 
 TEST_F(PjrtKernelTest, StridedBlocksCopyAndAccumulate) {

@@ -296,8 +296,8 @@ Value Function::Gather(const Value& x, const Value& indices, const Dims& offset_
                          ", indices_are_sorted = false"));
 }
 
-Value Function::ScatterAdd(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
-                           const Dims& inserted, const Dims& index_map) {
+Value Function::Scatter(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                        const Dims& inserted, const Dims& index_map, const std::string& region) {
   Require(indices.type == "i32" && indices.rank() >= 1 && indices.dims.back() == static_cast<int64_t>(index_map.size()),
           "scatter", absl::StrCat(TensorType(indices), " as index vectors of ", index_map.size()));
   Require(updates.type == x.type && updates.rank() == indices.rank() - 1 + static_cast<int>(window_dims.size()) &&
@@ -308,7 +308,20 @@ Value Function::ScatterAdd(const Value& x, const Value& indices, const Value& up
                          ", inserted_window_dims = ", List(inserted), ", scatter_dims_to_operand_dims = ",
                          List(index_map), ", index_vector_dim = ", indices.rank() - 1,
                          ">, indices_are_sorted = false, unique_indices = false"),
-            ScalarRegion("add", x.type));
+            region);
+}
+
+Value Function::ScatterAdd(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                           const Dims& inserted, const Dims& index_map) {
+  return Scatter(x, indices, updates, window_dims, inserted, index_map, ScalarRegion("add", x.type));
+}
+
+Value Function::ScatterReplace(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                               const Dims& inserted, const Dims& index_map) {
+  const std::string s = absl::StrCat("tensor<", x.type, ">");
+  return Scatter(x, indices, updates, window_dims, inserted, index_map,
+                 absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      \"stablehlo.return\"(%rhs) : (", s,
+                              ") -> ()\n    }"));
 }
 
 Value Function::Reverse(const Value& x, const std::vector<int64_t>& axes) {

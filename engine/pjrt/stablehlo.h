@@ -105,6 +105,10 @@ class Function {
   // are x's axes `index_map`.
   Value ScatterAdd(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
                    const Dims& inserted, const Dims& index_map);
+  // The same places of x replaced by the windows of `updates` (a place
+  // named twice gets one of them).
+  Value ScatterReplace(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                       const Dims& inserted, const Dims& index_map);
   Value Reverse(const Value& x, const std::vector<int64_t>& axes);
 
   // --- Elementwise (a rank-0 operand is broadcast to the other's shape) ---
@@ -152,6 +156,9 @@ class Function {
     std::string region;
   };
   Value Fresh(const Dims& dims, std::string_view type);
+  // stablehlo.scatter combining each place's old and new value by `region`.
+  Value Scatter(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
+                const Dims& inserted, const Dims& index_map, const std::string& region);
   // Folds into the running fingerprint: a word, or bytes (their length first).
   void Mix(uint64_t word);
   void Mix(std::string_view bytes);

@@ -1,0 +1,204 @@
+#include "agents/device_frames.h"
+
+#include <bit>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace troupe::agents {
+
+absl::Status DeviceFrameTable::Check(int64_t slots, int64_t frame_bytes, int64_t batch_frames) {
+  if (frame_bytes <= 0 || frame_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a frame of ", frame_bytes,
+                                                   " bytes is not a whole number of 4-byte words (the device frame "
+                                                   "table's kernels move words); height * width must be a multiple "
+                                                   "of 4"));
+  }
+  if (slots < batch_frames) {
+    return absl::InvalidArgumentError(absl::StrCat("the device frame table's ", slots,
+                                                   " slots hold fewer frames than one batch's ", batch_frames,
+                                                   " (", slots * frame_bytes, " bytes, at least ",
+                                                   batch_frames * frame_bytes, " needed)"));
+  }
+  if (slots >= std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the device frame table's ", slots, " slots: more than int32 indices address"));
+  }
+  return absl::OkStatus();
+}
+
+DeviceFrameTable::DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes)
+    : backend_(backend), slots_(slots), frame_bytes_(frame_bytes), row_words_(frame_bytes / 4) {
+  TROUPE_CHECK(Check(slots, frame_bytes, 1).ok());
+  slot_.resize(static_cast<size_t>(slots_));
+  // Free slots are taken from the back: slot 0 first.
+  free_.reserve(static_cast<size_t>(slots_));
+  for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
+}
+
+int64_t DeviceFrameTable::Bucket(int64_t n) {
+  if (n <= 8) return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(n)));
+  const int64_t step = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(n))) / 8;
+  return (n + step - 1) / step * step;
+}
+
+int64_t DeviceFrameTable::Sweep() {
+  int64_t freed = 0;
+  for (int64_t s = 0; s < slots_; ++s) {
+    Slot& slot = slot_[s];
+    if (slot.id == 0 || !slot.frame.expired()) continue;
+    where_.erase(slot.id);
+    slot = Slot{};
+    free_.push_back(static_cast<int32_t>(s));
+    ++freed;
+  }
+  return freed;
+}
+
+int32_t DeviceFrameTable::TakeSlot() {
+  // Slots whose frames replay let go, found at most once per Resolve (a
+  // sweep reads every slot).
+  if (free_.empty() && swept_ != batch_) {
+    swept_ = batch_;
+    Sweep();
+  }
+  if (!free_.empty()) {
+    const int32_t s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  // The table is full of live frames: CLOCK with a second chance, never a
+  // slot this batch uses.
+  for (int64_t step = 0; step < 2 * slots_; ++step) {
+    const int64_t s = hand_;
+    hand_ = (hand_ + 1) % slots_;
+    Slot& slot = slot_[s];
+    if (slot.used == batch_) continue;
+    if (slot.referenced) {
+      slot.referenced = false;
+      continue;
+    }
+    where_.erase(slot.id);
+    slot = Slot{};
+    ++stats_.replaced;
+    return static_cast<int32_t>(s);
+  }
+  return -1;
+}
+
+absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
+                                       std::vector<int32_t>* slots) {
+  RETURN_IF_ERROR(Prepare(frames, decoder, slots));
+  Upload();
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
+                                       std::vector<int32_t>* slots) {
+  TROUPE_CHECK(pending_ == 0);  // the previous batch's frames went up
+  ++batch_;
+  slots->resize(frames.size());
+  new_frames_.clear();
+  host_slots_.clear();
+  // Undoes this call's new slots (an error before their frames landed).
+  auto release_new = [&] {
+    for (int32_t s : host_slots_) {
+      where_.erase(slot_[s].id);
+      slot_[s] = Slot{};
+      free_.push_back(s);
+    }
+    host_slots_.clear();
+  };
+  // Each frame's slot: where it already is, else a new one.
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const replay::Frame& frame = *frames[i];
+    if (frame.raw_bytes() != frame_bytes_) {
+      release_new();
+      return absl::InvalidArgumentError(absl::StrCat("batch frame ", i, ": ", frame.height(), "x", frame.width(),
+                                                     "x", frame.channels(), " (", frame.raw_bytes(),
+                                                     " bytes), the device frame table holds frames of ",
+                                                     frame_bytes_, " bytes"));
+    }
+    if (auto it = where_.find(frame.id()); it != where_.end()) {
+      Slot& slot = slot_[it->second];
+      slot.used = batch_;
+      slot.referenced = true;
+      (*slots)[i] = it->second;
+      continue;
+    }
+    const int32_t s = TakeSlot();
+    if (s < 0) {
+      release_new();
+      return absl::InvalidArgumentError(absl::StrCat("a batch of ", frames.size(),
+                                                     " frames has more distinct frames than the device frame "
+                                                     "table's ",
+                                                     slots_, " slots"));
+    }
+    slot_[s] = Slot{frames[i], frame.id(), batch_, true};
+    where_[frame.id()] = s;
+    new_frames_.push_back(&frame);
+    host_slots_.push_back(s);
+    (*slots)[i] = s;
+  }
+  stats_.resolved += static_cast<int64_t>(frames.size());
+  if (new_frames_.empty()) return absl::OkStatus();
+
+  // The new frames decoded into rows (references decoded once for all),
+  // padded to a bucket whose extra rows go to the spare slot.
+  const int64_t n = static_cast<int64_t>(new_frames_.size());
+  const int64_t bucket = Bucket(n);
+  host_rows_.resize(static_cast<size_t>(bucket * row_words_));
+  decoder.BeginBatch();
+  for (int64_t k = 0; k < n; ++k) {
+    absl::Status status =
+        decoder.DecodeInBatch(*new_frames_[k], reinterpret_cast<uint8_t*>(host_rows_.data() + k * row_words_));
+    if (!status.ok()) {
+      release_new();
+      return status;
+    }
+  }
+  host_slots_.resize(static_cast<size_t>(bucket), static_cast<int32_t>(slots_));
+  pending_ = n;
+  return absl::OkStatus();
+}
+
+void DeviceFrameTable::Upload() {
+  // The table's memory, on first use (an agent fed host batches never needs it).
+  if (table_.empty()) table_ = nn::DeviceBuffer(*backend_, (slots_ + 1) * row_words_);
+  if (pending_ == 0) return;
+  const int64_t n = pending_, bucket = static_cast<int64_t>(host_slots_.size());
+  pending_ = 0;
+  // One upload of the rows, one of their slots, one scatter into the table.
+  Staging& staging = staging_[bucket];
+  if (staging.rows.empty()) {
+    staging.rows = nn::DeviceBuffer(*backend_, bucket * row_words_);
+    staging.slots = nn::DeviceBuffer(*backend_, bucket);
+  }
+  const size_t row_bytes = sizeof(uint32_t) * static_cast<size_t>(bucket * row_words_);
+  const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(bucket);
+  backend_->Upload(host_rows_.data(), staging.rows.data(), row_bytes);
+  backend_->Upload(host_slots_.data(), staging.slots.data(), slot_bytes);
+  backend_->ScatterRows(slots_ + 1, row_words_, table_.data(), bucket,
+                        reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
+  stats_.frames_uploaded += n;
+  stats_.bytes_uploaded += static_cast<int64_t>(row_bytes + slot_bytes);
+}
+
+void DeviceFrameTable::Gather(int64_t count, const int32_t* device_slots, uint8_t* out) {
+  backend_->GatherRows(slots_ + 1, row_words_, table_.data(), count, device_slots, reinterpret_cast<float*>(out));
+}
+
+void DeviceFrameTable::GatherToFloatPlanar(int64_t count, const int32_t* device_slots, int64_t channels, float scale,
+                                           float* out) {
+  backend_->GatherBytesToFloatPlanar(slots_ + 1, row_words_, table_.data(), count, device_slots,
+                                     frame_bytes_ / channels, channels, scale, out);
+}
+
+int64_t DeviceFrameTable::resident() const {
+  int64_t live = 0;
+  for (const Slot& slot : slot_) live += slot.id != 0 && !slot.frame.expired() ? 1 : 0;
+  return live;
+}
+
+}  // namespace troupe::agents

@@ -1,0 +1,147 @@
+// The learner's frames on its device: a table of slots in backend memory,
+// one rendered frame (uint8 [H, W, C]) each, so that a pixel frame crosses to
+// the device once and a step gathers its stacked observations there instead
+// of uploading them decoded (DESIGN.md, "Learner input").
+//
+//   DeviceFrameTable table(&backend, /*slots=*/100000, /*frame_bytes=*/84 * 84 * 3);
+//   sampler options: frame_references = true   // batches carry FramePtrs
+//   RETURN_IF_ERROR(table.Resolve(batch.frames, decoder, &slots));  // outside a step
+//   ... in the step: upload `slots` (int32) and
+//   table.GatherToFloatPlanar(count, device_slots, 3, 1 / 255.0f, out);  // the first layer's input
+//
+// A frame is named by its Frame::id() (unique in its store for the store's
+// life). Resolve gives each frame of a batch a slot: a frame the table holds
+// costs nothing; the others are decoded (each once) and written into free
+// slots with one upload and one scatter kernel. A slot frees when replay
+// lets its frame go (the table holds a weak reference: items, insert streams
+// and batches hold the frames), so in steady state the frames uploaded are
+// the frames replay took in since the last batch, not the batch's frames.
+//
+// The table is a cache of `slots` frames: how many distinct frames replay
+// holds depends on how items share frames (a stacked transition stream: about
+// one per item; items of their own: six), which no config says, and the
+// default replay (a million transitions, ~21 GB of 84x84 frames) is meant to
+// be larger than a device. When every slot holds a live frame, the slot least
+// recently used by a batch (CLOCK, second chance) takes the new frame, and
+// the frame it held is uploaded again if a later batch samples it (counted
+// in stats().replaced). A batch's own frames are never replaced while
+// resolving it; slots must hold at least one batch's frames.
+//
+// Threads: one thread at a time, the one that issues the device's kernels
+// (the backend's rule); the slots a batch resolved stay valid until the next
+// Resolve.
+#ifndef TROUPE_AGENTS_DEVICE_FRAMES_H_
+#define TROUPE_AGENTS_DEVICE_FRAMES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/backend.h"
+#include "replay/frame_store.h"
+
+namespace troupe::agents {
+
+struct DeviceFrameStats {
+  int64_t frames_uploaded = 0;  // frames written into slots (new ones, and replaced ones sampled again)
+  int64_t bytes_uploaded = 0;   // host -> device bytes: frames (with the rows that pad an upload) and slot indices
+  int64_t replaced = 0;         // live frames dropped to make room (the table full)
+  int64_t resolved = 0;         // frames looked up by Resolve (a batch's, repeats included)
+};
+
+class DeviceFrameTable {
+ public:
+  // Checks a table's geometry without allocating: frame bytes a whole
+  // number of 4-byte words (the kernels move words), slots at least
+  // `batch_frames` (one batch's frames) and addressable by int32.
+  // InvalidArgument naming the sizes otherwise.
+  static absl::Status Check(int64_t slots, int64_t frame_bytes, int64_t batch_frames);
+
+  // `slots` frames of `frame_bytes` each in `backend`'s memory (which must
+  // outlive the table), plus one spare slot that padding rows of an upload
+  // land in; allocated by the first Resolve. Requires Check(slots,
+  // frame_bytes, 1) to pass.
+  DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes);
+  DeviceFrameTable(const DeviceFrameTable&) = delete;
+  DeviceFrameTable& operator=(const DeviceFrameTable&) = delete;
+
+  // Makes every frame in `frames` resident and writes its slot to
+  // (*slots)[i] (resized). Frames not resident are decoded with `decoder`
+  // and uploaded with one Upload and one ScatterRows; call it outside a step.
+  // DataLoss if a frame does not decode (nothing is then half written: the
+  // slots given to the batch's new frames are free again); InvalidArgument
+  // for a frame of the wrong size or a batch with more distinct frames than
+  // the table has slots.
+  absl::Status Resolve(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
+                       std::vector<int32_t>* slots);
+
+  // Resolve in two halves, so that a sampler thread can do the host's part
+  // while the device runs the previous step: Prepare finds or assigns the
+  // slots and decodes the new frames into host staging (no device call; any
+  // one thread), Upload sends them (the device's thread). Prepare requires
+  // the previous Prepare's Upload done; the two never run at once.
+  absl::Status Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
+                       std::vector<int32_t>* slots);
+  void Upload();
+
+  // out[i] = the frame in slot device_slots[i] for i < count: frame_bytes()
+  // bytes each, contiguous, as uint8 [count, H, W, C]. `device_slots`
+  // (int32) and `out` are the backend's memory; a kernel (inside a step too).
+  void Gather(int64_t count, const int32_t* device_slots, uint8_t* out);
+  // The same frames as the first layer's input: float planes [count,
+  // channels, pixels] times `scale` (Backend::GatherBytesToFloatPlanar),
+  // gathered inside the conversion, without a uint8 copy.
+  void GatherToFloatPlanar(int64_t count, const int32_t* device_slots, int64_t channels, float scale, float* out);
+
+  int64_t slots() const { return slots_; }
+  int64_t frame_bytes() const { return frame_bytes_; }
+  // Slots holding a frame replay still has.
+  int64_t resident() const;
+  const DeviceFrameStats& stats() const { return stats_; }
+
+ private:
+  struct Slot {
+    std::weak_ptr<const replay::Frame> frame;  // expired: replay let the frame go
+    uint64_t id = 0;                           // 0: never used
+    uint64_t used = 0;                         // the last Resolve that used it
+    bool referenced = false;                   // CLOCK's second chance
+  };
+  // Rows an upload of `n` frames is padded to: few distinct sizes, so a
+  // backend that compiles programs per shape (PJRT) compiles few.
+  static int64_t Bucket(int64_t n);
+  // A slot for a new frame: a free one, else one whose frame replay let go,
+  // else the CLOCK's choice among those not used by this Resolve.
+  int32_t TakeSlot();
+  // Frees every slot whose frame expired; returns how many.
+  int64_t Sweep();
+
+  nn::Backend* backend_;
+  int64_t slots_, frame_bytes_, row_words_;
+  nn::DeviceBuffer table_;  // (slots_ + 1) rows of row_words_ words; the last is the spare
+  std::vector<Slot> slot_;
+  absl::flat_hash_map<uint64_t, int32_t> where_;  // frame id -> slot
+  std::vector<int32_t> free_;
+  int64_t hand_ = 0;    // CLOCK's position
+  uint64_t batch_ = 0;   // Resolve calls so far
+  uint64_t swept_ = 0;   // the Resolve that last swept
+  // Upload staging: host rows and their slots, and per bucket size the
+  // device buffers they go to (uploaded whole).
+  std::vector<uint32_t> host_rows_;
+  std::vector<int32_t> host_slots_;
+  std::vector<const replay::Frame*> new_frames_;
+  int64_t pending_ = 0;  // new frames Prepare staged for Upload
+  struct Staging {
+    nn::DeviceBuffer rows, slots;
+  };
+  std::map<int64_t, Staging> staging_;
+  DeviceFrameStats stats_;
+};
+
+}  // namespace troupe::agents
+
+#endif  // TROUPE_AGENTS_DEVICE_FRAMES_H_
