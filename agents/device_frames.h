@@ -1,7 +1,7 @@
 // The learner's frames on its device: a table of slots in backend memory,
 // one rendered frame (uint8 [H, W, C]) each, so that a pixel frame crosses to
 // the device once and a step gathers its stacked observations there instead
-// of uploading them decoded (DESIGN.md, "Learner input").
+// of uploading them decoded (docs/design.md, "Learner input").
 //
 //   DeviceFrameTable table(&backend, /*slots=*/100000, /*frame_bytes=*/84 * 84 * 3);
 //   sampler options: frame_references = true   // batches carry FramePtrs

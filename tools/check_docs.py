@@ -292,7 +292,7 @@ class Checker:
 
     def bench_names(self):
         registry = os.path.join(self.root, "bench", "registry.cc")
-        return set(re.findall(r'^\s*\{"([a-z_]+)",', self.read(registry), flags=re.M)) if os.path.exists(registry) else set()
+        return set(re.findall(r'^\s*\{"([a-z_-]+)",', self.read(registry), flags=re.M)) if os.path.exists(registry) else set()
 
     def check_troupe(self, path, line, rest):
         if not rest:
