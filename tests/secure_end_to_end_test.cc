@@ -31,7 +31,9 @@ std::string WriteConfig(const std::string& dir) {
 env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [64, 64] v_max: 200 }
-learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 max_updates: 150 }
+# 400 updates: the rate limiter lets ~1,100 transitions in, enough for each
+# of the two actors to end an episode (250 transitions) whichever is faster.
+learner { batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32 max_updates: 400 }
 actors { count: 2 random_frames: 2000 }
 evaluator { every_frames: 0 }
 total_frames: 1000000
