@@ -240,11 +240,7 @@ class GrpcSampler : public Sampler {
     }
     // Keys, weights, dense columns; pixel fields shaped, their frames referenced.
     const int64_t n = response_.keys_size();
-    batch->keys.assign(response_.keys().begin(), response_.keys().end());
-    batch->probabilities.assign(response_.probabilities().begin(), response_.probabilities().end());
-    batch->weights.assign(response_.weights().begin(), response_.weights().end());
-    batch->table_size = response_.table_size();
-    batch->fields.resize(response_.fields_size());
+    CopyKeysAndWeights(batch);
     int64_t frames_per_item = 0;
     for (const proto::SampledField& in : response_.fields()) frames_per_item += n > 0 ? in.frame_id_size() / n : 0;
     batch->frames.resize(n * frames_per_item);
@@ -252,12 +248,7 @@ class GrpcSampler : public Sampler {
     for (int f = 0; f < response_.fields_size(); ++f) {
       const proto::SampledField& in = response_.fields(f);
       SampledField& out = batch->fields[f];
-      out.dtype = in.tensor().dtype();
-      out.shape.assign(in.tensor().shape().begin(), in.tensor().shape().end());
-      if (in.frame_id_size() == 0) {
-        out.data.assign(in.tensor().data().begin(), in.tensor().data().end());
-        continue;
-      }
+      if (CopyField(in, out, /*pixels=*/in.frame_id_size() > 0)) continue;
       out.data.clear();
       const int64_t frames = in.frame_id_size() / n;
       if (out.shape.size() != 5 || out.shape[0] != n || out.shape[1] != frames || frames * n != in.frame_id_size()) {
@@ -275,26 +266,36 @@ class GrpcSampler : public Sampler {
     return absl::OkStatus();
   }
 
-  // Rebuilds the batch from the response: dense columns copied, each
-  // distinct frame decoded once and copied to its other places.
-  absl::Status Unpack(SampledBatch* batch) {
-    const int64_t n = response_.keys_size();
+  // The response's keys, probabilities, weights and table size into `batch`,
+  // its fields sized to the response's.
+  void CopyKeysAndWeights(SampledBatch* batch) const {
     batch->keys.assign(response_.keys().begin(), response_.keys().end());
     batch->probabilities.assign(response_.probabilities().begin(), response_.probabilities().end());
     batch->weights.assign(response_.weights().begin(), response_.weights().end());
     batch->table_size = response_.table_size();
     batch->fields.resize(response_.fields_size());
+  }
+
+  // A field's dtype and shape; a dense field's data too (true: done).
+  static bool CopyField(const proto::SampledField& in, SampledField& out, bool pixels) {
+    out.dtype = in.tensor().dtype();
+    out.shape.assign(in.tensor().shape().begin(), in.tensor().shape().end());
+    if (pixels) return false;
+    out.data.assign(in.tensor().data().begin(), in.tensor().data().end());
+    return true;
+  }
+
+  // Rebuilds the batch from the response: dense columns copied, each
+  // distinct frame decoded once and copied to its other places.
+  absl::Status Unpack(SampledBatch* batch) {
+    const int64_t n = response_.keys_size();
+    CopyKeysAndWeights(batch);
     decoded_at_.assign(response_.frames_size(), nullptr);
     scratch_used_ = 0;
     for (int f = 0; f < response_.fields_size(); ++f) {
       const proto::SampledField& in = response_.fields(f);
       SampledField& out = batch->fields[f];
-      out.dtype = in.tensor().dtype();
-      out.shape.assign(in.tensor().shape().begin(), in.tensor().shape().end());
-      if (in.frame_index_size() == 0) {
-        out.data.assign(in.tensor().data().begin(), in.tensor().data().end());
-        continue;
-      }
+      if (CopyField(in, out, /*pixels=*/in.frame_index_size() > 0)) continue;
       int64_t frame_bytes = 1;
       for (size_t d = 2; d < out.shape.size(); ++d) frame_bytes *= out.shape[d];
       out.data.resize(in.frame_index_size() * frame_bytes);
