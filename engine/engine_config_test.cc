@@ -3,6 +3,7 @@
 #include "engine/engine_config.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -215,7 +216,9 @@ TEST(ChooseGpuPathTest, NoGpuHereIsRefusedBeforeAnythingStarts) {
 
 TEST(ChooseGpuPathTest, APjrtCpuPluginIsNoGpu) {
   const char* cpu_plugin = std::getenv("TROUPE_PJRT_PLUGIN");
-  if (cpu_plugin == nullptr || !BuiltWithPjrt()) GTEST_SKIP() << "no PJRT CPU plugin at TROUPE_PJRT_PLUGIN";
+  if (cpu_plugin == nullptr || !std::filesystem::exists(cpu_plugin) || !BuiltWithPjrt()) {
+    GTEST_SKIP() << "no PJRT CPU plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh fetches one from PyPI)";
+  }
   config::EngineConfig gpu = Engine(config::EngineConfig::GPU);
   gpu.set_pjrt_plugin(cpu_plugin);
   const GpuPaths found = FindGpuPaths(gpu);
