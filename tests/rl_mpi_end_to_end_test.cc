@@ -121,8 +121,11 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
   EXPECT_TRUE(fs::exists(run_dir_ + "/config.textproto"));
 
   // The actors followed newer parameter versions (episode lines, and the
-  // line an actor prints when it stops).
-  for (pid_t actor : actors_) Stop(actor);
+  // line an actor prints when it stops: with the learner gone, an actor tries
+  // to deliver its last transitions for ~10 s before it gives up and says
+  // so, longer than Stop's 5 s before SIGKILL).
+  for (pid_t actor : actors_) kill(-actor, SIGTERM);
+  for (pid_t actor : actors_) EXPECT_EQ(Wait(actor, 60), 0) << "an actor did not stop on SIGTERM";
   actors_.clear();
   for (int i = 0; i < 2; ++i) {
     const std::string actor_log = Read(dir_ + "/actor-" + std::to_string(i) + ".log");
