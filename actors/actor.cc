@@ -170,6 +170,14 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   } authentication{options, credentials, std::nullopt};
   std::chrono::milliseconds backoff(100);
   constexpr std::chrono::milliseconds kMaxBackoff(5000);
+  // Ends the writer's account: what replay acknowledged counts as written,
+  // the rest as lost; returns the lost.
+  const auto settle_writer = [&] {
+    const int64_t lost = connection.writer->items_unacknowledged();
+    stats.transitions += connection.transitions->transitions_inserted() - lost;
+    stats.transitions_lost += lost;
+    return lost;
+  };
   constexpr int kFlushEvery = 16;  // pool steps between waits for replay's acknowledgement
   int steps_since_flush = 0;
   while (!(stop && stop->load()) && (options.max_frames == 0 || stats.frames < options.max_frames)) {
@@ -254,9 +262,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
         // Replay no longer has this writer's session (the learner
         // restarted): what it had not acknowledged is lost; a new stream
         // starts every env's transitions afresh from its current observation.
-        const int64_t lost = connection.writer->items_unacknowledged();
-        stats.transitions_lost += lost;
-        stats.transitions += connection.transitions->transitions_inserted() - lost;
+        const int64_t lost = settle_writer();
         std::fprintf(stderr, "actor %d: %s; %ld transitions lost, starting a new insert stream\n", options.index,
                      std::string(resumed.message()).c_str(), long(lost));
         resumed = Connect(options.learner_address, credentials, layout, n, &connection);
@@ -277,9 +283,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   if (connection.writer) {
     absl::Status closed = connection.writer->Close();
     if (!closed.ok() && Retryable(closed) && connection.writer->Resume().ok()) closed = connection.writer->Close();
-    const int64_t lost = connection.writer->items_unacknowledged();
-    stats.transitions += connection.transitions->transitions_inserted() - lost;
-    stats.transitions_lost += lost;
+    const int64_t lost = settle_writer();
     if (!closed.ok()) {
       std::fprintf(stderr, "actor %d: the last transitions did not reach replay (%s): %ld lost\n", options.index,
                    std::string(closed.message()).c_str(), long(lost));

@@ -109,7 +109,7 @@ class CuttableWriter : public replay::Writer {
   }
 
  protected:
-  absl::Status Send(proto::InsertRequest* request, int /*items*/) override {
+  absl::Status Send(proto::InsertRequest* request, int /*items*/, int64_t /*bytes*/) override {
     kept_.emplace_back();
     kept_.back().Swap(request);
     if (cut) return absl::UnavailableError("link cut");

@@ -164,13 +164,23 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
 
 // --- Device frames ----------------------------------------------------------------
 
+namespace {
+
+// Bytes of one rendered RGB frame, and the frames of one replica's shard of
+// a batch (each row: an observation and a next observation of spec.frames).
+int64_t FrameBytes(const ObservationSpec& spec) { return int64_t{spec.height} * spec.width * 3; }
+int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spec) {
+  return batch_size / replicas * 2 * spec.frames;
+}
+
+}  // namespace
+
 int64_t DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
   const config::LearnerConfig& learner = config.learner();
   if (!spec.pixels() || !learner.device_frames() || replicas < 1) return 0;
-  const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
-  const int64_t shard_frames = int64_t{learner.batch_size()} / replicas * 2 * spec.frames;
-  const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
-  return std::min(budget, learner.replay_size() * 2 * spec.frames + 2 * shard_frames);
+  const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / FrameBytes(spec);
+  return std::min(budget,
+                  learner.replay_size() * 2 * spec.frames + 2 * ShardFrames(learner.batch_size(), replicas, spec));
 }
 
 absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec) {
@@ -181,9 +191,8 @@ absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const 
         absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
   }
   const int replicas = std::max(1, learner.engine().replicas());
-  const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
-  const int64_t shard_frames = int64_t{learner.batch_size()} / replicas * 2 * spec.frames;
-  const absl::Status status = DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas), frame_bytes, shard_frames);
+  const absl::Status status = DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas), FrameBytes(spec),
+                                                      ShardFrames(learner.batch_size(), replicas, spec));
   if (status.ok()) return status;
   return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
                                                  spec.width, "x", spec.height, " frames and learner.batch_size ",
@@ -292,9 +301,8 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->keys.reserve(shard);
     r->item_loss.reserve(shard);
     if (const int64_t slots = DeviceFrameSlots(config, spec, k); slots > 0) {
-      const int64_t frame_bytes = int64_t{spec.height} * spec.width * 3;
-      RETURN_IF_ERROR(DeviceFrameTable::Check(slots, frame_bytes, shard * 2 * spec.frames));
-      r->frames = std::make_unique<DeviceFrameTable>(&device, slots, frame_bytes);
+      RETURN_IF_ERROR(DeviceFrameTable::Check(slots, FrameBytes(spec), ShardFrames(batch, k, spec)));
+      r->frames = std::make_unique<DeviceFrameTable>(&device, slots, FrameBytes(spec));
     }
     agent->replicas_.push_back(std::move(r));
   }

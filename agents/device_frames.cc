@@ -43,13 +43,17 @@ int64_t DeviceFrameTable::Bucket(int64_t n) {
   return (n + step - 1) / step * step;
 }
 
+void DeviceFrameTable::Clear(int32_t s) {
+  where_.erase(slot_[s].id);
+  slot_[s] = Slot{};
+}
+
 int64_t DeviceFrameTable::Sweep() {
   int64_t freed = 0;
   for (int64_t s = 0; s < slots_; ++s) {
-    Slot& slot = slot_[s];
+    const Slot& slot = slot_[s];
     if (slot.id == 0 || !slot.frame.expired()) continue;
-    where_.erase(slot.id);
-    slot = Slot{};
+    Clear(static_cast<int32_t>(s));
     free_.push_back(static_cast<int32_t>(s));
     ++freed;
   }
@@ -79,8 +83,7 @@ int32_t DeviceFrameTable::TakeSlot() {
       slot.referenced = false;
       continue;
     }
-    where_.erase(slot.id);
-    slot = Slot{};
+    Clear(static_cast<int32_t>(s));
     ++stats_.replaced;
     return static_cast<int32_t>(s);
   }
@@ -104,8 +107,7 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
   // Undoes this call's new slots (an error before their frames landed).
   auto release_new = [&] {
     for (int32_t s : host_slots_) {
-      where_.erase(slot_[s].id);
-      slot_[s] = Slot{};
+      Clear(s);
       free_.push_back(s);
     }
     host_slots_.clear();

@@ -119,6 +119,8 @@ class DeviceFrameTable {
   int32_t TakeSlot();
   // Frees every slot whose frame expired; returns how many.
   int64_t Sweep();
+  // Empties slot `s` (its frame no longer found there).
+  void Clear(int32_t s);
 
   nn::Backend* backend_;
   int64_t slots_, frame_bytes_, row_words_;

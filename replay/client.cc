@@ -159,8 +159,9 @@ absl::Status Writer::SendQueued(bool ack) {
       next_frame_key_ > static_cast<uint64_t>(options_.frame_window) ? next_frame_key_ - options_.frame_window : 0);
   request_.set_ack(ack);
   const int items = request_items_;
-  bytes_sent_ += static_cast<int64_t>(request_.ByteSizeLong());
-  absl::Status status = Send(&request_, items);
+  const int64_t bytes = static_cast<int64_t>(request_.ByteSizeLong());
+  bytes_sent_ += bytes;
+  absl::Status status = Send(&request_, items, bytes);
   request_.Clear();
   request_bytes_ = 0;
   request_items_ = 0;
@@ -184,7 +185,7 @@ class LocalWriter : public Writer {
   }
 
  protected:
-  absl::Status Send(proto::InsertRequest* request, int /*items*/) override {
+  absl::Status Send(proto::InsertRequest* request, int /*items*/, int64_t /*bytes*/) override {
     if (closed_ && (request->items_size() > 0 || request->item_groups_size() > 0)) {
       return absl::FailedPreconditionError("writer is closed");
     }

@@ -133,8 +133,9 @@ class Writer {
  protected:
   // Delivers `request` (its forget watermark and ack already set; it may
   // be consumed: cleared afterwards); with request.ack(), returns once the
-  // server confirmed it. `items`: how many items it holds.
-  virtual absl::Status Send(proto::InsertRequest* request, int items) = 0;
+  // server confirmed it. `items`: how many items it holds; `bytes`: its
+  // serialized size (ByteSizeLong, computed once by the caller).
+  virtual absl::Status Send(proto::InsertRequest* request, int items, int64_t bytes) = 0;
 
   const WriterOptions& options() const { return options_; }
 

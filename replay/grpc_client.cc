@@ -100,7 +100,7 @@ class GrpcWriter : public Writer {
   int64_t items_unacknowledged() const override { return unacked_items_; }
 
  protected:
-  absl::Status Send(proto::InsertRequest* request, int items) override {
+  absl::Status Send(proto::InsertRequest* request, int items, int64_t bytes) override {
     if (closed_) return absl::FailedPreconditionError("writer is closed");
     if (writer_id_ == 0) {
       if (finished_) return status_;
@@ -114,7 +114,7 @@ class GrpcWriter : public Writer {
     }
     // 1. Numbered and kept until acknowledged.
     Number(request, items);
-    unacked_bytes_ += static_cast<int64_t>(request->ByteSizeLong());
+    unacked_bytes_ += bytes;
     if (unacked_bytes_ >= kMaxUnacknowledgedBytes) request->set_ack(true);
     unacked_.emplace_back();
     unacked_.back().Swap(request);

@@ -279,8 +279,7 @@ InsertSession::InsertSession(Replay* replay)
 
 absl::Status InsertSession::Prepare(proto::InsertRequest* request) {
   TROUPE_CHECK(!has_pending());
-  pending_.clear();
-  next_pending_ = 0;
+  DropPending();
   // A writer session's re-sent request: what already arrived is skipped.
   const bool session = request->writer() != 0;
   if (session && (request->sequence() < 1 || request->first_item() < 0)) {

@@ -302,17 +302,22 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
   uint64_t SendOnce(const FramePtr& frame) {
     if (sent_.contains(frame->id())) return frame->id();
     const uint64_t reference = frame->reference() != nullptr ? SendOnce(frame->reference()) : 0;
-    proto::Tensor* stored = response_.add_frames();
-    stored->set_dtype(proto::DTYPE_UINT8);
-    stored->add_shape(frame->height());
-    stored->add_shape(frame->width());
-    stored->add_shape(frame->channels());
-    stored->set_compression(frame->codec());
-    stored->set_data(frame->data());
+    AddStoredFrame(*frame);
     response_.add_frame_ids(frame->id());
     response_.add_frame_reference_ids(reference);
     sent_.emplace(frame->id(), frame);
     return frame->id();
+  }
+
+  // `frame` as stored (still compressed) appended to the response's frames.
+  void AddStoredFrame(const Frame& frame) {
+    proto::Tensor* stored = response_.add_frames();
+    stored->set_dtype(proto::DTYPE_UINT8);
+    stored->add_shape(frame.height());
+    stored->add_shape(frame.width());
+    stored->add_shape(frame.channels());
+    stored->set_compression(frame.codec());
+    stored->set_data(frame.data());
   }
 
   // Adds `frame` (after its reference) to the response once; returns its index.
@@ -322,13 +327,7 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
     const int32_t reference = frame.reference() != nullptr ? AddFrame(*frame.reference()) : -1;
     const int32_t index = response_.frames_size();
     frame_index_.emplace(&frame, index);
-    proto::Tensor* stored = response_.add_frames();
-    stored->set_dtype(proto::DTYPE_UINT8);
-    stored->add_shape(frame.height());
-    stored->add_shape(frame.width());
-    stored->add_shape(frame.channels());
-    stored->set_compression(frame.codec());
-    stored->set_data(frame.data());
+    AddStoredFrame(frame);
     response_.add_frame_references(reference);
     any_reference_ |= reference >= 0;
     return index;
@@ -388,11 +387,6 @@ void ReplayService::LetGoWriterSession(WriterSession* session) {
   session->held = false;
   session->let_go = absl::Now();
   ExpireWriterSessions();
-}
-
-int ReplayService::writer_sessions() const {
-  absl::MutexLock lock(&sessions_mutex_);
-  return static_cast<int>(sessions_.size());
 }
 
 void ReplayService::ExpireWriterSessions() {

@@ -115,8 +115,6 @@ class ReplayService final : public proto::Replay::CallbackService {
   absl::StatusOr<std::shared_ptr<WriterSession>> TakeWriterSession(uint64_t writer, bool resume);
   // Step c.
   void LetGoWriterSession(WriterSession* session);
-  // Writer sessions kept (held or idle).
-  int writer_sessions() const;
 
  private:
   // Drops idle sessions past kWriterSessionLifetime, then the oldest idle
@@ -125,7 +123,7 @@ class ReplayService final : public proto::Replay::CallbackService {
 
   Replay* replay_;
   std::unique_ptr<WorkerPool> workers_;
-  mutable absl::Mutex sessions_mutex_;
+  absl::Mutex sessions_mutex_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<WriterSession>> sessions_ ABSL_GUARDED_BY(sessions_mutex_);
 };
 

@@ -468,6 +468,18 @@ void CpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min,
 
 // --- Images ----------------------------------------------------------------------
 
+namespace {
+
+// One interleaved uint8 image [pixels, channels] as float planes
+// [channels, pixels] times `scale`.
+void ImageToFloatPlanar(const uint8_t* src, int64_t pixels, int64_t channels, float scale, float* dst) {
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t ch = 0; ch < channels; ++ch) dst[ch * pixels + p] = src[p * channels + ch] * scale;
+  }
+}
+
+}  // namespace
+
 void CpuBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
                             const int32_t* indices, float* out) {
   const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_words);
@@ -493,11 +505,8 @@ void CpuBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const
   for (int64_t i = 0; i < images; ++i) TROUPE_CHECK(indices[i] >= 0 && indices[i] < rows);
   pool_.ParallelFor(images, /*min_per_range=*/1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const auto* src = reinterpret_cast<const uint8_t*>(table + int64_t{indices[i]} * row_words);
-      float* dst = out + i * channels * pixels;
-      for (int64_t p = 0; p < pixels; ++p) {
-        for (int64_t ch = 0; ch < channels; ++ch) dst[ch * pixels + p] = src[p * channels + ch] * scale;
-      }
+      ImageToFloatPlanar(reinterpret_cast<const uint8_t*>(table + int64_t{indices[i]} * row_words), pixels, channels,
+                         scale, out + i * channels * pixels);
     }
   });
 }
@@ -506,11 +515,7 @@ void CpuBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t chan
                                     const uint8_t* in, float* out) {
   pool_.ParallelFor(images, /*min_per_range=*/1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const uint8_t* src = in + i * pixels * channels;
-      float* dst = out + i * channels * pixels;
-      for (int64_t p = 0; p < pixels; ++p) {
-        for (int64_t ch = 0; ch < channels; ++ch) dst[ch * pixels + p] = src[p * channels + ch] * scale;
-      }
+      ImageToFloatPlanar(in + i * pixels * channels, pixels, channels, scale, out + i * channels * pixels);
     }
   });
 }

@@ -28,13 +28,17 @@ std::string I64Array(const std::vector<int64_t>& v) {
 std::string List(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); }
 bool Contains(const Dims& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// The region combining two `type` scalars with `op` ("add", "maximum") that
-// reductions, all-reduces and scatters take.
+// The region combining two `type` scalars that reductions, all-reduces and
+// scatters take: `op` ("add", "maximum") of both, or with `op` empty the
+// second (a scatter that replaces).
 std::string ScalarRegion(std::string_view op, std::string_view type) {
-  const std::string s = absl::StrCat("tensor<", std::string(type), ">");
-  return absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      %r = \"stablehlo.", std::string(op),
-                      "\"(%lhs, %rhs) : (", s, ", ", s, ") -> ", s, "\n      \"stablehlo.return\"(%r) : (", s,
-                      ") -> ()\n    }");
+  const std::string s = TensorType({}, type);
+  const std::string body =
+      op.empty() ? std::string()
+                 : absl::StrCat("      %r = \"stablehlo.", std::string(op), "\"(%lhs, %rhs) : (", s, ", ", s, ") -> ",
+                                s, "\n");
+  return absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n", body, "      \"stablehlo.return\"(",
+                      op.empty() ? "%rhs" : "%r", ") : (", s, ") -> ()\n    }");
 }
 
 }  // namespace
@@ -318,10 +322,7 @@ Value Function::ScatterAdd(const Value& x, const Value& indices, const Value& up
 
 Value Function::ScatterReplace(const Value& x, const Value& indices, const Value& updates, const Dims& window_dims,
                                const Dims& inserted, const Dims& index_map) {
-  const std::string s = absl::StrCat("tensor<", x.type, ">");
-  return Scatter(x, indices, updates, window_dims, inserted, index_map,
-                 absl::StrCat("{\n    ^bb0(%lhs: ", s, ", %rhs: ", s, "):\n      \"stablehlo.return\"(%rhs) : (", s,
-                              ") -> ()\n    }"));
+  return Scatter(x, indices, updates, window_dims, inserted, index_map, ScalarRegion("", x.type));
 }
 
 Value Function::Reverse(const Value& x, const std::vector<int64_t>& axes) {
