@@ -8,11 +8,38 @@
 #    (label pjrt, after the fixture that fetches it; TROUPE_PJRT_PLUGIN names
 #    it); PJRT: the whole binary does, its ctest names prefixed "Pjrt." (a
 #    suite built twice, as nn_ops_test is, keeps distinct names).
+#  - The fast tier: every case outside the PJRT group is labelled fast
+#    (ctest -L fast: the unit tests, about a minute) unless cmake/SlowTests.cmake
+#    lists it, or the binary is SLOW (it starts processes, trains, or waits
+#    on a network).
+include(SlowTests)
+# troupe_discover_group(TARGET INCLUDE EXCLUDE LABELS TIMEOUT): the cases of
+# TARGET matching one of the INCLUDE gtest patterns and none of EXCLUDE, as
+# ctest tests with LABELS (empty entries dropped); nothing when INCLUDE is
+# empty.
+function(troupe_discover_group name include exclude labels timeout)
+  if(NOT include)
+    return()
+  endif()
+  list(JOIN include ":" filter)
+  if(exclude)
+    list(JOIN exclude ":" excluded)
+    string(APPEND filter "-${excluded}")
+  endif()
+  list(REMOVE_ITEM labels "")
+  set(properties TIMEOUT ${timeout})
+  if(labels)
+    list(APPEND properties LABELS "${labels}")
+  endif()
+  gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
+    TEST_FILTER "${filter}" PROPERTIES ${properties})
+endfunction()
+
 function(troupe_test name)
   if(NOT TROUPE_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "STRICT_DEVICE_CASES;PJRT_CASES;PJRT" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "STRICT_DEVICE_CASES;PJRT_CASES;PJRT;SLOW" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   # Cases on PJRT may read the backend's counters (executions, compiles).
@@ -37,24 +64,37 @@ function(troupe_test name)
       PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${pjrt_properties})
     list(APPEND others "*Pjrt*")
   endif()
+  # The fast tier: the cases cmake/SlowTests.cmake lists go to groups of
+  # their own, unlabelled fast (a pattern naming "Strict" keeps a strict
+  # case's strict_device label; other patterns leave strict cases alone).
+  set(fast "fast")
+  set(strict_others ${others})
+  if(ARG_SLOW)
+    set(fast "")
+  else()
+    set(slow_strict "")
+    set(slow_plain "")
+    foreach(pattern IN LISTS TROUPE_SLOW_TESTS)
+      if(ARG_STRICT_DEVICE_CASES AND pattern MATCHES "Strict")
+        list(APPEND slow_strict "${pattern}")
+      else()
+        list(APPEND slow_plain "${pattern}")
+      endif()
+    endforeach()
+    troupe_discover_group(${name} "${slow_strict}" "${others}" "strict_device;${ARG_LABELS}" ${ARG_TIMEOUT})
+    list(APPEND strict_others ${slow_strict})
+    list(APPEND others ${slow_strict})
+    if(ARG_STRICT_DEVICE_CASES)
+      list(APPEND others "*Strict*")
+    endif()
+    troupe_discover_group(${name} "${slow_plain}" "${others}" "${ARG_LABELS}" ${ARG_TIMEOUT})
+    list(APPEND others ${slow_plain})
+  endif()
   if(ARG_STRICT_DEVICE_CASES)
-    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-      TEST_FILTER "*Strict*-*Pjrt*"
-      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "strict_device;${ARG_LABELS}")
+    troupe_discover_group(${name} "*Strict*" "${strict_others}" "strict_device;${fast};${ARG_LABELS}" ${ARG_TIMEOUT})
     list(APPEND others "*Strict*")
   endif()
-  set(properties TIMEOUT ${ARG_TIMEOUT})
-  if(ARG_LABELS)
-    list(APPEND properties LABELS "${ARG_LABELS}")
-  endif()
-  if(others)
-    list(JOIN others ":" excluded)
-    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-      TEST_FILTER "-${excluded}" PROPERTIES ${properties})
-  else()
-    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-      PROPERTIES ${properties})
-  endif()
+  troupe_discover_group(${name} "*" "${others}" "${fast};${ARG_LABELS}" ${ARG_TIMEOUT})
 endfunction()
 
 # troupe_link_closure(OUT TARGET...): the TARGETs and every troupe (not

@@ -1,0 +1,33 @@
+# The test cases outside the fast tier (`ctest -L fast`, the unit tests in
+# about a minute): each took over a second on a 2-core machine, because it
+# trains, renders, starts processes or waits on a deadline. gtest patterns
+# (SUITE.CASE, * allowed); a pattern naming "Strict" is for a strict-device
+# case (troupe_test's STRICT_DEVICE_CASES). Binaries that start the troupe
+# binary or a network are SLOW as a whole in their troupe_test call.
+# tools/check_fast_tier.py (ctest FastTier.*) reads the last run's times and
+# names a fast case that took longer than its bound.
+set(TROUPE_SLOW_TESTS
+  "FashionClassifierTest.ReachesAtLeast88PercentTestAccuracy"
+  "FashionClassifierTest.TrainsAndEvaluatesOnTheStrictDeviceAsOnTheCpu"
+  "GanShortRunTest.*"
+  "GanTrainerTest.*Strict*"
+  "D4pgAgentTest.PixelUpdatesOnTheStrictDeviceEndInTheCpusStateBitForBit"
+  "D4pgAgentTest.LearnsAContextualBanditFromPixels"
+  "D4pgAgentTest.LearnsAContextualBandit"
+  "*EndToEndTest.*"
+  "ExperimentFuzzTest.*"
+  "RpcFuzzTest.*"
+  "ReportTest.HeadlessChromiumRendersTheTableAndTheCurves"
+  "EnvWorkerTest.StepsItsEnvsByteForByteAsThisProcess"
+  "EnvWorkerTest.A*PoolInWorkerProcessesEqualsOneInThreads"
+  "RecordViewTest.*"
+  "CheckpointViewTest.*"
+  "GanViewTest.*"
+  "ViewerTest.*"
+  "EpisodeRecorderTest.Records100StepEpisodeAsMp4ThatDecodesBack"
+  "ParameterServiceTest.NoLearnerIsADeadlineNamingTheAddressAndWhy"
+  "ServiceTest.IdleWriterSessionsBeyondTheBoundAreDroppedOldestFirst"
+  "ServiceTest.AResumableWriterIsToldWhenTheServerNoLongerHasItsSession"
+  "SyncProcessSchedulerTest.ADeadWorkerIsAnErrorAndItsEnvsAreStillCollected"
+  "ReplicatorTest.AStalledReplicaTimesOutNamingIt"
+)
