@@ -11,8 +11,10 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/replicator/mpi.h"
 
 namespace troupe::cuda {
 namespace {
@@ -144,29 +146,17 @@ absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::Create(const N
 }
 
 absl::StatusOr<std::unique_ptr<NcclCollectives>> NcclCollectives::CreateWithMpi(std::chrono::milliseconds timeout) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    // Left initialised for the process's lifetime (MPI cannot be re-initialised).
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // This node's local rank picks the GPU.
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  int local_rank = 0;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_free(&local);
+  // MPI is left initialised for the process's lifetime (it cannot be
+  // re-initialised); this node's local rank picks the GPU.
+  ASSIGN_OR_RETURN(const replicator::MpiWorld world, replicator::JoinMpiWorld());
   std::string why;
   const int devices = DeviceCount(&why);
   if (devices == 0) return absl::FailedPreconditionError(absl::StrCat("no CUDA device: ", why));
   ncclUniqueId id;
-  if (rank == 0) RETURN_IF_NCCL_ERROR("ncclGetUniqueId", ncclGetUniqueId(&id));
+  if (world.rank == 0) RETURN_IF_NCCL_ERROR("ncclGetUniqueId", ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  std::unique_ptr<NcclCollectives> c(new NcclCollectives(rank, size, local_rank % devices, timeout, true));
+  std::unique_ptr<NcclCollectives> c(
+      new NcclCollectives(world.rank, world.size, world.local_rank % devices, timeout, true));
   if (absl::Status s = c->Init(&id); !s.ok()) return s;
   return c;
 }

@@ -27,29 +27,32 @@ struct MpiCollectives::Pending {
   ReduceOp op;
 };
 
-absl::StatusOr<std::unique_ptr<MpiCollectives>> MpiCollectives::Create(std::chrono::milliseconds timeout) {
+absl::StatusOr<MpiWorld> JoinMpiWorld() {
+  MpiWorld world;
   int initialized = 0;
   MPI_Initialized(&initialized);
-  bool owns = false;
   if (!initialized) {
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
       return absl::UnavailableError("MPI_Init_thread failed (is this process started by mpirun?)");
     }
-    owns = true;
+    world.initialized_here = true;
   }
+  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &world.local_rank);
+  MPI_Comm_free(&node);
+  return world;
+}
+
+absl::StatusOr<std::unique_ptr<MpiCollectives>> MpiCollectives::Create(std::chrono::milliseconds timeout) {
+  ASSIGN_OR_RETURN(const MpiWorld world, JoinMpiWorld());
   // Errors come back as codes, not aborts, so they can become Status.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // The rank among this machine's ranks (which GPU is this process's).
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  int local_rank = 0;
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_free(&node);
-  return std::unique_ptr<MpiCollectives>(new MpiCollectives(rank, size, local_rank, owns, timeout));
+  return std::unique_ptr<MpiCollectives>(
+      new MpiCollectives(world.rank, world.size, world.local_rank, world.initialized_here, timeout));
 }
 
 MpiCollectives::MpiCollectives(int rank, int size, int local_rank, bool owns_mpi, std::chrono::milliseconds timeout)

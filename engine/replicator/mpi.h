@@ -18,6 +18,17 @@
 
 namespace troupe::replicator {
 
+// This process's place in MPI_COMM_WORLD: its rank, the world's size, and its
+// rank among the ranks on its machine (which GPU is its). Initialises MPI
+// (threads funnelled) if nobody has; `initialized_here` says so.
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  bool initialized_here = false;
+};
+absl::StatusOr<MpiWorld> JoinMpiWorld();
+
 class MpiCollectives final : public Collectives {
  public:
   // Initialises MPI if nobody has (and then finalises it on destruction).
