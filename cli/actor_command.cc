@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/security_flags.h"
 #include "common/config.h"
+#include "common/host.h"
 #include "launch/experiment.h"
 
 namespace troupe::cli {
@@ -42,10 +43,9 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
       return;
     }
     options->config = *config;
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
+    const std::string host = HostName();
     const char* slurm_node = std::getenv("SLURMD_NODENAME");  // a job step of troupe run --slurm
-    std::printf("actor %d (pid %d) on %s%s%s%s, learner %s\n", options->index, int(getpid()), host,
+    std::printf("actor %d (pid %d) on %s%s%s%s, learner %s\n", options->index, int(getpid()), host.c_str(),
                 slurm_node ? " (Slurm node " : "", slurm_node ? slurm_node : "", slurm_node ? ")" : "",
                 options->learner_address.c_str());
     std::fflush(stdout);

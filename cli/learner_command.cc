@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/grpc_security.h"
+#include "common/host.h"
 #include "launch/experiment.h"
 #include "launch/launcher.h"
 #include "learner/rl_learner.h"
@@ -110,7 +111,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       std::printf("%s serving replay and parameters on %s (%s)\n", who.c_str(), l.address().c_str(),
                   l.credentials().DescribeServer().c_str());
       if (!args->address_file.empty()) {
-        if (absl::Status s = WriteFileAtomically(args->address_file, launch::ReachableAddress(l.address()) + "\n");
+        if (absl::Status s = WriteFileAtomically(args->address_file, ReachableAddress(l.address()) + "\n");
             !s.ok()) {
           std::fprintf(stderr, "troupe %s: --address-file: %s\n", who.c_str(), std::string(s.message()).c_str());
         }

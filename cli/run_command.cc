@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/generations.h"
 #include "common/grpc_security.h"
+#include "common/host.h"
 #include "engine/engine_config.h"
 #include "gan/run.h"
 #include "launch/experiment.h"
@@ -67,12 +68,6 @@ int Fail(const absl::Status& status) {
 // "KEY VALUE" lines saying how the run in run_dir was started (troupe status).
 void WriteLaunchFile(const std::string& run_dir, const std::string& text) {
   (void)WriteFileAtomically(run_dir + "/launch.txt", text);
-}
-
-std::string HostName() {
-  char name[256] = {0};
-  gethostname(name, sizeof(name) - 1);
-  return name;
 }
 
 int64_t UnixSeconds() {

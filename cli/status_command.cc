@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "common/event_writer.h"
 #include "common/generations.h"
+#include "common/host.h"
 #include "launch/launcher.h"
 #include "launch/slurm.h"
 
@@ -62,12 +63,6 @@ int64_t FileAge(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return -1;
   return Now() - st.st_mtime;
-}
-
-std::string HostName() {
-  char name[256] = {0};
-  gethostname(name, sizeof(name) - 1);
-  return name;
 }
 
 // Prints where the run in `run_dir` stands; false when it is no run directory.

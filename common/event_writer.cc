@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "common/host.h"
 #include "common/status_macros.h"
 #include "proto/tensorboard_event.pb.h"
 
@@ -47,13 +49,10 @@ double UnixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string HostName() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
-  // A name goes into a file name: no '/'.
-  for (char* c = name; *c != '\0'; ++c) {
-    if (*c == '/') *c = '_';
-  }
+// This machine's name for a file name: no '/'.
+std::string HostNameForFile() {
+  std::string name = HostName();
+  std::replace(name.begin(), name.end(), '/', '_');
   return name;
 }
 
@@ -118,7 +117,7 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Open(const std::string
   std::string path;
   int fd = -1;
   for (int attempt = 0; fd < 0; ++attempt) {
-    path = absl::StrFormat("%s/events.out.tfevents.%010d.%s.%d.%d", dir, seconds, HostName(), getpid(),
+    path = absl::StrFormat("%s/events.out.tfevents.%010d.%s.%d.%d", dir, seconds, HostNameForFile(), getpid(),
                            files_opened.fetch_add(1));
     fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 && (errno != EEXIST || attempt >= 100)) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/files.h"
 #include "common/grpc_security.h"
+#include "common/host.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "learner/rl_learner.h"
@@ -93,20 +94,6 @@ std::vector<std::string> ActorCommand(const std::string& troupe_binary, const st
                                       const std::string& learner_address, int index) {
   return {troupe_binary, "actor", "--learner", learner_address, "--config", run_dir + "/config.textproto",
           "--index", std::to_string(index)};
-}
-
-std::string ReachableAddress(const std::string& address, const std::string& host) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return address;
-  const std::string bound = address.substr(0, colon);
-  if (bound != "0.0.0.0" && bound != "[::]" && bound != "::" && !bound.empty()) return address;
-  std::string name = host;
-  if (name.empty()) {
-    char buffer[256] = {0};
-    gethostname(buffer, sizeof(buffer) - 1);
-    name = buffer;
-  }
-  return name + address.substr(colon);
 }
 
 void WriteStatusFile(const std::string& run_dir, const std::string& line) {

@@ -121,9 +121,6 @@ struct RlRunOptions {
 absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
                              const std::atomic<bool>* stop, const RlRunOptions& options = {});
 
-// `address` with an every-interface host (0.0.0.0, ::, empty) replaced by
-// `host` (this machine's name when empty).
-std::string ReachableAddress(const std::string& address, const std::string& host = "");
 
 // Writes RUN_DIR/status.txt: `line`, then "updated UNIX_SECONDS".
 void WriteStatusFile(const std::string& run_dir, const std::string& line);

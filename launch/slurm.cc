@@ -28,6 +28,7 @@
 #include "common/files.h"
 #include "common/generations.h"
 #include "common/grpc_security.h"
+#include "common/host.h"
 #include "common/shell.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -49,12 +50,6 @@ std::vector<std::string> Lines(const std::string& text) {
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
-}
-
-std::string HostName() {
-  char name[256] = {0};
-  gethostname(name, sizeof(name) - 1);
-  return name;
 }
 
 // Starts argv with stdout/stderr inherited (the job's output); it dies with

@@ -21,6 +21,7 @@
 #include "common/files.h"
 #include "common/generations.h"
 #include "common/grpc_security.h"
+#include "common/host.h"
 #include "common/image.h"
 #include "common/limits.h"
 #include "common/plot.h"
@@ -258,15 +259,7 @@ absl::Status RlLearner::ShareChiefAddress(const absl::Status& chief_status, int6
   constexpr int kMaxChars = 1000;
   std::vector<float> message(2 + kMaxChars, 0.0f);
   if (is_chief()) {
-    std::string text = chief_status.ok() ? address_ : std::string(chief_status.message());
-    if (chief_status.ok()) {
-      const std::string host = address_.substr(0, address_.rfind(':'));
-      if (host == "0.0.0.0" || host == "[::]" || host == "::" || host.empty()) {
-        char name[256] = {0};
-        gethostname(name, sizeof(name) - 1);
-        text = absl::StrCat(name, address_.substr(address_.rfind(':')));
-      }
-    }
+    std::string text = chief_status.ok() ? ReachableAddress(address_) : std::string(chief_status.message());
     text.resize(std::min<size_t>(text.size(), kMaxChars));
     message[0] = chief_status.ok() ? 1.0f : 0.0f;
     message[1] = float(text.size());

@@ -19,6 +19,7 @@
 #include <set>
 
 #include "common/generations.h"
+#include "common/host.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/processes.h"
@@ -137,10 +138,8 @@ class SlurmEndToEndTest : public ::testing::Test {
       daemon_pids.push_back(Read(cluster_dir + "/" + name));
     }
     // Certificates naming this host (the nodes' learner address) and a token.
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
     const auto [certs_code, certs_out] =
-        Shell(std::string(TROUPE_BINARY) + " certs " + cluster_dir + "/certs --hosts " + host);
+        Shell(std::string(TROUPE_BINARY) + " certs " + cluster_dir + "/certs --hosts " + HostName());
     if (certs_code != 0 && skip_reason.empty()) skip_reason = "FAILED to make certificates: " + certs_out;
   }
   static void TearDownTestSuite() {
