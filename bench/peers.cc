@@ -5,15 +5,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
 #include "common/fnv1a.h"
 #include "common/shell.h"
+#include "common/status_macros.h"
 
 namespace troupe::bench {
 
@@ -45,14 +44,10 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
     return absl::NotFoundError("libtorch-dev not installed (apt-get install libtorch-dev to compare)");
   }
   const std::string source = ProjectPath("bench/peers/" + name + ".cc");
-  std::ifstream in(source, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the peer's source ", source));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSIGN_OR_RETURN(std::string text, ReadFile(source));
   // The one troupe header a peer includes (header-only, no dependencies).
-  const std::string shared_header = ProjectPath(std::string(kPeerSharedHeader));
-  std::ifstream header(shared_header, std::ios::binary);
-  if (!header) return absl::NotFoundError(absl::StrCat("cannot read ", shared_header, ", which the peers include"));
-  text.append(std::istreambuf_iterator<char>(header), std::istreambuf_iterator<char>());
+  ASSIGN_OR_RETURN(const std::string header, ReadFile(ProjectPath(std::string(kPeerSharedHeader))));
+  text += header;
   // Named for the source's contents (and the header's): checkouts of other
   // versions sharing the temp dir each get their own binary, and an edit
   // recompiles.

@@ -81,9 +81,7 @@ std::string FrameRecord(std::string_view data) {
 }
 
 absl::StatusOr<std::vector<std::string>> ReadRecords(const std::string& path, bool* cut_off) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open event file ", path));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
   std::string_view rest(bytes);
   std::vector<std::string> records;
   if (cut_off != nullptr) *cut_off = false;

@@ -89,6 +89,14 @@ absl::Status SyncPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(errno, absl::StrCat("cannot read ", path));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("reading ", path, " failed part way"));
+  return text;
+}
+
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   // Write and sync path.tmp; on any failure it goes.

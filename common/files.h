@@ -16,6 +16,10 @@
 
 namespace troupe {
 
+// The whole file at `path`. Errors: ErrnoStatus "cannot read PATH" (NotFound
+// for a missing file), DataLoss when reading fails part way.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
 // Writes `text` to `path` via path.tmp, an fsync and a rename, so readers
 // never see a half-written file, and after a crash or power loss `path` holds
 // either its old contents or all of `text` (never an empty file). A write that

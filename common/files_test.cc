@@ -12,6 +12,19 @@
 namespace troupe {
 namespace {
 
+TEST(ReadFileTest, GivesEveryByteAndNamesAMissingFile) {
+  const std::string path = ::testing::TempDir() + "/read_file_test.bin";
+  const std::string bytes("a\0b\nc\xff", 6);
+  std::ofstream(path, std::ios::binary) << bytes;
+  absl::StatusOr<std::string> read = ReadFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, bytes);
+  std::filesystem::remove(path);
+  read = ReadFile(path);
+  EXPECT_TRUE(absl::IsNotFound(read.status())) << read.status();
+  EXPECT_NE(read.status().message().find(path), std::string::npos) << read.status();
+}
+
 class LastRunSecondsTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {

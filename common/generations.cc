@@ -310,11 +310,10 @@ std::string NewestCheckpointFile(const std::string& dir, absl::string_view name)
 absl::StatusOr<Generation> VerifyGeneration(const std::string& path) {
   const int64_t number = NumberOf(fs::path(path).filename().string());
   if (number < 0) return absl::DataLossError(absl::StrCat(path, ": not a generation folder"));
-  std::ifstream in(path + "/" + kManifest, std::ios::binary);
-  if (!in) return absl::DataLossError("not committed (no MANIFEST): a checkpoint cut short");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError("MANIFEST unreadable");
-  ASSIGN_OR_RETURN(std::vector<GenerationFile> files, ParseManifest(text, number));
+  const absl::StatusOr<std::string> text = ReadFile(path + "/" + kManifest);
+  if (absl::IsNotFound(text.status())) return absl::DataLossError("not committed (no MANIFEST): a checkpoint cut short");
+  if (!text.ok()) return absl::DataLossError(absl::StrCat("MANIFEST unreadable: ", text.status().message()));
+  ASSIGN_OR_RETURN(std::vector<GenerationFile> files, ParseManifest(*text, number));
   for (const GenerationFile& listed : files) {
     const std::string file = absl::StrCat(path, "/", listed.name);
     std::error_code ec;

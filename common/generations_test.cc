@@ -140,7 +140,9 @@ TEST_F(GenerationsTest, AFileAddedWithItsWritersChecksumIsVerifiedAtResume) {
     ASSERT_TRUE(writer->Commit(/*keep=*/3).ok());
     std::vector<std::string> why;
     EXPECT_EQ(Resume(&why), 2);  // step 3's generation, with a wrong crc32, is passed over
-    if (!right) EXPECT_THAT(absl::StrJoin(why, ""), HasSubstr("networks.bin: checksum mismatch"));
+    if (!right) {
+      EXPECT_THAT(absl::StrJoin(why, ""), HasSubstr("networks.bin: checksum mismatch"));
+    }
   }
   // A size its writer did not write is refused at once.
   absl::StatusOr<GenerationWriter> writer = GenerationWriter::Begin(dir_);
@@ -216,7 +218,9 @@ TEST_F(GenerationsTest, ADamagedNewestGenerationIsReportedAndThePreviousOneResum
       EXPECT_EQ(Resume(&why), 1);
       ASSERT_EQ(why.size(), 1u);
       EXPECT_THAT(why[0], HasSubstr("generation 2"));
-      if (std::string(file) != "MANIFEST") EXPECT_THAT(why[0], HasSubstr(file));
+      if (std::string(file) != "MANIFEST") {
+        EXPECT_THAT(why[0], HasSubstr(file));
+      }
       EXPECT_THAT(why[0], HasSubstr(damage.says));
     }
   }

@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/auth_metadata_processor.h>
@@ -28,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/files.h"
 #include "common/status_macros.h"
 
 namespace troupe {
@@ -48,14 +48,10 @@ constexpr char kHowTo[] =
     "security { certs_dir: \"DIR\" } in the config); or, on a trusted private network only, pass --insecure "
     "(security.insecure)";
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("security.", field, ": cannot read '", path, "'"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+absl::StatusOr<std::string> ReadSecurityFile(const std::string& path, absl::string_view field) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return absl::NotFoundError(absl::StrCat("security.", field, ": cannot read '", path, "'"));
+  return text;
 }
 
 // OpenSSL's parsers over a PEM in memory.
@@ -254,7 +250,7 @@ absl::StatusOr<GrpcCredentials> LoadGrpcCredentials(const config::SecurityConfig
   };
   for (const File& f : files) {
     if (!f.path.empty()) {
-      ASSIGN_OR_RETURN(*f.out, ReadFile(f.path, f.field));
+      ASSIGN_OR_RETURN(*f.out, ReadSecurityFile(f.path, f.field));
     }
   }
   RETURN_IF_ERROR(CheckPair(c.server_cert_pem, c.server_key_pem, "server_cert", "server_key"));
@@ -271,7 +267,7 @@ absl::StatusOr<GrpcCredentials> LoadGrpcCredentials(const config::SecurityConfig
     c.token = from_env;
     RETURN_IF_ERROR(CheckToken(c.token, absl::StrCat("$", kTokenEnvironmentVariable)));
   } else if (const std::string token_file = path_of(config.token_file(), "token"); !token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(token_file, "token_file"));
+    ASSIGN_OR_RETURN(std::string text, ReadSecurityFile(token_file, "token_file"));
     c.token = text.substr(0, text.find('\n'));
     absl::StripAsciiWhitespace(&c.token);
     RETURN_IF_ERROR(CheckToken(c.token, absl::StrCat("security.token_file '", token_file, "'")));
