@@ -30,4 +30,5 @@ set(TROUPE_SLOW_TESTS
   "ServiceTest.AResumableWriterIsToldWhenTheServerNoLongerHasItsSession"
   "SyncProcessSchedulerTest.ADeadWorkerIsAnErrorAndItsEnvsAreStillCollected"
   "ReplicatorTest.AStalledReplicaTimesOutNamingIt"
+  "ActorFleetTest.StopSendsTheWrappersSignalThenSigtermThenSigkill"
 )
