@@ -107,9 +107,13 @@ absl::StatusOr<std::vector<GenerationFile>> ParseManifest(const std::string& tex
   return files;
 }
 
-bool PlainName(absl::string_view name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == absl::string_view::npos &&
-         name.find_first_of(" \n\t") == absl::string_view::npos && name != kManifest;
+// OK for one plain file name (no folder, no blank, not the MANIFEST).
+absl::Status CheckPlainName(absl::string_view name) {
+  if (!name.empty() && name != "." && name != ".." && name.find('/') == absl::string_view::npos &&
+      name.find_first_of(" \n\t") == absl::string_view::npos && name != kManifest) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint file name \"", name, "\": not one plain file name"));
 }
 
 // Removes a generation folder: its MANIFEST first (it is uncommitted from
@@ -200,9 +204,7 @@ std::string GenerationWriter::File(absl::string_view name) const { return absl::
 
 absl::Status GenerationWriter::Add(absl::string_view name) {
   TROUPE_CHECK(!done_);
-  if (!PlainName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint file name \"", name, "\": not one plain file name"));
-  }
+  RETURN_IF_ERROR(CheckPlainName(name));
   const std::string path = File(name);
   RETURN_IF_ERROR(SyncPath(path));
   ASSIGN_OR_RETURN(GenerationFile file, Measure(path, name));
@@ -213,9 +215,7 @@ absl::Status GenerationWriter::Add(absl::string_view name) {
 
 absl::Status GenerationWriter::AddWritten(absl::string_view name, int64_t size, uint32_t crc32) {
   TROUPE_CHECK(!done_);
-  if (!PlainName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint file name \"", name, "\": not one plain file name"));
-  }
+  RETURN_IF_ERROR(CheckPlainName(name));
   const std::string path = File(name);
   RETURN_IF_ERROR(SyncPath(path));
   std::error_code ec;
