@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/image.h"
 #include "common/plot.h"
+#include "common/run_layout.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "envs/env_pool.h"
@@ -41,10 +42,10 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
   // The resolved config, then one CSV row per finished episode.
   std::string text;
   google::protobuf::TextFormat::PrintToString(config, &text);
-  std::ofstream(result.run_dir + "/config.textproto") << text;
-  std::ofstream csv(result.run_dir + "/episodes.csv");
-  if (!csv) return absl::PermissionDeniedError(absl::StrCat("cannot write ", result.run_dir, "/episodes.csv"));
-  csv << "episode,env,frames,return,seconds\n";
+  const RunLayout run(result.run_dir);
+  RETURN_IF_ERROR(WriteFileAtomically(run.config(), text));
+  RowLog<EpisodeRow> episodes(run);
+  RETURN_IF_ERROR(episodes.WriteHeader());
 
   const envs::EnvSpec& spec = pool->spec();
   const int n = pool->num_envs();
@@ -79,9 +80,11 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
       if (batch.step_type[i] == uint8_t(envs::StepType::kLast)) {
         result.returns.push_back(episode_return[i]);
         episode_end_frames.push_back(result.frames);
-        csv << result.returns.size() << ',' << i << ',' << result.frames << ','
-            << absl::StrFormat("%.3f", episode_return[i]) << ',' << absl::StrFormat("%.2f", elapsed()) << '\n';
-        csv.flush();
+        episodes.Append({.episode = int64_t(result.returns.size()),
+                         .env = i,
+                         .frames = result.frames,
+                         .episode_return = episode_return[i],
+                         .seconds = elapsed()});
         episode_return[i] = 0.0;
       }
     }
@@ -96,7 +99,7 @@ absl::StatusOr<ScriptedRunResult> RunScripted(const config::ExperimentConfig& co
   // Episode returns against env frames.
   PlotSeries curve{config.policy().kind() + " policy", {}, result.returns};
   for (const auto& end : episode_end_frames) curve.x.push_back(double(end));
-  RETURN_IF_ERROR(WritePng(result.run_dir + "/returns.png",
+  RETURN_IF_ERROR(WritePng(run.returns_plot(),
                            PlotLines({curve}, PlotOptions{640, 400, spec.task, "env frames", "episode return"})));
   result.physics_errors = pool->physics_errors();
 

@@ -39,6 +39,7 @@
 #include "common/files.h"
 #include "common/grpc_security.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "envs/env.h"
 #include "learner/rl_learner.h"
@@ -470,22 +471,23 @@ absl::Status AddLearnerCheckpointFigures(Report& report, replay::Replay& replay)
     std::filesystem::remove(memory);
   };
   const std::string counters = "frames 500000\nsamples 8000000\nupdates 31250\n";
+  const std::string before_counters = absl::StrCat(dir, "/before/", kCountersFile);
   double generation_seconds = 1e30, before_seconds = 1e30;
   int64_t bytes = 0;
   for (int round = 0; round < 3; ++round) {
     // Before: replay fsync'd, the agent and counters only into the page cache.
     auto t0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(bytes, replay.Checkpoint(dir + "/before/replay.ckpt"));
+    ASSIGN_OR_RETURN(bytes, replay.Checkpoint(absl::StrCat(dir, "/before/", kReplayCheckpointFile)));
     RETURN_IF_ERROR(agent->Save(memory));
     {
-      std::ofstream out(dir + "/before/counters.txt.tmp", std::ios::trunc);
+      std::ofstream out(before_counters + ".tmp", std::ios::trunc);
       out << counters;
     }
-    std::filesystem::rename(dir + "/before/counters.txt.tmp", dir + "/before/counters.txt");
+    std::filesystem::rename(before_counters + ".tmp", before_counters);
     before_seconds = std::min(before_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     // Now: one generation, as RlLearner::Checkpoint writes it.
     t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(learner::WriteLearnerCheckpoint(dir + "/checkpoints", *agent, &replay,
+    RETURN_IF_ERROR(learner::WriteLearnerCheckpoint(RunLayout(dir).checkpoints(), *agent, &replay,
                                                     [&] { return counters; }, /*keep=*/1)
                         .status());
     generation_seconds =

@@ -45,6 +45,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "envs/env_pool.h"
 #include "launch/launcher.h"
 #include "learner/rl_learner.h"
@@ -202,7 +203,7 @@ class LearnerThread {
     std::filesystem::create_directories(run_dir);
     std::string text;
     google::protobuf::TextFormat::PrintToString(config, &text);
-    RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/config.textproto", text));
+    RETURN_IF_ERROR(WriteFileAtomically(RunLayout(run_dir).config(), text));
     auto t = std::unique_ptr<LearnerThread>(new LearnerThread());
     ASSIGN_OR_RETURN(t->learner_, learner::RlLearner::Create(config, run_dir, /*resume=*/false));
     return t;
@@ -328,7 +329,7 @@ absl::StatusOr<EndToEnd> RunEndToEnd(const config::ExperimentConfig& config, con
   const std::vector<pid_t> pids = actors->pids();
   if (status.ok() && int(pids.size()) != config.actors().count()) {
     status = absl::InternalError(absl::StrCat("only ", pids.size(), " of ", config.actors().count(),
-                                              " actors are running; see ", run_dir, "/logs"));
+                                              " actors are running; see ", RunLayout(run_dir).logs()));
   }
   absl::StatusOr<std::pair<Snapshot, Snapshot>> measured =
       status.ok() ? MeasureWindow(learner->learner(), pids, window, min_steps, /*limit=*/300)

@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/grpc_security.h"
 #include "common/host.h"
+#include "common/run_layout.h"
 #include "launch/experiment.h"
 #include "launch/launcher.h"
 #include "learner/rl_learner.h"
@@ -107,7 +108,7 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
     if (l.is_chief()) {
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
-      (void)WriteFileAtomically(args->run_dir + "/config.textproto", text);
+      (void)WriteFileAtomically(RunLayout(args->run_dir).config(), text);
       std::printf("%s serving replay and parameters on %s (%s)\n", who.c_str(), l.address().c_str(),
                   l.credentials().DescribeServer().c_str());
       if (!args->address_file.empty()) {

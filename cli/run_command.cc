@@ -18,6 +18,7 @@
 #include "common/generations.h"
 #include "common/grpc_security.h"
 #include "common/host.h"
+#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "gan/run.h"
 #include "launch/experiment.h"
@@ -52,9 +53,9 @@ void RemoveRunDirectoryIfUnused(const std::string& run_dir) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(run_dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    // config.textproto and launch.txt are troupe run's own, written before anything ran.
+    // The config and launch.txt are troupe run's own, written before anything ran.
     const std::string name = it->path().filename().string();
-    if (it->is_regular_file(ec) && name != "config.textproto" && name != "launch.txt" && it->file_size(ec) > 0) return;
+    if (it->is_regular_file(ec) && name != kConfigFile && name != kLaunchFile && it->file_size(ec) > 0) return;
     if (!it->is_regular_file(ec) && !it->is_directory(ec)) return;
   }
   if (!ec) std::filesystem::remove_all(run_dir, ec);
@@ -67,7 +68,7 @@ int Fail(const absl::Status& status) {
 
 // "KEY VALUE" lines saying how the run in run_dir was started (troupe status).
 void WriteLaunchFile(const std::string& run_dir, const std::string& text) {
-  (void)WriteFileAtomically(run_dir + "/launch.txt", text);
+  (void)WriteFileAtomically(RunLayout(run_dir).launch(), text);
 }
 
 int64_t UnixSeconds() {
@@ -129,7 +130,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
           absl::StrCat("--resume ", args->resume, ": not a run directory (give the RUN_DIR troupe run made)")));
       return;
     }
-    const std::string config_path = resume ? args->resume + "/config.textproto" : args->config;
+    const std::string config_path = resume ? RunLayout(args->resume).config() : args->config;
     // Every check before anything is created: the config file, the
     // overrides, the whole experiment; each error says where the field was
     // set (file:line or the --set).
@@ -170,11 +171,11 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     }
     // A checkpoint to resume from: a committed generation, or the one file
     // of the layout before generations.
-    if (resume && NewestCheckpointFile(args->resume + "/checkpoints",
-                                       config->mode() == config::ExperimentConfig::GAN ? "counters.txt" : "agent.ckpt")
-                      .empty()) {
-      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ", args->resume,
-                                                         "/checkpoints (was the run started with troupe run?)")));
+    if (resume &&
+        RunLayout(args->resume).NewestCheckpoint(config->mode() == config::ExperimentConfig::GAN).empty()) {
+      *exit_code = Fail(absl::NotFoundError(absl::StrCat("--resume ", args->resume, ": no checkpoint in ",
+                                                         RunLayout(args->resume).checkpoints(),
+                                                         " (was the run started with troupe run?)")));
       return;
     }
     if (args->slurm) {
@@ -218,7 +219,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       run_dir = *made;
       std::string text;
       google::protobuf::TextFormat::PrintToString(*config, &text);
-      if (absl::Status s = WriteFileAtomically(run_dir + "/config.textproto", text); !s.ok()) {
+      if (absl::Status s = WriteFileAtomically(RunLayout(run_dir).config(), text); !s.ok()) {
         remove_unused();
         *exit_code = Fail(s);
         return;

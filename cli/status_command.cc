@@ -21,6 +21,7 @@
 #include "common/event_writer.h"
 #include "common/generations.h"
 #include "common/host.h"
+#include "common/run_layout.h"
 #include "launch/launcher.h"
 #include "launch/slurm.h"
 
@@ -35,18 +36,6 @@ void OnJobStop(int) { job_stop = true; }
 void OnTimeLimitWarning(int) {
   job_requeue = true;
   job_stop = true;
-}
-
-// "KEY VALUE" lines (launch.txt, counters.txt).
-std::map<std::string, std::string> ReadKeyValues(const std::string& path) {
-  std::map<std::string, std::string> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t space = line.find(' ');
-    if (space != std::string::npos) out[line.substr(0, space)] = line.substr(space + 1);
-  }
-  return out;
 }
 
 std::string Ago(int64_t seconds) {
@@ -67,13 +56,14 @@ int64_t FileAge(const std::string& path) {
 
 // Prints where the run in `run_dir` stands; false when it is no run directory.
 bool PrintStatus(const std::string& run_dir) {
-  if (!fs::exists(run_dir + "/config.textproto")) {
-    std::fprintf(stderr, "troupe status: %s is no run directory (no config.textproto)\n", run_dir.c_str());
+  const RunLayout run(run_dir);
+  if (!run.HasConfig()) {
+    std::fprintf(stderr, "troupe status: %s is no run directory (no %s)\n", run_dir.c_str(), kConfigFile);
     return false;
   }
   std::printf("run directory %s\n", run_dir.c_str());
   // How it was started, and whether that is still going.
-  const auto launch = ReadKeyValues(run_dir + "/launch.txt");
+  const auto launch = ReadKeyValues(run.launch());
   const std::string launcher = launch.count("launcher") ? launch.at("launcher") : "";
   if (launcher == "slurm") {
     const std::string& id = launch.at("job_id");
@@ -98,10 +88,10 @@ bool PrintStatus(const std::string& run_dir) {
     }
     std::printf("local run: troupe run (pid %s on %s): %s\n", pid.c_str(), host.c_str(), state.c_str());
   } else {
-    std::printf("started by hand (troupe learner), or before troupe wrote launch.txt\n");
+    std::printf("started by hand (troupe learner), or before troupe wrote %s\n", kLaunchFile);
   }
   // The status line the launcher keeps in the run directory.
-  std::ifstream status_file(run_dir + "/status.txt");
+  std::ifstream status_file(run.status());
   std::string line, updated;
   if (std::getline(status_file, line)) {
     std::getline(status_file, updated);
@@ -112,23 +102,24 @@ bool PrintStatus(const std::string& run_dir) {
   } else {
     std::printf("status: none yet\n");
   }
-  std::ifstream address_file(run_dir + "/learner.address");
+  std::ifstream address_file(run.learner_address());
   std::string address;
   if (std::getline(address_file, address)) std::printf("learner %s\n", address.c_str());
   // The last checkpoint.
   // The newest committed generation, else the one checkpoint of a run from
   // before generations.
-  std::string checkpoint = NewestCommittedGeneration(run_dir + "/checkpoints");
-  if (checkpoint.empty()) checkpoint = run_dir + "/checkpoints";
-  const auto counters = ReadKeyValues(checkpoint + "/counters.txt");
-  const int64_t age = FileAge(checkpoint + "/counters.txt");
+  std::string checkpoint = NewestCommittedGeneration(run.checkpoints());
+  if (checkpoint.empty()) checkpoint = run.checkpoints();
+  const std::string counters_file = checkpoint + "/" + kCountersFile;
+  const auto counters = ReadKeyValues(counters_file);
+  const int64_t age = FileAge(counters_file);
   if (age >= 0) {
     std::printf("checkpoint %s (%s, at %s env frames)\n", checkpoint.c_str(), Ago(age).c_str(),
                 counters.count("frames") ? counters.at("frames").c_str() : "?");
   } else {
     std::printf("checkpoint: none yet\n");
   }
-  std::printf("metrics %s/metrics.csv; actor logs %s/logs/\n", run_dir.c_str(), run_dir.c_str());
+  std::printf("metrics %s; actor logs %s/\n", run.metrics_csv().c_str(), run.logs().c_str());
   // Its TensorBoard event files (config `tensorboard`), if it has any.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {

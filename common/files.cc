@@ -177,37 +177,6 @@ absl::Status ValidateRunName(const std::string& name) {
   return absl::OkStatus();
 }
 
-double LastRunSeconds(const std::string& metrics_csv) {
-  std::ifstream in(metrics_csv, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  // The last rows are in the file's last 64 KB.
-  const std::streamoff size = in.tellg(), tail = std::min<std::streamoff>(size, 1 << 16);
-  std::string text(static_cast<size_t>(tail), '\0');
-  in.seekg(size - tail);
-  in.read(text.data(), tail);
-  // Whole rows only: a row cut off by a killed writer has no newline yet.
-  size_t end = text.rfind('\n');
-  while (end != std::string::npos && end > 0) {
-    const size_t begin = text.rfind('\n', end - 1);
-    // The first row of a tail that starts mid-file may be cut at its start.
-    if (begin == std::string::npos && tail < size) break;
-    const size_t from = begin == std::string::npos ? 0 : begin + 1;
-    const std::string row = text.substr(from, end - from);
-    if (const std::optional<double> seconds = CsvNumber(row, 0); seconds.has_value() && *seconds >= 0) {
-      return *seconds;
-    }
-    if (begin == std::string::npos) break;
-    end = begin;
-  }
-  return 0;
-}
-
-std::chrono::steady_clock::time_point RunClockStart(const std::string& run_dir, bool resume) {
-  const double seconds = resume ? LastRunSeconds(run_dir + "/metrics.csv") : 0.0;
-  return std::chrono::steady_clock::now() -
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
-}
-
 namespace {
 
 // `text` as a finite number, or nullopt.

@@ -2,7 +2,6 @@
 #ifndef TROUPE_COMMON_FILES_H_
 #define TROUPE_COMMON_FILES_H_
 
-#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,7 +49,7 @@ absl::Status SyncPath(const std::string& path);
 // (ResourceExhausted for a full disk).
 absl::Status AppendToFile(const std::string& path, absl::string_view rows, absl::string_view header = "");
 
-// An append-only log of a run (metrics.csv, metrics.jsonl, eval.csv) that a
+// An append-only log (a run's logs: common/run_layout.h's RunLog) that a
 // failing disk does not stop: Append writes whole rows or nothing
 // (AppendToFile); the first failure of a streak is said on stderr ("PATH:
 // append failed: WHY; the run goes on, rows are lost until it works
@@ -81,15 +80,6 @@ std::string ProjectPath(const std::string& relative);
 // comparison): $XDG_CACHE_HOME/troupe when set, else ~/.cache/troupe, else
 // /tmp/troupe. Not created here.
 std::string CacheDirectory();
-
-// The `seconds` (first column) of the last whole row of a run's metrics
-// CSV; 0 when the file is missing or has no such row. A resumed run starts
-// its clock from it, so a run's seconds count all of its pieces.
-double LastRunSeconds(const std::string& metrics_csv);
-
-// When the clock of the run in `run_dir` started: now, less the seconds
-// its metrics.csv already counts when `resume` (LastRunSeconds).
-std::chrono::steady_clock::time_point RunClockStart(const std::string& run_dir, bool resume);
 
 // A resumed run goes on from its checkpoint, so the rows its logs got after
 // that checkpoint (a killed run writes on until it dies) are written again.

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <cmath>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/image.h"
 #include "common/plot.h"
+#include "common/run_layout.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -29,16 +30,14 @@ struct History {
   std::vector<double> images, fid;
 };
 
-History ReadHistory(const std::string& path) {
+History ReadHistory(const RunLayout& run) {
   History h;
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    double images = 0, steps = 0, fid = 0;
-    if (std::sscanf(line.c_str(), "%lf,%lf,%lf", &images, &steps, &fid) == 3) {
-      h.images.push_back(images);
-      h.fid.push_back(fid);
+  if (const absl::StatusOr<CsvTable> table = ReadCsvTable(run.eval_csv()); table.ok()) {
+    const std::vector<double> images = table->Column("images"), fid = table->Column("classifier_fid");
+    for (size_t i = 0; i < images.size() && i < fid.size(); ++i) {
+      if (std::isnan(images[i]) || std::isnan(fid[i])) continue;
+      h.images.push_back(images[i]);
+      h.fid.push_back(fid[i]);
     }
   }
   return h;
@@ -51,7 +50,8 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   const config::GanConfig& gan = config.gan();
   RETURN_IF_ERROR(ValidateGanConfig(gan));
   using Clock = std::chrono::steady_clock;
-  const auto start = RunClockStart(run_dir, resume);  // a resumed run's clock goes on
+  const RunLayout run(run_dir);
+  const auto start = RunClockStart(run, resume);  // a resumed run's clock goes on
 
   // Data, the FID classifier (trained and cached on first use), the trainer.
   ASSIGN_OR_RETURN(GanData data, LoadGanData(gan.data_dir()));
@@ -62,7 +62,7 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   classifier_options.device = gan.engine().device();
   ASSIGN_OR_RETURN(std::unique_ptr<FidClassifier> classifier, FidClassifier::LoadOrTrain(classifier_options, Log));
   ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
-  const std::string checkpoint_dir = run_dir + "/checkpoints";
+  const std::string checkpoint_dir = run.checkpoints();
   const bool chief = trainer->is_chief();
   // A checkpoint passed over at resume, or the last one failed: said on the
   // status line until one commits.
@@ -79,18 +79,15 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
       }
     }
   }
+  // The logs: a row that cannot be written (a full disk) is warned about,
+  // and the run goes on.
+  RowLog<GanEvalRow> eval_csv(run);
+  RowLog<GanMetricsRow> metrics(run);
   if (resume && chief) {
     // The rows written after the checkpoint are written again from it.
     const double limit = static_cast<double>(trainer->images_seen());
-    struct CsvLog {
-      const char* file;
-      int images_column;
-    };
-    for (const CsvLog log : {CsvLog{"/eval.csv", 0}, CsvLog{"/metrics.csv", 1}}) {
-      RETURN_IF_ERROR(DropRowsPast(run_dir + log.file, limit, /*header=*/true, [&](std::string_view row) {
-                        return CsvNumber(row, log.images_column);
-                      }).status());
-    }
+    RETURN_IF_ERROR(eval_csv.DropRowsPast(limit).status());
+    RETURN_IF_ERROR(metrics.DropRowsPast(limit).status());
     // The TensorBoard event files too (step = steps). A file that cannot be
     // rewritten costs its points' correctness, not the run.
     if (const absl::StatusOr<int64_t> events = DropEventsPast(run_dir, trainer->steps()); !events.ok()) {
@@ -106,8 +103,8 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   auto warn_on_event_error = [&](const absl::Status& s) {
     if (s.ok() || event_error_warned) return;
     event_error_warned = true;
-    Log(absl::StrFormat("tensorboard: %s (the run goes on; later TensorBoard errors are not shown; metrics.csv and "
-                        "eval.csv have every number)", s.message()));
+    Log(absl::StrFormat("tensorboard: %s (the run goes on; later TensorBoard errors are not shown; %s and %s have "
+                        "every number)", s.message(), kMetricsCsvFile, kEvalCsvFile));
   };
   if (chief && config.tensorboard()) {
     absl::StatusOr<std::unique_ptr<EventWriter>> opened = EventWriter::Open(run_dir, resume ? trainer->steps() + 1 : 0);
@@ -115,19 +112,18 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
     warn_on_event_error(opened.status());
   }
   GanEvaluator evaluator(classifier.get(), data);
-  History history = ReadHistory(run_dir + "/eval.csv");
-  // The logs: a row that cannot be written (a full disk) is warned about,
-  // and the run goes on.
-  AppendLog eval_csv(run_dir + "/eval.csv", "images,steps,classifier_fid,classifier_score,seconds\n");
-  AppendLog metrics(run_dir + "/metrics.csv", "seconds,images,steps,images_per_s,d_loss,g_loss,d_lr,g_lr\n");
+  History history = ReadHistory(run);
 
   // Evaluation: FID, classifier score, eval.csv, the curve and the sample grids.
   auto evaluate = [&]() -> absl::Status {
     if (!chief) return absl::OkStatus();
     const Evaluation e = evaluator.Evaluate(*trainer, gan.eval_samples());
     const int64_t images = trainer->images_seen();
-    eval_csv.Append(absl::StrFormat("%d,%d,%.4f,%.4f,%.1f\n", images, trainer->steps(), e.fid, e.classifier_score,
-                                    std::chrono::duration<double>(Clock::now() - start).count()));
+    eval_csv.Append({.images = images,
+                     .steps = trainer->steps(),
+                     .classifier_fid = e.fid,
+                     .classifier_score = e.classifier_score,
+                     .seconds = std::chrono::duration<double>(Clock::now() - start).count()});
     history.images.push_back(static_cast<double>(images));
     history.fid.push_back(e.fid);
     // The pictures: one that cannot be written (a full disk) is said, and the
@@ -136,14 +132,14 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
       if (!s.ok()) Log(absl::StrFormat("%s (the run goes on)", s.message()));
     };
     PlotSeries curve{"classifier-FID (EMA generator)", history.images, history.fid, {214, 39, 40}};
-    warn_on_png_error(WritePng(run_dir + "/fid_curve.png",
+    warn_on_png_error(WritePng(run.fid_curve(),
                                PlotLines({curve}, PlotOptions{640, 400, config.name() + " classifier-FID",
                                                               "images seen", "FID (classifier features)"})));
     const Image grid = SampleGrid(*trainer);
     std::error_code ec;
-    std::filesystem::create_directories(run_dir + "/samples", ec);
-    warn_on_png_error(WritePng(absl::StrFormat("%s/samples/samples-%09d.png", run_dir, images), grid));
-    warn_on_png_error(WritePng(run_dir + "/samples.png", grid));
+    std::filesystem::create_directories(run.samples_folder(), ec);
+    warn_on_png_error(WritePng(run.samples_at(images), grid));
+    warn_on_png_error(WritePng(run.samples(), grid));
     if (events) {
       const EventWriter::Scalar scalars[] = {{"gan/fid", e.fid}, {"gan/classifier_score", e.classifier_score}};
       warn_on_event_error(events->AddScalars(trainer->steps(), scalars));
@@ -207,11 +203,14 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
     images_at_rate = trainer->images_seen();
     rate_time = now;
     if (chief) {
-      metrics.Append(absl::StrFormat("%.1f,%d,%d,%.1f,%.5f,%.5f,%.6g,%.6g\n",
-                                 std::chrono::duration<double>(now - start).count(), trainer->images_seen(),
-                                 trainer->steps(), images_per_second, trainer->discriminator_loss(),
-                                 trainer->generator_loss(), trainer->DiscriminatorLearningRate(trainer->steps() - 1),
-                                 trainer->GeneratorLearningRate(trainer->steps() - 1)));
+      metrics.Append({.seconds = std::chrono::duration<double>(now - start).count(),
+                      .images = trainer->images_seen(),
+                      .steps = trainer->steps(),
+                      .images_per_s = images_per_second,
+                      .d_loss = trainer->discriminator_loss(),
+                      .g_loss = trainer->generator_loss(),
+                      .d_lr = trainer->DiscriminatorLearningRate(trainer->steps() - 1),
+                      .g_lr = trainer->GeneratorLearningRate(trainer->steps() - 1)});
       if (events) {
         const EventWriter::Scalar scalars[] = {
             {"gan/images_seen", double(trainer->images_seen())},

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/generations.h"
+#include "common/run_layout.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
@@ -340,7 +341,6 @@ constexpr char kGeneratorFile[] = "generator.ckpt";
 constexpr char kDiscriminatorFile[] = "discriminator.ckpt";
 constexpr char kEmaFile[] = "generator_ema.ckpt";
 constexpr char kPowerVectorsFile[] = "discriminator_power_vectors.ckpt";
-constexpr char kCountersFile[] = "counters.txt";
 
 // A folder of the layout before generations is complete once its commit
 // point, counters.txt, is there.
@@ -410,7 +410,7 @@ absl::StatusOr<std::string> GanTrainer::LoadCheckpoint(const std::string& dir, s
   }
   return absl::NotFoundError(absl::StrCat(generation.status().message(),
                                           "; no complete checkpoint of the layout before generations either "
-                                          "(counters.txt missing or unreadable in ", dir, " and in ", dir, ".new)"));
+                                          "(", kCountersFile, " missing or unreadable in ", dir, " and in ", dir, ".new)"));
 }
 
 }  // namespace troupe::gan

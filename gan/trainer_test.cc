@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/run_layout.h"
 #include "common/generations.h"
 #include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"

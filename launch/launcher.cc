@@ -19,6 +19,7 @@
 #include "common/host.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "learner/rl_learner.h"
 
 namespace troupe::launch {
@@ -92,7 +93,7 @@ std::string SelfBinary() {
 
 std::vector<std::string> ActorCommand(const std::string& troupe_binary, const std::string& run_dir,
                                       const std::string& learner_address, int index) {
-  return {troupe_binary, "actor", "--learner", learner_address, "--config", run_dir + "/config.textproto",
+  return {troupe_binary, "actor", "--learner", learner_address, "--config", RunLayout(run_dir).config(),
           "--index", std::to_string(index)};
 }
 
@@ -100,7 +101,7 @@ void WriteStatusFile(const std::string& run_dir, const std::string& line) {
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  (void)WriteFileAtomically(run_dir + "/status.txt", absl::StrCat(line, "\nupdated ", now, "\n"));
+  (void)WriteFileAtomically(RunLayout(run_dir).status(), absl::StrCat(line, "\nupdated ", now, "\n"));
 }
 
 absl::StatusOr<pid_t> ActorFleet::Spawn(int index) const {
@@ -112,7 +113,7 @@ absl::StatusOr<pid_t> ActorFleet::Spawn(int index) const {
     wrapped.insert(wrapped.end(), argv.begin(), argv.end());
     argv = std::move(wrapped);
   }
-  return SpawnLogged(argv, absl::StrCat(run_dir_, "/logs/actor-", index, ".log"), token_, index);
+  return SpawnLogged(argv, RunLayout(run_dir_).actor_log(index), token_, index);
 }
 
 absl::StatusOr<std::unique_ptr<ActorFleet>> ActorFleet::Start(const config::ExperimentConfig& config,
@@ -130,7 +131,7 @@ absl::StatusOr<std::unique_ptr<ActorFleet>> ActorFleet::Start(const config::Expe
   fleet->token_ = token;
   fleet->wrapper_ = std::move(wrapper);
   fleet->binary_ = SelfBinary();
-  std::filesystem::create_directories(run_dir + "/logs");
+  std::filesystem::create_directories(RunLayout(run_dir).logs());
   {
     absl::MutexLock lock(&fleet->mutex_);
     fleet->actors_.resize(config.actors().count());
@@ -158,8 +159,8 @@ void ActorFleet::Watch(std::stop_token token) {
         const std::string how = WIFSIGNALED(wstatus) ? absl::StrCat("killed by signal ", WTERMSIG(wstatus))
                                                      : absl::StrCat("exited with status ", WEXITSTATUS(wstatus));
         if (actor.restarts >= config_.actors().max_restarts()) {
-          std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s/logs/actor-%d.log\n",
-                      actor.index, how.c_str(), config_.actors().max_restarts(), run_dir_.c_str(), actor.index);
+          std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s\n", actor.index,
+                      how.c_str(), config_.actors().max_restarts(), RunLayout(run_dir_).actor_log(actor.index).c_str());
           continue;
         }
         auto pid = Spawn(actor.index);
@@ -241,12 +242,12 @@ int ActorFleet::restarts() const {
 
 absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::string& run_dir, bool resume,
                              const std::atomic<bool>* stop, const RlRunOptions& options) {
-  std::filesystem::create_directories(run_dir + "/logs");
+  std::filesystem::create_directories(RunLayout(run_dir).logs());
   ASSIGN_OR_RETURN(auto learner, learner::RlLearner::Create(config, run_dir, resume));
   // The address actors use, also in the run directory for those started by
   // hand and for troupe status.
   const std::string address = ReachableAddress(learner->address(), options.advertised_host);
-  RETURN_IF_ERROR(WriteFileAtomically(run_dir + "/learner.address", address + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(RunLayout(run_dir).learner_address(), address + "\n"));
   std::printf("learner serving replay and parameters on %s; run directory %s\n", address.c_str(), run_dir.c_str());
   std::fflush(stdout);
 

@@ -31,6 +31,7 @@
 #include "common/host.h"
 #include "common/shell.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "launch/launcher.h"
 
@@ -72,21 +73,6 @@ absl::StatusOr<pid_t> SpawnInherited(const std::vector<std::string>& argv) {
   return pid;
 }
 
-// The last row of RUN_DIR/metrics.csv as column -> value.
-std::map<std::string, std::string> LastMetricsRow(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/metrics.csv");
-  std::string header, line, last;
-  std::getline(in, header);
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  std::map<std::string, std::string> row;
-  const std::vector<std::string> names = absl::StrSplit(header, ',');
-  const std::vector<std::string> values = absl::StrSplit(last, ',');
-  for (size_t i = 0; i < names.size() && i < values.size(); ++i) row[names[i]] = values[i];
-  return row;
-}
-
 // Inside the job, learner ranks over MPI: the ranks as a child (mpirun or
 // srun --mpi=pmix), rank 0's address from RUN_DIR/learner.address, the
 // actors against it; the status line from the metrics rank 0 writes.
@@ -114,11 +100,11 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
             "none"};
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   }
-  const std::string address_file = run_dir + "/learner.address";
+  const std::string address_file = RunLayout(run_dir).learner_address();
   fs::remove(address_file);
   std::string listen = config.learner().listen();
   listen = "0.0.0.0" + listen.substr(listen.rfind(':'));
-  for (const std::string& a : {binary, std::string("learner"), std::string("--config"), run_dir + "/config.textproto",
+  for (const std::string& a : {binary, std::string("learner"), std::string("--config"), RunLayout(run_dir).config(),
                                std::string("--run-dir"), run_dir, std::string("--listen"), listen,
                                std::string("--address-file"), address_file}) {
     argv.push_back(a);
@@ -161,7 +147,7 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
       break;
     }
     if (actors && std::chrono::steady_clock::now() - last_status >= std::chrono::milliseconds(500)) {
-      auto row = LastMetricsRow(run_dir);
+      auto row = ReadCsvTable(RunLayout(run_dir).metrics_csv()).value_or(CsvTable()).LastRow();
       WriteStatusFile(run_dir, absl::StrFormat("%s | frames %s | updates %s | params v%s | learner ranks %d | "
                                                "actors %d/%d (restarts %d)",
                                                config.env().task(), row["frames"], row["updates"],
@@ -179,7 +165,7 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
   // after its ranks have stopped: a checkpoint written since the stop means
   // they stopped as asked.
   std::error_code error;
-  const auto checkpoint = fs::last_write_time(NewestCheckpointFile(run_dir + "/checkpoints", "agent.ckpt"), error);
+  const auto checkpoint = fs::last_write_time(RunLayout(run_dir).NewestCheckpoint(), error);
   if (signalled && !error && checkpoint >= stopped_at - std::chrono::seconds(1)) {
     absl::PrintF("the learner ranks checkpointed and stopped (%s exit status %d)\n", argv[0], code);
     return absl::OkStatus();
@@ -509,7 +495,7 @@ absl::Status RunSlurmJob(const std::string& run_dir, const std::string& troupe_b
         "troupe slurm-job runs inside a Slurm allocation (the job script `troupe run --slurm` writes); "
         "SLURM_JOB_ID is not set");
   }
-  ASSIGN_OR_RETURN(config::ExperimentConfig config, LoadExperimentConfig(run_dir + "/config.textproto", {}));
+  ASSIGN_OR_RETURN(config::ExperimentConfig config, LoadExperimentConfig(RunLayout(run_dir).config(), {}));
   ASSIGN_OR_RETURN(const SlurmPlan plan, PlanSlurmJob(config));
   ASSIGN_OR_RETURN(const ProgramResult hostnames,
                    RunProgram({"scontrol", "show", "hostnames", Env("SLURM_JOB_NODELIST")}));
@@ -520,7 +506,7 @@ absl::Status RunSlurmJob(const std::string& run_dir, const std::string& troupe_b
                                                       ") are fewer than slurm.nodes ", plan.nodes));
   }
   // A checkpoint means a resubmission (--resume) or a requeue: continue it.
-  const bool resume = !NewestCheckpointFile(run_dir + "/checkpoints", "agent.ckpt").empty();
+  const bool resume = !RunLayout(run_dir).NewestCheckpoint().empty();
   std::vector<std::string> actor_hosts;
   for (int node : plan.actor_nodes) actor_hosts.push_back(nodes[node]);
   absl::PrintF(

@@ -10,6 +10,7 @@
 #include "common/files.h"
 #include "common/generations.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "launch/launcher.h"
 #include "launch/slurm.h"
 
@@ -41,9 +42,9 @@ absl::StatusOr<SlurmRunJob> SubmitRunToSlurm(const config::ExperimentConfig& con
                                              const std::string& resume_dir,
                                              const std::vector<std::string>& sbatch_options) {
   const bool resume = !resume_dir.empty();
-  if (resume && NewestCheckpointFile(resume_dir + "/checkpoints", "agent.ckpt").empty()) {
+  if (resume && RunLayout(resume_dir).NewestCheckpoint().empty()) {
     return absl::NotFoundError(
-        absl::StrCat("--resume ", resume_dir, ": no checkpoint in ", resume_dir, "/checkpoints"));
+        absl::StrCat("--resume ", resume_dir, ": no checkpoint in ", RunLayout(resume_dir).checkpoints()));
   }
   RETURN_IF_ERROR(CheckSbatchOnPath());
   // The job's shape comes from the slurm section, which the job itself reads
@@ -68,11 +69,8 @@ absl::StatusOr<SlurmRunJob> SubmitRunToSlurm(const config::ExperimentConfig& con
   }
   // A resumed run must not be running already.
   if (resume) {
-    std::ifstream launch_file(resume_dir + "/launch.txt");
-    std::string key, value, job_id;
-    while (launch_file >> key >> value) {
-      if (key == "job_id") job_id = value;
-    }
+    const std::map<std::string, std::string> launch = ReadKeyValues(RunLayout(resume_dir).launch());
+    const std::string job_id = launch.count("job_id") ? launch.at("job_id") : "";
     const std::string state = job_id.empty() ? "" : SlurmJobState(job_id);
     if (state == "PENDING" || state == "RUNNING" || state == "REQUEUED" || state == "COMPLETING") {
       return absl::FailedPreconditionError(absl::StrCat("--resume ", resume_dir, ": Slurm job ", job_id,
@@ -87,16 +85,17 @@ absl::StatusOr<SlurmRunJob> SubmitRunToSlurm(const config::ExperimentConfig& con
     ASSIGN_OR_RETURN(job.run_dir, MakeRunDirectory(config.runs_dir(), config.name()));
     std::string text;
     google::protobuf::TextFormat::PrintToString(config, &text);
-    RETURN_IF_ERROR(WriteFileAtomically(job.run_dir + "/config.textproto", text));
+    RETURN_IF_ERROR(WriteFileAtomically(RunLayout(job.run_dir).config(), text));
   }
   job.run_dir = fs::absolute(job.run_dir).lexically_normal().string();
   if (!job.run_dir.empty() && job.run_dir.back() == '/') job.run_dir.pop_back();
-  fs::create_directories(job.run_dir + "/slurm");
-  fs::create_directories(job.run_dir + "/logs");
+  const RunLayout run(job.run_dir);
+  fs::create_directories(run.slurm());
+  fs::create_directories(run.logs());
   // Where the security work's token goes (never on a command line): owner only.
   fs::create_directories(job.run_dir + "/secrets");
   fs::permissions(job.run_dir + "/secrets", fs::perms::owner_all);
-  job.script = job.run_dir + "/slurm/job.sh";
+  job.script = run.slurm() + "/job.sh";
   RETURN_IF_ERROR(WriteFileAtomically(job.script, SlurmJobScript(config, *plan, job.run_dir, SelfBinary())));
   fs::permissions(job.script, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
   auto job_id = SubmitSlurmJob(job.script, sbatch_options);
@@ -105,12 +104,12 @@ absl::StatusOr<SlurmRunJob> SubmitRunToSlurm(const config::ExperimentConfig& con
                         absl::StrCat("--slurm: ", job_id.status().message(), " (job script: ", job.script, ")"));
   }
   job.job_id = *job_id;
-  job.output = absl::StrCat(job.run_dir, "/slurm/job-", job.job_id, ".out");
+  job.output = absl::StrCat(run.slurm(), "/job-", job.job_id, ".out");
   // launch.txt: "KEY VALUE" lines saying how the run was started (troupe status).
-  (void)WriteFileAtomically(job.run_dir + "/launch.txt",
+  (void)WriteFileAtomically(run.launch(),
                             absl::StrCat("launcher slurm\njob_id ", job.job_id, "\nscript ", job.script, "\noutput ",
                                          job.output, "\nsubmitted ", UnixSeconds(), "\n"));
-  std::ofstream(job.run_dir + "/slurm/jobs.txt", std::ios::app) << job.job_id << "\n";
+  std::ofstream(run.slurm() + "/jobs.txt", std::ios::app) << job.job_id << "\n";
   return job;
 }
 

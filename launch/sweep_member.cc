@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "gan/run.h"
 #include "launch/experiment.h"
 #include "launch/launcher.h"
@@ -18,7 +19,7 @@ namespace fs = std::filesystem;
 using config::ExperimentConfig;
 
 absl::Status RunSweepMember(const std::string& run_dir, const std::atomic<bool>* stop) {
-  ASSIGN_OR_RETURN(ExperimentConfig config, LoadExperimentConfig(run_dir + "/config.textproto", {}));
+  ASSIGN_OR_RETURN(ExperimentConfig config, LoadExperimentConfig(RunLayout(run_dir).config(), {}));
   RETURN_IF_ERROR(ValidateExperiment(config));
   const bool resume = SweepRunHasCheckpoint(run_dir, config.mode());
   std::error_code ec;
@@ -28,7 +29,7 @@ absl::Status RunSweepMember(const std::string& run_dir, const std::atomic<bool>*
     // Afresh: what an attempt killed before its first checkpoint wrote goes.
     for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
       const std::string file = entry.path().filename().string();
-      if (file != "config.textproto" && file != "log.txt") fs::remove_all(entry.path(), ec);
+      if (file != kConfigFile && file != "log.txt") fs::remove_all(entry.path(), ec);
     }
     std::fprintf(stderr, "sweep member %s: starting\n", run_dir.c_str());
   }
@@ -37,7 +38,7 @@ absl::Status RunSweepMember(const std::string& run_dir, const std::atomic<bool>*
   } else if (config.mode() == ExperimentConfig::RL) {
     RETURN_IF_ERROR(RunRlExperiment(config, run_dir, resume, stop));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(run_dir, "/config.textproto: mode ",
+    return absl::InvalidArgumentError(absl::StrCat(RunLayout(run_dir).config(), ": mode ",
                                                    ExperimentConfig::Mode_Name(config.mode()), " is not swept"));
   }
   if (stop != nullptr && stop->load()) return absl::OkStatus();  // stopped: resumed by the next attempt

@@ -18,6 +18,7 @@
 #include "common/files.h"
 #include "common/generations.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "gan/fid.h"
 #include "launch/experiment.h"
 
@@ -215,8 +216,8 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options) {
       }
       // A run directory from an earlier sweep must hold this run's config.
       std::error_code ec;
-      if (fs::exists(run.run_dir + "/config.textproto", ec)) {
-        auto existing = LoadExperimentConfig(run.run_dir + "/config.textproto", {});
+      if (RunLayout(run.run_dir).HasConfig()) {
+        auto existing = LoadExperimentConfig(RunLayout(run.run_dir).config(), {});
         if (!existing.ok() || !google::protobuf::util::MessageDifferencer::Equals(WithoutThreads(*existing),
                                                                                   WithoutThreads(c))) {
           return absl::FailedPreconditionError(absl::StrCat(
@@ -257,7 +258,7 @@ absl::StatusOr<std::vector<const SweepRun*>> PrepareSweep(const SweepPlan& plan,
     fs::create_directories(run.run_dir, ec);
     std::string config_text;
     google::protobuf::TextFormat::PrintToString(run.config, &config_text);
-    RETURN_IF_ERROR(WriteFileAtomically(run.run_dir + "/config.textproto", config_text));
+    RETURN_IF_ERROR(WriteFileAtomically(RunLayout(run.run_dir).config(), config_text));
     pending.push_back(&run);
   }
 
@@ -290,8 +291,7 @@ bool SweepRunDone(const std::string& run_dir) {
 
 bool SweepRunHasCheckpoint(const std::string& run_dir, ExperimentConfig::Mode mode) {
   // A committed generation, or the one file of the layout before them.
-  return !NewestCheckpointFile(run_dir + "/checkpoints", mode == ExperimentConfig::GAN ? "counters.txt" : "agent.ckpt")
-              .empty();
+  return !RunLayout(run_dir).NewestCheckpoint(mode == ExperimentConfig::GAN).empty();
 }
 
 }  // namespace troupe::launch

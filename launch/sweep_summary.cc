@@ -14,6 +14,7 @@
 #include "common/image.h"
 #include "common/plot.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 
 namespace troupe::launch {
 namespace {
@@ -46,13 +47,14 @@ std::string Number(double v) { return std::isnan(v) ? "" : absl::StrFormat("%.4f
 RunCurve ReadRunCurve(const std::string& run_dir) {
   RunCurve curve;
   curve.done = SweepRunDone(run_dir);
-  std::ifstream in(run_dir + "/eval.csv");
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    const std::vector<std::string> fields = absl::StrSplit(line, ',');
-    double x = 0, y = 0;
-    if (fields.size() < 3 || !absl::SimpleAtod(fields[0], &x) || !absl::SimpleAtod(fields[2], &y)) continue;
+  // x and the metric: eval.csv's first and third columns (frames and
+  // eval_return; images and classifier_fid).
+  const absl::StatusOr<CsvTable> table = ReadCsvTable(RunLayout(run_dir).eval_csv());
+  if (!table.ok() || table->header.size() < 3) return curve;
+  const std::vector<double> xs = table->Column(table->header[0]), ys = table->Column(table->header[2]);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i], y = ys[i];
+    if (std::isnan(x) || std::isnan(y)) continue;
     // A resumed run re-evaluates from its checkpoint: the later rows win.
     while (!curve.x.empty() && curve.x.back() >= x) {
       curve.x.pop_back();

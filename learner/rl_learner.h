@@ -27,6 +27,12 @@
 // thread. Stats() may be called from any thread (guarded by a mutex). Under
 // MPI, Create and Run must be called from the thread that initialised MPI
 // (they run collectives).
+//
+// Files, one concern each: rl_learner.cc wires the process (Create: replay,
+// the port, the agent, the samplers); rank_agreement.h keeps the ranks in
+// step; checkpoint.cc writes checkpoints and resumes from them; run_log.h
+// writes (and on resume cuts back) the run directory's logs;
+// evaluator_thread.h evaluates; training_loop.cc is Run.
 #ifndef TROUPE_LEARNER_RL_LEARNER_H_
 #define TROUPE_LEARNER_RL_LEARNER_H_
 
@@ -34,7 +40,6 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include <grpcpp/server.h>
 
@@ -42,13 +47,13 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "actors/episode_recorder.h"
 #include "actors/episode_stream.h"
 #include "agents/d4pg_agent.h"
-#include "common/event_writer.h"
-#include "common/files.h"
 #include "common/grpc_security.h"
+#include "common/run_layout.h"
 #include "engine/replicator/replicator.h"
+#include "learner/evaluator_thread.h"
+#include "learner/run_log.h"
 #include "learner/service/parameter_service.h"
 #include "proto/config.pb.h"
 #include "replay/client.h"
@@ -170,51 +175,42 @@ class RlLearner {
   RlLearner() = default;
   // Rank 0's part of Create: replay, the port and its services.
   absl::Status StartChief(const config::ReplayConfig& replay_config);
-  // Under MPI: every rank gets rank 0's address (or its start-up error).
-  absl::Status ShareChiefAddress(const absl::Status& chief_status, int64_t max_message_bytes);
-  // Under MPI: every rank gets rank 0's `step` (what to do next in Run).
+  // Rank 0's evaluator and its logs, last in Create (learner/evaluator_thread.h).
+  absl::Status StartEvaluator();
+  // Under MPI: rank 0's `step` (what to do next in Run) for every rank.
   absl::StatusOr<int> AgreeOnStep(int step);
-  // Under MPI: every rank's StateChecksum compared with rank 0's.
-  absl::Status CheckReplicasAgree();
-  // Writes and commits one checkpoint generation; on error the partial
-  // generation is removed. Learner thread, rank 0.
+  // learner/checkpoint.cc: writes and commits one checkpoint generation; on
+  // error the partial generation is removed. Learner thread, rank 0.
   absl::Status Checkpoint();
   // Checkpoint(), and on failure a warning (log and status line) instead of
   // an error: the run goes on and the next checkpoint tries again.
   void CheckpointOrWarn();
   // "generation 7 at 12,000 frames", or "none yet".
   std::string LastGenerationText() const;
+  // Rank 0's resume: the newest usable generation, then the logs cut back
+  // to it (LearnerRunLog::Resume).
   absl::Status Restore();
+  // Other ranks' resume: the agent of the newest usable generation.
+  absl::Status RestoreAgent();
   // Loads agent.ckpt, counters.txt and (when `has_replay` and configured)
   // replay.ckpt from `folder`; DataLoss when they are damaged or disagree
   // (counters of another step than the networks), so that an older
   // generation is tried. Sets the counters; `replay_note` says what replay
   // got.
   absl::Status LoadCheckpointFiles(const std::string& folder, bool has_replay, std::string* replay_note);
-  // Starts an evaluation on the evaluator's thread when one is due (or, with
-  // `force`, now) and none is running.
-  void MaybeEvaluate(bool force = false);
-  // The first evaluation point after `frames`: evaluations are due at the
-  // first frames at or past each multiple of evaluator.every_frames, so a
-  // resumed run keeps the grid a fresh one has.
-  int64_t NextEvaluation(int64_t frames) const;
-  // Refreshes stats_; with `write_row`, also rates and losses since the last
-  // row, and appends a metrics row. Learner thread only.
+  // learner/training_loop.cc: refreshes stats_; with `write_row`, also
+  // rates and losses since the last row, and appends a metrics row.
+  // Learner thread only.
   void RecordStats(bool write_row);
-  void WriteMetrics();
+  // The end of Run on rank 0: the last evaluation, row and checkpoint.
+  absl::Status Finish(const std::atomic<bool>* stop);
+  // Starts an evaluation when one is due (or, with `force`, now).
+  void MaybeEvaluate(bool force = false);
   int64_t FramesNow() const;
-  // Opens events_ (config `tensorboard`) starting at `start_step`; a file
-  // that cannot be made is warned about, and the run goes on without it.
-  void OpenEventFile(int64_t start_step);
-  // Warns about a TensorBoard error (the first of the run only).
-  void WarnOnEventError(const absl::Status& status);
-  // The evaluation video at `path` (videos/eval-FRAMES.mp4) as a frame strip
-  // in the event file at step FRAMES. The video recorder's thread.
-  void AddFrameStrip(const std::string& path);
 
   config::ExperimentConfig config_;
-  std::string run_dir_;
-  bool resumed_ = false;  // from a checkpoint in run_dir_ (its clock goes on)
+  RunLayout layout_{""};
+  bool resumed_ = false;  // from a checkpoint in the run directory (its clock goes on)
   GrpcCredentials credentials_;
   agents::ObservationSpec spec_;
   int action_size_ = 0;
@@ -235,26 +231,19 @@ class RlLearner {
   bool mpi_ = false;
   int rank_ = 0, num_ranks_ = 1;
   std::vector<float> policy_parameters_;
-  std::unique_ptr<agents::D4pgPolicy> eval_policy_;  // used on the evaluator thread only
-  // The TensorBoard event file (rank 0, config `tensorboard`; null when off
-  // or it could not be made). Set at the end of Create, before any thread
-  // uses it; thread-safe; declared before eval_recorder_, whose thread
-  // writes to it, so that it is destroyed after.
-  std::unique_ptr<EventWriter> events_;
-  std::atomic<bool> event_error_warned_{false};
-  // Evaluation videos (evaluator.record_video; null when off): fed on the
-  // evaluator thread, rendered and encoded on the recorder's own.
-  std::unique_ptr<actors::EpisodeRecorder> eval_recorder_;
+  // The run's logs (rank 0; null elsewhere): metrics rows (learner thread),
+  // evaluations (the evaluator's thread), frame strips (the video
+  // recorder's). Declared before evaluator_, whose threads write to it, so
+  // that it is destroyed after.
+  std::unique_ptr<LearnerRunLog> run_log_;
+  // The evaluator (rank 0): evaluates snapshots of the policy on its thread.
+  std::unique_ptr<EvaluatorThread> evaluator_;
   // When the run's clock started: Run(), or for a resumed run its last
   // metrics row's seconds before now (Restore).
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_row_;  // when the last metrics row was written
   int64_t row_updates_ = 0, row_frames_ = 0;        // counters at that row
   int64_t row_frames_uploaded_ = 0;                  // the agent's frame_stats() at that row
-
-  // The run's logs (rank 0): metrics rows (learner thread), evaluations
-  // (the evaluator's thread). A failed append is warned about, not fatal.
-  AppendLog metrics_csv_, metrics_jsonl_, eval_csv_;
 
   int64_t frames_before_ = 0;    // frames counted before a resume
   int64_t inserts_before_ = 0;   // replay inserts restored from a checkpoint
@@ -270,15 +259,8 @@ class RlLearner {
   double checkpoint_seconds_ = 0;
   double row_checkpoint_seconds_ = 0;
 
-  // The evaluator: a thread that evaluates a snapshot of the policy.
-  std::jthread evaluator_;
-  std::atomic<bool> evaluating_{false};
-  int64_t next_eval_frames_ = 0;
-
   mutable absl::Mutex mutex_;
   LearnerStats stats_ ABSL_GUARDED_BY(mutex_);
-  std::vector<double> eval_frames_ ABSL_GUARDED_BY(mutex_);
-  std::vector<double> eval_returns_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace troupe::learner

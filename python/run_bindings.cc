@@ -2,7 +2,9 @@
 // (viz::OpenRunDirectory, the reader `troupe view` uses) and the D4PG
 // inference policy of a checkpoint (agents::D4pgPolicy, what actors and the
 // evaluator run). The CSV and JSONL files are read in Python
-// (python/troupe/runs.py).
+// (python/troupe/runs.py), by the names and columns of python/troupe/layout.py,
+// which run_files() and run_columns() (common/run_layout.h's) let a test
+// check.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,12 +12,14 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
 #include "agents/d4pg_policy.h"
+#include "common/run_layout.h"
 #include "envs/env.h"
 #include "python/bindings.h"
 #include "python/status.h"
@@ -134,6 +138,27 @@ class Policy {
 }  // namespace
 
 void BindRuns(py::module_& module) {
+  module.def("run_files", &RunFileNames, "[(key, name)] of a run directory's files (common/run_layout.h).");
+  module.def(
+      "run_columns",
+      [] {
+        // (mode, CSV file, its columns) of each run log.
+        std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> logs;
+        auto add = [&](const char* mode, const LogSchema& schema) {
+          std::vector<std::string> columns;
+          for (const LogColumn& column : schema.columns) {
+            if (column.csv) columns.emplace_back(column.name);
+          }
+          logs.emplace_back(mode, schema.csv_file, std::move(columns));
+        };
+        add("RL", RlMetricsRow::Schema());
+        add("RL", RlEvalRow::Schema());
+        add("GAN", GanMetricsRow::Schema());
+        add("GAN", GanEvalRow::Schema());
+        add("SCRIPTED", EpisodeRow::Schema());
+        return logs;
+      },
+      "[(mode, CSV file name, [columns])] of each run log (common/run_layout.h).");
   module.def(
       "open_run",
       [](const std::string& path) {

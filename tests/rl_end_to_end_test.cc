@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "common/files.h"
 #include "common/generations.h"
+#include "common/run_layout.h"
 #include "common/video.h"
 #include "common/processes.h"
 

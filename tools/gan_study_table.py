@@ -20,6 +20,8 @@ import re
 import statistics
 import sys
 
+from troupe_layout import layout
+
 
 def config_value(text, field, default):
     match = re.search(r"^\s*" + field + r":\s*(\S+)", text, re.M)
@@ -35,15 +37,15 @@ def read_rows(path):
 
 def run_row(part, run_dir):
     """The table's cells for one run directory, or None before its first evaluation past 0 images."""
-    with open(os.path.join(run_dir, "config.textproto")) as f:
+    with open(layout.path(run_dir, "config")) as f:
         config = f.read()
     config = config[config.find("gan {"):] if "gan {" in config else config  # the GAN section's fields
-    evals = [e for e in read_rows(os.path.join(run_dir, "eval.csv")) if int(e["images"]) > 0]
+    evals = [e for e in read_rows(layout.path(run_dir, "eval_csv")) if int(e["images"]) > 0]
     if not evals:
         return None
     last = evals[-1]
     fids = [float(e["classifier_fid"]) for e in evals]
-    rates = [float(m["images_per_s"]) for m in read_rows(os.path.join(run_dir, "metrics.csv"))]
+    rates = [float(m["images_per_s"]) for m in read_rows(layout.path(run_dir, "metrics_csv"))]
     done = os.path.exists(os.path.join(run_dir, "done"))
     final = f"{fids[-1]:.1f}" if done else f"({fids[-1]:.1f} at {int(last['images']) / 1000:.0f}k images)"
     return {
@@ -74,7 +76,7 @@ def main():
             continue
         for run in sorted(os.listdir(sweep)):
             run_dir = os.path.join(sweep, run)
-            if os.path.exists(os.path.join(run_dir, "config.textproto")):
+            if os.path.exists(layout.path(run_dir, "config")):
                 row = run_row(part, run_dir)
                 if row is not None:
                     rows.append(row)

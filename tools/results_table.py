@@ -20,6 +20,8 @@ import os
 import statistics
 import sys
 
+from troupe_layout import layout
+
 # DrQ paper, Table 1, "500K step scores" (mean +- std over seeds).
 PUBLISHED_STATE = {  # SAC from state
     "finger_spin": (923, 21), "cartpole_swingup": (848, 15), "reacher_easy": (923, 37),
@@ -41,7 +43,7 @@ def read_csv(path):
 
 def whole_run_seconds(metrics):
     """Rows with `seconds` counted over all of a run's pieces. Runs resumed
-    before troupe carried the clock over (common/files.h LastRunSeconds)
+    before troupe carried the clock over (common/run_layout.h LastRunSeconds)
     started it again at 0: each such drop adds the piece before it."""
     offset, previous = 0.0, None
     for row in metrics:
@@ -67,7 +69,7 @@ def seconds_at(metrics, frames):
 
 def seed_result(run_dir):
     """(final return, frames to 90%, seconds to 90%, done) of one run, or None before its first evaluation."""
-    eval_path = os.path.join(run_dir, "eval.csv")
+    eval_path = layout.path(run_dir, "eval_csv")
     if not os.path.exists(eval_path):
         return None
     evals = read_csv(eval_path)
@@ -78,7 +80,7 @@ def seed_result(run_dir):
     # evaluation is the final policy's, at its end.
     done = os.path.exists(os.path.join(run_dir, "done"))
     first = next((e for e in evals if e["eval_return"] >= 0.9 * final), evals[-1])
-    metrics_path = os.path.join(run_dir, "metrics.csv")
+    metrics_path = layout.path(run_dir, "metrics_csv")
     metrics = whole_run_seconds(read_csv(metrics_path)) if os.path.exists(metrics_path) else []
     return final, first["frames"], seconds_at(metrics, first["frames"]), done, evals[-1]["frames"]
 

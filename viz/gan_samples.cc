@@ -1,3 +1,4 @@
+#include "common/run_layout.h"
 #include "viz/gan_samples.h"
 
 #include <fstream>
@@ -14,17 +15,17 @@ std::string GanSamples::NewestGrid() const {
   // samples/samples-NNNNNNNNN.png: zero-padded, so the largest name is the newest.
   std::error_code ec;
   std::string newest;
-  for (const auto& entry : fs::directory_iterator(fs::path(run_dir_) / "samples", ec)) {
+  for (const auto& entry : fs::directory_iterator(RunLayout(run_dir_).samples_folder(), ec)) {
     const std::string path = entry.path().string();
     if (entry.path().extension() == ".png" && entry.is_regular_file(ec) && path > newest) newest = path;
   }
   if (!newest.empty()) return newest;
-  const fs::path latest = fs::path(run_dir_) / "samples.png";
+  const fs::path latest = RunLayout(run_dir_).samples();
   return fs::is_regular_file(latest, ec) ? latest.string() : "";
 }
 
 std::string GanSamples::FidColumn() const {
-  std::ifstream in(fs::path(run_dir_) / "eval.csv");
+  std::ifstream in(RunLayout(run_dir_).eval_csv());
   std::string header;
   if (!std::getline(in, header)) return "";
   for (absl::string_view name : absl::StrSplit(header, ',')) {
@@ -40,7 +41,7 @@ bool GanSamples::Refresh() {
   if (!fid_) {
     const std::string column = FidColumn();
     if (!column.empty()) {
-      fid_ = std::make_unique<CurveFile>((fs::path(run_dir_) / "eval.csv").string(), "images", column, "FID");
+      fid_ = std::make_unique<CurveFile>(RunLayout(run_dir_).eval_csv(), "images", column, "FID");
     }
   }
   if (fid_) changed |= fid_->Refresh();

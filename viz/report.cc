@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "proto/config.pb.h"
 
 namespace troupe::viz {
@@ -184,14 +185,11 @@ std::string Charts(const CsvTable& table, const std::string& file) {
 }
 
 std::vector<std::string> Videos(const std::string& run) {
-  std::vector<std::pair<long, std::string>> found;
+  std::vector<std::pair<int64_t, std::string>> found;
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(fs::path(run) / "videos", error)) {
-    const std::string name = entry.path().filename().string();
-    long frames = 0;
-    if (name.rfind("eval-", 0) == 0 && entry.path().extension() == ".mp4" &&
-        absl::SimpleAtoi(name.substr(5, name.size() - 9), &frames)) {
-      found.emplace_back(frames, entry.path().string());
+  for (const auto& entry : fs::directory_iterator(RunLayout(run).videos(), error)) {
+    if (const std::optional<int64_t> frames = EvalVideoFrames(entry.path().string())) {
+      found.emplace_back(*frames, entry.path().string());
     }
   }
   std::sort(found.begin(), found.end());
@@ -230,14 +228,14 @@ std::string RunSection(const RunSummary& run, const fs::path& page_dir, bool ope
                                       : "",
                   "</p>\n");
   // Curves: the evaluations, the learner's metrics, the scripted episodes.
-  for (const char* file : {"eval.csv", "metrics.csv", "episodes.csv"}) {
+  for (const char* file : {kEvalCsvFile, kMetricsCsvFile, kEpisodesCsvFile}) {
     auto table = ReadCsvTable((fs::path(run.path) / file).string());
     if (!table.ok() || table->rows.empty()) continue;
     absl::StrAppend(&html, "<h3>", file, "</h3>\n<div class=\"charts\">\n", Charts(*table, file), "</div>\n");
     const std::string id = absl::StrCat(fs::path(file).stem().string(), "-table");
-    absl::StrAppend(&html, std::string(file) == "eval.csv" ? "" : "<details><summary>table</summary>\n",
-                    HtmlTable(*table, id, /*max_rows=*/200),
-                    std::string(file) == "eval.csv" ? "" : "</details>\n");
+    const bool eval = std::string(file) == kEvalCsvFile;
+    absl::StrAppend(&html, eval ? "" : "<details><summary>table</summary>\n", HtmlTable(*table, id, /*max_rows=*/200),
+                    eval ? "" : "</details>\n");
   }
   // Videos: the newest shown, every one linked.
   const std::vector<std::string> videos = Videos(run.path);
@@ -250,51 +248,18 @@ std::string RunSection(const RunSummary& run, const fs::path& page_dir, bool ope
     }
     html += "</ul>\n";
   }
-  absl::StrAppend(&html, "<details", open ? " open" : "", "><summary>config.textproto</summary><pre class=\"config\">",
-                  Escape(ReadText((fs::path(run.path) / "config.textproto").string())), "</pre></details>\n</section>\n");
+  absl::StrAppend(&html, "<details", open ? " open" : "", "><summary>", kConfigFile, "</summary><pre class=\"config\">",
+                  Escape(ReadText(RunLayout(run.path).config())), "</pre></details>\n</section>\n");
   return html;
 }
 
 }  // namespace
 
-std::vector<double> CsvTable::Column(const std::string& name) const {
-  const auto it = std::find(header.begin(), header.end(), name);
-  if (it == header.end()) return {};
-  const size_t column = size_t(it - header.begin());
-  std::vector<double> values;
-  values.reserve(rows.size());
-  for (const auto& row : rows) {
-    double value = kNaN;
-    if (column >= row.size() || !absl::SimpleAtod(row[column], &value)) value = kNaN;
-    values.push_back(value);
-  }
-  return values;
-}
-
-absl::StatusOr<CsvTable> ReadCsvTable(const std::string& path) {
-  if (!fs::exists(path)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  const std::string text = ReadText(path);
-  CsvTable table;
-  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  // The piece after the last newline is a row still being written (or "").
-  if (!lines.empty()) lines.pop_back();
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (lines[i].empty()) continue;
-    std::vector<std::string> cells = absl::StrSplit(lines[i], ',');
-    if (table.header.empty()) {
-      table.header = std::move(cells);
-    } else {
-      table.rows.push_back(std::move(cells));
-    }
-  }
-  return table;
-}
-
 absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
-  const fs::path config_path = fs::path(path) / "config.textproto";
-  if (!fs::exists(config_path)) {
+  const RunLayout layout(path);
+  if (!layout.HasConfig()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a run directory: it has no config.textproto (troupe run writes one)"));
+        absl::StrCat(path, " is not a run directory: it has no ", kConfigFile, " (troupe run writes one)"));
   }
   RunSummary run;
   run.path = path;
@@ -303,12 +268,12 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
   config::ExperimentConfig config;
   google::protobuf::TextFormat::Parser parser;
   parser.AllowUnknownField(true);
-  if (parser.ParseFromString(ReadText(config_path.string()), &config)) {
+  if (parser.ParseFromString(ReadText(layout.config()), &config)) {
     run.task = config.env().task();
     run.mode = config::ExperimentConfig::Mode_Name(config.mode());
   }
   // The evaluation figure: eval_return (RL), classifier_fid (GAN, lower is better).
-  if (auto eval = ReadCsvTable((fs::path(path) / "eval.csv").string()); eval.ok()) {
+  if (auto eval = ReadCsvTable(layout.eval_csv()); eval.ok()) {
     const bool fid = eval->Column("eval_return").empty();
     const std::vector<double> values = eval->Column(fid ? "classifier_fid" : "eval_return");
     const std::vector<double> frames = eval->Column(XColumn(*eval));
@@ -327,18 +292,18 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
 
 absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::string& output) {
   if (!fs::is_directory(dir)) return absl::NotFoundError(absl::StrCat(dir, " is not a directory"));
-  const std::string out = output.empty() ? (fs::path(dir) / "report.html").string() : output;
+  const std::string out = output.empty() ? RunLayout(dir).report() : output;
   const fs::path page_dir = fs::absolute(out).parent_path();
   // One run, or the runs in the folder (a sweep).
   std::vector<RunSummary> runs;
-  const bool single = fs::exists(fs::path(dir) / "config.textproto");
+  const bool single = RunLayout(dir).HasConfig();
   if (single) {
     ASSIGN_OR_RETURN(RunSummary run, SummarizeRun(dir));
     runs.push_back(std::move(run));
   } else {
     std::vector<std::string> subdirs;
     for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.is_directory() && fs::exists(entry.path() / "config.textproto")) subdirs.push_back(entry.path().string());
+      if (entry.is_directory() && RunLayout(entry.path().string()).HasConfig()) subdirs.push_back(entry.path().string());
     }
     std::sort(subdirs.begin(), subdirs.end());
     for (const std::string& sub : subdirs) {
@@ -348,7 +313,7 @@ absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::strin
   }
   if (runs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        dir, " is neither a run directory (it has no config.textproto) nor a directory of runs "
+        dir, " is neither a run directory (it has no ", kConfigFile, ") nor a directory of runs "
         "(none of its subfolders has one)"));
   }
 
@@ -371,7 +336,7 @@ absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::strin
                           : absl::StrCat("<a href=\"", Escape(Relative(run.last_video, page_dir)), "\">",
                                          Escape(fs::path(run.last_video).filename().string()), "</a>"),
                       "</td></tr>\n");
-      if (auto eval = ReadCsvTable((fs::path(run.path) / "eval.csv").string()); eval.ok()) {
+      if (auto eval = ReadCsvTable(RunLayout(run.path).eval_csv()); eval.ok()) {
         const bool fid = eval->Column("eval_return").empty();
         curves.push_back({run.name, eval->Column(XColumn(*eval)), eval->Column(fid ? "classifier_fid" : "eval_return")});
       }

@@ -6,9 +6,9 @@
 // works where it is written (by default DIR/report.html) and moved with the
 // runs.
 //
-// Read from each run directory (learner/rl_learner.cc, actors/scripted_actor.cc
-// and gan/run.cc write them): config.textproto, eval.csv, metrics.csv,
-// episodes.csv, videos/*.mp4. Missing files are left out of the page.
+// Read from each run directory (common/run_layout.h: the layout and the
+// logs' columns): config.textproto, eval.csv, metrics.csv, episodes.csv,
+// videos/*.mp4. Missing files are left out of the page.
 #ifndef TROUPE_VIZ_REPORT_H_
 #define TROUPE_VIZ_REPORT_H_
 
@@ -16,21 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/run_layout.h"
 
 namespace troupe::viz {
-
-// A CSV file as text cells, with numbers parsed where they are numbers.
-struct CsvTable {
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;  // complete lines only
-  // The column called `name`, as numbers (NaN where a cell is not one);
-  // empty if there is no such column.
-  std::vector<double> Column(const std::string& name) const;
-};
-
-// Reads `path`. A last line without its newline (a row being written) is
-// skipped. Errors: NotFound for a missing file.
-absl::StatusOr<CsvTable> ReadCsvTable(const std::string& path);
 
 // One run's summary line in a report.
 struct RunSummary {

@@ -9,6 +9,7 @@
 #include "common/config.h"
 #include "common/generations.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 
 namespace troupe::viz {
 namespace fs = std::filesystem;
@@ -31,10 +32,11 @@ absl::StatusOr<RunDirectory> OpenRunDirectory(const std::string& path) {
   // Its config.
   RunDirectory run;
   run.path = path;
-  const std::string config_path = (fs::path(path) / "config.textproto").string();
+  const RunLayout layout(path);
+  const std::string config_path = layout.config();
   if (!fs::exists(config_path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is not a run directory: it has no config.textproto (troupe run writes one into every run directory)"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a run directory: it has no ", kConfigFile,
+                                                   " (troupe run writes one into every run directory)"));
   }
   std::ifstream in(config_path);
   if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read ", config_path));
@@ -43,7 +45,7 @@ absl::StatusOr<RunDirectory> OpenRunDirectory(const std::string& path) {
   RETURN_IF_ERROR(ParseTextConfig(text.str(), config_path, &run.config));
 
   // Its checkpoints, oldest first.
-  const fs::path checkpoint_dir = fs::path(path) / "checkpoints";
+  const fs::path checkpoint_dir = layout.checkpoints();
   std::vector<std::pair<fs::file_time_type, std::string>> found;
   if (fs::is_directory(checkpoint_dir, ec)) {
     for (const auto& entry : fs::directory_iterator(checkpoint_dir, ec)) {
@@ -54,7 +56,7 @@ absl::StatusOr<RunDirectory> OpenRunDirectory(const std::string& path) {
     }
     // The learner's generations: each committed one's agent.ckpt.
     for (const auto& [number, folder] : ListGenerations(checkpoint_dir.string())) {
-      const fs::path agent = fs::path(folder) / "agent.ckpt";
+      const fs::path agent = fs::path(folder) / kAgentCheckpointFile;
       if (fs::exists(fs::path(folder) / "MANIFEST", ec) && fs::is_regular_file(agent, ec)) {
         found.emplace_back(fs::last_write_time(agent, ec), agent.string());
       }
@@ -76,8 +78,8 @@ absl::StatusOr<std::string> ChooseCheckpoint(const RunDirectory& run, const std:
   }
   if (run.checkpoints.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "run directory ", run.path, " has no checkpoint: no ", (fs::path(run.path) / "checkpoints").string(),
-        "/agent.ckpt (a scripted `troupe run` writes none; a run with a learner writes it as it trains). "
+        "run directory ", run.path, " has no checkpoint: no ", RunLayout(run.path).checkpoints(), "/",
+        kAgentCheckpointFile, " (a scripted `troupe run` writes none; a run with a learner writes it as it trains). "
         "Pass --checkpoint PATH, or watch the task's scripted controller with this run's curve: "
         "troupe view ",
         run.path, " --policy controller"));

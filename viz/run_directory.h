@@ -1,19 +1,11 @@
 // What the viewer finds in a run directory (`troupe run` writes one):
 // the resolved config, the metrics files, and the checkpoints.
 //
-// Layout read here (the writers are actors/scripted_actor.cc and
-// learner/rl_learner.cc):
-//   RUN_DIR/config.textproto        the resolved ExperimentConfig
-//   RUN_DIR/episodes.csv            scripted runs: episode,env,frames,return,seconds
-//   RUN_DIR/eval.csv                learner runs: frames,updates,eval_return
-//   RUN_DIR/checkpoints/generation-N/agent.ckpt
-//                                   the learner's checkpoints, one per committed
-//                                   generation (common/generations.h)
-//   RUN_DIR/checkpoints/agent*.ckpt agent checkpoints put there by hand, or the
-//                                   one of a run from before generations
-//                                   The newest by modification time is the
-//                                   default. replay.ckpt and the counters
-//                                   beside them are not policies.
+// The layout is common/run_layout.h's. Checkpoints read here: each
+// committed generation's agent.ckpt (common/generations.h), and
+// checkpoints/agent*.ckpt put there by hand or by a run from before
+// generations. The newest by modification time is the default; replay.ckpt
+// and the counters beside them are not policies.
 #ifndef TROUPE_VIZ_RUN_DIRECTORY_H_
 #define TROUPE_VIZ_RUN_DIRECTORY_H_
 

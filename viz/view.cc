@@ -11,6 +11,7 @@
 #include "common/image.h"
 #include "common/status_macros.h"
 #include "common/video.h"
+#include "common/run_layout.h"
 #include "viz/policies/checkpoint.h"
 #include "viz/policies/scripted.h"
 #include "viz/run_directory.h"
@@ -83,8 +84,8 @@ absl::StatusOr<ViewPlan> PlanView(const ViewRequest& request) {
   ASSIGN_OR_RETURN(plan.env, envs::EnvOptions::FromConfig(run.config.env()));
   plan.env.seed = request.seed;
   namespace fs = std::filesystem;
-  plan.curves.emplace_back((fs::path(run.path) / "episodes.csv").string(), "frames", "return", "episodes");
-  plan.curves.emplace_back((fs::path(run.path) / "eval.csv").string(), "frames", "eval_return", "eval");
+  plan.curves.emplace_back(RunLayout(run.path).episodes_csv(), "frames", "return", "episodes");
+  plan.curves.emplace_back(RunLayout(run.path).eval_csv(), "frames", "eval_return", "eval");
   if (!request.policy.empty()) {
     plan.policy = request.policy;
     return plan;

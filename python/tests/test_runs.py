@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import troupe
+from troupe import _native, layout
 
 
 def make_run(helper, path, seed, batch=6):
@@ -79,3 +80,11 @@ def test_missing_runs_and_checkpoints_raise_naming_the_path(tmp_path):
     with pytest.raises(troupe.Error, match=str(tmp_path)) as error:
         troupe.Policy.load(str(tmp_path))
     assert error.value.code == "FAILED_PRECONDITION"
+
+
+def test_the_layout_python_reads_is_the_one_cpp_writes():
+    assert layout.FILES == dict(_native.run_files())
+    keys = {name: key for key, name in layout.FILES.items()}
+    written = {(mode, keys[name]): tuple(columns) for mode, name, columns in _native.run_columns()}
+    assert layout.COLUMNS == written
+    assert layout.path("/runs/a", "eval_csv") == os.path.join("/runs/a", "eval.csv")

@@ -14,6 +14,7 @@ from typing import List, Optional
 import numpy as np
 
 from troupe import _native
+from troupe import layout
 
 
 def _read_csv(path: str) -> Optional[np.ndarray]:
@@ -53,16 +54,16 @@ class Run:
         config_json, checkpoints = _native.open_run(self.path)
         self.config: dict = json.loads(config_json)
         self.checkpoints: List[str] = list(checkpoints)
-        self.metrics = _read_csv(os.path.join(self.path, "metrics.csv"))
-        self.eval = _read_csv(os.path.join(self.path, "eval.csv"))
-        self.episodes = _read_csv(os.path.join(self.path, "episodes.csv"))
+        self.metrics = _read_csv(layout.path(self.path, "metrics_csv"))
+        self.eval = _read_csv(layout.path(self.path, "eval_csv"))
+        self.episodes = _read_csv(layout.path(self.path, "episodes_csv"))
 
     @property
     def latest_checkpoint(self) -> Optional[str]:
         return self.checkpoints[-1] if self.checkpoints else None
 
     def metrics_records(self) -> List[dict]:
-        path = os.path.join(self.path, "metrics.jsonl")
+        path = layout.path(self.path, "metrics_jsonl")
         if not os.path.exists(path):
             return []
         with open(path, encoding="utf-8") as f:

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/status_macros.h"
+#include "common/run_layout.h"
 #include "envs/env.h"
 
 namespace troupe::viz {
@@ -20,15 +21,15 @@ std::string OwningRunDirectory(const std::string& checkpoint_path) {
   fs::path dir = fs::path(checkpoint_path).parent_path();
   // A generation's: DIR/checkpoints/generation-N/agent.ckpt.
   if (dir.filename().string().starts_with("generation-")) dir = dir.parent_path();
-  if (dir.filename() != "checkpoints") return "";
+  if (dir.filename() != kCheckpointsFolder) return "";
   std::error_code ec;
   const fs::path run = dir.parent_path();
-  return fs::is_regular_file(run / "config.textproto", ec) ? run.string() : "";
+  return RunLayout(run.string()).HasConfig() ? run.string() : "";
 }
 
 // Frames from the learner's counters.txt beside the checkpoint, -1 if none.
 int64_t ReadFrames(const std::string& checkpoint_path) {
-  std::ifstream in(fs::path(checkpoint_path).parent_path() / "counters.txt");
+  std::ifstream in(fs::path(checkpoint_path).parent_path() / kCountersFile);
   std::string key;
   int64_t value = 0;
   while (in >> key >> value) {
@@ -90,11 +91,12 @@ absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Load(const c
   // which names the difference better than a parameter shape does.
   const std::string owner = OwningRunDirectory(checkpoint_path);
   if (!owner.empty()) {
-    std::ifstream in(fs::path(owner) / "config.textproto");
+    const std::string owner_config = RunLayout(owner).config();
+    std::ifstream in(owner_config);
     std::stringstream text;
     text << in.rdbuf();
     config::ExperimentConfig trained;
-    if (ParseTextConfig(text.str(), (fs::path(owner) / "config.textproto").string(), &trained).ok()) {
+    if (ParseTextConfig(text.str(), owner_config, &trained).ok()) {
       RETURN_IF_ERROR(CheckCheckpointConfig(config, trained, checkpoint_path));
     }
   }
