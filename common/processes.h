@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/run_layout.h"
+
 namespace troupe::e2e {
 
 // Starts `binary ARGS...` in its own process group (so Wait/Stop reach its
@@ -89,9 +91,9 @@ inline std::string AwaitMatch(const std::string& log, const std::string& pattern
 
 // A run directory's metrics.csv (or another of its CSV files) as rows of
 // numbers (header dropped), with its columns.
-inline std::vector<std::vector<double>> Metrics(const std::string& run_dir, const std::string& file = "metrics.csv") {
+inline std::vector<std::vector<double>> Metrics(const std::string& run_dir, const char* file = kMetricsCsvFile) {
   std::vector<std::vector<double>> rows;
-  std::ifstream in(run_dir + "/" + file);
+  std::ifstream in(RunLayout(run_dir).File(file));
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {

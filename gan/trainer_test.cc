@@ -366,9 +366,9 @@ TEST(GanTrainerTest, CheckpointsAreGenerationsAndADamagedNewestOneFallsBack) {
   // A new checkpoint over it is a generation; once two are committed, the
   // old files go.
   ASSERT_TRUE((*a)->SaveCheckpoint(dir).ok());
-  EXPECT_TRUE(std::filesystem::exists(dir + "/counters.txt"));
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/", kCountersFile)));
   ASSERT_TRUE((*a)->SaveCheckpoint(dir).ok());
-  EXPECT_FALSE(std::filesystem::exists(dir + "/counters.txt"));
+  EXPECT_FALSE(std::filesystem::exists(absl::StrCat(dir, "/", kCountersFile)));
   EXPECT_FALSE(std::filesystem::exists(dir + "/generator.ckpt"));
   // No checkpoint anywhere: NotFound naming the folder.
   std::filesystem::remove_all(dir);
@@ -547,32 +547,34 @@ TEST_F(GanShortRunTest, RunGanWritesTheRunDirectoryAndResumes) {
   c.set_eval_samples(200);
   c.set_classifier_checkpoint(*dir_ + "/classifier.ckpt");
   ASSERT_TRUE(RunGan(config, run_dir, /*resume=*/false, nullptr).ok());
-  for (const char* file : {"samples.png", "fid_curve.png", "eval.csv", "metrics.csv", "samples/samples-000000160.png"}) {
-    EXPECT_TRUE(std::filesystem::exists(run_dir + "/" + file)) << file;
+  const RunLayout run(run_dir);
+  for (const std::string& path :
+       {run.samples(), run.fid_curve(), run.eval_csv(), run.metrics_csv(), run.samples_at(160)}) {
+    EXPECT_TRUE(std::filesystem::exists(path)) << path;
   }
   // The checkpoint: a committed generation.
-  EXPECT_THAT(NewestCheckpointFile(run_dir + "/checkpoints", "counters.txt"),
+  EXPECT_THAT(RunLayout(run_dir).NewestCheckpoint(/*gan=*/true),
               ::testing::EndsWith("checkpoints/generation-000000001/counters.txt"));
   // As a run killed after its checkpoint leaves them: an evaluation and a
   // metrics row past it (100 s later), and a row cut off mid-write.
-  const double seconds_before = LastRunSeconds(run_dir + "/metrics.csv");
+  const double seconds_before = LastRunSeconds(RunLayout(run_dir).metrics_csv());
   ASSERT_GT(seconds_before, 0);
-  std::ofstream(run_dir + "/eval.csv", std::ios::app) << "999999,9999,1.0,1.0,1.0\n";
-  std::ofstream(run_dir + "/metrics.csv", std::ios::app)
+  std::ofstream(RunLayout(run_dir).eval_csv(), std::ios::app) << "999999,9999,1.0,1.0,1.0\n";
+  std::ofstream(RunLayout(run_dir).metrics_csv(), std::ios::app)
       << seconds_before + 100 << ",999999,9999,1,0,0,0,0\n" << seconds_before + 101 << ",9999";
   // Resume with a larger budget: continues from 320 images, its clock from
   // the last whole metrics row (the lost piece counts), and the rows past the
   // checkpoint go.
   c.set_total_images(480);
   ASSERT_TRUE(RunGan(config, run_dir, /*resume=*/true, nullptr).ok());
-  std::ifstream evals(run_dir + "/eval.csv");
+  std::ifstream evals(RunLayout(run_dir).eval_csv());
   std::string eval_row, last_eval;
   while (std::getline(evals, eval_row)) {
     EXPECT_EQ(eval_row.find("999999"), std::string::npos) << eval_row;
     last_eval = eval_row;
   }
   EXPECT_EQ(last_eval.substr(0, last_eval.find(',')), "480");
-  std::ifstream metrics(run_dir + "/metrics.csv");
+  std::ifstream metrics(RunLayout(run_dir).metrics_csv());
   std::string row;
   std::getline(metrics, row);  // header
   double previous = 0;
@@ -587,7 +589,7 @@ TEST_F(GanShortRunTest, RunGanWritesTheRunDirectoryAndResumes) {
   // 2 before the resume, 1 after.
   EXPECT_EQ(rows, 3);
   EXPECT_GT(previous, seconds_before + 100);
-  std::ifstream counters(NewestCheckpointFile(run_dir + "/checkpoints", "counters.txt"));
+  std::ifstream counters(RunLayout(run_dir).NewestCheckpoint(/*gan=*/true));
   std::string key;
   int64_t steps = 0;
   counters >> key >> steps;

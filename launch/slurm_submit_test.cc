@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/launcher.h"
@@ -77,9 +78,9 @@ TEST_F(SubmitRunToSlurmTest, SubmitsANewRunAndSaysWhereItWent) {
   auto plan = PlanSlurmJob(config);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(Read(job->script), SlurmJobScript(config, *plan, job->run_dir, SelfBinary()));
-  EXPECT_THAT(Read(job->run_dir + "/config.textproto"), HasSubstr("name: \"tiny\""));
+  EXPECT_THAT(Read(RunLayout(job->run_dir).config()), HasSubstr("name: \"tiny\""));
   EXPECT_EQ(Read(calls_), absl::StrCat("--parsable --time=10 ", job->script, "\n"));
-  EXPECT_THAT(Read(job->run_dir + "/launch.txt"), HasSubstr("launcher slurm\njob_id 42\n"));
+  EXPECT_THAT(Read(RunLayout(job->run_dir).launch()), HasSubstr("launcher slurm\njob_id 42\n"));
   EXPECT_EQ(Read(job->run_dir + "/slurm/jobs.txt"), "42\n");
   EXPECT_TRUE(fs::is_directory(job->run_dir + "/logs"));
   EXPECT_EQ(fs::status(job->run_dir + "/secrets").permissions(), fs::perms::owner_all);
@@ -115,7 +116,7 @@ TEST_F(SubmitRunToSlurmTest, ResumesOnlyARunWithACheckpointWhoseJobHasEnded) {
   fs::create_directories(run_dir + "/checkpoints");
   EXPECT_EQ(SubmitRunToSlurm(config, "tiny.textproto", run_dir, {}).status().code(), absl::StatusCode::kNotFound);
   std::ofstream(run_dir + "/checkpoints/agent.ckpt") << "checkpoint";
-  std::ofstream(run_dir + "/launch.txt") << "launcher slurm\njob_id 7\n";
+  std::ofstream(RunLayout(run_dir).launch()) << "launcher slurm\njob_id 7\n";
   std::ofstream(state_) << "RUNNING\n";
   const absl::Status running = SubmitRunToSlurm(config, "tiny.textproto", run_dir, {}).status();
   EXPECT_EQ(running.code(), absl::StatusCode::kFailedPrecondition) << running;
@@ -125,7 +126,7 @@ TEST_F(SubmitRunToSlurmTest, ResumesOnlyARunWithACheckpointWhoseJobHasEnded) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->run_dir, run_dir);
   EXPECT_EQ(Read(run_dir + "/slurm/jobs.txt"), "42\n");
-  EXPECT_FALSE(fs::exists(run_dir + "/config.textproto")) << "a resumed run keeps its own config";
+  EXPECT_FALSE(fs::exists(RunLayout(run_dir).config())) << "a resumed run keeps its own config";
 }
 
 }  // namespace

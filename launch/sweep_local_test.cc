@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/generations.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 #include "gan/fid.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -117,7 +118,7 @@ TEST_F(SweepEndToEndTest, ResumesAfterAKillAndSummarizesTheRunsOwnCsvs) {
     int finished = 0, checkpointed = 0;
     for (const std::string& run : runs) {
       finished += done(run);
-      checkpointed += !done(run) && !NewestCheckpointFile(run + "/checkpoints", "counters.txt").empty();
+      checkpointed += !done(run) && !RunLayout(run).NewestCheckpoint(/*gan=*/true).empty();
     }
     mid_way = finished >= 2 && checkpointed >= 1;
     if (!mid_way) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -130,8 +131,8 @@ TEST_F(SweepEndToEndTest, ResumesAfterAKillAndSummarizesTheRunsOwnCsvs) {
   std::vector<std::string> resumable;
   for (const std::string& run : runs) {
     if (done(run)) {
-      finished_logs[run] = Read(run + "/log.txt") + Read(run + "/metrics.csv");
-    } else if (!NewestCheckpointFile(run + "/checkpoints", "counters.txt").empty()) {
+      finished_logs[run] = Read(run + "/log.txt") + Read(RunLayout(run).metrics_csv());
+    } else if (!RunLayout(run).NewestCheckpoint(/*gan=*/true).empty()) {
       resumable.push_back(run);
     }
   }
@@ -145,7 +146,7 @@ TEST_F(SweepEndToEndTest, ResumesAfterAKillAndSummarizesTheRunsOwnCsvs) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Read(log2);
   for (const std::string& run : runs) EXPECT_TRUE(done(run)) << run << "\n" << Read(run + "/log.txt");
   for (const auto& [run, before] : finished_logs) {
-    EXPECT_EQ(Read(run + "/log.txt") + Read(run + "/metrics.csv"), before) << run << " was rerun";
+    EXPECT_EQ(Read(run + "/log.txt") + Read(RunLayout(run).metrics_csv()), before) << run << " was rerun";
     EXPECT_THAT(Read(log2), HasSubstr("skip " + fs::path(run).filename().string() + ": done"));
   }
   for (const std::string& run : resumable) {
@@ -162,7 +163,7 @@ TEST_F(SweepEndToEndTest, ResumesAfterAKillAndSummarizesTheRunsOwnCsvs) {
   for (size_t p = 0; p < 4; ++p) {
     std::vector<double> finals, bests;
     for (int seed = 0; seed < 2; ++seed) {
-      std::ifstream in(runs[2 * p + seed] + "/eval.csv");
+      std::ifstream in(RunLayout(runs[2 * p + seed]).eval_csv());
       std::string line;
       std::getline(in, line);
       // Rows (images, FID); a resumed run's re-evaluated images: the later row.

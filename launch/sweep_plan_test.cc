@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/processes.h"
+#include "common/run_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/sweep_test_util.h"
@@ -137,7 +138,7 @@ TEST_F(PlanSweepTest, RefusesARunDirectoryOfAnotherConfig) {
   auto plan = PlanSweep(options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   fs::create_directories(plan->runs[0].run_dir);
-  Write(plan->runs[0].run_dir + "/config.textproto", "name: \"tiny\" mode: GAN gan { batch_size: 64 }");
+  Write(RunLayout(plan->runs[0].run_dir).config(), "name: \"tiny\" mode: GAN gan { batch_size: 64 }");
   EXPECT_THAT(PlanSweep(options).status().message(), HasSubstr("holds a run of another config"));
 }
 
@@ -158,8 +159,8 @@ TEST(PrepareSweepTest, WritesTheRunsConfigsAndSkipsRunsDone) {
   EXPECT_TRUE(SweepRunDone(plan->runs[0].run_dir));
   EXPECT_FALSE(SweepRunDone(plan->runs[1].run_dir));
   EXPECT_THAT(lines, ::testing::ElementsAre("skip " + plan->runs[0].name + ": done"));
-  EXPECT_FALSE(fs::exists(plan->runs[0].run_dir + "/config.textproto")) << "a run done is left as it is";
-  EXPECT_THAT(Read(plan->runs[1].run_dir + "/config.textproto"), HasSubstr("batch_size: 32"));
+  EXPECT_FALSE(fs::exists(RunLayout(plan->runs[0].run_dir).config())) << "a run done is left as it is";
+  EXPECT_THAT(Read(RunLayout(plan->runs[1].run_dir).config()), HasSubstr("batch_size: 32"));
   const std::string sweep_txt = Read(plan->sweep_dir + "/sweep.txt");
   EXPECT_THAT(sweep_txt, HasSubstr("grid learner.batch_size=16,32\n"));
   EXPECT_THAT(sweep_txt, HasSubstr("run " + plan->runs[1].name + " learner.batch_size=32 seed 0\n"));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/sweep_test_util.h"
@@ -24,7 +25,7 @@ using testing::Write;
 
 TEST(ReadRunCurveTest, KeepsTheLaterAttemptOfAResumedRun) {
   TempDir dir;
-  Write(dir.path() + "/eval.csv",
+  Write(RunLayout(dir.path()).eval_csv(),
         "images,steps,classifier_fid,classifier_score,seconds\n0,0,800,1,0\n100,1,50,1,1\n200,2,40,1,2\n"
         "100,1,45,1,3\n200,2,30,1,4\n300,3,20,1,5\n");
   const RunCurve curve = ReadRunCurve(dir.path());
@@ -53,7 +54,7 @@ TEST(WriteSweepSummaryTest, SummarizesRlReturnsOverSeeds) {
     run.name = absl::StrCat("run", i);
     run.run_dir = dir.path() + "/" + run.name;
     fs::create_directories(run.run_dir);
-    if (!evals[i].empty()) Write(run.run_dir + "/eval.csv", evals[i]);
+    if (!evals[i].empty()) Write(RunLayout(run.run_dir).eval_csv(), evals[i]);
     if (i < 2) Write(run.run_dir + "/done", "done\n");
     plan.runs.push_back(run);
   }

@@ -19,6 +19,7 @@
 
 #include "common/generations.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -128,7 +129,7 @@ TEST_F(CheckpointEndToEndTest, ARunKilledAtAnyPointOfACheckpointResumesAConsiste
     ASSERT_NE(run, "");
     const bool committed = point == "committed" || point == "pruning" || point == "pruned";
     const std::string expected = run + "/checkpoints/generation-00000000" + (committed ? "3" : "2");
-    const std::map<std::string, int64_t> counters = Counters(expected + "/counters.txt");
+    const std::map<std::string, int64_t> counters = Counters(absl::StrCat(expected, "/", kCountersFile));
     ASSERT_EQ(counters.size(), 3u) << expected;
 
     const std::string log = ResumeAndStop(run, dir + "/resume.log");
@@ -218,9 +219,9 @@ TEST_F(CheckpointEndToEndTest, ARunDirectoryFromBeforeGenerationsStillResumes) {
   // The old layout, made from the newest generation.
   const std::string newest = NewestCommittedGeneration(run + "/checkpoints");
   ASSERT_NE(newest, "");
-  std::map<std::string, int64_t> counters = Counters(newest + "/counters.txt");
+  std::map<std::string, int64_t> counters = Counters(absl::StrCat(newest, "/", kCountersFile));
   for (const char* file : {"agent.ckpt", "replay.ckpt"}) fs::rename(newest + "/" + file, run + "/checkpoints/" + file);
-  std::ofstream(run + "/checkpoints/counters.txt")
+  std::ofstream(absl::StrCat(RunLayout(run).checkpoints(), "/", kCountersFile))
       << "frames " << counters["frames"] << "\nsamples " << counters["samples"] << "\n";
   for (const auto& [number, folder] : ListGenerations(run + "/checkpoints")) fs::remove_all(folder);
 
@@ -299,7 +300,7 @@ TEST_F(CheckpointEndToEndTest, AFullDiskLosesNothingAndTheRunGoesOn) {
   EXPECT_GT(int64_t(rows.back()[2]), updates_when_full) << "training stalled";
   // Every row whole (as many columns as the header), nothing partial or
   // temporary left.
-  std::ifstream csv(run + "/metrics.csv");
+  std::ifstream csv(RunLayout(run).metrics_csv());
   std::string line;
   ASSERT_TRUE(std::getline(csv, line));
   const auto columns = std::count(line.begin(), line.end(), ',');

@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 #include "tests/tun_link.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -258,7 +259,7 @@ total_frames: 100000000
   // The evaluator goes on too: an evaluation of a policy trained after the partition.
   bool evaluated_on = false;
   for (int i = 0; i < 480 && !evaluated_on; ++i) {
-    const auto evaluations = Metrics(run, "eval.csv");  // frames, updates, return, ...
+    const auto evaluations = Metrics(run, kEvalCsvFile);  // frames, updates, return, ...
     evaluated_on = !evaluations.empty() && evaluations.back()[1] > double(at_heal);
     if (!evaluated_on) std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
@@ -303,7 +304,7 @@ total_frames: 100000000
     std::printf("link: %ld packets carried, %ld dropped\n", long(tun_link_->packets_carried()),
                 long(tun_link_->packets_dropped()));
   }
-  EXPECT_TRUE(evaluated_on) << "no evaluation after the partition\n" << Read(run + "/eval.csv");
+  EXPECT_TRUE(evaluated_on) << "no evaluation after the partition\n" << Read(RunLayout(run).eval_csv());
 }
 
 }  // namespace

@@ -132,7 +132,7 @@ TEST_F(RlEndToEndTest, ParametersAdvanceReplayFillsAndTheCriticLossFalls) {
   EXPECT_TRUE(fs::exists(NewestCheckpoint(run) + "/agent.ckpt"));
   // Each evaluation's first episode as a video: 1000 control steps at action
   // repeat 4 are 250 agent steps, 251 frames with the reset state, 480x480.
-  const auto evals = Metrics(run, "eval.csv");
+  const auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_FALSE(evals.empty());
   ExpectEvaluationsOnTheGrid(evals, /*every=*/4000, /*end=*/14000);
   for (const auto& eval : evals) {
@@ -184,7 +184,7 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
     // updates), once a metrics row was written before it (a row at no more
     // updates than it holds: the resume keeps that row).
     if (!run.empty() && !NewestCheckpoint(run).empty()) {
-      const std::string counters = Read(NewestCheckpoint(run) + "/counters.txt");
+      const std::string counters = Read(NewestCheckpoint(run) + "/" + kCountersFile);
       const size_t at = counters.find("updates ");
       const auto rows = Metrics(run);
       if (at != std::string::npos && !rows.empty()) {
@@ -196,10 +196,10 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   ASSERT_GE(updates_at_checkpoint, 100) << Read(dir_ + "/run.log");
   kill(launcher, SIGKILL);
   Wait(launcher, 10);
-  const std::string counters = Read(NewestCheckpoint(run) + "/counters.txt");
+  const std::string counters = Read(NewestCheckpoint(run) + "/" + kCountersFile);
   ASSERT_THAT(counters, ::testing::HasSubstr("frames"));
   const size_t rows_before = Metrics(run).size();
-  const double seconds_before_kill = LastRunSeconds(run + "/metrics.csv");
+  const double seconds_before_kill = LastRunSeconds(RunLayout(run).metrics_csv());
 
   // Resume: counters, parameters and optimizer state continue.
   const int exit_code = Wait(Start({"run", "--resume", run, "--set", "total_frames=" +
@@ -230,7 +230,7 @@ TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
     EXPECT_GE(rows[i][kFrames], rows[i - 1][kFrames]) << "row " << i;
     EXPECT_GE(rows[i][kUpdates], rows[i - 1][kUpdates]) << "row " << i;
   }
-  ExpectEvaluationsOnTheGrid(Metrics(run, "eval.csv"), /*every=*/4000, std::stoll(counters.substr(7)) + 3000);
+  ExpectEvaluationsOnTheGrid(Metrics(run, kEvalCsvFile), /*every=*/4000, std::stoll(counters.substr(7)) + 3000);
   // Its clock goes on from the last row before the kill, lost piece included.
   EXPECT_GE(rows[kept][kSeconds], seconds_before_kill);
   EXPECT_GE(rows.back()[kFrames], std::stoll(counters.substr(7)) + 3000);
@@ -259,19 +259,19 @@ TEST_F(RlEndToEndTest, AFinishedRunResumedGetsItsMissingFinalEvaluation) {
   const std::string config = WriteConfig(dir_, /*total_frames=*/6000);
   ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/240), 0) << Read(dir_ + "/run.log");
   const std::string run = OnlyRunDir(dir_);
-  auto evals = Metrics(run, "eval.csv");
+  auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_GE(evals.size(), 2u);
   const double final_frames = evals.back()[0];
   const int64_t updates = int64_t(Metrics(run).back()[kUpdates]);
   // Drop the final evaluation, as such a run never had it.
-  std::string text = Read(run + "/eval.csv");
+  std::string text = Read(RunLayout(run).eval_csv());
   text.erase(text.rfind('\n', text.size() - 2) + 1);
-  std::ofstream(run + "/eval.csv", std::ios::trunc) << text;
-  ASSERT_EQ(Metrics(run, "eval.csv").size(), evals.size() - 1);
+  std::ofstream(RunLayout(run).eval_csv(), std::ios::trunc) << text;
+  ASSERT_EQ(Metrics(run, kEvalCsvFile).size(), evals.size() - 1);
 
   ASSERT_EQ(Wait(Start({"run", "--resume", run}, dir_ + "/resume.log"), /*seconds=*/120), 0)
       << Read(dir_ + "/resume.log");
-  evals = Metrics(run, "eval.csv");
+  evals = Metrics(run, kEvalCsvFile);
   ASSERT_GE(evals.size(), 2u);
   EXPECT_GE(evals.back()[0], 6000);
   EXPECT_GE(evals.back()[0], final_frames);
@@ -304,14 +304,14 @@ TEST_F(RlEndToEndTest, APixelRunKilledResumesWithItsReplay) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (run.empty() && fs::exists(dir_ + "/runs")) run = OnlyRunDir(dir_);
     if (!run.empty() && !NewestCheckpoint(run).empty() &&
-        std::stoll(Read(NewestCheckpoint(run) + "/counters.txt").substr(7)) >= 2000) {
+        std::stoll(Read(NewestCheckpoint(run) + "/" + kCountersFile).substr(7)) >= 2000) {
       break;
     }
   }
   ASSERT_FALSE(run.empty()) << Read(dir_ + "/run.log");
   kill(launcher, SIGKILL);
   Wait(launcher, 10);
-  const std::string counters = Read(NewestCheckpoint(run) + "/counters.txt");
+  const std::string counters = Read(NewestCheckpoint(run) + "/" + kCountersFile);
   const int64_t frames = std::stoll(counters.substr(7));
   ASSERT_GE(frames, 2000) << Read(dir_ + "/run.log");
   // Each transition adds one 32x32x3 frame (3,072 bytes raw); the file holds

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 
 namespace troupe {
 namespace {
@@ -118,7 +119,7 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
   EXPECT_GT(rows.back()[kCriticLoss], 0);
   EXPECT_GT(rows.back()[kVersion], 5);
   EXPECT_TRUE(fs::exists(NewestCheckpoint(run_dir_) + "/agent.ckpt"));
-  EXPECT_TRUE(fs::exists(run_dir_ + "/config.textproto"));
+  EXPECT_TRUE(fs::exists(RunLayout(run_dir_).config()));
 
   // The actors followed newer parameter versions (episode lines, and the
   // line an actor prints when it stops: with the learner gone, an actor tries
@@ -145,7 +146,7 @@ TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
   const std::string rank1 = AwaitMatch(dir_ + "/learner.log", "learner rank 1 of 2 \\(pid (\\d+)\\)", 30);
   ASSERT_NE(rank1, "") << Read(dir_ + "/learner.log");
   // Let it train, then kill rank 1.
-  ASSERT_NE(AwaitMatch(run_dir_ + "/metrics.csv", "\\n[0-9.]+,\\d+,([1-9]\\d*),", 60), "") << Read(dir_ + "/learner.log");
+  ASSERT_NE(AwaitMatch(RunLayout(run_dir_).metrics_csv(), "\\n[0-9.]+,\\d+,([1-9]\\d*),", 60), "") << Read(dir_ + "/learner.log");
   ASSERT_EQ(kill(std::stoi(rank1), SIGKILL), 0);
   const int exit_code = Wait(learners, /*seconds=*/30);
   const std::string log = Read(dir_ + "/learner.log");
@@ -160,7 +161,7 @@ TEST_F(RlMpiEndToEndTest, ARankThatStallsFailsTheOthersWithinTheTimeout) {
   ASSERT_NE(StartActors(config), "") << Read(dir_ + "/learner.log");
   const std::string rank1 = AwaitMatch(dir_ + "/learner.log", "learner rank 1 of 2 \\(pid (\\d+)\\)", 30);
   ASSERT_NE(rank1, "") << Read(dir_ + "/learner.log");
-  ASSERT_NE(AwaitMatch(run_dir_ + "/metrics.csv", "\\n[0-9.]+,\\d+,([1-9]\\d*),", 60), "") << Read(dir_ + "/learner.log");
+  ASSERT_NE(AwaitMatch(RunLayout(run_dir_).metrics_csv(), "\\n[0-9.]+,\\d+,([1-9]\\d*),", 60), "") << Read(dir_ + "/learner.log");
   // Stop rank 1 without killing it: rank 0 must give up on it, not wait forever.
   ASSERT_EQ(kill(std::stoi(rank1), SIGSTOP), 0);
   const int exit_code = Wait(learners, /*seconds=*/30);

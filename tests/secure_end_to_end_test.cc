@@ -16,6 +16,7 @@
 #include "proto/parameters.grpc.pb.h"
 #include "proto/replay.grpc.pb.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 
 namespace troupe {
 namespace {
@@ -154,10 +155,10 @@ TEST_F(SecureEndToEndTest, LearnerAndTwoActorsTrainOverTlsAndCallsWithoutTheToke
   // The learner logged the refused calls, and the token is nowhere.
   EXPECT_THAT(Read(dir_ + "/learner.log"), HasSubstr("refused a call to /troupe.proto.Replay/Info carrying no token"));
   for (const std::string& file : {dir_ + "/learner.log", dir_ + "/actor0.log", dir_ + "/actor1.log",
-                                 run + "/config.textproto", run + "/metrics.csv"}) {
+                                 RunLayout(run).config(), RunLayout(run).metrics_csv()}) {
     EXPECT_THAT(Read(file), Not(HasSubstr(good.token))) << file;
   }
-  EXPECT_THAT(Read(run + "/config.textproto"), HasSubstr("certs_dir"));
+  EXPECT_THAT(Read(RunLayout(run).config()), HasSubstr("certs_dir"));
 }
 
 TEST_F(SecureEndToEndTest, ListeningBeyondLoopbackWithoutCredentialsIsRefused) {

@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/processes.h"
+#include "common/run_layout.h"
 
 namespace troupe {
 namespace {
@@ -110,7 +111,7 @@ int AwaitParameterVersion(const std::string& run_dir, int at_least, int seconds)
   const auto deadline = Clock::now() + std::chrono::seconds(seconds);
   while (Clock::now() < deadline) {
     std::smatch m;
-    const std::string text = Read(run_dir + "/status.txt");
+    const std::string text = Read(RunLayout(run_dir).status());
     if (std::regex_search(text, m, version) && std::stoi(m[1]) >= at_least) return std::stoi(m[1]);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -242,7 +243,7 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
   ASSERT_GT(first, 0) << Read(job_output);
   std::printf("[ slurm    ] troupe run --slurm to the first parameter version (v%d): %.1f s\n", first, to_first);
   EXPECT_GT(AwaitParameterVersion(run_dir, first + 5, 60), first) << Read(job_output);
-  EXPECT_THAT(Read(run_dir + "/learner.address"), HasSubstr(":"));
+  EXPECT_THAT(Read(RunLayout(run_dir).learner_address()), HasSubstr(":"));
 
   // The actors run as job steps, spread over both nodes.
   const std::string actor0 = AwaitMatch(run_dir + "/logs/actor-0.log", "actor 0 \\(pid (\\d+)\\)", 30);
@@ -257,7 +258,7 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
       AwaitMatch(run_dir + "/logs/actor-0.log", "actor 0 \\(pid \\d+\\)[\\s\\S]*actor 0 \\(pid (\\d+)\\)", 30);
   EXPECT_NE(restarted, "");
   EXPECT_NE(restarted, actor0);
-  EXPECT_NE(AwaitMatch(run_dir + "/status.txt", "actors (2)/2 \\(restarts 1\\)", 30), "") << Read(run_dir + "/status.txt");
+  EXPECT_NE(AwaitMatch(RunLayout(run_dir).status(), "actors (2)/2 \\(restarts 1\\)", 30), "") << Read(RunLayout(run_dir).status());
 
   // troupe status tells where it stands.
   std::tie(code, out) = Troupe("status " + run_dir);
@@ -271,7 +272,7 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
   Shell(SlurmEnv() + "scancel " + job);
   ASSERT_TRUE(AwaitJobState(job, std::regex("CANCELLED|COMPLETED|FAILED"), 60)) << JobState(job);
   ASSERT_TRUE(fs::exists(NewestCheckpoint(run_dir) + "/agent.ckpt")) << Read(job_output);
-  ASSERT_TRUE(fs::exists(NewestCheckpoint(run_dir) + "/counters.txt"));
+  ASSERT_TRUE(fs::exists(NewestCheckpoint(run_dir) + "/" + kCountersFile));
   const auto before = Metrics(run_dir);
   ASSERT_FALSE(before.empty());
   const double updates_at_cancel = before.back()[kUpdates], frames_at_cancel = before.back()[kFrames];
@@ -345,7 +346,7 @@ TEST_F(SlurmEndToEndTest, TheLearnersEndStopsTheActorsAndCompletesTheJob) {
     const std::string log = run_dir + "/logs/actor-" + std::to_string(i) + ".log";
     EXPECT_NE(AwaitMatch(log, "actor \\d+: (\\d+) frames, \\d+ episodes", 5), "") << Read(log);
   }
-  EXPECT_THAT(Read(run_dir + "/status.txt"), HasSubstr("ended (ok)"));
+  EXPECT_THAT(Read(RunLayout(run_dir).status()), HasSubstr("ended (ok)"));
 }
 
 // A job that fails (here: resumed from a checkpoint that is not one) says
@@ -482,7 +483,7 @@ TEST_F(SlurmEndToEndTest, TheSameConfigLocallyForComparison) {
   Stop(run);
   ASSERT_GT(first, 0) << Read(dir_ + "/local.log");
   std::printf("[ local    ] troupe run to the first parameter version (v%d): %.1f s\n", first, to_first);
-  EXPECT_THAT(Read(run_dir + "/launch.txt"), HasSubstr("launcher local"));
+  EXPECT_THAT(Read(RunLayout(run_dir).launch()), HasSubstr("launcher local"));
   const auto [code, out] = Troupe("status " + run_dir);
   EXPECT_EQ(code, 0);
   EXPECT_THAT(out, HasSubstr("local run: troupe run (pid " + std::to_string(run))) << out;

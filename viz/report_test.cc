@@ -15,6 +15,7 @@
 
 #include "common/files.h"
 #include "common/image.h"
+#include "common/run_layout.h"
 
 namespace troupe::viz {
 namespace {
@@ -30,14 +31,14 @@ void Write(const fs::path& path, const std::string& text) {
 // A learner run directory with three evaluations (returns 12.5, 250.25, 180).
 std::string MakeRun(const fs::path& dir, double scale = 1) {
   fs::remove_all(dir);
-  Write(dir / "config.textproto", "mode: RL\nenv { task: \"cartpole.swingup\" }\nevaluator { episodes: 2 }\n");
+  Write(dir / kConfigFile, "mode: RL\nenv { task: \"cartpole.swingup\" }\nevaluator { episodes: 2 }\n");
   char eval[512];
   std::snprintf(eval, sizeof(eval),
                 "frames,updates,eval_return,actions_at_bound\n1000,10,%.3f,0.100\n2000,20,%.3f,0.200\n"
                 "3000,30,%.3f,0.300\n",
                 12.5 * scale, 250.25 * scale, 180 * scale);
-  Write(dir / "eval.csv", eval);
-  Write(dir / "metrics.csv",
+  Write(dir / kEvalCsvFile, eval);
+  Write(dir / kMetricsCsvFile,
         "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,critic_loss,actor_loss,"
         "q_mean,eval_return,parameter_version\n1.0,500,5,5.00,500.0,500,0.010,0.50000,-0.10000,0.1000,0.00,5\n"
         "2.0,1500,15,10.00,1000.0,1500,0.010,0.40000,-0.20000,0.2000,12.50,15\n"

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/run_layout.h"
 #include "viz/view.h"
 
 namespace troupe::viz {
@@ -26,8 +27,8 @@ std::string TempDir(const std::string& name) {
 // A run directory as a scripted `troupe run` leaves it.
 std::string ScriptedRunDir(const std::string& name) {
   const std::string dir = TempDir(name);
-  std::ofstream(dir + "/config.textproto") << "name: \"t\"\nenv { task: \"cartpole.swingup\" action_repeat: 2 }\n";
-  std::ofstream(dir + "/episodes.csv") << "episode,env,frames,return,seconds\n1,0,1000,12.5,1.0\n";
+  std::ofstream(RunLayout(dir).config()) << "name: \"t\"\nenv { task: \"cartpole.swingup\" action_repeat: 2 }\n";
+  std::ofstream(RunLayout(dir).episodes_csv()) << "episode,env,frames,return,seconds\n1,0,1000,12.5,1.0\n";
   return dir;
 }
 
@@ -65,7 +66,7 @@ TEST(RunDirectoryTest, UnreadableDirectoryIsPermissionDenied) {
 
 TEST(RunDirectoryTest, MalformedConfigNamesTheFileAndLine) {
   const std::string dir = TempDir("badconfig");
-  std::ofstream(dir + "/config.textproto") << "env {\n  tusk: \"cartpole.swingup\"\n}\n";
+  std::ofstream(RunLayout(dir).config()) << "env {\n  tusk: \"cartpole.swingup\"\n}\n";
   auto run = OpenRunDirectory(dir);
   ASSERT_FALSE(run.ok());
   EXPECT_THAT(run.status().message(), HasSubstr("config.textproto:2"));

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "actors/episode_recorder.h"
+#include "common/run_layout.h"
 #include "common/video.h"
 #include "envs/env.h"
 #include "viz/testing/run_dirs.h"
@@ -169,8 +170,8 @@ TEST(CheckpointViewTest, TheCheckpointsPolicyDrivesTheEnvInAWindow) {
 // A GAN run directory as gan/run.cc writes it.
 std::string GanRunDir() {
   const std::string dir = testing::FreshDir("gan");
-  std::ofstream(dir + "/config.textproto") << "name: \"fashion\"\nmode: GAN\n";
-  std::ofstream(dir + "/eval.csv") << "images,steps,classifier_fid,classifier_score,seconds\n"
+  std::ofstream(RunLayout(dir).config()) << "name: \"fashion\"\nmode: GAN\n";
+  std::ofstream(RunLayout(dir).eval_csv()) << "images,steps,classifier_fid,classifier_score,seconds\n"
                                       "1000,10,80.5,2.0,1.0\n2000,20,60.25,3.0,2.0\n";
   fs::create_directories(dir + "/samples");
   return dir;
@@ -213,7 +214,7 @@ TEST(GanViewTest, ShowsTheNewestSampleGridAndTheFidCurveAndFollowsNewGrids) {
 
   // Training writes a newer grid and an evaluation: shown within a second or so.
   WriteGrid(dir + "/samples/samples-000003000.png", {30, 200, 60});
-  std::ofstream(dir + "/eval.csv", std::ios::app) << "3000,30,41.0,4.0,3.0\n";
+  std::ofstream(RunLayout(dir).eval_csv(), std::ios::app) << "3000,30,41.0,4.0,3.0\n";
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   ASSERT_TRUE(viewer->RunFrames(1).ok());
   auto second = viewer->Screenshot();
@@ -234,7 +235,7 @@ TEST(GanViewTest, ShowsTheNewestSampleGridAndTheFidCurveAndFollowsNewGrids) {
 
 TEST(GanViewTest, ARunWithoutSamplesYetSaysItIsWaiting) {
   const std::string dir = testing::FreshDir("gan_empty");
-  std::ofstream(dir + "/config.textproto") << "name: \"fashion\"\nmode: GAN\n";
+  std::ofstream(RunLayout(dir).config()) << "name: \"fashion\"\nmode: GAN\n";
   auto viewer = MakeWindow();
   ASSERT_NE(viewer, nullptr);
   ASSERT_TRUE(viewer->ShowGan(std::make_unique<GanSamples>(dir)).ok());

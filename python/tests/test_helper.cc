@@ -24,6 +24,7 @@
 #include "agents/d4pg_agent.h"
 #include "agents/d4pg_policy.h"
 #include "common/config.h"
+#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "envs/env.h"
 #include "envs/env_pool.h"
@@ -95,9 +96,9 @@ int Checkpoint(char** argv) {
   std::string text = kRunConfig;
   text.replace(text.find("SEED"), 4, argv[1]);
   config::ExperimentConfig config;
-  if (auto parsed = ParseTextConfig(text, "config.textproto", &config); !parsed.ok()) return Fail(parsed);
+  if (auto parsed = ParseTextConfig(text, kConfigFile, &config); !parsed.ok()) return Fail(parsed);
   std::filesystem::create_directories(dir + "/checkpoints");
-  std::ofstream(dir + "/config.textproto") << text;
+  std::ofstream(RunLayout(dir).config()) << text;
 
   auto env = envs::DescribeEnv(config.env());
   if (!env.ok()) return Fail(env.status());

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "agents/d4pg_agent.h"
 #include "common/config.h"
+#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "envs/env.h"
 
@@ -45,9 +46,9 @@ inline std::string RlRunDir(const std::string& name, const std::string& task = "
                             const std::string& hidden = "[32, 32]", std::vector<float>* parameters = nullptr) {
   const std::string dir = FreshDir(name);
   const std::string text = RlConfigText(task, hidden);
-  std::ofstream(dir + "/config.textproto") << text;
+  std::ofstream(RunLayout(dir).config()) << text;
   config::ExperimentConfig config;
-  EXPECT_TRUE(ParseTextConfig(text, "config.textproto", &config).ok());
+  EXPECT_TRUE(ParseTextConfig(text, kConfigFile, &config).ok());
   auto env_spec = envs::DescribeEnv(config.env());
   EXPECT_TRUE(env_spec.ok()) << env_spec.status();
   const agents::ObservationSpec spec = agents::ObservationSpecOf(*env_spec);
@@ -60,8 +61,8 @@ inline std::string RlRunDir(const std::string& name, const std::string& task = "
   const absl::Status saved = (*agent)->Save(dir + "/checkpoints/agent.ckpt");
   EXPECT_TRUE(saved.ok()) << saved;
   if (parameters) (*agent)->PolicyParameters(parameters);
-  std::ofstream(dir + "/checkpoints/counters.txt") << "frames 3000\nsamples 4096\n";
-  std::ofstream(dir + "/eval.csv") << "frames,updates,eval_return\n1000,10,12.5\n3000,40,30.0\n";
+  std::ofstream(RunLayout(dir).checkpoints() + "/" + kCountersFile) << "frames 3000\nsamples 4096\n";
+  std::ofstream(RunLayout(dir).eval_csv()) << "frames,updates,eval_return\n1000,10,12.5\n3000,40,30.0\n";
   return dir;
 }
 
