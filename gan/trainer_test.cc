@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
-#include "common/run_layout.h"
 #include "common/generations.h"
+#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
 #include "gan/evaluator.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/run_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/launcher.h"
@@ -50,7 +51,7 @@ class ActorFleetTest : public ::testing::Test {
     return fleet.ok() ? std::move(*fleet) : nullptr;
   }
   std::string Log(int index) const {
-    std::ifstream in(absl::StrCat(run_dir_, "/logs/actor-", index, ".log"));
+    std::ifstream in(RunLayout(run_dir_).actor_log(index));
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
@@ -78,8 +79,8 @@ TEST_F(ActorFleetTest, EachActorGetsItsCommandAndItsLogAndTheTokenOnlyInItsEnvir
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(Await([&] { return Log(i).find("token") != std::string::npos; }, 10)) << i;
     const std::string log = Log(i);
-    EXPECT_THAT(log, HasSubstr(absl::StrCat("actor --learner learner.example:7001 --config ", run_dir_,
-                                            "/config.textproto --index ", i)));
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("actor --learner learner.example:7001 --config ",
+                                            RunLayout(run_dir_).config(), " --index ", i)));
     EXPECT_THAT(log, HasSubstr("token secret-token"));
     EXPECT_THAT(log.substr(0, log.find("token ")), Not(HasSubstr("secret-token")));  // not on the command line
   }

@@ -17,9 +17,9 @@
 #include "common/files.h"
 #include "common/grpc_security.h"
 #include "common/host.h"
+#include "common/run_layout.h"
 #include "common/status_line.h"
 #include "common/status_macros.h"
-#include "common/run_layout.h"
 #include "learner/rl_learner.h"
 
 namespace troupe::launch {

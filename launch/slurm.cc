@@ -29,9 +29,9 @@
 #include "common/generations.h"
 #include "common/grpc_security.h"
 #include "common/host.h"
+#include "common/run_layout.h"
 #include "common/shell.h"
 #include "common/status_macros.h"
-#include "common/run_layout.h"
 #include "engine/engine_config.h"
 #include "launch/launcher.h"
 

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/generations.h"
-#include "common/status_macros.h"
 #include "common/run_layout.h"
+#include "common/status_macros.h"
 #include "launch/launcher.h"
 #include "launch/slurm.h"
 

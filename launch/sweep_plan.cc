@@ -17,8 +17,8 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "common/generations.h"
-#include "common/status_macros.h"
 #include "common/run_layout.h"
+#include "common/status_macros.h"
 #include "gan/fid.h"
 #include "launch/experiment.h"
 

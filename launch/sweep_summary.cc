@@ -13,8 +13,8 @@
 #include "common/files.h"
 #include "common/image.h"
 #include "common/plot.h"
-#include "common/status_macros.h"
 #include "common/run_layout.h"
+#include "common/status_macros.h"
 
 namespace troupe::launch {
 namespace {

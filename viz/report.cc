@@ -14,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/status_macros.h"
 #include "common/run_layout.h"
+#include "common/status_macros.h"
 #include "proto/config.pb.h"
 
 namespace troupe::viz {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/generations.h"
-#include "common/status_macros.h"
 #include "common/run_layout.h"
+#include "common/status_macros.h"
 
 namespace troupe::viz {
 namespace fs = std::filesystem;

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config.h"
-#include "common/status_macros.h"
 #include "common/run_layout.h"
+#include "common/status_macros.h"
 #include "envs/env.h"
 
 namespace troupe::viz {
