@@ -86,7 +86,8 @@ TEST_F(RunLayoutTest, RowsKeepToTheHeaderOfAnOlderFile) {
   const std::string old_header =
       "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,critic_loss,actor_loss,"
       "q_mean,eval_return,parameter_version\n";
-  std::ofstream(run().metrics_csv()) << old_header << "1.0,1000,10,5.00,500.0,900,0.000,1.00000,1.00000,1.0000,-1.00,2\n";
+  std::ofstream(run().metrics_csv()) << old_header
+                                     << "1.0,1000,10,5.00,500.0,900,0.000,1.00000,1.00000,1.0000,-1.00,2\n";
   RowLog<RlMetricsRow> log(run());
   ASSERT_TRUE(log.Append({.seconds = 3, .frames = 2000, .updates = 20, .parameter_version = 3, .input_wait_ms = 9}));
   ASSERT_TRUE(log.Append({.seconds = 4, .frames = 3000, .updates = 30, .parameter_version = 4}));

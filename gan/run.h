@@ -2,7 +2,7 @@
 // checkpoints and a status line. No actors, no replay: the input_fn reads the
 // Fashion-MNIST training set.
 //
-// Run directory:
+// Run directory (common/run_layout.h owns its layout and columns):
 //   config.textproto            the resolved config (written by the launcher)
 //   metrics.csv                 images, steps, losses, learning rates, images/s
 //   eval.csv                    images, steps, classifier-FID, classifier score

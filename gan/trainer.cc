@@ -409,8 +409,8 @@ absl::StatusOr<std::string> GanTrainer::LoadCheckpoint(const std::string& dir, s
     }
   }
   return absl::NotFoundError(absl::StrCat(generation.status().message(),
-                                          "; no complete checkpoint of the layout before generations either "
-                                          "(", kCountersFile, " missing or unreadable in ", dir, " and in ", dir, ".new)"));
+                                          "; no complete checkpoint of the layout before generations either (",
+                                          kCountersFile, " missing or unreadable in ", dir, " and in ", dir, ".new)"));
 }
 
 }  // namespace troupe::gan

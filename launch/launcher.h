@@ -3,9 +3,10 @@
 // actor that dies restarted (up to actors.max_restarts each), one live status
 // line, and Ctrl-C stopping everything cleanly with a final checkpoint.
 //
-// Run directory: config.textproto (resolved), metrics.csv/jsonl, eval.csv,
-// learning_curve.png, logs/actor-N.log, checkpoints/, status.txt (the status
-// line, rewritten every second), learner.address (HOST:PORT actors use).
+// Run directory (common/run_layout.h): config.textproto (resolved),
+// metrics.csv/jsonl, eval.csv, learning_curve.png, logs/actor-N.log,
+// checkpoints/, status.txt (the status line, rewritten every second),
+// learner.address (HOST:PORT actors use).
 // The same code runs inside a Slurm job (launch/slurm.h), with each actor
 // started as a job step.
 #ifndef TROUPE_LAUNCH_LAUNCHER_H_

@@ -81,7 +81,8 @@ absl::StatusOr<int64_t> WriteLearnerCheckpoint(const std::string& dir, const age
   RETURN_IF_ERROR(agent_written);
   RETURN_IF_ERROR(generation.Add(kAgentCheckpointFile));
   RETURN_IF_ERROR(generation.AddText(kCountersFile, counters()));
-  ASSIGN_OR_RETURN(const std::string note, generation.Commit(keep, {kAgentCheckpointFile, kCountersFile, kReplayCheckpointFile}));
+  ASSIGN_OR_RETURN(const std::string note,
+                   generation.Commit(keep, {kAgentCheckpointFile, kCountersFile, kReplayCheckpointFile}));
   // An old generation that could not be removed costs disk, not the checkpoint.
   if (!note.empty()) std::fprintf(stderr, "checkpoint: %s\n", note.c_str());
   return generation.number();
@@ -134,7 +135,9 @@ void RlLearner::CheckpointOrWarn() {
 
 std::string RlLearner::LastGenerationText() const {
   if (last_generation_ < 0) return "none yet";
-  if (last_generation_ == 0) return absl::StrCat(layout_.checkpoints(), " at ", Thousands(last_generation_frames_), " frames");
+  if (last_generation_ == 0) {
+    return absl::StrCat(layout_.checkpoints(), " at ", Thousands(last_generation_frames_), " frames");
+  }
   return absl::StrCat("generation ", last_generation_, " at ", Thousands(last_generation_frames_), " frames");
 }
 

@@ -303,7 +303,9 @@ absl::StatusOr<std::string> WriteReport(const std::string& dir, const std::strin
   } else {
     std::vector<std::string> subdirs;
     for (const auto& entry : fs::directory_iterator(dir)) {
-      if (entry.is_directory() && RunLayout(entry.path().string()).HasConfig()) subdirs.push_back(entry.path().string());
+      if (entry.is_directory() && RunLayout(entry.path().string()).HasConfig()) {
+        subdirs.push_back(entry.path().string());
+      }
     }
     std::sort(subdirs.begin(), subdirs.end());
     for (const std::string& sub : subdirs) {
