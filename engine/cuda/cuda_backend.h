@@ -1,4 +1,5 @@
-// The CUDA backend of the nn engine: every kernel of nn::Backend on one GPU.
+// The CUDA backend of the nn engine: nn::Backend's core and, fused, nearly
+// every composed kernel on one GPU.
 // GEMMs go to cuBLAS (cublasGemmEx, float32 or bfloat16 inputs with float32
 // accumulation, switchable); convolutions and transposed convolutions to
 // cuDNN (cudnn_conv.h, opened at run time; bfloat16 operands there too),
@@ -117,7 +118,22 @@ class CudaBackend final : public nn::Backend {
   void* stream() const { return stream_; }
 
   // --- nn::Backend --------------------------------------------------------------
-  void Fill(float* x, int64_t n, float value) override;
+  // The core (simple grid-stride kernels); the fused kernels below override
+  // nn::Backend's composed defaults.
+  void Fill(float* x, int64_t n, float value, float step = 0.0f) override;
+  void Unary(nn::UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+             bool accumulate = false) override;
+  void UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                     float* dx, int64_t n) override;
+  void BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b, int b_axes,
+                       float* y, bool accumulate = false) override;
+  void Reduce(nn::Reduction op, const nn::View3& v, float scale, const float* x, float* y,
+              bool accumulate = false) override;
+  void Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x, const int32_t* indices,
+              float* y) override;
+  void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices, const float* values,
+               float* x, bool add) override;
+  void Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale = 1.0f) override;
   void Copy(const float* x, float* y, int64_t n) override;
   void Axpy(float alpha, const float* x, float* y, int64_t n) override;
   void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
