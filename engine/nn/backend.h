@@ -57,9 +57,9 @@
 //    the step (losses, Q, priorities) it asks for with ReadAtStepEnd, and the
 //    bytes land when EndStep returns. A value a kernel reduces (a sum, a
 //    norm, a loss, sigma) stays in device memory for the next kernel.
-//  - Scratch memory (AllocateScratch: the tape's arena) is dead after the
-//    step that wrote it: nothing outside the step may read what the step
-//    left there. The PJRT backend compiles a step into one program
+//  - Scratch memory (AllocateScratch: the tape's arena, the composed
+//    kernels' temporaries) is dead after the step that wrote it: nothing
+//    outside the step may read what the step left there. The PJRT backend compiles a step into one program
 //    (pjrt_backend.h), which needs both rules; the strict CPU device aborts
 //    on a Download inside a step, so a test proves a step keeps them.
 //  - A collective that stages device memory through the host (K replicas
@@ -143,7 +143,8 @@ class Backend {
   // Waits for every kernel this backend has launched.
   virtual void Synchronize() = 0;
   float* AllocateFloats(int64_t count) { return static_cast<float*>(Allocate(sizeof(float) * size_t(count))); }
-  // Memory whose contents are dead after each step (the tape's arena): as
+  // Memory whose contents are dead after each step (the tape's arena, the
+  // composed kernels' scratch pool): as
   // Allocate, and a backend that compiles steps keeps it out of the step's
   // program (never an argument, never a result).
   virtual void* AllocateScratch(size_t bytes) { return Allocate(bytes); }

@@ -467,30 +467,41 @@ void Backend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channel
   BytesToPlanes(*this, images, pixels * channels, pixels, channels, scale, in, out);
 }
 
+namespace {
+
+// A random shift's gather tables (ShiftIndices) for rows and for columns,
+// and room for the image shifted along rows only.
+struct ShiftTables {
+  int32_t* rows;
+  int32_t* columns;
+  float* shifted_rows;
+};
+ShiftTables MakeShiftTables(Backend& b, Backend::Temporaries& t, int64_t n, int64_t c, int64_t h, int64_t w,
+                            int64_t pad, const int32_t* shifts) {
+  const ShiftTables tables{t.Ints(n * c * h), t.Ints(n * c * h * w), t.Floats(n * c * h * w)};
+  // Replicate padding: each output row (column) reads the clamped source row (column).
+  ShiftIndices(b, n, c, h, pad, shifts, 0, tables.rows);
+  ShiftIndices(b, n, c * h, w, pad, shifts, 1, tables.columns);
+  return tables;
+}
+
+}  // namespace
+
 void Backend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                  const float* x, float* y) {
   Temporaries t(*this);
-  int32_t* rows = t.Ints(n * c * h);
-  int32_t* columns = t.Ints(n * c * h * w);
-  float* shifted_rows = t.Floats(n * c * h * w);
-  // Replicate padding: each output row (column) reads the clamped source row (column).
-  ShiftIndices(*this, n, c, h, pad, shifts, 0, rows);
-  ShiftIndices(*this, n, c * h, w, pad, shifts, 1, columns);
-  Gather(n * c, h, w, h, x, rows, shifted_rows);
-  Gather(n * c * h, w, 1, w, shifted_rows, columns, y);
+  const ShiftTables tables = MakeShiftTables(*this, t, n, c, h, w, pad, shifts);
+  Gather(n * c, h, w, h, x, tables.rows, tables.shifted_rows);
+  Gather(n * c * h, w, 1, w, tables.shifted_rows, tables.columns, y);
 }
 
 void Backend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
                                   const float* dy, float* dx) {
   Temporaries t(*this);
-  int32_t* rows = t.Ints(n * c * h);
-  int32_t* columns = t.Ints(n * c * h * w);
-  float* shifted_rows = t.Floats(n * c * h * w);
-  ShiftIndices(*this, n, c, h, pad, shifts, 0, rows);
-  ShiftIndices(*this, n, c * h, w, pad, shifts, 1, columns);
-  Fill(shifted_rows, n * c * h * w, 0.0f);
-  Scatter(n * c * h, w, 1, w, columns, dy, shifted_rows, /*add=*/true);
-  Scatter(n * c, h, w, h, rows, shifted_rows, dx, /*add=*/true);
+  const ShiftTables tables = MakeShiftTables(*this, t, n, c, h, w, pad, shifts);
+  Fill(tables.shifted_rows, n * c * h * w, 0.0f);
+  Scatter(n * c * h, w, 1, w, tables.columns, dy, tables.shifted_rows, /*add=*/true);
+  Scatter(n * c, h, w, h, tables.rows, tables.shifted_rows, dx, /*add=*/true);
 }
 
 // --- Row tables ------------------------------------------------------------------------

@@ -9,9 +9,10 @@
 // ParameterSet), so each launch resolves its pointers to (allocation, offset).
 //
 // Kernels: the backend implements the core of nn::Backend (its generic
-// kernels) and nothing more: every other kernel is the composed default, a
-// chain of core kernels that XLA fuses inside a compiled step as it fused
-// the per-kernel emitters this backend once had. Each core kernel call is
+// kernels); every other kernel is the composed default, a chain of core
+// kernels that XLA fuses inside a compiled step as it fused the per-kernel
+// emitters this backend once had, except the uint8 frames' conversion to
+// float planes, kept fused (a transpose, where the default gathers). Each core kernel call is
 // one small StableHLO program (stablehlo.h)
 // whose parameters are the whole allocations it touches plus a vector of
 // the call's float scalars (learning rates, slopes: values that change from
@@ -195,6 +196,12 @@ class PjrtBackend final : public nn::Backend {
   void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices, const float* values,
                float* x, bool add) override;
   void Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale = 1.0f) override;
+  // Fused where the composed default is worse (see pjrt_backend.cc).
+  void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
+                          float* out) override;
+  void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
+                                const int32_t* indices, int64_t pixels, int64_t channels, float scale,
+                                float* out) override;
 
  private:
   class Recorder;
@@ -226,6 +233,9 @@ class PjrtBackend final : public nn::Backend {
   // An operand of a [outer, mid, inner] view holding `axes` of it (nn::Axes),
   // broadcast to the whole view.
   Value ViewOperand(Launch& l, const float* p, const nn::View3& v, int axes);
+  // Interleaved uint8 images [images, pixels * channels] as float planes
+  // [images, channels, pixels] times `scale`.
+  Value Planes(Launch& l, const Value& bytes, int64_t pixels, int64_t channels, float scale);
   // Counts a step's compile (or load from the on-disk cache) and says so once (stderr).
   void NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache);
 
