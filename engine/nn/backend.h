@@ -10,8 +10,9 @@
 //    CopyBlocks, Gemm, Conv2dForward, Conv2dBackward, Unary, UnaryBackward,
 //    BinaryBroadcast (over a [outer, mid, inner] view, each operand holding
 //    a subset of its axes), Reduce, Gather, Scatter and Convert: 19 pure
-//    virtuals (composed_kernels_test.cc's CoreOnlyBackend compiles with
-//    exactly these). No algorithm's kernel is among them.
+//    virtuals (CoreOnlyBackend in testing.h, the tests' backend of the
+//    core alone, compiles with exactly these). No algorithm's kernel is
+//    among them.
 //  - Every other kernel (activations, layer/batch norm, softmax and cross
 //    entropy, the C51 projection, DrQ's random shift, spectral norm, the
 //    optimizers' updates, the frame table's gathers) is a virtual whose
