@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
 
@@ -104,6 +105,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(AsStream(stream_));
   if (options_.profile) PrintProfile();
+  ReleaseScratchPool();
   cudnn_.reset();  // its handle is on stream_
   for (Buffer& b : scratch_) cudaFree(b.data);
   cudaFree(reduce_result_);
@@ -225,9 +227,65 @@ void CudaBackend::PrintProfile() const {
   }
 }
 
-void CudaBackend::Fill(float* x, int64_t n, float value) {
-  kernels::Fill(AsStream(Bound()), x, n, value);
+void CudaBackend::Fill(float* x, int64_t n, float value, float step) {
+  kernels::Fill(AsStream(Bound()), x, n, value, step);
   Done("Fill");
+}
+
+void CudaBackend::Unary(nn::UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+                        bool accumulate) {
+  kernels::Unary(AsStream(Bound()), static_cast<int>(op), alpha, beta, x, y, n, accumulate);
+  Done("Unary");
+}
+
+void CudaBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y,
+                                const float* dy, float* dx, int64_t n) {
+  if (dx == nullptr) return;
+  kernels::UnaryBackward(AsStream(Bound()), static_cast<int>(op), alpha, beta, x, y, dy, dx, n);
+  Done("UnaryBackward");
+}
+
+namespace {
+
+// An operand's strides over [outer, mid, inner] from the axes it holds.
+kernels::Strides3 StridesOf(const nn::View3& v, int axes) {
+  const int64_t inner = (axes & nn::kInnerAxis) ? 1 : 0;
+  const int64_t mid = (axes & nn::kMidAxis) ? (inner ? v.inner : 1) : 0;
+  const int64_t outer = (axes & nn::kOuterAxis) ? ((axes & nn::kMidAxis) ? v.mid : 1) * (inner ? v.inner : 1) : 0;
+  return {outer, mid, inner};
+}
+
+}  // namespace
+
+void CudaBackend::BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b,
+                                  int b_axes, float* y, bool accumulate) {
+  kernels::BinaryBroadcast(AsStream(Bound()), static_cast<int>(op), v.outer, v.mid, v.inner, a, StridesOf(v, a_axes),
+                           b, StridesOf(v, b_axes), y, accumulate);
+  Done("BinaryBroadcast");
+}
+
+void CudaBackend::Reduce(nn::Reduction op, const nn::View3& v, float scale, const float* x, float* y,
+                         bool accumulate) {
+  kernels::ReduceAxis(AsStream(Bound()), static_cast<int>(op), v.outer, v.mid, v.inner, scale, x, y, accumulate);
+  Done("Reduce");
+}
+
+void CudaBackend::Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x,
+                         const int32_t* indices, float* y) {
+  kernels::Gather(AsStream(Bound()), outer, in, inner, out, x, indices, y);
+  Done("Gather");
+}
+
+void CudaBackend::Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
+                          const float* values, float* x, bool add) {
+  kernels::Scatter(AsStream(Bound()), outer, in, inner, out, indices, values, x, add);
+  Done("Scatter");
+}
+
+void CudaBackend::Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale) {
+  TROUPE_CHECK(to != nn::DType::kU8);
+  kernels::Convert(AsStream(Bound()), static_cast<int>(from), x, static_cast<int>(to), y, n, scale);
+  Done("Convert");
 }
 
 void CudaBackend::Copy(const float* x, float* y, int64_t n) {

@@ -1,4 +1,5 @@
-// The CUDA backend of the nn engine: every kernel of nn::Backend on one GPU.
+// The CUDA backend of the nn engine: nn::Backend's core and, fused, nearly
+// every composed kernel on one GPU.
 // GEMMs go to cuBLAS (cublasGemmEx, float32 or bfloat16 inputs with float32
 // accumulation, switchable); convolutions and transposed convolutions to
 // cuDNN (cudnn_conv.h, opened at run time; bfloat16 operands there too),
@@ -117,7 +118,11 @@ class CudaBackend final : public nn::Backend {
   void* stream() const { return stream_; }
 
   // --- nn::Backend --------------------------------------------------------------
-  void Fill(float* x, int64_t n, float value) override;
+  // The core's generic kernels beyond GEMM, convolutions and copies (Fill's
+  // iota, Unary, BinaryBroadcast, Reduce, Gather, Scatter, Convert: simple
+  // grid-stride kernels, marked "core") sit beside the fused kernels of their
+  // concern, which override nn::Backend's composed defaults.
+  void Fill(float* x, int64_t n, float value, float step = 0.0f) override;  // core
   void Copy(const float* x, float* y, int64_t n) override;
   void Axpy(float alpha, const float* x, float* y, int64_t n) override;
   void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
@@ -146,7 +151,16 @@ class CudaBackend final : public nn::Backend {
   void BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
                       int64_t n) override;
   void Scale(float alpha, const float* x, float* y, int64_t n) override;
+  // Core.
+  void Unary(nn::UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+             bool accumulate = false) override;
+  void UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                     float* dx, int64_t n) override;
+  void BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b, int b_axes,
+                       float* y, bool accumulate = false) override;
 
+  void Reduce(nn::Reduction op, const nn::View3& v, float scale, const float* x, float* y,
+              bool accumulate = false) override;  // core
   void Sum(const float* x, int64_t n, float scale, float* y) override;
   void SquaredNorm(const float* x, int64_t n, float* y) override;
   void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) override;
@@ -177,6 +191,12 @@ class CudaBackend final : public nn::Backend {
                              const float* reward, const float* discount, float* out) override;
   void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                           float* out) override;
+  // Core.
+  void Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x, const int32_t* indices,
+              float* y) override;
+  void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices, const float* values,
+               float* x, bool add) override;
+  void Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale = 1.0f) override;
   void GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count, const int32_t* indices,
                   float* out) override;
   void ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,

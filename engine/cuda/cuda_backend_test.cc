@@ -32,6 +32,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
+#include "engine/nn/testing.h"
 #include "engine/replicator/replicator.h"
 #include "engine/replicator/test_model.h"
 #ifdef TROUPE_HAVE_NCCL
@@ -53,13 +54,7 @@ using nn::ConvGeometry;
     }                                                                                                 \
   } while (false)
 
-std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using nn::RandomVector;
 
 // A device copy of a host vector, freed with the backend.
 class DeviceVector {
@@ -121,7 +116,7 @@ class CudaOpsTest : public ::testing::Test {
 
 TEST_F(CudaOpsTest, MemoryOpsMatchCpu) {
   const int64_t n = 10007;
-  std::vector<float> x = Random(n, 1), y = Random(n, 2);
+  std::vector<float> x = RandomVector(n, 1), y = RandomVector(n, 2);
   DeviceVector dx(gpu_.get(), x), dy(gpu_.get(), y);
   cpu_.Axpy(0.5f, x.data(), y.data(), n);
   gpu_->Axpy(0.5f, dx.data(), dy.data(), n);
@@ -133,7 +128,7 @@ TEST_F(CudaOpsTest, MemoryOpsMatchCpu) {
   gpu_->Scale(-2.0f, dx.data(), dy.data(), n);
   ExpectNear(dy.ToHost(), y, 1e-6f, false, "Scale");
   // CopyBlocks: 7 rows of 13 into a [7, 40] buffer at offset 5, accumulating.
-  std::vector<float> src = Random(7 * 13, 3), dst = Random(7 * 40, 4);
+  std::vector<float> src = RandomVector(7 * 13, 3), dst = RandomVector(7 * 40, 4);
   DeviceVector dsrc(gpu_.get(), src), ddst(gpu_.get(), dst);
   cpu_.CopyBlocks(7, 13, src.data(), 13, 0, dst.data(), 40, 5, true);
   gpu_->CopyBlocks(7, 13, dsrc.data(), 13, 0, ddst.data(), 40, 5, true);
@@ -190,7 +185,7 @@ TEST_P(CudaGemmTest, GemmMatchesCpuInEveryTransposeCase) {
   const int64_t m = 67, n = 45, k = 129;
   for (int t = 0; t < 4; ++t) {
     const bool ta = t & 1, tb = t & 2;
-    std::vector<float> a = Random(m * k, 10 + t), b = Random(k * n, 20 + t), c = Random(m * n, 30 + t);
+    std::vector<float> a = RandomVector(m * k, 10 + t), b = RandomVector(k * n, 20 + t), c = RandomVector(m * n, 30 + t);
     DeviceVector da(gpu_.get(), a), db(gpu_.get(), b), dc(gpu_.get(), c);
     cpu_.Gemm(ta, tb, m, n, k, 0.7f, a.data(), b.data(), 0.3f, c.data());
     gpu_->Gemm(ta, tb, m, n, k, 0.7f, da.data(), db.data(), 0.3f, dc.data());
@@ -246,8 +241,8 @@ TEST_P(CudaConvTest, ConvolutionsMatchCpuForwardAndBackward) {
     const std::string name = "conv c=" + std::to_string(g.c) + " " + std::to_string(g.h) + "x" +
                              std::to_string(g.w) + " stride=" + std::to_string(g.stride) +
                              (act == nn::FusedActivation::kRelu ? " relu" : "");
-    std::vector<float> x = Random(xs, 1), w = Random(ws, 2), b = Random(g.oc, 3), dy = Random(ys, 4);
-    std::vector<float> y(ys), dx = Random(xs, 5), dw = Random(ws, 6), db = Random(g.oc, 7);
+    std::vector<float> x = RandomVector(xs, 1), w = RandomVector(ws, 2), b = RandomVector(g.oc, 3), dy = RandomVector(ys, 4);
+    std::vector<float> y(ys), dx = RandomVector(xs, 5), dw = RandomVector(ws, 6), db = RandomVector(g.oc, 7);
     DeviceVector gx(gpu_.get(), x), gw(gpu_.get(), w), gb(gpu_.get(), b), gdy(gpu_.get(), dy), gy(gpu_.get(), y),
         gdx(gpu_.get(), dx), gdw(gpu_.get(), dw), gdb(gpu_.get(), db);
     cpu_.Conv2dForward(g, act, x.data(), w.data(), b.data(), y.data());
@@ -264,8 +259,8 @@ TEST_P(CudaConvTest, ConvolutionsMatchCpuForwardAndBackward) {
     gpu_->Conv2dBackward(g, act, gx.data(), gw.data(), gy.data(), gdy.data(), nullptr, gdw.data(), nullptr);
     ExpectNear(gdw.ToHost(), dw2, Tolerance(), true, name + " dw, no dx");
     // The transposed conv over the same geometry: x is the conv's output side.
-    std::vector<float> tx = Random(ys, 8), tdy = Random(xs, 9), ty(xs), tdx = Random(ys, 10), tb = Random(g.c, 11);
-    std::vector<float> tdw = Random(ws, 12), tdb = Random(g.c, 13);
+    std::vector<float> tx = RandomVector(ys, 8), tdy = RandomVector(xs, 9), ty(xs), tdx = RandomVector(ys, 10), tb = RandomVector(g.c, 11);
+    std::vector<float> tdw = RandomVector(ws, 12), tdb = RandomVector(g.c, 13);
     DeviceVector gtx(gpu_.get(), tx), gtdy(gpu_.get(), tdy), gty(gpu_.get(), ty), gtdx(gpu_.get(), tdx),
         gtb(gpu_.get(), tb), gtdw(gpu_.get(), tdw), gtdb(gpu_.get(), tdb);
     cpu_.ConvTranspose2dForward(g, tx.data(), w.data(), tb.data(), ty.data());
@@ -350,7 +345,7 @@ TEST(CudnnLibraryTest, AMissingLibraryOrSymbolIsAClearError) {
 
 TEST_F(CudaOpsTest, RowBiasMatchesCpu) {
   const int64_t rows = 33, cols = 70;
-  std::vector<float> y = Random(rows * cols, 1), bias = Random(cols, 2), dbias = Random(cols, 3);
+  std::vector<float> y = RandomVector(rows * cols, 1), bias = RandomVector(cols, 2), dbias = RandomVector(cols, 3);
   DeviceVector gy(gpu_.get(), y), gb(gpu_.get(), bias), gdb(gpu_.get(), dbias);
   cpu_.AddRowBias(rows, cols, bias.data(), y.data());
   gpu_->AddRowBias(rows, cols, gb.data(), gy.data());
@@ -362,11 +357,11 @@ TEST_F(CudaOpsTest, RowBiasMatchesCpu) {
 
 TEST_F(CudaOpsTest, ActivationsAndBinaryOpsMatchCpu) {
   const int64_t n = 4099;
-  std::vector<float> x = Random(n, 1, -3.0f, 3.0f), b = Random(n, 2), dy = Random(n, 3);
+  std::vector<float> x = RandomVector(n, 1, -3.0f, 3.0f), b = RandomVector(n, 2), dy = RandomVector(n, 3);
   DeviceVector gx(gpu_.get(), x), gb(gpu_.get(), b), gdy(gpu_.get(), dy);
   for (int f = 0; f <= static_cast<int>(Activation::kSoftplus); ++f) {
     const auto act = static_cast<Activation>(f);
-    std::vector<float> y(n), dx = Random(n, 4);
+    std::vector<float> y(n), dx = RandomVector(n, 4);
     DeviceVector gy(gpu_.get(), y), gdx(gpu_.get(), dx);
     cpu_.ActivationForward(act, 0.2f, x.data(), y.data(), n);
     gpu_->ActivationForward(act, 0.2f, gx.data(), gy.data(), n);
@@ -377,7 +372,7 @@ TEST_F(CudaOpsTest, ActivationsAndBinaryOpsMatchCpu) {
   }
   for (int op = 0; op <= static_cast<int>(Binary::kMul); ++op) {
     const auto bin = static_cast<Binary>(op);
-    std::vector<float> y(n), da = Random(n, 5), db = Random(n, 6);
+    std::vector<float> y(n), da = RandomVector(n, 5), db = RandomVector(n, 6);
     DeviceVector gy(gpu_.get(), y), gda(gpu_.get(), da), gdb(gpu_.get(), db);
     cpu_.BinaryForward(bin, x.data(), b.data(), y.data(), n);
     gpu_->BinaryForward(bin, gx.data(), gb.data(), gy.data(), n);
@@ -391,7 +386,7 @@ TEST_F(CudaOpsTest, ActivationsAndBinaryOpsMatchCpu) {
 
 TEST_F(CudaOpsTest, ReductionsMatchCpu) {
   const int64_t outer = 5, reduce = 37, inner = 11, n = outer * reduce * inner;
-  std::vector<float> x = Random(n, 1), y(outer * inner), dy = Random(outer * inner, 2), dx = Random(n, 3);
+  std::vector<float> x = RandomVector(n, 1), y(outer * inner), dy = RandomVector(outer * inner, 2), dx = RandomVector(n, 3);
   DeviceVector gx(gpu_.get(), x), gy(gpu_.get(), y), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx);
   std::vector<float> reduced(2);
   DeviceVector greduced(gpu_.get(), reduced);
@@ -410,9 +405,9 @@ TEST_F(CudaOpsTest, ReductionsMatchCpu) {
 
 TEST_F(CudaOpsTest, LayerNormMatchesCpu) {
   const int64_t rows = 19, cols = 300;
-  std::vector<float> x = Random(rows * cols, 1, -2.0f, 3.0f), gamma = Random(cols, 2), beta = Random(cols, 3);
-  std::vector<float> y(rows * cols), mean(rows), rstd(rows), dy = Random(rows * cols, 4);
-  std::vector<float> dx = Random(rows * cols, 5), dgamma = Random(cols, 6), dbeta = Random(cols, 7);
+  std::vector<float> x = RandomVector(rows * cols, 1, -2.0f, 3.0f), gamma = RandomVector(cols, 2), beta = RandomVector(cols, 3);
+  std::vector<float> y(rows * cols), mean(rows), rstd(rows), dy = RandomVector(rows * cols, 4);
+  std::vector<float> dx = RandomVector(rows * cols, 5), dgamma = RandomVector(cols, 6), dbeta = RandomVector(cols, 7);
   DeviceVector gx(gpu_.get(), x), gg(gpu_.get(), gamma), gbeta(gpu_.get(), beta), gy(gpu_.get(), y),
       gmean(gpu_.get(), mean), grstd(gpu_.get(), rstd), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx),
       gdg(gpu_.get(), dgamma), gdbeta(gpu_.get(), dbeta);
@@ -432,9 +427,9 @@ TEST_F(CudaOpsTest, LayerNormMatchesCpu) {
 
 TEST_F(CudaOpsTest, BatchNormKernelsMatchCpu) {
   const int64_t n = 6, c = 5, hw = 49, size = n * c * hw;
-  std::vector<float> x = Random(size, 1, -1.0f, 2.0f), sums(2 * c + 1), gamma = Random(c, 2), beta = Random(c, 3);
-  std::vector<float> mean = Random(c, 4), rstd = Random(c, 5, 0.5f, 2.0f), y(size), dy = Random(size, 6);
-  std::vector<float> bsums(2 * c + 1), dx = Random(size, 7);
+  std::vector<float> x = RandomVector(size, 1, -1.0f, 2.0f), sums(2 * c + 1), gamma = RandomVector(c, 2), beta = RandomVector(c, 3);
+  std::vector<float> mean = RandomVector(c, 4), rstd = RandomVector(c, 5, 0.5f, 2.0f), y(size), dy = RandomVector(size, 6);
+  std::vector<float> bsums(2 * c + 1), dx = RandomVector(size, 7);
   DeviceVector gx(gpu_.get(), x), gsums(gpu_.get(), sums), gg(gpu_.get(), gamma), gbeta(gpu_.get(), beta),
       gmean(gpu_.get(), mean), grstd(gpu_.get(), rstd), gy(gpu_.get(), y), gdy(gpu_.get(), dy),
       gbsums(gpu_.get(), bsums), gdx(gpu_.get(), dx);
@@ -442,7 +437,7 @@ TEST_F(CudaOpsTest, BatchNormKernelsMatchCpu) {
   gpu_->BatchNormStats(n, c, hw, gx.data(), gsums.data());
   ExpectNear(gsums.ToHost(), sums, 1e-5f, true, "BatchNormStats");
   // Moments and running statistics from the sums, on the device.
-  std::vector<float> moments(2 * c), running = Random(2 * c, 8, 0.5f, 1.5f);
+  std::vector<float> moments(2 * c), running = RandomVector(2 * c, 8, 0.5f, 1.5f);
   DeviceVector gmoments(gpu_.get(), moments), grunning(gpu_.get(), running);
   cpu_.BatchNormMoments(c, 1e-5f, 0.1f, sums.data(), running.data(), running.data() + c, moments.data(),
                         moments.data() + c);
@@ -468,13 +463,13 @@ TEST_F(CudaOpsTest, BatchNormKernelsMatchCpu) {
 
 TEST_F(CudaOpsTest, SoftmaxAndCrossEntropyMatchCpu) {
   const int64_t rows = 17, cols = 51;  // 51 atoms: D4PG's categorical critic
-  std::vector<float> x = Random(rows * cols, 1, -4.0f, 4.0f), dy = Random(rows * cols, 2);
+  std::vector<float> x = RandomVector(rows * cols, 1, -4.0f, 4.0f), dy = RandomVector(rows * cols, 2);
   std::vector<int32_t> labels(rows);
   for (int64_t r = 0; r < rows; ++r) labels[r] = static_cast<int32_t>((r * 7) % cols);
   int32_t* glabels = DeviceInts(gpu_.get(), labels);
   DeviceVector gx(gpu_.get(), x), gdy(gpu_.get(), dy);
   for (bool log : {false, true}) {
-    std::vector<float> y(rows * cols), dx = Random(rows * cols, 3);
+    std::vector<float> y(rows * cols), dx = RandomVector(rows * cols, 3);
     DeviceVector gy(gpu_.get(), y), gdx(gpu_.get(), dx);
     cpu_.SoftmaxForward(rows, cols, x.data(), y.data(), log);
     gpu_->SoftmaxForward(rows, cols, gx.data(), gy.data(), log);
@@ -483,7 +478,7 @@ TEST_F(CudaOpsTest, SoftmaxAndCrossEntropyMatchCpu) {
     gpu_->SoftmaxBackward(rows, cols, gy.data(), gdy.data(), gdx.data(), log);
     ExpectNear(gdx.ToHost(), dx, 1e-4f, false, log ? "LogSoftmax backward" : "Softmax backward");
   }
-  std::vector<float> logp(rows * cols), dx = Random(rows * cols, 4);
+  std::vector<float> logp(rows * cols), dx = RandomVector(rows * cols, 4);
   DeviceVector glogp(gpu_.get(), logp), gdx(gpu_.get(), dx);
   std::vector<float> loss(1);
   DeviceVector gloss(gpu_.get(), loss);
@@ -502,7 +497,7 @@ TEST_F(CudaOpsTest, RandomShiftMatchesCpu) {
   const int64_t n = 4, c = 9, h = 21, w = 21, pad = 4;
   std::vector<int32_t> shifts = {0, 8, 4, 4, 8, 0, 3, 6};
   int32_t* gshifts = DeviceInts(gpu_.get(), shifts);
-  std::vector<float> x = Random(n * c * h * w, 1), y(x.size()), dy = Random(x.size(), 2), dx = Random(x.size(), 3);
+  std::vector<float> x = RandomVector(n * c * h * w, 1), y(x.size()), dy = RandomVector(x.size(), 2), dx = RandomVector(x.size(), 3);
   DeviceVector gx(gpu_.get(), x), gy(gpu_.get(), y), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx);
   cpu_.RandomShiftForward(n, c, h, w, pad, shifts.data(), x.data(), y.data());
   gpu_->RandomShiftForward(n, c, h, w, pad, gshifts, gx.data(), gy.data());
@@ -515,8 +510,8 @@ TEST_F(CudaOpsTest, RandomShiftMatchesCpu) {
 
 TEST_F(CudaOpsTest, SpectralNormMatchesCpu) {
   const int64_t rows = 16, cols = 75;
-  std::vector<float> w = Random(rows * cols, 1), u = Random(rows, 2), v = Random(cols, 3), y(rows * cols);
-  std::vector<float> dy = Random(rows * cols, 4), dw = Random(rows * cols, 5);
+  std::vector<float> w = RandomVector(rows * cols, 1), u = RandomVector(rows, 2), v = RandomVector(cols, 3), y(rows * cols);
+  std::vector<float> dy = RandomVector(rows * cols, 4), dw = RandomVector(rows * cols, 5);
   DeviceVector gw(gpu_.get(), w), gu(gpu_.get(), u), gv(gpu_.get(), v), gy(gpu_.get(), y), gdy(gpu_.get(), dy),
       gdw(gpu_.get(), dw);
   cpu_.SpectralNormPowerIteration(rows, cols, w.data(), u.data(), v.data(), 3);
@@ -536,7 +531,7 @@ TEST_F(CudaOpsTest, SpectralNormMatchesCpu) {
 
 TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
   const int64_t n = 5003;
-  std::vector<float> g = Random(n, 1), p = Random(n, 2), m = Random(n, 3, 0.0f, 0.1f), v = Random(n, 4, 0.0f, 0.1f);
+  std::vector<float> g = RandomVector(n, 1), p = RandomVector(n, 2), m = RandomVector(n, 3, 0.0f, 0.1f), v = RandomVector(n, 4, 0.0f, 0.1f);
   DeviceVector gg(gpu_.get(), g), gp(gpu_.get(), p), gm(gpu_.get(), m), gv(gpu_.get(), v);
   cpu_.AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, g.data(), p.data(), m.data(), v.data());
   gpu_->AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, gg.data(), gp.data(), gm.data(), gv.data());
@@ -598,8 +593,8 @@ std::vector<float> PixelCriticSteps(nn::Backend* backend, int steps) {
   nn::Tape tape(backend);
   nn::Adam adam(&params, backend);
   std::mt19937_64 shift_rng(9);
-  const std::vector<float> pixels = Random(kBatch * 9 * 32 * 32, 11, 0.0f, 1.0f);
-  const std::vector<float> actions = Random(kBatch * kActions, 12);
+  const std::vector<float> pixels = RandomVector(kBatch * 9 * 32 * 32, 11, 0.0f, 1.0f);
+  const std::vector<float> actions = RandomVector(kBatch * kActions, 12);
   std::vector<int32_t> targets(kBatch);
   for (int i = 0; i < kBatch; ++i) targets[i] = (i * 13) % kAtoms;
   for (int step = 0; step < steps; ++step) {
@@ -644,13 +639,13 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
   backend->Fill(running_mean.data(), 4, 0.0f);
   backend->Fill(running_var.data(), 4, 1.0f);
   nn::DeviceBuffer u(*backend, 8), v(*backend, 16);
-  u.Upload(Random(8, 3));
-  v.Upload(Random(16, 4));
+  u.Upload(RandomVector(8, 3));
+  v.Upload(RandomVector(16, 4));
   nn::Tape tape(backend);
   nn::Adam g_adam(&g, backend), d_adam(&d, backend);
   const int batch = 8;
-  const std::vector<float> real = Random(batch * 28 * 28, 5);
-  const std::vector<float> z = Random(batch * 16, 6);
+  const std::vector<float> real = RandomVector(batch * 28 * 28, 5);
+  const std::vector<float> z = RandomVector(batch * 16, 6);
   const std::vector<float> ones_data(batch, 1.0f);  // uploaded each step, as any input
   auto generate = [&](bool trainable) {
     nn::Var h = nn::Relu(g_in(tape, g, tape.Input(z.data(), {batch, 16})));

@@ -172,10 +172,12 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
   if (db != nullptr) kernels::ChannelSum(AsStream(Bound()), g.n, g.oc, p, dy, db);
   Stage("Conv2dBackward: bias");
   if (UseCudnn(ConvPass::kBackwardFilter, g) && (dx == nullptr || UseCudnn(ConvPass::kBackwardData, g))) {
-    const void* x_op = ConvOperand(2, x, g.n * g.c * g.h * g.w);
     const void* dy_op = ConvOperand(7, dy, g.oc * np);
-    CudnnPass(ConvPass::kBackwardFilter, g, x_op, dy_op, dw, g.oc * ckk, /*accumulate=*/true);
-    Stage("Conv2dBackward: cuDNN dw");
+    if (dw != nullptr) {
+      CudnnPass(ConvPass::kBackwardFilter, g, ConvOperand(2, x, g.n * g.c * g.h * g.w), dy_op, dw, g.oc * ckk,
+                /*accumulate=*/true);
+      Stage("Conv2dBackward: cuDNN dw");
+    }
     if (dx != nullptr) {
       CudnnPass(ConvPass::kBackwardData, g, dy_op, ConvOperand(3, w, g.oc * ckk), dx, g.n * g.c * g.h * g.w,
                 /*accumulate=*/true);
@@ -189,10 +191,12 @@ void CudaBackend::Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation 
   // dw[oc, ckk] += dy^T[oc, n*P] * im2col(x)[ckk, n*P]^T.
   kernels::ToChannelMajor(AsStream(Bound()), g.n, g.oc, p, dy, dy_t);
   Stage("Conv2dBackward: to channel-major");
-  kernels::Im2Col(AsStream(Bound()), k, x, col);
-  Stage("Conv2dBackward: im2col");
-  GemmStrided(false, true, g.oc, ckk, np, 1.0f, dy_t, np, 0, col, np, 0, 1.0f, dw, ckk, 0, 1);
-  Stage("Conv2dBackward: GEMM dw");
+  if (dw != nullptr) {
+    kernels::Im2Col(AsStream(Bound()), k, x, col);
+    Stage("Conv2dBackward: im2col");
+    GemmStrided(false, true, g.oc, ckk, np, 1.0f, dy_t, np, 0, col, np, 0, 1.0f, dw, ckk, 0, 1);
+    Stage("Conv2dBackward: GEMM dw");
+  }
   // dx += col2im(w^T[ckk, oc] * dy^T[oc, n*P]) (the columns are reused).
   if (dx != nullptr) {
     GemmStrided(true, false, ckk, np, g.oc, 1.0f, w, ckk, 0, dy_t, np, 0, 0.0f, col, np, 0, 1);

@@ -65,8 +65,148 @@ __device__ float BlockMax(float v) {
 
 // --- Elementwise ------------------------------------------------------------------------
 
-__global__ void FillKernel(float* x, int64_t n, float value) {
-  FOR_EACH(i, n) x[i] = value;
+__global__ void FillKernel(float* x, int64_t n, float value, float step) {
+  FOR_EACH(i, n) x[i] = step == 0.0f ? value : value + static_cast<float>(i) * step;
+}
+
+// --- The core's generic kernels (op values as nn::UnaryOp, nn::Binary, nn::Reduction, nn::DType) ---
+
+__device__ float UnaryOf(int op, float alpha, float beta, float v) {
+  switch (op) {
+    case 0: return v > 0.0f ? v : 0.0f;                       // relu
+    case 1: return v > 0.0f ? v : alpha * v;                  // leaky relu
+    case 2: return v > 0.0f ? v : alpha * expm1f(v);          // elu
+    case 3: return tanhf(v);
+    case 4: return SigmoidF(v);
+    case 5: return SoftplusF(v);
+    case 6: return beta == 0.0f ? alpha * v : alpha * v + beta;  // affine
+    case 7: return fminf(fmaxf(v, alpha), beta);              // clamp
+    case 8: return expf(v);
+    case 9: return logf(v);
+    case 10: return sqrtf(v);
+    case 11: return 1.0f / sqrtf(v);
+    case 12: return 1.0f / v;
+    case 13: return v * v;
+    case 14: return fabsf(v);
+    case 15: return floorf(v);
+    default: return v > 0.0f ? 1.0f : 0.0f;                   // step
+  }
+}
+
+// f'(x) from x and y = f(x).
+__device__ float UnaryDerivative(int op, float alpha, float beta, float x, float y) {
+  switch (op) {
+    case 0: return x > 0.0f ? 1.0f : 0.0f;
+    case 1: return x > 0.0f ? 1.0f : alpha;
+    case 2: return x > 0.0f ? 1.0f : y + alpha;
+    case 3: return 1.0f - y * y;
+    case 4: return y * (1.0f - y);
+    case 5: return SigmoidF(x);
+    case 6: return alpha;
+    case 7: return x >= alpha && x <= beta ? 1.0f : 0.0f;
+    case 8: return y;
+    case 9: return 1.0f / x;
+    case 10: return 0.5f / y;
+    case 11: return -0.5f * y * y * y;
+    case 12: return -y * y;
+    case 13: return 2.0f * x;
+    case 14: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+    default: return 0.0f;  // floor, step
+  }
+}
+
+__global__ void UnaryKernel(int op, float alpha, float beta, const float* x, float* y, int64_t n, bool accumulate) {
+  FOR_EACH(i, n) {
+    const float v = UnaryOf(op, alpha, beta, x[i]);
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
+// Reads only the operands the op's derivative needs (x or y may be null otherwise).
+__global__ void UnaryBackwardKernel(int op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                                    float* dx, int64_t n) {
+  const bool reads_x = op <= 2 || op == 5 || op == 7 || op == 9 || op == 13 || op == 14;
+  const bool reads_y = op == 2 || op == 3 || op == 4 || op == 8 || op == 10 || op == 11 || op == 12;
+  FOR_EACH(i, n) {
+    dx[i] += UnaryDerivative(op, alpha, beta, reads_x ? x[i] : 0.0f, reads_y ? y[i] : 0.0f) * dy[i];
+  }
+}
+
+__device__ float BinaryOf(int op, float p, float q) {
+  switch (op) {
+    case 0: return p + q;
+    case 1: return p - q;
+    case 2: return p * q;
+    case 3: return p / q;
+    case 4: return fmaxf(p, q);
+    default: return fminf(p, q);
+  }
+}
+
+__global__ void BinaryBroadcastKernel(int op, int64_t outer, int64_t mid, int64_t inner, const float* a,
+                                      Strides3 sa, const float* b, Strides3 sb, float* y, bool accumulate) {
+  FOR_EACH(k, outer * mid * inner) {
+    const int64_t i = k % inner, m = (k / inner) % mid, o = k / (inner * mid);
+    const float v = BinaryOf(op, a[o * sa.outer + m * sa.mid + i * sa.inner], b[o * sb.outer + m * sb.mid + i * sb.inner]);
+    y[k] = accumulate ? y[k] + v : v;
+  }
+}
+
+// One thread per output; sums in double, as the CPU reference.
+__global__ void ReduceAxisKernel(int op, int64_t outer, int64_t mid, int64_t inner, float scale, const float* x,
+                                 float* y, bool accumulate) {
+  FOR_EACH(k, outer * inner) {
+    const int64_t i = k % inner, o = k / inner;
+    const float* xo = x + o * mid * inner + i;
+    float value;
+    if (op == 1) {
+      float most = -INFINITY;
+      for (int64_t r = 0; r < mid; ++r) most = fmaxf(most, xo[r * inner]);
+      value = most * scale;
+    } else {
+      double sum = 0.0;
+      for (int64_t r = 0; r < mid; ++r) sum += xo[r * inner];
+      value = static_cast<float>(sum * scale);
+    }
+    y[k] = accumulate ? y[k] + value : value;
+  }
+}
+
+__global__ void GatherKernel(int64_t outer, int64_t in, int64_t inner, int64_t out, const uint32_t* x,
+                             const int32_t* indices, uint32_t* y) {
+  FOR_EACH(k, outer * out * inner) {
+    const int64_t i = k % inner, oj = k / inner, o = oj / out;
+    const int32_t at = indices[oj];
+    if (at >= 0 && at < in) y[k] = x[(o * in + at) * inner + i];
+  }
+}
+
+__global__ void ScatterKernel(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
+                              const uint32_t* values, uint32_t* x, bool add) {
+  FOR_EACH(k, outer * out * inner) {
+    const int64_t i = k % inner, oj = k / inner, o = oj / out;
+    const int32_t at = indices[oj];
+    if (at < 0 || at >= in) continue;
+    uint32_t* place = x + (o * in + at) * inner + i;
+    if (add) {
+      atomicAdd(reinterpret_cast<float*>(place), __uint_as_float(values[k]));
+    } else {
+      *place = values[k];
+    }
+  }
+}
+
+__global__ void ConvertKernel(int from, const void* x, int to, void* y, int64_t n, float scale) {
+  FOR_EACH(i, n) {
+    const float v = from == 0   ? static_cast<const uint8_t*>(x)[i] * scale
+                    : from == 1 ? static_cast<float>(static_cast<const int32_t*>(x)[i]) * scale
+                                : static_cast<const float*>(x)[i] * scale;
+    if (to == 1) {
+      static_cast<int32_t*>(y)[i] = static_cast<int32_t>(v);
+    } else {
+      static_cast<float*>(y)[i] = v;
+    }
+  }
 }
 
 __global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
@@ -539,7 +679,47 @@ __global__ void PolyakKernel(int64_t n, float tau, const float* online, float* t
 
 // --- Launchers -----------------------------------------------------------------------------------
 
-void Fill(cudaStream_t s, float* x, int64_t n, float value) { FillKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, value); }
+void Fill(cudaStream_t s, float* x, int64_t n, float value, float step) {
+  FillKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, value, step);
+}
+
+void Unary(cudaStream_t s, int op, float alpha, float beta, const float* x, float* y, int64_t n, bool accumulate) {
+  UnaryKernel<<<Blocks(n), kThreads, 0, s>>>(op, alpha, beta, x, y, n, accumulate);
+}
+
+void UnaryBackward(cudaStream_t s, int op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                   float* dx, int64_t n) {
+  UnaryBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(op, alpha, beta, x, y, dy, dx, n);
+}
+
+void BinaryBroadcast(cudaStream_t s, int op, int64_t outer, int64_t mid, int64_t inner, const float* a, Strides3 sa,
+                     const float* b, Strides3 sb, float* y, bool accumulate) {
+  BinaryBroadcastKernel<<<Blocks(outer * mid * inner), kThreads, 0, s>>>(op, outer, mid, inner, a, sa, b, sb, y,
+                                                                          accumulate);
+}
+
+void ReduceAxis(cudaStream_t s, int op, int64_t outer, int64_t mid, int64_t inner, float scale, const float* x,
+                float* y, bool accumulate) {
+  ReduceAxisKernel<<<Blocks(outer * inner), kThreads, 0, s>>>(op, outer, mid, inner, scale, x, y, accumulate);
+}
+
+void Gather(cudaStream_t s, int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x,
+            const int32_t* indices, float* y) {
+  GatherKernel<<<Blocks(outer * out * inner), kThreads, 0, s>>>(outer, in, inner, out,
+                                                                 reinterpret_cast<const uint32_t*>(x), indices,
+                                                                 reinterpret_cast<uint32_t*>(y));
+}
+
+void Scatter(cudaStream_t s, int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
+             const float* values, float* x, bool add) {
+  ScatterKernel<<<Blocks(outer * out * inner), kThreads, 0, s>>>(outer, in, inner, out, indices,
+                                                                  reinterpret_cast<const uint32_t*>(values),
+                                                                  reinterpret_cast<uint32_t*>(x), add);
+}
+
+void Convert(cudaStream_t s, int from, const void* x, int to, void* y, int64_t n, float scale) {
+  ConvertKernel<<<Blocks(n), kThreads, 0, s>>>(from, x, to, y, n, scale);
+}
 
 void Axpy(cudaStream_t s, float alpha, const float* x, float* y, int64_t n) {
   AxpyKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, x, y, n);

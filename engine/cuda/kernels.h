@@ -13,7 +13,28 @@
 namespace troupe::cuda::kernels {
 
 // --- Memory and elementwise -------------------------------------------------------
-void Fill(cudaStream_t s, float* x, int64_t n, float value);
+// x[i] = value + i * step.
+void Fill(cudaStream_t s, float* x, int64_t n, float value, float step);
+// The core's generic kernels (nn::Backend): `op` is nn::UnaryOp's,
+// nn::Binary's or nn::Reduction's value, the types nn::DType's.
+void Unary(cudaStream_t s, int op, float alpha, float beta, const float* x, float* y, int64_t n, bool accumulate);
+void UnaryBackward(cudaStream_t s, int op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                   float* dx, int64_t n);
+// y[o, m, i] (+)= a op b over [outer, mid, inner]; each operand's strides
+// over the three axes (0 where it does not hold one).
+struct Strides3 {
+  int64_t outer, mid, inner;
+};
+void BinaryBroadcast(cudaStream_t s, int op, int64_t outer, int64_t mid, int64_t inner, const float* a, Strides3 sa,
+                     const float* b, Strides3 sb, float* y, bool accumulate);
+void ReduceAxis(cudaStream_t s, int op, int64_t outer, int64_t mid, int64_t inner, float scale, const float* x,
+                float* y, bool accumulate);
+// Indices out of range are skipped.
+void Gather(cudaStream_t s, int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x,
+            const int32_t* indices, float* y);
+void Scatter(cudaStream_t s, int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
+             const float* values, float* x, bool add);
+void Convert(cudaStream_t s, int from, const void* x, int to, void* y, int64_t n, float scale);
 void Axpy(cudaStream_t s, float alpha, const float* x, float* y, int64_t n);
 void AddScalar(cudaStream_t s, float alpha, const float* scalar, float* y, int64_t n);
 void CopyBlocks(cudaStream_t s, int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,

@@ -1,9 +1,45 @@
 #include "engine/nn/backend.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 namespace troupe::nn {
+
+Backend::~Backend() {
+  if (!scratch_pool_.empty() || !retired_scratch_.empty()) {
+    std::fprintf(stderr, "backend destroyed with its scratch pool (%zu blocks) unreleased: its destructor must call "
+                 "ReleaseScratchPool\n", scratch_pool_.size() + retired_scratch_.size());
+    std::abort();
+  }
+}
+
+float* Backend::Temporaries::Floats(int64_t count) {
+  Backend& b = backend_;
+  if (!b.in_step_) {
+    for (void* p : b.retired_scratch_) b.Free(p);
+    b.retired_scratch_.clear();
+  }
+  const size_t slot = b.scratch_in_use_++;
+  if (slot >= b.scratch_pool_.size()) b.scratch_pool_.resize(slot + 1);
+  ScratchBlock& block = b.scratch_pool_[slot];
+  const size_t bytes = sizeof(float) * static_cast<size_t>(std::max<int64_t>(count, 1));
+  if (block.bytes < bytes) {
+    // A step that used the outgrown block may still read it (PJRT records a
+    // step before it runs): it is freed outside a step.
+    if (block.data != nullptr) b.retired_scratch_.push_back(block.data);
+    block.data = b.AllocateScratch(bytes);
+    block.bytes = bytes;
+  }
+  return static_cast<float*>(block.data);
+}
+
+void Backend::ReleaseScratchPool() {
+  for (const ScratchBlock& block : scratch_pool_) Free(block.data);
+  for (void* p : retired_scratch_) Free(p);
+  scratch_pool_.clear();
+  retired_scratch_.clear();
+}
 
 void Backend::BeginStep() {
   if (in_step_) {

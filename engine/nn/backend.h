@@ -1,7 +1,29 @@
 // The compute backend: every nn op's forward/backward kernel over explicit
 // buffers. The autodiff layer (tape.h, ops.h) only calls these; the CPU
-// (Eigen) backend in cpu_backend.h is the reference any other backend (CUDA
-// later) is tested against, op by op.
+// (Eigen) backend in cpu_backend.h is the reference any other backend is
+// tested against, op by op.
+//
+// The kernel set (ggml's supports_op + fallback, tinygrad's small op set):
+//  - The CORE, pure virtual, is what a backend must implement: name,
+//    num_threads, the memory calls (Allocate, Free, Upload, Download,
+//    Synchronize) and twelve generic kernels: Fill (an iota with a step),
+//    CopyBlocks, Gemm, Conv2dForward, Conv2dBackward, Unary, UnaryBackward,
+//    BinaryBroadcast (over a [outer, mid, inner] view, each operand holding
+//    a subset of its axes), Reduce, Gather, Scatter and Convert: 19 pure
+//    virtuals (CoreOnlyBackend in testing.h, the tests' backend of the
+//    core alone, compiles with exactly these). No algorithm's kernel is
+//    among them.
+//  - Every other kernel (activations, layer/batch norm, softmax and cross
+//    entropy, the C51 projection, DrQ's random shift, spectral norm, the
+//    optimizers' updates, the frame table's gathers) is a virtual whose
+//    default body composes it from the core, written once
+//    (composed_kernels.cc). A backend MAY override one with a fused kernel
+//    (the CPU and CUDA backends do for most, for speed); the conformance
+//    tests check every default body against the CPU's fused one.
+//  - A composed kernel's temporaries come from the backend's scratch pool
+//    (Temporaries below: AllocateScratch memory, grown monotonically and
+//    reused), so it allocates nothing after its first call with a given
+//    geometry.
 //
 // Conventions for every kernel:
 //  - Buffers are row-major float32; images are NCHW.
@@ -36,9 +58,9 @@
 //    the step (losses, Q, priorities) it asks for with ReadAtStepEnd, and the
 //    bytes land when EndStep returns. A value a kernel reduces (a sum, a
 //    norm, a loss, sigma) stays in device memory for the next kernel.
-//  - Scratch memory (AllocateScratch: the tape's arena) is dead after the
-//    step that wrote it: nothing outside the step may read what the step
-//    left there. The PJRT backend compiles a step into one program
+//  - Scratch memory (AllocateScratch: the tape's arena, the composed
+//    kernels' temporaries) is dead after the step that wrote it: nothing
+//    outside the step may read what the step left there. The PJRT backend compiles a step into one program
 //    (pjrt_backend.h), which needs both rules; the strict CPU device aborts
 //    on a Download inside a step, so a test proves a step keeps them.
 //  - A collective that stages device memory through the host (K replicas
@@ -71,7 +93,28 @@ struct ConvGeometry {
 };
 
 enum class Activation { kRelu, kLeakyRelu, kElu, kTanh, kSigmoid, kSoftplus };
-enum class Binary { kAdd, kSub, kMul };
+// Backend::Unary's functions of x, with its two parameters alpha and beta.
+// The first six are the activations (same order as Activation; alpha the
+// leaky relu's slope or the elu's scale).
+enum class UnaryOp {
+  kRelu, kLeakyRelu, kElu, kTanh, kSigmoid, kSoftplus,
+  kAffine,      // alpha * x + beta (beta 0: exactly alpha * x)
+  kClamp,       // x clamped to [alpha, beta]
+  kExp, kLog, kSqrt, kRsqrt, kReciprocal, kSquare, kAbs, kFloor,
+  kStep,        // 1 where x > 0, else 0
+};
+enum class Binary { kAdd, kSub, kMul, kDiv, kMax, kMin };
+enum class Reduction { kSum, kMax };
+// Element types Backend::Convert converts between.
+enum class DType { kU8, kI32, kF32 };
+// A [outer, mid, inner] view of a tensor (BinaryBroadcast, Reduce), and the
+// axes of it an operand holds: dense over those, in that order (none: a
+// scalar on the device; kMidAxis: a per-channel value of [n, c, hw]).
+struct View3 {
+  int64_t outer = 1, mid = 1, inner = 1;
+  int64_t size() const { return outer * mid * inner; }
+};
+enum Axes : int { kScalarAxes = 0, kOuterAxis = 1, kMidAxis = 2, kInnerAxis = 4, kAllAxes = 7 };
 // An activation applied inside a convolution kernel, per sample, while its
 // output is still in cache: a pass over memory less, forward and backward,
 // than a separate activation op, and no pre-activation buffer.
@@ -79,7 +122,8 @@ enum class FusedActivation { kNone, kRelu };
 
 class Backend {
  public:
-  virtual ~Backend() = default;
+  // Aborts when a derived backend left its scratch pool unreleased.
+  virtual ~Backend();
   virtual std::string name() const = 0;
   virtual int num_threads() const = 0;
   // True when the host may read and write this backend's memory directly
@@ -100,7 +144,8 @@ class Backend {
   // Waits for every kernel this backend has launched.
   virtual void Synchronize() = 0;
   float* AllocateFloats(int64_t count) { return static_cast<float*>(Allocate(sizeof(float) * size_t(count))); }
-  // Memory whose contents are dead after each step (the tape's arena): as
+  // Memory whose contents are dead after each step (the tape's arena, the
+  // composed kernels' scratch pool): as
   // Allocate, and a backend that compiles steps keeps it out of the step's
   // program (never an argument, never a result).
   virtual void* AllocateScratch(size_t bytes) { return Allocate(bytes); }
@@ -128,130 +173,167 @@ class Backend {
     Backend& backend_;
   };
 
-  // --- Memory kernels ---------------------------------------------------------
-  virtual void Fill(float* x, int64_t n, float value) = 0;
-  virtual void Copy(const float* x, float* y, int64_t n) = 0;
-  // y += alpha * x.
-  virtual void Axpy(float alpha, const float* x, float* y, int64_t n) = 0;
-  // y[i] += alpha * scalar[0] (a scalar on the device broadcast over y).
-  virtual void AddScalar(float alpha, const float* scalar, float* y, int64_t n) = 0;
+  // --- The core: the generic kernels every backend implements ----------------
+  // x[i] = value + i * step for i < n (step 0: a fill; else an iota).
+  virtual void Fill(float* x, int64_t n, float value, float step = 0.0f) = 0;
   // Strided block copy for concat/slice: for o in [0, outer):
   //   dst[o*dst_stride + dst_offset + i] (+)= src[o*src_stride + src_offset + i], i < len.
   virtual void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
                           float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) = 0;
-
-  // --- Dense ----------------------------------------------------------------
   // C = alpha * op(A) * op(B) + beta * C; op(A) is [m, k], op(B) is [k, n], all
-  // row-major and contiguous (A is [k, m] when trans_a).
+  // row-major and contiguous (A is [k, m] when trans_a). beta 0 ignores C's contents.
   virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     const float* b, float beta, float* c) = 0;
-  // y[r, j] += bias[j] for r < rows, j < cols.
-  virtual void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) = 0;
-  // dbias[j] += sum_r dy[r, j].
-  virtual void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) = 0;
-
-  // --- Convolution (im2col + GEMM) -------------------------------------------
-  // y = act(conv(x, w) + b) (b may be null). y is overwritten.
+  // Convolution. y = act(conv(x, w) + b) (b may be null). y is overwritten.
   virtual void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                              const float* b, float* y) = 0;
-  // Accumulates dx (may be null), dw, db (may be null) from dy, the gradient of
-  // the forward's output y (which a fused activation's derivative reads).
+  // Accumulates dx, dw, db (each may be null) from dy, the gradient of the
+  // forward's output y (which a fused activation's derivative reads; y may
+  // be null without one, x may be null when dw is).
   virtual void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                               const float* y, const float* dy, float* dx, float* dw, float* db) = 0;
+  // y (+)= f(x) elementwise (UnaryOp); y may be x.
+  virtual void Unary(UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+                     bool accumulate = false) = 0;
+  // dx += f'(x) * dy, reading x and/or y = f(x) (the activations read what
+  // their derivative needs: relu, leaky relu, softplus x; tanh, sigmoid y;
+  // elu both). Null dx: nothing.
+  virtual void UnaryBackward(UnaryOp op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                             float* dx, int64_t n) = 0;
+  // y[o, m, i] (+)= a op b over the view `v`, a and b holding the axes
+  // `a_axes` and `b_axes` of it (Axes) and broadcast over the others; y is
+  // the whole view and may be an operand that holds all axes.
+  virtual void BinaryBroadcast(Binary op, const View3& v, const float* a, int a_axes, const float* b, int b_axes,
+                               float* y, bool accumulate = false) = 0;
+  // y[o, i] (+)= scale * (sum or max over r of x[o, r, i]) for x the view
+  // [outer, mid, inner] (reducing its middle axis); an empty sum is 0.
+  virtual void Reduce(Reduction op, const View3& v, float scale, const float* x, float* y,
+                      bool accumulate = false) = 0;
+  // y[o, j, i] = x[o, indices[o, j], i] for x [outer, in, inner], indices
+  // [outer, out] (int32, this backend's memory, each in [0, in): out of range
+  // aborts on the CPU, is unspecified on a GPU), y [outer, out, inner]. The
+  // 32-bit words are copied as bits (uint8 frames travel in float words).
+  virtual void Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x, const int32_t* indices,
+                      float* y) = 0;
+  // The adjoint: x[o, indices[o, j], i] += values[o, j, i] (`add`; repeated
+  // places sum) or = values[o, j, i] (a place named twice gets unspecified bits).
+  virtual void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
+                       const float* values, float* x, bool add) = 0;
+  // y[i] = x[i] * scale converted from `from` to `to` (to kI32: rounded toward
+  // zero; to kU8 is not offered): uint8 frames to floats, int32 indices to
+  // float arithmetic and back.
+  virtual void Convert(DType from, const void* x, DType to, void* y, int64_t n, float scale = 1.0f) = 0;
+
+  // --- Composed kernels (composed_kernels.cc; a backend may fuse any) ---------
+  virtual void Copy(const float* x, float* y, int64_t n);
+  // y += alpha * x.
+  virtual void Axpy(float alpha, const float* x, float* y, int64_t n);
+  // y[i] += alpha * scalar[0] (a scalar on the device broadcast over y).
+  virtual void AddScalar(float alpha, const float* scalar, float* y, int64_t n);
+  // y[r, j] += bias[j] for r < rows, j < cols.
+  virtual void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y);
+  // dbias[j] += sum_r dy[r, j].
+  virtual void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias);
   // Transposed convolution: x is [n, oc, oh, ow] (the conv's output side),
   // w is [oc, c, kh, kw], y is [n, c, h, w] (overwritten), b has c entries.
+  // Composed: the conv's input gradient (Conv2dBackward), and for its
+  // backward a conv forward plus the conv's weight gradient.
   virtual void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
-                                      float* y) = 0;
+                                      float* y);
   virtual void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
-                                       float* dx, float* dw, float* db) = 0;
+                                       float* dx, float* dw, float* db);
 
   // --- Elementwise ------------------------------------------------------------
   // y = f(x); `alpha` is the negative slope (leaky relu) or scale (elu).
-  virtual void ActivationForward(Activation f, float alpha, const float* x, float* y, int64_t n) = 0;
+  virtual void ActivationForward(Activation f, float alpha, const float* x, float* y, int64_t n);
   // dx += f'(x) * dy (uses x and/or y = f(x)).
   virtual void ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy,
-                                  float* dx, int64_t n) = 0;
+                                  float* dx, int64_t n);
   // y = a op b; y may alias neither.
-  virtual void BinaryForward(Binary op, const float* a, const float* b, float* y, int64_t n) = 0;
-  // da += d/da, db += d/db (each may be null).
+  virtual void BinaryForward(Binary op, const float* a, const float* b, float* y, int64_t n);
+  // da += d/da, db += d/db (each may be null); add, sub and mul only.
   virtual void BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
-                              int64_t n) = 0;
+                              int64_t n);
   // y = alpha * x.
-  virtual void Scale(float alpha, const float* x, float* y, int64_t n) = 0;
+  virtual void Scale(float alpha, const float* x, float* y, int64_t n);
 
   // --- Reductions -----------------------------------------------------------
-  // y[0] = scale * sum of x (double accumulation), on the device.
-  virtual void Sum(const float* x, int64_t n, float scale, float* y) = 0;
+  // y[0] = scale * sum of x (double accumulation on the CPU), on the device.
+  virtual void Sum(const float* x, int64_t n, float scale, float* y);
   // y[0] = sum of x^2, on the device.
-  virtual void SquaredNorm(const float* x, int64_t n, float* y) = 0;
+  virtual void SquaredNorm(const float* x, int64_t n, float* y);
   // y[o, i] = sum_r x[o, r, i] over the middle axis of [outer, reduce, inner].
-  virtual void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) = 0;
+  virtual void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y);
   // dx[o, r, i] += dy[o, i].
-  virtual void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) = 0;
+  virtual void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx);
 
   // --- Normalisation ----------------------------------------------------------
   // Layer norm over the last axis of [rows, cols]; saves mean and rstd (rows each).
   virtual void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
-                                const float* beta, float* y, float* mean, float* rstd) = 0;
+                                const float* beta, float* y, float* mean, float* rstd);
   virtual void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
-                                 const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) = 0;
+                                 const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta);
   // Batch norm on [n, c, hw] in two halves so a cross-replica sum can sit
   // between them. Stats (2c + 1 floats): sums[ch] = sum x, sums[c + ch] =
   // sum x^2, sums[2c] = n * hw (the element count, summed with them).
-  virtual void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) = 0;
+  virtual void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums);
   // Per channel from the (possibly cross-replica) sums: mean, rstd =
   // 1 / sqrt(var + eps) with the biased variance; and, when running_mean is
   // not null, running += momentum * (batch - running) with the unbiased
   // variance (PyTorch's). Null sums: mean and rstd from the running
   // statistics (evaluation).
   virtual void BatchNormMoments(int64_t c, float eps, float momentum, const float* sums, float* running_mean,
-                                float* running_var, float* mean, float* rstd) = 0;
+                                float* running_var, float* mean, float* rstd);
   // y = gamma * (x - mean) * rstd + beta with mean/rstd (c each) given.
   virtual void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
-                              const float* gamma, const float* beta, float* y) = 0;
+                              const float* gamma, const float* beta, float* y);
   // Backward stats (2c + 1): sums[ch] = sum dy, sums[c + ch] = sum dy *
   // xhat, sums[2c] = n * hw.
   virtual void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                      const float* rstd, const float* dy, float* sums) = 0;
+                                      const float* rstd, const float* dy, float* sums);
   // dx += gamma*rstd*(dy - sum_dy/count - xhat*sum_dy_xhat/count), with the
   // (possibly cross-replica) sums and element count sums[2c].
   virtual void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
                                       const float* rstd, const float* gamma, const float* sums, const float* dy,
-                                      float* dx) = 0;
+                                      float* dx);
 
   // --- Softmax family (over the last axis of [rows, cols]) -------------------
-  virtual void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) = 0;
-  virtual void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) = 0;
+  virtual void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log);
+  virtual void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log);
   // loss[0] = mean over rows of -log softmax(x)[label]; saves
   // log-probabilities in logp. A label outside [0, cols) aborts (on a GPU,
   // at the step's end).
   virtual void CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp,
-                                   float* loss) = 0;
+                                   float* loss);
   // dx += dloss[0] * (softmax - onehot) / rows (dloss on the device).
   virtual void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                    const float* dloss, float* dx) = 0;
+                                    const float* dloss, float* dx);
 
   // --- Distributional RL ------------------------------------------------------
   // The C51 projection (Bellemare et al. 2017, Algorithm 1) of each row of
   // `probabilities` [rows, atoms] over the support z_j = v_min + j * dz,
   // shifted to reward[r] + discount[r] * z_j and clipped to [v_min, v_max],
   // back onto the same support; writes out [rows, atoms] (no gradient).
+  // Composed densely: out[r, i] = sum_j p[r, j] * max(0, 1 - |b[r, j] - i|),
+  // b the shifted atom's position in atom units.
   virtual void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
                                      const float* probabilities, const float* reward, const float* discount,
-                                     float* out) = 0;
+                                     float* out);
 
   // --- Images -----------------------------------------------------------------
   // uint8 images with `channels` interleaved ([images, pixels, channels], as
   // cameras and replay keep them) to float planes [images, channels, pixels]
   // times `scale`: observations to network inputs.
   virtual void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
-                                  float* out) = 0;
+                                  float* out);
   // DrQ random shift: replicate-pad by `pad`, crop back at per-sample offsets
-  // (shifts[2*i] = dy, shifts[2*i+1] = dx, each in [0, 2*pad]).
+  // (shifts[2*i] = dy, shifts[2*i+1] = dx, each in [0, 2*pad]). Composed: a
+  // gather along rows then one along columns; the backward their adjoint
+  // scatter-adds.
   virtual void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                  const float* x, float* y) = 0;
+                                  const float* x, float* y);
   virtual void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                   const float* dy, float* dx) = 0;
+                                   const float* dy, float* dx);
 
   // --- Row tables (the learner's device frame table) --------------------------
   // A table of `rows` rows of `row_words` 32-bit words each, whose bits are
@@ -260,52 +342,74 @@ class Backend {
   // [0, rows) (out of range aborts; on a GPU, garbage).
   // out[i, :] = table[indices[i], :] for i < count.
   virtual void GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
-                          const int32_t* indices, float* out) = 0;
+                          const int32_t* indices, float* out);
   // table[indices[i], :] = values[i, :] for i < count (a row named twice
   // ends up holding unspecified bits).
   virtual void ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
-                           const float* values) = 0;
+                           const float* values);
   // BytesToFloatPlanar of `images` images gathered from such a table: image
-  // i is the first pixels * channels bytes of row indices[i]. The gather
-  // happens inside the conversion (no uint8 copy of the batch is made).
+  // i is the first pixels * channels bytes of row indices[i]. A fused
+  // version gathers inside the conversion (no uint8 copy of the batch).
   virtual void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                         const int32_t* indices, int64_t pixels, int64_t channels, float scale,
-                                        float* out) = 0;
+                                        float* out);
 
   // --- Spectral normalisation (Miyato et al. 2018) ---------------------------
   // w viewed as [rows, cols]; u [rows], v [cols] are the power-iteration
   // vectors, updated in place by `iterations` steps (no gradient flows there).
   virtual void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                          int iterations) = 0;
+                                          int iterations);
   // sigma[0] = u^T w v (u, v held constant) and y = w / sigma.
   virtual void SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                   float* y, float* sigma) = 0;
+                                   float* y, float* sigma);
   // dw += dy / sigma - (sum(dy * w) / sigma^2) u v^T (sigma on the device).
   virtual void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                    const float* sigma, const float* dy, float* dw) = 0;
+                                    const float* sigma, const float* dy, float* dw);
 
   // --- Optimizer kernels ------------------------------------------------------
   // Gradient clipping on the device: x *= max_norm / ||x|| when ||x|| >
   // max_norm; norm[0] (device memory, may be null) gets ||x|| before clipping.
-  virtual void ClipByNorm(float* x, int64_t n, float max_norm, float* norm) = 0;
+  virtual void ClipByNorm(float* x, int64_t n, float max_norm, float* norm);
   // Adam / AdamW (Kingma & Ba 2015; Loshchilov & Hutter 2019 for the decoupled
   // weight decay): m, v updated in place; bias corrections c1 = 1 - b1^t,
   // c2 = 1 - b2^t passed in.
   virtual void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
-                          float c2, const float* grad, float* param, float* m, float* v) = 0;
+                          float c2, const float* grad, float* param, float* m, float* v);
   // SGD with momentum (PyTorch form): buf = mu * buf + g; p -= lr * buf.
   virtual void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
-                         float* buf) = 0;
+                         float* buf);
   // target = (1 - tau) * target + tau * online.
-  virtual void Polyak(int64_t n, float tau, const float* online, float* target) = 0;
+  virtual void Polyak(int64_t n, float tau, const float* online, float* target);
   // The layer-wise trust ratio of LARS (You et al. 2017) and LAMB (You et
   // al. 2019) from squared norms on the device: ratio[0] = coefficient *
   // |w| / (|u| + weight_decay * |w|) when |w| > 0 and |u| > 0, else 1
   // (|w| = sqrt(w_squared[0]), |u| = sqrt(u_squared[0])).
   virtual void TrustRatio(const float* w_squared, const float* u_squared, float coefficient, float weight_decay,
-                          float* ratio) = 0;
+                          float* ratio);
   // x *= alpha * scalar[0] (a scalar on the device).
-  virtual void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n) = 0;
+  virtual void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n);
+
+  // Temporaries of a composed kernel: device floats from the backend's
+  // scratch pool, valid while the Temporaries lives (nested ones take the
+  // blocks after their parent's). The k-th block a kernel asks for is the
+  // pool's k-th, grown (never shrunk) when asked for more, so a kernel called
+  // again with a geometry it has seen allocates nothing. The pool is
+  // AllocateScratch memory: dead after a step, never an argument or result
+  // of a compiled step (a block that grows inside a step is freed only
+  // outside one).
+  class Temporaries {
+   public:
+    explicit Temporaries(Backend& backend) : backend_(backend), first_(backend.scratch_in_use_) {}
+    ~Temporaries() { backend_.scratch_in_use_ = first_; }
+    Temporaries(const Temporaries&) = delete;
+    Temporaries& operator=(const Temporaries&) = delete;
+    float* Floats(int64_t count);
+    int32_t* Ints(int64_t count) { return reinterpret_cast<int32_t*>(Floats(count)); }
+
+   private:
+    Backend& backend_;
+    size_t first_;
+  };
 
   // --- Collectives inside a step ------------------------------------------------
   // True inside a step that runs as ONE program with the other replicas'
@@ -317,6 +421,9 @@ class Backend {
   virtual void AllReduceInStep(float* data, int64_t count, bool mean);
 
  protected:
+  // Frees the scratch pool; every backend's destructor calls it (the pool is
+  // its memory, freed with its Free).
+  void ReleaseScratchPool();
   struct DeferredRead {
     const void* device;
     void* host;
@@ -334,6 +441,13 @@ class Backend {
   bool in_step_ = false;
   int host_staging_ = 0;
   std::vector<DeferredRead> deferred_reads_;
+  struct ScratchBlock {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<ScratchBlock> scratch_pool_;
+  size_t scratch_in_use_ = 0;            // blocks held by live Temporaries
+  std::vector<void*> retired_scratch_;   // outgrown blocks, freed outside a step
 };
 
 // A step bracket that ends the step when it goes out of scope (an early

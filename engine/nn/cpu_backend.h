@@ -5,13 +5,22 @@
 // Not thread-safe: one thread drives it at a time (it runs its own workers).
 // Scratch (im2col columns, per-thread weight-gradient partials) is owned here
 // and grows to the largest geometry seen; steady-state calls do not allocate.
+// It implements the core and fuses most composed kernels (backend.h); the
+// activations and BinaryForward run as the defaults over its Unary and
+// BinaryBroadcast, whose loops are the ones those kernels had.
+//
+// Its memory is ordinary aligned host memory, or a CpuMemoryGuard's: the
+// strict CPU device (strict_cpu_backend.h) is this backend on memory the
+// host cannot touch between calls.
 #ifndef TROUPE_ENGINE_NN_CPU_BACKEND_H_
 #define TROUPE_ENGINE_NN_CPU_BACKEND_H_
 
+#include <cstddef>
+#include <initializer_list>
 #include <memory>
-#include <vector>
-
 #include <span>
+#include <string>
+#include <vector>
 
 #include "engine/nn/backend.h"
 #include "engine/nn/thread_pool.h"
@@ -27,50 +36,82 @@ namespace troupe::nn {
 void CategoricalProjectionRow(std::span<const float> probabilities, float reward, float discount, float v_min,
                            float v_max, std::span<float> out);
 
-class CpuBackend final : public Backend {
+// Where a CpuBackend's memory lives, for a device that guards it (the strict
+// CPU device's arena): the backend opens it around each of its calls and
+// checks that every pointer a kernel is given is its memory.
+class CpuMemoryGuard {
+ public:
+  virtual ~CpuMemoryGuard() = default;
+  // The backend's name ("cpu_strict").
+  virtual std::string name() const = 0;
+  // As Backend::Allocate and Free.
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  // True if `p` points into this memory.
+  virtual bool Owns(const void* p) const = 0;
+  // The host may touch the memory between Open and Close (a call of the
+  // backend's), and not otherwise.
+  virtual void Open() = 0;
+  virtual void Close() = 0;
+};
+
+class CpuBackend : public Backend {
  public:
   // `num_threads` counts the calling thread; 1 runs everything inline.
-  explicit CpuBackend(int num_threads);
+  // `guard` null: plain host memory.
+  explicit CpuBackend(int num_threads, std::unique_ptr<CpuMemoryGuard> guard = nullptr);
   ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
 
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return guard_ ? guard_->name() : "cpu"; }
   int num_threads() const override { return pool_.num_threads(); }
-  bool host_addressable() const override { return true; }
+  bool host_addressable() const override { return guard_ == nullptr; }
   ThreadPool& pool() { return pool_; }
 
-  // Ordinary host memory (aligned_alloc, untouched until used); copies are
-  // memcpy; nothing is asynchronous.
+  // Ordinary host memory (aligned_alloc, untouched until used), or the
+  // guard's; copies are memcpy; nothing is asynchronous. With a guard, a
+  // Download inside a step (outside a HostStaging scope) aborts.
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
   void Upload(const void* host, void* device, size_t bytes) override;
   void Download(const void* device, void* host, size_t bytes) override;
   void Synchronize() override {}
 
-  void Fill(float* x, int64_t n, float value) override;
-  void Copy(const float* x, float* y, int64_t n) override;
-  void Axpy(float alpha, const float* x, float* y, int64_t n) override;
-  void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
+  // The core.
+  void Fill(float* x, int64_t n, float value, float step = 0.0f) override;
   void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
                   int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
-
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
             float beta, float* c) override;
-  void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
-  void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
-
   void Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* b,
                      float* y) override;
   void Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w, const float* y,
                       const float* dy, float* dx, float* dw, float* db) override;
+  void Unary(UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+             bool accumulate = false) override;
+  void UnaryBackward(UnaryOp op, float alpha, float beta, const float* x, const float* y, const float* dy, float* dx,
+                     int64_t n) override;
+  void BinaryBroadcast(Binary op, const View3& v, const float* a, int a_axes, const float* b, int b_axes, float* y,
+                       bool accumulate = false) override;
+  void Reduce(Reduction op, const View3& v, float scale, const float* x, float* y, bool accumulate = false) override;
+  void Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x, const int32_t* indices,
+              float* y) override;
+  void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices, const float* values,
+               float* x, bool add) override;
+  void Convert(DType from, const void* x, DType to, void* y, int64_t n, float scale = 1.0f) override;
+
+  // Fused kernels.
+  void Copy(const float* x, float* y, int64_t n) override;
+  void Axpy(float alpha, const float* x, float* y, int64_t n) override;
+  void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
+  void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
+  void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
   void ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                               float* y) override;
   void ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
                                float* dw, float* db) override;
 
-  void ActivationForward(Activation f, float alpha, const float* x, float* y, int64_t n) override;
-  void ActivationBackward(Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx,
-                          int64_t n) override;
-  void BinaryForward(Binary op, const float* a, const float* b, float* y, int64_t n) override;
   void BinaryBackward(Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
                       int64_t n) override;
   void Scale(float alpha, const float* x, float* y, int64_t n) override;
@@ -134,11 +175,41 @@ class CpuBackend final : public Backend {
                     float* ratio) override;
   void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n) override;
 
+ protected:
+  CpuMemoryGuard* guard() const { return guard_.get(); }
+
  private:
+  // Every call's entry. With a guard: opens the memory for the call (a call
+  // inside another opens it once) and checks that each pointer argument but
+  // null ones is the guard's memory, else aborts naming the kernel and the
+  // argument (a kernel handed host memory, which a GPU could not read).
+  class Call {
+   public:
+    Call(CpuBackend* backend, const char* kernel, std::initializer_list<const void*> pointers)
+        : backend_(backend->guard_ ? backend : nullptr) {
+      if (backend_ != nullptr) backend_->Enter(kernel, pointers);
+    }
+    ~Call() {
+      if (backend_ != nullptr) backend_->Leave();
+    }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    CpuBackend* backend_;
+  };
+  void Enter(const char* kernel, std::initializer_list<const void*> pointers);
+  void Leave();
+
   // Per-thread scratch of at least `count` floats for slot `slot`
   // (kind 0: columns, 1: weight-gradient partials, 2: a sample's gradient
   // through a fused activation, 3: slot 0 only, flipped conv weights).
   float* Scratch(int kind, int slot, int64_t count);
+  // Every thread's weight/bias-gradient partials (scratch kind 1): zeroed
+  // (`count` floats each), then added into dw (dw_count floats, may be
+  // null) and db (the next db_count, may be null).
+  void ZeroPartials(int64_t count);
+  void AddPartials(int64_t dw_count, float* dw, int64_t db_count, float* db);
 
   ThreadPool pool_;
   struct Buffer {
@@ -146,6 +217,8 @@ class CpuBackend final : public Backend {
     int64_t capacity = 0;
   };
   std::vector<Buffer> scratch_[4];
+  std::unique_ptr<CpuMemoryGuard> guard_;
+  int open_calls_ = 0;
 };
 
 }  // namespace troupe::nn

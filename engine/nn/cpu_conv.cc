@@ -191,6 +191,7 @@ int64_t BlockRows(int64_t ow, int64_t oh) { return std::clamp<int64_t>(kBlockPix
 
 void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       const float* b, float beta, float* c) {
+  const Call call(this, "Gemm", {a, b, c});
   const int64_t lda = trans_a ? m : k;
   const int64_t ldb = trans_b ? k : n;
   const double flops = 2.0 * m * n * k;
@@ -215,6 +216,7 @@ void CpuBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 }
 
 void CpuBackend::AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) {
+  const Call call(this, "AddRowBias", {bias, y});
   pool_.ParallelFor(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, cols)), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* yr = y + r * cols;
@@ -224,14 +226,32 @@ void CpuBackend::AddRowBias(int64_t rows, int64_t cols, const float* bias, float
 }
 
 void CpuBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) {
+  const Call call(this, "RowBiasBackward", {dy, dbias});
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = dy + r * cols;
     for (int64_t j = 0; j < cols; ++j) dbias[j] += d[j];
   }
 }
 
+void CpuBackend::ZeroPartials(int64_t count) {
+  for (int t = 0; t < pool_.num_threads(); ++t) std::memset(Scratch(1, t, count), 0, sizeof(float) * count);
+}
+
+void CpuBackend::AddPartials(int64_t dw_count, float* dw, int64_t db_count, float* db) {
+  for (int t = 0; t < pool_.num_threads(); ++t) {
+    const float* partial = scratch_[1][t].data;
+    if (dw != nullptr) {
+      for (int64_t j = 0; j < dw_count; ++j) dw[j] += partial[j];
+    }
+    if (db != nullptr) {
+      for (int64_t j = 0; j < db_count; ++j) db[j] += partial[dw_count + j];
+    }
+  }
+}
+
 void CpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                                const float* b, float* y) {
+  const Call call(this, "Conv2dForward", {x, w, b, y});
   const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw;
   const int64_t x_stride = g.c * g.h * g.w, y_stride = g.oc * p;
   const int64_t oh = g.oh(), ow = g.ow(), rows = BlockRows(ow, oh);
@@ -254,6 +274,7 @@ void CpuBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const
 
 void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                                 const float* y, const float* dy, float* dx, float* dw, float* db) {
+  const Call call(this, "Conv2dBackward", {x, w, y, dy, dx, dw, db});
   const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw, hw = g.h * g.w;
   const int64_t x_stride = g.c * hw, y_stride = g.oc * p;
   const int threads = pool_.num_threads();
@@ -274,9 +295,8 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, cons
   for (int t = 0; t < threads; ++t) {
     Scratch(0, t, std::max(ckk * rows * ow, dx_as_conv ? back_rows * back_block * g.w : ckk * p));
     if (act != FusedActivation::kNone) Scratch(2, t, y_stride);
-    float* partial = Scratch(1, t, g.oc * ckk + g.oc);
-    std::memset(partial, 0, sizeof(float) * (g.oc * ckk + g.oc));
   }
+  ZeroPartials(g.oc * ckk + g.oc);
   pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
     const int slot = CurrentWorkerIndex();
     float* col = scratch_[0][slot].data;
@@ -292,7 +312,7 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, cons
         dyi = dpre;
       }
       // dw[oc, ckk] += dy_i[oc, block] * col[ckk, block]^T, block by block.
-      for (int64_t oy = 0; oy < oh; oy += rows) {
+      for (int64_t oy = 0; dw != nullptr && oy < oh; oy += rows) {
         const int64_t oy1 = std::min(oh, oy + rows), cols = (oy1 - oy) * ow;
         Im2Col(g, x + i * x_stride, oy, oy1, col);
         GemmSerial(false, true, g.oc, ckk, cols, 1.0f, dyi + oy * ow, p, col, cols, 1.0f, dw_part, ckk);
@@ -321,18 +341,12 @@ void CpuBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, cons
       }
     }
   });
-  // Reduce the partials into the caller's gradients.
-  for (int t = 0; t < threads; ++t) {
-    const float* partial = scratch_[1][t].data;
-    for (int64_t j = 0; j < g.oc * ckk; ++j) dw[j] += partial[j];
-    if (db != nullptr) {
-      for (int64_t o = 0; o < g.oc; ++o) db[o] += partial[g.oc * ckk + o];
-    }
-  }
+  AddPartials(g.oc * ckk, dw, g.oc, db);
 }
 
 void CpuBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
                                         float* y) {
+  const Call call(this, "ConvTranspose2dForward", {x, w, b, y});
   const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw, hw = g.h * g.w;
   const int64_t x_stride = g.oc * p, y_stride = g.c * hw;
   for (int t = 0; t < pool_.num_threads(); ++t) Scratch(0, t, ckk * p);
@@ -355,14 +369,12 @@ void CpuBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, c
 
 void CpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
                                          float* dx, float* dw, float* db) {
+  const Call call(this, "ConvTranspose2dBackward", {x, w, dy, dx, dw, db});
   const int64_t p = g.oh() * g.ow(), ckk = g.c * g.kh * g.kw, hw = g.h * g.w;
   const int64_t x_stride = g.oc * p, y_stride = g.c * hw;
   const int threads = pool_.num_threads();
-  for (int t = 0; t < threads; ++t) {
-    Scratch(0, t, ckk * p);
-    float* partial = Scratch(1, t, g.oc * ckk + g.c);
-    std::memset(partial, 0, sizeof(float) * (g.oc * ckk + g.c));
-  }
+  for (int t = 0; t < threads; ++t) Scratch(0, t, ckk * p);
+  ZeroPartials(g.oc * ckk + g.c);
   pool_.ParallelTasks(g.n, [&](int64_t begin, int64_t end) {
     const int slot = CurrentWorkerIndex();
     float* col = scratch_[0][slot].data;
@@ -373,7 +385,7 @@ void CpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, 
       // col = im2col(dy_i): the transposed conv's backward is a conv.
       Im2Col(g, dyi, 0, g.oh(), col);
       // dw[oc, ckk] += x_i[oc, p] * col^T.
-      GemmSerial(false, true, g.oc, ckk, p, 1.0f, x + i * x_stride, p, col, p, 1.0f, dw_part, ckk);
+      if (dw != nullptr) GemmSerial(false, true, g.oc, ckk, p, 1.0f, x + i * x_stride, p, col, p, 1.0f, dw_part, ckk);
       // dx_i[oc, p] += w[oc, ckk] * col.
       if (dx != nullptr) GemmSerial(false, false, g.oc, p, ckk, 1.0f, w, ckk, col, p, 1.0f, dx + i * x_stride, p);
       if (db != nullptr) {
@@ -385,13 +397,7 @@ void CpuBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, 
       }
     }
   });
-  for (int t = 0; t < threads; ++t) {
-    const float* partial = scratch_[1][t].data;
-    for (int64_t j = 0; j < g.oc * ckk; ++j) dw[j] += partial[j];
-    if (db != nullptr) {
-      for (int64_t ch = 0; ch < g.c; ++ch) db[ch] += partial[g.oc * ckk + ch];
-    }
-  }
+  AddPartials(g.oc * ckk, dw, g.c, db);
 }
 
 }  // namespace troupe::nn

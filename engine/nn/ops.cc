@@ -69,6 +69,19 @@ void ConvTranspose2dBackwardNode(Tape& t, const Node& n) {
                                       GradOrNull(t, n.in[2]));
 }
 
+// Records the node of a convolution or a transposed one, y of x, w and b
+// (b may be invalid), with its geometry and fused activation.
+void RecordConvNode(Tape& t, BackwardFn backward, Var y, Var x, Var w, Var b, const ConvGeometry& g,
+                    FusedActivation act) {
+  Node n;
+  n.backward = backward;
+  n.out = y.id;
+  n.in = {x.id, w.id, b.valid() ? b.id : -1, -1};
+  StoreGeometry(g, n);
+  n.i[9] = static_cast<int64_t>(act);
+  t.Record(n);
+}
+
 // --- Elementwise ------------------------------------------------------------
 
 void ActivationBackwardNode(Tape& t, const Node& n) {
@@ -226,13 +239,7 @@ Var Conv2d(Var x, Var w, Var b, int64_t stride, int64_t pad, FusedActivation act
   Var y = t.NewValue({g.n, g.oc, g.oh(), g.ow()}, RequiresGrad(t, x) || RequiresGrad(t, w) || RequiresGrad(t, b));
   t.backend().Conv2dForward(g, act, t.value(x).data, t.value(w).data, b.valid() ? t.value(b).data : nullptr,
                             t.value(y).data);
-  Node n;
-  n.backward = Conv2dBackwardNode;
-  n.out = y.id;
-  n.in = {x.id, w.id, b.valid() ? b.id : -1, -1};
-  StoreGeometry(g, n);
-  n.i[9] = static_cast<int64_t>(act);
-  t.Record(n);
+  RecordConvNode(t, Conv2dBackwardNode, y, x, w, b, g, act);
   return y;
 }
 
@@ -252,12 +259,7 @@ Var ConvTranspose2d(Var x, Var w, Var b, int64_t stride, int64_t pad, int64_t ou
   Var y = t.NewValue({g.n, g.c, g.h, g.w}, RequiresGrad(t, x) || RequiresGrad(t, w) || RequiresGrad(t, b));
   t.backend().ConvTranspose2dForward(g, t.value(x).data, t.value(w).data, b.valid() ? t.value(b).data : nullptr,
                                      t.value(y).data);
-  Node n;
-  n.backward = ConvTranspose2dBackwardNode;
-  n.out = y.id;
-  n.in = {x.id, w.id, b.valid() ? b.id : -1, -1};
-  StoreGeometry(g, n);
-  t.Record(n);
+  RecordConvNode(t, ConvTranspose2dBackwardNode, y, x, w, b, g, FusedActivation::kNone);
   return y;
 }
 

@@ -2,7 +2,8 @@
 // random projection of the op's output), plus forward references for the
 // convolutions; and the conformance of every backend built into this binary
 // against the CPU reference on the same op (ggml's test-backend-ops): the
-// strict CPU device bit for bit, CUDA within a tolerance where a GPU answers.
+// strict CPU device bit for bit, the composed kernels (CoreOnlyBackend:
+// the core and nothing else) and CUDA where a GPU answers within a tolerance.
 // Built a second time with TROUPE_CONFORMANCE_PJRT (nn_ops_pjrt_test, ctest
 // -L pjrt): the same ops on the PJRT backend against the CPU.
 #include "engine/nn/ops.h"
@@ -20,25 +21,13 @@
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/strict_cpu_backend.h"
+#include "engine/nn/testing.h"
 #include "gtest/gtest.h"
 
 namespace troupe::nn {
 namespace {
 
 using BuildFn = std::function<Var(Tape&, std::vector<Var>&)>;
-
-std::vector<float> RandomVector(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f,
-                                float min_abs = 0.0f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    do {
-      x = d(rng);
-    } while (std::fabs(x) < min_abs);
-  }
-  return v;
-}
 
 struct Input {
   std::vector<float> data;
@@ -116,6 +105,9 @@ constexpr double kAtol = 2e-3;
 // bfloat16 matmul/conv inputs (8-bit mantissa, float32 accumulation).
 constexpr double kCudaRtol = 1e-3;
 constexpr double kCudaBfloat16Rtol = 5e-2;
+// The composed kernels against the CPU's fused ones: the same float32 math
+// in another order.
+constexpr double kComposedRtol = 1e-4;
 
 // `backend`'s value and input gradients against the CPU's (`want_value`, `want`).
 void ExpectAgreesWithin(Backend& backend, double rtol, const std::string& name, std::vector<Input>& inputs,
@@ -168,6 +160,9 @@ void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
   const double strict_value = Evaluate(strict, inputs, build, &got);
   EXPECT_EQ(strict_value, want_value) << "strict CPU device";
   EXPECT_EQ(got, want) << "strict CPU device gradients";
+  // The composed kernels (a backend of the core only) within float tolerance.
+  CoreOnlyBackend core(/*num_threads=*/1);
+  ExpectAgreesWithin(core, kComposedRtol, "composed kernels (core-only backend)", inputs, build, want_value, want);
   config::EngineConfig cuda;
   cuda.set_device(config::EngineConfig::CUDA);
   if (!engine::CheckDeviceAvailable(cuda, "test").ok()) return;  // no GPU here (or not built)

@@ -56,7 +56,7 @@ TEST(StrictCpuDeviceDeathTest, AKernelGivenHostMemoryAbortsNamingIt) {
         const std::vector<float> host(4, 1.0f);
         (void)Relu(tape.Constant(host.data(), {4}));  // Constant takes device data; host data goes through Input
       },
-      "ActivationForward was given host memory");
+      "Unary was given host memory");  // relu: the activations run as Unary
 }
 
 TEST(StrictCpuDeviceTest, BytesMoveThroughUploadAndDownloadAndKernelsSeeThem) {

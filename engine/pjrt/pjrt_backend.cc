@@ -23,7 +23,6 @@
 
 namespace troupe::pjrt {
 
-using nn::Activation;
 using nn::ConvGeometry;
 using nn::FusedActivation;
 
@@ -489,6 +488,7 @@ PjrtBackend::PjrtBackend(std::shared_ptr<Client> client, const PjrtBackendOption
 
 PjrtBackend::~PjrtBackend() {
   step_.reset();
+  ReleaseScratchPool();
   for (auto& [base, a] : allocations_) {
     client_->Destroy(a.buffer);
     munmap(reinterpret_cast<void*>(base), a.reserved);
@@ -771,33 +771,13 @@ void PjrtBackend::Synchronize() {
 
 // --- Memory kernels -------------------------------------------------------------
 
-void PjrtBackend::Fill(float* x, int64_t n, float value) {
+void PjrtBackend::Fill(float* x, int64_t n, float value, float step) {
   if (n == 0) return;
   Launch l(*this);
-  l.Write(x, l.f.Splat(l.Scalar(value), {n}));
-  l.Run();
-}
-
-void PjrtBackend::Copy(const float* x, float* y, int64_t n) {
-  if (n == 0) return;
-  Launch l(*this);
-  l.Write(y, l.F32(x, {n}));
-  l.Run();
-}
-
-void PjrtBackend::Axpy(float alpha, const float* x, float* y, int64_t n) {
-  if (n == 0) return;
-  Launch l(*this);
-  Value xv = l.F32(x, {n});  // parameters in a fixed order (pjrt_test reads this program)
-  l.Accumulate(y, l.f.Mul(l.Scalar(alpha), xv));
-  l.Run();
-}
-
-void PjrtBackend::AddScalar(float alpha, const float* scalar, float* y, int64_t n) {
-  if (n == 0) return;
-  Launch l(*this);
-  Value s = l.f.Reshape(l.F32(scalar, {1}), {});
-  l.Accumulate(y, l.f.Splat(l.f.Mul(l.Scalar(alpha), s), {n}));
+  Function& f = l.f;
+  Value v = f.Splat(l.Scalar(value), {n});
+  if (step != 0.0f) v = f.Add(v, f.Mul(f.Iota({n}, 0, "f32"), l.Scalar(step)));
+  l.Write(x, v);
   l.Run();
 }
 
@@ -848,20 +828,6 @@ void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   // beta == 0 never reads c (it may hold anything, NaN included).
   if (beta != 0.0f) product = f.Add(product, f.Mul(l.Scalar(beta), l.F32(c, {m, n})));
   l.Write(c, product);
-  l.Run();
-}
-
-void PjrtBackend::AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) {
-  if (rows == 0 || cols == 0) return;
-  Launch l(*this);
-  l.Accumulate(y, l.f.Broadcast(l.F32(bias, {cols}), {rows, cols}, {1}));
-  l.Run();
-}
-
-void PjrtBackend::RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) {
-  if (rows == 0 || cols == 0) return;
-  Launch l(*this);
-  l.Accumulate(dbias, l.f.Reduce(l.F32(dy, {rows, cols}), {0}));
   l.Run();
 }
 
@@ -930,643 +896,320 @@ void PjrtBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, con
   l.Run();
 }
 
-void PjrtBackend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, const float* w, const float* b,
-                                         float* y) {
-  Launch l(*this);
-  Function& f = l.f;
-  Value out =
-      ConvInputGrad(f, g, l.F32(x, {g.n, g.oc, g.oh(), g.ow()}), l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_);
-  if (b != nullptr) out = AddChannelBias(f, out, l.F32(b, {g.c}));
-  l.Write(y, out);
-  l.Run();
+// --- Elementwise, reductions, gathers and conversions (the core) -------------------
+// The composed kernels (nn::Backend's defaults) are chains of these; inside a
+// compiled step XLA fuses the chain as it fused the single emitters they
+// replaced.
+
+namespace {
+
+// The axes of the view [outer, mid, inner] an operand holds (nn::Axes), as
+// its dimensions and where they go in the view.
+void HeldAxes(const nn::View3& v, int axes, Dims* dims, std::vector<int64_t>* map) {
+  const int64_t sizes[] = {v.outer, v.mid, v.inner};
+  const int bits[] = {nn::kOuterAxis, nn::kMidAxis, nn::kInnerAxis};
+  for (int a = 0; a < 3; ++a) {
+    if ((axes & bits[a]) != 0) {
+      dims->push_back(sizes[a]);
+      map->push_back(a);
+    }
+  }
 }
 
-void PjrtBackend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
-                                          float* dx, float* dw, float* db) {
-  Launch l(*this);
-  Function& f = l.f;
-  Value d = l.F32(dy, {g.n, g.c, g.h, g.w});
-  if (db != nullptr) l.Accumulate(db, f.Reduce(d, {0, 2, 3}));
-  if (dx != nullptr) l.Accumulate(dx, ConvForward(f, g, d, l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_));
-  if (dw != nullptr) l.Accumulate(dw, ConvWeightGrad(f, g, d, l.F32(x, {g.n, g.oc, g.oh(), g.ow()}), bfloat16_));
-  l.Run();
+}  // namespace
+
+Value PjrtBackend::ViewOperand(Launch& l, const float* p, const nn::View3& v, int axes) {
+  Dims dims;
+  std::vector<int64_t> map;
+  HeldAxes(v, axes, &dims, &map);
+  Value x = dims.empty() ? l.f.Reshape(l.F32(p, {1}), {}) : l.F32(p, dims);
+  return l.f.Broadcast(x, {v.outer, v.mid, v.inner}, map);
 }
 
-// --- Elementwise --------------------------------------------------------------------
-
-void PjrtBackend::ActivationForward(Activation fn, float alpha, const float* x, float* y, int64_t n) {
+void PjrtBackend::Unary(nn::UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+                        bool accumulate) {
   if (n == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  Value v = l.F32(x, {n}), zero = l.Const(0.0);
+  Value v = l.F32(x, {n});
+  // Constants only where an op uses them (a kernel's text is its program).
+  auto zero = [&] { return l.Const(0.0); };
+  auto positive = [&] { return f.Compare(v, zero(), "GT"); };
   Value out;
-  switch (fn) {
-    case Activation::kRelu:
-      out = f.Select(f.Compare(v, zero, "GT"), v, zero);
+  switch (op) {
+    case nn::UnaryOp::kRelu:
+      out = f.Select(positive(), v, zero());
       break;
-    case Activation::kLeakyRelu:
-      out = f.Select(f.Compare(v, zero, "GT"), v, f.Mul(l.Scalar(alpha), v));
+    case nn::UnaryOp::kLeakyRelu:
+      out = f.Select(positive(), v, f.Mul(l.Scalar(alpha), v));
       break;
-    case Activation::kElu:
-      out = f.Select(f.Compare(v, zero, "GT"), v, f.Mul(l.Scalar(alpha), f.Unary("exponential_minus_one", v)));
+    case nn::UnaryOp::kElu:
+      out = f.Select(positive(), v, f.Mul(l.Scalar(alpha), f.Unary("exponential_minus_one", v)));
       break;
-    case Activation::kTanh:
+    case nn::UnaryOp::kTanh:
       out = f.Unary("tanh", v);
       break;
-    case Activation::kSigmoid:
+    case nn::UnaryOp::kSigmoid:
       out = f.Unary("logistic", v);
       break;
-    case Activation::kSoftplus: {
+    case nn::UnaryOp::kSoftplus: {
       // log(1 + e^x), x itself above 20 (as the CPU backend).
       Value big = f.Compare(v, l.Const(20.0), "GT");
       out = f.Select(big, v, f.Unary("log_plus_one", f.Unary("exponential", f.Min(v, l.Const(20.0)))));
       break;
     }
+    case nn::UnaryOp::kAffine:
+      out = f.Mul(l.Scalar(alpha), v);
+      if (beta != 0.0f) out = f.Add(out, l.Scalar(beta));
+      break;
+    case nn::UnaryOp::kClamp:
+      out = f.Clamp(f.Splat(l.Scalar(alpha), {n}), v, f.Splat(l.Scalar(beta), {n}));
+      break;
+    case nn::UnaryOp::kExp:
+      out = f.Unary("exponential", v);
+      break;
+    case nn::UnaryOp::kLog:
+      out = f.Unary("log", v);
+      break;
+    case nn::UnaryOp::kSqrt:
+      out = f.Unary("sqrt", v);
+      break;
+    case nn::UnaryOp::kRsqrt:
+      out = f.Unary("rsqrt", v);
+      break;
+    case nn::UnaryOp::kReciprocal:
+      out = f.Div(l.Const(1.0), v);
+      break;
+    case nn::UnaryOp::kSquare:
+      out = f.Mul(v, v);
+      break;
+    case nn::UnaryOp::kAbs:
+      out = f.Unary("abs", v);
+      break;
+    case nn::UnaryOp::kFloor:
+      out = f.Unary("floor", v);
+      break;
+    case nn::UnaryOp::kStep:
+      out = f.Select(positive(), l.Const(1.0), zero());
+      break;
   }
-  l.Write(y, out);
+  if (accumulate) {
+    l.Accumulate(y, out);
+  } else {
+    l.Write(y, out);
+  }
   l.Run();
 }
 
-void PjrtBackend::ActivationBackward(Activation fn, float alpha, const float* x, const float* y, const float* dy,
-                                     float* dx, int64_t n) {
+void PjrtBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y,
+                                const float* dy, float* dx, int64_t n) {
   if (n == 0 || dx == nullptr) return;
   Launch l(*this);
   Function& f = l.f;
   Value d = l.F32(dy, {n}), zero = l.Const(0.0), one = l.Const(1.0);
-  auto positive = [&] { return f.Compare(l.F32(x, {n}), zero, "GT"); };
+  auto in = [&] { return l.F32(x, {n}); };
+  auto out = [&] { return l.F32(y, {n}); };
+  auto positive = [&] { return f.Compare(in(), zero, "GT"); };
   Value grad;
-  switch (fn) {
-    case Activation::kRelu:
+  switch (op) {
+    case nn::UnaryOp::kRelu:
       grad = f.Select(positive(), d, zero);
       break;
-    case Activation::kLeakyRelu:
+    case nn::UnaryOp::kLeakyRelu:
       grad = f.Select(positive(), d, f.Mul(l.Scalar(alpha), d));
       break;
-    case Activation::kElu:
+    case nn::UnaryOp::kElu:
       // d/dx alpha * (e^x - 1) = y + alpha.
-      grad = f.Select(positive(), d, f.Mul(f.Add(l.F32(y, {n}), l.Scalar(alpha)), d));
+      grad = f.Select(positive(), d, f.Mul(f.Add(out(), l.Scalar(alpha)), d));
       break;
-    case Activation::kTanh: {
-      Value out = l.F32(y, {n});
-      grad = f.Mul(f.Sub(one, f.Mul(out, out)), d);
-      break;
-    }
-    case Activation::kSigmoid: {
-      Value out = l.F32(y, {n});
-      grad = f.Mul(f.Mul(out, f.Sub(one, out)), d);
+    case nn::UnaryOp::kTanh: {
+      Value o = out();
+      grad = f.Mul(f.Sub(one, f.Mul(o, o)), d);
       break;
     }
-    case Activation::kSoftplus:
-      grad = f.Mul(f.Unary("logistic", l.F32(x, {n})), d);
+    case nn::UnaryOp::kSigmoid: {
+      Value o = out();
+      grad = f.Mul(f.Mul(o, f.Sub(one, o)), d);
       break;
+    }
+    case nn::UnaryOp::kSoftplus:
+      grad = f.Mul(f.Unary("logistic", in()), d);
+      break;
+    case nn::UnaryOp::kAffine:
+      grad = f.Mul(l.Scalar(alpha), d);
+      break;
+    case nn::UnaryOp::kClamp: {
+      Value v = in();
+      Value inside = f.Binary("and", f.Compare(v, f.Splat(l.Scalar(alpha), {n}), "GE"),
+                              f.Compare(v, f.Splat(l.Scalar(beta), {n}), "LE"));
+      grad = f.Select(inside, d, zero);
+      break;
+    }
+    case nn::UnaryOp::kExp:
+      grad = f.Mul(out(), d);
+      break;
+    case nn::UnaryOp::kLog:
+      grad = f.Div(d, in());
+      break;
+    case nn::UnaryOp::kSqrt:
+      grad = f.Div(f.Mul(l.Const(0.5), d), out());
+      break;
+    case nn::UnaryOp::kRsqrt: {
+      Value o = out();
+      grad = f.Mul(f.Mul(l.Const(-0.5), f.Mul(o, f.Mul(o, o))), d);
+      break;
+    }
+    case nn::UnaryOp::kReciprocal: {
+      Value o = out();
+      grad = f.Mul(f.Unary("negate", f.Mul(o, o)), d);
+      break;
+    }
+    case nn::UnaryOp::kSquare:
+      grad = f.Mul(f.Mul(l.Const(2.0), in()), d);
+      break;
+    case nn::UnaryOp::kAbs:
+      grad = f.Mul(f.Unary("sign", in()), d);
+      break;
+    case nn::UnaryOp::kFloor:
+    case nn::UnaryOp::kStep:
+      return;  // zero almost everywhere
   }
   l.Accumulate(dx, grad);
   l.Run();
 }
 
-void PjrtBackend::BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) {
-  if (n == 0) return;
+void PjrtBackend::BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b,
+                                  int b_axes, float* y, bool accumulate) {
+  if (v.size() == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  Value x = l.F32(a, {n}), z = l.F32(b, {n});
-  l.Write(y, op == nn::Binary::kAdd ? f.Add(x, z) : op == nn::Binary::kSub ? f.Sub(x, z) : f.Mul(x, z));
-  l.Run();
-}
-
-void PjrtBackend::BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
-                                 int64_t n) {
-  if (n == 0 || (da == nullptr && db == nullptr)) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value d = l.F32(dy, {n});
-  switch (op) {
-    case nn::Binary::kAdd:
-      l.Accumulate(da, d);
-      l.Accumulate(db, d);
-      break;
-    case nn::Binary::kSub:
-      l.Accumulate(da, d);
-      l.Accumulate(db, f.Unary("negate", d));
-      break;
-    case nn::Binary::kMul:
-      if (da != nullptr) l.Accumulate(da, f.Mul(l.F32(b, {n}), d));
-      if (db != nullptr) l.Accumulate(db, f.Mul(l.F32(a, {n}), d));
-      break;
-  }
-  l.Run();
-}
-
-void PjrtBackend::Scale(float alpha, const float* x, float* y, int64_t n) {
-  if (n == 0) return;
-  Launch l(*this);
-  l.Write(y, l.f.Mul(l.Scalar(alpha), l.F32(x, {n})));
-  l.Run();
-}
-
-// --- Reductions ---------------------------------------------------------------------
-
-void PjrtBackend::Sum(const float* x, int64_t n, float scale, float* y) {
-  Launch l(*this);
-  Value sum = n == 0 ? l.Const(0.0) : l.f.Reduce(l.F32(x, {n}), {0});
-  l.Write(y, l.f.Reshape(l.f.Mul(sum, l.Scalar(scale)), {1}));
-  l.Run();
-}
-
-void PjrtBackend::SquaredNorm(const float* x, int64_t n, float* y) {
-  Launch l(*this);
-  Value sum = l.Const(0.0);
-  if (n > 0) {
-    Value v = l.F32(x, {n});
-    sum = l.f.Reduce(l.f.Mul(v, v), {0});
-  }
-  l.Write(y, l.f.Reshape(sum, {1}));
-  l.Run();
-}
-
-void PjrtBackend::SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) {
-  if (outer * inner == 0) return;
-  Launch l(*this);
-  Value sum = reduce == 0 ? l.f.Constant(0.0, "f32", {outer, inner})
-                          : l.f.Reduce(l.F32(x, {outer, reduce, inner}), {1});
-  l.Write(y, sum);
-  l.Run();
-}
-
-void PjrtBackend::SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) {
-  if (outer * reduce * inner == 0) return;
-  Launch l(*this);
-  l.Accumulate(dx, l.f.Broadcast(l.F32(dy, {outer, inner}), {outer, reduce, inner}, {0, 2}));
-  l.Run();
-}
-
-// --- Normalisation --------------------------------------------------------------------
-
-void PjrtBackend::LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma,
-                                   const float* beta, float* y, float* mean, float* rstd) {
-  if (rows == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {rows, cols};
-  Value v = l.F32(x, shape);
-  Value inv_cols = l.Scalar(1.0f / static_cast<float>(cols));
-  Value mu = f.Mul(f.Reduce(v, {1}), inv_cols);
-  Value centered = f.Sub(v, f.Broadcast(mu, shape, {0}));
-  Value var = f.Mul(f.Reduce(f.Mul(centered, centered), {1}), inv_cols);
-  Value rs = f.Unary("rsqrt", f.Add(var, l.Scalar(eps)));
-  Value normed = f.Mul(centered, f.Broadcast(rs, shape, {0}));
-  l.Write(y, f.Add(f.Mul(normed, f.Broadcast(l.F32(gamma, {cols}), shape, {1})),
-                   f.Broadcast(l.F32(beta, {cols}), shape, {1})));
-  l.Write(mean, mu);
-  l.Write(rstd, rs);
-  l.Run();
-}
-
-void PjrtBackend::LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma,
-                                    const float* mean, const float* rstd, const float* dy, float* dx, float* dgamma,
-                                    float* dbeta) {
-  if (rows == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {rows, cols};
-  Value d = l.F32(dy, shape);
-  Value rs = f.Broadcast(l.F32(rstd, {rows}), shape, {0});
-  Value xhat = f.Mul(f.Sub(l.F32(x, shape), f.Broadcast(l.F32(mean, {rows}), shape, {0})), rs);
-  if (dgamma != nullptr) l.Accumulate(dgamma, f.Reduce(f.Mul(d, xhat), {0}));
-  if (dbeta != nullptr) l.Accumulate(dbeta, f.Reduce(d, {0}));
-  if (dx != nullptr) {
-    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
-    Value g = f.Mul(d, f.Broadcast(l.F32(gamma, {cols}), shape, {1}));
-    Value inv_cols = l.Scalar(1.0f / static_cast<float>(cols));
-    Value mg = f.Broadcast(f.Mul(f.Reduce(g, {1}), inv_cols), shape, {0});
-    Value mgx = f.Broadcast(f.Mul(f.Reduce(f.Mul(g, xhat), {1}), inv_cols), shape, {0});
-    l.Accumulate(dx, f.Mul(rs, f.Sub(f.Sub(g, mg), f.Mul(xhat, mgx))));
-  }
-  l.Run();
-}
-
-namespace {
-
-// A per-channel vector [c] broadcast over [n, c, hw].
-Value PerChannel(Function& f, const Value& v, const Dims& shape) { return f.Broadcast(v, shape, {1}); }
-
-}  // namespace
-
-void PjrtBackend::BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) {
-  Launch l(*this);
-  Function& f = l.f;
-  Value v = l.F32(x, {n, c, hw});
-  Value count = f.Constant(static_cast<double>(n * hw), "f32", {1});
-  l.Write(sums, f.Concatenate({f.Reduce(v, {0, 2}), f.Reduce(f.Mul(v, v), {0, 2}), count}, 0));
-  l.Run();
-}
-
-void PjrtBackend::BatchNormMoments(int64_t c, float eps, float momentum, const float* sums, float* running_mean,
-                                   float* running_var, float* mean, float* rstd) {
-  Launch l(*this);
-  Function& f = l.f;
-  Value epsilon = l.Scalar(eps);
-  if (sums == nullptr) {
-    l.Write(mean, l.F32(running_mean, {c}));
-    l.Write(rstd, f.Unary("rsqrt", f.Add(l.F32(running_var, {c}), epsilon)));
-    l.Run();
-    return;
-  }
-  Value s = l.F32(sums, {2 * c + 1});
-  Value count = f.Reshape(f.Slice(s, {2 * c}, {2 * c + 1}), {});
-  Value mu = f.Div(f.Slice(s, {0}, {c}), count);
-  Value var = f.Max(f.Sub(f.Div(f.Slice(s, {c}, {2 * c}), count), f.Mul(mu, mu)), l.Const(0.0));
-  l.Write(mean, mu);
-  l.Write(rstd, f.Unary("rsqrt", f.Add(var, epsilon)));
-  if (running_mean != nullptr) {
-    // The unbiased variance, as PyTorch's running statistics.
-    Value one = l.Const(1.0);
-    Value more_than_one = f.Splat(f.Compare(count, one, "GT"), {c});
-    Value unbiased = f.Select(more_than_one, f.Div(f.Mul(var, count), f.Sub(count, one)), var);
-    Value k = l.Scalar(momentum);
-    Value rm = l.F32(running_mean, {c}), rv = l.F32(running_var, {c});
-    l.Write(running_mean, f.Add(rm, f.Mul(k, f.Sub(mu, rm))));
-    l.Write(running_var, f.Add(rv, f.Mul(k, f.Sub(unbiased, rv))));
-  }
-  l.Run();
-}
-
-void PjrtBackend::BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                 const float* rstd, const float* gamma, const float* beta, float* y) {
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {n, c, hw};
-  Value scale = f.Mul(l.F32(gamma, {c}), l.F32(rstd, {c}));
-  Value shift = f.Sub(l.F32(beta, {c}), f.Mul(l.F32(mean, {c}), scale));
-  l.Write(y, f.Add(f.Mul(l.F32(x, shape), PerChannel(f, scale, shape)), PerChannel(f, shift, shape)));
-  l.Run();
-}
-
-void PjrtBackend::BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                         const float* rstd, const float* dy, float* sums) {
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {n, c, hw};
-  Value d = l.F32(dy, shape);
-  Value xhat = f.Mul(f.Sub(l.F32(x, shape), PerChannel(f, l.F32(mean, {c}), shape)),
-                     PerChannel(f, l.F32(rstd, {c}), shape));
-  Value count = f.Constant(static_cast<double>(n * hw), "f32", {1});
-  l.Write(sums, f.Concatenate({f.Reduce(d, {0, 2}), f.Reduce(f.Mul(d, xhat), {0, 2}), count}, 0));
-  l.Run();
-}
-
-void PjrtBackend::BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean,
-                                         const float* rstd, const float* gamma, const float* sums, const float* dy,
-                                         float* dx) {
-  if (dx == nullptr) return;
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {n, c, hw};
-  Value s = l.F32(sums, {2 * c + 1});
-  Value inv_count = f.Div(l.Const(1.0), f.Reshape(f.Slice(s, {2 * c}, {2 * c + 1}), {}));
-  Value md = f.Mul(f.Slice(s, {0}, {c}), inv_count), mdx = f.Mul(f.Slice(s, {c}, {2 * c}), inv_count);
-  Value rs = l.F32(rstd, {c});
-  Value xhat = f.Mul(f.Sub(l.F32(x, shape), PerChannel(f, l.F32(mean, {c}), shape)), PerChannel(f, rs, shape));
-  Value k = f.Mul(l.F32(gamma, {c}), rs);
-  Value inner = f.Sub(f.Sub(l.F32(dy, shape), PerChannel(f, md, shape)), f.Mul(xhat, PerChannel(f, mdx, shape)));
-  l.Accumulate(dx, f.Mul(PerChannel(f, k, shape), inner));
-  l.Run();
-}
-
-// --- Softmax family ----------------------------------------------------------------------
-
-namespace {
-
-// log softmax over the last axis of [rows, cols].
-Value LogSoftmax(Function& f, const Value& x) {
-  Value mx = f.Broadcast(f.Reduce(x, {1}, "maximum"), x.dims, {0});
-  Value shifted = f.Sub(x, mx);
-  Value lse = f.Unary("log", f.Reduce(f.Unary("exponential", shifted), {1}));
-  return f.Sub(shifted, f.Broadcast(lse, x.dims, {0}));
-}
-
-// 1 where the column is the row's label, else 0 ([rows, cols], f32).
-Value OneHot(Function& f, const Value& labels, const Dims& shape) {
-  Value hit = f.Compare(f.Iota(shape, 1, "i32"), f.Broadcast(labels, shape, {0}), "EQ");
-  return f.Select(hit, f.Constant(1.0), f.Constant(0.0));
-}
-
-}  // namespace
-
-void PjrtBackend::SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) {
-  if (rows == 0) return;
-  Launch l(*this);
-  Value logp = LogSoftmax(l.f, l.F32(x, {rows, cols}));
-  l.Write(y, log ? logp : l.f.Unary("exponential", logp));
-  l.Run();
-}
-
-void PjrtBackend::SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) {
-  if (rows == 0 || dx == nullptr) return;
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {rows, cols};
-  Value out = l.F32(y, shape), d = l.F32(dy, shape);
-  if (log) {
-    // y = x - lse: dx = dy - softmax * sum(dy).
-    l.Accumulate(dx, f.Sub(d, f.Mul(f.Unary("exponential", out), f.Broadcast(f.Reduce(d, {1}), shape, {0}))));
+  Value p = ViewOperand(l, a, v, a_axes), q = ViewOperand(l, b, v, b_axes);
+  static constexpr std::string_view kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
+  Value out = f.Binary(kOps[static_cast<int>(op)], p, q);
+  if (accumulate) {
+    l.Accumulate(y, out);
   } else {
-    // dx = y * (dy - sum(dy * y)).
-    l.Accumulate(dx, f.Mul(out, f.Sub(d, f.Broadcast(f.Reduce(f.Mul(d, out), {1}), shape, {0}))));
+    l.Write(y, out);
   }
   l.Run();
 }
 
-void PjrtBackend::CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels,
-                                      float* logp, float* loss) {
+void PjrtBackend::Reduce(nn::Reduction op, const nn::View3& v, float scale, const float* x, float* y,
+                         bool accumulate) {
+  if (v.outer * v.inner == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  const Dims shape = {rows, cols};
-  Value lp = LogSoftmax(f, l.F32(x, shape));
-  l.Write(logp, lp);
-  Value picked = f.Reduce(f.Mul(lp, OneHot(f, l.I32(labels, {rows}), shape)), {0, 1});
-  l.Write(loss, f.Reshape(f.Mul(picked, l.Scalar(-1.0f / static_cast<float>(rows))), {1}));
+  const bool max = op == nn::Reduction::kMax;
+  Value out = v.mid == 0 ? f.Constant(max ? -3.4028234663852886e38 : 0.0, "f32", {v.outer, v.inner})
+                         : f.Reduce(l.F32(x, {v.outer, v.mid, v.inner}), {1}, max ? "maximum" : "add");
+  if (scale != 1.0f) out = f.Mul(l.Scalar(scale), out);
+  if (accumulate) {
+    l.Accumulate(y, out);
+  } else {
+    l.Write(y, out);
+  }
   l.Run();
 }
 
-void PjrtBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
-                                       const float* dloss, float* dx) {
-  if (dx == nullptr) return;
+namespace {
+
+// The index vectors (o, indices[o, j]) [outer, out, 2] of a gather or
+// scatter along the middle axis of [outer, in, inner].
+Value MiddleAxisPlaces(Function& f, const Value& indices, int64_t outer, int64_t out) {
+  return f.Concatenate({f.Iota({outer, out, 1}, 0, "i32"), f.Reshape(indices, {outer, out, 1})}, 2);
+}
+
+}  // namespace
+
+// Gathers and replacing scatters move i32 bits (no float op may touch a
+// frame's bytes); the indices are run-time data, so a step's program does
+// not change with the rows it picks.
+void PjrtBackend::Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x,
+                         const int32_t* indices, float* y) {
+  if (outer * out * inner == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  const Dims shape = {rows, cols};
-  Value k = f.Mul(f.Reshape(l.F32(dloss, {1}), {}), l.Scalar(1.0f / static_cast<float>(rows)));
-  Value diff = f.Sub(f.Unary("exponential", l.F32(logp, shape)), OneHot(f, l.I32(labels, {rows}), shape));
-  l.Accumulate(dx, f.Mul(k, diff));
+  const Dims dims = {outer, in, inner};
+  Value bits = f.BitcastConvert(l.F32(x, dims), dims, "i32");
+  Value places = MiddleAxisPlaces(f, l.I32(indices, {outer, out}), outer, out);
+  Value picked = f.Gather(bits, places, /*offset_dims=*/{2}, /*collapsed=*/{0, 1}, /*start_index_map=*/{0, 1},
+                          /*slice_sizes=*/{1, 1, inner});
+  l.Write(y, f.BitcastConvert(picked, {outer, out, inner}, "f32"));
   l.Run();
 }
 
-// --- Distributional RL ------------------------------------------------------------------
-
-void PjrtBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
-                                        const float* probabilities, const float* reward, const float* discount,
-                                        float* out) {
-  if (rows == 0) return;
+void PjrtBackend::Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
+                          const float* values, float* x, bool add) {
+  if (outer * out * inner == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  // Each atom j's mass goes to atom i with weight max(0, 1 - |b_j - i|), b_j
-  // the position of the clipped, shifted Tz_j on the support: Algorithm 1 of
-  // Bellemare et al. 2017 (split between floor and ceil, all of it where b_j
-  // is whole) as one batched matrix product instead of a scatter.
-  const float dz = (v_max - v_min) / static_cast<float>(atoms - 1);
-  const Dims shape = {rows, atoms};
-  Value vmin = l.Scalar(v_min), vmax = l.Scalar(v_max), step = l.Scalar(dz);
-  Value z = f.Add(vmin, f.Mul(f.Iota(shape, 1, "f32"), step));
-  Value tz = f.Add(f.Broadcast(l.F32(reward, {rows}), shape, {0}), f.Mul(f.Broadcast(l.F32(discount, {rows}), shape, {0}), z));
-  tz = f.Clamp(f.Splat(vmin, shape), tz, f.Splat(vmax, shape));
-  Value b = f.Div(f.Sub(tz, vmin), step);
-  b = f.Clamp(f.Constant(0.0, "f32", shape), b, f.Constant(static_cast<double>(atoms - 1), "f32", shape));
-  const Dims cube = {rows, atoms, atoms};  // [row, from j, to i]
-  Value distance = f.Unary("abs", f.Sub(f.Broadcast(b, cube, {0, 1}), f.Iota(cube, 2, "f32")));
-  Value weight = f.Max(f.Sub(l.Const(1.0), distance), l.Const(0.0));
-  l.Write(out, f.Dot(l.F32(probabilities, shape), weight, {1}, {1}, {0}, {0}));
+  const Dims dims = {outer, in, inner}, update_dims = {outer, out, inner};
+  Value places = MiddleAxisPlaces(f, l.I32(indices, {outer, out}), outer, out);
+  if (add) {
+    l.Write(x, f.ScatterAdd(l.F32(x, dims), places, l.F32(values, update_dims), /*window_dims=*/{2},
+                            /*inserted=*/{0, 1}, /*index_map=*/{0, 1}));
+  } else {
+    Value bits = f.BitcastConvert(l.F32(x, dims), dims, "i32");
+    Value update = f.BitcastConvert(l.F32(values, update_dims), update_dims, "i32");
+    Value scattered = f.ScatterReplace(bits, places, update, {2}, {0, 1}, {0, 1});
+    l.Write(x, f.BitcastConvert(scattered, dims, "f32"));
+  }
   l.Run();
 }
 
-// --- Images -----------------------------------------------------------------------------
+void PjrtBackend::Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale) {
+  if (n == 0) return;
+  if (to == nn::DType::kU8) {
+    std::fprintf(stderr, "PJRT backend: Convert to uint8 is not offered\n");
+    std::abort();
+  }
+  Launch l(*this);
+  Function& f = l.f;
+  Value v = from == nn::DType::kU8    ? f.Convert(l.Read(x, {n}, "ui8"), "f32")
+            : from == nn::DType::kI32 ? f.Convert(l.Read(x, {n}, "i32"), "f32")
+                                      : l.Read(x, {n}, "f32");
+  if (scale != 1.0f) v = f.Mul(l.Scalar(scale), v);
+  if (to == nn::DType::kI32) v = f.BitcastConvert(f.Convert(v, "i32"), {n}, "f32");
+  l.Write(y, v);
+  l.Run();
+}
 
+// --- Fused kernels kept (measured or plainly better than the composed default) ---
+
+// uint8 frames to float planes: a convert and a transpose. The composed
+// default transposes with a gather whose index table is as large as the
+// batch (one index per element); XLA lowers a transpose to a copy loop.
 void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
                                      const uint8_t* in, float* out) {
   if (images * pixels * channels == 0) return;
   Launch l(*this);
-  Function& f = l.f;
-  Value bytes = f.Convert(l.Read(in, {images, pixels, channels}, "ui8"), "f32");
-  l.Write(out, f.Mul(l.Scalar(scale), f.Transpose(bytes, {0, 2, 1})));
+  l.Write(out, Planes(l, l.Read(in, {images, pixels * channels}, "ui8"), pixels, channels, scale));
   l.Run();
 }
 
-// --- Row tables -----------------------------------------------------------------
-
-// Rows move as i32 (bits: no float op may touch a frame's bytes), by
-// stablehlo.gather and stablehlo.scatter with the indices as run-time data,
-// so a step's program does not change with the rows it picks.
-
-// Rows `indices[0..count)` of table [rows, row_words], as i32 [count, row_words].
-Value PjrtBackend::PickRows(Launch& l, int64_t rows, int64_t row_words, const float* table, int64_t count,
-                            const int32_t* indices) {
-  Function& f = l.f;
-  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
-  Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
-  return f.Gather(bits, at, /*offset_dims=*/{1}, /*collapsed=*/{0}, /*start_index_map=*/{0}, {1, row_words});
-}
-
-void PjrtBackend::GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count,
-                             const int32_t* indices, float* out) {
-  if (count * row_words == 0) return;
-  Launch l(*this);
-  l.Write(out, l.f.BitcastConvert(PickRows(l, rows, row_words, table, count, indices), {count, row_words}, "f32"));
-  l.Run();
-}
-
-void PjrtBackend::ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
-                              const float* values) {
-  if (count * row_words == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
-  Value update = f.BitcastConvert(l.F32(values, {count, row_words}), {count, row_words}, "i32");
-  Value at = f.Reshape(l.I32(indices, {count}), {count, 1});
-  // The update replaces what was there.
-  Value scattered = f.ScatterReplace(bits, at, update, /*window_dims=*/{1}, /*inserted=*/{0}, /*index_map=*/{0});
-  l.Write(table, f.BitcastConvert(scattered, {rows, row_words}, "f32"));
-  l.Run();
-}
-
+// The same inside the gather of the frame table's rows (a learner step's
+// first layer): the rows as i32 words, their bytes, then as above.
 void PjrtBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                            const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                            float* out) {
   if (images * pixels * channels == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  Value picked = PickRows(l, rows, row_words, table, images, indices);
-  // Words to their bytes (little-endian, as the host wrote them), the image's
-  // first pixels * channels, then BytesToFloatPlanar's conversion.
+  Value bits = f.BitcastConvert(l.F32(table, {rows, row_words}), {rows, row_words}, "i32");
+  Value at = f.Reshape(l.I32(indices, {images}), {images, 1});
+  Value picked = f.Gather(bits, at, /*offset_dims=*/{1}, /*collapsed=*/{0}, /*start_index_map=*/{0}, {1, row_words});
+  // Words to their bytes (little-endian, as the host wrote them), the image's first pixels * channels.
   Value bytes = f.Reshape(f.BitcastConvert(picked, {images, row_words, 4}, "ui8"), {images, 4 * row_words});
   if (4 * row_words != pixels * channels) bytes = f.Slice(bytes, {0, 0}, {images, pixels * channels});
+  l.Write(out, Planes(l, bytes, pixels, channels, scale));
+  l.Run();
+}
+
+Value PjrtBackend::Planes(Launch& l, const Value& bytes, int64_t pixels, int64_t channels, float scale) {
+  Function& f = l.f;
+  const int64_t images = bytes.dims[0];
   Value values = f.Convert(f.Reshape(bytes, {images, pixels, channels}), "f32");
-  l.Write(out, f.Mul(l.Scalar(scale), f.Transpose(values, {0, 2, 1})));
-  l.Run();
-}
-
-namespace {
-
-// The index vectors [n, size, 2] (sample, source) of a random shift along
-// one image axis: output coordinate r of sample i reads source coordinate
-// clamp(r + shift_i - pad, 0, size - 1) (replicate padding), for the shifts
-// in column `axis` of shifts [n, 2].
-Value ShiftSources(Function& f, const Value& shifts, int axis, int64_t n, int64_t size, int64_t pad) {
-  const Dims square = {n, size};
-  Value s = f.Reshape(f.Slice(shifts, {0, axis}, {n, axis + 1}), {n});
-  s = f.Sub(s, f.Constant(static_cast<double>(pad), "i32"));
-  Value source = f.Add(f.Iota(square, 1, "i32"), f.Broadcast(s, square, {0}));
-  source = f.Clamp(f.Constant(0.0, "i32", square), source, f.Constant(static_cast<double>(size - 1), "i32", square));
-  return f.Concatenate({f.Iota({n, size, 1}, 0, "i32"), f.Reshape(source, {n, size, 1})}, 2);
-}
-
-}  // namespace
-
-// y = x shifted: two gathers, rows (whole rows of w floats) then columns,
-// as the CPU backend's clamped reads; no one-hot products.
-void PjrtBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                     const float* x, float* y) {
-  if (n * c * h * w == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value s = l.I32(shifts, {n, 2});
-  // [n, c, h, w]: out[i, ch, r, q] = x[i, ch, row(i, r), q], then = t[i, ch, r, col(i, q)].
-  Value t = f.Gather(l.F32(x, {n, c, h, w}), ShiftSources(f, s, 0, n, h, pad), /*offset_dims=*/{1, 3},
-                     /*collapsed=*/{0, 2}, /*start_index_map=*/{0, 2}, /*slice_sizes=*/{1, c, 1, w});
-  l.Write(y, f.Gather(t, ShiftSources(f, s, 1, n, w, pad), {1, 2}, {0, 3}, {0, 3}, {1, c, h, 1}));
-  l.Run();
-}
-
-// dx += the adjoint: dy scattered (added) back through the columns, then the rows.
-void PjrtBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                                      const int32_t* shifts, const float* dy, float* dx) {
-  if (n * c * h * w == 0 || dx == nullptr) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value s = l.I32(shifts, {n, 2});
-  const Dims dims = {n, c, h, w};
-  Value zero = f.Constant(0.0, "f32", dims);
-  Value t = f.ScatterAdd(zero, ShiftSources(f, s, 1, n, w, pad), l.F32(dy, dims), /*window_dims=*/{1, 2},
-                         /*inserted=*/{0, 3}, /*index_map=*/{0, 3});
-  l.Accumulate(dx, f.ScatterAdd(zero, ShiftSources(f, s, 0, n, h, pad), t, {1, 3}, {0, 2}, {0, 2}));
-  l.Run();
-}
-
-// --- Spectral normalisation --------------------------------------------------------------
-
-namespace {
-
-Value Normalize(Function& f, const Value& v) {
-  Value norm = f.Unary("sqrt", f.Reduce(f.Mul(v, v), {0}));
-  return f.Mul(v, f.Div(f.Constant(1.0), f.Add(norm, f.Constant(1e-12))));
-}
-
-}  // namespace
-
-void PjrtBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                             int iterations) {
-  if (iterations <= 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value wm = l.F32(w, {rows, cols});
-  Value uv = l.F32(u, {rows}), vv;
-  for (int it = 0; it < iterations; ++it) {
-    vv = Normalize(f, f.Dot(wm, uv, {0}, {0}));  // w^T u
-    uv = Normalize(f, f.Dot(wm, vv, {1}, {0}));  // w v
-  }
-  l.Write(u, uv);
-  l.Write(v, vv);
-  l.Run();
-}
-
-void PjrtBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                      float* y, float* sigma_out) {
-  Launch l(*this);
-  Function& f = l.f;
-  Value wm = l.F32(w, {rows, cols});
-  Value sigma = f.Dot(l.F32(u, {rows}), f.Dot(wm, l.F32(v, {cols}), {1}, {0}), {0}, {0});
-  l.Write(y, f.Mul(wm, f.Div(f.Constant(1.0), sigma)));
-  l.Write(sigma_out, f.Reshape(sigma, {1}));
-  l.Run();
-}
-
-void PjrtBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                       const float* sigma, const float* dy, float* dw) {
-  if (dw == nullptr) return;
-  Launch l(*this);
-  Function& f = l.f;
-  const Dims shape = {rows, cols};
-  Value d = l.F32(dy, shape);
-  Value inv = f.Div(l.Const(1.0), f.Reshape(l.F32(sigma, {1}), {}));
-  Value dot = f.Reduce(f.Mul(d, l.F32(w, shape)), {0, 1});
-  Value k2 = f.Mul(dot, f.Mul(inv, inv));
-  Value outer = f.Mul(f.Broadcast(l.F32(u, {rows}), shape, {0}), f.Broadcast(l.F32(v, {cols}), shape, {1}));
-  l.Accumulate(dw, f.Sub(f.Mul(d, inv), f.Mul(k2, outer)));
-  l.Run();
-}
-
-// --- Optimizer kernels -----------------------------------------------------------------------
-
-void PjrtBackend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
-  if (n == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value v = l.F32(x, {n});
-  Value value = f.Unary("sqrt", f.Reduce(f.Mul(v, v), {0}));
-  if (norm != nullptr) l.Write(norm, f.Reshape(value, {1}));
-  Value limit = l.Scalar(max_norm);
-  // Scaled when ||x|| > max_norm and ||x|| > 0.
-  Value clip = f.Compare(value, f.Max(limit, l.Const(0.0)), "GT");
-  l.Write(x, f.Mul(v, f.Select(clip, f.Div(limit, f.Max(value, l.Const(1e-30))), l.Const(1.0))));
-  l.Run();
-}
-
-void PjrtBackend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
-                             float c2, const float* grad, float* param, float* m, float* v) {
-  if (n == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value g = l.F32(grad, {n}), p = l.F32(param, {n});
-  Value m1 = f.Add(f.Mul(l.Scalar(beta1), l.F32(m, {n})), f.Mul(l.Scalar(1.0f - beta1), g));
-  Value v1 = f.Add(f.Mul(l.Scalar(beta2), l.F32(v, {n})), f.Mul(l.Scalar(1.0f - beta2), f.Mul(g, g)));
-  // Decoupled weight decay (AdamW); 0 gives plain Adam.
-  Value denominator = f.Add(f.Mul(f.Unary("sqrt", v1), l.Scalar(1.0f / std::sqrt(c2))), l.Scalar(eps));
-  Value update = f.Add(f.Mul(l.Scalar(lr * weight_decay), p), f.Div(f.Mul(l.Scalar(lr / c1), m1), denominator));
-  l.Write(m, m1);
-  l.Write(v, v1);
-  l.Write(param, f.Sub(p, update));
-  l.Run();
-}
-
-void PjrtBackend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
-                            float* buf) {
-  if (n == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value p = l.F32(param, {n});
-  Value g = f.Add(l.F32(grad, {n}), f.Mul(l.Scalar(weight_decay), p));
-  Value b = f.Add(f.Mul(l.Scalar(momentum), l.F32(buf, {n})), g);
-  l.Write(buf, b);
-  l.Write(param, f.Sub(p, f.Mul(l.Scalar(lr), b)));
-  l.Run();
-}
-
-void PjrtBackend::Polyak(int64_t n, float tau, const float* online, float* target) {
-  if (n == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value t = l.F32(target, {n});
-  l.Write(target, f.Add(t, f.Mul(l.Scalar(tau), f.Sub(l.F32(online, {n}), t))));
-  l.Run();
-}
-
-void PjrtBackend::TrustRatio(const float* w_squared, const float* u_squared, float coefficient, float weight_decay,
-                             float* ratio) {
-  Launch l(*this);
-  Function& f = l.f;
-  Value w = f.Unary("sqrt", f.Reshape(l.F32(w_squared, {1}), {}));
-  Value u = f.Unary("sqrt", f.Reshape(l.F32(u_squared, {1}), {}));
-  Value zero = l.Const(0.0);
-  Value both = f.Binary("and", f.Compare(w, zero, "GT"), f.Compare(u, zero, "GT"));
-  Value trust = f.Div(f.Mul(l.Scalar(coefficient), w), f.Add(u, f.Mul(l.Scalar(weight_decay), w)));
-  l.Write(ratio, f.Reshape(f.Select(both, trust, l.Const(1.0)), {1}));
-  l.Run();
-}
-
-void PjrtBackend::ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n) {
-  if (n == 0) return;
-  Launch l(*this);
-  Function& f = l.f;
-  Value k = f.Mul(l.Scalar(alpha), f.Reshape(l.F32(scalar, {1}), {}));
-  l.Write(x, f.Mul(k, l.F32(x, {n})));
-  l.Run();
+  return f.Mul(l.Scalar(scale), f.Transpose(values, {0, 2, 1}));
 }
 
 }  // namespace troupe::pjrt

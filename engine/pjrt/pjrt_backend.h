@@ -8,7 +8,12 @@
 // anywhere inside an allocation (the tape's arena, a parameter inside a
 // ParameterSet), so each launch resolves its pointers to (allocation, offset).
 //
-// Kernels: each kernel call is one small StableHLO program (stablehlo.h)
+// Kernels: the backend implements the core of nn::Backend (its generic
+// kernels); every other kernel is the composed default, a chain of core
+// kernels that XLA fuses inside a compiled step as it fused the per-kernel
+// emitters this backend once had, except the uint8 frames' conversion to
+// float planes, kept fused (a transpose, where the default gathers). Each core kernel call is
+// one small StableHLO program (stablehlo.h)
 // whose parameters are the whole allocations it touches plus a vector of
 // the call's float scalars (learning rates, slopes: values that change from
 // step to step without a recompile); it slices its operands at constant
@@ -167,84 +172,36 @@ class PjrtBackend final : public nn::Backend {
   void Download(const void* device, void* host, size_t bytes) override;
   void Synchronize() override;
 
-  void Fill(float* x, int64_t n, float value) override;
-  void Copy(const float* x, float* y, int64_t n) override;
-  void Axpy(float alpha, const float* x, float* y, int64_t n) override;
-  void AddScalar(float alpha, const float* scalar, float* y, int64_t n) override;
+  // The core (nn::Backend); every composed kernel runs as nn::Backend's
+  // default over these, which XLA fuses inside a compiled step.
+  void Fill(float* x, int64_t n, float value, float step = 0.0f) override;
   void CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset, float* dst,
                   int64_t dst_stride, int64_t dst_offset, bool accumulate) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
             float beta, float* c) override;
-  void AddRowBias(int64_t rows, int64_t cols, const float* bias, float* y) override;
-  void RowBiasBackward(int64_t rows, int64_t cols, const float* dy, float* dbias) override;
   void Conv2dForward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
                      const float* b, float* y) override;
   void Conv2dBackward(const nn::ConvGeometry& g, nn::FusedActivation act, const float* x, const float* w,
                       const float* y, const float* dy, float* dx, float* dw, float* db) override;
-  void ConvTranspose2dForward(const nn::ConvGeometry& g, const float* x, const float* w, const float* b,
-                              float* y) override;
-  void ConvTranspose2dBackward(const nn::ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx,
-                               float* dw, float* db) override;
-  void ActivationForward(nn::Activation f, float alpha, const float* x, float* y, int64_t n) override;
-  void ActivationBackward(nn::Activation f, float alpha, const float* x, const float* y, const float* dy, float* dx,
-                          int64_t n) override;
-  void BinaryForward(nn::Binary op, const float* a, const float* b, float* y, int64_t n) override;
-  void BinaryBackward(nn::Binary op, const float* a, const float* b, const float* dy, float* da, float* db,
-                      int64_t n) override;
-  void Scale(float alpha, const float* x, float* y, int64_t n) override;
-  void Sum(const float* x, int64_t n, float scale, float* y) override;
-  void SquaredNorm(const float* x, int64_t n, float* y) override;
-  void SumAxis(int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y) override;
-  void SumAxisBackward(int64_t outer, int64_t reduce, int64_t inner, const float* dy, float* dx) override;
-  void LayerNormForward(int64_t rows, int64_t cols, float eps, const float* x, const float* gamma, const float* beta,
-                        float* y, float* mean, float* rstd) override;
-  void LayerNormBackward(int64_t rows, int64_t cols, const float* x, const float* gamma, const float* mean,
-                         const float* rstd, const float* dy, float* dx, float* dgamma, float* dbeta) override;
-  void BatchNormStats(int64_t n, int64_t c, int64_t hw, const float* x, float* sums) override;
-  void BatchNormMoments(int64_t c, float eps, float momentum, const float* sums, float* running_mean,
-                          float* running_var, float* mean, float* rstd) override;
-  void BatchNormApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
-                      const float* gamma, const float* beta, float* y) override;
-  void BatchNormBackwardStats(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
-                              const float* dy, float* sums) override;
-  void BatchNormBackwardApply(int64_t n, int64_t c, int64_t hw, const float* x, const float* mean, const float* rstd,
-                                const float* gamma, const float* sums, const float* dy, float* dx) override;
-  void SoftmaxForward(int64_t rows, int64_t cols, const float* x, float* y, bool log) override;
-  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y, const float* dy, float* dx, bool log) override;
-  void CrossEntropyForward(int64_t rows, int64_t cols, const float* x, const int32_t* labels, float* logp,
-                             float* loss) override;
-  void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
-                            float* dx) override;
-  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
-                             const float* reward, const float* discount, float* out) override;
+  void Unary(nn::UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
+             bool accumulate = false) override;
+  void UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y, const float* dy,
+                     float* dx, int64_t n) override;
+  void BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b, int b_axes,
+                       float* y, bool accumulate = false) override;
+  void Reduce(nn::Reduction op, const nn::View3& v, float scale, const float* x, float* y,
+              bool accumulate = false) override;
+  void Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x, const int32_t* indices,
+              float* y) override;
+  void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices, const float* values,
+               float* x, bool add) override;
+  void Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale = 1.0f) override;
+  // Fused where the composed default is worse (see pjrt_backend.cc).
   void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                           float* out) override;
-  void GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count, const int32_t* indices,
-                  float* out) override;
-  void ScatterRows(int64_t rows, int64_t row_words, float* table, int64_t count, const int32_t* indices,
-                   const float* values) override;
   void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                 const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                 float* out) override;
-  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                          const float* x, float* y) override;
-  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                           const float* dy, float* dx) override;
-  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                  int iterations) override;
-  void SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float* y,
-                             float* sigma) override;
-  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                              const float* sigma, const float* dy, float* dw) override;
-  void ClipByNorm(float* x, int64_t n, float max_norm, float* norm) override;
-  void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
-                  const float* grad, float* param, float* m, float* v) override;
-  void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
-                 float* buf) override;
-  void Polyak(int64_t n, float tau, const float* online, float* target) override;
-  void TrustRatio(const float* w_squared, const float* u_squared, float coefficient, float weight_decay,
-                    float* ratio) override;
-  void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n) override;
 
  private:
   class Recorder;
@@ -273,9 +230,12 @@ class PjrtBackend final : public nn::Backend {
   // Its compiled executable (compiled on first use; a step's, with
   // `step_kernels` > 0, says so once with its compile time).
   capi::LoadedExecutable* Executable(Program& program, int64_t step_kernels);
-  // Rows `indices` of a row table, as i32 words (GatherRows, GatherBytesToFloatPlanar).
-  Value PickRows(Launch& l, int64_t rows, int64_t row_words, const float* table, int64_t count,
-                 const int32_t* indices);
+  // An operand of a [outer, mid, inner] view holding `axes` of it (nn::Axes),
+  // broadcast to the whole view.
+  Value ViewOperand(Launch& l, const float* p, const nn::View3& v, int axes);
+  // Interleaved uint8 images [images, pixels * channels] as float planes
+  // [images, channels, pixels] times `scale`.
+  Value Planes(Launch& l, const Value& bytes, int64_t pixels, int64_t channels, float scale);
   // Counts a step's compile (or load from the on-disk cache) and says so once (stderr).
   void NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache);
 

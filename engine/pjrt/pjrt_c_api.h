@@ -16,9 +16,11 @@
 //
 // Only the fields troupe reads or writes are named; the table's other entries
 // are kept as `Unused` placeholders so the named ones sit at their offsets.
-// engine/pjrt/pjrt_c_api_layout_test.cc checks every named offset against a
-// plugin's own pjrt_c_api.h where one is at hand (the xla-cpu-pjrt wheel ships
-// it), so a slip here fails a test instead of corrupting memory.
+// engine/pjrt/pjrt_c_api_layout_check.cc (built and run by
+// tools/pjrt_layout_check.sh, ctest PjrtCApi.LayoutMatchesThePluginsHeader)
+// checks every named offset against a plugin's own pjrt_c_api.h where one is
+// at hand (the xla-cpu-pjrt wheel ships it), so a slip here fails a test
+// instead of corrupting memory.
 #ifndef TROUPE_ENGINE_PJRT_PJRT_C_API_H_
 #define TROUPE_ENGINE_PJRT_PJRT_C_API_H_
 

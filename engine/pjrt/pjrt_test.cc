@@ -20,6 +20,7 @@
 
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
+#include "engine/nn/testing.h"
 #include "engine/pjrt/stablehlo.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,13 +47,7 @@ std::string CpuPlugin() {
   const std::string plugin = CpuPlugin();                                                                   \
   if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)"
 
-std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using nn::RandomVector;
 
 // --- The loader ---------------------------------------------------------------------------
 
@@ -254,7 +249,7 @@ TEST_F(PjrtKernelTest, ACompiledStepTakesItsScalarsAtRunTimeAndRecompilesForANew
   ASSERT_TRUE(pjrt_->compiles_steps());
   for (const int64_t n : {37, 41}) {
     SCOPED_TRACE(::testing::Message() << n << " parameters");
-    Pair grad = Put(Random(n, 1)), param = Put(Random(n, 2)), m = Put(std::vector<float>(n)),
+    Pair grad = Put(RandomVector(n, 1)), param = Put(RandomVector(n, 2)), m = Put(std::vector<float>(n)),
          v = Put(std::vector<float>(n)), loss = Put({0.0f});
     float* cpu_scratch = cpu_.AllocateFloats(n);
     float* pjrt_scratch = static_cast<float*>(pjrt_->AllocateScratch(4 * n));
@@ -291,7 +286,7 @@ TEST_F(PjrtKernelTest, ACompiledStepTakesItsScalarsAtRunTimeAndRecompilesForANew
 
 TEST_F(PjrtKernelTest, AdamSgdPolyakAndClipUpdateAsOnTheCpu) {
   const int64_t n = 37;
-  Pair grad = Put(Random(n, 1)), param = Put(Random(n, 2)), m = Put(Random(n, 3, 0, 0.1f)), v = Put(Random(n, 4, 0, 0.1f));
+  Pair grad = Put(RandomVector(n, 1)), param = Put(RandomVector(n, 2)), m = Put(RandomVector(n, 3, 0, 0.1f)), v = Put(RandomVector(n, 4, 0, 0.1f));
   for (int step = 1; step <= 3; ++step) {
     const float c1 = 1 - std::pow(0.9f, step), c2 = 1 - std::pow(0.999f, step);
     cpu_.AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, c1, c2, grad.cpu, param.cpu, m.cpu, v.cpu);
@@ -304,7 +299,7 @@ TEST_F(PjrtKernelTest, AdamSgdPolyakAndClipUpdateAsOnTheCpu) {
   cpu_.SgdUpdate(n, 0.1f, 0.9f, 1e-4f, grad.cpu, param.cpu, buf.cpu);
   pjrt_->SgdUpdate(n, 0.1f, 0.9f, 1e-4f, grad.pjrt, param.pjrt, buf.pjrt);
   ExpectSame(param, n, 1e-6, "sgd param");
-  Pair target = Put(Random(n, 5));
+  Pair target = Put(RandomVector(n, 5));
   cpu_.Polyak(n, 0.05f, param.cpu, target.cpu);
   pjrt_->Polyak(n, 0.05f, param.pjrt, target.pjrt);
   ExpectSame(target, n, 1e-6, "polyak");
@@ -342,7 +337,7 @@ TEST_F(PjrtKernelTest, AdamSgdPolyakAndClipUpdateAsOnTheCpu) {
 
 TEST_F(PjrtKernelTest, TheCategoricalProjectionMatchesAlgorithmOne) {
   const int64_t rows = 5, atoms = 11;
-  std::vector<float> p = Random(rows * atoms, 6, 0.0f, 1.0f);
+  std::vector<float> p = RandomVector(rows * atoms, 6, 0.0f, 1.0f);
   // Rewards that land on atoms exactly, between them and beyond both ends.
   Pair probabilities = Put(p), reward = Put({0.0f, 0.37f, -20.0f, 20.0f, 1.0f}),
        discount = Put({0.99f, 0.9f, 0.99f, 0.5f, 0.0f}), out = Put(std::vector<float>(rows * atoms, 7.0f));
@@ -353,11 +348,11 @@ TEST_F(PjrtKernelTest, TheCategoricalProjectionMatchesAlgorithmOne) {
 
 TEST_F(PjrtKernelTest, GemmInEveryTransposeWithAlphaAndBeta) {
   const int64_t m = 3, n = 5, k = 4;
-  Pair a = Put(Random(m * k, 7)), b = Put(Random(k * n, 8));
+  Pair a = Put(RandomVector(m * k, 7)), b = Put(RandomVector(k * n, 8));
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (float beta : {0.0f, 0.5f}) {
-        Pair c = Put(beta == 0.0f ? std::vector<float>(m * n, NAN) : Random(m * n, 9));
+        Pair c = Put(beta == 0.0f ? std::vector<float>(m * n, NAN) : RandomVector(m * n, 9));
         cpu_.Gemm(ta, tb, m, n, k, 1.5f, a.cpu, b.cpu, beta, c.cpu);
         pjrt_->Gemm(ta, tb, m, n, k, 1.5f, a.pjrt, b.pjrt, beta, c.pjrt);
         ExpectSame(c, m * n, 1e-5, absl::StrCat("gemm ", ta, tb, " beta ", beta));
@@ -370,7 +365,7 @@ TEST_F(PjrtKernelTest, Bfloat16MatrixInputsStayWithinTheirPrecision) {
   auto bf16 = PjrtBackend::Create({.plugin = CpuPlugin(), .bfloat16 = true});
   ASSERT_TRUE(bf16.ok()) << bf16.status();
   const int64_t m = 4, n = 6, k = 32;
-  const std::vector<float> a = Random(m * k, 20), b = Random(k * n, 21);
+  const std::vector<float> a = RandomVector(m * k, 20), b = RandomVector(k * n, 21);
   float* da = (*bf16)->AllocateFloats(m * k);
   float* db = (*bf16)->AllocateFloats(k * n);
   float* dc = (*bf16)->AllocateFloats(m * n);
@@ -391,9 +386,9 @@ TEST_F(PjrtKernelTest, Bfloat16MatrixInputsStayWithinTheirPrecision) {
 
 TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
   const nn::ConvGeometry g{.n = 2, .c = 3, .h = 9, .w = 8, .oc = 4, .kh = 3, .kw = 3, .stride = 2, .pad = 1};
-  Pair x = Put(Random(g.n * g.c * g.h * g.w, 10)), w = Put(Random(g.oc * g.c * g.kh * g.kw, 11)),
-       bias = Put(Random(g.oc, 12)), y = Put(std::vector<float>(g.n * g.oc * g.oh() * g.ow())),
-       dy = Put(Random(g.n * g.oc * g.oh() * g.ow(), 13)), dx = Put(std::vector<float>(g.n * g.c * g.h * g.w)),
+  Pair x = Put(RandomVector(g.n * g.c * g.h * g.w, 10)), w = Put(RandomVector(g.oc * g.c * g.kh * g.kw, 11)),
+       bias = Put(RandomVector(g.oc, 12)), y = Put(std::vector<float>(g.n * g.oc * g.oh() * g.ow())),
+       dy = Put(RandomVector(g.n * g.oc * g.oh() * g.ow(), 13)), dx = Put(std::vector<float>(g.n * g.c * g.h * g.w)),
        dw = Put(std::vector<float>(g.oc * g.c * g.kh * g.kw)), db = Put(std::vector<float>(g.oc));
   cpu_.Conv2dForward(g, nn::FusedActivation::kRelu, x.cpu, w.cpu, bias.cpu, y.cpu);
   pjrt_->Conv2dForward(g, nn::FusedActivation::kRelu, x.pjrt, w.pjrt, bias.pjrt, y.pjrt);
@@ -416,8 +411,8 @@ TEST_F(PjrtKernelTest, RandomShiftIsAGatherEqualToTheCpuAndItsAdjointAScatter) {
   int32_t* s_pjrt = static_cast<int32_t*>(pjrt_->Allocate(sizeof(int32_t) * shifts.size()));
   cpu_.Upload(shifts.data(), s_cpu, sizeof(int32_t) * shifts.size());
   pjrt_->Upload(shifts.data(), s_pjrt, sizeof(int32_t) * shifts.size());
-  Pair x = Put(Random(n * c * h * w, 20)), y = Put(std::vector<float>(n * c * h * w)),
-       dy = Put(Random(n * c * h * w, 21)), dx = Put(Random(n * c * h * w, 22));
+  Pair x = Put(RandomVector(n * c * h * w, 20)), y = Put(std::vector<float>(n * c * h * w)),
+       dy = Put(RandomVector(n * c * h * w, 21)), dx = Put(RandomVector(n * c * h * w, 22));
   cpu_.RandomShiftForward(n, c, h, w, pad, s_cpu, x.cpu, y.cpu);
   pjrt_->RandomShiftForward(n, c, h, w, pad, s_pjrt, x.pjrt, y.pjrt);
   EXPECT_THAT(pjrt_->last_program(), HasSubstr("stablehlo.gather"));
@@ -507,7 +502,7 @@ TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
 }
 
 TEST_F(PjrtKernelTest, StridedBlocksCopyAndAccumulate) {
-  Pair src = Put(Random(40, 14)), dst = Put(Random(50, 15));
+  Pair src = Put(RandomVector(40, 14)), dst = Put(RandomVector(50, 15));
   for (bool accumulate : {false, true}) {
     cpu_.CopyBlocks(4, 3, src.cpu, 9, 2, dst.cpu, 11, 5, accumulate);
     pjrt_->CopyBlocks(4, 3, src.pjrt, 9, 2, dst.pjrt, 11, 5, accumulate);
@@ -523,7 +518,7 @@ TEST_F(PjrtKernelTest, StridedBlocksCopyAndAccumulate) {
 
 TEST_F(PjrtKernelTest, SpectralNormPowerIterationConverges) {
   const int64_t rows = 4, cols = 6;
-  Pair w = Put(Random(rows * cols, 16)), u = Put(Random(rows, 17)), v = Put(std::vector<float>(cols));
+  Pair w = Put(RandomVector(rows * cols, 16)), u = Put(RandomVector(rows, 17)), v = Put(std::vector<float>(cols));
   cpu_.SpectralNormPowerIteration(rows, cols, w.cpu, u.cpu, v.cpu, 5);
   pjrt_->SpectralNormPowerIteration(rows, cols, w.pjrt, u.pjrt, v.pjrt, 5);
   ExpectSame(u, rows, 1e-5, "u");
@@ -538,7 +533,7 @@ TEST_F(PjrtKernelTest, SpectralNormPowerIterationConverges) {
 // --- Memory, the cache, devices ------------------------------------------------------------------
 
 TEST_F(PjrtKernelTest, TheSameKernelOnTheSameShapesCompilesOnce) {
-  Pair x = Put(Random(8, 18)), y = Put(Random(8, 19));
+  Pair x = Put(RandomVector(8, 18)), y = Put(RandomVector(8, 19));
   pjrt_->Axpy(0.5f, x.pjrt, y.pjrt, 8);
   const int64_t compiles = pjrt_->stats().compiles;
   for (float alpha : {0.25f, -1.0f, 3.0f}) {
