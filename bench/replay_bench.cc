@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agents/d4pg_agent.h"
+#include "agents/transition.h"
 #include "bench/bench.h"
 #include "common/certificates.h"
 #include "common/config.h"
@@ -110,21 +111,11 @@ config::ReplayConfig BenchConfig(int64_t max_size) {
     auto* t = c.add_tables();
     t->set_name(name);
     t->set_max_size(max_size);
+    // The D4PG transition (agents/transition.h).
     const bool pixels = std::string(name) == "pixels";
-    auto add = [&](const char* field, const char* dtype, std::vector<int64_t> shape, int frames) {
-      auto* f = t->add_fields();
-      f->set_name(field);
-      f->set_dtype(dtype);
-      for (int64_t d : shape) f->add_shape(d);
-      f->set_frames(frames);
-    };
-    if (pixels) add("obs", "uint8", {kH, kW, kC}, kStack);
-    else add("obs", "float32", {kStateSize}, 0);
-    add("action", "float32", {kActionSize}, 0);
-    add("reward", "float32", {}, 0);
-    add("discount", "float32", {}, 0);
-    if (pixels) add("next_obs", "uint8", {kH, kW, kC}, kStack);
-    else add("next_obs", "float32", {kStateSize}, 0);
+    agents::AddTransitionFields(pixels ? agents::ObservationSpec{.frames = kStack, .height = kH, .width = kW}
+                                       : agents::ObservationSpec{.state_size = kStateSize},
+                                kActionSize, t);
   }
   return c;
 }

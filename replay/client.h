@@ -139,14 +139,28 @@ class Writer {
 
   const WriterOptions& options() const { return options_; }
 
+  // Hands back a request that Send took out of the writer (swapped into a
+  // store of its own, as the resumable gRPC writer keeps requests until
+  // acknowledged) once it is no longer needed: its buffers (the frames'
+  // tensors, the item groups) serve later requests, so a writer running
+  // steadily allocates nothing per frame or item. Leaves *request empty.
+  void Recycle(proto::InsertRequest* request);
+
  private:
   absl::Status SendQueued(bool ack);
   proto::FrameData* AddFrame(proto::Compression codec, int height, int width, int channels);
+  // Takes the frame tensors of *request (a frame's Clear would free them)
+  // for AddFrame to reuse, and clears it, keeping its other buffers.
+  void Reclaim(proto::InsertRequest* request);
 
   WriterOptions options_;
   FrameEncoder encoder_;
   FrameEncoder::Encoded encoded_;
   proto::InsertRequest request_;
+  // Buffers for later requests: frame tensors, and cleared requests (from
+  // Recycle), one of which replaces request_ after each Send.
+  std::vector<std::unique_ptr<proto::Tensor>> spare_tensors_;
+  std::vector<proto::InsertRequest> spare_requests_;
   int request_items_ = 0;
   int64_t request_bytes_ = 0;
   uint64_t next_frame_key_ = 0;

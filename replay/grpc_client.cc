@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <random>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -150,6 +150,7 @@ class GrpcWriter : public Writer {
   }
 
   void Acknowledged() {
+    for (proto::InsertRequest& request : unacked_) Recycle(&request);
     unacked_.clear();
     unacked_items_ = 0;
     unacked_bytes_ = 0;
@@ -174,7 +175,7 @@ class GrpcWriter : public Writer {
   // The session (resumable writers only).
   int64_t sequence_ = 0;
   int64_t items_numbered_ = 0;
-  std::deque<proto::InsertRequest> unacked_;
+  std::vector<proto::InsertRequest> unacked_;  // (cleared, it keeps its capacity)
   int64_t unacked_items_ = 0;
   int64_t unacked_bytes_ = 0;
 };

@@ -33,14 +33,14 @@ inline config::ReplayConfig TestConfig(const std::string& pixels_extra = "max_si
   return ParseConfig(R"pb(
     tables {
       name: "pixels"
-      fields { name: "obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+      fields { name: "obs" dtype: uint8 shape: [16, 16, 3] frames: 3 }
       fields { name: "action" shape: 2 }
       fields { name: "reward" }
-      fields { name: "next_obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+      fields { name: "next_obs" dtype: uint8 shape: [16, 16, 3] frames: 3 }
       )pb" + pixels_extra + R"pb(
     }
     tables { name: "state" max_size: 1000 fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
-    tables { name: "queue" max_size: 1000 selector: "fifo" fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
+    tables { name: "queue" max_size: 1000 selector: fifo fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
   )pb" + extra);
 }
 
@@ -134,9 +134,9 @@ inline config::ReplayConfig SceneConfig(int max_size) {
     tables {
       name: "scene"
       max_size: )pb", max_size, R"pb(
-      fields { name: "obs" dtype: "uint8" shape: [64, 64, 3] frames: 3 }
+      fields { name: "obs" dtype: uint8 shape: [64, 64, 3] frames: 3 }
       fields { name: "step" }
-      fields { name: "next_obs" dtype: "uint8" shape: [64, 64, 3] frames: 3 }
+      fields { name: "next_obs" dtype: uint8 shape: [64, 64, 3] frames: 3 }
     })pb"));
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/config.h"
 #include "common/status_macros.h"
 #include "proto/config.pb.h"
 
@@ -303,7 +304,7 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
   config::ExperimentConfig config;
   google::protobuf::TextFormat::Parser parser;
   parser.AllowUnknownField(true);
-  if (parser.ParseFromString(ReadText(config_path.string()), &config)) {
+  if (parser.ParseFromString(UnquoteFormerStringEnums(ReadText(config_path.string())), &config)) {
     run.task = config.env().task();
     run.mode = config::ExperimentConfig::Mode_Name(config.mode());
   }
