@@ -337,7 +337,7 @@ class GrpcSampler : public Sampler {
       out = scratch_[scratch_used_++].data();
     }
     const proto::Tensor& frame = response_.frames(index);
-    RETURN_IF_ERROR(decoder_.Decode(frame.data(), frame.compression(), frame_bytes, out, reference));
+    RETURN_IF_ERROR(decompressor_.Decode(frame.data(), frame.compression(), frame_bytes, out, reference));
     decoded_at_[index] = out;
     return out;
   }
@@ -345,7 +345,8 @@ class GrpcSampler : public Sampler {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<proto::SampleResponse>> reader_;
   proto::SampleResponse response_;
-  FrameDecoder decoder_;
+  FrameDecoder decoder_;             // checks the frames it keeps (frames once)
+  FrameDecompressor decompressor_;  // decodes a response's frames
   std::vector<const uint8_t*> decoded_at_;
   std::vector<std::vector<uint8_t>> scratch_;
   size_t scratch_used_ = 0;

@@ -2,14 +2,19 @@
 #ifndef TROUPE_REPLAY_TEST_UTIL_H_
 #define TROUPE_REPLAY_TEST_UTIL_H_
 
+#include <zstd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "google/protobuf/text_format.h"
 #include "proto/config.pb.h"
 #include "replay/client.h"
@@ -106,6 +111,24 @@ inline ::testing::AssertionResult RowMatchesEpisode(const SampledBatch& batch, i
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// The 32 real rendered frames of replay/testdata (16 cartpole.swingup, then
+// 16 walker.walk, each run consecutive), 84x84x3.
+constexpr int kRendered = 84;
+constexpr size_t kRenderedBytes = kRendered * kRendered * 3;
+
+inline std::vector<std::vector<uint8_t>> RenderedFrames() {
+  std::ifstream in(ProjectPath("replay/testdata/rendered_frames.zst"), std::ios::binary);
+  const std::string packed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string raw(32 * kRenderedBytes, '\0');
+  const size_t n = ZSTD_decompress(raw.data(), raw.size(), packed.data(), packed.size());
+  EXPECT_EQ(n, raw.size()) << "replay/testdata/rendered_frames.zst";
+  std::vector<std::vector<uint8_t>> frames;
+  for (size_t i = 0; n == raw.size() && i < 32; ++i) {
+    frames.emplace_back(raw.begin() + i * kRenderedBytes, raw.begin() + (i + 1) * kRenderedBytes);
+  }
+  return frames;
 }
 
 // Reference-coding scenes: 64x64x3 frames of a fixed textured background
