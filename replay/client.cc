@@ -181,6 +181,7 @@ absl::Status Writer::SendQueued(bool ack) {
 
 void Writer::Reclaim(proto::InsertRequest* request) {
   for (proto::FrameData& frame : *request->mutable_frames()) {
+    if (spare_tensors_.size() >= kMaxSpareTensors) break;
     if (frame.has_pixels()) spare_tensors_.emplace_back(frame.release_pixels());
   }
   request->Clear();
@@ -188,6 +189,7 @@ void Writer::Reclaim(proto::InsertRequest* request) {
 
 void Writer::Recycle(proto::InsertRequest* request) {
   Reclaim(request);
+  if (spare_requests_.size() >= kMaxSpareRequests) return;
   spare_requests_.emplace_back();
   spare_requests_.back().Swap(request);
 }

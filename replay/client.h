@@ -160,7 +160,10 @@ class Writer {
   FrameEncoder::Encoded encoded_;
   proto::InsertRequest request_;
   // Buffers for later requests: frame tensors, and cleared requests (from
-  // Recycle), one of which replaces request_ after each Send.
+  // Recycle), one of which replaces request_ after each Send. At most the
+  // bounds below are kept (an actor has ~16 pool steps of its envs' frames
+  // in flight between acks); a burst beyond them is freed.
+  static constexpr size_t kMaxSpareTensors = 1024, kMaxSpareRequests = 256;
   std::vector<std::unique_ptr<proto::Tensor>> spare_tensors_;
   std::vector<proto::InsertRequest> spare_requests_;
   int request_items_ = 0;
