@@ -53,14 +53,10 @@ absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
   return absl::OkStatus();
 }
 
-TransitionLayout ActorTransitionLayout(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
-                                       int action_size) {
+absl::StatusOr<TransitionLayout> ActorTransitionLayout(const config::ExperimentConfig& config,
+                                                       const agents::ObservationSpec& spec, int action_size) {
   TransitionLayout layout;
-  layout.state_size = spec.state_size;
-  layout.frames = spec.frames;
-  layout.height = spec.height;
-  layout.width = spec.width;
-  layout.action_size = action_size;
+  ASSIGN_OR_RETURN(layout.signature, agents::TransitionSignature(spec, action_size));
   layout.n_step = config.d4pg().n_step();
   layout.discount = config.d4pg().discount();
   return layout;
@@ -117,7 +113,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   const bool pixels = spec.pixels();
   ObservationStack stack(n, std::max(spec.frames, 1), spec.height, spec.width);
 
-  const TransitionLayout layout = ActorTransitionLayout(config, spec, action_size);
+  ASSIGN_OR_RETURN(const TransitionLayout layout, ActorTransitionLayout(config, spec, action_size));
 
   ParameterClient parameters(options.learner_address, credentials);
   Connection connection;

@@ -47,9 +47,12 @@ inline constexpr int kMaxActors = 256;
 // kMaxActors actors.
 absl::Status ValidateActorsConfig(const config::ActorsConfig& actors);
 
-// How an actor for `config` writes its transitions into replay.
-TransitionLayout ActorTransitionLayout(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
-                                       int action_size);
+// How an actor for `config` writes its transitions into replay: the
+// transition's signature (agents/transition.h) for `spec` and `action_size`,
+// with config.d4pg()'s n-step and discount. InvalidArgument for sizes that
+// make no signature.
+absl::StatusOr<TransitionLayout> ActorTransitionLayout(const config::ExperimentConfig& config,
+                                                       const agents::ObservationSpec& spec, int action_size);
 
 struct ActorStats {
   int64_t frames = 0;

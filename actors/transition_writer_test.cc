@@ -1,49 +1,65 @@
 #include "actors/transition_writer.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 
 #include "gtest/gtest.h"
 #include "replay/client.h"
 #include "replay/replay.h"
 
+// Every operator new of this test binary, counted while a thread asks for it
+// (TransitionWriterTest.StepsAllocateNothingOnceRunning).
+namespace {
+std::atomic<int64_t> g_allocations{0};
+thread_local bool g_count_allocations = false;
+}  // namespace
+
+// (GCC sees free() meet operator new where std::allocator's calls are inlined.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t bytes) {
+  if (g_count_allocations) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
 namespace troupe::actors {
 namespace {
 
-// A FIFO "transitions" table with the D4PG signature, embedded.
+// The observations of these tests: 2 floats, or stacks of 4x4 RGB frames.
+agents::ObservationSpec Spec(bool pixels, int frames = 3) {
+  return pixels ? agents::ObservationSpec{.frames = frames, .height = 4, .width = 4}
+                : agents::ObservationSpec{.state_size = 2};
+}
+
+// A FIFO transition table (agents/transition.h) with 1 action, embedded.
 std::unique_ptr<replay::Replay> MakeReplay(bool pixels, int frames = 3) {
   config::ReplayConfig config;
   auto* table = config.add_tables();
-  table->set_name("transitions");
-  table->set_selector("fifo");
+  table->set_name(agents::kTransitionTable);
+  table->set_selector(config::ReplayTableConfig::fifo);
   table->set_max_size(1000);
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, int frame_count, const std::string& dtype) {
-    auto* f = table->add_fields();
-    f->set_name(name);
-    f->set_dtype(dtype);
-    for (int64_t d : shape) f->add_shape(d);
-    f->set_frames(frame_count);
-  };
-  if (pixels) {
-    add("observation", {4, 4, 3}, frames, "uint8");
-  } else {
-    add("observation", {2}, 0, "float32");
-  }
-  add("action", {1}, 0, "float32");
-  add("reward", {}, 0, "float32");
-  add("discount", {}, 0, "float32");
-  if (pixels) {
-    add("next_observation", {4, 4, 3}, frames, "uint8");
-  } else {
-    add("next_observation", {2}, 0, "float32");
-  }
+  agents::AddTransitionFields(Spec(pixels, frames), /*action_size=*/1, table);
   auto r = replay::Replay::Create(config);
   EXPECT_TRUE(r.ok()) << r.status();
   return std::move(r).value();
 }
 
+// The layout of those transitions, n-step `n_step` with `discount`.
+TransitionLayout Layout(bool pixels, int n_step, float discount = 0.99f) {
+  auto signature = agents::TransitionSignature(Spec(pixels), /*action_size=*/1);
+  EXPECT_TRUE(signature.ok()) << signature.status();
+  return TransitionLayout{.signature = *std::move(signature), .n_step = n_step, .discount = discount};
+}
+
 // Every item in the table, in insertion order.
 replay::SampledBatch Drain(replay::ReplayClient& client, int count) {
-  auto sampler = client.NewSampler({.table = "transitions", .batch_size = count});
+  auto sampler = client.NewSampler({.table = agents::kTransitionTable, .batch_size = count});
   EXPECT_TRUE(sampler.ok()) << sampler.status();
   replay::SampledBatch batch;
   auto status = (*sampler)->Next(&batch);
@@ -56,7 +72,7 @@ TEST(TransitionWriterTest, NStepReturnsAndFlushAtEpisodeEnd) {
   auto client = replay::NewLocalClient(replay.get());
   auto writer = client->NewWriter();
   ASSERT_TRUE(writer.ok());
-  TransitionLayout layout{.state_size = 2, .action_size = 1, .n_step = 3, .discount = 0.5f};
+  const TransitionLayout layout = Layout(/*pixels=*/false, /*n_step=*/3, /*discount=*/0.5f);
   TransitionWriter transitions(writer->get(), /*num_envs=*/1, layout);
   // Observations s_t = (t, -t); rewards r_t = t + 1 for t = 0..4; the episode ends after 5 steps.
   float s[2] = {0, 0};
@@ -129,7 +145,7 @@ TEST(TransitionWriterTest, AFailedSendDoesNotCutTheEpisode) {
   auto replay = MakeReplay(/*pixels=*/false);
   auto client = replay::NewLocalClient(replay.get());
   CuttableWriter writer(replay.get());
-  TransitionLayout layout{.state_size = 2, .action_size = 1, .n_step = 3, .discount = 0.5f};
+  const TransitionLayout layout = Layout(/*pixels=*/false, /*n_step=*/3, /*discount=*/0.5f);
   TransitionWriter transitions(&writer, /*num_envs=*/1, layout);
   float s[2] = {0, 0};
   ASSERT_TRUE(transitions.Start(0, s, nullptr).ok());
@@ -167,7 +183,7 @@ TEST(TransitionWriterTest, EnvsInterleaveWithoutMixing) {
   auto replay = MakeReplay(/*pixels=*/false);
   auto client = replay::NewLocalClient(replay.get());
   auto writer = client->NewWriter();
-  TransitionLayout layout{.state_size = 2, .action_size = 1, .n_step = 1, .discount = 0.9f};
+  const TransitionLayout layout = Layout(/*pixels=*/false, /*n_step=*/1, /*discount=*/0.9f);
   TransitionWriter transitions(writer->get(), /*num_envs=*/2, layout);
   float a[2] = {100, 0}, b[2] = {200, 0};
   ASSERT_TRUE(transitions.Start(0, a, nullptr).ok());
@@ -189,7 +205,7 @@ TEST(TransitionWriterTest, PixelStacksAreRebuiltFromFramesStoredOnce) {
   auto replay = MakeReplay(/*pixels=*/true, /*frames=*/3);
   auto client = replay::NewLocalClient(replay.get());
   auto writer = client->NewWriter();
-  TransitionLayout layout{.frames = 3, .height = 4, .width = 4, .action_size = 1, .n_step = 1, .discount = 0.9f};
+  const TransitionLayout layout = Layout(/*pixels=*/true, /*n_step=*/1, /*discount=*/0.9f);
   TransitionWriter transitions(writer->get(), /*num_envs=*/1, layout);
   // Frame t is filled with the value 10 * (t + 1).
   auto frame = [](int t) { return std::vector<uint8_t>(4 * 4 * 3, uint8_t(10 * (t + 1))); };
@@ -220,9 +236,86 @@ TEST(TransitionWriterTest, StepBeforeStartIsAnError) {
   auto client = replay::NewLocalClient(replay.get());
   auto writer = client->NewWriter();
   TransitionWriter transitions(writer->get(), /*num_envs=*/1,
-                               TransitionLayout{.state_size = 2, .action_size = 1, .n_step = 2});
+                               Layout(/*pixels=*/false, /*n_step=*/2));
   const float action = 0, s[2] = {0, 0};
   EXPECT_EQ(transitions.Step(0, &action, 0, 1, false, s, nullptr).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A writer that sends nowhere, taking each request as the resumable gRPC
+// writer does (swapped out of the writer and kept) and handing the kept ones
+// back (Recycle) at every ack, as that writer does when replay acknowledges.
+class KeepingWriter : public replay::Writer {
+ public:
+  KeepingWriter() : Writer({.max_items_per_request = 4}) {}
+  absl::Status Close() override { return Flush(); }
+  int64_t requests = 0;
+
+ protected:
+  absl::Status Send(proto::InsertRequest* request, int /*items*/, int64_t /*bytes*/) override {
+    ++requests;
+    kept_.emplace_back();
+    kept_.back().Swap(request);
+    if (kept_.back().ack()) {
+      for (proto::InsertRequest& r : kept_) Recycle(&r);
+      kept_.clear();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<proto::InsertRequest> kept_;
+};
+
+// Once running, a step (its frame appended and compressed, the transitions
+// it completes inserted, requests sent and acknowledged) allocates nothing:
+// counted over many steps of 2 envs, episodes ending and starting, after
+// the buffers grew over a first stretch of the same. (Sends over gRPC
+// allocate in gRPC, per request.)
+TEST(TransitionWriterTest, StepsAllocateNothingOnceRunning) {
+  for (const bool pixels : {false, true}) {
+    SCOPED_TRACE(pixels ? "pixels" : "state");
+    KeepingWriter writer;
+    TransitionWriter transitions(&writer, /*num_envs=*/2, Layout(pixels, /*n_step=*/3));
+    // Frames that change a little from step to step (some coded against a
+    // key frame, some key frames), states and actions that change.
+    std::vector<uint8_t> frame(4 * 4 * 3);
+    float state[2] = {0, 0}, action = 0;
+    uint32_t noise = 1;
+    const auto observe = [&](int t) {
+      noise = noise * 1664525u + 1013904223u;
+      frame[noise % frame.size()] = static_cast<uint8_t>(noise >> 24);
+      state[0] = static_cast<float>(t);
+      action = static_cast<float>(noise % 7);
+    };
+    const auto run = [&](int from, int steps) {
+      for (int t = from; t < from + steps; ++t) {
+        for (int env = 0; env < 2; ++env) {
+          observe(t);
+          const uint8_t* f = pixels ? frame.data() : nullptr;
+          if (t % 50 == 0) {
+            ASSERT_TRUE(transitions.Start(env, state, f).ok());
+            continue;
+          }
+          ASSERT_TRUE(transitions.Step(env, &action, 1.0f, 1.0f, /*last=*/t % 50 == 49, state, f).ok());
+        }
+        if (t % 16 == 15) {
+          ASSERT_TRUE(writer.Flush().ok());  // as the actor's kFlushEvery
+        }
+      }
+    };
+    // (Request buffers circulate between the writer and what it keeps until
+    // an ack: each reaches its largest size within a few hundred steps.)
+    run(0, 1200);
+    const int64_t inserted = transitions.transitions_inserted(), requests = writer.requests;
+    g_allocations = 0;
+    g_count_allocations = true;
+    run(1200, 1000);
+    g_count_allocations = false;
+    EXPECT_EQ(g_allocations.load(), 0);
+    // What was counted did insert and send.
+    EXPECT_GT(transitions.transitions_inserted() - inserted, 1900);
+    EXPECT_GT(writer.requests - requests, 400);
+  }
 }
 
 }  // namespace

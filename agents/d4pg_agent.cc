@@ -20,10 +20,6 @@ namespace {
 
 using internal::Weights;
 
-// Field order of D4pgTransitionTable's signature.
-enum Field { kObservation = 0, kAction, kReward, kDiscount, kNextObservation, kNumFields };
-constexpr const char* kFieldNames[kNumFields] = {"observation", "action", "reward", "discount", "next_observation"};
-
 // splitmix64 (Steele et al. 2014): a well-mixed seed from a few integers.
 uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c) {
   uint64_t x = a;
@@ -124,41 +120,16 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
                                               const config::ExperimentConfig& config) {
   const config::LearnerConfig& learner = config.learner();
   config::ReplayTableConfig table;
-  table.set_name("transitions");
+  table.set_name(kTransitionTable);
   table.set_max_size(learner.replay_size());
-  table.set_selector(learner.prioritized() ? "prioritized" : "uniform");
+  table.set_selector(learner.prioritized() ? config::ReplayTableConfig::prioritized : config::ReplayTableConfig::uniform);
   table.set_seed(learner.engine().seed());
   config::RateLimiterConfig* limiter = table.mutable_rate_limiter();
   limiter->set_min_size_to_sample(learner.min_replay_size());
   limiter->set_samples_per_insert(learner.samples_per_insert());
   // Room for two batches either way, so one batch never waits on itself.
   limiter->set_error_buffer(std::max({100.0, 2.0 * learner.batch_size(), 2.0 * learner.samples_per_insert()}));
-  // Observation fields (current and n steps later) are the same kind.
-  auto add_observation = [&](const std::string& name) {
-    config::ReplayFieldConfig* f = table.add_fields();
-    f->set_name(name);
-    if (spec.pixels()) {
-      f->set_dtype("uint8");
-      f->add_shape(spec.height);
-      f->add_shape(spec.width);
-      f->add_shape(3);
-      f->set_frames(spec.frames);
-    } else {
-      f->set_dtype("float32");
-      f->add_shape(spec.state_size);
-    }
-  };
-  add_observation(kFieldNames[kObservation]);
-  config::ReplayFieldConfig* action = table.add_fields();
-  action->set_name(kFieldNames[kAction]);
-  action->set_dtype("float32");
-  action->add_shape(action_size);
-  for (Field scalar : {kReward, kDiscount}) {
-    config::ReplayFieldConfig* f = table.add_fields();
-    f->set_name(kFieldNames[scalar]);
-    f->set_dtype("float32");
-  }
-  add_observation(kFieldNames[kNextObservation]);
+  AddTransitionFields(spec, action_size, &table);
   return table;
 }
 
@@ -257,6 +228,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   agent->config_ = config;
   agent->spec_ = spec;
   agent->action_size_ = action_size;
+  ASSIGN_OR_RETURN(agent->signature_, TransitionSignature(spec, action_size));
   agent->replicator_ = replicator;
   agent->batch_size_ = batch;
   agent->hidden_ = internal::HiddenSizes(d4pg);
@@ -385,49 +357,6 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
   return r.frames->Prepare(batch.frames, r.decoder, &r.slots[index % 2]);
 }
 
-absl::Status D4pgAgent::CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const {
-  if (batch.fields.size() != kNumFields) {
-    return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.fields.size(),
-                                                   " fields, expected ", static_cast<int>(kNumFields), " (",
-                                                   absl::StrJoin(kFieldNames, ", "), ")"));
-  }
-  if (gathered && static_cast<int64_t>(batch.frames.size()) != rows * 2 * spec_.frames) {
-    return absl::InvalidArgumentError(absl::StrCat("transition batch has ", batch.frames.size(),
-                                                   " frame references, expected ", rows * 2 * spec_.frames, " (",
-                                                   rows, " rows of 2 stacks of ", spec_.frames, ")"));
-  }
-  // The expected dtype and shape of each field.
-  std::vector<int64_t> observation = {rows, spec_.state_size};
-  proto::DType observation_dtype = proto::DTYPE_FLOAT32;
-  if (spec_.pixels()) {
-    observation = {rows, spec_.frames, spec_.height, spec_.width, 3};
-    observation_dtype = proto::DTYPE_UINT8;
-  }
-  const std::vector<int64_t> action = {rows, action_size_}, scalar = {rows};
-  const struct {
-    proto::DType dtype;
-    const std::vector<int64_t>* shape;
-  } expected[kNumFields] = {{observation_dtype, &observation}, {proto::DTYPE_FLOAT32, &action},
-                            {proto::DTYPE_FLOAT32, &scalar}, {proto::DTYPE_FLOAT32, &scalar},
-                            {observation_dtype, &observation}};
-  for (int i = 0; i < kNumFields; ++i) {
-    const replay::SampledField& f = batch.fields[i];
-    int64_t elements = 1;
-    for (int64_t d : *expected[i].shape) elements *= d;
-    // Gathered pixels: shaped, no bytes (the frames are references).
-    if (gathered && expected[i].dtype == proto::DTYPE_UINT8) elements = 0;
-    if (f.dtype != expected[i].dtype || f.shape != *expected[i].shape ||
-        static_cast<int64_t>(f.data.size()) < elements * replay::DTypeSize(f.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "transition batch field ", i, " (", kFieldNames[i], "): got ",
-          replay::ShapeString(f.dtype, f.shape.data(), static_cast<int>(f.shape.size())), " with ", f.data.size(),
-          " bytes, expected ",
-          replay::ShapeString(expected[i].dtype, expected[i].shape->data(), static_cast<int>(expected[i].shape->size()))));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input) {
   const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
@@ -441,7 +370,9 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
         "transition batch carries frame references, and this agent keeps no device frame table "
         "(learner.device_frames false): sample decoded pixels");
   }
-  RETURN_IF_ERROR(CheckBatch(batch, rows, gathered));
+  if (absl::Status checked = replay::CheckBatch(signature_, batch, rows, gathered); !checked.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("transition ", checked.message()));
+  }
   if (gathered) {
     // The frames went up with the input (one upload, one scatter); the step
     // gathers observations, then next observations.

@@ -38,6 +38,7 @@
 #include "agents/d4pg_networks.h"
 #include "agents/device_frames.h"
 #include "agents/d4pg_policy.h"
+#include "agents/transition.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
@@ -47,13 +48,8 @@
 
 namespace troupe::agents {
 
-// The replay table the actors fill and the learner samples: "transitions"
-// with fields, in this order,
-//   observation       float32 [S]        | pixels: uint8 [H, W, 3] x frames
-//   action            float32 [A]
-//   reward            float32 []         the n-step discounted reward sum
-//   discount          float32 []         gamma^n, 0 at a true terminal
-//   next_observation  like observation   the observation n steps later
+// The replay table the actors fill and the learner samples:
+// kTransitionTable with the transition's fields (agents/transition.h).
 // Size, min size, samples per insert and selector (prioritized or uniform)
 // come from config.learner(); seed from config.learner().engine().seed().
 config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
@@ -170,14 +166,13 @@ class D4pgAgent {
   // frames (the host's part: no device call).
   absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input);
-  // `gathered`: the pixels come as frame references (batch.frames).
-  absl::Status CheckBatch(const replay::SampledBatch& batch, int64_t rows, bool gathered) const;
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 
   config::ExperimentConfig config_;
   ObservationSpec spec_;
   int action_size_ = 0;
+  replay::Signature signature_;  // TransitionSignature(spec_, action_size_): what Train's batches are checked against
   replicator::Replicator* replicator_ = nullptr;
   int64_t batch_size_ = 0;
   std::vector<int64_t> hidden_;

@@ -188,7 +188,7 @@ TEST(D4pgTransitionTableTest, FieldsInSignatureOrderForStateAndPixels) {
   const config::ReplayTableConfig state = D4pgTransitionTable({.state_size = 5}, /*action_size=*/2, c);
   EXPECT_EQ(state.name(), "transitions");
   EXPECT_EQ(state.max_size(), 5000);
-  EXPECT_EQ(state.selector(), "prioritized");
+  EXPECT_EQ(state.selector(), config::ReplayTableConfig::prioritized);
   EXPECT_EQ(state.rate_limiter().min_size_to_sample(), 100);
   ASSERT_EQ(state.fields_size(), 5);
   EXPECT_EQ(state.fields(0).name(), "observation");
@@ -203,7 +203,7 @@ TEST(D4pgTransitionTableTest, FieldsInSignatureOrderForStateAndPixels) {
 
   const config::ReplayTableConfig pixels =
       D4pgTransitionTable({.frames = 3, .height = 84, .width = 84}, /*action_size=*/1, c);
-  EXPECT_EQ(pixels.fields(0).dtype(), "uint8");
+  EXPECT_EQ(pixels.fields(0).dtype(), config::ReplayFieldConfig::uint8);
   EXPECT_EQ(pixels.fields(0).frames(), 3);
   EXPECT_THAT(pixels.fields(0).shape(), ElementsAre(84, 84, 3));
   EXPECT_EQ(pixels.fields(4).frames(), 3);

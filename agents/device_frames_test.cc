@@ -187,7 +187,7 @@ TEST(DeviceFrameTableTest, GatheredBatchesEqualHostAssembledOnesOnPjrt) {
 
 TEST(DeviceFrameTableTest, PrioritizedSamplingGathersWhatTheHostAssembles) {
   nn::CpuBackend cpu(1);
-  PixelReplay p("max_size: 30 selector: \"prioritized\" priority_exponent: 1");
+  PixelReplay p("max_size: 30 selector: prioritized priority_exponent: 1");
   DeviceFrameTable frames(&cpu, /*slots=*/200, kFrameBytes);
   std::set<uint64_t> seen;
   for (int round = 0; round < 10; ++round) {

@@ -33,6 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agents/transition.h"
 #include "bench/bench.h"
 #include "common/grpc_security.h"
 #include "common/status_macros.h"
@@ -62,19 +63,9 @@ config::ReplayConfig FleetReplayConfig() {
   c.set_listen("127.0.0.1:0");
   c.set_worker_threads(2);
   auto* t = c.add_tables();
-  t->set_name("transitions");
+  t->set_name(agents::kTransitionTable);
   t->set_max_size(1000000);
-  auto add = [&](const char* name, std::vector<int64_t> shape) {
-    auto* f = t->add_fields();
-    f->set_name(name);
-    f->set_dtype("float32");
-    for (int64_t d : shape) f->add_shape(d);
-  };
-  add("obs", {kObsSize});
-  add("action", {kActionSize});
-  add("reward", {});
-  add("discount", {});
-  add("next_obs", {kObsSize});
+  agents::AddTransitionFields({.state_size = kObsSize}, kActionSize, t);
   return c;
 }
 

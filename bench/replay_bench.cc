@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agents/d4pg_agent.h"
+#include "agents/transition.h"
 #include "bench/bench.h"
 #include "common/certificates.h"
 #include "common/config.h"
@@ -111,21 +112,11 @@ config::ReplayConfig BenchConfig(int64_t max_size) {
     auto* t = c.add_tables();
     t->set_name(name);
     t->set_max_size(max_size);
+    // The D4PG transition (agents/transition.h).
     const bool pixels = std::string(name) == "pixels";
-    auto add = [&](const char* field, const char* dtype, std::vector<int64_t> shape, int frames) {
-      auto* f = t->add_fields();
-      f->set_name(field);
-      f->set_dtype(dtype);
-      for (int64_t d : shape) f->add_shape(d);
-      f->set_frames(frames);
-    };
-    if (pixels) add("obs", "uint8", {kH, kW, kC}, kStack);
-    else add("obs", "float32", {kStateSize}, 0);
-    add("action", "float32", {kActionSize}, 0);
-    add("reward", "float32", {}, 0);
-    add("discount", "float32", {}, 0);
-    if (pixels) add("next_obs", "uint8", {kH, kW, kC}, kStack);
-    else add("next_obs", "float32", {kStateSize}, 0);
+    agents::AddTransitionFields(pixels ? agents::ObservationSpec{.frames = kStack, .height = kH, .width = kW}
+                                       : agents::ObservationSpec{.state_size = kStateSize},
+                                kActionSize, t);
   }
   return c;
 }
@@ -156,8 +147,9 @@ struct WireFrame {
 };
 
 // Inserts `n` pixel transitions, one new frame each, cycling through the
-// frames (`raw`: AppendFrame compresses them; else AppendCompressedFrame of
-// `wire`, compressed beforehand as env threads would); stacks are the last
+// frames (`raw`: AppendFrame compresses them, as an actor's writer does;
+// else AppendCompressedFrame of `wire`, compressed before the timed loop,
+// which no actor does: the transport alone); stacks are the last
 // frames of the stream. *cursor counts the writer's frames (it starts at 0
 // with the writer, so it is also the next frame's key).
 absl::Status InsertPixels(replay::Writer& writer, const std::vector<std::vector<uint8_t>>* raw,
@@ -650,23 +642,27 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
       }
     }
     RETURN_IF_ERROR(writer->Close());
-    report.Add(absl::StrCat("gRPC insert, ", what, " transitions"), best, "items/s", "-", 0);
-    report.Add(absl::StrCat("gRPC insert, ", what, " transitions (wire bytes)"), best * bytes_per_item / kMB, "MB/s",
+    report.Add(absl::StrCat("gRPC insert, ", what), best, "items/s", "-", 0);
+    report.Add(absl::StrCat("gRPC insert, ", what, " (wire bytes)"), best * bytes_per_item / kMB, "MB/s",
                absl::StrFormat("raw gRPC push, %.0f B msgs", request_bytes), best_raw / kMB);
     report.Add(absl::StrCat("  the same per CPU-second of client + server"), best_per_cpu * bytes_per_item / kMB,
                "MB/s", "raw gRPC push per CPU-second", best_raw_per_cpu / kMB);
     if (decoded_bytes_per_item) {
-      report.Add(absl::StrFormat("gRPC insert, %s transitions (decoded bytes, %.0f B each; bar: 0.7x)", what,
+      report.Add(absl::StrFormat("gRPC insert, %s (decoded bytes, %.0f B each; bar: 0.7x)", what,
                                  decoded_per_item),
                  best * decoded_per_item / kMB, "MB/s",
                  absl::StrFormat("raw gRPC push of them, %.0f B msgs", decoded_request_bytes), best_raw_decoded / kMB);
     }
     return absl::OkStatus();
   };
-  // Pixels: frames compressed beforehand (by the actor's env threads).
+  // Pixels: frames compressed before the timed loop (FrameEncoder, as a
+  // writer codes them) and appended with AppendCompressedFrame, so these
+  // rows are the transport and the service alone. No actor writes this way:
+  // an actor's AppendFrame compresses each frame on its own thread, which the
+  // TLS rows' "as actors write them" (AddTlsInsertFigures) include.
   long cursor = 0, pixel_items = 0;
   RETURN_IF_ERROR(insert_figures(
-      "pixel", 16,
+      "pixel transitions, frames compressed beforehand", 16,
       [&](replay::Writer& writer, long n) {
         pixel_items += n;
         return InsertPixels(writer, nullptr, &wire, n, &cursor);
@@ -674,7 +670,7 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
       // Every frame appended (its raw size) and each transition's dense fields.
       [&] { return (static_cast<double>(cursor) * kH * kW * kC) / pixel_items + (kActionSize + 2) * 4.0; }));
   RETURN_IF_ERROR(insert_figures(
-      "state", 64, [&](replay::Writer& writer, long n) { return InsertState(writer, n); }, nullptr));
+      "state transitions", 64, [&](replay::Writer& writer, long n) { return InsertState(writer, n); }, nullptr));
   for (const char* table : {"state", "pixels"}) {
     // Sample: the response carries compressed frames; the client decodes.
     ASSIGN_OR_RETURN(auto sampler, remote->NewSampler({.table = table, .batch_size = kBatch}));

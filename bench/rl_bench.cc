@@ -169,7 +169,7 @@ absl::Status FillReplay(const config::ExperimentConfig& config, const std::strin
   ASSIGN_OR_RETURN(auto pool, envs::EnvPool::Create(pool_options));
   auto client = replay::NewGrpcClient(address);
   ASSIGN_OR_RETURN(auto writer, client->NewWriter());
-  const actors::TransitionLayout layout = actors::ActorTransitionLayout(config, spec, action_size);
+  ASSIGN_OR_RETURN(const actors::TransitionLayout layout, actors::ActorTransitionLayout(config, spec, action_size));
   const int n = pool->num_envs();
   actors::TransitionWriter transitions_writer(writer.get(), n, layout);
   const size_t pixel_bytes = pool->spec().pixel_bytes();

@@ -55,20 +55,19 @@ const MovedField* FindMovedField(const std::string& message, const std::string& 
   return nullptr;
 }
 
+// Fields that were strings before they became enums whose value names are
+// those strings: configs written earlier quote their values.
+constexpr const char* kFormerStringEnums[] = {"dtype", "selector"};
+
 std::string MovedHint(const MovedField& moved) {
   return absl::StrCat(moved.old_path, " is now ", moved.new_path, " (--set ", moved.new_path, "=...)");
-}
-
-std::string EnumValues(const pb::EnumDescriptor* type) {
-  std::vector<std::string> names;
-  for (int i = 0; i < type->value_count(); ++i) names.push_back(type->value(i)->name());
-  return absl::StrJoin(names, ", ");
 }
 
 // "; write mode: RL (one of SCRIPTED, RL, GAN)" for `value` given as a string
 // to enum field `field`.
 std::string EnumHint(const pb::FieldDescriptor* field, const std::string& value) {
-  const pb::EnumValueDescriptor* match = field->enum_type()->FindValueByName(absl::AsciiStrToUpper(value));
+  const pb::EnumValueDescriptor* match = field->enum_type()->FindValueByName(value);
+  if (match == nullptr) match = field->enum_type()->FindValueByName(absl::AsciiStrToUpper(value));
   return absl::StrCat(field->name(), " is a choice, written without quotes",
                       match ? absl::StrCat(": ", field->name(), ": ", match->name()) : "", " (one of ",
                       EnumValues(field->enum_type()), ")");
@@ -336,18 +335,70 @@ absl::Status ConfigSource::Annotate(const absl::Status& status) const {
   return absl::Status(status.code(), Locate(status.message()));
 }
 
+std::string EnumValues(const google::protobuf::EnumDescriptor* type) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type->value_count(); ++i) names.push_back(type->value(i)->name());
+  return absl::StrJoin(names, ", ");
+}
+
+std::string UnquoteFormerStringEnums(std::string_view written) {
+  std::string text(written);
+  const auto identifier = [](char c) { return absl::ascii_isalnum(c) || c == '_'; };
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const char c = text[i];
+    if (c == '#') {  // a comment, to the line's end
+      while (i < n && text[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {  // a string, with its escapes
+      for (++i; i < n && text[i] != c && text[i] != '\n'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+      ++i;
+      continue;
+    }
+    if (!identifier(c)) {
+      ++i;
+      continue;
+    }
+    const size_t start = i;
+    while (i < n && identifier(text[i])) ++i;
+    const std::string_view name(text.data() + start, i - start);
+    if (std::find(std::begin(kFormerStringEnums), std::end(kFormerStringEnums), name) ==
+        std::end(kFormerStringEnums)) {
+      continue;
+    }
+    // NAME: "value" with an identifier for value: the quotes become spaces.
+    size_t j = i;
+    while (j < n && absl::ascii_isspace(text[j])) ++j;
+    if (j >= n || text[j] != ':') continue;
+    ++j;
+    while (j < n && absl::ascii_isspace(text[j])) ++j;
+    if (j >= n || (text[j] != '"' && text[j] != '\'')) continue;
+    size_t k = j + 1;
+    while (k < n && identifier(text[k])) ++k;
+    if (k == j + 1 || k >= n || text[k] != text[j] || absl::ascii_isdigit(text[j + 1])) continue;
+    text[j] = text[k] = ' ';
+    i = k + 1;
+  }
+  return text;
+}
+
 namespace {
 
 // ParseTextConfig, recording where each field was written into *tree when
 // given; protobuf logs nothing meanwhile.
-absl::Status ParseText(std::string_view text, const std::string& name, pb::Message* message,
+absl::Status ParseText(std::string_view written, const std::string& name, pb::Message* message,
                        pb::TextFormat::ParseInfoTree* tree) {
+  const std::string text = UnquoteFormerStringEnums(written);
   const pb::LogSilencer quiet;
   FirstErrorCollector errors(text, message->GetDescriptor());
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   if (tree != nullptr) parser.WriteLocationsTo(tree);
-  if (!parser.ParseFromString(std::string(text), message)) {
+  if (!parser.ParseFromString(text, message)) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ":", errors.error().empty() ? "1:1: does not parse" : errors.error()));
   }

@@ -49,8 +49,21 @@ struct LoadedConfig {
 };
 
 // Parses `text` as `message` in text format. Errors: InvalidArgument
-// "NAME:LINE:COLUMN: what", with NAME the file name given.
+// "NAME:LINE:COLUMN: what", with NAME the file name given. Configs written
+// by earlier versions read as they did: see UnquoteFormerStringEnums.
 absl::Status ParseTextConfig(std::string_view text, const std::string& name, google::protobuf::Message* message);
+
+// `text` with the quotes around the value of a field that was a string
+// before it became an enum (replay tables' `selector` and their fields'
+// `dtype`, whose enum value names are the strings earlier versions wrote)
+// turned into spaces: `selector: "fifo"` reads as `selector: fifo`, every
+// line and column kept. Quoted values that are no identifier, comments and
+// strings elsewhere are left as they are. ParseTextConfig and
+// ParseExperimentConfig apply it before parsing.
+std::string UnquoteFormerStringEnums(std::string_view text);
+
+// An enum's value names, "uniform, prioritized, fifo", for messages.
+std::string EnumValues(const google::protobuf::EnumDescriptor* type);
 
 // Applies one "path.to.field=value" override (as `--set` takes it) to
 // `message`. Errors: InvalidArgument naming the override and what is wrong

@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -75,6 +76,97 @@ TEST(ConfigTest, AnUnknownChoiceListsTheChoices) {
   EXPECT_EQ(c.env().observation(), config::EnvConfig::STATE);
 }
 
+// config.textproto of a run directory as troupe wrote it before replay
+// tables' selector and their fields' dtype were enums (quoted strings).
+constexpr char kOldRunConfig[] = R"(name: "old"
+mode: RL
+env {
+  task: "cartpole.swingup"
+}
+replay {
+  tables {
+    name: "frames"
+    max_size: 1000
+    selector: "prioritized"
+    fields {
+      name: "pixels"
+      dtype: "uint8"
+      shape: 84
+      shape: 84
+      shape: 3
+      frames: 3
+    }
+    fields {
+      name: "reward"
+      dtype: "float32"
+    }
+  }
+  tables {
+    name: "queue"
+    selector: "fifo"
+    fields {
+      name: "x"
+      dtype: "int64"
+      shape: 2
+    }
+  }
+}
+)";
+
+TEST(ConfigTest, AnOldRunDirectorysQuotedSelectorAndDTypesReadAsTheirEnums) {
+  const std::string path = ::testing::TempDir() + "/config_test_old_run.textproto";
+  {
+    std::ofstream out(path);
+    out << kOldRunConfig;
+  }
+  auto loaded = LoadExperimentConfigWithSource(path, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const config::ReplayConfig& replay = loaded->config.replay();
+  ASSERT_EQ(replay.tables_size(), 2);
+  EXPECT_EQ(replay.tables(0).selector(), config::ReplayTableConfig::prioritized);
+  EXPECT_EQ(replay.tables(0).fields(0).dtype(), config::ReplayFieldConfig::uint8);
+  EXPECT_EQ(replay.tables(0).fields(1).dtype(), config::ReplayFieldConfig::float32);
+  EXPECT_EQ(replay.tables(1).selector(), config::ReplayTableConfig::fifo);
+  EXPECT_EQ(replay.tables(1).fields(0).dtype(), config::ReplayFieldConfig::int64);
+  // Lines stay where they were written.
+  EXPECT_EQ(loaded->source.lines.at("replay.tables[0].selector"), 10);
+  // The same config written bare, as troupe writes it now, is the same config.
+  std::string bare = kOldRunConfig;
+  for (const char* quoted : {"\"prioritized\"", "\"uint8\"", "\"float32\"", "\"fifo\"", "\"int64\""}) {
+    const std::string value(quoted + 1, std::strlen(quoted) - 2);
+    for (size_t at = bare.find(quoted); at != std::string::npos; at = bare.find(quoted)) bare.replace(at, std::strlen(quoted), value);
+  }
+  config::ExperimentConfig parsed;
+  ASSERT_TRUE(ParseTextConfig(bare, "new.textproto", &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), loaded->config.SerializeAsString());
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigTest, ABadSelectorOrDTypeNamesTheFieldAndItsValues) {
+  config::ExperimentConfig c;
+  auto status = ParseTextConfig("replay {\n  tables {\n    selector: \"lifo\"\n  }\n}\n", "bad.textproto", &c);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("bad.textproto:3:"));
+  EXPECT_THAT(status.message(), HasSubstr("\"lifo\" for field \"selector\""));
+  EXPECT_THAT(status.message(), HasSubstr("(one of uniform, prioritized, fifo)"));
+  status = ParseTextConfig("replay { tables { fields { name: \"x\" dtype: float16 } } }", "bad.textproto", &c);
+  EXPECT_THAT(status.message(), HasSubstr("\"float16\" for field \"dtype\""));
+  EXPECT_THAT(status.message(), HasSubstr("(one of float32, float64, int32, int64, uint8)"));
+  // A quoted value that is no name at all is refused as a quoted choice.
+  status = ParseTextConfig("replay { tables { selector: \"a b\" } }", "bad.textproto", &c);
+  EXPECT_THAT(status.message(), HasSubstr("selector is a choice, written without quotes (one of uniform, prioritized, fifo)"));
+}
+
+TEST(ConfigTest, UnquotingFormerStringEnumsTouchesOnlyTheirValues) {
+  // Quotes become spaces: every position stays.
+  EXPECT_EQ(UnquoteFormerStringEnums("selector: \"fifo\" dtype:'uint8'"), "selector:  fifo  dtype: uint8 ");
+  // Other fields, strings, comments and values that are no name are left alone.
+  for (const char* kept : {"name: \"fifo\"", "task: \"selector: \\\"fifo\\\"\"", "# selector: \"fifo\"\n",
+                           "selector: \"a b\"", "selector: \"1x\"", "my_selector: \"fifo\"", "selector: fifo"}) {
+    EXPECT_EQ(UnquoteFormerStringEnums(kept), kept);
+  }
+}
+
 TEST(ConfigTest, AMovedFieldSaysWhereItWent) {
   config::ExperimentConfig c;
   auto status = ParseTextConfig("learner {\n  batch_size: 64\n  replicas: 2\n}", "old.textproto", &c);
@@ -118,7 +210,7 @@ TEST(ConfigTest, EveryShippedConfigParses) {
 TEST(ConfigSourceTest, ARefusalSaysTheLineOfTheFieldOrTheOverrideThatSetIt) {
   auto loaded = ParseExperimentConfig("name: \"x\"\nlearner {\n  batch_size: 10\n  engine { replicas: 3 }\n}\n"
                                       "d4pg {\n  hidden: [256, 0]\n}\nreplay {\n  tables {\n    name: \"t\"\n"
-                                      "    selector: \"lifo\"\n  }\n}\n",
+                                      "    max_size: 0\n  }\n}\n",
                                       "x.textproto", {"d4pg.discount=2"});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const ConfigSource& source = loaded->source;
@@ -127,8 +219,8 @@ TEST(ConfigSourceTest, ARefusalSaysTheLineOfTheFieldOrTheOverrideThatSetIt) {
   EXPECT_EQ(source.Locate("learner.engine.replicas 3: too many"), "x.textproto:4: learner.engine.replicas 3: too many");
   // An element of a list written [a, b]: the list's line.
   EXPECT_EQ(source.Locate("d4pg.hidden[1] 0: must be in [1, 8192]"), "x.textproto:7: d4pg.hidden[1] 0: must be in [1, 8192]");
-  EXPECT_EQ(source.Locate("replay.tables[0].selector 'lifo': unknown"),
-            "x.textproto:12: replay.tables[0].selector 'lifo': unknown");
+  EXPECT_EQ(source.Locate("replay.tables[0].max_size 0: must be in [1, 268435456]"),
+            "x.textproto:12: replay.tables[0].max_size 0: must be in [1, 268435456]");
   // An override wins over the file.
   EXPECT_EQ(source.Locate("d4pg.discount 2: must be in (0, 1]"), "--set d4pg.discount=2: d4pg.discount 2: must be in (0, 1]");
   // A field at its default: the enclosing message's line, saying so.

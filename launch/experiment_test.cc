@@ -76,8 +76,8 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
        "learner.device_frame_mib 1 with 84x84 frames and learner.batch_size 256: the device frame table's 49 slots "
        "hold fewer frames than one batch's 1536"},
       {"env { observation: PIXELS render { width: 85 height: 85 } }", "height * width must be a multiple of 4"},
-      {"replay { tables { name: \"t\" selector: \"lifo\" fields { name: \"x\" shape: 1 } } }",
-       "replay.tables[0].selector 'lifo': unknown"},
+      {"replay { tables { name: \"t\" max_size: 0 fields { name: \"x\" shape: 1 } } }",
+       "replay.tables[0].max_size 0: must be in"},
       {"replay { listen: \"localhost\" }", "replay.listen \"localhost\": no ':PORT'"},
       {"replay { checkpoint_dir: \"/nonexistent/dir\" }", "replay.checkpoint_dir \"/nonexistent/dir\": not an existing"},
   };

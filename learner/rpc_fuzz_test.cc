@@ -44,20 +44,20 @@ constexpr char kReplayConfig[] = R"pb(
   tables {
     name: "pixels"
     max_size: 500
-    fields { name: "obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+    fields { name: "obs" dtype: uint8 shape: [16, 16, 3] frames: 3 }
     fields { name: "action" shape: 2 }
     fields { name: "reward" }
-    fields { name: "next_obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+    fields { name: "next_obs" dtype: uint8 shape: [16, 16, 3] frames: 3 }
   }
   tables { name: "state" max_size: 500 fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
   tables {
     name: "prioritized"
     max_size: 500
-    selector: "prioritized"
+    selector: prioritized
     fields { name: "obs" shape: 24 }
     fields { name: "action" shape: 2 }
   }
-  tables { name: "queue" max_size: 500 selector: "fifo" fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
+  tables { name: "queue" max_size: 500 selector: fifo fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
 )pb";
 
 proto::Tensor FloatTensor(std::vector<int64_t> shape, float value) {

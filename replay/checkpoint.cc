@@ -16,9 +16,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 #include "common/files.h"
 #include "common/status_macros.h"
 #include "proto/replay_checkpoint.pb.h"
+#include "google/protobuf/unknown_field_set.h"
 
 namespace troupe::replay {
 namespace {
@@ -285,6 +287,9 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
     RETURN_IF_ERROR(next());
     if (!record.has_table()) return corrupt(absl::StrCat("table ", t, " expected"));
     RestoredTable restored;
+    if (absl::Status upgraded = UpgradeFormerStringFields(record.mutable_table()->mutable_config()); !upgraded.ok()) {
+      return corrupt(std::string(upgraded.message()));
+    }
     const proto::CheckpointTable table = record.table();
     restored.config = table.config();
     ASSIGN_OR_RETURN(Signature signature, Signature::FromConfig(table.config()));
@@ -315,6 +320,55 @@ absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& pat
   }
   if (records_read != num_records || pos != body_end) return corrupt("record count mismatch");
   return tables;
+}
+
+namespace {
+
+// Removes every length-delimited unknown field `number` of `message`; the
+// last one's bytes (what a parser keeps of a repeated singular field) go to
+// *value. False when there was none.
+bool TakeFormerString(google::protobuf::Message& message, int number, std::string* value) {
+  google::protobuf::UnknownFieldSet* unknown = message.GetReflection()->MutableUnknownFields(&message);
+  bool found = false;
+  for (int i = unknown->field_count() - 1; i >= 0; --i) {
+    const google::protobuf::UnknownField& field = unknown->field(i);
+    if (field.number() != number || field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    if (!found) *value = field.length_delimited();
+    found = true;
+    unknown->DeleteSubrange(i, 1);
+  }
+  return found;
+}
+
+}  // namespace
+
+absl::Status UpgradeFormerStringFields(config::ReplayTableConfig* config) {
+  constexpr int kFormerSelector = 3, kFormerDType = 2;  // proto/config.proto's reserved numbers
+  const auto unknown = [&](const std::string& field, const std::string& value,
+                           const google::protobuf::EnumDescriptor* type) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", config->name(), "' ", field, " '",
+                                                   absl::CHexEscape(value.substr(0, 64)),
+                                                   "' (written by an earlier version): unknown; expected one of ",
+                                                   EnumValues(type)));
+  };
+  std::string value;
+  if (TakeFormerString(*config, kFormerSelector, &value) && !config->has_selector()) {
+    config::ReplayTableConfig::Selector selector;
+    if (!config::ReplayTableConfig::Selector_Parse(value, &selector)) {
+      return unknown("selector", value, config::ReplayTableConfig::Selector_descriptor());
+    }
+    config->set_selector(selector);
+  }
+  for (int i = 0; i < config->fields_size(); ++i) {
+    config::ReplayFieldConfig* field = config->mutable_fields(i);
+    if (!TakeFormerString(*field, kFormerDType, &value) || field->has_dtype()) continue;
+    config::ReplayFieldConfig::DType dtype;
+    if (!config::ReplayFieldConfig::DType_Parse(value, &dtype)) {
+      return unknown(absl::StrCat("fields[", i, "].dtype"), value, config::ReplayFieldConfig::DType_descriptor());
+    }
+    field->set_dtype(dtype);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace troupe::replay

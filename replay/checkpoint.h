@@ -60,6 +60,15 @@ absl::Status ValidateCheckpointName(absl::string_view name);
 // quote the file's bytes.
 absl::StatusOr<std::vector<RestoredTable>> ReadCheckpoint(const std::string& path, FrameStore& frames);
 
+// A table config read from a checkpoint that an earlier version wrote, when
+// a table's `selector` and its fields' `dtype` were strings (fields 3 and 2
+// of proto/config.proto, now reserved; they parse as unknown fields): sets
+// the enums from those strings (the enum value names are the old strings)
+// unless they are set, and drops them. ReadCheckpoint applies it to every
+// table. InvalidArgument naming the table, the field and the allowed values
+// for a string the enum does not have.
+absl::Status UpgradeFormerStringFields(config::ReplayTableConfig* config);
+
 }  // namespace troupe::replay
 
 #endif  // TROUPE_REPLAY_CHECKPOINT_H_

@@ -34,6 +34,11 @@ Writer::Writer(const WriterOptions& options)
 proto::FrameData* Writer::AddFrame(proto::Compression codec, int height, int width, int channels) {
   proto::FrameData* frame = request_.add_frames();
   frame->set_key(next_frame_key_++);
+  if (!spare_tensors_.empty()) {
+    spare_tensors_.back()->Clear();  // keeps its data's capacity
+    frame->set_allocated_pixels(spare_tensors_.back().release());
+    spare_tensors_.pop_back();
+  }
   proto::Tensor* t = frame->mutable_pixels();
   t->set_dtype(proto::DTYPE_UINT8);
   t->add_shape(height);
@@ -54,6 +59,7 @@ absl::StatusOr<uint64_t> Writer::AppendFrame(const uint8_t* pixels, int height, 
   proto::FrameData* frame = AddFrame(options_.codec, height, width, channels);
   if (encoded_.has_reference) frame->set_reference_key(encoded_.reference_key);
   request_bytes_ += static_cast<int64_t>(encoded_.data.size());
+  // (The frame's old buffer, of a frame encoded earlier, takes the next.)
   frame->mutable_pixels()->mutable_data()->swap(encoded_.data);
   return key;
 }
@@ -162,11 +168,30 @@ absl::Status Writer::SendQueued(bool ack) {
   const int64_t bytes = static_cast<int64_t>(request_.ByteSizeLong());
   bytes_sent_ += bytes;
   absl::Status status = Send(&request_, items, bytes);
-  request_.Clear();
+  Reclaim(&request_);
+  if (!spare_requests_.empty()) {  // (request_ is then an empty one Send left for the one it took)
+    request_.Swap(&spare_requests_.back());
+    spare_requests_.pop_back();
+  }
   request_bytes_ = 0;
   request_items_ = 0;
   if (status.ok()) items_sent_ += items;
   return status;
+}
+
+void Writer::Reclaim(proto::InsertRequest* request) {
+  for (proto::FrameData& frame : *request->mutable_frames()) {
+    if (spare_tensors_.size() >= kMaxSpareTensors) break;
+    if (frame.has_pixels()) spare_tensors_.emplace_back(frame.release_pixels());
+  }
+  request->Clear();
+}
+
+void Writer::Recycle(proto::InsertRequest* request) {
+  Reclaim(request);
+  if (spare_requests_.size() >= kMaxSpareRequests) return;
+  spare_requests_.emplace_back();
+  spare_requests_.back().Swap(request);
 }
 
 namespace {

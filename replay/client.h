@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/replay.pb.h"
+#include "replay/frame_codec.h"
 #include "replay/frame_store.h"
 #include "replay/replay.h"
 
@@ -32,7 +33,7 @@ namespace troupe::replay {
 struct WriterOptions {
   // How the writer (i.e. the actor) compresses frames: COMPRESSION_LZ4
   // (fast to decode when sampling) or COMPRESSION_ZSTD, at
-  // `compression_level` (replay/frame_store.h, FrameCompressor).
+  // `compression_level` (replay/frame_codec.h, FrameCompressor).
   proto::Compression codec = proto::COMPRESSION_LZ4;
   int compression_level = 1;
   // Items may refer to the last `frame_window` frames only; older ones are
@@ -42,7 +43,7 @@ struct WriterOptions {
   int max_items_per_request = 16;
   int64_t max_request_bytes = 1 << 20;
   // AppendFrame compresses a frame against a similar recent key frame of
-  // this writer when that at least halves it (replay/frame_store.h,
+  // this writer when that at least halves it (replay/frame_codec.h,
   // FrameEncoder); false: every frame is compressed alone.
   bool reference_frames = true;
   // Over gRPC: a writer session (proto/replay.proto InsertRequest.writer).
@@ -85,9 +86,10 @@ class Writer {
   // Returns its key (0, 1, 2, ... on this writer).
   absl::StatusOr<uint64_t> AppendFrame(const uint8_t* pixels, int height, int width, int channels);
   // Queues a frame the caller already compressed with `codec` (an LZ4
-  // block or zstd frame of height*width*channels bytes, e.g. made by
-  // FrameCompressor on an env worker thread); the server checks that it
-  // decodes to that many bytes (replay/frame_store.h, Validation). Returns
+  // block or zstd frame of height*width*channels bytes made by
+  // FrameCompressor or FrameEncoder: troupe bench replay's transport rows;
+  // actors use AppendFrame); the server checks that it
+  // decodes to that many bytes (replay/frame_codec.h, Validation). Returns
   // its key.
   absl::StatusOr<uint64_t> AppendCompressedFrame(std::string data, proto::Compression codec, int height, int width,
                                                  int channels);
@@ -139,14 +141,31 @@ class Writer {
 
   const WriterOptions& options() const { return options_; }
 
+  // Hands back a request that Send took out of the writer (swapped into a
+  // store of its own, as the resumable gRPC writer keeps requests until
+  // acknowledged) once it is no longer needed: its buffers (the frames'
+  // tensors, the item groups) serve later requests, so a writer running
+  // steadily allocates nothing per frame or item. Leaves *request empty.
+  void Recycle(proto::InsertRequest* request);
+
  private:
   absl::Status SendQueued(bool ack);
   proto::FrameData* AddFrame(proto::Compression codec, int height, int width, int channels);
+  // Takes the frame tensors of *request (a frame's Clear would free them)
+  // for AddFrame to reuse, and clears it, keeping its other buffers.
+  void Reclaim(proto::InsertRequest* request);
 
   WriterOptions options_;
   FrameEncoder encoder_;
   FrameEncoder::Encoded encoded_;
   proto::InsertRequest request_;
+  // Buffers for later requests: frame tensors, and cleared requests (from
+  // Recycle), one of which replaces request_ after each Send. At most the
+  // bounds below are kept (an actor has ~16 pool steps of its envs' frames
+  // in flight between acks); a burst beyond them is freed.
+  static constexpr size_t kMaxSpareTensors = 1024, kMaxSpareRequests = 256;
+  std::vector<std::unique_ptr<proto::Tensor>> spare_tensors_;
+  std::vector<proto::InsertRequest> spare_requests_;
   int request_items_ = 0;
   int64_t request_bytes_ = 0;
   uint64_t next_frame_key_ = 0;

@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <random>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -150,6 +150,7 @@ class GrpcWriter : public Writer {
   }
 
   void Acknowledged() {
+    for (proto::InsertRequest& request : unacked_) Recycle(&request);
     unacked_.clear();
     unacked_items_ = 0;
     unacked_bytes_ = 0;
@@ -174,7 +175,7 @@ class GrpcWriter : public Writer {
   // The session (resumable writers only).
   int64_t sequence_ = 0;
   int64_t items_numbered_ = 0;
-  std::deque<proto::InsertRequest> unacked_;
+  std::vector<proto::InsertRequest> unacked_;  // (cleared, it keeps its capacity)
   int64_t unacked_items_ = 0;
   int64_t unacked_bytes_ = 0;
 };
@@ -336,7 +337,7 @@ class GrpcSampler : public Sampler {
       out = scratch_[scratch_used_++].data();
     }
     const proto::Tensor& frame = response_.frames(index);
-    RETURN_IF_ERROR(decoder_.Decode(frame.data(), frame.compression(), frame_bytes, out, reference));
+    RETURN_IF_ERROR(decompressor_.Decode(frame.data(), frame.compression(), frame_bytes, out, reference));
     decoded_at_[index] = out;
     return out;
   }
@@ -344,7 +345,8 @@ class GrpcSampler : public Sampler {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<proto::SampleResponse>> reader_;
   proto::SampleResponse response_;
-  FrameDecoder decoder_;
+  FrameDecoder decoder_;             // checks the frames it keeps (frames once)
+  FrameDecompressor decompressor_;  // decodes a response's frames
   std::vector<const uint8_t*> decoded_at_;
   std::vector<std::vector<uint8_t>> scratch_;
   size_t scratch_used_ = 0;

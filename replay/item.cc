@@ -17,14 +17,15 @@ int64_t DTypeSize(proto::DType dtype) {
   }
 }
 
-absl::StatusOr<proto::DType> ParseDType(const std::string& name) {
-  if (name == "float32") return proto::DTYPE_FLOAT32;
-  if (name == "float64") return proto::DTYPE_FLOAT64;
-  if (name == "int32") return proto::DTYPE_INT32;
-  if (name == "int64") return proto::DTYPE_INT64;
-  if (name == "uint8") return proto::DTYPE_UINT8;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "'; expected float32, float64, int32, int64 or uint8"));
+proto::DType WireDType(config::ReplayFieldConfig::DType dtype) {
+  switch (dtype) {
+    case config::ReplayFieldConfig::float32: return proto::DTYPE_FLOAT32;
+    case config::ReplayFieldConfig::float64: return proto::DTYPE_FLOAT64;
+    case config::ReplayFieldConfig::int32: return proto::DTYPE_INT32;
+    case config::ReplayFieldConfig::int64: return proto::DTYPE_INT64;
+    case config::ReplayFieldConfig::uint8: return proto::DTYPE_UINT8;
+  }
+  return proto::DTYPE_INVALID;
 }
 
 std::string DTypeName(proto::DType dtype) {
@@ -54,9 +55,11 @@ absl::StatusOr<Signature> Signature::FromConfig(const config::ReplayTableConfig&
     const std::string at = absl::StrCat(where, " field '", field.name(), "'");
     if (spec.name.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": a field has no name"));
     if (!names.insert(spec.name).second) return absl::InvalidArgumentError(absl::StrCat(at, ": duplicate name"));
-    auto dtype = ParseDType(field.dtype());
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(at, ": ", dtype.status().message()));
-    spec.dtype = *dtype;
+    spec.dtype = WireDType(field.dtype());
+    if (spec.dtype == proto::DTYPE_INVALID) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": unknown dtype ", static_cast<int>(field.dtype()),
+                                                     "; expected float32, float64, int32, int64 or uint8"));
+    }
     spec.frames = field.frames();
     spec.bytes = DTypeSize(spec.dtype);
     for (int64_t d : field.shape()) {

@@ -27,8 +27,9 @@ namespace troupe::replay {
 
 // Bytes per element of `dtype` (0 for DTYPE_INVALID).
 int64_t DTypeSize(proto::DType dtype);
-// "float32" -> DTYPE_FLOAT32, ...; InvalidArgument for an unknown name.
-absl::StatusOr<proto::DType> ParseDType(const std::string& name);
+// A table field's element type on the wire: ReplayFieldConfig::float32 ->
+// DTYPE_FLOAT32, ...; DTYPE_INVALID for a value the enum does not have.
+proto::DType WireDType(config::ReplayFieldConfig::DType dtype);
 // DTYPE_FLOAT32 -> "float32".
 std::string DTypeName(proto::DType dtype);
 // "float32[3,84,84]".

@@ -20,6 +20,24 @@
 
 namespace troupe::replay {
 
+namespace {
+
+// The shape of field `spec` in a batch of `rows` items: [rows, (frames,) ...shape].
+void BatchShape(const FieldSpec& spec, int64_t rows, std::vector<int64_t>* shape) {
+  shape->clear();
+  shape->push_back(rows);
+  if (spec.frames > 0) shape->push_back(spec.frames);
+  shape->insert(shape->end(), spec.shape.begin(), spec.shape.end());
+}
+
+// The bytes of field `spec` in a batch of `rows` items (0: a pixel field of frame references).
+int64_t BatchBytes(const FieldSpec& spec, int64_t rows, bool frame_references) {
+  const bool decoded = spec.frames == 0 || !frame_references;
+  return decoded ? rows * spec.bytes * std::max(1, spec.frames) : 0;
+}
+
+}  // namespace
+
 void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch, bool frame_references) {
   batch->keys.resize(batch_size);
   batch->probabilities.resize(batch_size);
@@ -29,14 +47,39 @@ void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* ba
     const FieldSpec& spec = signature.fields[f];
     SampledField& field = batch->fields[f];
     field.dtype = spec.dtype;
-    field.shape.clear();
-    field.shape.push_back(batch_size);
-    if (spec.frames > 0) field.shape.push_back(spec.frames);
-    field.shape.insert(field.shape.end(), spec.shape.begin(), spec.shape.end());
-    const bool decoded = spec.frames == 0 || !frame_references;
-    field.data.resize(decoded ? batch_size * spec.bytes * std::max(1, spec.frames) : 0);
+    BatchShape(spec, batch_size, &field.shape);
+    field.data.resize(BatchBytes(spec, batch_size, frame_references));
   }
   batch->frames.resize(frame_references ? batch_size * signature.num_frames : 0);
+}
+
+absl::Status CheckBatch(const Signature& signature, const SampledBatch& batch, int64_t rows, bool frame_references) {
+  if (batch.fields.size() != signature.fields.size()) {
+    std::vector<std::string> names;
+    for (const FieldSpec& spec : signature.fields) names.push_back(spec.name);
+    return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.fields.size(), " fields, expected ",
+                                                   signature.fields.size(), " (", absl::StrJoin(names, ", "), ")"));
+  }
+  if (frame_references && static_cast<int64_t>(batch.frames.size()) != rows * signature.num_frames) {
+    return absl::InvalidArgumentError(absl::StrCat("batch has ", batch.frames.size(), " frame references, expected ",
+                                                   rows * signature.num_frames, " (", rows, " rows of ",
+                                                   signature.num_frames, " frames)"));
+  }
+  std::vector<int64_t> expected;
+  for (size_t f = 0; f < signature.fields.size(); ++f) {
+    const FieldSpec& spec = signature.fields[f];
+    const SampledField& field = batch.fields[f];
+    BatchShape(spec, rows, &expected);
+    if (field.dtype != spec.dtype || field.shape != expected ||
+        static_cast<int64_t>(field.data.size()) < BatchBytes(spec, rows, frame_references)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch field ", f, " (", spec.name, "): got ",
+          ShapeString(field.dtype, field.shape.data(), static_cast<int>(field.shape.size())), " with ",
+          field.data.size(), " bytes, expected ",
+          ShapeString(spec.dtype, expected.data(), static_cast<int>(expected.size()))));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, bool prioritized, double beta,

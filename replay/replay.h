@@ -59,6 +59,15 @@ struct SampledBatch {
 // get their shape and no bytes, `frames` one entry per item frame.
 void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch, bool frame_references = false);
 
+// The one check of a batch against the signature it was sampled with, for
+// whoever consumes batches (D4PG's learner, agents/transition.h): `rows`
+// items, each field of the dtype and shape ShapeBatch gives it with at
+// least its bytes (`frame_references`: pixel fields shaped with no bytes
+// needed, and `frames` exactly rows * signature.num_frames). InvalidArgument
+// naming the field: "batch field 1 (action): got float32[4,3] with 48
+// bytes, expected float32[4,2]".
+absl::Status CheckBatch(const Signature& signature, const SampledBatch& batch, int64_t rows, bool frame_references);
+
 // Importance weights (Schaul et al. 2016): w_i = (N P(i))^-beta / max_j w_j
 // when `prioritized` and beta > 0, else 1. Writes items.size() floats.
 void ComputeWeights(const std::vector<SampledItem>& items, int64_t table_size, bool prioritized, double beta,

@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include <zlib.h>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/replay_checkpoint.pb.h"
+#include "replay/checkpoint.h"
 #include "replay/client.h"
 #include "replay/test_util.h"
 
@@ -170,7 +172,7 @@ TEST(ReplayTest, ItemGroupWithWrongColumnsOrPriorityIsRefusedWhole) {
 
 TEST(ReplayTest, PrioritizedSamplesCarryImportanceWeights) {
   Embedded e(TestConfig("max_size: 1000", R"pb(
-    tables { name: "prio" selector: "prioritized" priority_exponent: 1 importance_exponent: 1 seed: 5
+    tables { name: "prio" selector: prioritized priority_exponent: 1 importance_exponent: 1 seed: 5
              fields { name: "x" } })pb"));
   auto writer = *e.client->NewWriter();
   for (int i = 0; i < 2; ++i) {
@@ -387,28 +389,102 @@ TEST(ReplayTest, CheckpointRoundTripKeepsReferenceCodedFrames) {
   }
 }
 
-// Rewrites the header record of checkpoint `path` to say `version`, with a
-// valid checksum.
-void SetCheckpointVersion(const std::string& path, int version) {
+// Rewrites every record of checkpoint `path` with `edit`, keeping the file
+// valid (record lengths, count and checksum), as a writer whose schema
+// `edit` describes would have written it.
+void RewriteCheckpoint(const std::string& path, const std::function<void(proto::CheckpointRecord*)>& edit) {
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  uint32_t n = 0;
-  std::memcpy(&n, bytes.data() + 8, 4);
-  proto::CheckpointRecord header;
-  ASSERT_TRUE(header.ParseFromArray(bytes.data() + 12, static_cast<int>(n)));
-  header.mutable_header()->set_version(version);
-  std::string record = header.SerializeAsString();
-  ASSERT_EQ(record.size(), n);
-  bytes.replace(12, n, record);
-  const size_t body_end = bytes.size() - 20;
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), body_end));
-  std::memcpy(bytes.data() + body_end + 16, &crc, 4);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
+  constexpr size_t kMagic = 8, kTrailer = 20;
+  ASSERT_GE(bytes.size(), kMagic + kTrailer);
+  std::string out = bytes.substr(0, kMagic);
+  uint64_t records = 0;
+  for (size_t pos = kMagic; pos < bytes.size() - kTrailer; ++records) {
+    uint32_t n = 0;
+    std::memcpy(&n, bytes.data() + pos, 4);
+    proto::CheckpointRecord record;
+    ASSERT_TRUE(record.ParseFromArray(bytes.data() + pos + 4, static_cast<int>(n)));
+    pos += 4 + n;
+    edit(&record);
+    const std::string written = record.SerializeAsString();
+    const uint32_t size = static_cast<uint32_t>(written.size());
+    out.append(reinterpret_cast<const char*>(&size), 4);
+    out += written;
+  }
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(out.data()), out.size()));
+  out.append(bytes, bytes.size() - kTrailer, 8);  // the trailer's magic
+  out.append(reinterpret_cast<const char*>(&records), 8);
+  out.append(reinterpret_cast<const char*>(&crc), 4);
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << out;
+}
+
+// Rewrites the header record of checkpoint `path` to say `version`.
+void SetCheckpointVersion(const std::string& path, int version) {
+  RewriteCheckpoint(path, [version](proto::CheckpointRecord* record) {
+    if (record->has_header()) record->mutable_header()->set_version(version);
+  });
+}
+
+// A checkpoint written before a table's selector and its fields' dtypes
+// were enums (strings, fields 3 and 2 of the table and field configs) is
+// restored with the same selector and dtypes.
+TEST(ReplayTest, CheckpointWithTheFormerStringSelectorAndDTypesRestores) {
+  const std::string path = TempPath("strings.ckpt");
+  config::ReplayConfig config = testing::SceneConfig(/*max_size=*/50);
+  config.mutable_tables(0)->set_selector(config::ReplayTableConfig::fifo);
+  {
+    Embedded e(config);
+    auto writer = *e.client->NewWriter();
+    ASSERT_TRUE(testing::WriteScene(*writer, /*steps=*/20).ok());
+    ASSERT_TRUE(writer->Close().ok());
+    ASSERT_TRUE(e.replay->Checkpoint(path).ok());
+  }
+  // The table record as the former schema wrote it: the same bytes as the
+  // strings under the former field numbers.
+  RewriteCheckpoint(path, [](proto::CheckpointRecord* record) {
+    if (!record->has_table()) return;
+    config::ReplayTableConfig* table = record->mutable_table()->mutable_config();
+    table->clear_selector();
+    table->mutable_unknown_fields()->AddLengthDelimited(3, "fifo");
+    for (config::ReplayFieldConfig& field : *table->mutable_fields()) {
+      field.mutable_unknown_fields()->AddLengthDelimited(2, config::ReplayFieldConfig::DType_Name(field.dtype()));
+      field.clear_dtype();
+    }
+  });
+  FrameStore frames;
+  auto read = ReadCheckpoint(path, frames);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 1u);
+  const config::ReplayTableConfig& table = (*read)[0].config;
+  EXPECT_EQ(table.selector(), config::ReplayTableConfig::fifo);
+  ASSERT_EQ(table.fields_size(), 3);
+  EXPECT_EQ(table.fields(0).dtype(), config::ReplayFieldConfig::uint8);
+  EXPECT_EQ(table.fields(1).dtype(), config::ReplayFieldConfig::float32);
+  EXPECT_EQ(table.fields(2).dtype(), config::ReplayFieldConfig::uint8);
+  EXPECT_TRUE(table.unknown_fields().empty());
+  Embedded restored(config);
+  auto items = restored.replay->Restore(path);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(*items, 20);
+  // A string the enum never had is refused, naming the table and the field.
+  RewriteCheckpoint(path, [](proto::CheckpointRecord* record) {
+    if (!record->has_table()) return;
+    config::ReplayFieldConfig* field = record->mutable_table()->mutable_config()->mutable_fields(1);
+    field->clear_dtype();
+    field->mutable_unknown_fields()->AddLengthDelimited(2, "float16");
+  });
+  const absl::Status refused = restored.replay->Restore(path).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(refused.message().find("table 'scene' fields[1].dtype 'float16' (written by an earlier version): unknown; "
+                                   "expected one of float32, float64, int32, int64, uint8"),
+            std::string::npos)
+      << refused.message();
+  std::remove(path.c_str());
 }
 
 TEST(ReplayTest, CheckpointOfFormatVersionTwoRestoresItsZstdFrames) {

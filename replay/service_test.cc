@@ -429,7 +429,7 @@ TEST(ServiceTest, IdleWriterSessionsBeyondTheBoundAreDroppedOldestFirst) {
 // sampler sees every item exactly once and in order.
 TEST(ServiceTest, AResumableWriterLosesNothingAndInsertsNothingTwiceWhenItsStreamEnds) {
   auto server = StartServer(TestConfig("max_size: 1000", R"pb(
-    tables { name: "limited" max_size: 100 selector: "fifo"
+    tables { name: "limited" max_size: 100 selector: fifo
              rate_limiter { samples_per_insert: 1 error_buffer: 2 insert_timeout_ms: 200 }
              fields { name: "x" } })pb"));
   auto client = NewGrpcClient(server->address());

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/status_macros.h"
@@ -15,10 +14,12 @@ namespace troupe::replay {
 namespace {
 
 std::unique_ptr<Selector> MakeSelector(const config::ReplayTableConfig& config) {
-  if (config.selector() == "prioritized") {
-    return std::make_unique<PrioritizedSelector>(config.max_size(), config.priority_exponent());
+  switch (config.selector()) {
+    case config::ReplayTableConfig::prioritized:
+      return std::make_unique<PrioritizedSelector>(config.max_size(), config.priority_exponent());
+    case config::ReplayTableConfig::fifo: return std::make_unique<FifoSelector>(config.max_size());
+    case config::ReplayTableConfig::uniform: break;
   }
-  if (config.selector() == "fifo") return std::make_unique<FifoSelector>(config.max_size());
   return std::make_unique<UniformSelector>(config.max_size());
 }
 
@@ -44,9 +45,8 @@ absl::Status ValidateTableConfig(const config::ReplayTableConfig& config, absl::
   }
   RETURN_IF_ERROR(CheckFitsInMemory(absl::StrCat(prefix, "max_size ", config.max_size()),
                                     static_cast<double>(config.max_size()) * kTableBytesPerSlot));
-  if (config.selector() != "uniform" && config.selector() != "prioritized" && config.selector() != "fifo") {
-    return bad("selector '", absl::CHexEscape(config.selector().substr(0, 64)),
-               "': unknown; expected uniform, prioritized or fifo");
+  if (!config::ReplayTableConfig::Selector_IsValid(config.selector())) {
+    return bad("selector ", static_cast<int>(config.selector()), ": unknown; expected uniform, prioritized or fifo");
   }
   // !(x >= 0) also refuses NaN.
   if (!(config.priority_exponent() >= 0) || std::isinf(config.priority_exponent())) {

@@ -32,12 +32,12 @@ float ValueOf(const Item& item) {
 TEST(TableTest, CreateRejectsBadConfigSayingWhichField) {
   config::ReplayTableConfig c;
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      R"pb(name: "t" selector: "lifo" fields { name: "x" shape: 1 })pb", &c));
+      R"pb(name: "t" max_size: 0 fields { name: "x" shape: 1 })pb", &c));
   auto table = Table::Create(c);
   EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.status().message(), "replay table 't': selector 'lifo': unknown; expected uniform, prioritized or fifo");
+  EXPECT_EQ(table.status().message(), "replay table 't': max_size 0: must be in [1, 268435456]");
   ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      R"pb(name: "t" fields { name: "obs" dtype: "float32" shape: 84 shape: 84 shape: 3 frames: 3 })pb", &c));
+      R"pb(name: "t" fields { name: "obs" dtype: float32 shape: 84 shape: 84 shape: 3 frames: 3 })pb", &c));
   table = Table::Create(c);
   EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(table.status().message().find("field 'obs': a pixel field (frames > 0) must be uint8"), std::string::npos)
@@ -63,7 +63,7 @@ TEST(TableTest, EvictsOldestWhenFullAndKeysStayContiguous) {
 }
 
 TEST(TableTest, FifoTableYieldsEachItemExactlyOnceInOrder) {
-  auto table = MakeTable(R"pb(name: "q" max_size: 100 selector: "fifo" fields { name: "x" shape: 1 })pb");
+  auto table = MakeTable(R"pb(name: "q" max_size: 100 selector: fifo fields { name: "x" shape: 1 })pb");
   std::vector<float> seen;
   int inserted = 0;
   // Interleave inserts and samples; every item must come out once, in order.
@@ -87,7 +87,7 @@ TEST(TableTest, FifoTableYieldsEachItemExactlyOnceInOrder) {
 
 TEST(TableTest, MutatePrioritiesSkipsEvictedKeysAndRejectsBadValues) {
   auto table = MakeTable(
-      R"pb(name: "p" max_size: 4 selector: "prioritized" priority_exponent: 1 fields { name: "x" shape: 1 })pb");
+      R"pb(name: "p" max_size: 4 selector: prioritized priority_exponent: 1 fields { name: "x" shape: 1 })pb");
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(table->Insert(MakeItem(i), 1, absl::ZeroDuration()).ok());
   // Keys 0 and 1 were evicted; 9 never existed.
   const std::vector<uint64_t> keys = {0, 1, 2, 5, 9};

@@ -2,14 +2,19 @@
 #ifndef TROUPE_REPLAY_TEST_UTIL_H_
 #define TROUPE_REPLAY_TEST_UTIL_H_
 
+#include <zstd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "google/protobuf/text_format.h"
 #include "proto/config.pb.h"
 #include "replay/client.h"
@@ -33,14 +38,14 @@ inline config::ReplayConfig TestConfig(const std::string& pixels_extra = "max_si
   return ParseConfig(R"pb(
     tables {
       name: "pixels"
-      fields { name: "obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+      fields { name: "obs" dtype: uint8 shape: [16, 16, 3] frames: 3 }
       fields { name: "action" shape: 2 }
       fields { name: "reward" }
-      fields { name: "next_obs" dtype: "uint8" shape: [16, 16, 3] frames: 3 }
+      fields { name: "next_obs" dtype: uint8 shape: [16, 16, 3] frames: 3 }
       )pb" + pixels_extra + R"pb(
     }
     tables { name: "state" max_size: 1000 fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
-    tables { name: "queue" max_size: 1000 selector: "fifo" fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
+    tables { name: "queue" max_size: 1000 selector: fifo fields { name: "obs" shape: 24 } fields { name: "action" shape: 2 } }
   )pb" + extra);
 }
 
@@ -108,6 +113,24 @@ inline ::testing::AssertionResult RowMatchesEpisode(const SampledBatch& batch, i
   return ::testing::AssertionSuccess();
 }
 
+// The 32 real rendered frames of replay/testdata (16 cartpole.swingup, then
+// 16 walker.walk, each run consecutive), 84x84x3.
+constexpr int kRendered = 84;
+constexpr size_t kRenderedBytes = kRendered * kRendered * 3;
+
+inline std::vector<std::vector<uint8_t>> RenderedFrames() {
+  std::ifstream in(ProjectPath("replay/testdata/rendered_frames.zst"), std::ios::binary);
+  const std::string packed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string raw(32 * kRenderedBytes, '\0');
+  const size_t n = ZSTD_decompress(raw.data(), raw.size(), packed.data(), packed.size());
+  EXPECT_EQ(n, raw.size()) << "replay/testdata/rendered_frames.zst";
+  std::vector<std::vector<uint8_t>> frames;
+  for (size_t i = 0; n == raw.size() && i < 32; ++i) {
+    frames.emplace_back(raw.begin() + i * kRenderedBytes, raw.begin() + (i + 1) * kRenderedBytes);
+  }
+  return frames;
+}
+
 // Reference-coding scenes: 64x64x3 frames of a fixed textured background
 // (it compresses poorly alone, like a rendered floor) with a block that
 // moves along it, so a frame coded against a recent one is far smaller.
@@ -134,9 +157,9 @@ inline config::ReplayConfig SceneConfig(int max_size) {
     tables {
       name: "scene"
       max_size: )pb", max_size, R"pb(
-      fields { name: "obs" dtype: "uint8" shape: [64, 64, 3] frames: 3 }
+      fields { name: "obs" dtype: uint8 shape: [64, 64, 3] frames: 3 }
       fields { name: "step" }
-      fields { name: "next_obs" dtype: "uint8" shape: [64, 64, 3] frames: 3 }
+      fields { name: "next_obs" dtype: uint8 shape: [64, 64, 3] frames: 3 }
     })pb"));
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/config.h"
 #include "common/run_layout.h"
 #include "common/status_macros.h"
 #include "proto/config.pb.h"
@@ -268,7 +269,7 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
   config::ExperimentConfig config;
   google::protobuf::TextFormat::Parser parser;
   parser.AllowUnknownField(true);
-  if (parser.ParseFromString(ReadText(layout.config()), &config)) {
+  if (parser.ParseFromString(UnquoteFormerStringEnums(ReadText(layout.config())), &config)) {
     run.task = config.env().task();
     run.mode = config::ExperimentConfig::Mode_Name(config.mode());
   }
