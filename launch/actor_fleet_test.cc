@@ -4,19 +4,18 @@
 // does with a process — what it passes, restarting, the stop sequence — is
 // seen without a learner or MuJoCo.
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "common/run_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -50,12 +49,8 @@ class ActorFleetTest : public ::testing::Test {
     EXPECT_TRUE(fleet.ok()) << fleet.status();
     return fleet.ok() ? std::move(*fleet) : nullptr;
   }
-  std::string Log(int index) const {
-    std::ifstream in(RunLayout(run_dir_).actor_log(index));
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  // Actor `index`'s log so far ("" before it exists).
+  std::string Log(int index) const { return ReadFile(RunLayout(run_dir_).actor_log(index)).value_or(""); }
   // Waits up to `seconds` for `done`.
   template <typename F>
   static bool Await(F done, double seconds) {
