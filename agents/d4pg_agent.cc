@@ -49,25 +49,36 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
   float max_norm_;
 };
 
-// A replica's input one update ahead (learner.prefetch_input): a thread
+}  // namespace
+
+// A replica's input ahead of its updates (learner.prefetch_input): a thread
 // produces input i (sampling it into buffer i % 2, preparing its frames)
-// once input i - 1 was taken and uploaded, so input i + 1 is made while
-// update i steps, and buffer i % 2 is refilled only after update i - 2 (its
-// last user) ended. It makes the inputs of one Train call only, no more.
-class InputPrefetcher {
+// once input i - 1 was taken and uploaded and Allow let it make i + 1
+// inputs, so input i + 1 is made while update i steps, and buffer i % 2 is
+// refilled only after update i - 2 (its last user) ended. Train allows its
+// own updates' inputs, and with StartInput's input one more: the next call's
+// first, made between the calls.
+class D4pgAgent::InputPrefetcher {
  public:
-  InputPrefetcher(int64_t count, std::function<absl::Status(int64_t)> produce)
-      : produce_(std::move(produce)), thread_([this, count](std::stop_token) { Run(count); }) {}
+  explicit InputPrefetcher(std::function<absl::Status(int64_t)> produce)
+      : produce_(std::move(produce)), thread_([this](std::stop_token) { Run(); }) {}
+  // Waits for an input in production (a sample blocked on the rate limiter
+  // returns when replay closes or fills, or when the input's cancel ends it).
   ~InputPrefetcher() {
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    thread_.join();  // (a producer blocked in sampling returns when replay closes or fills)
+    thread_.join();
   }
   InputPrefetcher(const InputPrefetcher&) = delete;
   InputPrefetcher& operator=(const InputPrefetcher&) = delete;
 
+  // Inputs 0 .. count - 1 may be made.
+  void Allow(int64_t count) {
+    absl::MutexLock lock(&mu_);
+    allowed_ = std::max(allowed_, count);
+  }
   // Blocks until input `index` is made; adds the seconds waited to *waited.
   // Its status (the sampler's, or the frames').
   absl::Status Take(int64_t index, double* waited) {
@@ -85,11 +96,13 @@ class InputPrefetcher {
   }
 
  private:
-  void Run(int64_t count) {
-    for (int64_t i = 0; i < count; ++i) {
+  void Run() {
+    for (int64_t i = 0;; ++i) {
       {
         absl::MutexLock lock(&mu_);
-        const auto may_make = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_ || released_ >= i; };
+        const auto may_make = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return stop_ || (released_ >= i && allowed_ > i);
+        };
         mu_.Await(absl::Condition(&may_make));
         if (stop_) return;
       }
@@ -107,12 +120,11 @@ class InputPrefetcher {
   absl::Mutex mu_;
   int64_t made_ ABSL_GUARDED_BY(mu_) = 0;      // inputs made
   int64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // inputs taken and uploaded
+  int64_t allowed_ ABSL_GUARDED_BY(mu_) = 0;   // inputs it may make
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::jthread thread_;  // last: started once the rest is built
 };
-
-}  // namespace
 
 // --- Table -----------------------------------------------------------------------
 
@@ -190,7 +202,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
 
-  replay::SampledBatch batches[2];  // input i of a Train call in batches[i % 2]
+  replay::SampledBatch batches[2];  // input i of the input (since StartInput) in batches[i % 2]
   std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
   std::vector<float> readout;      // the step's one read: per-item loss and Q [B, 2], then the actor loss
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -204,11 +216,12 @@ struct D4pgAgent::Replica {
   std::unique_ptr<DeviceFrameTable> frames;
   replay::FrameDecoder decoder;
   std::vector<int32_t> slots[2], gather_slots;  // slots[i % 2]: batches[i % 2]'s
-  int64_t next_input = 0;                       // the Train call's next input
+  int64_t next_input = 0;                       // the input's next, counted from StartInput
+  std::unique_ptr<InputPrefetcher> prefetcher;  // learner.prefetch_input: the input made ahead
   int64_t updates = 0;
 };
 
-D4pgAgent::~D4pgAgent() = default;
+D4pgAgent::~D4pgAgent() { StopInput(); }
 
 absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::ExperimentConfig& config,
                                                              const ObservationSpec& spec, int action_size,
@@ -302,21 +315,64 @@ D4pgAgent::Replica& D4pgAgent::LocalReplica(int replica_id) {
   return *replicas_[it - ids.begin()];
 }
 
-absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
-  if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
-  ++train_generation_;
+void D4pgAgent::StartInput(SampleFn sample, std::function<void()> cancel) {
+  OpenInput(std::move(sample), std::move(cancel), /*across_calls=*/true, config_.learner().prefetch_input());
+}
+
+void D4pgAgent::OpenInput(SampleFn sample, std::function<void()> cancel, bool across_calls, bool prefetch) {
+  StopInput();
+  sample_ = std::move(sample);
+  cancel_input_ = std::move(cancel);
+  input_across_calls_ = across_calls;
   const int64_t shard = batch_size_ / replicator_->num_replicas();
   const std::vector<int>& ids = replicator_->local_replicas();
-  for (auto& r : replicas_) r->next_input = 0;
-  // With prefetch, each replica's inputs are made one update ahead.
-  std::vector<std::unique_ptr<InputPrefetcher>> prefetchers(replicas_.size());
-  if (config_.learner().prefetch_input() && num_updates > 1) {
-    for (size_t k = 0; k < replicas_.size(); ++k) {
-      prefetchers[k] = std::make_unique<InputPrefetcher>(num_updates, [&, k](int64_t i) {
-        return ProduceInput(*replicas_[k], ids[k], shard, i, sample);
-      });
-    }
+  for (size_t k = 0; k < replicas_.size(); ++k) {
+    Replica& r = *replicas_[k];
+    r.next_input = 0;
+    if (!prefetch) continue;
+    r.prefetcher = std::make_unique<InputPrefetcher>(
+        [this, &r, id = ids[k], shard](int64_t i) { return ProduceInput(r, id, shard, i, sample_); });
   }
+}
+
+void D4pgAgent::StopInput() {
+  const bool prefetching = !replicas_.empty() && replicas_[0]->prefetcher != nullptr;
+  if (prefetching && cancel_input_) cancel_input_();  // a sample blocked on the rate limiter returns
+  for (auto& r : replicas_) r->prefetcher.reset();    // (joined)
+  sample_ = nullptr;
+  cancel_input_ = nullptr;
+}
+
+absl::Status D4pgAgent::Train(int64_t num_updates) {
+  if (!sample_) {
+    return absl::FailedPreconditionError(
+        "D4pgAgent::Train(num_updates) without an input: call StartInput first (or Train(num_updates, sample))");
+  }
+  return RunUpdates(num_updates);
+}
+
+absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
+  if (sample_) {
+    return absl::FailedPreconditionError(
+        "D4pgAgent::Train(num_updates, sample) while StartInput's input runs: call Train(num_updates), or StopInput "
+        "first");
+  }
+  // Prefetching one update is only a thread's start.
+  OpenInput(sample, nullptr, /*across_calls=*/false, config_.learner().prefetch_input() && num_updates > 1);
+  const absl::Status status = RunUpdates(num_updates);
+  StopInput();
+  return status;
+}
+
+absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
+  if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
+  ++train_generation_;
+  const std::vector<int>& ids = replicator_->local_replicas();
+  // The inputs this call takes, and with StartInput's input the next call's first.
+  for (auto& r : replicas_) {
+    if (r->prefetcher != nullptr) r->prefetcher->Allow(r->next_input + num_updates + (input_across_calls_ ? 1 : 0));
+  }
+  const int64_t shard = batch_size_ / replicator_->num_replicas();
   absl::Status status = replicator_->Run<Input>(
       num_updates,
       // input_fn: this replica's shard of the global batch, its new frames uploaded.
@@ -325,15 +381,15 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
         Replica& r = *replicas_[k];
         const int64_t i = r.next_input++;
         double waited = 0;
-        if (prefetchers[k] != nullptr) {
-          RETURN_IF_ERROR(prefetchers[k]->Take(i, &waited));
+        if (r.prefetcher != nullptr) {
+          RETURN_IF_ERROR(r.prefetcher->Take(i, &waited));
         } else {
           const auto start = std::chrono::steady_clock::now();
-          RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample));
+          RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
           waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
         if (r.frames != nullptr) r.frames->Upload();
-        if (prefetchers[k] != nullptr) prefetchers[k]->Release(i);
+        if (r.prefetcher != nullptr) r.prefetcher->Release(i);
         if (k == 0) {
           absl::MutexLock lock(&metrics_mu_);
           sum_input_wait_ += waited;
@@ -589,7 +645,7 @@ DeviceFrameStats D4pgAgent::frame_stats() const {
   DeviceFrameStats sum;
   for (const auto& r : replicas_) {
     if (r->frames == nullptr) continue;
-    const DeviceFrameStats& s = r->frames->stats();
+    const DeviceFrameStats s = r->frames->stats();
     sum.frames_uploaded += s.frames_uploaded;
     sum.bytes_uploaded += s.bytes_uploaded;
     sum.replaced += s.replaced;

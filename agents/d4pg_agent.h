@@ -8,9 +8,11 @@
 //   ObservationSpec spec{.frames = 3, .height = 84, .width = 84};
 //   config::ReplayTableConfig table = D4pgTransitionTable(spec, action_size, cfg);
 //   auto agent = *D4pgAgent::Create(cfg, spec, action_size, replicator.get());
-//   agent->Train(/*num_updates=*/10, [&](int replica, int64_t n, replay::SampledBatch* out) {
+//   agent->StartInput([&](int replica, int64_t n, replay::SampledBatch* out) {
 //     return samplers[replica]->Next(out);   // n == cfg.learner().batch_size() / replicas
-//   });
+//   }, [&] { for (auto& s : samplers) s->Cancel(); });
+//   agent->Train(/*num_updates=*/10);   // ... publish, checkpoint, Train again
+//   agent->StopInput();                 // before the samplers go
 //   (with agent->frame_references(), the samplers hand frame references:
 //   replay::SamplerOptions::frame_references)
 //   std::vector<float> params; agent->PolicyParameters(&params);
@@ -18,9 +20,10 @@
 //
 // Threads: D4pgAgent runs one std::jthread per local replica inside Train()
 // (the Replicator's), and with learner.prefetch_input one more per replica
-// that samples the next update's batch while this one steps; everything else (PolicyParameters, Save, Load) must be
-// called from the thread that calls Train, between Train calls. metrics() may
-// be called from any thread.
+// that samples the next update's batch while this one steps (and, with
+// StartInput, between Train calls); everything else (PolicyParameters, Save,
+// Load) must be called from the thread that calls Train, between Train
+// calls. metrics() and frame_stats() may be called from any thread.
 #ifndef TROUPE_AGENTS_D4PG_AGENT_H_
 #define TROUPE_AGENTS_D4PG_AGENT_H_
 
@@ -91,14 +94,32 @@ class D4pgAgent {
                                                            replicator::Replicator* replicator);
   ~D4pgAgent();
 
-  // `num_updates` D4PG updates on the Replicator: per update each replica
-  // samples its shard through `sample` (input_fn; with
-  // learner.prefetch_input, on a thread of its own one update ahead, never
-  // beyond this call's updates), then (step_fn) takes one
-  // critic step and one actor step with gradients averaged over replicas,
-  // and moves the targets. Errors: the sampler's, InvalidArgument for a
-  // batch that does not match the table signature (naming field and shape),
-  // collective errors; each prefixed with the replica ("replica 1: ...").
+  // The learner's input for the Train(num_updates) calls that follow:
+  // `sample` fills each local replica's shard of every update's batch. With
+  // learner.prefetch_input a thread per local replica runs it one update
+  // ahead, across Train calls: the first update of a call finds its input
+  // made while the caller worked between the calls (publishing a policy,
+  // checkpointing). So `sample` is called outside Train too, and must stay
+  // callable until StopInput, which calls `cancel` (if given; e.g. each
+  // replay::Sampler's Cancel) to end a sample blocked on the rate limiter.
+  // An input made ahead is replay's batch, not the agent's state: Save and
+  // Load leave it (a priority set between calls reaches it one update late).
+  void StartInput(SampleFn sample, std::function<void()> cancel = nullptr);
+  // Stops the input (joins its threads) and drops the input made ahead.
+  // The destructor calls it.
+  void StopInput();
+
+  // `num_updates` D4PG updates on the Replicator, on StartInput's input
+  // (FailedPrecondition without one): per update each replica takes its
+  // shard (input_fn), then (step_fn) takes one critic step and one actor
+  // step with gradients averaged over replicas, and moves the targets.
+  // Errors: the sampler's, InvalidArgument for a batch that does not match
+  // the table signature (naming field and shape), collective errors; each
+  // prefixed with the replica ("replica 1: ...").
+  absl::Status Train(int64_t num_updates);
+  // The same on an input of this call's own: `sample` is called exactly
+  // num_updates times per replica, within this call (prefetching inside it
+  // only). FailedPrecondition while StartInput's input runs.
   absl::Status Train(int64_t num_updates, const SampleFn& sample);
 
   // The policy's flat parameters (encoder + actor), exactly D4pgPolicy's
@@ -120,7 +141,7 @@ class D4pgAgent {
   // still taken (the host-assembled path).
   bool frame_references() const;
   // The device frame tables' counters, summed over this process's replicas
-  // (zeros without tables). Same thread rule as PolicyParameters.
+  // (zeros without tables); from any thread.
   DeviceFrameStats frame_stats() const;
   int64_t updates() const { return updates_; }
 
@@ -162,8 +183,14 @@ class D4pgAgent {
     replay::SampledBatch* batch = nullptr;
     const std::vector<int32_t>* slots = nullptr;
   };
-  // Samples input `index` of a Train call into its buffer and prepares its
-  // frames (the host's part: no device call).
+  class InputPrefetcher;
+  // Starts an input (stopping the one before): `across_calls`, StartInput's
+  // (made ahead into the next call); `prefetch`, on a thread per replica.
+  void OpenInput(SampleFn sample, std::function<void()> cancel, bool across_calls, bool prefetch);
+  // Train's updates on the open input.
+  absl::Status RunUpdates(int64_t num_updates);
+  // Samples input `index` (since the input opened) into its buffer and
+  // prepares its frames (the host's part: no device call).
   absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input);
   // Everything Save writes, downloaded from replica 0's device, in file order.
@@ -183,6 +210,11 @@ class D4pgAgent {
   std::vector<std::unique_ptr<Replica>> replicas_;  // local, in replicator->local_replicas() order
   int64_t updates_ = 0;
   int64_t train_generation_ = 0;
+  // The open input (OpenInput): its sampling, what ends a sample in flight,
+  // and whether it runs ahead into the next Train call (StartInput's).
+  SampleFn sample_;
+  std::function<void()> cancel_input_;
+  bool input_across_calls_ = false;
   // Policy layout: (source set is critic (0) or actor (1), source offset, destination offset, floats).
   struct PolicyCopy {
     int source;

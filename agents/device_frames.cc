@@ -84,7 +84,7 @@ int32_t DeviceFrameTable::TakeSlot() {
       continue;
     }
     Clear(static_cast<int32_t>(s));
-    ++stats_.replaced;
+    ++replaced_;
     return static_cast<int32_t>(s);
   }
   return -1;
@@ -143,7 +143,7 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
     host_slots_.push_back(s);
     (*slots)[i] = s;
   }
-  stats_.resolved += static_cast<int64_t>(frames.size());
+  resolved_ += static_cast<int64_t>(frames.size());
   if (new_frames_.empty()) return absl::OkStatus();
 
   // The new frames decoded into rows (references decoded once for all),
@@ -183,8 +183,13 @@ void DeviceFrameTable::Upload() {
   backend_->Upload(host_slots_.data(), staging.slots.data(), slot_bytes);
   backend_->ScatterRows(slots_ + 1, row_words_, table_.data(), bucket,
                         reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
-  stats_.frames_uploaded += n;
-  stats_.bytes_uploaded += static_cast<int64_t>(row_bytes + slot_bytes);
+  frames_uploaded_ += n;
+  bytes_uploaded_ += static_cast<int64_t>(row_bytes + slot_bytes);
+}
+
+DeviceFrameStats DeviceFrameTable::stats() const {
+  return {.frames_uploaded = frames_uploaded_, .bytes_uploaded = bytes_uploaded_, .replaced = replaced_,
+          .resolved = resolved_};
 }
 
 void DeviceFrameTable::Gather(int64_t count, const int32_t* device_slots, uint8_t* out) {

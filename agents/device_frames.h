@@ -33,6 +33,7 @@
 #ifndef TROUPE_AGENTS_DEVICE_FRAMES_H_
 #define TROUPE_AGENTS_DEVICE_FRAMES_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -102,7 +103,9 @@ class DeviceFrameTable {
   int64_t frame_bytes() const { return frame_bytes_; }
   // Slots holding a frame replay still has.
   int64_t resident() const;
-  const DeviceFrameStats& stats() const { return stats_; }
+  // The counters so far; from any thread (the input thread prepares the
+  // next batch while the learner reads them).
+  DeviceFrameStats stats() const;
 
  private:
   struct Slot {
@@ -141,7 +144,8 @@ class DeviceFrameTable {
     nn::DeviceBuffer rows, slots;
   };
   std::map<int64_t, Staging> staging_;
-  DeviceFrameStats stats_;
+  // DeviceFrameStats's counters, each atomic (read by stats() from any thread).
+  std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0;
 };
 
 }  // namespace troupe::agents

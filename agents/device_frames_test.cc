@@ -7,6 +7,8 @@
 #include "agents/device_frames.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,9 +16,11 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "agents/d4pg_agent.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
@@ -456,61 +460,181 @@ std::unique_ptr<replay::Replay> FilledD4pgReplay(const config::ExperimentConfig&
 
 // `updates` D4PG updates sampled from a filled replay, in Train calls of
 // `per_call`: with frame references (the device frame table) or
-// host-assembled batches, with the input made one update ahead or not.
-uint64_t TrainOnReplay(config::EngineConfig::Device device, bool device_frames, int updates,
-                       DeviceFrameStats* stats = nullptr, bool prefetch = true, int per_call = 1000,
-                       double* input_wait_s = nullptr, std::vector<float>* policy = nullptr) {
-  config::ExperimentConfig c = PixelAgentConfig();
-  c.mutable_learner()->mutable_engine()->set_device(device);
-  if (device == config::EngineConfig::PJRT) {
-    c.mutable_learner()->mutable_engine()->set_pjrt_plugin(PjrtPlugin());
-    c.mutable_learner()->mutable_engine()->set_pjrt_cache_dir("");
+// host-assembled batches, with the input made ahead or not, the input
+// started once for every call (StartInput, the learner's way) or each
+// call's own (Train(n, sample)).
+struct ReplayRun {
+  config::EngineConfig::Device device = config::EngineConfig::CPU;
+  bool device_frames = true;
+  int updates = 0;
+  bool prefetch = true;
+  int per_call = 1000;
+  bool started_input = false;
+};
+struct ReplayRunResult {
+  uint64_t checksum = 0;  // StateChecksum
+  DeviceFrameStats stats;
+  double input_wait_s = -1;
+  std::vector<float> policy;
+  int64_t batches_sampled = 0;
+};
+// An agent of `run`'s config and a sampler of a filled replay (members in
+// the order they go: the agent, whose input samples, first).
+struct AgentOnReplay {
+  explicit AgentOnReplay(const ReplayRun& run) {
+    config::ExperimentConfig c = PixelAgentConfig();
+    c.mutable_learner()->mutable_engine()->set_device(run.device);
+    if (run.device == config::EngineConfig::PJRT) {
+      c.mutable_learner()->mutable_engine()->set_pjrt_plugin(PjrtPlugin());
+      c.mutable_learner()->mutable_engine()->set_pjrt_cache_dir("");
+    }
+    c.mutable_learner()->set_device_frames(run.device_frames);
+    c.mutable_learner()->set_prefetch_input(run.prefetch);
+    const ObservationSpec spec{.frames = 3, .height = 64, .width = 64};
+    replay = FilledD4pgReplay(c, spec, /*transitions=*/40);
+    auto made = engine::MakeReplicator(c.learner().engine());
+    TROUPE_CHECK(made.ok());
+    replicator = std::move(*made);
+    auto created = D4pgAgent::Create(c, spec, 1, replicator.get());
+    TROUPE_CHECK(created.ok());
+    agent = std::move(*created);
+    EXPECT_EQ(agent->frame_references(), run.device_frames);
+    client = replay::NewLocalClient(replay.get());
+    auto opened =
+        client->NewSampler({.table = "transitions", .batch_size = 8, .frame_references = agent->frame_references()});
+    TROUPE_CHECK(opened.ok());
+    sampler = std::move(*opened);
   }
-  c.mutable_learner()->set_device_frames(device_frames);
-  c.mutable_learner()->set_prefetch_input(prefetch);
-  const ObservationSpec spec{.frames = 3, .height = 64, .width = 64};
-  auto replay = FilledD4pgReplay(c, spec, /*transitions=*/40);
-  auto replicator = engine::MakeReplicator(c.learner().engine());
-  TROUPE_CHECK(replicator.ok());
-  auto agent = D4pgAgent::Create(c, spec, 1, replicator->get());
-  TROUPE_CHECK(agent.ok());
-  EXPECT_EQ((*agent)->frame_references(), device_frames);
-  auto client = replay::NewLocalClient(replay.get());
-  auto sampler = client->NewSampler(
-      {.table = "transitions", .batch_size = 8, .frame_references = (*agent)->frame_references()});
-  TROUPE_CHECK(sampler.ok());
-  for (int done = 0; done < updates; done += per_call) {
-    const absl::Status trained = (*agent)->Train(
-        std::min(per_call, updates - done), [&](int, int64_t, replay::SampledBatch* out) { return (*sampler)->Next(out); });
+  std::unique_ptr<replay::Replay> replay;
+  std::unique_ptr<replay::ReplayClient> client;
+  std::unique_ptr<replay::Sampler> sampler;
+  std::unique_ptr<replicator::Replicator> replicator;
+  std::unique_ptr<D4pgAgent> agent;
+};
+
+ReplayRunResult TrainOnReplay(const ReplayRun& run) {
+  AgentOnReplay on(run);
+  D4pgAgent* agent = on.agent.get();
+  ReplayRunResult result;
+  const D4pgAgent::SampleFn sample = [&](int, int64_t, replay::SampledBatch* out) {
+    ++result.batches_sampled;
+    return on.sampler->Next(out);
+  };
+  if (run.started_input) agent->StartInput(sample);
+  for (int done = 0; done < run.updates; done += run.per_call) {
+    const int n = std::min(run.per_call, run.updates - done);
+    const absl::Status trained = run.started_input ? agent->Train(n) : agent->Train(n, sample);
     EXPECT_TRUE(trained.ok()) << trained;
   }
-  if (stats != nullptr) *stats = (*agent)->frame_stats();
-  if (input_wait_s != nullptr) *input_wait_s = (*agent)->metrics().input_wait_s;
-  if (policy != nullptr) (*agent)->PolicyParameters(policy);
-  return (*agent)->StateChecksum();
+  agent->StopInput();
+  result.stats = agent->frame_stats();
+  result.input_wait_s = agent->metrics().input_wait_s;
+  agent->PolicyParameters(&result.policy);
+  result.checksum = agent->StateChecksum();
+  return result;
 }
 
 TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesEqualHostBatchesBitForBit) {
-  DeviceFrameStats stats;
-  const uint64_t gathered = TrainOnReplay(config::EngineConfig::CPU, true, 6, &stats);
-  EXPECT_EQ(gathered, TrainOnReplay(config::EngineConfig::CPU, false, 6));
-  EXPECT_NE(gathered, TrainOnReplay(config::EngineConfig::CPU, true, 0)) << "the updates moved the state";
+  const ReplayRunResult gathered = TrainOnReplay({.updates = 6});
+  EXPECT_EQ(gathered.checksum, TrainOnReplay({.device_frames = false, .updates = 6}).checksum);
+  EXPECT_NE(gathered.checksum, TrainOnReplay({.updates = 0}).checksum) << "the updates moved the state";
   // 6 batches of 8 transitions resolved 288 frames; the replay has 45.
-  EXPECT_EQ(stats.resolved, 6 * 8 * kFramesPerItem);
-  EXPECT_LE(stats.frames_uploaded, 45);
+  EXPECT_EQ(gathered.stats.resolved, 6 * 8 * kFramesPerItem);
+  EXPECT_LE(gathered.stats.frames_uploaded, 45);
 }
 
 // The input made one update ahead (a thread per replica) changes no update:
 // the same batches in the same order, gathered or host-assembled, in one
-// Train call or several.
+// Train call or several, each call's own input or one started for all
+// (made ahead into the next call). Each call's own input samples exactly
+// its updates' batches; a started one at most one more.
 TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
-  const uint64_t plain = TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/false);
-  double waited = -1;
-  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/true, 1000, &waited), plain);
-  EXPECT_GE(waited, 0.0);
-  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, true, 7, nullptr, /*prefetch=*/true, /*per_call=*/3), plain);
-  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU, false, 7, nullptr, /*prefetch=*/true, /*per_call=*/2),
-            TrainOnReplay(config::EngineConfig::CPU, false, 7, nullptr, /*prefetch=*/false));
+  const ReplayRunResult plain = TrainOnReplay({.updates = 7, .prefetch = false});
+  EXPECT_EQ(plain.batches_sampled, 7);
+  const ReplayRunResult ahead = TrainOnReplay({.updates = 7});
+  EXPECT_EQ(ahead.checksum, plain.checksum);
+  EXPECT_GE(ahead.input_wait_s, 0.0);
+  const ReplayRunResult per_call = TrainOnReplay({.updates = 7, .per_call = 3});
+  EXPECT_EQ(per_call.checksum, plain.checksum);
+  EXPECT_EQ(per_call.batches_sampled, 7) << "a call's own input sampled past its updates";
+  for (const bool prefetch : {true, false}) {
+    const ReplayRunResult started = TrainOnReplay({.updates = 7, .prefetch = prefetch, .per_call = 2, .started_input = true});
+    EXPECT_EQ(started.checksum, plain.checksum) << "prefetch " << prefetch;
+    EXPECT_GE(started.batches_sampled, 7);
+    EXPECT_LE(started.batches_sampled, prefetch ? 8 : 7);
+  }
+  EXPECT_EQ(TrainOnReplay({.device_frames = false, .updates = 7, .per_call = 2}).checksum,
+            TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
+  EXPECT_EQ(TrainOnReplay({.device_frames = false, .updates = 7, .per_call = 2, .started_input = true}).checksum,
+            TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
+}
+
+// A started input makes the next Train call's first batch while the caller
+// works between calls (the learner publishing a policy), and no batch more:
+// that update does not wait for its input (with each call's own input it
+// waited the whole sample, one update in publish_every).
+TEST(D4pgDeviceFramesTest, AStartedInputMakesTheNextCallsFirstBatchBetweenCalls) {
+  AgentOnReplay on({});
+  constexpr auto kSampleTime = std::chrono::milliseconds(150);
+  std::atomic<int64_t> sampled = 0;
+  on.agent->StartInput([&](int, int64_t, replay::SampledBatch* out) {
+    std::this_thread::sleep_for(kSampleTime);  // a slow sampler
+    const absl::Status status = on.sampler->Next(out);
+    ++sampled;
+    return status;
+  });
+  ASSERT_TRUE(on.agent->Train(1).ok());
+  EXPECT_GE(on.agent->metrics().input_wait_s, 0.9 * std::chrono::duration<double>(kSampleTime).count())
+      << "the first update waits for its batch";
+  for (int64_t call = 0; call < 3; ++call) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sampled.load() < call + 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(sampled.load(), call + 2) << "the next call's batch was not made between the calls";
+    if (call == 0) {
+      std::this_thread::sleep_for(2 * kSampleTime);
+      EXPECT_EQ(sampled.load(), 2) << "the input ran more than one update ahead";
+    }
+    ASSERT_TRUE(on.agent->Train(1).ok());
+  }
+  EXPECT_LT(on.agent->metrics().input_wait_s, 0.3 * std::chrono::duration<double>(kSampleTime).count())
+      << "a later call's first update waited for its batch";
+  on.agent->StopInput();  // (while the next call's batch is sampled, or before it starts)
+  EXPECT_GE(sampled.load(), 4);
+  EXPECT_LE(sampled.load(), 5) << "the input ran more than one update ahead";
+}
+
+// StopInput ends a sample blocked on the rate limiter through the input's
+// cancel (a replay::Sampler's Cancel); Train then wants an input again, and
+// Train(n, sample) is refused while a started input runs.
+TEST(D4pgDeviceFramesTest, StopInputCancelsABlockedSampleAndTrainWantsAnInput) {
+  AgentOnReplay on({});
+  absl::Notification cancelled;
+  std::atomic<bool> cancel_seen = false;
+  std::atomic<int> calls = 0;
+  on.agent->StartInput(
+      [&](int, int64_t, replay::SampledBatch* out) -> absl::Status {
+        if (calls++ == 0) return on.sampler->Next(out);
+        // The next call's batch: replay's rate limiter holds it back.
+        cancel_seen = cancelled.WaitForNotificationWithTimeout(absl::Seconds(20));
+        return absl::CancelledError("sampler cancelled");
+      },
+      [&] { cancelled.Notify(); });
+  ASSERT_TRUE(on.agent->Train(1).ok());
+  const absl::Status refused = on.agent->Train(1, [&](int, int64_t, replay::SampledBatch* out) {
+    return on.sampler->Next(out);
+  });
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("StartInput's input runs"));
+  const auto start = std::chrono::steady_clock::now();
+  on.agent->StopInput();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(cancel_seen.load()) << "StopInput did not cancel the blocked sample";
+  const absl::Status no_input = on.agent->Train(1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(no_input)) << no_input;
+  EXPECT_THAT(no_input.message(), HasSubstr("call StartInput first"));
+  EXPECT_EQ(on.agent->updates(), 1);
 }
 
 // On PJRT the gather is inside the step's one compiled program: the
@@ -518,29 +642,28 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
 // fused kernels against Eigen's) and those of host batches on PJRT.
 TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesInACompiledPjrtStepMatchTheCpu) {
   if (PjrtPlugin().empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
-  std::vector<float> cpu, gathered, host, start;
-  TrainOnReplay(config::EngineConfig::CPU, false, 0, nullptr, true, 1000, nullptr, &start);
-  TrainOnReplay(config::EngineConfig::CPU, false, 4, nullptr, true, 1000, nullptr, &cpu);
-  DeviceFrameStats stats;
-  TrainOnReplay(config::EngineConfig::PJRT, true, 4, &stats, true, 1000, nullptr, &gathered);
-  TrainOnReplay(config::EngineConfig::PJRT, false, 4, nullptr, true, 1000, nullptr, &host);
-  ASSERT_EQ(gathered.size(), cpu.size());
+  const std::vector<float> start = TrainOnReplay({.device_frames = false, .updates = 0}).policy;
+  const std::vector<float> cpu = TrainOnReplay({.device_frames = false, .updates = 4}).policy;
+  const ReplayRunResult gathered = TrainOnReplay({.device = config::EngineConfig::PJRT, .updates = 4});
+  const std::vector<float> host =
+      TrainOnReplay({.device = config::EngineConfig::PJRT, .device_frames = false, .updates = 4}).policy;
+  ASSERT_EQ(gathered.policy.size(), cpu.size());
   ASSERT_EQ(host.size(), cpu.size());
   double moved = 0, to_cpu = 0, to_host = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
     moved = std::max(moved, std::fabs(double{cpu[i]} - start[i]));
-    to_cpu = std::max(to_cpu, std::fabs(double{gathered[i]} - cpu[i]));
-    to_host = std::max(to_host, std::fabs(double{gathered[i]} - host[i]));
+    to_cpu = std::max(to_cpu, std::fabs(double{gathered.policy[i]} - cpu[i]));
+    to_host = std::max(to_host, std::fabs(double{gathered.policy[i]} - host[i]));
   }
   EXPECT_GT(moved, 1e-4);
   EXPECT_LT(to_cpu, 1e-4);
   EXPECT_LT(to_host, 1e-4);
-  EXPECT_EQ(stats.resolved, 4 * 8 * kFramesPerItem);
+  EXPECT_EQ(gathered.stats.resolved, 4 * 8 * kFramesPerItem);
 }
 
 TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesOnTheStrictDeviceEqualTheCpusBitForBit) {
-  EXPECT_EQ(TrainOnReplay(config::EngineConfig::CPU_STRICT, true, 3),
-            TrainOnReplay(config::EngineConfig::CPU, false, 3));
+  EXPECT_EQ(TrainOnReplay({.device = config::EngineConfig::CPU_STRICT, .updates = 3}).checksum,
+            TrainOnReplay({.device_frames = false, .updates = 3}).checksum);
 }
 
 }  // namespace

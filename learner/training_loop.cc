@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -94,11 +95,19 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
     const proto::InfoResponse info = replay_->Info();
     return (info.tables_size() ? info.tables(0).size() : 0) < min_size ? kWait : kTrain;
   };
-  auto sample = [&](int replica_id, int64_t shard, replay::SampledBatch* out) -> absl::Status {
-    const auto& local = replicator_->local_replicas();
-    const size_t index = std::find(local.begin(), local.end(), replica_id) - local.begin();
-    return samplers_[index]->Next(out);
-  };
+  // The agent's input, made one update ahead across Train calls (so the
+  // first update after a publish does not wait for its batch); stopped,
+  // cancelling a sample blocked on the rate limiter, before Run returns.
+  agent_->StartInput(
+      [this](int replica_id, int64_t, replay::SampledBatch* out) -> absl::Status {
+        const auto& local = replicator_->local_replicas();
+        const size_t index = std::find(local.begin(), local.end(), replica_id) - local.begin();
+        return samplers_[index]->Next(out);
+      },
+      [this] {
+        for (auto& sampler : samplers_) sampler->Cancel();
+      });
+  absl::Cleanup stop_input = [this] { agent_->StopInput(); };
 
   absl::Status status;
   for (;;) {
@@ -112,7 +121,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
       // Actors are filling replay.
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } else {
-      status = agent_->Train(publish_every, sample);
+      status = agent_->Train(publish_every);
       if (!status.ok()) break;
       samples_ += publish_every * config_.learner().batch_size();
       if (is_chief()) {
@@ -150,6 +159,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
       last_checkpoint = now;
     }
   }
+  std::move(stop_input).Invoke();  // training ended: no sampling during Finish
   // With 2 ranks, a replica stalled inside a collective can only be the other one.
   if (mpi_ && num_ranks_ == 2 && absl::IsDeadlineExceeded(status) &&
       absl::StrContains(status.message(), "another replica stalled")) {

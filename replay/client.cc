@@ -1,6 +1,7 @@
 #include "replay/client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -236,7 +237,7 @@ class LocalSampler : public Sampler {
     // Pick under the table lock, then copy and decode without it.
     items_.clear();
     int64_t table_size = 0;
-    RETURN_IF_ERROR(table_->Sample(options_.batch_size, options_.timeout, &items_, &table_size));
+    RETURN_IF_ERROR(TakeItems(&table_size));
     ShapeBatch(table_->signature(), options_.batch_size, batch, options_.frame_references);
     absl::Status status;
     if (options_.frame_references) {
@@ -251,9 +252,31 @@ class LocalSampler : public Sampler {
     return status;
   }
 
+  void Cancel() override { cancelled_ = true; }
+
  private:
+  // The batch's items into items_: waits on the rate limiter in slices of
+  // kCancelLatency (a cancel is seen between them) up to the options' timeout.
+  absl::Status TakeItems(int64_t* table_size) {
+    const absl::Time deadline = options_.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                             : absl::Now() + options_.timeout;
+    for (;;) {
+      if (cancelled_) return absl::CancelledError(absl::StrCat("sampler of table '", table_->name(), "' cancelled"));
+      const absl::Duration slice = std::clamp(deadline - absl::Now(), absl::ZeroDuration(), kCancelLatency);
+      absl::Status status = table_->Sample(options_.batch_size, slice, &items_, table_size);
+      if (!absl::IsDeadlineExceeded(status)) return status;
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("table '", table_->name(), "': no full batch of ",
+                                                        options_.batch_size, " within ",
+                                                        absl::FormatDuration(options_.timeout), " (", status.message(),
+                                                        ")"));
+      }
+    }
+  }
+
   Table* table_;
   SamplerOptions options_;
+  std::atomic<bool> cancelled_ = false;
   std::vector<SampledItem> items_;
   FrameDecoder decoder_;
   int64_t batches_ = 0;

@@ -197,6 +197,12 @@ class Sampler {
   // Fills *batch with the next batch (reusing its buffers). Blocks on the
   // rate limiter up to the options' timeout.
   virtual absl::Status Next(SampledBatch* batch) = 0;
+  // Ends the stream from any thread: a Next blocked now returns Cancelled
+  // within kCancelLatency (items it had taken are dropped), and so does
+  // every later Next. For a learner whose input thread waits on the rate
+  // limiter when the run stops.
+  virtual void Cancel() = 0;
+  static constexpr absl::Duration kCancelLatency = absl::Milliseconds(50);
 };
 
 class ReplayClient {

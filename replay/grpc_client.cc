@@ -3,6 +3,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -204,13 +205,22 @@ class GrpcSampler : public Sampler {
 
   absl::Status Next(SampledBatch* batch) override {
     if (finished_) return status_;
+    if (cancelled_) return absl::CancelledError("sample stream cancelled");
     if (!reader_->Read(&response_)) {
       finished_ = true;
       status_ = FromGrpcStatus(reader_->Finish());
+      if (cancelled_) status_ = absl::CancelledError("sample stream cancelled");
       if (status_.ok()) status_ = absl::OutOfRangeError("sample stream gave all its batches");
       return status_;
     }
+    if (cancelled_) return absl::CancelledError("sample stream cancelled");
     return frame_references_ ? UnpackReferences(batch) : Unpack(batch);
+  }
+
+  // The stream's context cancelled: a Read blocked now returns at once.
+  void Cancel() override {
+    cancelled_ = true;
+    context_.TryCancel();
   }
 
  private:
@@ -351,6 +361,7 @@ class GrpcSampler : public Sampler {
   std::vector<std::vector<uint8_t>> scratch_;
   size_t scratch_used_ = 0;
   bool finished_ = false;
+  std::atomic<bool> cancelled_ = false;  // Cancel, from any thread
   absl::Status status_;
   bool frame_references_ = false;
   FrameStore store_;                                   // frames_once: the frames received ...

@@ -523,6 +523,41 @@ TEST(ServiceTest, SampleTimesOutWithDeadlineExceededNamingTheTable) {
       << status.message();
 }
 
+// Cancel from another thread ends a Next blocked on the rate limiter (an
+// empty table) within its latency, and every later Next, for the embedded
+// and the gRPC sampler alike; a sampler nobody cancels still waits.
+TEST(ServiceTest, CancelEndsABlockedSampleAndEveryLaterOne) {
+  auto server = StartServer(TestConfig());
+  std::unique_ptr<ReplayClient> clients[] = {NewLocalClient(server->replay()), NewGrpcClient(server->address())};
+  for (auto& client : clients) {
+    auto sampler = *client->NewSampler({.table = "state", .batch_size = 4});
+    auto waiting = *client->NewSampler({.table = "state", .batch_size = 4, .timeout = absl::Milliseconds(400)});
+    absl::Status blocked, waited;
+    absl::Time returned;
+    std::thread sampling([&] {
+      SampledBatch batch;
+      blocked = sampler->Next(&batch);
+      returned = absl::Now();
+    });
+    std::thread other([&] {
+      SampledBatch batch;
+      waited = waiting->Next(&batch);
+    });
+    absl::SleepFor(absl::Milliseconds(200));
+    const absl::Time cancelled = absl::Now();
+    sampler->Cancel();
+    sampling.join();
+    other.join();
+    EXPECT_TRUE(absl::IsCancelled(blocked)) << blocked;
+    EXPECT_LT(returned - cancelled, absl::Seconds(1)) << "a cancelled Next returned late";
+    EXPECT_TRUE(absl::IsDeadlineExceeded(waited)) << "the other sampler was not cancelled: " << waited;
+    EXPECT_TRUE(absl::StrContains(waited.message(), "table 'state': no full batch of 4 within 400")) << waited;
+    SampledBatch batch;
+    const absl::Status later = sampler->Next(&batch);
+    EXPECT_TRUE(absl::IsCancelled(later)) << later;
+  }
+}
+
 TEST(ServiceTest, RateLimitedInsertWaitsWithoutStallingOtherStreams) {
   // "state" allows 3 inserts ahead of samples (spi 1, buffer 2).
   auto server = StartServer(TestConfig("max_size: 1000", R"pb(
