@@ -176,7 +176,7 @@ class PjrtBackend::Recorder {
     }
     if (replicated) {
       // One program on every replica: the group runs it once all have arrived.
-      PjrtReplicaGroup::Arrival arrival{&program.text, &args_, std::move(out)};
+      PjrtReplicaGroup::Arrival arrival{&program.text, f.fingerprint(), &args_, std::move(out)};
       b_.group_->Execute(b_.device_, &arrival, b_.client_, b_.cache_dir_);
       out = std::move(arrival.outputs);
       if (arrival.compile_seconds > 0) {
@@ -637,19 +637,19 @@ void PjrtReplicaGroup::Execute(int replica, Arrival* arrival, const std::shared_
   }
   // The last to arrive: one program for all.
   if (!client_) client_ = client;
-  const std::string& text = *arrivals_[0]->text;
+  const Arrival& first = *arrivals_[0];
   for (int r = 1; r < replicas_; ++r) {
-    if (*arrivals_[r]->text != text) {
+    if (arrivals_[r]->fingerprint != first.fingerprint) {
       std::fprintf(stderr, "PJRT replicas: replica %d recorded another step than replica 0 (%zu and %zu bytes)\n", r,
-                   arrivals_[r]->text->size(), text.size());
+                   arrivals_[r]->text->size(), first.text->size());
       std::abort();
     }
   }
-  auto it = executables_.find(text);
+  auto it = executables_.find(first.fingerprint);
   if (it == executables_.end()) {
     capi::LoadedExecutable* executable =
-        CompileProgram(*client_, cache_dir, text, replicas_, &arrival->compile_seconds, &arrival->from_cache);
-    it = executables_.emplace(text, executable).first;
+        CompileProgram(*client_, cache_dir, *first.text, replicas_, &arrival->compile_seconds, &arrival->from_cache);
+    it = executables_.emplace(first.fingerprint, executable).first;
   }
   std::vector<std::vector<capi::Buffer*>> args, outputs;
   for (int r = 0; r < replicas_; ++r) {

@@ -65,7 +65,7 @@ namespace troupe::pjrt {
 // its program and arguments, and the last to arrive compiles the program
 // for K replicas (once per text), executes it once with the K argument
 // lists and hands each replica its results. Replicas that recorded
-// different programs, or one that does not arrive within the timeout, abort
+// different programs (by fingerprint), or one that does not arrive within the timeout, abort
 // the process naming it (a step cannot be half run).
 class PjrtReplicaGroup {
  public:
@@ -79,13 +79,15 @@ class PjrtReplicaGroup {
   // For PjrtBackend::EndStep. One replica's part of a step's execution.
   struct Arrival {
     const std::string* text;
+    Fingerprint fingerprint;  // of *text: what the replicas' programs are compared and found by
     const std::vector<capi::Buffer*>* args;
     std::vector<capi::Buffer*> outputs;  // sized by the replica; filled by the execution
     double compile_seconds = 0;          // set on the replica that compiled (or loaded) the program
     bool from_cache = false;             // it came from the on-disk cache
   };
   // Blocks until every replica has arrived; the last one runs the program
-  // (compiled once per text; on disk under `cache_dir` as a single step's).
+  // (compiled once per program, found again by its fingerprint; on disk
+  // under `cache_dir` as a single step's).
   void Execute(int replica, Arrival* arrival, const std::shared_ptr<Client>& client, const std::string& cache_dir);
 
  private:
@@ -97,7 +99,7 @@ class PjrtReplicaGroup {
   int arrived_ = 0;
   uint64_t generation_ = 0;
   std::shared_ptr<Client> client_;
-  std::unordered_map<std::string, capi::LoadedExecutable*> executables_;
+  std::unordered_map<Fingerprint, capi::LoadedExecutable*, FingerprintHash> executables_;
 };
 
 struct PjrtBackendOptions {

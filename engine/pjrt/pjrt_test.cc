@@ -14,10 +14,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/testing.h"
@@ -621,6 +624,44 @@ TEST(PjrtCacheTest, AStepCompiledOnceIsLoadedFromTheDiskCacheByTheNextBackend) {
   ASSERT_EQ(files().size(), 1u);
   EXPECT_GT(std::filesystem::file_size(files()[0]), 10u);
   std::filesystem::remove_all(dir);
+}
+
+// K replicas run a step as one program only if they recorded the same one
+// (compared by the programs' fingerprints): replicas whose steps differ
+// stop the process naming the replica, as a half-run step cannot go on.
+TEST(PjrtGroupDeathTest, ReplicasThatRecordDifferentStepsStopTheProcessNamingTheReplica) {
+  REQUIRE_PLUGIN();
+  auto client = Client::Shared(plugin);
+  ASSERT_TRUE(client.ok()) << client.status();
+  if ((*client)->num_devices() < 2) GTEST_SKIP() << "the plugin has one device: a group needs two";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto steps = [&](int64_t second_size) {
+    auto group = std::make_shared<PjrtReplicaGroup>(2, std::chrono::seconds(60));
+    std::vector<std::unique_ptr<PjrtBackend>> backends;
+    for (int r = 0; r < 2; ++r) {
+      auto b = PjrtBackend::Create({.plugin = plugin, .device = r, .group = group, .cache_dir = ""});
+      TROUPE_CHECK(b.ok());
+      backends.push_back(std::move(*b));
+    }
+    std::vector<float> out(2);
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < 2; ++r) {
+      replicas.emplace_back([&, r] {
+        PjrtBackend& b = *backends[r];
+        const int64_t n = r == 0 ? 64 : second_size;
+        float* x = b.AllocateFloats(n);
+        float* y = b.AllocateFloats(1);
+        nn::StepScope step(b);
+        b.Fill(x, n, 0.5f);
+        b.SquaredNorm(x, n, y);
+        b.ReadAtStepEnd(y, &out[r], sizeof(float));
+      });
+    }
+    for (std::thread& t : replicas) t.join();
+    return out;
+  };
+  EXPECT_EQ(steps(64), std::vector<float>({16.0f, 16.0f})) << "the same step on both replicas runs";
+  EXPECT_DEATH(steps(32), "replica 1 recorded another step than replica 0");
 }
 
 TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
