@@ -202,7 +202,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
 
-  replay::SampledBatch batches[2];  // input i of the input (since StartInput) in batches[i % 2]
+  replay::SampledBatch batches[2];  // input i (counted from the input's opening) in batches[i % 2]
   std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
   std::vector<float> readout;      // the step's one read: per-item loss and Q [B, 2], then the actor loss
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -216,7 +216,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<DeviceFrameTable> frames;
   replay::FrameDecoder decoder;
   std::vector<int32_t> slots[2], gather_slots;  // slots[i % 2]: batches[i % 2]'s
-  int64_t next_input = 0;                       // the input's next, counted from StartInput
+  int64_t next_input = 0;                       // the input's next, counted from its opening
   std::unique_ptr<InputPrefetcher> prefetcher;  // learner.prefetch_input: the input made ahead
   int64_t updates = 0;
 };
