@@ -623,6 +623,12 @@ TEST(D4pgDeviceFramesTest, StopInputCancelsABlockedSampleAndTrainWantsAnInput) {
       },
       [&] { cancelled.Notify(); });
   ASSERT_TRUE(on.agent->Train(1).ok());
+  // The next call's batch is being sampled (blocked) before the input stops.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (calls.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(calls.load(), 2) << "the next call's batch was not sampled between the calls";
   const absl::Status refused = on.agent->Train(1, [&](int, int64_t, replay::SampledBatch* out) {
     return on.sampler->Next(out);
   });
