@@ -1,6 +1,7 @@
 // Every composed kernel (Backend's default bodies, composed_kernels.cc),
 // run on CoreOnlyBackend (the core and nothing else), against the CPU
-// backend's fused kernel on the same inputs: values and gradients within
+// backend's fused kernel on the same inputs (against formulas on the host
+// where the CPU runs the default too: activations, binary forwards): values and gradients within
 // float tolerance, with the edge cases each one has (C51 atoms exactly on a
 // support point and at v_min/v_max, random shifts of 0 and 2*pad, labels 0
 // and cols-1, a clipped and an unclipped norm, trust ratios with a zero
@@ -8,7 +9,9 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,13 +44,8 @@ Buffers RunOn(Backend& backend, const Buffers& buffers, const Kernel& kernel) {
   return out;
 }
 
-// The kernel on the CPU's fused kernels and on the composed defaults: every
-// buffer (inputs unchanged, outputs computed) within `tolerance` relative.
-void ExpectComposedMatchesFused(const std::string& what, const Buffers& buffers, const Kernel& kernel,
-                                double tolerance = 2e-5) {
-  CpuBackend cpu(1);
-  CoreOnlyBackend core(1);
-  const Buffers want = RunOn(cpu, buffers, kernel), got = RunOn(core, buffers, kernel);
+// Every buffer of `got` within `tolerance` relative of `want` (0: bit for bit).
+void ExpectBuffersMatch(const std::string& what, const Buffers& want, const Buffers& got, double tolerance) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (tolerance == 0.0) {
       // Bit for bit (NaN payloads included).
@@ -60,6 +58,20 @@ void ExpectComposedMatchesFused(const std::string& what, const Buffers& buffers,
           << what << ": buffer " << i << "[" << k << "]";
     }
   }
+}
+
+// The kernel on the CPU's fused kernels and on the composed defaults: every
+// buffer (inputs unchanged, outputs computed) within `tolerance` relative.
+// `host_outputs` replaces the CPU's value of the buffers it names: those of
+// kernels the CPU runs as the defaults too (compared with themselves
+// otherwise), computed on the host instead.
+void ExpectComposedMatchesFused(const std::string& what, const Buffers& buffers, const Kernel& kernel,
+                                double tolerance = 2e-5, const std::map<size_t, std::vector<float>>& host_outputs = {}) {
+  CpuBackend cpu(1);
+  CoreOnlyBackend core(1);
+  Buffers want = RunOn(cpu, buffers, kernel);
+  for (const auto& [i, values] : host_outputs) want[i] = values;
+  ExpectBuffersMatch(what, want, RunOn(core, buffers, kernel), tolerance);
 }
 
 // int32 values carried in float words (a kernel's index arguments).
@@ -119,32 +131,57 @@ TEST(ComposedKernelsTest, TransposedConvolutionForwardAndBackward) {
 
 // --- Elementwise -------------------------------------------------------------------------
 
+// The CPU runs activations and binary forwards as these defaults too (over
+// its Unary and BinaryBroadcast): their values are the formulas, on the host.
 TEST(ComposedKernelsTest, EveryActivationForwardAndBackward) {
   const int64_t n = 64;
+  const float alpha = 0.2f;
   for (Activation f : {Activation::kRelu, Activation::kLeakyRelu, Activation::kElu, Activation::kTanh,
                        Activation::kSigmoid, Activation::kSoftplus}) {
     std::vector<float> x = RandomVector(n, 1, -4.0f, 4.0f);
     x[0] = 0.0f;
     x[1] = 25.0f;  // softplus's linear branch
-    ExpectComposedMatchesFused("activation " + std::to_string(static_cast<int>(f)),
-                               {x, std::vector<float>(n), RandomVector(n, 2), RandomVector(n, 3)},
+    const std::vector<float> dy = RandomVector(n, 2), dx = RandomVector(n, 3);
+    // y = f(x), dx + f'(x) dy, in double.
+    std::vector<float> y(n), dx_after(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], sigmoid = 1.0 / (1.0 + std::exp(-v));
+      double value = 0, slope = 0;
+      switch (f) {
+        case Activation::kRelu: value = v > 0 ? v : 0, slope = v > 0 ? 1 : 0; break;
+        case Activation::kLeakyRelu: value = v > 0 ? v : alpha * v, slope = v > 0 ? 1 : alpha; break;
+        case Activation::kElu: value = v > 0 ? v : alpha * std::expm1(v), slope = v > 0 ? 1 : alpha * std::exp(v); break;
+        case Activation::kTanh: value = std::tanh(v), slope = 1 - value * value; break;
+        case Activation::kSigmoid: value = sigmoid, slope = sigmoid * (1 - sigmoid); break;
+        case Activation::kSoftplus: value = v > 20 ? v : std::log1p(std::exp(v)), slope = sigmoid; break;
+      }
+      y[i] = static_cast<float>(value);
+      dx_after[i] = static_cast<float>(dx[i] + slope * dy[i]);
+    }
+    ExpectComposedMatchesFused("activation " + std::to_string(static_cast<int>(f)), {x, std::vector<float>(n), dy, dx},
                                [&](Backend& b, const std::vector<float*>& p) {
-                                 b.ActivationForward(f, 0.2f, p[0], p[1], n);
-                                 b.ActivationBackward(f, 0.2f, p[0], p[1], p[2], p[3], n);
-                               });
+                                 b.ActivationForward(f, alpha, p[0], p[1], n);
+                                 b.ActivationBackward(f, alpha, p[0], p[1], p[2], p[3], n);
+                               },
+                               2e-5, {{1, y}, {3, dx_after}});
   }
 }
 
 TEST(ComposedKernelsTest, BinaryForwardAndBackward) {
   const int64_t n = 29;
   for (Binary op : {Binary::kAdd, Binary::kSub, Binary::kMul}) {
+    const std::vector<float> lhs = RandomVector(n, 1), rhs = RandomVector(n, 2);
+    std::vector<float> y(n);
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = op == Binary::kAdd ? lhs[i] + rhs[i] : op == Binary::kSub ? lhs[i] - rhs[i] : lhs[i] * rhs[i];
+    }
     ExpectComposedMatchesFused("binary " + std::to_string(static_cast<int>(op)),
-                               {RandomVector(n, 1), RandomVector(n, 2), std::vector<float>(n), RandomVector(n, 3),
-                                RandomVector(n, 4), RandomVector(n, 5)},
+                               {lhs, rhs, std::vector<float>(n), RandomVector(n, 3), RandomVector(n, 4), RandomVector(n, 5)},
                                [&](Backend& b, const std::vector<float*>& p) {
                                  b.BinaryForward(op, p[0], p[1], p[2], n);
                                  b.BinaryBackward(op, p[0], p[1], p[3], p[4], p[5], n);
-                               });
+                               },
+                               2e-5, {{2, y}});
   }
 }
 
