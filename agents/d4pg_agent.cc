@@ -338,7 +338,10 @@ void D4pgAgent::OpenInput(SampleFn sample, std::function<void()> cancel, bool ac
 void D4pgAgent::StopInput() {
   const bool prefetching = !replicas_.empty() && replicas_[0]->prefetcher != nullptr;
   if (prefetching && cancel_input_) cancel_input_();  // a sample blocked on the rate limiter returns
-  for (auto& r : replicas_) r->prefetcher.reset();    // (joined)
+  for (auto& r : replicas_) {
+    r->prefetcher.reset();                           // (joined)
+    if (r->frames != nullptr) r->frames->DropPending();  // frames of an input made ahead, never uploaded
+  }
   sample_ = nullptr;
   cancel_input_ = nullptr;
 }

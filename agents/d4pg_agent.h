@@ -101,7 +101,9 @@ class D4pgAgent {
   // made while the caller worked between the calls (publishing a policy,
   // checkpointing). So `sample` is called outside Train too, and must stay
   // callable until StopInput, which calls `cancel` (if given; e.g. each
-  // replay::Sampler's Cancel) to end a sample blocked on the rate limiter.
+  // replay::Sampler's Cancel) to end a sample blocked on the rate limiter
+  // (a cancelled replay::Sampler stays cancelled: a later StartInput wants
+  // new samplers).
   // An input made ahead is replay's batch, not the agent's state: Save and
   // Load leave it (a priority set between calls reaches it one update late).
   void StartInput(SampleFn sample, std::function<void()> cancel = nullptr);

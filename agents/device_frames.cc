@@ -105,13 +105,7 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
   new_frames_.clear();
   host_slots_.clear();
   // Undoes this call's new slots (an error before their frames landed).
-  auto release_new = [&] {
-    for (int32_t s : host_slots_) {
-      Clear(s);
-      free_.push_back(s);
-    }
-    host_slots_.clear();
-  };
+  auto release_new = [&] { FreeNewSlots(host_slots_.size()); };
   // Each frame's slot: where it already is, else a new one.
   for (size_t i = 0; i < frames.size(); ++i) {
     const replay::Frame& frame = *frames[i];
@@ -163,6 +157,19 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
   host_slots_.resize(static_cast<size_t>(bucket), static_cast<int32_t>(slots_));
   pending_ = n;
   return absl::OkStatus();
+}
+
+void DeviceFrameTable::FreeNewSlots(size_t count) {
+  for (size_t k = 0; k < count; ++k) {
+    Clear(host_slots_[k]);
+    free_.push_back(host_slots_[k]);
+  }
+  host_slots_.clear();
+}
+
+void DeviceFrameTable::DropPending() {
+  FreeNewSlots(static_cast<size_t>(pending_));  // (not the padding rows' spare slot)
+  pending_ = 0;
 }
 
 void DeviceFrameTable::Upload() {

@@ -89,6 +89,9 @@ class DeviceFrameTable {
   absl::Status Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                        std::vector<int32_t>* slots);
   void Upload();
+  // Forgets what Prepare staged and Upload did not send: its new frames'
+  // slots are free again (an input made ahead, then stopped).
+  void DropPending();
 
   // out[i] = the frame in slot device_slots[i] for i < count: frame_bytes()
   // bytes each, contiguous, as uint8 [count, H, W, C]. `device_slots`
@@ -124,6 +127,9 @@ class DeviceFrameTable {
   int64_t Sweep();
   // Empties slot `s` (its frame no longer found there).
   void Clear(int32_t s);
+  // Empties and frees the first `count` of host_slots_ (the new slots of
+  // the last Prepare), then forgets host_slots_.
+  void FreeNewSlots(size_t count);
 
   nn::Backend* backend_;
   int64_t slots_, frame_bytes_, row_words_;

@@ -606,6 +606,33 @@ TEST(D4pgDeviceFramesTest, AStartedInputMakesTheNextCallsFirstBatchBetweenCalls)
   EXPECT_LE(sampled.load(), 5) << "the input ran more than one update ahead";
 }
 
+// An input stopped with a batch made ahead (its new frames prepared, not
+// uploaded) leaves the frame table as if that batch had never been made:
+// the agent trains again on an input started anew, and on a call's own.
+TEST(D4pgDeviceFramesTest, AnInputStoppedWithABatchMadeAheadStartsAgain) {
+  AgentOnReplay on({});
+  std::atomic<int64_t> sampled = 0;
+  const D4pgAgent::SampleFn sample = [&](int, int64_t, replay::SampledBatch* out) {
+    const absl::Status status = on.sampler->Next(out);
+    ++sampled;
+    return status;
+  };
+  for (int life = 0; life < 2; ++life) {
+    on.agent->StartInput(sample);
+    ASSERT_TRUE(on.agent->Train(1).ok()) << "life " << life;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sampled.load() < 2 * (life + 1) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(sampled.load(), 2 * (life + 1)) << "the next call's batch was not made ahead";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its frames prepared too
+    on.agent->StopInput();
+  }
+  const absl::Status own = on.agent->Train(2, sample);
+  EXPECT_TRUE(own.ok()) << own;
+  EXPECT_EQ(on.agent->updates(), 4);
+}
+
 // StopInput ends a sample blocked on the rate limiter through the input's
 // cancel (a replay::Sampler's Cancel); Train then wants an input again, and
 // Train(n, sample) is refused while a started input runs.
