@@ -232,7 +232,7 @@ absl::Status InsertRequest(Actor& actor) {
   static const std::vector<float> obs(kObsSize, 0.5f), action(kActionSize, 0.1f);
   const float reward = 1, discount = 0.99f;
   for (int i = 0; i < kItemsPerRequest; ++i) {
-    RETURN_IF_ERROR(actor.writer->Insert("transitions", 1.0,
+    RETURN_IF_ERROR(actor.writer->Insert(agents::kTransitionTable, 1.0,
                                          {FieldValue::Dense(proto::DTYPE_FLOAT32, {kObsSize}, obs.data()),
                                           FieldValue::Dense(proto::DTYPE_FLOAT32, {kActionSize}, action.data()),
                                           FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),

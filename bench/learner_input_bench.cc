@@ -73,7 +73,7 @@ class TransitionStream {
       const int t = next_++;
       const float action = 0.01f * static_cast<float>(t % 100), reward = 0.5f, discount = 0.97f;
       RETURN_IF_ERROR(writer_->Insert(
-          "transitions", 1.0,
+          agents::kTransitionTable, 1.0,
           {replay::FieldValue::Frames({keys_[t], keys_[t + 1], keys_[t + 2]}),
            replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {1}, &action),
            replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
@@ -118,7 +118,7 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   const double seconds = std::max(1.0, 3.0 * options.seconds_per_figure);
 
   // --- Host-assembled: decoded batches, both observation fields uploaded.
-  ASSIGN_OR_RETURN(auto host_sampler, client->NewSampler({.table = "transitions", .batch_size = kBatch}));
+  ASSIGN_OR_RETURN(auto host_sampler, client->NewSampler({.table = agents::kTransitionTable, .batch_size = kBatch}));
   replay::SampledBatch host;
   RETURN_IF_ERROR(host_sampler->Next(&host));
   const size_t field_bytes = host.fields[0].data.size();
@@ -149,7 +149,7 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   const int64_t slots = agents::DeviceFrameSlots(config, spec, 1);
   RETURN_IF_ERROR(agents::DeviceFrameTable::Check(slots, kFrameBytes, batch_frames));
   agents::DeviceFrameTable table(&device, slots, kFrameBytes);
-  ASSIGN_OR_RETURN(auto sampler, client->NewSampler({.table = "transitions", .batch_size = kBatch,
+  ASSIGN_OR_RETURN(auto sampler, client->NewSampler({.table = agents::kTransitionTable, .batch_size = kBatch,
                                                      .frame_references = true}));
   replay::SampledBatch batch;
   replay::FrameDecoder decoder;

@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   ASSIGN_OR_RETURN(l->agent_, agents::D4pgAgent::Create(config, l->spec_, l->action_size_, l->replicator_.get()));
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
-    replay::SamplerOptions sampler_options{.table = "transitions", .batch_size = shard};
+    replay::SamplerOptions sampler_options{.table = agents::kTransitionTable, .batch_size = shard};
     // A remote sampler gives up when rank 0 stops answering (as collectives do).
     if (!l->is_chief()) sampler_options.timeout = absl::FromChrono(options.collective_timeout);
     // Frame references for the device frame table: from the embedded replay,

@@ -132,7 +132,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
       if (config_.learner().prioritized()) {
         // Each rank sends the priorities of its own replicas' samples.
         proto::MutatePrioritiesRequest request;
-        request.set_table("transitions");
+        request.set_table(agents::kTransitionTable);
         std::vector<uint64_t> keys;
         std::vector<double> priorities;
         agent_->LastPriorities(&keys, &priorities);

@@ -268,8 +268,8 @@ class LocalSampler : public Sampler {
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat("table '", table_->name(), "': no full batch of ",
                                                         options_.batch_size, " within ",
-                                                        absl::FormatDuration(options_.timeout), " (", status.message(),
-                                                        ")"));
+                                                        absl::FormatDuration(options_.timeout), " (rate limiter: ",
+                                                        status.message(), ")"));
       }
     }
   }

@@ -193,6 +193,7 @@ class GrpcSampler : public Sampler {
     }
     request.set_frames_once(options.frame_references);
     frame_references_ = options.frame_references;
+    table_ = options.table;
     reader_ = stub->Sample(&context_, request);
   }
 
@@ -205,15 +206,15 @@ class GrpcSampler : public Sampler {
 
   absl::Status Next(SampledBatch* batch) override {
     if (finished_) return status_;
-    if (cancelled_) return absl::CancelledError("sample stream cancelled");
+    if (cancelled_) return Cancelled();
     if (!reader_->Read(&response_)) {
       finished_ = true;
       status_ = FromGrpcStatus(reader_->Finish());
-      if (cancelled_) status_ = absl::CancelledError("sample stream cancelled");
+      if (cancelled_) status_ = Cancelled();
       if (status_.ok()) status_ = absl::OutOfRangeError("sample stream gave all its batches");
       return status_;
     }
-    if (cancelled_) return absl::CancelledError("sample stream cancelled");
+    if (cancelled_) return Cancelled();
     return frame_references_ ? UnpackReferences(batch) : Unpack(batch);
   }
 
@@ -224,6 +225,10 @@ class GrpcSampler : public Sampler {
   }
 
  private:
+  absl::Status Cancelled() const {
+    return absl::CancelledError(absl::StrCat("sample stream of table '", table_, "' cancelled"));
+  }
+
   // frames_once: the frames this stream sent, kept (as a FrameStore's,
   // checked as replay checks them) while the server holds them; the batch
   // refers to them (SampledBatch::frames).
@@ -361,6 +366,7 @@ class GrpcSampler : public Sampler {
   std::vector<std::vector<uint8_t>> scratch_;
   size_t scratch_used_ = 0;
   bool finished_ = false;
+  std::string table_;
   std::atomic<bool> cancelled_ = false;  // Cancel, from any thread
   absl::Status status_;
   bool frame_references_ = false;

@@ -157,9 +157,10 @@ absl::Status Table::Sample(int64_t batch_size, absl::Duration timeout, std::vect
       const bool allowed = WaitFor(mu_, absl::Condition(this, &Table::SampleAllowed), timeout);
       --blocked_samples_;
       if (!allowed) {
-        return absl::DeadlineExceededError(absl::StrCat("table '", name(), "': sample blocked by the rate limiter for ",
-                                                        absl::FormatDuration(timeout), " (size ", size_locked(),
-                                                        ", min_size_to_sample ", limiter_.min_size_to_sample(), ")"));
+        // (Callers that wait in slices say for how long in all.)
+        return absl::DeadlineExceededError(absl::StrCat("table '", name(), "': sample blocked by the rate limiter (size ",
+                                                        size_locked(), ", min_size_to_sample ",
+                                                        limiter_.min_size_to_sample(), ")"));
       }
       if (closed_) return absl::CancelledError(absl::StrCat("table '", name(), "' is closed"));
     }

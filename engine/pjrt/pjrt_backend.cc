@@ -176,7 +176,7 @@ class PjrtBackend::Recorder {
     }
     if (replicated) {
       // One program on every replica: the group runs it once all have arrived.
-      PjrtReplicaGroup::Arrival arrival{&program.text, f.fingerprint(), &args_, std::move(out)};
+      PjrtReplicaGroup::Arrival arrival{&program.text, program.fingerprint, &args_, std::move(out)};
       b_.group_->Execute(b_.device_, &arrival, b_.client_, b_.cache_dir_);
       out = std::move(arrival.outputs);
       if (arrival.compile_seconds > 0) {
@@ -561,8 +561,10 @@ std::pair<uintptr_t, PjrtBackend::Allocation*> PjrtBackend::Find(const void* p, 
 }
 
 PjrtBackend::Program& PjrtBackend::ProgramOf(const Function& f) {
-  auto [it, met_first] = programs_.try_emplace(f.fingerprint());
+  const Fingerprint fingerprint = f.fingerprint();
+  auto [it, met_first] = programs_.try_emplace(fingerprint);
   if (met_first) {
+    it->second.fingerprint = fingerprint;
     it->second.text = f.Module();
     ++stats_.programs_printed;
   }

@@ -223,6 +223,7 @@ class PjrtBackend final : public nn::Backend {
   // A program met by this backend: its text, printed once, and its
   // executable, compiled (or loaded) on first use.
   struct Program {
+    Fingerprint fingerprint;  // its key in programs_
     std::string text;
     capi::LoadedExecutable* executable = nullptr;
   };
