@@ -12,21 +12,25 @@ namespace {
 
 constexpr int kMaxChars = 1000;
 
-// Broadcasts `data` from replica 0 to every replica: each local replica
-// gets its own copy (in-process replicas run at once), and `data` becomes
-// the first local one's.
+// Broadcasts `data` from replica 0 to every replica (one per rank under
+// MPI): `data` becomes the first local one's.
 absl::Status BroadcastFromRankZero(replicator::Replicator& replicator, std::vector<float>& data) {
-  const std::vector<int>& local = replicator.local_replicas();
-  std::vector<std::vector<float>> copies(local.size(), data);
-  RETURN_IF_ERROR(replicator.RunReplicas([&](replicator::ReplicaContext& ctx) {
-    const size_t index = std::find(local.begin(), local.end(), ctx.replica_id()) - local.begin();
-    return ctx.Broadcast(copies[index], /*root=*/0);
-  }));
+  std::vector<std::vector<float>> copies(replicator.local_replicas().size(), data);
+  RETURN_IF_ERROR(BroadcastFromReplicaZero(replicator, copies));
   data = std::move(copies.front());
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status BroadcastFromReplicaZero(replicator::Replicator& replicator, std::vector<std::vector<float>>& copies) {
+  const std::vector<int>& local = replicator.local_replicas();
+  TROUPE_CHECK(copies.size() == local.size());
+  return replicator.RunReplicas([&](replicator::ReplicaContext& ctx) {
+    const size_t index = std::find(local.begin(), local.end(), ctx.replica_id()) - local.begin();
+    return ctx.Broadcast(copies[index], /*root=*/0);
+  });
+}
 
 absl::Status CheckRanksMatchReplicas(const config::EngineConfig& engine, int num_ranks) {
   if (engine.replicas() <= 1 || engine.replicas() == num_ranks) return absl::OkStatus();

@@ -38,6 +38,11 @@ absl::StatusOr<std::string> DecodeChiefStart(const std::vector<float>& message);
 absl::StatusOr<std::string> ShareChiefAddress(replicator::Replicator& replicator, bool chief,
                                               const absl::Status& chief_status, const std::string& address);
 
+// Replica 0's values in every local replica's: copies[i] is local replica
+// i's (in-process replicas run at once; under MPI one per rank). What the
+// calls here broadcast with.
+absl::Status BroadcastFromReplicaZero(replicator::Replicator& replicator, std::vector<std::vector<float>>& copies);
+
 // Every rank gets rank 0's `step` (what to do next).
 absl::StatusOr<int> AgreeOnStep(replicator::Replicator& replicator, int step);
 

@@ -1,6 +1,7 @@
 #include "learner/rank_agreement.h"
 
 #include <memory>
+#include <vector>
 
 #include "engine/engine_config.h"
 #include "gmock/gmock.h"
@@ -34,9 +35,15 @@ TEST(RankAgreementTest, ReplicasThatAgreePassAndOneThatDivergedIsNamed) {
                                             "fedcba9876543210 after 10 updates"));
 }
 
+// Each replica starts from values of its own (as each rank does); all end
+// with replica 0's. (AgreeOnStep in process gives every replica the same
+// start, so its result alone would not show the broadcast.)
 TEST(RankAgreementTest, EveryRankGetsRankZerosStep) {
   std::unique_ptr<replicator::Replicator> replicator = ThreeReplicas();
   ASSERT_NE(replicator, nullptr);
+  std::vector<std::vector<float>> copies = {{2.0f, 0.5f}, {0.0f, 1.0f}, {1.0f, 3.0f}};
+  ASSERT_TRUE(BroadcastFromReplicaZero(*replicator, copies).ok());
+  EXPECT_EQ(copies, std::vector<std::vector<float>>(3, {2.0f, 0.5f}));
   const absl::StatusOr<int> step = AgreeOnStep(*replicator, 2);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 2);
