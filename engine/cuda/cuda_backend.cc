@@ -247,20 +247,18 @@ void CudaBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const f
 
 namespace {
 
-// An operand's strides over [outer, mid, inner] from the axes it holds.
-kernels::Strides3 StridesOf(const nn::View3& v, int axes) {
-  const int64_t inner = (axes & nn::kInnerAxis) ? 1 : 0;
-  const int64_t mid = (axes & nn::kMidAxis) ? (inner ? v.inner : 1) : 0;
-  const int64_t outer = (axes & nn::kOuterAxis) ? ((axes & nn::kMidAxis) ? v.mid : 1) * (inner ? v.inner : 1) : 0;
-  return {outer, mid, inner};
+// nn::StridesOf as the kernels take it.
+kernels::Strides3 KernelStrides(const nn::View3& v, int axes) {
+  const nn::Strides3 s = nn::StridesOf(v, axes);
+  return {s.outer, s.mid, s.inner};
 }
 
 }  // namespace
 
 void CudaBackend::BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b,
                                   int b_axes, float* y, bool accumulate) {
-  kernels::BinaryBroadcast(AsStream(Bound()), static_cast<int>(op), v.outer, v.mid, v.inner, a, StridesOf(v, a_axes),
-                           b, StridesOf(v, b_axes), y, accumulate);
+  kernels::BinaryBroadcast(AsStream(Bound()), static_cast<int>(op), v.outer, v.mid, v.inner, a,
+                           KernelStrides(v, a_axes), b, KernelStrides(v, b_axes), y, accumulate);
   Done("BinaryBroadcast");
 }
 

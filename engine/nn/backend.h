@@ -115,6 +115,17 @@ struct View3 {
   int64_t size() const { return outer * mid * inner; }
 };
 enum Axes : int { kScalarAxes = 0, kOuterAxis = 1, kMidAxis = 2, kInnerAxis = 4, kAllAxes = 7 };
+// An operand's element strides over a view's outer, mid and inner axes when
+// it holds `axes` of them (0 along an axis it is broadcast over).
+struct Strides3 {
+  int64_t outer, mid, inner;
+};
+inline Strides3 StridesOf(const View3& v, int axes) {
+  const int64_t inner = (axes & kInnerAxis) ? 1 : 0;
+  const int64_t mid = (axes & kMidAxis) ? (inner ? v.inner : 1) : 0;
+  const int64_t outer = (axes & kOuterAxis) ? ((axes & kMidAxis) ? v.mid : 1) * (inner ? v.inner : 1) : 0;
+  return {outer, mid, inner};
+}
 // An activation applied inside a convolution kernel, per sample, while its
 // output is still in cache: a pass over memory less, forward and backward,
 // than a separate activation op, and no pre-activation buffer.

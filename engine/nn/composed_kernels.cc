@@ -26,22 +26,20 @@ UnaryOp OfActivation(Activation f) {
   return static_cast<UnaryOp>(f);
 }
 
-// out[ch] = sum over i < n, j < hw of x[i, ch, j]: a batch norm's per-channel
-// sum, as two reductions of the middle axis.
-void ChannelSums(Backend& b, int64_t n, int64_t c, int64_t hw, const float* x, float* out) {
+// out[ch] (+)= sum over i < n, j < hw of x[i, ch, j]: a batch norm's
+// per-channel sum, as two reductions of the middle axis.
+void ChannelSums(Backend& b, int64_t n, int64_t c, int64_t hw, const float* x, float* out, bool accumulate = false) {
   Backend::Temporaries t(b);
   float* per_position = t.Floats(c * hw);
   b.Reduce(Reduction::kSum, {1, n, c * hw}, 1.0f, x, per_position);
-  b.Reduce(Reduction::kSum, {c, hw, 1}, 1.0f, per_position, out);
+  b.Reduce(Reduction::kSum, {c, hw, 1}, 1.0f, per_position, out, accumulate);
 }
 
 // x[i] *= 1 / (||x|| + 1e-12) (a power iteration's normalisation).
 void Normalize(Backend& b, float* x, int64_t n) {
   Backend::Temporaries t(b);
-  float* squares = t.Floats(n);
   float* inverse = t.Floats(1);
-  b.Unary(UnaryOp::kSquare, 0, 0, x, squares, n);
-  b.Reduce(Reduction::kSum, {1, n, 1}, 1.0f, squares, inverse);
+  b.SquaredNorm(x, n, inverse);
   b.Unary(UnaryOp::kSqrt, 0, 0, inverse, inverse, 1);
   b.Unary(UnaryOp::kAffine, 1.0f, 1e-12f, inverse, inverse, 1);
   b.Unary(UnaryOp::kReciprocal, 0, 0, inverse, inverse, 1);
@@ -139,12 +137,7 @@ void Backend::ConvTranspose2dForward(const ConvGeometry& g, const float* x, cons
 
 void Backend::ConvTranspose2dBackward(const ConvGeometry& g, const float* x, const float* w, const float* dy,
                                       float* dx, float* dw, float* db) {
-  if (db != nullptr) {
-    Temporaries t(*this);
-    float* sums = t.Floats(g.c);
-    ChannelSums(*this, g.n, g.c, g.h * g.w, dy, sums);
-    BinaryBroadcast(Binary::kAdd, Flat(g.c), db, kAllAxes, sums, kAllAxes, db);
-  }
+  if (db != nullptr) ChannelSums(*this, g.n, g.c, g.h * g.w, dy, db, /*accumulate=*/true);
   if (dx != nullptr) {
     // dx: the convolution of dy.
     Temporaries t(*this);
@@ -569,12 +562,10 @@ void Backend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, c
 
 void Backend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
   Temporaries t(*this);
-  float* squares = t.Floats(n);
   float* value = t.Floats(1);
   float* factor = t.Floats(1);
   float* limit = t.Floats(1);
-  Unary(UnaryOp::kSquare, 0, 0, x, squares, n);
-  Reduce(Reduction::kSum, {1, n, 1}, 1.0f, squares, value);
+  SquaredNorm(x, n, value);
   Unary(UnaryOp::kSqrt, 0, 0, value, value, 1);
   if (norm != nullptr) Copy(value, norm, 1);
   // factor = max_norm / max(||x||, max_norm): 1 unless the norm exceeds it.

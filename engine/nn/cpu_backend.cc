@@ -308,17 +308,6 @@ void BinaryRow(const float* a, int64_t sa, const float* b, int64_t sb, float* y,
   }
 }
 
-// An operand's strides over the view's outer, mid and inner axes.
-struct Strides {
-  int64_t outer, mid, inner;
-};
-Strides StridesOf(const View3& v, int axes) {
-  const int64_t inner = (axes & kInnerAxis) ? 1 : 0;
-  const int64_t mid = (axes & kMidAxis) ? (inner ? v.inner : 1) : 0;
-  const int64_t outer = (axes & kOuterAxis) ? ((axes & kMidAxis) ? v.mid : 1) * (inner ? v.inner : 1) : 0;
-  return {outer, mid, inner};
-}
-
 }  // namespace
 
 void CpuBackend::BinaryBroadcast(Binary op, const View3& v, const float* a, int a_axes, const float* b, int b_axes,
@@ -327,7 +316,7 @@ void CpuBackend::BinaryBroadcast(Binary op, const View3& v, const float* a, int 
   // Both operands whole: one flat row (the elementwise kernels' loop).
   const bool flat = a_axes == kAllAxes && b_axes == kAllAxes;
   const int64_t rows = flat ? 1 : v.outer * v.mid, len = flat ? v.size() : v.inner;
-  const Strides sa = StridesOf(v, a_axes), sb = StridesOf(v, b_axes);
+  const Strides3 sa = StridesOf(v, a_axes), sb = StridesOf(v, b_axes);
   auto run = [&](auto f) {
     if (flat) {
       pool_.ParallelFor(len, kGrain, [&](int64_t lo, int64_t hi) {

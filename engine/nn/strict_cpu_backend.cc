@@ -23,7 +23,7 @@ size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 class StrictArena final : public CpuMemoryGuard {
  public:
   explicit StrictArena(size_t arena_bytes) {
-    reserved_ = (arena_bytes + PageSize() - 1) / PageSize() * PageSize();
+    reserved_ = PageRound(arena_bytes);
     void* p = mmap(nullptr, reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     TROUPE_CHECK(p != MAP_FAILED);
     arena_ = static_cast<char*>(p);

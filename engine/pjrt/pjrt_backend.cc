@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -381,6 +380,14 @@ class PjrtBackend::Launch {
   // *p += v; nothing when p is null (a gradient nobody needs).
   void Accumulate(float* p, const Value& v) {
     if (p != nullptr) r_.Write(p, f.Add(F32(p, v.dims), v));
+  }
+  // *p = v, or with `accumulate` *p += v.
+  void Store(float* p, const Value& v, bool accumulate) {
+    if (accumulate) {
+      Accumulate(p, v);
+    } else {
+      Write(p, v);
+    }
   }
   int Result(const Value& v) { return r_.Result(v); }
   Value Input(capi::Buffer* buffer, const Dims& dims, std::string_view type) { return r_.Input(buffer, dims, type); }
@@ -995,17 +1002,14 @@ void PjrtBackend::Unary(nn::UnaryOp op, float alpha, float beta, const float* x,
       out = f.Select(positive(), l.Const(1.0), zero());
       break;
   }
-  if (accumulate) {
-    l.Accumulate(y, out);
-  } else {
-    l.Write(y, out);
-  }
+  l.Store(y, out, accumulate);
   l.Run();
 }
 
 void PjrtBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y,
                                 const float* dy, float* dx, int64_t n) {
-  if (n == 0 || dx == nullptr) return;
+  // Floor and step: zero almost everywhere.
+  if (n == 0 || dx == nullptr || op == nn::UnaryOp::kFloor || op == nn::UnaryOp::kStep) return;
   Launch l(*this);
   Function& f = l.f;
   Value d = l.F32(dy, {n}), zero = l.Const(0.0), one = l.Const(1.0);
@@ -1074,7 +1078,7 @@ void PjrtBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const f
       break;
     case nn::UnaryOp::kFloor:
     case nn::UnaryOp::kStep:
-      return;  // zero almost everywhere
+      return;  // (returned above)
   }
   l.Accumulate(dx, grad);
   l.Run();
@@ -1088,11 +1092,7 @@ void PjrtBackend::BinaryBroadcast(nn::Binary op, const nn::View3& v, const float
   Value p = ViewOperand(l, a, v, a_axes), q = ViewOperand(l, b, v, b_axes);
   static constexpr std::string_view kOps[] = {"add", "subtract", "multiply", "divide", "maximum", "minimum"};
   Value out = f.Binary(kOps[static_cast<int>(op)], p, q);
-  if (accumulate) {
-    l.Accumulate(y, out);
-  } else {
-    l.Write(y, out);
-  }
+  l.Store(y, out, accumulate);
   l.Run();
 }
 
@@ -1105,11 +1105,7 @@ void PjrtBackend::Reduce(nn::Reduction op, const nn::View3& v, float scale, cons
   Value out = v.mid == 0 ? f.Constant(max ? -3.4028234663852886e38 : 0.0, "f32", {v.outer, v.inner})
                          : f.Reduce(l.F32(x, {v.outer, v.mid, v.inner}), {1}, max ? "maximum" : "add");
   if (scale != 1.0f) out = f.Mul(l.Scalar(scale), out);
-  if (accumulate) {
-    l.Accumulate(y, out);
-  } else {
-    l.Write(y, out);
-  }
+  l.Store(y, out, accumulate);
   l.Run();
 }
 
