@@ -25,11 +25,6 @@ TEST(ReadFileTest, GivesEveryByteAndNamesAMissingFile) {
   EXPECT_NE(read.status().message().find(path), std::string::npos) << read.status();
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::string WriteLog(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/" + name;
   std::ofstream(path, std::ios::trunc) << text;
@@ -43,12 +38,12 @@ TEST(DropRowsPastTest, DropsTheRowsPastTheLimitAndACutLastLine) {
   auto dropped = DropRowsPast(path, 250, /*header=*/true, [](std::string_view row) { return CsvNumber(row, 1); });
   ASSERT_TRUE(dropped.ok()) << dropped.status();
   EXPECT_EQ(*dropped, (std::vector<std::string>{"3.0,300", "4.0,400", "5.0,4"}));
-  EXPECT_EQ(ReadAll(path), "seconds,frames\n1.0,100\n2.0,200\n");
+  EXPECT_EQ(ReadFile(path).value_or(""), "seconds,frames\n1.0,100\n2.0,200\n");
   // A row at the limit stays; appending goes on from a whole line.
   dropped = DropRowsPast(path, 200, true, [](std::string_view row) { return CsvNumber(row, 1); });
   ASSERT_TRUE(dropped.ok());
   EXPECT_TRUE(dropped->empty());
-  EXPECT_EQ(ReadAll(path), "seconds,frames\n1.0,100\n2.0,200\n");
+  EXPECT_EQ(ReadFile(path).value_or(""), "seconds,frames\n1.0,100\n2.0,200\n");
 }
 
 TEST(DropRowsPastTest, ReadsJsonLinesAndDropsRowsItCannotRead) {
@@ -61,7 +56,7 @@ TEST(DropRowsPastTest, ReadsJsonLinesAndDropsRowsItCannotRead) {
                               [](std::string_view row) { return JsonNumber(row, "frames"); });
   ASSERT_TRUE(dropped.ok()) << dropped.status();
   EXPECT_EQ(dropped->size(), 2u);
-  EXPECT_EQ(ReadAll(path), "{\"seconds\": 1.0, \"frames\": 100}\n{\"seconds\": 3.0, \"frames\": 50}\n");
+  EXPECT_EQ(ReadFile(path).value_or(""), "{\"seconds\": 1.0, \"frames\": 100}\n{\"seconds\": 3.0, \"frames\": 50}\n");
 }
 
 TEST(DropRowsPastTest, AMissingFileDropsNothing) {

@@ -27,11 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 class GenerationsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -62,8 +57,8 @@ class GenerationsTest : public ::testing::Test {
     absl::StatusOr<Generation> loaded = LoadNewestGeneration(
         dir_,
         [&](const Generation& g) {
-          const std::string networks = ReadAll(g.File("networks.bin"));
-          const std::string counters = ReadAll(g.File("counters.txt"));
+          const std::string networks = ReadFile(g.File("networks.bin")).value_or("");
+          const std::string counters = ReadFile(g.File("counters.txt")).value_or("");
           step = std::atoi(counters.substr(5).c_str());
           EXPECT_EQ(networks, absl::StrCat("networks of step ", step, "\n")) << "counters and networks disagree";
           return absl::OkStatus();
@@ -198,7 +193,7 @@ TEST_F(GenerationsTest, ADamagedNewestGenerationIsReportedAndThePreviousOneResum
   const Damage damages[] = {
       {"flip a byte",
        [](const std::string& path) {
-         std::string bytes = ReadAll(path);
+         std::string bytes = ReadFile(path).value_or("");
          bytes[bytes.size() / 2] ^= 0x20;
          std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
        },
@@ -290,7 +285,7 @@ TEST_F(GenerationsTest, TraceListsEveryPointTheCrashInjectionNames) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  const std::string trace = ReadAll(log);
+  const std::string trace = ReadFile(log).value_or("");
   for (const std::string& point : TracedPoints()) EXPECT_THAT(trace, HasSubstr("checkpoint point " + point + "@3"));
   fs::remove(log);
 }
@@ -358,15 +353,15 @@ TEST_F(FullDiskTest, ACheckpointThatFindsTheDiskFullLeavesNothingAndTheLastGoodO
   EXPECT_FALSE(log.Append(row + "\n"));
   EXPECT_FALSE(log.Append(row + "\n"));
   EXPECT_EQ(log.lost(), 2);
-  EXPECT_EQ(ReadAll(mount_ + "/metrics.csv"), "");
+  EXPECT_EQ(ReadFile(mount_ + "/metrics.csv").value_or(""), "");
   fs::remove(filler);
   EXPECT_TRUE(log.Append("1,2\n"));
   EXPECT_EQ(log.lost(), 0);
-  EXPECT_EQ(ReadAll(mount_ + "/metrics.csv"), "a,b\n1,2\n");
+  EXPECT_EQ(ReadFile(mount_ + "/metrics.csv").value_or(""), "a,b\n1,2\n");
   // WriteFileAtomically on a full disk leaves the old file and no .tmp.
   ASSERT_TRUE(WriteFileAtomically(mount_ + "/note.txt", "old\n").ok());
   EXPECT_TRUE(absl::IsResourceExhausted(WriteFileAtomically(mount_ + "/note.txt", std::string(2 << 20, 'y'))));
-  EXPECT_EQ(ReadAll(mount_ + "/note.txt"), "old\n");
+  EXPECT_EQ(ReadFile(mount_ + "/note.txt").value_or(""), "old\n");
   EXPECT_FALSE(fs::exists(mount_ + "/note.txt.tmp"));
 }
 

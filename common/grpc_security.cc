@@ -50,7 +50,9 @@ constexpr char kHowTo[] =
 
 absl::StatusOr<std::string> ReadSecurityFile(const std::string& path, absl::string_view field) {
   absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return absl::NotFoundError(absl::StrCat("security.", field, ": cannot read '", path, "'"));
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat("security.", field, ": cannot read '", path, "' (", text.status().message(), ")"));
+  }
   return text;
 }
 

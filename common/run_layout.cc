@@ -1,19 +1,17 @@
 #include "common/run_layout.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/files.h"
 #include "common/generations.h"
 #include "common/status_macros.h"
 
@@ -270,11 +268,7 @@ std::map<std::string, std::string> CsvTable::LastRow() const {
 }
 
 absl::StatusOr<CsvTable> ReadCsvTable(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   CsvTable table;
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
   // The piece after the last newline is a row still being written (or "").

@@ -188,7 +188,6 @@ struct EpisodeRow {  // a scripted run's episodes.csv
 // once on stderr). Not thread-safe: one thread appends to one log.
 class RunLog {
  public:
-  RunLog() = default;
   RunLog(const RunLayout& run, const LogSchema& schema);
   // Appends one row: `values` in the schema's column order (all of them,
   // JSON-only ones included). Whether the CSV row was written.
@@ -202,13 +201,12 @@ class RunLog {
   // name in its header. Returns the progress of each CSV row dropped, in
   // order (NaN for one that could not be read); errors name the file.
   absl::StatusOr<std::vector<double>> DropRowsPast(double limit);
-  const std::string& csv_path() const { return csv_.path(); }
 
  private:
   // The CSV row of `values` for the file's header (read at the first append).
   std::string CsvRow(std::span<const double> values);
 
-  const LogSchema* schema_ = nullptr;
+  const LogSchema* schema_;
   AppendLog csv_, jsonl_;
   // For each column of the file's header, the schema column it is (-1:
   // unknown); set at the first Append.
@@ -219,7 +217,6 @@ class RunLog {
 template <typename Row>
 class RowLog : public RunLog {
  public:
-  RowLog() = default;
   explicit RowLog(const RunLayout& run) : RunLog(run, Row::Schema()) {}
   bool Append(const Row& row) { return RunLog::Append(row.Values()); }
 };

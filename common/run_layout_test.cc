@@ -1,4 +1,5 @@
 #include "common/run_layout.h"
+#include "common/files.h"
 
 #include <cmath>
 #include <filesystem>
@@ -11,11 +12,6 @@
 
 namespace troupe {
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // A fresh, empty run directory for each test.
 class RunLayoutTest : public ::testing::Test {
@@ -67,11 +63,11 @@ TEST_F(RunLayoutTest, WritesTheHeaderOnceThenRowsAndTheirJsonLines) {
   ASSERT_TRUE(log.Append(row));
   const std::string line =
       ",100,50.00,2000.0,3900,0.500,1.25000,-0.50000,3.5000,-1.00,11,0.750,12.50\n";
-  EXPECT_EQ(ReadAll(run().metrics_csv()),
+  EXPECT_EQ(ReadFile(run().metrics_csv()).value_or(""),
             "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,critic_loss,actor_loss,"
             "q_mean,eval_return,parameter_version,input_wait_ms,frames_uploaded_per_update\n"
             "2.0,4000" + line + "2.0,8000" + line);
-  const std::string json = ReadAll(run().metrics_jsonl());
+  const std::string json = ReadFile(run().metrics_jsonl()).value_or("");
   EXPECT_EQ(json.substr(0, json.find('\n') + 1),
             "{\"seconds\": 2.0, \"frames\": 4000, \"updates\": 100, \"updates_per_s\": 50.00, \"frames_per_s\": "
             "2000.0, \"replay_size\": 3900, \"samples_per_insert\": 0.500, \"critic_loss\": 1.25000, \"actor_loss\": "
@@ -99,14 +95,14 @@ TEST_F(RunLayoutTest, RowsKeepToTheHeaderOfAnOlderFile) {
   EXPECT_EQ(table->Column("frames"), (std::vector<double>{1000, 2000, 3000}));
   EXPECT_EQ(table->Column("parameter_version"), (std::vector<double>{2, 3, 4}));
   // The JSON lines have every field (their readers go by key).
-  EXPECT_NE(ReadAll(run().metrics_jsonl()).find("\"input_wait_ms\": 9.000"), std::string::npos);
+  EXPECT_NE(ReadFile(run().metrics_jsonl()).value_or("").find("\"input_wait_ms\": 9.000"), std::string::npos);
 }
 
 TEST_F(RunLayoutTest, RowsFollowTheOrderOfTheFilesHeaderAndLeaveUnknownColumnsEmpty) {
   std::ofstream(run().eval_csv()) << "updates,note,frames\n";
   RowLog<RlEvalRow> log(run());
   ASSERT_TRUE(log.Append({.frames = 5000, .updates = 50, .eval_return = 1.5}));
-  EXPECT_EQ(ReadAll(run().eval_csv()), "updates,note,frames\n50,,5000\n");
+  EXPECT_EQ(ReadFile(run().eval_csv()).value_or(""), "updates,note,frames\n50,,5000\n");
 }
 
 TEST_F(RunLayoutTest, TheResumeCutDropsRowsPastTheLimitFromTheCsvAndItsJsonLines) {
@@ -125,7 +121,7 @@ TEST_F(RunLayoutTest, TheResumeCutDropsRowsPastTheLimitFromTheCsvAndItsJsonLines
   const absl::StatusOr<CsvTable> table = ReadCsvTable(run().metrics_csv());
   ASSERT_TRUE(table.ok());
   EXPECT_EQ(table->Column("frames"), (std::vector<double>{1000, 2000}));
-  const std::string json = ReadAll(run().metrics_jsonl());
+  const std::string json = ReadFile(run().metrics_jsonl()).value_or("");
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
   EXPECT_EQ(json.find("\"frames\": 3000"), std::string::npos);
 }
@@ -136,7 +132,7 @@ TEST_F(RunLayoutTest, TheResumeCutFindsTheProgressColumnByName) {
   const absl::StatusOr<std::vector<double>> dropped = RowLog<GanMetricsRow>(run()).DropRowsPast(150);
   ASSERT_TRUE(dropped.ok());
   EXPECT_EQ(*dropped, std::vector<double>{200});
-  EXPECT_EQ(ReadAll(run().metrics_csv()), "seconds,images,steps\n500,100,1\n");
+  EXPECT_EQ(ReadFile(run().metrics_csv()).value_or(""), "seconds,images,steps\n500,100,1\n");
   // A missing file drops nothing.
   const absl::StatusOr<std::vector<double>> none = RowLog<GanEvalRow>(run()).DropRowsPast(0);
   ASSERT_TRUE(none.ok());

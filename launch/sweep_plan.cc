@@ -215,7 +215,6 @@ absl::StatusOr<SweepPlan> PlanSweep(const SweepOptions& options) {
         return absl::Status(valid.code(), absl::StrCat("grid point ", run.point, " seed ", seed, ": ", message));
       }
       // A run directory from an earlier sweep must hold this run's config.
-      std::error_code ec;
       if (RunLayout(run.run_dir).HasConfig()) {
         auto existing = LoadExperimentConfig(RunLayout(run.run_dir).config(), {});
         if (!existing.ok() || !google::protobuf::util::MessageDifferencer::Equals(WithoutThreads(*existing),

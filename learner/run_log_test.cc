@@ -1,4 +1,5 @@
 #include "learner/run_log.h"
+#include "common/files.h"
 
 #include <chrono>
 #include <filesystem>
@@ -12,11 +13,6 @@ namespace troupe::learner {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 class LearnerRunLogTest : public ::testing::Test {
  protected:
@@ -52,7 +48,7 @@ TEST_F(LearnerRunLogTest, WritesMetricsRowsAndEvaluationsWithTheCurve) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(metrics->Column("frames"), (std::vector<double>{1000, 2000, 3000, 4000}));
   EXPECT_EQ(metrics->Column("updates"), (std::vector<double>{100, 200, 300, 400}));
-  const std::string jsonl = ReadAll(run.metrics_jsonl());
+  const std::string jsonl = ReadFile(run.metrics_jsonl()).value_or("");
   EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 4);
   const absl::StatusOr<CsvTable> evals = ReadCsvTable(run.eval_csv());
   ASSERT_TRUE(evals.ok());
@@ -85,7 +81,7 @@ TEST_F(LearnerRunLogTest, ResumeCutsRowsAndVideosPastTheCheckpointAndKeepsTheCur
   const absl::StatusOr<CsvTable> metrics = ReadCsvTable(run.metrics_csv());
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ(metrics->Column("frames"), (std::vector<double>{1000, 2000, 3000}));
-  const std::string jsonl = ReadAll(run.metrics_jsonl());
+  const std::string jsonl = ReadFile(run.metrics_jsonl()).value_or("");
   EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 3);
   // The curve goes on from the evaluations kept.
   log.AppendEvaluation({.frames = 4000, .updates = 400, .eval_return = 50});

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <limits>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
+#include "common/files.h"
 #include "common/run_layout.h"
 #include "common/status_macros.h"
 #include "proto/config.pb.h"
@@ -23,7 +22,6 @@ namespace troupe::viz {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Line colours (matplotlib's first ten), cycled.
 constexpr const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
@@ -41,13 +39,6 @@ std::string Escape(std::string_view text) {
     }
   }
   return out;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // A number as a table shows it: integers whole, others with 3 decimals.
@@ -250,7 +241,7 @@ std::string RunSection(const RunSummary& run, const fs::path& page_dir, bool ope
     html += "</ul>\n";
   }
   absl::StrAppend(&html, "<details", open ? " open" : "", "><summary>", kConfigFile, "</summary><pre class=\"config\">",
-                  Escape(ReadText(RunLayout(run.path).config())), "</pre></details>\n</section>\n");
+                  Escape(ReadFile(RunLayout(run.path).config()).value_or("")), "</pre></details>\n</section>\n");
   return html;
 }
 
@@ -269,7 +260,7 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
   config::ExperimentConfig config;
   google::protobuf::TextFormat::Parser parser;
   parser.AllowUnknownField(true);
-  if (parser.ParseFromString(UnquoteFormerStringEnums(ReadText(layout.config())), &config)) {
+  if (parser.ParseFromString(UnquoteFormerStringEnums(ReadFile(layout.config()).value_or("")), &config)) {
     run.task = config.env().task();
     run.mode = config::ExperimentConfig::Mode_Name(config.mode());
   }

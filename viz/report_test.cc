@@ -48,13 +48,6 @@ std::string MakeRun(const fs::path& dir, double scale = 1) {
   return dir.string();
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 fs::path Scratch(const std::string& name) { return fs::path(::testing::TempDir()) / ("report-" + std::to_string(::getpid())) / name; }
 
 TEST(ReportTest, RunPageHoldsCurvesTablesVideosAndConfig) {
@@ -62,7 +55,7 @@ TEST(ReportTest, RunPageHoldsCurvesTablesVideosAndConfig) {
   auto written = WriteReport(run);
   ASSERT_TRUE(written.ok()) << written.status();
   EXPECT_EQ(*written, (fs::path(run) / "report.html").string());
-  const std::string html = ReadAll(*written);
+  const std::string html = ReadFile(*written).value_or("");
   // The evaluation curve carries the CSV's points; the table its rows.
   EXPECT_THAT(html, HasSubstr("data-points=\"1000:12.500 2000:250.250 3000:180\""));
   EXPECT_THAT(html, HasSubstr("<td>250.250</td>"));
@@ -87,7 +80,7 @@ TEST(ReportTest, SweepPageTablesEveryRunsFinalAndBestEvaluation) {
   fs::create_directories(sweep / "not-a-run");
   auto written = WriteReport(sweep.string(), (sweep / "sweep.html").string());
   ASSERT_TRUE(written.ok()) << written.status();
-  const std::string html = ReadAll(*written);
+  const std::string html = ReadFile(*written).value_or("");
   EXPECT_THAT(html, HasSubstr("<table id=\"runs\">"));
   EXPECT_THAT(html, HasSubstr("<td><a href=\"#run-lr-0.001\">lr-0.001</a></td><td>cartpole.swingup</td><td>3</td>"
                               "<td>3000</td><td>180</td><td>250.250</td>"
@@ -126,7 +119,7 @@ TEST(ReportTest, HeadlessChromiumRendersTheTableAndTheCurves) {
   const std::string flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run ";
   // The DOM the browser built: the table's cells and the curves are in it.
   ASSERT_EQ(Shell("timeout 60 chromium " + flags + "--dump-dom '" + url + "' > " + dom + " 2>/dev/null"), 0);
-  const std::string parsed = ReadAll(dom);
+  const std::string parsed = ReadFile(dom).value_or("");
   const std::regex eval_table("<table id=\"eval-table\">[^]*<td>1000</td><td>10</td><td>12.500</td>[^]*"
                               "<td>3000</td><td>30</td><td>180.000</td>");
   EXPECT_TRUE(std::regex_search(parsed, eval_table)) << "the eval table is not in the browser's DOM";

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/files.h"
 #include "common/generations.h"
 #include "common/run_layout.h"
 #include "common/status_macros.h"
@@ -38,11 +37,8 @@ absl::StatusOr<RunDirectory> OpenRunDirectory(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a run directory: it has no ", kConfigFile,
                                                    " (troupe run writes one into every run directory)"));
   }
-  std::ifstream in(config_path);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read ", config_path));
-  std::stringstream text;
-  text << in.rdbuf();
-  RETURN_IF_ERROR(ParseTextConfig(text.str(), config_path, &run.config));
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(config_path));  // (PermissionDenied "cannot read PATH: ...")
+  RETURN_IF_ERROR(ParseTextConfig(text, config_path, &run.config));
 
   // Its checkpoints, oldest first.
   const fs::path checkpoint_dir = layout.checkpoints();

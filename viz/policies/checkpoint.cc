@@ -1,12 +1,12 @@
 #include "viz/policies/checkpoint.h"
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config.h"
+#include "common/files.h"
 #include "common/run_layout.h"
 #include "common/status_macros.h"
 #include "envs/env.h"
@@ -22,20 +22,15 @@ std::string OwningRunDirectory(const std::string& checkpoint_path) {
   // A generation's: DIR/checkpoints/generation-N/agent.ckpt.
   if (dir.filename().string().starts_with("generation-")) dir = dir.parent_path();
   if (dir.filename() != kCheckpointsFolder) return "";
-  std::error_code ec;
   const fs::path run = dir.parent_path();
   return RunLayout(run.string()).HasConfig() ? run.string() : "";
 }
 
 // Frames from the learner's counters.txt beside the checkpoint, -1 if none.
 int64_t ReadFrames(const std::string& checkpoint_path) {
-  std::ifstream in(fs::path(checkpoint_path).parent_path() / kCountersFile);
-  std::string key;
-  int64_t value = 0;
-  while (in >> key >> value) {
-    if (key == "frames") return value;
-  }
-  return -1;
+  int64_t frames = 0;
+  const std::string path = (fs::path(checkpoint_path).parent_path() / kCountersFile).string();
+  return absl::SimpleAtoi(ReadKeyValues(path)["frames"], &frames) ? frames : -1;
 }
 
 std::string Age(std::chrono::seconds age) {
@@ -92,11 +87,9 @@ absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Load(const c
   const std::string owner = OwningRunDirectory(checkpoint_path);
   if (!owner.empty()) {
     const std::string owner_config = RunLayout(owner).config();
-    std::ifstream in(owner_config);
-    std::stringstream text;
-    text << in.rdbuf();
+    const absl::StatusOr<std::string> text = ReadFile(owner_config);
     config::ExperimentConfig trained;
-    if (ParseTextConfig(text.str(), owner_config, &trained).ok()) {
+    if (text.ok() && ParseTextConfig(*text, owner_config, &trained).ok()) {
       RETURN_IF_ERROR(CheckCheckpointConfig(config, trained, checkpoint_path));
     }
   }

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 
-#include "common/run_layout.h"
 #include "viz/run_directory.h"
 #include "viz/testing/run_dirs.h"
 #include "viz/view.h"
