@@ -1,11 +1,11 @@
-# The test cases outside the fast tier (`ctest -L fast`, the unit tests in
-# about a minute): each took over a second on a 2-core machine, because it
-# trains, renders, starts processes or waits on a deadline. gtest patterns
-# (SUITE.CASE, * allowed); a pattern naming "Strict" is for a strict-device
-# case (troupe_test's STRICT_DEVICE_CASES). Binaries that start the troupe
+# The test cases outside the fast tier (`ctest -L fast`, the unit tests;
+# docs/development.md says how long it takes): each took over a second on a
+# 2-core machine, because it trains, renders, starts processes or waits on a
+# deadline. gtest patterns (SUITE.CASE, * allowed); a pattern naming "Strict"
+# is for a strict-device case (troupe_test's STRICT_DEVICE_CASES). Binaries that start the troupe
 # binary or a network are SLOW as a whole in their troupe_test call.
-# tools/check_fast_tier.py (ctest FastTier.*) reads the last run's times and
-# names a fast case that took longer than its bound.
+# tools/check_fast_tier.py (ctest FastTier.*) reads the times ctest recorded
+# (a weighted average per case) and names a fast case over its bound.
 set(TROUPE_SLOW_TESTS
   "FashionClassifierTest.ReachesAtLeast88PercentTestAccuracy"
   "FashionClassifierTest.TrainsAndEvaluatesOnTheStrictDeviceAsOnTheCpu"

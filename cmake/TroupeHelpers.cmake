@@ -9,9 +9,9 @@
 #    it); PJRT: the whole binary does, its ctest names prefixed "Pjrt." (a
 #    suite built twice, as nn_ops_test is, keeps distinct names).
 #  - The fast tier: every case outside the PJRT group is labelled fast
-#    (ctest -L fast: the unit tests, about a minute) unless cmake/SlowTests.cmake
-#    lists it, or the binary is SLOW (it starts processes, trains, or waits
-#    on a network).
+#    (ctest -L fast: the unit tests; docs/development.md says how long)
+#    unless cmake/SlowTests.cmake lists it, or the binary is SLOW (it starts
+#    processes, trains, or waits on a network).
 include(SlowTests)
 # troupe_discover_group(TARGET INCLUDE EXCLUDE LABELS TIMEOUT): the cases of
 # TARGET matching one of the INCLUDE gtest patterns and none of EXCLUDE, as

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the fast tier (`ctest -L fast`) stays fast: every case labelled
-fast took at most --case-seconds in the last run ctest recorded
-(Testing/Temporary/CTestCostData.txt), and all of them together at most
+fast takes at most --case-seconds by ctest's recorded cost
+(Testing/Temporary/CTestCostData.txt: a weighted average of the case's
+times over the runs in this build folder), and all of them together at most
 --total-seconds. A slow case belongs in cmake/SlowTests.cmake (or its binary
 is SLOW in its troupe_test call).
 
@@ -24,7 +25,7 @@ def fast_cases(build_dir):
     return [test["name"] for test in json.loads(out)["tests"]]
 
 
-def last_times(cost_file):
+def recorded_times(cost_file):
     times = {}
     with open(cost_file) as f:
         for line in f:
@@ -56,12 +57,12 @@ def main():
     if not cases:
         print(f"no test in {args.build_dir} is labelled fast")
         return 1
-    times = last_times(cost)
+    times = recorded_times(cost)
     timed = [(times[name], name) for name in cases if name in times]
     slow = sorted((t, name) for t, name in timed if t > args.case_seconds)
     total = sum(t for t, _ in timed)
     for t, name in reversed(slow):
-        print(f"{name}: {t:.2f} s in the last run, over {args.case_seconds:g} s: list it in "
+        print(f"{name}: {t:.2f} s (ctest's recorded average), over {args.case_seconds:g} s: list it in "
               "cmake/SlowTests.cmake or make it faster")
     print(f"{len(cases)} fast cases, {len(timed)} with recorded times, {total:.1f} s in all "
           f"(bound {args.total_seconds:g} s)")
