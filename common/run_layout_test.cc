@@ -1,5 +1,4 @@
 #include "common/run_layout.h"
-#include "common/files.h"
 
 #include <cmath>
 #include <filesystem>
@@ -8,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/files.h"
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
 
 namespace troupe {
@@ -17,9 +18,7 @@ namespace {
 class RunLayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/run_layout_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = FreshTestDir("run_layout_");
   }
   RunLayout run() const { return RunLayout(dir_); }
   std::string dir_;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/run_layout.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launch/launcher.h"
@@ -31,9 +32,7 @@ using Clock = std::chrono::steady_clock;
 class ActorFleetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    run_dir_ = ::testing::TempDir() + "/actor_fleet_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(run_dir_);
-    std::filesystem::create_directories(run_dir_);
+    run_dir_ = FreshTestDir("actor_fleet_");
   }
   // A fleet of `count` actors, each `sh -c script sh ACTOR-COMMAND...`.
   std::unique_ptr<ActorFleet> Start(int count, int max_restarts, const std::string& script,

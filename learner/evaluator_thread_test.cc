@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/config.h"
+#include "common/test_dir.h"
 #include "envs/env.h"
 #include "gtest/gtest.h"
 #include "learner/run_log.h"
@@ -18,10 +19,7 @@ namespace fs = std::filesystem;
 class EvaluatorThreadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/evaluator_thread_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("evaluator_thread_");
     // A short state task, one episode, no video: an evaluation takes well
     // under a second.
     ASSERT_TRUE(ParseTextConfig("env { task: \"cartpole.swingup\" observation: STATE action_repeat: 8 }\n"

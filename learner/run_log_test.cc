@@ -1,5 +1,4 @@
 #include "learner/run_log.h"
-#include "common/files.h"
 
 #include <chrono>
 #include <filesystem>
@@ -7,6 +6,8 @@
 #include <iterator>
 #include <string>
 
+#include "common/files.h"
+#include "common/test_dir.h"
 #include "gtest/gtest.h"
 
 namespace troupe::learner {
@@ -17,10 +18,7 @@ namespace fs = std::filesystem;
 class LearnerRunLogTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/learner_run_log_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("learner_run_log_");
     config_.mutable_env()->set_task("cartpole.swingup");
     config_.set_tensorboard(false);
   }

@@ -20,6 +20,7 @@
 #include "common/generations.h"
 #include "common/processes.h"
 #include "common/run_layout.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -100,9 +101,7 @@ std::string ResumeAndStop(const std::string& run, const std::string& log) {
 class CheckpointEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/ckpt_e2e_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("ckpt_e2e_");
   }
   std::string dir_;
 };

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/processes.h"
 #include "common/run_layout.h"
+#include "common/test_dir.h"
 #include "tests/tun_link.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,9 +67,7 @@ constexpr LinkSettings kPartition{1.0, std::chrono::milliseconds(200)};
 class NetworkEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/network_e2e_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("network_e2e_");
     const int id = static_cast<int>(getpid() % 100000);
     namespace_ = absl::StrCat("troupe-net-", id);
     outside_ = absl::StrCat("trpl", id);

@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/generations.h"
 #include "common/run_layout.h"
+#include "common/test_dir.h"
 #include "common/video.h"
 #include "common/processes.h"
 
@@ -96,9 +97,7 @@ void ExpectEvaluationsOnTheGrid(const std::vector<std::vector<double>>& evals, i
 class RlEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/rl_e2e_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("rl_e2e_");
   }
   std::string dir_;
 };

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/generations.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/processes.h"
@@ -64,9 +65,7 @@ pid_t StartLearners(const std::string& config, const std::string& run_dir, const
 class RlMpiEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/rl_mpi_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("rl_mpi_");
     run_dir_ = dir_ + "/run";
   }
   void TearDown() override {

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/grpc_security.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/episodes.grpc.pb.h"
@@ -89,9 +90,7 @@ Answers CallEachService(const GrpcCredentials& credentials, const std::string& a
 class SecureEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/secure_e2e_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("secure_e2e_");
   }
   std::string dir_;
 };

@@ -20,6 +20,7 @@
 
 #include "common/generations.h"
 #include "common/host.h"
+#include "common/test_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/processes.h"
@@ -158,9 +159,7 @@ class SlurmEndToEndTest : public ::testing::Test {
   void SetUp() override {
     if (skip_reason.rfind("FAILED", 0) == 0) FAIL() << skip_reason;
     if (!skip_reason.empty()) GTEST_SKIP() << skip_reason;
-    dir_ = ::testing::TempDir() + "/slurm_e2e_" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = FreshTestDir("slurm_e2e_");
   }
   // `troupe ARGS` with the private cluster's SLURM_CONF; output and status.
   std::pair<int, std::string> Troupe(const std::string& args, const std::string& env = "") {
