@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <numbers>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/generations.h"
@@ -378,10 +378,8 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
 }
 
 absl::Status GanTrainer::LoadFrom(const std::string& folder) {
-  std::ifstream in(folder + "/" + kCountersFile);
-  std::string key;
   int64_t steps = -1;
-  if (!(in >> key >> steps) || key != "steps" || steps < 0) {
+  if (!absl::SimpleAtoi(ReadKeyValues(folder + "/" + kCountersFile)["steps"], &steps) || steps < 0) {
     return absl::DataLossError(absl::StrCat(folder, "/", kCountersFile, ": missing or unreadable"));
   }
   for (auto& r : replicas_) {

@@ -3,11 +3,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/generations.h"
 #include "common/status_macros.h"
@@ -32,15 +33,12 @@ struct Counters {
 // Reads counters.txt; DataLoss when it is missing or lacks frames or samples
 // (a damaged checkpoint, passed over for an older one).
 absl::StatusOr<Counters> ReadCounters(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::DataLossError(absl::StrCat("no learner counters at ", path));
+  if (!std::filesystem::exists(path)) return absl::DataLossError(absl::StrCat("no learner counters at ", path));
+  std::map<std::string, std::string> values = ReadKeyValues(path);
   Counters counters;
-  std::string key;
-  int64_t value = 0;
-  while (in >> key >> value) {
-    if (key == "frames") counters.frames = value;
-    if (key == "samples") counters.samples = value;
-    if (key == "updates") counters.updates = value;
+  for (auto [key, count] : {std::pair{"frames", &counters.frames}, std::pair{"samples", &counters.samples},
+                            std::pair{"updates", &counters.updates}}) {
+    if (!absl::SimpleAtoi(values[key], count)) *count = -1;
   }
   if (counters.frames < 0 || counters.samples < 0) {
     return absl::DataLossError(absl::StrCat(path, ": no frames or samples count"));
