@@ -219,8 +219,7 @@ int64_t RlLearner::TransitionsInserted() const {
   return (info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0) - inserts_before_;
 }
 
-int64_t RlLearner::FramesNow() const {
-  const proto::InfoResponse info = replay_->Info();
+int64_t RlLearner::FramesFrom(const proto::InfoResponse& info) const {
   const int64_t inserts = info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0;
   return frames_before_ + (inserts - inserts_before_) * std::max(config_.env().action_repeat(), 1);
 }

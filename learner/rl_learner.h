@@ -206,7 +206,10 @@ class RlLearner {
   absl::Status Finish(const std::atomic<bool>* stop);
   // Starts an evaluation when one is due (or, with `force`, now).
   void MaybeEvaluate(bool force = false);
-  int64_t FramesNow() const;
+  // Env frames so far: those before a resume plus replay's inserts since,
+  // from an Info() of replay (FramesNow asks it).
+  int64_t FramesFrom(const proto::InfoResponse& info) const;
+  int64_t FramesNow() const { return FramesFrom(replay_->Info()); }
 
   config::ExperimentConfig config_;
   RunLayout layout_{""};

@@ -21,8 +21,8 @@ using Clock = std::chrono::steady_clock;
 
 void RlLearner::RecordStats(bool write_row) {
   const auto now = Clock::now();
-  const int64_t frames = FramesNow();
   const proto::InfoResponse info = replay_->Info();
+  const int64_t frames = FramesFrom(info);
   {
     absl::MutexLock lock(&mutex_);
     stats_.frames = frames;
@@ -87,12 +87,12 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
   enum Step { kStop = 0, kWait = 1, kTrain = 2 };
   auto decide = [&]() -> int {
     if (!is_chief()) return kStop;  // replaced by rank 0's decision
+    const proto::InfoResponse info = replay_->Info();
     if ((stop && stop->load()) ||
         (config_.learner().max_updates() > 0 && agent_->updates() >= config_.learner().max_updates()) ||
-        FramesNow() >= config_.total_frames()) {
+        FramesFrom(info) >= config_.total_frames()) {
       return kStop;
     }
-    const proto::InfoResponse info = replay_->Info();
     return (info.tables_size() ? info.tables(0).size() : 0) < min_size ? kWait : kTrain;
   };
   // The agent's input, made one update ahead across Train calls (so the
