@@ -28,7 +28,7 @@ TransitionWriter::TransitionWriter(replay::Writer* writer, int num_envs, const T
   TROUPE_CHECK(observation_->frames > 0 ? observation_->shape.size() == 3
                                         : observation_->dtype == proto::DTYPE_FLOAT32);
   TROUPE_CHECK(fields[kAction].dtype == proto::DTYPE_FLOAT32);
-  action_bytes_ = fields[kAction].bytes;
+  const int64_t action_bytes = fields[kAction].bytes;
   for (const replay::FieldSpec& field : fields) {
     values_.push_back(field.frames > 0 ? replay::FieldValue::Frames({})
                                        : replay::FieldValue::Dense(field.dtype, field.shape, nullptr));
@@ -47,7 +47,7 @@ TransitionWriter::TransitionWriter(replay::Writer* writer, int num_envs, const T
     env.ring.resize(layout_.n_step);
     for (Pending& p : env.ring) {
       size(p.observation);
-      p.action.resize(action_bytes_);
+      p.action.resize(action_bytes);
     }
   }
 }

@@ -42,6 +42,9 @@ struct TransitionLayout {
 class TransitionWriter {
  public:
   TransitionWriter(replay::Writer* writer, int num_envs, const TransitionLayout& layout);
+  // (observation_ points into layout_.)
+  TransitionWriter(const TransitionWriter&) = delete;
+  TransitionWriter& operator=(const TransitionWriter&) = delete;
 
   // The first observation of env `env`'s episode (state [S] or the newest
   // frame [H, W, 3]). Forgets anything pending for it.
@@ -96,9 +99,8 @@ class TransitionWriter {
 
   replay::Writer* writer_;
   TransitionLayout layout_;
-  // From the signature: the observation's field, the action's bytes.
+  // The signature's observation field (layout_'s).
   const replay::FieldSpec* observation_ = nullptr;
-  int64_t action_bytes_ = 0;
   std::vector<EnvState> envs_;
   // One value per signature field; dtypes and shapes set once, data and
   // frame keys per insert.
