@@ -391,12 +391,13 @@ namespace {
 // ParseTextConfig, recording where each field was written into *tree when
 // given; protobuf logs nothing meanwhile.
 absl::Status ParseText(std::string_view written, const std::string& name, pb::Message* message,
-                       pb::TextFormat::ParseInfoTree* tree) {
+                       pb::TextFormat::ParseInfoTree* tree, bool allow_unknown_fields = false) {
   const std::string text = UnquoteFormerStringEnums(written);
   const pb::LogSilencer quiet;
   FirstErrorCollector errors(text, message->GetDescriptor());
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
+  parser.AllowUnknownField(allow_unknown_fields);
   if (tree != nullptr) parser.WriteLocationsTo(tree);
   if (!parser.ParseFromString(text, message)) {
     return absl::InvalidArgumentError(
@@ -407,8 +408,9 @@ absl::Status ParseText(std::string_view written, const std::string& name, pb::Me
 
 }  // namespace
 
-absl::Status ParseTextConfig(std::string_view text, const std::string& name, pb::Message* message) {
-  return ParseText(text, name, message, nullptr);
+absl::Status ParseTextConfig(std::string_view text, const std::string& name, pb::Message* message,
+                             bool allow_unknown_fields) {
+  return ParseText(text, name, message, nullptr, allow_unknown_fields);
 }
 
 absl::Status ApplyOverride(std::string_view assignment_view, pb::Message* message) {

@@ -51,7 +51,10 @@ struct LoadedConfig {
 // Parses `text` as `message` in text format. Errors: InvalidArgument
 // "NAME:LINE:COLUMN: what", with NAME the file name given. Configs written
 // by earlier versions read as they did: see UnquoteFormerStringEnums.
-absl::Status ParseTextConfig(std::string_view text, const std::string& name, google::protobuf::Message* message);
+// `allow_unknown_fields`: fields this version does not know are skipped
+// (a reader of configs other versions wrote, as the report is).
+absl::Status ParseTextConfig(std::string_view text, const std::string& name, google::protobuf::Message* message,
+                             bool allow_unknown_fields = false);
 
 // `text` with the quotes around the value of a field that was a string
 // before it became an enum (replay tables' `selector` and their fields'

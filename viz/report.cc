@@ -1,7 +1,5 @@
 #include "viz/report.h"
 
-#include <google/protobuf/text_format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -258,9 +256,8 @@ absl::StatusOr<RunSummary> SummarizeRun(const std::string& path) {
   run.name = fs::path(path).lexically_normal().filename().string();
   if (run.name.empty()) run.name = fs::path(path).lexically_normal().parent_path().filename().string();
   config::ExperimentConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  parser.AllowUnknownField(true);
-  if (parser.ParseFromString(UnquoteFormerStringEnums(ReadFile(layout.config()).value_or("")), &config)) {
+  if (ParseTextConfig(ReadFile(layout.config()).value_or(""), layout.config(), &config, /*allow_unknown_fields=*/true)
+          .ok()) {
     run.task = config.env().task();
     run.mode = config::ExperimentConfig::Mode_Name(config.mode());
   }
