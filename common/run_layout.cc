@@ -1,6 +1,7 @@
 #include "common/run_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -258,6 +259,15 @@ std::vector<double> CsvTable::Column(const std::string& name) const {
     values.push_back(v);
   }
   return values;
+}
+
+std::vector<std::pair<double, double>> CsvTable::Points(const std::string& x, const std::string& y) const {
+  const std::vector<double> xs = Column(x), ys = Column(y);
+  std::vector<std::pair<double, double>> points;
+  for (size_t i = 0; i < xs.size() && i < ys.size(); ++i) {
+    if (!std::isnan(xs[i]) && !std::isnan(ys[i])) points.emplace_back(xs[i], ys[i]);
+  }
+  return points;
 }
 
 std::map<std::string, std::string> CsvTable::LastRow() const {

@@ -230,6 +230,9 @@ struct CsvTable {
   // The column called `name`, as numbers (NaN where a cell is not one);
   // empty if there is no such column.
   std::vector<double> Column(const std::string& name) const;
+  // The rows' (x, y) from columns `x` and `y` where both cells are numbers,
+  // in row order (a curve; empty when a column is missing).
+  std::vector<std::pair<double, double>> Points(const std::string& x, const std::string& y) const;
   // The last row as column name -> cell (empty when there is no row).
   std::map<std::string, std::string> LastRow() const;
 };

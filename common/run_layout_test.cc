@@ -149,6 +149,9 @@ TEST_F(RunLayoutTest, ReadsTablesAndKeyValues) {
   EXPECT_EQ(returns[0], 2.5);
   EXPECT_TRUE(std::isnan(returns[1]));
   EXPECT_EQ(table->LastRow().at("frames"), "2000");
+  // A curve: the rows whose two cells are numbers.
+  EXPECT_EQ(table->Points("frames", "eval_return"), (std::vector<std::pair<double, double>>{{1000, 2.5}}));
+  EXPECT_TRUE(table->Points("frames", "nope").empty());
   EXPECT_TRUE(absl::IsNotFound(ReadCsvTable(run().metrics_csv()).status()));
 
   std::ofstream(run().launch()) << "mode local\nhost a b\n";

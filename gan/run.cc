@@ -33,11 +33,9 @@ struct History {
 History ReadHistory(const RunLayout& run) {
   History h;
   if (const absl::StatusOr<CsvTable> table = ReadCsvTable(run.eval_csv()); table.ok()) {
-    const std::vector<double> images = table->Column("images"), fid = table->Column("classifier_fid");
-    for (size_t i = 0; i < images.size() && i < fid.size(); ++i) {
-      if (std::isnan(images[i]) || std::isnan(fid[i])) continue;
-      h.images.push_back(images[i]);
-      h.fid.push_back(fid[i]);
+    for (const auto& [images, fid] : table->Points("images", "classifier_fid")) {
+      h.images.push_back(images);
+      h.fid.push_back(fid);
     }
   }
   return h;

@@ -51,10 +51,7 @@ RunCurve ReadRunCurve(const std::string& run_dir) {
   // eval_return; images and classifier_fid).
   const absl::StatusOr<CsvTable> table = ReadCsvTable(RunLayout(run_dir).eval_csv());
   if (!table.ok() || table->header.size() < 3) return curve;
-  const std::vector<double> xs = table->Column(table->header[0]), ys = table->Column(table->header[2]);
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const double x = xs[i], y = ys[i];
-    if (std::isnan(x) || std::isnan(y)) continue;
+  for (const auto& [x, y] : table->Points(table->header[0], table->header[2])) {
     // A resumed run re-evaluates from its checkpoint: the later rows win.
     while (!curve.x.empty() && curve.x.back() >= x) {
       curve.x.pop_back();

@@ -43,13 +43,11 @@ absl::StatusOr<LearnerRunLog::Resumed> LearnerRunLog::Resume(int64_t frames) {
   }
   // Evaluations so far stay on the curve.
   if (const absl::StatusOr<CsvTable> table = ReadCsvTable(layout_.eval_csv()); table.ok()) {
-    const std::vector<double> at = table->Column("frames"), value = table->Column("eval_return");
-    for (size_t i = 0; i < at.size() && i < value.size(); ++i) {
-      if (!std::isfinite(at[i]) || !std::isfinite(value[i])) continue;
-      eval_frames_.push_back(at[i]);
-      eval_returns_.push_back(value[i]);
-      resumed.last_eval_frames = static_cast<int64_t>(at[i]);
-      resumed.last_eval_return = value[i];
+    for (const auto& [frames_at, value] : table->Points("frames", "eval_return")) {
+      eval_frames_.push_back(frames_at);
+      eval_returns_.push_back(value);
+      resumed.last_eval_frames = static_cast<int64_t>(frames_at);
+      resumed.last_eval_return = value;
     }
   }
   return resumed;
