@@ -153,8 +153,9 @@ void AddSlurmJobCommand(CLI::App& app, int* exit_code) {
     std::signal(SIGUSR1, OnTimeLimitWarning);
     if (absl::Status s = launch::RunSlurmJob(*run_dir, launch::SelfBinary(), &job_stop, &job_requeue); !s.ok()) {
       const char* job = std::getenv("SLURM_JOB_ID");
-      std::fprintf(stderr, "troupe slurm-job: %s\nthe job failed; its logs: %s/slurm/job-%s.out (this output), %s/logs/\n",
-                   s.ToString().c_str(), run_dir->c_str(), job ? job : "JOBID", run_dir->c_str());
+      const RunLayout run(*run_dir);
+      std::fprintf(stderr, "troupe slurm-job: %s\nthe job failed; its logs: %s (this output), %s/\n", s.ToString().c_str(),
+                   run.slurm_output(job ? job : "JOBID").c_str(), run.logs().c_str());
       *exit_code = 1;
     }
   });

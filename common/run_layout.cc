@@ -37,12 +37,19 @@ std::vector<std::pair<std::string, std::string>> RunFileNames() {
           {"logs", kLogsFolder},
           {"videos", kVideosFolder},
           {"slurm", kSlurmFolder},
+          {"secrets", kSecretsFolder},
+          {"slurm_script", kSlurmScriptFile},
+          {"slurm_jobs", kSlurmJobsFile},
           {"agent_checkpoint", kAgentCheckpointFile},
           {"replay_checkpoint", kReplayCheckpointFile},
           {"counters", kCountersFile}};
 }
 
 std::string RunLayout::actor_log(int index) const { return absl::StrCat(logs(), "/actor-", index, ".log"); }
+
+std::string RunLayout::slurm_output(const std::string& job_id) const {
+  return absl::StrCat(slurm(), "/job-", job_id, ".out");
+}
 
 std::string RunLayout::eval_video(int64_t frames) const { return absl::StrCat(videos(), "/eval-", frames, ".mp4"); }
 

@@ -20,6 +20,7 @@
 //   RUN_DIR/logs/actor-N.log          each actor's output
 //   RUN_DIR/videos/eval-FRAMES.mp4    the first episode of the evaluation at FRAMES
 //   RUN_DIR/slurm/                    troupe run --slurm: job.sh, job-JOBID.out, jobs.txt
+//   RUN_DIR/secrets/                  troupe run --slurm: the job's token (owner only)
 //   RUN_DIR/report.html               troupe report
 #ifndef TROUPE_COMMON_RUN_LAYOUT_H_
 #define TROUPE_COMMON_RUN_LAYOUT_H_
@@ -57,6 +58,11 @@ inline constexpr char kCheckpointsFolder[] = "checkpoints";
 inline constexpr char kLogsFolder[] = "logs";
 inline constexpr char kVideosFolder[] = "videos";
 inline constexpr char kSlurmFolder[] = "slurm";
+inline constexpr char kSecretsFolder[] = "secrets";  // the security token of a Slurm job (owner only)
+// troupe run --slurm's files in slurm/: the job script, the ids of the jobs
+// submitted (one a line), and each job's output (job-JOBID.out).
+inline constexpr char kSlurmScriptFile[] = "job.sh";
+inline constexpr char kSlurmJobsFile[] = "jobs.txt";
 // A checkpoint's files (one generation of checkpoints/): the RL learner's
 // agent, its replay, and the counters file of either mode.
 inline constexpr char kAgentCheckpointFile[] = "agent.ckpt";
@@ -93,6 +99,11 @@ class RunLayout {
   std::string logs() const { return File(kLogsFolder); }
   std::string videos() const { return File(kVideosFolder); }
   std::string slurm() const { return File(kSlurmFolder); }
+  std::string secrets() const { return File(kSecretsFolder); }
+  std::string slurm_script() const { return slurm() + "/" + kSlurmScriptFile; }
+  std::string slurm_jobs() const { return slurm() + "/" + kSlurmJobsFile; }
+  // slurm/job-JOB_ID.out (JOB_ID "%j": sbatch's own placeholder for it).
+  std::string slurm_output(const std::string& job_id) const;
   // logs/actor-INDEX.log.
   std::string actor_log(int index) const;
   // videos/eval-FRAMES.mp4: the evaluation video at FRAMES env frames.

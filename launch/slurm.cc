@@ -410,7 +410,7 @@ std::string SlurmJobScript(const config::ExperimentConfig& config, const SlurmPl
   const config::SlurmConfig& slurm = config.slurm();
   std::string s = "#!/bin/bash\n";
   absl::StrAppend(&s, "#SBATCH --job-name=troupe-", config.name(), "\n");
-  absl::StrAppend(&s, "#SBATCH --output=", run_dir, "/slurm/job-%j.out\n");
+  absl::StrAppend(&s, "#SBATCH --output=", RunLayout(run_dir).slurm_output("%j"), "\n");
   absl::StrAppend(&s, "#SBATCH --open-mode=append\n");
   absl::StrAppend(&s, "#SBATCH --nodes=", plan.nodes, "\n");
   absl::StrAppend(&s, "#SBATCH --ntasks-per-node=", plan.tasks_per_node, "\n");
@@ -427,7 +427,7 @@ std::string SlurmJobScript(const config::ExperimentConfig& config, const SlurmPl
                   "# Resubmit: troupe run --resume ", run_dir, " --slurm. Where it stands: troupe status ", run_dir,
                   "\n"
                   "# Credentials: never on a command line. The hook for a token of the learner's port (not yet\n"
-                  "# used: TLS and tokens are still to land) is ", run_dir, "/secrets/ (mode 0700, files 0600).\n");
+                  "# used: TLS and tokens are still to land) is ", RunLayout(run_dir).secrets(), "/ (mode 0700, files 0600).\n");
   absl::StrAppend(&s, "exec ", ShellQuote(troupe_binary), " slurm-job ", ShellQuote(run_dir), "\n");
   return s;
 }
@@ -511,10 +511,11 @@ absl::Status RunSlurmJob(const std::string& run_dir, const std::string& troupe_b
   for (int node : plan.actor_nodes) actor_hosts.push_back(nodes[node]);
   absl::PrintF(
       "troupe slurm job %s (restart %s) on %s: learner (%d rank%s) on %s, actors on %s; %s\n"
-      "run directory %s; this output %s/slurm/job-%s.out; actor logs %s/logs/actor-N.log\n",
+      "run directory %s; this output %s; actor logs %s/actor-N.log\n",
       job_id, Env("SLURM_RESTART_COUNT").empty() ? "0" : Env("SLURM_RESTART_COUNT"), absl::StrJoin(nodes, ","),
       plan.learner_ranks, plan.learner_ranks > 1 ? "s" : "", nodes[0], absl::StrJoin(actor_hosts, ","),
-      resume ? "resuming from the checkpoint" : "starting fresh", run_dir, run_dir, job_id, run_dir);
+      resume ? "resuming from the checkpoint" : "starting fresh", run_dir, RunLayout(run_dir).slurm_output(job_id),
+      RunLayout(run_dir).logs());
   std::fflush(stdout);
 
   // Each actor is a job step of one task on its node; it may share the

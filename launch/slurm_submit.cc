@@ -93,9 +93,9 @@ absl::StatusOr<SlurmRunJob> SubmitRunToSlurm(const config::ExperimentConfig& con
   fs::create_directories(run.slurm());
   fs::create_directories(run.logs());
   // Where the security work's token goes (never on a command line): owner only.
-  fs::create_directories(job.run_dir + "/secrets");
-  fs::permissions(job.run_dir + "/secrets", fs::perms::owner_all);
-  job.script = run.slurm() + "/job.sh";
+  fs::create_directories(run.secrets());
+  fs::permissions(run.secrets(), fs::perms::owner_all);
+  job.script = run.slurm_script();
   RETURN_IF_ERROR(WriteFileAtomically(job.script, SlurmJobScript(config, *plan, job.run_dir, SelfBinary())));
   fs::permissions(job.script, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
   auto job_id = SubmitSlurmJob(job.script, sbatch_options);
@@ -104,12 +104,12 @@ absl::StatusOr<SlurmRunJob> SubmitRunToSlurm(const config::ExperimentConfig& con
                         absl::StrCat("--slurm: ", job_id.status().message(), " (job script: ", job.script, ")"));
   }
   job.job_id = *job_id;
-  job.output = absl::StrCat(run.slurm(), "/job-", job.job_id, ".out");
+  job.output = run.slurm_output(job.job_id);
   // launch.txt: "KEY VALUE" lines saying how the run was started (troupe status).
   (void)WriteFileAtomically(run.launch(),
                             absl::StrCat("launcher slurm\njob_id ", job.job_id, "\nscript ", job.script, "\noutput ",
                                          job.output, "\nsubmitted ", UnixSeconds(), "\n"));
-  std::ofstream(run.slurm() + "/jobs.txt", std::ios::app) << job.job_id << "\n";
+  std::ofstream(run.slurm_jobs(), std::ios::app) << job.job_id << "\n";
   return job;
 }
 
