@@ -42,8 +42,6 @@ void CategoricalProjectionRow(std::span<const float> probabilities, float reward
 class CpuMemoryGuard {
  public:
   virtual ~CpuMemoryGuard() = default;
-  // The backend's name ("cpu_strict").
-  virtual std::string name() const = 0;
   // As Backend::Allocate and Free.
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
@@ -64,7 +62,7 @@ class CpuBackend : public Backend {
   CpuBackend(const CpuBackend&) = delete;
   CpuBackend& operator=(const CpuBackend&) = delete;
 
-  std::string name() const override { return guard_ ? guard_->name() : "cpu"; }
+  std::string name() const override { return "cpu"; }
   int num_threads() const override { return pool_.num_threads(); }
   bool host_addressable() const override { return guard_ == nullptr; }
   ThreadPool& pool() { return pool_; }

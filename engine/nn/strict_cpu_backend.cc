@@ -32,8 +32,6 @@ class StrictArena final : public CpuMemoryGuard {
   StrictArena(const StrictArena&) = delete;
   StrictArena& operator=(const StrictArena&) = delete;
 
-  std::string name() const override { return "cpu_strict"; }
-
   void* Allocate(size_t bytes) override {
     const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     void* p = nullptr;

@@ -21,6 +21,7 @@
 #define TROUPE_ENGINE_NN_STRICT_CPU_BACKEND_H_
 
 #include <cstddef>
+#include <string>
 
 #include "engine/nn/cpu_backend.h"
 
@@ -32,6 +33,7 @@ class StrictCpuBackend final : public CpuBackend {
   // reserved up front (MAP_NORESERVE: pages are backed only once used);
   // Allocate aborts, naming the size, when they run out.
   explicit StrictCpuBackend(int num_threads, size_t arena_bytes = size_t{16} << 30);
+  std::string name() const override { return "cpu_strict"; }
   // True if `p` points into this device's arena.
   bool Owns(const void* p) const { return guard()->Owns(p); }
 };
