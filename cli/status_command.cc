@@ -18,7 +18,6 @@
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "common/event_writer.h"
-#include "common/generations.h"
 #include "common/host.h"
 #include "common/run_layout.h"
 #include "launch/launcher.h"
@@ -104,12 +103,10 @@ bool PrintStatus(const std::string& run_dir) {
   std::ifstream address_file(run.learner_address());
   std::string address;
   if (std::getline(address_file, address)) std::printf("learner %s\n", address.c_str());
-  // The last checkpoint.
-  // The newest committed generation, else the one checkpoint of a run from
-  // before generations.
-  std::string checkpoint = NewestCommittedGeneration(run.checkpoints());
-  if (checkpoint.empty()) checkpoint = run.checkpoints();
-  const std::string counters_file = checkpoint + "/" + kCountersFile;
+  // The last checkpoint: the newest committed generation, else the one
+  // checkpoint of a run from before generations (its counters.txt marks it).
+  const std::string counters_file = run.NewestCheckpoint(/*gan=*/true);
+  const std::string checkpoint = fs::path(counters_file).parent_path().string();
   const auto counters = ReadKeyValues(counters_file);
   const int64_t age = FileAge(counters_file);
   if (age >= 0) {

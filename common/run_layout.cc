@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
@@ -76,15 +77,15 @@ std::optional<int64_t> EvalVideoFrames(const std::string& path) {
   return frames;
 }
 
-std::string LogSchema::Header() const {
-  std::string header;
+std::vector<std::string> LogSchema::CsvColumns() const {
+  std::vector<std::string> names;
   for (const LogColumn& column : columns) {
-    if (!column.csv) continue;
-    if (!header.empty()) header.push_back(',');
-    header.append(column.name);
+    if (column.csv) names.emplace_back(column.name);
   }
-  return header + "\n";
+  return names;
 }
+
+std::string LogSchema::Header() const { return absl::StrCat(absl::StrJoin(CsvColumns(), ","), "\n"); }
 
 // The schemas, and each row's values in its schema's column order.
 namespace {

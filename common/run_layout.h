@@ -145,6 +145,8 @@ struct LogSchema {
   const char* jsonl_file;
   const char* progress;
   std::span<const LogColumn> columns;
+  // The CSV's column names (those with `csv`), in order.
+  std::vector<std::string> CsvColumns() const;
   // The CSV header line ("a,b,c\n").
   std::string Header() const;
 };

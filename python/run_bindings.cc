@@ -145,11 +145,7 @@ void BindRuns(py::module_& module) {
         // (mode, CSV file, its columns) of each run log.
         std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> logs;
         auto add = [&](const char* mode, const LogSchema& schema) {
-          std::vector<std::string> columns;
-          for (const LogColumn& column : schema.columns) {
-            if (column.csv) columns.emplace_back(column.name);
-          }
-          logs.emplace_back(mode, schema.csv_file, std::move(columns));
+          logs.emplace_back(mode, schema.csv_file, schema.CsvColumns());
         };
         add("RL", RlMetricsRow::Schema());
         add("RL", RlEvalRow::Schema());
