@@ -278,13 +278,6 @@ std::vector<std::pair<double, double>> CsvTable::Points(const std::string& x, co
   return points;
 }
 
-std::map<std::string, std::string> CsvTable::LastRow() const {
-  std::map<std::string, std::string> last;
-  if (rows.empty()) return last;
-  for (size_t i = 0; i < header.size() && i < rows.back().size(); ++i) last[header[i]] = rows.back()[i];
-  return last;
-}
-
 absl::StatusOr<CsvTable> ReadCsvTable(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   CsvTable table;
@@ -315,29 +308,52 @@ std::map<std::string, std::string> ReadKeyValues(const std::string& path) {
   return values;
 }
 
-double LastRunSeconds(const std::string& metrics_csv) {
-  std::ifstream in(metrics_csv, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  // The last rows are in the file's last 64 KB.
+namespace {
+
+// The whole lines in the last 64 KB of the file at `path`, newest first: a
+// line a killed writer left without its newline, and one the tail cut at its
+// start, left out. Empty for a missing file.
+std::vector<std::string> LastWholeLines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return lines;
   const std::streamoff size = in.tellg(), tail = std::min<std::streamoff>(size, 1 << 16);
   std::string text(static_cast<size_t>(tail), '\0');
   in.seekg(size - tail);
   in.read(text.data(), tail);
-  // Whole rows only: a row cut off by a killed writer has no newline yet.
   size_t end = text.rfind('\n');
   while (end != std::string::npos && end > 0) {
     const size_t begin = text.rfind('\n', end - 1);
-    // The first row of a tail that starts mid-file may be cut at its start.
-    if (begin == std::string::npos && tail < size) break;
+    if (begin == std::string::npos && tail < size) break;  // cut at its start
     const size_t from = begin == std::string::npos ? 0 : begin + 1;
-    const std::string row = text.substr(from, end - from);
-    if (const std::optional<double> seconds = CsvNumber(row, 0); seconds.has_value() && *seconds >= 0) {
-      return *seconds;
-    }
+    lines.push_back(text.substr(from, end - from));
     if (begin == std::string::npos) break;
     end = begin;
   }
+  return lines;
+}
+
+}  // namespace
+
+double LastRunSeconds(const std::string& metrics_csv) {
+  for (const std::string& row : LastWholeLines(metrics_csv)) {
+    if (const std::optional<double> seconds = CsvNumber(row, 0); seconds.has_value() && *seconds >= 0) {
+      return *seconds;
+    }
+  }
   return 0;
+}
+
+std::map<std::string, std::string> LastCsvRow(const std::string& path) {
+  std::map<std::string, std::string> last;
+  std::ifstream in(path);
+  std::string header;
+  if (!std::getline(in, header) || in.eof()) return last;  // no whole header line
+  const std::vector<std::string> lines = LastWholeLines(path);
+  if (lines.empty() || lines.front() == header) return last;
+  const std::vector<std::string> names = absl::StrSplit(header, ','), cells = absl::StrSplit(lines.front(), ',');
+  for (size_t i = 0; i < names.size() && i < cells.size(); ++i) last[names[i]] = cells[i];
+  return last;
 }
 
 std::chrono::steady_clock::time_point RunClockStart(const RunLayout& run, bool resume) {

@@ -246,8 +246,6 @@ struct CsvTable {
   // The rows' (x, y) from columns `x` and `y` where both cells are numbers,
   // in row order (a curve; empty when a column is missing).
   std::vector<std::pair<double, double>> Points(const std::string& x, const std::string& y) const;
-  // The last row as column name -> cell (empty when there is no row).
-  std::map<std::string, std::string> LastRow() const;
 };
 
 // Reads the CSV at `path`. A last line without its newline (a row being
@@ -263,6 +261,11 @@ std::map<std::string, std::string> ReadKeyValues(const std::string& path);
 // CSV; 0 when the file is missing or has no such row. A resumed run starts
 // its clock from it, so a run's seconds count all of its pieces.
 double LastRunSeconds(const std::string& metrics_csv);
+
+// The last whole row of a CSV file as column name -> cell, read from its
+// header line and its last 64 KB (for a log that grows all run, polled
+// while it runs); empty when the file is missing or has no whole row.
+std::map<std::string, std::string> LastCsvRow(const std::string& path);
 
 // When the clock of the run in `run` started: now, less the seconds its
 // metrics.csv already counts when `resume` (LastRunSeconds).

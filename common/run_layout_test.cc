@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -148,7 +149,7 @@ TEST_F(RunLayoutTest, ReadsTablesAndKeyValues) {
   ASSERT_EQ(returns.size(), 2u);  // the unfinished last line is not a row
   EXPECT_EQ(returns[0], 2.5);
   EXPECT_TRUE(std::isnan(returns[1]));
-  EXPECT_EQ(table->LastRow().at("frames"), "2000");
+  EXPECT_EQ(LastCsvRow(run().eval_csv()).at("frames"), "2000");
   // A curve: the rows whose two cells are numbers.
   EXPECT_EQ(table->Points("frames", "eval_return"), (std::vector<std::pair<double, double>>{{1000, 2.5}}));
   EXPECT_TRUE(table->Points("frames", "nope").empty());
@@ -185,6 +186,11 @@ TEST_F(LastRunSecondsTest, FindsTheLastRowOfAFileLongerThanTheTailItReads) {
   std::string text = "seconds,frames\n";
   for (int i = 0; i < 20000; ++i) text += std::to_string(i) + ".5,123456789\n";
   EXPECT_DOUBLE_EQ(LastRunSeconds(Write(text)), 19999.5);
+  // The last row by column name, the header read from the file's start.
+  const std::map<std::string, std::string> last = LastCsvRow(Write(text + "20000.5,12"));
+  EXPECT_EQ(last, (std::map<std::string, std::string>{{"seconds", "19999.5"}, {"frames", "123456789"}}));
+  EXPECT_TRUE(LastCsvRow(Write("seconds,frames\n")).empty()) << "a header is no row";
+  EXPECT_TRUE(LastCsvRow(::testing::TempDir() + "/no_such_metrics.csv").empty());
   // The 64 KB tail starts inside a row ("123456.5,1" cut to ".5,1") and
   // holds no whole numeric row after it: the cut row is not read as 0.5.
   std::string cut = "seconds,frames\n";

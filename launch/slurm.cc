@@ -147,7 +147,7 @@ absl::Status RunMpiLearnerJob(const config::ExperimentConfig& config, const Slur
       break;
     }
     if (actors && std::chrono::steady_clock::now() - last_status >= std::chrono::milliseconds(500)) {
-      auto row = ReadCsvTable(RunLayout(run_dir).metrics_csv()).value_or(CsvTable()).LastRow();
+      auto row = LastCsvRow(RunLayout(run_dir).metrics_csv());
       WriteStatusFile(run_dir, absl::StrFormat("%s | frames %s | updates %s | params v%s | learner ranks %d | "
                                                "actors %d/%d (restarts %d)",
                                                config.env().task(), row["frames"], row["updates"],
