@@ -10,9 +10,11 @@
 #include <fstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "common/status_macros.h"
 
@@ -297,9 +299,22 @@ absl::StatusOr<double> RunGpuJaxPeer(const std::string& name, const std::string&
   return RunGpuPythonPeer(python, name, args, key);
 }
 
-std::vector<const char*> GpuPeerModes(int64_t batch) {
-  if (batch == 256) return {"eager", "compile"};
-  return {"eager"};
+std::vector<std::string> PytorchPeerModes(std::vector<std::string> defaults) {
+  const char* env = std::getenv("TROUPE_PYTORCH_MODES");
+  if (env == nullptr || *env == '\0') return defaults;
+  return absl::StrSplit(env, ',', absl::SkipWhitespace());
+}
+
+std::vector<std::string> GpuPeerModes(int64_t batch) {
+  return PytorchPeerModes(batch == 256 ? std::vector<std::string>{"eager", "compile"} : std::vector<std::string>{"eager"});
+}
+
+bool MeasuredAsGpu(const std::string& backend_name) {
+  const bool cpu = !absl::StartsWith(backend_name, "cuda") && !absl::StartsWith(backend_name, "pjrt:");
+  if (cpu) return false;
+  if (!absl::StartsWith(backend_name, "pjrt:cpu")) return true;
+  const char* stand_in = std::getenv("TROUPE_BENCH_STAND_IN");
+  return stand_in != nullptr && std::string(stand_in) == "1";
 }
 
 absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {

@@ -148,8 +148,17 @@ absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::str
 absl::StatusOr<double> RunGpuJaxPeer(const std::string& name, const std::string& args, const std::string& key);
 // The PyTorch modes a GPU bench runs the peer in at `batch`: eager always,
 // torch.compile at batch 256 only (the bars' point; each compile costs tens
-// of seconds of a short GPU lease).
-std::vector<const char*> GpuPeerModes(int64_t batch);
+// of seconds of a short GPU lease); PytorchPeerModes(those).
+std::vector<std::string> GpuPeerModes(int64_t batch);
+// `defaults`, unless TROUPE_PYTORCH_MODES names the modes to run instead
+// (comma-separated: eager, compile, reduce-overhead; run.sh --fast-peers
+// sets it to eager for a GPU lease).
+std::vector<std::string> PytorchPeerModes(std::vector<std::string> defaults);
+// True when the benchmarks measure a backend named `backend_name` ("cuda",
+// "pjrt:cuda ...", "pjrt:cpu ...") as a GPU: GPU rows, GPU peers. A CPU
+// plugin counts as one where TROUPE_BENCH_STAND_IN=1 (a lease's dry run,
+// run.sh --dry-run: the lease's code paths on a machine without a GPU).
+bool MeasuredAsGpu(const std::string& backend_name);
 
 }  // namespace troupe::bench
 

@@ -51,7 +51,7 @@ void ReportPeers(const troupe::config::ExperimentConfig& config, const std::stri
   // The peers take one hidden size for both layers; the default is 256.
   const int64_t hidden_size = hidden.empty() ? 256 : hidden.front();
   // BATCH SIZE FRAMES SECONDS MODE DEVICE KEY=VALUE... (torch_d4pg.py's usage).
-  const auto peer_args = [&](const char* mode) {
+  const auto peer_args = [&](const std::string& mode) {
     return absl::StrCat(batch, " 84 3 ", seconds, " ", mode, gpu ? " cuda" : " cpu",
                         " channels=", d4pg.conv_channels(), " hidden=", hidden_size, " actions=1 atoms=", d4pg.atoms(),
                         " prioritized=", config.learner().prioritized() ? 1 : 0,
@@ -61,16 +61,16 @@ void ReportPeers(const troupe::config::ExperimentConfig& config, const std::stri
   report.benchmark = "d4pg";
   const std::string name =
       absl::StrFormat("D4PG pixel update 3x84x84, batch %d, %s, %d threads", batch, device, threads);
-  std::vector<const char*> modes = {"eager", "compile"};
+  std::vector<std::string> modes = {"eager", "compile"};
   if (gpu) {
     modes.push_back("reduce-overhead");
   } else {
     std::printf("(PyTorch reduce-overhead: CUDA graphs, CUDA only; not run on the CPU)\n");
   }
-  for (const char* mode : modes) {
+  for (const std::string& mode : bench::PytorchPeerModes(modes)) {
     auto pytorch = gpu ? bench::RunGpuPytorchPeer("torch_d4pg", peer_args(mode), "updates_per_second")
                        : bench::RunPytorchPeer("torch_d4pg", peer_args(mode), "updates_per_second");
-    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode.c_str(), pytorch.status().ToString().c_str());
     report.Add(name, updates_per_second, "updates/s",
                absl::StrCat(gpu ? "PyTorch on the GPU, " : "PyTorch 2.5, ", mode, gpu ? "" : ", best of 1/2 threads"),
                pytorch.ok() ? *pytorch : 0);
@@ -190,8 +190,7 @@ int main(int argc, char** argv) {
   } else if (peers) {
     // Each peer timed for as long as troupe's updates took, 3 s at least.
     const std::string backend = (*replicator)->backend(0)->name();
-    const bool gpu = absl::StartsWith(backend, "cuda") ||
-                     (absl::StartsWith(backend, "pjrt:") && !absl::StartsWith(backend, "pjrt:cpu"));
+    const bool gpu = bench::MeasuredAsGpu(backend);
     ReportPeers(config, device, gpu, batch, threads, updates / s, std::max(3.0, s));
   }
   return 0;

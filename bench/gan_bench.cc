@@ -274,7 +274,7 @@ absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
     ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> probe, engine::MakeBackend(engine, /*local_index=*/0, 1));
     device_name = probe->name();
   }
-  const bool on_cpu = absl::StartsWith(device_name, "pjrt:cpu");
+  const bool on_cpu = !MeasuredAsGpu(device_name);
   const std::string where = pjrt ? absl::StrCat(device_name, ", one program per step") : std::string("CUDA");
   std::vector<config::EngineConfig::Precision> precisions = {config::EngineConfig::FLOAT32};
   if (!on_cpu) precisions.push_back(config::EngineConfig::BFLOAT16);
@@ -299,12 +299,12 @@ absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
         report.Add(name, images_per_s, "images/s", "troupe's CPU backend, same step", cpu_images_per_s);
         continue;
       }
-      for (const char* mode : GpuPeerModes(batch)) {
+      for (const std::string& mode : GpuPeerModes(batch)) {
         auto pytorch = RunGpuPytorchPeer(
             "torch_gan",
             absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds, " ", mode, " cuda ", dtype),
             "images_per_second");
-        if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+        if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode.c_str(), pytorch.status().ToString().c_str());
         report.Add(name, images_per_s, "images/s", absl::StrCat("PyTorch on the GPU, ", mode),
                    pytorch.ok() ? *pytorch : 0);
       }

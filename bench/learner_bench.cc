@@ -163,10 +163,10 @@ namespace {
 // machine's python3) eager, and compiled at batch 256, and JAX's jax.jit.
 void AddGpuPeerRows(Report& report, const std::string& name, double troupe, int64_t batch, const char* dtype,
                     double seconds) {
-  for (const char* mode : GpuPeerModes(batch)) {
+  for (const std::string& mode : GpuPeerModes(batch)) {
     auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode, " cuda ", dtype),
                                      "samples_per_second");
-    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
+    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode.c_str(), pytorch.status().ToString().c_str());
     report.Add(name, troupe, "samples/s", absl::StrCat("PyTorch on the GPU, ", mode), pytorch.ok() ? *pytorch : 0);
   }
   // The machine's JAX: the whole step as one XLA program.
@@ -267,7 +267,7 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   config::EngineConfig kernels_engine = engine;
   kernels_engine.set_pjrt_steps(config::EngineConfig::KERNELS);
   ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> kernels, engine::MakeBackend(kernels_engine, 0, 1));
-  const bool on_cpu = absl::StartsWith(compiled->name(), "pjrt:cpu");
+  const bool on_cpu = !MeasuredAsGpu(compiled->name());
   if (!on_cpu) {
     // On a GPU, the bars' grid: one program per step at batch 256 and 1024,
     // float32 and bfloat16, against PyTorch eager (and compiled) and JAX.

@@ -19,6 +19,7 @@ void AddSlurmJobCommand(CLI::App& app, int* exit_code);  // troupe slurm-job RUN
 void AddCertsCommand(CLI::App& app, int* exit_code);    // troupe certs DIR --hosts A,B
 void AddSweepCommand(CLI::App& app, int* exit_code);    // troupe sweep CONFIG --grid f=v1,v2 [--seeds N] [--parallel P]
 void AddReportCommand(CLI::App& app, int* exit_code);   // troupe report RUN_OR_SWEEP_DIR [-o FILE]
+void AddDevicesCommand(CLI::App& app, int* exit_code);  // troupe devices [--pjrt-plugin PATH]
 
 }  // namespace troupe::cli
 

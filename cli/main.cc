@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   troupe::cli::AddCertsCommand(app, &exit_code);
   troupe::cli::AddSweepCommand(app, &exit_code);
   troupe::cli::AddReportCommand(app, &exit_code);
+  troupe::cli::AddDevicesCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

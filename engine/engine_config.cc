@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/shell.h"
 #include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
@@ -137,6 +138,13 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                ": set, but engine.device is ", config::EngineConfig::Device_Name(engine.device()),
                " (compiled steps are device PJRT's)");
   }
+  if (!(engine.gpu_memory_fraction() >= 0 && engine.gpu_memory_fraction() <= 1)) {
+    return bad(".engine.gpu_memory_fraction ", engine.gpu_memory_fraction(), ": must be in [0, 1] (0 = on demand)");
+  }
+  if (!pjrt && !gpu && engine.has_gpu_memory_fraction()) {
+    return bad(".engine.gpu_memory_fraction ", engine.gpu_memory_fraction(), ": set, but engine.device is ",
+               config::EngineConfig::Device_Name(engine.device()), " (the fraction is a PJRT GPU client's)");
+  }
   if (!cuda && !pjrt && !gpu && engine.precision() == config::EngineConfig::BFLOAT16) {
     return absl::InvalidArgumentError(absl::StrCat(section, ".engine.precision BFLOAT16: the ",
                                                    config::EngineConfig::Device_Name(engine.device()),
@@ -144,6 +152,14 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
   }
   return absl::OkStatus();
 }
+
+#ifdef TROUPE_HAVE_PJRT
+namespace {
+pjrt::ClientOptions ClientOptionsOf(const config::EngineConfig& engine) {
+  return {.memory_fraction = engine.gpu_memory_fraction()};
+}
+}  // namespace
+#endif
 
 absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std::string& section) {
   if (engine.device() == config::EngineConfig::GPU) {
@@ -154,7 +170,7 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
 #ifdef TROUPE_HAVE_PJRT
   if (engine.device() == config::EngineConfig::PJRT) {
     // Loads the plugin and opens its client (shared with the backends made later).
-    auto client = pjrt::Client::Shared(engine.pjrt_plugin());
+    auto client = pjrt::Client::Shared(engine.pjrt_plugin(), ClientOptionsOf(engine));
     if (!client.ok()) {
       return absl::Status(client.status().code(),
                           absl::StrCat(section, ".engine.pjrt_plugin: ", client.status().message()));
@@ -246,13 +262,20 @@ std::string JaxCudaPlugin(std::string* why_not) {
 GpuPaths FindGpuPaths(const config::EngineConfig& engine) {
   GpuPaths found;
 #ifdef TROUPE_HAVE_PJRT
-  const std::string plugin = engine.pjrt_plugin().empty() ? JaxCudaPlugin(&found.pjrt_why_not) : engine.pjrt_plugin();
-  if (!plugin.empty()) {
-    auto client = pjrt::Client::Shared(plugin);
+  found.pjrt_found = engine.pjrt_plugin().empty() ? JaxCudaPlugin(&found.pjrt_why_not) : engine.pjrt_plugin();
+  if (!found.pjrt_found.empty()) {
+    // The plugin's own checks first (a file, a PJRT plugin, an API version
+    // troupe speaks), then its client (which finds the devices).
+    if (auto plugin = pjrt::Plugin::Load(found.pjrt_found); plugin.ok()) {
+      found.pjrt_api = absl::StrCat((*plugin)->major_version(), ".", (*plugin)->minor_version());
+    }
+    auto client = pjrt::Client::Shared(found.pjrt_found, ClientOptionsOf(engine));
     if (client.ok()) {
-      found.pjrt_plugin = plugin;
+      found.pjrt_memory = (*client)->memory();
+      found.pjrt_plugin = found.pjrt_found;
       found.pjrt_platform = (*client)->platform();
       found.pjrt_devices = (*client)->num_devices();
+      found.pjrt_device_kind = (*client)->device_kind(0);
     } else {
       found.pjrt_why_not = std::string(client.status().message());
     }
@@ -261,11 +284,48 @@ GpuPaths FindGpuPaths(const config::EngineConfig& engine) {
   found.pjrt_why_not = "this troupe was built without the PJRT backend";
 #endif
 #ifdef TROUPE_HAVE_CUDA
-  found.cuda_devices = cuda::DeviceCount(&found.cuda_why_not);
+  found.cuda_built_for = cuda::DescribeCudaArchitectures(cuda::BuiltArchitectures());
+  const int answering = cuda::DeviceCount(&found.cuda_why_not);
+  for (int d = 0; d < answering; ++d) {
+    absl::StatusOr<std::string> covered = cuda::CheckDeviceArchitecture(d);
+    if (covered.ok()) {
+      found.cuda_device_names.push_back(*covered);
+      ++found.cuda_devices;
+    } else {
+      found.cuda_device_names.push_back(absl::StrCat("not usable: ", covered.status().message()));
+      if (found.cuda_why_not.empty()) found.cuda_why_not = std::string(covered.status().message());
+    }
+  }
 #else
   found.cuda_why_not = "this troupe was built without CUDA";
 #endif
   return found;
+}
+
+std::string DescribeGpuPaths(const GpuPaths& found) {
+  std::string said = "PJRT GPU plugin: ";
+  if (found.pjrt_found.empty()) {
+    absl::StrAppend(&said, "none: ", found.pjrt_why_not, "\n");
+  } else {
+    absl::StrAppend(&said, found.pjrt_found, " (PJRT API ", found.pjrt_api.empty() ? "not read" : found.pjrt_api, "): ");
+    if (!found.pjrt_plugin.empty()) {
+      absl::StrAppend(&said, "platform ", found.pjrt_platform, ", ", found.pjrt_devices, " device(s) (",
+                      found.pjrt_device_kind, "), memory ", found.pjrt_memory, "\n");
+    } else {
+      absl::StrAppend(&said, "no client: ", found.pjrt_why_not, "\n");
+    }
+  }
+  if (!BuiltWithCuda()) {
+    absl::StrAppend(&said, "CUDA backend: not built (", found.cuda_why_not, ")\n");
+    return said;
+  }
+  absl::StrAppend(&said, "CUDA backend: ", found.cuda_devices, " GPU(s)");
+  if (found.cuda_device_names.empty()) absl::StrAppend(&said, " (", found.cuda_why_not, ")");
+  absl::StrAppend(&said, "; kernels for ", found.cuda_built_for, "\n");
+  for (size_t d = 0; d < found.cuda_device_names.size(); ++d) {
+    absl::StrAppend(&said, "  GPU ", d, ": ", found.cuda_device_names[d], "\n");
+  }
+  return said;
 }
 
 absl::StatusOr<config::EngineConfig> ChooseGpuPath(const config::EngineConfig& engine, const GpuPaths& found,
@@ -303,8 +363,8 @@ absl::StatusOr<config::EngineConfig> ChooseGpuPath(const config::EngineConfig& e
                          " GPU(s)); no PJRT GPU plugin: ", pjrt_why);
     return chosen;
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat(section, ".engine.device GPU: no GPU path here. PJRT: ", pjrt_why, ". CUDA: ", cuda_why));
+  return absl::FailedPreconditionError(absl::StrCat(section, ".engine.device GPU: no GPU path here. PJRT: ",
+                                                    absl::StripSuffix(pjrt_why, "."), ". CUDA: ", cuda_why));
 }
 
 absl::StatusOr<config::EngineConfig> ResolveDevice(const config::EngineConfig& engine, const std::string& section) {
@@ -349,6 +409,7 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
       options.compile_steps = engine.pjrt_steps() == config::EngineConfig::COMPILED;
       options.group = std::static_pointer_cast<pjrt::PjrtReplicaGroup>(group);
       options.cache_dir = engine.has_pjrt_cache_dir() ? engine.pjrt_cache_dir() : pjrt::DefaultPjrtCacheDir();
+      options.client = ClientOptionsOf(engine);
       auto backend = pjrt::PjrtBackend::Create(options);
       if (!backend.ok()) return backend.status();
       return std::unique_ptr<nn::Backend>(std::move(*backend));

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,11 +53,17 @@ absl::Status CheckDeviceAvailable(const config::EngineConfig& engine, const std:
 // platform and device count, or why there is none) and the CUDA backend's
 // GPUs (or why none answers).
 struct GpuPaths {
-  std::string pjrt_plugin;
+  std::string pjrt_found;     // the plugin looked at (engine.pjrt_plugin, or JAX's), "" when none
+  std::string pjrt_api;       // its PJRT C API version ("0.115"), "" when it did not load
+  std::string pjrt_plugin;    // pjrt_found when its client opened
   std::string pjrt_platform;
   int pjrt_devices = 0;
+  std::string pjrt_device_kind;  // device 0's ("NVIDIA H200")
+  std::string pjrt_memory;       // how its client took memory (pjrt::Client::memory)
   std::string pjrt_why_not;
-  int cuda_devices = 0;
+  int cuda_devices = 0;       // GPUs the CUDA backend can use (answering, and covered by its kernels)
+  std::vector<std::string> cuda_device_names;  // each answering GPU ("NVIDIA H200, compute capability 9.0")
+  std::string cuda_built_for;  // "sm_80, sm_86, sm_89, sm_90 + PTX compute_90"
   std::string cuda_why_not;
 };
 // Looks: the plugin at engine.pjrt_plugin when set, else the XLA CUDA plugin
@@ -70,6 +77,10 @@ GpuPaths FindGpuPaths(const config::EngineConfig& engine);
 // FailedPrecondition naming the section and why each path is out.
 absl::StatusOr<config::EngineConfig> ChooseGpuPath(const config::EngineConfig& engine, const GpuPaths& found,
                                                    const std::string& section, std::string* said);
+// What `found` says, a line per path, for `troupe devices`:
+//   PJRT GPU plugin: PATH (PJRT API 0.115): platform cuda, 1 device(s) (NVIDIA H200)
+//   CUDA backend: 1 GPU(s): NVIDIA H200, compute capability 9.0; kernels for sm_80, ...
+std::string DescribeGpuPaths(const GpuPaths& found);
 // ChooseGpuPath on this machine (FindGpuPaths), saying the choice on stderr.
 absl::StatusOr<config::EngineConfig> ResolveDevice(const config::EngineConfig& engine, const std::string& section);
 

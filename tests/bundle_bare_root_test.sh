@@ -20,26 +20,10 @@ trap cleanup EXIT
 
 "$top/tools/bundle.sh" --from "$build" "$work/troupe"
 
-# A minimal Debian 12, made once per machine and copied for each run.
-base=/var/cache/troupe/bare-debian-12
-if [[ ! -x "$base/bin/bash" ]]; then
-  "$top/tools/install_deps.sh" bundle
-  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)
-  rm -rf "$base.tmp" && mkdir -p "$(dirname "$base")"
-  if ! debootstrap --variant=minbase bookworm "$base.tmp" "${mirror:-http://deb.debian.org/debian}" \
-      > "$work/debootstrap.log" 2>&1; then
-    tail -n 5 "$work/debootstrap.log"
-    echo "skipped: debootstrap could not make a Debian 12 root (offline?)"
-    exit 77
-  fi
-  mv "$base.tmp" "$base"
-fi
+source "$top/tests/bare_root.sh"
+bare_root bare-debian-12
 cp -a "$base" "$root"
-# None of troupe's libraries may be there: the test would prove nothing.
-if ls "$root"/usr/lib/x86_64-linux-gnu/ | grep -E '^lib(grpc|protobuf|mujoco|absl|mpi)' > /dev/null; then
-  echo "the bare root holds troupe's libraries already" >&2
-  exit 1
-fi
+no_troupe_libraries "$root"
 cp -a "$work/troupe" "$root/opt/troupe"
 # (grep reads all of ldd's output: an early exit would fail the pipeline.)
 if ldd "$build/cli/troupe" | grep libcublas > /dev/null; then

@@ -13,7 +13,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels.h"
@@ -35,6 +41,77 @@ int DeviceCount(std::string* why) {
   return count;
 }
 
+absl::StatusOr<std::vector<CudaArchitecture>> ParseCudaArchitectures(const std::string& list) {
+  std::vector<CudaArchitecture> out;
+  for (absl::string_view entry : absl::StrSplit(list, absl::ByAnyChar(",;"), absl::SkipWhitespace())) {
+    entry = absl::StripAsciiWhitespace(entry);
+    CudaArchitecture a;
+    absl::string_view number = entry;
+    if (absl::ConsumeSuffix(&number, "-real")) {
+      a.machine_code = true;
+    } else if (absl::ConsumeSuffix(&number, "-virtual")) {
+      a.ptx = true;
+    } else {
+      a.machine_code = a.ptx = true;
+    }
+    int value = 0;
+    if (number.size() < 2 || !absl::SimpleAtoi(number, &value) || value < 10) {
+      return absl::InvalidArgumentError(absl::StrCat("CUDA architecture '", entry,
+                                                     "': expected NN, NN-real or NN-virtual (e.g. 86-real)"));
+    }
+    a.major = value / 10;
+    a.minor = value % 10;
+    out.push_back(a);
+  }
+  return out;
+}
+
+std::string DescribeCudaArchitectures(const std::vector<CudaArchitecture>& architectures) {
+  std::vector<std::string> code, ptx;
+  for (const CudaArchitecture& a : architectures) {
+    if (a.machine_code) code.push_back(absl::StrCat("sm_", a.major, a.minor));
+    if (a.ptx) ptx.push_back(absl::StrCat("compute_", a.major, a.minor));
+  }
+  std::string said = code.empty() ? "no machine code" : absl::StrJoin(code, ", ");
+  if (!ptx.empty()) absl::StrAppend(&said, " + PTX ", absl::StrJoin(ptx, ", "));
+  return said;
+}
+
+bool CoversComputeCapability(const std::vector<CudaArchitecture>& architectures, int major, int minor) {
+  for (const CudaArchitecture& a : architectures) {
+    // Machine code runs on its own major version at the same or a later minor;
+    // PTX is compiled by the driver for its own and every later GPU.
+    if (a.machine_code && a.major == major && a.minor <= minor) return true;
+    if (a.ptx && (a.major < major || (a.major == major && a.minor <= minor))) return true;
+  }
+  return false;
+}
+
+const std::vector<CudaArchitecture>& BuiltArchitectures() {
+#ifndef TROUPE_CUDA_ARCHITECTURES
+#define TROUPE_CUDA_ARCHITECTURES "90"
+#endif
+  static const auto* built = new std::vector<CudaArchitecture>(*ParseCudaArchitectures(TROUPE_CUDA_ARCHITECTURES));
+  return *built;
+}
+
+absl::StatusOr<std::string> CheckDeviceArchitecture(int device) {
+  cudaDeviceProp properties{};
+  if (cudaError_t e = cudaGetDeviceProperties(&properties, device); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("cudaGetDeviceProperties(", device, "): ", cudaGetErrorString(e)));
+  }
+  const std::string said =
+      absl::StrCat(properties.name, ", compute capability ", properties.major, ".", properties.minor);
+  if (!CoversComputeCapability(BuiltArchitectures(), properties.major, properties.minor)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GPU ", device, " (", said, ") is not covered by this troupe's CUDA kernels (",
+        DescribeCudaArchitectures(BuiltArchitectures()), "): rebuild with -DCMAKE_CUDA_ARCHITECTURES=",
+        properties.major, properties.minor, " (or add it to the list)"));
+  }
+  return said;
+}
+
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
   std::string why;
   const int count = DeviceCount(&why);
@@ -43,6 +120,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA device ", options.device, " does not exist (", count, " device(s): 0..", count - 1, ")"));
   }
+  // A GPU the kernels were not built for fails here, naming it, instead of
+  // at its first kernel ("no kernel image is available").
+  RETURN_IF_ERROR(CheckDeviceArchitecture(options.device).status());
   std::unique_ptr<CudaBackend> b(new CudaBackend(options));
   auto env_is_1 = [](const char* name) {
     const char* v = std::getenv(name);

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -41,6 +42,29 @@ namespace troupe::cuda {
 // `why`, if given, receives the runtime's reason when the count is 0
 // ("no CUDA-capable device is detected", "CUDA driver version is insufficient").
 int DeviceCount(std::string* why = nullptr);
+
+// A GPU architecture the kernels are built for: an entry of
+// CMAKE_CUDA_ARCHITECTURES ("86-real": machine code for 8.6; "90-virtual":
+// PTX for compute_90; "90": both).
+struct CudaArchitecture {
+  int major = 0, minor = 0;
+  bool machine_code = false;  // sm_XY: runs on X.Y up to X.9 (same major)
+  bool ptx = false;           // compute_XY: the driver compiles it for X.Y and every newer GPU
+};
+// Parses a comma- or semicolon-separated CMAKE_CUDA_ARCHITECTURES list;
+// InvalidArgument naming the entry that is not NN, NN-real or NN-virtual.
+absl::StatusOr<std::vector<CudaArchitecture>> ParseCudaArchitectures(const std::string& list);
+// "sm_80, sm_86, sm_89, sm_90 + PTX compute_90".
+std::string DescribeCudaArchitectures(const std::vector<CudaArchitecture>& architectures);
+// True when a GPU of compute capability major.minor runs these kernels.
+bool CoversComputeCapability(const std::vector<CudaArchitecture>& architectures, int major, int minor);
+// What this build's kernels are for (its CMAKE_CUDA_ARCHITECTURES).
+const std::vector<CudaArchitecture>& BuiltArchitectures();
+// GPU `device`: its name and compute capability ("NVIDIA H200, compute
+// capability 9.0"), and FailedPrecondition when this build's kernels do not
+// cover it, naming both and the CMake setting that would
+// ("-DCMAKE_CUDA_ARCHITECTURES=75"). Internal when the device cannot be read.
+absl::StatusOr<std::string> CheckDeviceArchitecture(int device);
 
 enum class GemmPrecision {
   kFloat32,   // float32 inputs, float32 accumulation (the CPU reference's math)

@@ -25,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/processes.h"
 #include "common/status_macros.h"
 #include "engine/cuda/cuda_backend.h"
@@ -301,6 +302,34 @@ TEST(CudaBackendTest, AnUnknownConvolutionPathInTheEnvironmentIsRefusedNamingIt)
   unsetenv("TROUPE_CUDA_CONV");
   ASSERT_TRUE(im2col.ok()) << im2col.status();
   EXPECT_EQ((*im2col)->convolutions(), "im2col + cuBLAS (as asked)");
+}
+
+// Host only (no GPU): which GPUs a build's architecture list covers, as
+// CMAKE_CUDA_ARCHITECTURES spells it, and what the start-up check says.
+TEST(CudaArchitectureTest, MachineCodeCoversItsMajorVersionAndPtxEveryNewerGpu) {
+  auto default_list = ParseCudaArchitectures("80-real;86-real;89-real;90");
+  ASSERT_TRUE(default_list.ok()) << default_list.status();
+  EXPECT_EQ(DescribeCudaArchitectures(*default_list), "sm_80, sm_86, sm_89, sm_90 + PTX compute_90");
+  EXPECT_TRUE(CoversComputeCapability(*default_list, 8, 0));   // A100
+  EXPECT_TRUE(CoversComputeCapability(*default_list, 8, 7));   // Orin: sm_86's machine code
+  EXPECT_TRUE(CoversComputeCapability(*default_list, 9, 0));   // H100, H200
+  EXPECT_TRUE(CoversComputeCapability(*default_list, 12, 0));  // a newer GPU: compute_90's PTX
+  EXPECT_FALSE(CoversComputeCapability(*default_list, 7, 5));  // T4: older than every entry
+  auto hopper_code_only = ParseCudaArchitectures("90-real");
+  ASSERT_TRUE(hopper_code_only.ok());
+  EXPECT_FALSE(CoversComputeCapability(*hopper_code_only, 10, 0)) << "machine code does not cross a major version";
+  EXPECT_FALSE(CoversComputeCapability(*hopper_code_only, 8, 9));
+  auto ptx_only = ParseCudaArchitectures("75-virtual");
+  ASSERT_TRUE(ptx_only.ok());
+  EXPECT_EQ(DescribeCudaArchitectures(*ptx_only), "no machine code + PTX compute_75");
+  EXPECT_TRUE(CoversComputeCapability(*ptx_only, 8, 6));
+  for (const char* bad : {"sm_90", "9", "90-fast", "x"}) {
+    auto parsed = ParseCudaArchitectures(absl::StrCat("80-real,", bad));
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find(absl::StrCat("'", bad, "'")), std::string::npos) << parsed.status();
+  }
+  // This build's own list parses (it is baked in at configure time) and covers something.
+  EXPECT_FALSE(BuiltArchitectures().empty());
 }
 
 // Host only (no GPU): cuDNN opens where the toolkit has it, and the

@@ -470,7 +470,7 @@ std::string DefaultPjrtCacheDir() {
 // --- Set-up and memory --------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<PjrtBackend>> PjrtBackend::Create(const PjrtBackendOptions& options) {
-  auto client = Client::Shared(options.plugin);
+  auto client = Client::Shared(options.plugin, options.client);
   if (!client.ok()) return client.status();
   if (options.device < 0 || options.device >= (*client)->num_devices()) {
     return absl::OutOfRangeError(absl::StrCat("PJRT plugin ", options.plugin, ": device ", options.device,

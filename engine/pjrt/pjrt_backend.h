@@ -120,6 +120,9 @@ struct PjrtBackendOptions {
   // serialize them); empty: no cache. engine_config's default:
   // DefaultPjrtCacheDir().
   std::string cache_dir;
+  // How the plugin's client takes device memory, when this backend is the
+  // first of the process to open it (engine.gpu_memory_fraction).
+  ClientOptions client;
 };
 
 // $XDG_CACHE_HOME/troupe/pjrt, else $HOME/.cache/troupe/pjrt, else

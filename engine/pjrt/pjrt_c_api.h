@@ -88,10 +88,28 @@ struct EventAwaitArgs {
   ExtensionBase* extension_start;
   Event* event;
 };
+// PJRT_NamedValue: one create option (the XLA GPU plugin's "preallocate",
+// "memory_fraction").
+enum NamedValueType : int { kNamedString = 0, kNamedInt64 = 1, kNamedInt64List = 2, kNamedFloat = 3, kNamedBool = 4 };
+struct NamedValue {
+  size_t struct_size;
+  ExtensionBase* extension_start;
+  const char* name;
+  size_t name_size;
+  NamedValueType type;
+  union {
+    const char* string_value;
+    int64_t int64_value;
+    const int64_t* int64_array_value;
+    float float_value;
+    bool bool_value;
+  };
+  size_t value_size;  // 1 for a scalar
+};
 struct ClientCreateArgs {
   size_t struct_size;
   ExtensionBase* extension_start;
-  const void* create_options;  // PJRT_NamedValue[]: troupe passes none
+  const NamedValue* create_options;
   size_t num_options;
   void* kv_get_callback;
   void* kv_get_user_arg;

@@ -3,9 +3,14 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace troupe::pjrt {
@@ -155,19 +160,65 @@ Client::~Client() {
   (void)plugin_->ToStatus(plugin_->api().Client_Destroy(&args), "destroying the client");
 }
 
-absl::StatusOr<std::shared_ptr<Client>> Client::Shared(const std::string& plugin_path) {
+namespace {
+
+capi::NamedValue NamedBool(const char* name, bool value) {
+  auto v = Make<capi::NamedValue>();
+  v.name = name;
+  v.name_size = std::strlen(name);
+  v.type = capi::kNamedBool;
+  v.bool_value = value;
+  v.value_size = 1;
+  return v;
+}
+
+capi::NamedValue NamedFloat(const char* name, float value) {
+  auto v = Make<capi::NamedValue>();
+  v.name = name;
+  v.name_size = std::strlen(name);
+  v.type = capi::kNamedFloat;
+  v.float_value = value;
+  v.value_size = 1;
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Client>> Client::Shared(const std::string& plugin_path, const ClientOptions& options) {
   static std::mutex mu;
   static auto* clients = new std::map<std::string, std::weak_ptr<Client>>;
   std::lock_guard lock(mu);
   if (auto it = clients->find(plugin_path); it != clients->end()) {
     if (auto client = it->second.lock()) return client;
   }
+  if (!(options.memory_fraction >= 0 && options.memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PJRT client memory fraction ", options.memory_fraction, ": must be in [0, 1] (0 = on demand)"));
+  }
   absl::StatusOr<const Plugin*> plugin = Plugin::Load(plugin_path);
   if (!plugin.ok()) return plugin.status();
   const capi::Api& api = (*plugin)->api();
+  // The GPU plugin's memory options; a plugin that knows none (XLA's CPU
+  // plugin: "Unexpected option name") refuses them, and is asked again without.
+  std::vector<capi::NamedValue> memory;
+  memory.push_back(NamedBool("preallocate", options.memory_fraction > 0));
+  if (options.memory_fraction > 0) memory.push_back(NamedFloat("memory_fraction", options.memory_fraction));
   auto create = Make<capi::ClientCreateArgs>();
-  if (absl::Status s = (*plugin)->ToStatus(api.Client_Create(&create), "creating a client"); !s.ok()) return s;
+  create.create_options = memory.data();
+  create.num_options = memory.size();
+  std::string memory_said = options.memory_fraction > 0
+                                ? absl::StrCat(std::lround(100 * options.memory_fraction), "% of the GPU at start")
+                                : "on demand";
+  absl::Status created = (*plugin)->ToStatus(api.Client_Create(&create), "creating a client");
+  if (!created.ok() && created.code() == absl::StatusCode::kInvalidArgument &&
+      absl::StrContains(absl::AsciiStrToLower(created.message()), "option")) {
+    create = Make<capi::ClientCreateArgs>();
+    created = (*plugin)->ToStatus(api.Client_Create(&create), "creating a client");
+    memory_said = "the plugin's default (it takes no memory options)";
+  }
+  if (!created.ok()) return created;
   std::shared_ptr<Client> client(new Client(*plugin, create.client));
+  client->memory_ = memory_said;
 
   auto name = Make<capi::ClientPlatformNameArgs>();
   name.client = create.client;

@@ -52,9 +52,21 @@ class Plugin {
 // One client of a plugin: its devices and everything made on them. Shared by
 // the backends of one process that name the same plugin (a client owns the
 // devices; a second one could not open a GPU the first holds).
+// How a client takes its device's memory (the XLA GPU plugin's create
+// options; other plugins refuse them, and the client is made without).
+struct ClientOptions {
+  // 0: on demand (the allocator grows as buffers are made, so several
+  // processes share a GPU); (0, 1]: that fraction of the GPU's memory at
+  // start, as JAX does (XLA's default, 0.75, when the plugin takes no options).
+  float memory_fraction = 0;
+};
+
 class Client {
  public:
-  static absl::StatusOr<std::shared_ptr<Client>> Shared(const std::string& plugin_path);
+  // The client of the plugin at `plugin_path`, made on the first call with
+  // that call's `options` (later calls share it, whatever their options).
+  static absl::StatusOr<std::shared_ptr<Client>> Shared(const std::string& plugin_path,
+                                                        const ClientOptions& options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -62,6 +74,9 @@ class Client {
   const Plugin& plugin() const { return *plugin_; }
   // "cpu", "cuda", "tpu", ...
   const std::string& platform() const { return platform_; }
+  // How it took memory: "on demand", "90% of the GPU at start", or "the
+  // plugin's default (it takes no memory options)".
+  const std::string& memory() const { return memory_; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
   // The device's kind as the plugin names it ("cpu", "NVIDIA H100 80GB HBM3", "TPU v5 lite").
   std::string device_kind(int device) const;
@@ -106,6 +121,7 @@ class Client {
   const Plugin* plugin_;
   capi::Client* client_;
   std::string platform_;
+  std::string memory_;
   std::vector<capi::Device*> devices_;
   std::string compile_options_;
 };

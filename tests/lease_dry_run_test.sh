@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The GPU lease rehearsed here, so the prepared call cannot rot between
+# leases: the bundle of this build unpacked in a bare Debian 12 root that has
+# what the GPU machine has and nothing else — no Debian -dev packages, no
+# /usr/local/cuda, no NVIDIA driver; a Python virtual environment at
+# /opt/torch/.venv, first on PATH, holding JAX's XLA CUDA PJRT plugin
+# (jax-cuda13-pjrt, the device's version) and CUDA's libraries where the
+# nvidia-* wheels put them (site-packages/nvidia/*/lib; here this machine's
+# toolkit, mounted read-only, stands in for the wheels). Then run.sh runs the
+# lease's whole order (docs/development.md "On a GPU machine") with an XLA
+# CPU plugin standing in for the GPU plugin (--dry-run), and returns its
+# files as the device does. Checked:
+#   - every program's and library's dependencies resolve (the driver's
+#     libcuda.so.1 aside, which nothing links);
+#   - run.sh finds CUDA's libraries in the venv and the XLA CUDA plugin;
+#   - the plugin passes troupe's version and table checks and fails only at
+#     client creation (no GPU); engine.device GPU is refused naming why
+#     each path is out;
+#   - each part runs in its order, the benchmarks' rows and the job's line
+#     are in summary.txt, the returned folder fits a device call's limits
+#     (at most 8 files, 16 MiB each, 2 folders deep, plain names);
+#   - run.sh stopped by SIGTERM (an outer timeout) still returns its files;
+#   - the newest jax-cuda13-pjrt PyPI serves loads through the same checks.
+# Usage: tests/lease_dry_run_test.sh BUILD_DIR  (as root; ctest runs it with
+# TROUPE_PJRT_PLUGIN, the XLA CPU plugin its fixture fetched)
+set -euo pipefail
+if [[ $(id -u) -ne 0 ]]; then echo "skipped: needs root (debootstrap, chroot, bind mounts)"; exit 77; fi
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "$1" && pwd)
+cpu_plugin=${TROUPE_PJRT_PLUGIN:-}
+if [[ -z $cpu_plugin || ! -e $cpu_plugin ]]; then
+  echo "skipped: no XLA CPU plugin at TROUPE_PJRT_PLUGIN to stand in for the GPU one (PyPI unreachable?)"
+  exit 77
+fi
+if ! ldd "$build/cli/troupe" | grep libcublas > /dev/null; then
+  echo "skipped: this build has no CUDA backend (no toolkit): the lease's bundle needs one"
+  exit 77
+fi
+work=$(mktemp -d /tmp/troupe-lease-test.XXXXXX)
+root="$work/root"
+site_rel=opt/torch/.venv/lib/python3.11/site-packages
+mounts=("$site_rel/nvidia/cu13/lib" opt/cpu_plugin.so proc dev)
+cleanup() {
+  for m in "${mounts[@]}"; do umount -l "$root/$m" 2>/dev/null || true; done
+  rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+# The bundle (its own sizes checked against a device call's by bundle.sh).
+"$top/tools/bundle.sh" --from "$build" "$work/troupe"
+
+# JAX's CUDA PJRT plugin wheels (py3-none: any python3 installs them), once per machine.
+wheels=/var/cache/troupe/wheels
+fetch_wheel() {  # VERSION: the wheel's path on stdout; exit 77 when PyPI cannot give it
+  local found
+  found=$(ls "$wheels"/jax_cuda13_pjrt-"$1"-*.whl 2>/dev/null | head -n 1)
+  if [[ -z $found ]]; then
+    mkdir -p "$wheels"
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d "$wheels" \
+      "jax-cuda13-pjrt==$1" >&2 || { echo "skipped: PyPI could not give jax-cuda13-pjrt==$1"; exit 77; }
+    found=$(ls "$wheels"/jax_cuda13_pjrt-"$1"-*.whl | head -n 1)
+  fi
+  echo "$found"
+}
+device_version=0.11.2  # the GPU machine's jax-cuda13-pjrt (KINDS.md)
+wheel=$(fetch_wheel $device_version)
+newest=$(python3 -m pip index versions jax-cuda13-pjrt 2>/dev/null | sed -n 's/^jax-cuda13-pjrt (\(.*\))$/\1/p')
+[[ -n $newest ]] || fail "pip index versions jax-cuda13-pjrt named no newest version"
+newest_wheel=$(fetch_wheel "$newest")
+
+# The device-like root: Debian 12 minbase with python3, a venv first on PATH.
+source "$top/tests/bare_root.sh"
+bare_root bare-debian-12-python python3
+cp -a "$base" "$root"
+no_troupe_libraries "$root"
+[[ ! -e $root/usr/local/cuda ]] || fail "the bare root has /usr/local/cuda"
+chroot "$root" python3 -m venv --without-pip /opt/torch/.venv
+[[ -d $root/$site_rel ]] || fail "the venv has no $site_rel"
+python3 -m zipfile -e "$wheel" "$root/$site_rel/"
+mkdir -p "$work/newest" && python3 -m zipfile -e "$newest_wheel" "$work/newest/"
+cp -a "$work/newest/jax_plugins/xla_cuda13/xla_cuda_plugin.so" "$root/opt/newest_cuda_plugin.so"
+# CUDA's libraries where the nvidia-* wheels put them: this machine's toolkit stands in.
+cuda_lib=$(dirname "$(ldd "$build/cli/troupe" | awk '/libcublas\./ {print $3}')")
+mkdir -p "$root/$site_rel/nvidia/cu13/lib"
+mount --bind -o ro "$cuda_lib" "$root/$site_rel/nvidia/cu13/lib"
+touch "$root/opt/cpu_plugin.so"
+mount --bind -o ro "$(readlink -f "$cpu_plugin")" "$root/opt/cpu_plugin.so"
+cp -a "$work/troupe" "$root/opt/troupe"
+for m in proc dev; do mount --bind "/$m" "$root/$m"; done
+in_root() { chroot "$root" env -i HOME=/root PATH=/opt/torch/.venv/bin:/usr/bin:/bin "$@"; }
+plugin_path=/$site_rel/jax_plugins/xla_cuda13/xla_cuda_plugin.so
+
+# What troupe sees there, as the lease's first lines say it.
+in_root /opt/troupe/bin/troupe devices > "$work/devices.txt" 2>&1 && fail "troupe devices found a GPU path: $(cat "$work/devices.txt")"
+cat "$work/devices.txt"
+grep -q "^PJRT GPU plugin: $plugin_path (PJRT API 0\.[0-9]*): no client: " "$work/devices.txt" ||
+  fail "troupe devices did not find the CUDA plugin, or it did not load up to its client"
+grep -q "learner.engine.device GPU: no GPU path here. PJRT: .*CUDA: " "$work/devices.txt" ||
+  fail "engine.device GPU's refusal does not name both paths"
+# The newest plugin PyPI serves: through the version and table checks, out only at its client.
+in_root /opt/troupe/bin/troupe devices --pjrt-plugin /opt/newest_cuda_plugin.so > "$work/newest.txt" 2>&1 || true
+grep -q "^PJRT GPU plugin: /opt/newest_cuda_plugin.so (PJRT API 0\.[0-9]*): no client: " "$work/newest.txt" ||
+  fail "jax-cuda13-pjrt $newest: $(cat "$work/newest.txt")"
+echo "jax-cuda13-pjrt $newest: $(head -n 1 "$work/newest.txt")"
+
+# The lease's order, end to end, the CPU plugin standing in for the GPU one.
+status=0
+in_root /opt/troupe/run.sh --budget 420 --parts pjrt,correct,tests,job,cuda --fast-peers --return /opt/out \
+  --dry-run /opt/cpu_plugin.so /opt/results > "$work/run.log" 2>&1 || status=$?
+cat "$root/opt/results/summary.txt"
+grep -q "CUDA library libcublas.so.13: /$site_rel/nvidia/cu13/lib" "$root/opt/results/env.txt" ||
+  fail "run.sh did not find cuBLAS in the venv's nvidia folders: $(grep 'CUDA library' "$root/opt/results/env.txt")"
+grep -q "^libraries not found: none$" "$root/opt/results/env.txt" ||
+  fail "unresolved libraries: $(grep '^libraries not found' "$root/opt/results/env.txt")"
+grep -q "PJRT plugin for the compiled step: /opt/cpu_plugin.so" "$root/opt/results/env.txt" || fail "no stand-in plugin"
+summary=$root/opt/results/summary.txt
+# Each part, in its order.
+[[ "$(grep -o '^== [a-z]*' "$summary" | paste -sd' ')" == "== pjrt == correct == tests == job == cuda" ]] ||
+  fail "the parts ran out of order: $(grep '^== ' "$summary")"
+grep -q "^troupe bench learner --device pjrt .*: exit 0 " "$summary" || fail "the compiled DrQ step's bench"
+grep -q "one program per step, bfloat16" "$root/opt/results/bench_learner_pjrt.txt" || fail "no bfloat16 row"
+grep -q "PyTorch on the GPU, eager" "$root/opt/results/bench_learner_pjrt.txt" || fail "no PyTorch eager row"
+! grep -q "PyTorch on the GPU, compile" "$root/opt/results/bench_learner_pjrt.txt" || fail "--fast-peers ran torch.compile"
+grep -q "^d4pg_bench pixels batch 32 on pjrt (peers): exit 0: .*updates/s" "$summary" || fail "the D4PG update's row"
+grep -q "^pjrt_steps_d4pg: passed" "$summary" || fail "the D4PG PJRT-vs-CPU tests on the stand-in"
+grep -q "^troupe run cartpole_swingup_state, .*exit [0-9]*; " "$summary" || fail "the job's line"
+grep -q "^cuda: no GPU answers" "$summary" || fail "the cuda part"
+tail -n 1 "$summary" | grep -qE '^[1-9][0-9]* passed, 0 failed$' || fail "run.sh: $(tail -n 1 "$summary") (exit $status)"
+[[ $status -eq 0 ]] || fail "run.sh exit $status"
+# What comes back from a device call: at most 8 files, 16 MiB each, 2
+# folders deep, named in letters, digits, '.', '_' and '-'.
+files=$(cd "$root/opt/out" && find . -type f | sort)
+echo "returned: $(echo "$files" | paste -sd' ')"
+(( $(echo "$files" | wc -l) <= 8 )) || fail "more than 8 files returned"
+while read -r f; do
+  [[ $f =~ ^\./([A-Za-z0-9._-]+/){0,2}[A-Za-z0-9._-]+$ ]] || fail "returned file $f: too deep or an odd name"
+  (( $(stat -c %s "$root/opt/out/$f") <= 16 * 1024 * 1024 )) || fail "returned file $f is over 16 MiB"
+done <<< "$files"
+for f in summary.txt env.txt results.tar.gz; do [[ -f $root/opt/out/$f ]] || fail "$f not returned"; done
+listing=$(tar tzf "$root/opt/out/results.tar.gz")
+grep -q "results/bench_learner_pjrt.json" <<< "$listing" || fail "the results tar has no bench JSON"
+! grep -q "/checkpoints/" <<< "$listing" || fail "the results tar carries checkpoints"
+
+# Stopped by an outer timeout mid-part: what ran still comes back.
+in_root timeout -s TERM 25 /opt/troupe/run.sh --parts pjrt --return /opt/out2 --dry-run /opt/cpu_plugin.so \
+  /opt/results2 > "$work/run2.log" 2>&1 && fail "run.sh was not stopped at 25 s"
+grep -q "^stopped by SIGTERM" "$root/opt/out2/summary.txt" || fail "no 'stopped by SIGTERM' in the returned summary"
+[[ -s $root/opt/out2/results.tar.gz ]] || fail "no results tar after SIGTERM"
+echo "lease dry run: every part ran in order, $(tail -n 1 "$summary"); stopped at 25 s, its files came back"
