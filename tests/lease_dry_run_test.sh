@@ -91,18 +91,20 @@ for m in proc dev; do mount --bind "/$m" "$root/$m"; done
 in_root() { chroot "$root" env -i HOME=/root PATH=/opt/torch/.venv/bin:/usr/bin:/bin "$@"; }
 plugin_path=/$site_rel/jax_plugins/xla_cuda13/xla_cuda_plugin.so
 
-# What troupe sees there, as the lease's first lines say it.
-in_root /opt/troupe/bin/troupe devices > "$work/devices.txt" 2>&1 && fail "troupe devices found a GPU path: $(cat "$work/devices.txt")"
+# What troupe sees there (cuBLAS where run.sh finds it: the bundle's
+# programs link it, and the machine keeps it in the venv).
+devices() { in_root env LD_LIBRARY_PATH="/$site_rel/nvidia/cu13/lib" /opt/troupe/bin/troupe devices "$@"; }
+devices > "$work/devices.txt" 2>&1 && fail "troupe devices found a GPU path: $(cat "$work/devices.txt")"
 cat "$work/devices.txt"
 grep -q "^PJRT GPU plugin: $plugin_path (PJRT API 0\.[0-9]*): no client: " "$work/devices.txt" ||
   fail "troupe devices did not find the CUDA plugin, or it did not load up to its client"
 grep -q "learner.engine.device GPU: no GPU path here. PJRT: .*CUDA: " "$work/devices.txt" ||
   fail "engine.device GPU's refusal does not name both paths"
 # The newest plugin PyPI serves: through the version and table checks, out only at its client.
-in_root /opt/troupe/bin/troupe devices --pjrt-plugin /opt/newest_cuda_plugin.so > "$work/newest.txt" 2>&1 || true
+devices --pjrt-plugin /opt/newest_cuda_plugin.so > "$work/newest.txt" 2>&1 || true
 grep -q "^PJRT GPU plugin: /opt/newest_cuda_plugin.so (PJRT API 0\.[0-9]*): no client: " "$work/newest.txt" ||
   fail "jax-cuda13-pjrt $newest: $(cat "$work/newest.txt")"
-echo "jax-cuda13-pjrt $newest: $(head -n 1 "$work/newest.txt")"
+echo "jax-cuda13-pjrt $newest: $(grep '^PJRT GPU plugin' "$work/newest.txt")"
 
 # The lease's order, end to end, the CPU plugin standing in for the GPU one.
 status=0

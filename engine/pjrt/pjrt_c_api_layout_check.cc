@@ -60,7 +60,7 @@ TROUPE_SAME_FIELD(NamedValue, PJRT_NamedValue, type);
 TROUPE_SAME_FIELD(NamedValue, PJRT_NamedValue, float_value);
 TROUPE_SAME_FIELD(NamedValue, PJRT_NamedValue, bool_value);
 TROUPE_SAME_FIELD(NamedValue, PJRT_NamedValue, value_size);
-static_assert(kNamedFloat == PJRT_NamedValue_kFloat && kNamedBool == PJRT_NamedValue_kBool, "NamedValue types");
+static_assert(int{kNamedFloat} == int{PJRT_NamedValue_kFloat} && int{kNamedBool} == int{PJRT_NamedValue_kBool}, "NamedValue types");
 TROUPE_SAME_FIELD(ClientCreateArgs, PJRT_Client_Create_Args, create_options);
 TROUPE_SAME_FIELD(ClientCreateArgs, PJRT_Client_Create_Args, num_options);
 TROUPE_SAME_FIELD(ClientCreateArgs, PJRT_Client_Create_Args, kv_put_user_arg);
