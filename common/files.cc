@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -79,13 +80,37 @@ int WriteAll(int fd, absl::string_view bytes) {
   return 0;
 }
 
+namespace {
+
+std::atomic<FileOpObserver*> file_op_observer{nullptr};
+
+}  // namespace
+
+FileOpObserver* SetFileOpObserver(FileOpObserver* observer) { return file_op_observer.exchange(observer); }
+
+void NoteFileOp(FileOp op, absl::string_view path, absl::string_view to) {
+  FileOpObserver* observer = file_op_observer.load(std::memory_order_acquire);
+  if (observer != nullptr) observer->Observe(op, path, to);
+}
+
+int SyncFile(int fd, absl::string_view path) {
+  if (::fsync(fd) != 0) return errno;
+  NoteFileOp(FileOp::kSynced, path);
+  return 0;
+}
+
+int RenamePath(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) return errno;
+  NoteFileOp(FileOp::kRenamed, from, to);
+  return 0;
+}
+
 absl::Status SyncPath(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", path, " to sync it"));
-  const int synced = ::fsync(fd);
-  const int error = errno;
+  const int error = SyncFile(fd, path);
   ::close(fd);
-  if (synced != 0) return ErrnoStatus(error, absl::StrCat("cannot sync ", path));
+  if (error != 0) return ErrnoStatus(error, absl::StrCat("cannot sync ", path));
   return absl::OkStatus();
 }
 
@@ -109,15 +134,16 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
     return status;
   };
   if (const int error = WriteAll(fd, text); error != 0) return fail(error, absl::StrCat("write to ", tmp, " failed"));
-  if (::fsync(fd) != 0) return fail(errno, absl::StrCat("cannot sync ", tmp));
+  NoteFileOp(FileOp::kWritten, tmp);
+  if (const int error = SyncFile(fd, tmp); error != 0) return fail(error, absl::StrCat("cannot sync ", tmp));
   if (::close(fd) != 0) {
     const absl::Status status = ErrnoStatus(errno, absl::StrCat("write to ", tmp, " failed"));
     ::unlink(tmp.c_str());
     return status;
   }
   // The rename: readers see the old file or the whole new one.
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status status = ErrnoStatus(errno, absl::StrCat("cannot rename ", tmp, " to ", path));
+  if (const int error = RenamePath(tmp, path); error != 0) {
+    const absl::Status status = ErrnoStatus(error, absl::StrCat("cannot rename ", tmp, " to ", path));
     ::unlink(tmp.c_str());
     return status;
   }

@@ -38,9 +38,47 @@ absl::Status ErrnoStatus(int error, absl::string_view what);
 int WriteAll(int fd, absl::string_view bytes);
 
 // Flushes the file or folder at `path` to stable storage (fsync): for a
-// folder, the names made, renamed or removed in it. Errors: ErrnoStatus
-// naming the path.
+// folder, the names made, renamed or removed in it. Noted (kSynced) when it
+// worked. Errors: ErrnoStatus naming the path.
 absl::Status SyncPath(const std::string& path);
+
+// fsync(2) of `fd`, the file open as `path`; noted (kSynced) when it worked.
+// 0, or the errno of the failed fsync.
+int SyncFile(int fd, absl::string_view path);
+
+// rename(2) of `from` to `to`; noted (kRenamed) when it worked. 0, or the
+// errno of the failed rename.
+int RenamePath(const std::string& from, const std::string& to);
+
+// The seam under the durable writes (a checkpoint generation's files, its
+// MANIFEST, its folder, the removal of old ones): each operation that
+// durability depends on is noted, after it worked, to the process's
+// FileOpObserver. Tests set one to record the order, which
+// common/durability_check.h checks (bytes written, fsynced, renamed, the
+// folder fsynced, the MANIFEST last); with none set, the default, a note is
+// one atomic load.
+enum class FileOp {
+  kMadeFolder,  // mkdir of `path`
+  kWritten,     // all of the file `path`'s bytes handed to the kernel
+  kSynced,      // fsync of `path`: a file's bytes, or a folder's names
+  kRenamed,     // rename of `path` to `to`
+  kRemoved,     // `path` removed (a folder with all it held)
+};
+
+class FileOpObserver {
+ public:
+  virtual ~FileOpObserver() = default;
+  // Called on the thread that did the operation, possibly on several
+  // threads at once. `to` is empty but for kRenamed.
+  virtual void Observe(FileOp op, absl::string_view path, absl::string_view to) = 0;
+};
+
+// Makes `observer` (nullptr: none) the process's; returns the one before.
+// For tests: it must outlive every operation noted while it is set.
+FileOpObserver* SetFileOpObserver(FileOpObserver* observer);
+
+// Notes `op` to the observer, if one is set.
+void NoteFileOp(FileOp op, absl::string_view path, absl::string_view to = "");
 
 // Appends `rows` to the file at `path`, with `header` first when the file is
 // missing or empty: all of it or nothing, so a write that fails part way (a

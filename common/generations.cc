@@ -123,13 +123,41 @@ absl::Status CheckPlainName(absl::string_view name) {
 std::string RemoveGeneration(const std::string& path, bool committed, int64_t committing) {
   std::error_code ec;
   if (committed) {
-    fs::remove(path + "/" + kManifest, ec);
-    if (ec) return absl::StrCat("cannot remove ", path, "/", kManifest, ": ", ec.message());
+    const std::string manifest = absl::StrCat(path, "/", kManifest);
+    fs::remove(manifest, ec);
+    if (ec) return absl::StrCat("cannot remove ", manifest, ": ", ec.message());
+    NoteFileOp(FileOp::kRemoved, manifest);
+    // The removal durable before the rest goes: a crash then leaves an
+    // uncommitted folder (removed by the next commit), never a committed one
+    // with files missing. Left as it is when that cannot be made sure.
+    if (absl::Status synced = SyncPath(path); !synced.ok()) return std::string(synced.message());
     CheckpointCrashPoint("pruning", committing);
   }
   fs::remove_all(path, ec);
   if (ec) return absl::StrCat("cannot remove ", path, ": ", ec.message());
+  NoteFileOp(FileOp::kRemoved, path);
   return "";
+}
+
+// Makes the folder `dir` and each missing folder above it, each one's name
+// synced in the folder holding it (so a committed generation's folders are
+// all on disk). Errors: ErrnoStatus "cannot create checkpoint folder DIR".
+absl::Status MakeFolders(const std::string& dir) {
+  fs::path folder;
+  for (const fs::path& part : fs::path(dir).lexically_normal()) {
+    if (part.empty()) continue;  // a trailing '/'
+    folder /= part;
+    std::error_code ec;
+    if (fs::is_directory(folder, ec)) continue;
+    if (::mkdir(folder.c_str(), 0777) != 0) {
+      const int error = errno;
+      if (error == EEXIST && fs::is_directory(folder, ec)) continue;  // made meanwhile, by someone else
+      return ErrnoStatus(error, absl::StrCat("cannot create checkpoint folder ", dir));
+    }
+    NoteFileOp(FileOp::kMadeFolder, folder.string());
+    RETURN_IF_ERROR(SyncPath(folder.has_parent_path() ? folder.parent_path().string() : "."));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -184,9 +212,7 @@ GenerationWriter::GenerationWriter(GenerationWriter&& other) noexcept
 GenerationWriter::~GenerationWriter() { Abandon(); }
 
 absl::StatusOr<GenerationWriter> GenerationWriter::Begin(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return ErrnoStatus(ec.value(), absl::StrCat("cannot create checkpoint folder ", dir));
+  RETURN_IF_ERROR(MakeFolders(dir));
   const auto existing = ListGenerations(dir);
   GenerationWriter writer(dir, existing.empty() ? 1 : existing.front().first + 1);
   if (::mkdir(writer.path_.c_str(), 0755) != 0) {
@@ -194,6 +220,7 @@ absl::StatusOr<GenerationWriter> GenerationWriter::Begin(const std::string& dir)
     writer.done_ = true;  // nothing of ours to remove
     return ErrnoStatus(error, absl::StrCat("cannot create checkpoint generation ", writer.path_));
   }
+  NoteFileOp(FileOp::kMadeFolder, writer.path_);
   // The folder's name durable in `dir` before anything is written into it.
   if (absl::Status synced = SyncPath(dir); !synced.ok()) return synced;  // ~writer removes the folder
   CheckpointCrashPoint("begun", writer.number_);
@@ -238,12 +265,17 @@ absl::Status GenerationWriter::AddText(absl::string_view name, const std::string
 absl::StatusOr<std::string> GenerationWriter::Commit(int keep, const std::vector<std::string>& legacy_files) {
   TROUPE_CHECK(!done_);
   TROUPE_CHECK(keep >= 1);
-  // MANIFEST.tmp written and synced, renamed into place, the folder synced.
+  // The folder synced (the names of the files added, each renamed into it),
+  // then MANIFEST.tmp written and synced, renamed into place, the folder
+  // synced again: the MANIFEST is never on disk before what it lists.
   const std::string manifest = File(kManifest);
-  absl::Status status = WriteFileAtomically(manifest + ".tmp", ManifestText(number_, files_));
+  absl::Status status = SyncPath(path_);
+  if (status.ok()) status = WriteFileAtomically(manifest + ".tmp", ManifestText(number_, files_));
   if (status.ok()) CheckpointCrashPoint("manifest-written", number_);
-  if (status.ok() && std::rename((manifest + ".tmp").c_str(), manifest.c_str()) != 0) {
-    status = ErrnoStatus(errno, absl::StrCat("cannot rename ", manifest, ".tmp to ", manifest));
+  if (status.ok()) {
+    if (const int error = RenamePath(manifest + ".tmp", manifest); error != 0) {
+      status = ErrnoStatus(error, absl::StrCat("cannot rename ", manifest, ".tmp to ", manifest));
+    }
   }
   if (status.ok()) status = SyncPath(path_);
   if (!status.ok()) {
@@ -273,8 +305,9 @@ absl::StatusOr<std::string> GenerationWriter::Commit(int keep, const std::vector
   if (committed >= keep) {
     for (const std::string& name : legacy_files) {
       std::error_code ec;
-      fs::remove(absl::StrCat(dir_, "/", name), ec);
-      if (ec) problems.push_back(absl::StrCat("cannot remove ", dir_, "/", name, ": ", ec.message()));
+      const std::string legacy = absl::StrCat(dir_, "/", name);
+      if (fs::remove(legacy, ec)) NoteFileOp(FileOp::kRemoved, legacy);
+      if (ec) problems.push_back(absl::StrCat("cannot remove ", legacy, ": ", ec.message()));
     }
   }
   if (absl::Status synced = SyncPath(dir_); !synced.ok()) problems.push_back(std::string(synced.message()));

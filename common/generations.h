@@ -7,16 +7,26 @@
 //       agent.ckpt, ...         the caller's files, each synced to disk
 //       MANIFEST                its commit point (below)
 //
-// Writing (GenerationWriter): Begin makes the next generation's folder and
+// Writing (GenerationWriter): Begin makes the next generation's folder (and
+// DIR and the folders above it when missing, each synced in its parent) and
 // syncs DIR; the caller writes its files into it and Adds each (synced, its
-// size and crc32 recorded); Commit writes MANIFEST.tmp, syncs it, renames it
-// to MANIFEST and syncs the folder. That rename is the one atomic step that
-// commits every file at once: a folder without MANIFEST is a checkpoint cut
-// short, never read. After the commit the generations older than the newest
-// `keep` go (each loses its MANIFEST first, so a removal cut short leaves an
-// uncommitted folder, not a damaged generation), with any uncommitted folder
-// and the files of the single-file layout that came before generations. A
-// generation that fails or is abandoned removes its own folder.
+// size and crc32 recorded); Commit syncs the folder (the files' names), then
+// writes MANIFEST.tmp, syncs it, renames it to MANIFEST and syncs the folder
+// again. That rename is the one atomic step that commits every file at once:
+// a folder without MANIFEST is a checkpoint cut short, never read. After the
+// commit the generations older than the newest `keep` go (each loses its
+// MANIFEST first, and that is synced before the rest goes, so a removal cut
+// short leaves an uncommitted folder, not a damaged generation), with any
+// uncommitted folder and the files of the single-file layout that came
+// before generations; DIR is synced after. A generation that fails or is
+// abandoned removes its own folder.
+//
+// Every write, fsync, rename, mkdir and removal of this sequence (and of the
+// callers' files: WriteFileAtomically, replay's checkpoint) goes through
+// common/files.h's file-op seam; common/durability_test.cc records real
+// commits through it and checks the order against common/durability_check.h,
+// which a killed process (the crash injection below) cannot: its page cache
+// survives.
 //
 // MANIFEST, text:
 //   troupe checkpoint generation 42

@@ -152,14 +152,22 @@ absl::StatusOr<int64_t> WriteCheckpoint(const std::vector<const Table*>& tables,
   }
   writer.Trailer();
   // Flush to disk, then move into place; on any failure drop the temporary.
-  bool ok = writer.ok() && std::fflush(file) == 0 && ::fsync(fileno(file)) == 0;
+  bool ok = writer.ok() && std::fflush(file) == 0;
+  if (ok) NoteFileOp(FileOp::kWritten, tmp);
+  if (ok) {
+    if (const int error = SyncFile(fileno(file), tmp); error != 0) {
+      ok = false;
+      errno = error;  // for ErrnoError below
+    }
+  }
   ok = (std::fclose(file) == 0) && ok;
   if (!ok) {
     auto status = ErrnoError("write to " + tmp + " failed", path);
     std::remove(tmp.c_str());
     return status;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (const int error = RenamePath(tmp, path); error != 0) {
+    errno = error;  // for ErrnoError
     auto status = ErrnoError("cannot rename " + tmp, path);
     std::remove(tmp.c_str());
     return status;

@@ -5,12 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 
 #include <zlib.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/durability_check.h"
+#include "common/generations.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/replay_checkpoint.pb.h"
 #include "replay/checkpoint.h"
@@ -302,6 +306,38 @@ TEST(ReplayTest, FailedCheckpointWriteKeepsThePreviousFile) {
   ASSERT_TRUE(items.ok()) << items.status();
   EXPECT_EQ(*items, 10);
   std::remove(path.c_str());
+}
+
+// Replay's checkpoint in a generation, as the learner commits one (its
+// crc32 from the writer, AddWritten), recorded through common/files.h's
+// seam: its bytes fsynced before its rename, the folder synced before the
+// MANIFEST's rename, everything synced past the page cache
+// (common/durability_check.h). Two commits, the second pruning the first.
+TEST(ReplayTest, CheckpointGenerationWithReplayIsDurableInOrder) {
+  const std::string dir = TempPath("durable/checkpoints");
+  std::filesystem::remove_all(TempPath("durable"));
+  Embedded e(TestConfig());
+  auto writer = *e.client->NewWriter();
+  ASSERT_TRUE(testing::WriteEpisode(*writer, /*steps=*/20).ok());
+  ASSERT_TRUE(writer->Close().ok());
+  FileOpRecorder recorder;
+  for (int step = 1; step <= 2; ++step) {
+    absl::StatusOr<GenerationWriter> generation = GenerationWriter::Begin(dir);
+    ASSERT_TRUE(generation.ok()) << generation.status();
+    uint32_t crc32 = 0;
+    absl::StatusOr<int64_t> bytes = e.replay->Checkpoint(generation->File("replay.ckpt"), &crc32);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_TRUE(generation->AddWritten("replay.ckpt", *bytes, crc32).ok());
+    ASSERT_TRUE(generation->AddText("counters.txt", absl::StrCat("frames ", step, "\n")).ok());
+    absl::StatusOr<std::string> note = generation->Commit(/*keep=*/1);
+    ASSERT_TRUE(note.ok()) << note.status();
+    EXPECT_EQ(*note, "");
+  }
+  const DurabilityReport report = CheckDurability(recorder.ops(), dir);
+  EXPECT_EQ(report.commits, 2) << report.trace;
+  EXPECT_EQ(report.removals, 2) << report.trace;  // the first generation's MANIFEST, then its folder
+  EXPECT_THAT(report.violations, ::testing::IsEmpty()) << report.trace;
+  std::filesystem::remove_all(TempPath("durable"));
 }
 
 TEST(ReplayTest, CheckpointOfAnotherSignatureIsRefused) {
