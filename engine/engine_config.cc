@@ -213,7 +213,7 @@ namespace {
 // compiled steps, K > 1 replicas as threads (null otherwise).
 std::shared_ptr<void> MakeReplicaGroup(const config::EngineConfig& engine) {
 #ifdef TROUPE_HAVE_PJRT
-  if (engine.device() == config::EngineConfig::PJRT && engine.pjrt_steps() == config::EngineConfig::COMPILED &&
+  if (engine.device() == config::EngineConfig::PJRT && engine.pjrt_steps() != config::EngineConfig::KERNELS &&
       InProcessReplicas(engine) && engine.replicas() > 1) {
     return std::make_shared<pjrt::PjrtReplicaGroup>(engine.replicas());
   }
@@ -343,6 +343,8 @@ absl::StatusOr<config::EngineConfig> ChooseGpuPath(const config::EngineConfig& e
       config::EngineConfig chosen = engine;
       chosen.set_device(config::EngineConfig::PJRT);
       chosen.set_pjrt_plugin(found.pjrt_plugin);
+      // A step the plugin refuses runs kernel at a time instead (said then).
+      if (!engine.has_pjrt_steps()) chosen.set_pjrt_steps(config::EngineConfig::COMPILED_ELSE_KERNELS);
       *said = absl::StrCat(section, ".engine.device GPU: one compiled program per step through the PJRT plugin ",
                            found.pjrt_plugin, " (", found.pjrt_platform, ", ", found.pjrt_devices, " device(s))");
       return chosen;
@@ -406,7 +408,8 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
       options.plugin = engine.pjrt_plugin();
       options.device = local_index;
       options.bfloat16 = engine.precision() == config::EngineConfig::BFLOAT16;
-      options.compile_steps = engine.pjrt_steps() == config::EngineConfig::COMPILED;
+      options.compile_steps = engine.pjrt_steps() != config::EngineConfig::KERNELS;
+      options.fall_back_to_kernels = engine.pjrt_steps() == config::EngineConfig::COMPILED_ELSE_KERNELS;
       options.group = std::static_pointer_cast<pjrt::PjrtReplicaGroup>(group);
       options.cache_dir = engine.has_pjrt_cache_dir() ? engine.pjrt_cache_dir() : pjrt::DefaultPjrtCacheDir();
       options.client = ClientOptionsOf(engine);

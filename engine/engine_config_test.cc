@@ -175,6 +175,13 @@ TEST(ChooseGpuPathTest, CompiledPjrtFirstThenCudaElseWhyNeither) {
   EXPECT_THAT(said, HasSubstr("learner.engine.device GPU: one compiled program per step through the PJRT plugin "
                               "/x/xla_cuda_plugin.so (cuda, 1 device(s))"));
   EXPECT_TRUE(ValidateEngineConfig(*chosen, "learner", 8).ok());
+  // A step the plugin refuses runs kernel at a time, unless pjrt_steps says otherwise.
+  EXPECT_EQ(chosen->pjrt_steps(), config::EngineConfig::COMPILED_ELSE_KERNELS);
+  config::EngineConfig strict = gpu;
+  strict.set_pjrt_steps(config::EngineConfig::COMPILED);
+  auto strict_chosen = ChooseGpuPath(strict, both, "learner", &said);
+  ASSERT_TRUE(strict_chosen.ok());
+  EXPECT_EQ(strict_chosen->pjrt_steps(), config::EngineConfig::COMPILED);
 
   // A CPU plugin is no GPU; two in-process replicas need two devices.
   GpuPaths cpu_plugin = both;

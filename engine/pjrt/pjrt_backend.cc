@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/fnv1a.h"
 #include "engine/pjrt/stablehlo.h"
 
@@ -134,7 +136,10 @@ class PjrtBackend::Recorder {
   // allocations; fetches the results for the host. `keep_scratch`: scratch
   // written so far is a result too (a step split at a host staging point,
   // whose next program reads it).
-  void Run(bool keep_scratch = false) {
+  // False, with nothing run, when the plugin refused a step's program and
+  // the backend falls back to kernels (FallBackToKernels replays the step);
+  // any other failure aborts, saying why.
+  [[nodiscard]] bool Run(bool keep_scratch = false) {
     std::vector<Value> outputs;
     std::vector<Tracked*> written;
     for (Tracked& t : tracked_) {
@@ -144,14 +149,26 @@ class PjrtBackend::Recorder {
       written.push_back(&t);
     }
     for (const Value& r : results_) outputs.push_back(r);
-    if (outputs.empty()) return;  // nothing written or read back: nothing to run
+    if (outputs.empty()) return true;  // nothing written or read back: nothing to run
     f.Return(outputs);
     const auto program_began = std::chrono::steady_clock::now();
     Program& program = b_.ProgramOf(f);
     b_.last_program_ = &program;
     const double compiled_before = b_.stats_.compile_seconds;
     const bool replicated = step_ && b_.group_ != nullptr;
-    capi::LoadedExecutable* executable = replicated ? nullptr : b_.Executable(program, step_ ? kernels_ : 0);
+    capi::LoadedExecutable* executable = nullptr;
+    if (!replicated) {
+      absl::StatusOr<capi::LoadedExecutable*> compiled = b_.Executable(program, step_ ? kernels_ : 0);
+      if (!compiled.ok()) {
+        if (step_ && b_.fall_back_to_kernels_) {
+          b_.fallback_reason_ = std::string(compiled.status().message());
+          return false;
+        }
+        std::fprintf(stderr, "%s\n", program.text.c_str());
+        Fatal(compiled.status(), step_ ? "a step" : "a kernel");
+      }
+      executable = *compiled;
+    }
     const double compile_seconds = b_.stats_.compile_seconds - compiled_before;
     if (step_) {
       b_.stats_.step_program_seconds +=
@@ -201,8 +218,23 @@ class PjrtBackend::Recorder {
     }
     for (capi::Buffer* buffer : owned_) client.Destroy(buffer);
     owned_.clear();
+    return true;
   }
   const std::vector<char>& host(int i) const { return host_.at(i); }
+
+  // The step's calls as they were made, kept while the backend may fall back
+  // to kernels (PjrtBackendOptions::fall_back_to_kernels): each runs again,
+  // kernel at a time, if the plugin refuses the step's program. `call` is
+  // the backend's own method with its arguments (device addresses, sizes,
+  // scalars by value).
+  bool capturing() const { return step_ && b_.fall_back_to_kernels_; }
+  void Capture(std::function<void()> call) { calls_.push_back(std::move(call)); }
+  // For the replay: the calls, and the upload buffers (each an Upload's
+  // data, now its replayed call's to own and destroy).
+  std::vector<std::function<void()>> TakeCalls() {
+    owned_.clear();
+    return std::move(calls_);
+  }
 
  private:
   // Floats a program takes at run time: one float32 vector parameter of this
@@ -347,6 +379,7 @@ class PjrtBackend::Recorder {
   std::vector<float> scalars_;
   std::vector<Value> results_;
   std::vector<std::vector<char>> host_;
+  std::vector<std::function<void()>> calls_;
   int64_t kernels_ = 0;
   std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();
 };
@@ -394,7 +427,7 @@ class PjrtBackend::Launch {
   // Runs the kernel's own program (nothing inside a compiled step: the step's
   // program runs at its end).
   void Run() {
-    if (own_) own_->Run();
+    if (own_) (void)own_->Run();  // a kernel's program: never refused without aborting
   }
   const std::vector<char>& host(int i) const { return r_.host(i); }
 };
@@ -409,8 +442,9 @@ namespace {
 // not load is compiled again and replaced; written to a temporary name and
 // renamed, so a killed process leaves no half file), else compiled and, where
 // the plugin can serialize it, stored there. `cache_dir` empty: no cache.
-capi::LoadedExecutable* CompileProgram(Client& client, const std::string& cache_dir, const std::string& text,
-                                       int replicas, double* seconds, bool* from_cache) {
+absl::StatusOr<capi::LoadedExecutable*> CompileProgram(Client& client, const std::string& cache_dir,
+                                                       const std::string& text, int replicas, double* seconds,
+                                                       bool* from_cache) {
   const auto start = std::chrono::steady_clock::now();
   *from_cache = false;
   std::string path;
@@ -432,8 +466,9 @@ capi::LoadedExecutable* CompileProgram(Client& client, const std::string& cache_
   }
   auto executable = client.Compile(text, replicas);
   if (!executable.ok()) {
-    std::fprintf(stderr, "%s\n", text.c_str());
-    Fatal(executable.status(), absl::StrCat("compiling a program for ", replicas, " replica(s)").c_str());
+    return absl::Status(executable.status().code(), absl::StrCat("compiling a program for ", replicas, " replica(s) (",
+                                                                 text.size() / 1024, " KB of StableHLO): ",
+                                                                 executable.status().message()));
   }
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!path.empty()) {
@@ -490,6 +525,9 @@ PjrtBackend::PjrtBackend(std::shared_ptr<Client> client, const PjrtBackendOption
       device_(options.device),
       bfloat16_(options.bfloat16),
       compile_steps_(options.compile_steps),
+      fall_back_to_kernels_(options.compile_steps && options.fall_back_to_kernels &&
+                            !(options.group && options.group->size() > 1)),
+      refuse_step_programs_(options.refuse_step_programs),
       cache_dir_(options.cache_dir),
       group_(options.group && options.group->size() > 1 ? options.group : nullptr) {}
 
@@ -578,13 +616,17 @@ PjrtBackend::Program& PjrtBackend::ProgramOf(const Function& f) {
   return it->second;
 }
 
-capi::LoadedExecutable* PjrtBackend::Executable(Program& program, int64_t step_kernels) {
+absl::StatusOr<capi::LoadedExecutable*> PjrtBackend::Executable(Program& program, int64_t step_kernels) {
   if (program.executable != nullptr) return program.executable;
+  if (step_kernels > 0 && refuse_step_programs_) {
+    return absl::InvalidArgumentError("compiling a step: refused, as a plugin would refuse one (a test's "
+                                      "PjrtBackendOptions::refuse_step_programs)");
+  }
   // A step's program is kept on disk too; a kernel's is cheap to compile again.
   double seconds = 0;
   bool from_cache = false;
-  program.executable =
-      CompileProgram(*client_, step_kernels > 0 ? cache_dir_ : std::string(), program.text, 1, &seconds, &from_cache);
+  ASSIGN_OR_RETURN(program.executable, CompileProgram(*client_, step_kernels > 0 ? cache_dir_ : std::string(),
+                                                      program.text, 1, &seconds, &from_cache));
   if (step_kernels > 0) {
     NoteStepCompile(seconds, step_kernels, program.text.size(), from_cache);
   } else {
@@ -656,9 +698,13 @@ void PjrtReplicaGroup::Execute(int replica, Arrival* arrival, const std::shared_
   }
   auto it = executables_.find(first.fingerprint);
   if (it == executables_.end()) {
-    capi::LoadedExecutable* executable =
+    absl::StatusOr<capi::LoadedExecutable*> executable =
         CompileProgram(*client_, cache_dir, *first.text, replicas_, &arrival->compile_seconds, &arrival->from_cache);
-    it = executables_.emplace(first.fingerprint, executable).first;
+    if (!executable.ok()) {
+      std::fprintf(stderr, "%s\n", first.text->c_str());
+      Fatal(executable.status(), "a replicated step");
+    }
+    it = executables_.emplace(first.fingerprint, *executable).first;
   }
   std::vector<std::vector<capi::Buffer*>> args, outputs;
   for (int r = 0; r < replicas_; ++r) {
@@ -690,9 +736,29 @@ void PjrtBackend::EndStep() {
   }
   set_in_step(false);
   std::unique_ptr<Recorder> step = std::move(step_);
-  step->Run();
+  if (!step->Run()) {
+    // The plugin refused the step's program: the step again, kernel at a
+    // time, and its reads as downloads.
+    FallBackToKernels(*step);
+    for (const DeferredRead& r : reads) Download(r.device, r.host, r.bytes);
+    return;
+  }
   ++stats_.steps;
   for (size_t i = 0; i < reads.size(); ++i) std::memcpy(reads[i].host, step->host(results[i]).data(), reads[i].bytes);
+}
+
+void PjrtBackend::KeepForFallback(std::function<void()> call) {
+  if (step_ && step_->capturing()) step_->Capture(std::move(call));
+}
+
+void PjrtBackend::FallBackToKernels(Recorder& step) {
+  std::fprintf(stderr,
+               "troupe: %s: the plugin refused a compiled step (%s); this backend runs kernel at a time from here "
+               "on (engine.pjrt_steps COMPILED_ELSE_KERNELS)\n",
+               name().c_str(), fallback_reason_.c_str());
+  compile_steps_ = false;
+  ++stats_.step_fallbacks;
+  for (const std::function<void()>& call : step.TakeCalls()) call();
 }
 
 namespace {
@@ -733,9 +799,14 @@ void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
     a->buffer = *buffer;
     return;
   }
-  Launch l(*this);
-  l.Write(device, l.Input(*buffer, {t.count}, t.words ? "f32" : "ui8"));
-  l.Run();
+  const auto write = [this, device, buffer = *buffer, t] {
+    Launch l(*this);
+    l.Write(device, l.Input(buffer, {t.count}, t.words ? "f32" : "ui8"));
+    l.Run();
+  };
+  write();
+  // The replay's own copy of the data is the buffer (its upload).
+  KeepForFallback(write);
 }
 
 void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
@@ -750,7 +821,7 @@ void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
     }
     // A collective's staging: the step so far runs as a program of its own,
     // the bytes come back, and the rest of the step records anew.
-    step_->Run(/*keep_scratch=*/true);
+    if (!step_->Run(/*keep_scratch=*/true)) FallBackToKernels(*step_);
     step_.reset();
   }
   struct Resume {
@@ -781,6 +852,7 @@ void PjrtBackend::Synchronize() {
 // --- Memory kernels -------------------------------------------------------------
 
 void PjrtBackend::Fill(float* x, int64_t n, float value, float step) {
+  KeepForFallback([=, this] { Fill(x, n, value, step); });
   if (n == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -792,6 +864,7 @@ void PjrtBackend::Fill(float* x, int64_t n, float value, float step) {
 
 void PjrtBackend::CopyBlocks(int64_t outer, int64_t len, const float* src, int64_t src_stride, int64_t src_offset,
                              float* dst, int64_t dst_stride, int64_t dst_offset, bool accumulate) {
+  KeepForFallback([=, this] { CopyBlocks(outer, len, src, src_stride, src_offset, dst, dst_stride, dst_offset, accumulate); });
   if (outer == 0 || len == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -822,6 +895,7 @@ Value MatmulInput(Function& f, const Value& x, bool bfloat16) { return bfloat16 
 
 void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                        const float* b, float beta, float* c) {
+  KeepForFallback([=, this] { Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c); });
   if (m == 0 || n == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -883,6 +957,7 @@ Value AddChannelBias(Function& f, const Value& y, const Value& bias) {
 
 void PjrtBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                                 const float* b, float* y) {
+  KeepForFallback([=, this] { Conv2dForward(g, act, x, w, b, y); });
   Launch l(*this);
   Function& f = l.f;
   Value out = ConvForward(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_);
@@ -894,6 +969,7 @@ void PjrtBackend::Conv2dForward(const ConvGeometry& g, FusedActivation act, cons
 
 void PjrtBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, const float* x, const float* w,
                                  const float* y, const float* dy, float* dx, float* dw, float* db) {
+  KeepForFallback([=, this] { Conv2dBackward(g, act, x, w, y, dy, dx, dw, db); });
   Launch l(*this);
   Function& f = l.f;
   const Dims out_dims = {g.n, g.oc, g.oh(), g.ow()};
@@ -937,6 +1013,7 @@ Value PjrtBackend::ViewOperand(Launch& l, const float* p, const nn::View3& v, in
 
 void PjrtBackend::Unary(nn::UnaryOp op, float alpha, float beta, const float* x, float* y, int64_t n,
                         bool accumulate) {
+  KeepForFallback([=, this] { Unary(op, alpha, beta, x, y, n, accumulate); });
   if (n == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -1008,6 +1085,7 @@ void PjrtBackend::Unary(nn::UnaryOp op, float alpha, float beta, const float* x,
 
 void PjrtBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const float* x, const float* y,
                                 const float* dy, float* dx, int64_t n) {
+  KeepForFallback([=, this] { UnaryBackward(op, alpha, beta, x, y, dy, dx, n); });
   // Floor and step: zero almost everywhere.
   if (n == 0 || dx == nullptr || op == nn::UnaryOp::kFloor || op == nn::UnaryOp::kStep) return;
   Launch l(*this);
@@ -1086,6 +1164,7 @@ void PjrtBackend::UnaryBackward(nn::UnaryOp op, float alpha, float beta, const f
 
 void PjrtBackend::BinaryBroadcast(nn::Binary op, const nn::View3& v, const float* a, int a_axes, const float* b,
                                   int b_axes, float* y, bool accumulate) {
+  KeepForFallback([=, this] { BinaryBroadcast(op, v, a, a_axes, b, b_axes, y, accumulate); });
   if (v.size() == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -1098,6 +1177,7 @@ void PjrtBackend::BinaryBroadcast(nn::Binary op, const nn::View3& v, const float
 
 void PjrtBackend::Reduce(nn::Reduction op, const nn::View3& v, float scale, const float* x, float* y,
                          bool accumulate) {
+  KeepForFallback([=, this] { Reduce(op, v, scale, x, y, accumulate); });
   if (v.outer * v.inner == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -1124,6 +1204,7 @@ Value MiddleAxisPlaces(Function& f, const Value& indices, int64_t outer, int64_t
 // not change with the rows it picks.
 void PjrtBackend::Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x,
                          const int32_t* indices, float* y) {
+  KeepForFallback([=, this] { Gather(outer, in, inner, out, x, indices, y); });
   if (outer * out * inner == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -1138,6 +1219,7 @@ void PjrtBackend::Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, 
 
 void PjrtBackend::Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices,
                           const float* values, float* x, bool add) {
+  KeepForFallback([=, this] { Scatter(outer, in, inner, out, indices, values, x, add); });
   if (outer * out * inner == 0) return;
   Launch l(*this);
   Function& f = l.f;
@@ -1156,6 +1238,7 @@ void PjrtBackend::Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out,
 }
 
 void PjrtBackend::Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale) {
+  KeepForFallback([=, this] { Convert(from, x, to, y, n, scale); });
   if (n == 0) return;
   if (to == nn::DType::kU8) {
     std::fprintf(stderr, "PJRT backend: Convert to uint8 is not offered\n");
@@ -1179,6 +1262,7 @@ void PjrtBackend::Convert(nn::DType from, const void* x, nn::DType to, void* y, 
 // batch (one index per element); XLA lowers a transpose to a copy loop.
 void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
                                      const uint8_t* in, float* out) {
+  KeepForFallback([=, this] { BytesToFloatPlanar(images, pixels, channels, scale, in, out); });
   if (images * pixels * channels == 0) return;
   Launch l(*this);
   l.Write(out, Planes(l, l.Read(in, {images, pixels * channels}, "ui8"), pixels, channels, scale));
@@ -1190,6 +1274,7 @@ void PjrtBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t cha
 void PjrtBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                            const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                            float* out) {
+  KeepForFallback([=, this] { GatherBytesToFloatPlanar(rows, row_words, table, images, indices, pixels, channels, scale, out); });
   if (images * pixels * channels == 0) return;
   Launch l(*this);
   Function& f = l.f;

@@ -43,6 +43,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -123,6 +124,15 @@ struct PjrtBackendOptions {
   // How the plugin's client takes device memory, when this backend is the
   // first of the process to open it (engine.gpu_memory_fraction).
   ClientOptions client;
+  // Compiled steps: when the plugin refuses a step's program (a compile
+  // error), run that step again kernel at a time, and every later one, saying
+  // so on stderr with the plugin's message (engine.pjrt_steps
+  // COMPILED_ELSE_KERNELS; device GPU's default). Each step's calls are kept
+  // until its program runs. Not with a replica group (K > 1 in one program):
+  // there a refusal stops the process, saying why. Otherwise it does too.
+  bool fall_back_to_kernels = false;
+  // Tests: every step's program refused as a plugin would refuse one.
+  bool refuse_step_programs = false;
 };
 
 // $XDG_CACHE_HOME/troupe/pjrt, else $HOME/.cache/troupe/pjrt, else
@@ -138,6 +148,7 @@ struct PjrtStats {
   int64_t steps = 0;          // compiled steps executed
   int64_t step_launches = 0;  // programs they executed (one each, unless a host staging split one)
   int64_t programs_printed = 0;  // program texts written: once each, a program met again is found by its fingerprint
+  int64_t step_fallbacks = 0;    // steps the plugin refused, run again kernel at a time (0 or 1)
   double compile_seconds = 0.0;
   // Host time of compiled steps before their execution: recording the
   // kernels, writing and finding the program, uploading its inputs. Of it:
@@ -235,7 +246,13 @@ class PjrtBackend final : public nn::Backend {
   Program& ProgramOf(const Function& f);
   // Its compiled executable (compiled on first use; a step's, with
   // `step_kernels` > 0, says so once with its compile time).
-  capi::LoadedExecutable* Executable(Program& program, int64_t step_kernels);
+  absl::StatusOr<capi::LoadedExecutable*> Executable(Program& program, int64_t step_kernels);
+  // Inside a compiled step that may fall back: keeps `call` (a core kernel's
+  // call, or an upload) for FallBackToKernels.
+  void KeepForFallback(std::function<void()> call);
+  // The plugin refused `step`'s program: says so, turns compiled steps off,
+  // and runs the step's kept calls kernel at a time.
+  void FallBackToKernels(Recorder& step);
   // An operand of a [outer, mid, inner] view holding `axes` of it (nn::Axes),
   // broadcast to the whole view.
   Value ViewOperand(Launch& l, const float* p, const nn::View3& v, int axes);
@@ -249,6 +266,9 @@ class PjrtBackend final : public nn::Backend {
   int device_;
   bool bfloat16_;
   bool compile_steps_;
+  bool fall_back_to_kernels_;
+  bool refuse_step_programs_;
+  std::string fallback_reason_;  // the plugin's refusal, for FallBackToKernels
   std::string cache_dir_;
   std::shared_ptr<PjrtReplicaGroup> group_;
   std::unique_ptr<Recorder> step_;  // the step being recorded (compiled steps)

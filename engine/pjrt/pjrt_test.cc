@@ -606,7 +606,24 @@ TEST(PjrtCacheTest, AStepCompiledOnceIsLoadedFromTheDiskCacheByTheNextBackend) {
   EXPECT_FLOAT_EQ(run_step(**first), 64 * 1.5f * 1.5f);
   EXPECT_EQ((*first)->stats().step_compiles, 1);
   EXPECT_EQ((*first)->stats().step_cache_loads, 0);
-  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "this plugin cannot serialize programs: nothing was cached";
+  // Whether this plugin can serialize a program, asked of it directly (the
+  // step's own program, compiled again): a cache that stayed empty is a skip
+  // only where the plugin answers Unimplemented, and a failure where it can.
+  {
+    auto client = Client::Shared(plugin);
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto executable = (*client)->Compile((*first)->last_program());
+    ASSERT_TRUE(executable.ok()) << executable.status();
+    const absl::StatusOr<std::string> bytes = (*client)->Serialize(*executable);
+    (*client)->Destroy(*executable);
+    if (absl::IsUnimplemented(bytes.status())) {
+      ASSERT_FALSE(std::filesystem::exists(dir)) << "a cache written by a plugin that cannot serialize";
+      GTEST_SKIP() << "this plugin cannot serialize programs (" << bytes.status() << "): nothing is cached";
+    }
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_FALSE(bytes->empty());
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir)) << "the plugin serializes programs, yet the step was not cached in " << dir;
   ASSERT_EQ(files().size(), 1u);
 
   auto second = PjrtBackend::Create({.plugin = plugin, .cache_dir = dir.string()});
@@ -678,6 +695,85 @@ TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
   float out = 0;
   (*backend)->Download(x, &out, sizeof(out));
   EXPECT_EQ(out, 30.0f);
+}
+
+}  // namespace
+}  // namespace troupe::pjrt
+
+// A step whose program the plugin refuses (a compile error XLA could give on
+// a GPU) runs again kernel at a time when the backend may fall back
+// (engine.pjrt_steps COMPILED_ELSE_KERNELS, device GPU's default): its
+// upload, kernels and end-of-step read give what a kernel-at-a-time backend
+// gives, bit for bit, and so does every later step, without compiling a
+// step again; the refusal is said once with the plugin's message. Without
+// the fallback the refusal stops the process, naming it.
+namespace troupe::pjrt {
+namespace {
+
+TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
+  const std::string plugin = CpuPlugin();
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  auto refused = PjrtBackend::Create(
+      {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true});
+  auto kernels = PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""});
+  ASSERT_TRUE(refused.ok() && kernels.ok());
+  const int64_t n = 53;
+  const std::vector<float> data = RandomVector(n, 3);
+  auto run = [&](PjrtBackend& b, std::vector<float>* params, std::vector<float>* losses) {
+    float* param = b.AllocateFloats(n);
+    float* m = b.AllocateFloats(n);
+    float* v = b.AllocateFloats(n);
+    float* grad = b.AllocateFloats(n);
+    float* loss = b.AllocateFloats(1);
+    b.Fill(param, n, 0.25f);
+    b.Fill(m, n, 0.0f);
+    b.Fill(v, n, 0.0f);
+    for (int step = 1; step <= 3; ++step) {
+      float out = 0;
+      {
+        nn::StepScope scope(b);
+        b.Upload(data.data(), grad, 4 * n);  // inside the step: the replay's data is its buffer
+        b.Scale(0.5f * step, grad, grad, n);
+        b.AdamUpdate(n, 1e-2f * step, 0.9f, 0.999f, 1e-8f, 0.0f, 1 - std::pow(0.9f, step),
+                     1 - std::pow(0.999f, step), grad, param, m, v);
+        b.SquaredNorm(param, n, loss);
+        b.ReadAtStepEnd(loss, &out, sizeof(out));
+      }
+      losses->push_back(out);
+    }
+    params->resize(n);
+    b.Download(param, params->data(), 4 * n);
+  };
+  std::vector<float> refused_params, kernel_params, refused_losses, kernel_losses;
+  ::testing::internal::CaptureStderr();
+  run(**refused, &refused_params, &refused_losses);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  run(**kernels, &kernel_params, &kernel_losses);
+  EXPECT_EQ(refused_losses, kernel_losses) << "every step's end-of-step read";
+  EXPECT_EQ(refused_params, kernel_params) << "the parameters after three steps";
+  EXPECT_GT(refused_losses.back(), 0.0f);
+  EXPECT_NE(refused_losses.front(), refused_losses.back()) << "the steps moved the parameters";
+  const PjrtStats& stats = (*refused)->stats();
+  EXPECT_EQ(stats.step_fallbacks, 1);
+  EXPECT_EQ(stats.steps, 0) << "no compiled step ran";
+  EXPECT_EQ(stats.step_compiles, 0);
+  EXPECT_FALSE((*refused)->compiles_steps());
+  EXPECT_THAT(said, ::testing::HasSubstr("the plugin refused a compiled step (compiling a step: refused"));
+  EXPECT_THAT(said, ::testing::HasSubstr("kernel at a time from here on"));
+}
+
+TEST(PjrtFallbackDeathTest, ARefusedStepWithoutTheFallbackStopsTheProcessNamingTheRefusal) {
+  const std::string plugin = CpuPlugin();
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  EXPECT_DEATH(
+      {
+        auto b = PjrtBackend::Create({.plugin = plugin, .cache_dir = "", .refuse_step_programs = true});
+        float* x = (*b)->AllocateFloats(8);
+        nn::StepScope scope(**b);
+        (*b)->Fill(x, 8, 1.0f);
+        (*b)->Axpy(2.0f, x, x, 8);
+      },
+      "compiling a step: refused");
 }
 
 }  // namespace
