@@ -778,3 +778,29 @@ TEST(PjrtFallbackDeathTest, ARefusedStepWithoutTheFallbackStopsTheProcessNamingT
 
 }  // namespace
 }  // namespace troupe::pjrt
+
+// How a client takes device memory: the GPU plugin's options (on demand by
+// default, or a fraction at start); a plugin that knows no such options (the
+// XLA CPU plugin) is asked again without them, and the client says so. A
+// fraction outside [0, 1] is refused before any client is made.
+namespace troupe::pjrt {
+namespace {
+
+TEST(PjrtClientTest, MemoryOptionsThePluginDoesNotTakeAreDroppedAndSaid) {
+  const std::string plugin = CpuPlugin();
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  auto refused = Client::Shared(plugin, {.memory_fraction = 1.5f});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("memory fraction 1.5: must be in [0, 1]"));
+  auto client = Client::Shared(plugin, {.memory_fraction = 0.5f});
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_GE((*client)->num_devices(), 1);
+  // The CPU plugin answers an unknown option with InvalidArgument ("Unexpected
+  // option name"); one that took them would say "50% of the GPU at start".
+  EXPECT_THAT((*client)->memory(), ::testing::AnyOf("the plugin's default (it takes no memory options)",
+                                                   "50% of the GPU at start"));
+}
+
+}  // namespace
+}  // namespace troupe::pjrt

@@ -187,13 +187,13 @@ capi::NamedValue NamedFloat(const char* name, float value) {
 absl::StatusOr<std::shared_ptr<Client>> Client::Shared(const std::string& plugin_path, const ClientOptions& options) {
   static std::mutex mu;
   static auto* clients = new std::map<std::string, std::weak_ptr<Client>>;
-  std::lock_guard lock(mu);
-  if (auto it = clients->find(plugin_path); it != clients->end()) {
-    if (auto client = it->second.lock()) return client;
-  }
   if (!(options.memory_fraction >= 0 && options.memory_fraction <= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("PJRT client memory fraction ", options.memory_fraction, ": must be in [0, 1] (0 = on demand)"));
+  }
+  std::lock_guard lock(mu);
+  if (auto it = clients->find(plugin_path); it != clients->end()) {
+    if (auto client = it->second.lock()) return client;
   }
   absl::StatusOr<const Plugin*> plugin = Plugin::Load(plugin_path);
   if (!plugin.ok()) return plugin.status();
