@@ -1,5 +1,6 @@
 #include "bench/bench.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -54,6 +55,21 @@ void Report::Add(std::string name, double value, std::string unit, std::string r
   figures.push_back(std::move(f));
 }
 
+void Report::Add(std::string name, std::string unit, const std::string& reference, const Comparison& comparison) {
+  Figure f{std::move(name), comparison.troupe.median, std::move(unit),
+           absl::StrCat(reference, ", ", comparison.Describe()), comparison.peer.median, comparison.ratio};
+  f.rounds = comparison.rounds;
+  f.value_min = comparison.troupe.min;
+  f.value_max = comparison.troupe.max;
+  f.reference_min = comparison.peer.min;
+  f.reference_max = comparison.peer.max;
+  std::printf("%-52s %12.4g %-10s [%.4g-%.4g] | %-34s %12.4g [%.4g-%.4g] | ratio %.3f (of medians)\n", f.name.c_str(),
+              f.value, f.unit.c_str(), f.value_min, f.value_max, f.reference.c_str(), f.reference_value,
+              f.reference_min, f.reference_max, f.ratio);
+  std::fflush(stdout);
+  figures.push_back(std::move(f));
+}
+
 std::string Report::ToJson() const {
   std::string out = absl::StrCat("{\"benchmark\": ", JsonString(benchmark), ", \"figures\": [");
   for (size_t i = 0; i < figures.size(); ++i) {
@@ -61,7 +77,13 @@ std::string Report::ToJson() const {
     absl::StrAppend(&out, i ? ",\n  " : "\n  ", "{\"name\": ", JsonString(f.name), ", \"value\": ", JsonNumber(f.value),
                     ", \"unit\": ", JsonString(f.unit), ", \"reference\": ", JsonString(f.reference),
                     ", \"reference_value\": ", f.has_reference() ? JsonNumber(f.reference_value) : "null",
-                    ", \"ratio\": ", JsonNumber(f.ratio), "}");
+                    ", \"ratio\": ", JsonNumber(f.ratio));
+    if (f.rounds > 0) {
+      absl::StrAppend(&out, ", \"rounds\": ", f.rounds, ", \"value_min\": ", JsonNumber(f.value_min),
+                      ", \"value_max\": ", JsonNumber(f.value_max), ", \"reference_min\": ", JsonNumber(f.reference_min),
+                      ", \"reference_max\": ", JsonNumber(f.reference_max));
+    }
+    absl::StrAppend(&out, "}");
   }
   return out + "\n]}\n";
 }
@@ -191,12 +213,16 @@ absl::StatusOr<std::string> PeerVenv(const std::string& venv, const std::string&
   return python;
 }
 
+// The PyTorch peers' python (their venv, made on first use).
+absl::StatusOr<std::string> PytorchPython() {
+  return PeerVenv(TROUPE_PEERS_VENV, kPytorchRequirement, ".torch-installed",
+                  "for CPU for the PyTorch peer: a few minutes, once");
+}
+
 }  // namespace
 
 absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
-  ASSIGN_OR_RETURN(const std::string python,
-                   PeerVenv(TROUPE_PEERS_VENV, kPytorchRequirement, ".torch-installed",
-                            "for CPU for the PyTorch peer: a few minutes, once"));
+  ASSIGN_OR_RETURN(const std::string python, PytorchPython());
   const std::string script = ProjectPath("bench/peers/" + name + ".py");
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
 }
@@ -218,19 +244,38 @@ absl::StatusOr<std::string> JaxBasePython() {
                                              "python3 is; set TROUPE_JAX_PYTHON to one"));
 }
 
-}  // namespace
-
-absl::StatusOr<double> RunJaxPeer(const std::string& name, const std::string& args, const std::string& key) {
+// The JAX peers' python (their venv, made on first use).
+absl::StatusOr<std::string> JaxPython() {
   // The base Python matters only when the venv is made.
   std::string base_python = "python3";
   if (!std::filesystem::exists(std::string(TROUPE_JAX_PEERS_VENV) + "/bin/python")) {
     ASSIGN_OR_RETURN(base_python, JaxBasePython());
   }
-  ASSIGN_OR_RETURN(const std::string python,
-                   PeerVenv(TROUPE_JAX_PEERS_VENV, kJaxRequirement, ".jax-installed",
-                            "from PyPI for the JAX peer: a minute or two, once", base_python));
+  return PeerVenv(TROUPE_JAX_PEERS_VENV, kJaxRequirement, ".jax-installed",
+                  "from PyPI for the JAX peer: a minute or two, once", base_python);
+}
+
+}  // namespace
+
+absl::StatusOr<double> RunJaxPeer(const std::string& name, const std::string& args, const std::string& key) {
+  ASSIGN_OR_RETURN(const std::string python, JaxPython());
   const std::string script = ProjectPath("bench/peers/" + name + ".py");
   return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
+}
+
+absl::StatusOr<double> RunPythonPeerOnce(PythonPeer framework, const std::string& name, int threads,
+                                         const std::string& args, const std::string& key) {
+  if (threads < 1) return absl::InvalidArgumentError(absl::StrCat("RunPythonPeerOnce: threads ", threads, " < 1"));
+  ASSIGN_OR_RETURN(const std::string python, framework == PythonPeer::kJax ? JaxPython() : PytorchPython());
+  const std::string script = ProjectPath("bench/peers/" + name + ".py");
+  return RunPeerFigure(absl::StrCat(python, " ", script, " ", threads, " ", args, " 2>&1"), key);
+}
+
+int SchedulableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,

@@ -7,6 +7,12 @@
 // A figure whose reference could not be measured (a peer not installed) or
 // has none prints "missing" for it and no ratio, and its JSON
 // reference_value and ratio are null: never a ratio of 0.
+// A figure measured by the comparison protocol (bench/protocol.h: rounds
+// alternated with the peer's, the same time and threads for both) has value
+// and reference_value the two medians, ratio their ratio, and after "ratio"
+//   "rounds", "value_min", "value_max", "reference_min", "reference_max"
+// (the rounds each side ran and the range of each side's rates); its table
+// row prints each median with its [min-max].
 #ifndef TROUPE_BENCH_BENCH_H_
 #define TROUPE_BENCH_BENCH_H_
 
@@ -19,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench/peers.h"  // RunCommand, CompileLibtorchPeer
+#include "bench/protocol.h"  // CompareAlternated, Comparison
 
 namespace troupe::bench {
 
@@ -29,6 +36,11 @@ struct Figure {
   std::string reference;   // what it is compared with, e.g. "raw mj_step x substeps"
   double reference_value = 0;  // 0: missing (not measured, or no reference)
   double ratio = 0;        // value / reference_value (higher is better for rates); NaN when missing
+  // Measured by the protocol (bench/protocol.h): the rounds each side ran,
+  // and the range of each side's rates (value and reference_value are then
+  // the medians). 0 rounds: one figure each, no ranges.
+  int rounds = 0;
+  double value_min = 0, value_max = 0, reference_min = 0, reference_max = 0;
 
   bool has_reference() const;
 };
@@ -42,6 +54,11 @@ struct Report {
   // is a missing reference). Prints it as one table row at once so long
   // benchmarks show progress.
   void Add(std::string name, double value, std::string unit, std::string reference, double reference_value);
+
+  // Adds a figure the protocol measured: the medians, their ratio and each
+  // side's range, the reference labelled "REFERENCE, " and the protocol
+  // (comparison.Describe()).
+  void Add(std::string name, std::string unit, const std::string& reference, const Comparison& comparison);
 
   // The JSON document described at the top of this file.
   std::string ToJson() const;
@@ -138,6 +155,19 @@ absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, 
 // (a minute or two, once; never a dependency of troupe). Unavailable, saying
 // why, when the environment cannot be made (no Python 3.12, offline).
 absl::StatusOr<double> RunJaxPeer(const std::string& name, const std::string& args, const std::string& key);
+
+// One round of a Python peer for the protocol (bench/protocol.h): the peer
+// bench/peers/NAME.py run ONCE as `python NAME.py THREADS ARGS`, with the
+// virtual environment RunPytorchPeer or RunJaxPeer runs it with (made on
+// first use as they make it); returns the number of its "KEY NUMBER" line.
+// No best-of over thread counts: the caller gives both sides the same.
+enum class PythonPeer { kPytorch, kJax };
+absl::StatusOr<double> RunPythonPeerOnce(PythonPeer framework, const std::string& name, int threads,
+                                         const std::string& args, const std::string& key);
+
+// The CPUs this process may run on (its affinity mask): the threads XLA's CPU
+// client (the PJRT CPU plugin, jax on the CPU) sizes its pools to.
+int SchedulableCpus();
 
 // The same peer on a GPU machine, run once as `python3 NAME.py 1 ARGS` with
 // the machine's python3 ($TROUPE_PYTHON if set), which must import torch

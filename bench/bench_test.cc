@@ -98,5 +98,36 @@ TEST(ReportTest, AMissingReferenceIsReportedMissingNeverAsRatioZero) {
   EXPECT_THAT(json, HasSubstr("\"reference\": \"libtorch (not installed)\", \"reference_value\": null, \"ratio\": null}"));
 }
 
+// A row the protocol measured: the medians, their ratio, each side's range
+// and the rounds, in the table and in the JSON after the fields every row has.
+TEST(ReportTest, AProtocolRowCarriesTheMediansTheirRatioAndEachSidesRange) {
+  int round = 0;
+  const Side troupe = [&](const Round&) -> absl::StatusOr<double> { return 30 + round++; };
+  const Side peer = [](const Round& r) -> absl::StatusOr<double> { return 10 + r.index; };
+  ProtocolOptions options;
+  options.rounds = 3;
+  options.warmup_rounds = 0;
+  options.threads.count = 2;
+  auto comparison = CompareAlternated(troupe, peer, options);
+  ASSERT_TRUE(comparison.ok()) << comparison.status();
+  Report report;
+  report.benchmark = "test";
+  report.Add("measured", "samples/s", "JAX", *comparison);
+  ASSERT_EQ(report.figures.size(), 1u);
+  const Figure& f = report.figures[0];
+  EXPECT_EQ(f.value, 31);
+  EXPECT_EQ(f.reference_value, 11);
+  EXPECT_DOUBLE_EQ(f.ratio, 31.0 / 11);
+  EXPECT_EQ(f.reference, "JAX, 3 alternated rounds of 2 s, median [min-max], both 2 threads unpinned");
+  EXPECT_EQ(f.rounds, 3);
+  EXPECT_EQ(f.value_min, 30);
+  EXPECT_EQ(f.value_max, 32);
+  EXPECT_EQ(f.reference_min, 10);
+  EXPECT_EQ(f.reference_max, 12);
+  EXPECT_THAT(report.ToJson(),
+              HasSubstr("\"reference_value\": 11, \"ratio\": 2.81818, \"rounds\": 3, \"value_min\": 30, "
+                        "\"value_max\": 32, \"reference_min\": 10, \"reference_max\": 12}"));
+}
+
 }  // namespace
 }  // namespace troupe::bench

@@ -246,7 +246,8 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
 // per step, all in one run. On a GPU plugin: at batch 256 and 1024, float32
 // and bfloat16, against PyTorch eager (and compiled at 256) and JAX's
 // jax.jit on the same GPU. On the CPU plugin: against JAX's jax.jit on its
-// CPU backend (the same XLA: this measures troupe's lowering). Then, at one
+// CPU backend (the same XLA: this measures troupe's lowering), by the
+// comparison protocol (bench/protocol.h), on the same threads. Then, at one
 // batch in float32, next to the same step kernel at a time (one program per
 // kernel call) and troupe's own backend for that device (the CPU backend, or
 // the CUDA backend where built), with the launches per step, the host's
@@ -298,16 +299,37 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   double troupe = first;
   if (on_cpu) {
     // JAX's jit of the same network: the same XLA compiler, so this measures
-    // troupe's lowering, not XLA.
-    auto jax = RunJaxPeer("jax_drq", absl::StrCat(batch, " ", size, " ", seconds, " jit cpu float32"),
-                          "samples_per_second");
-    if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-    // The peer's figure is the better of two runs (1 and 2 threads); troupe's
-    // the better of one run before it and one after (its program is compiled
-    // already), so a burst of load on a shared machine costs neither side more.
-    troupe = std::max(first, MeasureTroupe(backend, batch, size, seconds));
-    report.Add(name, troupe, "samples/s", "JAX 0.11.2 jax.jit on its CPU backend, best of 1/2 threads",
-               jax.ok() ? *jax : 0);
+    // troupe's lowering, not XLA. Both sides by the comparison protocol
+    // (bench/protocol.h): a warm-up round each, then rounds alternated
+    // troupe, JAX, troupe, ... of `seconds` each; the medians and their
+    // ratio. The same threads for both: the plugin's pools span every CPU
+    // this process may run on, and the peer is given as many (jax_drq.py
+    // confines itself to that many of the same CPUs: all of them).
+    ProtocolOptions protocol;
+    protocol.rounds = options.quick ? 3 : 5;
+    protocol.warmup_rounds = 1;
+    protocol.seconds_per_round = seconds;
+    protocol.threads.count = SchedulableCpus();
+    // Each troupe round makes the network afresh and steps it once untimed,
+    // as each JAX round is a fresh process that jits and warms up untimed;
+    // troupe's program is compiled already (the backend keeps it).
+    const Side troupe_round = [&](const Round& round) -> absl::StatusOr<double> {
+      return MeasureTroupe(backend, batch, size, round.seconds);
+    };
+    const Side jax_round = [&](const Round& round) {
+      return RunPythonPeerOnce(PythonPeer::kJax, "jax_drq", round.threads,
+                               absl::StrCat(batch, " ", size, " ", round.seconds, " jit cpu float32"),
+                               "samples_per_second");
+    };
+    const std::string peer = "JAX 0.11.2 jax.jit on its CPU backend";
+    auto jax = CompareAlternated(troupe_round, jax_round, protocol);
+    if (jax.ok()) {
+      troupe = jax->troupe.median;  // the figure the rows below compare, too
+      report.Add(name, "samples/s", peer, *jax);
+    } else {
+      std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
+      report.Add(name, troupe, "samples/s", peer, 0);
+    }
   }
   report.Add(name, troupe, "samples/s", "the same step kernel at a time on the same plugin",
              MeasureTroupe(*kernels, batch, size, seconds));
