@@ -1,14 +1,26 @@
 #include "actors/evaluator.h"
 
 #include <cmath>
+#include <memory>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "actors/actor.h"
 #include "actors/observation_stack.h"
 #include "common/status_macros.h"
+#include "envs/env.h"
 #include "envs/env_pool.h"
+#include "envs/model.h"
 
 namespace troupe::actors {
+
+namespace {
+// Whether MakeEvaluationRecorder makes a recorder.
+bool MakesVideos(const config::EvaluatorConfig& evaluator) {
+  return evaluator.record_video() && evaluator.every_frames() > 0;
+}
+}  // namespace
 
 absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator) {
   if (evaluator.every_frames() < 0) {
@@ -18,6 +30,37 @@ absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator) {
   if (evaluator.episodes() < 1 || evaluator.episodes() > kMaxEpisodes) {
     return absl::InvalidArgumentError(
         absl::StrCat("evaluator.episodes ", evaluator.episodes(), ": must be in [1, ", kMaxEpisodes, "]"));
+  }
+  // The video's size, where videos are made: H.264 (4:2:0) needs even sides.
+  // Checked here, before anything starts, as well as by the recorder
+  // (ValidateEvaluationVideoSize holds it to the task model's buffer).
+  if (MakesVideos(evaluator)) {
+    for (const auto& [field, size] : {std::pair{"video_width", evaluator.video_width()},
+                                      std::pair{"video_height", evaluator.video_height()}}) {
+      if (size < 2 || size % 2 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "evaluator.", field, " ", size,
+            ": must be even and at least 2 (H.264; evaluator.record_video: false turns evaluation videos off)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateEvaluationVideoSize(const config::ExperimentConfig& config) {
+  const config::EvaluatorConfig& evaluator = config.evaluator();
+  if (!MakesVideos(evaluator)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::shared_ptr<const envs::Model> model,
+                   envs::LoadTaskModel(config.env().task(), /*multisample=*/false));
+  const mjModel* m = model->get();
+  for (const auto& [field, size, most] : {std::tuple{"video_width", evaluator.video_width(), m->vis.global.offwidth},
+                                          std::tuple{"video_height", evaluator.video_height(), m->vis.global.offheight}}) {
+    if (size > most) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "evaluator.", field, " ", size, ": must be at most ", most, " (the offscreen buffer of task ",
+          config.env().task(), "'s model ", model->path(),
+          "; evaluator.record_video: false turns evaluation videos off)"));
+    }
   }
   return absl::OkStatus();
 }

@@ -33,6 +33,11 @@ inline constexpr int kMaxEpisodes = 256;
 // for an evaluator section that cannot run.
 absl::Status ValidateEvaluatorConfig(const config::EvaluatorConfig& evaluator);
 
+// InvalidArgument naming evaluator.video_width or .video_height where
+// evaluation videos are made at a size larger than config's task model's
+// offscreen buffer can render (the env's task already known to exist).
+absl::Status ValidateEvaluationVideoSize(const config::ExperimentConfig& config);
+
 // Runs `episodes` full episodes of config's env (one env each, stepped
 // together on one thread) with `policy`'s deterministic actions, seeded by
 // `seed`. Errors: config and env errors. With a `publisher`, the first env's

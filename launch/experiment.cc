@@ -130,6 +130,7 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   // RL: actors, evaluator, the agent for this env, the learner, replay.
   RETURN_IF_ERROR(actors::ValidateActorsConfig(config.actors()));
   RETURN_IF_ERROR(actors::ValidateEvaluatorConfig(config.evaluator()));
+  RETURN_IF_ERROR(actors::ValidateEvaluationVideoSize(config));
   RETURN_IF_ERROR(CheckEnvsFit(env, config, config.actors().count() + 1));
   const agents::ObservationSpec spec = agents::ObservationSpecOf(env);
   RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), spec, env.action_size));

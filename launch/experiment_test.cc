@@ -47,6 +47,10 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
       {"pool { num_threads: 9999 }", "pool.num_threads"},
       {"actors { noise_min: -1 }", "actors.noise_min -1"},
       {"evaluator { episodes: 0 }", "evaluator.episodes 0"},
+      {"evaluator { video_width: 85 }", "evaluator.video_width 85: must be even"},
+      {"evaluator { video_height: 0 }", "evaluator.video_height 0: must be even and at least 2"},
+      {"evaluator { video_width: 600 }", "evaluator.video_width 600: must be at most 512 (the offscreen buffer of task "
+                                         "cartpole.swingup's model"},
       {"d4pg { discount: 1.5 }", "d4pg.discount 1.5"},
       {"d4pg { critic_learning_rate: nan }", "d4pg.critic_learning_rate nan"},
       {"learner { batch_size: 10 engine { replicas: 3 } }",
@@ -89,6 +93,15 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
     EXPECT_FALSE(status.ok()) << c.text;
     EXPECT_THAT(status.message(), HasSubstr(c.field)) << c.text;
   }
+}
+
+// The video's size matters only where videos are made.
+TEST(ValidateExperimentTest, AnOddVideoSizeIsRefusedOnlyWhereVideosAreMade) {
+  EXPECT_THAT(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_height: 85 }")).message(),
+              HasSubstr("evaluator.video_height 85: must be even"));
+  EXPECT_TRUE(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_width: 85 record_video: false }")).ok());
+  EXPECT_TRUE(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_width: 85 every_frames: 0 }")).ok());
+  EXPECT_TRUE(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_width: 600 record_video: false }")).ok());
 }
 
 TEST(ValidateExperimentTest, OnlyTheSectionsTheModeRunsAreChecked) {

@@ -156,6 +156,26 @@ class NetworkEndToEndTest : public ::testing::Test {
               0);
   }
 
+  // Packets the link has dropped so far, both ends together: the netem
+  // qdiscs' drop counters (`tc -s qdisc show`), or the forwarder's count;
+  // -1 with `why` set where they cannot be read (no netem qdisc on an end).
+  int64_t PacketsDropped(std::string* why) {
+    if (tun_link_) return tun_link_->packets_dropped();
+    int64_t dropped = 0;
+    for (const std::string& command : {"tc -s qdisc show dev " + outside_,
+                                       "ip netns exec " + namespace_ + " tc -s qdisc show dev " + inside_}) {
+      const Shell shown = Sh(command);
+      static const std::regex kNetemDropped(R"(qdisc netem [^\n]*\n\s*Sent \d+ bytes \d+ pkt \(dropped (\d+))");
+      std::smatch m;
+      if (shown.code != 0 || !std::regex_search(shown.output, m, kNetemDropped)) {
+        *why = command + ": no netem qdisc with its counters: " + shown.output;
+        return -1;
+      }
+      dropped += std::stoll(m[1]);
+    }
+    return dropped;
+  }
+
   std::string dir_, namespace_, outside_, inside_, learner_host_, actor_host_;
   bool made_namespace_ = false;
   std::unique_ptr<TunLink> tun_link_;
@@ -233,6 +253,11 @@ total_frames: 100000000
     FAIL() << "no training through the lossy link\n" << logs();
   }
   std::this_thread::sleep_until(lossy_since + std::chrono::seconds(20));
+  // The link did lose packets (10% of the traffic so far): a link that
+  // dropped none (netem not applied) would make this test prove nothing.
+  std::string why_no_count;
+  const int64_t dropped_lossy = PacketsDropped(&why_no_count);
+  EXPECT_GT(dropped_lossy, 0) << "the lossy link dropped no packet " << why_no_count;
   // 2. A partition of 30 s. (A stream may also have broken and resumed on
   // the lossy link: resumptions are counted from here.)
   std::vector<int> resumed_before(2);
@@ -240,6 +265,12 @@ total_frames: 100000000
   SetLink(kPartition);
   const int64_t before_partition = Updates(run);
   std::this_thread::sleep_for(std::chrono::seconds(30));
+  // The partition dropped what was sent across it (retransmissions,
+  // reconnection attempts).
+  const int64_t dropped_partition = PacketsDropped(&why_no_count);
+  EXPECT_GT(dropped_partition, dropped_lossy) << "the partition dropped no packet " << why_no_count;
+  std::printf("link: %ld packets dropped through the lossy phase, %ld more in the partition\n", long(dropped_lossy),
+              long(dropped_partition - dropped_lossy));
   // 3. The lossy link again: both actors resume their insert streams, and
   // training goes on past where it was.
   SetLink(kLossyLink);
