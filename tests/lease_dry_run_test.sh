@@ -22,7 +22,9 @@
 #   - run.sh stopped by SIGTERM (an outer timeout) still returns its files;
 #   - the newest jax-cuda13-pjrt PyPI serves loads through the same checks.
 # Usage: tests/lease_dry_run_test.sh BUILD_DIR  (as root; ctest runs it with
-# TROUPE_PJRT_PLUGIN, the XLA CPU plugin its fixture fetched)
+# TROUPE_PJRT_PLUGIN, the XLA CPU plugin its fixture fetched).
+# TROUPE_LEASE_BUNDLE=.bundle/troupe.tar.gz rehearses that bundle (the one a
+# lease carries, from tools/bundle.sh) instead of one made from BUILD_DIR.
 set -euo pipefail
 if [[ $(id -u) -ne 0 ]]; then echo "skipped: needs root (debootstrap, chroot, bind mounts)"; exit 77; fi
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,7 +50,12 @@ trap cleanup EXIT
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 # The bundle (its own sizes checked against a device call's by bundle.sh).
-"$top/tools/bundle.sh" --from "$build" "$work/troupe"
+if [[ -n ${TROUPE_LEASE_BUNDLE:-} ]]; then
+  tar xzf "$TROUPE_LEASE_BUNDLE" -C "$work"
+  [[ -x $work/troupe/run.sh ]] || fail "$TROUPE_LEASE_BUNDLE holds no troupe/run.sh"
+else
+  "$top/tools/bundle.sh" --from "$build" "$work/troupe"
+fi
 
 # JAX's CUDA PJRT plugin wheels (py3-none: any python3 installs them), once per machine.
 wheels=/var/cache/troupe/wheels

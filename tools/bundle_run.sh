@@ -56,7 +56,7 @@ while (($# > 0)); do
     --fast-peers) export TROUPE_PYTORCH_MODES=eager; shift ;;
     --return) return_dir=${2:?--return DIR}; shift 2 ;;
     --dry-run) stand_in=${2:?--dry-run PLUGIN}; shift 2 ;;
-    --help|-h) sed -n '2,43p' "$0"; exit 0 ;;
+    --help|-h) sed -n '2,42p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (--help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -72,7 +72,9 @@ left() { echo $((budget - 15 - ($(date +%s) - t0))); }
 capped() { local l=$(left); echo $((l < $1 ? l : $1)); }  # CAP: the seconds left, at most CAP
 out=$(mkdir -p "${1:-results}" && cd "${1:-results}" && pwd)
 if [[ -n $return_dir ]]; then return_dir=$(mkdir -p "$return_dir" && cd "$return_dir" && pwd); fi
+[[ -n $stand_in ]] && stand_in=$(cd "$(dirname "$stand_in")" && pwd)/$(basename "$stand_in")
 export TROUPE_HOME="$here/share/troupe"
+cd "$TROUPE_HOME"  # the tests' data, as in the source tree (every path above is absolute)
 : > "$out/env.txt"
 : > "$out/summary.txt"
 note() { echo "$*" | tee -a "$out/env.txt"; }

@@ -162,22 +162,12 @@ Client::~Client() {
 
 namespace {
 
-capi::NamedValue NamedBool(const char* name, bool value) {
+// A scalar create option named `name` (a literal), its value still to set.
+capi::NamedValue NamedScalar(const char* name, capi::NamedValueType type) {
   auto v = Make<capi::NamedValue>();
   v.name = name;
   v.name_size = std::strlen(name);
-  v.type = capi::kNamedBool;
-  v.bool_value = value;
-  v.value_size = 1;
-  return v;
-}
-
-capi::NamedValue NamedFloat(const char* name, float value) {
-  auto v = Make<capi::NamedValue>();
-  v.name = name;
-  v.name_size = std::strlen(name);
-  v.type = capi::kNamedFloat;
-  v.float_value = value;
+  v.type = type;
   v.value_size = 1;
   return v;
 }
@@ -200,9 +190,12 @@ absl::StatusOr<std::shared_ptr<Client>> Client::Shared(const std::string& plugin
   const capi::Api& api = (*plugin)->api();
   // The GPU plugin's memory options; a plugin that knows none (XLA's CPU
   // plugin: "Unexpected option name") refuses them, and is asked again without.
-  std::vector<capi::NamedValue> memory;
-  memory.push_back(NamedBool("preallocate", options.memory_fraction > 0));
-  if (options.memory_fraction > 0) memory.push_back(NamedFloat("memory_fraction", options.memory_fraction));
+  std::vector<capi::NamedValue> memory(1, NamedScalar("preallocate", capi::kNamedBool));
+  memory[0].bool_value = options.memory_fraction > 0;
+  if (options.memory_fraction > 0) {
+    memory.push_back(NamedScalar("memory_fraction", capi::kNamedFloat));
+    memory[1].float_value = options.memory_fraction;
+  }
   auto create = Make<capi::ClientCreateArgs>();
   create.create_options = memory.data();
   create.num_options = memory.size();
