@@ -821,8 +821,8 @@ void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
     }
     // A collective's staging: the step so far runs as a program of its own,
     // the bytes come back, and the rest of the step records anew.
-    if (!step_->Run(/*keep_scratch=*/true)) FallBackToKernels(*step_);
-    step_.reset();
+    std::unique_ptr<Recorder> first = std::move(step_);  // out of the way: a replay runs kernel at a time
+    if (!first->Run(/*keep_scratch=*/true)) FallBackToKernels(*first);
   }
   struct Resume {
     PjrtBackend* b;

@@ -762,6 +762,44 @@ TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
   EXPECT_THAT(said, ::testing::HasSubstr("kernel at a time from here on"));
 }
 
+// The same where the step is split by a host staging (a host collective's
+// download in the middle): the refused first half is replayed before the
+// download, which then reads what kernel at a time computed.
+TEST(PjrtFallbackTest, ARefusedHalfOfAStepSplitByAHostStagingRunsKernelAtATime) {
+  const std::string plugin = CpuPlugin();
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  auto refused = PjrtBackend::Create(
+      {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true});
+  auto kernels = PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""});
+  ASSERT_TRUE(refused.ok() && kernels.ok());
+  const int64_t n = 29;
+  const std::vector<float> data = RandomVector(n, 5);
+  auto run = [&](PjrtBackend& b) {
+    float* x = b.AllocateFloats(n);
+    float* y = b.AllocateFloats(n);
+    std::vector<float> staged(n), out(n);
+    {
+      nn::StepScope scope(b);
+      b.Upload(data.data(), x, 4 * n);
+      b.Scale(3.0f, x, x, n);
+      {
+        nn::Backend::HostStaging staging(b);
+        b.Download(x, staged.data(), 4 * n);  // the split: the step so far runs (or is replayed) here
+      }
+      b.Axpy(0.5f, x, y, n);
+      b.ReadAtStepEnd(y, out.data(), 4 * n);
+    }
+    return std::make_pair(staged, out);
+  };
+  const auto [refused_staged, refused_out] = run(**refused);
+  const auto [kernel_staged, kernel_out] = run(**kernels);
+  EXPECT_EQ(refused_staged, kernel_staged) << "the download at the split";
+  EXPECT_EQ(refused_out, kernel_out) << "the step's end";
+  EXPECT_FLOAT_EQ(refused_staged[0], 3.0f * data[0]);
+  EXPECT_EQ((*refused)->stats().step_fallbacks, 1);
+  EXPECT_FALSE((*refused)->compiles_steps());
+}
+
 TEST(PjrtFallbackDeathTest, ARefusedStepWithoutTheFallbackStopsTheProcessNamingTheRefusal) {
   const std::string plugin = CpuPlugin();
   if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
