@@ -57,14 +57,17 @@ else
   "$top/tools/bundle.sh" --from "$build" "$work/troupe"
 fi
 
-# JAX's CUDA PJRT plugin wheels (py3-none: any python3 installs them), once per machine.
+# JAX's CUDA PJRT plugin wheels (py3-none: any python3 installs them), once
+# per machine, by the pip of the CPU plugin's venv (Debian's python3 has none).
 wheels=/var/cache/troupe/wheels
+pip=("$(dirname "$cpu_plugin")/bin/python" -m pip)
+[[ -x ${pip[0]} ]] || pip=(python3 -m pip)
 fetch_wheel() {  # VERSION: the wheel's path on stdout; exit 77 when PyPI cannot give it
   local found
   found=$(ls "$wheels"/jax_cuda13_pjrt-"$1"-*.whl 2>/dev/null | head -n 1)
   if [[ -z $found ]]; then
     mkdir -p "$wheels"
-    python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d "$wheels" \
+    "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: -d "$wheels" \
       "jax-cuda13-pjrt==$1" >&2 || { echo "skipped: PyPI could not give jax-cuda13-pjrt==$1"; exit 77; }
     found=$(ls "$wheels"/jax_cuda13_pjrt-"$1"-*.whl | head -n 1)
   fi
@@ -72,7 +75,7 @@ fetch_wheel() {  # VERSION: the wheel's path on stdout; exit 77 when PyPI cannot
 }
 device_version=0.11.2  # the GPU machine's jax-cuda13-pjrt (KINDS.md)
 wheel=$(fetch_wheel $device_version)
-newest=$(python3 -m pip index versions jax-cuda13-pjrt 2>/dev/null | sed -n 's/^jax-cuda13-pjrt (\(.*\))$/\1/p')
+newest=$("${pip[@]}" index versions jax-cuda13-pjrt 2>/dev/null | sed -n 's/^jax-cuda13-pjrt (\(.*\))$/\1/p')
 [[ -n $newest ]] || fail "pip index versions jax-cuda13-pjrt named no newest version"
 newest_wheel=$(fetch_wheel "$newest")
 
