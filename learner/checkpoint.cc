@@ -90,14 +90,29 @@ absl::Status RlLearner::Checkpoint() {
   const auto started = Clock::now();
   // One generation: replay, networks and counters of this step.
   int64_t frames = 0;
-  ASSIGN_OR_RETURN(last_generation_,
-                   WriteLearnerCheckpoint(layout_.checkpoints(), *agent_,
-                                          config_.learner().checkpoint_replay() ? replay_.get() : nullptr,
-                                          [&] {
-                                            frames = FramesNow();
-                                            return CountersText(frames, samples_, agent_->updates());
-                                          },
-                                          config_.learner().keep_checkpoints()));
+  auto write = [&](replay::Replay* with_replay) {
+    return WriteLearnerCheckpoint(layout_.checkpoints(), *agent_, with_replay,
+                                  [&] {
+                                    frames = FramesNow();
+                                    return CountersText(frames, samples_, agent_->updates());
+                                  },
+                                  config_.learner().keep_checkpoints());
+  };
+  replay::Replay* with_replay = config_.learner().checkpoint_replay() ? replay_.get() : nullptr;
+  absl::StatusOr<int64_t> generation = write(with_replay);
+  without_replay_ = false;
+  if (!generation.ok() && absl::IsResourceExhausted(generation.status()) && with_replay != nullptr) {
+    // The disk cannot take the whole generation: the networks, optimizer and
+    // counters (a few MB) still commit, so a crash loses replay, not training.
+    std::fprintf(stderr,
+                 "checkpoint at %s frames: %s; writing it without replay (a resume from it starts with an empty "
+                 "replay)\n",
+                 Thousands(FramesNow()).c_str(), std::string(generation.status().message()).c_str());
+    generation = write(nullptr);
+    without_replay_ = generation.ok();
+  }
+  RETURN_IF_ERROR(generation.status());
+  last_generation_ = *generation;
   last_generation_frames_ = frames;
   checkpoint_seconds_ += std::chrono::duration<double>(Clock::now() - started).count();
   return absl::OkStatus();
@@ -113,6 +128,11 @@ void RlLearner::CheckpointOrWarn() {
                    long(last_generation_), Thousands(last_generation_frames_).c_str(), checkpoint_failures_);
     }
     checkpoint_failures_ = 0;
+    if (without_replay_) {
+      note = absl::StrCat("checkpoint without replay (disk full): ", LastGenerationText());
+      std::fprintf(stderr, "checkpoint: %s committed without replay: the disk is full\n",
+                   LastGenerationText().c_str());
+    }
   } else {
     // The partial generation is gone (the writer abandoned it); the last
     // good one stays, and the next checkpoint tries again.

@@ -259,6 +259,7 @@ class RlLearner {
   int64_t last_generation_ = -1;
   int64_t last_generation_frames_ = 0;
   int checkpoint_failures_ = 0;
+  bool without_replay_ = false;  // the last generation was committed without replay (a full disk)
   double checkpoint_seconds_ = 0;
   double row_checkpoint_seconds_ = 0;
 

@@ -5,6 +5,7 @@
 // match its networks, and says what it passed over.
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -329,6 +330,76 @@ TEST_F(CheckpointEndToEndTest, AFullDiskLosesNothingAndTheRunGoesOn) {
   const std::string newest = NewestCommittedGeneration(run + "/checkpoints");
   const std::string resume_log = ResumeAndStop(run, dir_ + "/resume.log");
   EXPECT_EQ(ParseResume(resume_log).from, newest) << resume_log;
+}
+
+// A disk with room for the networks, optimizer and counters (a few hundred
+// KB here) but not for replay's checkpoint: generations without replay keep
+// committing, said in the log and on the status line, so a crash loses
+// replay, not training; a resume from one says replay starts empty.
+TEST_F(CheckpointEndToEndTest, ADiskTooFullForReplayStillCommitsTheNetworksAndCounters) {
+  const std::string disk = dir_ + "/small_disk";
+  fs::create_directories(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64m") != 0) {
+    GTEST_SKIP() << "cannot mount a 64 MiB tmpfs at " << disk << " (" << std::strerror(errno)
+                 << "; needs root or CAP_SYS_ADMIN): the full-disk case is not tested here";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  const std::string config = WriteConfig(dir_, /*total_frames=*/10000000, disk + "/runs");
+  const std::string log = dir_ + "/small_disk.log";
+  const pid_t pid = Troupe({"run", config}, log);
+  // Until a committed generation's replay is much larger than its networks and counters.
+  std::string run;
+  uintmax_t networks = 0, replay = 0;
+  for (int i = 0; i < 1200 && !(networks > 0 && replay > 4 * networks + (512 << 10)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (run.empty()) run = OnlyRunDir(disk + "/runs");
+    const std::string newest = run.empty() ? "" : NewestCommittedGeneration(run + "/checkpoints");
+    std::error_code ec;
+    if (newest.empty() || !fs::exists(newest + "/replay.ckpt", ec)) continue;
+    networks = fs::file_size(newest + "/agent.ckpt", ec) + fs::file_size(newest + "/counters.txt", ec);
+    replay = fs::file_size(newest + "/replay.ckpt", ec);
+  }
+  ASSERT_GT(replay, 4 * networks + (512 << 10)) << "networks " << networks << " B, replay " << replay << " B\n"
+                                                << Read(log);
+  // Keep the disk full but for room for three networks-only generations,
+  // whatever a commit's pruning frees, for a few checkpoints (one a second).
+  const uintmax_t room = 3 * networks + (256 << 10);
+  int fillers = 0;
+  auto fill = [&] {
+    struct statvfs st;
+    if (::statvfs(disk.c_str(), &st) != 0) return;
+    const uintmax_t free = uintmax_t(st.f_bavail) * st.f_bsize;
+    if (free <= room) return;
+    std::ofstream out(disk + "/filler-" + std::to_string(fillers++), std::ios::binary);
+    const std::string block(1 << 16, 'x');
+    for (uintmax_t left = free - room; left >= block.size() && out.write(block.data(), block.size());) left -= block.size();
+  };
+  fill();
+  EXPECT_NE(AwaitMatch(log, "(writing it without replay)", 60), "") << Read(log);
+  for (int i = 0; i < 40; ++i) {
+    fill();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(AwaitMatch(log, "(committed without replay): the disk is full", 30), "") << Read(log);
+  EXPECT_NE(AwaitMatch(log, "(checkpoint without replay \\(disk full\\))", 30), "") << Read(log);  // the status line
+  fill();
+  // A crash on the full disk: the newest committed generation holds the
+  // networks and counters, not replay.
+  kill(pid, SIGKILL);
+  Wait(pid, 60);
+  const std::string newest = NewestCommittedGeneration(run + "/checkpoints");
+  ASSERT_FALSE(newest.empty());
+  EXPECT_TRUE(fs::exists(newest + "/agent.ckpt") && fs::exists(newest + "/counters.txt")) << newest;
+  EXPECT_FALSE(fs::exists(newest + "/replay.ckpt")) << newest;
+  for (int i = 0; i < fillers; ++i) fs::remove(disk + "/filler-" + std::to_string(i));
+  const std::string resume_log = ResumeAndStop(run, dir_ + "/small_disk_resume.log");
+  const Resumed resumed = ParseResume(resume_log);
+  EXPECT_EQ(resumed.from, newest) << resume_log;
+  EXPECT_GT(resumed.updates, 0) << resume_log;
+  EXPECT_THAT(resume_log, HasSubstr("replay starts empty (the checkpoint has no replay.ckpt)")) << resume_log;
 }
 
 }  // namespace
