@@ -116,10 +116,20 @@ grep -q "^PJRT GPU plugin: /opt/newest_cuda_plugin.so (PJRT API 0\.[0-9]*): no c
   fail "jax-cuda13-pjrt $newest: $(cat "$work/newest.txt")"
 echo "jax-cuda13-pjrt $newest: $(grep '^PJRT GPU plugin' "$work/newest.txt")"
 
-# The lease's order, end to end, the CPU plugin standing in for the GPU one.
+# The lease's call as docs/development.md writes it (under 2,000 characters),
+# the bundle already unpacked at /opt/troupe, $OUT at /opt/out, the CPU
+# plugin standing in for the GPU one (--dry-run).
+call=$(grep -m 1 '^tar xzf .bundle/troupe.tar.gz -C /tmp && ' "$top/docs/development.md") ||
+  fail "docs/development.md has no line starting 'tar xzf .bundle/troupe.tar.gz -C /tmp && '"
+((${#call} <= 2000)) || fail "the documented call is ${#call} characters, over the 2,000 a device call takes"
+call=${call#tar xzf .bundle/troupe.tar.gz -C /tmp && }
+call=${call//\/tmp\/troupe\/run.sh//opt/troupe/run.sh --dry-run /opt/cpu_plugin.so}
+call=${call//\"\$OUT\"//opt/out}
+call=${call//\/tmp\/results//opt/results}
+[[ $call == *"/opt/troupe/run.sh --dry-run"*"--return /opt/out /opt/results" ]] || fail "unexpected call: $call"
+echo "the documented call, rehearsed: $call"
 status=0
-in_root /opt/troupe/run.sh --budget 420 --parts pjrt,correct,tests,job,cuda --fast-peers --return /opt/out \
-  --dry-run /opt/cpu_plugin.so /opt/results > "$work/run.log" 2>&1 || status=$?
+in_root bash -c "$call" > "$work/run.log" 2>&1 || status=$?
 cat "$root/opt/results/summary.txt"
 grep -q "CUDA library libcublas.so.13: /$site_rel/nvidia/cu13/lib" "$root/opt/results/env.txt" ||
   fail "run.sh did not find cuBLAS in the venv's nvidia folders: $(grep 'CUDA library' "$root/opt/results/env.txt")"
