@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/generations.h"
 #include "common/processes.h"
 #include "common/run_layout.h"
@@ -52,6 +54,23 @@ runs_dir: ")" << (runs_dir.empty() ? dir + "/runs" : runs_dir)
                       << "\"\ntotal_frames: " << total_frames << "\n";
   return path;
 }
+
+// A 64 MiB tmpfs mounted at `path` (a disk to fill), unmounted when
+// destroyed; null, with *why naming the mount's error, where it cannot be
+// mounted (the full-disk cases then skip).
+struct Tmpfs {
+  std::string path;
+  static std::unique_ptr<Tmpfs> Mount(const std::string& path, std::string* why) {
+    fs::create_directories(path);
+    if (::mount("tmpfs", path.c_str(), "tmpfs", 0, "size=64m") != 0) {
+      *why = absl::StrCat("cannot mount a 64 MiB tmpfs at ", path, " (", std::strerror(errno),
+                          "; needs root or CAP_SYS_ADMIN): the full-disk case is not tested here");
+      return nullptr;
+    }
+    return std::unique_ptr<Tmpfs>(new Tmpfs{path});
+  }
+  ~Tmpfs() { ::umount2(path.c_str(), MNT_DETACH); }
+};
 
 pid_t Troupe(const std::vector<std::string>& args, const std::string& log,
              const std::vector<std::pair<std::string, std::string>>& env = {}) {
@@ -264,15 +283,9 @@ TEST_F(CheckpointEndToEndTest, ARunDirectoryFromBeforeGenerationsStillResumes) {
 // stops cleanly and resumes from its newest generation.
 TEST_F(CheckpointEndToEndTest, AFullDiskLosesNothingAndTheRunGoesOn) {
   const std::string disk = dir_ + "/disk";
-  fs::create_directories(disk);
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64m") != 0) {
-    GTEST_SKIP() << "cannot mount a 64 MiB tmpfs at " << disk << " (" << std::strerror(errno)
-                 << "; needs root or CAP_SYS_ADMIN): the full-disk case is not tested here";
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{disk};
+  std::string why;
+  const auto tmpfs = Tmpfs::Mount(disk, &why);
+  if (!tmpfs) GTEST_SKIP() << why;
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000, disk + "/runs");
   const std::string log = dir_ + "/run.log";
   const pid_t pid = Troupe({"run", config}, log);
@@ -338,15 +351,9 @@ TEST_F(CheckpointEndToEndTest, AFullDiskLosesNothingAndTheRunGoesOn) {
 // replay, not training; a resume from one says replay starts empty.
 TEST_F(CheckpointEndToEndTest, ADiskTooFullForReplayStillCommitsTheNetworksAndCounters) {
   const std::string disk = dir_ + "/small_disk";
-  fs::create_directories(disk);
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64m") != 0) {
-    GTEST_SKIP() << "cannot mount a 64 MiB tmpfs at " << disk << " (" << std::strerror(errno)
-                 << "; needs root or CAP_SYS_ADMIN): the full-disk case is not tested here";
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{disk};
+  std::string why;
+  const auto tmpfs = Tmpfs::Mount(disk, &why);
+  if (!tmpfs) GTEST_SKIP() << why;
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000, disk + "/runs");
   const std::string log = dir_ + "/small_disk.log";
   const pid_t pid = Troupe({"run", config}, log);

@@ -697,9 +697,6 @@ TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
   EXPECT_EQ(out, 30.0f);
 }
 
-}  // namespace
-}  // namespace troupe::pjrt
-
 // A step whose program the plugin refuses (a compile error XLA could give on
 // a GPU) runs again kernel at a time when the backend may fall back
 // (engine.pjrt_steps COMPILED_ELSE_KERNELS, device GPU's default): its
@@ -707,12 +704,8 @@ TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
 // gives, bit for bit, and so does every later step, without compiling a
 // step again; the refusal is said once with the plugin's message. Without
 // the fallback the refusal stops the process, naming it.
-namespace troupe::pjrt {
-namespace {
-
 TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
-  const std::string plugin = CpuPlugin();
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  REQUIRE_PLUGIN();
   auto refused = PjrtBackend::Create(
       {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true});
   auto kernels = PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""});
@@ -766,8 +759,7 @@ TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
 // download in the middle): the refused first half is replayed before the
 // download, which then reads what kernel at a time computed.
 TEST(PjrtFallbackTest, ARefusedHalfOfAStepSplitByAHostStagingRunsKernelAtATime) {
-  const std::string plugin = CpuPlugin();
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  REQUIRE_PLUGIN();
   auto refused = PjrtBackend::Create(
       {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true});
   auto kernels = PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""});
@@ -801,8 +793,7 @@ TEST(PjrtFallbackTest, ARefusedHalfOfAStepSplitByAHostStagingRunsKernelAtATime) 
 }
 
 TEST(PjrtFallbackDeathTest, ARefusedStepWithoutTheFallbackStopsTheProcessNamingTheRefusal) {
-  const std::string plugin = CpuPlugin();
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  REQUIRE_PLUGIN();
   EXPECT_DEATH(
       {
         auto b = PjrtBackend::Create({.plugin = plugin, .cache_dir = "", .refuse_step_programs = true});
@@ -814,19 +805,12 @@ TEST(PjrtFallbackDeathTest, ARefusedStepWithoutTheFallbackStopsTheProcessNamingT
       "compiling a step: refused");
 }
 
-}  // namespace
-}  // namespace troupe::pjrt
-
 // How a client takes device memory: the GPU plugin's options (on demand by
 // default, or a fraction at start); a plugin that knows no such options (the
 // XLA CPU plugin) is asked again without them, and the client says so. A
 // fraction outside [0, 1] is refused before any client is made.
-namespace troupe::pjrt {
-namespace {
-
 TEST(PjrtClientTest, MemoryOptionsThePluginDoesNotTakeAreDroppedAndSaid) {
-  const std::string plugin = CpuPlugin();
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
+  REQUIRE_PLUGIN();
   auto refused = Client::Shared(plugin, {.memory_fraction = 1.5f});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
