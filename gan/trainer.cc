@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -375,6 +376,23 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
   std::error_code ec;
   if (!IsCompleteCheckpoint(dir)) std::filesystem::remove_all(dir + ".new", ec);
   return absl::OkStatus();
+}
+
+std::vector<nn::CheckpointTensor> GanTrainer::CheckpointState(int r) const {
+  const Replica& replica = *replicas_[r];
+  std::vector<nn::CheckpointTensor> state;
+  for (const auto& [file, parameters, optimizer] :
+       {std::tuple{kGeneratorFile, &replica.g, replica.g_adam.get()},
+        std::tuple{kDiscriminatorFile, &replica.d, replica.d_adam.get()},
+        std::tuple{kEmaFile, &replica.ema, static_cast<nn::Optimizer*>(nullptr)},
+        std::tuple{kPowerVectorsFile, &replica.d_power, static_cast<nn::Optimizer*>(nullptr)}}) {
+    for (nn::CheckpointTensor& t : nn::CheckpointTensors(*parameters, optimizer)) {
+      t.name = absl::StrCat(file, "/", t.name);
+      state.push_back(std::move(t));
+    }
+  }
+  state.push_back(nn::Int64Tensor(absl::StrCat(kCountersFile, "/steps"), {&steps_, 1}));
+  return state;
 }
 
 absl::Status GanTrainer::LoadFrom(const std::string& folder) {

@@ -25,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/nn/checkpoint.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/optimizer.h"
 #include "engine/replicator/replicator.h"
@@ -104,6 +105,12 @@ class GanTrainer {
   // was passed over; InvalidArgument naming the file (e.g. a model of
   // another size).
   absl::StatusOr<std::string> LoadCheckpoint(const std::string& dir, std::vector<std::string>* passed_over = nullptr);
+
+  // Everything SaveCheckpoint writes for local replica r, on the host: each
+  // file's tensors named "FILE/ENTRY" (generator.ckpt/param/g.fc.w,
+  // generator.ckpt/adam.m/g.fc.w, ...), then counters.txt's steps as an
+  // int64 tensor. Tests compare whole states through it.
+  std::vector<nn::CheckpointTensor> CheckpointState(int r = 0) const;
 
   // Replica r's networks' values (tests: replication is exact).
   nn::ParameterSet& generator_parameters(int r);

@@ -33,6 +33,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
+#include "engine/nn/state_match.h"
 #include "engine/nn/testing.h"
 #include "engine/replicator/replicator.h"
 #include "engine/replicator/test_model.h"
@@ -602,9 +603,11 @@ TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
 // One DrQ-shaped pixel critic update, as D4PG's learner takes it (random
 // shift, conv 3x3 stride 2 then three stride 1 with fused ReLU, linear, layer
 // norm, tanh; the critic MLP on [features, action] to 51 atom logits;
-// cross-entropy to fixed target atoms, global-norm clipping, Adam) for
-// `steps` steps on `backend`; returns the parameters.
-std::vector<float> PixelCriticSteps(nn::Backend* backend, int steps) {
+// cross-entropy to fixed target atoms, global-norm clipping, Adam at 1e-2 so
+// that every weight moves by far more than the comparison's tolerance) for
+// `steps` steps on `backend`; returns the whole state (weights, Adam's
+// moments, its step count).
+std::vector<nn::CheckpointTensor> PixelCriticSteps(nn::Backend* backend, int steps) {
   constexpr int kBatch = 8, kChannels = 16, kFeatures = 32, kActions = 2, kAtoms = 51;
   nn::ParameterSet params;
   std::vector<nn::Conv2dLayer> convs;
@@ -637,23 +640,32 @@ std::vector<float> PixelCriticSteps(nn::Backend* backend, int steps) {
     nn::Var loss = nn::SoftmaxCrossEntropy(logits, targets);
     tape.Backward(loss);
     nn::ClipGradientsByGlobalNorm(params, *backend, /*max_norm=*/40.0f);
-    adam.Step(/*learning_rate=*/1e-3f);
+    adam.Step(/*learning_rate=*/1e-2f);
   }
-  return params.DownloadValues();
+  return nn::CheckpointTensors(params, &adam);
 }
 
+// Three critic updates on the GPU against the CPU: the whole state within
+// 2e-3 relative (cuDNN's and cuBLAS's summation orders), Adam's moments
+// (which carry the gradients' size) included, every part moved by ten
+// times that.
 TEST(CudaStepTest, PixelCriticStepMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   auto gpu = CudaBackend::Create();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   nn::CpuBackend cpu(1);
-  ExpectNear(PixelCriticSteps(gpu->get(), 3), PixelCriticSteps(&cpu, 3), 1e-3f, false, "critic params");
+  TROUPE_EXPECT_SAME_STATE(PixelCriticSteps(&cpu, 0), PixelCriticSteps(&cpu, 3), PixelCriticSteps(gpu->get(), 3),
+                           .tolerance = 2e-3);
 }
 
 // A DCGAN-shaped step: generator (linear, transposed conv, batch norm, tanh)
 // and spectral-norm discriminator (conv, leaky relu, linear) under the hinge
-// loss, one Adam step each, as the GAN trainer does.
-std::vector<float> GanSteps(nn::Backend* backend, int steps) {
+// loss, one Adam step each, as the GAN trainer does (learning rates of 1e-2
+// and 2e-2, so that each network moves by far more than the comparison's
+// tolerance). Returns the whole state: each network's weights and Adam
+// moments (named generator/... and discriminator/...), the power vectors
+// and batch norm's running statistics.
+std::vector<nn::CheckpointTensor> GanSteps(nn::Backend* backend, int steps) {
   nn::ParameterSet g, d;
   auto g_in = nn::LinearLayer::Create(g, "g.in", 16, 8 * 7 * 7);
   const int g_up = g.Add("g.up.w", {8, 4, 4, 4}, nn::Init::FanIn(8 * 16));
@@ -701,37 +713,52 @@ std::vector<float> GanSteps(nn::Backend* backend, int steps) {
     nn::Var ones = tape.Input(ones_data.data(), {batch, 1});
     nn::Var d_loss = nn::Add(nn::Mean(nn::Relu(nn::Sub(ones, d_real))), nn::Mean(nn::Relu(nn::Add(ones, d_fake))));
     tape.Backward(d_loss);
-    d_adam.Step(2e-4f);
+    d_adam.Step(2e-2f);
     // Generator: -D(G(z)).
     tape.Reset();
     d.ZeroGrad();
     g.ZeroGrad();
     nn::Var g_loss = nn::Scale(nn::Mean(discriminate(generate(true))), -1.0f);
     tape.Backward(g_loss);
-    g_adam.Step(1e-4f);
+    g_adam.Step(1e-2f);
   }
-  std::vector<float> all = g.DownloadValues();
-  const std::vector<float> d_values = d.DownloadValues();
-  all.insert(all.end(), d_values.begin(), d_values.end());
-  return all;
+  std::vector<nn::CheckpointTensor> state;
+  for (const auto& [network, params, adam] :
+       {std::tuple{"generator/", &g, &g_adam}, std::tuple{"discriminator/", &d, &d_adam}}) {
+    for (nn::CheckpointTensor& t : nn::CheckpointTensors(*params, adam)) {
+      t.name = network + t.name;
+      state.push_back(std::move(t));
+    }
+  }
+  for (const auto& [name, buffer] : {std::pair{"d.power/u", &u}, std::pair{"d.power/v", &v},
+                                     std::pair{"g.bn.running/mean", &running_mean},
+                                     std::pair{"g.bn.running/var", &running_var}}) {
+    state.push_back({name, nn::Shape{buffer->size()}, buffer->Download()});
+  }
+  return state;
 }
 
 // The step models above on the CPU alone, so that every build without a GPU
 // runs them too (a shape mistake in them once surfaced only on the GPU).
 TEST(CudaStepTest, StepModelsRunOnTheCpu) {
   nn::CpuBackend cpu(1);
-  for (const auto& [name, values] : {std::pair{"critic", PixelCriticSteps(&cpu, 1)}, std::pair{"GAN", GanSteps(&cpu, 1)}}) {
-    ASSERT_FALSE(values.empty()) << name;
-    for (float v : values) ASSERT_TRUE(std::isfinite(v)) << name;
+  for (const auto& [name, state] : {std::pair{"critic", PixelCriticSteps(&cpu, 1)}, std::pair{"GAN", GanSteps(&cpu, 1)}}) {
+    ASSERT_FALSE(state.empty()) << name;
+    for (const nn::CheckpointTensor& t : state) {
+      for (float v : t.values) ASSERT_TRUE(std::isfinite(v)) << name << " " << t.name;
+    }
   }
 }
 
+// Two GAN steps on the GPU against the CPU: the whole state within 2e-3
+// relative, G's and D's Adam moments included, every part moved by ten
+// times that (a G that skipped its update fails on every G tensor).
 TEST(CudaStepTest, GanStepMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   auto gpu = CudaBackend::Create();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   nn::CpuBackend cpu(1);
-  ExpectNear(GanSteps(gpu->get(), 2), GanSteps(&cpu, 2), 1e-3f, false, "GAN params");
+  TROUPE_EXPECT_SAME_STATE(GanSteps(&cpu, 0), GanSteps(&cpu, 2), GanSteps(gpu->get(), 2), .tolerance = 2e-3);
 }
 
 // --- Replicas ---------------------------------------------------------------------------------

@@ -113,13 +113,17 @@ absl::Status WriteCheckpoint(const std::string& path, const std::vector<Checkpoi
   return WriteFileAtomically(path, out);
 }
 
-absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params, Optimizer* optimizer) {
+std::vector<CheckpointTensor> CheckpointTensors(const ParameterSet& params, Optimizer* optimizer) {
   std::vector<CheckpointTensor> tensors = DownloadTensors(params.backend(), Entries(params, optimizer));
   if (optimizer != nullptr) {
     const int64_t steps = optimizer->steps();
     tensors.push_back(Int64Tensor(StepsEntry(*optimizer).name, {&steps, 1}));
   }
-  return WriteCheckpoint(path, tensors);
+  return tensors;
+}
+
+absl::Status SaveCheckpoint(const std::string& path, const ParameterSet& params, Optimizer* optimizer) {
+  return WriteCheckpoint(path, CheckpointTensors(params, optimizer));
 }
 
 namespace {

@@ -54,6 +54,9 @@ struct DeviceTensor {
 
 // Host copies of `tensors`, one Download each.
 std::vector<CheckpointTensor> DownloadTensors(Backend& backend, const std::vector<DeviceTensor>& tensors);
+// What SaveCheckpoint(path, params, optimizer) writes, on the host, in file
+// order (tests compare whole states through it).
+std::vector<CheckpointTensor> CheckpointTensors(const ParameterSet& params, Optimizer* optimizer = nullptr);
 // Uploads host[k] into to[k] for every k < to.size() (shapes must match).
 void UploadTensors(Backend& backend, const std::vector<CheckpointTensor>& host, const std::vector<DeviceTensor>& to);
 // int64 counters as a tensor of 2n floats holding their bits, and back.

@@ -20,6 +20,7 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
 #include "engine/nn/schedule.h"
+#include "engine/nn/state_match.h"
 #include "engine/nn/strict_cpu_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -403,6 +404,53 @@ TEST_P(EngineTest, ACheckpointRoundTripRestoresParametersAndAdamState) {
   restored_adam.Step(0.01f);
   EXPECT_EQ(params.DownloadValues(), restored.DownloadValues());
   std::filesystem::remove(path);
+}
+
+// nn::SameState (engine/nn/state_match.h), the whole-state comparison of
+// the equivalence tests: a gradient twice too large moves Adam's first step
+// by the same lr * sign(g), so the weights agree while the moments (and so
+// SameState) do not; a state that never moved, and counters that differ,
+// fail too; a true copy passes.
+TEST(StateMatchTest, SeesAGradientsMagnitudeInAdamsMomentsWhereTheWeightsHideIt) {
+  CpuBackend backend(1);
+  struct Model {
+    ParameterSet params;
+    std::unique_ptr<Adam> adam;
+  };
+  auto make = [&](Model& m) {
+    Mlp::Create(m.params, "mlp", {3, 4, 2});
+    m.params.Allocate(backend, /*seed=*/7);
+    m.adam = std::make_unique<Adam>(&m.params, &backend);
+  };
+  Model want, same, doubled;
+  make(want), make(same), make(doubled);
+  const std::vector<CheckpointTensor> start = CheckpointTensors(want.params, want.adam.get());
+  for (auto [model, gradient] : {std::pair{&want, 0.1f}, std::pair{&same, 0.1f}, std::pair{&doubled, 0.2f}}) {
+    FillGrads(model->params, gradient);
+    model->adam->Step(0.01f);
+  }
+  const std::vector<CheckpointTensor> w = CheckpointTensors(want.params, want.adam.get());
+  EXPECT_TRUE(SameState(start, w, CheckpointTensors(same.params, same.adam.get()), {.tolerance = 1e-6}));
+  // The weights alone cannot tell a doubled gradient.
+  const std::vector<float> a = want.params.DownloadValues(), b = doubled.params.DownloadValues();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6) << "weight " << i;
+  const ::testing::AssertionResult doubled_match =
+      SameState(start, w, CheckpointTensors(doubled.params, doubled.adam.get()), {.tolerance = 1e-4});
+  EXPECT_FALSE(doubled_match);
+  EXPECT_THAT(doubled_match.message(), HasSubstr("adam.m/mlp.0.w: 0.5 "));  // m = 0.01 against 0.02
+  EXPECT_THAT(doubled_match.message(), HasSubstr("adam.v/mlp.0.w: 0.75 "));
+  EXPECT_THAT(doubled_match.message(), ::testing::Not(HasSubstr("param/mlp.0.w")));
+  // Compared with itself as the start: nothing moved, which says nothing.
+  const ::testing::AssertionResult unmoved = SameState(w, w, w, {.tolerance = 1e-4});
+  EXPECT_FALSE(unmoved);
+  EXPECT_THAT(unmoved.message(), HasSubstr("group param moved 0 from the start"));
+  EXPECT_TRUE(SameState(w, w, w, {.tolerance = 1e-4, .unmoved = {"param", "adam.m", "adam.v"}}));
+  // One more step on one side: its counter differs.
+  FillGrads(same.params, 0.1f);
+  same.adam->Step(0.0f);
+  const ::testing::AssertionResult counted = SameState(start, w, CheckpointTensors(same.params, same.adam.get()), {});
+  EXPECT_FALSE(counted);
+  EXPECT_THAT(counted.message(), HasSubstr("adam.steps: counters differ"));
 }
 
 // A file in the checkpoint format written byte by byte (as the engine wrote

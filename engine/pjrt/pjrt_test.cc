@@ -734,8 +734,12 @@ TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
       }
       losses->push_back(out);
     }
-    params->resize(n);
+    // The whole state: the parameters and Adam's moments (which carry the
+    // gradient's size), one after another.
+    params->resize(3 * n);
     b.Download(param, params->data(), 4 * n);
+    b.Download(m, params->data() + n, 4 * n);
+    b.Download(v, params->data() + 2 * n, 4 * n);
   };
   std::vector<float> refused_params, kernel_params, refused_losses, kernel_losses;
   ::testing::internal::CaptureStderr();
@@ -743,7 +747,7 @@ TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
   const std::string said = ::testing::internal::GetCapturedStderr();
   run(**kernels, &kernel_params, &kernel_losses);
   EXPECT_EQ(refused_losses, kernel_losses) << "every step's end-of-step read";
-  EXPECT_EQ(refused_params, kernel_params) << "the parameters after three steps";
+  EXPECT_EQ(refused_params, kernel_params) << "the parameters and Adam's moments after three steps";
   EXPECT_GT(refused_losses.back(), 0.0f);
   EXPECT_NE(refused_losses.front(), refused_losses.back()) << "the steps moved the parameters";
   const PjrtStats& stats = (*refused)->stats();
