@@ -58,12 +58,24 @@ namespace troupe::agents {
 config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
                                               const config::ExperimentConfig& config);
 
-// Slots of each replica's device frame table (agents/device_frames.h) for
-// `config` with `replicas` replicas: learner.device_frame_mib of frames, at
-// most what replay can refer to (learner.replay_size items of 2 stacks, and
-// two shards' frames in flight). 0 when batches are assembled on the host
-// (state observations, or learner.device_frames false).
-int64_t DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas);
+// Each replica's device frame table (agents/device_frames.h) for `config`
+// with `replicas` replicas. It starts at the frames replay holds for the
+// actors' stacked streams (about one new frame per transition: replay_size,
+// 1/8 more for episode edges, and two shards' frames in flight) and grows on
+// demand, doubling, up to what replay's items can refer to at all
+// (replay_size items of 2 stacks, and the two shards); both at most
+// learner.device_frame_mib of frames (the budget; at it the table is a
+// cache). All 0 when batches are assembled on the host (state observations,
+// or learner.device_frames false).
+struct DeviceFrameSizing {
+  int64_t slots = 0;         // at start
+  int64_t max_slots = 0;     // what it may grow to (>= slots)
+  int64_t frame_bytes = 0;   // one rendered RGB frame
+  bool budget_bound = false;  // slots is the budget's (replay would want more)
+  // For the learner's log: the sizes, in slots and bytes, and what bounded them.
+  std::string description;
+};
+DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas);
 // Checks learner.device_frames and device_frame_mib against the frames and
 // the batch, before anything is created: InvalidArgument naming the field
 // and the sizes (a table smaller than one shard's frames, frames the
@@ -143,7 +155,7 @@ class D4pgAgent {
   // still taken (the host-assembled path).
   bool frame_references() const;
   // The device frame tables' counters, summed over this process's replicas
-  // (zeros without tables); from any thread.
+  // (slots: the largest table's; zeros without tables); from any thread.
   DeviceFrameStats frame_stats() const;
   int64_t updates() const { return updates_; }
 

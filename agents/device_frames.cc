@@ -1,7 +1,11 @@
 #include "agents/device_frames.h"
 
+#include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <limits>
+#include <numeric>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -28,13 +32,50 @@ absl::Status DeviceFrameTable::Check(int64_t slots, int64_t frame_bytes, int64_t
   return absl::OkStatus();
 }
 
-DeviceFrameTable::DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes)
-    : backend_(backend), slots_(slots), frame_bytes_(frame_bytes), row_words_(frame_bytes / 4) {
-  TROUPE_CHECK(Check(slots, frame_bytes, 1).ok());
+DeviceFrameTable::DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes, int64_t max_slots)
+    : backend_(backend),
+      slots_(slots),
+      max_slots_(max_slots == 0 ? slots : max_slots),
+      frame_bytes_(frame_bytes),
+      row_words_(frame_bytes / 4) {
+  TROUPE_CHECK(slots >= 1 && slots <= max_slots_ && Check(max_slots_, frame_bytes, 1).ok());
   slot_.resize(static_cast<size_t>(slots_));
   // Free slots are taken from the back: slot 0 first.
   free_.reserve(static_cast<size_t>(slots_));
   for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
+  slots_now_ = slots_;
+}
+
+void DeviceFrameTable::Grow() {
+  const int64_t old_slots = slots_;
+  slots_ = std::min(max_slots_, 2 * slots_);
+  slot_.resize(static_cast<size_t>(slots_));
+  for (int64_t s = slots_ - 1; s >= old_slots; --s) free_.push_back(static_cast<int32_t>(s));
+  slots_now_ = slots_;
+  ++grown_;
+}
+
+void DeviceFrameTable::GrowDeviceTable() {
+  nn::DeviceBuffer table(*backend_, (slots_ + 1) * row_words_);
+  if (device_slots_ > 0) {
+    // The frames so far into the same slots: a gather of rows 0 ..
+    // device_slots_ - 1 (the row kernels move bits; a float copy might not).
+    std::vector<int32_t> rows(static_cast<size_t>(device_slots_));
+    std::iota(rows.begin(), rows.end(), 0);
+    nn::DeviceBuffer indices(*backend_, device_slots_);
+    const size_t index_bytes = sizeof(int32_t) * rows.size();
+    backend_->Upload(rows.data(), indices.data(), index_bytes);
+    backend_->GatherRows(device_slots_ + 1, row_words_, table_.data(), device_slots_,
+                         reinterpret_cast<const int32_t*>(indices.data()), table.data());
+    bytes_uploaded_ += static_cast<int64_t>(index_bytes);
+    // Rare (each time the frames replay holds outgrow it), and what the
+    // device holds: said where the learner's log is.
+    std::fprintf(stderr, "device frame table: grew from %lld to %lld slots (%.0f MiB; at most %lld)\n",
+                 static_cast<long long>(device_slots_), static_cast<long long>(slots_),
+                 static_cast<double>(slots_ * frame_bytes_) / (1 << 20), static_cast<long long>(max_slots_));
+  }
+  table_ = std::move(table);
+  device_slots_ = slots_;
 }
 
 int64_t DeviceFrameTable::Bucket(int64_t n) {
@@ -67,13 +108,15 @@ int32_t DeviceFrameTable::TakeSlot() {
     swept_ = batch_;
     Sweep();
   }
+  // The table is full of live frames: it grows while it may.
+  if (free_.empty() && slots_ < max_slots_) Grow();
   if (!free_.empty()) {
     const int32_t s = free_.back();
     free_.pop_back();
     return s;
   }
-  // The table is full of live frames: CLOCK with a second chance, never a
-  // slot this batch uses.
+  // At its largest and full of live frames: CLOCK with a second chance,
+  // never a slot this batch uses.
   for (int64_t step = 0; step < 2 * slots_; ++step) {
     const int64_t s = hand_;
     hand_ = (hand_ + 1) % slots_;
@@ -173,8 +216,9 @@ void DeviceFrameTable::DropPending() {
 }
 
 void DeviceFrameTable::Upload() {
-  // The table's memory, on first use (an agent fed host batches never needs it).
-  if (table_.empty()) table_ = nn::DeviceBuffer(*backend_, (slots_ + 1) * row_words_);
+  // The table's memory, on first use (an agent fed host batches never needs
+  // it), and again each time Prepare grew the slots.
+  if (device_slots_ < slots_) GrowDeviceTable();
   if (pending_ == 0) return;
   const int64_t n = pending_, bucket = static_cast<int64_t>(host_slots_.size());
   pending_ = 0;
@@ -188,7 +232,7 @@ void DeviceFrameTable::Upload() {
   const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(bucket);
   backend_->Upload(host_rows_.data(), staging.rows.data(), row_bytes);
   backend_->Upload(host_slots_.data(), staging.slots.data(), slot_bytes);
-  backend_->ScatterRows(slots_ + 1, row_words_, table_.data(), bucket,
+  backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
                         reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
   frames_uploaded_ += n;
   bytes_uploaded_ += static_cast<int64_t>(row_bytes + slot_bytes);
@@ -196,16 +240,17 @@ void DeviceFrameTable::Upload() {
 
 DeviceFrameStats DeviceFrameTable::stats() const {
   return {.frames_uploaded = frames_uploaded_, .bytes_uploaded = bytes_uploaded_, .replaced = replaced_,
-          .resolved = resolved_};
+          .resolved = resolved_, .slots = slots_now_, .grown = grown_};
 }
 
 void DeviceFrameTable::Gather(int64_t count, const int32_t* device_slots, uint8_t* out) {
-  backend_->GatherRows(slots_ + 1, row_words_, table_.data(), count, device_slots, reinterpret_cast<float*>(out));
+  backend_->GatherRows(device_slots_ + 1, row_words_, table_.data(), count, device_slots,
+                       reinterpret_cast<float*>(out));
 }
 
 void DeviceFrameTable::GatherToFloatPlanar(int64_t count, const int32_t* device_slots, int64_t channels, float scale,
                                            float* out) {
-  backend_->GatherBytesToFloatPlanar(slots_ + 1, row_words_, table_.data(), count, device_slots,
+  backend_->GatherBytesToFloatPlanar(device_slots_ + 1, row_words_, table_.data(), count, device_slots,
                                      frame_bytes_ / channels, channels, scale, out);
 }
 

@@ -3,7 +3,7 @@
 // the device once and a step gathers its stacked observations there instead
 // of uploading them decoded (docs/design.md, "Learner input").
 //
-//   DeviceFrameTable table(&backend, /*slots=*/100000, /*frame_bytes=*/84 * 84 * 3);
+//   DeviceFrameTable table(&backend, /*slots=*/25000, /*frame_bytes=*/84 * 84 * 3, /*max_slots=*/100000);
 //   sampler options: frame_references = true   // batches carry FramePtrs
 //   RETURN_IF_ERROR(table.Resolve(batch.frames, decoder, &slots));  // outside a step
 //   ... in the step: upload `slots` (int32) and
@@ -17,15 +17,21 @@
 // and batches hold the frames), so in steady state the frames uploaded are
 // the frames replay took in since the last batch, not the batch's frames.
 //
-// The table is a cache of `slots` frames: how many distinct frames replay
-// holds depends on how items share frames (a stacked transition stream: about
-// one per item; items of their own: six), which no config says, and the
-// default replay (a million transitions, ~21 GB of 84x84 frames) is meant to
-// be larger than a device. When every slot holds a live frame, the slot least
-// recently used by a batch (CLOCK, second chance) takes the new frame, and
-// the frame it held is uploaded again if a later batch samples it (counted
-// in stats().replaced). A batch's own frames are never replaced while
-// resolving it; slots must hold at least one batch's frames.
+// The table starts with `slots` frames and grows on demand up to
+// `max_slots`: how many distinct frames replay holds depends on how items
+// share frames (a stacked transition stream: about one per item; items of
+// their own: six), on episode lengths, and on frames kept alive past their
+// items (key frames that coded frames refer to, a remote sampler's frames
+// until the stream forgets them), which no config says. When every slot
+// holds a live frame and the table is below max_slots, it doubles (capped at
+// max_slots): the next Upload allocates the larger table and copies the
+// frames over on the device (counted in stats().grown). At max_slots it is a
+// cache (the default replay, a million transitions, ~21 GB of 84x84 frames,
+// is meant to be larger than a device): the slot least recently used by a
+// batch (CLOCK, second chance) takes the new frame, and the frame it held is
+// uploaded again if a later batch samples it (counted in stats().replaced).
+// A batch's own frames are never replaced while resolving it; slots must
+// hold at least one batch's frames.
 //
 // Threads: one thread at a time, the one that issues the device's kernels
 // (the backend's rule); the slots a batch resolved stay valid until the next
@@ -53,6 +59,8 @@ struct DeviceFrameStats {
   int64_t bytes_uploaded = 0;   // host -> device bytes: frames (with the rows that pad an upload) and slot indices
   int64_t replaced = 0;         // live frames dropped to make room (the table full)
   int64_t resolved = 0;         // frames looked up by Resolve (a batch's, repeats included)
+  int64_t slots = 0;            // the table's slots now (grown on demand up to its max_slots)
+  int64_t grown = 0;            // times the table grew
 };
 
 class DeviceFrameTable {
@@ -65,15 +73,19 @@ class DeviceFrameTable {
 
   // `slots` frames of `frame_bytes` each in `backend`'s memory (which must
   // outlive the table), plus one spare slot that padding rows of an upload
-  // land in; allocated by the first Resolve. Requires Check(slots,
+  // land in; allocated by the first Resolve. It grows (doubling) up to
+  // `max_slots` frames when full of live frames; max_slots 0: `slots`, a
+  // fixed size. Requires slots <= max_slots and Check(max_slots,
   // frame_bytes, 1) to pass.
-  DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes);
+  DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t frame_bytes, int64_t max_slots = 0);
   DeviceFrameTable(const DeviceFrameTable&) = delete;
   DeviceFrameTable& operator=(const DeviceFrameTable&) = delete;
 
   // Makes every frame in `frames` resident and writes its slot to
   // (*slots)[i] (resized). Frames not resident are decoded with `decoder`
-  // and uploaded with one Upload and one ScatterRows; call it outside a step.
+  // and uploaded with one Upload and one ScatterRows (after growing the
+  // table when it had to: one allocation and a copy on the device); call it
+  // outside a step.
   // DataLoss if a frame does not decode (nothing is then half written: the
   // slots given to the batch's new frames are free again); InvalidArgument
   // for a frame of the wrong size or a batch with more distinct frames than
@@ -102,7 +114,11 @@ class DeviceFrameTable {
   // gathered inside the conversion, without a uint8 copy.
   void GatherToFloatPlanar(int64_t count, const int32_t* device_slots, int64_t channels, float scale, float* out);
 
+  // Slots now (Prepare grows them; the device table follows at Upload),
+  // and what they may grow to. slots(): the preparing thread, or between
+  // Resolves; stats().slots from any thread.
   int64_t slots() const { return slots_; }
+  int64_t max_slots() const { return max_slots_; }
   int64_t frame_bytes() const { return frame_bytes_; }
   // Slots holding a frame replay still has.
   int64_t resident() const;
@@ -121,8 +137,15 @@ class DeviceFrameTable {
   // backend that compiles programs per shape (PJRT) compiles few.
   static int64_t Bucket(int64_t n);
   // A slot for a new frame: a free one, else one whose frame replay let go,
-  // else the CLOCK's choice among those not used by this Resolve.
+  // else one the table grows by (below max_slots_), else the CLOCK's choice
+  // among those not used by this Resolve.
   int32_t TakeSlot();
+  // Doubles slots_ (capped at max_slots_) on the host side; the new slots
+  // are free.
+  void Grow();
+  // The device's table made slots_ + 1 rows (the frames so far copied as
+  // bits); the device's thread, at Upload.
+  void GrowDeviceTable();
   // Frees every slot whose frame expired; returns how many.
   int64_t Sweep();
   // Empties slot `s` (its frame no longer found there).
@@ -132,8 +155,12 @@ class DeviceFrameTable {
   void FreeNewSlots(size_t count);
 
   nn::Backend* backend_;
-  int64_t slots_, frame_bytes_, row_words_;
-  nn::DeviceBuffer table_;  // (slots_ + 1) rows of row_words_ words; the last is the spare
+  int64_t slots_, max_slots_, frame_bytes_, row_words_;
+  // (device_slots_ + 1) rows of row_words_ words; the last is the spare.
+  // device_slots_ is the device thread's (Upload sets it, the gathers read
+  // it): slots_ may grow in a Prepare on another thread while a step gathers.
+  nn::DeviceBuffer table_;
+  int64_t device_slots_ = 0;
   std::vector<Slot> slot_;
   absl::flat_hash_map<uint64_t, int32_t> where_;  // frame id -> slot
   std::vector<int32_t> free_;
@@ -151,7 +178,8 @@ class DeviceFrameTable {
   };
   std::map<int64_t, Staging> staging_;
   // DeviceFrameStats's counters, each atomic (read by stats() from any thread).
-  std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0;
+  std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0, slots_now_ = 0,
+                       grown_ = 0;
 };
 
 }  // namespace troupe::agents

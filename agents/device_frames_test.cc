@@ -2,8 +2,11 @@
 // replay assembles on the host, bit for bit, on the CPU, the strict CPU
 // device and the PJRT CPU plugin, over evictions, a replay checkpoint
 // restored, prioritized sampling and a table too small for replay (a cache);
-// frames go up once; D4PG updates from gathered frames equal updates from
-// host batches; a table too small for a batch is refused naming the sizes.
+// a full table grows up to its max instead; frames go up once; D4PG updates
+// from gathered frames equal updates from host batches; a table too small
+// for a batch is refused naming the sizes; the learner's table starts at
+// about one frame per transition of replay (not two stacks, not the
+// budget), a long run at capacity never outgrows it, and the budget caps it.
 #include "agents/device_frames.h"
 
 #include <algorithm>
@@ -143,12 +146,12 @@ struct PixelReplay {
 }
 
 // Rounds of inserts (evicting once the table is full) and gathered batches
-// equal to host-assembled ones, on `backend` with a table of `slots`.
-// Returns the table for its counters.
+// equal to host-assembled ones, on `backend` with a table of `slots`
+// (growing up to `max_slots`; 0: fixed). Returns the table for its counters.
 std::unique_ptr<DeviceFrameTable> CheckRounds(nn::Backend& backend, int64_t slots, const std::string& table_extra,
-                                              int rounds, std::set<uint64_t>* seen) {
+                                              int rounds, std::set<uint64_t>* seen, int64_t max_slots = 0) {
   PixelReplay p(table_extra);
-  auto frames = std::make_unique<DeviceFrameTable>(&backend, slots, kFrameBytes);
+  auto frames = std::make_unique<DeviceFrameTable>(&backend, slots, kFrameBytes, max_slots);
   for (int round = 0; round < rounds; ++round) {
     p.Write(/*steps=*/5);
     EXPECT_TRUE(GatherEqualsHost(p, backend, *frames, /*n=*/8, seen)) << "round " << round;
@@ -256,6 +259,37 @@ TEST(DeviceFrameTableTest, ATableSmallerThanReplayIsACacheThatStaysExact) {
   EXPECT_GT(frames->stats().replaced, 0);
   EXPECT_GT(frames->stats().frames_uploaded, static_cast<int64_t>(seen.size())) << "misses went up again";
   EXPECT_LE(frames->resident(), kFramesPerItem * 8);
+}
+
+// A table full of live frames grows (doubling, the frames it held copied
+// on the device) instead of replacing any, up to its max_slots; at it, it is
+// a cache. Batches stay exact across each growth, on the CPU and on the
+// strict device (the copy a device kernel).
+TEST(DeviceFrameTableTest, AFullTableGrowsUpToItsMaxInsteadOfReplacingLiveFrames) {
+  nn::CpuBackend cpu(1);
+  nn::StrictCpuBackend strict(1, size_t{64} << 20);
+  for (nn::Backend* backend : {static_cast<nn::Backend*>(&cpu), static_cast<nn::Backend*>(&strict)}) {
+    SCOPED_TRACE(backend->name());
+    // Replay's 30 items hold ~36 frames, a batch up to 48; from 5 slots
+    // (fewer than a batch: it grows inside a Resolve too).
+    std::set<uint64_t> seen;
+    auto frames = CheckRounds(*backend, /*slots=*/5, "max_size: 30", /*rounds=*/25, &seen, /*max_slots=*/1000);
+    const DeviceFrameStats stats = frames->stats();
+    EXPECT_EQ(stats.replaced, 0) << "no live frame dropped below max_slots";
+    EXPECT_EQ(stats.frames_uploaded, static_cast<int64_t>(seen.size())) << "each frame once, across growths";
+    EXPECT_GE(stats.grown, 2);
+    EXPECT_EQ(stats.slots, frames->slots());
+    EXPECT_GE(frames->slots(), 20);
+    EXPECT_LE(frames->slots(), 160) << "grown to what replay and the batch held, not to max_slots";
+    EXPECT_GT(static_cast<int64_t>(seen.size()), frames->slots()) << "slots of evicted frames were reused";
+  }
+  // Capped: at max_slots live frames are replaced (a cache), batches exact.
+  std::set<uint64_t> seen;
+  auto capped = CheckRounds(cpu, /*slots=*/8, "max_size: 200", /*rounds=*/20, &seen,
+                            /*max_slots=*/kFramesPerItem * 8);
+  EXPECT_EQ(capped->slots(), kFramesPerItem * 8);
+  EXPECT_GT(capped->stats().replaced, 0);
+  EXPECT_GT(capped->stats().frames_uploaded, static_cast<int64_t>(seen.size()));
 }
 
 TEST(DeviceFrameTableTest, TheBatchNotTheTableDecidesWhatIsUploaded) {
@@ -695,6 +729,181 @@ TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesInACompiledPjrtStepMatchTheC
 TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesOnTheStrictDeviceEqualTheCpusBitForBit) {
   EXPECT_EQ(TrainOnReplay({.device = config::EngineConfig::CPU_STRICT, .updates = 3}).checksum,
             TrainOnReplay({.device_frames = false, .updates = 3}).checksum);
+}
+
+// --- The table's size for a learner -------------------------------------------------------
+
+// The learner's config of a walker pixel run: 84x84 frames stacked 3,
+// batch 256, replay capped at 20,000 transitions, the default budget.
+config::ExperimentConfig SmallReplayConfig() {
+  config::ExperimentConfig c;
+  c.mutable_learner()->set_batch_size(256);
+  c.mutable_learner()->set_replay_size(20000);
+  return c;
+}
+
+// A small replay's table is about one frame per transition (the frames an
+// actor's stacked stream keeps in replay), with room for episode edges and
+// the batches in flight: not 2 stacks per transition, nor the 2 GiB budget.
+TEST(DeviceFrameSlotsTest, ASmallReplayStartsNearOneFramePerTransitionNotTwoStacks) {
+  const ObservationSpec spec{.frames = 3, .height = 84, .width = 84};
+  const config::ExperimentConfig c = SmallReplayConfig();
+  const int64_t frame_bytes = 84 * 84 * 3, budget = (int64_t{2048} << 20) / frame_bytes;
+  for (const int replicas : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << replicas << " replicas");
+    const DeviceFrameSizing sizing = DeviceFrameSlots(c, spec, replicas);
+    const int64_t in_flight = 2 * (256 / replicas) * 2 * 3;  // the batch stepping and the one made ahead
+    EXPECT_EQ(sizing.slots, 20000 + 20000 / 8 + in_flight);
+    EXPECT_LT(sizing.slots, 2 * 3 * 20000 / 4) << "not every stack's frames distinct";
+    EXPECT_LT(sizing.slots * frame_bytes, int64_t{600} << 20) << "not the 2 GiB budget";
+    EXPECT_FALSE(sizing.budget_bound);
+    EXPECT_EQ(sizing.max_slots, budget) << "it may grow to the budget (6 frames a transition would exceed it)";
+    EXPECT_THAT(sizing.description, HasSubstr(absl::StrCat(sizing.slots, " slots of 84x84 frames")));
+    EXPECT_THAT(sizing.description, HasSubstr("bounded by replay (20000 transitions"));
+    EXPECT_THAT(sizing.description, HasSubstr(absl::StrCat("up to ", budget, " slots (2048 MiB, the budget")));
+  }
+  // The agent's table is that size (the learner's, made by Create).
+  auto replicator = engine::MakeReplicator(c.learner().engine());
+  ASSERT_TRUE(replicator.ok());
+  auto agent = D4pgAgent::Create(c, spec, 1, replicator->get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_EQ((*agent)->frame_stats().slots, DeviceFrameSlots(c, spec, 1).slots);
+}
+
+// The budget (learner.device_frame_mib) caps the start and the growth: the
+// default replay of a million transitions gets the budget, a cache.
+TEST(DeviceFrameSlotsTest, TheBudgetCapsTheTable) {
+  const ObservationSpec spec{.frames = 3, .height = 84, .width = 84};
+  config::ExperimentConfig c = SmallReplayConfig();
+  c.mutable_learner()->set_replay_size(1000000);
+  const int64_t budget = (int64_t{2048} << 20) / (84 * 84 * 3);
+  DeviceFrameSizing sizing = DeviceFrameSlots(c, spec, 1);
+  EXPECT_EQ(sizing.slots, budget);
+  EXPECT_EQ(sizing.max_slots, budget);
+  EXPECT_TRUE(sizing.budget_bound);
+  EXPECT_THAT(sizing.description, HasSubstr("bounded by the budget learner.device_frame_mib 2048"));
+  EXPECT_THAT(sizing.description, HasSubstr("least recently sampled make room"));
+  // A small replay under a smaller budget: capped at start too.
+  c.mutable_learner()->set_replay_size(20000);
+  c.mutable_learner()->set_device_frame_mib(256);
+  sizing = DeviceFrameSlots(c, spec, 1);
+  EXPECT_EQ(sizing.slots, (int64_t{256} << 20) / (84 * 84 * 3));
+  EXPECT_EQ(sizing.max_slots, sizing.slots);
+  EXPECT_TRUE(sizing.budget_bound);
+  // No table without device frames or pixels.
+  c.mutable_learner()->set_device_frames(false);
+  EXPECT_EQ(DeviceFrameSlots(c, spec, 1).slots, 0);
+  EXPECT_EQ(DeviceFrameSlots(SmallReplayConfig(), ObservationSpec{.state_size = 5}, 1).slots, 0);
+}
+
+// An actor's stream into the D4PG transitions table, as
+// actors::TransitionWriter writes it: `envs` envs stepped in turn, each
+// episode of `episode` steps appending one frame per observation (its first
+// once, repeated by the first stacks), n-step transitions (observation
+// stack ending at frame t, next observation stack at t + n, clipped to the
+// episode; the last ones flushed at its end).
+class ActorStream {
+ public:
+  ActorStream(replay::Writer* writer, int envs, int episode, int n_step)
+      : writer_(writer), envs_(envs), episode_(episode), n_step_(n_step) {}
+
+  // One step of the next env: its new frame and the transitions that completed.
+  absl::Status Step() {
+    Env& env = envs_[next_env_];
+    next_env_ = (next_env_ + 1) % static_cast<int>(envs_.size());
+    if (env.keys.empty()) RETURN_IF_ERROR(Append(env));  // the episode's first observation
+    RETURN_IF_ERROR(Append(env));
+    const int t = static_cast<int>(env.keys.size()) - 1;  // the newest frame's step
+    if (t >= n_step_) RETURN_IF_ERROR(Insert(env, t - n_step_, t));
+    if (t == episode_) {
+      for (int s = std::max(0, t - n_step_ + 1); s < t; ++s) RETURN_IF_ERROR(Insert(env, s, t));
+      env.keys.clear();
+    }
+    return absl::OkStatus();
+  }
+  int64_t inserted() const { return inserted_; }
+
+ private:
+  struct Env {
+    std::vector<uint64_t> keys;  // this episode's frames
+  };
+  absl::Status Append(Env& env) {
+    ASSIGN_OR_RETURN(const uint64_t key, writer_->AppendFrame(replay::testing::SceneFrame(frame_++).data(), 64, 64, 3));
+    env.keys.push_back(key);
+    return absl::OkStatus();
+  }
+  replay::FieldValue Stack(const Env& env, int t) const {
+    return replay::FieldValue::Frames(
+        {env.keys[std::max(0, t - 2)], env.keys[std::max(0, t - 1)], env.keys[static_cast<size_t>(t)]});
+  }
+  absl::Status Insert(const Env& env, int t, int next) {
+    const float action = 0.1f, reward = 1.0f, discount = 0.9f;
+    ++inserted_;
+    return writer_->Insert(kTransitionTable, 1.0,
+                           {Stack(env, t), replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {1}, &action),
+                            replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
+                            replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount), Stack(env, next)});
+  }
+
+  replay::Writer* writer_;
+  std::vector<Env> envs_;
+  int episode_, n_step_;
+  int next_env_ = 0;
+  int frame_ = 0;
+  int64_t inserted_ = 0;
+};
+
+// A long run through a replay at capacity (ten times its transitions
+// evicted), sampled as the learner samples it (two batches alive: the one
+// stepping and the one made ahead): the table the learner makes never runs
+// out of slots (nothing grown, nothing replaced), each frame goes up once,
+// and what replay's frame store holds stays within it.
+TEST(DeviceFrameSlotsTest, AReplayAtCapacityNeverOutgrowsTheTableItsSizeStartsAt) {
+  config::ExperimentConfig c = PixelAgentConfig();
+  c.mutable_learner()->set_replay_size(400);
+  const ObservationSpec spec{.frames = 3, .height = 64, .width = 64};
+  const DeviceFrameSizing sizing = DeviceFrameSlots(c, spec, 1);
+  EXPECT_EQ(sizing.slots, 400 + 50 + 2 * 8 * 2 * 3);
+  config::ReplayConfig rc;
+  *rc.add_tables() = D4pgTransitionTable(spec, 1, c);
+  auto made = replay::Replay::Create(rc);
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<replay::Replay> replay = *std::move(made);
+  auto client = replay::NewLocalClient(replay.get());
+  auto writer = client->NewWriter();
+  ASSERT_TRUE(writer.ok());
+  // Two envs at once, episodes of 100 steps (dm_control's 1000 at
+  // action_repeat 10), n_step 3.
+  ActorStream stream(writer->get(), /*envs=*/2, /*episode=*/100, /*n_step=*/3);
+  while (stream.inserted() < 400) ASSERT_TRUE(stream.Step().ok());
+  ASSERT_TRUE((*writer)->Flush().ok());
+  auto sampler = client->NewSampler({.table = kTransitionTable, .batch_size = 8, .frame_references = true});
+  ASSERT_TRUE(sampler.ok());
+  nn::CpuBackend cpu(1);
+  DeviceFrameTable table(&cpu, sizing.slots, sizing.frame_bytes, sizing.max_slots);
+  replay::FrameDecoder decoder;
+  replay::SampledBatch batches[2];
+  std::vector<int32_t> slots;
+  std::set<uint64_t> seen;
+  int64_t most_resident = 0, most_stored = 0;
+  for (int b = 0; b < 2000; ++b) {
+    for (int step = 0; step < 2; ++step) ASSERT_TRUE(stream.Step().ok());
+    ASSERT_TRUE((*writer)->Flush().ok());
+    replay::SampledBatch& batch = batches[b % 2];  // batches[(b + 1) % 2] still alive
+    ASSERT_TRUE((*sampler)->Next(&batch).ok());
+    for (const replay::FramePtr& f : batch.frames) seen.insert(f->id());
+    ASSERT_TRUE(table.Resolve(batch.frames, decoder, &slots).ok());
+    most_resident = std::max(most_resident, table.resident());
+    most_stored = std::max(most_stored, replay->Info().frames());
+  }
+  EXPECT_GT(stream.inserted(), 10 * 400);
+  const DeviceFrameStats stats = table.stats();
+  EXPECT_EQ(stats.grown, 0) << "the frames replay held outgrew the start size";
+  EXPECT_EQ(stats.replaced, 0);
+  EXPECT_EQ(stats.slots, sizing.slots);
+  EXPECT_EQ(stats.frames_uploaded, static_cast<int64_t>(seen.size())) << "each frame once";
+  EXPECT_GT(most_resident, 400) << "the table held about replay's frames (the test reached capacity)";
+  EXPECT_LE(most_stored, sizing.slots) << "replay's frame store held more frames than the table has slots";
 }
 
 }  // namespace

@@ -146,9 +146,9 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   const double host_layer_rate = static_cast<double>(host_batches) * kBatch / (host_time + host_convert_time);
 
   // --- Device frames: references, new frames once, slots, a gather.
-  const int64_t slots = agents::DeviceFrameSlots(config, spec, 1);
-  RETURN_IF_ERROR(agents::DeviceFrameTable::Check(slots, kFrameBytes, batch_frames));
-  agents::DeviceFrameTable table(&device, slots, kFrameBytes);
+  const agents::DeviceFrameSizing sizing = agents::DeviceFrameSlots(config, spec, 1);
+  RETURN_IF_ERROR(agents::DeviceFrameTable::Check(sizing.slots, kFrameBytes, batch_frames));
+  agents::DeviceFrameTable table(&device, sizing.slots, kFrameBytes, sizing.max_slots);
   ASSIGN_OR_RETURN(auto sampler, client->NewSampler({.table = agents::kTransitionTable, .batch_size = kBatch,
                                                      .frame_references = true}));
   replay::SampledBatch batch;
@@ -220,8 +220,9 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
              device_rate, "transitions/s", "host-assembled: sample + decode + upload", host_rate);
   report.Add("to the first layer's float input, one thread: the above + gather-convert kernel", device_layer_rate,
              "transitions/s", "host-assembled: the above + convert kernel", host_layer_rate);
-  report.Add(absl::StrFormat("device frame table: %ld slots, %ld replaced (cache misses) while measuring", slots,
-                             after.replaced - before.replaced),
+  report.Add(absl::StrFormat("device frame table: %ld slots (%ld at start), %ld replaced (cache misses) while "
+                             "measuring",
+                             table.slots(), sizing.slots, after.replaced - before.replaced),
              static_cast<double>(table.resident()), "frames resident", "", 0);
   return report;
 }

@@ -73,9 +73,10 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const age
     parameters += previous * (critic ? d4pg.atoms() : action_size);
   }
   const double replicas = config.learner().engine().replicas();
-  // Each replica's device frame table (agents/device_frames.h).
-  const double frame_table = static_cast<double>(agents::DeviceFrameSlots(config, spec, static_cast<int>(replicas))) *
-                             spec.height * spec.width * 3 * replicas;
+  // Each replica's device frame table (agents/device_frames.h) as it starts
+  // (it grows on demand, up to the budget, with what replay holds).
+  const agents::DeviceFrameSizing frames = agents::DeviceFrameSlots(config, spec, static_cast<int>(replicas));
+  const double frame_table = static_cast<double>(frames.slots) * static_cast<double>(frames.frame_bytes) * replicas;
   const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch) + frame_table;
   return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " with d4pg sizes (",
                                         spec.pixels() ? "conv_channels, encoder_features, " : "",

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -106,6 +107,12 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // stream decodes its own frames, and rank 0's rate limiter still counts
   // every sample, as it does for in-process replicas.)
   ASSIGN_OR_RETURN(l->agent_, agents::D4pgAgent::Create(config, l->spec_, l->action_size_, l->replicator_.get()));
+  // The device frame table's size, and what bounded it (every rank's is the same).
+  if (const agents::DeviceFrameSizing frames =
+          agents::DeviceFrameSlots(config, l->spec_, l->replicator_->num_replicas());
+      frames.slots > 0 && l->is_chief()) {
+    std::fprintf(stderr, "learner: %s\n", frames.description.c_str());
+  }
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
     replay::SamplerOptions sampler_options{.table = agents::kTransitionTable, .batch_size = shard};
