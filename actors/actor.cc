@@ -237,6 +237,8 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     }
     if (write_status.ok()) continue;
     if (!Retryable(write_status)) return write_status;
+    // Stopping while the learner stops too: nothing to resume.
+    if (stop && stop->load() && replay::IsReplayShuttingDown(write_status)) break;
     // A TLS handshake that fails is said in troupe's words, and given up
     // after actors.authentication_timeout_s (a wrong CA does not heal).
     RETURN_IF_ERROR(authentication.Failed(write_status));
@@ -275,10 +277,15 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
                  options.index, seconds, tries, long(waiting));
   }
   // Deliver what is queued (best effort: the learner may be gone); what
-  // replay never acknowledged is counted as lost.
+  // replay never acknowledged is counted as lost. A stream that broke is
+  // resumed once, unless replay said it is shutting down (the learner is
+  // stopping: a new stream would only meet a closed replay).
   if (connection.writer) {
     absl::Status closed = connection.writer->Close();
-    if (!closed.ok() && Retryable(closed) && connection.writer->Resume().ok()) closed = connection.writer->Close();
+    if (!closed.ok() && Retryable(closed) && !replay::IsReplayShuttingDown(closed) &&
+        connection.writer->Resume().ok()) {
+      closed = connection.writer->Close();
+    }
     const int64_t lost = settle_writer();
     if (!closed.ok()) {
       std::fprintf(stderr, "actor %d: the last transitions did not reach replay (%s): %ld lost\n", options.index,

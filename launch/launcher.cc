@@ -179,17 +179,24 @@ void ActorFleet::Watch(std::stop_token token) {
 }
 
 void ActorFleet::Stop() {
+  // The stop signal (SIGTERM, or the wrapper's) to all, at once; after 3 s,
+  // SIGTERM to wrappers still there (srun then ends its step through Slurm);
+  // after 2 s more, SIGKILL.
+  absl::MutexLock stop_lock(&stop_mutex_);
+  const int stop_signal = wrapper_ ? wrapper_.stop_signal : SIGTERM;
+  auto signal_all = [this](int signal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    for (const Actor& actor : actors_) {
+      if (actor.pid > 0) kill(actor.pid, signal);
+    }
+  };
   {
     absl::MutexLock lock(&mutex_);
     if (stopping_) return;
-    stopping_ = true;
+    stopping_ = true;  // the watcher restarts no one from now on
+    signal_all(stop_signal);
   }
   watcher_ = std::jthread();  // requests stop and joins
-  // The stop signal (SIGTERM, or the wrapper's) to all; after 3 s, SIGTERM to
-  // wrappers still there (srun then ends its step through Slurm); after 2 s
-  // more, SIGKILL.
   absl::MutexLock lock(&mutex_);
-  const int stop_signal = wrapper_ ? wrapper_.stop_signal : SIGTERM;
   auto reap_until = [this](std::chrono::steady_clock::time_point deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     while (true) {
       bool alive = false;
@@ -201,12 +208,6 @@ void ActorFleet::Stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   };
-  auto signal_all = [this](int signal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-    for (const Actor& actor : actors_) {
-      if (actor.pid > 0) kill(actor.pid, signal);
-    }
-  };
-  signal_all(stop_signal);
   reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(3));
   if (stop_signal != SIGTERM) {
     signal_all(SIGTERM);
@@ -282,16 +283,24 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
     }
   });
 
-  // Train on this thread until done or stopped; a stop request wakes it.
+  // Train on this thread until done or stopped. A stop request stops the
+  // actors first (their last inserts acknowledged while the learner still
+  // samples), then wakes a Run blocked on replay by closing it.
   std::jthread interrupter([&](std::stop_token token) {
     while (!token.stop_requested() && !(stop && stop->load())) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (stop && stop->load()) learner->Interrupt();
+    if (stop && stop->load()) {
+      actors->Stop();
+      learner->Interrupt();
+    }
   });
-  const absl::Status status = learner->Run(stop);
+  // A run that ends cleanly stops its actors inside Run, before its final
+  // checkpoint and while replay still serves them (RlLearner::Run).
+  const absl::Status status = learner->Run(stop, [&] { actors->Stop(); });
   interrupter.request_stop();
   status_thread.request_stop();
-  // Replay closed first: an actor blocked on an insert the rate limiter
-  // holds (nothing samples any more) sees it at once, and then its stop.
+  // After an error (the actors may still run): replay closed first, so an
+  // actor blocked on an insert the rate limiter holds (nothing samples any
+  // more) sees it at once, and then its stop.
   learner->Interrupt();
   actors->Stop();
   status_thread = std::jthread();

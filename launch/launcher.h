@@ -76,7 +76,8 @@ class ActorFleet {
   ~ActorFleet();  // Stop()
 
   // Stops restarting, sends SIGTERM (the wrapper's stop signal), waits up
-  // to 3 s (then SIGTERM to a wrapper and 2 s more), then SIGKILLs.
+  // to 3 s (then SIGTERM to a wrapper and 2 s more), then SIGKILLs; returns
+  // once every actor is gone. A call while another is under way waits for it.
   void Stop();
 
   // The live actors' process ids (for CPU accounting), and counts.
@@ -101,6 +102,7 @@ class ActorFleet {
   std::string token_;  // passed to each actor in its environment
   ActorWrapper wrapper_;
   const std::atomic<bool>* stop_ = nullptr;
+  absl::Mutex stop_mutex_;  // held through Stop
   mutable absl::Mutex mutex_;
   std::vector<Actor> actors_ ABSL_GUARDED_BY(mutex_);
   int total_restarts_ ABSL_GUARDED_BY(mutex_) = 0;

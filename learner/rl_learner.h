@@ -38,6 +38,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -160,7 +161,15 @@ class RlLearner {
   // training errors (a failed replica, a collective timeout naming the
   // replica that did not arrive, ...); the final checkpoint's error, naming
   // the last good checkpoint (a periodic one that fails does not stop Run).
-  absl::Status Run(const std::atomic<bool>* stop);
+  // With `stop_actors` (rank 0: the caller's actors), a run that reached its
+  // end or a stop request (not an error) stops them before its final
+  // evaluation, row and checkpoint, while replay and the port still serve:
+  // replay stops holding inserts back (nothing samples any more), then
+  // stop_actors is called and must return once they are gone (within a
+  // deadline of its own). At the run's end their last inserts are thus
+  // acknowledged, counted and checkpointed, and no writer sees replay go
+  // away. After an error it is not called.
+  absl::Status Run(const std::atomic<bool>* stop, const std::function<void()>& stop_actors = {});
 
   // Wakes a Run blocked on replay (used on shutdown).
   void Interrupt();

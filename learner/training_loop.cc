@@ -75,7 +75,7 @@ void RlLearner::RecordStats(bool write_row) {
   row_checkpoint_seconds_ = checkpoint_seconds_;
 }
 
-absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
+absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<void()>& stop_actors) {
   if (!resumed_) start_ = Clock::now();  // a resumed run's clock goes on (Restore)
   auto last_checkpoint = Clock::now();
   last_row_ = Clock::now();
@@ -173,6 +173,13 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop) {
     RETURN_IF_ERROR(CheckReplicasAgree(*replicator_, [&](int) { return agent_->StateChecksum(); }, agent_->updates()));
   }
   if (!is_chief()) return absl::OkStatus();
+  if (stop_actors) {
+    // The actors stop first, their last inserts let in and acknowledged
+    // (rather than blocked, then cut off by replay closing), so that the
+    // last row and checkpoint count all they wrote.
+    replay_->StopLimitingInserts();
+    stop_actors();
+  }
   return Finish(stop);
 }
 

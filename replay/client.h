@@ -21,6 +21,8 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/replay.pb.h"
@@ -57,6 +59,15 @@ struct WriterOptions {
 
 // A resumable writer asks for an ack once this many request bytes wait for one.
 inline constexpr int64_t kMaxUnacknowledgedBytes = 64 << 20;
+
+// How a replay server's insert or sample stream begins its message
+// (UNAVAILABLE) when replay closed under it: the learner is stopping.
+inline constexpr absl::string_view kReplayShuttingDown = "replay is shutting down";
+// True for a stream that replay ended so: a writer that is itself stopping
+// has nothing to resume then (and one that is not may resume with backoff).
+inline bool IsReplayShuttingDown(const absl::Status& status) {
+  return absl::IsUnavailable(status) && absl::StartsWith(status.message(), kReplayShuttingDown);
+}
 
 // One field of an item: dense bytes with dtype and shape, or frame keys.
 // Shapes and key lists are stored inline (an item's fields cost no heap

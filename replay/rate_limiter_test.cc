@@ -139,6 +139,22 @@ TEST(RateLimiterTest, CloseWakesBlockedCallersWithCancelled) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
 }
 
+// The end of a run: nothing samples any more, and a blocked insert (and
+// every later one) goes in rather than waiting for samples.
+TEST(RateLimiterTest, StopLimitingInsertsReleasesBlockedAndLaterInserts) {
+  auto table = MakeTable(Limits(/*min_size=*/1, /*spi=*/1, /*error_buffer=*/1));
+  ASSERT_TRUE(InsertOne(*table, absl::ZeroDuration()).ok());
+  ASSERT_TRUE(InsertOne(*table, absl::ZeroDuration()).ok());
+  absl::Status status = absl::UnknownError("not run");
+  std::jthread inserter([&] { status = InsertOne(*table, absl::InfiniteDuration()); });
+  while (table->Info().rate_limiter().blocked_inserts() == 0) absl::SleepFor(absl::Milliseconds(1));
+  table->StopLimitingInserts();
+  inserter.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(InsertOne(*table, absl::ZeroDuration()).ok());
+  EXPECT_EQ(table->size(), 4);
+}
+
 TEST(RateLimiterTest, ManyInsertersAndSamplersStayConsistent) {
   // spi 2, min 10, buffer 40: 2 * inserts - samples must stay in [-20, 60].
   auto table = MakeTable(Limits(/*min_size=*/10, /*spi=*/2, /*error_buffer=*/40), /*max_size=*/200);

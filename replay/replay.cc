@@ -317,6 +317,10 @@ void Replay::Close() {
   for (const auto& table : tables_) table->Close();
 }
 
+void Replay::StopLimitingInserts() {
+  for (const auto& table : tables_) table->StopLimitingInserts();
+}
+
 InsertSession::InsertSession(Replay* replay)
     : replay_(replay), compressor_(replay->config().frame_compression_level()) {}
 

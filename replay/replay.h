@@ -140,6 +140,10 @@ class Replay {
   // Wakes every blocked insert and sample with Cancelled.
   void Close();
 
+  // Every table's Table::StopLimitingInserts: inserts no longer wait for
+  // samples (nothing samples any more at the end of a run).
+  void StopLimitingInserts();
+
  private:
   explicit Replay(config::ReplayConfig config) : config_(std::move(config)) {}
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "replay/client.h"
 
 namespace troupe::replay {
 namespace {
@@ -119,7 +120,7 @@ class InsertReactor : public grpc::ServerBidiReactor<proto::InsertRequest, proto
       return;
     }
     if (absl::IsCancelled(status)) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("replay is shutting down: ", status.message())));
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat(kReplayShuttingDown, ": ", status.message())));
       return;
     }
     if (!status.ok()) {
@@ -232,7 +233,7 @@ class SampleReactor : public grpc::ServerWriteReactor<proto::SampleResponse> {
     }
     if (!status.ok()) {
       items_.clear();
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("replay is shutting down: ", status.message())));
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat(kReplayShuttingDown, ": ", status.message())));
       return;
     }
     table_size_ = table_size;

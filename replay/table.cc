@@ -118,7 +118,7 @@ absl::Status Table::Insert(const std::shared_ptr<Item>& item, double priority, a
   }
   absl::MutexLock lock(&mu_);
   // Wait for the rate limiter.
-  if (!limiter_.CanInsert() && !closed_) {
+  if (!InsertAllowed()) {
     ++blocked_inserts_;
     const bool allowed = WaitFor(mu_, absl::Condition(this, &Table::InsertAllowed), timeout);
     --blocked_inserts_;
@@ -230,6 +230,11 @@ proto::TableInfo Table::Info() const {
 void Table::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
+}
+
+void Table::StopLimitingInserts() {
+  absl::MutexLock lock(&mu_);
+  inserts_unlimited_ = true;  // waiters' InsertAllowed turns true as the lock is released
 }
 
 TableSnapshot Table::Snapshot() const {

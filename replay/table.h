@@ -106,6 +106,11 @@ class Table {
   // Wakes every waiter with Cancelled; later inserts and samples fail too.
   void Close();
 
+  // From now on inserts no longer wait for the rate limiter (samples still
+  // do), and those waiting go in: for the end of a run, when nothing samples
+  // any more and writers deliver their last items.
+  void StopLimitingInserts();
+
   // Copies the contents (item pointers, not bytes) for a checkpoint.
   TableSnapshot Snapshot() const;
   // Replaces the contents with `snapshot` (items oldest first, keys
@@ -116,7 +121,9 @@ class Table {
  private:
   explicit Table(config::ReplayTableConfig config, Signature signature);
 
-  bool InsertAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || limiter_.CanInsert(); }
+  bool InsertAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || inserts_unlimited_ || limiter_.CanInsert();
+  }
   bool SampleAllowed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return closed_ || (limiter_.CanSample() && selector_->size() > 0);
   }
@@ -141,6 +148,7 @@ class Table {
   int64_t blocked_inserts_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t blocked_samples_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool inserts_unlimited_ ABSL_GUARDED_BY(mu_) = false;  // StopLimitingInserts
 };
 
 }  // namespace troupe::replay

@@ -169,6 +169,36 @@ TEST_F(RlEndToEndTest, AKilledActorIsRestartedAndTrainingGoesOn) {
   EXPECT_GE(rows.back()[kFrames], 60000);
 }
 
+// The clean end of a run: its actors stop (their last inserts acknowledged)
+// before replay and the learner's port go away, so no writer resumes its
+// session or re-sends anything, none loses a transition, and the last
+// metrics row and checkpoint count every transition the actors wrote.
+TEST_F(RlEndToEndTest, ACleanEndStopsTheActorsBeforeReplaySoNothingIsResumedOrLost) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/5000);
+  ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/120), 0) << Read(dir_ + "/run.log");
+  const std::string log = Read(dir_ + "/run.log");
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("resumed its session"))) << log;
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("re-sent"))) << log;
+  const std::string run = OnlyRunDir(dir_);
+  int64_t written = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::string actor_log = Read(run + "/logs/actor-" + std::to_string(i) + ".log");
+    EXPECT_THAT(actor_log, ::testing::Not(::testing::HasSubstr("replay unavailable"))) << actor_log;
+    // "actor I: ... N transitions written, M lost (...)", its last line.
+    const size_t at = actor_log.rfind(" transitions written, ");
+    ASSERT_NE(at, std::string::npos) << actor_log;
+    written += std::stoll(actor_log.substr(actor_log.rfind(", ", at - 1) + 2));
+    EXPECT_EQ(std::stoll(actor_log.substr(at + 22)), 0) << "transitions lost by actor " << i << ":\n" << actor_log;
+  }
+  // Replay's inserts, in frames (action_repeat 4), at the end and in the
+  // final checkpoint.
+  const auto rows = Metrics(run);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(int64_t(rows.back()[kFrames]), written * 4) << log;
+  EXPECT_THAT(Read(NewestCheckpoint(run) + "/" + kCountersFile),
+              ::testing::StartsWith("frames " + std::to_string(written * 4) + "\n"));
+}
+
 TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   // Replay not checkpointed (APixelRunKilledResumesWithItsReplay has it).
   const std::string config = WriteConfig(dir_, /*total_frames=*/1000000, /*videos=*/false, "checkpoint_replay: false");
