@@ -345,8 +345,11 @@ TEST(DeviceFrameTableTest, ATableSmallerThanABatchIsRefusedNamingTheSizes) {
 // to the sampler, and go up again); a restarted learner (a new stream, a new
 // table) gets the frames it samples again; every gathered frame is what was
 // inserted, also while replay evicts and the stream forgets frames.
-void CheckRemoteLives(const std::string& table_extra, int initial, int per_batch, int batches, int64_t slots_held,
-                      int lives) {
+// actors_insert false: no inserts after the first `initial`; true: a thread
+// writes as actors do (on its own, paced only by the rate limiter), and a
+// sample that waits on the limiter for 30 s fails the test (no hang).
+void CheckRemoteLives(const std::string& table_extra, int initial, bool actors_insert, int batches,
+                      int64_t slots_held, int lives) {
   auto server = replay::Server::Start(replay::testing::TestConfig(table_extra));
   ASSERT_TRUE(server.ok()) << server.status();
   auto local = replay::NewLocalClient((*server)->replay());
@@ -375,20 +378,28 @@ void CheckRemoteLives(const std::string& table_extra, int initial, int per_batch
     ASSERT_TRUE((*writer)->Flush().ok());
   };
   write(initial);
+  std::atomic<bool> stop_inserting = false;
+  std::thread inserter;
+  if (actors_insert) {
+    inserter = std::thread([&] {
+      while (!stop_inserting.load()) write(1);
+    });
+  }
   auto client = replay::NewGrpcClient((*server)->address());
   nn::CpuBackend cpu(1);
   replay::FrameDecoder decoder;
   for (int life = 0; life < lives; ++life) {
     SCOPED_TRACE(::testing::Message() << "learner life " << life);
-    auto sampler = client->NewSampler({.table = "pixels", .batch_size = 16, .frame_references = true});
+    auto sampler = client->NewSampler(
+        {.table = "pixels", .batch_size = 16, .timeout = absl::Seconds(30), .frame_references = true});
     ASSERT_TRUE(sampler.ok()) << sampler.status();
     DeviceFrameTable table(&cpu, slots_held, kFrameBytes);
     std::set<int> server_frames;
     replay::SampledBatch batch;
     std::vector<int32_t> slots;
     for (int b = 0; b < batches; ++b) {
-      write(per_batch);
-      ASSERT_TRUE((*sampler)->Next(&batch).ok());
+      const absl::Status sampled = (*sampler)->Next(&batch);
+      ASSERT_TRUE(sampled.ok()) << "batch " << b << ": " << sampled;
       ASSERT_EQ(batch.frames.size(), 16u * kFramesPerItem);
       EXPECT_TRUE(batch.fields[0].data.empty()) << "pixels are references, not bytes";
       ASSERT_TRUE(table.Resolve(batch.frames, decoder, &slots).ok());
@@ -413,14 +424,19 @@ void CheckRemoteLives(const std::string& table_extra, int initial, int per_batch
     EXPECT_EQ(table.stats().frames_uploaded, static_cast<int64_t>(server_frames.size()))
         << "each frame of the server once in this life";
     EXPECT_EQ(table.stats().replaced, 0) << "slots of frames the stream forgot were free again";
-    if (per_batch > 0) {
+    if (actors_insert) {
       EXPECT_GT(static_cast<int64_t>(server_frames.size()), slots_held) << "more frames than slots";
     }
+  }
+  if (inserter.joinable()) {
+    stop_inserting = true;
+    (*server)->replay()->StopLimitingInserts();  // an insert waiting for samples goes in
+    inserter.join();
   }
 }
 
 TEST(DeviceFrameTableTest, ARemoteReplaySendsEachFrameOncePerLearnerLife) {
-  CheckRemoteLives("max_size: 1000", /*initial=*/150, /*per_batch=*/0, /*batches=*/25, /*slots_held=*/1000,
+  CheckRemoteLives("max_size: 1000", /*initial=*/150, /*actors_insert=*/false, /*batches=*/25, /*slots_held=*/1000,
                    /*lives=*/2);
 }
 
@@ -432,12 +448,14 @@ TEST(DeviceFrameTableTest, ARemoteReplaysEvictedFramesAreForgottenAndBatchesStay
   // the sampler lets them go, their slots free (nothing replaced; with the
   // forgetting turned off, live frames were), batches stay exact.
   // The rate limiter keeps the server's sampling (which streams ahead of
-  // the client) within ~12 batches of the inserts. One learner life: with
-  // a second, the test's inserts (made only between its samples) and the
-  // limiter can wait on each other, depending on how far the first life's
-  // stream sampled ahead.
+  // the client) within ~12 batches of the inserts, which a thread makes as
+  // actors do, whatever the learner samples. Two learner lives: the second
+  // starts where the first's stream left the limiter (it sampled ahead and
+  // never used those batches). (With the inserts made only between the
+  // test's samples, the second life and the inserts could wait on each
+  // other: a deadlock of that test, not of replay.)
   CheckRemoteLives("max_size: 40 rate_limiter { samples_per_insert: 3.2 error_buffer: 200 }", /*initial=*/40,
-                   /*per_batch=*/5, /*batches=*/120, /*slots_held=*/260, /*lives=*/1);
+                   /*actors_insert=*/true, /*batches=*/120, /*slots_held=*/260, /*lives=*/2);
 }
 
 // --- D4PG on gathered frames ----------------------------------------------------------
