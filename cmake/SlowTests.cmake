@@ -4,8 +4,8 @@
 # deadline. gtest patterns (SUITE.CASE, * allowed); a pattern naming "Strict"
 # is for a strict-device case (troupe_test's STRICT_DEVICE_CASES). Binaries that start the troupe
 # binary or a network are SLOW as a whole in their troupe_test call.
-# tools/check_fast_tier.py (ctest FastTier.*) reads the times ctest recorded
-# (a weighted average per case) and names a fast case over its bound.
+# tools/test_report.py (after ctest in tools/test.sh) reads each fast case's
+# time in that run and names one over its bound (its FAST_TIER table).
 set(TROUPE_SLOW_TESTS
   "FashionClassifierTest.ReachesAtLeast88PercentTestAccuracy"
   "FashionClassifierTest.TrainsAndEvaluatesOnTheStrictDeviceAsOnTheCpu"
