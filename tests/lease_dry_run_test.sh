@@ -165,8 +165,8 @@ grep -q "results/bench_learner_pjrt.json" <<< "$listing" || fail "the results ta
 ! grep -q "/checkpoints/" <<< "$listing" || fail "the results tar carries checkpoints"
 
 # Stopped by an outer timeout mid-part: what ran still comes back.
-in_root timeout -s TERM 25 /opt/troupe/run.sh --parts pjrt --return /opt/out2 --dry-run /opt/cpu_plugin.so \
-  /opt/results2 > "$work/run2.log" 2>&1 && fail "run.sh was not stopped at 25 s"
+in_root timeout -s TERM 15 /opt/troupe/run.sh --parts pjrt --return /opt/out2 --dry-run /opt/cpu_plugin.so \
+  /opt/results2 > "$work/run2.log" 2>&1 && fail "run.sh was not stopped at 15 s"
 grep -q "^stopped by SIGTERM" "$root/opt/out2/summary.txt" || fail "no 'stopped by SIGTERM' in the returned summary"
 [[ -s $root/opt/out2/results.tar.gz ]] || fail "no results tar after SIGTERM"
-echo "lease dry run: every part ran in order, $(tail -n 1 "$summary"); stopped at 25 s, its files came back"
+echo "lease dry run: every part ran in order, $(tail -n 1 "$summary"); stopped at 15 s, its files came back"

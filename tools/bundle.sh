@@ -102,7 +102,8 @@ tar -C "$(dirname "$dir")" -czf "$dir.tar.gz" "$(basename "$dir")"
 packed=$(stat -c %s "$dir.tar.gz")
 tree=0
 if git -C "$top" rev-parse --git-dir > /dev/null 2>&1; then
-  tree=$(cd "$top" && git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null |
+  # (a tracked file deleted in the work tree is not carried: stat skips it)
+  tree=$(cd "$top" && { git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null || true; } |
          awk '{s += $1} END {print s + 0}')
 fi
 mib() { echo $((($1 + 1048575) / 1048576)); }

@@ -173,11 +173,13 @@ else
   note "GPU: none answers (nvidia-smi)"
 fi
 # The benchmarks' sizes: the lease's, or the dry run's quick ones; a dry
-# run's `tests` part runs a few cases of each suite (CI runs them all).
-quick=(); d4pg_batch=256; d4pg_updates=50; tests_filter=()
+# run's `correct` and `tests` parts run a few cases of each suite (CI runs
+# them all).
+quick=(); bench_seconds=2; d4pg_batch=256; d4pg_updates=50; tests_filter=(); correct_d4pg='*Pjrt*'
 if [[ -n $stand_in ]]; then
-  quick=(--quick); d4pg_batch=32; d4pg_updates=4
+  quick=(--quick); bench_seconds=1; d4pg_batch=32; d4pg_updates=4
   tests_filter=(--gtest_filter='*.Linear:PjrtPlugin*.*:CudaArchitectureTest.*:ChooseGpuPathTest.*:PjrtClientTest.*')
+  correct_d4pg='D4pgAgentTest.PixelUpdatesOnPjrtMatchTheCpu'
 fi
 
 # A step runs in the background and is waited for, so that a signal to this
@@ -233,9 +235,9 @@ if has pjrt; then
     # One compiled program per step against PyTorch eager (and compiled, unless
     # --fast-peers) and JAX jit on the same GPU; then the D4PG pixel update
     # compiled, against the PyTorch and JAX updates; then the GAN step.
-    bench learner_pjrt 240 learner --device pjrt --pjrt-plugin "$plugin" --seconds 2
+    bench learner_pjrt 240 learner --device pjrt --pjrt-plugin "$plugin" --seconds "$bench_seconds"
     TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" peers
-    bench gan_pjrt 120 gan --device pjrt --pjrt-plugin "$plugin" --seconds 2
+    bench gan_pjrt 120 gan --device pjrt --pjrt-plugin "$plugin" --seconds "$bench_seconds"
   fi
 fi
 if has correct; then
@@ -243,7 +245,7 @@ if has correct; then
   if [[ -z $plugin ]]; then
     say "correct: no PJRT GPU plugin (devices.txt says why)"
   else
-    TROUPE_PJRT_PLUGIN=$plugin run_test pjrt_steps_d4pg 120 "$here/bin/agents_d4pg_test" --gtest_filter='*Pjrt*'
+    TROUPE_PJRT_PLUGIN=$plugin run_test pjrt_steps_d4pg 150 "$here/bin/agents_d4pg_test" --gtest_filter="$correct_d4pg"
     TROUPE_PJRT_PLUGIN=$plugin run_test pjrt_steps_gan 90 "$here/bin/gan_trainer_test" --gtest_filter='*Pjrt*'
   fi
 fi
@@ -285,7 +287,7 @@ if has job; then
   if [[ -n $stand_in ]]; then
     job=(--set learner.engine.device=PJRT --set "learner.engine.pjrt_plugin=$stand_in")
     task=cartpole_swingup_state
-    cap=65
+    cap=50
   fi
   seconds=$(( $(capped $cap) - 20 ))
   if ((seconds >= 30)); then
