@@ -23,8 +23,16 @@ printf 'images,steps,classifier_fid,classifier_score,seconds\n500000,488,30.5,7.
 printf 'seconds,images,steps,images_per_s\n900,500000,488,550\n' > "$gan/metrics.csv"
 printf 'png' > "$gan/samples.png"
 touch "$gan/done"
+# The keep directory lists seeds 0 and 2 as not kept (files lost once); keeping
+# seed 0 takes it off the list, the other lines stay (seed 1, unfinished, is
+# not copied: "no run" in the table).
+mkdir -p "$work/kept"
+printf '# lost runs\ncheetah_run/seed-0\ncheetah_run/seed-2\n' > "$work/kept/not_kept.txt"
 out=$("$top/tools/results_keep.sh" "$work/results" "$work/kept")
 [[ $out == *"2 finished runs"* ]] || { echo "unexpected output: $out"; exit 1; }
+[[ $out == *"cheetah_run/seed-0 kept, taken off"* ]] || { echo "unexpected output: $out"; exit 1; }
+[[ $(cat "$work/kept/not_kept.txt") == $'# lost runs\ncheetah_run/seed-2' ]] ||
+  { echo "not_kept.txt: $(cat "$work/kept/not_kept.txt")"; exit 1; }
 kept_gan="$work/kept/equal_images/lr_scaling-SQRT__batch_size-1024__seed-0"
 for f in config.textproto eval.csv metrics.csv done samples.png; do
   [[ -f $kept_gan/$f ]] || { echo "missing $kept_gan/$f"; exit 1; }
@@ -37,7 +45,7 @@ done
 [[ ! -e $kept/checkpoints ]] || { echo "checkpoints copied"; exit 1; }
 [[ ! -e $work/kept/cheetah_run/seed-1 ]] || { echo "unfinished run copied"; exit 1; }
 table=$(python3 "$top/tools/results_table.py" "$work/kept")
-[[ $table == *"| cheetah.run | 700 (1) |"* ]] || { echo "table: $table"; exit 1; }
+[[ $table == *"| cheetah.run | 700 (1; 1 not kept; 1 no run) | 700, no run, not kept |"* ]] || { echo "table: $table"; exit 1; }
 # A missing argument is a usage error, not a copy into the wrong place.
 if "$top/tools/results_keep.sh" "$work/results" 2>/dev/null; then echo "ran without KEEP_DIR"; exit 1; fi
 echo "ok"
