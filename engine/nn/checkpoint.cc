@@ -96,8 +96,15 @@ std::vector<int64_t> Int64sOf(const CheckpointTensor& tensor) {
 }
 
 absl::Status WriteCheckpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors) {
-  // Serialise into memory, then checksum.
-  std::string out(kMagic, sizeof(kMagic));
+  // Serialise into memory (its size reserved: no growth by doubling, whose
+  // transient buffers the heap keeps), then checksum.
+  size_t bytes = sizeof(kMagic) + sizeof(uint32_t) + sizeof(uint64_t);
+  for (const CheckpointTensor& t : tensors) {
+    bytes += 2 * sizeof(uint32_t) + t.name.size() + sizeof(int64_t) * t.shape.rank() + sizeof(float) * t.values.size();
+  }
+  std::string out;
+  out.reserve(bytes);
+  out.append(kMagic, sizeof(kMagic));
   Put<uint32_t>(out, static_cast<uint32_t>(tensors.size()));
   for (const CheckpointTensor& t : tensors) {
     TROUPE_CHECK(static_cast<int64_t>(t.values.size()) == t.shape.size());
