@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
-#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -353,15 +352,7 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
                                         const std::vector<std::pair<std::string, std::string>>& extra_files) const {
   // One generation: every file of this step, committed at once.
   ASSIGN_OR_RETURN(GenerationWriter generation, GenerationWriter::Begin(dir));
-  const Replica& r = *replicas_[0];
-  struct Network {
-    const char* file;
-    const nn::ParameterSet* parameters;
-    nn::Optimizer* optimizer;
-  };
-  for (const Network& network : {Network{kGeneratorFile, &r.g, r.g_adam.get()},
-                                 Network{kDiscriminatorFile, &r.d, r.d_adam.get()}, Network{kEmaFile, &r.ema, nullptr},
-                                 Network{kPowerVectorsFile, &r.d_power, nullptr}}) {
+  for (const NetworkFile& network : NetworkFiles(0)) {
     RETURN_IF_ERROR(nn::SaveCheckpoint(generation.File(network.file), *network.parameters, network.optimizer));
     RETURN_IF_ERROR(generation.Add(network.file));
   }
@@ -378,16 +369,19 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
   return absl::OkStatus();
 }
 
-std::vector<nn::CheckpointTensor> GanTrainer::CheckpointState(int r) const {
+std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
   const Replica& replica = *replicas_[r];
+  return {{kGeneratorFile, &replica.g, replica.g_adam.get()},
+          {kDiscriminatorFile, &replica.d, replica.d_adam.get()},
+          {kEmaFile, &replica.ema, nullptr},
+          {kPowerVectorsFile, &replica.d_power, nullptr}};
+}
+
+std::vector<nn::CheckpointTensor> GanTrainer::CheckpointState(int r) const {
   std::vector<nn::CheckpointTensor> state;
-  for (const auto& [file, parameters, optimizer] :
-       {std::tuple{kGeneratorFile, &replica.g, replica.g_adam.get()},
-        std::tuple{kDiscriminatorFile, &replica.d, replica.d_adam.get()},
-        std::tuple{kEmaFile, &replica.ema, static_cast<nn::Optimizer*>(nullptr)},
-        std::tuple{kPowerVectorsFile, &replica.d_power, static_cast<nn::Optimizer*>(nullptr)}}) {
-    for (nn::CheckpointTensor& t : nn::CheckpointTensors(*parameters, optimizer)) {
-      t.name = absl::StrCat(file, "/", t.name);
+  for (const NetworkFile& network : NetworkFiles(r)) {
+    for (nn::CheckpointTensor& t : nn::CheckpointTensors(*network.parameters, network.optimizer)) {
+      t.name = absl::StrCat(network.file, "/", t.name);
       state.push_back(std::move(t));
     }
   }

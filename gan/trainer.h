@@ -123,6 +123,14 @@ class GanTrainer {
   struct Replica;
   GanTrainer() = default;
   absl::Status Step(replicator::ReplicaContext& ctx, Replica& r);
+  // The files of a checkpoint and what each holds, for local replica r: the
+  // one list SaveCheckpoint and CheckpointState read.
+  struct NetworkFile {
+    const char* file;
+    const nn::ParameterSet* parameters;
+    nn::Optimizer* optimizer;  // null: weights only
+  };
+  std::vector<NetworkFile> NetworkFiles(int r) const;
   // Loads counters.txt and every network's file from `folder` into every
   // replica; DataLoss for a damaged or missing file.
   absl::Status LoadFrom(const std::string& folder);
