@@ -697,6 +697,15 @@ TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
   EXPECT_EQ(out, 30.0f);
 }
 
+// A backend whose plugin refuses every step program and may fall back, and
+// a kernel-at-a-time one to compare it with.
+std::pair<absl::StatusOr<std::unique_ptr<PjrtBackend>>, absl::StatusOr<std::unique_ptr<PjrtBackend>>>
+RefusingAndKernelBackends(const std::string& plugin) {
+  return {PjrtBackend::Create(
+              {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true}),
+          PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""})};
+}
+
 // A step whose program the plugin refuses (a compile error XLA could give on
 // a GPU) runs again kernel at a time when the backend may fall back
 // (engine.pjrt_steps COMPILED_ELSE_KERNELS, device GPU's default): its
@@ -706,9 +715,7 @@ TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
 // the fallback the refusal stops the process, naming it.
 TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
   REQUIRE_PLUGIN();
-  auto refused = PjrtBackend::Create(
-      {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true});
-  auto kernels = PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""});
+  auto [refused, kernels] = RefusingAndKernelBackends(plugin);
   ASSERT_TRUE(refused.ok() && kernels.ok());
   const int64_t n = 53;
   const std::vector<float> data = RandomVector(n, 3);
@@ -764,9 +771,7 @@ TEST(PjrtFallbackTest, ARefusedStepRunsKernelAtATimeAndSaysSo) {
 // download, which then reads what kernel at a time computed.
 TEST(PjrtFallbackTest, ARefusedHalfOfAStepSplitByAHostStagingRunsKernelAtATime) {
   REQUIRE_PLUGIN();
-  auto refused = PjrtBackend::Create(
-      {.plugin = plugin, .cache_dir = "", .fall_back_to_kernels = true, .refuse_step_programs = true});
-  auto kernels = PjrtBackend::Create({.plugin = plugin, .compile_steps = false, .cache_dir = ""});
+  auto [refused, kernels] = RefusingAndKernelBackends(plugin);
   ASSERT_TRUE(refused.ok() && kernels.ok());
   const int64_t n = 29;
   const std::vector<float> data = RandomVector(n, 5);
