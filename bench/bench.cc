@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/shell.h"
 #include "common/status_macros.h"
 
 namespace troupe::bench {
@@ -118,22 +119,22 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
 
 double ThreadCpuSeconds() { return Now(CLOCK_THREAD_CPUTIME_ID); }
 
-absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& loops, long n, int attempts,
-                                                     Clock clock) {
-  if (n < 1 || attempts < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("BestOfAlternated: n ", n, " and attempts ", attempts, " must be >= 1"));
-  }
+Side LoopSide(Loop loop, Clock clock, double scale) {
   const clockid_t clock_id = clock == Clock::kThreadCpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
-  std::vector<double> best(loops.size(), 0.0);
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    for (size_t i = 0; i < loops.size(); ++i) {
-      const double start = Now(clock_id);
-      RETURN_IF_ERROR(loops[i](n));
-      const double elapsed = Now(clock_id) - start;
-      if (elapsed > 0) best[i] = std::max(best[i], n / elapsed);
+  return [loop = std::move(loop), clock_id, scale, chunk = 1L](const Round& round) mutable -> absl::StatusOr<double> {
+    long units = 0;
+    const double start = Now(clock_id);
+    double elapsed = 0;
+    while (elapsed < round.seconds) {
+      const double chunk_start = Now(clock_id);
+      RETURN_IF_ERROR(loop(chunk));
+      const double now = Now(clock_id);
+      units += chunk;
+      elapsed = now - start;
+      if (now - chunk_start < round.seconds / 50) chunk *= 2;
     }
-  }
-  return best;
+    return scale * double(units) / elapsed;
+  };
 }
 
 absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps) {
@@ -160,17 +161,6 @@ absl::StatusOr<double> RunPeerFigure(const std::string& command, const std::stri
     return absl::InternalError(absl::StrCat("peer `", command, "` printed no '", key, " NUMBER' line: ", out));
   }
   return value;
-}
-
-// The better figure of `command THREADS ARGS` over 1 and 2 threads.
-absl::StatusOr<double> BestOfOneAndTwoThreads(const std::string& command, const std::string& args,
-                                              const std::string& key) {
-  double best = 0;
-  for (int threads : {1, 2}) {
-    ASSIGN_OR_RETURN(const double value, RunPeerFigure(absl::StrCat(command, " ", threads, " ", args), key));
-    best = std::max(best, value);
-  }
-  return best;
 }
 
 // The PyTorch release the Python peers run: 2.x for CPU, pinned so figures compare.
@@ -221,12 +211,6 @@ absl::StatusOr<std::string> PytorchPython() {
 
 }  // namespace
 
-absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
-  ASSIGN_OR_RETURN(const std::string python, PytorchPython());
-  const std::string script = ProjectPath("bench/peers/" + name + ".py");
-  return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
-}
-
 namespace {
 
 // The Python that makes the JAX peers' venv: $TROUPE_JAX_PYTHON, else the
@@ -257,20 +241,6 @@ absl::StatusOr<std::string> JaxPython() {
 
 }  // namespace
 
-absl::StatusOr<double> RunJaxPeer(const std::string& name, const std::string& args, const std::string& key) {
-  ASSIGN_OR_RETURN(const std::string python, JaxPython());
-  const std::string script = ProjectPath("bench/peers/" + name + ".py");
-  return BestOfOneAndTwoThreads(absl::StrCat(python, " ", script), args, key);
-}
-
-absl::StatusOr<double> RunPythonPeerOnce(PythonPeer framework, const std::string& name, int threads,
-                                         const std::string& args, const std::string& key) {
-  if (threads < 1) return absl::InvalidArgumentError(absl::StrCat("RunPythonPeerOnce: threads ", threads, " < 1"));
-  ASSIGN_OR_RETURN(const std::string python, framework == PythonPeer::kJax ? JaxPython() : PytorchPython());
-  const std::string script = ProjectPath("bench/peers/" + name + ".py");
-  return RunPeerFigure(absl::StrCat(python, " ", script, " ", threads, " ", args, " 2>&1"), key);
-}
-
 int SchedulableCpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -278,16 +248,22 @@ int SchedulableCpus() {
   return std::max(1, CPU_COUNT(&set));
 }
 
-absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,
-                                      bool pixels) {
-  // The venv bench/python_bench.py makes, with the same pins and marker.
-  ASSIGN_OR_RETURN(const std::string python,
-                   PeerVenv(TROUPE_PYTHON_BENCH_VENV, "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0", ".installed",
-                            "from PyPI for the EnvPool figures: a minute or two, once"));
+absl::StatusOr<std::string> PythonBenchVenvPython() {
+  return PeerVenv(TROUPE_PYTHON_BENCH_VENV, "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0", ".installed",
+                  "from PyPI for the EnvPool and dm_control peers: a minute or two, once");
+}
+
+namespace {
+
+// bench/peers/envpool_dmc.py run once: its {"steps_per_second": N}.
+absl::StatusOr<double> RunEnvPoolOnce(const std::string& python, const std::string& task_id, int num_envs,
+                                      int threads, double seconds, bool pixels, int action_repeat) {
+  // In the temp dir: where its renderer fails, MuJoCo writes MUJOCO_LOG.TXT into the working directory.
   ASSIGN_OR_RETURN(const std::string out,
-                   RunCommand(absl::StrCat(python, " ", ProjectPath("bench/peers/envpool_dmc.py"), " ", task_id, " ",
-                                           num_envs, " ", seconds, " ", threads, pixels ? " pixels" : "", " 2>&1")));
-  // {"steps_per_second": N}
+                   RunCommand(absl::StrCat("cd ", ShellQuote(std::filesystem::temp_directory_path().string()), " && ",
+                                           python, " ", ProjectPath("bench/peers/envpool_dmc.py"), " ", task_id, " ",
+                                           num_envs, " ", seconds, " ", threads, pixels ? " pixels " : " state ",
+                                           action_repeat, " 2>&1")));
   const std::string key = "\"steps_per_second\":";
   const size_t at = out.rfind(key);
   double value = 0;
@@ -297,6 +273,24 @@ absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, 
     return absl::InternalError(absl::StrCat("envpool_dmc.py printed no steps_per_second: ", out.substr(0, 400)));
   }
   return value;
+}
+
+}  // namespace
+
+absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,
+                                      bool pixels, int action_repeat) {
+  ASSIGN_OR_RETURN(const std::string python, PythonBenchVenvPython());
+  absl::StatusOr<double> rate = RunEnvPoolOnce(python, task_id, num_envs, threads, seconds, pixels, action_repeat);
+  if (rate.ok() || !pixels) return rate;
+  // Whether it is the renderer that fails: the same envs without it.
+  if (!RunEnvPoolOnce(python, task_id, 1, 1, 0.05, /*pixels=*/false, 1).ok()) return rate;
+  // RunCommand's message is "`COMMAND` exited with N: OUTPUT", the output's last line MuJoCo's error.
+  absl::string_view out = absl::StripAsciiWhitespace(rate.status().message());
+  if (const size_t exited = out.find("` exited with "); exited != absl::string_view::npos) {
+    if (const size_t colon = out.find(": ", exited); colon != absl::string_view::npos) out.remove_prefix(colon + 2);
+  }
+  return absl::FailedPreconditionError(absl::StrCat("EnvPool does not render here (it steps ", task_id,
+                                                    " without rendering): ", out.substr(out.rfind('\n') + 1)));
 }
 
 namespace {
@@ -316,32 +310,98 @@ absl::Status ProbeGpuPython(const std::string& python, const std::string& framew
                                              probe.status().message().substr(0, 300)));
 }
 
-// bench/peers/NAME.py run once on the GPU as `python NAME.py 1 ARGS`.
-absl::StatusOr<double> RunGpuPythonPeer(const std::string& python, const std::string& name, const std::string& args,
-                                        const std::string& key) {
-  return RunPeerFigure(absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"), " 1 ", args, " 2>&1"),
-                       key);
+// The machine's python3 once it is known to see a GPU through `framework`
+// (probed once per process: importing torch takes seconds, and a bench runs
+// its peers many times).
+absl::StatusOr<std::string> GpuPython(Peer peer) {
+  static const absl::Status torch_usable = ProbeGpuPython(
+      MachinePython(), "PyTorch",
+      "import torch; assert torch.cuda.is_available(), \"torch sees no GPU\"; print(torch.__version__)");
+  static const absl::Status jax_usable = ProbeGpuPython(
+      MachinePython(), "JAX",
+      "import jax; assert jax.default_backend() == \"gpu\", \"jax sees no GPU\"; print(jax.__version__)");
+  RETURN_IF_ERROR(peer == Peer::kGpuPytorch ? torch_usable : jax_usable);
+  return MachinePython();
 }
 
 }  // namespace
 
-absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key) {
-  const std::string python = MachinePython();
-  // Probed once per process (importing torch takes seconds; a bench runs the peer many times).
-  static const absl::Status usable = ProbeGpuPython(
-      python, "PyTorch",
-      "import torch; assert torch.cuda.is_available(), \"torch sees no GPU\"; print(torch.__version__)");
-  RETURN_IF_ERROR(usable);
-  return RunGpuPythonPeer(python, name, args, key);
+absl::StatusOr<double> RunPeerOnce(Peer peer, const std::string& name, int threads, const std::string& args,
+                                   const std::string& key) {
+  if (threads < 1) return absl::InvalidArgumentError(absl::StrCat("RunPeerOnce: threads ", threads, " < 1"));
+  std::string program;
+  switch (peer) {
+    case Peer::kLibtorch: {
+      ASSIGN_OR_RETURN(program, CompileLibtorchPeer(name));
+      break;
+    }
+    case Peer::kPytorch:
+    case Peer::kJax:
+    case Peer::kGpuPytorch:
+    case Peer::kGpuJax: {
+      std::string python;
+      if (peer == Peer::kPytorch) {
+        ASSIGN_OR_RETURN(python, PytorchPython());
+      } else if (peer == Peer::kJax) {
+        ASSIGN_OR_RETURN(python, JaxPython());
+      } else {
+        ASSIGN_OR_RETURN(python, GpuPython(peer));
+      }
+      program = absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"));
+      break;
+    }
+  }
+  return RunPeerFigure(absl::StrCat(program, " ", threads, " ", args, " 2>&1"), key);
 }
 
-absl::StatusOr<double> RunGpuJaxPeer(const std::string& name, const std::string& args, const std::string& key) {
-  const std::string python = MachinePython();
-  static const absl::Status usable = ProbeGpuPython(
-      python, "JAX",
-      "import jax; assert jax.default_backend() == \"gpu\", \"jax sees no GPU\"; print(jax.__version__)");
-  RETURN_IF_ERROR(usable);
-  return RunGpuPythonPeer(python, name, args, key);
+Side PeerSide(Peer peer, std::string name, std::function<std::string(const Round&)> args, std::string key) {
+  return [=](const Round& round) { return RunPeerOnce(peer, name, round.threads, args(round), key); };
+}
+
+ProtocolOptions DefaultProtocol(const Options& options, int threads) {
+  ProtocolOptions protocol;
+  protocol.rounds = options.rounds > 0 ? options.rounds : options.quick ? 3 : 5;
+  protocol.warmup_rounds = 1;
+  protocol.seconds_per_round = options.seconds_per_figure;
+  protocol.threads.count = threads;
+  return protocol;
+}
+
+ProtocolOptions GpuProtocol(const Options& options) {
+  ProtocolOptions protocol;
+  protocol.rounds = options.rounds > 0 ? options.rounds : options.quick ? 1 : 3;
+  protocol.warmup_rounds = 0;
+  protocol.seconds_per_round = options.seconds_per_figure;
+  return protocol;
+}
+
+absl::StatusOr<double> AddComparison(Report& report, const std::string& name, const std::string& unit,
+                                     const std::string& reference, const Side& troupe, const Side& peer,
+                                     const ProtocolOptions& options) {
+  absl::StatusOr<Comparison> comparison = CompareAlternated(troupe, peer, options);
+  if (comparison.ok()) {
+    report.Add(name, unit, reference, *comparison);
+    return comparison->troupe.median;
+  }
+  // Which side failed is in the message ("the peer side's round 1 of 5: ...").
+  if (!absl::StrContains(comparison.status().message(), "the peer side's")) return comparison.status();
+  std::printf("%s: %s\n", reference.c_str(), comparison.status().ToString().c_str());
+  // troupe's side alone, by the same rounds: its median and range, the peer missing.
+  std::vector<double> rates;
+  for (int warmup : {1, 0}) {
+    for (int i = 0; i < (warmup ? options.warmup_rounds : options.rounds); ++i) {
+      ASSIGN_OR_RETURN(const double rate,
+                       troupe(Round{i, warmup == 1, options.seconds_per_round, options.threads.count}));
+      if (!warmup) rates.push_back(rate);
+    }
+  }
+  const SideRates alone = Summarize(std::move(rates));
+  report.Add(name, alone.median, unit, absl::StrCat(reference, " (missing)"), 0);
+  Figure& f = report.figures.back();
+  f.rounds = options.rounds;
+  f.value_min = alone.min;
+  f.value_max = alone.max;
+  return alone.median;
 }
 
 std::vector<std::string> PytorchPeerModes(std::vector<std::string> defaults) {
@@ -360,11 +420,6 @@ bool MeasuredAsGpu(const std::string& backend_name) {
   if (!absl::StartsWith(backend_name, "pjrt:cpu")) return true;
   const char* stand_in = std::getenv("TROUPE_BENCH_STAND_IN");
   return stand_in != nullptr && std::string(stand_in) == "1";
-}
-
-absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key) {
-  ASSIGN_OR_RETURN(const std::string binary, CompileLibtorchPeer(name));
-  return BestOfOneAndTwoThreads(binary, args, key);
 }
 
 }  // namespace troupe::bench

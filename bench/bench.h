@@ -71,6 +71,7 @@ struct Options {
   bool quick = false;                // smaller sizes, for smoke tests
   std::string device = "cpu";        // cpu, cuda (learner, gan: the step on GPU 0), pjrt (learner, gan)
   std::string pjrt_plugin;           // --device pjrt: the plugin's .so
+  int rounds = 0;                    // protocol rounds per side (DefaultProtocol); 0: 5, or 3 with quick
 };
 
 struct Benchmark {
@@ -96,15 +97,14 @@ enum class Clock {
   kWall,       // wall-clock time: loops that use several cores
 };
 
-// Alternates `attempts` windows of `n` units of each loop, in turn, each
-// timed on `clock`, and returns the best rate (units per second) of each.
-// Each loop goes on where it left off, so window k of all covers the same
-// units of work (the same steps of the same episodes). A neighbour on a
-// shared machine only ever slows a window down, so the best of many short
-// windows taken in turn compares the codes rather than the moments they
-// ran in.
-absl::StatusOr<std::vector<double>> BestOfAlternated(const std::vector<Loop>& loops, long n, int attempts,
-                                                     Clock clock);
+// One side of the comparison protocol (bench/protocol.h) made of `loop`:
+// each round runs the loop's next units, in chunks, until `clock` has
+// advanced round.seconds, and returns units per second times `scale` (e.g.
+// the envs of a batch). The loop goes on where it left off from round to
+// round (the same episodes, continued); a chunk grows (doubling) until one
+// takes 1/50 of a round, so reading the clock costs nothing and a round
+// overshoots by at most about 4%. The loop's error is returned as is.
+Side LoopSide(Loop loop, Clock clock, double scale = 1);
 
 // The calling thread's CPU clock, in seconds. Rates of single-threaded loops
 // (rendering included, with llvmpipe on the calling thread) timed on it hold
@@ -123,59 +123,82 @@ struct MpiAllReduceTimes {
 };
 absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps);
 
-// A libtorch comparison peer, bench/peers/NAME.cc: compiled once into the
-// temp dir against Debian's libtorch-dev (CompileLibtorchPeer), run as `peer THREADS ARGS` with 1
-// and 2 threads; returns the better number of the "KEY NUMBER" line it
-// prints. NotFound when libtorch-dev is not installed.
-absl::StatusOr<double> RunLibtorchPeer(const std::string& name, const std::string& args, const std::string& key);
+// The python of the venv the EnvPool and dm_control peers run in,
+// BUILD/python-bench-venv, holding PyPI's envpool 1.2.5, dm_control 1.0.50
+// and mujoco 3.17.0 (the pins of bench/python_bench.py) as their authors
+// ship them, no library of theirs swapped or patched; made on first use (a
+// minute or two, once). Unavailable, saying why, when it cannot be made
+// (offline, no python3-venv).
+absl::StatusOr<std::string> PythonBenchVenvPython();
 
-// A Python comparison peer, bench/peers/NAME.py, run with the virtual
-// environment build/<preset>/peers-venv, which the first call makes and
-// fills with PyTorch 2.x for CPU from PyPI (minutes, once; never a
-// dependency of troupe), as `python NAME.py THREADS ARGS` with 1 and 2
-// threads; returns the better number of its "KEY NUMBER" line. Unavailable,
-// saying why, when the environment cannot be made (offline, no python3-venv).
-absl::StatusOr<double> RunPytorchPeer(const std::string& name, const std::string& args, const std::string& key);
-
-// EnvPool (PyPI envpool 1.2.5 with dm_control 1.0.50 and mujoco 3.17.0, the
-// pins of bench/python_bench.py, in its venv BUILD/python-bench-venv, made on
-// first use) stepping its dm_control task `task_id` (e.g. "CheetahRun-v1")
-// with random actions: `num_envs` envs on `threads` threads, all stepped per
-// batch (with `pixels`, each also rendered at 84x84 every step), for
-// `seconds`; returns env steps per second (wall clock). Unavailable, saying
-// why, when the venv cannot be made (offline).
+// One round of EnvPool for the protocol: bench/peers/envpool_dmc.py run once
+// with PythonBenchVenvPython(), stepping EnvPool's dm_control task `task_id`
+// (e.g. "CheetahRun-v1") through its Python API with random actions:
+// `num_envs` envs on `threads` threads, all stepped per batch, each agent
+// step `action_repeat` EnvPool steps of the same actions (with `pixels`,
+// then every env rendered at 84x84), for `seconds` after a short warm-up;
+// returns agent steps per second (wall clock). Unavailable, saying why, when
+// the venv cannot be made (offline); FailedPrecondition, starting "EnvPool
+// does not render here", when pixels were asked for and EnvPool steps the
+// task but its renderer fails on this machine.
 absl::StatusOr<double> RunEnvPoolPeer(const std::string& task_id, int num_envs, int threads, double seconds,
-                                      bool pixels = false);
-
-// A JAX comparison peer, bench/peers/NAME.py, run as RunPytorchPeer runs
-// its peers, with the virtual environment build/<preset>/jax-peers-venv,
-// which the first call makes (from $TROUPE_JAX_PYTHON, else the first of
-// python3.13, python3.12, python3 that is Python 3.12 or newer, as the
-// wheels need) and fills with the jax and jaxlib CPU wheels from PyPI
-// (a minute or two, once; never a dependency of troupe). Unavailable, saying
-// why, when the environment cannot be made (no Python 3.12, offline).
-absl::StatusOr<double> RunJaxPeer(const std::string& name, const std::string& args, const std::string& key);
-
-// One round of a Python peer for the protocol (bench/protocol.h): the peer
-// bench/peers/NAME.py run ONCE as `python NAME.py THREADS ARGS`, with the
-// virtual environment RunPytorchPeer or RunJaxPeer runs it with (made on
-// first use as they make it); returns the number of its "KEY NUMBER" line.
-// No best-of over thread counts: the caller gives both sides the same.
-enum class PythonPeer { kPytorch, kJax };
-absl::StatusOr<double> RunPythonPeerOnce(PythonPeer framework, const std::string& name, int threads,
-                                         const std::string& args, const std::string& key);
+                                      bool pixels = false, int action_repeat = 1);
 
 // The CPUs this process may run on (its affinity mask): the threads XLA's CPU
 // client (the PJRT CPU plugin, jax on the CPU) sizes its pools to.
 int SchedulableCpus();
 
-// The same peer on a GPU machine, run once as `python3 NAME.py 1 ARGS` with
-// the machine's python3 ($TROUPE_PYTHON if set), which must import torch
-// and see a GPU: Unavailable saying which is missing otherwise.
-absl::StatusOr<double> RunGpuPytorchPeer(const std::string& name, const std::string& args, const std::string& key);
-// The same for a JAX peer: the machine's python3 must import jax and see a
-// GPU through it (its default backend "gpu").
-absl::StatusOr<double> RunGpuJaxPeer(const std::string& name, const std::string& args, const std::string& key);
+// A comparison peer: the program that runs bench/peers/NAME.
+enum class Peer {
+  // bench/peers/NAME.cc compiled once into the temp dir against Debian's
+  // libtorch-dev (CompileLibtorchPeer); NotFound when it is not installed.
+  kLibtorch,
+  // bench/peers/NAME.py with the virtual environment build/<preset>/peers-venv,
+  // which the first call makes and fills with PyTorch 2.x for CPU from PyPI
+  // (minutes, once; never a dependency of troupe).
+  kPytorch,
+  // bench/peers/NAME.py with build/<preset>/jax-peers-venv, made on first use
+  // (from $TROUPE_JAX_PYTHON, else the first of python3.13, python3.12,
+  // python3 that is 3.12 or newer, as the wheels need) with the jax and
+  // jaxlib CPU wheels from PyPI.
+  kJax,
+  // bench/peers/NAME.py with the machine's python3 ($TROUPE_PYTHON if set),
+  // which must import torch (kGpuPytorch) or jax (kGpuJax) and see a GPU.
+  kGpuPytorch,
+  kGpuJax,
+};
+
+// One round of a peer for the protocol (bench/protocol.h): the peer run ONCE
+// as `PEER THREADS ARGS`; returns the number of its "KEY NUMBER" line. Each
+// peer warms up before it times (a fresh process per round, as troupe's side
+// warms its step before the rounds). Unavailable or NotFound, saying why,
+// when the peer cannot run here (its venv cannot be made offline, no
+// libtorch-dev, no GPU); Internal when it ran and printed no figure.
+absl::StatusOr<double> RunPeerOnce(Peer peer, const std::string& name, int threads, const std::string& args,
+                                   const std::string& key);
+// The same as a protocol Side: each round runs the peer once with
+// round.threads threads and args(round) (which holds round.seconds).
+Side PeerSide(Peer peer, std::string name, std::function<std::string(const Round&)> args, std::string key);
+
+// The protocol as a benchmark runs it by default: options.rounds measured
+// rounds per side (5; 3 with --quick) after 1 warm-up round each, of
+// options.seconds_per_figure, both sides on `threads` threads, unpinned.
+ProtocolOptions DefaultProtocol(const Options& options, int threads);
+// The protocol of GPU rows, where a lease's minutes are few: options.rounds
+// measured rounds per side (3; 1 with --quick, the lease's dry run) and no
+// warm-up round (each peer round is a process that warms up before it
+// times, and troupe's step is warmed before its first round); 1 host thread.
+ProtocolOptions GpuProtocol(const Options& options);
+
+// Compares `troupe` with `peer` by the protocol and adds the row (Report::Add
+// with the comparison); returns troupe's median. Where the peer cannot run
+// (not installed, offline: its error printed), troupe's side runs the same
+// rounds alone and the row holds its median and range with the reference
+// "REFERENCE (missing)". An error of troupe's side is returned.
+absl::StatusOr<double> AddComparison(Report& report, const std::string& name, const std::string& unit,
+                                     const std::string& reference, const Side& troupe, const Side& peer,
+                                     const ProtocolOptions& options);
+
 // The PyTorch modes a GPU bench runs the peer in at `batch`: eager always,
 // torch.compile at batch 256 only (the bars' point; each compile costs tens
 // of seconds of a short GPU lease); PytorchPeerModes(those).

@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,77 +11,61 @@
 namespace troupe::bench {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Two loops that record the units they ran, in call order.
-struct Recorder {
-  std::vector<std::pair<char, long>> calls;
-  long position_a = 0, position_b = 0;
-  Loop a() {
+// A loop that spins `seconds_per_unit` of this thread's CPU time a unit and
+// records where each call started.
+struct SpinningLoop {
+  double seconds_per_unit = 0.0001;
+  std::vector<long> starts;
+  long position = 0;
+  Loop loop() {
     return [this](long n) {
-      calls.push_back({'a', position_a});
-      position_a += n;
-      return absl::OkStatus();
-    };
-  }
-  Loop b() {
-    return [this](long n) {
-      calls.push_back({'b', position_b});
-      position_b += n;
+      starts.push_back(position);
+      const double until = ThreadCpuSeconds() + n * seconds_per_unit;
+      while (ThreadCpuSeconds() < until) {
+      }
+      position += n;
       return absl::OkStatus();
     };
   }
 };
 
-TEST(BestOfAlternatedTest, AlternatesWindowsThatGoOnWhereEachLoopLeftOff) {
-  Recorder r;
-  auto rates = BestOfAlternated({r.a(), r.b()}, /*n=*/5, /*attempts=*/3, Clock::kWall);
-  ASSERT_TRUE(rates.ok()) << rates.status();
-  ASSERT_EQ(rates->size(), 2u);
-  // a, b, a, b, a, b: window k of both starts at unit 5k.
-  EXPECT_THAT(r.calls, ElementsAre(std::pair{'a', 0L}, std::pair{'b', 0L}, std::pair{'a', 5L}, std::pair{'b', 5L},
-                                   std::pair{'a', 10L}, std::pair{'b', 10L}));
-  EXPECT_GT((*rates)[0], 0);
-  EXPECT_GT((*rates)[1], 0);
+// Each round runs the loop until its clock has advanced round.seconds, and
+// the next round goes on where the last one stopped.
+TEST(LoopSideTest, RunsARoundsSecondsAndGoesOnWhereTheLastRoundLeftOff) {
+  SpinningLoop spin;
+  const Side side = LoopSide(spin.loop(), Clock::kThreadCpu);
+  const Round round{.index = 0, .warmup = false, .seconds = 0.02, .threads = 1};
+  ASSERT_TRUE(side(round).ok());
+  const long after_first = spin.position;
+  EXPECT_GE(after_first, 150);  // 0.02 s of 0.1 ms units, less the loop's own time
+  const size_t first_calls = spin.starts.size();
+  ASSERT_TRUE(side(round).ok());
+  ASSERT_GT(spin.starts.size(), first_calls);
+  EXPECT_EQ(spin.starts[first_calls], after_first);
+  // Chunks grew (doubling) to 1/50 of a round: fewer calls than units.
+  EXPECT_LT(spin.starts.size(), size_t(spin.position / 2));
 }
 
-// Each window's rate is n / its time; the figure is the fastest window, so
-// one slow window (a busy neighbour) does not lower it.
-TEST(BestOfAlternatedTest, TakesTheFastestWindowOfEach) {
-  int call = 0;
-  const Loop sometimes_slow = [&](long n) {
-    // Windows 0 and 2 spin for 20 ms, window 1 for 2 ms.
-    const double until = ThreadCpuSeconds() + (call++ == 1 ? 0.002 : 0.020);
-    while (ThreadCpuSeconds() < until) {
-    }
-    return absl::OkStatus();
-  };
-  const Loop steady = [&](long n) {
-    const double until = ThreadCpuSeconds() + 0.010;
-    while (ThreadCpuSeconds() < until) {
-    }
-    return absl::OkStatus();
-  };
-  auto rates = BestOfAlternated({sometimes_slow, steady}, /*n=*/100, /*attempts=*/3, Clock::kThreadCpu);
-  ASSERT_TRUE(rates.ok()) << rates.status();
-  EXPECT_NEAR((*rates)[0], 100 / 0.002, 100 / 0.002 * 0.25);
-  EXPECT_NEAR((*rates)[1], 100 / 0.010, 100 / 0.010 * 0.25);
+// The rate is units per second of the clock, times the scale (envs a batch).
+TEST(LoopSideTest, TheRateIsUnitsPerClockSecondTimesTheScale) {
+  SpinningLoop spin;
+  spin.seconds_per_unit = 0.001;
+  const Side side = LoopSide(spin.loop(), Clock::kThreadCpu, /*scale=*/4);
+  auto rate = side(Round{.index = 0, .warmup = false, .seconds = 0.05, .threads = 1});
+  ASSERT_TRUE(rate.ok()) << rate.status();
+  EXPECT_NEAR(*rate, 4 * 1000.0, 4 * 1000.0 * 0.25);
 }
 
-TEST(BestOfAlternatedTest, StopsAtTheFirstErrorAndReturnsIt) {
+TEST(LoopSideTest, ReturnsTheLoopsError) {
   int calls = 0;
-  const Loop failing = [&](long) {
-    ++calls;
-    return calls == 2 ? absl::InternalError("env 3 blew up") : absl::OkStatus();
-  };
-  Recorder r;
-  auto rates = BestOfAlternated({failing, r.b()}, 1, 4, Clock::kWall);
-  EXPECT_EQ(rates.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(rates.status().message(), HasSubstr("env 3 blew up"));
-  EXPECT_EQ(calls, 2);
-  EXPECT_EQ(r.calls.size(), 1u);  // the reference ran once, between the two
-  EXPECT_EQ(BestOfAlternated({r.a(), r.b()}, 0, 4, Clock::kWall).status().code(), absl::StatusCode::kInvalidArgument);
+  const Side side = LoopSide(
+      [&](long) { return ++calls == 3 ? absl::InternalError("env 3 blew up") : absl::OkStatus(); }, Clock::kWall);
+  auto rate = side(Round{.index = 0, .warmup = false, .seconds = 10, .threads = 1});
+  EXPECT_EQ(rate.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(rate.status().message(), HasSubstr("env 3 blew up"));
+  EXPECT_EQ(calls, 3);
 }
 
 TEST(ReportTest, AMissingReferenceIsReportedMissingNeverAsRatioZero) {
@@ -127,6 +112,79 @@ TEST(ReportTest, AProtocolRowCarriesTheMediansTheirRatioAndEachSidesRange) {
   EXPECT_THAT(report.ToJson(),
               HasSubstr("\"reference_value\": 11, \"ratio\": 2.81818, \"rounds\": 3, \"value_min\": 30, "
                         "\"value_max\": 32, \"reference_min\": 10, \"reference_max\": 12}"));
+}
+
+// A peer that cannot run here: the row keeps troupe's median and range over
+// the same rounds, the reference says "missing", no ratio; troupe's own
+// error is returned, never hidden as a missing peer.
+TEST(AddComparisonTest, APeerThatCannotRunLeavesTroupesRoundsAndNoRatio) {
+  int calls = 0;
+  const Side troupe = [&](const Round& r) -> absl::StatusOr<double> {
+    ++calls;
+    return r.warmup ? 1000.0 : 40.0 + r.index;
+  };
+  const Side absent = [](const Round&) -> absl::StatusOr<double> {
+    return absl::UnavailableError("cannot install torch (offline?)");
+  };
+  ProtocolOptions options;
+  options.rounds = 3;
+  options.warmup_rounds = 1;
+  options.seconds_per_round = 0.01;
+  Report report;
+  auto median = AddComparison(report, "step", "samples/s", "PyTorch 2.5 eager", troupe, absent, options);
+  ASSERT_TRUE(median.ok()) << median.status();
+  EXPECT_EQ(*median, 41);
+  ASSERT_EQ(report.figures.size(), 1u);
+  const Figure& f = report.figures[0];
+  EXPECT_FALSE(f.has_reference());
+  EXPECT_TRUE(std::isnan(f.ratio));
+  EXPECT_EQ(f.reference, "PyTorch 2.5 eager (missing)");
+  EXPECT_EQ(f.value, 41);
+  EXPECT_EQ(f.value_min, 40);
+  EXPECT_EQ(f.value_max, 42);
+  EXPECT_EQ(f.rounds, 3);
+  // The protocol's first round (a warm-up) and then troupe's own: 1 + 1 + 3.
+  EXPECT_EQ(calls, 5);
+  EXPECT_THAT(report.ToJson(), HasSubstr("\"reference_value\": null, \"ratio\": null"));
+
+  const Side broken = [](const Round&) -> absl::StatusOr<double> { return absl::InternalError("arena exhausted"); };
+  auto failed = AddComparison(report, "step", "samples/s", "PyTorch 2.5 eager", broken, absent, options);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(failed.status().message(), HasSubstr("the troupe side's warm-up round 1 of 1: arena exhausted"));
+  EXPECT_EQ(report.figures.size(), 1u);
+}
+
+// The defaults a benchmark measures by: 5 rounds after a warm-up on the
+// CPU (3 with --quick), 3 without a warm-up on a GPU (1 with --quick);
+// --rounds overrides both.
+TEST(AddComparisonTest, DefaultProtocolsAndRoundsOverride) {
+  Options options;
+  options.seconds_per_figure = 2;
+  ProtocolOptions cpu = DefaultProtocol(options, 2);
+  EXPECT_EQ(cpu.rounds, 5);
+  EXPECT_EQ(cpu.warmup_rounds, 1);
+  EXPECT_EQ(cpu.seconds_per_round, 2);
+  EXPECT_EQ(cpu.threads.count, 2);
+  EXPECT_EQ(GpuProtocol(options).rounds, 3);
+  EXPECT_EQ(GpuProtocol(options).warmup_rounds, 0);
+  options.quick = true;
+  EXPECT_EQ(DefaultProtocol(options, 1).rounds, 3);
+  EXPECT_EQ(GpuProtocol(options).rounds, 1);
+  options.rounds = 7;
+  EXPECT_EQ(DefaultProtocol(options, 1).rounds, 7);
+  EXPECT_EQ(GpuProtocol(options).rounds, 7);
+}
+
+// A peer round is one run of the peer told the round's threads: a peer that
+// cannot be had says why, and a thread count below 1 is refused.
+TEST(AddComparisonTest, APeerRoundRefusesNoThreadsAndSaysWhyAPeerIsMissing) {
+  EXPECT_EQ(RunPeerOnce(Peer::kPytorch, "torch_drq", 0, "", "samples_per_second").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  setenv("TROUPE_PYTHON", "/nonexistent/python3", 1);
+  auto gpu = RunPeerOnce(Peer::kGpuJax, "jax_drq", 1, "32 84 1 jit cuda float32", "samples_per_second");
+  unsetenv("TROUPE_PYTHON");
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(gpu.status().message(), HasSubstr("cannot run the JAX peer on a GPU"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Measures D4PG learner updates/s on synthetic batches (no replay, no actors):
-//   d4pg_bench [--peers] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
+//   d4pg_bench [--peers] [--rounds N] [--json PATH] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
 // state: cartpole-sized (5 floats, 1 action); pixels: 3 frames of 84x84.
 // conv_channels and hidden (one size for both MLP layers) default to the config's defaults.
 // device: cpu (default), cpu_strict, cuda or cuda-bf16 (bfloat16 matmul/conv inputs),
@@ -10,10 +10,12 @@
 // --peers (pixels): also the same update in PyTorch 2.x (bench/peers/torch_d4pg.py:
 // eager, torch.compile, and on a GPU torch.compile's reduce-overhead) and JAX
 // (bench/peers/jax_d4pg.py, jax.jit), each a table row beside troupe's figure
-// (bench.h's Report: a peer that cannot run is "missing", never a ratio of 0).
-// On the CPU they run from virtual environments under the build directory,
-// made on first use (bench.h RunPytorchPeer, RunJaxPeer); on a GPU with the
-// machine's python3.
+// measured by the comparison protocol (bench/protocol.h: N rounds alternated,
+// default 5 on the CPU, 3 on a GPU; medians and ranges; bench.h's Report: a
+// peer that cannot run is "missing", never a ratio of 0), and with --json
+// PATH written there as `troupe bench --json` writes. On the CPU they run
+// from virtual environments under the build directory, made on first use
+// (bench.h Peer); on a GPU with the machine's python3.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include "bench/bench.h"
 #include "bench/synthetic.h"
 #include "agents/d4pg_agent.h"
+#include "common/files.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "replay/item.h"
@@ -38,13 +41,15 @@
 
 namespace {
 
-// The PyTorch and JAX peers' rows beside troupe's `updates_per_second` for
-// the pixel update at `batch` with the config's networks, on `device` and
-// `threads` (d4pg_bench's), on the GPU where `gpu` (troupe's update ran on
-// one: CUDA, or a PJRT plugin's GPU); each peer runs for `seconds` after its
-// warm-up.
-void ReportPeers(const troupe::config::ExperimentConfig& config, const std::string& device, bool gpu, int batch,
-                 int threads, double updates_per_second, double seconds) {
+// The PyTorch and JAX peers' rows for the pixel update at `batch` with the
+// config's networks, on `device` and `threads` (d4pg_bench's), on the GPU
+// where `gpu` (troupe's update ran on one: CUDA, or a PJRT plugin's GPU),
+// each by the comparison protocol (bench/protocol.h; bench::GpuProtocol on a
+// GPU): troupe's side trains `agent` on `sample` for each round's seconds.
+absl::Status ReportPeers(const troupe::config::ExperimentConfig& config, const std::string& device, bool gpu,
+                         int batch, int threads, troupe::agents::D4pgAgent& agent,
+                         const troupe::agents::D4pgAgent::SampleFn& sample, const troupe::bench::Options& options,
+                         const std::string& json) {
   using namespace troupe;
   const config::D4pgConfig& d4pg = config.d4pg();
   const std::vector<int64_t> hidden(d4pg.hidden().begin(), d4pg.hidden().end());
@@ -52,11 +57,23 @@ void ReportPeers(const troupe::config::ExperimentConfig& config, const std::stri
   const int64_t hidden_size = hidden.empty() ? 256 : hidden.front();
   // BATCH SIZE FRAMES SECONDS MODE DEVICE KEY=VALUE... (torch_d4pg.py's usage).
   const auto peer_args = [&](const std::string& mode) {
-    return absl::StrCat(batch, " 84 3 ", seconds, " ", mode, gpu ? " cuda" : " cpu",
-                        " channels=", d4pg.conv_channels(), " hidden=", hidden_size, " actions=1 atoms=", d4pg.atoms(),
-                        " prioritized=", config.learner().prioritized() ? 1 : 0,
-                        " precision=", device == "cuda-bf16" ? "bfloat16" : "float32");
+    return [=, &config](const bench::Round& round) {
+      return absl::StrCat(batch, " 84 3 ", round.seconds, " ", mode, gpu ? " cuda" : " cpu",
+                          " channels=", d4pg.conv_channels(), " hidden=", hidden_size, " actions=1 atoms=",
+                          d4pg.atoms(), " prioritized=", config.learner().prioritized() ? 1 : 0,
+                          " precision=", device == "cuda-bf16" ? "bfloat16" : "float32");
+    };
   };
+  const bench::Side troupe_side = [&](const bench::Round& round) -> absl::StatusOr<double> {
+    absl::Status error;
+    const double rate = bench::MeasureRate(round.seconds, [&](long n) {
+      if (error.ok()) error = agent.Train(n, sample);
+    });
+    RETURN_IF_ERROR(error);
+    return rate;
+  };
+  const bench::ProtocolOptions protocol =
+      gpu ? bench::GpuProtocol(options) : bench::DefaultProtocol(options, threads);
   bench::Report report;
   report.benchmark = "d4pg";
   const std::string name =
@@ -68,30 +85,46 @@ void ReportPeers(const troupe::config::ExperimentConfig& config, const std::stri
     std::printf("(PyTorch reduce-overhead: CUDA graphs, CUDA only; not run on the CPU)\n");
   }
   for (const std::string& mode : bench::PytorchPeerModes(modes)) {
-    auto pytorch = gpu ? bench::RunGpuPytorchPeer("torch_d4pg", peer_args(mode), "updates_per_second")
-                       : bench::RunPytorchPeer("torch_d4pg", peer_args(mode), "updates_per_second");
-    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode.c_str(), pytorch.status().ToString().c_str());
-    report.Add(name, updates_per_second, "updates/s",
-               absl::StrCat(gpu ? "PyTorch on the GPU, " : "PyTorch 2.5, ", mode, gpu ? "" : ", best of 1/2 threads"),
-               pytorch.ok() ? *pytorch : 0);
+    RETURN_IF_ERROR(bench::AddComparison(
+                        report, name, "updates/s", absl::StrCat(gpu ? "PyTorch on the GPU, " : "PyTorch 2.5, ", mode),
+                        troupe_side,
+                        bench::PeerSide(gpu ? bench::Peer::kGpuPytorch : bench::Peer::kPytorch, "torch_d4pg",
+                                        peer_args(mode), "updates_per_second"),
+                        protocol)
+                        .status());
   }
-  auto jax = gpu ? bench::RunGpuJaxPeer("jax_d4pg", peer_args("jit"), "updates_per_second")
-                 : bench::RunJaxPeer("jax_d4pg", peer_args("jit"), "updates_per_second");
-  if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-  report.Add(name, updates_per_second, "updates/s",
-             gpu ? "JAX on the GPU, jax.jit" : "JAX 0.11.2 jax.jit, best of 1/2 threads", jax.ok() ? *jax : 0);
+  RETURN_IF_ERROR(bench::AddComparison(report, name, "updates/s",
+                                       gpu ? "JAX on the GPU, jax.jit" : "JAX 0.11.2 jax.jit", troupe_side,
+                                       bench::PeerSide(gpu ? bench::Peer::kGpuJax : bench::Peer::kJax, "jax_d4pg",
+                                                       peer_args("jit"), "updates_per_second"),
+                                       protocol)
+                      .status());
+  if (json.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(WriteFileAtomically(json, report.ToJson()));
+  std::printf("wrote %s\n", json.c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace troupe;
-  // --peers, wherever it is, then the positional arguments.
+  // --peers and --rounds N, wherever they are, then the positional arguments.
   bool peers = false;
+  int rounds = 0;
+  std::string json;
   std::vector<char*> positional = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--peers") == 0) {
       peers = true;
+    } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+      json = argv[++i];
+    } else if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
+      rounds = std::atoi(argv[++i]);
+      if (rounds < 1) {
+        std::fprintf(stderr, "d4pg_bench: --rounds %s: want a number of rounds >= 1\n", argv[i]);
+        return 2;
+      }
     } else {
       positional.push_back(argv[i]);
     }
@@ -188,10 +221,17 @@ int main(int argc, char** argv) {
   if (peers && kind != "pixels") {
     std::printf("--peers: the peers are of the pixel update only; none run for %s\n", kind.c_str());
   } else if (peers) {
-    // Each peer timed for as long as troupe's updates took, 3 s at least.
+    // Each round as long as troupe's updates took, 3 s at least.
     const std::string backend = (*replicator)->backend(0)->name();
-    const bool gpu = bench::MeasuredAsGpu(backend);
-    ReportPeers(config, device, gpu, batch, threads, updates / s, std::max(3.0, s));
+    bench::Options options;
+    options.seconds_per_figure = std::max(3.0, s);
+    options.rounds = rounds;
+    const absl::Status compared =
+        ReportPeers(config, device, bench::MeasuredAsGpu(backend), batch, threads, **agent, sample, options, json);
+    if (!compared.ok()) {
+      std::fprintf(stderr, "d4pg_bench: %s\n", compared.ToString().c_str());
+      return 1;
+    }
   }
   return 0;
 }

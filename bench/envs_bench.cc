@@ -1,21 +1,28 @@
 // `troupe bench envs`: per task, for state and for 84x84 pixel observations,
-// env steps per CPU-second on one thread next to the raw MuJoCo loop doing
-// the same physics (and rendering) on the same model (thread CPU clocks, so
-// the ratio holds on a shared machine), and the pool's wall-clock steps/s on
-// all cores next to the same envs stepped in turn on one thread (wall
-// clock) and next to the same envs in fixed slices stepped freely, one a
-// core (the machine's ceiling: a thread a slice for state, an env worker
-// process a slice for pixels). The loops compared run the same
-// steps of the same episodes in alternated windows, and each figure is its
-// best window (bench.h, BestOfAlternated). For state and pixels, the pool on
-// 1 and 2 threads next to EnvPool (PyPI envpool, its dm_control tasks,
-// MuJoCo 3.x; for pixels rendering every env at 84x84 every step) stepping
-// the same number of envs on as many threads, in the same run (skipped,
-// saying why, without PyPI; not in --quick runs).
+// every row a comparison by the protocol of bench/protocol.h (warm-up
+// rounds discarded, then rounds alternated troupe, reference, troupe, ...,
+// each side given the same seconds a round and the same threads; each
+// side's median of its rounds, with their min-max, and the ratio of the
+// medians). Each side keeps its state from round to round (episodes go on
+// where they left off). The rows:
+//   * one env against the raw MuJoCo loop doing the same physics (and
+//     rendering) on the same model, both on this thread, timed on its CPU
+//     clock (so the ratio holds on a shared machine);
+//   * the pool on all cores (wall clock) against the same envs stepped in
+//     turn by one thread, and against the same envs in fixed slices stepped
+//     freely, one a core (the machine's ceiling: a thread a slice for state,
+//     an env worker process a slice for pixels);
+//   * the pool on 1 and on 2 threads against EnvPool (PyPI envpool 1.2.5 as
+//     its wheel ships it, its dm_control tasks, MuJoCo 3.x; for pixels
+//     rendering every env at 84x84 every step), a process of it a round,
+//     stepping the same number of envs on as many threads. Missing, saying
+//     why, without PyPI and in --quick runs; for pixels, "does not render
+//     here" where EnvPool's renderer fails on this machine.
 #include <mujoco/mujoco.h>
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -30,7 +37,6 @@ namespace troupe::bench {
 namespace {
 
 constexpr int kActionTableSize = 4096;  // precomputed random actions, cycled
-constexpr int kAttempts = 16;           // every pair: best of this many alternated windows
 
 // EnvPool's id of a troupe task: "ball_in_cup.catch" -> "BallInCupCatch-v1".
 std::string EnvPoolId(const std::string& task) {
@@ -287,28 +293,22 @@ absl::StatusOr<Loop> WorkerSlicesLoop(const envs::EnvOptions& env_options, const
   };
 }
 
-// Calibration: runs `loop` until one call takes `seconds` (wall clock) and
-// returns its rate in units per second; then runs each of `partners` for as
-// many units, untimed, so all go on in step.
-absl::StatusOr<double> ProbeInStep(const Loop& loop, const std::vector<Loop>& partners, double seconds) {
-  absl::Status error;
-  long units = 0;
-  const double rate = MeasureRate(seconds, [&](long n) {
-    if (error.ok()) error = loop(n);
-    units += n;
-  });
-  RETURN_IF_ERROR(error);
-  for (const Loop& partner : partners) RETURN_IF_ERROR(partner(units));
-  return rate;
-}
-
 }  // namespace
 
 absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
   Report report;
-  std::string envpool_missing = options.quick ? "not in --quick runs" : "";  // why EnvPool is skipped
-  const double seconds = options.quick ? 0.2 : options.seconds_per_figure;
   const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  // The protocol's rounds (5 measured after a warm-up, 3 with --quick), of
+  // --seconds each (0.2 s with --quick), on `count` threads, unpinned.
+  auto protocol = [&options](int count) {
+    ProtocolOptions p = DefaultProtocol(options, count);
+    if (options.quick) p.seconds_per_round = std::min(p.seconds_per_round, 0.2);
+    return p;
+  };
+  // Why EnvPool is missing (empty: it runs), and for pixels why it cannot
+  // render here (probed once, at the first pixel row).
+  std::string envpool_missing = options.quick ? "not in --quick runs" : "";
+  std::optional<std::string> envpool_pixels_missing;
   for (const envs::TaskInfo& info : envs::Tasks()) {
     if (!options.filter.empty() && std::find(options.filter.begin(), options.filter.end(), info.name) == options.filter.end()) {
       continue;
@@ -320,21 +320,19 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       envs::EnvOptions env_options;
       env_options.task = info.name;
       env_options.pixels = pixels;
-      // Contexts first, so no timed loop pays for making them.
+      // Contexts first, so no round pays for making them.
       if (pixels) RETURN_IF_ERROR(envs::PrepareRenderer(model));
-      // One env against the raw loop, on this thread's CPU clock; windows
-      // sized from a short probe so all attempts take about `seconds`.
-      ASSIGN_OR_RETURN(std::unique_ptr<RawLoop> raw, RawLoop::Create(info, model, pixels, actions));
-      const Loop raw_loop = [&raw](long n) { return raw->Run(n); };
-      ASSIGN_OR_RETURN(Loop env, EnvLoop(env_options, model, actions));
-      ASSIGN_OR_RETURN(double probe, ProbeInStep(raw_loop, {env}, seconds / 20));
-      ASSIGN_OR_RETURN(std::vector<double> single,
-                       BestOfAlternated({env, raw_loop}, std::max(1L, long(probe * seconds / kAttempts)), kAttempts,
-                                        Clock::kThreadCpu));
-      report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), single[0], "steps/cpu-s",
-                 pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", single[1]);
-      raw.reset();
-      // The pool's wall-clock rate against the same envs stepped in turn on
+      // One env against the raw loop, on this thread's CPU clock.
+      {
+        ASSIGN_OR_RETURN(std::unique_ptr<RawLoop> raw, RawLoop::Create(info, model, pixels, actions));
+        ASSIGN_OR_RETURN(Loop env, EnvLoop(env_options, model, actions));
+        const Loop raw_loop = [&raw](long n) { return raw->Run(n); };
+        ASSIGN_OR_RETURN(Comparison single, CompareAlternated(LoopSide(env, Clock::kThreadCpu),
+                                                              LoopSide(raw_loop, Clock::kThreadCpu), protocol(1)));
+        report.Add(absl::StrCat(info.name, " ", kind, " env, 1 thread"), "steps/cpu-s",
+                   pixels ? "raw step+updateScene+render+readPixels" : "raw mj_step x substeps", single);
+      }
+      // The pool's wall-clock rate against the same envs stepped in turn by
       // one thread, and against the machine's ceiling for the same work: a
       // fixed slice a core, each stepped freely, never waiting for the
       // others. State: a thread a slice. Pixels: a process a slice (threads
@@ -354,46 +352,55 @@ absl::StatusOr<Report> RunEnvsBenchmark(const Options& options) {
       } else {
         ASSIGN_OR_RETURN(free_slices, SlicesLoop(env_options, model, num_envs, threads, actions));
       }
-      const std::vector<Loop> loops = {pool, in_turn, free_slices};
-      // (The probe keeps the others in step with in_turn.)
-      ASSIGN_OR_RETURN(double batches_per_s, ProbeInStep(in_turn, {pool, free_slices}, seconds / 20));
-      ASSIGN_OR_RETURN(std::vector<double> rates,
-                       BestOfAlternated(loops, std::max(1L, long(batches_per_s * seconds / kAttempts)), kAttempts,
-                                        Clock::kWall));
+      // A unit of these loops is a batch: a step of every env.
       const std::string name = absl::StrCat(info.name, " ", kind, " pool, ", threads, " threads, ", num_envs, " envs");
-      report.Add(name, rates[0] * num_envs, "steps/s", "the same envs in turn on 1 thread (wall clock)",
-                 rates[1] * num_envs);
-      report.Add(name + (pixels ? ", against free processes" : ", against free threads"), rates[0] * num_envs,
-                 "steps/s",
+      ASSIGN_OR_RETURN(Comparison against_in_turn,
+                       CompareAlternated(LoopSide(pool, Clock::kWall, num_envs),
+                                         LoopSide(in_turn, Clock::kWall, num_envs), protocol(threads)));
+      report.Add(name, "steps/s", "the same envs stepped in turn by 1 of the threads (wall clock)", against_in_turn);
+      ASSIGN_OR_RETURN(Comparison against_free,
+                       CompareAlternated(LoopSide(pool, Clock::kWall, num_envs),
+                                         LoopSide(free_slices, Clock::kWall, num_envs), protocol(threads)));
+      report.Add(name + (pixels ? ", against free processes" : ", against free threads"), "steps/s",
                  absl::StrCat("the same envs in ", threads, " fixed slices, a free ", pixels ? "process" : "thread",
-                              " each"),
-                 rates[2] * num_envs);
-      // EnvPool on the same envs and threads: its dm_control task, rendering
-      // every env at 84x84 every step for pixels.
+                              " each (wall clock)"),
+                 against_free);
+      env_pool.reset();
+      pool = in_turn = free_slices = nullptr;  // their envs, worker processes and threads go before the next pools
+      // EnvPool stepping its dm_control task with as many envs on as many
+      // threads, a process of it a round; for pixels rendering every env at
+      // 84x84 every step.
+      const std::string envpool_id = EnvPoolId(info.name);
+      if (pixels && !envpool_pixels_missing.has_value() && envpool_missing.empty()) {
+        absl::StatusOr<double> probe = RunEnvPoolPeer(envpool_id, 1, 1, 0.1, /*pixels=*/true);
+        envpool_pixels_missing =
+            probe.status().code() == absl::StatusCode::kFailedPrecondition ? std::string(probe.status().message()) : "";
+        if (!envpool_pixels_missing->empty()) std::printf("(%s)\n", envpool_pixels_missing->c_str());
+      }
+      const bool renders = !pixels || !envpool_pixels_missing.has_value() || envpool_pixels_missing->empty();
+      const std::string envpool_reference =
+          renders ? absl::StrCat("EnvPool 1.2.5 (PyPI, as shipped) stepping its dm_control task (MuJoCo 3.17)",
+                                 pixels ? ", rendering each env at 84x84" : "", ", the same envs on as many threads")
+                  : "EnvPool: does not render here (PyPI envpool 1.2.5 as shipped)";
       for (int pool_threads : {1, 2}) {
         pool_options.num_threads = pool_threads;
         ASSIGN_OR_RETURN(std::shared_ptr<envs::EnvPool> our_pool, envs::EnvPool::Create(pool_options));
         ASSIGN_OR_RETURN(Loop ours, PoolLoop(our_pool, actions));
-        ASSIGN_OR_RETURN(double probe_rate, ProbeInStep(ours, {}, seconds / 20));
-        ASSIGN_OR_RETURN(std::vector<double> our_rate,
-                         BestOfAlternated({ours}, std::max(1L, long(probe_rate * seconds / kAttempts)), kAttempts,
-                                          Clock::kWall));
-        double envpool = 0;
-        if (envpool_missing.empty()) {
-          auto measured = RunEnvPoolPeer(EnvPoolId(info.name), num_envs, pool_threads, seconds, pixels);
-          if (measured.ok()) {
-            envpool = *measured;
-          } else {
-            envpool_missing = std::string(measured.status().message());
-            std::printf("(EnvPool figures skipped: %s)\n", envpool_missing.c_str());
-          }
-        }
-        report.Add(absl::StrCat(info.name, " ", kind, " pool, ", pool_threads,
-                                pool_threads == 1 ? " thread, " : " threads, ", num_envs, " envs, against EnvPool"),
-                   our_rate[0] * num_envs, "steps/s",
-                   absl::StrCat("EnvPool 1.2.5 stepping its dm_control task (MuJoCo 3.17)",
-                                pixels ? ", rendering each env at 84x84" : "", ", the same envs on as many threads"),
-                   envpool);
+        const Side envpool = [&](const Round& round) -> absl::StatusOr<double> {
+          if (!envpool_missing.empty()) return absl::UnavailableError(envpool_missing);
+          if (!renders) return absl::FailedPreconditionError(*envpool_pixels_missing);
+          absl::StatusOr<double> rate = RunEnvPoolPeer(envpool_id, num_envs, round.threads, round.seconds, pixels);
+          // Without PyPI: the rows after this one say why at once.
+          if (rate.status().code() == absl::StatusCode::kUnavailable) envpool_missing = std::string(rate.status().message());
+          return rate;
+        };
+        RETURN_IF_ERROR(AddComparison(report,
+                                      absl::StrCat(info.name, " ", kind, " pool, ", pool_threads,
+                                                   pool_threads == 1 ? " thread, " : " threads, ", num_envs,
+                                                   " envs, against EnvPool"),
+                                      "steps/s", envpool_reference, LoopSide(ours, Clock::kWall, num_envs), envpool,
+                                      protocol(pool_threads))
+                            .status());
       }
     }
   }

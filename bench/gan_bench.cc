@@ -7,8 +7,9 @@
 // 10,000 training images against the test images; and the generator +
 // discriminator step's images/s against the same step in Debian's libtorch
 // 1.13 (bench/peers/libtorch_gan_step.cc, compiled at run time when installed).
-// `--only speed` gives only the step's images/s at each batch and replica
-// count of the batch study, next to batch 64 on 1 replica.
+// `--only speed` gives only the step's figures: the libtorch comparison and
+// the images/s at each batch and replica count of the batch study, next to
+// batch 64 on 1 replica.
 // Then troupe's classifier-FID after N images at batch 64 next to the
 // libtorch reference GAN's (bench/gan_reference.h: the same GAN trained in
 // libtorch from troupe's initial weights on the same images and noise),
@@ -69,11 +70,6 @@ namespace {
 
 constexpr int kThreads = 2;
 
-// The libtorch peer's images/s (best of 1 and 2 threads); NotFound without libtorch-dev.
-absl::StatusOr<double> LibtorchGanRate(int64_t batch, const config::GanConfig& c, double seconds) {
-  return RunLibtorchPeer("libtorch_gan_step", absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds),
-                         "images_per_second");
-}
 
 void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); }
 
@@ -220,15 +216,47 @@ constexpr std::pair<int, int> kBatchPoints[] = {{64, 1}, {256, 1}, {256, 2}, {10
 
 // Images/s of the G+D step of config `c`, after 2 warm-up steps, over
 // `seconds` of whole steps.
+// troupe's side of a G+D step comparison (bench/protocol.h): the trainer is
+// made and warmed by two steps at the first round and kept (a PJRT program is
+// compiled once, as a peer's is per process); each round returns its
+// images/s over round.seconds.
+Side StepSide(const gan::GanData& data, const config::GanConfig& c) {
+  auto trainer = std::make_shared<std::unique_ptr<gan::GanTrainer>>();
+  return [&data, c, trainer](const Round& round) -> absl::StatusOr<double> {
+    if (*trainer == nullptr) {
+      ASSIGN_OR_RETURN(*trainer, gan::GanTrainer::Create(c, &data));
+      RETURN_IF_ERROR((*trainer)->Train(2));
+    }
+    absl::Status error;
+    const double steps_per_s = MeasureRate(round.seconds, [&](long n) {
+      if (error.ok()) error = (*trainer)->Train(n);
+    });
+    RETURN_IF_ERROR(error);
+    return steps_per_s * c.batch_size();
+  };
+}
+
 absl::StatusOr<double> StepImagesPerSecond(const gan::GanData& data, const config::GanConfig& c, double seconds) {
-  ASSIGN_OR_RETURN(std::unique_ptr<gan::GanTrainer> trainer, gan::GanTrainer::Create(c, &data));
-  RETURN_IF_ERROR(trainer->Train(2));
-  absl::Status error;
-  const double steps_per_s = MeasureRate(seconds, [&](long n) {
-    if (error.ok()) error = trainer->Train(n);
-  });
-  RETURN_IF_ERROR(error);
-  return steps_per_s * c.batch_size();
+  return StepSide(data, c)(Round{.seconds = seconds});
+}
+
+// The G+D step at batch 64 against the same step in libtorch
+// (bench/peers/libtorch_gan_step.cc), by the comparison protocol, both on
+// kThreads threads.
+absl::Status AddLibtorchStepComparison(const gan::GanData& data, const config::GanConfig& base,
+                                       const Options& options, double seconds, Report& report) {
+  config::GanConfig c = base;
+  c.set_batch_size(64);
+  Options per_round = options;
+  per_round.seconds_per_figure = seconds;
+  const auto args = [&c](const Round& round) {
+    return absl::StrCat(64, " ", c.generator_channels(), " ", c.noise_size(), " ", round.seconds);
+  };
+  return AddComparison(report, absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kThreads), "images/s",
+                       "libtorch 1.13", StepSide(data, c),
+                       PeerSide(Peer::kLibtorch, "libtorch_gan_step", args, "images_per_second"),
+                       DefaultProtocol(per_round, kThreads))
+      .status();
 }
 
 // The G+D step's images/s at each point of kBatchPoints, next to batch 64
@@ -258,7 +286,8 @@ absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& ba
 // against troupe's CPU backend in the same run.
 absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
   Report report;
-  const double seconds = std::max(options.seconds_per_figure, 3.0);
+  Options per_round = options;
+  per_round.seconds_per_figure = std::max(options.seconds_per_figure, 3.0);
   const gan::GanData data = bench::RandomGanData();
   config::EngineConfig engine;
   const bool pjrt = options.device == "pjrt";
@@ -289,24 +318,26 @@ absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
       c.set_base_batch_size(batch);
       *c.mutable_engine() = engine;
       c.mutable_engine()->set_precision(precision);
-      ASSIGN_OR_RETURN(const double images_per_s, StepImagesPerSecond(data, c, seconds));
       const std::string name = absl::StrFormat("G+D step (n_critic 1) on %s, %s, batch %d", where, dtype, batch);
+      const Side troupe = StepSide(data, c);
       if (on_cpu) {
         config::GanConfig cpu = c;
         *cpu.mutable_engine() = config::EngineConfig();  // the CPU backend
         cpu.mutable_engine()->set_precision(precision);
-        ASSIGN_OR_RETURN(const double cpu_images_per_s, StepImagesPerSecond(data, cpu, seconds));
-        report.Add(name, images_per_s, "images/s", "troupe's CPU backend, same step", cpu_images_per_s);
+        RETURN_IF_ERROR(AddComparison(report, name, "images/s", "troupe's CPU backend, same step", troupe,
+                                      StepSide(data, cpu), DefaultProtocol(per_round, kThreads))
+                            .status());
         continue;
       }
       for (const std::string& mode : GpuPeerModes(batch)) {
-        auto pytorch = RunGpuPytorchPeer(
-            "torch_gan",
-            absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", seconds, " ", mode, " cuda ", dtype),
-            "images_per_second");
-        if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode.c_str(), pytorch.status().ToString().c_str());
-        report.Add(name, images_per_s, "images/s", absl::StrCat("PyTorch on the GPU, ", mode),
-                   pytorch.ok() ? *pytorch : 0);
+        const auto args = [&c, batch, mode, dtype](const Round& round) {
+          return absl::StrCat(batch, " ", c.generator_channels(), " ", c.noise_size(), " ", round.seconds, " ", mode,
+                              " cuda ", dtype);
+        };
+        RETURN_IF_ERROR(AddComparison(report, name, "images/s", absl::StrCat("PyTorch on the GPU, ", mode), troupe,
+                                      PeerSide(Peer::kGpuPytorch, "torch_gan", args, "images_per_second"),
+                                      GpuProtocol(per_round))
+                            .status());
       }
     }
   }
@@ -346,6 +377,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   base.set_data_dir(gan::kFashionMnistDir);
   const double step_seconds = std::max(options.seconds_per_figure, 3.0);
   if (speed_only) {
+    RETURN_IF_ERROR(AddLibtorchStepComparison(*data, base, options, step_seconds, report));
     RETURN_IF_ERROR(AddStepSpeeds(*data, base, step_seconds, report));
     return report;
   }
@@ -368,16 +400,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
                                          static_cast<double>(checkpoint_seconds), report));
   if (reference_only) return report;
 
-  // Step throughput against libtorch at batch 64.
-  {
-    config::GanConfig c = base;
-    c.set_batch_size(64);
-    ASSIGN_OR_RETURN(const double images_per_s, StepImagesPerSecond(*data, c, step_seconds));
-    auto torch = LibtorchGanRate(64, c, step_seconds);
-    if (!torch.ok()) std::printf("libtorch peer unavailable: %s\n", torch.status().ToString().c_str());
-    report.Add(absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kThreads), images_per_s, "images/s",
-               torch.ok() ? "libtorch 1.13, best of 1/2 threads" : "libtorch (not installed)", torch.ok() ? *torch : 0);
-  }
+  RETURN_IF_ERROR(AddLibtorchStepComparison(*data, base, options, step_seconds, report));
 
   // Equal images seen at growing global batch, 1 and 2 replicas.
   for (auto [batch, replicas] : kBatchPoints) {

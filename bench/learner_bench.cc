@@ -149,30 +149,31 @@ double MeasureEigenGemm(double seconds) {
   return rate * kThreads * 2.0 * kN * kN * kN / 1e9;
 }
 
-// The libtorch peer on the same network: the better samples/s of 1 and 2 threads.
-absl::StatusOr<double> MeasureLibtorch(int64_t batch, int64_t size, double seconds) {
-  return RunLibtorchPeer("libtorch_drq", absl::StrCat(batch, " ", size, " ", seconds), "samples_per_second");
-}
-
-}  // namespace
-
-namespace {
-
-// The GPU peers' rows beside troupe's `troupe` samples/s for the DrQ step
-// at 84x84, `batch`, `dtype` ("float32", "bfloat16"): PyTorch (the
-// machine's python3) eager, and compiled at batch 256, and JAX's jax.jit.
-void AddGpuPeerRows(Report& report, const std::string& name, double troupe, int64_t batch, const char* dtype,
-                    double seconds) {
+// The GPU peers' rows for the DrQ step at 84x84, `batch`, `dtype`
+// ("float32", "bfloat16") on `backend`: PyTorch (the machine's python3)
+// eager, and compiled at batch 256, and JAX's jax.jit, each by the protocol
+// for GPU peers (GpuProtocol).
+absl::Status AddGpuPeerRows(Report& report, const std::string& name, nn::Backend& backend, int64_t batch,
+                            const char* dtype, const Options& options, double seconds) {
+  const Side troupe = [&](const Round& round) -> absl::StatusOr<double> {
+    return MeasureTroupe(backend, batch, 84, round.seconds);
+  };
+  Options per_round = options;
+  per_round.seconds_per_figure = seconds;
+  const ProtocolOptions protocol = GpuProtocol(per_round);
+  const auto args = [batch, dtype](std::string tail) {
+    return [=](const Round& round) { return absl::StrCat(batch, " 84 ", round.seconds, " ", tail, " ", dtype); };
+  };
   for (const std::string& mode : GpuPeerModes(batch)) {
-    auto pytorch = RunGpuPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode, " cuda ", dtype),
-                                     "samples_per_second");
-    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode.c_str(), pytorch.status().ToString().c_str());
-    report.Add(name, troupe, "samples/s", absl::StrCat("PyTorch on the GPU, ", mode), pytorch.ok() ? *pytorch : 0);
+    RETURN_IF_ERROR(AddComparison(report, name, "samples/s", absl::StrCat("PyTorch on the GPU, ", mode), troupe,
+                                  PeerSide(Peer::kGpuPytorch, "torch_drq", args(mode + " cuda"), "samples_per_second"),
+                                  protocol)
+                        .status());
   }
   // The machine's JAX: the whole step as one XLA program.
-  auto jax = RunGpuJaxPeer("jax_drq", absl::StrCat(batch, " 84 ", seconds, " jit cuda ", dtype), "samples_per_second");
-  if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-  report.Add(name, troupe, "samples/s", "JAX on the GPU, jax.jit", jax.ok() ? *jax : 0);
+  return AddComparison(report, name, "samples/s", "JAX on the GPU, jax.jit", troupe,
+                       PeerSide(Peer::kGpuJax, "jax_drq", args("jit cuda"), "samples_per_second"), protocol)
+      .status();
 }
 
 }  // namespace
@@ -192,10 +193,9 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
     const bool bf16 = precision == config::EngineConfig::BFLOAT16;
     const char* dtype = bf16 ? "bfloat16" : "float32";
     for (const int64_t batch : options.quick ? std::vector<int64_t>{32} : std::vector<int64_t>{256, 1024}) {
-      const double troupe = MeasureTroupe(*gpu, batch, 84, seconds);
-      AddGpuPeerRows(report,
-                     absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, %s, batch %d", gpu->name(), dtype, batch),
-                     troupe, batch, dtype, seconds);
+      RETURN_IF_ERROR(AddGpuPeerRows(
+          report, absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, %s, batch %d", gpu->name(), dtype, batch), *gpu,
+          batch, dtype, options, seconds));
     }
     if (bf16) break;
     // The same step on the backend's other paths, each next to the default
@@ -209,15 +209,25 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
         unsetenv(name);
         return b;
       };
+      Options per_round = options;
+      per_round.seconds_per_figure = seconds;
+      const ProtocolOptions protocol = GpuProtocol(per_round);
+      const auto step_on = [](nn::Backend& b) -> Side {
+        return [&b](const Round& round) -> absl::StatusOr<double> { return MeasureTroupe(b, 256, 84, round.seconds); };
+      };
       ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> im2col, with_env("TROUPE_CUDA_CONV", "im2col"));
-      report.Add("DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: the default convolutions (cuDNN)",
-                 MeasureTroupe(*gpu, 256, 84, seconds), "samples/s", "troupe with im2col + cuBLAS convolutions",
-                 MeasureTroupe(*im2col, 256, 84, seconds));
+      RETURN_IF_ERROR(AddComparison(report,
+                                    "DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: the default convolutions "
+                                    "(cuDNN)",
+                                    "samples/s", "troupe with im2col + cuBLAS convolutions", step_on(*gpu),
+                                    step_on(*im2col), protocol)
+                          .status());
       im2col.reset();
       ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> async, with_env("TROUPE_CUDA_ASYNC", "1"));
-      report.Add("DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: asynchronous kernels",
-                 MeasureTroupe(*async, 256, 84, seconds), "samples/s", "troupe, a wait after every call (default)",
-                 MeasureTroupe(*gpu, 256, 84, seconds));
+      RETURN_IF_ERROR(AddComparison(report, "DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: asynchronous kernels",
+                                    "samples/s", "troupe, a wait after every call (default)", step_on(*async),
+                                    step_on(*gpu), protocol)
+                          .status());
     }
     // What a D4PG pixel step moves between host and GPU: its batch in (uint8
     // observations and next observations, 3 frames of 84x84x3 each, at batch
@@ -278,10 +288,11 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
       ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> b, engine::MakeBackend(grid_engine, 0, 1));
       const char* dtype = precision == config::EngineConfig::BFLOAT16 ? "bfloat16" : "float32";
       for (const int64_t grid_batch : options.quick ? std::vector<int64_t>{32} : std::vector<int64_t>{256, 1024}) {
-        AddGpuPeerRows(report,
-                       absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, one program per step, %s, batch %d",
-                                       b->name(), dtype, grid_batch),
-                       MeasureTroupe(*b, grid_batch, 84, seconds), grid_batch, dtype, seconds);
+        RETURN_IF_ERROR(AddGpuPeerRows(report,
+                                       absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam on %s, one program per step, %s, "
+                                                       "batch %d",
+                                                       b->name(), dtype, grid_batch),
+                                       *b, grid_batch, dtype, options, seconds));
       }
     }
   }
@@ -292,58 +303,59 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
                                            size, size, compiled->name(), batch);
   auto& backend = static_cast<pjrt::PjrtBackend&>(*compiled);
   pjrt::PjrtStats warm;  // after the first step (its compile, the arena's first allocation)
-  const double first = MeasureTroupe(backend, batch, size, seconds, [&] { warm = backend.stats(); });
+  MeasureTroupe(backend, batch, size, seconds, [&] { warm = backend.stats(); });
   const pjrt::PjrtStats stats = backend.stats();
   const double timed_steps = static_cast<double>(std::max<int64_t>(1, stats.steps - warm.steps));
 
-  double troupe = first;
+  // Every comparison below by the protocol (bench/protocol.h): a warm-up
+  // round each, then rounds alternated troupe, peer, troupe, ... of
+  // `seconds` each; the medians and their ratio. On the CPU plugin the same
+  // threads for both: its pools span every CPU this process may run on, and
+  // a peer is given as many (jax_drq.py confines itself to that many of the
+  // same CPUs: all of them). On a GPU, the GPU peers' protocol.
+  Options per_round = options;
+  per_round.seconds_per_figure = seconds;
+  const ProtocolOptions protocol = on_cpu ? DefaultProtocol(per_round, SchedulableCpus()) : GpuProtocol(per_round);
+  // Each troupe round makes the network afresh and steps it once untimed,
+  // as each peer round is a fresh process that warms up untimed; troupe's
+  // program is compiled already (the backend keeps it).
+  const Side troupe_round = [&](const Round& round) -> absl::StatusOr<double> {
+    return MeasureTroupe(backend, batch, size, round.seconds);
+  };
   if (on_cpu) {
-    // JAX's jit of the same network: the same XLA compiler, so this measures
-    // troupe's lowering, not XLA. Both sides by the comparison protocol
-    // (bench/protocol.h): a warm-up round each, then rounds alternated
-    // troupe, JAX, troupe, ... of `seconds` each; the medians and their
-    // ratio. The same threads for both: the plugin's pools span every CPU
-    // this process may run on, and the peer is given as many (jax_drq.py
-    // confines itself to that many of the same CPUs: all of them).
-    ProtocolOptions protocol;
-    protocol.rounds = options.quick ? 3 : 5;
-    protocol.warmup_rounds = 1;
-    protocol.seconds_per_round = seconds;
-    protocol.threads.count = SchedulableCpus();
-    // Each troupe round makes the network afresh and steps it once untimed,
-    // as each JAX round is a fresh process that jits and warms up untimed;
-    // troupe's program is compiled already (the backend keeps it).
-    const Side troupe_round = [&](const Round& round) -> absl::StatusOr<double> {
-      return MeasureTroupe(backend, batch, size, round.seconds);
-    };
-    const Side jax_round = [&](const Round& round) {
-      return RunPythonPeerOnce(PythonPeer::kJax, "jax_drq", round.threads,
-                               absl::StrCat(batch, " ", size, " ", round.seconds, " jit cpu float32"),
-                               "samples_per_second");
-    };
-    const std::string peer = "JAX 0.11.2 jax.jit on its CPU backend";
-    auto jax = CompareAlternated(troupe_round, jax_round, protocol);
-    if (jax.ok()) {
-      troupe = jax->troupe.median;  // the figure the rows below compare, too
-      report.Add(name, "samples/s", peer, *jax);
-    } else {
-      std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-      report.Add(name, troupe, "samples/s", peer, 0);
-    }
+    // JAX's jit of the same network: the same XLA compiler, so this
+    // measures troupe's lowering, not XLA.
+    const Side jax_round = PeerSide(
+        Peer::kJax, "jax_drq",
+        [&](const Round& round) { return absl::StrCat(batch, " ", size, " ", round.seconds, " jit cpu float32"); },
+        "samples_per_second");
+    RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on its CPU backend", troupe_round,
+                                  jax_round, protocol)
+                        .status());
   }
-  report.Add(name, troupe, "samples/s", "the same step kernel at a time on the same plugin",
-             MeasureTroupe(*kernels, batch, size, seconds));
+  // troupe's other paths for the same step, by the same protocol.
+  const auto same_step_on = [&](nn::Backend& other) -> Side {
+    return [&other, batch, size](const Round& round) -> absl::StatusOr<double> {
+      return MeasureTroupe(other, batch, size, round.seconds);
+    };
+  };
+  RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "the same step kernel at a time on the same plugin",
+                                troupe_round, same_step_on(*kernels), protocol)
+                      .status());
   if (on_cpu) {
     nn::CpuBackend cpu(kThreads);
-    report.Add(name, troupe, "samples/s", absl::StrFormat("troupe's CPU backend, %d threads, same step", kThreads),
-               MeasureTroupe(cpu, batch, size, seconds));
+    RETURN_IF_ERROR(AddComparison(report, name, "samples/s",
+                                  absl::StrFormat("troupe's CPU backend, %d threads, same step", kThreads),
+                                  troupe_round, same_step_on(cpu), protocol)
+                        .status());
   } else {
     config::EngineConfig cuda;
     cuda.set_device(config::EngineConfig::CUDA);
     if (engine::CheckDeviceAvailable(cuda, "bench").ok()) {
       ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> reference, engine::MakeBackend(cuda, 0, 1));
-      report.Add(name, troupe, "samples/s", "troupe's CUDA backend, same step",
-                 MeasureTroupe(*reference, batch, size, seconds));
+      RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "troupe's CUDA backend, same step", troupe_round,
+                                    same_step_on(*reference), protocol)
+                          .status());
     }
   }
 
@@ -375,38 +387,54 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
 
   // Eigen GEMM first: the reference for the engine's GFLOP/s.
   const double gemm = MeasureEigenGemm(seconds);
-  const double troupe = MeasureTroupe(cpu, batch, 84, seconds);
-  auto torch = MeasureLibtorch(batch, 84, seconds);
+  // Every peer by the comparison protocol (bench/protocol.h): rounds
+  // alternated with troupe's, the same time per round, both on kThreads
+  // threads (the peer told as many), medians and ranges.
+  Options per_round = options;
+  per_round.seconds_per_figure = seconds;
+  const ProtocolOptions protocol = DefaultProtocol(per_round, kThreads);
+  const auto troupe_at = [&](int64_t b, int64_t image) -> Side {
+    return [&cpu, b, image](const Round& round) -> absl::StatusOr<double> {
+      return MeasureTroupe(cpu, b, image, round.seconds);
+    };
+  };
+  const auto peer_args = [](int64_t b, int64_t image, const std::string& tail) {
+    return [=](const Round& round) { return absl::StrCat(b, " ", image, " ", round.seconds, tail); };
+  };
   const std::string name = absl::StrFormat("DrQ 9x84x84 fwd+bwd+Adam, batch %d, %d threads", batch, kThreads);
-  if (torch.ok()) {
-    report.Add(name, troupe, "samples/s", "libtorch 1.13, best of 1/2 threads", *torch);
-  } else {
-    std::printf("libtorch peer unavailable: %s\n", torch.status().ToString().c_str());
-    report.Add(name, troupe, "samples/s", "libtorch (not installed)", 0);
-  }
+  ASSIGN_OR_RETURN(const double troupe,
+                   AddComparison(report, name, "samples/s", "libtorch 1.13", troupe_at(batch, 84),
+                                 PeerSide(Peer::kLibtorch, "libtorch_drq", peer_args(batch, 84, ""),
+                                          "samples_per_second"),
+                                 protocol));
   // What a user would pick instead today: PyTorch 2.x, eager and compiled.
-  for (const char* mode : {"eager", "compile"}) {
-    auto pytorch = RunPytorchPeer("torch_drq", absl::StrCat(batch, " 84 ", seconds, " ", mode), "samples_per_second");
-    const std::string peer = absl::StrCat("PyTorch 2.5 ", mode == std::string("eager") ? "eager" : "torch.compile",
-                                          ", best of 1/2 threads");
-    if (!pytorch.ok()) std::printf("PyTorch peer (%s) unavailable: %s\n", mode, pytorch.status().ToString().c_str());
-    report.Add(name, troupe, "samples/s", peer, pytorch.ok() ? *pytorch : 0);
+  for (const std::string mode : {"eager", "compile"}) {
+    RETURN_IF_ERROR(AddComparison(report, name, "samples/s",
+                                  mode == "eager" ? "PyTorch 2.5 eager" : "PyTorch 2.5 torch.compile",
+                                  troupe_at(batch, 84),
+                                  PeerSide(Peer::kPytorch, "torch_drq", peer_args(batch, 84, " " + mode),
+                                           "samples_per_second"),
+                                  protocol)
+                        .status());
   }
   // And JAX: the whole step as one XLA program (jax.jit), on the XLA release
   // of the PJRT CPU plugin troupe's PJRT backend loads.
-  auto jax = RunJaxPeer("jax_drq", absl::StrCat(batch, " 84 ", seconds, " jit cpu float32"), "samples_per_second");
-  if (!jax.ok()) std::printf("JAX peer unavailable: %s\n", jax.status().ToString().c_str());
-  report.Add(name, troupe, "samples/s", "JAX 0.11.2 jax.jit, best of 1/2 threads", jax.ok() ? *jax : 0);
+  RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit", troupe_at(batch, 84),
+                                PeerSide(Peer::kJax, "jax_drq", peer_args(batch, 84, " jit cpu float32"),
+                                         "samples_per_second"),
+                                protocol)
+                      .status());
   report.Add("engine GEMM throughput on that step", troupe * shape_only.FlopsPerSample() / 1e9, "GFLOP/s",
              absl::StrFormat("Eigen float GEMM 1024^3, %d threads", kThreads), gemm);
 
   // The smaller configuration.
   const int64_t small_batch = options.quick ? 16 : 128;
-  const double troupe64 = MeasureTroupe(cpu, small_batch, 64, seconds);
-  auto torch64 = MeasureLibtorch(small_batch, 64, seconds);
   const std::string name64 = absl::StrFormat("DrQ 9x64x64 fwd+bwd+Adam, batch %d, %d threads", small_batch, kThreads);
-  report.Add(name64, troupe64, "samples/s", torch64.ok() ? "libtorch 1.13, best of 1/2 threads" : "libtorch (not installed)",
-             torch64.ok() ? *torch64 : 0);
+  ASSIGN_OR_RETURN(const double troupe64,
+                   AddComparison(report, name64, "samples/s", "libtorch 1.13", troupe_at(small_batch, 64),
+                                 PeerSide(Peer::kLibtorch, "libtorch_drq", peer_args(small_batch, 64, ""),
+                                          "samples_per_second"),
+                                 protocol));
 
   // The strict CPU device (tests only): the same kernels with the arena
   // opened and closed around each call.

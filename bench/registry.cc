@@ -11,10 +11,12 @@ absl::StatusOr<Report> RunRlBenchmark(const Options& options);   // bench/rl_ben
 absl::StatusOr<Report> RunFleetBenchmark(const Options& options);  // bench/fleet_bench.cc
 absl::StatusOr<Report> RunScalingBenchmark(const Options& options);  // bench/scaling_bench.cc
 absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options);  // bench/learner_input_bench.cc
+absl::StatusOr<Report> RunPythonBenchmark(const Options& options);  // bench/python_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
-      {"envs", "env steps/s per task (state, pixels), single thread and pool, vs raw MuJoCo loops", RunEnvsBenchmark},
+      {"envs", "env steps/s per task (state, pixels), single thread and pool, vs raw MuJoCo loops, the machine's "
+               "ceiling and EnvPool", RunEnvsBenchmark},
       {"replay", "replay insert/sample items/s and MB/s, in-process and gRPC, vs raw loopback gRPC; bytes per pixel transition",
        RunReplayBenchmark},
       {"learner", "DrQ encoder+MLP fwd+bwd+Adam samples/s vs libtorch, PyTorch 2.x and JAX; engine GFLOP/s vs Eigen "
@@ -37,6 +39,9 @@ const std::vector<Benchmark>& Benchmarks() {
       {"learner-input", "D4PG pixel learner input (batch 256, 84x84 stacked 3): bytes uploaded per update and input "
                         "transitions/s with the device frame table vs the host-assembled batch, one thread",
        RunLearnerInputBenchmark},
+      {"python", "env pools stepped from Python (the troupe module) vs the same pools from C++, EnvPool and "
+                 "dm_control's suite, a process a round (needs BUILD/python: ninja troupe_python)",
+       RunPythonBenchmark},
   };
   return benchmarks;
 }

@@ -15,6 +15,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> filter;
     double seconds = 1.0;
     bool quick = false;
+    int rounds = 0;
     std::string device = "cpu";
     std::string pjrt_plugin;
   };
@@ -27,6 +28,10 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--only", args->filter, "Restrict to these items (e.g. task names)");
   cmd->add_option("--seconds", args->seconds, "Measurement time per figure")->check(CLI::PositiveNumber);
   cmd->add_flag("--quick", args->quick, "Small sizes (smoke test)");
+  cmd->add_option("--rounds", args->rounds,
+                  "Measured rounds per side of each comparison with a peer (bench/protocol.h; default 5 on the CPU, 3 "
+                  "on a GPU, fewer with --quick)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--device", args->device,
                   "Where the learner and GAN steps (also scaling's K=1 steps) run: cpu, cuda (GPU 0), or pjrt (the "
                   "learner and GAN steps, one program per step, on device 0 of --pjrt-plugin)")
@@ -68,7 +73,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       return;
     }
     std::printf("troupe bench %s: %s\n", found->name.c_str(), found->description.c_str());
-    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick, args->device, plugin});
+    auto report = found->run(bench::Options{args->seconds, args->filter, args->quick, args->device, plugin, args->rounds});
     if (!report.ok()) {
       std::fprintf(stderr, "troupe bench %s: %s\n", found->name.c_str(), report.status().ToString().c_str());
       *exit_code = 1;

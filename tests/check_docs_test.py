@@ -4,7 +4,9 @@ and fail, naming file and line, on each way they can come apart: a README
 too long, a page not linked, a link or anchor to nothing, an unlabelled
 block, an unknown verb, flag or benchmark, a missing script or script flag,
 a set-up section changed, a layer table that differs from
-tools/check_layers.sh. ctest runs it as Docs.CheckRefusesBrokenDocs."""
+tools/check_layers.sh, a table of figures typed by hand or with no
+measurement behind it (tools/bench_docs.py). ctest runs it as
+Docs.CheckRefusesBrokenDocs."""
 import os
 import shutil
 import subprocess
@@ -12,6 +14,7 @@ import sys
 import tempfile
 
 CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "check_docs.py")
+BENCH_DOCS = os.path.join(os.path.dirname(CHECK), "bench_docs.py")
 
 README = """# x
 
@@ -39,7 +42,23 @@ build/release/bench/d4pg_bench --peers pixels
 anything
 ```
 
-See [running](docs/running.md#a-run) and [design](docs/design.md).
+See [running](docs/running.md#a-run), [design](docs/design.md) and [speed](docs/benchmarks/demo.md).
+"""
+# A page of figures: one block generated from its JSON (by tools/bench_docs.py
+# --write when the clean tree is made), one table kept from elsewhere.
+SPEED = """# Speed
+
+<!-- bench: demo -->
+<!-- /bench -->
+
+<!-- kept: from a GPU lease at commit 0123abc, not re-measured -->
+| figure | troupe | peer | ratio |
+| --- | --- | --- | --- |
+| step | 5 | 4 | 1.25 |
+"""
+DEMO_JSON = """{"benchmark": "demo", "figures": [
+  {"name": "steps/s", "value": 300.0, "unit": "steps/s", "reference": "Peer 1.0, 5 alternated rounds of 2 s after 1 warm-up, median [min-max], both 2 threads unpinned", "reference_value": 200.0, "ratio": 1.5, "rounds": 5, "value_min": 290.0, "value_max": 310.0, "reference_min": 150.0, "reference_max": 210.0}],
+ "run": {"command": "troupe bench demo", "commit": "0123abcdef01", "machine": {"cpu": "x", "cores": 2}, "started": "2026-11-29T00:00:00Z", "load_before": 0.5, "load_after": 0.7}}
 """
 RUNNING = """# Running
 
@@ -97,8 +116,10 @@ def clean_tree(root):
         "configs/a.textproto": "", "configs/cartpole_swingup_state.textproto": "", "cli/run_command.cc": RUN_COMMAND, "cli/learner_command.cc": LEARNER_COMMAND,
         "cli/bench_command.cc": BENCH_COMMAND, "cli/security_flags.h": SECURITY, "bench/registry.cc": REGISTRY,
         "bench/CMakeLists.txt": BENCH_CMAKE, "bench/d4pg_bench_main.cc": D4PG_BENCH,
+        "docs/benchmarks/demo.md": SPEED, "docs/benchmarks/data/demo.json": DEMO_JSON,
     }.items():
         write(root, path, text)
+    subprocess.run([sys.executable, BENCH_DOCS, root, "--write"], check=True, capture_output=True, timeout=60)
 
 
 def replace(root, path, old, new):
@@ -140,6 +161,16 @@ CASES = {
                                    "docs/design.md:8: common/ may include nothing here, but proto"),
     "a design page not cited": (lambda r: replace(r, "tools/check_layers.sh", "docs/design.md", "DESIGN.md"),
                                 "does not cite docs/design.md"),
+    "a figure typed by hand": (lambda r: replace(r, "docs/benchmarks/demo.md", "| 300.0 [", "| 330.0 ["),
+                               "docs/benchmarks/demo.md:3: bench block 'demo' is not what docs/benchmarks/data/demo.json says"),
+    "a figure measured again, the page not regenerated": (
+        lambda r: replace(r, "docs/benchmarks/data/demo.json", '"value": 300.0', '"value": 280.0'),
+        "bench block 'demo' is not what"),
+    "a table of figures with no measurement behind it": (
+        lambda r: replace(r, "docs/benchmarks/demo.md", "<!-- kept: from a GPU lease at commit 0123abc, not re-measured -->\n", ""),
+        "a table of figures outside a bench block"),
+    "a block whose JSON is not there": (lambda r: os.remove(os.path.join(r, "docs/benchmarks/data/demo.json")),
+                                        "bench block 'demo': no docs/benchmarks/data/demo.json"),
 }
 
 

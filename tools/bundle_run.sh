@@ -25,7 +25,9 @@
 # --budget SECONDS: no part starts work once SECONDS have passed, and each
 #   step is cut to what is left; the last step ends 15 s before it.
 # --fast-peers: PyTorch peers eager only (TROUPE_PYTORCH_MODES=eager); the
-#   torch.compile modes cost about a minute of compile each on a cold machine.
+#   torch.compile modes cost about a minute of compile each on a cold machine;
+#   and 2 alternated rounds per side in each comparison (--rounds 2; each
+#   peer round is a process that imports its framework and warms up).
 # --return DIR: after each part, and when the script is stopped (SIGTERM,
 #   SIGINT, SIGHUP: an outer timeout), DIR gets summary.txt, env.txt and
 #   results.tar.gz (every result but run checkpoints): the few files a device
@@ -48,13 +50,14 @@ budget=100000
 parts=pjrt,correct,tests,job,cuda,cpu
 return_dir=""
 stand_in=""
+rounds=()  # each comparison's rounds per side (bench/protocol.h): the benchmarks' default, 2 with --fast-peers
 all_parts=" pjrt correct tests job cuda cpu "
 while (($# > 0)); do
   case "$1" in
     --cpu-only) cpu_only=1; shift ;;
     --budget) budget=${2:?--budget SECONDS}; shift 2 ;;
     --parts) parts=${2:?--parts LIST}; shift 2 ;;
-    --fast-peers) export TROUPE_PYTORCH_MODES=eager; shift ;;
+    --fast-peers) export TROUPE_PYTORCH_MODES=eager; rounds=(--rounds 2); shift ;;
     --return) return_dir=${2:?--return DIR}; shift 2 ;;
     --dry-run) stand_in=${2:?--dry-run PLUGIN}; shift 2 ;;
     --help|-h) sed -n '2,43p' "$0"; exit 0 ;;
@@ -208,7 +211,7 @@ bench() {  # TAG CAP ARGS...: troupe bench ARGS --json, for at most CAP s; its r
   local seconds=$(capped "$cap")
   if ((seconds < 30)); then say "troupe bench $* : skipped (budget spent)"; return; fi
   local start=$(date +%s)
-  step "$out/bench_$tag.txt" 1 timeout -k 5 "$seconds" "$here/bin/troupe" bench "$@" "${quick[@]}" --json "$out/bench_$tag.json"
+  step "$out/bench_$tag.txt" 1 timeout -k 5 "$seconds" "$here/bin/troupe" bench "$@" "${quick[@]}" "${rounds[@]}" --json "$out/bench_$tag.json"
   local rc=$?
   say "troupe bench $* : exit $rc in $(( $(date +%s) - start )) s$( ((rc == 124)) && echo " (cut at $seconds s: the rows above are what it measured)")"
 }
@@ -218,7 +221,7 @@ d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_C
   local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
   local peers=()
   [[ ${3:-} == peers ]] && peers=(--peers)
-  step "$file" 1 timeout -k 5 "$seconds" "$here/bin/d4pg_bench" "${peers[@]}" pixels "$2" "$(nproc)" "$d4pg_updates" 32 1024 "$1"
+  step "$file" 1 timeout -k 5 "$seconds" "$here/bin/d4pg_bench" "${peers[@]}" "${rounds[@]}" pixels "$2" "$(nproc)" "$d4pg_updates" 32 1024 "$1"
   say "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: exit $?: $(grep 'updates/s' "$file" | head -n 1)"
   [[ ${3:-} == peers ]] && grep -E '^\| ' "$file" | tail -n +3 >> "$out/summary.txt"
 }

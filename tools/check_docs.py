@@ -21,7 +21,10 @@ what is wrong, and exits 1 if there is one:
   path named exists; each --flag of a repository script, or of a program
   under build/PRESET/DIR/, appears in its source;
 - tools/check_layers.sh cites docs/design.md, and that page's layer table
-  says what the script allows each folder to include.
+  says what the script allows each folder to include;
+- every table of figures in the README and docs/benchmarks/ is a block
+  generated from docs/benchmarks/data/*.json and still what the JSON says,
+  or says where its figures come from (tools/bench_docs.py --check).
 ctest runs it as Docs.ReadmeAndPagesHoldTogether; Docs.CheckRefusesBrokenDocs
 (tests/check_docs_test.py) checks that it fails on broken trees.
 """
@@ -380,6 +383,12 @@ class Checker:
             self.check_links(page)
             self.check_blocks(page)
         self.check_layers()
+        # The tables of figures: generated from the benchmarks' JSON (tools/bench_docs.py).
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_docs
+        figures = bench_docs.Docs(self.root)
+        figures.run(write=False)
+        self.faults += figures.faults
         return len(pages)
 
 
