@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -90,23 +91,40 @@ inline std::string AwaitMatch(const std::string& log, const std::string& pattern
 }
 
 // A run directory's metrics.csv (or another of its CSV files) as rows of
-// numbers (header dropped), with its columns.
+// numbers (header dropped), with its columns. A row the run is still writing
+// (fewer or more cells than the header, or a cell that is not a number yet)
+// is left out.
 inline std::vector<std::vector<double>> Metrics(const std::string& run_dir, const char* file = kMetricsCsvFile) {
   std::vector<std::vector<double>> rows;
   std::ifstream in(RunLayout(run_dir).File(file));
   std::string line;
   std::getline(in, line);
+  const size_t columns = std::count(line.begin(), line.end(), ',') + 1;
   while (std::getline(in, line)) {
     std::vector<double> row;
     std::stringstream cells(line);
-    std::string cell;
-    while (std::getline(cells, cell, ',')) row.push_back(std::stod(cell));
-    rows.push_back(row);
+    bool numbers = true;
+    for (std::string cell; numbers && std::getline(cells, cell, ',');) {
+      char* end = nullptr;
+      row.push_back(std::strtod(cell.c_str(), &end));
+      numbers = !cell.empty() && *end == '\0';
+    }
+    if (numbers && row.size() == columns) rows.push_back(row);
   }
   return rows;
 }
+
 enum MetricsColumn { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss,
                      kActorLoss, kQ, kEval, kVersion };
+
+// The last row of Metrics(run_dir, file), or a row of zeros when there is
+// none yet (no file, a header alone): a test then reads "nothing happened"
+// and fails on its own terms, where .back() of an empty table would read
+// past it (a SIGSEGV that hides the failure).
+inline std::vector<double> LastMetrics(const std::string& run_dir, const char* file = kMetricsCsvFile) {
+  std::vector<std::vector<double>> rows = Metrics(run_dir, file);
+  return rows.empty() ? std::vector<double>(kVersion + 1, 0.0) : rows.back();
+}
 
 }  // namespace troupe::e2e
 

@@ -306,7 +306,7 @@ TEST_F(CheckpointEndToEndTest, AFullDiskLosesNothingAndTheRunGoesOn) {
   }
   EXPECT_NE(AwaitMatch(log, "checkpoint at [0-9,]+ frames failed: .*(No space left on device)", 60), "") << Read(log);
   EXPECT_NE(AwaitMatch(log, "(checkpoint FAILED) \\(\\d+x\\)", 30), "") << Read(log);  // the status line
-  const int64_t updates_when_full = Metrics(run).empty() ? 0 : int64_t(Metrics(run).back()[2]);
+  const int64_t updates_when_full = int64_t(LastMetrics(run)[2]);
   std::this_thread::sleep_for(std::chrono::seconds(3));
 
   // Space again: a checkpoint commits, and training went on throughout.

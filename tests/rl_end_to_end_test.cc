@@ -291,7 +291,7 @@ TEST_F(RlEndToEndTest, AFinishedRunResumedGetsItsMissingFinalEvaluation) {
   auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_GE(evals.size(), 2u);
   const double final_frames = evals.back()[0];
-  const int64_t updates = int64_t(Metrics(run).back()[kUpdates]);
+  const int64_t updates = int64_t(LastMetrics(run)[kUpdates]);
   // Drop the final evaluation, as such a run never had it.
   std::string text = Read(RunLayout(run).eval_csv());
   text.erase(text.rfind('\n', text.size() - 2) + 1);
@@ -305,7 +305,7 @@ TEST_F(RlEndToEndTest, AFinishedRunResumedGetsItsMissingFinalEvaluation) {
   EXPECT_GE(evals.back()[0], 6000);
   EXPECT_GE(evals.back()[0], final_frames);
   EXPECT_EQ(int64_t(evals.back()[1]), updates);  // the same policy: no update since
-  EXPECT_EQ(int64_t(Metrics(run).back()[kUpdates]), updates);
+  EXPECT_EQ(int64_t(LastMetrics(run)[kUpdates]), updates);
 }
 
 // The pixel path end to end: frames sent once over gRPC, stacks rebuilt in

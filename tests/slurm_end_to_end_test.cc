@@ -11,8 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -45,6 +47,7 @@ std::vector<std::string> daemon_pids;
 // exit status.
 std::pair<int, std::string> Shell(const std::string& command) {
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed: " + std::string(std::strerror(errno)) + ": " + command};
   std::string out;
   char buffer[4096];
   while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
@@ -289,7 +292,7 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
   const std::string job2_output = run_dir + "/slurm/job-" + job2 + ".out";
   EXPECT_NE(AwaitMatch(job2_output, "(resuming from the checkpoint)", 30), "") << Read(job2_output);
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < deadline && Metrics(run_dir).back()[kUpdates] <= updates_at_cancel + 50) {
+  while (Clock::now() < deadline && LastMetrics(run_dir)[kUpdates] <= updates_at_cancel + 50) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   const auto after = Metrics(run_dir);
@@ -308,7 +311,7 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
   EXPECT_NE(AwaitMatch(job2_output, "checkpointed before the time limit; (requeueing) job", 30), "")
       << Read(job2_output);
   ASSERT_TRUE(AwaitJobState(job2, std::regex("PENDING|REQUEUED"), 30)) << JobState(job2);
-  const double updates_at_warning = Metrics(run_dir).back()[kUpdates];
+  const double updates_at_warning = LastMetrics(run_dir)[kUpdates];
   const size_t rows_at_warning = Metrics(run_dir).size();
   // Slurm holds a requeued job until the old run's credentials expire
   // (cred_expire, 10 s on the test's cluster; 120 s by default).
@@ -316,7 +319,7 @@ TEST_F(SlurmEndToEndTest, TrainsRestartsAnActorCancelsWithACheckpointAndResumes)
   EXPECT_NE(AwaitMatch(job2_output, "troupe slurm job \\d+ \\(restart 1\\) .*(resuming from the checkpoint)", 30), "")
       << Read(job2_output);
   const auto requeued_deadline = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < requeued_deadline && Metrics(run_dir).back()[kUpdates] <= updates_at_warning + 50) {
+  while (Clock::now() < requeued_deadline && LastMetrics(run_dir)[kUpdates] <= updates_at_warning + 50) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   const auto requeued = Metrics(run_dir);
@@ -339,7 +342,7 @@ TEST_F(SlurmEndToEndTest, TheLearnersEndStopsTheActorsAndCompletesTheJob) {
   const std::string job = m[1], run_dir = m[2];
   ASSERT_TRUE(AwaitJobState(job, std::regex("COMPLETED|FAILED|CANCELLED"), 60)) << JobState(job);
   EXPECT_EQ(JobState(job), "COMPLETED") << Read(run_dir + "/slurm/job-" + job + ".out");
-  EXPECT_EQ(Metrics(run_dir).back()[kUpdates], 300);
+  EXPECT_EQ(LastMetrics(run_dir)[kUpdates], 300);
   // Each actor was stopped (SIGUSR1 through srun) and said so as it ended.
   for (int i = 0; i < 2; ++i) {
     const std::string log = run_dir + "/logs/actor-" + std::to_string(i) + ".log";
@@ -430,7 +433,7 @@ TEST_F(SlurmEndToEndTest, ASweepRunsAsAJobArrayThenItsSummary) {
       << JobState(summary) << Read(sweep + "/seed-0/log.txt");
   for (const char* run : {"seed-0", "seed-1"}) {
     EXPECT_TRUE(fs::exists(sweep + "/" + run + "/done")) << Read(sweep + "/" + run + "/log.txt");
-    EXPECT_GE(Metrics(sweep + "/" + run).back()[kFrames], 3000) << run;
+    EXPECT_GE(LastMetrics(sweep + "/" + run)[kFrames], 3000) << run;
   }
   // Each array task said where it ran; the summary job wrote the table.
   EXPECT_THAT(Read(sweep + "/slurm/job-" + array + "_0.out"), HasSubstr("array task 0 on n"));
