@@ -47,6 +47,8 @@ test_only=(
                                       # PyPI peers and PJRT CPU plugins in venvs under build/ (python3-venv)
   iproute2                            # ip netns, veth and tc netem (tests/network_end_to_end_test.cc); ss
                                       # (free ports, tests/slurm_cluster.sh)
+  libtorch-dev                        # GanReferenceTest: the libtorch reference GAN the FID comparison
+                                      # stands on (bench/gan_reference_test.cc); never linked into troupe
 )
 slurm=(slurm-wlm munge)               # sbatch, srun, slurmctld, slurmd, munged (ss: test's iproute2)
 bundle=(debootstrap patchelf)         # the bundle's RUNPATHs; the bare Debian root it is tested in
