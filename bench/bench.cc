@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/build_info.h"
 #include "common/files.h"
 #include "common/shell.h"
 #include "common/status_macros.h"
@@ -72,7 +73,8 @@ void Report::Add(std::string name, std::string unit, const std::string& referenc
 }
 
 std::string Report::ToJson() const {
-  std::string out = absl::StrCat("{\"benchmark\": ", JsonString(benchmark), ", \"figures\": [");
+  std::string out = absl::StrCat("{\"benchmark\": ", JsonString(benchmark), ", \"build\": ", JsonString(BuildCommit()),
+                                 ", \"figures\": [");
   for (size_t i = 0; i < figures.size(); ++i) {
     const Figure& f = figures[i];
     absl::StrAppend(&out, i ? ",\n  " : "\n  ", "{\"name\": ", JsonString(f.name), ", \"value\": ", JsonNumber(f.value),
@@ -150,18 +152,17 @@ absl::StatusOr<MpiAllReduceTimes> MeasureMpiAllReduce(int64_t floats, int reps) 
   return times;
 }
 
-namespace {
-
-// The number of the last "KEY NUMBER" line `command` printed.
 absl::StatusOr<double> RunPeerFigure(const std::string& command, const std::string& key) {
   ASSIGN_OR_RETURN(const std::string out, RunCommand(command));
   const size_t at = out.rfind(key + " ");
   double value = 0;
   if (at == std::string::npos || std::sscanf(out.c_str() + at + key.size(), " %lf", &value) != 1) {
-    return absl::InternalError(absl::StrCat("peer `", command, "` printed no '", key, " NUMBER' line: ", out));
+    return absl::InternalError(absl::StrCat("`", command, "` printed no '", key, " NUMBER' line: ", out));
   }
   return value;
 }
+
+namespace {
 
 // The PyTorch release the Python peers run: 2.x for CPU, pinned so figures compare.
 constexpr char kPytorchRequirement[] = "torch==2.5.1 numpy";

@@ -2,8 +2,9 @@
 // the same run (the raw MuJoCo loop, raw loopback gRPC, Eigen's GEMM, ...)
 // and reports the ratio, because shared machines drift. `troupe bench NAME`
 // prints the table; `--json PATH` also writes
-//   {"benchmark": NAME, "figures": [{"name", "value", "unit", "reference",
-//                                    "reference_value", "ratio"}]}
+//   {"benchmark": NAME, "build": COMMIT, "figures": [{"name", "value", "unit",
+//    "reference", "reference_value", "ratio"}]}
+// COMMIT is the commit the binary was built at (common/build_info.h).
 // A figure whose reference could not be measured (a peer not installed) or
 // has none prints "missing" for it and no ratio, and its JSON
 // reference_value and ratio are null: never a ratio of 0.
@@ -167,6 +168,11 @@ enum class Peer {
   kGpuPytorch,
   kGpuJax,
 };
+
+// Runs `command` (a shell command line) and returns the number of the last
+// "KEY NUMBER" line it printed; Internal, with its output, when it printed
+// none (RunCommand's error when it failed).
+absl::StatusOr<double> RunPeerFigure(const std::string& command, const std::string& key);
 
 // One round of a peer for the protocol (bench/protocol.h): the peer run ONCE
 // as `PEER THREADS ARGS`; returns the number of its "KEY NUMBER" line. Each

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/build_info.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -109,6 +111,8 @@ TEST(ReportTest, AProtocolRowCarriesTheMediansTheirRatioAndEachSidesRange) {
   EXPECT_EQ(f.value_max, 32);
   EXPECT_EQ(f.reference_min, 10);
   EXPECT_EQ(f.reference_max, 12);
+  // The build that measured it: the commit troupe --version names.
+  EXPECT_THAT(report.ToJson(), HasSubstr(absl::StrCat("{\"benchmark\": \"test\", \"build\": \"", BuildCommit(), "\", ")));
   EXPECT_THAT(report.ToJson(),
               HasSubstr("\"reference_value\": 11, \"ratio\": 2.81818, \"rounds\": 3, \"value_min\": 30, "
                         "\"value_max\": 32, \"reference_min\": 10, \"reference_max\": 12}"));

@@ -57,17 +57,6 @@ constexpr Case kCases[] = {
 constexpr int kNumEnvs = 64;         // the pools compared with C++ and EnvPool
 constexpr int kDmControlEnvs = 8;    // envs stepped one after another (dm_control's suite and troupe on 1 thread)
 
-// The number of the last "KEY NUMBER" line `command` printed.
-absl::StatusOr<double> FigureOf(const std::string& command, const std::string& key) {
-  ASSIGN_OR_RETURN(const std::string out, RunCommand(command));
-  const size_t at = out.rfind(key + " ");
-  double value = 0;
-  if (at == std::string::npos || std::sscanf(out.c_str() + at + key.size(), " %lf", &value) != 1) {
-    return absl::InternalError(absl::StrCat("`", command, "` printed no '", key, " NUMBER' line: ", out));
-  }
-  return value;
-}
-
 // The Python the troupe module is built for ($TROUPE_PYTHON if set), finding
 // the module in this build tree.
 std::string TroupePython() {
@@ -79,7 +68,7 @@ std::string TroupePython() {
 // One round of a troupe side: python_bench.py --side `side` run once.
 Side TroupeSide(const std::string& side, const Case& c, int num_envs) {
   return [=](const Round& round) {
-    return FigureOf(absl::StrCat(TroupePython(), " ", ShellQuote(ProjectPath("bench/python_bench.py")), " --side ",
+    return RunPeerFigure(absl::StrCat(TroupePython(), " ", ShellQuote(ProjectPath("bench/python_bench.py")), " --side ",
                                  side, " --task ", c.task, " --observation ", c.pixels ? "pixels" : "state",
                                  " --action-repeat ", c.action_repeat, " --frame-stack ", c.frame_stack,
                                  " --num-envs ", num_envs, " --threads ", round.threads, " --seconds ", round.seconds,
@@ -160,7 +149,7 @@ absl::StatusOr<Report> RunPythonBenchmark(const Options& options) {
         peers_missing = std::string(venv_python.status().message());
         return venv_python.status();
       }
-      return FigureOf(absl::StrCat(*venv_python, " ", ShellQuote(ProjectPath("bench/peers/dm_control_suite.py")), " ",
+      return RunPeerFigure(absl::StrCat(*venv_python, " ", ShellQuote(ProjectPath("bench/peers/dm_control_suite.py")), " ",
                                    c.dm_domain, " ", c.dm_task, " ", c.pixels ? "pixels" : "state", " ",
                                    c.action_repeat, " ", kDmControlEnvs, " ", round.seconds, " 2>&1"),
                       "steps_per_second");

@@ -1,10 +1,14 @@
 // troupe: distributed reinforcement learning from pixels.
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 #include "cli/commands.h"
+#include "common/build_info.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"troupe: distributed reinforcement learning from pixels (MuJoCo control tasks, replay, learner)"};
+  app.set_version_flag("--version", std::string("troupe ") + troupe::BuildCommit());
   app.require_subcommand(1);
   int exit_code = 0;
   troupe::cli::AddRunCommand(app, &exit_code);

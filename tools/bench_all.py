@@ -9,12 +9,14 @@ the protocol of bench/protocol.h (rounds alternated with the peer's, medians
 and ranges), its rows printed as they come. Each writes OUT/TAG.json (default
 OUT: docs/benchmarks/data, the figures the docs are generated from by
 tools/bench_docs.py), the benchmark's figures plus a "run" object: the
-command, the commit (with "+changes" when the tree had uncommitted changes),
-the machine (CPU model, cores, memory), the dates it started and ended, its
-seconds and the load average before and after.
+command, the commit of the binary that measured them (`troupe --version`:
+"+changes" when its sources had uncommitted changes; it refuses a binary
+older than the tree's HEAD unless --stale-build), the machine (CPU model,
+cores, memory), the dates it started and ended, its seconds and the load
+average before and after.
 
 A stopped run is resumed by running the same command again: a TAG whose
-JSON was written at the same commit is skipped (--force measures it again).
+JSON the same build wrote is skipped (--force measures it again).
 A benchmark that fails is reported at the end, its log's tail kept in
 OUT/TAG.failed.txt, and the command exits 1. About an hour on a 2-core
 machine, peers' virtual environments made on first use included
@@ -54,10 +56,11 @@ def git(*args):
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-def commit():
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--untracked-files=no")
-    return head + ("+changes" if changed else "")
+def build_commit(build):
+    """The commit the troupe binary was built at (troupe --version)."""
+    out = subprocess.run([os.path.join(build, "cli", "troupe"), "--version"], capture_output=True, text=True)
+    words = out.stdout.split()
+    return words[1] if out.returncode == 0 and len(words) == 2 else "unknown"
 
 
 def machine():
@@ -103,7 +106,7 @@ def pjrt_plugin(build):
     return plugin if os.path.exists(plugin) else None
 
 
-def run_one(tag, args, out, build, log):
+def run_one(tag, args, out, build, log, built_at):
     """Runs one benchmark; returns None, or what went wrong."""
     final = os.path.join(out, tag + ".json")
     partial = final + ".partial"
@@ -117,7 +120,7 @@ def run_one(tag, args, out, build, log):
         env["TROUPE_PJRT_PLUGIN"] = plugin
     shown = " ".join(shlex.quote(a) for a in command[:-2])
     print(f"== {tag}: {shown}", flush=True)
-    record = {"command": shown.replace(TOP + "/", ""), "commit": commit(), "machine": machine(),
+    record = {"command": shown.replace(TOP + "/", ""), "commit": built_at, "machine": machine(),
               "started": now(), "load_before": load()}
     start = time.monotonic()
     tail = []
@@ -154,6 +157,8 @@ def main():
     parser.add_argument("--only", nargs="+", default=[], metavar="TAG")
     parser.add_argument("--force", action="store_true", help="measure again what this commit measured already")
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
+    parser.add_argument("--stale-build", action="store_true",
+                        help="measure with a binary built at another commit than HEAD")
     a = parser.parse_args()
     tags = [t for t, _, _ in PLAN]
     unknown = [t for t in a.only if t not in tags]
@@ -169,7 +174,12 @@ def main():
         print(f"bench_all: no troupe at {troupe} (cmake --build --preset release, or --build DIR)", file=sys.stderr)
         return 2
     os.makedirs(a.out, exist_ok=True)
-    here = commit()
+    here = build_commit(a.build)
+    head = git("rev-parse", "--short=12", "HEAD")
+    if here.split("+")[0] != head and not a.stale_build:
+        print(f"bench_all: {troupe} was built at {here}, the tree is at {head}: build it first "
+              "(cmake --build --preset release), or --stale-build", file=sys.stderr)
+        return 2
     failures, skipped = [], []
     with open(os.path.join(a.build, "bench_all.log"), "a") as log:
         for tag, args, minutes in PLAN:
@@ -182,7 +192,7 @@ def main():
                         skipped.append(tag)
                         print(f"== {tag}: measured at {here} already ({os.path.relpath(path, TOP)}); --force again")
                         continue
-            problem = run_one(tag, args, a.out, a.build, log)
+            problem = run_one(tag, args, a.out, a.build, log, here)
             if problem:
                 failures.append((tag, problem))
                 print(f"== {tag}: FAILED: {problem}", flush=True)
