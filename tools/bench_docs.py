@@ -31,27 +31,40 @@ END = "<!-- /bench -->"
 KEPT = re.compile(r"^<!-- kept: .+ -->\s*$")
 
 # The README's speed table: (figure as the README names it, JSON tag, regex
-# on the figure's name, regex on its reference). Each must match exactly one
-# figure.
+# on the figure's name, regex on its reference[, the peer's name in the README
+# where the reference's own is long]). Each must match exactly one figure.
 README_ROWS = [
     ("[env steps/s](docs/benchmarks/envs.md), `cartpole.swingup` state, 64 envs, 2 threads",
-     "envs", r"^cartpole\.swingup state pool", r"EnvPool"),
-    ("[env steps/s](docs/benchmarks/envs.md), `cheetah.run` 84x84 pixels, 1 thread",
-     "envs", r"^cheetah\.run pixels", r"EnvPool"),
-    ("[env steps/s from Python](docs/benchmarks/python.md), `walker.walk` pixels, 64 envs",
-     "python", r"walker\.walk pixels", r"dm_control"),
-    ("[DrQ-style encoder+MLP step (not DrQ's update), CPU](docs/benchmarks/learner.md), batch 256, samples/s",
-     "learner", r"^DrQ 9x84x84 .*batch 256", r"PyTorch 2\.5 eager"),
-    ("the same", "learner", r"^DrQ 9x84x84 .*batch 256", r"torch\.compile"),
+     "envs", r"^cartpole\.swingup state pool, 2 threads, 64 envs, against EnvPool", r"^EnvPool",
+     "EnvPool 1.2.5 as shipped"),
+    ("[env steps/s](docs/benchmarks/envs.md), `cheetah.run` state, 64 envs, 2 threads",
+     "envs", r"^cheetah\.run state pool, 2 threads, 64 envs, against EnvPool", r"^EnvPool",
+     "EnvPool 1.2.5 as shipped"),
+    ("[env steps/s](docs/benchmarks/envs.md), `cheetah.run` 84x84 pixels, 16 envs, 1 thread",
+     "envs", r"^cheetah\.run pixels 84x84 pool, 1 thread, 16 envs, against EnvPool", r"EnvPool",
+     "EnvPool 1.2.5 as shipped, which does not render here"),
+    ("[env steps/s from Python](docs/benchmarks/python.md), `walker.walk` pixels, 8 envs, 1 thread",
+     "python", r"^walker\.walk pixels .*against dm_control", r"^dm_control",
+     "dm_control 1.0.50's suite, rendering as troupe does"),
+    ("[DrQ-style encoder+MLP step (not DrQ's update), CPU](docs/benchmarks/learner.md#on-the-cpu), batch 256, "
+     "samples/s", "learner", r"^DrQ 9x84x84 .*batch 256", r"^PyTorch 2\.5 eager"),
+    ("the same", "learner", r"^DrQ 9x84x84 .*batch 256", r"^PyTorch 2\.5 torch\.compile"),
     ("[D4PG pixel update, CPU](docs/benchmarks/learner.md#the-d4pg-update), batch 256, updates/s",
-     "d4pg", r"D4PG pixel update", r"PyTorch 2\.5, eager"),
-    ("the same", "d4pg", r"D4PG pixel update", r"JAX"),
+     "d4pg", r"^D4PG pixel update", r"^PyTorch 2\.5, eager"),
+    ("the same", "d4pg", r"^D4PG pixel update", r"^PyTorch 2\.5, compile"),
+    ("the same", "d4pg", r"^D4PG pixel update", r"^JAX"),
     ("[DrQ-style step as one compiled program, XLA CPU plugin](docs/benchmarks/learner.md#on-pjrt), 64x64, "
      "batch 128, samples/s", "learner-pjrt", r"one program per step", r"^JAX"),
-    ("[learner input](docs/benchmarks/learner-input.md), design figure (troupe's two paths, no peer)",
-     "learner-input", r".", r"design figure"),
-    ("[replay insert over gRPC](docs/benchmarks/replay.md), pixel transitions as actors make them",
-     "replay", r"^gRPC insert", r"raw"),
+    ("[replay insert over gRPC](docs/benchmarks/replay.md), pixel transitions as actors make them, wire MB/s",
+     "replay", r"^gRPC insert, pixel transitions as actors make them .*\(wire bytes", r"^raw loopback gRPC",
+     "raw loopback gRPC, the same wire bytes"),
+    ("[learner input](docs/benchmarks/learner-input.md), bytes uploaded per D4PG pixel update, the device "
+     "table holding replay (set by the bench's 8 inserts per update; a design figure: troupe's two paths)",
+     "learner-input", r"^table holds replay: bytes uploaded", r"design figure",
+     "troupe's host-assembled batch"),
+    ("the same, replay 7.9x the device table (the regime the table exists for)",
+     "learner-input", r"^replay .*the table: bytes uploaded", r"design figure",
+     "troupe's host-assembled batch"),
 ]
 
 
@@ -81,7 +94,7 @@ def short_reference(reference):
 
 def protocol_words(figures):
     for f in figures:
-        m = re.search(r"(\d+ alternated rounds? .*)$", f.get("reference", ""))
+        m = re.search(r"(\d+ alternated rounds? .*?median \[min-max\])", f.get("reference", ""))
         if m:
             return m.group(1)
     return None
@@ -95,15 +108,16 @@ def heading(report):
             f"{run.get('load_after', '?')} after")
     words = protocol_words(report["figures"])
     if words:
-        line += f"; each comparison with a peer: {words}"
+        line += f"; each comparison: {words}, both sides on the threads its row names"
     return line + ":"
 
 
-def figure_row(label, f):
+def figure_row(label, f, peer_name=None):
     rounds = f.get("rounds", 0)
     troupe = f"{with_range(f['value'], f.get('value_min'), f.get('value_max'), rounds)} {f['unit']}"
-    reference = short_reference(f["reference"])
+    reference = peer_name or short_reference(f["reference"])
     if f.get("reference_value") is None:
+        reference = reference[:-len(" (missing)")] if reference.endswith(" (missing)") else reference
         peer = f"{reference}: missing" if reference not in ("-", "(no reference)") else "-"
     else:
         peer = f"{reference}: {with_range(f['reference_value'], f.get('reference_min'), f.get('reference_max'), rounds)}"
@@ -150,7 +164,7 @@ class Docs:
 
     def render_readme(self, path, line):
         rows, sources = [], {}
-        for label, tag, name, reference in README_ROWS:
+        for label, tag, name, reference, *peer_name in README_ROWS:
             report = self.report(tag)
             if isinstance(report, Exception):
                 self.fault(path, line, f"README row '{label}': no {DATA}/{tag}.json; tools/bench_all.py --only {tag}")
@@ -160,7 +174,7 @@ class Docs:
                 self.fault(path, line, f"README row '{label}': {len(found)} figures of {tag}.json match "
                                        f"name /{name}/ and reference /{reference}/ (want exactly one)")
                 return None
-            rows.append(figure_row(label, found[0]))
+            rows.append(figure_row(label, found[0], *peer_name))
             run = report.get("run", {})
             sources[tag] = (run.get("commit", "?"), run.get("started", "?")[:10])
         commits = sorted({c for c, _ in sources.values()})
