@@ -180,7 +180,7 @@ def main():
         print(f"bench_all: {troupe} was built at {here}, the tree is at {head}: build it first "
               "(cmake --build --preset release), or --stale-build", file=sys.stderr)
         return 2
-    failures, skipped = [], []
+    failures, skipped, measured = [], [], 0
     with open(os.path.join(a.build, "bench_all.log"), "a") as log:
         for tag, args, minutes in PLAN:
             if a.only and tag not in a.only:
@@ -193,10 +193,11 @@ def main():
                         print(f"== {tag}: measured at {here} already ({os.path.relpath(path, TOP)}); --force again")
                         continue
             problem = run_one(tag, args, a.out, a.build, log, here)
+            measured += problem is None
             if problem:
                 failures.append((tag, problem))
                 print(f"== {tag}: FAILED: {problem}", flush=True)
-    print(f"bench_all at {here}: {len(PLAN) - len(failures) - len(skipped)} measured, {len(skipped)} already, "
+    print(f"bench_all at {here}: {measured} measured, {len(skipped)} already, "
           f"{len(failures)} failed" + "".join(f"\n  {t}: {p}" for t, p in failures))
     return 1 if failures else 0
 
