@@ -124,8 +124,12 @@ def run_one(tag, args, out, build, log, built_at):
               "started": now(), "load_before": load()}
     start = time.monotonic()
     tail = []
+    # Each runs in a folder of its own under the build (what it writes to its
+    # working directory, e.g. scaling's plots, lands there, not in the tree).
+    work = os.path.join(build, "bench_all", tag)
+    os.makedirs(work, exist_ok=True)
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          cwd=TOP) as p:
+                          cwd=work) as p:
         for line in p.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
