@@ -164,6 +164,7 @@ def main():
     parser.add_argument("--stale-build", action="store_true",
                         help="measure with a binary built at another commit than HEAD")
     a = parser.parse_args()
+    a.out, a.build = os.path.abspath(a.out), os.path.abspath(a.build)  # each benchmark runs in a folder of its own
     tags = [t for t, _, _ in PLAN]
     unknown = [t for t in a.only if t not in tags]
     if unknown:
