@@ -355,13 +355,6 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   return agent;
 }
 
-D4pgAgent::Replica& D4pgAgent::LocalReplica(int replica_id) {
-  const std::vector<int>& ids = replicator_->local_replicas();
-  const auto it = std::find(ids.begin(), ids.end(), replica_id);
-  TROUPE_CHECK(it != ids.end());
-  return *replicas_[it - ids.begin()];
-}
-
 void D4pgAgent::StartInput(SampleFn sample, std::function<void()> cancel) {
   OpenInput(std::move(sample), std::move(cancel), /*across_calls=*/true, config_.learner().prefetch_input());
 }
@@ -417,7 +410,6 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
 absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
   if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
   ++train_generation_;
-  const std::vector<int>& ids = replicator_->local_replicas();
   // The inputs this call takes, and with StartInput's input the next call's first.
   for (auto& r : replicas_) {
     if (r->prefetcher != nullptr) r->prefetcher->Allow(r->next_input + num_updates + (input_across_calls_ ? 1 : 0));
@@ -427,7 +419,7 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
       num_updates,
       // input_fn: this replica's shard of the global batch, its new frames uploaded.
       [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Input> {
-        const size_t k = std::find(ids.begin(), ids.end(), ctx.replica_id()) - ids.begin();
+        const int k = ctx.local_index();
         Replica& r = *replicas_[k];
         const int64_t i = r.next_input++;
         double waited = 0;
@@ -448,7 +440,7 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
       },
       // step_fn: one D4PG update on it.
       [&](replicator::ReplicaContext& ctx, Input& input) -> absl::Status {
-        return Update(ctx, LocalReplica(ctx.replica_id()), input);
+        return Update(ctx, *replicas_[ctx.local_index()], input);
       });
   updates_ = replicas_[0]->updates;
   return status;

@@ -190,7 +190,6 @@ class D4pgAgent {
  private:
   struct Replica;
   D4pgAgent() = default;
-  Replica& LocalReplica(int replica_id);
   // One replica's input for an update: the batch and, for frame references,
   // their slots in the device frame table (uploaded already).
   struct Input {

@@ -125,7 +125,7 @@ TEST(MakeReplicatorTest, EveryLocalReplicaGetsABackendOfTheSectionsDevice) {
   EXPECT_NE((*replicator)->backend(0), (*replicator)->backend(1));
   std::vector<std::string> seen(2);
   ASSERT_TRUE((*replicator)->RunReplicas([&](replicator::ReplicaContext& ctx) {
-    seen[ctx.replica_id()] = ctx.backend() == (*replicator)->backend(ctx.replica_id()) ? "own" : "other";
+    seen[ctx.replica_id()] = ctx.backend() == (*replicator)->backend(ctx.local_index()) ? "own" : "other";
     return absl::OkStatus();
   }).ok());
   EXPECT_EQ(seen, (std::vector<std::string>{"own", "own"}));

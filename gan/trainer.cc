@@ -211,17 +211,10 @@ float GanTrainer::DiscriminatorLearningRate(int64_t step) const {
 
 absl::Status GanTrainer::Train(int64_t steps) {
   for (auto& r : replicas_) r->step = steps_;
-  auto replica_of = [this](replicator::ReplicaContext& ctx) -> Replica& {
-    for (auto& r : replicas_) {
-      if (r->global_id == ctx.replica_id()) return *r;
-    }
-    TROUPE_CHECK(false);
-    return *replicas_[0];
-  };
   // input_fn: this replica's shard of n_critic real batches and of the noise.
   std::function<absl::StatusOr<Replica*>(replicator::ReplicaContext&)> input_fn =
       [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Replica*> {
-    Replica& r = replica_of(ctx);
+    Replica& r = *replicas_[ctx.local_index()];
     const int64_t shard = r.sampler->shard();
     const int n_critic = config_.n_critic();
     const int64_t z = config_.noise_size();

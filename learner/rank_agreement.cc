@@ -24,11 +24,9 @@ absl::Status BroadcastFromRankZero(replicator::Replicator& replicator, std::vect
 }  // namespace
 
 absl::Status BroadcastFromReplicaZero(replicator::Replicator& replicator, std::vector<std::vector<float>>& copies) {
-  const std::vector<int>& local = replicator.local_replicas();
-  TROUPE_CHECK(copies.size() == local.size());
+  TROUPE_CHECK(copies.size() == replicator.local_replicas().size());
   return replicator.RunReplicas([&](replicator::ReplicaContext& ctx) {
-    const size_t index = std::find(local.begin(), local.end(), ctx.replica_id()) - local.begin();
-    return ctx.Broadcast(copies[index], /*root=*/0);
+    return ctx.Broadcast(copies[ctx.local_index()], /*root=*/0);
   });
 }
 
@@ -92,8 +90,7 @@ absl::Status CheckReplicasAgree(replicator::Replicator& replicator, absl::Functi
   RETURN_IF_ERROR(replicator.RunReplicas([&](replicator::ReplicaContext& ctx) {
     const uint64_t mine = checksum(ctx.replica_id());
     const float parts[3] = {float(mine & 0x3fffff), float((mine >> 22) & 0x3fffff), float(mine >> 44)};
-    const size_t index = std::find(local.begin(), local.end(), ctx.replica_id()) - local.begin();
-    return ctx.AllGather(parts, gathered[index]);
+    return ctx.AllGather(parts, gathered[ctx.local_index()]);
   }));
   const std::vector<float>& all = gathered.front();
   auto checksum_of = [&](int r) {

@@ -781,7 +781,7 @@ std::vector<float> TrainInProcess(int replicas, int steps) {
   std::vector<std::unique_ptr<replicator::testing::TestModel>> models;
   for (int r = 0; r < replicas; ++r) models.push_back(ModelOnGpu(0));
   const absl::Status s = (*replicator)->RunReplicas([&](replicator::ReplicaContext& ctx) {
-    return replicator::testing::TrainShard(ctx, *models[ctx.replica_id()], steps, /*bucket_floats=*/64);
+    return replicator::testing::TrainShard(ctx, *models[ctx.local_index()], steps, /*bucket_floats=*/64);
   });
   EXPECT_TRUE(s.ok()) << s;
   return models[0]->params.DownloadValues();

@@ -37,71 +37,36 @@
 // gradients reduce through the host) splits the step there into two
 // programs. Kernel at a time (PjrtBackendOptions::compile_steps false)
 // stays as a debugging switch: every kernel its own launch.
+//
+// Its parts, each a file of engine/pjrt/: device_memory.h (the allocations
+// and their reserved address ranges), program_recorder.h (recording kernel
+// calls into a program, and a step's calls kept for a replay),
+// program_cache.h (programs by fingerprint with their executables, and
+// compiled steps on disk), replica_group.h (the rendezvous of K replicas
+// that run a step as one program), launch.h (one kernel call: into the
+// step's program, or a program of its own). This file's PjrtBackend composes
+// them: set-up, steps, transfers, and running a recorded program
+// (pjrt_backend.cc); its kernels are in pjrt_kernels.cc.
 #ifndef TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
 #define TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <mutex>
-#include <vector>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/nn/backend.h"
+#include "engine/pjrt/device_memory.h"
 #include "engine/pjrt/plugin.h"
+#include "engine/pjrt/program_cache.h"
+#include "engine/pjrt/replica_group.h"
 #include "engine/pjrt/stablehlo.h"
 
 namespace troupe::pjrt {
 
-// K replicas of one process that run each compiled step as ONE program on
-// devices 0..K-1, as TF-Replicator ran a step on a TPU's cores: made once
-// per Replicator and shared by its K backends (replica r on device r).
-// Inside a step their collectives are stablehlo.all_reduce ops of the
-// program (PjrtBackend::AllReduceInStep); at EndStep every replica hands in
-// its program and arguments, and the last to arrive compiles the program
-// for K replicas (once per text), executes it once with the K argument
-// lists and hands each replica its results. Replicas that recorded
-// different programs (by fingerprint), or one that does not arrive within the timeout, abort
-// the process naming it (a step cannot be half run).
-class PjrtReplicaGroup {
- public:
-  explicit PjrtReplicaGroup(int replicas, std::chrono::seconds timeout = std::chrono::seconds(600))
-      : replicas_(replicas), timeout_(timeout), arrivals_(replicas, nullptr) {}
-  ~PjrtReplicaGroup();
-  PjrtReplicaGroup(const PjrtReplicaGroup&) = delete;
-  PjrtReplicaGroup& operator=(const PjrtReplicaGroup&) = delete;
-  int size() const { return replicas_; }
-
-  // For PjrtBackend::EndStep. One replica's part of a step's execution.
-  struct Arrival {
-    const std::string* text;
-    Fingerprint fingerprint;  // of *text: what the replicas' programs are compared and found by
-    const std::vector<capi::Buffer*>* args;
-    std::vector<capi::Buffer*> outputs;  // sized by the replica; filled by the execution
-    double compile_seconds = 0;          // set on the replica that compiled (or loaded) the program
-    bool from_cache = false;             // it came from the on-disk cache
-  };
-  // Blocks until every replica has arrived; the last one runs the program
-  // (compiled once per program, found again by its fingerprint; on disk
-  // under `cache_dir` as a single step's).
-  void Execute(int replica, Arrival* arrival, const std::shared_ptr<Client>& client, const std::string& cache_dir);
-
- private:
-  const int replicas_;
-  const std::chrono::seconds timeout_;
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::vector<Arrival*> arrivals_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  std::shared_ptr<Client> client_;
-  std::unordered_map<Fingerprint, capi::LoadedExecutable*, FingerprintHash> executables_;
-};
+class ProgramRecorder;
 
 struct PjrtBackendOptions {
   // The plugin's .so (libtpu.so, the XLA CUDA plugin, an XLA CPU plugin).
@@ -135,9 +100,7 @@ struct PjrtBackendOptions {
   bool refuse_step_programs = false;
 };
 
-// $XDG_CACHE_HOME/troupe/pjrt, else $HOME/.cache/troupe/pjrt, else
-// /tmp/troupe-pjrt-cache.
-std::string DefaultPjrtCacheDir();
+// DefaultPjrtCacheDir(): program_cache.h.
 
 // Counters of a backend's launches, for benchmarks and tests.
 struct PjrtStats {
@@ -212,7 +175,7 @@ class PjrtBackend final : public nn::Backend {
   void Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out, const int32_t* indices, const float* values,
                float* x, bool add) override;
   void Convert(nn::DType from, const void* x, nn::DType to, void* y, int64_t n, float scale = 1.0f) override;
-  // Fused where the composed default is worse (see pjrt_backend.cc).
+  // Fused where the composed default is worse (see pjrt_kernels.cc).
   void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                           float* out) override;
   void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
@@ -220,39 +183,27 @@ class PjrtBackend final : public nn::Backend {
                                 float* out) override;
 
  private:
-  class Recorder;
-  class Launch;
-  struct Allocation {
-    size_t bytes = 0;        // as asked for
-    size_t reserved = 0;     // address range reserved (page multiple)
-    int64_t words = 0;       // float32 words of the PJRT buffer
-    capi::Buffer* buffer = nullptr;
-    bool scratch = false;       // AllocateScratch: dead after each step
-    bool live_in_step = false;  // scratch a split step's first program left for its second
-  };
+  class Launch;  // launch.h
   PjrtBackend(std::shared_ptr<Client> client, const PjrtBackendOptions& options);
-  // The allocation `p` points into and p's byte offset in it; aborts naming
-  // the address when p is not this backend's memory.
-  std::pair<uintptr_t, Allocation*> Find(const void* p, int64_t* byte_offset);
-  // A program met by this backend: its text, printed once, and its
-  // executable, compiled (or loaded) on first use.
-  struct Program {
-    Fingerprint fingerprint;  // its key in programs_
-    std::string text;
-    capi::LoadedExecutable* executable = nullptr;
-  };
-  // The program `f` records, found by its fingerprint (its text is printed
-  // only the first time).
-  Program& ProgramOf(const Function& f);
+  // A recorder of a program over this backend's memory: a step's (`step`,
+  // for K replicas when there is a group) or one kernel's.
+  std::unique_ptr<ProgramRecorder> NewRecorder(bool step);
+  // Closes `r`'s program, finds it (ProgramCache), compiles it on first use
+  // (a step's with a group: the group does), executes it and installs its
+  // outputs. `keep_scratch`: see ProgramRecorder::Close. False, with nothing
+  // run, when the plugin refused a step's program and the backend falls back
+  // to kernels (FallBackToKernels replays the step); any other failure
+  // aborts, saying why.
+  [[nodiscard]] bool RunProgram(ProgramRecorder& r, bool keep_scratch = false);
   // Its compiled executable (compiled on first use; a step's, with
   // `step_kernels` > 0, says so once with its compile time).
-  absl::StatusOr<capi::LoadedExecutable*> Executable(Program& program, int64_t step_kernels);
+  absl::StatusOr<capi::LoadedExecutable*> Executable(ProgramCache::Program& program, int64_t step_kernels);
   // Inside a compiled step that may fall back: keeps `call` (a core kernel's
   // call, or an upload) for FallBackToKernels.
   void KeepForFallback(std::function<void()> call);
   // The plugin refused `step`'s program: says so, turns compiled steps off,
   // and runs the step's kept calls kernel at a time.
-  void FallBackToKernels(Recorder& step);
+  void FallBackToKernels(ProgramRecorder& step);
   // An operand of a [outer, mid, inner] view holding `axes` of it (nn::Axes),
   // broadcast to the whole view.
   Value ViewOperand(Launch& l, const float* p, const nn::View3& v, int axes);
@@ -271,11 +222,13 @@ class PjrtBackend final : public nn::Backend {
   std::string fallback_reason_;  // the plugin's refusal, for FallBackToKernels
   std::string cache_dir_;
   std::shared_ptr<PjrtReplicaGroup> group_;
-  std::unique_ptr<Recorder> step_;  // the step being recorded (compiled steps)
-  std::map<uintptr_t, Allocation> allocations_;
-  std::unordered_map<Fingerprint, Program, FingerprintHash> programs_;
+  // Destroyed in reverse: the step, then the memory's buffers, then the
+  // programs' executables.
+  ProgramCache programs_;
+  DeviceMemory memory_;
+  std::unique_ptr<ProgramRecorder> step_;  // the step being recorded (compiled steps)
   PjrtStats stats_;
-  const Program* last_program_ = nullptr;
+  const ProgramCache::Program* last_program_ = nullptr;
 };
 
 }  // namespace troupe::pjrt

@@ -40,10 +40,20 @@ int Equivalence() {
     return 1;
   }
   testing::TestModel replicated, reference;
-  absl::Status s = mpi->RunReplicas(
-      [&](ReplicaContext& ctx) { return testing::TrainShard(ctx, replicated, /*steps=*/5, /*bucket_floats=*/64); });
+  int local_index = -1, replica_id = -1;
+  absl::Status s = mpi->RunReplicas([&](ReplicaContext& ctx) {
+    local_index = ctx.local_index();
+    replica_id = ctx.replica_id();
+    return testing::TrainShard(ctx, replicated, /*steps=*/5, /*bucket_floats=*/64);
+  });
   if (!s.ok()) {
     std::fprintf(stderr, "replicated training failed: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  // One replica per process: local index 0 on every rank, the id its rank.
+  if (local_index != 0 || replica_id != mpi->local_replicas()[0]) {
+    std::fprintf(stderr, "rank %d: local_index %d and replica_id %d, expected 0 and the rank\n",
+                 mpi->local_replicas()[0], local_index, replica_id);
     return 1;
   }
   // The single-replica reference, in this process.

@@ -216,7 +216,7 @@ absl::Status Replicator::RunReplicas(const std::function<absl::Status(ReplicaCon
   const size_t n = members.size();
   std::vector<absl::Status> results(n);
   auto run_one = [&](size_t k) {
-    ReplicaContext ctx(members[k].get(), backends_[k]);
+    ReplicaContext ctx(members[k].get(), backends_[k], static_cast<int>(k));
     absl::Status s = replica_fn(ctx);
     if (s.ok()) s = ctx.status();
     // Release the others from collectives they would wait in for this one.

@@ -1,9 +1,10 @@
 // The Replicator (after TF-Replicator): a researcher writes the
 // single-replica program, an `input_fn` that yields a batch and a `step_fn`
 // that does one update, and Run() executes it on K replicas. Inside step_fn a
-// ReplicaContext offers replica_id(), num_replicas() and the cross-replica
-// collectives; ReplicatedOptimizer averages gradients across replicas so a
-// single-replica step becomes a K-replica one without changing its code.
+// ReplicaContext offers replica_id(), local_index(), num_replicas() and the
+// cross-replica collectives; ReplicatedOptimizer averages gradients across
+// replicas so a single-replica step becomes a K-replica one without changing
+// its code.
 //
 // Collectives (chosen by ReplicatorOptions::backend): kInProcess runs the K
 // replicas as K threads of this process; kMpi runs one replica in this process
@@ -15,7 +16,8 @@
 //
 // Threads: Run() starts one std::jthread per local replica and joins them
 // before returning. Each replica's state (its ParameterSet, tape, optimizer)
-// must be its own: index it by ctx.replica_id().
+// must be its own: index it by ctx.local_index(), its place among this
+// process's replicas (not ctx.replica_id(), which under MPI is the rank).
 #ifndef TROUPE_ENGINE_REPLICATOR_REPLICATOR_H_
 #define TROUPE_ENGINE_REPLICATOR_REPLICATOR_H_
 
@@ -67,11 +69,19 @@ struct ReplicatorOptions {
 class ReplicaContext final : public nn::CrossReplicaSum {
  public:
   // `backend`: this replica's compute backend (may be null in tests of
-  // collectives alone).
-  explicit ReplicaContext(Collectives* collectives, std::shared_ptr<nn::Backend> backend = nullptr)
-      : collectives_(collectives), backend_(std::move(backend)) {}
+  // collectives alone); `local_index`: see local_index().
+  explicit ReplicaContext(Collectives* collectives, std::shared_ptr<nn::Backend> backend = nullptr,
+                          int local_index = 0)
+      : collectives_(collectives), backend_(std::move(backend)), local_index_(local_index) {}
+  // This replica's id in the whole group (0..num_replicas() - 1; the rank under MPI).
   int replica_id() const { return collectives_->replica_id(); }
   int num_replicas() const { return collectives_->num_replicas(); }
+  // This replica's place among the replicas this process runs: what indexes
+  // per-process state (Replicator::local_replicas(), Replicator::backend(),
+  // a caller's vector of local models). Equals replica_id() only when one
+  // process runs them all; under MPI (one replica per process) it is 0 on
+  // every rank. Not the device either: that is Collectives::local_rank().
+  int local_index() const { return local_index_; }
   // This replica's compute backend (its device), shared with whoever keeps it.
   const std::shared_ptr<nn::Backend>& backend() const { return backend_; }
 
@@ -106,6 +116,7 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   absl::Status Record(absl::Status s);
   Collectives* collectives_;
   std::shared_ptr<nn::Backend> backend_;
+  int local_index_;
   absl::Status status_;
   std::vector<float> staging_;  // AllReduceDevice's host copy, grows only
 };
@@ -164,10 +175,12 @@ class Replicator {
   static absl::StatusOr<std::unique_ptr<Replicator>> Create(const ReplicatorOptions& options);
   ~Replicator();
 
-  // Replicas in the whole group, and the ids this process runs.
+  // Replicas in the whole group, and the ids this process runs (ascending;
+  // local_replicas()[ctx.local_index()] == ctx.replica_id()).
   int num_replicas() const { return num_replicas_; }
   const std::vector<int>& local_replicas() const { return local_ids_; }
-  // The compute backend of local replica `local_index` (its ReplicaContext's).
+  // The compute backend of local replica `local_index` (its ReplicaContext's:
+  // backend(ctx.local_index()) == ctx.backend()).
   const std::shared_ptr<nn::Backend>& backend(int local_index) const { return backends_[local_index]; }
 
   // Runs `replica_fn` once on every local replica, concurrently. Returns OK

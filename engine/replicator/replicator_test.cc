@@ -58,7 +58,7 @@ std::vector<float> TrainWith(int k, int64_t bucket_floats, bool batch_norm = tru
     models.push_back(std::make_unique<testing::TestModel>(device));
   }
   absl::Status s = replicator->RunReplicas([&](ReplicaContext& ctx) {
-    return testing::TrainShard(ctx, *models[ctx.replica_id()], /*steps=*/5, bucket_floats, batch_norm);
+    return testing::TrainShard(ctx, *models[ctx.local_index()], /*steps=*/5, bucket_floats, batch_norm);
   });
   EXPECT_TRUE(s.ok()) << s;
   // Every replica holds the same parameters.
@@ -124,7 +124,7 @@ TEST(ReplicatorTest, ReplicasOnTheStrictDeviceReduceThroughTheHostAsOnTheCpu) {
     }
     ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
       // Replica r's gradient is r + 1 everywhere: the mean is 1.5.
-      const std::vector<float> reduced = StepWithReplicaIndexGradients(ctx, *models[ctx.replica_id()]);
+      const std::vector<float> reduced = StepWithReplicaIndexGradients(ctx, *models[ctx.local_index()]);
       EXPECT_EQ(reduced, std::vector<float>(reduced.size(), 1.5f));
       return ctx.status();
     }).ok());
@@ -154,7 +154,7 @@ TEST(ReplicatorTest, TwoReplicasSharingOneDeviceReduceOnItAsThroughTheHost) {
     EXPECT_TRUE(ctx.ReducesOnDevice());
     EXPECT_EQ(ctx.collectives().local_rank(), 0) << "every replica on device 0";
     // Replica r's gradient is r + 1 everywhere: the mean is 2.
-    const std::vector<float> reduced = StepWithReplicaIndexGradients(ctx, *models[ctx.replica_id()]);
+    const std::vector<float> reduced = StepWithReplicaIndexGradients(ctx, *models[ctx.local_index()]);
     EXPECT_EQ(reduced, std::vector<float>(reduced.size(), 2.0f));
     return ctx.status();
   }).ok());
@@ -258,6 +258,74 @@ TEST(ReplicatorTest, RunLoopsInputAndStepFunctions) {
       });
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(steps.load(), 6);
+}
+
+// local_index() is a replica's place among its own process's replicas, what
+// indexes the Replicator's backends and a caller's per-replica state; the
+// replica id is its place in the whole group. One process running all K:
+// the two are equal.
+TEST(ReplicatorTest, LocalIndexIsTheReplicasPlaceInItsProcess) {
+  auto replicator = MakeInProcess(3);
+  std::vector<int> index_of(3, -1);
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) {
+    index_of[ctx.replica_id()] = ctx.local_index();
+    EXPECT_EQ(ctx.backend(), replicator->backend(ctx.local_index()));
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_EQ(index_of, (std::vector<int>{0, 1, 2}));
+}
+
+// As under MPI, where a process runs some of the group's replicas: two
+// "processes" (Replicators) of two replicas each over one group of four.
+// The second runs ids 2 and 3 at local indices 0 and 1, so state indexed by
+// the replica id would run past its two local entries.
+TEST(ReplicatorTest, LocalIndexCountsFromZeroInAProcessThatRunsLaterIds) {
+  auto group = std::make_shared<InProcessGroup>(4, 30000ms);
+  auto process = [&](int first_id) {
+    ReplicatorOptions o;
+    o.num_replicas = 2;
+    o.make_collectives = [group, first_id](int, std::chrono::milliseconds) -> absl::StatusOr<LocalCollectives> {
+      LocalCollectives local;
+      for (int id = first_id; id < first_id + 2; ++id) local.members.push_back(group->Member(id));
+      local.shared = group;
+      return local;
+    };
+    auto r = Replicator::Create(o);
+    TROUPE_CHECK(r.ok());
+    return std::move(r).value();
+  };
+  std::unique_ptr<Replicator> processes[2] = {process(0), process(2)};
+  EXPECT_EQ(processes[1]->num_replicas(), 4);
+  EXPECT_EQ(processes[1]->local_replicas(), (std::vector<int>{2, 3}));
+  // Per process: each local replica's id and the group's gather of every
+  // replica's local index, indexed by local index.
+  std::vector<int> ids[2] = {std::vector<int>(2, -1), std::vector<int>(2, -1)};
+  std::vector<std::vector<float>> gathered[2] = {std::vector<std::vector<float>>(2),
+                                                 std::vector<std::vector<float>>(2)};
+  absl::Status status[2];
+  {
+    std::vector<std::jthread> threads;
+    for (int p = 0; p < 2; ++p) {
+      threads.emplace_back([&, p] {
+        status[p] = processes[p]->RunReplicas([&, p](ReplicaContext& ctx) -> absl::Status {
+          const int k = ctx.local_index();
+          EXPECT_EQ(ctx.backend(), processes[p]->backend(k));
+          EXPECT_EQ(processes[p]->local_replicas()[k], ctx.replica_id());
+          ids[p][k] = ctx.replica_id();
+          const float mine[1] = {static_cast<float>(k)};
+          gathered[p][k].resize(4);
+          return ctx.AllGather(mine, gathered[p][k]);
+        });
+      });
+    }
+  }  // joined here
+  EXPECT_TRUE(status[0].ok()) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(ids[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(ids[1], (std::vector<int>{2, 3}));
+  for (int p = 0; p < 2; ++p) {
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(gathered[p][k], (std::vector<float>{0, 1, 0, 1})) << p << " " << k;
+  }
 }
 
 TEST(ReplicatorOptionsTest, RejectsZeroReplicas) {

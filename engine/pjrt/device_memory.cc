@@ -1,0 +1,89 @@
+#include "engine/pjrt/device_memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/pjrt/fatal.h"
+
+namespace troupe::pjrt {
+
+namespace {
+
+size_t PageRound(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+}
+
+}  // namespace
+
+DeviceMemory::~DeviceMemory() {
+  for (auto& [base, a] : allocations_) {
+    client_->Destroy(a.buffer);
+    munmap(reinterpret_cast<void*>(base), a.reserved);
+  }
+}
+
+void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
+  Allocation a;
+  a.bytes = bytes;
+  a.reserved = PageRound(bytes);
+  a.words = static_cast<int64_t>(std::max<size_t>(1, (bytes + 3) / 4));
+  // Addresses only: PROT_NONE and never backed, so the host cannot use them.
+  void* base = mmap(nullptr, a.reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    std::fprintf(stderr, "PJRT backend: no address range for an allocation of %zu bytes\n", bytes);
+    std::abort();
+  }
+  // Contents are undefined by the contract; zeros are what the device gets.
+  const std::vector<float> zeros(static_cast<size_t>(a.words), 0.0f);
+  const int64_t dims[] = {a.words};
+  auto buffer = client_->BufferFromHost(zeros.data(), capi::kF32, dims, device_);
+  if (!buffer.ok()) Fatal(buffer.status(), absl::StrCat("allocating ", bytes, " bytes").c_str());
+  a.buffer = *buffer;
+  a.scratch = scratch;
+  allocations_.emplace(reinterpret_cast<uintptr_t>(base), a);
+  return base;
+}
+
+void DeviceMemory::Free(void* p) {
+  auto it = allocations_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocations_.end()) {
+    std::fprintf(stderr, "PJRT backend: Free(%p): not an allocation of this backend\n", p);
+    std::abort();
+  }
+  client_->Destroy(it->second.buffer);
+  munmap(p, it->second.reserved);
+  allocations_.erase(it);
+}
+
+std::pair<uintptr_t, DeviceMemory::Allocation*> DeviceMemory::Find(const void* p, int64_t* byte_offset) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  auto it = allocations_.upper_bound(address);
+  if (p == nullptr || it == allocations_.begin() || address >= std::prev(it)->first + std::prev(it)->second.bytes) {
+    std::fprintf(stderr, "PJRT backend: %p is not this device's memory (host memory given to a kernel?)\n", p);
+    std::abort();
+  }
+  --it;
+  *byte_offset = static_cast<int64_t>(address - it->first);
+  return {it->first, &it->second};
+}
+
+void DeviceMemory::BeginStep() {
+  for (auto& [base, a] : allocations_) a.live_in_step = false;
+}
+
+absl::Status DeviceMemory::Await() {
+  for (auto& [base, a] : allocations_) {
+    if (absl::Status s = client_->Await(a.buffer); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace troupe::pjrt
