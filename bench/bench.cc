@@ -379,13 +379,20 @@ ProtocolOptions GpuProtocol(const Options& options) {
 absl::StatusOr<double> AddComparison(Report& report, const std::string& name, const std::string& unit,
                                      const std::string& reference, const Side& troupe, const Side& peer,
                                      const ProtocolOptions& options) {
-  absl::StatusOr<Comparison> comparison = CompareAlternated(troupe, peer, options);
+  // The peer's own error, kept as it happens: which side failed is known,
+  // not read back out of the protocol's message.
+  absl::Status peer_error;
+  const Side watched_peer = [&](const Round& round) -> absl::StatusOr<double> {
+    absl::StatusOr<double> rate = peer(round);
+    if (!rate.ok()) peer_error = rate.status();
+    return rate;
+  };
+  absl::StatusOr<Comparison> comparison = CompareAlternated(troupe, watched_peer, options);
   if (comparison.ok()) {
     report.Add(name, unit, reference, *comparison);
     return comparison->troupe.median;
   }
-  // Which side failed is in the message ("the peer side's round 1 of 5: ...").
-  if (!absl::StrContains(comparison.status().message(), "the peer side's")) return comparison.status();
+  if (peer_error.ok()) return comparison.status();
   std::printf("%s: %s\n", reference.c_str(), comparison.status().ToString().c_str());
   // troupe's side alone, by the same rounds: its median and range, the peer missing.
   std::vector<double> rates;
