@@ -359,20 +359,20 @@ Side PeerSide(Peer peer, std::string name, std::function<std::string(const Round
   return [=](const Round& round) { return RunPeerOnce(peer, name, round.threads, args(round), key); };
 }
 
-ProtocolOptions DefaultProtocol(const Options& options, int threads) {
+ProtocolOptions DefaultProtocol(const Options& options, int threads, double seconds) {
   ProtocolOptions protocol;
   protocol.rounds = options.rounds > 0 ? options.rounds : options.quick ? 3 : 5;
   protocol.warmup_rounds = 1;
-  protocol.seconds_per_round = options.seconds_per_figure;
+  protocol.seconds_per_round = seconds > 0 ? seconds : options.seconds_per_figure;
   protocol.threads.count = threads;
   return protocol;
 }
 
-ProtocolOptions GpuProtocol(const Options& options) {
+ProtocolOptions GpuProtocol(const Options& options, double seconds) {
   ProtocolOptions protocol;
   protocol.rounds = options.rounds > 0 ? options.rounds : options.quick ? 1 : 3;
   protocol.warmup_rounds = 0;
-  protocol.seconds_per_round = options.seconds_per_figure;
+  protocol.seconds_per_round = seconds > 0 ? seconds : options.seconds_per_figure;
   return protocol;
 }
 

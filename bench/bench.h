@@ -188,13 +188,15 @@ Side PeerSide(Peer peer, std::string name, std::function<std::string(const Round
 
 // The protocol as a benchmark runs it by default: options.rounds measured
 // rounds per side (5; 3 with --quick) after 1 warm-up round each, of
-// options.seconds_per_figure, both sides on `threads` threads, unpinned.
-ProtocolOptions DefaultProtocol(const Options& options, int threads);
+// `seconds` (default options.seconds_per_figure: a benchmark may ask for
+// more), both sides on `threads` threads, unpinned.
+ProtocolOptions DefaultProtocol(const Options& options, int threads, double seconds = 0);
 // The protocol of GPU rows, where a lease's minutes are few: options.rounds
 // measured rounds per side (3; 1 with --quick, the lease's dry run) and no
 // warm-up round (each peer round is a process that warms up before it
-// times, and troupe's step is warmed before its first round); 1 host thread.
-ProtocolOptions GpuProtocol(const Options& options);
+// times, and troupe's step is warmed before its first round); 1 host thread;
+// rounds of `seconds` as DefaultProtocol's.
+ProtocolOptions GpuProtocol(const Options& options, double seconds = 0);
 
 // Compares `troupe` with `peer` by the protocol and adds the row (Report::Add
 // with the comparison); returns troupe's median. Where the peer cannot run

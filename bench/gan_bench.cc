@@ -247,15 +247,13 @@ absl::Status AddLibtorchStepComparison(const gan::GanData& data, const config::G
                                        const Options& options, double seconds, Report& report) {
   config::GanConfig c = base;
   c.set_batch_size(64);
-  Options per_round = options;
-  per_round.seconds_per_figure = seconds;
   const auto args = [&c](const Round& round) {
     return absl::StrCat(64, " ", c.generator_channels(), " ", c.noise_size(), " ", round.seconds);
   };
   return AddComparison(report, absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kThreads), "images/s",
                        "libtorch 1.13", StepSide(data, c),
                        PeerSide(Peer::kLibtorch, "libtorch_gan_step", args, "images_per_second"),
-                       DefaultProtocol(per_round, kThreads))
+                       DefaultProtocol(options, kThreads, seconds))
       .status();
 }
 
@@ -286,8 +284,7 @@ absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& ba
 // against troupe's CPU backend in the same run.
 absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
   Report report;
-  Options per_round = options;
-  per_round.seconds_per_figure = std::max(options.seconds_per_figure, 3.0);
+  const double seconds = std::max(options.seconds_per_figure, 3.0);
   const gan::GanData data = bench::RandomGanData();
   config::EngineConfig engine;
   const bool pjrt = options.device == "pjrt";
@@ -325,7 +322,7 @@ absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
         *cpu.mutable_engine() = config::EngineConfig();  // the CPU backend
         cpu.mutable_engine()->set_precision(precision);
         RETURN_IF_ERROR(AddComparison(report, name, "images/s", "troupe's CPU backend, same step", troupe,
-                                      StepSide(data, cpu), DefaultProtocol(per_round, kThreads))
+                                      StepSide(data, cpu), DefaultProtocol(options, kThreads, seconds))
                             .status());
         continue;
       }
@@ -336,7 +333,7 @@ absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
         };
         RETURN_IF_ERROR(AddComparison(report, name, "images/s", absl::StrCat("PyTorch on the GPU, ", mode), troupe,
                                       PeerSide(Peer::kGpuPytorch, "torch_gan", args, "images_per_second"),
-                                      GpuProtocol(per_round))
+                                      GpuProtocol(options, seconds))
                             .status());
       }
     }

@@ -158,9 +158,7 @@ absl::Status AddGpuPeerRows(Report& report, const std::string& name, nn::Backend
   const Side troupe = [&](const Round& round) -> absl::StatusOr<double> {
     return MeasureTroupe(backend, batch, 84, round.seconds);
   };
-  Options per_round = options;
-  per_round.seconds_per_figure = seconds;
-  const ProtocolOptions protocol = GpuProtocol(per_round);
+  const ProtocolOptions protocol = GpuProtocol(options, seconds);
   const auto args = [batch, dtype](std::string tail) {
     return [=](const Round& round) { return absl::StrCat(batch, " 84 ", round.seconds, " ", tail, " ", dtype); };
   };
@@ -209,9 +207,7 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
         unsetenv(name);
         return b;
       };
-      Options per_round = options;
-      per_round.seconds_per_figure = seconds;
-      const ProtocolOptions protocol = GpuProtocol(per_round);
+      const ProtocolOptions protocol = GpuProtocol(options, seconds);
       const auto step_on = [](nn::Backend& b) -> Side {
         return [&b](const Round& round) -> absl::StatusOr<double> { return MeasureTroupe(b, 256, 84, round.seconds); };
       };
@@ -313,9 +309,8 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   // threads for both: its pools span every CPU this process may run on, and
   // a peer is given as many (jax_drq.py confines itself to that many of the
   // same CPUs: all of them). On a GPU, the GPU peers' protocol.
-  Options per_round = options;
-  per_round.seconds_per_figure = seconds;
-  const ProtocolOptions protocol = on_cpu ? DefaultProtocol(per_round, SchedulableCpus()) : GpuProtocol(per_round);
+  const ProtocolOptions protocol =
+      on_cpu ? DefaultProtocol(options, SchedulableCpus(), seconds) : GpuProtocol(options, seconds);
   // Each troupe round makes the network afresh and steps it once untimed,
   // as each peer round is a fresh process that warms up untimed; troupe's
   // program is compiled already (the backend keeps it).
@@ -390,9 +385,7 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   // Every peer by the comparison protocol (bench/protocol.h): rounds
   // alternated with troupe's, the same time per round, both on kThreads
   // threads (the peer told as many), medians and ranges.
-  Options per_round = options;
-  per_round.seconds_per_figure = seconds;
-  const ProtocolOptions protocol = DefaultProtocol(per_round, kThreads);
+  const ProtocolOptions protocol = DefaultProtocol(options, kThreads, seconds);
   const auto troupe_at = [&](int64_t b, int64_t image) -> Side {
     return [&cpu, b, image](const Round& round) -> absl::StatusOr<double> {
       return MeasureTroupe(cpu, b, image, round.seconds);
