@@ -10,6 +10,7 @@ set(TROUPE_SLOW_TESTS
   "FashionClassifierTest.ReachesAtLeast88PercentTestAccuracy"
   "FashionClassifierTest.TrainsAndEvaluatesOnTheStrictDeviceAsOnTheCpu"
   "GanShortRunTest.*"
+  "GanReferenceTest.*"
   "GanTrainerTest.*Strict*"
   "D4pgAgentTest.PixelUpdatesOnTheStrictDeviceEndInTheCpusStateBitForBit"
   "D4pgAgentTest.LearnsAContextualBanditFromPixels"
