@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/ops.h"
@@ -40,9 +41,9 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
  public:
   ClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm)
       : ForwardingOptimizer(inner), backend_(backend), max_norm_(max_norm) {}
-  void Step(float learning_rate) override {
+  void Apply() override {
     if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), *backend_, max_norm_);
-    inner()->Step(learning_rate);
+    inner()->Apply();
   }
 
  private:
@@ -261,6 +262,15 @@ struct D4pgAgent::Replica {
   std::unique_ptr<DeviceFrameTable> frames;
   replay::FrameDecoder decoder;
   std::vector<int32_t> slots[2], gather_slots;  // slots[i % 2]: batches[i % 2]'s
+  // The update's inputs in device memory, uploaded before its step (which
+  // the backend may replay: nn::Backend::RunStep), each made once at its
+  // size: gather slots, shift offsets (observations', then next
+  // observations'), rewards, discounts, actions, observations and next
+  // observations (floats, or pixel bytes), importance weights over atoms.
+  struct StepInputs {
+    nn::DeviceBuffer slots, shifts, reward, discount, action, observation, next_observation, weights;
+    std::vector<int32_t> host_shifts;
+  } in;
   int64_t next_input = 0;                       // the input's next, counted from its opening
   std::unique_ptr<InputPrefetcher> prefetcher;  // learner.prefetch_input: the input made ahead
   int64_t updates = 0;
@@ -460,7 +470,6 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = batch_size_ / ctx.num_replicas();
   const int atoms = d4pg.atoms();
-  const float v_min = d4pg.v_min(), v_max = d4pg.v_max();
   // Pixels as frame references: gathered from the device frame table.
   const bool gathered = spec_.pixels() && !batch.frames.empty();
   if (gathered && r.frames == nullptr) {
@@ -498,16 +507,86 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
   // Augmentation randomness from (seed, replica, update): Load continues exactly.
   r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
+  const bool weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
 
-  const float* action = batch.fields[kAction].as<float>();
-  const float* reward = batch.fields[kReward].as<float>();
-  const float* discount = batch.fields[kDiscount].as<float>();
-
-  // One step on the device (nn::Backend's step contract): from here to
-  // step.End() the host issues kernels and uploads the batch, and reads
-  // nothing back; what it wants is read once, at the end.
+  // The host's part: every input of the step in device memory, and the
+  // optimizers' per-step values (nothing of the batch is read inside it).
   nn::Backend& device = *r.backend;
-  nn::StepScope step(device);
+  Replica::StepInputs& in = r.in;
+  const auto put = [&device](nn::DeviceBuffer& buffer, const void* host, int64_t bytes) {
+    const int64_t words = std::max<int64_t>(1, (bytes + 3) / 4);
+    if (buffer.size() != words) buffer = nn::DeviceBuffer(device, words);
+    device.Upload(host, buffer.data(), static_cast<size_t>(bytes));
+  };
+  if (gathered) put(in.slots, r.gather_slots.data(), sizeof(int32_t) * static_cast<int64_t>(r.gather_slots.size()));
+  if (spec_.pixels() && d4pg.augment_pad() > 0) {
+    // As nn::RandomShift draws them: the observations' offsets, then the next observations'.
+    in.host_shifts.resize(4 * rows);
+    nn::RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data());
+    nn::RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data() + 2 * rows);
+    put(in.shifts, in.host_shifts.data(), sizeof(int32_t) * 4 * rows);
+  }
+  put(in.reward, batch.fields[kReward].as<float>(), sizeof(float) * rows);
+  put(in.discount, batch.fields[kDiscount].as<float>(), sizeof(float) * rows);
+  put(in.action, batch.fields[kAction].as<float>(), sizeof(float) * rows * action_size_);
+  if (!spec_.pixels()) {
+    put(in.observation, batch.fields[kObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
+    put(in.next_observation, batch.fields[kNextObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
+  } else if (!gathered) {
+    const int64_t bytes = rows * spec_.frames * spec_.height * spec_.width * 3;
+    put(in.observation, batch.fields[kObservation].as<uint8_t>(), bytes);
+    put(in.next_observation, batch.fields[kNextObservation].as<uint8_t>(), bytes);
+  }
+  if (weighted) {
+    // Importance weights (Schaul et al. 2016): a weight per row, spread over its atoms.
+    for (int64_t b = 0; b < rows; ++b) std::fill_n(r.row_weights.begin() + b * atoms, atoms, float(batch.weights[b]));
+    put(in.weights, r.row_weights.data(), sizeof(float) * rows * atoms);
+  }
+  r.critic_optimizer->Prepare(d4pg.critic_learning_rate());
+  r.actor_optimizer->Prepare(d4pg.actor_learning_rate());
+
+  // The device's part: one step (nn::Backend's step contract), recorded
+  // once and replayed where the backend can (what its program depends on
+  // besides device memory is in the signature); its one read lands in
+  // r.readout when it ends.
+  const std::string shape = absl::StrCat(rows, ",", ctx.num_replicas(), ",", gathered, ",", weighted);
+  const uint64_t signature = Fnv1a64(shape.data(), shape.size());
+  r.readout.resize(2 * rows + 1);
+  absl::Status stepped;
+  device.RunStep(signature, [&] { stepped = DeviceUpdate(ctx, r, rows, gathered, weighted); });
+  RETURN_IF_ERROR(stepped);
+  ++r.updates;
+
+  const float* host = r.readout.data();
+  double loss_sum = 0, q_sum = 0;
+  r.keys.assign(batch.keys.begin(), batch.keys.end());
+  r.item_loss.resize(rows);
+  for (int64_t b = 0; b < rows; ++b) {
+    r.item_loss[b] = host[2 * b];
+    loss_sum += host[2 * b];
+    q_sum += host[2 * b + 1];
+  }
+
+  // Metrics: means over the global batch.
+  float metrics[3] = {static_cast<float>(loss_sum / rows), host[2 * rows], static_cast<float>(q_sum / rows)};
+  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+  if (&r == replicas_[0].get()) {
+    absl::MutexLock lock(&metrics_mu_);
+    sum_critic_loss_ += metrics[0];
+    sum_actor_loss_ += metrics[1];
+    sum_q_ += metrics[2];
+    ++metric_count_;
+    metric_updates_ = r.updates;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, int64_t rows, bool gathered,
+                                     bool weighted) {
+  const config::D4pgConfig& d4pg = config_.d4pg();
+  const int atoms = d4pg.atoms();
+  nn::Backend& device = *r.backend;
+  const Replica::StepInputs& in = r.in;
 
   // Inputs: state as is; pixels to float, randomly shifted (DrQ).
   nn::Tape& t = r.critic_tape;
@@ -517,8 +596,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
     // The stacked frames gathered from the device frame table straight into
     // the encoder's float input (uint8 until then), as PixelInput lays it out.
     const int64_t count = static_cast<int64_t>(r.gather_slots.size());
-    int32_t* slots = t.AllocateInts(count);
-    device.Upload(r.gather_slots.data(), slots, sizeof(int32_t) * count);
+    const int32_t* slots = reinterpret_cast<const int32_t*>(in.slots.data());
     for (int half = 0; half < 2; ++half) {
       const nn::Var frames = t.NewValue({count / 2, 3, spec_.height, spec_.width}, /*requires_grad=*/false);
       r.frames->GatherToFloatPlanar(count / 2, slots + half * (count / 2), /*channels=*/3, 1.0f / 255.0f,
@@ -527,17 +605,24 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
           nn::Reshape(frames, {rows, 3 * spec_.frames, spec_.height, spec_.width});
     }
   } else if (spec_.pixels()) {
-    observation = internal::PixelInput(t, batch.fields[kObservation].as<uint8_t>(), rows, spec_);
-    next_observation = internal::PixelInput(t, batch.fields[kNextObservation].as<uint8_t>(), rows, spec_);
+    for (int half = 0; half < 2; ++half) {
+      const nn::DeviceBuffer& bytes = half == 0 ? in.observation : in.next_observation;
+      const nn::Var frames =
+          nn::DeviceImagesToFloat(t, reinterpret_cast<const uint8_t*>(bytes.data()), rows * spec_.frames,
+                                  spec_.height, spec_.width, /*channels=*/3, 1.0f / 255.0f);
+      (half == 0 ? observation : next_observation) =
+          nn::Reshape(frames, {rows, 3 * spec_.frames, spec_.height, spec_.width});
+    }
   }
   if (spec_.pixels()) {
     if (d4pg.augment_pad() > 0) {
-      observation = nn::RandomShift(observation, d4pg.augment_pad(), r.rng);
-      next_observation = nn::RandomShift(next_observation, d4pg.augment_pad(), r.rng);
+      const int32_t* shifts = reinterpret_cast<const int32_t*>(in.shifts.data());
+      observation = nn::RandomShiftBy(observation, d4pg.augment_pad(), shifts);
+      next_observation = nn::RandomShiftBy(next_observation, d4pg.augment_pad(), shifts + 2 * rows);
     }
   } else {
-    observation = t.Input(batch.fields[kObservation].as<float>(), {rows, spec_.state_size});
-    next_observation = t.Input(batch.fields[kNextObservation].as<float>(), {rows, spec_.state_size});
+    observation = t.Constant(in.observation.data(), {rows, spec_.state_size});
+    next_observation = t.Constant(in.next_observation.data(), {rows, spec_.state_size});
   }
 
   // Target distribution: target critic at (s', target actor(s')), projected
@@ -546,12 +631,9 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var next_features = spec_.pixels() ? encoder_(t, target_critic, next_observation) : next_observation;
   const nn::Var next_action = actor_(t, target_actor, next_features);
   const nn::Var next_probs = nn::Softmax(internal::ApplyCritic(critic_, t, target_critic, next_features, next_action));
-  float* rewards = t.AllocateFloats(rows);
-  float* discounts = t.AllocateFloats(rows);
-  device.Upload(reward, rewards, sizeof(float) * rows);
-  device.Upload(discount, discounts, sizeof(float) * rows);
   float* projected = t.AllocateFloats(rows * atoms);
-  device.CategoricalProjection(rows, atoms, v_min, v_max, t.data(next_probs).data, rewards, discounts, projected);
+  device.CategoricalProjection(rows, atoms, d4pg.v_min(), d4pg.v_max(), t.data(next_probs).data, in.reward.data(),
+                               in.discount.data(), projected);
   const nn::Var target = t.Constant(projected, {rows, atoms});
 
   // Critic: cross-entropy of the online distribution at (s, a) to the target;
@@ -559,8 +641,8 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const Weights critic{&r.critic, true};
   r.critic.ZeroGrad();
   const nn::Var features = spec_.pixels() ? encoder_(t, critic, observation) : observation;
-  const nn::Var log_probs =
-      nn::LogSoftmax(internal::ApplyCritic(critic_, t, critic, features, t.Input(action, {rows, action_size_})));
+  const nn::Var log_probs = nn::LogSoftmax(
+      internal::ApplyCritic(critic_, t, critic, features, t.Constant(in.action.data(), {rows, action_size_})));
   // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting, on
   // the device from constants (no gradient): [rows, 2], downloaded once.
   const nn::Var log_probs_now = t.Constant(t.data(log_probs).data, {rows, atoms});
@@ -568,20 +650,13 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(r.support.data(), {atoms, 1}));
   const std::array<nn::Var, 2> per_item = {nn::Reshape(item_loss, {rows, 1}), item_q};
   const nn::Var items = nn::Concat(per_item, /*axis=*/1);  // read with the step's other metrics, at its end
-  // Importance weights (Schaul et al. 2016) scale each item's loss: a
-  // weight per row, spread over its atoms on the host and uploaded.
-  nn::Var weighted_target = target;
-  if (config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows) {
-    for (int64_t b = 0; b < rows; ++b) std::fill_n(r.row_weights.begin() + b * atoms, atoms, float(batch.weights[b]));
-    float* weights = t.AllocateFloats(rows * atoms);
-    device.Upload(r.row_weights.data(), weights, sizeof(float) * rows * atoms);
-    weighted_target = nn::Mul(target, t.Constant(weights, {rows, atoms}));
-  }
+  // Importance weights scale each item's loss.
+  const nn::Var weighted_target = weighted ? nn::Mul(target, t.Constant(in.weights.data(), {rows, atoms})) : target;
   const nn::Var critic_loss =
       nn::Scale(nn::Sum(nn::Mul(log_probs, weighted_target)), -1.0f / static_cast<float>(rows));
   r.critic_reducer->Reset();
   t.Backward(critic_loss, r.critic_reducer.get());
-  r.critic_optimizer->Step(d4pg.critic_learning_rate());
+  r.critic_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
 
   // Actor: maximise E[sum_j p_j z_j] of the critic at (s, actor(s)); the
@@ -607,45 +682,20 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
   r.actor_reducer->Reset();
   a.Backward(actor_loss, r.actor_reducer.get());
-  r.actor_optimizer->Step(d4pg.actor_learning_rate());
+  r.actor_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
 
   // Targets follow by Polyak averaging (layouts equal by construction).
   const float tau = d4pg.target_tau();
-  RETURN_IF_ERROR(nn::PolyakUpdate(r.critic, r.target_critic, *r.backend, tau));
-  RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, *r.backend, tau));
-  ++r.updates;
+  RETURN_IF_ERROR(nn::PolyakUpdate(r.critic, r.target_critic, device, tau));
+  RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, device, tau));
 
   // The step's one read: per-item losses and Q [rows, 2] and the actor loss,
   // gathered on the device and downloaded together.
   float* readout = a.AllocateFloats(2 * rows + 1);
   device.Copy(t.data(items).data, readout, 2 * rows);
   device.Copy(a.data(actor_loss).data, readout + 2 * rows, 1);
-  r.readout.resize(2 * rows + 1);
   device.ReadAtStepEnd(readout, r.readout.data(), sizeof(float) * (2 * rows + 1));
-  step.End();
-
-  const float* host = r.readout.data();
-  double loss_sum = 0, q_sum = 0;
-  r.keys.assign(batch.keys.begin(), batch.keys.end());
-  r.item_loss.resize(rows);
-  for (int64_t b = 0; b < rows; ++b) {
-    r.item_loss[b] = host[2 * b];
-    loss_sum += host[2 * b];
-    q_sum += host[2 * b + 1];
-  }
-
-  // Metrics: means over the global batch.
-  float metrics[3] = {static_cast<float>(loss_sum / rows), host[2 * rows], static_cast<float>(q_sum / rows)};
-  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
-  if (&r == replicas_[0].get()) {
-    absl::MutexLock lock(&metrics_mu_);
-    sum_critic_loss_ += metrics[0];
-    sum_actor_loss_ += metrics[1];
-    sum_q_ += metrics[2];
-    ++metric_count_;
-    metric_updates_ = r.updates;
-  }
   return absl::OkStatus();
 }
 

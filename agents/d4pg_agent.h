@@ -205,7 +205,11 @@ class D4pgAgent {
   // Samples input `index` (since the input opened) into its buffer and
   // prepares its frames (the host's part: no device call).
   absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
+  // One update: its inputs to the device (the host's part), its step
+  // (DeviceUpdate: kernels only, which the backend may replay), then its
+  // readout's priorities and metrics (the host's).
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input);
+  absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, int64_t rows, bool gathered, bool weighted);
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 

@@ -639,6 +639,61 @@ TEST(D4pgAgentTest, CompiledPixelUpdatesOnPjrtMatchTheCpuStepByStep) {
   std::filesystem::remove(state);
 }
 
+// A compiled D4PG pixel update traced once and replayed (nn::Backend::RunStep)
+// against the same update recorded every time: 50 updates of prioritized
+// pixel batches with augmentation from one start, and the replaying agent's
+// whole state (networks, targets, Adam's moments, counters) is the
+// recording one's bit for bit, as are its priorities and metrics. The
+// recording agent runs the guard after every replay (engine.pjrt_check_replay
+// 1): each of its recordings was the program the other replayed.
+TEST(D4pgAgentTest, ReplayedPixelUpdatesOnPjrtEqualRecordedOnesBitForBit) {
+  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  const ObservationSpec spec{.frames = 2, .height = 32, .width = 32};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_learner()->set_prioritized(true);
+  c.mutable_d4pg()->set_encoder_features(16);
+  c.mutable_d4pg()->set_conv_channels(8);
+  c.mutable_d4pg()->set_augment_pad(2);
+  c.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::PJRT);
+  c.mutable_learner()->mutable_engine()->set_pjrt_plugin(plugin);
+  config::ExperimentConfig checked = c;
+  checked.mutable_learner()->mutable_engine()->set_pjrt_check_replay(1);
+  auto replaying_replicator = MakeReplicator(1, c.learner().engine());
+  auto recording_replicator = MakeReplicator(1, checked.learner().engine());
+  auto replaying = D4pgAgent::Create(c, spec, 1, replaying_replicator.get());
+  auto recording = D4pgAgent::Create(checked, spec, 1, recording_replicator.get());
+  ASSERT_TRUE(replaying.ok() && recording.ok()) << replaying.status() << recording.status();
+  const std::vector<nn::CheckpointTensor> start = (*replaying)->CheckpointState();
+  std::vector<uint64_t> keys[2];
+  std::vector<double> priorities[2];
+  for (int64_t update = 0; update < 50; ++update) {
+    ASSERT_TRUE((*replaying)->Train(1, BanditBatches(spec, c, update)).ok());
+    ASSERT_TRUE((*recording)->Train(1, BanditBatches(spec, c, update)).ok());
+    (*replaying)->LastPriorities(&keys[0], &priorities[0]);
+    (*recording)->LastPriorities(&keys[1], &priorities[1]);
+    ASSERT_EQ(priorities[0], priorities[1]) << "update " << update;
+    ASSERT_EQ(keys[0], keys[1]);
+    const D4pgMetrics a = (*replaying)->metrics(), b = (*recording)->metrics();
+    ASSERT_EQ(a.critic_loss, b.critic_loss) << "update " << update;
+    ASSERT_EQ(a.actor_loss, b.actor_loss) << "update " << update;
+  }
+  const std::vector<nn::CheckpointTensor> replayed = (*replaying)->CheckpointState(),
+                                          recorded = (*recording)->CheckpointState();
+  ASSERT_EQ(replayed.size(), recorded.size());
+  for (size_t i = 0; i < replayed.size(); ++i) {
+    EXPECT_EQ(replayed[i].name, recorded[i].name);
+    EXPECT_EQ(replayed[i].values, recorded[i].values) << replayed[i].name;
+    EXPECT_NE(replayed[i].values, start[i].values) << replayed[i].name << " did not move";
+  }
+  const auto& a = dynamic_cast<pjrt::PjrtBackend&>(*replaying_replicator->backend(0)).stats();
+  const auto& b = dynamic_cast<pjrt::PjrtBackend&>(*recording_replicator->backend(0)).stats();
+  EXPECT_EQ(a.step_replays, 48) << "two recordings, then replays";
+  EXPECT_EQ(a.steps, 50);
+  EXPECT_EQ(b.step_replays, 0);
+  EXPECT_EQ(b.replay_checks, 48) << "every update after the first two recorded and checked";
+}
+
 // K=2 replicas on two devices of the CPU plugin run each update as ONE
 // program compiled for two replicas (gradients averaged by its all_reduce,
 // TF-Replicator style), executed once per update, and end where one replica

@@ -138,6 +138,9 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                ": set, but engine.device is ", config::EngineConfig::Device_Name(engine.device()),
                " (compiled steps are device PJRT's)");
   }
+  if (engine.pjrt_check_replay() < 0) {
+    return bad(".engine.pjrt_check_replay ", engine.pjrt_check_replay(), ": must be >= 0 (0 = never checked)");
+  }
   if (!(engine.gpu_memory_fraction() >= 0 && engine.gpu_memory_fraction() <= 1)) {
     return bad(".engine.gpu_memory_fraction ", engine.gpu_memory_fraction(), ": must be in [0, 1] (0 = on demand)");
   }
@@ -410,6 +413,7 @@ absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackend(const config::EngineCon
       options.bfloat16 = engine.precision() == config::EngineConfig::BFLOAT16;
       options.compile_steps = engine.pjrt_steps() != config::EngineConfig::KERNELS;
       options.fall_back_to_kernels = engine.pjrt_steps() == config::EngineConfig::COMPILED_ELSE_KERNELS;
+      options.check_replay_every = engine.pjrt_check_replay();
       options.group = std::static_pointer_cast<pjrt::PjrtReplicaGroup>(group);
       options.cache_dir = engine.has_pjrt_cache_dir() ? engine.pjrt_cache_dir() : pjrt::DefaultPjrtCacheDir();
       options.client = ClientOptionsOf(engine);

@@ -58,6 +58,11 @@ void Backend::EndStep() {
   for (const DeferredRead& r : TakeDeferredReads()) Download(r.device, r.host, r.bytes);
 }
 
+void Backend::RunStep(uint64_t /*signature*/, const std::function<void()>& device_part) {
+  StepScope step(*this);
+  device_part();
+}
+
 void Backend::AllReduceInStep(float* data, int64_t count, bool mean) {
   std::fprintf(stderr, "%s backend: AllReduceInStep of %lld floats, but its steps run with no other replicas\n",
                name().c_str(), static_cast<long long>(count));

@@ -71,6 +71,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -171,6 +172,26 @@ class Backend {
   // `bytes` at `device` copied to `host` when the step ends (at once, as
   // Download, outside a step). `host` must stay valid until then.
   void ReadAtStepEnd(const void* device, void* host, size_t bytes);
+  // A step the backend may trace once and replay: `device_part` issues the
+  // step's kernels and its ReadAtStepEnd reads, and nothing else — its
+  // inputs (the batch, per-step values such as an optimizer's bias
+  // corrections: Optimizer::Prepare) are already in device memory, uploaded
+  // before the call, and each read's host memory stays valid across calls.
+  // `signature` names everything the step's program depends on besides
+  // device memory's contents (shapes, settings, replicas): a backend that
+  // replays (replays_steps()) runs device_part to record the program and,
+  // once two recordings under one signature came out the same (program,
+  // memory, run-time scalars, reads), executes that program again for each
+  // later call without calling device_part. Anything in a recording that a
+  // replay could not repeat (an upload inside the step, a host collective's
+  // staging, NotReplayable) keeps that signature recording every call.
+  // Elsewhere: BeginStep, device_part(), EndStep.
+  virtual void RunStep(uint64_t signature, const std::function<void()>& device_part);
+  // Whether RunStep may skip device_part (a PJRT backend compiling steps).
+  virtual bool replays_steps() const { return false; }
+  // Inside a step: this step takes a value from the host that a replay would
+  // not see change (`why` says which), so it records every time.
+  virtual void NotReplayable(const char* why) { (void)why; }
   // While one is alive, Download and Upload inside a step are a collective's
   // staging (allowed); see the header comment.
   class HostStaging {
@@ -386,6 +407,10 @@ class Backend {
   // c2 = 1 - b2^t passed in.
   virtual void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
                           float c2, const float* grad, float* param, float* m, float* v);
+  // The same with lr, c1 and c2 read from the device (`hyper`: 3 floats), for
+  // a step replayed with new values (Adam::Prepare uploads them).
+  virtual void AdamUpdateFromDevice(int64_t n, const float* hyper, float beta1, float beta2, float eps,
+                                    float weight_decay, const float* grad, float* param, float* m, float* v);
   // SGD with momentum (PyTorch form): buf = mu * buf + g; p -= lr * buf.
   virtual void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
                          float* buf);

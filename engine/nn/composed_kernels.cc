@@ -592,6 +592,32 @@ void Backend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float ep
   Unary(UnaryOp::kAffine, -lr / c1, 0.0f, term, param, n, true);
 }
 
+void Backend::AdamUpdateFromDevice(int64_t n, const float* hyper, float beta1, float beta2, float eps,
+                                   float weight_decay, const float* grad, float* param, float* m, float* v) {
+  Temporaries t(*this);
+  float* term = t.Floats(n);
+  // The per-step factors from hyper = {lr, c1, c2}, on the device:
+  // k[0] = 1 / sqrt(c2), k[1] = -lr / c1, k[2] = -lr * weight_decay.
+  float* k = t.Floats(3);
+  Unary(UnaryOp::kSqrt, 0, 0, hyper + 2, k, 1);
+  Unary(UnaryOp::kReciprocal, 0, 0, k, k, 1);
+  BinaryBroadcast(Binary::kDiv, Flat(1), hyper, kAllAxes, hyper + 1, kAllAxes, k + 1);
+  Unary(UnaryOp::kAffine, -1.0f, 0.0f, k + 1, k + 1, 1);
+  Unary(UnaryOp::kAffine, -weight_decay, 0.0f, hyper, k + 2, 1);
+  Unary(UnaryOp::kAffine, beta1, 0.0f, m, m, n);
+  Unary(UnaryOp::kAffine, 1.0f - beta1, 0.0f, grad, m, n, true);
+  Unary(UnaryOp::kSquare, 0, 0, grad, term, n);
+  Unary(UnaryOp::kAffine, beta2, 0.0f, v, v, n);
+  Unary(UnaryOp::kAffine, 1.0f - beta2, 0.0f, term, v, n, true);
+  // param -= lr * weight_decay * param + lr / c1 * m / (sqrt(v) / sqrt(c2) + eps), as AdamUpdate.
+  Unary(UnaryOp::kSqrt, 0, 0, v, term, n);
+  BinaryBroadcast(Binary::kMul, Flat(n), term, kAllAxes, k, kScalarAxes, term);
+  Unary(UnaryOp::kAffine, 1.0f, eps, term, term, n);
+  BinaryBroadcast(Binary::kDiv, Flat(n), m, kAllAxes, term, kAllAxes, term);
+  if (weight_decay != 0.0f) BinaryBroadcast(Binary::kMul, Flat(n), param, kAllAxes, k + 2, kScalarAxes, param, true);
+  BinaryBroadcast(Binary::kMul, Flat(n), term, kAllAxes, k + 1, kScalarAxes, param, true);
+}
+
 void Backend::SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,
                         float* buf) {
   Temporaries t(*this);

@@ -534,11 +534,20 @@ Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels) {
 
 Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, int64_t width, int64_t channels,
                   float scale) {
-  const int64_t pixels = height * width;
-  const uint8_t* bytes = t.InputBytes(host, images * pixels * channels);
+  const uint8_t* bytes = t.InputBytes(host, images * height * width * channels);
+  return DeviceImagesToFloat(t, bytes, images, height, width, channels, scale);
+}
+
+Var DeviceImagesToFloat(Tape& t, const uint8_t* device, int64_t images, int64_t height, int64_t width,
+                        int64_t channels, float scale) {
   Var y = t.NewValue({images, channels, height, width}, /*requires_grad=*/false);
-  t.backend().BytesToFloatPlanar(images, pixels, channels, scale, bytes, t.value(y).data);
+  t.backend().BytesToFloatPlanar(images, height * width, channels, scale, device, t.value(y).data);
   return y;
+}
+
+void RandomShiftOffsets(int64_t images, int64_t pad, std::mt19937_64& rng, int32_t* host) {
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(2 * pad));
+  for (int64_t i = 0; i < 2 * images; ++i) host[i] = d(rng);
 }
 
 Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng) {
@@ -547,10 +556,16 @@ Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng) {
   TROUPE_CHECK(s.rank() == 4 && pad >= 0);
   // Offsets drawn on the host, uploaded once.
   int32_t* host = t.HostInts(2 * s[0]);
-  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(2 * pad));
-  for (int64_t i = 0; i < 2 * s[0]; ++i) host[i] = d(rng);
+  RandomShiftOffsets(s[0], pad, rng, host);
   int32_t* shifts = t.AllocateInts(2 * s[0]);
   t.backend().Upload(host, shifts, sizeof(int32_t) * 2 * s[0]);
+  return RandomShiftBy(x, pad, shifts);
+}
+
+Var RandomShiftBy(Var x, int64_t pad, const int32_t* shifts) {
+  Tape& t = *x.tape;
+  const Shape& s = t.value(x).shape;
+  TROUPE_CHECK(s.rank() == 4 && pad >= 0);
   Var y = t.NewValue(s, RequiresGrad(t, x));
   t.backend().RandomShiftForward(s[0], s[1], s[2], s[3], pad, shifts, t.value(x).data, t.value(y).data);
   Node n;

@@ -108,11 +108,21 @@ Var SoftmaxCrossEntropy(Var logits, std::span<const int32_t> labels);
 // [images, channels, height, width] times `scale` on the device. No gradient.
 Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, int64_t width, int64_t channels,
                   float scale);
+// The same from images already in device memory (uploaded before a step
+// that RunStep may replay).
+Var DeviceImagesToFloat(Tape& t, const uint8_t* device, int64_t images, int64_t height, int64_t width,
+                        int64_t channels, float scale);
 
 // --- Image augmentation --------------------------------------------------------
 // DrQ's random shift (Kostrikov et al. 2020): replicate-pad by `pad`, then
 // crop back to h x w at an offset drawn per sample from `rng`.
 Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng);
+// Its offsets for `images` images (2 each: row, column, in [0, 2 * pad]),
+// drawn on the host as RandomShift draws them; and the shift by offsets
+// already in device memory (`shifts`: 2 * batch ints, alive as long as the
+// tape's step: the backward reads them).
+void RandomShiftOffsets(int64_t images, int64_t pad, std::mt19937_64& rng, int32_t* host);
+Var RandomShiftBy(Var x, int64_t pad, const int32_t* shifts);
 
 }  // namespace troupe::nn
 

@@ -67,12 +67,28 @@ Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options)
   v_ = ZeroedLike(*params, *backend);
 }
 
-void Adam::Step(float learning_rate) {
+void Adam::Prepare(float learning_rate) {
   ++steps_;
-  const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
-  const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
-  backend_->AdamUpdate(m_.size(), learning_rate, options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
-                       c1, c2, params_->device_grads(), params_->device_values(), m_.data(), v_.data());
+  hyper_host_[0] = learning_rate;
+  hyper_host_[1] = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
+  hyper_host_[2] = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
+  hyper_on_device_ = backend_->replays_steps() && !backend_->in_step();
+  if (!hyper_on_device_) return;
+  if (hyper_.size() == 0) hyper_ = DeviceBuffer(*backend_, 3);
+  backend_->Upload(hyper_host_, hyper_.data(), sizeof(hyper_host_));
+}
+
+void Adam::Apply() {
+  if (hyper_on_device_) {
+    backend_->AdamUpdateFromDevice(m_.size(), hyper_.data(), options_.beta1, options_.beta2, options_.eps,
+                                   options_.weight_decay, params_->device_grads(), params_->device_values(),
+                                   m_.data(), v_.data());
+    return;
+  }
+  backend_->NotReplayable("Adam's learning rate and bias corrections from the host (Prepare inside the step)");
+  backend_->AdamUpdate(m_.size(), hyper_host_[0], options_.beta1, options_.beta2, options_.eps,
+                       options_.weight_decay, hyper_host_[1], hyper_host_[2], params_->device_grads(),
+                       params_->device_values(), m_.data(), v_.data());
 }
 
 std::vector<OptimizerState> Adam::State() { return {{"adam.m", m_.data()}, {"adam.v", v_.data()}}; }
@@ -83,9 +99,14 @@ Sgd::Sgd(ParameterSet* params, Backend* backend, SgdOptions options)
   momentum_ = ZeroedLike(*params, *backend);
 }
 
-void Sgd::Step(float learning_rate) {
+void Sgd::Prepare(float learning_rate) {
   ++steps_;
-  backend_->SgdUpdate(momentum_.size(), learning_rate, options_.momentum, options_.weight_decay,
+  learning_rate_ = learning_rate;
+}
+
+void Sgd::Apply() {
+  backend_->NotReplayable("SGD's learning rate from the host");
+  backend_->SgdUpdate(momentum_.size(), learning_rate_, options_.momentum, options_.weight_decay,
                       params_->device_grads(), params_->device_values(), momentum_.data());
 }
 
@@ -100,8 +121,14 @@ Lamb::Lamb(ParameterSet* params, Backend* backend, LambOptions options)
   norms_ = DeviceBuffer(*backend, 3 * params->size());
 }
 
-void Lamb::Step(float learning_rate) {
+void Lamb::Prepare(float learning_rate) {
   ++steps_;
+  learning_rate_ = learning_rate;
+}
+
+void Lamb::Apply() {
+  backend_->NotReplayable("LAMB's learning rate and bias corrections from the host");
+  const float learning_rate = learning_rate_;
   const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
   const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
   // update = -(m_hat / (sqrt(v_hat) + eps)): Adam at rate 1 from zero (moments updated).
@@ -136,8 +163,14 @@ Lars::Lars(ParameterSet* params, Backend* backend, LarsOptions options)
   norms_ = DeviceBuffer(*backend, 3 * params->size());
 }
 
-void Lars::Step(float learning_rate) {
+void Lars::Prepare(float learning_rate) {
   ++steps_;
+  learning_rate_ = learning_rate;
+}
+
+void Lars::Apply() {
+  backend_->NotReplayable("LARS's learning rate from the host");
+  const float learning_rate = learning_rate_;
   for (int i = 0; i < params_->size(); ++i) {
     const ParameterInfo& info = params_->info(i);
     const int64_t n = info.shape.size();

@@ -27,8 +27,20 @@ struct OptimizerState {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update of the parameters from their current gradients at `learning_rate`.
-  virtual void Step(float learning_rate) = 0;
+  // One update of the parameters from their current gradients at
+  // `learning_rate`: Prepare, then Apply.
+  void Step(float learning_rate) {
+    Prepare(learning_rate);
+    Apply();
+  }
+  // The update's two parts, for a step the backend may replay
+  // (Backend::RunStep): Prepare is the host's, before the step (it counts
+  // the update and, where the backend replays steps, puts the per-step
+  // values on the device); Apply issues the update's kernels, inside the
+  // step. An optimizer whose kernels take per-step values from the host says
+  // so in Apply (Backend::NotReplayable): its steps record every time.
+  virtual void Prepare(float learning_rate) = 0;
+  virtual void Apply() = 0;
   // Updates taken so far (restored by checkpoints).
   virtual int64_t steps() const = 0;
   virtual void set_steps(int64_t steps) = 0;
@@ -38,11 +50,14 @@ class Optimizer {
 };
 
 // An optimizer that wraps another (averages or clips its gradients first):
-// everything but Step forwards to the inner one, whose state and step count
+// everything forwards to the inner one (a decorator overrides Apply, or
+// Prepare), whose state and step count
 // are the decorator's. `inner` must outlive it.
 class ForwardingOptimizer : public Optimizer {
  public:
   explicit ForwardingOptimizer(Optimizer* inner) : inner_(inner) {}
+  void Prepare(float learning_rate) override { inner_->Prepare(learning_rate); }
+  void Apply() override { inner_->Apply(); }
   int64_t steps() const override { return inner_->steps(); }
   void set_steps(int64_t steps) override { inner_->set_steps(steps); }
   std::vector<OptimizerState> State() override { return inner_->State(); }
@@ -68,7 +83,10 @@ struct AdamOptions {
 class Adam final : public Optimizer {
  public:
   Adam(ParameterSet* params, Backend* backend, AdamOptions options = {});
-  void Step(float learning_rate) override;
+  // Where the backend replays steps and Prepare runs outside a step, the
+  // learning rate and bias corrections go to the device (AdamUpdateFromDevice).
+  void Prepare(float learning_rate) override;
+  void Apply() override;
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }
   std::vector<OptimizerState> State() override;
@@ -81,6 +99,9 @@ class Adam final : public Optimizer {
   AdamOptions options_;
   int64_t steps_ = 0;
   DeviceBuffer m_, v_;  // zeroed by a kernel
+  float hyper_host_[3] = {0, 0, 0};  // this update's lr, c1, c2
+  DeviceBuffer hyper_;               // the same on the device
+  bool hyper_on_device_ = false;
 };
 
 struct SgdOptions {
@@ -93,7 +114,9 @@ struct SgdOptions {
 class Sgd final : public Optimizer {
  public:
   Sgd(ParameterSet* params, Backend* backend, SgdOptions options = {});
-  void Step(float learning_rate) override;
+  void Prepare(float learning_rate) override;
+  // Its learning rate is a kernel argument from the host: not replayable.
+  void Apply() override;
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }
   std::vector<OptimizerState> State() override;
@@ -105,6 +128,7 @@ class Sgd final : public Optimizer {
   Backend* backend_;
   SgdOptions options_;
   int64_t steps_ = 0;
+  float learning_rate_ = 0;
   DeviceBuffer momentum_;
   DeviceBuffer norms_;  // scratch: per tensor ||w||^2, ||g||^2, the local rate
 };
@@ -128,7 +152,9 @@ struct LambOptions {
 class Lamb final : public Optimizer {
  public:
   Lamb(ParameterSet* params, Backend* backend, LambOptions options = {});
-  void Step(float learning_rate) override;
+  void Prepare(float learning_rate) override;
+  // Its learning rate is a kernel argument from the host: not replayable.
+  void Apply() override;
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }
   std::vector<OptimizerState> State() override;
@@ -140,6 +166,7 @@ class Lamb final : public Optimizer {
   Backend* backend_;
   LambOptions options_;
   int64_t steps_ = 0;
+  float learning_rate_ = 0;
   DeviceBuffer m_, v_;
   DeviceBuffer update_;  // scratch: -r, not state
   DeviceBuffer norms_;   // scratch: per tensor ||x||^2, ||r||^2, the trust ratio
@@ -162,7 +189,9 @@ struct LarsOptions {
 class Lars final : public Optimizer {
  public:
   Lars(ParameterSet* params, Backend* backend, LarsOptions options = {});
-  void Step(float learning_rate) override;
+  void Prepare(float learning_rate) override;
+  // Its learning rate is a kernel argument from the host: not replayable.
+  void Apply() override;
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }
   std::vector<OptimizerState> State() override;
@@ -174,6 +203,7 @@ class Lars final : public Optimizer {
   Backend* backend_;
   LarsOptions options_;
   int64_t steps_ = 0;
+  float learning_rate_ = 0;
   DeviceBuffer momentum_;
   DeviceBuffer norms_;  // scratch: per tensor ||w||^2, ||g||^2, the local rate
 };

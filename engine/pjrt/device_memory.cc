@@ -48,6 +48,7 @@ void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
   if (!buffer.ok()) Fatal(buffer.status(), absl::StrCat("allocating ", bytes, " bytes").c_str());
   a.buffer = *buffer;
   a.scratch = scratch;
+  a.id = ++allocated_;
   allocations_.emplace(reinterpret_cast<uintptr_t>(base), a);
   return base;
 }

@@ -34,6 +34,9 @@ class DeviceMemory {
     capi::Buffer* buffer = nullptr;
     bool scratch = false;       // AllocateScratch: dead after each step
     bool live_in_step = false;  // scratch a split step's first program left for its second
+    // This backend's allocations numbered as made: an address range freed
+    // and reserved again is another allocation (a replayed step's check).
+    uint64_t id = 0;
   };
 
   // Memory on `device` of `client`.
@@ -52,6 +55,11 @@ class DeviceMemory {
   // The allocation `p` points into and p's byte offset in it; aborts naming
   // the address when p is not this memory.
   std::pair<uintptr_t, Allocation*> Find(const void* p, int64_t* byte_offset);
+  // The allocation whose range starts at `base`; null when there is none.
+  Allocation* At(uintptr_t base) {
+    auto it = allocations_.find(base);
+    return it == allocations_.end() ? nullptr : &it->second;
+  }
 
   // A step begins: no scratch is live from an earlier program.
   void BeginStep();
@@ -62,6 +70,7 @@ class DeviceMemory {
   std::shared_ptr<Client> client_;
   int device_;
   std::map<uintptr_t, Allocation> allocations_;  // by the address range's start
+  uint64_t allocated_ = 0;
 };
 
 }  // namespace troupe::pjrt

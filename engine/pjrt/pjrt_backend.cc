@@ -47,9 +47,11 @@ PjrtBackend::PjrtBackend(std::shared_ptr<Client> client, const PjrtBackendOption
       cache_dir_(options.cache_dir),
       group_(options.group && options.group->size() > 1 ? options.group : nullptr),
       programs_(client_),
-      memory_(client_, options.device) {}
+      memory_(client_, options.device),
+      check_replay_every_(options.check_replay_every) {}
 
 PjrtBackend::~PjrtBackend() {
+  for (auto& [signature, step] : replayed_) Forget(*step);
   step_.reset();
   ReleaseScratchPool();
   // memory_ (its buffers), then programs_ (their executables), as declared.
@@ -88,6 +90,10 @@ bool PjrtBackend::RunProgram(ProgramRecorder& r, bool keep_scratch) {
   bool met_first = false;
   ProgramCache::Program& program = programs_.Of(r.f, &met_first);
   if (met_first) ++stats_.programs_printed;
+  if (step && capture_ != nullptr) {
+    capture_->recording = r.Recording();
+    capture_->program = &program;
+  }
   last_program_ = &program;
   const double compiled_before = stats_.compile_seconds;
   const bool replicated = step && group_ != nullptr;
@@ -117,6 +123,7 @@ bool PjrtBackend::RunProgram(ProgramRecorder& r, bool keep_scratch) {
     stats_.step_host_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - r.began()).count() - compile_seconds;
   }
+  const auto execute_began = std::chrono::steady_clock::now();
   if (replicated) {
     // One program on every replica: the group runs it once all have arrived.
     PjrtReplicaGroup::Arrival arrival{&program.text, program.fingerprint, &args, std::move(out)};
@@ -131,6 +138,10 @@ bool PjrtBackend::RunProgram(ProgramRecorder& r, bool keep_scratch) {
   ++stats_.launches;
   if (step) ++stats_.step_launches;
   r.Install(out);
+  if (step) {
+    stats_.step_execute_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
+  }
   return true;
 }
 
@@ -172,6 +183,11 @@ void PjrtBackend::BeginStep() {
   if (!compile_steps_) return;
   memory_.BeginStep();
   step_ = NewRecorder(/*step=*/true);
+  not_replayable_.clear();
+}
+
+void PjrtBackend::NotReplayable(const char* why) {
+  if (step_ && not_replayable_.empty()) not_replayable_ = why;
 }
 
 void PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean) {
@@ -207,6 +223,9 @@ void PjrtBackend::EndStep() {
   }
   ++stats_.steps;
   for (size_t i = 0; i < reads.size(); ++i) std::memcpy(reads[i].host, step->host(results[i]).data(), reads[i].bytes);
+  if (capture_ != nullptr) {
+    for (const DeferredRead& r : reads) capture_->reads.emplace_back(r.host, r.bytes);
+  }
 }
 
 void PjrtBackend::KeepForFallback(std::function<void()> call) {
@@ -220,6 +239,7 @@ void PjrtBackend::FallBackToKernels(ProgramRecorder& step) {
                name().c_str(), fallback_reason_.c_str());
   compile_steps_ = false;
   ++stats_.step_fallbacks;
+  not_replayable_ = "the plugin refused the step's program";
   for (const std::function<void()>& call : step.TakeCalls()) call();
 }
 
@@ -261,6 +281,7 @@ void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
     a->buffer = *buffer;
     return;
   }
+  if (step_) NotReplayable("an upload inside the step (a replayed step's inputs are uploaded before it)");
   const auto write = [this, device, buffer = *buffer, t] {
     Launch l(*this);
     l.Write(device, l.Input(buffer, {t.count}, t.words ? "f32" : "ui8"));
@@ -283,6 +304,7 @@ void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
     }
     // A collective's staging: the step so far runs as a program of its own,
     // the bytes come back, and the rest of the step records anew.
+    NotReplayable("a host staging inside the step (a collective through the host splits it in two)");
     std::unique_ptr<ProgramRecorder> first = std::move(step_);  // out of the way: a replay runs kernel at a time
     if (!RunProgram(*first, /*keep_scratch=*/true)) FallBackToKernels(*first);
   }

@@ -46,7 +46,8 @@
 // that run a step as one program), launch.h (one kernel call: into the
 // step's program, or a program of its own). This file's PjrtBackend composes
 // them: set-up, steps, transfers, and running a recorded program
-// (pjrt_backend.cc); its kernels are in pjrt_kernels.cc.
+// (pjrt_backend.cc); steps traced once and replayed (RunStep:
+// step_replay.cc); its kernels are in pjrt_kernels.cc.
 #ifndef TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
 #define TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
 
@@ -54,6 +55,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -61,12 +64,11 @@
 #include "engine/pjrt/device_memory.h"
 #include "engine/pjrt/plugin.h"
 #include "engine/pjrt/program_cache.h"
+#include "engine/pjrt/program_recorder.h"
 #include "engine/pjrt/replica_group.h"
 #include "engine/pjrt/stablehlo.h"
 
 namespace troupe::pjrt {
-
-class ProgramRecorder;
 
 struct PjrtBackendOptions {
   // The plugin's .so (libtpu.so, the XLA CUDA plugin, an XLA CPU plugin).
@@ -98,6 +100,11 @@ struct PjrtBackendOptions {
   bool fall_back_to_kernels = false;
   // Tests: every step's program refused as a plugin would refuse one.
   bool refuse_step_programs = false;
+  // RunStep's guard (engine.pjrt_check_replay, TROUPE_PJRT_CHECK_REPLAY):
+  // every this many replays of a step, it is recorded again instead, and the
+  // process aborts, naming what differs, when the recording is not the one
+  // being replayed. 0: never.
+  int check_replay_every = 0;
 };
 
 // DefaultPjrtCacheDir(): program_cache.h.
@@ -112,12 +119,19 @@ struct PjrtStats {
   int64_t step_launches = 0;  // programs they executed (one each, unless a host staging split one)
   int64_t programs_printed = 0;  // program texts written: once each, a program met again is found by its fingerprint
   int64_t step_fallbacks = 0;    // steps the plugin refused, run again kernel at a time (0 or 1)
+  int64_t step_replays = 0;      // RunStep calls that executed a recorded program without recording
+  int64_t replay_checks = 0;     // recordings made to check a replay (check_replay_every)
   double compile_seconds = 0.0;
   // Host time of compiled steps before their execution: recording the
   // kernels, writing and finding the program, uploading its inputs. Of it:
   double step_host_seconds = 0.0;
   double step_program_seconds = 0.0;  // writing the program's text and finding its executable
   double step_upload_seconds = 0.0;   // copying host data into device buffers (Upload)
+  // Host time of replayed steps before their execution (binding arguments).
+  double replay_host_seconds = 0.0;
+  // Wall time of steps' executions, recorded or replayed, until their
+  // results are on the host: what the host waits for.
+  double step_execute_seconds = 0.0;
 };
 
 class PjrtBackend final : public nn::Backend {
@@ -142,6 +156,10 @@ class PjrtBackend final : public nn::Backend {
   void Free(void* p) override;
   void BeginStep() override;
   void EndStep() override;
+  // Traced once, replayed (nn::Backend::RunStep; step_replay.cc).
+  void RunStep(uint64_t signature, const std::function<void()>& device_part) override;
+  bool replays_steps() const override { return compile_steps_; }
+  void NotReplayable(const char* why) override;
   bool reduces_in_step() const override { return step_ != nullptr && group_ != nullptr; }
   void AllReduceInStep(float* data, int64_t count, bool mean) override;
   bool compiles_steps() const { return compile_steps_; }
@@ -212,6 +230,31 @@ class PjrtBackend final : public nn::Backend {
   Value Planes(Launch& l, const Value& bytes, int64_t pixels, int64_t channels, float scale);
   // Counts a step's compile (or load from the on-disk cache) and says so once (stderr).
   void NoteStepCompile(double seconds, int64_t kernels, size_t text_bytes, bool from_cache);
+  // A recording of a step to replay: the program, what it runs on, the
+  // host memory its results go to.
+  struct Recorded {
+    StepRecording recording;
+    const ProgramCache::Program* program = nullptr;
+    std::vector<std::pair<void*, size_t>> reads;
+    bool operator==(const Recorded& o) const {
+      return recording == o.recording && program == o.program && reads == o.reads;
+    }
+  };
+  // RunStep's step of one signature (step_replay.cc).
+  struct ReplayedStep {
+    Recorded recorded;                // the last recording
+    bool ready = false;               // two recordings in a row were the same: replay
+    int replays_since_check = 0;
+    capi::Buffer* scalars = nullptr;  // the recorded run-time scalars on the device, made once
+  };
+  // Forgets `step`'s recording (and destroys its scalars' buffer).
+  void Forget(ReplayedStep& step);
+  // Records `device_part` as one step; false, saying why in *why_not, when
+  // a replay could not repeat it.
+  bool RecordStep(const std::function<void()>& device_part, Recorded* out, std::string* why_not);
+  // Executes `step`'s program again; false (nothing run) when its memory
+  // changed since it was recorded.
+  bool Replay(ReplayedStep& step);
 
   std::shared_ptr<Client> client_;
   int device_;
@@ -227,6 +270,12 @@ class PjrtBackend final : public nn::Backend {
   ProgramCache programs_;
   DeviceMemory memory_;
   std::unique_ptr<ProgramRecorder> step_;  // the step being recorded (compiled steps)
+  // RunStep's recording of the step being recorded (null otherwise), and
+  // why it cannot be replayed (empty: it can).
+  Recorded* capture_ = nullptr;
+  std::string not_replayable_;
+  int check_replay_every_;
+  std::unordered_map<uint64_t, std::unique_ptr<ReplayedStep>> replayed_;
   PjrtStats stats_;
   const ProgramCache::Program* last_program_ = nullptr;
 };

@@ -99,6 +99,23 @@ const std::vector<capi::Buffer*>& ProgramRecorder::Arguments() {
   return args_;
 }
 
+StepRecording ProgramRecorder::Recording() const {
+  StepRecording r;
+  r.args.assign(args_.size(), 0);
+  r.arg_ids.assign(args_.size(), 0);
+  for (const Tracked& t : tracked_) {
+    if (t.parameter < 0) continue;
+    // Parameters are numbered as args_ is filled: a tracked allocation's index is its argument's.
+    r.args[static_cast<size_t>(t.parameter)] = t.base;
+    r.arg_ids[static_cast<size_t>(t.parameter)] = t.allocation->id;
+  }
+  // As the program takes them: the parameter's whole vector.
+  r.scalars = scalars_;
+  if (scalars_param_) r.scalars.resize(static_cast<size_t>(scalars_param_->dims[0]), 0.0f);
+  for (const Tracked* t : written_) r.written.push_back(t->base);
+  return r;
+}
+
 void ProgramRecorder::Install(const std::vector<capi::Buffer*>& out) {
   for (size_t i = 0; i < written_.size(); ++i) {
     DeviceMemory::Allocation& a = *written_[i]->allocation;

@@ -39,6 +39,22 @@
 
 namespace troupe::pjrt {
 
+// What executing a closed step's program again needs (PjrtBackend::RunStep's
+// replay, step_replay.cc), and what two recordings of one step are compared
+// by: the same program over the same memory with the same run-time scalars
+// gives the same execution.
+struct StepRecording {
+  // Per parameter of the program: the allocation it is (its range's start),
+  // or 0 for the run-time scalars; with the allocation's id (an address
+  // range freed and reserved again is another allocation).
+  std::vector<uintptr_t> args;
+  std::vector<uint64_t> arg_ids;
+  std::vector<float> scalars;
+  // The allocations the program's first outputs replace, in order (each an argument).
+  std::vector<uintptr_t> written;
+  bool operator==(const StepRecording&) const = default;
+};
+
 class ProgramRecorder {
  public:
   // A program over `memory` on `device` of `client`; `step`: a whole step's
@@ -69,8 +85,12 @@ class ProgramRecorder {
   Value Input(capi::Buffer* buffer, const Dims& dims, std::string_view type) {
     args_.push_back(buffer);
     owned_.push_back(buffer);
+    has_inputs_ = true;
     return f.Parameter(dims, type);
   }
+  // Whether the program reads host data it owns (an Input): an execution
+  // with other data cannot repeat it.
+  bool has_inputs() const { return has_inputs_; }
   // Whether `base` (an allocation) is an argument or result of this program.
   bool Touches(uintptr_t base) const;
   void CountKernel() { ++kernels_; }
@@ -90,6 +110,9 @@ class ProgramRecorder {
   // The program's arguments, in its parameters' order, its run-time scalars
   // uploaded now.
   const std::vector<capi::Buffer*>& Arguments();
+  // The closed program's arguments and outputs by the memory they are (a
+  // step without Inputs).
+  StepRecording Recording() const;
   // How many outputs an execution of the closed program returns.
   size_t num_outputs() const { return num_outputs_; }
   // Takes an execution's outputs: each written allocation's buffer (the old
@@ -173,6 +196,7 @@ class ProgramRecorder {
   std::vector<std::vector<char>> host_;
   std::vector<std::function<void()>> calls_;
   int64_t kernels_ = 0;
+  bool has_inputs_ = false;
   std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();
 };
 

@@ -165,7 +165,7 @@ absl::Status GradientReducer::Finish() {
 
 // --- ReplicatedOptimizer ------------------------------------------------------------
 
-void ReplicatedOptimizer::Step(float learning_rate) {
+void ReplicatedOptimizer::Apply() {
   if (!ctx_->status().ok()) return;
   absl::Status s;
   if (reducer_ != nullptr) {
@@ -175,7 +175,7 @@ void ReplicatedOptimizer::Step(float learning_rate) {
     s = ctx_->AllReduceDevice(params.backend(), params.device_grads(), params.total_floats(), ReduceOp::kMean);
   }
   if (!s.ok()) return;  // kept in ctx_->status()
-  inner()->Step(learning_rate);
+  inner()->Apply();
 }
 
 // --- Replicator -------------------------------------------------------------------------

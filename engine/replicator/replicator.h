@@ -155,7 +155,7 @@ class GradientReducer final : public nn::GradientListener {
   std::vector<char> ready_;
 };
 
-// Wraps a replica's optimizer: Step() first averages the gradients across
+// Wraps a replica's optimizer: Apply() (Step's device part) first averages the gradients across
 // replicas (all at once, or waits for a GradientReducer that did it during
 // backward), then applies the inner optimizer. A collective error is kept in
 // the context and the update is skipped.
@@ -163,7 +163,7 @@ class ReplicatedOptimizer final : public nn::ForwardingOptimizer {
  public:
   ReplicatedOptimizer(nn::Optimizer* inner, ReplicaContext* ctx, GradientReducer* reducer = nullptr)
       : ForwardingOptimizer(inner), ctx_(ctx), reducer_(reducer) {}
-  void Step(float learning_rate) override;
+  void Apply() override;
 
  private:
   ReplicaContext* ctx_;

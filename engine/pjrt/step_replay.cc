@@ -1,0 +1,161 @@
+// PjrtBackend::RunStep: a step traced once and replayed (nn::Backend::RunStep
+// says the contract). Per signature, the step is recorded (device_part runs,
+// its kernels become one program, executed as any compiled step) until two
+// recordings in a row are the same (StepRecording: program, arguments by
+// allocation, run-time scalars, outputs, and the host memory its reads go
+// to); from then on each call binds the allocations' current buffers to that
+// program's executable and executes it, without running device_part, the
+// tape, the ops or the recorder. Two recordings, not one, because a first
+// update may differ from the rest (an optimizer's state made on first use).
+// check_replay_every > 0 records every so many replays again and aborts,
+// naming the difference, when the recording is not the one replayed.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/pjrt/fatal.h"
+#include "engine/pjrt/pjrt_backend.h"
+
+namespace troupe::pjrt {
+
+void PjrtBackend::Forget(ReplayedStep& step) {
+  if (step.scalars != nullptr) client_->Destroy(step.scalars);
+  step = ReplayedStep();
+}
+
+bool PjrtBackend::RecordStep(const std::function<void()>& device_part, Recorded* out, std::string* why_not) {
+  *out = Recorded();
+  capture_ = out;
+  BeginStep();
+  device_part();
+  EndStep();
+  capture_ = nullptr;
+  *why_not = not_replayable_;
+  if (why_not->empty() && out->program == nullptr) *why_not = "no program ran";
+  return why_not->empty();
+}
+
+namespace {
+
+// What differs between two recordings of one signature, for the guard's abort.
+std::string Difference(const StepRecording& was, const std::string& was_text, const StepRecording& now,
+                       const std::string& now_text) {
+  if (was_text != now_text) return "the program's text";
+  if (was.args != now.args || was.arg_ids != now.arg_ids) return "the memory its arguments are";
+  if (was.written != now.written) return "the memory it writes";
+  if (was.scalars != now.scalars) {
+    for (size_t i = 0; i < std::min(was.scalars.size(), now.scalars.size()); ++i) {
+      if (was.scalars[i] != now.scalars[i]) {
+        return "run-time scalar " + std::to_string(i) + " (" + std::to_string(was.scalars[i]) + " replayed, " +
+               std::to_string(now.scalars[i]) + " recorded): a value from the host that is not an input";
+      }
+    }
+    return "the number of run-time scalars";
+  }
+  return "the host memory its reads go to";
+}
+
+}  // namespace
+
+void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& device_part) {
+  if (!compile_steps_) {
+    nn::Backend::RunStep(signature, device_part);
+    return;
+  }
+  std::unique_ptr<ReplayedStep>& slot = replayed_[signature];
+  if (slot == nullptr) slot = std::make_unique<ReplayedStep>();
+  ReplayedStep& step = *slot;
+  const bool check = step.ready && check_replay_every_ > 0 && ++step.replays_since_check >= check_replay_every_;
+  if (step.ready && !check && Replay(step)) return;
+  Recorded now;
+  std::string why_not;
+  const bool replayable = RecordStep(device_part, &now, &why_not);
+  if (check) {
+    ++stats_.replay_checks;
+    step.replays_since_check = 0;
+    if (!(replayable && now == step.recorded)) {
+      std::fprintf(stderr,
+                   "PJRT backend: a replayed step (signature %016llx) recorded again differs from its replay in %s; "
+                   "its device part takes something that is not in device memory or its signature\n",
+                   static_cast<unsigned long long>(signature),
+                   !replayable ? why_not.c_str()
+                               : Difference(step.recorded.recording, step.recorded.program->text, now.recording,
+                                            now.program->text)
+                                     .c_str());
+      std::abort();
+    }
+    return;
+  }
+  if (!replayable) {
+    Forget(step);
+    return;
+  }
+  if (now == step.recorded) {
+    step.ready = true;
+    return;
+  }
+  Forget(step);
+  step.recorded = std::move(now);
+}
+
+bool PjrtBackend::Replay(ReplayedStep& step) {
+  const auto began = std::chrono::steady_clock::now();
+  const StepRecording& r = step.recorded.recording;
+  const ProgramCache::Program& program = *step.recorded.program;
+  std::vector<capi::Buffer*> args(r.args.size(), nullptr);
+  for (size_t i = 0; i < r.args.size(); ++i) {
+    if (r.args[i] == 0) {
+      if (step.scalars == nullptr) {
+        const int64_t dims[] = {static_cast<int64_t>(r.scalars.size())};
+        auto buffer = client_->BufferFromHost(r.scalars.data(), capi::kF32, dims, device_);
+        if (!buffer.ok()) Fatal(buffer.status(), "a replayed step's scalars");
+        step.scalars = *buffer;
+      }
+      args[i] = step.scalars;
+      continue;
+    }
+    DeviceMemory::Allocation* a = memory_.At(r.args[i]);
+    if (a == nullptr || a->id != r.arg_ids[i]) {
+      // Memory freed or made anew since the recording: record again.
+      Forget(step);
+      return false;
+    }
+    args[i] = a->buffer;
+  }
+  const size_t outputs = r.written.size() + step.recorded.reads.size();
+  std::vector<capi::Buffer*> out(outputs, nullptr);
+  const auto execute_began = std::chrono::steady_clock::now();
+  stats_.replay_host_seconds += std::chrono::duration<double>(execute_began - began).count();
+  if (group_ != nullptr) {
+    PjrtReplicaGroup::Arrival arrival{&program.text, program.fingerprint, &args, std::move(out)};
+    group_->Execute(device_, &arrival, client_, cache_dir_);
+    out = std::move(arrival.outputs);
+  } else {
+    Check(client_->Execute(program.executable, args, out, device_), "executing a replayed step");
+  }
+  for (size_t i = 0; i < r.written.size(); ++i) {
+    DeviceMemory::Allocation* a = memory_.At(r.written[i]);
+    client_->Destroy(a->buffer);  // donated to the execution
+    a->buffer = out[i];
+  }
+  for (size_t i = 0; i < step.recorded.reads.size(); ++i) {
+    capi::Buffer* result = out[r.written.size() + i];
+    Check(client_->ToHost(result, step.recorded.reads[i].first, step.recorded.reads[i].second),
+          "reading a replayed step's result");
+    client_->Destroy(result);
+  }
+  stats_.step_execute_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
+  ++stats_.launches;
+  ++stats_.step_launches;
+  ++stats_.steps;
+  ++stats_.step_replays;
+  return true;
+}
+
+}  // namespace troupe::pjrt

@@ -1,0 +1,252 @@
+// Steps traced once and replayed (nn::Backend::RunStep on the PJRT backend,
+// step_replay.cc), on the XLA CPU plugin the ctest fixture fetched: a
+// replayed update equals a recorded one bit for bit, a new learning rate or
+// step count is an input (no new recording), a new shape is a new
+// recording, a step that takes host data inside records every time, and
+// the guard stops a replay whose recording would differ.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/ops.h"
+#include "engine/nn/optimizer.h"
+#include "engine/nn/tape.h"
+#include "engine/nn/testing.h"
+#include "engine/pjrt/pjrt_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::pjrt {
+namespace {
+
+std::string CpuPlugin() {
+  const char* path = std::getenv("TROUPE_PJRT_PLUGIN");
+  return path != nullptr && std::filesystem::exists(path) ? path : "";
+}
+
+#define REQUIRE_PLUGIN()                                                                                    \
+  const std::string plugin = CpuPlugin();                                                                   \
+  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)"
+
+std::unique_ptr<PjrtBackend> NewPjrt(const std::string& plugin, int check_replay_every = 0) {
+  auto backend = PjrtBackend::Create({.plugin = plugin, .check_replay_every = check_replay_every});
+  if (!backend.ok()) {
+    ADD_FAILURE() << backend.status();
+    return nullptr;
+  }
+  return std::move(*backend);
+}
+
+// A small regression model trained by Adam, its update split as RunStep
+// wants it: the batch and Adam's per-step values uploaded first (the host
+// part), then the forward, backward and Adam's kernels (the device part),
+// the loss read at the step's end.
+struct Model {
+  nn::Backend& backend;
+  int64_t batch, inputs;
+  nn::ParameterSet params;
+  nn::Mlp mlp;
+  std::unique_ptr<nn::Adam> adam;
+  nn::Tape tape{&backend};
+  nn::DeviceBuffer x, y;
+  float loss = 0;
+
+  Model(nn::Backend& b, int64_t batch_size, int64_t input_size) : backend(b), batch(batch_size), inputs(input_size) {
+    mlp = nn::Mlp::Create(params, "mlp", {inputs, 32, 32, 1});
+    params.Allocate(backend, /*seed=*/3);
+    adam = std::make_unique<nn::Adam>(&params, &backend);
+    x = nn::DeviceBuffer(backend, batch * inputs);
+    y = nn::DeviceBuffer(backend, batch);
+  }
+
+  // The host part of update `u`: its batch and Adam's lr and bias corrections on the device.
+  void Prepare(int u, float learning_rate) {
+    x.Upload(nn::RandomVector(batch * inputs, 100 + u));
+    y.Upload(nn::RandomVector(batch, 200 + u));
+    adam->Prepare(learning_rate);
+  }
+  // The device part: kernels and the loss's read only.
+  void DevicePart() {
+    tape.Reset();
+    params.ZeroGrad();
+    const nn::Var loss_var = nn::MeanSquaredError(mlp(tape, params, tape.Constant(x.data(), {batch, inputs})),
+                                                  tape.Constant(y.data(), {batch, 1}));
+    tape.Backward(loss_var);
+    adam->Apply();
+    backend.ReadAtStepEnd(tape.data(loss_var).data, &loss, sizeof(float));
+  }
+  uint64_t Signature() const { return static_cast<uint64_t>(batch) << 32 | static_cast<uint64_t>(inputs); }
+  std::vector<float> Values() const {
+    std::vector<float> v(params.total_floats());
+    backend.Download(params.device_values(), v.data(), sizeof(float) * v.size());
+    return v;
+  }
+};
+
+float LearningRate(int u) { return 1e-3f * static_cast<float>(1 + u % 3); }
+
+// 50 updates replayed against the same 50 recorded one by one (a plain
+// step on a second backend), the learning rate changing every update:
+// every loss and the final parameters are equal bit for bit, two updates
+// were recorded and 48 replayed, with one compile.
+TEST(StepReplayTest, ReplayedUpdatesEqualRecordedOnesBitForBitAndANewLearningRateIsAnInput) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> replaying = NewPjrt(plugin), recording = NewPjrt(plugin);
+  ASSERT_TRUE(replaying && recording);
+  ASSERT_TRUE(replaying->replays_steps());
+  Model a(*replaying, 16, 8), b(*recording, 16, 8);
+  for (int u = 0; u < 50; ++u) {
+    a.Prepare(u, LearningRate(u));
+    replaying->RunStep(a.Signature(), [&] { a.DevicePart(); });
+    b.Prepare(u, LearningRate(u));
+    {
+      nn::StepScope step(*recording);
+      b.DevicePart();
+    }
+    ASSERT_EQ(a.loss, b.loss) << "update " << u;
+    ASSERT_TRUE(std::isfinite(a.loss));
+  }
+  EXPECT_EQ(a.Values(), b.Values());
+  EXPECT_EQ(a.adam->steps(), 50) << "Prepare counts every update, replayed or not";
+  EXPECT_EQ(replaying->stats().step_replays, 48);
+  EXPECT_EQ(replaying->stats().steps, 50);
+  EXPECT_EQ(replaying->stats().step_compiles, 1);
+  EXPECT_EQ(recording->stats().step_replays, 0);
+}
+
+// A replayed model learns: the loss on one fixed batch falls as it would
+// recorded (the state a replay writes is the state the next one reads).
+TEST(StepReplayTest, AReplayedModelLearnsAFixedBatch) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  Model m(*pjrt, 16, 8);
+  float first = 0;
+  for (int u = 0; u < 200; ++u) {
+    if (u == 0) {
+      m.Prepare(0, 1e-2f);
+    } else {
+      m.adam->Prepare(1e-2f);  // the same batch, left on the device
+    }
+    pjrt->RunStep(m.Signature(), [&] { m.DevicePart(); });
+    if (u == 0) first = m.loss;
+  }
+  EXPECT_GT(pjrt->stats().step_replays, 190);
+  EXPECT_LT(m.loss, 0.2f * first) << "from " << first;
+}
+
+// A step of another shape (a new batch size: a new signature) is recorded
+// anew and compiled once; going back to the first replays it at once.
+TEST(StepReplayTest, ANewShapeRecordsAgainAndTheOldOneStillReplays) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  Model small(*pjrt, 8, 4), large(*pjrt, 24, 4);
+  for (int u = 0; u < 4; ++u) {
+    small.Prepare(u, 1e-3f);
+    pjrt->RunStep(small.Signature(), [&] { small.DevicePart(); });
+  }
+  EXPECT_EQ(pjrt->stats().step_replays, 2);
+  for (int u = 0; u < 4; ++u) {
+    large.Prepare(u, 1e-3f);
+    pjrt->RunStep(large.Signature(), [&] { large.DevicePart(); });
+  }
+  EXPECT_EQ(pjrt->stats().step_replays, 4) << "two recordings of the new shape, then replays";
+  EXPECT_EQ(pjrt->stats().step_compiles, 2);
+  small.Prepare(4, 1e-3f);
+  pjrt->RunStep(small.Signature(), [&] { small.DevicePart(); });
+  EXPECT_EQ(pjrt->stats().step_replays, 5);
+}
+
+// What a replay could not repeat keeps a step recording every call, and
+// correct: Adam prepared inside the step (its bias corrections then host
+// scalars), and an upload inside the step.
+TEST(StepReplayTest, AStepTakingHostDataInsideRecordsEveryCall) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  Model m(*pjrt, 8, 4);
+  m.Prepare(0, 1e-3f);
+  for (int u = 0; u < 4; ++u) {
+    pjrt->RunStep(m.Signature(), [&] {
+      m.adam->Prepare(1e-3f);
+      m.DevicePart();
+    });
+  }
+  EXPECT_EQ(pjrt->stats().step_replays, 0);
+  EXPECT_EQ(m.adam->steps(), 5);
+  for (int u = 0; u < 4; ++u) {
+    m.adam->Prepare(1e-3f);
+    pjrt->RunStep(m.Signature(), [&] {
+      m.y.Upload(nn::RandomVector(m.batch, 300 + u));
+      m.DevicePart();
+    });
+  }
+  EXPECT_EQ(pjrt->stats().step_replays, 0);
+  EXPECT_EQ(pjrt->stats().steps, 8);
+}
+
+// Elsewhere RunStep is BeginStep, the device part, EndStep, every call.
+TEST(StepReplayTest, TheCpuRunsTheDevicePartEveryCall) {
+  nn::CpuBackend cpu(1);
+  EXPECT_FALSE(cpu.replays_steps());
+  Model m(cpu, 8, 4);
+  int calls = 0;
+  for (int u = 0; u < 3; ++u) {
+    m.Prepare(u, 1e-3f);
+    cpu.RunStep(m.Signature(), [&] {
+      ++calls;
+      EXPECT_TRUE(cpu.in_step());
+      m.DevicePart();
+    });
+  }
+  EXPECT_EQ(calls, 3);
+}
+
+// The guard: with check_replay_every 1 every replay is recorded again
+// first; a device part that takes a value from the host (here a fill's
+// value that changes at the third call) stops the process naming it.
+TEST(StepReplayDeathTest, TheGuardStopsAReplayWhoseRecordingDiffers) {
+  REQUIRE_PLUGIN();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin, /*check_replay_every=*/1);
+        float* x = pjrt->AllocateFloats(8);
+        float out = 0;
+        for (int call = 0; call < 4; ++call) {
+          pjrt->RunStep(7, [&] {
+            pjrt->Fill(x, 8, call < 2 ? 1.0f : 2.0f);
+            pjrt->ReadAtStepEnd(x, &out, sizeof(float));
+          });
+        }
+      },
+      "differs from its replay in run-time scalar 0 \\(1.000000 replayed, 2.000000 recorded\\)");
+}
+
+// Without the guard the same device part replays its first value: the
+// contract the guard is there to check (a host value must be an input).
+TEST(StepReplayTest, WithoutTheGuardAHostValueIsReplayedAsRecorded) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  float* x = pjrt->AllocateFloats(8);
+  float out = 0;
+  for (int call = 0; call < 4; ++call) {
+    pjrt->RunStep(7, [&] {
+      pjrt->Fill(x, 8, call < 2 ? 1.0f : 2.0f);
+      pjrt->ReadAtStepEnd(x, &out, sizeof(float));
+    });
+  }
+  EXPECT_EQ(out, 1.0f);
+  EXPECT_EQ(pjrt->stats().step_replays, 2);
+}
+
+}  // namespace
+}  // namespace troupe::pjrt
