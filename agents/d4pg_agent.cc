@@ -54,10 +54,11 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
 }  // namespace
 
 // A replica's input ahead of its updates (learner.prefetch_input): a thread
-// produces input i (sampling it into buffer i % 2, preparing its frames)
+// produces input i (sampling it into buffer i % B, preparing its frames)
 // once input i - 1 was taken and uploaded and Allow let it make i + 1
-// inputs, so input i + 1 is made while update i steps, and buffer i % 2 is
-// refilled only after update i - 2 (its last user) ended. Train allows its
+// inputs, so the input after an execution's last is made while that
+// execution steps. With B = learner.updates_per_execution + 1 buffers, the
+// one it fills is never one the execution in flight reads. Train allows its
 // own updates' inputs, and with StartInput's input one more: the next call's
 // first, made between the calls.
 class D4pgAgent::InputPrefetcher {
@@ -184,7 +185,9 @@ int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spe
 DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
   const config::LearnerConfig& learner = config.learner();
   if (!spec.pixels() || !learner.device_frames() || replicas < 1) return {};
-  const int64_t n = learner.replay_size(), in_flight = 2 * ShardFrames(learner.batch_size(), replicas, spec);
+  // An execution's batches and the one made ahead.
+  const int64_t n = learner.replay_size(),
+                in_flight = (learner.updates_per_execution() + 1) * ShardFrames(learner.batch_size(), replicas, spec);
   const int64_t frame_bytes = FrameBytes(spec);
   const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
   const int64_t expected = n + (n + 7) / 8 + in_flight;
@@ -219,9 +222,10 @@ absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const 
         absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
   }
   const int replicas = std::max(1, learner.engine().replicas());
+  // An execution's batches all hold their frames at once.
   const absl::Status status =
       DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas).max_slots, FrameBytes(spec),
-                              ShardFrames(learner.batch_size(), replicas, spec));
+                              learner.updates_per_execution() * ShardFrames(learner.batch_size(), replicas, spec));
   if (status.ok()) return status;
   return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
                                                  spec.width, "x", spec.height, " frames and learner.batch_size ",
@@ -233,6 +237,20 @@ absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const 
 
 // One replica's mutable state: its networks, targets, optimizers, tapes and
 // scratch. Used only by that replica's thread during Train.
+// Update j of an execution: its inputs in device memory, uploaded before
+// the step (which the backend may replay: nn::Backend::RunStep), each made
+// once at its size: gather slots, shift offsets (observations', then next
+// observations'), rewards, discounts, actions, observations and next
+// observations (floats, or pixel bytes), importance weights over atoms; and
+// its readout (per-item loss and Q [B, 2], then the actor loss) in device
+// memory of its own, read at the step's end into `readout`.
+struct D4pgAgent::StepInputs {
+  nn::DeviceBuffer slots, shifts, reward, discount, action, observation, next_observation, weights;
+  nn::DeviceBuffer readout_device;
+  std::vector<int32_t> gather_slots, host_shifts;
+  std::vector<float> readout;
+};
+
 struct D4pgAgent::Replica {
   explicit Replica(std::shared_ptr<nn::Backend> device)
       : backend(std::move(device)), critic_tape(backend.get()), actor_tape(backend.get()) {}
@@ -248,12 +266,14 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
 
-  replay::SampledBatch batches[2];  // input i (counted from the input's opening) in batches[i % 2]
+  // Input i (counted from the input's opening) in batches[i % batches.size()]:
+  // learner.updates_per_execution + 1 buffers (at least 2), so the input made
+  // ahead never refills one an execution still needs.
+  std::vector<replay::SampledBatch> batches;
   std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
-  std::vector<float> readout;      // the step's one read: per-item loss and Q [B, 2], then the actor loss
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
   nn::DeviceBuffer bound;          // actor_pre_tanh_bound everywhere, [B, A]; uploaded once
-  std::vector<uint64_t> keys;                        // last batch's keys ...
+  std::vector<uint64_t> keys;                        // the last execution's batches' keys ...
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
   // Pixels on the device (learner.device_frames): the frame table, the
@@ -261,16 +281,9 @@ struct D4pgAgent::Replica {
   // gather order: every observation's frames, then every next observation's).
   std::unique_ptr<DeviceFrameTable> frames;
   replay::FrameDecoder decoder;
-  std::vector<int32_t> slots[2], gather_slots;  // slots[i % 2]: batches[i % 2]'s
-  // The update's inputs in device memory, uploaded before its step (which
-  // the backend may replay: nn::Backend::RunStep), each made once at its
-  // size: gather slots, shift offsets (observations', then next
-  // observations'), rewards, discounts, actions, observations and next
-  // observations (floats, or pixel bytes), importance weights over atoms.
-  struct StepInputs {
-    nn::DeviceBuffer slots, shifts, reward, discount, action, observation, next_observation, weights;
-    std::vector<int32_t> host_shifts;
-  } in;
+  std::vector<std::vector<int32_t>> slots;  // slots[i % batches.size()]: that batch's
+  std::vector<StepInputs> in;  // update j of an execution's; learner.updates_per_execution of them
+  int64_t call_updates = 0;    // updates of this Train call so far
   int64_t next_input = 0;                       // the input's next, counted from its opening
   std::unique_ptr<InputPrefetcher> prefetcher;  // learner.prefetch_input: the input made ahead
   int64_t updates = 0;
@@ -283,6 +296,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
                                                              replicator::Replicator* replicator) {
   const config::D4pgConfig& d4pg = config.d4pg();
   RETURN_IF_ERROR(ValidateD4pg(d4pg, spec, action_size));
+  const int per_execution = config.learner().updates_per_execution();
+  if (per_execution < 1 || per_execution > kMaxUpdatesPerExecution) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.updates_per_execution ", per_execution,
+                                                   ": must be in [1, ", kMaxUpdatesPerExecution, "]"));
+  }
   RETURN_IF_ERROR(ValidateDeviceFrames(config, spec));
   if (replicator == nullptr) return absl::InvalidArgumentError("D4pgAgent needs a replicator");
   const int64_t batch = config.learner().batch_size();
@@ -338,13 +356,17 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->support.Upload(support);
     r->bound = nn::DeviceBuffer(device, shard * action_size);
     r->bound.Upload(std::vector<float>(shard * action_size, d4pg.actor_pre_tanh_bound()));
-    r->keys.reserve(shard);
-    r->item_loss.reserve(shard);
+    r->batches.resize(per_execution + 1);
+    r->slots.resize(per_execution + 1);
+    r->in.resize(per_execution);
+    for (StepInputs& in : r->in) in.readout_device = nn::DeviceBuffer(device, 2 * shard + 1);
     if (const DeviceFrameSizing sizing = DeviceFrameSlots(config, spec, k); sizing.slots > 0) {
       for (const int64_t slots : {sizing.slots, sizing.max_slots}) {
-        RETURN_IF_ERROR(DeviceFrameTable::Check(slots, sizing.frame_bytes, ShardFrames(batch, k, spec)));
+        RETURN_IF_ERROR(
+            DeviceFrameTable::Check(slots, sizing.frame_bytes, per_execution * ShardFrames(batch, k, spec)));
       }
       r->frames = std::make_unique<DeviceFrameTable>(&device, sizing.slots, sizing.frame_bytes, sizing.max_slots);
+      r->frames->set_batches_in_flight(per_execution);
     }
     agent->replicas_.push_back(std::move(r));
   }
@@ -423,34 +445,44 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
   // The inputs this call takes, and with StartInput's input the next call's first.
   for (auto& r : replicas_) {
     if (r->prefetcher != nullptr) r->prefetcher->Allow(r->next_input + num_updates + (input_across_calls_ ? 1 : 0));
+    r->call_updates = 0;
   }
   const int64_t shard = batch_size_ / replicator_->num_replicas();
-  absl::Status status = replicator_->Run<Input>(
-      num_updates,
-      // input_fn: this replica's shard of the global batch, its new frames uploaded.
-      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Input> {
+  const int64_t per_execution = config_.learner().updates_per_execution();
+  absl::Status status = replicator_->Run<Block>(
+      (num_updates + per_execution - 1) / per_execution,
+      // input_fn: this replica's shards of the global batch for the next
+      // execution's updates, their new frames uploaded.
+      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Block> {
         const int k = ctx.local_index();
         Replica& r = *replicas_[k];
-        const int64_t i = r.next_input++;
+        Block block;
+        const int64_t n = std::min(per_execution, num_updates - r.call_updates);
+        r.call_updates += n;
         double waited = 0;
-        if (r.prefetcher != nullptr) {
-          RETURN_IF_ERROR(r.prefetcher->Take(i, &waited));
-        } else {
-          const auto start = std::chrono::steady_clock::now();
-          RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
-          waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t i = r.next_input++;
+          if (r.prefetcher != nullptr) {
+            RETURN_IF_ERROR(r.prefetcher->Take(i, &waited));
+          } else {
+            const auto start = std::chrono::steady_clock::now();
+            RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
+            waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          }
+          if (r.frames != nullptr) r.frames->Upload();
+          if (r.prefetcher != nullptr) r.prefetcher->Release(i);
+          const size_t b = static_cast<size_t>(i) % r.batches.size();
+          block.push_back(Input{&r.batches[b], &r.slots[b]});
         }
-        if (r.frames != nullptr) r.frames->Upload();
-        if (r.prefetcher != nullptr) r.prefetcher->Release(i);
         if (k == 0) {
           absl::MutexLock lock(&metrics_mu_);
           sum_input_wait_ += waited;
         }
-        return Input{&r.batches[i % 2], &r.slots[i % 2]};
+        return block;
       },
-      // step_fn: one D4PG update on it.
-      [&](replicator::ReplicaContext& ctx, Input& input) -> absl::Status {
-        return Update(ctx, *replicas_[ctx.local_index()], input);
+      // step_fn: the D4PG updates on them, one execution.
+      [&](replicator::ReplicaContext& ctx, Block& block) -> absl::Status {
+        return Update(ctx, *replicas_[ctx.local_index()], block);
       });
   updates_ = replicas_[0]->updates;
   return status;
@@ -458,69 +490,57 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
 
 absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index,
                                      const SampleFn& sample) {
-  replay::SampledBatch& batch = r.batches[index % 2];
+  const size_t b = static_cast<size_t>(index) % r.batches.size();
+  replay::SampledBatch& batch = r.batches[b];
   RETURN_IF_ERROR(sample(replica_id, shard, &batch));
   // Frame references: slots found, new frames decoded (uploaded by input_fn).
   if (r.frames == nullptr || batch.frames.empty()) return absl::OkStatus();
-  return r.frames->Prepare(batch.frames, r.decoder, &r.slots[index % 2]);
+  return r.frames->Prepare(batch.frames, r.decoder, &r.slots[b]);
 }
 
-absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input) {
+absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input,
+                                      int64_t update, StepInputs& in, bool* gathered, bool* weighted) {
   const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = batch_size_ / ctx.num_replicas();
   const int atoms = d4pg.atoms();
   // Pixels as frame references: gathered from the device frame table.
-  const bool gathered = spec_.pixels() && !batch.frames.empty();
-  if (gathered && r.frames == nullptr) {
+  *gathered = spec_.pixels() && !batch.frames.empty();
+  if (*gathered && r.frames == nullptr) {
     return absl::InvalidArgumentError(
         "transition batch carries frame references, and this agent keeps no device frame table "
         "(learner.device_frames false): sample decoded pixels");
   }
-  if (absl::Status checked = replay::CheckBatch(signature_, batch, rows, gathered); !checked.ok()) {
+  if (absl::Status checked = replay::CheckBatch(signature_, batch, rows, *gathered); !checked.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("transition ", checked.message()));
   }
-  if (gathered) {
-    // The frames went up with the input (one upload, one scatter); the step
-    // gathers observations, then next observations.
-    const std::vector<int32_t>& slots = *input.slots;
-    const int64_t stack = spec_.frames;
-    TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
-    r.gather_slots.resize(2 * rows * stack);
-    for (int64_t b = 0; b < rows; ++b) {
-      for (int64_t j = 0; j < stack; ++j) {
-        r.gather_slots[b * stack + j] = slots[b * 2 * stack + j];
-        r.gather_slots[(rows + b) * stack + j] = slots[b * 2 * stack + stack + j];
-      }
-    }
-  }
-
-  // This Train call's gradient averaging (the context changes per call).
-  if (r.generation != train_generation_) {
-    r.generation = train_generation_;
-    r.critic_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
-    r.actor_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
-    r.critic_optimizer =
-        std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer.get());
-    r.actor_optimizer =
-        std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer.get());
-  }
-  // Augmentation randomness from (seed, replica, update): Load continues exactly.
-  r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
-  const bool weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
-
-  // The host's part: every input of the step in device memory, and the
-  // optimizers' per-step values (nothing of the batch is read inside it).
+  *weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
   nn::Backend& device = *r.backend;
-  Replica::StepInputs& in = r.in;
   const auto put = [&device](nn::DeviceBuffer& buffer, const void* host, int64_t bytes) {
     const int64_t words = std::max<int64_t>(1, (bytes + 3) / 4);
     if (buffer.size() != words) buffer = nn::DeviceBuffer(device, words);
     device.Upload(host, buffer.data(), static_cast<size_t>(bytes));
   };
-  if (gathered) put(in.slots, r.gather_slots.data(), sizeof(int32_t) * static_cast<int64_t>(r.gather_slots.size()));
+  if (*gathered) {
+    // The frames went up with the input (one upload, one scatter); the step
+    // gathers observations, then next observations.
+    const std::vector<int32_t>& slots = *input.slots;
+    const int64_t stack = spec_.frames;
+    TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
+    in.gather_slots.resize(2 * rows * stack);
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t j = 0; j < stack; ++j) {
+        in.gather_slots[b * stack + j] = slots[b * 2 * stack + j];
+        in.gather_slots[(rows + b) * stack + j] = slots[b * 2 * stack + stack + j];
+      }
+    }
+    put(in.slots, in.gather_slots.data(), sizeof(int32_t) * static_cast<int64_t>(in.gather_slots.size()));
+  }
   if (spec_.pixels() && d4pg.augment_pad() > 0) {
-    // As nn::RandomShift draws them: the observations' offsets, then the next observations'.
+    // Augmentation randomness from (seed, replica, update): Load continues
+    // exactly. As nn::RandomShift draws them: the observations' offsets,
+    // then the next observations'.
+    r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id(), update));
     in.host_shifts.resize(4 * rows);
     nn::RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data());
     nn::RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data() + 2 * rows);
@@ -532,61 +552,98 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   if (!spec_.pixels()) {
     put(in.observation, batch.fields[kObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
     put(in.next_observation, batch.fields[kNextObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
-  } else if (!gathered) {
+  } else if (!*gathered) {
     const int64_t bytes = rows * spec_.frames * spec_.height * spec_.width * 3;
     put(in.observation, batch.fields[kObservation].as<uint8_t>(), bytes);
     put(in.next_observation, batch.fields[kNextObservation].as<uint8_t>(), bytes);
   }
-  if (weighted) {
+  if (*weighted) {
     // Importance weights (Schaul et al. 2016): a weight per row, spread over its atoms.
     for (int64_t b = 0; b < rows; ++b) std::fill_n(r.row_weights.begin() + b * atoms, atoms, float(batch.weights[b]));
     put(in.weights, r.row_weights.data(), sizeof(float) * rows * atoms);
   }
   r.critic_optimizer->Prepare(d4pg.critic_learning_rate());
   r.actor_optimizer->Prepare(d4pg.actor_learning_rate());
+  in.readout.resize(2 * rows + 1);
+  return absl::OkStatus();
+}
 
-  // The device's part: one step (nn::Backend's step contract), recorded
-  // once and replayed where the backend can (what its program depends on
-  // besides device memory is in the signature); its one read lands in
-  // r.readout when it ends.
-  const std::string shape = absl::StrCat(rows, ",", ctx.num_replicas(), ",", gathered, ",", weighted);
-  const uint64_t signature = Fnv1a64(shape.data(), shape.size());
-  r.readout.resize(2 * rows + 1);
-  absl::Status stepped;
-  device.RunStep(signature, [&] { stepped = DeviceUpdate(ctx, r, rows, gathered, weighted); });
-  RETURN_IF_ERROR(stepped);
-  ++r.updates;
-
-  const float* host = r.readout.data();
-  double loss_sum = 0, q_sum = 0;
-  r.keys.assign(batch.keys.begin(), batch.keys.end());
-  r.item_loss.resize(rows);
-  for (int64_t b = 0; b < rows; ++b) {
-    r.item_loss[b] = host[2 * b];
-    loss_sum += host[2 * b];
-    q_sum += host[2 * b + 1];
+absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block) {
+  const int64_t rows = batch_size_ / ctx.num_replicas();
+  const int64_t n = static_cast<int64_t>(block.size());
+  // This Train call's gradient averaging (the context changes per call).
+  if (r.generation != train_generation_) {
+    r.generation = train_generation_;
+    r.critic_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
+    r.actor_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
+    r.critic_optimizer =
+        std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer.get());
+    r.actor_optimizer =
+        std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer.get());
   }
 
-  // Metrics: means over the global batch.
-  float metrics[3] = {static_cast<float>(loss_sum / rows), host[2 * rows], static_cast<float>(q_sum / rows)};
-  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
-  if (&r == replicas_[0].get()) {
-    absl::MutexLock lock(&metrics_mu_);
-    sum_critic_loss_ += metrics[0];
-    sum_actor_loss_ += metrics[1];
-    sum_q_ += metrics[2];
-    ++metric_count_;
-    metric_updates_ = r.updates;
+  // The host's part: every input of the execution's updates in device
+  // memory, and the optimizers' per-update values (nothing of a batch is
+  // read inside the step).
+  bool gathered = false, weighted = false;
+  for (int64_t j = 0; j < n; ++j) {
+    bool g = false, w = false;
+    RETURN_IF_ERROR(PrepareUpdate(ctx, r, block[j], r.updates + j, r.in[j], &g, &w));
+    if (j > 0 && (g != gathered || w != weighted)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transition batches of one execution differ in ", g != gathered ? "frame references" : "importance weights",
+          " (update ", j, " of ", n, ")"));
+    }
+    gathered = g;
+    weighted = w;
+  }
+
+  // The device's part: one step (nn::Backend's step contract) of n updates
+  // in order, recorded once and replayed where the backend can (what its
+  // program depends on besides device memory is in the signature); each
+  // update's one read lands in its readout when it ends.
+  const std::string shape = absl::StrCat(rows, ",", ctx.num_replicas(), ",", gathered, ",", weighted, ",", n);
+  const uint64_t signature = Fnv1a64(shape.data(), shape.size());
+  absl::Status stepped;
+  r.backend->RunStep(signature, [&] {
+    for (int64_t j = 0; j < n && stepped.ok(); ++j) stepped = DeviceUpdate(ctx, r, r.in[j], rows, gathered, weighted);
+  });
+  RETURN_IF_ERROR(stepped);
+
+  // The host's epilogue: priorities and metrics of each update.
+  r.keys.clear();
+  r.item_loss.clear();
+  for (int64_t j = 0; j < n; ++j) {
+    ++r.updates;
+    const float* host = r.in[j].readout.data();
+    const replay::SampledBatch& batch = *block[j].batch;
+    double loss_sum = 0, q_sum = 0;
+    r.keys.insert(r.keys.end(), batch.keys.begin(), batch.keys.end());
+    for (int64_t b = 0; b < rows; ++b) {
+      r.item_loss.push_back(host[2 * b]);
+      loss_sum += host[2 * b];
+      q_sum += host[2 * b + 1];
+    }
+    // Metrics: means over the global batch.
+    float metrics[3] = {static_cast<float>(loss_sum / rows), host[2 * rows], static_cast<float>(q_sum / rows)};
+    RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+    if (&r == replicas_[0].get()) {
+      absl::MutexLock lock(&metrics_mu_);
+      sum_critic_loss_ += metrics[0];
+      sum_actor_loss_ += metrics[1];
+      sum_q_ += metrics[2];
+      ++metric_count_;
+      metric_updates_ = r.updates;
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, int64_t rows, bool gathered,
-                                     bool weighted) {
+absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in,
+                                     int64_t rows, bool gathered, bool weighted) {
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int atoms = d4pg.atoms();
   nn::Backend& device = *r.backend;
-  const Replica::StepInputs& in = r.in;
 
   // Inputs: state as is; pixels to float, randomly shifted (DrQ).
   nn::Tape& t = r.critic_tape;
@@ -595,7 +652,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   if (gathered) {
     // The stacked frames gathered from the device frame table straight into
     // the encoder's float input (uint8 until then), as PixelInput lays it out.
-    const int64_t count = static_cast<int64_t>(r.gather_slots.size());
+    const int64_t count = static_cast<int64_t>(in.gather_slots.size());
     const int32_t* slots = reinterpret_cast<const int32_t*>(in.slots.data());
     for (int half = 0; half < 2; ++half) {
       const nn::Var frames = t.NewValue({count / 2, 3, spec_.height, spec_.width}, /*requires_grad=*/false);
@@ -690,12 +747,13 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   RETURN_IF_ERROR(nn::PolyakUpdate(r.critic, r.target_critic, device, tau));
   RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, device, tau));
 
-  // The step's one read: per-item losses and Q [rows, 2] and the actor loss,
-  // gathered on the device and downloaded together.
-  float* readout = a.AllocateFloats(2 * rows + 1);
+  // The update's one read: per-item losses and Q [rows, 2] and the actor
+  // loss, gathered on the device (in memory of its own: a later update of
+  // the step reuses the tapes) and downloaded together at the step's end.
+  float* readout = in.readout_device.data();
   device.Copy(t.data(items).data, readout, 2 * rows);
   device.Copy(a.data(actor_loss).data, readout + 2 * rows, 1);
-  device.ReadAtStepEnd(readout, r.readout.data(), sizeof(float) * (2 * rows + 1));
+  device.ReadAtStepEnd(readout, in.readout.data(), sizeof(float) * (2 * rows + 1));
   return absl::OkStatus();
 }
 

@@ -51,6 +51,10 @@
 
 namespace troupe::agents {
 
+// learner.updates_per_execution's largest: a step program of that many
+// updates (unrolled) compiles in minutes.
+inline constexpr int kMaxUpdatesPerExecution = 64;
+
 // The replay table the actors fill and the learner samples:
 // kTransitionTable with the transition's fields (agents/transition.h).
 // Size, min size, samples per insert and selector (prioritized or uniform)
@@ -160,7 +164,8 @@ class D4pgAgent {
   int64_t updates() const { return updates_; }
 
   // Prioritized replay (config.learner().prioritized()): the keys of the last
-  // update's batches on this process's replicas and, for each, its critic loss
+  // execution's batches on this process's replicas (its
+  // learner.updates_per_execution updates') and, for each, its critic loss
   // (cross-entropy) as the new priority. Empty before the first update.
   void LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const;
 
@@ -189,6 +194,7 @@ class D4pgAgent {
 
  private:
   struct Replica;
+  struct StepInputs;  // one update's inputs in device memory (d4pg_agent.cc)
   D4pgAgent() = default;
   // One replica's input for an update: the batch and, for frame references,
   // their slots in the device frame table (uploaded already).
@@ -205,11 +211,18 @@ class D4pgAgent {
   // Samples input `index` (since the input opened) into its buffer and
   // prepares its frames (the host's part: no device call).
   absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
-  // One update: its inputs to the device (the host's part), its step
-  // (DeviceUpdate: kernels only, which the backend may replay), then its
+  // One execution's inputs (learner.updates_per_execution, or fewer at a
+  // Train call's end).
+  using Block = std::vector<Input>;
+  // One execution of block.size() updates: each update's inputs to the
+  // device (PrepareUpdate, the host's part), one step of their DeviceUpdates
+  // in order (kernels only, which the backend may replay), then each
   // readout's priorities and metrics (the host's).
-  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Input& input);
-  absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, int64_t rows, bool gathered, bool weighted);
+  absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block);
+  absl::Status PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input, int64_t update,
+                             StepInputs& in, bool* gathered, bool* weighted);
+  absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, int64_t rows, bool gathered,
+                            bool weighted);
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 

@@ -116,12 +116,12 @@ int32_t DeviceFrameTable::TakeSlot() {
     return s;
   }
   // At its largest and full of live frames: CLOCK with a second chance,
-  // never a slot this batch uses.
+  // never a slot this batch or the batches_in_flight - 1 before it use.
   for (int64_t step = 0; step < 2 * slots_; ++step) {
     const int64_t s = hand_;
     hand_ = (hand_ + 1) % slots_;
     Slot& slot = slot_[s];
-    if (slot.used == batch_) continue;
+    if (slot.used + static_cast<uint64_t>(batches_in_flight_) > batch_) continue;
     if (slot.referenced) {
       slot.referenced = false;
       continue;

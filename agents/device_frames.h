@@ -30,8 +30,10 @@
 // is meant to be larger than a device): the slot least recently used by a
 // batch (CLOCK, second chance) takes the new frame, and the frame it held is
 // uploaded again if a later batch samples it (counted in stats().replaced).
-// A batch's own frames are never replaced while resolving it; slots must
-// hold at least one batch's frames.
+// A batch's own frames are never replaced while resolving it, nor those of
+// the batches_in_flight - 1 batches before it (several updates in one
+// execution: their frames all go up before it runs); slots must hold that
+// many batches' frames.
 //
 // Threads: one thread at a time, the one that issues the device's kernels
 // (the backend's rule); the slots a batch resolved stay valid until the next
@@ -39,6 +41,7 @@
 #ifndef TROUPE_AGENTS_DEVICE_FRAMES_H_
 #define TROUPE_AGENTS_DEVICE_FRAMES_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -101,6 +104,9 @@ class DeviceFrameTable {
   absl::Status Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                        std::vector<int32_t>* slots);
   void Upload();
+  // How many batches, the one being resolved included, keep their frames
+  // (1 unless set; learner.updates_per_execution).
+  void set_batches_in_flight(int batches) { batches_in_flight_ = std::max(1, batches); }
   // Forgets what Prepare staged and Upload did not send: its new frames'
   // slots are free again (an input made ahead, then stopped).
   void DropPending();
@@ -166,6 +172,7 @@ class DeviceFrameTable {
   std::vector<int32_t> free_;
   int64_t hand_ = 0;    // CLOCK's position
   uint64_t batch_ = 0;   // Resolve calls so far
+  int batches_in_flight_ = 1;
   uint64_t swept_ = 0;   // the Resolve that last swept
   // Upload staging: host rows and their slots, and per bucket size the
   // device buffers they go to (uploaded whole).

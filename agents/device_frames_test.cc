@@ -528,6 +528,7 @@ struct ReplayRun {
   bool prefetch = true;
   int per_call = 1000;
   bool started_input = false;
+  int per_execution = 1;
 };
 struct ReplayRunResult {
   uint64_t checksum = 0;  // StateChecksum
@@ -548,6 +549,7 @@ struct AgentOnReplay {
     }
     c.mutable_learner()->set_device_frames(run.device_frames);
     c.mutable_learner()->set_prefetch_input(run.prefetch);
+    c.mutable_learner()->set_updates_per_execution(run.per_execution);
     const ObservationSpec spec{.frames = 3, .height = 64, .width = 64};
     replay = FilledD4pgReplay(c, spec, /*transitions=*/40);
     auto made = engine::MakeReplicator(c.learner().engine());
@@ -625,6 +627,30 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
             TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
   EXPECT_EQ(TrainOnReplay({.device_frames = false, .updates = 7, .per_call = 2, .started_input = true}).checksum,
             TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
+}
+
+// Three updates per execution (learner.updates_per_execution): their three
+// batches' frames all go up before the step that gathers them (the table
+// keeps three batches' frames), the batch made ahead goes to a fourth
+// buffer, and the updates are the single ones bit for bit: gathered or
+// host-assembled, prefetched or not, in calls of 2 and 7 (executions of
+// 2, or of 3, 3 and 1), with a started input.
+TEST(D4pgDeviceFramesTest, ThreeUpdatesPerExecutionChangeNoUpdateBitForBit) {
+  const ReplayRunResult plain = TrainOnReplay({.updates = 7, .prefetch = false});
+  for (const bool frames : {true, false}) {
+    for (const bool prefetch : {true, false}) {
+      for (const int per_call : {2, 7}) {
+        SCOPED_TRACE(::testing::Message() << "device_frames " << frames << ", prefetch " << prefetch << ", calls of "
+                                          << per_call);
+        const ReplayRunResult three = TrainOnReplay({.device_frames = frames, .updates = 7, .prefetch = prefetch,
+                                                     .per_call = per_call, .per_execution = 3});
+        EXPECT_EQ(three.checksum, plain.checksum);
+        EXPECT_EQ(three.batches_sampled, 7);
+      }
+    }
+  }
+  EXPECT_EQ(TrainOnReplay({.updates = 7, .per_call = 2, .started_input = true, .per_execution = 3}).checksum,
+            plain.checksum);
 }
 
 // A started input makes the next Train call's first batch while the caller

@@ -1,5 +1,5 @@
 // Measures D4PG learner updates/s on synthetic batches (no replay, no actors):
-//   d4pg_bench [--peers] [--rounds N] [--json PATH] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
+//   d4pg_bench [--peers] [--rounds N] [--json PATH] [--per-execution N] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
 // state: cartpole-sized (5 floats, 1 action); pixels: 3 frames of 84x84.
 // conv_channels and hidden (one size for both MLP layers) default to the config's defaults.
 // device: cpu (default), cpu_strict, cuda or cuda-bf16 (bfloat16 matmul/conv inputs),
@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   // --peers and --rounds N, wherever they are, then the positional arguments.
   bool peers = false;
   int rounds = 0;
+  int per_execution = 1;
   std::string json;
   std::vector<char*> positional = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -119,6 +120,13 @@ int main(int argc, char** argv) {
       peers = true;
     } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       json = argv[++i];
+    } else if (std::strcmp(argv[i], "--per-execution") == 0 && i + 1 < argc) {
+      per_execution = std::atoi(argv[++i]);
+      if (per_execution < 1 || per_execution > agents::kMaxUpdatesPerExecution) {
+        std::fprintf(stderr, "d4pg_bench: --per-execution %s: want updates per execution in [1, %d]\n", argv[i],
+                     agents::kMaxUpdatesPerExecution);
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
       if (rounds < 1) {
@@ -144,6 +152,7 @@ int main(int argc, char** argv) {
   const int action_size = 1;
   config::ExperimentConfig config;
   config.mutable_learner()->set_batch_size(batch);
+  config.mutable_learner()->set_updates_per_execution(per_execution);
   config.mutable_learner()->mutable_engine()->set_threads(threads);
   if (argc > 5) config.mutable_d4pg()->set_conv_channels(std::atoi(argv[5]));
   if (argc > 6) {
@@ -189,7 +198,8 @@ int main(int argc, char** argv) {
   auto data = bench::RandomD4pgBatch(spec, action_size, config, batch, 1);
   TROUPE_CHECK(data.ok());
   const agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(*data);
-  TROUPE_CHECK((*agent)->Train(2, sample).ok());  // warm-up (arena, scratch)
+  // Warm-up (arena, scratch; on PJRT the two recordings before replays).
+  TROUPE_CHECK((*agent)->Train(2 * per_execution, sample).ok());
 #ifdef TROUPE_HAVE_PJRT
   const auto* pjrt_backend = dynamic_cast<const pjrt::PjrtBackend*>((*replicator)->backend(0).get());
   const pjrt::PjrtStats warm = pjrt_backend != nullptr ? pjrt_backend->stats() : pjrt::PjrtStats{};
@@ -204,14 +214,15 @@ int main(int argc, char** argv) {
     // The timed updates only (the warm-up's compile and first allocations apart).
     const pjrt::PjrtStats& stats = pjrt_backend->stats();
     if (stats.steps > warm.steps) {
-      const double steps = static_cast<double>(stats.steps - warm.steps);
+      const double steps = updates;  // per update (an execution runs per_execution of them)
       // Host time: the timed updates' wall time but the executions' (what
       // the host waits for): sampling, uploads, recording or binding, readouts.
       std::printf(
-          "pjrt: %.2f program executions per update, %.0f%% of updates replayed, %.3f ms of host time per update "
+          "pjrt: %.2f program executions per update, %.0f%% of executions replayed, %.3f ms of host time per update "
           "outside the executions (%.3f ms recording, %.3f ms binding a replay), compiled in %.1f s\n",
           (stats.step_launches - warm.step_launches) / steps,
-          100.0 * static_cast<double>(stats.step_replays - warm.step_replays) / steps,
+          100.0 * static_cast<double>(stats.step_replays - warm.step_replays) /
+              static_cast<double>(stats.steps - warm.steps),
           1e3 * (s - (stats.step_execute_seconds - warm.step_execute_seconds)) / steps,
           1e3 * (stats.step_host_seconds - warm.step_host_seconds) / steps,
           1e3 * (stats.replay_host_seconds - warm.replay_host_seconds) / steps, stats.compile_seconds);

@@ -26,6 +26,10 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat("learner.", parts...)); };
   RETURN_IF_ERROR(engine::ValidateEngineConfig(learner.engine(), "learner", learner.batch_size()));
   if (learner.publish_every() < 1) return bad("publish_every ", learner.publish_every(), ": must be >= 1");
+  if (learner.updates_per_execution() < 1 || learner.updates_per_execution() > agents::kMaxUpdatesPerExecution) {
+    return bad("updates_per_execution ", learner.updates_per_execution(), ": must be in [1, ",
+               agents::kMaxUpdatesPerExecution, "]");
+  }
   if (learner.checkpoint_every_s() < 1) {
     return bad("checkpoint_every_s ", learner.checkpoint_every_s(), ": must be >= 1");
   }

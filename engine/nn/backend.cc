@@ -47,6 +47,7 @@ void Backend::BeginStep() {
     std::abort();
   }
   in_step_ = true;
+  ++steps_begun_;
 }
 
 void Backend::EndStep() {

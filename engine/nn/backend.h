@@ -169,6 +169,9 @@ class Backend {
   // runs) and every ReadAtStepEnd has landed in host memory.
   virtual void EndStep();
   bool in_step() const { return in_step_; }
+  // Steps begun so far (BeginStep's, and RunStep's replays, which skip it):
+  // what a step's host part prepared belongs to the next one.
+  uint64_t steps_begun() const { return steps_begun_; }
   // `bytes` at `device` copied to `host` when the step ends (at once, as
   // Download, outside a step). `host` must stay valid until then.
   void ReadAtStepEnd(const void* device, void* host, size_t bytes);
@@ -472,9 +475,12 @@ class Backend {
   // serves them itself); cleared by TakeDeferredReads.
   std::vector<DeferredRead> TakeDeferredReads() { return std::exchange(deferred_reads_, {}); }
   void set_in_step(bool in_step) { in_step_ = in_step; }
+  // A step ran without BeginStep (a replay).
+  void CountStep() { ++steps_begun_; }
 
  private:
   bool in_step_ = false;
+  uint64_t steps_begun_ = 0;
   int host_staging_ = 0;
   std::vector<DeferredRead> deferred_reads_;
   struct ScratchBlock {

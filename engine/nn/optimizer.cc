@@ -69,26 +69,38 @@ Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options)
 
 void Adam::Prepare(float learning_rate) {
   ++steps_;
-  hyper_host_[0] = learning_rate;
-  hyper_host_[1] = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
-  hyper_host_[2] = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
-  hyper_on_device_ = backend_->replays_steps() && !backend_->in_step();
-  if (!hyper_on_device_) return;
-  if (hyper_.size() == 0) hyper_ = DeviceBuffer(*backend_, 3);
-  backend_->Upload(hyper_host_, hyper_.data(), sizeof(hyper_host_));
+  Prepared p;
+  p.hyper = {learning_rate, 1.0f - static_cast<float>(std::pow(options_.beta1, steps_)),
+             1.0f - static_cast<float>(std::pow(options_.beta2, steps_))};
+  p.on_device = backend_->replays_steps() && !backend_->in_step();
+  // A new step's first update: the last step ran (its Applies, or a replay
+  // of them that called none), or every update prepared was applied.
+  if (backend_->steps_begun() != prepared_for_ || applied_ == prepared_.size()) {
+    prepared_.clear();
+    applied_ = 0;
+    prepared_for_ = backend_->steps_begun();
+  }
+  const size_t slot = prepared_.size();
+  prepared_.push_back(p);
+  if (!p.on_device) return;
+  while (hyper_.size() <= slot) hyper_.emplace_back(*backend_, 3);
+  backend_->Upload(p.hyper.data(), hyper_[slot].data(), sizeof(p.hyper));
 }
 
 void Adam::Apply() {
-  if (hyper_on_device_) {
-    backend_->AdamUpdateFromDevice(m_.size(), hyper_.data(), options_.beta1, options_.beta2, options_.eps,
+  TROUPE_CHECK(applied_ < prepared_.size());  // an Apply without its Prepare
+  const size_t slot = applied_++;
+  const Prepared& p = prepared_[slot];
+  if (p.on_device) {
+    backend_->AdamUpdateFromDevice(m_.size(), hyper_[slot].data(), options_.beta1, options_.beta2, options_.eps,
                                    options_.weight_decay, params_->device_grads(), params_->device_values(),
                                    m_.data(), v_.data());
     return;
   }
   backend_->NotReplayable("Adam's learning rate and bias corrections from the host (Prepare inside the step)");
-  backend_->AdamUpdate(m_.size(), hyper_host_[0], options_.beta1, options_.beta2, options_.eps,
-                       options_.weight_decay, hyper_host_[1], hyper_host_[2], params_->device_grads(),
-                       params_->device_values(), m_.data(), v_.data());
+  backend_->AdamUpdate(m_.size(), p.hyper[0], options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                       p.hyper[1], p.hyper[2], params_->device_grads(), params_->device_values(), m_.data(),
+                       v_.data());
 }
 
 std::vector<OptimizerState> Adam::State() { return {{"adam.m", m_.data()}, {"adam.v", v_.data()}}; }
@@ -101,12 +113,15 @@ Sgd::Sgd(ParameterSet* params, Backend* backend, SgdOptions options)
 
 void Sgd::Prepare(float learning_rate) {
   ++steps_;
-  learning_rate_ = learning_rate;
+  learning_rates_.push_back(learning_rate);
 }
 
 void Sgd::Apply() {
+  TROUPE_CHECK(!learning_rates_.empty());  // an Apply without its Prepare
+  const float learning_rate = learning_rates_.front();
+  learning_rates_.pop_front();
   backend_->NotReplayable("SGD's learning rate from the host");
-  backend_->SgdUpdate(momentum_.size(), learning_rate_, options_.momentum, options_.weight_decay,
+  backend_->SgdUpdate(momentum_.size(), learning_rate, options_.momentum, options_.weight_decay,
                       params_->device_grads(), params_->device_values(), momentum_.data());
 }
 
@@ -123,14 +138,16 @@ Lamb::Lamb(ParameterSet* params, Backend* backend, LambOptions options)
 
 void Lamb::Prepare(float learning_rate) {
   ++steps_;
-  learning_rate_ = learning_rate;
+  prepared_.push_back({learning_rate, steps_});
 }
 
 void Lamb::Apply() {
+  TROUPE_CHECK(!prepared_.empty());  // an Apply without its Prepare
+  const auto [learning_rate, step] = prepared_.front();
+  prepared_.pop_front();
   backend_->NotReplayable("LAMB's learning rate and bias corrections from the host");
-  const float learning_rate = learning_rate_;
-  const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, steps_));
-  const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, steps_));
+  const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, step));
+  const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, step));
   // update = -(m_hat / (sqrt(v_hat) + eps)): Adam at rate 1 from zero (moments updated).
   backend_->Fill(update_.data(), update_.size(), 0.0f);
   backend_->AdamUpdate(m_.size(), /*lr=*/1.0f, options_.beta1, options_.beta2, options_.eps, /*weight_decay=*/0.0f,
@@ -165,12 +182,14 @@ Lars::Lars(ParameterSet* params, Backend* backend, LarsOptions options)
 
 void Lars::Prepare(float learning_rate) {
   ++steps_;
-  learning_rate_ = learning_rate;
+  learning_rates_.push_back(learning_rate);
 }
 
 void Lars::Apply() {
+  TROUPE_CHECK(!learning_rates_.empty());  // an Apply without its Prepare
+  const float learning_rate = learning_rates_.front();
+  learning_rates_.pop_front();
   backend_->NotReplayable("LARS's learning rate from the host");
-  const float learning_rate = learning_rate_;
   for (int i = 0; i < params_->size(); ++i) {
     const ParameterInfo& info = params_->info(i);
     const int64_t n = info.shape.size();

@@ -7,8 +7,11 @@
 #ifndef TROUPE_ENGINE_NN_OPTIMIZER_H_
 #define TROUPE_ENGINE_NN_OPTIMIZER_H_
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,8 +40,10 @@ class Optimizer {
   // (Backend::RunStep): Prepare is the host's, before the step (it counts
   // the update and, where the backend replays steps, puts the per-step
   // values on the device); Apply issues the update's kernels, inside the
-  // step. An optimizer whose kernels take per-step values from the host says
-  // so in Apply (Backend::NotReplayable): its steps record every time.
+  // step. Several updates in one step: N Prepares, then N Applies, in
+  // order (each Apply takes the oldest Prepare not applied). An optimizer
+  // whose kernels take per-step values from the host says so in Apply
+  // (Backend::NotReplayable): its steps record every time.
   virtual void Prepare(float learning_rate) = 0;
   virtual void Apply() = 0;
   // Updates taken so far (restored by checkpoints).
@@ -99,9 +104,16 @@ class Adam final : public Optimizer {
   AdamOptions options_;
   int64_t steps_ = 0;
   DeviceBuffer m_, v_;  // zeroed by a kernel
-  float hyper_host_[3] = {0, 0, 0};  // this update's lr, c1, c2
-  DeviceBuffer hyper_;               // the same on the device
-  bool hyper_on_device_ = false;
+  // Prepared updates not yet applied, by slot (the k-th Prepare of a step
+  // in slot k): lr, c1, c2 on the host, and on the device when on_device.
+  struct Prepared {
+    std::array<float, 3> hyper = {0, 0, 0};
+    bool on_device = false;
+  };
+  std::vector<Prepared> prepared_;
+  std::vector<DeviceBuffer> hyper_;  // slot k's lr, c1, c2 on the device
+  size_t applied_ = 0;               // slots of prepared_ applied so far
+  uint64_t prepared_for_ = 0;        // the backend's steps_begun() when prepared_ began
 };
 
 struct SgdOptions {
@@ -128,7 +140,7 @@ class Sgd final : public Optimizer {
   Backend* backend_;
   SgdOptions options_;
   int64_t steps_ = 0;
-  float learning_rate_ = 0;
+  std::deque<float> learning_rates_;  // prepared, not yet applied
   DeviceBuffer momentum_;
   DeviceBuffer norms_;  // scratch: per tensor ||w||^2, ||g||^2, the local rate
 };
@@ -166,7 +178,7 @@ class Lamb final : public Optimizer {
   Backend* backend_;
   LambOptions options_;
   int64_t steps_ = 0;
-  float learning_rate_ = 0;
+  std::deque<std::pair<float, int64_t>> prepared_;  // (learning rate, step) prepared, not yet applied
   DeviceBuffer m_, v_;
   DeviceBuffer update_;  // scratch: -r, not state
   DeviceBuffer norms_;   // scratch: per tensor ||x||^2, ||r||^2, the trust ratio
@@ -203,7 +215,7 @@ class Lars final : public Optimizer {
   Backend* backend_;
   LarsOptions options_;
   int64_t steps_ = 0;
-  float learning_rate_ = 0;
+  std::deque<float> learning_rates_;  // prepared, not yet applied
   DeviceBuffer momentum_;
   DeviceBuffer norms_;  // scratch: per tensor ||w||^2, ||g||^2, the local rate
 };

@@ -25,7 +25,9 @@ void PjrtBackend::Fill(float* x, int64_t n, float value, float step) {
   if (n == 0) return;
   Launch l(*this);
   Function& f = l.f;
-  Value v = f.Splat(l.Scalar(value), {n});
+  // Zero (a gradient buffer's reset) as a constant, so XLA folds what adds
+  // to it (a run-time zero it cannot); other values at run time.
+  Value v = value == 0.0f ? f.Constant(0.0, "f32", {n}) : f.Splat(l.Scalar(value), {n});
   if (step != 0.0f) v = f.Add(v, f.Mul(f.Iota({n}, 0, "f32"), l.Scalar(step)));
   l.Write(x, v);
   l.Run();
@@ -78,7 +80,12 @@ void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   }
   if (alpha != 1.0f) product = f.Mul(l.Scalar(alpha), product);
   // beta == 0 never reads c (it may hold anything, NaN included).
-  if (beta != 0.0f) product = f.Add(product, f.Mul(l.Scalar(beta), l.F32(c, {m, n})));
+  // beta 1 (accumulating into a gradient) adds c as it is.
+  if (beta == 1.0f) {
+    product = f.Add(product, l.F32(c, {m, n}));
+  } else if (beta != 0.0f) {
+    product = f.Add(product, f.Mul(l.Scalar(beta), l.F32(c, {m, n})));
+  }
   l.Write(c, product);
   l.Run();
 }

@@ -105,6 +105,7 @@ void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& devic
 
 bool PjrtBackend::Replay(ReplayedStep& step) {
   const auto began = std::chrono::steady_clock::now();
+  CountStep();
   const StepRecording& r = step.recorded.recording;
   const ProgramCache::Program& program = *step.recorded.program;
   std::vector<capi::Buffer*> args(r.args.size(), nullptr);
