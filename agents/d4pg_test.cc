@@ -699,6 +699,43 @@ TEST(D4pgAgentTest, ReplayedPixelUpdatesOnPjrtEqualRecordedOnesBitForBit) {
 // TF-Replicator style), executed once per update, and end where one replica
 // on the whole batch ends (within 1e-5 relative: XLA sums the halves in
 // another order).
+// K=2 replicas in one program with two updates per execution
+// (learner.updates_per_execution 2) end where one replica on the whole batch
+// ends with two per execution, within 1e-5 relative: four executions of two
+// updates, the third and fourth replayed by both replicas in step.
+TEST(D4pgAgentTest, TwoReplicasWithTwoUpdatesPerExecutionEqualOneReplicaOnTheWholeBatch) {
+  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  const ObservationSpec spec{.state_size = 3};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_d4pg()->set_target_tau(0.1f);  // the targets move by more than the tolerance
+  c.mutable_learner()->set_updates_per_execution(2);
+  config::EngineConfig engine;
+  engine.set_device(config::EngineConfig::PJRT);
+  engine.set_pjrt_plugin(plugin);
+  engine.set_replicas(2);
+  if (const absl::Status enough = engine::CheckDeviceAvailable(engine, "learner"); !enough.ok()) {
+    GTEST_SKIP() << "the plugin has one device: " << enough;
+  }
+  std::vector<std::vector<nn::CheckpointTensor>> states;
+  for (int k : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << k << " replica(s)");
+    auto replicator = MakeReplicator(k, engine);
+    auto agent = D4pgAgent::Create(c, spec, /*action_size=*/2, replicator.get());
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    if (k == 1) states.push_back((*agent)->CheckpointState());  // the start
+    for (uint64_t call = 0; call < 4; ++call) ASSERT_TRUE((*agent)->Train(2, Bandit(spec, 2, c, call)).ok());
+    EXPECT_EQ((*agent)->updates(), 8);
+    for (int r = 0; r < k; ++r) {
+      const pjrt::PjrtStats& stats = dynamic_cast<pjrt::PjrtBackend&>(*replicator->backend(r)).stats();
+      EXPECT_EQ(stats.steps, 4) << "replica " << r;
+      EXPECT_EQ(stats.step_replays, 2) << "replica " << r;
+    }
+    states.push_back((*agent)->CheckpointState());
+  }
+  TROUPE_EXPECT_SAME_STATE(states[0], states[1], states[2], .tolerance = 1e-5);
+}
+
 TEST(D4pgAgentTest, TwoReplicasInOneCompiledPjrtProgramEqualOneReplicaOnTheWholeBatch) {
   const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
   if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
