@@ -699,28 +699,39 @@ TEST(D4pgAgentTest, ReplayedPixelUpdatesOnPjrtEqualRecordedOnesBitForBit) {
 // TF-Replicator style), executed once per update, and end where one replica
 // on the whole batch ends (within 1e-5 relative: XLA sums the halves in
 // another order).
-// K=2 replicas in one program with two updates per execution
-// (learner.updates_per_execution 2) end where one replica on the whole batch
-// ends with two per execution, within 1e-5 relative: four executions of two
-// updates, the third and fourth replayed by both replicas in step.
-TEST(D4pgAgentTest, TwoReplicasWithTwoUpdatesPerExecutionEqualOneReplicaOnTheWholeBatch) {
+// Two replicas in one program on the CPU plugin's devices (engine.replicas
+// 2, device PJRT); Unavailable, saying why, when the plugin is missing or
+// has one device.
+absl::StatusOr<config::EngineConfig> TwoPjrtReplicas() {
   const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
-  if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
-  const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);  // the targets move by more than the tolerance
-  c.mutable_learner()->set_updates_per_execution(2);
+  if (plugin == nullptr || !std::filesystem::exists(plugin)) {
+    return absl::UnavailableError("no PJRT plugin at TROUPE_PJRT_PLUGIN");
+  }
   config::EngineConfig engine;
   engine.set_device(config::EngineConfig::PJRT);
   engine.set_pjrt_plugin(plugin);
   engine.set_replicas(2);
   if (const absl::Status enough = engine::CheckDeviceAvailable(engine, "learner"); !enough.ok()) {
-    GTEST_SKIP() << "the plugin has one device: " << enough;
+    return absl::UnavailableError(absl::StrCat("the plugin has one device: ", enough.message()));
   }
+  return engine;
+}
+
+// K=2 replicas in one program with two updates per execution
+// (learner.updates_per_execution 2) end where one replica on the whole batch
+// ends with two per execution, within 1e-5 relative: four executions of two
+// updates, the third and fourth replayed by both replicas in step.
+TEST(D4pgAgentTest, TwoReplicasWithTwoUpdatesPerExecutionEqualOneReplicaOnTheWholeBatch) {
+  absl::StatusOr<config::EngineConfig> engine = TwoPjrtReplicas();
+  if (!engine.ok()) GTEST_SKIP() << engine.status().message();
+  const ObservationSpec spec{.state_size = 3};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_d4pg()->set_target_tau(0.1f);  // the targets move by more than the tolerance
+  c.mutable_learner()->set_updates_per_execution(2);
   std::vector<std::vector<nn::CheckpointTensor>> states;
   for (int k : {1, 2}) {
     SCOPED_TRACE(::testing::Message() << k << " replica(s)");
-    auto replicator = MakeReplicator(k, engine);
+    auto replicator = MakeReplicator(k, *engine);
     auto agent = D4pgAgent::Create(c, spec, /*action_size=*/2, replicator.get());
     ASSERT_TRUE(agent.ok()) << agent.status();
     if (k == 1) states.push_back((*agent)->CheckpointState());  // the start
@@ -737,22 +748,15 @@ TEST(D4pgAgentTest, TwoReplicasWithTwoUpdatesPerExecutionEqualOneReplicaOnTheWho
 }
 
 TEST(D4pgAgentTest, TwoReplicasInOneCompiledPjrtProgramEqualOneReplicaOnTheWholeBatch) {
-  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
-  if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  absl::StatusOr<config::EngineConfig> engine = TwoPjrtReplicas();
+  if (!engine.ok()) GTEST_SKIP() << engine.status().message();
   const ObservationSpec spec{.state_size = 3};
   config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
   c.mutable_d4pg()->set_target_tau(0.1f);  // the targets move by more than the tolerance
-  config::EngineConfig engine;
-  engine.set_device(config::EngineConfig::PJRT);
-  engine.set_pjrt_plugin(plugin);
-  engine.set_replicas(2);
-  if (const absl::Status enough = engine::CheckDeviceAvailable(engine, "learner"); !enough.ok()) {
-    GTEST_SKIP() << "the plugin has one device: " << enough;
-  }
   std::vector<std::vector<nn::CheckpointTensor>> states;
   for (int k : {1, 2}) {
     SCOPED_TRACE(::testing::Message() << k << " replica(s)");
-    auto replicator = MakeReplicator(k, engine);
+    auto replicator = MakeReplicator(k, *engine);
     auto agent = D4pgAgent::Create(c, spec, /*action_size=*/2, replicator.get());
     ASSERT_TRUE(agent.ok()) << agent.status();
     if (k == 1) states.push_back((*agent)->CheckpointState());  // the start

@@ -575,17 +575,28 @@ void Backend::ClipByNorm(float* x, int64_t n, float max_norm, float* norm) {
   BinaryBroadcast(Binary::kMul, Flat(n), x, kAllAxes, factor, kScalarAxes, x);
 }
 
+namespace {
+
+// Adam's moments: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2; then
+// term = sqrt(v).
+void AdamMoments(Backend& b, int64_t n, float beta1, float beta2, const float* grad, float* m, float* v,
+                 float* term) {
+  b.Unary(UnaryOp::kAffine, beta1, 0.0f, m, m, n);
+  b.Unary(UnaryOp::kAffine, 1.0f - beta1, 0.0f, grad, m, n, true);
+  b.Unary(UnaryOp::kSquare, 0, 0, grad, term, n);
+  b.Unary(UnaryOp::kAffine, beta2, 0.0f, v, v, n);
+  b.Unary(UnaryOp::kAffine, 1.0f - beta2, 0.0f, term, v, n, true);
+  b.Unary(UnaryOp::kSqrt, 0, 0, v, term, n);
+}
+
+}  // namespace
+
 void Backend::AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,
                          float c2, const float* grad, float* param, float* m, float* v) {
   Temporaries t(*this);
   float* term = t.Floats(n);
-  Unary(UnaryOp::kAffine, beta1, 0.0f, m, m, n);
-  Unary(UnaryOp::kAffine, 1.0f - beta1, 0.0f, grad, m, n, true);
-  Unary(UnaryOp::kSquare, 0, 0, grad, term, n);
-  Unary(UnaryOp::kAffine, beta2, 0.0f, v, v, n);
-  Unary(UnaryOp::kAffine, 1.0f - beta2, 0.0f, term, v, n, true);
+  AdamMoments(*this, n, beta1, beta2, grad, m, v, term);
   // param -= lr * weight_decay * param + lr / c1 * m / (sqrt(v) / sqrt(c2) + eps).
-  Unary(UnaryOp::kSqrt, 0, 0, v, term, n);
   Unary(UnaryOp::kAffine, 1.0f / std::sqrt(c2), eps, term, term, n);
   BinaryBroadcast(Binary::kDiv, Flat(n), m, kAllAxes, term, kAllAxes, term);
   if (weight_decay != 0.0f) Unary(UnaryOp::kAffine, -lr * weight_decay, 0.0f, param, param, n, true);
@@ -604,13 +615,8 @@ void Backend::AdamUpdateFromDevice(int64_t n, const float* hyper, float beta1, f
   BinaryBroadcast(Binary::kDiv, Flat(1), hyper, kAllAxes, hyper + 1, kAllAxes, k + 1);
   Unary(UnaryOp::kAffine, -1.0f, 0.0f, k + 1, k + 1, 1);
   Unary(UnaryOp::kAffine, -weight_decay, 0.0f, hyper, k + 2, 1);
-  Unary(UnaryOp::kAffine, beta1, 0.0f, m, m, n);
-  Unary(UnaryOp::kAffine, 1.0f - beta1, 0.0f, grad, m, n, true);
-  Unary(UnaryOp::kSquare, 0, 0, grad, term, n);
-  Unary(UnaryOp::kAffine, beta2, 0.0f, v, v, n);
-  Unary(UnaryOp::kAffine, 1.0f - beta2, 0.0f, term, v, n, true);
+  AdamMoments(*this, n, beta1, beta2, grad, m, v, term);
   // param -= lr * weight_decay * param + lr / c1 * m / (sqrt(v) / sqrt(c2) + eps), as AdamUpdate.
-  Unary(UnaryOp::kSqrt, 0, 0, v, term, n);
   BinaryBroadcast(Binary::kMul, Flat(n), term, kAllAxes, k, kScalarAxes, term);
   Unary(UnaryOp::kAffine, 1.0f, eps, term, term, n);
   BinaryBroadcast(Binary::kDiv, Flat(n), m, kAllAxes, term, kAllAxes, term);

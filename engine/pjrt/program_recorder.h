@@ -85,12 +85,8 @@ class ProgramRecorder {
   Value Input(capi::Buffer* buffer, const Dims& dims, std::string_view type) {
     args_.push_back(buffer);
     owned_.push_back(buffer);
-    has_inputs_ = true;
     return f.Parameter(dims, type);
   }
-  // Whether the program reads host data it owns (an Input): an execution
-  // with other data cannot repeat it.
-  bool has_inputs() const { return has_inputs_; }
   // Whether `base` (an allocation) is an argument or result of this program.
   bool Touches(uintptr_t base) const;
   void CountKernel() { ++kernels_; }
@@ -110,8 +106,9 @@ class ProgramRecorder {
   // The program's arguments, in its parameters' order, its run-time scalars
   // uploaded now.
   const std::vector<capi::Buffer*>& Arguments();
-  // The closed program's arguments and outputs by the memory they are (a
-  // step without Inputs).
+  // The closed program's arguments and outputs by the memory they are (an
+  // Input's argument shows as 0, as the scalars do: the backend does not
+  // replay a step with Inputs).
   StepRecording Recording() const;
   // How many outputs an execution of the closed program returns.
   size_t num_outputs() const { return num_outputs_; }
@@ -196,7 +193,6 @@ class ProgramRecorder {
   std::vector<std::vector<char>> host_;
   std::vector<std::function<void()>> calls_;
   int64_t kernels_ = 0;
-  bool has_inputs_ = false;
   std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();
 };
 

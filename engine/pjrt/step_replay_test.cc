@@ -209,6 +209,21 @@ TEST(StepReplayTest, TheCpuRunsTheDevicePartEveryCall) {
   EXPECT_EQ(calls, 3);
 }
 
+// Four steps of one signature whose device part fills with a value from the
+// host (1, then 2 from the third call on: not an input) and reads it back;
+// the last value read.
+float StepsTakingAHostValue(PjrtBackend& pjrt) {
+  float* x = pjrt.AllocateFloats(8);
+  float out = 0;
+  for (int call = 0; call < 4; ++call) {
+    pjrt.RunStep(7, [&] {
+      pjrt.Fill(x, 8, call < 2 ? 1.0f : 2.0f);
+      pjrt.ReadAtStepEnd(x, &out, sizeof(float));
+    });
+  }
+  return out;
+}
+
 // The guard: with check_replay_every 1 every replay is recorded again
 // first; a device part that takes a value from the host (here a fill's
 // value that changes at the third call) stops the process naming it.
@@ -218,14 +233,7 @@ TEST(StepReplayDeathTest, TheGuardStopsAReplayWhoseRecordingDiffers) {
   EXPECT_DEATH(
       {
         std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin, /*check_replay_every=*/1);
-        float* x = pjrt->AllocateFloats(8);
-        float out = 0;
-        for (int call = 0; call < 4; ++call) {
-          pjrt->RunStep(7, [&] {
-            pjrt->Fill(x, 8, call < 2 ? 1.0f : 2.0f);
-            pjrt->ReadAtStepEnd(x, &out, sizeof(float));
-          });
-        }
+        StepsTakingAHostValue(*pjrt);
       },
       "differs from its replay in run-time scalar 0 \\(1.000000 replayed, 2.000000 recorded\\)");
 }
@@ -236,15 +244,7 @@ TEST(StepReplayTest, WithoutTheGuardAHostValueIsReplayedAsRecorded) {
   REQUIRE_PLUGIN();
   std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
   ASSERT_TRUE(pjrt);
-  float* x = pjrt->AllocateFloats(8);
-  float out = 0;
-  for (int call = 0; call < 4; ++call) {
-    pjrt->RunStep(7, [&] {
-      pjrt->Fill(x, 8, call < 2 ? 1.0f : 2.0f);
-      pjrt->ReadAtStepEnd(x, &out, sizeof(float));
-    });
-  }
-  EXPECT_EQ(out, 1.0f);
+  EXPECT_EQ(StepsTakingAHostValue(*pjrt), 1.0f);
   EXPECT_EQ(pjrt->stats().step_replays, 2);
 }
 
