@@ -730,7 +730,7 @@ absl::StatusOr<config::EngineConfig> TwoPjrtReplicas() {
 // (learner.updates_per_execution 2) end where one replica on the whole batch
 // ends with two per execution, within 1e-5 relative: four executions of two
 // updates, the third and fourth replayed by both replicas in step.
-TEST(D4pgAgentTest, TwoReplicasWithTwoUpdatesPerExecutionEqualOneReplicaOnTheWholeBatch) {
+TEST(D4pgAgentTest, TwoReplicasWithTwoUpdatesPerExecutionInOnePjrtProgramEqualOneReplica) {
   absl::StatusOr<config::EngineConfig> engine = TwoPjrtReplicas();
   if (!engine.ok()) GTEST_SKIP() << engine.status().message();
   const ObservationSpec spec{.state_size = 3};
@@ -808,7 +808,7 @@ TEST(D4pgAgentTest, TwoReplicasInOneCompiledPjrtProgramEqualOneReplicaOnTheWhole
 // execution, another for 2), and the state is the single updates' within
 // 2e-4 relative (XLA fuses across the four updates), every part having
 // moved.
-TEST(D4pgAgentTest, FourUpdatesPerExecutionEqualFourSingleUpdates) {
+TEST(D4pgAgentTest, FourUpdatesPerExecutionOnCpuAndPjrtEqualFourSingleUpdates) {
   const ObservationSpec spec = kSmallPixels;
   config::ExperimentConfig c = SmallPixelConfig();
   c.mutable_d4pg()->set_target_tau(0.2f);
