@@ -610,11 +610,12 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   });
   RETURN_IF_ERROR(stepped);
 
-  // The host's epilogue: priorities and metrics of each update.
+  // The host's epilogue: priorities of each update, and the execution's
+  // metrics (each update's means over the global batch) in one all-reduce.
   r.keys.clear();
   r.item_loss.clear();
+  std::vector<float> metrics(3 * n);
   for (int64_t j = 0; j < n; ++j) {
-    ++r.updates;
     const float* host = r.in[j].readout.data();
     const replay::SampledBatch& batch = *block[j].batch;
     double loss_sum = 0, q_sum = 0;
@@ -624,17 +625,21 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
       loss_sum += host[2 * b];
       q_sum += host[2 * b + 1];
     }
-    // Metrics: means over the global batch.
-    float metrics[3] = {static_cast<float>(loss_sum / rows), host[2 * rows], static_cast<float>(q_sum / rows)};
-    RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
-    if (&r == replicas_[0].get()) {
-      absl::MutexLock lock(&metrics_mu_);
-      sum_critic_loss_ += metrics[0];
-      sum_actor_loss_ += metrics[1];
-      sum_q_ += metrics[2];
-      ++metric_count_;
-      metric_updates_ = r.updates;
+    metrics[3 * j] = static_cast<float>(loss_sum / rows);
+    metrics[3 * j + 1] = host[2 * rows];
+    metrics[3 * j + 2] = static_cast<float>(q_sum / rows);
+  }
+  r.updates += n;
+  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+  if (&r == replicas_[0].get()) {
+    absl::MutexLock lock(&metrics_mu_);
+    for (int64_t j = 0; j < n; ++j) {
+      sum_critic_loss_ += metrics[3 * j];
+      sum_actor_loss_ += metrics[3 * j + 1];
+      sum_q_ += metrics[3 * j + 2];
     }
+    metric_count_ += n;
+    metric_updates_ = r.updates;
   }
   return absl::OkStatus();
 }
