@@ -4,7 +4,8 @@
     tools/bench_compare.py OLD_DIR NEW_DIR [--within 0.10] [--markdown]
 
 For every figure (benchmark TAG, figure name, and its reference where it has
-one) in both directories' TAG.json: troupe's value in each run, the peer's,
+one, their numbers aside: a name may carry a measured size) in both
+directories' TAG.json: troupe's value in each run, the peer's,
 and the ratio, and how far the new one is from the old (new / old - 1). A
 ratio (troupe against its peer, measured in the same run) is what a reader is
 shown, so it is what must reproduce: a row fails when its ratio moved by more
@@ -16,11 +17,19 @@ Figures in one run only are named. Exit 1 when a judged row failed.
 import argparse
 import json
 import os
+import re
 import sys
 
 
+def shape(text):
+    """A figure's name or reference with its numbers as '#': names that carry a
+    measured size ("wire bytes: 3209 B an item") match across runs."""
+    return re.sub(r"\d[\d,.]*", "#", text)
+
+
 def load(directory):
-    """{(tag, name, reference): figure} of every TAG.json in `directory`."""
+    """{(tag, name, reference, n): figure} of every TAG.json in `directory`,
+    names and references by shape()."""
     figures = {}
     for file in sorted(os.listdir(directory)):
         if not file.endswith(".json"):
@@ -30,7 +39,7 @@ def load(directory):
             data = json.load(f)
         seen = {}
         for figure in data.get("figures", []):
-            key = (tag, figure["name"], figure.get("reference", ""))
+            key = (tag, shape(figure["name"]), shape(figure.get("reference", "")))
             # The same name and reference twice in one benchmark: numbered.
             seen[key] = seen.get(key, 0) + 1
             figures[key + (seen[key],)] = figure
@@ -67,7 +76,8 @@ def main(argv):
         else:
             verdict = "MOVED"
             failed += 1
-        rows.append((key[0], key[1], key[2], a.get("value"), b.get("value"), ratio_a, ratio_b, moved, verdict))
+        rows.append((key[0], b["name"], b.get("reference", ""), a.get("value"), b.get("value"), ratio_a, ratio_b, moved,
+                     verdict))
     only = sorted((old.keys() ^ new.keys()))
 
     def number(x):

@@ -34,9 +34,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         old, new = os.path.join(tmp, "old"), os.path.join(tmp, "new")
         write(old, [figure("steady", 100, "peer A", 2.0), figure("drifting", 100, "peer B", 1.0),
-                    figure("host ms", 1.0), figure("gone", 5, "peer C", 1.0)])
+                    figure("host ms", 1.0), figure("gone", 5, "peer C", 1.0),
+                    figure("sized (3209 B an item)", 10, "raw (51337 B)", 0.5)])
         write(new, [figure("steady", 104, "peer A", 2.1), figure("drifting", 100, "peer B", 1.2),
-                    figure("host ms", 3.0)])
+                    figure("host ms", 3.0), figure("sized (3324 B an item)", 10, "raw (53186 B)", 0.52)])
         out = run(old, new)
         assert out.returncode == 1, out
         lines = out.stdout.splitlines()
@@ -47,13 +48,15 @@ def main():
         assert drifting.endswith("MOVED") and "+20.0%" in drifting, drifting
         assert host.endswith("-") and "+200.0%" in host, host
         assert any("only in the old run: demo: gone (peer C)" in l for l in lines), lines
-        assert "2 figures judged, 1 within 10%, 1 moved more" in lines[-1], lines[-1]
+        sized = next(l for l in lines if "sized" in l)
+        assert sized.endswith("reproduced"), "a name's measured size kept it from its match: " + sized
+        assert "3 figures judged, 2 within 10%, 1 moved more" in lines[-1], lines[-1]
         # A wider bound passes; --values judges the peerless figure too.
         assert run(old, new, "--within", "0.25").returncode == 0
         out = run(old, new, "--within", "0.25", "--values")
         assert out.returncode == 1 and any("host ms" in l and l.endswith("MOVED") for l in out.stdout.splitlines())
         md = run(old, new, "--markdown").stdout.splitlines()
-        assert md[0].startswith("| benchmark | figure | peer |") and md[2].startswith("| demo | drifting | peer B |")
+        assert md[0].startswith("| benchmark | figure | peer |") and md[2].startswith("| demo | drifting | peer B |"), md
     print("bench_compare: ratios judged within the bound, drift named, peerless figures listed")
 
 
