@@ -113,13 +113,11 @@ Sgd::Sgd(ParameterSet* params, Backend* backend, SgdOptions options)
 
 void Sgd::Prepare(float learning_rate) {
   ++steps_;
-  learning_rates_.push_back(learning_rate);
+  learning_rates_.Push(learning_rate);
 }
 
 void Sgd::Apply() {
-  TROUPE_CHECK(!learning_rates_.empty());  // an Apply without its Prepare
-  const float learning_rate = learning_rates_.front();
-  learning_rates_.pop_front();
+  const float learning_rate = learning_rates_.Pop();
   backend_->NotReplayable("SGD's learning rate from the host");
   backend_->SgdUpdate(momentum_.size(), learning_rate, options_.momentum, options_.weight_decay,
                       params_->device_grads(), params_->device_values(), momentum_.data());
@@ -138,13 +136,11 @@ Lamb::Lamb(ParameterSet* params, Backend* backend, LambOptions options)
 
 void Lamb::Prepare(float learning_rate) {
   ++steps_;
-  prepared_.push_back({learning_rate, steps_});
+  prepared_.Push({learning_rate, steps_});
 }
 
 void Lamb::Apply() {
-  TROUPE_CHECK(!prepared_.empty());  // an Apply without its Prepare
-  const auto [learning_rate, step] = prepared_.front();
-  prepared_.pop_front();
+  const auto [learning_rate, step] = prepared_.Pop();
   backend_->NotReplayable("LAMB's learning rate and bias corrections from the host");
   const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, step));
   const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, step));
@@ -182,13 +178,11 @@ Lars::Lars(ParameterSet* params, Backend* backend, LarsOptions options)
 
 void Lars::Prepare(float learning_rate) {
   ++steps_;
-  learning_rates_.push_back(learning_rate);
+  learning_rates_.Push(learning_rate);
 }
 
 void Lars::Apply() {
-  TROUPE_CHECK(!learning_rates_.empty());  // an Apply without its Prepare
-  const float learning_rate = learning_rates_.front();
-  learning_rates_.pop_front();
+  const float learning_rate = learning_rates_.Pop();
   backend_->NotReplayable("LARS's learning rate from the host");
   for (int i = 0; i < params_->size(); ++i) {
     const ParameterInfo& info = params_->info(i);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/status_macros.h"
 #include "engine/nn/backend.h"
 #include "engine/nn/parameters.h"
 
@@ -74,6 +75,23 @@ class ForwardingOptimizer : public Optimizer {
 
  private:
   Optimizer* inner_;
+};
+
+// What an optimizer's Prepares left for its Applies, oldest first (N
+// Prepares, then N Applies, within a step).
+template <typename T>
+class PreparedQueue {
+ public:
+  void Push(T value) { values_.push_back(std::move(value)); }
+  T Pop() {
+    TROUPE_CHECK(!values_.empty());  // an Apply without its Prepare
+    T value = std::move(values_.front());
+    values_.pop_front();
+    return value;
+  }
+
+ private:
+  std::deque<T> values_;
 };
 
 struct AdamOptions {
@@ -140,7 +158,7 @@ class Sgd final : public Optimizer {
   Backend* backend_;
   SgdOptions options_;
   int64_t steps_ = 0;
-  std::deque<float> learning_rates_;  // prepared, not yet applied
+  PreparedQueue<float> learning_rates_;
   DeviceBuffer momentum_;
   DeviceBuffer norms_;  // scratch: per tensor ||w||^2, ||g||^2, the local rate
 };
@@ -178,7 +196,7 @@ class Lamb final : public Optimizer {
   Backend* backend_;
   LambOptions options_;
   int64_t steps_ = 0;
-  std::deque<std::pair<float, int64_t>> prepared_;  // (learning rate, step) prepared, not yet applied
+  PreparedQueue<std::pair<float, int64_t>> prepared_;  // (learning rate, step)
   DeviceBuffer m_, v_;
   DeviceBuffer update_;  // scratch: -r, not state
   DeviceBuffer norms_;   // scratch: per tensor ||x||^2, ||r||^2, the trust ratio
@@ -215,7 +233,7 @@ class Lars final : public Optimizer {
   Backend* backend_;
   LarsOptions options_;
   int64_t steps_ = 0;
-  std::deque<float> learning_rates_;  // prepared, not yet applied
+  PreparedQueue<float> learning_rates_;
   DeviceBuffer momentum_;
   DeviceBuffer norms_;  // scratch: per tensor ||w||^2, ||g||^2, the local rate
 };

@@ -124,25 +124,31 @@ bool PjrtBackend::RunProgram(ProgramRecorder& r, bool keep_scratch) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - r.began()).count() - compile_seconds;
   }
   const auto execute_began = std::chrono::steady_clock::now();
-  if (replicated) {
-    // One program on every replica: the group runs it once all have arrived.
-    PjrtReplicaGroup::Arrival arrival{&program.text, program.fingerprint, &args, std::move(out)};
-    group_->Execute(device_, &arrival, client_, cache_dir_);
-    out = std::move(arrival.outputs);
-    if (arrival.compile_seconds > 0) {
-      NoteStepCompile(arrival.compile_seconds, r.kernels(), program.text.size(), arrival.from_cache);
-    }
-  } else {
-    Check(client_->Execute(executable, args, out, device_), step ? "executing a step" : "launching a kernel");
-  }
-  ++stats_.launches;
-  if (step) ++stats_.step_launches;
+  Execute(program, executable, args, out, step, r.kernels());
   r.Install(out);
   if (step) {
     stats_.step_execute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
   }
   return true;
+}
+
+void PjrtBackend::Execute(const ProgramCache::Program& program, capi::LoadedExecutable* executable,
+                          const std::vector<capi::Buffer*>& args, std::vector<capi::Buffer*>& out, bool step,
+                          int64_t kernels) {
+  if (step && group_ != nullptr) {
+    // One program on every replica: the group runs it once all have arrived.
+    PjrtReplicaGroup::Arrival arrival{&program.text, program.fingerprint, &args, std::move(out)};
+    group_->Execute(device_, &arrival, client_, cache_dir_);
+    out = std::move(arrival.outputs);
+    if (arrival.compile_seconds > 0) {
+      NoteStepCompile(arrival.compile_seconds, kernels, program.text.size(), arrival.from_cache);
+    }
+  } else {
+    Check(client_->Execute(executable, args, out, device_), step ? "executing a step" : "launching a kernel");
+  }
+  ++stats_.launches;
+  if (step) ++stats_.step_launches;
 }
 
 absl::StatusOr<capi::LoadedExecutable*> PjrtBackend::Executable(ProgramCache::Program& program, int64_t step_kernels) {

@@ -213,6 +213,11 @@ class PjrtBackend final : public nn::Backend {
   // to kernels (FallBackToKernels replays the step); any other failure
   // aborts, saying why.
   [[nodiscard]] bool RunProgram(ProgramRecorder& r, bool keep_scratch = false);
+  // Executes `program` on `args` into `out` (sized by the caller): a step's
+  // with a group by the group (`kernels` for its compile's note), else
+  // `executable`; counts the launch.
+  void Execute(const ProgramCache::Program& program, capi::LoadedExecutable* executable,
+               const std::vector<capi::Buffer*>& args, std::vector<capi::Buffer*>& out, bool step, int64_t kernels);
   // Its compiled executable (compiled on first use; a step's, with
   // `step_kernels` > 0, says so once with its compile time).
   absl::StatusOr<capi::LoadedExecutable*> Executable(ProgramCache::Program& program, int64_t step_kernels);
@@ -246,6 +251,7 @@ class PjrtBackend final : public nn::Backend {
     bool ready = false;               // two recordings in a row were the same: replay
     int replays_since_check = 0;
     capi::Buffer* scalars = nullptr;  // the recorded run-time scalars on the device, made once
+    std::vector<capi::Buffer*> args, out;  // a replay's, kept: no allocation per update
   };
   // Forgets `step`'s recording (and destroys its scalars' buffer).
   void Forget(ReplayedStep& step);

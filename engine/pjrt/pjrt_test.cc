@@ -24,6 +24,7 @@
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/testing.h"
+#include "engine/pjrt/pjrt_testing.h"
 #include "engine/pjrt/stablehlo.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,16 +40,6 @@ std::string FakePlugin(const std::string& name) {
   const char* dir = std::getenv("TROUPE_FAKE_PLUGIN_DIR");
   return std::string(dir != nullptr ? dir : TROUPE_FAKE_PLUGIN_DIR) + "/" + name;
 }
-
-// The fetched CPU plugin, or "" (the tests that need it skip).
-std::string CpuPlugin() {
-  const char* path = std::getenv("TROUPE_PJRT_PLUGIN");
-  return path != nullptr && std::filesystem::exists(path) ? path : "";
-}
-
-#define REQUIRE_PLUGIN()                                                                                    \
-  const std::string plugin = CpuPlugin();                                                                   \
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)"
 
 using nn::RandomVector;
 

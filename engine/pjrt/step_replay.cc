@@ -105,10 +105,10 @@ void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& devic
 
 bool PjrtBackend::Replay(ReplayedStep& step) {
   const auto began = std::chrono::steady_clock::now();
-  CountStep();
   const StepRecording& r = step.recorded.recording;
   const ProgramCache::Program& program = *step.recorded.program;
-  std::vector<capi::Buffer*> args(r.args.size(), nullptr);
+  std::vector<capi::Buffer*>& args = step.args;
+  args.assign(r.args.size(), nullptr);
   for (size_t i = 0; i < r.args.size(); ++i) {
     if (r.args[i] == 0) {
       if (step.scalars == nullptr) {
@@ -128,17 +128,12 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
     }
     args[i] = a->buffer;
   }
-  const size_t outputs = r.written.size() + step.recorded.reads.size();
-  std::vector<capi::Buffer*> out(outputs, nullptr);
+  CountStep();
+  std::vector<capi::Buffer*>& out = step.out;
+  out.assign(r.written.size() + step.recorded.reads.size(), nullptr);
   const auto execute_began = std::chrono::steady_clock::now();
   stats_.replay_host_seconds += std::chrono::duration<double>(execute_began - began).count();
-  if (group_ != nullptr) {
-    PjrtReplicaGroup::Arrival arrival{&program.text, program.fingerprint, &args, std::move(out)};
-    group_->Execute(device_, &arrival, client_, cache_dir_);
-    out = std::move(arrival.outputs);
-  } else {
-    Check(client_->Execute(program.executable, args, out, device_), "executing a replayed step");
-  }
+  Execute(program, program.executable, args, out, /*step=*/true, /*kernels=*/0);
   for (size_t i = 0; i < r.written.size(); ++i) {
     DeviceMemory::Allocation* a = memory_.At(r.written[i]);
     client_->Destroy(a->buffer);  // donated to the execution
@@ -152,8 +147,6 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   }
   stats_.step_execute_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
-  ++stats_.launches;
-  ++stats_.step_launches;
   ++stats_.steps;
   ++stats_.step_replays;
   return true;

@@ -19,20 +19,12 @@
 #include "engine/nn/tape.h"
 #include "engine/nn/testing.h"
 #include "engine/pjrt/pjrt_backend.h"
+#include "engine/pjrt/pjrt_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace troupe::pjrt {
 namespace {
-
-std::string CpuPlugin() {
-  const char* path = std::getenv("TROUPE_PJRT_PLUGIN");
-  return path != nullptr && std::filesystem::exists(path) ? path : "";
-}
-
-#define REQUIRE_PLUGIN()                                                                                    \
-  const std::string plugin = CpuPlugin();                                                                   \
-  if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)"
 
 std::unique_ptr<PjrtBackend> NewPjrt(const std::string& plugin, int check_replay_every = 0) {
   auto backend = PjrtBackend::Create({.plugin = plugin, .check_replay_every = check_replay_every});
@@ -82,6 +74,11 @@ struct Model {
     backend.ReadAtStepEnd(tape.data(loss_var).data, &loss, sizeof(float));
   }
   uint64_t Signature() const { return static_cast<uint64_t>(batch) << 32 | static_cast<uint64_t>(inputs); }
+  // Update `u` through RunStep: the host part, then the device part.
+  void Step(int u, float learning_rate) {
+    Prepare(u, learning_rate);
+    backend.RunStep(Signature(), [&] { DevicePart(); });
+  }
   std::vector<float> Values() const {
     std::vector<float> v(params.total_floats());
     backend.Download(params.device_values(), v.data(), sizeof(float) * v.size());
@@ -102,8 +99,7 @@ TEST(StepReplayTest, ReplayedUpdatesEqualRecordedOnesBitForBitAndANewLearningRat
   ASSERT_TRUE(replaying->replays_steps());
   Model a(*replaying, 16, 8), b(*recording, 16, 8);
   for (int u = 0; u < 50; ++u) {
-    a.Prepare(u, LearningRate(u));
-    replaying->RunStep(a.Signature(), [&] { a.DevicePart(); });
+    a.Step(u, LearningRate(u));
     b.Prepare(u, LearningRate(u));
     {
       nn::StepScope step(*recording);
@@ -148,19 +144,12 @@ TEST(StepReplayTest, ANewShapeRecordsAgainAndTheOldOneStillReplays) {
   std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
   ASSERT_TRUE(pjrt);
   Model small(*pjrt, 8, 4), large(*pjrt, 24, 4);
-  for (int u = 0; u < 4; ++u) {
-    small.Prepare(u, 1e-3f);
-    pjrt->RunStep(small.Signature(), [&] { small.DevicePart(); });
-  }
+  for (int u = 0; u < 4; ++u) small.Step(u, 1e-3f);
   EXPECT_EQ(pjrt->stats().step_replays, 2);
-  for (int u = 0; u < 4; ++u) {
-    large.Prepare(u, 1e-3f);
-    pjrt->RunStep(large.Signature(), [&] { large.DevicePart(); });
-  }
+  for (int u = 0; u < 4; ++u) large.Step(u, 1e-3f);
   EXPECT_EQ(pjrt->stats().step_replays, 4) << "two recordings of the new shape, then replays";
   EXPECT_EQ(pjrt->stats().step_compiles, 2);
-  small.Prepare(4, 1e-3f);
-  pjrt->RunStep(small.Signature(), [&] { small.DevicePart(); });
+  small.Step(4, 1e-3f);
   EXPECT_EQ(pjrt->stats().step_replays, 5);
 }
 
