@@ -83,19 +83,28 @@ struct PixelReplay {
   int next_frame = 0;
 };
 
+// A batch sampled, assembled on the host and resolved into the table.
+struct ResolvedBatch {
+  int n = 0;
+  replay::SampledBatch host;
+  std::vector<int32_t> slots;
+};
+
 // Samples `n` items, assembles them on the host (FillBatch) and as
-// references, resolves the references into `frames` and gathers every
-// item's six frames inside a step; true when each gathered frame equals the
-// host batch's byte for byte. `seen` collects the frame ids resolved.
-::testing::AssertionResult GatherEqualsHost(PixelReplay& p, nn::Backend& backend, DeviceFrameTable& frames, int n,
-                                            std::set<uint64_t>* seen) {
+// references, and resolves the references into `frames`. `seen` collects
+// the frame ids resolved.
+::testing::AssertionResult SampleAndResolve(PixelReplay& p, DeviceFrameTable& frames, int n,
+                                            std::set<uint64_t>* seen, ResolvedBatch* out) {
+  out->n = n;
+  replay::SampledBatch& host = out->host;
+  std::vector<int32_t>& slots = out->slots;
   std::vector<replay::SampledItem> items;
   int64_t table_size = 0;
   if (absl::Status s = p.table->Sample(n, absl::Seconds(5), &items, &table_size); !s.ok()) {
     return ::testing::AssertionFailure() << s;
   }
   const replay::Signature& signature = p.table->signature();
-  replay::SampledBatch host, references;
+  replay::SampledBatch references;
   replay::FrameDecoder decoder, table_decoder;
   replay::ShapeBatch(signature, n, &host);
   replay::ShapeBatch(signature, n, &references, /*frame_references=*/true);
@@ -104,10 +113,19 @@ struct PixelReplay {
   }
   replay::FillBatchReferences(signature, items, table_size, false, 0, &references);
   for (const replay::FramePtr& f : references.frames) seen->insert(f->id());
-  std::vector<int32_t> slots;
   if (absl::Status s = frames.Resolve(references.frames, table_decoder, &slots); !s.ok()) {
     return ::testing::AssertionFailure() << s;
   }
+  return ::testing::AssertionSuccess();
+}
+
+// Gathers every item's six frames of `batch` from `frames` inside a step;
+// true when each gathered frame equals the host batch's byte for byte.
+::testing::AssertionResult GatheredEqualsHost(nn::Backend& backend, DeviceFrameTable& frames,
+                                              const ResolvedBatch& batch) {
+  const int n = batch.n;
+  const replay::SampledBatch& host = batch.host;
+  const std::vector<int32_t>& slots = batch.slots;
   // The gather inside a step, read at its end (as the learner's step does).
   const int64_t count = static_cast<int64_t>(slots.size());
   nn::DeviceBuffer device_slots(backend, count), gathered(backend, count * kFrameBytes / 4),
@@ -143,6 +161,14 @@ struct PixelReplay {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// SampleAndResolve, then GatheredEqualsHost.
+::testing::AssertionResult GatherEqualsHost(PixelReplay& p, nn::Backend& backend, DeviceFrameTable& frames, int n,
+                                            std::set<uint64_t>* seen) {
+  ResolvedBatch batch;
+  if (::testing::AssertionResult resolved = SampleAndResolve(p, frames, n, seen, &batch); !resolved) return resolved;
+  return GatheredEqualsHost(backend, frames, batch);
 }
 
 // Rounds of inserts (evicting once the table is full) and gathered batches
@@ -265,6 +291,27 @@ TEST(DeviceFrameTableTest, ATableSmallerThanReplayIsACacheThatStaysExact) {
 // on the device) instead of replacing any, up to its max_slots; at it, it is
 // a cache. Batches stay exact across each growth, on the CPU and on the
 // strict device (the copy a device kernel).
+// Two batches in flight (set_batches_in_flight 2, as two updates in one
+// execution): the second batch's new frames never take the first's slots,
+// so both gather exactly after both resolved, though the table is a cache
+// replacing live frames (fixed at two batches' frames, replay holding more).
+TEST(DeviceFrameTableTest, TheBatchesInFlightKeepTheirFramesTillTheirStep) {
+  nn::CpuBackend cpu(1);
+  PixelReplay p("max_size: 200");
+  DeviceFrameTable frames(&cpu, /*slots=*/2 * 8 * kFramesPerItem, kFrameBytes);
+  frames.set_batches_in_flight(2);
+  std::set<uint64_t> seen;
+  for (int round = 0; round < 20; ++round) {
+    p.Write(/*steps=*/5);
+    ResolvedBatch first, second;
+    ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &first));
+    ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &second));
+    EXPECT_TRUE(GatheredEqualsHost(cpu, frames, first)) << "round " << round << ": the first batch";
+    EXPECT_TRUE(GatheredEqualsHost(cpu, frames, second)) << "round " << round << ": the second batch";
+  }
+  EXPECT_GT(frames.stats().replaced, 0) << "the table never had to replace a live frame";
+}
+
 TEST(DeviceFrameTableTest, AFullTableGrowsUpToItsMaxInsteadOfReplacingLiveFrames) {
   nn::CpuBackend cpu(1);
   nn::StrictCpuBackend strict(1, size_t{64} << 20);
@@ -631,7 +678,8 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
 
 // Three updates per execution (learner.updates_per_execution): their three
 // batches' frames all go up before the step that gathers them (the table
-// keeps three batches' frames), the batch made ahead goes to a fourth
+// keeping them: TheBatchesInFlightKeepTheirFramesTillTheirStep; this replay
+// is smaller than the table, nothing is replaced), the batch made ahead goes to a fourth
 // buffer, and the updates are the single ones bit for bit: gathered or
 // host-assembled, prefetched or not, in calls of 2 and 7 (executions of
 // 2, or of 3, 3 and 1), with a started input.
