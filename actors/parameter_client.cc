@@ -33,6 +33,7 @@ void ParameterClient::Loop(std::stop_token stop) {
   if (!channel.ok()) {
     absl::MutexLock lock(&mutex_);
     last_error_ = channel.status();
+    hopeless_ = true;
     return;
   }
   auto stub = proto::Parameters::NewStub(*channel);
@@ -86,6 +87,10 @@ void ParameterClient::Loop(std::stop_token stop) {
     absl::MutexLock lock(&mutex_);
     context_.reset();
     last_error_ = finished.ok() ? absl::UnavailableError("the stream ended") : finished;
+    // A handshake refused (another CA, a wrong name) is refused again on
+    // every retry until someone fixes the certificates: WaitForFirst need
+    // not wait for it. The stream keeps retrying all the same.
+    hopeless_ = latest_ == nullptr && !ExplainTlsFailure(last_error_, credentials_, address_).empty();
     mutex_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(backoff));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
@@ -112,8 +117,16 @@ bool ParameterClient::TakeNewer(int64_t* version, std::vector<float>* parameters
 
 absl::Status ParameterClient::WaitForFirst(int timeout_ms) {
   absl::MutexLock lock(&mutex_);
-  auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return latest_ != nullptr; };
-  if (mutex_.AwaitWithTimeout(absl::Condition(&arrived), absl::Milliseconds(timeout_ms))) return absl::OkStatus();
+  auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return latest_ != nullptr || hopeless_; };
+  if (mutex_.AwaitWithTimeout(absl::Condition(&arrived), absl::Milliseconds(timeout_ms)) && latest_ != nullptr) {
+    return absl::OkStatus();
+  }
+  if (hopeless_) {
+    const std::string tls = ExplainTlsFailure(last_error_, credentials_, address_);
+    const std::string where = absl::StrCat("no parameters from the learner at ", address_, ": ");
+    if (tls.empty()) return absl::Status(last_error_.code(), where + std::string(last_error_.message()));
+    return absl::UnauthenticatedError(where + tls);
+  }
   const std::string why = last_error_.ok() ? "" : absl::StrCat(" (last attempt: ", last_error_.ToString(), ")");
   return absl::DeadlineExceededError(
       absl::StrCat("no parameters from the learner at ", address_, " within ", timeout_ms, " ms", why));

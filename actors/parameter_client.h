@@ -41,7 +41,10 @@ class ParameterClient {
 
   // Blocks until a first version arrives or `timeout_ms` passes;
   // DeadlineExceeded naming the address, and why the last attempt to reach
-  // it failed, if nothing came.
+  // it failed, if nothing came. Returns at once, saying why, once no version
+  // can come: the learner refused the TLS handshake (Unauthenticated:
+  // another CA, a name its certificate lacks), or the credentials cannot
+  // make a channel at all (that error).
   absl::Status WaitForFirst(int timeout_ms);
 
   // Times the stream (re)connected after a failure.
@@ -58,6 +61,7 @@ class ParameterClient {
   std::shared_ptr<proto::ParametersUpdate> latest_ ABSL_GUARDED_BY(mutex_);
   std::shared_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mutex_);  // the live call, to cancel it
   absl::Status last_error_ ABSL_GUARDED_BY(mutex_);  // how the last stream ended
+  bool hopeless_ ABSL_GUARDED_BY(mutex_) = false;    // no version can come (WaitForFirst)
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;    // the destructor runs: stop backing off
   std::atomic<int64_t> reconnects_{0};
   std::jthread thread_;

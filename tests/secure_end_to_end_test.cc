@@ -4,6 +4,7 @@
 // stream), a client of another CA fails its handshake, and the token shows
 // up in no log, command line or run directory file. Also: listening beyond
 // loopback without credentials is refused before anything starts.
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -211,13 +212,18 @@ TEST_F(SecureEndToEndTest, AnActorThatCannotAuthenticateTheLearnerSaysWhyAndGive
       AwaitMatch(dir_ + "/learner.log", R"(serving replay and parameters on (127\.0\.0\.1:[0-9]+))", 60);
   ASSERT_FALSE(address.empty()) << Read(dir_ + "/learner.log");
   // The other folder's CA (and its token, which never gets sent).
+  const auto start = std::chrono::steady_clock::now();
   const pid_t actor = Start(TROUPE_BINARY, {"actor", "--learner", address, "--config", config, "--certs",
                                             dir_ + "/other", "--set", "actors.authentication_timeout_s=5"},
                             dir_ + "/actor.log");
   const int code = Wait(actor, /*seconds=*/150);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Stop(learner);
   EXPECT_NE(code, 0);
   EXPECT_NE(code, -1) << "the actor retried on past its bound:\n" << Read(dir_ + "/actor.log");
+  // Its bound, not its 30 s wait for a first policy on top: a refused
+  // handshake ends that wait at once.
+  EXPECT_LT(seconds, 20) << Read(dir_ + "/actor.log");
   const std::string log = Read(dir_ + "/actor.log");
   EXPECT_THAT(log, HasSubstr("cannot authenticate the connection to " + address + " over TLS"));
   EXPECT_THAT(log, HasSubstr("not signed by this side's CA")) << log;
