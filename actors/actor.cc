@@ -11,20 +11,13 @@
 #include "actors/observation_stack.h"
 #include "actors/parameter_client.h"
 #include "actors/transition_writer.h"
+#include "agents/policies.h"
 #include "common/grpc_security.h"
 #include "common/status_macros.h"
 #include "envs/env_pool.h"
 #include "replay/grpc_client.h"
 
 namespace troupe::actors {
-
-float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t frames) {
-  const int count = std::max(actors.count(), 1);
-  const float own = actors.noise_min() + (actors.noise_max() - actors.noise_min()) * index / std::max(count - 1, 1);
-  if (actors.noise_decay_frames() <= 0 || frames >= actors.noise_decay_frames()) return own;
-  const float left = 1.0f - static_cast<float>(frames) / static_cast<float>(actors.noise_decay_frames());
-  return own + (actors.noise_initial() - own) * left;
-}
 
 absl::Status ValidateActorsConfig(const config::ActorsConfig& actors) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -57,8 +50,9 @@ absl::StatusOr<TransitionLayout> ActorTransitionLayout(const config::ExperimentC
                                                        const agents::ObservationSpec& spec, int action_size) {
   TransitionLayout layout;
   ASSIGN_OR_RETURN(layout.signature, agents::TransitionSignature(spec, action_size));
-  layout.n_step = config.d4pg().n_step();
-  layout.discount = config.d4pg().discount();
+  const agents::ReplayItem item = agents::ActorReplayItem(config);
+  layout.n_step = item.n_step;
+  layout.discount = item.discount;
   return layout;
 }
 
@@ -99,7 +93,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   ASSIGN_OR_RETURN(const envs::EnvSpec observed, envs::DescribeEnv(config.env()));
   const agents::ObservationSpec spec = agents::ObservationSpecOf(observed);
   const int action_size = observed.action_size;
-  ASSIGN_OR_RETURN(auto policy, agents::D4pgPolicy::Create(config.d4pg(), spec, action_size));
+  ASSIGN_OR_RETURN(auto policy, agents::CreatePolicy(config, spec, action_size));
 
   // The pool renders single frames; stacks are kept here and in replay.
   config::EnvConfig env_config = config.env();
@@ -121,7 +115,6 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   (void)parameters.WaitForFirst(options.connect_timeout_ms);
 
   std::mt19937_64 rng(config.env().seed() * 7919 + options.index);
-  std::normal_distribution<float> gaussian(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> actions(size_t(n) * action_size), parameter_buffer;
   std::vector<double> episode_return(n, 0.0);
@@ -181,14 +174,12 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     if (parameters.TakeNewer(&stats.parameter_version, &parameter_buffer)) {
       RETURN_IF_ERROR(policy->SetParameters(parameter_buffer));
     }
-    // Act: random at first, then the policy plus this actor's noise.
+    // Act: random at first, then the policy with this actor's exploration.
     if (stats.parameter_version == 0 || stats.frames < config.actors().random_frames()) {
       for (float& a : actions) a = uniform(rng);
     } else {
-      RETURN_IF_ERROR(policy->Act(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, n,
-                                  actions.data()));
-      const float noise_scale = ActorNoiseScale(config.actors(), options.index, stats.frames);
-      for (float& a : actions) a = std::clamp(a + noise_scale * gaussian(rng), -1.0f, 1.0f);
+      RETURN_IF_ERROR(policy->Explore(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, n,
+                                      {.actor = options.index, .frames = stats.frames}, rng, actions.data()));
     }
     ASSIGN_OR_RETURN(batch, pool->Step(actions));
 
@@ -212,9 +203,9 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
         if (last) {
           ++stats.episodes;
           stats.last_return = episode_return[i];
-          std::printf("actor %d: episode %ld return %.1f frames %ld params v%ld noise %.2f\n", options.index,
+          std::printf("actor %d: episode %ld return %.1f frames %ld params v%ld %s\n", options.index,
                       long(stats.episodes), episode_return[i], long(stats.frames), long(stats.parameter_version),
-                      ActorNoiseScale(config.actors(), options.index, stats.frames));
+                      policy->DescribeExploration({.actor = options.index, .frames = stats.frames}).c_str());
           std::fflush(stdout);
           episode_return[i] = 0;
         }

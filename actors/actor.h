@@ -1,7 +1,7 @@
 // The actor process (`troupe actor --learner HOST:PORT`): a batched env
-// pool, a copy of the policy network (inference only), Gaussian exploration
-// with a per-actor scale (spread across actors as Ape-X/D4PG do), and an
-// n-step transition writer streaming to replay over gRPC. It follows the
+// pool, a copy of the agent's policy (agents/policy.h: inference and the
+// agent's own exploration for this actor), and an n-step transition writer
+// streaming to replay over gRPC. It follows the
 // learner's Parameters stream and switches to a new version between env
 // steps. When the learner or replay goes away (a partition, a restart) it
 // resumes its insert stream with backoff (0.1 s doubling to 5 s): replay
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "actors/transition_writer.h"
-#include "agents/d4pg_policy.h"
+#include "agents/policy.h"
 #include "proto/config.pb.h"
 
 namespace troupe::actors {
@@ -34,11 +34,6 @@ struct ActorOptions {
   int connect_timeout_ms = 30000;
 };
 
-// Exploration noise (the Gaussian's standard deviation) of actor `index`
-// after `frames` of its env frames (see ActorsConfig: the per-actor spread
-// and the decaying start).
-float ActorNoiseScale(const config::ActorsConfig& actors, int index, int64_t frames);
-
 // The most actor processes `troupe run` starts on one machine.
 inline constexpr int kMaxActors = 256;
 
@@ -49,7 +44,7 @@ absl::Status ValidateActorsConfig(const config::ActorsConfig& actors);
 
 // How an actor for `config` writes its transitions into replay: the
 // transition's signature (agents/transition.h) for `spec` and `action_size`,
-// with config.d4pg()'s n-step and discount. InvalidArgument for sizes that
+// with the agent's n-step and discount (agents::ActorReplayItem). InvalidArgument for sizes that
 // make no signature.
 absl::StatusOr<TransitionLayout> ActorTransitionLayout(const config::ExperimentConfig& config,
                                                        const agents::ObservationSpec& spec, int action_size);

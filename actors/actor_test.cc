@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "actors/evaluator.h"
+#include "agents/policies.h"
 #include "common/config.h"
 
 #include "gmock/gmock.h"
@@ -25,20 +26,20 @@ config::ActorsConfig Spread(int count) {
 
 TEST(ActorNoiseScaleTest, ActorsSpreadFromNoiseMinToNoiseMax) {
   const config::ActorsConfig actors = Spread(3);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 0, 0), 0.1f);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 1, 0), 0.2f);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 2, 123456), 0.3f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 0), 0.1f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 1, 0), 0.2f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 2, 123456), 0.3f);
 }
 
 TEST(ActorNoiseScaleTest, DecaysLinearlyFromNoiseInitialToTheActorsOwnScale) {
   config::ActorsConfig actors = Spread(2);
   actors.set_noise_initial(1.0f);
   actors.set_noise_decay_frames(1000);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 0, 0), 1.0f);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 0, 500), 0.55f);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 1, 500), 0.65f);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 0, 1000), 0.1f);
-  EXPECT_FLOAT_EQ(ActorNoiseScale(actors, 1, 5000), 0.3f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 0), 1.0f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 500), 0.55f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 1, 500), 0.65f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 1000), 0.1f);
+  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 1, 5000), 0.3f);
 }
 
 TEST(ValidateActorsConfigTest, AcceptsTheDefaultsAndASchedule) {
@@ -84,7 +85,7 @@ TEST(EvaluateTest, ReportsTheFractionOfActionsAtTheBounds) {
                               " d4pg { hidden: [8] }",
                               "config", &config)
                   .ok());
-  auto policy = agents::D4pgPolicy::Create(config.d4pg(), {.state_size = 5}, /*action_size=*/1);
+  auto policy = agents::CreatePolicy(config, {.state_size = 5}, /*action_size=*/1);
   ASSERT_TRUE(policy.ok()) << policy.status();
   // All weights zero: the action is tanh(0) = 0 everywhere.
   std::vector<float> params((*policy)->num_parameters(), 0.0f);

@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<EpisodeRecorder>> MakeEvaluationRecorder(
   return std::move(*recorder);
 }
 
-absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
+absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::Policy& policy, int episodes,
                                     uint64_t seed, EpisodePublisher* publisher, int64_t parameter_version,
                                     EpisodeRecorder* recorder, const std::string& video_path) {
   // The env as the agent observes it (frames stacked; the pool renders single frames).

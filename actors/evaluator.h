@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "actors/episode_recorder.h"
 #include "actors/episode_stream.h"
-#include "agents/d4pg_policy.h"
+#include "agents/policy.h"
 #include "proto/config.pb.h"
 
 namespace troupe::actors {
@@ -45,7 +45,7 @@ absl::Status ValidateEvaluationVideoSize(const config::ExperimentConfig& config)
 // with `parameter_version`. With a `recorder`, the first env's episode is
 // queued as the video `video_path` (the recorder renders and encodes it on
 // its own thread: Evaluate does not wait for it).
-absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::D4pgPolicy& policy, int episodes,
+absl::StatusOr<Evaluation> Evaluate(const config::ExperimentConfig& config, agents::Policy& policy, int episodes,
                                     uint64_t seed, EpisodePublisher* publisher = nullptr,
                                     int64_t parameter_version = 0, EpisodeRecorder* recorder = nullptr,
                                     const std::string& video_path = "");

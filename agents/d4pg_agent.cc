@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/fnv1a.h"
+#include "common/limits.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/ops.h"
@@ -148,89 +149,47 @@ config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int a
   return table;
 }
 
-// --- Device frames ----------------------------------------------------------------
+// --- The step's memory -----------------------------------------------------------
 
-namespace {
-
-// Bytes of one rendered RGB frame, and the frames of one replica's shard of
-// a batch (each row: an observation and a next observation of spec.frames).
-int64_t FrameBytes(const ObservationSpec& spec) { return int64_t{spec.height} * spec.width * 3; }
-int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spec) {
-  return batch_size / replicas * 2 * spec.frames;
-}
-
-}  // namespace
-
-// The table's start: the frames replay holds for the actors' streams
-// (actors/transition_writer.h). An episode of T steps appends T + 1 frames
-// (its first once, however many stacks repeat it) and inserts T transitions;
-// transition t refers to frames t - k + 1 .. t + n (k = frame_stack, n =
-// n_step, clipped to the episode), so next observations share frames.
-// Replay evicts the oldest item, so the transitions of one episode it holds
-// are consecutive, and r of them refer to at most r + k + n - 1 frames (r + 1
-// for a whole episode): N transitions in S such runs, at most N + S (k + n -
-// 1) frames. Two shards in flight (the batch stepping and the one made
-// ahead) hold their frames after replay let them go.
-//
-// That is no bound the config proves: S depends on episode lengths and on
-// the envs writing at once (1/8 of N covers S (k + n - 1) for episodes of
-// at least 8 (k + n - 1) transitions: 40 for k = n = 3, against dm_control's
-// 1000 steps / action_repeat), and frames outlive their items where no
-// config says how long (key frames that coded frames refer to; over gRPC the
-// frames a sampler keeps until its stream forgets them, 16 batches of
-// inserts later); items with frames of their own share none (2k each). So
-// the table starts at the estimate and grows on demand, doubling, up to what
-// the items can refer to at all (2k frames each, and the shards in flight);
-// the budget caps both, and at it the table is a cache (DeviceFrameTable).
-DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
-  const config::LearnerConfig& learner = config.learner();
-  if (!spec.pixels() || !learner.device_frames() || replicas < 1) return {};
-  // An execution's batches and the one made ahead.
-  const int64_t n = learner.replay_size(),
-                in_flight = (learner.updates_per_execution() + 1) * ShardFrames(learner.batch_size(), replicas, spec);
-  const int64_t frame_bytes = FrameBytes(spec);
-  const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
-  const int64_t expected = n + (n + 7) / 8 + in_flight;
-  const int64_t most = n * 2 * spec.frames + in_flight;
-  DeviceFrameSizing sizing{.slots = std::min(expected, budget),
-                           .max_slots = std::min(most, budget),
-                           .frame_bytes = frame_bytes,
-                           .budget_bound = budget < expected};
-  const auto mib = [&](int64_t slots) {
-    return absl::StrFormat("%.0f MiB", static_cast<double>(slots * frame_bytes) / (1 << 20));
-  };
-  const std::string budget_name = absl::StrCat("the budget learner.device_frame_mib ", learner.device_frame_mib());
-  sizing.description = absl::StrCat(
-      "each replica's device frame table: ", sizing.slots, " slots of ", spec.width, "x", spec.height, " frames (",
-      mib(sizing.slots), ") at start, bounded by ",
-      sizing.budget_bound
-          ? absl::StrCat(budget_name, " (replay's ", n, " transitions would want ", expected, ")")
-          : absl::StrCat("replay (", n, " transitions at about one new frame each, 1/8 more for episode edges, ",
-                         in_flight, " frames of batches in flight)"),
-      sizing.max_slots > sizing.slots
-          ? absl::StrCat("; grows on demand, doubling, up to ", sizing.max_slots, " slots (", mib(sizing.max_slots),
-                         ", ", sizing.max_slots == budget ? budget_name : "what replay's items can refer to", ")")
-          : "; when full, the frames least recently sampled make room");
-  return sizing;
-}
-
-absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec) {
-  const config::LearnerConfig& learner = config.learner();
-  if (!spec.pixels() || !learner.device_frames()) return absl::OkStatus();
-  if (learner.device_frame_mib() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
+// Roughly: every replica's parameters with their gradients, Adam moments
+// and targets, and the activations of a batch (DrQ encoder: a stride-2 conv
+// then three stride-1 convs; the MLPs).
+absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
+  const config::D4pgConfig& d4pg = config.d4pg();
+  const double batch = config.learner().batch_size();
+  double parameters = 0, activations = 0, input = spec.state_size;
+  if (spec.pixels()) {
+    const double channels = d4pg.conv_channels(), in = 3.0 * spec.frames;
+    const double side = (std::max(spec.height, spec.width) - 3) / 2 + 1;
+    parameters += 9 * (in * channels + 3 * channels * channels) + channels * side * side * d4pg.encoder_features();
+    activations += 2.0 * in * spec.height * spec.width + 4 * channels * side * side * 4;
+    input = d4pg.encoder_features();
   }
-  const int replicas = std::max(1, learner.engine().replicas());
-  // An execution's batches all hold their frames at once.
-  const absl::Status status =
-      DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas).max_slots, FrameBytes(spec),
-                              learner.updates_per_execution() * ShardFrames(learner.batch_size(), replicas, spec));
-  if (status.ok()) return status;
-  return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
-                                                 spec.width, "x", spec.height, " frames and learner.batch_size ",
-                                                 learner.batch_size(), ": ", status.message(),
-                                                 " (or learner.device_frames: false assembles batches on the host)"));
+  std::vector<double> widths(d4pg.hidden().begin(), d4pg.hidden().end());
+  if (widths.empty()) widths = {256, 256};
+  for (const bool critic : {false, true}) {
+    double previous = input + (critic ? action_size : 0);
+    for (double width : widths) {
+      parameters += previous * width;
+      activations += 6 * width;
+      previous = width;
+    }
+    parameters += previous * (critic ? d4pg.atoms() : action_size);
+  }
+  const double replicas = config.learner().engine().replicas();
+  // Each replica's device frame table (agents/device_frames.h) as it starts
+  // (it grows on demand, up to the budget, with what replay holds).
+  const DeviceFrameSizing frames = DeviceFrameSlots(config, spec, static_cast<int>(replicas));
+  const double frame_table = static_cast<double>(frames.slots) * static_cast<double>(frames.frame_bytes) * replicas;
+  const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch) + frame_table;
+  return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " with d4pg sizes (",
+                                        spec.pixels() ? "conv_channels, encoder_features, " : "",
+                                        "hidden) and learner.engine.replicas ", replicas,
+                                        spec.pixels() && config.learner().device_frames()
+                                            ? absl::StrCat(", with learner.device_frame_mib ",
+                                                           config.learner().device_frame_mib())
+                                            : std::string()),
+                           bytes);
 }
 
 // --- D4pgAgent --------------------------------------------------------------------
@@ -779,15 +738,14 @@ int64_t D4pgAgent::gradient_floats() const {
   return r.critic.total_floats() + r.actor.total_floats();
 }
 
-D4pgMetrics D4pgAgent::metrics() const {
+AgentMetrics D4pgAgent::metrics() const {
   absl::MutexLock lock(&metrics_mu_);
-  D4pgMetrics m;
-  if (metric_count_ > 0) {
-    m.critic_loss = sum_critic_loss_ / metric_count_;
-    m.actor_loss = sum_actor_loss_ / metric_count_;
-    m.q_mean = sum_q_ / metric_count_;
-    m.input_wait_s = sum_input_wait_ / metric_count_;
-  }
+  AgentMetrics m;
+  const double count = std::max<int64_t>(metric_count_, 1);
+  const double means[] = {sum_critic_loss_ / count, sum_actor_loss_ / count, sum_q_ / count};
+  static_assert(std::size(means) == std::size(kD4pgMetrics));
+  for (size_t i = 0; i < std::size(means); ++i) m.values.emplace_back(kD4pgMetrics[i], means[i]);
+  m.input_wait_s = sum_input_wait_ / count;
   m.updates = metric_updates_;
   sum_critic_loss_ = sum_actor_loss_ = sum_q_ = sum_input_wait_ = 0;
   metric_count_ = 0;

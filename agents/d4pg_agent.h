@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "agents/agent.h"
 #include "agents/d4pg_networks.h"
 #include "agents/device_frames.h"
 #include "agents/d4pg_policy.h"
@@ -51,10 +52,6 @@
 
 namespace troupe::agents {
 
-// learner.updates_per_execution's largest: a step program of that many
-// updates (unrolled) compiles in minutes.
-inline constexpr int kMaxUpdatesPerExecution = 64;
-
 // The replay table the actors fill and the learner samples:
 // kTransitionTable with the transition's fields (agents/transition.h).
 // Size, min size, samples per insert and selector (prioritized or uniform)
@@ -62,44 +59,22 @@ inline constexpr int kMaxUpdatesPerExecution = 64;
 config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
                                               const config::ExperimentConfig& config);
 
-// Each replica's device frame table (agents/device_frames.h) for `config`
-// with `replicas` replicas. It starts at the frames replay holds for the
-// actors' stacked streams (about one new frame per transition: replay_size,
-// 1/8 more for episode edges, and two shards' frames in flight) and grows on
-// demand, doubling, up to what replay's items can refer to at all
-// (replay_size items of 2 stacks, and the two shards); both at most
-// learner.device_frame_mib of frames (the budget; at it the table is a
-// cache). All 0 when batches are assembled on the host (state observations,
-// or learner.device_frames false).
-struct DeviceFrameSizing {
-  int64_t slots = 0;         // at start
-  int64_t max_slots = 0;     // what it may grow to (>= slots)
-  int64_t frame_bytes = 0;   // one rendered RGB frame
-  bool budget_bound = false;  // slots is the budget's (replay would want more)
-  // For the learner's log: the sizes, in slots and bytes, and what bounded them.
-  std::string description;
-};
-DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas);
-// Checks learner.device_frames and device_frame_mib against the frames and
-// the batch, before anything is created: InvalidArgument naming the field
-// and the sizes (a table smaller than one shard's frames, frames the
-// table's kernels cannot move).
-absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec);
+// D4PG's metrics (Agent::metrics' values): critic_loss, the cross-entropy
+// to the projected target, mean over the global batch; actor_loss,
+// -E[Q(s, pi(s))] plus the pre-tanh penalty; q_mean, E[Q(s, a)] of the
+// replay actions under the online critic.
+inline constexpr const char* kD4pgMetrics[] = {"critic_loss", "actor_loss", "q_mean"};
 
-struct D4pgMetrics {
-  double critic_loss = 0;  // cross-entropy to the projected target, mean over the global batch
-  double actor_loss = 0;   // -E[Q(s, pi(s))] plus the pre-tanh penalty
-  double q_mean = 0;       // E[Q(s, a)] of the replay actions under the online critic
-  int64_t updates = 0;     // total updates so far (restored by Load)
-  double input_wait_s = 0;  // what an update waited for its input (sampling, new frames), mean
-};
+// A D4PG step's memory, roughly (every replica's parameters with their
+// gradients, Adam moments and targets, the activations of a batch, the
+// device frame tables as they start), against this machine's:
+// InvalidArgument naming the sizes that ask for too much.
+absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size);
 
-class D4pgAgent {
+class D4pgAgent final : public Agent {
  public:
-  // Fills `out` with `shard_batch_size` transitions (D4pgTransitionTable's
-  // signature) for replica `replica_id`. Called concurrently from every local
-  // replica's thread (give each replica its own Sampler).
-  using SampleFn = std::function<absl::Status(int replica_id, int64_t shard_batch_size, replay::SampledBatch* out)>;
+  // SampleFn (Agent's) fills a replica's shard with transitions of
+  // D4pgTransitionTable's signature.
 
   // Builds networks, targets (copies) and Adam optimizers on every local
   // replica of `replicator` (which must outlive the agent), identically
@@ -122,10 +97,10 @@ class D4pgAgent {
   // new samplers).
   // An input made ahead is replay's batch, not the agent's state: Save and
   // Load leave it (a priority set between calls reaches it one update late).
-  void StartInput(SampleFn sample, std::function<void()> cancel = nullptr);
+  void StartInput(SampleFn sample, std::function<void()> cancel = nullptr) override;
   // Stops the input (joins its threads) and drops the input made ahead.
   // The destructor calls it.
-  void StopInput();
+  void StopInput() override;
 
   // `num_updates` D4PG updates on the Replicator, on StartInput's input
   // (FailedPrecondition without one): per update each replica takes its
@@ -134,7 +109,7 @@ class D4pgAgent {
   // Errors: the sampler's, InvalidArgument for a batch that does not match
   // the table signature (naming field and shape), collective errors; each
   // prefixed with the replica ("replica 1: ...").
-  absl::Status Train(int64_t num_updates);
+  absl::Status Train(int64_t num_updates) override;
   // The same on an input of this call's own: `sample` is called exactly
   // num_updates times per replica, within this call (prefetching inside it
   // only). FailedPrecondition while StartInput's input runs.
@@ -142,32 +117,33 @@ class D4pgAgent {
 
   // The policy's flat parameters (encoder + actor), exactly D4pgPolicy's
   // SetParameters layout; resizes *out.
-  void PolicyParameters(std::vector<float>* out) const;
-  int64_t num_policy_parameters() const;
+  void PolicyParameters(std::vector<float>* out) const override;
+  int64_t num_policy_parameters() const override;
 
   // Floats of gradient one update averages across replicas: the critic's
   // (with the encoder, from pixels) and the actor's, each a ParameterSet
   // reduced in buckets during its backward pass.
-  int64_t gradient_floats() const;
+  int64_t gradient_floats() const override;
 
-  // Means over the updates since the last call (updates: the running total).
-  D4pgMetrics metrics() const;
+  // Means over the updates since the last call (updates: the running
+  // total), the values kD4pgMetrics' in that order.
+  AgentMetrics metrics() const override;
 
   // True when Train's batches must carry frame references
   // (replay::SamplerOptions::frame_references) instead of decoded pixels:
   // pixels with learner.device_frames. A batch with decoded pixels is then
   // still taken (the host-assembled path).
-  bool frame_references() const;
+  bool frame_references() const override;
   // The device frame tables' counters, summed over this process's replicas
   // (slots: the largest table's; zeros without tables); from any thread.
-  DeviceFrameStats frame_stats() const;
-  int64_t updates() const { return updates_; }
+  DeviceFrameStats frame_stats() const override;
+  int64_t updates() const override { return updates_; }
 
   // Prioritized replay (config.learner().prioritized()): the keys of the last
   // execution's batches on this process's replicas (its
   // learner.updates_per_execution updates') and, for each, its critic loss
   // (cross-entropy) as the new priority. Empty before the first update.
-  void LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const;
+  void LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const override;
 
   // Networks, targets, both optimizers' state and the update counter in one
   // checkpoint file (engine/nn/checkpoint.h: written to path.tmp, renamed;
@@ -177,20 +153,20 @@ class D4pgAgent {
   // from (seed, replica, update), so training after Load continues exactly.
   // Under MPI every rank holds the same state: Save on one rank (the one
   // whose replicator->local_replicas() holds replica 0), Load on all.
-  absl::Status Save(const std::string& path) const;
-  absl::Status Load(const std::string& path);
+  absl::Status Save(const std::string& path) const override;
+  absl::Status Load(const std::string& path) override;
   // Everything Save writes, downloaded from replica 0's device, in file
   // order (the thread rule above applies); nn::WriteCheckpoint writes it, on
   // any thread (the learner writes it beside replay's checkpoint).
-  std::vector<nn::CheckpointTensor> CheckpointState() const { return DownloadState(); }
+  std::vector<nn::CheckpointTensor> CheckpointState() const override { return DownloadState(); }
 
   // FNV-1a (64-bit) over the bytes of everything Save writes, from this
   // process's first local replica: equal on every replica (and MPI rank)
   // exactly when their states are bit-identical.
-  uint64_t StateChecksum() const;
+  uint64_t StateChecksum() const override;
 
-  const ObservationSpec& spec() const { return spec_; }
-  int action_size() const { return action_size_; }
+  const ObservationSpec& spec() const override { return spec_; }
+  int action_size() const override { return action_size_; }
 
  private:
   struct Replica;

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/cpu_backend.h"
@@ -16,18 +17,6 @@ namespace {
 constexpr int kMinFrameSize = 15;
 
 }  // namespace
-
-ObservationSpec ObservationSpecOf(const envs::EnvSpec& spec) {
-  ObservationSpec observation;
-  if (spec.channels > 0) {
-    observation.frames = spec.channels / 3;
-    observation.height = spec.height;
-    observation.width = spec.width;
-  } else {
-    observation.state_size = spec.state_size;
-  }
-  return observation;
-}
 
 absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpec& spec, int action_size) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -95,6 +84,14 @@ absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpe
     }
   }
   return absl::OkStatus();
+}
+
+float D4pgNoiseScale(const config::ActorsConfig& actors, int actor, int64_t frames) {
+  const int count = std::max(actors.count(), 1);
+  const float own = actors.noise_min() + (actors.noise_max() - actors.noise_min()) * actor / std::max(count - 1, 1);
+  if (actors.noise_decay_frames() <= 0 || frames >= actors.noise_decay_frames()) return own;
+  const float left = 1.0f - static_cast<float>(frames) / static_cast<float>(actors.noise_decay_frames());
+  return own + (actors.noise_initial() - own) * left;
 }
 
 // --- D4pgPolicy -----------------------------------------------------------------
@@ -165,6 +162,20 @@ absl::StatusOr<int64_t> D4pgPolicy::LoadAgentCheckpoint(const std::string& path)
     backend_->Upload(sources[i]->values.data(), params_.value(i).data, sizeof(float) * sources[i]->values.size());
   }
   return nn::Int64sOf(*counters)[0];
+}
+
+absl::Status D4pgPolicy::Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint& at,
+                                std::mt19937_64& rng, float* actions) {
+  RETURN_IF_ERROR(Act(state, pixels, batch, actions));
+  const float scale = D4pgNoiseScale(exploration_, at.actor, at.frames);
+  for (int64_t i = 0; i < int64_t{batch} * action_size_; ++i) {
+    actions[i] = std::clamp(actions[i] + scale * gaussian_(rng), -1.0f, 1.0f);
+  }
+  return absl::OkStatus();
+}
+
+std::string D4pgPolicy::DescribeExploration(const ExplorationPoint& at) const {
+  return absl::StrFormat("noise %.2f", D4pgNoiseScale(exploration_, at.actor, at.frames));
 }
 
 absl::Status D4pgPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {

@@ -1,12 +1,19 @@
-// D4PG's inference policy: the encoder (pixels) and the deterministic tanh
-// actor of D4pgAgent (agents/d4pg_agent.h), for actors, the evaluator and the
-// viewer, which need neither the Replicator nor replay. Parameters arrive as
-// one flat buffer (D4pgAgent::PolicyParameters).
+// D4PG's inference policy (agents/policy.h): the encoder (pixels) and the
+// deterministic tanh actor of D4pgAgent (agents/d4pg_agent.h), for actors,
+// the evaluator and the viewer, which need neither the Replicator nor
+// replay. Parameters arrive as one flat buffer (D4pgAgent::PolicyParameters).
+// Its exploration is Gaussian noise added to the action, with a scale of
+// each actor's own (D4pgNoiseScale: spread across actors as Ape-X and D4PG
+// do, from a wider start that decays).
 //
 //   ASSIGN_OR_RETURN(envs::EnvSpec env, envs::DescribeEnv(config.env()));
 //   auto policy = *D4pgPolicy::Create(config.d4pg(), ObservationSpecOf(env), env.action_size);
+//   policy->SetExploration(config.actors());
 //   policy->SetParameters(params);
 //   policy->Act(state, /*pixels=*/nullptr, batch, actions);
+//
+// Made through agents::CreatePolicy (agents/policies.h) everywhere but in
+// D4PG's own tests and benchmarks.
 //
 // Threads: not thread-safe (one policy per thread).
 #ifndef TROUPE_AGENTS_D4PG_POLICY_H_
@@ -21,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agents/d4pg_networks.h"
+#include "agents/policy.h"
 #include "engine/nn/backend.h"
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
@@ -28,19 +36,6 @@
 #include "proto/config.pb.h"
 
 namespace troupe::agents {
-
-// What the agent observes: a state vector of `state_size` floats, or a stack
-// of `frames` RGB frames of height x width (3 channels per frame, uint8).
-// Exactly one of the two is set.
-struct ObservationSpec {
-  int state_size = 0;
-  int frames = 0, height = 0, width = 0;
-  bool pixels() const { return frames > 0; }
-};
-
-// What the agent observes of an env with `spec`: its pixels (a stack of
-// spec.channels / 3 frames) when it renders them, else its state vector.
-ObservationSpec ObservationSpecOf(const envs::EnvSpec& spec);
 
 // Limits of the networks' sizes, so that no config asks for more than a
 // machine could allocate (launch also checks the whole step against memory).
@@ -57,8 +52,14 @@ inline constexpr int kMaxAugmentPad = 32;
 // the limits above.
 absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpec& spec, int action_size);
 
+// The exploration noise (the Gaussian's standard deviation) of actor
+// `actor` after `frames` of its env frames: spread across the actors from
+// actors.noise_min to noise_max, starting from noise_initial and decaying
+// linearly to the actor's own over actors.noise_decay_frames.
+float D4pgNoiseScale(const config::ActorsConfig& actors, int actor, int64_t frames);
+
 // Inference only: encoder (pixels) and actor.
-class D4pgPolicy {
+class D4pgPolicy final : public Policy {
  public:
   // InvalidArgument for a config ValidateD4pg refuses. Computes on a CPU
   // backend with `num_threads` threads (1 = the calling thread only), as
@@ -70,31 +71,25 @@ class D4pgPolicy {
                                                             const ObservationSpec& spec, int action_size,
                                                             std::unique_ptr<nn::Backend> backend);
 
-  // Floats SetParameters expects.
-  int64_t num_parameters() const { return params_.total_floats(); }
-  // Replaces every weight. InvalidArgument "policy parameters: got N floats,
-  // expected M" when the size differs.
-  absl::Status SetParameters(std::span<const float> parameters);
-  // Sets the parameters from a D4pgAgent checkpoint file (D4pgAgent::Save):
-  // the encoder and actor entries only, so nothing of the training agent is
-  // built. Returns the agent's update count stored there. Errors: NotFound
-  // and DataLoss (corrupt, truncated) naming the path; InvalidArgument naming
-  // the first parameter the file lacks or holds in another shape (a
-  // checkpoint of another task or architecture). The policy is unchanged on
-  // error.
-  absl::StatusOr<int64_t> LoadAgentCheckpoint(const std::string& path);
-  // The current flat parameters (as SetParameters takes them), downloaded.
-  std::vector<float> DownloadParameters() const { return params_.DownloadValues(); }
+  // The actors' noise settings Explore follows (default: ActorsConfig's).
+  void SetExploration(const config::ActorsConfig& actors) { exploration_ = actors; }
 
-  // Deterministic actions (no exploration) in [-1, 1]: from `state` float
-  // [batch, S] (pixels null) or from `pixels` uint8 [batch, k, H, W, 3]
-  // (replay's layout; state null). Writes actions [batch, A]. Does not
-  // allocate after the first call at a given (or larger) batch size.
-  // InvalidArgument for a missing input or batch < 1.
-  absl::Status Act(const float* state, const uint8_t* pixels, int batch, float* actions);
-
-  const ObservationSpec& spec() const { return spec_; }
-  int action_size() const { return action_size_; }
+  // Policy (agents/policy.h). LoadAgentCheckpoint reads a D4pgAgent
+  // checkpoint's encoder and actor entries only, so nothing of the training
+  // agent is built. Act does not allocate after the first call at a given
+  // (or larger) batch size.
+  int64_t num_parameters() const override { return params_.total_floats(); }
+  absl::Status SetParameters(std::span<const float> parameters) override;
+  std::vector<float> DownloadParameters() const override { return params_.DownloadValues(); }
+  absl::StatusOr<int64_t> LoadAgentCheckpoint(const std::string& path) override;
+  absl::Status Act(const float* state, const uint8_t* pixels, int batch, float* actions) override;
+  // Act's actions plus N(0, D4pgNoiseScale(at)^2) on each component, clamped
+  // to [-1, 1].
+  absl::Status Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint& at,
+                       std::mt19937_64& rng, float* actions) override;
+  std::string DescribeExploration(const ExplorationPoint& at) const override;
+  const ObservationSpec& spec() const override { return spec_; }
+  int action_size() const override { return action_size_; }
 
  private:
   D4pgPolicy(const ObservationSpec& spec, int action_size, std::unique_ptr<nn::Backend> backend);
@@ -106,6 +101,8 @@ class D4pgPolicy {
   internal::Encoder encoder_;
   internal::Mlp actor_;
   nn::Tape tape_;
+  config::ActorsConfig exploration_;
+  std::normal_distribution<float> gaussian_{0.0f, 1.0f};  // Explore's (keeps its spare draw between calls)
 };
 
 }  // namespace troupe::agents

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
 namespace troupe::agents {
@@ -259,5 +260,85 @@ int64_t DeviceFrameTable::resident() const {
   for (const Slot& slot : slot_) live += slot.id != 0 && !slot.frame.expired() ? 1 : 0;
   return live;
 }
+
+// --- Device frames ----------------------------------------------------------------
+
+int64_t FrameBytes(const ObservationSpec& spec) { return int64_t{spec.height} * spec.width * 3; }
+int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spec) {
+  return batch_size / replicas * 2 * spec.frames;
+}
+
+// The table's start: the frames replay holds for the actors' streams
+// (actors/transition_writer.h). An episode of T steps appends T + 1 frames
+// (its first once, however many stacks repeat it) and inserts T transitions;
+// transition t refers to frames t - k + 1 .. t + n (k = frame_stack, n =
+// n_step, clipped to the episode), so next observations share frames.
+// Replay evicts the oldest item, so the transitions of one episode it holds
+// are consecutive, and r of them refer to at most r + k + n - 1 frames (r + 1
+// for a whole episode): N transitions in S such runs, at most N + S (k + n -
+// 1) frames. Two shards in flight (the batch stepping and the one made
+// ahead) hold their frames after replay let them go.
+//
+// That is no bound the config proves: S depends on episode lengths and on
+// the envs writing at once (1/8 of N covers S (k + n - 1) for episodes of
+// at least 8 (k + n - 1) transitions: 40 for k = n = 3, against dm_control's
+// 1000 steps / action_repeat), and frames outlive their items where no
+// config says how long (key frames that coded frames refer to; over gRPC the
+// frames a sampler keeps until its stream forgets them, 16 batches of
+// inserts later); items with frames of their own share none (2k each). So
+// the table starts at the estimate and grows on demand, doubling, up to what
+// the items can refer to at all (2k frames each, and the shards in flight);
+// the budget caps both, and at it the table is a cache (DeviceFrameTable).
+DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
+  const config::LearnerConfig& learner = config.learner();
+  if (!spec.pixels() || !learner.device_frames() || replicas < 1) return {};
+  // An execution's batches and the one made ahead.
+  const int64_t n = learner.replay_size(),
+                in_flight = (learner.updates_per_execution() + 1) * ShardFrames(learner.batch_size(), replicas, spec);
+  const int64_t frame_bytes = FrameBytes(spec);
+  const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
+  const int64_t expected = n + (n + 7) / 8 + in_flight;
+  const int64_t most = n * 2 * spec.frames + in_flight;
+  DeviceFrameSizing sizing{.slots = std::min(expected, budget),
+                           .max_slots = std::min(most, budget),
+                           .frame_bytes = frame_bytes,
+                           .budget_bound = budget < expected};
+  const auto mib = [&](int64_t slots) {
+    return absl::StrFormat("%.0f MiB", static_cast<double>(slots * frame_bytes) / (1 << 20));
+  };
+  const std::string budget_name = absl::StrCat("the budget learner.device_frame_mib ", learner.device_frame_mib());
+  sizing.description = absl::StrCat(
+      "each replica's device frame table: ", sizing.slots, " slots of ", spec.width, "x", spec.height, " frames (",
+      mib(sizing.slots), ") at start, bounded by ",
+      sizing.budget_bound
+          ? absl::StrCat(budget_name, " (replay's ", n, " transitions would want ", expected, ")")
+          : absl::StrCat("replay (", n, " transitions at about one new frame each, 1/8 more for episode edges, ",
+                         in_flight, " frames of batches in flight)"),
+      sizing.max_slots > sizing.slots
+          ? absl::StrCat("; grows on demand, doubling, up to ", sizing.max_slots, " slots (", mib(sizing.max_slots),
+                         ", ", sizing.max_slots == budget ? budget_name : "what replay's items can refer to", ")")
+          : "; when full, the frames least recently sampled make room");
+  return sizing;
+}
+
+absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec) {
+  const config::LearnerConfig& learner = config.learner();
+  if (!spec.pixels() || !learner.device_frames()) return absl::OkStatus();
+  if (learner.device_frame_mib() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
+  }
+  const int replicas = std::max(1, learner.engine().replicas());
+  // An execution's batches all hold their frames at once.
+  const absl::Status status =
+      DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas).max_slots, FrameBytes(spec),
+                              learner.updates_per_execution() * ShardFrames(learner.batch_size(), replicas, spec));
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
+                                                 spec.width, "x", spec.height, " frames and learner.batch_size ",
+                                                 learner.batch_size(), ": ", status.message(),
+                                                 " (or learner.device_frames: false assembles batches on the host)"));
+}
+
 
 }  // namespace troupe::agents

@@ -52,7 +52,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "agents/policy.h"
 #include "engine/nn/backend.h"
+#include "proto/config.pb.h"
 #include "replay/frame_store.h"
 
 namespace troupe::agents {
@@ -188,6 +190,35 @@ class DeviceFrameTable {
   std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0, slots_now_ = 0,
                        grown_ = 0;
 };
+
+// Each replica's device frame table for `config`
+// with `replicas` replicas. It starts at the frames replay holds for the
+// actors' stacked streams (about one new frame per transition: replay_size,
+// 1/8 more for episode edges, and two shards' frames in flight) and grows on
+// demand, doubling, up to what replay's items can refer to at all
+// (replay_size items of 2 stacks, and the two shards); both at most
+// learner.device_frame_mib of frames (the budget; at it the table is a
+// cache). All 0 when batches are assembled on the host (state observations,
+// or learner.device_frames false).
+struct DeviceFrameSizing {
+  int64_t slots = 0;         // at start
+  int64_t max_slots = 0;     // what it may grow to (>= slots)
+  int64_t frame_bytes = 0;   // one rendered RGB frame
+  bool budget_bound = false;  // slots is the budget's (replay would want more)
+  // For the learner's log: the sizes, in slots and bytes, and what bounded them.
+  std::string description;
+};
+DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas);
+// Checks learner.device_frames and device_frame_mib against the frames and
+// the batch, before anything is created: InvalidArgument naming the field
+// and the sizes (a table smaller than one shard's frames, frames the
+// table's kernels cannot move).
+absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec);
+
+// Bytes of one rendered RGB frame, and the frames of one replica's shard of
+// a batch (each row: an observation and a next observation of spec.frames).
+int64_t FrameBytes(const ObservationSpec& spec);
+int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spec);
 
 }  // namespace troupe::agents
 

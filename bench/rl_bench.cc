@@ -119,7 +119,7 @@ absl::StatusOr<double> EnvFramesAlone(const config::ExperimentConfig& config, do
           std::vector<float> actions(size_t(n) * action_size);
           std::mt19937_64 rng(index);
           std::normal_distribution<float> gaussian(0.0f, 1.0f);
-          const float noise = actors::ActorNoiseScale(config.actors(), index, /*frames=*/0);
+          const float noise = agents::D4pgNoiseScale(config.actors(), index, /*frames=*/0);
           ASSIGN_OR_RETURN(envs::EnvBatch batch, pool->Reset());
           for (int i = 0; i < n; ++i) stack.Reset(i, batch.pixels.data() + i * pixel_bytes);
           // Warm (GL context, first inference), then wait for the others.

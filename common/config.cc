@@ -232,7 +232,7 @@ void RecordLines(const pb::Message& message, const pb::TextFormat::ParseInfoTree
 }
 
 // True when `path` ("learner.engine.replicas", "replay.tables[0].name",
-// "d4pg.hidden[1]") names a field of `root`'s schema.
+// "learner.engine.seed") names a field of `root`'s schema.
 bool IsSchemaPath(const pb::Descriptor* root, absl::string_view path) {
   const pb::Descriptor* current = root;
   const std::vector<absl::string_view> parts = absl::StrSplit(path, '.');

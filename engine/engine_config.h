@@ -2,7 +2,7 @@
 // real: its validation, its compute threads, and the compute backend each
 // replica runs on (the CPU backend, the strict CPU device, or the CUDA
 // backend where this binary was built with CUDA). The one place that knows
-// every backend, so that the models (D4PG, the GAN) take a Backend and never
+// every backend, so that the models (the agents, the GAN) take a Backend and never
 // name one.
 #ifndef TROUPE_ENGINE_ENGINE_CONFIG_H_
 #define TROUPE_ENGINE_ENGINE_CONFIG_H_

@@ -8,8 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "actors/actor.h"
 #include "actors/evaluator.h"
-#include "agents/d4pg_agent.h"
-#include "agents/d4pg_policy.h"
+#include "agents/agents.h"
 #include "common/files.h"
 #include "common/limits.h"
 #include "common/status_macros.h"
@@ -43,48 +42,6 @@ absl::Status CheckEnvsFit(const envs::EnvSpec& env, const config::ExperimentConf
   const double bytes = 4.0 * observation_bytes * config.pool().num_envs() * processes;
   return CheckFitsInMemory(absl::StrCat("pool.num_envs ", config.pool().num_envs(), " x ", processes,
                                         " processes with env.render ", env.width, "x", env.height),
-                           bytes);
-}
-
-// A D4PG step's memory, roughly: every replica's parameters with their
-// gradients, Adam moments and targets, and the activations of a batch
-// (DrQ encoder: a stride-2 conv then three stride-1 convs; the MLPs).
-absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const agents::ObservationSpec& spec,
-                               int action_size) {
-  const config::D4pgConfig& d4pg = config.d4pg();
-  const double batch = config.learner().batch_size();
-  double parameters = 0, activations = 0, input = spec.state_size;
-  if (spec.pixels()) {
-    const double channels = d4pg.conv_channels(), in = 3.0 * spec.frames;
-    const double side = (std::max(spec.height, spec.width) - 3) / 2 + 1;
-    parameters += 9 * (in * channels + 3 * channels * channels) + channels * side * side * d4pg.encoder_features();
-    activations += 2.0 * in * spec.height * spec.width + 4 * channels * side * side * 4;
-    input = d4pg.encoder_features();
-  }
-  std::vector<double> widths(d4pg.hidden().begin(), d4pg.hidden().end());
-  if (widths.empty()) widths = {256, 256};
-  for (const bool critic : {false, true}) {
-    double previous = input + (critic ? action_size : 0);
-    for (double width : widths) {
-      parameters += previous * width;
-      activations += 6 * width;
-      previous = width;
-    }
-    parameters += previous * (critic ? d4pg.atoms() : action_size);
-  }
-  const double replicas = config.learner().engine().replicas();
-  // Each replica's device frame table (agents/device_frames.h) as it starts
-  // (it grows on demand, up to the budget, with what replay holds).
-  const agents::DeviceFrameSizing frames = agents::DeviceFrameSlots(config, spec, static_cast<int>(replicas));
-  const double frame_table = static_cast<double>(frames.slots) * static_cast<double>(frames.frame_bytes) * replicas;
-  const double bytes = 4.0 * (6 * parameters * replicas + 3 * activations * batch) + frame_table;
-  return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " with d4pg sizes (",
-                                        spec.pixels() ? "conv_channels, encoder_features, " : "",
-                                        "hidden) and learner.engine.replicas ", replicas,
-                                        spec.pixels() && config.learner().device_frames()
-                                            ? absl::StrCat(", with learner.device_frame_mib ",
-                                                           config.learner().device_frame_mib())
-                                            : std::string()),
                            bytes);
 }
 
@@ -134,10 +91,10 @@ absl::Status ValidateExperiment(const config::ExperimentConfig& config) {
   RETURN_IF_ERROR(actors::ValidateEvaluationVideoSize(config));
   RETURN_IF_ERROR(CheckEnvsFit(env, config, config.actors().count() + 1));
   const agents::ObservationSpec spec = agents::ObservationSpecOf(env);
-  RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), spec, env.action_size));
+  RETURN_IF_ERROR(agents::ValidateAgent(config, spec, env.action_size));
   RETURN_IF_ERROR(learner::ValidateLearnerConfig(config.learner()));
   RETURN_IF_ERROR(agents::ValidateDeviceFrames(config, spec));
-  RETURN_IF_ERROR(CheckD4pgStepFits(config, spec, env.action_size));
+  RETURN_IF_ERROR(agents::CheckAgentStepFits(config, spec, env.action_size));
   // The replay section: the learner adds its transitions table when it
   // lists none.
   RETURN_IF_ERROR(replay::ValidateReplayConfig(config.replay(), /*tables_required=*/false));

@@ -17,9 +17,9 @@ namespace troupe::launch {
 //             render size within the model's offscreen buffer), pool (sync),
 //             the pool's buffers within memory;
 //   RL:       total_frames, env, pool, then actors (and every actor's pool
-//             within memory), evaluator, d4pg against the env's spec,
-//             learner (its engine section included), the D4PG step within
-//             memory, replay (replay::ValidateReplayConfig; no table needed).
+//             within memory), evaluator, the agent's settings against the
+//             env's spec, learner (its engine section included), the
+//             agent's step within memory, replay (replay::ValidateReplayConfig; no table needed).
 // Then the device the engine section asks for must be on this machine.
 // Nothing is created, bound or allocated beyond the config's own size: a
 // config that passes cannot fail later for a reason checked here.

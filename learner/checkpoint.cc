@@ -58,7 +58,7 @@ std::string Thousands(int64_t n) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> WriteLearnerCheckpoint(const std::string& dir, const agents::D4pgAgent& agent,
+absl::StatusOr<int64_t> WriteLearnerCheckpoint(const std::string& dir, const agents::Agent& agent,
                                                replay::Replay* replay, absl::FunctionRef<std::string()> counters,
                                                int keep) {
   ASSIGN_OR_RETURN(GenerationWriter generation, GenerationWriter::Begin(dir));

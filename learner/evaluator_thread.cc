@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "agents/policies.h"
 #include "common/status_macros.h"
 
 namespace troupe::learner {
@@ -13,7 +14,7 @@ absl::StatusOr<std::unique_ptr<EvaluatorThread>> EvaluatorThread::Create(
     const RunLayout& run, actors::EpisodePublisher* publisher,
     std::function<void(const std::string& path)> on_video_written, OnResult on_result) {
   std::unique_ptr<EvaluatorThread> evaluator(new EvaluatorThread(config, run, publisher, std::move(on_result)));
-  ASSIGN_OR_RETURN(evaluator->policy_, agents::D4pgPolicy::Create(config.d4pg(), spec, action_size));
+  ASSIGN_OR_RETURN(evaluator->policy_, agents::CreatePolicy(config, spec, action_size));
   ASSIGN_OR_RETURN(evaluator->recorder_, actors::MakeEvaluationRecorder(config, std::move(on_video_written)));
   evaluator->ScheduleAfter(0);
   return evaluator;
@@ -65,8 +66,8 @@ void EvaluatorThread::Evaluate(int64_t frames, int64_t updates, const std::vecto
   if (evaluation.actions_at_bound >= actors::Evaluation::kSaturatedShare) {
     std::fprintf(stderr,
                  "evaluator: %.0f%% of the policy's actions are at +-1 at %ld frames: its tanh has saturated "
-                 "(try a lower d4pg.actor_learning_rate or wider early noise, actors.noise_decay_frames)\n",
-                 100 * evaluation.actions_at_bound, long(frames));
+                 "(%s)\n",
+                 100 * evaluation.actions_at_bound, long(frames), agents::SaturationHint(config_).c_str());
   }
   if (on_result_) on_result_(frames, updates, evaluation);
 }

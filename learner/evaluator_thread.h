@@ -23,7 +23,7 @@
 #include "actors/episode_recorder.h"
 #include "actors/episode_stream.h"
 #include "actors/evaluator.h"
-#include "agents/d4pg_policy.h"
+#include "agents/policy.h"
 #include "common/run_layout.h"
 #include "proto/config.pb.h"
 
@@ -70,7 +70,7 @@ class EvaluatorThread {
   const RunLayout layout_;
   actors::EpisodePublisher* const publisher_;
   const OnResult on_result_;
-  std::unique_ptr<agents::D4pgPolicy> policy_;  // the evaluator's thread only
+  std::unique_ptr<agents::Policy> policy_;  // the evaluator's thread only
   // Evaluation videos (null when off): fed on the evaluator's thread,
   // rendered and encoded on the recorder's own.
   std::unique_ptr<actors::EpisodeRecorder> recorder_;

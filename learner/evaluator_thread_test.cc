@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "agents/policies.h"
 #include "common/config.h"
 #include "common/test_dir.h"
 #include "envs/env.h"
@@ -32,8 +33,7 @@ class EvaluatorThreadTest : public ::testing::Test {
     ASSERT_TRUE(env.ok()) << env.status();
     spec_ = agents::ObservationSpecOf(*env);
     action_size_ = env->action_size;
-    absl::StatusOr<std::unique_ptr<agents::D4pgPolicy>> policy =
-        agents::D4pgPolicy::Create(config_.d4pg(), spec_, action_size_);
+    absl::StatusOr<std::unique_ptr<agents::Policy>> policy = agents::CreatePolicy(config_, spec_, action_size_);
     ASSERT_TRUE(policy.ok()) << policy.status();
     parameters_ = (*policy)->DownloadParameters();
   }

@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   ASSIGN_OR_RETURN(const envs::EnvSpec env_spec, envs::DescribeEnv(config.env()));
   l->spec_ = agents::ObservationSpecOf(env_spec);
   l->action_size_ = env_spec.action_size;
-  RETURN_IF_ERROR(agents::ValidateD4pg(config.d4pg(), l->spec_, l->action_size_));
+  RETURN_IF_ERROR(agents::ValidateAgent(config, l->spec_, l->action_size_));
   RETURN_IF_ERROR(agents::ValidateDeviceFrames(config, l->spec_));
   // TLS and the token of the port and of other ranks' connections to rank 0.
   ASSIGN_OR_RETURN(l->credentials_, LoadGrpcCredentials(config.security()));
@@ -83,11 +83,11 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     RETURN_IF_ERROR(CheckRanksMatchReplicas(engine, l->num_ranks_));
   }
 
-  // Replay, embedded: the D4PG transitions table unless the config lists tables.
+  // Replay, embedded: the agent's table unless the config lists tables.
   config::ReplayConfig replay_config = config.replay();
-  if (replay_config.tables_size() == 0) {
-    *replay_config.add_tables() = agents::D4pgTransitionTable(l->spec_, l->action_size_, config);
-  }
+  const config::ReplayTableConfig agent_table = agents::AgentReplayTable(config, l->spec_, l->action_size_);
+  l->table_ = agent_table.name();
+  if (replay_config.tables_size() == 0) *replay_config.add_tables() = agent_table;
   absl::Status chief_status;
   if (l->is_chief()) chief_status = l->StartChief(replay_config);
   if (l->mpi_) {
@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // replica's input would wait on one thread. Over gRPC each rank's sample
   // stream decodes its own frames, and rank 0's rate limiter still counts
   // every sample, as it does for in-process replicas.)
-  ASSIGN_OR_RETURN(l->agent_, agents::D4pgAgent::Create(config, l->spec_, l->action_size_, l->replicator_.get()));
+  ASSIGN_OR_RETURN(l->agent_, agents::CreateAgent(config, l->spec_, l->action_size_, l->replicator_.get()));
   // The device frame table's size, and what bounded it (every rank's is the same).
   if (const agents::DeviceFrameSizing frames =
           agents::DeviceFrameSlots(config, l->spec_, l->replicator_->num_replicas());
@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   }
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
-    replay::SamplerOptions sampler_options{.table = agents::kTransitionTable, .batch_size = shard};
+    replay::SamplerOptions sampler_options{.table = l->table_, .batch_size = shard};
     // A remote sampler gives up when rank 0 stops answering (as collectives do).
     if (!l->is_chief()) sampler_options.timeout = absl::FromChrono(options.collective_timeout);
     // Frame references for the device frame table: from the embedded replay,

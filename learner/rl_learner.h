@@ -1,5 +1,5 @@
 // The RL learner process: replay embedded (the default, no server to start
-// by hand), D4PG on the Replicator, and one gRPC port that serves both
+// by hand), the config's agent on the Replicator (agents/agent.h), and one gRPC port that serves both
 // replay (for actors' inserts) and Parameters (a new policy version every
 // `publish_every` updates). It writes the run directory's metrics
 // (metrics.csv, metrics.jsonl, learning_curve.png, and with config
@@ -49,7 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "actors/episode_stream.h"
-#include "agents/d4pg_agent.h"
+#include "agents/agents.h"
 #include "common/grpc_security.h"
 #include "common/run_layout.h"
 #include "engine/replicator/replicator.h"
@@ -82,7 +82,7 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner);
 // written on this one, so the two files' syncs overlap. Returns the
 // generation's number. Errors: the writers' (ResourceExhausted for a full
 // disk), the partial generation then removed.
-absl::StatusOr<int64_t> WriteLearnerCheckpoint(const std::string& dir, const agents::D4pgAgent& agent,
+absl::StatusOr<int64_t> WriteLearnerCheckpoint(const std::string& dir, const agents::Agent& agent,
                                                replay::Replay* replay, absl::FunctionRef<std::string()> counters,
                                                int keep);
 
@@ -235,11 +235,12 @@ class RlLearner {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::unique_ptr<replicator::Replicator> replicator_;
-  std::unique_ptr<agents::D4pgAgent> agent_;
+  std::unique_ptr<agents::Agent> agent_;
   // Samples and priority updates: rank 0's embedded replay, in process on
   // rank 0 and over gRPC on the other ranks.
   std::unique_ptr<replay::ReplayClient> replay_client_;
   std::vector<std::unique_ptr<replay::Sampler>> samplers_;  // one per local replica
+  std::string table_;  // the agent's replay table (agents::AgentReplayTable), which the samplers sample
   bool mpi_ = false;
   int rank_ = 0, num_ranks_ = 1;
   std::vector<float> policy_parameters_;

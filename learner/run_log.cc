@@ -7,6 +7,7 @@
 
 #include "common/image.h"
 #include "common/plot.h"
+#include "agents/policies.h"
 #include "common/status_macros.h"
 #include "common/video.h"
 
@@ -14,7 +15,7 @@ namespace troupe::learner {
 
 LearnerRunLog::LearnerRunLog(const config::ExperimentConfig& config, const std::string& run_dir)
     : layout_(run_dir),
-      title_(config.env().task() + " D4PG"),
+      title_(config.env().task() + " " + agents::AgentName(config)),
       tensorboard_(config.tensorboard()),
       metrics_(layout_),
       evaluations_(layout_) {}

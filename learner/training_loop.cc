@@ -38,10 +38,12 @@ void RlLearner::RecordStats(bool write_row) {
       stats_.frames_per_second = (frames - row_frames_) / seconds;
       stats_.checkpoint_seconds = checkpoint_seconds_ - row_checkpoint_seconds_;
       if (agent_->updates() > row_updates_) {
-        const agents::D4pgMetrics m = agent_->metrics();
-        stats_.critic_loss = m.critic_loss;
-        stats_.actor_loss = m.actor_loss;
-        stats_.q_mean = m.q_mean;
+        // The agent's values by their column's name (metrics.csv's
+        // columns are still fixed: an agent without one writes 0 there).
+        const agents::AgentMetrics m = agent_->metrics();
+        stats_.critic_loss = m["critic_loss"];
+        stats_.actor_loss = m["actor_loss"];
+        stats_.q_mean = m["q_mean"];
         stats_.input_wait_ms = 1e3 * m.input_wait_s;
         const int64_t uploaded = agent_->frame_stats().frames_uploaded;
         stats_.frames_uploaded_per_update =
@@ -132,7 +134,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
       if (config_.learner().prioritized()) {
         // Each rank sends the priorities of its own replicas' samples.
         proto::MutatePrioritiesRequest request;
-        request.set_table(agents::kTransitionTable);
+        request.set_table(table_);
         std::vector<uint64_t> keys;
         std::vector<double> priorities;
         agent_->LastPriorities(&keys, &priorities);

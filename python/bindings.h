@@ -11,7 +11,7 @@ namespace troupe::python {
 void BindEnvs(pybind11::module_& module);
 // The replay client (gRPC) and an embedded server (python/replay_bindings.cc).
 void BindReplay(pybind11::module_& module);
-// Run directories and the D4PG policy of a checkpoint (python/run_bindings.cc).
+// Run directories and the run's agent's policy of a checkpoint (python/run_bindings.cc).
 void BindRuns(pybind11::module_& module);
 
 }  // namespace troupe::python

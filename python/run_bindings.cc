@@ -1,7 +1,7 @@
 // troupe._native's run half: a run directory's config and checkpoints
-// (viz::OpenRunDirectory, the reader `troupe view` uses) and the D4PG
-// inference policy of a checkpoint (agents::D4pgPolicy, what actors and the
-// evaluator run). The CSV and JSONL files are read in Python
+// (viz::OpenRunDirectory, the reader `troupe view` uses) and the run's
+// agent's inference policy of a checkpoint (agents::CreatePolicy, what
+// actors and the evaluator run). The CSV and JSONL files are read in Python
 // (python/troupe/runs.py), by the names and columns of python/troupe/layout.py,
 // which run_files() and run_columns() (common/run_layout.h's) let a test
 // check.
@@ -18,7 +18,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
-#include "agents/d4pg_policy.h"
+#include "agents/policies.h"
 #include "common/run_layout.h"
 #include "envs/env.h"
 #include "python/bindings.h"
@@ -43,7 +43,7 @@ class Policy {
   // The policy of `checkpoint` (empty: the run's newest) for the agent of
   // the run at `run_dir`.
   Policy(const std::string& run_dir, const std::string& checkpoint, int num_threads) {
-    absl::StatusOr<std::unique_ptr<agents::D4pgPolicy>> made;
+    absl::StatusOr<std::unique_ptr<agents::Policy>> made;
     absl::StatusOr<int64_t> updates;
     {
       py::gil_scoped_release release;
@@ -56,8 +56,7 @@ class Policy {
         absl::StatusOr<envs::EnvSpec> env = envs::DescribeEnv(run->config.env());
         if (!env.ok()) return env.status();
         env_ = *env;
-        made = agents::D4pgPolicy::Create(run->config.d4pg(), agents::ObservationSpecOf(env_), env_.action_size,
-                                          num_threads);
+        made = agents::CreatePolicy(run->config, agents::ObservationSpecOf(env_), env_.action_size, num_threads);
         if (!made.ok()) return made.status();
         return (*made)->LoadAgentCheckpoint(path_);
       }();
@@ -128,7 +127,7 @@ class Policy {
     return absl::StrCat(array.dtype().attr("name").cast<std::string>(), " [", shape, "]");
   }
 
-  std::unique_ptr<agents::D4pgPolicy> policy_;
+  std::unique_ptr<agents::Policy> policy_;
   envs::EnvSpec env_;
   std::string path_;
   int64_t updates_ = 0;

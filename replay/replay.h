@@ -60,7 +60,7 @@ struct SampledBatch {
 void ShapeBatch(const Signature& signature, int64_t batch_size, SampledBatch* batch, bool frame_references = false);
 
 // The one check of a batch against the signature it was sampled with, for
-// whoever consumes batches (D4PG's learner, agents/transition.h): `rows`
+// whoever consumes batches (the learner's agent, agents/transition.h): `rows`
 // items, each field of the dtype and shape ShapeBatch gives it with at
 // least its bytes (`frame_references`: pixel fields shaped with no bytes
 // needed, and `frames` exactly rows * signature.num_frames). InvalidArgument

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "actors/episode_recorder.h"
+#include "agents/policies.h"
 #include "common/run_layout.h"
 #include "common/video.h"
 #include "envs/env.h"
@@ -133,7 +134,7 @@ TEST(CheckpointViewTest, TheCheckpointsPolicyDrivesTheEnvInAWindow) {
   ASSERT_TRUE(env.ok()) << env.status();
   std::vector<float> state((*env)->spec().state_size);
   ASSERT_TRUE((*env)->Reset({state.data(), nullptr}).ok());
-  auto reference = agents::D4pgPolicy::Create(plan->config.d4pg(), {.state_size = int(state.size())}, 1);
+  auto reference = agents::CreatePolicy(plan->config, {.state_size = int(state.size())}, 1);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->SetParameters(parameters).ok());
   float expected = 0;

@@ -13,7 +13,7 @@
 // training steps run on any GPU; pageable_memory_access() only says whether
 // the GPU could also read ordinary host memory. The backend is synchronous by
 // default (Options::synchronous: every call returns after its kernels; whole
-// D4PG and GAN steps matched the CPU this way on an H200); the contract
+// RL and GAN steps matched the CPU this way on an H200); the contract
 // allows asynchronous kernels (TROUPE_CUDA_ASYNC=1), opt-in until a GPU run
 // has checked them.
 //

@@ -244,7 +244,7 @@ class Lars final : public Optimizer {
 void ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm, float* norm = nullptr);
 
 // target = (1 - tau) * target + tau * online over the whole buffer (Polyak
-// averaging, as DDPG/D4PG targets). Layouts must match.
+// averaging, as deterministic policy gradients' targets). Layouts must match.
 absl::Status PolyakUpdate(const ParameterSet& online, ParameterSet& target, Backend& backend, float tau);
 
 }  // namespace troupe::nn

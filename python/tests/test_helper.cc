@@ -7,10 +7,10 @@
 //     (the reset's first), its step types, rewards, discounts, env ids,
 //     states, pixels and episode steps, raw, in that order.
 //   troupe_python_test_helper checkpoint RUN_DIR SEED BATCH
-//     A run directory for cartpole.swingup from state: config.textproto, a
-//     D4pgAgent's checkpoints/agent.ckpt (networks initialised from SEED),
+//     A run directory for cartpole.swingup from state: config.textproto, the
+//     agent's checkpoints/agent.ckpt (networks initialised from SEED),
 //     RUN_DIR/observations.f32 (BATCH x state_size) and the actions
-//     D4pgPolicy gives for them with the agent's policy parameters,
+//     the agent's policy gives for them with the agent's policy parameters,
 //     RUN_DIR/actions.f32 (BATCH x action_size).
 #include <cstdio>
 #include <cstdlib>
@@ -21,8 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agents/d4pg_agent.h"
-#include "agents/d4pg_policy.h"
+#include "agents/agents.h"
 #include "common/config.h"
 #include "common/run_layout.h"
 #include "engine/engine_config.h"
@@ -107,14 +106,14 @@ int Checkpoint(char** argv) {
   engine.set_replicas(1);
   auto replicator = engine::MakeReplicator(engine);
   if (!replicator.ok()) return Fail(replicator.status());
-  auto agent = agents::D4pgAgent::Create(config, spec, env->action_size, replicator->get());
+  auto agent = agents::CreateAgent(config, spec, env->action_size, replicator->get());
   if (!agent.ok()) return Fail(agent.status());
   if (auto saved = (*agent)->Save(dir + "/checkpoints/agent.ckpt"); !saved.ok()) return Fail(saved);
 
   // The policy as actors get it: the agent's flat parameters, no file.
   std::vector<float> parameters;
   (*agent)->PolicyParameters(&parameters);
-  auto policy = agents::D4pgPolicy::Create(config.d4pg(), spec, env->action_size);
+  auto policy = agents::CreatePolicy(config, spec, env->action_size);
   if (!policy.ok()) return Fail(policy.status());
   if (auto set = (*policy)->SetParameters(parameters); !set.ok()) return Fail(set);
   std::vector<float> observations(size_t(batch) * spec.state_size);

@@ -1,5 +1,5 @@
 """troupe.Run and troupe.Policy on a run directory the C++ helper makes: a
-D4pgAgent's checkpoint, and the actions D4pgPolicy gives with its parameters."""
+the agent's checkpoint, and the actions its policy gives with its parameters."""
 import os
 
 import numpy as np

@@ -77,8 +77,9 @@ class Run:
 
 
 class Policy:
-    """The D4PG policy of a checkpoint, acting deterministically (exploration
-    off, as the evaluator does), computed by the C++ D4pgPolicy."""
+    """The run's agent's policy of a checkpoint, acting deterministically
+    (exploration off, as the evaluator does), computed by the C++ policy
+    (agents/policy.h)."""
 
     def __init__(self, native: _native.Policy):
         self._native = native

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agents/policies.h"
 #include "common/config.h"
 #include "common/files.h"
 #include "common/run_layout.h"
@@ -50,7 +51,6 @@ absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const
     if (checkpoint != run) differences.push_back(absl::StrCat(field, ": checkpoint ", checkpoint, ", run ", run));
   };
   auto quoted = [](const std::string& s) { return absl::StrCat("'", s, "'"); };
-  auto list = [](const auto& values) { return absl::StrCat("[", absl::StrJoin(values, ", "), "]"); };
   const config::EnvConfig& a = trained.env();
   const config::EnvConfig& b = config.env();
   compare("mode", config::ExperimentConfig::Mode_Name(trained.mode()), config::ExperimentConfig::Mode_Name(config.mode()));
@@ -62,13 +62,8 @@ absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const
     compare("env.frame_stack", absl::StrCat(a.frame_stack()), absl::StrCat(b.frame_stack()));
     compare("env.render (height x width)", absl::StrCat(a.render().height(), "x", a.render().width()),
             absl::StrCat(b.render().height(), "x", b.render().width()));
-    compare("d4pg.encoder_features", absl::StrCat(trained.d4pg().encoder_features()),
-            absl::StrCat(config.d4pg().encoder_features()));
-    compare("d4pg.conv_channels", absl::StrCat(trained.d4pg().conv_channels()),
-            absl::StrCat(config.d4pg().conv_channels()));
   }
-  compare("d4pg.hidden", list(trained.d4pg().hidden()), list(config.d4pg().hidden()));
-  compare("d4pg.atoms", absl::StrCat(trained.d4pg().atoms()), absl::StrCat(config.d4pg().atoms()));
+  for (std::string& d : agents::ArchitectureDifferences(trained, config)) differences.push_back(std::move(d));
   if (differences.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_path,
                                                  " was trained for another task or architecture than this run: ",
@@ -98,7 +93,7 @@ absl::StatusOr<std::unique_ptr<CheckpointPolicy>> CheckpointPolicy::Load(const c
   std::unique_ptr<CheckpointPolicy> policy(new CheckpointPolicy(config, checkpoint_path));
   ASSIGN_OR_RETURN(const envs::EnvSpec env_spec, envs::DescribeEnv(config.env()));
   policy->spec_ = agents::ObservationSpecOf(env_spec);
-  ASSIGN_OR_RETURN(policy->policy_, agents::D4pgPolicy::Create(config.d4pg(), policy->spec_, env_spec.action_size));
+  ASSIGN_OR_RETURN(policy->policy_, agents::CreatePolicy(config, policy->spec_, env_spec.action_size));
   RETURN_IF_ERROR(policy->Reload());
   return policy;
 }
@@ -113,8 +108,8 @@ absl::Status CheckpointPolicy::Reload() {
     if (updates.status().code() != absl::StatusCode::kInvalidArgument) return updates.status();
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint ", path_, " does not fit this run's agent (task ", config_.env().task(), ", observation ",
-        config::EnvConfig::Observation_Name(config_.env().observation()), ", d4pg.hidden [", absl::StrJoin(config_.d4pg().hidden(), ", "),
-        "]): it was written for another task or architecture: ", updates.status().message()));
+        config::EnvConfig::Observation_Name(config_.env().observation()), ", ", agents::DescribeArchitecture(config_),
+        "): it was written for another task or architecture: ", updates.status().message()));
   }
   updates_ = *updates;
   frames_ = ReadFrames(path_);
@@ -123,7 +118,7 @@ absl::Status CheckpointPolicy::Reload() {
 }
 
 std::string CheckpointPolicy::Describe() const {
-  return absl::StrCat("D4PG checkpoint ", fs::path(path_).filename().string(), " (no exploration)");
+  return absl::StrCat(agents::AgentName(config_), " checkpoint ", fs::path(path_).filename().string(), " (no exploration)");
 }
 
 std::string CheckpointPolicy::Version() const {

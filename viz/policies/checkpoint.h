@@ -1,10 +1,10 @@
-// A trained D4PG policy loaded from a run's agent checkpoint, acting with
-// exploration off (the actor's deterministic tanh output, as the evaluator
-// uses it). The checkpoint is reloaded at the start of an episode when the
+// A trained policy of the run's agent (agents/policy.h) loaded from the
+// run's agent checkpoint, acting with exploration off (its deterministic
+// actions, as the evaluator uses them). The checkpoint is reloaded at the start of an episode when the
 // learner has written a newer one, so watching a run that is still going
 // shows its latest policy.
 //
-// Loading goes through D4pgPolicy::LoadAgentCheckpoint, so the checkpoint
+// Loading goes through Policy::LoadAgentCheckpoint, so the checkpoint
 // format and the policy's parameter layout have a single owner: agents/.
 //
 // Threading: like every PolicySource, used on the viewer's physics thread
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agents/d4pg_policy.h"
+#include "agents/policy.h"
 #include "proto/config.pb.h"
 #include "viz/policies/interface.h"
 
@@ -27,8 +27,8 @@ namespace troupe::viz {
 
 // Checks that a checkpoint written by the run whose config is `trained`
 // fits the agent `config` describes: same task, observation kind, frame
-// stack and render size (pixels), action repeat, and network sizes
-// (d4pg.hidden, atoms, encoder). InvalidArgument naming every field that
+// stack and render size (pixels), action repeat, and the agent and its
+// network sizes (agents::ArchitectureDifferences). InvalidArgument naming every field that
 // differs with both values ("env.task: checkpoint 'walker.walk', run
 // 'cartpole.swingup'").
 absl::Status CheckCheckpointConfig(const config::ExperimentConfig& config, const config::ExperimentConfig& trained,
@@ -47,7 +47,7 @@ class CheckpointPolicy : public PolicySource {
   static absl::StatusOr<std::unique_ptr<CheckpointPolicy>> Load(const config::ExperimentConfig& config,
                                                                 const std::string& checkpoint_path);
 
-  // "D4PG checkpoint agent.ckpt".
+  // "D4PG checkpoint agent.ckpt": the agent's name and the file.
   std::string Describe() const override;
   // "version 12345 (updates), 140000 frames, saved 2m ago" (frames when
   // the learner's counters.txt is beside the checkpoint).
@@ -70,7 +70,7 @@ class CheckpointPolicy : public PolicySource {
   config::ExperimentConfig config_;  // the viewed run's
   std::string path_;
   agents::ObservationSpec spec_;
-  std::unique_ptr<agents::D4pgPolicy> policy_;
+  std::unique_ptr<agents::Policy> policy_;
   std::vector<uint8_t> stacked_;  // scratch: [k, H, W, 3] from the env's [H, W, 3k]
   int64_t updates_ = 0;
   int64_t frames_ = -1;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "agents/policies.h"
 #include "viz/run_directory.h"
 #include "viz/testing/run_dirs.h"
 #include "viz/view.h"
@@ -42,7 +43,7 @@ TEST(CheckpointPolicyTest, ActsLikeTheLearnersPolicyAndReportsVersionAndAge) {
   EXPECT_THAT((*policy)->Describe(), HasSubstr("agent.ckpt"));
 
   // The learner's own inference policy with the saved parameters is the reference.
-  auto reference = agents::D4pgPolicy::Create(run->config.d4pg(), {.state_size = 5}, /*action_size=*/1);
+  auto reference = agents::CreatePolicy(run->config, {.state_size = 5}, /*action_size=*/1);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->SetParameters(parameters).ok());
   envs::EnvOptions options;

@@ -8,6 +8,7 @@
 
 #include "actors/episode_stream.h"
 #include "actors/evaluator.h"
+#include "agents/policies.h"
 #include "common/config.h"
 
 namespace troupe::viz {
@@ -102,7 +103,7 @@ TEST(LiveEpisodesTest, TheEvaluatorPublishesItsFirstEpisodeToFollowers) {
                               " d4pg { hidden: [16] }",
                               "config", &config)
                   .ok());
-  auto policy = agents::D4pgPolicy::Create(config.d4pg(), {.state_size = 5}, /*action_size=*/1);
+  auto policy = agents::CreatePolicy(config, {.state_size = 5}, /*action_size=*/1);
   ASSERT_TRUE(policy.ok()) << policy.status();
   actors::EpisodePublisher publisher("cartpole.swingup", 4);
   Server server(&publisher);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agents/d4pg_agent.h"
+#include "agents/agents.h"
 #include "common/config.h"
 #include "common/run_layout.h"
 #include "engine/engine_config.h"
@@ -55,7 +55,7 @@ inline std::string RlRunDir(const std::string& name, const std::string& task = "
   const int action_size = env_spec->action_size;
   auto replicator = engine::MakeReplicator(config.learner().engine());
   EXPECT_TRUE(replicator.ok()) << replicator.status();
-  auto agent = agents::D4pgAgent::Create(config, spec, action_size, replicator->get());
+  auto agent = agents::CreateAgent(config, spec, action_size, replicator->get());
   EXPECT_TRUE(agent.ok()) << agent.status();
   std::filesystem::create_directories(dir + "/checkpoints");
   const absl::Status saved = (*agent)->Save(dir + "/checkpoints/agent.ckpt");

@@ -1,0 +1,25 @@
+#include "agents/agents.h"
+
+#include "agents/d4pg_agent.h"
+#include "common/status_macros.h"
+
+namespace troupe::agents {
+
+absl::StatusOr<std::unique_ptr<Agent>> CreateAgent(const config::ExperimentConfig& config, const ObservationSpec& spec,
+                                                   int action_size, replicator::Replicator* replicator) {
+  RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
+  ASSIGN_OR_RETURN(std::unique_ptr<D4pgAgent> agent, D4pgAgent::Create(config, spec, action_size, replicator));
+  return agent;
+}
+
+config::ReplayTableConfig AgentReplayTable(const config::ExperimentConfig& config, const ObservationSpec& spec,
+                                           int action_size) {
+  return D4pgTransitionTable(spec, action_size, config);
+}
+
+absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
+  RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
+  return CheckD4pgStepFits(config, spec, action_size);
+}
+
+}  // namespace troupe::agents

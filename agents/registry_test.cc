@@ -1,0 +1,144 @@
+// The agent registry (agents/policies.h, agents/agents.h): what the parts
+// that act and the learner get for a config's agent, and D4PG's exploration
+// as its Policy gives it to actors.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "agents/agents.h"
+#include "agents/d4pg_policy.h"
+#include "agents/transition.h"
+#include "common/config.h"
+#include "engine/engine_config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::agents {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+config::ExperimentConfig Parse(const std::string& text) {
+  config::ExperimentConfig config;
+  const absl::Status parsed = ParseTextConfig(text, "test.textproto", &config);
+  EXPECT_TRUE(parsed.ok()) << parsed;
+  return config;
+}
+
+constexpr char kStateRun[] = R"(mode: RL
+env { task: "cartpole.swingup" observation: STATE }
+d4pg { hidden: [16, 16] atoms: 11 n_step: 4 discount: 0.97 }
+actors { count: 3 noise_min: 0.1 noise_max: 0.3 noise_initial: 0.9 noise_decay_frames: 1000 }
+learner { batch_size: 8 }
+)";
+const ObservationSpec kState{.state_size = 5};
+
+TEST(AgentRegistryTest, AConfigFromBeforeTheAgentFieldTrainsD4pg) {
+  const config::ExperimentConfig config = Parse(kStateRun);
+  EXPECT_FALSE(config.has_agent());
+  EXPECT_EQ(config.agent(), config::ExperimentConfig::D4PG);
+  EXPECT_EQ(AgentName(config), "D4PG");
+  EXPECT_EQ(AgentName(Parse(std::string(kStateRun) + "agent: D4PG\n")), "D4PG");
+}
+
+TEST(AgentRegistryTest, AnAgentThatDoesNotExistIsRefusedNamingTheLine) {
+  config::ExperimentConfig config;
+  const absl::Status parsed = ParseTextConfig("mode: RL\nagent: NO_SUCH_AGENT\n", "run.textproto", &config);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.message(), HasSubstr("run.textproto:2"));
+  EXPECT_THAT(parsed.message(), HasSubstr("NO_SUCH_AGENT"));
+}
+
+TEST(AgentRegistryTest, ValidationNamesTheAgentsField) {
+  config::ExperimentConfig config = Parse(kStateRun);
+  config.mutable_d4pg()->set_atoms(1);
+  const absl::Status status = ValidateAgent(config, kState, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(status));
+  EXPECT_THAT(status.message(), HasSubstr("d4pg.atoms 1"));
+  // CreatePolicy and CreateAgent refuse it the same way, before building anything.
+  EXPECT_EQ(CreatePolicy(config, kState, 1).status(), status);
+  auto replicator = engine::MakeReplicator(config.learner().engine());
+  ASSERT_TRUE(replicator.ok()) << replicator.status();
+  EXPECT_EQ(CreateAgent(config, kState, 1, replicator->get()).status(), status);
+  EXPECT_EQ(CheckAgentStepFits(config, kState, 1), status);
+}
+
+TEST(AgentRegistryTest, TheActorsItemAndTheLearnersTableAreTheAgentsTransitions) {
+  const config::ExperimentConfig config = Parse(kStateRun);
+  const ReplayItem item = ActorReplayItem(config);
+  EXPECT_EQ(item.n_step, 4);
+  EXPECT_FLOAT_EQ(item.discount, 0.97f);
+  const config::ReplayTableConfig table = AgentReplayTable(config, kState, 1);
+  EXPECT_EQ(table.name(), kTransitionTable);
+  EXPECT_GT(table.fields_size(), 0);
+}
+
+TEST(AgentRegistryTest, ThePolicyAndTheAgentShareOneParameterLayout) {
+  const config::ExperimentConfig config = Parse(kStateRun);
+  auto replicator = engine::MakeReplicator(config.learner().engine());
+  ASSERT_TRUE(replicator.ok()) << replicator.status();
+  auto agent = CreateAgent(config, kState, 1, replicator->get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto policy = CreatePolicy(config, kState, 1);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  std::vector<float> parameters;
+  (*agent)->PolicyParameters(&parameters);
+  EXPECT_EQ((*policy)->num_parameters(), (*agent)->num_policy_parameters());
+  ASSERT_TRUE((*policy)->SetParameters(parameters).ok());
+  EXPECT_EQ((*policy)->DownloadParameters(), parameters);
+  EXPECT_EQ((*policy)->spec().state_size, 5);
+  EXPECT_EQ((*policy)->action_size(), 1);
+  // A wrong size says both.
+  parameters.pop_back();
+  EXPECT_THAT((*policy)->SetParameters(parameters).message(),
+              HasSubstr("got " + std::to_string(parameters.size()) + " floats, expected"));
+}
+
+// D4PG's exploration, as actors get it through Policy::Explore: the
+// deterministic action plus N(0, scale^2), clamped, with each actor's scale
+// spread from noise_min to noise_max after a decaying start.
+TEST(AgentRegistryTest, D4pgExploresWithEachActorsOwnNoiseAroundItsDeterministicAction) {
+  const config::ExperimentConfig config = Parse(kStateRun);
+  constexpr int kBatch = 64;
+  std::vector<float> state(kBatch * 5);
+  for (size_t i = 0; i < state.size(); ++i) state[i] = std::sin(0.37f * i);
+  auto deterministic = CreatePolicy(config, kState, 1);
+  ASSERT_TRUE(deterministic.ok());
+  std::vector<float> act(kBatch);
+  ASSERT_TRUE((*deterministic)->Act(state.data(), nullptr, kBatch, act.data()).ok());
+
+  for (const auto& [at, scale] : {std::pair{ExplorationPoint{.actor = 0, .frames = 5000}, 0.1f},
+                                  std::pair{ExplorationPoint{.actor = 2, .frames = 5000}, 0.3f},
+                                  std::pair{ExplorationPoint{.actor = 1, .frames = 0}, 0.9f},
+                                  std::pair{ExplorationPoint{.actor = 1, .frames = 500}, 0.55f}}) {
+    auto policy = CreatePolicy(config, kState, 1);
+    ASSERT_TRUE(policy.ok());
+    std::mt19937_64 rng(11), reference_rng(11);
+    std::vector<float> explored(kBatch);
+    ASSERT_TRUE((*policy)->Explore(state.data(), nullptr, kBatch, at, rng, explored.data()).ok());
+    std::normal_distribution<float> gaussian(0.0f, 1.0f);
+    for (int i = 0; i < kBatch; ++i) {
+      const float want = std::clamp(act[i] + scale * gaussian(reference_rng), -1.0f, 1.0f);
+      ASSERT_NEAR(explored[i], want, 1e-6f) << "actor " << at.actor << " at " << at.frames << " frames, row " << i;
+    }
+    EXPECT_EQ((*policy)->DescribeExploration(at), absl::StrFormat("noise %.2f", scale));
+  }
+}
+
+TEST(AgentRegistryTest, ArchitectureDifferencesNameTheAgentsFieldsWithBothValues) {
+  const config::ExperimentConfig run = Parse(kStateRun);
+  config::ExperimentConfig trained = run;
+  EXPECT_TRUE(ArchitectureDifferences(trained, run).empty());
+  trained.mutable_d4pg()->clear_hidden();
+  trained.mutable_d4pg()->add_hidden(64);
+  trained.mutable_d4pg()->set_atoms(51);
+  EXPECT_THAT(ArchitectureDifferences(trained, run),
+              ElementsAre("d4pg.hidden: checkpoint [64], run [16, 16]", "d4pg.atoms: checkpoint 51, run 11"));
+  EXPECT_EQ(DescribeArchitecture(run), "d4pg.hidden [16, 16]");
+}
+
+}  // namespace
+}  // namespace troupe::agents
