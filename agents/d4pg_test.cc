@@ -76,12 +76,12 @@ float* Floats(replay::SampledBatch* out, int field) {
 }
 
 // Fills rows [begin, begin + n) of a global batch generated from `seed` into
-// *out, shaped as replay shapes it for D4pgTransitionTable: a contextual
+// *out, shaped as replay shapes it for TransitionTable: a contextual
 // bandit (obs ~ U[-1, 1]^S, random actions, reward 1 - (a0 - obs0)^2 clipped
 // to [0, 1], discount 0). Pixel fields get random bytes.
 void BanditBatch(const ObservationSpec& spec, int action_size, const config::ExperimentConfig& config,
                  uint64_t seed, int64_t global, int64_t begin, int64_t n, replay::SampledBatch* out) {
-  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, action_size, config));
+  auto signature = replay::Signature::FromConfig(TransitionTable(spec, action_size, config));
   TROUPE_CHECK(signature.ok());
   replay::ShapeBatch(*signature, n, out);
   std::mt19937_64 rng(seed);
@@ -185,12 +185,12 @@ TEST(CategoricalProjectionTest, TargetDistributionSumsToOne) {
 
 // --- Table and policy ------------------------------------------------------------
 
-TEST(D4pgTransitionTableTest, FieldsInSignatureOrderForStateAndPixels) {
+TEST(TransitionTableTest, FieldsInSignatureOrderForStateAndPixels) {
   config::ExperimentConfig c = TinyConfig(/*batch=*/8, {16});
   c.mutable_learner()->set_replay_size(5000);
   c.mutable_learner()->set_min_replay_size(100);
   c.mutable_learner()->set_prioritized(true);
-  const config::ReplayTableConfig state = D4pgTransitionTable({.state_size = 5}, /*action_size=*/2, c);
+  const config::ReplayTableConfig state = TransitionTable({.state_size = 5}, /*action_size=*/2, c);
   EXPECT_EQ(state.name(), "transitions");
   EXPECT_EQ(state.max_size(), 5000);
   EXPECT_EQ(state.selector(), config::ReplayTableConfig::prioritized);
@@ -207,7 +207,7 @@ TEST(D4pgTransitionTableTest, FieldsInSignatureOrderForStateAndPixels) {
   EXPECT_TRUE(replay::Signature::FromConfig(state).ok());
 
   const config::ReplayTableConfig pixels =
-      D4pgTransitionTable({.frames = 3, .height = 84, .width = 84}, /*action_size=*/1, c);
+      TransitionTable({.frames = 3, .height = 84, .width = 84}, /*action_size=*/1, c);
   EXPECT_EQ(pixels.fields(0).dtype(), config::ReplayFieldConfig::uint8);
   EXPECT_EQ(pixels.fields(0).frames(), 3);
   EXPECT_THAT(pixels.fields(0).shape(), ElementsAre(84, 84, 3));
@@ -309,7 +309,7 @@ float ActionAfterPushingToTheBound(float penalty) {
   auto replicator = MakeReplicator(1);
   auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
   TROUPE_CHECK(agent.ok());
-  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+  auto signature = replay::Signature::FromConfig(TransitionTable(spec, 1, c));
   TROUPE_CHECK(signature.ok());
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -365,7 +365,7 @@ void PixelBanditStack(const ObservationSpec& spec, float x, std::mt19937_64& rng
 // One step from pixels: the best action is the newest frame's red level.
 // Trains on `device` and returns the policy's actions on probe stacks whose
 // best actions are -0.8, -0.6, ..., 0.8; *checksum gets the agent's state.
-// Row i of a pixel bandit batch (D4pgTransitionTable's fields): the stack
+// Row i of a pixel bandit batch (TransitionTable's fields): the stack
 // showing context x, a random next stack, `action` and its reward
 // 1 - (action - x)^2 (clipped to [0, 1]), `discount`.
 void PixelBanditRow(const ObservationSpec& spec, float x, float action, float discount, std::mt19937_64& rng,
@@ -398,7 +398,7 @@ absl::StatusOr<TrainedAgent> TrainPixelBanditOn(const config::EngineConfig& engi
   auto replicator = MakeReplicator(1, c.learner().engine());
   auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
   if (!agent.ok()) return agent.status();
-  auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+  auto signature = replay::Signature::FromConfig(TransitionTable(spec, 1, c));
   TROUPE_CHECK(signature.ok());
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -536,7 +536,7 @@ config::ExperimentConfig SmallPixelConfig() {
 // update `update`, whichever agent asks: two agents see the same data.
 D4pgAgent::SampleFn BanditBatches(const ObservationSpec& spec, const config::ExperimentConfig& c, int64_t update) {
   return [spec, c, update](int, int64_t n, replay::SampledBatch* out) {
-    auto signature = replay::Signature::FromConfig(D4pgTransitionTable(spec, 1, c));
+    auto signature = replay::Signature::FromConfig(TransitionTable(spec, 1, c));
     TROUPE_CHECK(signature.ok());
     replay::ShapeBatch(*signature, n, out);
     std::mt19937_64 rng(1000 + update);
@@ -820,7 +820,9 @@ TEST(D4pgAgentTest, FourUpdatesPerExecutionOnCpuAndPjrtEqualFourSingleUpdates) {
     auto replicator = MakeReplicator(1, config.learner().engine());
     auto agent = D4pgAgent::Create(config, spec, 1, replicator.get());
     ASSERT_TRUE(agent.ok()) << agent.status();
-    if (!from.empty()) ASSERT_TRUE((*agent)->Load(from).ok());
+    if (!from.empty()) {
+      ASSERT_TRUE((*agent)->Load(from).ok());
+    }
     const int64_t first = (*agent)->updates();
     auto counter = std::make_shared<int64_t>(0);
     const D4pgAgent::SampleFn sample = [&, counter](int id, int64_t n, replay::SampledBatch* out) {
