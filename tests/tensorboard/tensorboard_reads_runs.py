@@ -230,7 +230,7 @@ GAN_METRICS = {"images": "gan/images_seen", "d_loss": "gan/d_loss", "g_loss": "g
 GAN_EVAL = {"classifier_fid": "gan/fid", "classifier_score": "gan/classifier_score"}
 
 
-def check_gan(checks, binary, work, build):
+def check_gan(checks, binary, work, build, classifier=None):
     if not os.path.isdir(FASHION_MNIST):
         print(f"GAN: skipped: no Fashion-MNIST at {FASHION_MNIST} (apt-get install dataset-fashion-mnist)")
         return
@@ -238,9 +238,11 @@ def check_gan(checks, binary, work, build):
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
     runs_dir = os.path.join(work, "gan_runs")
     config = os.path.join(work, "gan.textproto")
-    # The FID classifier, trained on first use, kept in the build tree for the next run of this test.
-    classifier = os.path.join(build, "tensorboard-test", "fashion_mnist_classifier.ckpt")
-    os.makedirs(os.path.dirname(classifier), exist_ok=True)
+    # The FID classifier: FashionClassifierTest's (ctest runs that first), or
+    # one trained on first use and kept in the build tree for the next run of this test.
+    if classifier is None or not os.path.exists(classifier):
+        classifier = os.path.join(build, "tensorboard-test", "fashion_mnist_classifier.ckpt")
+        os.makedirs(os.path.dirname(classifier), exist_ok=True)
     open(config, "w").write(GAN_CONFIG.format(classifier=classifier, runs_dir=runs_dir))
     troupe(binary, ["run", config], os.path.join(work, "gan.log"), timeout=900)
     run_dir = only_run_dir(runs_dir)
@@ -297,6 +299,8 @@ def main():
     parser.add_argument("--build", required=True, help="the build tree (the venv and the classifier live there)")
     parser.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=["rl", "gan"], help="one of the two runs")
+    parser.add_argument("--classifier", help="an FID classifier checkpoint to use when it exists "
+                        "(FashionClassifierTest's); else one is trained into the build tree")
     args = parser.parse_args()
     if not args.in_venv:
         python = venv_python(args.build)
@@ -309,7 +313,7 @@ def main():
         if args.only in (None, "rl"):
             check_rl(checks, args.troupe, work)
         if args.only in (None, "gan"):
-            check_gan(checks, args.troupe, work, args.build)
+            check_gan(checks, args.troupe, work, args.build, args.classifier)
     finally:
         if not checks.failures:
             shutil.rmtree(work, ignore_errors=True)
