@@ -24,24 +24,6 @@ config::ActorsConfig Spread(int count) {
   return actors;
 }
 
-TEST(ActorNoiseScaleTest, ActorsSpreadFromNoiseMinToNoiseMax) {
-  const config::ActorsConfig actors = Spread(3);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 0), 0.1f);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 1, 0), 0.2f);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 2, 123456), 0.3f);
-}
-
-TEST(ActorNoiseScaleTest, DecaysLinearlyFromNoiseInitialToTheActorsOwnScale) {
-  config::ActorsConfig actors = Spread(2);
-  actors.set_noise_initial(1.0f);
-  actors.set_noise_decay_frames(1000);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 0), 1.0f);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 500), 0.55f);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 1, 500), 0.65f);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 0, 1000), 0.1f);
-  EXPECT_FLOAT_EQ(agents::D4pgNoiseScale(actors, 1, 5000), 0.3f);
-}
-
 TEST(ValidateActorsConfigTest, AcceptsTheDefaultsAndASchedule) {
   EXPECT_TRUE(ValidateActorsConfig(config::ActorsConfig()).ok());
   config::ActorsConfig actors = Spread(2);

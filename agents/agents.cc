@@ -1,6 +1,8 @@
 #include "agents/agents.h"
 
 #include "agents/d4pg_agent.h"
+#include "agents/random_agent.h"
+#include "agents/transition.h"
 #include "common/status_macros.h"
 
 namespace troupe::agents {
@@ -8,17 +10,22 @@ namespace troupe::agents {
 absl::StatusOr<std::unique_ptr<Agent>> CreateAgent(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                                    int action_size, replicator::Replicator* replicator) {
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
+  if (config.agent() == config::ExperimentConfig::RANDOM) {
+    ASSIGN_OR_RETURN(std::unique_ptr<RandomAgent> agent, RandomAgent::Create(config, spec, action_size, replicator));
+    return agent;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<D4pgAgent> agent, D4pgAgent::Create(config, spec, action_size, replicator));
   return agent;
 }
 
 config::ReplayTableConfig AgentReplayTable(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                            int action_size) {
-  return D4pgTransitionTable(spec, action_size, config);
+  return TransitionTable(spec, action_size, config);
 }
 
 absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
+  if (config.agent() == config::ExperimentConfig::RANDOM) return absl::OkStatus();  // a batch's keys
   return CheckD4pgStepFits(config, spec, action_size);
 }
 

@@ -132,23 +132,6 @@ class D4pgAgent::InputPrefetcher {
 
 // --- Table -----------------------------------------------------------------------
 
-config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
-                                              const config::ExperimentConfig& config) {
-  const config::LearnerConfig& learner = config.learner();
-  config::ReplayTableConfig table;
-  table.set_name(kTransitionTable);
-  table.set_max_size(learner.replay_size());
-  table.set_selector(learner.prioritized() ? config::ReplayTableConfig::prioritized : config::ReplayTableConfig::uniform);
-  table.set_seed(learner.engine().seed());
-  config::RateLimiterConfig* limiter = table.mutable_rate_limiter();
-  limiter->set_min_size_to_sample(learner.min_replay_size());
-  limiter->set_samples_per_insert(learner.samples_per_insert());
-  // Room for two batches either way, so one batch never waits on itself.
-  limiter->set_error_buffer(std::max({100.0, 2.0 * learner.batch_size(), 2.0 * learner.samples_per_insert()}));
-  AddTransitionFields(spec, action_size, &table);
-  return table;
-}
-
 // --- The step's memory -----------------------------------------------------------
 
 // Roughly: every replica's parameters with their gradients, Adam moments

@@ -6,7 +6,7 @@
 // the critic only, with random-shift augmentation.
 //
 //   ObservationSpec spec{.frames = 3, .height = 84, .width = 84};
-//   config::ReplayTableConfig table = D4pgTransitionTable(spec, action_size, cfg);
+//   config::ReplayTableConfig table = TransitionTable(spec, action_size, cfg);
 //   auto agent = *D4pgAgent::Create(cfg, spec, action_size, replicator.get());
 //   agent->StartInput([&](int replica, int64_t n, replay::SampledBatch* out) {
 //     return samplers[replica]->Next(out);   // n == cfg.learner().batch_size() / replicas
@@ -52,13 +52,6 @@
 
 namespace troupe::agents {
 
-// The replay table the actors fill and the learner samples:
-// kTransitionTable with the transition's fields (agents/transition.h).
-// Size, min size, samples per insert and selector (prioritized or uniform)
-// come from config.learner(); seed from config.learner().engine().seed().
-config::ReplayTableConfig D4pgTransitionTable(const ObservationSpec& spec, int action_size,
-                                              const config::ExperimentConfig& config);
-
 // D4PG's metrics (Agent::metrics' values): critic_loss, the cross-entropy
 // to the projected target, mean over the global batch; actor_loss,
 // -E[Q(s, pi(s))] plus the pre-tanh penalty; q_mean, E[Q(s, a)] of the
@@ -74,7 +67,7 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const Obs
 class D4pgAgent final : public Agent {
  public:
   // SampleFn (Agent's) fills a replica's shard with transitions of
-  // D4pgTransitionTable's signature.
+  // TransitionTable's signature.
 
   // Builds networks, targets (copies) and Adam optimizers on every local
   // replica of `replicator` (which must outlive the agent), identically

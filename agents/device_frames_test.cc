@@ -537,7 +537,7 @@ config::ExperimentConfig PixelAgentConfig() {
 std::unique_ptr<replay::Replay> FilledD4pgReplay(const config::ExperimentConfig& c, const ObservationSpec& spec,
                                                  int transitions) {
   config::ReplayConfig rc;
-  *rc.add_tables() = D4pgTransitionTable(spec, 1, c);
+  *rc.add_tables() = TransitionTable(spec, 1, c);
   auto r = replay::Replay::Create(rc);
   TROUPE_CHECK(r.ok());
   auto client = replay::NewLocalClient(r->get());
@@ -957,7 +957,7 @@ TEST(DeviceFrameSlotsTest, AReplayAtCapacityNeverOutgrowsTheTableItsSizeStartsAt
   const DeviceFrameSizing sizing = DeviceFrameSlots(c, spec, 1);
   EXPECT_EQ(sizing.slots, 400 + 50 + 2 * 8 * 2 * 3);
   config::ReplayConfig rc;
-  *rc.add_tables() = D4pgTransitionTable(spec, 1, c);
+  *rc.add_tables() = TransitionTable(spec, 1, c);
   auto made = replay::Replay::Create(rc);
   ASSERT_TRUE(made.ok()) << made.status();
   std::unique_ptr<replay::Replay> replay = *std::move(made);

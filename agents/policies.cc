@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agents/d4pg_policy.h"
+#include "agents/random_policy.h"
 #include "common/status_macros.h"
 
 namespace troupe::agents {
@@ -23,6 +24,8 @@ std::string AgentName(const config::ExperimentConfig& config) {
   switch (config.agent()) {
     case config::ExperimentConfig::D4PG:
       return "D4PG";
+    case config::ExperimentConfig::RANDOM:
+      return "RANDOM";
   }
   return config::ExperimentConfig::Agent_Name(config.agent());
 }
@@ -31,6 +34,13 @@ absl::Status ValidateAgent(const config::ExperimentConfig& config, const Observa
   switch (config.agent()) {
     case config::ExperimentConfig::D4PG:
       return ValidateD4pg(config.d4pg(), spec, action_size);
+    case config::ExperimentConfig::RANDOM:
+      if (spec.pixels() == (spec.state_size > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("observation spec: set exactly one of state_size (",
+                                                       spec.state_size, ") and frames (", spec.frames, ")"));
+      }
+      if (action_size < 1) return absl::InvalidArgumentError(absl::StrCat("action_size ", action_size, " must be >= 1"));
+      return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("agent ", int(config.agent()), ": no such agent"));
 }
@@ -38,6 +48,9 @@ absl::Status ValidateAgent(const config::ExperimentConfig& config, const Observa
 absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(const config::ExperimentConfig& config,
                                                      const ObservationSpec& spec, int action_size, int num_threads) {
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
+  if (config.agent() == config::ExperimentConfig::RANDOM) {
+    return std::make_unique<RandomPolicy>(spec, action_size, config.env().seed());
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<D4pgPolicy> policy,
                    D4pgPolicy::Create(config.d4pg(), spec, action_size, num_threads));
   policy->SetExploration(config.actors());
@@ -45,10 +58,12 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(const config::ExperimentCon
 }
 
 ReplayItem ActorReplayItem(const config::ExperimentConfig& config) {
+  if (config.agent() == config::ExperimentConfig::RANDOM) return {};
   return {.n_step = config.d4pg().n_step(), .discount = config.d4pg().discount()};
 }
 
 std::string DescribeArchitecture(const config::ExperimentConfig& config) {
+  if (config.agent() == config::ExperimentConfig::RANDOM) return "agent RANDOM";
   return absl::StrCat("d4pg.hidden [", absl::StrJoin(config.d4pg().hidden(), ", "), "]");
 }
 
@@ -60,6 +75,7 @@ std::vector<std::string> ArchitectureDifferences(const config::ExperimentConfig&
   };
   auto list = [](const auto& values) { return absl::StrCat("[", absl::StrJoin(values, ", "), "]"); };
   compare("agent", AgentName(trained), AgentName(config));
+  if (trained.agent() != config.agent() || config.agent() != config::ExperimentConfig::D4PG) return differences;
   const config::D4pgConfig& a = trained.d4pg();
   const config::D4pgConfig& b = config.d4pg();
   if (trained.env().observation() == config::EnvConfig::PIXELS && config.env().observation() == config::EnvConfig::PIXELS) {
@@ -71,7 +87,8 @@ std::vector<std::string> ArchitectureDifferences(const config::ExperimentConfig&
   return differences;
 }
 
-std::string SaturationHint(const config::ExperimentConfig&) {
+std::string SaturationHint(const config::ExperimentConfig& config) {
+  if (config.agent() == config::ExperimentConfig::RANDOM) return "a uniform random policy's draws";
   return "try a lower d4pg.actor_learning_rate or wider early noise, actors.noise_decay_frames";
 }
 

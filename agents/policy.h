@@ -66,7 +66,8 @@ class Policy {
   // The policy is unchanged on error.
   virtual absl::StatusOr<int64_t> LoadAgentCheckpoint(const std::string& path) = 0;
 
-  // Deterministic actions (no exploration) in [-1, 1]: from `state` float
+  // The actions the evaluator scores (no exploration: a deterministic
+  // policy's own; the uniform random policy's draws) in [-1, 1]: from `state` float
   // [batch, S] (pixels null) or from `pixels` uint8 [batch, k, H, W, 3]
   // (replay's layout; state null). Writes actions [batch, A].
   // InvalidArgument for a missing input or batch < 1.

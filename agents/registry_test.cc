@@ -97,6 +97,32 @@ TEST(AgentRegistryTest, ThePolicyAndTheAgentShareOneParameterLayout) {
               HasSubstr("got " + std::to_string(parameters.size()) + " floats, expected"));
 }
 
+config::ActorsConfig Spread(int count) {
+  config::ActorsConfig actors;
+  actors.set_count(count);
+  actors.set_noise_min(0.1f);
+  actors.set_noise_max(0.3f);
+  return actors;
+}
+
+TEST(D4pgNoiseScaleTest, ActorsSpreadFromNoiseMinToNoiseMax) {
+  const config::ActorsConfig actors = Spread(3);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 0, 0), 0.1f);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 1, 0), 0.2f);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 2, 123456), 0.3f);
+}
+
+TEST(D4pgNoiseScaleTest, DecaysLinearlyFromNoiseInitialToTheActorsOwnScale) {
+  config::ActorsConfig actors = Spread(2);
+  actors.set_noise_initial(1.0f);
+  actors.set_noise_decay_frames(1000);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 0, 0), 1.0f);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 0, 500), 0.55f);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 1, 500), 0.65f);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 0, 1000), 0.1f);
+  EXPECT_FLOAT_EQ(D4pgNoiseScale(actors, 1, 5000), 0.3f);
+}
+
 // D4PG's exploration, as actors get it through Policy::Explore: the
 // deterministic action plus N(0, scale^2), clamped, with each actor's scale
 // spread from noise_min to noise_max after a decaying start.
@@ -138,6 +164,72 @@ TEST(AgentRegistryTest, ArchitectureDifferencesNameTheAgentsFieldsWithBothValues
   EXPECT_THAT(ArchitectureDifferences(trained, run),
               ElementsAre("d4pg.hidden: checkpoint [64], run [16, 16]", "d4pg.atoms: checkpoint 51, run 11"));
   EXPECT_EQ(DescribeArchitecture(run), "d4pg.hidden [16, 16]");
+}
+
+// RANDOM, the agent written against the interfaces only: its policy draws
+// uniform actions, its learner samples every replica's shard of each batch
+// and learns nothing, and its checkpoint holds its update count.
+TEST(AgentRegistryTest, TheRandomAgentSamplesEachShardAndCheckpointsItsUpdates) {
+  config::ExperimentConfig config = Parse(std::string(kStateRun) + "agent: RANDOM\n");
+  config.mutable_learner()->mutable_engine()->set_replicas(2);
+  EXPECT_EQ(AgentName(config), "RANDOM");
+  auto replicator = engine::MakeReplicator(config.learner().engine());
+  ASSERT_TRUE(replicator.ok()) << replicator.status();
+  auto agent = CreateAgent(config, kState, 1, replicator->get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition((*agent)->Train(1)));
+  std::vector<std::pair<int, int64_t>> calls;
+  (*agent)->StartInput([&](int replica, int64_t n, replay::SampledBatch*) {
+    calls.emplace_back(replica, n);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE((*agent)->Train(3).ok());
+  EXPECT_THAT(calls, ElementsAre(std::pair{0, 4}, std::pair{1, 4}, std::pair{0, 4}, std::pair{1, 4}, std::pair{0, 4},
+                                 std::pair{1, 4}));
+  EXPECT_EQ((*agent)->updates(), 3);
+  EXPECT_EQ((*agent)->metrics().updates, 3);
+  EXPECT_TRUE((*agent)->metrics().values.empty());
+  // A sampler's error stops Train, naming the replica.
+  (*agent)->StartInput([](int replica, int64_t, replay::SampledBatch*) {
+    return replica == 1 ? absl::UnavailableError("replay went away") : absl::OkStatus();
+  });
+  EXPECT_EQ((*agent)->Train(1).message(), "replica 1: replay went away");
+
+  const std::string dir = ::testing::TempDir();
+  ASSERT_TRUE((*agent)->Save(dir + "/random.ckpt").ok());
+  auto restored = CreateAgent(config, kState, 1, replicator->get());
+  ASSERT_TRUE(restored.ok());
+  EXPECT_NE((*restored)->StateChecksum(), (*agent)->StateChecksum());
+  ASSERT_TRUE((*restored)->Load(dir + "/random.ckpt").ok());
+  EXPECT_EQ((*restored)->updates(), 3);
+  EXPECT_EQ((*restored)->StateChecksum(), (*agent)->StateChecksum());
+
+  auto policy = CreatePolicy(config, kState, 1);
+  ASSERT_TRUE(policy.ok());
+  EXPECT_EQ((*policy)->LoadAgentCheckpoint(dir + "/random.ckpt").value_or(-1), 3);
+  EXPECT_TRUE((*policy)->SetParameters({}).ok());
+  const float one = 1;
+  EXPECT_THAT((*policy)->SetParameters({&one, 1}).message(), HasSubstr("got 1 floats, expected 0"));
+  std::vector<float> state(64 * 5, 0.0f), actions(64);
+  ASSERT_TRUE((*policy)->Act(state.data(), nullptr, 64, actions.data()).ok());
+  EXPECT_LE(*std::max_element(actions.begin(), actions.end()), 1.0f);
+  EXPECT_GE(*std::min_element(actions.begin(), actions.end()), -1.0f);
+  EXPECT_GT(*std::max_element(actions.begin(), actions.end()) - *std::min_element(actions.begin(), actions.end()), 1.0f);
+  EXPECT_TRUE(absl::IsInvalidArgument((*policy)->Act(nullptr, nullptr, 64, actions.data())));
+  EXPECT_EQ((*policy)->DescribeExploration({}), "uniform random");
+
+  // Each agent's checkpoint is refused by the other's policy, naming what is missing.
+  const config::ExperimentConfig d4pg = Parse(kStateRun);
+  auto d4pg_policy = CreatePolicy(d4pg, kState, 1);
+  ASSERT_TRUE(d4pg_policy.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument((*d4pg_policy)->LoadAgentCheckpoint(dir + "/random.ckpt").status()));
+  auto d4pg_agent = CreateAgent(d4pg, kState, 1, replicator->get());
+  ASSERT_TRUE(d4pg_agent.ok());
+  ASSERT_TRUE((*d4pg_agent)->Save(dir + "/d4pg.ckpt").ok());
+  const absl::Status refused = (*policy)->LoadAgentCheckpoint(dir + "/d4pg.ckpt").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_THAT(refused.message(), HasSubstr("no entry 'param/random.updates'"));
+  EXPECT_THAT(ArchitectureDifferences(d4pg, config), ElementsAre("agent: checkpoint D4PG, run RANDOM"));
 }
 
 }  // namespace

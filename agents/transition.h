@@ -2,7 +2,7 @@
 // into replay and the learner samples. Everything that lays a transition out
 // derives from this declaration and the signature it gives (as Reverb
 // derives its writers and tables from one signature):
-//   - the replay table's fields (D4pgTransitionTable, agents/d4pg_agent.h);
+//   - the replay table's fields (TransitionTable);
 //   - the actor's layout and the order its writer fills the fields
 //     (actors/transition_writer.h: one value per TransitionField);
 //   - the check of a sampled batch (replay::CheckBatch against the
@@ -19,7 +19,7 @@
 #define TROUPE_AGENTS_TRANSITION_H_
 
 #include "absl/status/statusor.h"
-#include "agents/d4pg_policy.h"
+#include "agents/policy.h"
 #include "proto/config.pb.h"
 #include "replay/item.h"
 
@@ -61,6 +61,13 @@ void AddTransitionFields(const ObservationSpec& spec, int action_size, config::R
 // named kTransitionTable). InvalidArgument, naming the field, for a spec or
 // action size that makes no field (a size below 1).
 absl::StatusOr<replay::Signature> TransitionSignature(const ObservationSpec& spec, int action_size);
+
+// The replay table the actors fill and the learner samples:
+// kTransitionTable with the transition's fields above.
+// Size, min size, samples per insert and selector (prioritized or uniform)
+// come from config.learner(); seed from config.learner().engine().seed().
+config::ReplayTableConfig TransitionTable(const ObservationSpec& spec, int action_size,
+                                          const config::ExperimentConfig& config);
 
 }  // namespace troupe::agents
 

@@ -216,7 +216,7 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   config.mutable_learner()->set_replay_size(held);
   config.mutable_learner()->set_min_replay_size(1);
   config::ReplayConfig replay_config;
-  *replay_config.add_tables() = agents::D4pgTransitionTable(spec, 1, config);
+  *replay_config.add_tables() = agents::TransitionTable(spec, 1, config);
   ASSIGN_OR_RETURN(FilledReplay host_replay, Fill(replay_config, held));
   ASSIGN_OR_RETURN(FilledReplay device_replay, Fill(replay_config, held));
   TransitionStream& host_stream = *host_replay.stream;

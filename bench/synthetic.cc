@@ -7,7 +7,7 @@ namespace troupe::bench {
 absl::StatusOr<replay::SampledBatch> RandomD4pgBatch(const agents::ObservationSpec& spec, int action_size,
                                                      const config::ExperimentConfig& config, int64_t batch,
                                                      uint32_t seed) {
-  auto signature = replay::Signature::FromConfig(agents::D4pgTransitionTable(spec, action_size, config));
+  auto signature = replay::Signature::FromConfig(agents::TransitionTable(spec, action_size, config));
   if (!signature.ok()) return signature.status();
   replay::SampledBatch data;
   replay::ShapeBatch(*signature, batch, &data);

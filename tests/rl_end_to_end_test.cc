@@ -199,6 +199,48 @@ TEST_F(RlEndToEndTest, ACleanEndStopsTheActorsBeforeReplaySoNothingIsResumedOrLo
               ::testing::StartsWith("frames " + std::to_string(written * 4) + "\n"));
 }
 
+// An agent written against agents/policy.h and agents/agent.h only (RANDOM,
+// agents/random_agent.h) runs through every part: actors explore with it,
+// replay fills and is sampled, the evaluator scores it, checkpoints commit
+// and resume, and the viewer records its policy from the run's checkpoint.
+TEST_F(RlEndToEndTest, TheRandomAgentRunsThroughActorsReplayEvaluatorCheckpointsAndTheViewer) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/6000);
+  std::ofstream(config, std::ios::app) << "agent: RANDOM\n";
+  ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/120), 0) << Read(dir_ + "/run.log");
+  const std::string run = OnlyRunDir(dir_);
+  const auto rows = Metrics(run);
+  ASSERT_FALSE(rows.empty()) << Read(dir_ + "/run.log");
+  EXPECT_GE(rows.back()[kFrames], 6000);
+  EXPECT_GT(rows.back()[kUpdates], 10) << "the learner sampled replay";
+  EXPECT_GT(rows.back()[kReplaySize], 300);
+  EXPECT_EQ(rows.back()[kCriticLoss], 0) << "an agent without a critic writes 0 there";
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = Read(run + "/logs/actor-" + std::to_string(i) + ".log");
+    EXPECT_THAT(log, ::testing::HasSubstr("uniform random")) << log;
+  }
+  const auto evals = Metrics(run, kEvalCsvFile);
+  ASSERT_FALSE(evals.empty());
+  ExpectEvaluationsOnTheGrid(evals, /*every=*/4000, /*end=*/6000);
+  const std::string checkpoint = NewestCheckpoint(run);
+  ASSERT_TRUE(fs::exists(checkpoint + "/agent.ckpt"));
+
+  // Resumed: its updates restored, and on to more frames.
+  ASSERT_EQ(Wait(Start({"run", "--resume", run, "--set", "total_frames=9000"}, dir_ + "/resume.log"), 120), 0)
+      << Read(dir_ + "/resume.log");
+  EXPECT_GE(ResumedUpdates(Read(dir_ + "/resume.log")), int64_t(rows.back()[kUpdates]) / 2)
+      << Read(dir_ + "/resume.log");
+  EXPECT_GE(Metrics(run).back()[kFrames], 9000);
+
+  // The viewer's policy from the run's checkpoint (one that did not load
+  // would stop it): one recorded episode.
+  const std::string video = dir_ + "/random.mp4";
+  ASSERT_EQ(Wait(Start({"view", run, "--record", video, "--episodes", "1"}, dir_ + "/view.log"), 120), 0)
+      << Read(dir_ + "/view.log");
+  auto info = ReadVideoInfo(video);
+  ASSERT_TRUE(info.ok()) << info.status() << "\n" << Read(dir_ + "/view.log");
+  EXPECT_EQ(info->frames, 251) << "a whole episode: 1000 control steps at action repeat 4, and the reset";
+}
+
 TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   // Replay not checkpointed (APixelRunKilledResumesWithItsReplay has it).
   const std::string config = WriteConfig(dir_, /*total_frames=*/1000000, /*videos=*/false, "checkpoint_replay: false");
