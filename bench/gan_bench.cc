@@ -68,7 +68,7 @@
 namespace troupe::bench {
 namespace {
 
-constexpr int kThreads = 2;
+constexpr int kGanThreads = 2;
 
 
 void Log(const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); }
@@ -135,7 +135,7 @@ absl::StatusOr<TroupeHalf> TrainTroupeHalf(const gan::GanData& data, gan::GanEva
 // troupe's classifier-FID after `images` images at batch 64 (config `c`)
 // next to the libtorch reference's from the same initial weights, images and
 // noise, one after the other, resumable in a directory under `root` (the
-// header comment): troupe on kThreads threads, the reference on
+// header comment): troupe on kGanThreads threads, the reference on
 // `reference_threads` (1 by default: libtorch's OpenMP threads spin while
 // they wait, and on cores shared with other work 2 threads ran 3.5x slower
 // than 1; the threads change the wall time, not the FID). A reference that
@@ -242,7 +242,7 @@ absl::StatusOr<double> StepImagesPerSecond(const gan::GanData& data, const confi
 
 // The G+D step at batch 64 against the same step in libtorch
 // (bench/peers/libtorch_gan_step.cc), by the comparison protocol, both on
-// kThreads threads.
+// kGanThreads threads.
 absl::Status AddLibtorchStepComparison(const gan::GanData& data, const config::GanConfig& base,
                                        const Options& options, double seconds, Report& report) {
   config::GanConfig c = base;
@@ -250,10 +250,10 @@ absl::Status AddLibtorchStepComparison(const gan::GanData& data, const config::G
   const auto args = [&c](const Round& round) {
     return absl::StrCat(64, " ", c.generator_channels(), " ", c.noise_size(), " ", round.seconds);
   };
-  return AddComparison(report, absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kThreads), "images/s",
+  return AddComparison(report, absl::StrFormat("G+D step (n_critic 1), batch 64, %d threads", kGanThreads), "images/s",
                        "libtorch 1.13", StepSide(data, c),
                        PeerSide(Peer::kLibtorch, "libtorch_gan_step", args, "images_per_second"),
-                       DefaultProtocol(options, kThreads, seconds))
+                       DefaultProtocol(options, kGanThreads, seconds))
       .status();
 }
 
@@ -268,7 +268,7 @@ absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& ba
     c.mutable_engine()->set_replicas(replicas);
     ASSIGN_OR_RETURN(const double images_per_s, StepImagesPerSecond(data, c, seconds));
     if (batch == 64 && replicas == 1) batch64 = images_per_s;
-    report.Add(absl::StrFormat("G+D step, batch %d, %d replica(s), %d threads", batch, replicas, kThreads),
+    report.Add(absl::StrFormat("G+D step, batch %d, %d replica(s), %d threads", batch, replicas, kGanThreads),
                images_per_s, "images/s", "batch 64, 1 replica, same run", batch64);
   }
   return absl::OkStatus();
@@ -322,7 +322,7 @@ absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
         *cpu.mutable_engine() = config::EngineConfig();  // the CPU backend
         cpu.mutable_engine()->set_precision(precision);
         RETURN_IF_ERROR(AddComparison(report, name, "images/s", "troupe's CPU backend, same step", troupe,
-                                      StepSide(data, cpu), DefaultProtocol(options, kThreads, seconds))
+                                      StepSide(data, cpu), DefaultProtocol(options, kGanThreads, seconds))
                             .status());
         continue;
       }
@@ -370,7 +370,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   auto data = gan::LoadGanData(gan::kFashionMnistDir);
   if (!data.ok()) return data.status();
   config::GanConfig base;
-  base.mutable_engine()->set_threads(kThreads);
+  base.mutable_engine()->set_threads(kGanThreads);
   base.set_data_dir(gan::kFashionMnistDir);
   const double step_seconds = std::max(options.seconds_per_figure, 3.0);
   if (speed_only) {
@@ -379,7 +379,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
     return report;
   }
   gan::FidClassifier::Options classifier_options;  // cached in ~/.cache/troupe, trained on first use
-  classifier_options.threads = kThreads;
+  classifier_options.threads = kGanThreads;
   auto classifier = gan::FidClassifier::LoadOrTrain(classifier_options, Log);
   if (!classifier.ok()) return classifier.status();
   gan::GanEvaluator evaluator(classifier->get(), *data);

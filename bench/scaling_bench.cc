@@ -44,7 +44,7 @@
 namespace troupe::bench {
 namespace {
 
-constexpr int kThreads = 2;          // engine threads of the K = 1 steps on the CPU
+constexpr int kScalingThreads = 2;          // engine threads of the K = 1 steps on the CPU
 constexpr int kMaxReplicas = 256;
 constexpr double kBackwardShare = 2.0 / 3.0;  // of a step, the share bucketed all-reduces can hide behind
 constexpr int64_t kGradientBucketFloats = 1 << 20;  // GradientReducer's default bucket
@@ -56,14 +56,14 @@ struct MeasuredStep {
   StepCost cost;
 };
 
-// The engine of the K = 1 steps: the CPU on kThreads threads, or GPU 0.
+// The engine of the K = 1 steps: the CPU on kScalingThreads threads, or GPU 0.
 absl::StatusOr<config::EngineConfig> StepEngine(const std::string& device) {
   config::EngineConfig engine;
   if (device == "cuda") {
     engine.set_device(config::EngineConfig::CUDA);
     RETURN_IF_ERROR(engine::CheckDeviceAvailable(engine, "bench"));
   } else {
-    engine.set_threads(kThreads);
+    engine.set_threads(kScalingThreads);
   }
   return engine;
 }
@@ -230,7 +230,7 @@ absl::StatusOr<Report> RunScalingBenchmark(const Options& options) {
   const double seconds = std::max(options.seconds_per_figure, 1.0);
   const std::string& device = options.device;
   ASSIGN_OR_RETURN(const config::EngineConfig engine, StepEngine(device));
-  const std::string on = device == "cuda" ? "on GPU 0" : absl::StrFormat("on the CPU, %d threads", kThreads);
+  const std::string on = device == "cuda" ? "on GPU 0" : absl::StrFormat("on the CPU, %d threads", kScalingThreads);
 
   // 1. The K = 1 steps and their gradients, on the device.
   const int64_t batch = options.quick ? 32 : 256;

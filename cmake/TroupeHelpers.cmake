@@ -46,6 +46,9 @@ function(troupe_test name)
   # compiles about a third faster than at -O3, and what it tests, the
   # libraries, stays -O3 -march=native.
   target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O1>)
+  # One source at a time: a test's helpers are file-local and often share
+  # names with a neighbour's (the libraries are built in unity batches).
+  set_target_properties(${name} PROPERTIES UNITY_BUILD OFF)
   # Cases on PJRT may read the backend's counters (executions, compiles).
   if((ARG_PJRT_CASES OR ARG_PJRT) AND TARGET troupe_pjrt)
     target_link_libraries(${name} PRIVATE troupe_pjrt)

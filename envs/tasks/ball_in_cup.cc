@@ -13,7 +13,7 @@
 namespace troupe::envs {
 namespace {
 
-constexpr char kModelFile[] = "ball_in_cup.xml";
+constexpr char kBallInCupModelFile[] = "ball_in_cup.xml";
 
 // The ball starts at joint positions x in [-0.2, 0.2], z in [0.2, 0.5] m
 // (from its body's home 0.2 m up), redrawn until nothing touches
@@ -26,7 +26,7 @@ constexpr int kMaxInitialAttempts = 1000;
 class BallInCupCatchTask : public Task {
  public:
   absl::Status Bind(const mjModel* model) override {
-    return BindIds(model, kModelFile,
+    return BindIds(model, kBallInCupModelFile,
                    {{mjOBJ_JOINT, "ball_x", &ball_x_joint_},
                     {mjOBJ_JOINT, "ball_z", &ball_z_joint_},
                     {mjOBJ_GEOM, "ball", &ball_geom_},
@@ -79,7 +79,7 @@ class BallInCupCatchTask : public Task {
 
 std::vector<TaskInfo> BallInCupTasks() {
   return {TaskInfo{.name = "ball_in_cup.catch",
-                   .model_file = kModelFile,
+                   .model_file = kBallInCupModelFile,
                    .control_substeps = 10,
                    .episode_steps = 1000,
                    .pixel_camera = "fixed",

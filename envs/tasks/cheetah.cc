@@ -14,7 +14,7 @@
 namespace troupe::envs {
 namespace {
 
-constexpr char kModelFile[] = "cheetah.xml";
+constexpr char kCheetahModelFile[] = "cheetah.xml";
 
 // Forward speed (m/s) at and above which the reward is 1.
 constexpr double kRunSpeed = 10.0;
@@ -26,7 +26,7 @@ constexpr int kSettleSteps = 200;
 class CheetahRunTask : public Task {
  public:
   absl::Status Bind(const mjModel* model) override {
-    RETURN_IF_ERROR(BindIds(model, kModelFile,
+    RETURN_IF_ERROR(BindIds(model, kCheetahModelFile,
                             {{mjOBJ_JOINT, "rootx", &rootx_joint_},
                              {mjOBJ_SENSOR, "torso_subtreelinvel", &speed_sensor_}}));
     if (model->nq != 9 || model->nv != 9) {
@@ -73,7 +73,7 @@ class CheetahRunTask : public Task {
 
 std::vector<TaskInfo> CheetahTasks() {
   return {TaskInfo{.name = "cheetah.run",
-                   .model_file = kModelFile,
+                   .model_file = kCheetahModelFile,
                    .control_substeps = 1,
                    .episode_steps = 1000,
                    .pixel_camera = "fixed",

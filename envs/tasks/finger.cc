@@ -14,7 +14,7 @@
 namespace troupe::envs {
 namespace {
 
-constexpr char kModelFile[] = "finger.xml";
+constexpr char kFingerModelFile[] = "finger.xml";
 
 // The spinner counts as spinning at angular velocities <= -15 rad/s.
 constexpr double kSpinVelocity = 15.0;
@@ -28,7 +28,7 @@ constexpr int kMaxInitialAttempts = 1000;
 class FingerSpinTask : public Task {
  public:
   absl::Status Bind(const mjModel* model) override {
-    return BindIds(model, kModelFile,
+    return BindIds(model, kFingerModelFile,
                    {{mjOBJ_JOINT, "proximal", &proximal_joint_},
                     {mjOBJ_JOINT, "distal", &distal_joint_},
                     {mjOBJ_JOINT, "hinge", &hinge_joint_},
@@ -92,7 +92,7 @@ class FingerSpinTask : public Task {
 
 std::vector<TaskInfo> FingerTasks() {
   return {TaskInfo{.name = "finger.spin",
-                   .model_file = kModelFile,
+                   .model_file = kFingerModelFile,
                    .control_substeps = 2,
                    .episode_steps = 1000,
                    .pixel_camera = "fixed",

@@ -13,7 +13,7 @@
 namespace troupe::envs {
 namespace {
 
-constexpr char kModelFile[] = "reacher.xml";
+constexpr char kReacherModelFile[] = "reacher.xml";
 
 // The target's radius in reacher.easy (reacher.hard would use 0.015).
 constexpr double kEasyTargetRadius = 0.05;
@@ -29,7 +29,7 @@ class ReacherTask : public Task {
   explicit ReacherTask(double target_radius) : target_radius_(target_radius) {}
 
   absl::Status Bind(const mjModel* model) override {
-    return BindIds(model, kModelFile,
+    return BindIds(model, kReacherModelFile,
                    {{mjOBJ_BODY, "target", &target_body_},
                     {mjOBJ_GEOM, "finger", &finger_geom_},
                     {mjOBJ_JOINT, "shoulder", &shoulder_joint_},
@@ -89,7 +89,7 @@ class ReacherTask : public Task {
 
 std::vector<TaskInfo> ReacherTasks() {
   return {TaskInfo{.name = "reacher.easy",
-                   .model_file = kModelFile,
+                   .model_file = kReacherModelFile,
                    .control_substeps = 1,
                    .episode_steps = 1000,
                    .pixel_camera = "fixed",

@@ -13,7 +13,7 @@
 namespace troupe::envs {
 namespace {
 
-constexpr char kModelFile[] = "walker.xml";
+constexpr char kWalkerModelFile[] = "walker.xml";
 
 // Torso height (m) at and above which the walker counts as standing.
 constexpr double kStandHeight = 1.2;
@@ -34,9 +34,9 @@ class WalkerWalkTask : public Task {
 
   absl::Status Bind(const mjModel* model) override {
     for (int i = 0; i < kNumBodies; ++i) {
-      RETURN_IF_ERROR(BindIds(model, kModelFile, {{mjOBJ_BODY, kBodies[i], &bodies_[i]}}));
+      RETURN_IF_ERROR(BindIds(model, kWalkerModelFile, {{mjOBJ_BODY, kBodies[i], &bodies_[i]}}));
     }
-    return BindIds(model, kModelFile, {{mjOBJ_SENSOR, "torso_subtreelinvel", &speed_sensor_}});
+    return BindIds(model, kWalkerModelFile, {{mjOBJ_SENSOR, "torso_subtreelinvel", &speed_sensor_}});
   }
 
   void InitializeEpisode(const mjModel* model, mjData* data, std::mt19937_64& rng) override {
@@ -88,7 +88,7 @@ class WalkerWalkTask : public Task {
 
 std::vector<TaskInfo> WalkerTasks() {
   return {TaskInfo{.name = "walker.walk",
-                   .model_file = kModelFile,
+                   .model_file = kWalkerModelFile,
                    .control_substeps = 10,
                    .episode_steps = 1000,
                    .pixel_camera = "fixed",
