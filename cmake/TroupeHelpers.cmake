@@ -48,7 +48,11 @@ function(troupe_test name)
   target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O1>)
   # One source at a time: a test's helpers are file-local and often share
   # names with a neighbour's (the libraries are built in unity batches).
+  # The common headers come precompiled (troupe_test_pch, CMakeLists.txt).
   set_target_properties(${name} PROPERTIES UNITY_BUILD OFF)
+  # (-pthread: the PCH's, which GCC requires of every user; most tests have it from their libraries.)
+  target_precompile_headers(${name} REUSE_FROM troupe_test_pch)
+  target_compile_options(${name} PRIVATE -pthread)
   # Cases on PJRT may read the backend's counters (executions, compiles).
   if((ARG_PJRT_CASES OR ARG_PJRT) AND TARGET troupe_pjrt)
     target_link_libraries(${name} PRIVATE troupe_pjrt)

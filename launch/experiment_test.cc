@@ -7,6 +7,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/files.h"
 #include "gmock/gmock.h"
@@ -97,11 +98,11 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
 
 // The video's size matters only where videos are made.
 TEST(ValidateExperimentTest, AnOddVideoSizeIsRefusedOnlyWhereVideosAreMade) {
-  EXPECT_THAT(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_height: 85 }")).message(),
+  EXPECT_THAT(ValidateExperiment(Parse(absl::StrCat(kRl, "evaluator { video_height: 85 }"))).message(),
               HasSubstr("evaluator.video_height 85: must be even"));
-  EXPECT_TRUE(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_width: 85 record_video: false }")).ok());
-  EXPECT_TRUE(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_width: 85 every_frames: 0 }")).ok());
-  EXPECT_TRUE(ValidateExperiment(Parse(std::string(kRl) + "evaluator { video_width: 600 record_video: false }")).ok());
+  EXPECT_TRUE(ValidateExperiment(Parse(absl::StrCat(kRl, "evaluator { video_width: 85 record_video: false }"))).ok());
+  EXPECT_TRUE(ValidateExperiment(Parse(absl::StrCat(kRl, "evaluator { video_width: 85 every_frames: 0 }"))).ok());
+  EXPECT_TRUE(ValidateExperiment(Parse(absl::StrCat(kRl, "evaluator { video_width: 600 record_video: false }"))).ok());
 }
 
 TEST(ValidateExperimentTest, OnlyTheSectionsTheModeRunsAreChecked) {

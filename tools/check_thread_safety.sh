@@ -24,8 +24,18 @@ for source in $annotated; do
   [[ -f "$source" ]] || continue
   # This source's compile command: compiler -> clang++, no object output.
   line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $root/$source\"" | head -1 || true)
+  # In a unity build (TROUPE_UNITY_BUILD) the source is compiled inside its
+  # target's batch file: that file's command, on the source alone.
+  batch=""
+  if [[ -z "$line" ]]; then
+    for batch in $(grep -rlF --include='unity_*.cxx' "\"$root/$source\"" "$build" 2>/dev/null || true); do
+      line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $batch\"" | head -1 || true)
+      [[ -n "$line" ]] && break  # (a nested build's batch, pip's, is not in this one's commands)
+    done
+  fi
   [[ -n "$line" ]] || continue
   command=$(sed -E 's/^ *"command": "//; s/",?$//; s/\\"/"/g' <<<"$line")
+  [[ -n "$batch" ]] && command=${command//"-c $batch"/"-c $root/$source"}
   command=$(sed -E 's/^[^ ]+ /clang++ /; s/ -o [^ ]+ / /; s/ -c / -fsyntax-only -Wthread-safety -Werror=thread-safety /' <<<"$command")
   command=${command// -Wno-maybe-uninitialized/}
   if ! output=$(cd "$build" && eval "$command" 2>&1); then
