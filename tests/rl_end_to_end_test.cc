@@ -214,10 +214,12 @@ TEST_F(RlEndToEndTest, TheRandomAgentRunsThroughActorsReplayEvaluatorCheckpoints
   EXPECT_GT(rows.back()[kUpdates], 10) << "the learner sampled replay";
   EXPECT_GT(rows.back()[kReplaySize], 300);
   EXPECT_EQ(rows.back()[kCriticLoss], 0) << "an agent without a critic writes 0 there";
-  for (int i = 0; i < 2; ++i) {
-    const std::string log = Read(run + "/logs/actor-" + std::to_string(i) + ".log");
-    EXPECT_THAT(log, ::testing::HasSubstr("uniform random")) << log;
-  }
+  // An episode's line says the actor's exploration (an actor that started
+  // late under load may have finished none).
+  const std::string actor_logs = Read(run + "/logs/actor-0.log") + Read(run + "/logs/actor-1.log");
+  EXPECT_THAT(actor_logs, ::testing::HasSubstr("episode 1 return")) << actor_logs;
+  EXPECT_THAT(actor_logs, ::testing::HasSubstr("uniform random")) << actor_logs;
+  EXPECT_THAT(actor_logs, ::testing::Not(::testing::HasSubstr("noise"))) << actor_logs;
   const auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_FALSE(evals.empty());
   ExpectEvaluationsOnTheGrid(evals, /*every=*/4000, /*end=*/6000);

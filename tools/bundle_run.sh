@@ -296,7 +296,7 @@ if has job; then
   if [[ -n $stand_in ]]; then
     job=(--set learner.engine.device=PJRT --set "learner.engine.pjrt_plugin=$stand_in")
     task=cartpole_swingup_state
-    cap=50
+    cap=40
   fi
   seconds=$(( $(capped $cap) - 20 ))
   if ((seconds >= 30)); then
