@@ -18,20 +18,20 @@ cd "$root"
 folders=$(for f in common engine envs replay agents gan actors learner launch viz cli bench; do if [[ -d $f ]]; then echo "$f"; fi; done)
 annotated=$(grep -rlE 'ABSL_(GUARDED_BY|PT_GUARDED_BY|EXCLUSIVE_LOCKS_REQUIRED|SHARED_LOCKS_REQUIRED|ACQUIRED_AFTER)' \
               --include='*.h' --include='*.cc' $folders | sed -E 's/\.h$/.cc/' | sort -u)
+# In a unity build (TROUPE_UNITY_BUILD) a source is compiled inside its
+# target's batch file: the batches this build compiles, read once.
+batches=$(grep -oE -- '-c [^ "]*/Unity/unity_[0-9]+_cxx\.cxx' "$commands" | cut -c4- | sort -u || true)
 status=0
 checked=0
 for source in $annotated; do
   [[ -f "$source" ]] || continue
   # This source's compile command: compiler -> clang++, no object output.
   line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $root/$source\"" | head -1 || true)
-  # In a unity build (TROUPE_UNITY_BUILD) the source is compiled inside its
-  # target's batch file: that file's command, on the source alone.
+  # Else the batch that includes it: that batch's command, on the source alone.
   batch=""
-  if [[ -z "$line" ]]; then
-    for batch in $(grep -rlF --include='unity_*.cxx' "\"$root/$source\"" "$build" 2>/dev/null || true); do
-      line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $batch\"" | head -1 || true)
-      [[ -n "$line" ]] && break  # (a nested build's batch, pip's, is not in this one's commands)
-    done
+  if [[ -z "$line" && -n "$batches" ]]; then
+    batch=$(grep -lF "\"$root/$source\"" $batches 2>/dev/null | head -1 || true)
+    [[ -n "$batch" ]] && line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $batch\"" | head -1 || true)
   fi
   [[ -n "$line" ]] || continue
   command=$(sed -E 's/^ *"command": "//; s/",?$//; s/\\"/"/g' <<<"$line")
