@@ -292,14 +292,14 @@ if has job; then
   # task with its learner on the stand-in plugin (a bare root renders nothing).
   job=(--set learner.engine.device=GPU)
   task=cartpole_swingup
-  cap=300
+  cap=300; least=30  # at most CAP s of the budget, 20 of them kept for its ending; at least LEAST s of training
   if [[ -n $stand_in ]]; then
     job=(--set learner.engine.device=PJRT --set "learner.engine.pjrt_plugin=$stand_in")
     task=cartpole_swingup_state
-    cap=40
+    cap=40; least=20
   fi
   seconds=$(( $(capped $cap) - 20 ))
-  if ((seconds >= 30)); then
+  if ((seconds >= least)); then
     step "$out/run_gpu.txt" 0 timeout -k 10 "$seconds" "$here/bin/troupe" run "$TROUPE_HOME/configs/$task.textproto" \
       "${job[@]}" --set evaluator.record_video=false --set learner.checkpoint_replay=false --set runs_dir="$out/runs"
     rc=$?
