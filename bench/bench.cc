@@ -412,6 +412,10 @@ absl::StatusOr<double> AddComparison(Report& report, const std::string& name, co
   return alone.median;
 }
 
+double DeviceFigureSeconds(const Options& options, double floor) {
+  return options.quick ? options.seconds_per_figure : std::max(options.seconds_per_figure, floor);
+}
+
 std::vector<std::string> PytorchPeerModes(std::vector<std::string> defaults) {
   const char* env = std::getenv("TROUPE_PYTORCH_MODES");
   if (env == nullptr || *env == '\0') return defaults;

@@ -284,7 +284,7 @@ absl::Status AddStepSpeeds(const gan::GanData& data, const config::GanConfig& ba
 // against troupe's CPU backend in the same run.
 absl::StatusOr<Report> RunGanBenchmarkOnDevice(const Options& options) {
   Report report;
-  const double seconds = std::max(options.seconds_per_figure, 3.0);
+  const double seconds = DeviceFigureSeconds(options, 3.0);
   const gan::GanData data = bench::RandomGanData();
   config::EngineConfig engine;
   const bool pjrt = options.device == "pjrt";
@@ -372,7 +372,7 @@ absl::StatusOr<Report> RunGanBenchmark(const Options& options) {
   config::GanConfig base;
   base.mutable_engine()->set_threads(kGanThreads);
   base.set_data_dir(gan::kFashionMnistDir);
-  const double step_seconds = std::max(options.seconds_per_figure, 3.0);
+  const double step_seconds = DeviceFigureSeconds(options, 3.0);
   if (speed_only) {
     RETURN_IF_ERROR(AddLibtorchStepComparison(*data, base, options, step_seconds, report));
     RETURN_IF_ERROR(AddStepSpeeds(*data, base, step_seconds, report));

@@ -187,7 +187,7 @@ absl::Status AddGpuPeerRows(Report& report, const std::string& name, nn::Backend
 // JAX (jax.jit, the machine's JAX), on the same GPU in the same run; and the host<->device copies a D4PG step makes.
 absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
   Report report;
-  const double seconds = std::max(options.seconds_per_figure, 2.0);
+  const double seconds = DeviceFigureSeconds(options, 2.0);
   for (const auto precision : {config::EngineConfig::FLOAT32, config::EngineConfig::BFLOAT16}) {
     config::EngineConfig engine;
     engine.set_device(config::EngineConfig::CUDA);
@@ -269,7 +269,7 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   return absl::InvalidArgumentError("--device pjrt: this troupe was built without the PJRT backend (TROUPE_PJRT=ON)");
 #else
   Report report;
-  const double seconds = std::max(options.seconds_per_figure, 2.0);
+  const double seconds = DeviceFigureSeconds(options, 2.0);
   config::EngineConfig engine;
   engine.set_device(config::EngineConfig::PJRT);
   engine.set_pjrt_plugin(options.pjrt_plugin);
@@ -386,7 +386,7 @@ absl::StatusOr<Report> RunLearnerBenchmark(const Options& options) {
   if (options.device == "cuda") return RunLearnerBenchmarkOnCuda(options);
   if (options.device == "pjrt") return RunLearnerBenchmarkOnPjrt(options);
   Report report;
-  const double seconds = std::max(options.seconds_per_figure, 2.0);
+  const double seconds = DeviceFigureSeconds(options, 2.0);
   const int64_t batch = options.quick ? 32 : 256;
   nn::CpuBackend cpu(kThreads);
   DrqNetwork shape_only(84, cpu);
