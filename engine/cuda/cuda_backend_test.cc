@@ -812,6 +812,16 @@ TEST(NcclCollectivesTest, SingleReplicaCollectivesOnHostAndDeviceMemory) {
   EXPECT_EQ(out, host);
   EXPECT_TRUE(c.Broadcast(host, 0).ok());
   EXPECT_EQ(c.Broadcast(host, 1).code(), absl::StatusCode::kInvalidArgument);
+  // One replica's part is the whole: out of place on the host, in place on the device.
+  std::vector<float> part(3);
+  ASSERT_TRUE(c.ReduceScatter(host, part, replicator::ReduceOp::kMean).ok());
+  EXPECT_EQ(part, host);
+  ASSERT_TRUE(c.ReduceScatter({device.data(), 2}, {device.data(), 2}, replicator::ReduceOp::kSum).ok());
+  EXPECT_EQ(device.ToHost(), (std::vector<float>{4, 5}));
+  EXPECT_EQ(c.ReduceScatter(host, {part.data(), 2}, replicator::ReduceOp::kSum).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c.AllGather({device.data(), 2}, {device.data(), 2}).ok());
+  EXPECT_EQ(device.ToHost(), (std::vector<float>{4, 5}));
 }
 
 TEST(NcclCollectivesTest, ReplicasOnSeveralGpusMatchOneReplica) {

@@ -311,6 +311,30 @@ absl::Status NcclCollectives::AllGather(std::span<const float> in, std::span<flo
   return WaitStream(replicator::kAllGather, count);
 }
 
+absl::Status NcclCollectives::ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op) {
+  if (!failure_.ok()) return failure_;
+  const int64_t count = static_cast<int64_t>(out.size());
+  if (static_cast<int64_t>(in.size()) != count * size_) {
+    return absl::InvalidArgumentError(absl::StrCat("ReduceScatter: in holds ", in.size(), " floats, expected ",
+                                                   count * size_, " (", size_, " x ", count, ")"));
+  }
+  CUDA_CHECK(cudaSetDevice(device_));
+  ++seq_;
+  if (absl::Status s = CheckDescriptors(replicator::kReduceScatter, count, -1); !s.ok()) return s;
+  // Device memory in place is NCCL's own in-place form (out = in + rank x
+  // count); host memory goes through two staging buffers.
+  const int slot = static_cast<int>(pending_.size());
+  float* send = DevicePointer(in.data(), count * size_, slot, /*copy_in=*/true);
+  float* recv = DevicePointer(out.data(), count, slot + 1, /*copy_in=*/false);
+  RETURN_IF_NCCL_ERROR("ncclReduceScatter",
+                       ncclReduceScatter(send, recv, count, ncclFloat32, op == ReduceOp::kMean ? ncclAvg : ncclSum,
+                                         AsComm(comm_), AsStream(stream_)));
+  if (recv != out.data()) {
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), recv, sizeof(float) * count, cudaMemcpyDeviceToHost, AsStream(stream_)));
+  }
+  return WaitStream(replicator::kReduceScatter, count);
+}
+
 absl::Status NcclCollectives::Broadcast(std::span<float> data, int root) {
   if (!failure_.ok()) return failure_;
   if (root < 0 || root >= size_) {

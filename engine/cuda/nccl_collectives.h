@@ -73,6 +73,7 @@ class NcclCollectives final : public replicator::Collectives {
   bool takes_device_memory() const override { return true; }
   absl::Status AllReduce(std::span<float> data, replicator::ReduceOp op) override;
   absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
+  absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, replicator::ReduceOp op) override;
   absl::Status Broadcast(std::span<float> data, int root) override;
   absl::Status StartAllReduce(std::span<float> data, replicator::ReduceOp op) override;
   absl::Status WaitAll() override;

@@ -60,11 +60,20 @@ DeviceBuffer ZeroedLike(const ParameterSet& params, Backend& backend) {
 
 }  // namespace
 
-Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options)
-    : params_(params), backend_(backend), options_(options) {
+Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options, int64_t part_begin, int64_t part_floats)
+    : params_(params), backend_(backend), options_(options), part_begin_(part_begin) {
   TROUPE_CHECK(params->allocated() && &params->backend() == backend);
-  m_ = ZeroedLike(*params, *backend);
-  v_ = ZeroedLike(*params, *backend);
+  if (part_floats < 0) {
+    TROUPE_CHECK(part_begin == 0);
+    m_ = ZeroedLike(*params, *backend);
+    v_ = ZeroedLike(*params, *backend);
+    return;
+  }
+  TROUPE_CHECK(part_begin >= 0 && part_floats >= 1 && part_begin + part_floats <= params->padded_floats());
+  for (DeviceBuffer* b : {&m_, &v_}) {
+    *b = DeviceBuffer(*backend, part_floats);
+    backend->Fill(b->data(), part_floats, 0.0f);
+  }
 }
 
 void Adam::Prepare(float learning_rate) {
@@ -93,14 +102,14 @@ void Adam::Apply() {
   const Prepared& p = prepared_[slot];
   if (p.on_device) {
     backend_->AdamUpdateFromDevice(m_.size(), hyper_[slot].data(), options_.beta1, options_.beta2, options_.eps,
-                                   options_.weight_decay, params_->device_grads(), params_->device_values(),
-                                   m_.data(), v_.data());
+                                   options_.weight_decay, params_->device_grads() + part_begin_,
+                                   params_->device_values() + part_begin_, m_.data(), v_.data());
     return;
   }
   backend_->NotReplayable("Adam's learning rate and bias corrections from the host (Prepare inside the step)");
   backend_->AdamUpdate(m_.size(), p.hyper[0], options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
-                       p.hyper[1], p.hyper[2], params_->device_grads(), params_->device_values(), m_.data(),
-                       v_.data());
+                       p.hyper[1], p.hyper[2], params_->device_grads() + part_begin_,
+                       params_->device_values() + part_begin_, m_.data(), v_.data());
 }
 
 std::vector<OptimizerState> Adam::State() { return {{"adam.m", m_.data()}, {"adam.v", v_.data()}}; }

@@ -105,7 +105,11 @@ struct AdamOptions {
 // Adam (Kingma & Ba 2015) / AdamW (Loshchilov & Hutter 2019).
 class Adam final : public Optimizer {
  public:
-  Adam(ParameterSet* params, Backend* backend, AdamOptions options = {});
+  // Over the whole buffer, or over floats [part_begin, part_begin +
+  // part_floats) of it only (a sharded optimizer's part, padding included:
+  // replicator::ShardedAdam), its moments then part_floats long.
+  Adam(ParameterSet* params, Backend* backend, AdamOptions options = {}, int64_t part_begin = 0,
+       int64_t part_floats = -1);
   // Where the backend replays steps and Prepare runs outside a step, the
   // learning rate and bias corrections go to the device (AdamUpdateFromDevice).
   void Prepare(float learning_rate) override;
@@ -120,6 +124,7 @@ class Adam final : public Optimizer {
   ParameterSet* params_;
   Backend* backend_;
   AdamOptions options_;
+  int64_t part_begin_ = 0;
   int64_t steps_ = 0;
   DeviceBuffer m_, v_;  // zeroed by a kernel
   // Prepared updates not yet applied, by slot (the k-th Prepare of a step

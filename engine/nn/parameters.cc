@@ -26,9 +26,9 @@ int ParameterSet::Find(const std::string& name) const {
   return -1;
 }
 
-void ParameterSet::Allocate(Backend& backend, uint64_t seed) {
-  TROUPE_CHECK(!allocated());
-  const int64_t floats = std::max<int64_t>(total_, 1);
+void ParameterSet::Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple) {
+  TROUPE_CHECK(!allocated() && pad_multiple >= 1);
+  const int64_t floats = std::max<int64_t>((total_ + pad_multiple - 1) / pad_multiple * pad_multiple, 1);
   values_ = DeviceBuffer(backend, floats);
   grads_ = DeviceBuffer(backend, floats);
   backend.Fill(grads_.data(), floats, 0.0f);
@@ -57,6 +57,12 @@ void ParameterSet::Allocate(Backend& backend, uint64_t seed) {
     }
   }
   values_.Upload(host);
+}
+
+std::vector<float> ParameterSet::DownloadValues() const {
+  std::vector<float> host(static_cast<size_t>(total_));
+  values_.Download(host);
+  return host;
 }
 
 absl::Status ParameterSet::UploadValues(std::span<const float> host) {
@@ -93,7 +99,7 @@ absl::Status ParameterSet::CheckSameLayout(const ParameterSet& other) const {
 absl::Status ParameterSet::CopyValuesFrom(const ParameterSet& other) {
   RETURN_IF_ERROR(CheckSameLayout(other));
   if (&other.backend() == &backend()) {
-    backend().Copy(other.values_.data(), values_.data(), values_.size());
+    backend().Copy(other.values_.data(), values_.data(), total_);
     return absl::OkStatus();
   }
   return UploadValues(other.DownloadValues());

@@ -56,8 +56,10 @@ class ParameterSet {
   // Allocates values and gradients (zeroed) in `backend`'s memory, runs every
   // initialiser from `seed` on the host and uploads the values. Parameters
   // may not be added afterwards. Same seed, same values, on every backend.
-  // `backend` must outlive the set.
-  void Allocate(Backend& backend, uint64_t seed);
+  // `backend` must outlive the set. `pad_multiple`: the buffers are made
+  // padded_floats() long, total_floats() rounded up to a multiple of it,
+  // the padding zero (K equal parts for a sharded optimizer's collectives).
+  void Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple = 1);
   bool allocated() const { return !values_.empty(); }
   Backend& backend() const { return *values_.backend(); }
 
@@ -75,11 +77,13 @@ class ParameterSet {
   float* device_values() const { return values_.data(); }
   float* device_grads() const { return grads_.data(); }
   int64_t total_floats() const { return total_; }
+  // The buffers' length: total_floats() and Allocate's padding (zero).
+  int64_t padded_floats() const { return values_.size(); }
 
-  // A host copy of the whole value buffer (one Download), and the values set
-  // from the host (one Upload; InvalidArgument naming both sizes unless
-  // `host` has total_floats() floats).
-  std::vector<float> DownloadValues() const { return values_.Download(); }
+  // A host copy of the whole value buffer (one Download of total_floats()),
+  // and the values set from the host (one Upload; InvalidArgument naming
+  // both sizes unless `host` has total_floats() floats).
+  std::vector<float> DownloadValues() const;
   absl::Status UploadValues(std::span<const float> host);
 
   // Gradients to zero, with a backend kernel.

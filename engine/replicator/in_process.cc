@@ -14,6 +14,7 @@ std::string DescribeCollective(int kind, int64_t count) {
   const char* name = kind == kAllReduce           ? "AllReduce"
                      : kind == kAllGather         ? "AllGather"
                      : kind == kAllReduceOnDevice ? "AllReduceOnDevice"
+                     : kind == kReduceScatter     ? "ReduceScatter"
                                                   : "Broadcast";
   return absl::StrCat(name, " of ", count, " floats");
 }
@@ -47,6 +48,12 @@ class InProcessCollectives final : public Collectives {
     InProcessGroup::Slot s{0, kAllGather, static_cast<int64_t>(in.size()), 0, in.data(), out.data(),
                            static_cast<int64_t>(out.size())};
     return group_->Run(id_, seq_++, s, ReduceOp::kSum);
+  }
+  absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
+    TROUPE_CHECK(in.size() == out.size() * static_cast<size_t>(num_replicas()));
+    InProcessGroup::Slot s{0, kReduceScatter, static_cast<int64_t>(out.size()), 0, in.data(), out.data(),
+                           static_cast<int64_t>(out.size())};
+    return group_->Run(id_, seq_++, s, op);
   }
   absl::Status Broadcast(std::span<float> data, int root) override {
     InProcessGroup::Slot s{0, kBroadcast, static_cast<int64_t>(data.size()), root, data.data(), data.data(),
@@ -136,7 +143,24 @@ absl::Status InProcessGroup::Run(int id, int64_t seq, Slot slot, ReduceOp op) {
     }
     case kAllGather:
       for (const Slot& dst : slots_) {
-        for (int r = 0; r < num_replicas_; ++r) std::memcpy(dst.out + r * n, slots_[r].in, sizeof(float) * n);
+        for (int r = 0; r < num_replicas_; ++r) {
+          if (dst.out + r * n != slots_[r].in) std::memcpy(dst.out + r * n, slots_[r].in, sizeof(float) * n);
+        }
+      }
+      break;
+    case kReduceScatter:
+      // Replica d's part summed in replica order, then written: in place, its
+      // out is its own in's part d, which no other part reads.
+      scratch_.resize(n);
+      for (int d = 0; d < num_replicas_; ++d) {
+        std::fill(scratch_.begin(), scratch_.end(), 0.0f);
+        for (const Slot& s : slots_) {
+          for (int64_t i = 0; i < n; ++i) scratch_[i] += s.in[d * n + i];
+        }
+        if (op == ReduceOp::kMean) {
+          for (float& v : scratch_) v /= static_cast<float>(num_replicas_);
+        }
+        std::memcpy(slots_[d].out, scratch_.data(), sizeof(float) * n);
       }
       break;
     case kBroadcast:

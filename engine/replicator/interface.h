@@ -54,7 +54,15 @@ class Collectives {
   // error within the timeout on every backend.
   virtual absl::Status AllReduce(std::span<float> data, ReduceOp op) = 0;
   // out[r * in.size() + i] = replica r's in[i]; out.size() == K * in.size().
+  // In place when `in` is this replica's own part of `out` (in.data() ==
+  // out.data() + replica_id() * in.size()).
   virtual absl::Status AllGather(std::span<const float> in, std::span<float> out) = 0;
+  // Replica r's out[i] = op over replicas of in[r * out.size() + i];
+  // in.size() == K * out.size(): each replica gets its part of the reduced
+  // whole (a sharded optimizer's gradient). In place when `out` is this
+  // replica's own part of `in` (out.data() == in.data() + replica_id() *
+  // out.size()).
+  virtual absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op) = 0;
   // Every replica's data = replica `root`'s data.
   virtual absl::Status Broadcast(std::span<float> data, int root) = 0;
 
@@ -73,7 +81,7 @@ class Collectives {
 
 // "AllReduce of 1024 floats": how errors describe a collective.
 std::string DescribeCollective(int kind, int64_t count);
-enum CollectiveKind { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kAllReduceOnDevice = 4 };
+enum CollectiveKind { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kAllReduceOnDevice = 4, kReduceScatter = 5 };
 
 }  // namespace troupe::replicator
 

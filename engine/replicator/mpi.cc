@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <thread>
 
@@ -190,9 +191,31 @@ absl::Status MpiCollectives::AllGather(std::span<const float> in, std::span<floa
   TROUPE_CHECK(out.size() == in.size() * static_cast<size_t>(size_));
   RETURN_IF_ERROR(CheckDescriptors(kAllGather, static_cast<int64_t>(in.size()), 0));
   MPI_Request request;
-  MPI_Iallgather(in.data(), static_cast<int>(in.size()), MPI_FLOAT, out.data(), static_cast<int>(in.size()),
-                 MPI_FLOAT, MPI_COMM_WORLD, &request);
+  // MPI forbids aliased buffers: in place is MPI_IN_PLACE.
+  const bool in_place = in.data() == out.data() + rank_ * in.size();
+  MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data(), static_cast<int>(in.size()), MPI_FLOAT, out.data(),
+                 static_cast<int>(in.size()), MPI_FLOAT, MPI_COMM_WORLD, &request);
   return Wait(&request, kAllGather, static_cast<int64_t>(in.size()));
+}
+
+absl::Status MpiCollectives::ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op) {
+  TROUPE_CHECK(in.size() == out.size() * static_cast<size_t>(size_));
+  const int64_t count = static_cast<int64_t>(out.size());
+  RETURN_IF_ERROR(CheckDescriptors(kReduceScatter, count, 0));
+  // In place (out inside in) the result lands in scratch first: MPI's own
+  // MPI_IN_PLACE would put it at the start of the buffer, not at this rank's part.
+  const bool aliased = out.data() >= in.data() && out.data() < in.data() + in.size();
+  float* result = out.data();
+  if (aliased) {
+    scratch_.resize(out.size());
+    result = scratch_.data();
+  }
+  MPI_Request request;
+  MPI_Ireduce_scatter_block(in.data(), result, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+  RETURN_IF_ERROR(Wait(&request, kReduceScatter, count));
+  if (aliased) std::copy(scratch_.begin(), scratch_.end(), out.begin());
+  if (op == ReduceOp::kMean) Scale(out, 1.0f / static_cast<float>(size_));
+  return absl::OkStatus();
 }
 
 absl::Status MpiCollectives::Broadcast(std::span<float> data, int root) {

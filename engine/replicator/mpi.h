@@ -40,6 +40,7 @@ class MpiCollectives final : public Collectives {
   int local_rank() const override { return local_rank_; }
   absl::Status AllReduce(std::span<float> data, ReduceOp op) override;
   absl::Status AllGather(std::span<const float> in, std::span<float> out) override;
+  absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op) override;
   absl::Status Broadcast(std::span<float> data, int root) override;
   absl::Status StartAllReduce(std::span<float> data, ReduceOp op) override;
   absl::Status WaitAll() override;
@@ -59,6 +60,7 @@ class MpiCollectives final : public Collectives {
   absl::Status failure_;
   struct Pending;
   std::vector<std::unique_ptr<Pending>> pending_;
+  std::vector<float> scratch_;  // ReduceScatter's result when it is in place
 };
 
 }  // namespace troupe::replicator

@@ -4,6 +4,10 @@
 //                batch, after 5 Adam steps with bucketed gradient reduction
 //   stall        replica 1 stalls; replica 0's collective times out naming it
 //   mismatch     replicas call different collectives; the error names them
+//   sharded      K=2 MPI replicas with Adam's moments split (ShardedAdam:
+//                reduce-scatter, all-gather, the clip's norm all-reduced) ==
+//                one replica with Adam on the whole batch after 10 steps,
+//                parameters and whole moments compared
 // Exit status 0 iff the scenario behaved as expected on this rank.
 #include <chrono>
 #include <cmath>
@@ -12,7 +16,9 @@
 #include <thread>
 
 #include "common/status_macros.h"
+#include "engine/nn/checkpoint.h"
 #include "engine/replicator/replicator.h"
+#include "engine/replicator/sharded_adam.h"
 #include "engine/replicator/test_model.h"
 
 namespace troupe::replicator {
@@ -106,6 +112,65 @@ int Mismatch() {
              : 1;
 }
 
+// Adam after clipping by global norm, on one replica (the reference).
+class ClippedAdam final : public nn::ForwardingOptimizer {
+ public:
+  ClippedAdam(nn::Optimizer* inner, float max_norm) : ForwardingOptimizer(inner), max_norm_(max_norm) {}
+  void Apply() override {
+    nn::ClipGradientsByGlobalNorm(parameters(), parameters().backend(), max_norm_);
+    inner()->Apply();
+  }
+
+ private:
+  float max_norm_;
+};
+
+int Sharded() {
+  constexpr float kMaxNorm = 0.05f;  // clips (ShardedAdamTest shows it)
+  auto mpi = Make(ReplicatorOptions::Backend::kMpi, 0, 30000ms);
+  const int rank = mpi->local_replicas()[0];
+  testing::TestModel replicated(std::make_shared<nn::CpuBackend>(1), ShardedAdam::PadMultiple(2)), reference;
+  std::vector<nn::CheckpointTensor> got, want;
+  absl::Status s = mpi->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdam> sharded,
+                     ShardedAdam::Create(&replicated.params, &ctx, {.max_grad_norm = kMaxNorm}));
+    RETURN_IF_ERROR(testing::TrainShard(ctx, replicated, /*steps=*/10, 1 << 20, true, sharded.get()));
+    RETURN_IF_ERROR(sharded->GatherState());
+    got = nn::CheckpointTensors(replicated.params, sharded.get());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %d: sharded training failed: %s\n", rank, s.ToString().c_str());
+    return 1;
+  }
+  auto single = Make(ReplicatorOptions::Backend::kInProcess, 1, 30000ms);
+  nn::Adam adam(&reference.params, reference.backend.get());
+  ClippedAdam clipped(&adam, kMaxNorm);
+  s = single->RunReplicas([&](ReplicaContext& ctx) {
+    return testing::TrainShard(ctx, reference, /*steps=*/10, 1 << 20, true, &clipped);
+  });
+  if (!s.ok()) return 1;
+  want = nn::CheckpointTensors(reference.params, &clipped);
+  // Relative difference in norm, per tensor.
+  double worst = 0;
+  std::string at;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double d = 0, n = 0;
+    for (size_t j = 0; j < want[i].values.size(); ++j) {
+      d += std::pow(double(got[i].values[j]) - want[i].values[j], 2);
+      n += std::pow(double(want[i].values[j]), 2);
+    }
+    const double relative = n > 0 ? std::sqrt(d / n) : std::sqrt(d);
+    if (got[i].name != want[i].name || relative > worst) {
+      worst = got[i].name != want[i].name ? 1e30 : relative;
+      at = want[i].name;
+    }
+  }
+  std::printf("rank %d: largest relative difference of a state tensor, K=2 sharded (MPI) vs K=1 Adam: %g (%s)\n", rank,
+              worst, at.c_str());
+  return worst < 1e-4 ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace troupe::replicator
 
@@ -114,6 +179,7 @@ int main(int argc, char** argv) {
   if (scenario == "equivalence") return troupe::replicator::Equivalence();
   if (scenario == "stall") return troupe::replicator::Stall();
   if (scenario == "mismatch") return troupe::replicator::Mismatch();
-  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch\n", argv[0]);
+  if (scenario == "sharded") return troupe::replicator::Sharded();
+  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|sharded\n", argv[0]);
   return 2;
 }

@@ -40,6 +40,9 @@ absl::Status ReplicaContext::AllReduce(std::span<float> data, ReduceOp op) {
 absl::Status ReplicaContext::AllGather(std::span<const float> in, std::span<float> out) {
   return Record(collectives_->AllGather(in, out));
 }
+absl::Status ReplicaContext::ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op) {
+  return Record(collectives_->ReduceScatter(in, out, op));
+}
 absl::Status ReplicaContext::Broadcast(std::span<float> data, int root) {
   return Record(collectives_->Broadcast(data, root));
 }

@@ -88,6 +88,7 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   // Collectives on host memory.
   absl::Status AllReduce(std::span<float> data, ReduceOp op);
   absl::Status AllGather(std::span<const float> in, std::span<float> out);
+  absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp op);
   absl::Status Broadcast(std::span<float> data, int root);
   // A background all-reduce (see Collectives::StartAllReduce) and its wait.
   absl::Status StartAllReduce(std::span<float> data, ReduceOp op);

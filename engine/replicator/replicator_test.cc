@@ -203,6 +203,36 @@ TEST(ReplicatorTest, AllGatherAndBroadcastDeliverEveryReplicasData) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// Replica r gets the reduction of every replica's part r: the sums and means
+// of K=3 replicas' [r + 10 i] parts, out of place and in place (its own
+// part of the input); an all-gather in place leaves every part in place.
+TEST(ReplicatorTest, ReduceScatterGivesEachReplicaItsPartOfTheReduction) {
+  auto replicator = MakeInProcess(3);
+  absl::Status s = replicator->RunReplicas([](ReplicaContext& ctx) -> absl::Status {
+    const int r = ctx.replica_id();
+    // in[p * 2 + j] = 100 p + 10 j + r: part p of replica r.
+    std::vector<float> in(6);
+    for (int p = 0; p < 3; ++p) {
+      for (int j = 0; j < 2; ++j) in[p * 2 + j] = 100.0f * p + 10.0f * j + r;
+    }
+    // Summed over r = 0, 1, 2: 3 (100 r + 10 j) + 3.
+    const std::vector<float> sum = {300.0f * r + 3, 300.0f * r + 33};
+    std::vector<float> out(2);
+    RETURN_IF_ERROR(ctx.ReduceScatter(in, out, ReduceOp::kSum));
+    EXPECT_EQ(out, sum);
+    RETURN_IF_ERROR(ctx.ReduceScatter(in, {in.data() + 2 * r, 2}, ReduceOp::kMean));
+    EXPECT_EQ(std::vector<float>(in.begin() + 2 * r, in.begin() + 2 * r + 2),
+              (std::vector<float>{100.0f * r + 1, 100.0f * r + 11}));
+    std::vector<float> gathered(6, -1.0f);
+    gathered[2 * r] = 7.0f * r;
+    gathered[2 * r + 1] = 7.0f * r + 1;
+    RETURN_IF_ERROR(ctx.AllGather({gathered.data() + 2 * r, 2}, gathered));
+    EXPECT_EQ(gathered, (std::vector<float>{0, 1, 7, 8, 14, 15}));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST(ReplicatorTest, AFailingReplicaIsAnErrorNamingItAndReleasesTheOthers) {
   auto replicator = MakeInProcess(2, /*timeout=*/30000ms);
   const auto start = std::chrono::steady_clock::now();

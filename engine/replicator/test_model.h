@@ -6,6 +6,7 @@
 #define TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -43,7 +44,9 @@ struct TestModel {
   nn::LinearLayer head;
   nn::DeviceBuffer running_mean, running_var;  // batch norm's, on the device
 
-  explicit TestModel(std::shared_ptr<nn::Backend> device = std::make_shared<nn::CpuBackend>(/*num_threads=*/1))
+  // `pad_multiple`: the parameters' padding (ShardedAdam::PadMultiple(K)).
+  explicit TestModel(std::shared_ptr<nn::Backend> device = std::make_shared<nn::CpuBackend>(/*num_threads=*/1),
+                     int64_t pad_multiple = 1)
       : backend(std::move(device)) {
     // The conv's bias only feeds the no-batch-norm variant: before batch norm
     // its gradient is zero up to rounding, which Adam would amplify.
@@ -52,7 +55,7 @@ struct TestModel {
     bn_gamma = params.Add("bn.gamma", {4}, nn::Init::Constant(1.0f));
     bn_beta = params.Add("bn.beta", {4}, nn::Init::Zeros());
     head = nn::LinearLayer::Create(params, "head", 4 * 36, 3);
-    params.Allocate(*backend, /*seed=*/17);
+    params.Allocate(*backend, /*seed=*/17, pad_multiple);
     running_mean = nn::DeviceBuffer(*backend, 4);
     running_var = nn::DeviceBuffer(*backend, 4);
     backend->Fill(running_mean.data(), 4, 0.0f);
@@ -60,23 +63,32 @@ struct TestModel {
   }
 };
 
-// Trains `model` for `steps` steps on replica ctx.replica_id()'s shard, with
-// gradients reduced in buckets of `bucket_floats` during backward; each step
-// one nn::Backend step (on the strict device: no host round trip but the
-// collectives' staging).
+// Trains `model` for `steps` steps (global batches first_step, ...) on
+// replica ctx.replica_id()'s shard; each step one nn::Backend step (on the
+// strict device: no host round trip but the collectives' staging). With
+// `given`, that optimizer steps as it is (it reduces across replicas itself,
+// as ShardedAdam does, or K is 1); otherwise Adam after gradients reduced in
+// buckets of `bucket_floats` during backward.
 inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps, int64_t bucket_floats,
-                               bool batch_norm = true) {
+                               bool batch_norm = true, nn::Optimizer* given = nullptr, int first_step = 0) {
   nn::Tape tape(model.backend.get());
-  nn::Adam adam(&model.params, model.backend.get());
-  GradientReducer reducer(&ctx, &model.params, bucket_floats);
-  ReplicatedOptimizer optimizer(&adam, &ctx, &reducer);
+  std::optional<nn::Adam> adam;
+  std::optional<GradientReducer> reducer;
+  std::optional<ReplicatedOptimizer> replicated;
+  if (given == nullptr) {
+    adam.emplace(&model.params, model.backend.get());
+    reducer.emplace(&ctx, &model.params, bucket_floats);
+    replicated.emplace(&*adam, &ctx, &*reducer);
+  }
+  nn::Optimizer& optimizer = given != nullptr ? *given : *replicated;
+  GradientReducer* const listener = reducer ? &*reducer : nullptr;
   const int k = ctx.num_replicas(), shard = kGlobalBatch / k, r = ctx.replica_id();
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first_step; step < first_step + steps; ++step) {
     const GlobalBatch batch = MakeGlobalBatch(step);
     nn::StepScope device_step(*model.backend);
     tape.Reset();
     model.params.ZeroGrad();
-    reducer.Reset();
+    if (listener != nullptr) listener->Reset();
     nn::Var x = tape.Input(batch.images.data() + r * shard * 72, {shard, 2, 6, 6});
     nn::Var y = tape.Input(batch.targets.data() + r * shard * 3, {shard, 3});
     nn::Var h = nn::Conv2d(x, tape.Parameter(model.params, model.conv_w),
@@ -86,7 +98,7 @@ inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps,
                       /*training=*/true, 1e-5f, /*cross_replica=*/&ctx);
     h = nn::Relu(h);
     nn::Var loss = nn::MeanSquaredError(model.head(tape, model.params, nn::Flatten(h)), y);
-    tape.Backward(loss, &reducer);
+    tape.Backward(loss, listener);
     optimizer.Step(/*learning_rate=*/1e-2f);
     if (!ctx.status().ok()) return ctx.status();
   }

@@ -1,0 +1,161 @@
+#include "engine/replicator/sharded_adam.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace troupe::replicator {
+
+absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(nn::ParameterSet* params, ReplicaContext* ctx,
+                                                                 const ShardedAdamOptions& options) {
+  TROUPE_CHECK(params->allocated());
+  RETURN_IF_ERROR(options.adam.Validate());
+  if (!(options.max_grad_norm >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("sharded Adam: max_grad_norm ", options.max_grad_norm, " < 0"));
+  }
+  const int k = ctx->num_replicas();
+  const int64_t whole = params->padded_floats();
+  if (whole % PadMultiple(k) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharded Adam over ", k, " replicas: the parameters' buffers hold ", whole, " floats, not a multiple of ",
+        PadMultiple(k), " (allocate them with ParameterSet::Allocate(backend, seed, ShardedAdam::PadMultiple(", k,
+        ")))"));
+  }
+  if (params->backend().reduces_in_step()) {
+    return absl::UnimplementedError(
+        "sharded optimizer state: replicas that reduce inside one compiled program (PJRT) have no reduce-scatter "
+        "here yet");
+  }
+  if (ctx->ReducesOnDevice()) {
+    return absl::UnimplementedError(
+        "sharded optimizer state: replicas sharing one device reduce on it, where splitting the state saves no "
+        "device memory; give each replica its own device");
+  }
+  const int64_t count = whole / k;
+  return std::unique_ptr<ShardedAdam>(new ShardedAdam(params, ctx, options, ctx->replica_id() * count, count));
+}
+
+ShardedAdam::ShardedAdam(nn::ParameterSet* params, ReplicaContext* ctx, const ShardedAdamOptions& options,
+                         int64_t begin, int64_t count)
+    : params_(params),
+      ctx_(ctx),
+      replica_id_(ctx->replica_id()),
+      num_replicas_(ctx->num_replicas()),
+      options_(options),
+      begin_(begin),
+      count_(count),
+      part_(params, &params->backend(), options.adam, begin, count) {}
+
+void ShardedAdam::set_context(ReplicaContext* ctx) {
+  TROUPE_CHECK(ctx->replica_id() == replica_id_ && ctx->num_replicas() == num_replicas_);
+  ctx_ = ctx;
+}
+
+void ShardedAdam::Apply() {
+  if (!ctx_->status().ok()) return;
+  if (!ReduceScatterGradients().ok()) return;  // kept in ctx_->status()
+  if (options_.max_grad_norm > 0 && !ClipPart().ok()) return;
+  part_.Apply();
+  AllGatherValues().IgnoreError();  // kept in ctx_->status()
+}
+
+absl::Status ShardedAdam::ReduceScatterGradients() {
+  if (num_replicas_ == 1) return absl::OkStatus();
+  nn::Backend& backend = params_->backend();
+  float* grads = params_->device_grads();
+  const size_t whole = static_cast<size_t>(params_->padded_floats()), part = static_cast<size_t>(count_);
+  if (ctx_->ReducesInPlace(backend)) {
+    backend.Synchronize();  // backward's kernels have written the gradients
+    return ctx_->ReduceScatter({grads, whole}, {grads + begin_, part}, ReduceOp::kMean);
+  }
+  host_.resize(whole);
+  const nn::Backend::HostStaging staging(backend);
+  backend.Download(grads, host_.data(), sizeof(float) * whole);
+  RETURN_IF_ERROR(ctx_->ReduceScatter(host_, {host_.data() + begin_, part}, ReduceOp::kMean));
+  backend.Upload(host_.data() + begin_, grads + begin_, sizeof(float) * part);
+  return absl::OkStatus();
+}
+
+// x *= max_norm / ||x|| when ||x|| > max_norm (nn::ClipGradientsByGlobalNorm),
+// ||x|| over every part.
+absl::Status ShardedAdam::ClipPart() {
+  nn::Backend& backend = params_->backend();
+  float* grads = params_->device_grads() + begin_;
+  if (norm_.empty()) norm_ = nn::DeviceBuffer(backend, 1);
+  backend.SquaredNorm(grads, count_, norm_.data());
+  float squared = 0;
+  {
+    // The one float of the norm's all-reduce, through the host.
+    const nn::Backend::HostStaging staging(backend);
+    backend.Download(norm_.data(), &squared, sizeof(float));
+    RETURN_IF_ERROR(ctx_->AllReduce({&squared, 1}, ReduceOp::kSum));
+  }
+  const float norm = std::sqrt(squared);
+  if (norm > options_.max_grad_norm) {
+    backend.NotReplayable("a sharded optimizer's clipping scale from the host");
+    const float scale = options_.max_grad_norm / norm;
+    backend.Scale(scale, grads, grads, count_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedAdam::AllGatherValues() {
+  if (num_replicas_ == 1) return absl::OkStatus();
+  float* values = params_->device_values();
+  return AllGatherDevice(values + begin_, values);
+}
+
+absl::Status ShardedAdam::AllGatherDevice(const float* part, float* out) {
+  nn::Backend& backend = params_->backend();
+  const size_t whole = static_cast<size_t>(params_->padded_floats()), count = static_cast<size_t>(count_);
+  if (ctx_->ReducesInPlace(backend)) {
+    backend.Synchronize();  // the kernels that wrote `part` have run
+    return ctx_->AllGather({part, count}, {out, whole});
+  }
+  host_.resize(whole);
+  const nn::Backend::HostStaging staging(backend);
+  backend.Download(part, host_.data() + begin_, sizeof(float) * count);
+  RETURN_IF_ERROR(ctx_->AllGather({host_.data() + begin_, count}, host_));
+  backend.Upload(host_.data(), out, sizeof(float) * whole);
+  return absl::OkStatus();
+}
+
+std::vector<nn::OptimizerState> ShardedAdam::State() {
+  nn::Backend& backend = params_->backend();
+  for (nn::DeviceBuffer* b : {&whole_m_, &whole_v_}) {
+    if (!b->empty()) continue;
+    *b = nn::DeviceBuffer(backend, params_->padded_floats());
+    backend.Fill(b->data(), b->size(), 0.0f);
+  }
+  return {{"adam.m", whole_m_.data()}, {"adam.v", whole_v_.data()}};
+}
+
+absl::Status ShardedAdam::GatherState() {
+  State();  // the whole buffers
+  const std::vector<nn::OptimizerState> part = part_.State();
+  for (const auto& [from, to] : {std::pair{part[0].data, whole_m_.data()}, std::pair{part[1].data, whole_v_.data()}}) {
+    if (num_replicas_ == 1) {
+      params_->backend().Copy(from, to, count_);
+      continue;
+    }
+    RETURN_IF_ERROR(AllGatherDevice(from, to));
+  }
+  return absl::OkStatus();
+}
+
+void ShardedAdam::KeepOwnPart() {
+  if (whole_m_.empty()) return;  // nothing was loaded
+  const std::vector<nn::OptimizerState> part = part_.State();
+  params_->backend().Copy(whole_m_.data() + begin_, part[0].data, count_);
+  params_->backend().Copy(whole_v_.data() + begin_, part[1].data, count_);
+  ReleaseWholeState();
+}
+
+void ShardedAdam::ReleaseWholeState() {
+  whole_m_ = nn::DeviceBuffer();
+  whole_v_ = nn::DeviceBuffer();
+}
+
+}  // namespace troupe::replicator

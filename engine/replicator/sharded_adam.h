@@ -1,0 +1,111 @@
+// Adam with its moments split across the replicas: ZeRO stage 1
+// (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+// Trillion Parameter Models"). Of K replicas, replica r keeps Adam's two
+// moments for part r only, 1/K of the parameters' buffer. An update:
+//   1. the gradients reduce-scattered: replica r gets the mean over replicas
+//      of its part (where plain data parallelism all-reduces all of it);
+//   2. clipped by the global norm when asked (the parts' squared norms
+//      all-reduced: one float);
+//   3. Adam on its part, with its part's moments;
+//   4. the parameters all-gathered: every replica has the whole update.
+// Every replica ends the update with the parameters unsharded Adam after an
+// all-reduce gives (up to the order of float sums), keeping 2/K of a
+// parameter buffer of optimizer state where Adam keeps 2.
+//
+// A checkpoint holds the whole moments under unsharded Adam's names
+// ("adam.m", "adam.v"), so a run saved with any K, sharded or not, loads
+// into any other: GatherState() (a collective) before writing one,
+// KeepOwnPart() after reading one.
+//
+// Not thread-safe: one replica's thread uses it.
+#ifndef TROUPE_ENGINE_REPLICATOR_SHARDED_ADAM_H_
+#define TROUPE_ENGINE_REPLICATOR_SHARDED_ADAM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/nn/optimizer.h"
+#include "engine/nn/parameters.h"
+#include "engine/replicator/replicator.h"
+
+namespace troupe::replicator {
+
+struct ShardedAdamOptions {
+  nn::AdamOptions adam;
+  float max_grad_norm = 0;  // > 0: the averaged gradients clipped to this global norm first
+};
+
+class ShardedAdam final : public nn::Optimizer {
+ public:
+  // The padding K equal parts need: allocate the parameters with
+  // ParameterSet::Allocate(backend, seed, PadMultiple(K)).
+  static int64_t PadMultiple(int num_replicas) { return int64_t{16} * num_replicas; }
+
+  // Replica ctx->replica_id()'s part of `params` (allocated on their
+  // backend, padded to PadMultiple(K)). InvalidArgument when they are not
+  // padded so, naming both lengths; Unimplemented for replicas whose
+  // gradients are reduced inside one compiled program or on one device they
+  // share (a reduce-scatter there is not built).
+  static absl::StatusOr<std::unique_ptr<ShardedAdam>> Create(nn::ParameterSet* params, ReplicaContext* ctx,
+                                                             const ShardedAdamOptions& options);
+
+  // The context of the replicas' current call (a Replicator makes one per
+  // RunReplicas); the same replica id and K as the first.
+  void set_context(ReplicaContext* ctx);
+
+  void Prepare(float learning_rate) override { part_.Prepare(learning_rate); }
+  // Steps 1-4 above. A collective's error stays in the context (its
+  // status()) and the rest of the update is skipped, as ReplicatedOptimizer
+  // does.
+  void Apply() override;
+  int64_t steps() const override { return part_.steps(); }
+  void set_steps(int64_t steps) override { part_.set_steps(steps); }
+  // The whole moments (the parameters' padded length each), allocated on
+  // first use: what GatherState() fills and a checkpoint's load writes.
+  std::vector<nn::OptimizerState> State() override;
+  std::string name() const override { return "adam"; }
+  nn::ParameterSet& parameters() override { return *params_; }
+
+  // Every replica's part of the moments into the whole ones (State()): a
+  // collective every replica calls before a checkpoint is written.
+  absl::Status GatherState();
+  // After a checkpoint's load filled State(): this replica's part of it
+  // becomes its moments, and the whole ones are released.
+  void KeepOwnPart();
+  // Releases the whole moments (after a checkpoint was written).
+  void ReleaseWholeState();
+
+  int64_t part_begin() const { return begin_; }
+  int64_t part_floats() const { return count_; }
+  // The optimizer state this replica keeps between updates, in bytes: its
+  // part of the two moments (unsharded Adam keeps 2 x the whole buffer).
+  int64_t state_bytes() const { return 2 * int64_t{sizeof(float)} * count_; }
+
+ private:
+  ShardedAdam(nn::ParameterSet* params, ReplicaContext* ctx, const ShardedAdamOptions& options, int64_t begin,
+              int64_t count);
+  absl::Status ReduceScatterGradients();
+  absl::Status ClipPart();
+  absl::Status AllGatherValues();
+  // out (the whole buffer, device memory) = every replica's `part` (this
+  // replica's part, device memory) at its place.
+  absl::Status AllGatherDevice(const float* part, float* out);
+
+  nn::ParameterSet* params_;
+  ReplicaContext* ctx_;
+  const int replica_id_, num_replicas_;
+  const ShardedAdamOptions options_;
+  const int64_t begin_, count_;
+  nn::Adam part_;                      // Adam over [begin_, begin_ + count_)
+  nn::DeviceBuffer whole_m_, whole_v_;  // State()'s, while a checkpoint needs them
+  nn::DeviceBuffer norm_;               // the part's squared norm
+  std::vector<float> host_;             // staging, where the collectives take host memory only
+};
+
+}  // namespace troupe::replicator
+
+#endif  // TROUPE_ENGINE_REPLICATOR_SHARDED_ADAM_H_

@@ -1,0 +1,240 @@
+// ShardedAdam (ZeRO stage 1): K in-process replicas with Adam's moments split
+// across them train as one replica with Adam on the whole batch, the whole
+// state compared (parameters, both moments, the step count); a checkpoint
+// written at one K loads at another; each replica keeps 1/K of the moments.
+#include "engine/replicator/sharded_adam.h"
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/nn/checkpoint.h"
+#include "engine/nn/strict_cpu_backend.h"
+#include "engine/replicator/in_process.h"
+#include "engine/replicator/test_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace troupe::replicator {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+std::unique_ptr<Replicator> MakeInProcess(int k, bool on_device = false) {
+  ReplicatorOptions o;
+  o.num_replicas = k;
+  o.timeout = 30000ms;
+  if (on_device) {
+    o.make_collectives = [](int replicas, std::chrono::milliseconds t) -> absl::StatusOr<LocalCollectives> {
+      auto group = std::make_shared<InProcessGroup>(replicas, t);
+      LocalCollectives local;
+      for (int id = 0; id < replicas; ++id) local.members.push_back(group->Member(id, /*on_device=*/true));
+      local.shared = std::move(group);
+      return local;
+    };
+  }
+  auto r = Replicator::Create(o);
+  TROUPE_CHECK(r.ok());
+  return std::move(r).value();
+}
+
+// Adam after clipping by global norm: the unsharded reference of a clipped
+// ShardedAdam (one replica: nothing to reduce).
+class ClippedAdam final : public nn::ForwardingOptimizer {
+ public:
+  ClippedAdam(nn::Optimizer* inner, float max_norm) : ForwardingOptimizer(inner), max_norm_(max_norm) {}
+  void Apply() override {
+    if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), parameters().backend(), max_norm_);
+    inner()->Apply();
+  }
+
+ private:
+  float max_norm_;
+};
+
+struct Schedule {
+  int k = 1;
+  bool sharded = true;  // false: plain Adam (K must be 1)
+  bool strict = false;  // each replica on the strict CPU device (collectives staged through the host)
+  int steps = 20, first_step = 0;
+  float max_norm = 0;
+  std::string load, save;  // a checkpoint to start from, to write at the end
+};
+
+struct Trained {
+  std::vector<nn::CheckpointTensor> state;  // replica 0's: parameters, whole moments, step count
+  std::vector<std::vector<float>> params;   // every replica's parameters
+  int64_t state_bytes = 0;                  // replica 0's optimizer state between updates
+  int64_t total_floats = 0;
+};
+
+Trained Train(const Schedule& run) {
+  auto replicator = MakeInProcess(run.k);
+  std::vector<std::unique_ptr<testing::TestModel>> models;
+  for (int i = 0; i < run.k; ++i) {
+    std::shared_ptr<nn::Backend> device;
+    if (run.strict) {
+      device = std::make_shared<nn::StrictCpuBackend>(1);
+    } else {
+      device = std::make_shared<nn::CpuBackend>(1);
+    }
+    models.push_back(std::make_unique<testing::TestModel>(device, ShardedAdam::PadMultiple(run.k)));
+  }
+  Trained out;
+  absl::Status s = replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    testing::TestModel& model = *models[ctx.local_index()];
+    std::unique_ptr<ShardedAdam> sharded;
+    std::unique_ptr<nn::Adam> adam;
+    std::unique_ptr<ClippedAdam> clipped;
+    nn::Optimizer* optimizer = nullptr;
+    if (run.sharded) {
+      ASSIGN_OR_RETURN(sharded, ShardedAdam::Create(&model.params, &ctx, {.max_grad_norm = run.max_norm}));
+      optimizer = sharded.get();
+    } else {
+      TROUPE_CHECK(run.k == 1);
+      adam = std::make_unique<nn::Adam>(&model.params, model.backend.get());
+      clipped = std::make_unique<ClippedAdam>(adam.get(), run.max_norm);
+      optimizer = clipped.get();
+    }
+    if (!run.load.empty()) {
+      RETURN_IF_ERROR(nn::LoadCheckpoint(run.load, model.params, optimizer));
+      if (sharded) sharded->KeepOwnPart();
+    }
+    RETURN_IF_ERROR(testing::TrainShard(ctx, model, run.steps, 1 << 20, /*batch_norm=*/true, optimizer, run.first_step));
+    if (sharded) RETURN_IF_ERROR(sharded->GatherState());
+    if (ctx.replica_id() == 0) {
+      out.state = nn::CheckpointTensors(model.params, optimizer);
+      if (!run.save.empty()) RETURN_IF_ERROR(nn::SaveCheckpoint(run.save, model.params, optimizer));
+      out.state_bytes = sharded ? sharded->state_bytes() : 2 * int64_t{sizeof(float)} * model.params.total_floats();
+      out.total_floats = model.params.total_floats();
+    }
+    if (sharded) sharded->ReleaseWholeState();
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  for (const auto& m : models) out.params.push_back(m->params.DownloadValues());
+  return out;
+}
+
+double Norm(const std::vector<float>& x) {
+  double sum = 0;
+  for (float v : x) sum += double(v) * v;
+  return std::sqrt(sum);
+}
+
+double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return Norm(d) / std::max(Norm(b), 1e-30);
+}
+
+// Every tensor of `got` within `tolerance` of `want`'s (relative, in norm),
+// the step counts equal; every parameter tensor moved from `initial` by at
+// least 10x the tolerance, so the comparison can fail.
+void ExpectSameState(const std::vector<nn::CheckpointTensor>& got, const std::vector<nn::CheckpointTensor>& want,
+                     const std::vector<nn::CheckpointTensor>& initial, double tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i].name);
+    ASSERT_EQ(got[i].name, want[i].name);
+    ASSERT_EQ(got[i].values.size(), want[i].values.size());
+    if (absl::StrContains(want[i].name, ".steps")) {
+      EXPECT_EQ(got[i].values, want[i].values);
+      continue;
+    }
+    EXPECT_LE(RelativeDifference(got[i].values, want[i].values), tolerance);
+    if (absl::StartsWith(want[i].name, nn::kParameterEntryPrefix) && want[i].name != "param/conv.b") {
+      EXPECT_GE(RelativeDifference(want[i].values, initial[i].values), 10 * tolerance) << "did not move";
+    }
+  }
+}
+
+constexpr double kTolerance = 1e-4;
+
+std::vector<nn::CheckpointTensor> InitialState() {
+  testing::TestModel fresh;
+  nn::Adam adam(&fresh.params, fresh.backend.get());
+  return nn::CheckpointTensors(fresh.params, &adam);
+}
+
+TEST(ShardedAdamTest, ReplicasWithSplitMomentsEqualOneReplicaWithAdamOnTheWholeBatch) {
+  const Trained reference = Train({.k = 1, .sharded = false});
+  for (const Schedule& run : {Schedule{.k = 2}, Schedule{.k = 4}, Schedule{.k = 2, .strict = true}, Schedule{.k = 1}}) {
+    SCOPED_TRACE(absl::StrCat("K=", run.k, run.strict ? " on the strict device" : ""));
+    const Trained sharded = Train(run);
+    ExpectSameState(sharded.state, reference.state, InitialState(), kTolerance);
+    for (int r = 1; r < run.k; ++r) EXPECT_EQ(sharded.params[r], sharded.params[0]) << "replica " << r;
+  }
+}
+
+TEST(ShardedAdamTest, ClippingByTheGlobalNormOfTheSplitGradientsEqualsClippingTheWhole) {
+  const float max_norm = 0.05f;
+  const Trained reference = Train({.k = 1, .sharded = false, .max_norm = max_norm});
+  const Trained unclipped = Train({.k = 1, .sharded = false});
+  // The norm clips (the runs differ), else this would test nothing.
+  EXPECT_GT(RelativeDifference(reference.params[0], unclipped.params[0]), 100 * kTolerance);
+  for (int k : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat("K=", k));
+    ExpectSameState(Train({.k = k, .max_norm = max_norm}).state, reference.state, InitialState(), kTolerance);
+  }
+}
+
+TEST(ShardedAdamTest, EachOfFourReplicasKeepsAQuarterOfTheMoments) {
+  const Trained four = Train({.k = 4, .steps = 1});
+  const int64_t unsharded = 2 * int64_t{sizeof(float)} * four.total_floats;
+  const double ratio = double(four.state_bytes) / unsharded;
+  std::printf("optimizer state per replica at K=4: %lld of %lld bytes unsharded (%.3fx)\n",
+              static_cast<long long>(four.state_bytes), static_cast<long long>(unsharded), ratio);
+  EXPECT_LE(ratio, 0.3);
+  EXPECT_GE(ratio, 0.25);
+}
+
+// Written sharded at K=4 after 10 updates; resumed at K=2 sharded and at
+// K=1 with plain Adam for 10 more: both equal 20 uninterrupted updates.
+TEST(ShardedAdamTest, ACheckpointWrittenAtOneReplicaCountResumesAtAnother) {
+  const std::string dir = ::testing::TempDir() + "/sharded_adam_checkpoint";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/k4.ckpt";
+  Train({.k = 4, .steps = 10, .save = path});
+  const Trained whole = Train({.k = 1, .sharded = false});
+  for (const Schedule& run : {Schedule{.k = 2, .steps = 10, .first_step = 10, .load = path},
+                         Schedule{.k = 1, .sharded = false, .steps = 10, .first_step = 10, .load = path}}) {
+    SCOPED_TRACE(absl::StrCat("resumed at K=", run.k, run.sharded ? ", sharded" : ", plain Adam"));
+    ExpectSameState(Train(run).state, whole.state, InitialState(), kTolerance);
+  }
+}
+
+TEST(ShardedAdamTest, RefusesUnpaddedParametersAndReplicasSharingOneDevice) {
+  // 576 floats: not a multiple of 16 x 5.
+  auto replicator = MakeInProcess(5);
+  std::vector<std::unique_ptr<testing::TestModel>> models;
+  for (int i = 0; i < 5; ++i) models.push_back(std::make_unique<testing::TestModel>());
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<ShardedAdam>> made = ShardedAdam::Create(&models[ctx.local_index()]->params, &ctx, {});
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(made.status().message(),
+                HasSubstr(absl::StrCat("hold ", models[0]->params.padded_floats(), " floats, not a multiple of 80")));
+    return absl::OkStatus();
+  }).ok());
+
+  auto shared = MakeInProcess(2, /*on_device=*/true);
+  std::vector<std::unique_ptr<testing::TestModel>> padded;
+  for (int i = 0; i < 2; ++i) {
+    padded.push_back(std::make_unique<testing::TestModel>(std::make_shared<nn::CpuBackend>(1), ShardedAdam::PadMultiple(2)));
+  }
+  ASSERT_TRUE(shared->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<ShardedAdam>> made = ShardedAdam::Create(&padded[ctx.local_index()]->params, &ctx, {});
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(made.status().message(), HasSubstr("sharing one device"));
+    return absl::OkStatus();
+  }).ok());
+}
+
+}  // namespace
+}  // namespace troupe::replicator
