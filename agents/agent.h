@@ -87,6 +87,9 @@ class Agent {
   virtual int64_t num_policy_parameters() const = 0;
   // Floats of gradient one update averages across replicas.
   virtual int64_t gradient_floats() const = 0;
+  // The optimizers' state one replica keeps between updates, in bytes (its
+  // part of it with sharded state: engine.shard_state).
+  virtual int64_t optimizer_state_bytes() const = 0;
 
   // Means over the updates since the last call.
   virtual AgentMetrics metrics() const = 0;

@@ -16,6 +16,7 @@
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
+#include "engine/replicator/sharded_adam.h"
 #include "replay/item.h"
 
 namespace troupe::agents {
@@ -199,14 +200,26 @@ struct D4pgAgent::Replica {
 
   std::shared_ptr<nn::Backend> backend;  // this replica's device (from the Replicator)
   nn::ParameterSet critic, actor, target_critic, target_actor;  // critic = encoder (pixels) + critic head
+  // Adam over the whole buffers, each clipped after the gradients' all-reduce;
+  // or with engine.shard_state OPTIMIZER, this replica's part of Adam's
+  // moments (ShardedAdam reduces, clips and gathers itself).
   std::unique_ptr<nn::Adam> critic_adam, actor_adam;
   std::unique_ptr<ClippedOptimizer> critic_clipped, actor_clipped;
+  std::unique_ptr<replicator::ShardedAdam> critic_sharded, actor_sharded;
   nn::Tape critic_tape, actor_tape;
+  // The optimizers whose state a checkpoint holds.
+  nn::Optimizer& critic_state() {
+    return critic_sharded ? static_cast<nn::Optimizer&>(*critic_sharded) : *critic_adam;
+  }
+  nn::Optimizer& actor_state() { return actor_sharded ? static_cast<nn::Optimizer&>(*actor_sharded) : *actor_adam; }
 
-  // Rebuilt at each Train call: they hold that call's ReplicaContext.
+  // Rebuilt at each Train call: they hold that call's ReplicaContext. The
+  // reducers are null with sharded state.
   int64_t generation = -1;
   std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
-  std::unique_ptr<replicator::ReplicatedOptimizer> critic_optimizer, actor_optimizer;
+  std::unique_ptr<replicator::ReplicatedOptimizer> critic_replicated, actor_replicated;
+  nn::Optimizer* critic_optimizer = nullptr;  // what steps: critic_replicated or critic_sharded
+  nn::Optimizer* actor_optimizer = nullptr;
 
   // Input i (counted from the input's opening) in batches[i % batches.size()]:
   // learner.updates_per_execution + 1 buffers (at least 2), so the input made
@@ -267,6 +280,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   for (int j = 0; j < atoms; ++j) support.push_back(d4pg.v_min() + j * dz);
 
   const int local = static_cast<int>(replicator->local_replicas().size());
+  if (config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER && local != k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learner.engine.shard_state OPTIMIZER: ", local, " of the ", k,
+        " replicas run in this process; a checkpoint gathers every replica's part of the optimizer state"));
+  }
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const int64_t shard = batch / k;
@@ -282,16 +300,26 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       agent->actor_ = internal::DeclareActor(*set, feature_size, agent->hidden_, action_size);
     }
     // Same seed on every replica (and every MPI rank): identical starts.
-    r->critic.Allocate(device, seed);
-    r->actor.Allocate(device, MixSeed(seed, 1, 0));
+    // Sharded state splits the buffers into K equal parts.
+    const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+    const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
+    r->critic.Allocate(device, seed, pad);
+    r->actor.Allocate(device, MixSeed(seed, 1, 0), pad);
     r->target_critic.Allocate(device, 0);
     r->target_actor.Allocate(device, 0);
     RETURN_IF_ERROR(r->target_critic.CopyValuesFrom(r->critic));
     RETURN_IF_ERROR(r->target_actor.CopyValuesFrom(r->actor));
-    r->critic_adam = std::make_unique<nn::Adam>(&r->critic, &device);
-    r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &device);
-    r->critic_clipped = std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &device, d4pg.max_gradient_norm());
-    r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &device, d4pg.max_gradient_norm());
+    if (sharded) {
+      const int id = replicator->local_replicas()[i];
+      const replicator::ShardedAdamOptions options{.max_grad_norm = d4pg.max_gradient_norm()};
+      ASSIGN_OR_RETURN(r->critic_sharded, replicator::ShardedAdam::Create(&r->critic, id, k, options));
+      ASSIGN_OR_RETURN(r->actor_sharded, replicator::ShardedAdam::Create(&r->actor, id, k, options));
+    } else {
+      r->critic_adam = std::make_unique<nn::Adam>(&r->critic, &device);
+      r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &device);
+      r->critic_clipped = std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &device, d4pg.max_gradient_norm());
+      r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &device, d4pg.max_gradient_norm());
+    }
     // Scratch sized once; constants on the device.
     r->row_weights.resize(shard * atoms);
     r->support = nn::DeviceBuffer(device, atoms);
@@ -516,12 +544,21 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // This Train call's gradient averaging (the context changes per call).
   if (r.generation != train_generation_) {
     r.generation = train_generation_;
-    r.critic_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
-    r.actor_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
-    r.critic_optimizer =
-        std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer.get());
-    r.actor_optimizer =
-        std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer.get());
+    if (r.critic_sharded) {
+      RETURN_IF_ERROR(r.critic_sharded->set_context(&ctx));
+      RETURN_IF_ERROR(r.actor_sharded->set_context(&ctx));
+      r.critic_optimizer = r.critic_sharded.get();
+      r.actor_optimizer = r.actor_sharded.get();
+    } else {
+      r.critic_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
+      r.actor_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
+      r.critic_replicated =
+          std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer.get());
+      r.actor_replicated =
+          std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer.get());
+      r.critic_optimizer = r.critic_replicated.get();
+      r.actor_optimizer = r.actor_replicated.get();
+    }
   }
 
   // The host's part: every input of the execution's updates in device
@@ -658,7 +695,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const nn::Var weighted_target = weighted ? nn::Mul(target, t.Constant(in.weights.data(), {rows, atoms})) : target;
   const nn::Var critic_loss =
       nn::Scale(nn::Sum(nn::Mul(log_probs, weighted_target)), -1.0f / static_cast<float>(rows));
-  r.critic_reducer->Reset();
+  if (r.critic_reducer) r.critic_reducer->Reset();
   t.Backward(critic_loss, r.critic_reducer.get());
   r.critic_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
@@ -684,7 +721,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
     const nn::Var excess = nn::Add(nn::Mean(nn::Mul(above, above)), nn::Mean(nn::Mul(below, below)));
     actor_loss = nn::Add(actor_loss, nn::Scale(excess, d4pg.actor_pre_tanh_penalty()));
   }
-  r.actor_reducer->Reset();
+  if (r.actor_reducer) r.actor_reducer->Reset();
   a.Backward(actor_loss, r.actor_reducer.get());
   r.actor_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
@@ -790,11 +827,32 @@ static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefi
 
 std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   Replica& r = *replicas_[0];
+  if (r.critic_sharded) {
+    // Every replica's part of the moments into replica 0's whole ones (all
+    // replicas are in this process: checked by Create).
+    std::vector<replicator::ShardedAdam*> critic, actor;
+    for (const auto& each : replicas_) {
+      critic.push_back(each->critic_sharded.get());
+      actor.push_back(each->actor_sharded.get());
+    }
+    TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(critic, *r.critic_sharded).ok());
+    TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(actor, *r.actor_sharded).ok());
+  }
   std::vector<nn::CheckpointTensor> tensors = nn::DownloadTensors(
-      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, *r.critic_adam, *r.actor_adam));
-  const int64_t counters[3] = {r.updates, r.critic_adam->steps(), r.actor_adam->steps()};
+      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, r.critic_state(), r.actor_state()));
+  const int64_t counters[3] = {r.updates, r.critic_state().steps(), r.actor_state().steps()};
   tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
+  if (r.critic_sharded) {
+    r.critic_sharded->ReleaseWholeState();
+    r.actor_sharded->ReleaseWholeState();
+  }
   return tensors;
+}
+
+int64_t D4pgAgent::optimizer_state_bytes() const {
+  const Replica& r = *replicas_[0];
+  if (r.critic_sharded) return r.critic_sharded->state_bytes() + r.actor_sharded->state_bytes();
+  return 2 * int64_t{sizeof(float)} * (r.critic.total_floats() + r.actor.total_floats());
 }
 
 absl::Status D4pgAgent::Save(const std::string& path) const { return nn::WriteCheckpoint(path, DownloadState()); }
@@ -812,17 +870,22 @@ absl::Status D4pgAgent::Load(const std::string& path) {
   // Names and shapes are checked against replica 0's layout before anything changes.
   Replica& r0 = *replicas_[0];
   std::vector<nn::DeviceTensor> layout =
-      Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, *r0.critic_adam, *r0.actor_adam);
+      Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, r0.critic_state(), r0.actor_state());
   layout.push_back({CountersEntry(), nn::Shape{6}, nullptr});
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
   const std::vector<int64_t> counters = nn::Int64sOf(file.back());
   // Every local replica gets the same state.
   for (auto& r : replicas_) {
     nn::UploadTensors(*r->backend, file,
-                      Entries(r->critic, r->actor, r->target_critic, r->target_actor, *r->critic_adam, *r->actor_adam));
+                      Entries(r->critic, r->actor, r->target_critic, r->target_actor, r->critic_state(), r->actor_state()));
     r->updates = counters[0];
-    r->critic_adam->set_steps(counters[1]);
-    r->actor_adam->set_steps(counters[2]);
+    r->critic_state().set_steps(counters[1]);
+    r->actor_state().set_steps(counters[2]);
+    if (r->critic_sharded) {
+      // Each replica keeps its part of the whole moments it was given.
+      r->critic_sharded->KeepOwnPart();
+      r->actor_sharded->KeepOwnPart();
+    }
   }
   updates_ = counters[0];
   {

@@ -152,6 +152,9 @@ class D4pgAgent final : public Agent {
   // order (the thread rule above applies); nn::WriteCheckpoint writes it, on
   // any thread (the learner writes it beside replay's checkpoint).
   std::vector<nn::CheckpointTensor> CheckpointState() const override { return DownloadState(); }
+  // Adam's two moments of both networks, or with engine.shard_state
+  // OPTIMIZER this replica's part of them.
+  int64_t optimizer_state_bytes() const override;
 
   // FNV-1a (64-bit) over the bytes of everything Save writes, from this
   // process's first local replica: equal on every replica (and MPI rank)

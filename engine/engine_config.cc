@@ -138,6 +138,21 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                ": set, but engine.device is ", config::EngineConfig::Device_Name(engine.device()),
                " (compiled steps are device PJRT's)");
   }
+  if (engine.shard_state() == config::EngineConfig::OPTIMIZER) {
+    const auto c = engine.collectives();
+    if (c != config::EngineConfig::IN_PROCESS && c != config::EngineConfig::NCCL) {
+      return bad(".engine.shard_state OPTIMIZER: each replica keeps a part of the optimizer's state, which a "
+                 "checkpoint gathers from every replica of this process; collectives ",
+                 config::EngineConfig::Collectives_Name(c), " ",
+                 c == config::EngineConfig::SHARED_DEVICE ? "puts every replica on one device (nothing to save)"
+                                                          : "spreads them over processes (not built)",
+                 ": use IN_PROCESS or NCCL");
+    }
+    if (pjrt || gpu) {
+      return bad(".engine.shard_state OPTIMIZER: device ", config::EngineConfig::Device_Name(engine.device()),
+                 " reduces inside one compiled program, which has no reduce-scatter yet: use device CPU or CUDA");
+    }
+  }
   if (engine.pjrt_check_replay() < 0) {
     return bad(".engine.pjrt_check_replay ", engine.pjrt_check_replay(), ": must be >= 0 (0 = never checked)");
   }

@@ -69,6 +69,11 @@ void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t coun
 
 absl::Status ValidateGanConfig(const config::GanConfig& c) {
   RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
+  if (c.engine().shard_state() != config::EngineConfig::NONE) {
+    return FieldError("engine.shard_state", absl::StrCat(config::EngineConfig::ShardState_Name(c.engine().shard_state()),
+                                                         ": the GAN's optimizers keep their whole state on every "
+                                                         "replica (sharded state is D4PG's so far)"));
+  }
   auto in_range = [](int64_t value, int64_t low, int64_t high) {
     return absl::StrCat(value, ": must be in [", low, ", ", high, "]");
   };

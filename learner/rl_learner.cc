@@ -117,6 +117,10 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
       frames.slots > 0 && l->is_chief()) {
     std::fprintf(stderr, "learner: %s\n", frames.description.c_str());
   }
+  if (engine.shard_state() == config::EngineConfig::OPTIMIZER && l->is_chief()) {
+    std::fprintf(stderr, "learner: optimizer state split over %d replicas (engine.shard_state OPTIMIZER): %.2f MB each\n",
+                 l->replicator_->num_replicas(), 1e-6 * l->agent_->optimizer_state_bytes());
+  }
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
     replay::SamplerOptions sampler_options{.table = l->table_, .batch_size = shard};

@@ -133,7 +133,9 @@ int Sharded() {
   std::vector<nn::CheckpointTensor> got, want;
   absl::Status s = mpi->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
     ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdam> sharded,
-                     ShardedAdam::Create(&replicated.params, &ctx, {.max_grad_norm = kMaxNorm}));
+                     ShardedAdam::Create(&replicated.params, ctx.replica_id(), ctx.num_replicas(),
+                                         {.max_grad_norm = kMaxNorm}));
+    RETURN_IF_ERROR(sharded->set_context(&ctx));
     RETURN_IF_ERROR(testing::TrainShard(ctx, replicated, /*steps=*/10, 1 << 20, true, sharded.get()));
     RETURN_IF_ERROR(sharded->GatherState());
     got = nn::CheckpointTensors(replicated.params, sharded.get());

@@ -8,14 +8,14 @@
 
 namespace troupe::replicator {
 
-absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(nn::ParameterSet* params, ReplicaContext* ctx,
-                                                                 const ShardedAdamOptions& options) {
-  TROUPE_CHECK(params->allocated());
+absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(nn::ParameterSet* params, int replica_id,
+                                                                 int num_replicas, const ShardedAdamOptions& options) {
+  TROUPE_CHECK(params->allocated() && replica_id >= 0 && replica_id < num_replicas);
   RETURN_IF_ERROR(options.adam.Validate());
   if (!(options.max_grad_norm >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("sharded Adam: max_grad_norm ", options.max_grad_norm, " < 0"));
   }
-  const int k = ctx->num_replicas();
+  const int k = num_replicas;
   const int64_t whole = params->padded_floats();
   if (whole % PadMultiple(k) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -28,32 +28,36 @@ absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(nn::ParameterSe
         "sharded optimizer state: replicas that reduce inside one compiled program (PJRT) have no reduce-scatter "
         "here yet");
   }
+  return std::unique_ptr<ShardedAdam>(new ShardedAdam(params, replica_id, num_replicas, options, whole / k));
+}
+
+ShardedAdam::ShardedAdam(nn::ParameterSet* params, int replica_id, int num_replicas, const ShardedAdamOptions& options,
+                         int64_t count)
+    : params_(params),
+      replica_id_(replica_id),
+      num_replicas_(num_replicas),
+      options_(options),
+      begin_(replica_id * count),
+      count_(count),
+      part_(params, &params->backend(), options.adam, replica_id * count, count) {}
+
+absl::Status ShardedAdam::set_context(ReplicaContext* ctx) {
+  if (ctx->replica_id() != replica_id_ || ctx->num_replicas() != num_replicas_) {
+    return absl::InternalError(absl::StrCat("sharded Adam of replica ", replica_id_, " of ", num_replicas_,
+                                            " given the context of replica ", ctx->replica_id(), " of ",
+                                            ctx->num_replicas()));
+  }
   if (ctx->ReducesOnDevice()) {
     return absl::UnimplementedError(
         "sharded optimizer state: replicas sharing one device reduce on it, where splitting the state saves no "
         "device memory; give each replica its own device");
   }
-  const int64_t count = whole / k;
-  return std::unique_ptr<ShardedAdam>(new ShardedAdam(params, ctx, options, ctx->replica_id() * count, count));
-}
-
-ShardedAdam::ShardedAdam(nn::ParameterSet* params, ReplicaContext* ctx, const ShardedAdamOptions& options,
-                         int64_t begin, int64_t count)
-    : params_(params),
-      ctx_(ctx),
-      replica_id_(ctx->replica_id()),
-      num_replicas_(ctx->num_replicas()),
-      options_(options),
-      begin_(begin),
-      count_(count),
-      part_(params, &params->backend(), options.adam, begin, count) {}
-
-void ShardedAdam::set_context(ReplicaContext* ctx) {
-  TROUPE_CHECK(ctx->replica_id() == replica_id_ && ctx->num_replicas() == num_replicas_);
   ctx_ = ctx;
+  return absl::OkStatus();
 }
 
 void ShardedAdam::Apply() {
+  TROUPE_CHECK(ctx_ != nullptr);  // set_context first
   if (!ctx_->status().ok()) return;
   if (!ReduceScatterGradients().ok()) return;  // kept in ctx_->status()
   if (options_.max_grad_norm > 0 && !ClipPart().ok()) return;
@@ -133,6 +137,7 @@ std::vector<nn::OptimizerState> ShardedAdam::State() {
 }
 
 absl::Status ShardedAdam::GatherState() {
+  TROUPE_CHECK(ctx_ != nullptr || num_replicas_ == 1);  // set_context first
   State();  // the whole buffers
   const std::vector<nn::OptimizerState> part = part_.State();
   for (const auto& [from, to] : {std::pair{part[0].data, whole_m_.data()}, std::pair{part[1].data, whole_v_.data()}}) {
@@ -141,6 +146,27 @@ absl::Status ShardedAdam::GatherState() {
       continue;
     }
     RETURN_IF_ERROR(AllGatherDevice(from, to));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedAdam::GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into) {
+  if (static_cast<int>(replicas.size()) != into.num_replicas_) {
+    return absl::FailedPreconditionError(absl::StrCat("sharded Adam: ", replicas.size(), " of the ", into.num_replicas_,
+                                                      " replicas' parts are in this process; a checkpoint needs all"));
+  }
+  const std::vector<nn::OptimizerState> whole = into.State();
+  nn::Backend& to = into.params_->backend();
+  std::vector<float> host;
+  for (int r = 0; r < into.num_replicas_; ++r) {
+    ShardedAdam& from = *replicas[r];
+    TROUPE_CHECK(from.replica_id_ == r && from.count_ == into.count_);
+    const std::vector<nn::OptimizerState> part = from.part_.State();
+    host.resize(from.count_);
+    for (size_t s = 0; s < part.size(); ++s) {
+      from.params_->backend().Download(part[s].data, host.data(), sizeof(float) * host.size());
+      to.Upload(host.data(), whole[s].data + from.begin_, sizeof(float) * host.size());
+    }
   }
   return absl::OkStatus();
 }

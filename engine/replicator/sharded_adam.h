@@ -45,17 +45,18 @@ class ShardedAdam final : public nn::Optimizer {
   // ParameterSet::Allocate(backend, seed, PadMultiple(K)).
   static int64_t PadMultiple(int num_replicas) { return int64_t{16} * num_replicas; }
 
-  // Replica ctx->replica_id()'s part of `params` (allocated on their
-  // backend, padded to PadMultiple(K)). InvalidArgument when they are not
-  // padded so, naming both lengths; Unimplemented for replicas whose
-  // gradients are reduced inside one compiled program or on one device they
-  // share (a reduce-scatter there is not built).
-  static absl::StatusOr<std::unique_ptr<ShardedAdam>> Create(nn::ParameterSet* params, ReplicaContext* ctx,
-                                                             const ShardedAdamOptions& options);
+  // Replica `replica_id`'s part of `params` (allocated on their backend,
+  // padded to PadMultiple(num_replicas)). InvalidArgument when they are not
+  // padded so, naming both lengths; Unimplemented on a backend that reduces
+  // inside one compiled program (PJRT: no reduce-scatter there yet).
+  static absl::StatusOr<std::unique_ptr<ShardedAdam>> Create(nn::ParameterSet* params, int replica_id,
+                                                             int num_replicas, const ShardedAdamOptions& options);
 
   // The context of the replicas' current call (a Replicator makes one per
-  // RunReplicas); the same replica id and K as the first.
-  void set_context(ReplicaContext* ctx);
+  // RunReplicas), before an update or GatherState: its replica id and K are
+  // Create's. Unimplemented for replicas sharing one device (they reduce on
+  // it, and splitting the state there saves no memory).
+  absl::Status set_context(ReplicaContext* ctx);
 
   void Prepare(float learning_rate) override { part_.Prepare(learning_rate); }
   // Steps 1-4 above. A collective's error stays in the context (its
@@ -78,6 +79,11 @@ class ShardedAdam final : public nn::Optimizer {
   void KeepOwnPart();
   // Releases the whole moments (after a checkpoint was written).
   void ReleaseWholeState();
+  // GatherState without a collective, where all K replicas are in this
+  // process: replicas[r] is replica r's (each on its own backend); their
+  // parts go into `into`'s whole moments, for a checkpoint taken between
+  // updates.
+  static absl::Status GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into);
 
   int64_t part_begin() const { return begin_; }
   int64_t part_floats() const { return count_; }
@@ -86,7 +92,7 @@ class ShardedAdam final : public nn::Optimizer {
   int64_t state_bytes() const { return 2 * int64_t{sizeof(float)} * count_; }
 
  private:
-  ShardedAdam(nn::ParameterSet* params, ReplicaContext* ctx, const ShardedAdamOptions& options, int64_t begin,
+  ShardedAdam(nn::ParameterSet* params, int replica_id, int num_replicas, const ShardedAdamOptions& options,
               int64_t count);
   absl::Status ReduceScatterGradients();
   absl::Status ClipPart();
@@ -96,7 +102,7 @@ class ShardedAdam final : public nn::Optimizer {
   absl::Status AllGatherDevice(const float* part, float* out);
 
   nn::ParameterSet* params_;
-  ReplicaContext* ctx_;
+  ReplicaContext* ctx_ = nullptr;
   const int replica_id_, num_replicas_;
   const ShardedAdamOptions options_;
   const int64_t begin_, count_;

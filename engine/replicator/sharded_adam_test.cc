@@ -94,7 +94,9 @@ Trained Train(const Schedule& run) {
     std::unique_ptr<ClippedAdam> clipped;
     nn::Optimizer* optimizer = nullptr;
     if (run.sharded) {
-      ASSIGN_OR_RETURN(sharded, ShardedAdam::Create(&model.params, &ctx, {.max_grad_norm = run.max_norm}));
+      ASSIGN_OR_RETURN(sharded, ShardedAdam::Create(&model.params, ctx.replica_id(), ctx.num_replicas(),
+                                                    {.max_grad_norm = run.max_norm}));
+      RETURN_IF_ERROR(sharded->set_context(&ctx));
       optimizer = sharded.get();
     } else {
       TROUPE_CHECK(run.k == 1);
@@ -216,7 +218,8 @@ TEST(ShardedAdamTest, RefusesUnpaddedParametersAndReplicasSharingOneDevice) {
   std::vector<std::unique_ptr<testing::TestModel>> models;
   for (int i = 0; i < 5; ++i) models.push_back(std::make_unique<testing::TestModel>());
   ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<ShardedAdam>> made = ShardedAdam::Create(&models[ctx.local_index()]->params, &ctx, {});
+    absl::StatusOr<std::unique_ptr<ShardedAdam>> made =
+        ShardedAdam::Create(&models[ctx.local_index()]->params, ctx.replica_id(), ctx.num_replicas(), {});
     EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(made.status().message(),
                 HasSubstr(absl::StrCat("hold ", models[0]->params.padded_floats(), " floats, not a multiple of 80")));
@@ -229,9 +232,12 @@ TEST(ShardedAdamTest, RefusesUnpaddedParametersAndReplicasSharingOneDevice) {
     padded.push_back(std::make_unique<testing::TestModel>(std::make_shared<nn::CpuBackend>(1), ShardedAdam::PadMultiple(2)));
   }
   ASSERT_TRUE(shared->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<ShardedAdam>> made = ShardedAdam::Create(&padded[ctx.local_index()]->params, &ctx, {});
-    EXPECT_EQ(made.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(made.status().message(), HasSubstr("sharing one device"));
+    absl::StatusOr<std::unique_ptr<ShardedAdam>> made =
+        ShardedAdam::Create(&padded[ctx.local_index()]->params, ctx.replica_id(), ctx.num_replicas(), {});
+    EXPECT_TRUE(made.ok()) << made.status();
+    const absl::Status joined = (*made)->set_context(&ctx);
+    EXPECT_EQ(joined.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(joined.message(), HasSubstr("sharing one device"));
     return absl::OkStatus();
   }).ok());
 }
