@@ -43,8 +43,9 @@ struct AgentMetrics {
   int64_t updates = 0;      // total updates so far (restored by Load)
   double input_wait_s = 0;  // what an update waited for its input (sampling, new frames), mean
   // The agent's own scalars (losses, value estimates), each a mean over
-  // the interval, by name: the name is its metrics.csv column and
-  // TensorBoard's train/NAME. Always the same names in the same order.
+  // the interval (or a count, where the name says so: D4PG's
+  // late_backward.replicaR), by name: the name is its metrics.csv column
+  // and TensorBoard's train/NAME. Always the same names in the same order.
   std::vector<std::pair<std::string, double>> values;
   // The value named `name`, 0 when the agent has none of that name.
   double operator[](std::string_view name) const {

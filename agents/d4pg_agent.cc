@@ -17,6 +17,7 @@
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
 #include "engine/replicator/sharded_adam.h"
+#include "engine/replicator/straggler.h"
 #include "replay/item.h"
 
 namespace troupe::agents {
@@ -214,9 +215,15 @@ struct D4pgAgent::Replica {
   nn::Optimizer& actor_state() { return actor_sharded ? static_cast<nn::Optimizer&>(*actor_sharded) : *actor_adam; }
 
   // Rebuilt at each Train call: they hold that call's ReplicaContext. The
-  // reducers are null with sharded state.
+  // gradients' reduction: bucketed during backward, or with engine.straggler
+  // DEADLINE once after it (kept across calls: they measure the steps);
+  // none with sharded state.
   int64_t generation = -1;
-  std::unique_ptr<replicator::GradientReducer> critic_reducer, actor_reducer;
+  std::unique_ptr<replicator::GradientReducer> critic_bucketed, actor_bucketed;
+  std::unique_ptr<replicator::DeadlineReducer> critic_deadline, actor_deadline;
+  int64_t late_counted = 0;  // their late passes already in the metrics
+  replicator::GradientReduction* critic_reducer = nullptr;
+  replicator::GradientReduction* actor_reducer = nullptr;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_replicated, actor_replicated;
   nn::Optimizer* critic_optimizer = nullptr;  // what steps: critic_replicated or critic_sharded
   nn::Optimizer* actor_optimizer = nullptr;
@@ -550,12 +557,27 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
       r.critic_optimizer = r.critic_sharded.get();
       r.actor_optimizer = r.actor_sharded.get();
     } else {
-      r.critic_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
-      r.actor_reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
+      const config::EngineConfig& engine = config_.learner().engine();
+      if (engine.straggler() == config::EngineConfig::DEADLINE) {
+        if (r.critic_deadline == nullptr) {
+          const replicator::DeadlineOptions options{.factor = engine.straggler_deadline()};
+          r.critic_deadline = std::make_unique<replicator::DeadlineReducer>(&ctx, &r.critic, options);
+          r.actor_deadline = std::make_unique<replicator::DeadlineReducer>(&ctx, &r.actor, options);
+        }
+        r.critic_deadline->set_context(&ctx);
+        r.actor_deadline->set_context(&ctx);
+        r.critic_reducer = r.critic_deadline.get();
+        r.actor_reducer = r.actor_deadline.get();
+      } else {
+        r.critic_bucketed = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
+        r.actor_bucketed = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
+        r.critic_reducer = r.critic_bucketed.get();
+        r.actor_reducer = r.actor_bucketed.get();
+      }
       r.critic_replicated =
-          std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer.get());
+          std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer);
       r.actor_replicated =
-          std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer.get());
+          std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer);
       r.critic_optimizer = r.critic_replicated.get();
       r.actor_optimizer = r.actor_replicated.get();
     }
@@ -610,8 +632,21 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
   r.updates += n;
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+  // Each replica's backward passes left at the deadline in this execution.
+  std::vector<float> late;
+  if (r.critic_deadline != nullptr) {
+    const int64_t passes = r.critic_deadline->stats().late + r.actor_deadline->stats().late;
+    late.assign(ctx.num_replicas(), 0.0f);
+    late[ctx.replica_id()] = static_cast<float>(passes - r.late_counted);
+    r.late_counted = passes;
+    RETURN_IF_ERROR(ctx.AllReduce(late, replicator::ReduceOp::kSum));
+  }
   if (&r == replicas_[0].get()) {
     absl::MutexLock lock(&metrics_mu_);
+    if (!late.empty()) {
+      late_passes_.resize(late.size());
+      for (size_t i = 0; i < late.size(); ++i) late_passes_[i] += static_cast<int64_t>(late[i]);
+    }
     for (int64_t j = 0; j < n; ++j) {
       sum_critic_loss_ += metrics[3 * j];
       sum_actor_loss_ += metrics[3 * j + 1];
@@ -696,7 +731,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const nn::Var critic_loss =
       nn::Scale(nn::Sum(nn::Mul(log_probs, weighted_target)), -1.0f / static_cast<float>(rows));
   if (r.critic_reducer) r.critic_reducer->Reset();
-  t.Backward(critic_loss, r.critic_reducer.get());
+  t.Backward(critic_loss, r.critic_reducer);
   r.critic_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
 
@@ -722,7 +757,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
     actor_loss = nn::Add(actor_loss, nn::Scale(excess, d4pg.actor_pre_tanh_penalty()));
   }
   if (r.actor_reducer) r.actor_reducer->Reset();
-  a.Backward(actor_loss, r.actor_reducer.get());
+  a.Backward(actor_loss, r.actor_reducer);
   r.actor_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
 
@@ -765,6 +800,10 @@ AgentMetrics D4pgAgent::metrics() const {
   const double means[] = {sum_critic_loss_ / count, sum_actor_loss_ / count, sum_q_ / count};
   static_assert(std::size(means) == std::size(kD4pgMetrics));
   for (size_t i = 0; i < std::size(means); ++i) m.values.emplace_back(kD4pgMetrics[i], means[i]);
+  for (size_t i = 0; i < late_passes_.size(); ++i) {
+    m.values.emplace_back(absl::StrCat("late_backward.replica", i), late_passes_[i]);
+    late_passes_[i] = 0;
+  }
   m.input_wait_s = sum_input_wait_ / count;
   m.updates = metric_updates_;
   sum_critic_loss_ = sum_actor_loss_ = sum_q_ = sum_input_wait_ = 0;

@@ -232,6 +232,9 @@ class D4pgAgent final : public Agent {
   mutable double sum_input_wait_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable int64_t metric_count_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   int64_t metric_updates_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  // engine.straggler DEADLINE: each replica's backward passes left at the
+  // deadline since the last metrics() (K long; empty otherwise).
+  mutable std::vector<int64_t> late_passes_ ABSL_GUARDED_BY(metrics_mu_);
 };
 
 }  // namespace troupe::agents

@@ -960,6 +960,44 @@ TEST(D4pgAgentTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
   }
 }
 
+// engine.straggler DEADLINE: with a deadline no replica misses (100x the
+// finishers' time) K=2 trains as K=1 on the whole batch, whole state within
+// 1e-4, no late pass counted; at 1x (the mean of both, which the slower of
+// two passes exceeds) passes are left, counted per replica, and training
+// goes on with finite losses.
+TEST(D4pgAgentTest, AStepDeadlineTrainsAsWaitingUntilMissedAndCountsLatePassesPerReplica) {
+  const ObservationSpec spec{.state_size = 3};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_d4pg()->set_target_tau(0.1f);
+  auto train = [&](int k, float deadline, AgentMetrics* metrics, std::vector<nn::CheckpointTensor>* start = nullptr) {
+    config::ExperimentConfig run = c;
+    if (deadline > 0) {
+      run.mutable_learner()->mutable_engine()->set_straggler(config::EngineConfig::DEADLINE);
+      run.mutable_learner()->mutable_engine()->set_straggler_deadline(deadline);
+    }
+    auto replicator = MakeReplicator(k);
+    auto agent = D4pgAgent::Create(run, spec, /*action_size=*/2, replicator.get());
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    if (start != nullptr) *start = (*agent)->CheckpointState();
+    for (uint64_t step = 0; step < 20; ++step) EXPECT_TRUE((*agent)->Train(1, Bandit(spec, 2, c, step)).ok());
+    *metrics = (*agent)->metrics();
+    return (*agent)->CheckpointState();
+  };
+  std::vector<nn::CheckpointTensor> start;
+  AgentMetrics whole_metrics, never_metrics, tight_metrics;
+  const auto whole = train(1, 0, &whole_metrics, &start);
+  const auto never = train(2, 100, &never_metrics);
+  TROUPE_EXPECT_SAME_STATE(start, whole, never, .tolerance = 1e-4);
+  EXPECT_EQ(never_metrics["late_backward.replica0"] + never_metrics["late_backward.replica1"], 0);
+  EXPECT_EQ(whole_metrics.values.size(), 3u) << "no late counts without a deadline";
+  train(2, 1.0f, &tight_metrics);
+  ASSERT_EQ(tight_metrics.values.size(), 5u);
+  EXPECT_EQ(tight_metrics.values[3].first, "late_backward.replica0");
+  EXPECT_EQ(tight_metrics.values[4].first, "late_backward.replica1");
+  EXPECT_GT(tight_metrics["late_backward.replica0"] + tight_metrics["late_backward.replica1"], 0);
+  EXPECT_TRUE(std::isfinite(tight_metrics["critic_loss"]));
+}
+
 // A checkpoint of K=4 replicas with sharded optimizer state (the moments
 // gathered from every replica) resumes at K=2 sharded and at K=1 unsharded:
 // 10 + 10 updates end where 20 uninterrupted ones do.

@@ -153,6 +153,26 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                  " reduces inside one compiled program, which has no reduce-scatter yet: use device CPU or CUDA");
     }
   }
+  if (engine.straggler() == config::EngineConfig::DEADLINE) {
+    if (InProcessReplicas(engine) && engine.replicas() < 2) {
+      return bad(".engine.straggler DEADLINE: one replica has no one to leave behind (engine.replicas ",
+                 engine.replicas(), ")");
+    }
+    if (pjrt || gpu) {
+      return bad(".engine.straggler DEADLINE: device ", config::EngineConfig::Device_Name(engine.device()),
+                 " runs a step as one compiled program for every replica, which cannot leave one out: use device "
+                 "CPU or CUDA");
+    }
+    if (engine.shard_state() != config::EngineConfig::NONE) {
+      return bad(".engine.straggler DEADLINE with shard_state ",
+                 config::EngineConfig::ShardState_Name(engine.shard_state()),
+                 ": a replica's part of the update is its own to compute; it cannot be left out");
+    }
+  }
+  if (!(engine.straggler_deadline() >= 1 && engine.straggler_deadline() <= 100)) {
+    return bad(".engine.straggler_deadline ", engine.straggler_deadline(),
+               ": must be in [1, 100] (multiples of the finishers' backward time)");
+  }
   if (engine.pjrt_check_replay() < 0) {
     return bad(".engine.pjrt_check_replay ", engine.pjrt_check_replay(), ": must be >= 0 (0 = never checked)");
   }

@@ -69,6 +69,10 @@ void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t coun
 
 absl::Status ValidateGanConfig(const config::GanConfig& c) {
   RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
+  if (c.engine().straggler() != config::EngineConfig::WAIT) {
+    return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
+                                                       ": the GAN's steps wait for every replica (D4PG's only so far)"));
+  }
   if (c.engine().shard_state() != config::EngineConfig::NONE) {
     return FieldError("engine.shard_state", absl::StrCat(config::EngineConfig::ShardState_Name(c.engine().shard_state()),
                                                          ": the GAN's optimizers keep their whole state on every "

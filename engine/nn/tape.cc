@@ -188,6 +188,7 @@ void Tape::Backward(Var loss, GradientListener* listener) {
         listener->OnGradientReady(*values_[in].param_set, values_[in].param_index);
       }
     }
+    if (listener->StopBackward()) return;
   }
 }
 

@@ -67,6 +67,10 @@ class GradientListener {
  public:
   virtual ~GradientListener() = default;
   virtual void OnGradientReady(const ParameterSet& set, int param_index) = 0;
+  // Asked after each node: true stops Backward there, the rest of the
+  // gradients left as they are (a replica past its step's deadline:
+  // replicator::DeadlineReducer).
+  virtual bool StopBackward() { return false; }
 };
 
 class Tape {
@@ -123,7 +127,8 @@ class Tape {
   // node backward (nothing when the loss depends on no gradient-requiring
   // value). Parameter gradients ACCUMULATE into their sets' buffers
   // (call ParameterSet::ZeroGrad between steps). `listener`, if given, hears
-  // of each parameter as soon as its gradient is final.
+  // of each parameter as soon as its gradient is final, and may stop the
+  // pass between nodes.
   void Backward(Var loss, GradientListener* listener = nullptr);
 
   // Forgets all values and nodes; the arena is rewound, not freed.

@@ -8,7 +8,12 @@
 //                reduce-scatter, all-gather, the clip's norm all-reduced) ==
 //                one replica with Adam on the whole batch after 10 steps,
 //                parameters and whole moments compared
+//   deadline     K=2 MPI ranks, rank 1's backward nodes 4x rank 0's (slept):
+//                with a step deadline (DeadlineReducer) 20 steps take under
+//                0.6x of waiting for it, rank 1 is late on most, and both
+//                ranks end with the same parameters
 // Exit status 0 iff the scenario behaved as expected on this rank.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +24,7 @@
 #include "engine/nn/checkpoint.h"
 #include "engine/replicator/replicator.h"
 #include "engine/replicator/sharded_adam.h"
+#include "engine/replicator/straggler.h"
 #include "engine/replicator/test_model.h"
 
 namespace troupe::replicator {
@@ -173,6 +179,48 @@ int Sharded() {
   return worst < 1e-4 ? 0 : 1;
 }
 
+// 20 steps of K=2 MPI ranks with rank 1 paced 4x slower; returns the
+// seconds they took, and rank 1's late steps and the parameters equal on
+// both ranks (or -1).
+double PacedRun(Replicator* mpi, bool deadline, int64_t* late, bool* identical) {
+  testing::TestModel model;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = mpi->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    DeadlineReducer reducer(&ctx, &model.params, {.factor = 1.5, .warmup_steps = deadline ? 3 : 21});
+    testing::Paced paced(&reducer, (ctx.replica_id() == 1 ? 4 : 1) * 1000us);
+    nn::Adam adam(&model.params, model.backend.get());
+    ReplicatedOptimizer optimizer(&adam, &ctx, &paced);
+    RETURN_IF_ERROR(testing::TrainShard(ctx, model, 20, 0, /*batch_norm=*/false, &optimizer, 0, &paced));
+    std::vector<float> late_steps = {static_cast<float>(ctx.replica_id() == 1 ? reducer.stats().late : 0)};
+    RETURN_IF_ERROR(ctx.AllReduce(late_steps, ReduceOp::kSum));
+    *late = static_cast<int64_t>(late_steps[0]);
+    const std::vector<float> mine = model.params.DownloadValues();
+    std::vector<float> both(2 * mine.size());
+    RETURN_IF_ERROR(ctx.AllGather(mine, both));
+    *identical = std::equal(mine.begin(), mine.end(), both.begin()) &&
+                 std::equal(mine.begin(), mine.end(), both.begin() + mine.size());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return -1;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Deadline() {
+  int64_t late_waiting = 0, late = 0;
+  bool identical_waiting = false, identical = false;
+  auto mpi = Make(ReplicatorOptions::Backend::kMpi, 0, 30000ms);  // one per process: MPI initialises once
+  const double waiting = PacedRun(mpi.get(), false, &late_waiting, &identical_waiting);
+  const double deadline = PacedRun(mpi.get(), true, &late, &identical);
+  std::printf("20 steps, rank 1 of 2 slowed 4x: %.3f s waiting for it, %.3f s with the deadline (rank 1 late on %lld)\n",
+              waiting, deadline, static_cast<long long>(late));
+  const bool ok = waiting > 0 && deadline > 0 && deadline < 0.6 * waiting && late >= 15 && late_waiting == 0 &&
+                  identical && identical_waiting;
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace troupe::replicator
 
@@ -182,6 +230,7 @@ int main(int argc, char** argv) {
   if (scenario == "stall") return troupe::replicator::Stall();
   if (scenario == "mismatch") return troupe::replicator::Mismatch();
   if (scenario == "sharded") return troupe::replicator::Sharded();
-  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|sharded\n", argv[0]);
+  if (scenario == "deadline") return troupe::replicator::Deadline();
+  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|sharded|deadline\n", argv[0]);
   return 2;
 }

@@ -122,6 +122,17 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   std::vector<float> staging_;  // AllReduceDevice's host copy, grows only
 };
 
+// What ReplicatedOptimizer waits for: a listener to Tape::Backward that
+// averages a ParameterSet's gradients across the replicas by the time
+// Finish() returns (GradientReducer; DeadlineReducer in straggler.h).
+class GradientReduction : public nn::GradientListener {
+ public:
+  // Call before each backward pass.
+  virtual void Reset() = 0;
+  // The gradients averaged (an error stays in the context too).
+  virtual absl::Status Finish() = 0;
+};
+
 // Reduces (averages) a ParameterSet's gradients across replicas in buckets of
 // consecutive parameters, starting each bucket as soon as backward has
 // finished all its parameters (pass it to Tape::Backward as the listener), so
@@ -129,15 +140,14 @@ class ReplicaContext final : public nn::CrossReplicaSum {
 // collectives cannot take in place are downloaded bucket by bucket into a
 // host copy and uploaded once all have reduced. With one replica it does
 // nothing (there is nothing to average).
-class GradientReducer final : public nn::GradientListener {
+class GradientReducer final : public GradientReduction {
  public:
   // `bucket_floats`: a bucket closes once it holds at least this many floats.
   GradientReducer(ReplicaContext* ctx, nn::ParameterSet* params, int64_t bucket_floats = 1 << 20);
-  // Call before each backward pass.
-  void Reset();
+  void Reset() override;
   void OnGradientReady(const nn::ParameterSet& set, int param_index) override;
   // Starts any bucket not yet started (unused parameters) and waits for all.
-  absl::Status Finish();
+  absl::Status Finish() override;
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
 
  private:
@@ -162,13 +172,13 @@ class GradientReducer final : public nn::GradientListener {
 // the context and the update is skipped.
 class ReplicatedOptimizer final : public nn::ForwardingOptimizer {
  public:
-  ReplicatedOptimizer(nn::Optimizer* inner, ReplicaContext* ctx, GradientReducer* reducer = nullptr)
+  ReplicatedOptimizer(nn::Optimizer* inner, ReplicaContext* ctx, GradientReduction* reducer = nullptr)
       : ForwardingOptimizer(inner), ctx_(ctx), reducer_(reducer) {}
   void Apply() override;
 
  private:
   ReplicaContext* ctx_;
-  GradientReducer* reducer_;
+  GradientReduction* reducer_;
 };
 
 class Replicator {

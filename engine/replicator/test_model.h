@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/nn/cpu_backend.h"
@@ -68,9 +69,11 @@ struct TestModel {
 // strict device: no host round trip but the collectives' staging). With
 // `given`, that optimizer steps as it is (it reduces across replicas itself,
 // as ShardedAdam does, or K is 1); otherwise Adam after gradients reduced in
-// buckets of `bucket_floats` during backward.
+// buckets of `bucket_floats` during backward. `given_reduction`: the given
+// optimizer's reduction, reset before each step and told of backward.
 inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps, int64_t bucket_floats,
-                               bool batch_norm = true, nn::Optimizer* given = nullptr, int first_step = 0) {
+                               bool batch_norm = true, nn::Optimizer* given = nullptr, int first_step = 0,
+                               GradientReduction* given_reduction = nullptr) {
   nn::Tape tape(model.backend.get());
   std::optional<nn::Adam> adam;
   std::optional<GradientReducer> reducer;
@@ -81,7 +84,7 @@ inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps,
     replicated.emplace(&*adam, &ctx, &*reducer);
   }
   nn::Optimizer& optimizer = given != nullptr ? *given : *replicated;
-  GradientReducer* const listener = reducer ? &*reducer : nullptr;
+  GradientReduction* const listener = reducer ? &*reducer : given_reduction;
   const int k = ctx.num_replicas(), shard = kGlobalBatch / k, r = ctx.replica_id();
   for (int step = first_step; step < first_step + steps; ++step) {
     const GlobalBatch batch = MakeGlobalBatch(step);
@@ -104,6 +107,24 @@ inline absl::Status TrainShard(ReplicaContext& ctx, TestModel& model, int steps,
   }
   return absl::OkStatus();
 }
+
+// A replica's compute, paced without taking the cores: `per_node` of sleep
+// after each backward node, then the reduction asked (whether to stop: DeadlineReducer).
+class Paced final : public GradientReduction {
+ public:
+  Paced(GradientReduction* inner, std::chrono::microseconds per_node) : inner_(inner), per_node_(per_node) {}
+  void Reset() override { inner_->Reset(); }
+  void OnGradientReady(const nn::ParameterSet& set, int index) override { inner_->OnGradientReady(set, index); }
+  bool StopBackward() override {
+    std::this_thread::sleep_for(per_node_);
+    return inner_->StopBackward();
+  }
+  absl::Status Finish() override { return inner_->Finish(); }
+
+ private:
+  GradientReduction* inner_;
+  std::chrono::microseconds per_node_;
+};
 
 }  // namespace troupe::replicator::testing
 
