@@ -12,6 +12,7 @@ absl::StatusOr<Report> RunFleetBenchmark(const Options& options);  // bench/flee
 absl::StatusOr<Report> RunScalingBenchmark(const Options& options);  // bench/scaling_bench.cc
 absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options);  // bench/learner_input_bench.cc
 absl::StatusOr<Report> RunPythonBenchmark(const Options& options);  // bench/python_bench.cc
+absl::StatusOr<Report> RunStragglerBenchmark(const Options& options);  // bench/straggler_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -42,6 +43,9 @@ const std::vector<Benchmark>& Benchmarks() {
       {"python", "env pools stepped from Python (the troupe module) vs the same pools from C++, EnvPool and "
                  "dm_control's suite, a process a round (needs BUILD/python: ninja troupe_python)",
        RunPythonBenchmark},
+      {"straggler", "K=4 in-process replicas with one slowed 2x: steps/s waiting for it and with a step deadline "
+                    "(engine.straggler DEADLINE), each against no replica slowed",
+       RunStragglerBenchmark},
   };
   return benchmarks;
 }

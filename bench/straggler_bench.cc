@@ -1,0 +1,160 @@
+// troupe bench straggler: K=4 in-process replicas training an MLP (the
+// shape of D4PG's critic from state: 64 -> 256 -> 256 -> 51, 64 rows a
+// replica), with one replica slowed 2x: after each of its forward pass and
+// backward nodes it sleeps as long as that work took (a neighbour taking
+// half its core, without taking the cores of the others). Steps/s:
+//   - slowed, waiting for it (engine.straggler WAIT, the bucketed reducer),
+//   - slowed, with the step deadline (DEADLINE at 1.25 and 1.1),
+// each next to no replica slowed, waiting, in the same run by the same
+// protocol (alternated rounds). The ratio is the share of the unslowed pace.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/bench.h"
+#include "bench/protocol.h"
+#include "common/status_macros.h"
+#include "engine/nn/cpu_backend.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/ops.h"
+#include "engine/nn/optimizer.h"
+#include "engine/replicator/replicator.h"
+#include "engine/replicator/straggler.h"
+
+namespace troupe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kReplicas = 4;
+constexpr int kSlowReplica = 3;
+constexpr int64_t kRows = 64, kIn = 64, kHidden = 256, kOut = 51;
+
+// The slowed replica's pace: each piece of work is followed by as long a
+// sleep (2x its time), measured from the last call.
+class Pacer {
+ public:
+  explicit Pacer(bool slow) : slow_(slow) {}
+  void Start() { last_ = Clock::now(); }
+  void Lap() {
+    if (!slow_) return;
+    std::this_thread::sleep_for(Clock::now() - last_);
+    last_ = Clock::now();
+  }
+
+ private:
+  bool slow_;
+  Clock::time_point last_;
+};
+
+// A reduction told of each backward node: the pacer laps, then the inner
+// reduction decides whether to stop.
+class PacedReduction final : public replicator::GradientReduction {
+ public:
+  PacedReduction(replicator::GradientReduction* inner, Pacer* pacer) : inner_(inner), pacer_(pacer) {}
+  void Reset() override { inner_->Reset(); }
+  void OnGradientReady(const nn::ParameterSet& set, int index) override { inner_->OnGradientReady(set, index); }
+  bool StopBackward() override {
+    pacer_->Lap();
+    return inner_->StopBackward();
+  }
+  absl::Status Finish() override { return inner_->Finish(); }
+
+ private:
+  replicator::GradientReduction* inner_;
+  Pacer* pacer_;
+};
+
+struct Mlp {
+  nn::ParameterSet params;
+  std::vector<nn::LinearLayer> layers;
+};
+
+// One round: a fresh group of K replicas training for round.seconds; steps/s.
+absl::StatusOr<double> RunRound(const Round& round, bool slowed, float deadline) {
+  replicator::ReplicatorOptions o;
+  o.num_replicas = kReplicas;
+  ASSIGN_OR_RETURN(std::unique_ptr<replicator::Replicator> replicator, replicator::Replicator::Create(o));
+  std::vector<int64_t> steps(kReplicas, 0);
+  const auto begin = Clock::now();
+  const auto until = begin + std::chrono::duration<double>(round.seconds);
+  RETURN_IF_ERROR(replicator->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
+    nn::Backend& backend = *ctx.backend();
+    Mlp mlp;
+    const int64_t sizes[] = {kIn, kHidden, kHidden, kOut};
+    for (int l = 0; l < 3; ++l) {
+      mlp.layers.push_back(nn::LinearLayer::Create(mlp.params, absl::StrFormat("l%d", l), sizes[l], sizes[l + 1]));
+    }
+    mlp.params.Allocate(backend, 5);
+    std::mt19937_64 rng(ctx.replica_id());
+    std::normal_distribution<float> normal;
+    std::vector<float> x(kRows * kIn), y(kRows * kOut);
+    for (float& v : x) v = normal(rng);
+    for (float& v : y) v = normal(rng);
+    nn::Tape tape(&backend);
+    nn::Adam adam(&mlp.params, &backend);
+    std::optional<replicator::GradientReducer> bucketed;
+    std::optional<replicator::DeadlineReducer> timed;
+    replicator::GradientReduction* reduction;
+    if (deadline > 0) {
+      reduction = &timed.emplace(&ctx, &mlp.params, replicator::DeadlineOptions{.factor = deadline});
+    } else {
+      reduction = &bucketed.emplace(&ctx, &mlp.params);
+    }
+    Pacer pacer(slowed && ctx.replica_id() == kSlowReplica);
+    PacedReduction paced(reduction, &pacer);
+    replicator::ReplicatedOptimizer optimizer(&adam, &ctx, &paced);
+    // Every replica steps until the time is up on replica 0 (a flag in the
+    // all-reduce: they stop at the same step).
+    for (;;) {
+      std::vector<float> go = {ctx.replica_id() == 0 && Clock::now() >= until ? 1.0f : 0.0f};
+      RETURN_IF_ERROR(ctx.AllReduce(go, replicator::ReduceOp::kSum));
+      if (go[0] > 0) break;
+      pacer.Start();
+      tape.Reset();
+      mlp.params.ZeroGrad();
+      paced.Reset();
+      nn::Var h = tape.Input(x.data(), {kRows, kIn});
+      for (size_t l = 0; l < mlp.layers.size(); ++l) {
+        h = mlp.layers[l](tape, mlp.params, h);
+        if (l + 1 < mlp.layers.size()) h = nn::Relu(h);
+      }
+      nn::Var loss = nn::MeanSquaredError(h, tape.Input(y.data(), {kRows, kOut}));
+      backend.Synchronize();
+      pacer.Lap();  // the forward pass
+      tape.Backward(loss, &paced);
+      optimizer.Step(1e-3f);
+      RETURN_IF_ERROR(ctx.status());
+      ++steps[ctx.local_index()];
+    }
+    return absl::OkStatus();
+  }));
+  return steps[0] / std::chrono::duration<double>(Clock::now() - begin).count();
+}
+
+}  // namespace
+
+absl::StatusOr<Report> RunStragglerBenchmark(const Options& options) {
+  Report report;
+  const ProtocolOptions protocol = DefaultProtocol(options, kReplicas, std::max(options.seconds_per_figure, 1.0));
+  const Side unslowed = [](const Round& round) { return RunRound(round, /*slowed=*/false, /*deadline=*/0); };
+  const std::string reference = "no replica slowed, waiting for every replica";
+  const std::string name = absl::StrFormat("MLP %d-%d-%d-%d step, %d rows x %d in-process replicas, replica %d slowed 2x",
+                                           kIn, kHidden, kHidden, kOut, kRows, kReplicas, kSlowReplica);
+  RETURN_IF_ERROR(AddComparison(report, name + ", waiting for it (straggler WAIT)", "steps/s", reference,
+                                [](const Round& round) { return RunRound(round, true, 0); }, unslowed, protocol)
+                      .status());
+  for (const float deadline : {1.25f, 1.1f}) {
+    RETURN_IF_ERROR(AddComparison(report, absl::StrFormat("%s, step deadline %.2fx (straggler DEADLINE)", name, deadline),
+                                  "steps/s", reference,
+                                  [deadline](const Round& round) { return RunRound(round, true, deadline); }, unslowed,
+                                  protocol)
+                        .status());
+  }
+  return report;
+}
+
+}  // namespace troupe::bench
