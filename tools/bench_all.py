@@ -48,6 +48,7 @@ PLAN = [
     ("rl", ["rl"], 4),
     ("fleet", ["fleet"], 3),
     ("scaling", ["scaling"], 2),
+    ("straggler", ["straggler"], 1),
 ]
 
 
