@@ -15,6 +15,37 @@ Var LinearLayer::operator()(Tape& tape, ParameterSet& params, Var x) const {
   return Linear(x, tape.Parameter(params, w), tape.Parameter(params, b));
 }
 
+// Initialised as the whole layer would be (fan-in of the whole input).
+ColumnParallelLinear ColumnParallelLinear::Create(ParameterSet& params, const std::string& name, int64_t in,
+                                                  int64_t out, int parts) {
+  TROUPE_CHECK(parts >= 1 && out % parts == 0);
+  ColumnParallelLinear l;
+  l.w = params.Add(name + ".w", {in, out / parts}, Init::FanIn(in));
+  l.b = params.Add(name + ".b", {out / parts}, Init::FanIn(in));
+  return l;
+}
+
+Var ColumnParallelLinear::operator()(Tape& tape, ParameterSet& params, Var x, CrossReplicaSum* group) const {
+  return Linear(CopyToModelParallel(x, group), tape.Parameter(params, w), tape.Parameter(params, b));
+}
+
+RowParallelLinear RowParallelLinear::Create(ParameterSet& params, const std::string& name, int64_t in, int64_t out,
+                                            int parts, int part) {
+  TROUPE_CHECK(parts >= 1 && in % parts == 0 && part >= 0 && part < parts);
+  RowParallelLinear l;
+  l.part = part;
+  l.w = params.Add(name + ".w", {in / parts, out}, Init::FanIn(in));
+  l.b = params.Add(name + ".b", {out}, Init::FanIn(in));
+  return l;
+}
+
+Var RowParallelLinear::operator()(Tape& tape, ParameterSet& params, Var x, CrossReplicaSum* group) const {
+  // The bias once in the sum: part 0's.
+  const Var partial = part == 0 ? Linear(x, tape.Parameter(params, w), tape.Parameter(params, b))
+                                : MatMul(x, tape.Parameter(params, w));
+  return ReduceFromModelParallel(partial, group);
+}
+
 Conv2dLayer Conv2dLayer::Create(ParameterSet& params, const std::string& name, int64_t in, int64_t out,
                                 int64_t kernel, int64_t stride, int64_t pad) {
   Conv2dLayer l;

@@ -20,6 +20,30 @@ struct LinearLayer {
   Var operator()(Tape& tape, ParameterSet& params, Var x) const;
 };
 
+// A dense layer split over the `parts` replicas of a model-parallel group
+// (Megatron-LM's pair): the column-parallel layer keeps part `part` of the
+// output columns (w [in, out / parts], b [out / parts]) and gives that part
+// of y; the row-parallel layer after it keeps the same part of the input
+// rows (w [in / parts, out]) and a bias [out] that part 0 adds (every part
+// declares it, so all parts have one layout), and gives the whole y: one
+// sum across the group forward (its partial products) and one backward
+// (the column layer's input gradient). `group` sums over the group's
+// replicas (a ReplicaContext). Each keeps 1/parts of the pair's weights.
+struct ColumnParallelLinear {
+  int w = -1, b = -1;
+  static ColumnParallelLinear Create(ParameterSet& params, const std::string& name, int64_t in, int64_t out,
+                                     int parts);
+  Var operator()(Tape& tape, ParameterSet& params, Var x, CrossReplicaSum* group) const;
+};
+struct RowParallelLinear {
+  int w = -1, b = -1;
+  int part = 0;
+  static RowParallelLinear Create(ParameterSet& params, const std::string& name, int64_t in, int64_t out,
+                                  int parts, int part);
+  // x: the column-parallel layer's part of its output, [batch, in / parts].
+  Var operator()(Tape& tape, ParameterSet& params, Var x, CrossReplicaSum* group) const;
+};
+
 // 2-D convolution, w [out, in, k, k].
 struct Conv2dLayer {
   int w = -1, b = -1;

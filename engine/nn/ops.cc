@@ -274,6 +274,38 @@ Var Add(Var a, Var b) { return BinaryOp(a, b, Binary::kAdd); }
 Var Sub(Var a, Var b) { return BinaryOp(a, b, Binary::kSub); }
 Var Mul(Var a, Var b) { return BinaryOp(a, b, Binary::kMul); }
 
+namespace {
+void CopyToModelParallelBackward(Tape& t, const Node& n) {
+  const Value& y = t.value(n.out);
+  const int64_t count = y.shape.size();
+  float* sum = t.AllocateFloats(count);
+  t.backend().Copy(y.grad, sum, count);
+  static_cast<CrossReplicaSum*>(n.mutable_ptr)->SumOnDevice(t.backend(), sum, count);
+  t.backend().Axpy(1.0f, sum, t.value(n.in[0]).grad, count);
+}
+void ReduceFromModelParallelBackward(Tape& t, const Node& n) {
+  const Value& y = t.value(n.out);
+  t.backend().Axpy(1.0f, y.grad, t.value(n.in[0]).grad, y.shape.size());
+}
+Var ModelParallelOp(Var x, CrossReplicaSum* group, bool reduce) {
+  Tape& t = *x.tape;
+  Var y = t.NewValue(t.value(x).shape, RequiresGrad(t, x));
+  const int64_t count = t.value(x).shape.size();
+  t.backend().Copy(t.value(x).data, t.value(y).data, count);
+  if (reduce) group->SumOnDevice(t.backend(), t.value(y).data, count);
+  Node n;
+  n.backward = reduce ? ReduceFromModelParallelBackward : CopyToModelParallelBackward;
+  n.out = y.id;
+  n.in[0] = x.id;
+  n.mutable_ptr = group;
+  t.Record(n);
+  return y;
+}
+}  // namespace
+
+Var CopyToModelParallel(Var x, CrossReplicaSum* group) { return ModelParallelOp(x, group, /*reduce=*/false); }
+Var ReduceFromModelParallel(Var x, CrossReplicaSum* group) { return ModelParallelOp(x, group, /*reduce=*/true); }
+
 Var Scale(Var x, float alpha) {
   Tape& t = *x.tape;
   Var y = t.NewValue(t.value(x).shape, RequiresGrad(t, x));

@@ -24,6 +24,16 @@ class CrossReplicaSum {
   virtual void SumOnDevice(Backend& backend, float* values, int64_t count) = 0;
 };
 
+// --- Tensor parallelism (Megatron-LM, Shoeybi et al. 2019) -------------------
+// Across the replicas of a model-parallel group, which `group` sums over:
+// y = x forward and dx = the group's sum of dy backward, where a replicated
+// input enters a column-parallel layer (each replica's dy is of its own
+// columns' part).
+Var CopyToModelParallel(Var x, CrossReplicaSum* group);
+// y = the group's sum of x forward and dx = dy backward, where a
+// row-parallel layer's partial products join.
+Var ReduceFromModelParallel(Var x, CrossReplicaSum* group);
+
 // --- Dense -------------------------------------------------------------------
 // [m, k] x [k, n] -> [m, n].
 Var MatMul(Var a, Var b);
