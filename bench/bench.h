@@ -75,9 +75,10 @@ struct Options {
   int rounds = 0;                    // protocol rounds per side (DefaultProtocol); 0: 5, or 3 with quick
 };
 
-// The seconds a device figure is measured for: at least `floor` (a GPU's
-// figure needs that long to settle), or seconds_per_figure as given with
-// --quick (smoke tests and the lease's dry run, whose figures are not kept).
+// The seconds a figure that needs time to settle (a GPU's, threads taking
+// turns on cores) is measured for: at least `floor`, or seconds_per_figure
+// as given with --quick (smoke tests and the lease's dry run, whose figures
+// are not kept).
 double DeviceFigureSeconds(const Options& options, double floor);
 
 struct Benchmark {

@@ -139,7 +139,7 @@ absl::StatusOr<double> RunRound(const Round& round, bool slowed, float deadline)
 
 absl::StatusOr<Report> RunStragglerBenchmark(const Options& options) {
   Report report;
-  const ProtocolOptions protocol = DefaultProtocol(options, kReplicas, std::max(options.seconds_per_figure, 1.0));
+  const ProtocolOptions protocol = DefaultProtocol(options, kReplicas, DeviceFigureSeconds(options, 1.0));
   const Side unslowed = [](const Round& round) { return RunRound(round, /*slowed=*/false, /*deadline=*/0); };
   const std::string reference = "no replica slowed, waiting for every replica";
   const std::string name = absl::StrFormat("MLP %d-%d-%d-%d step, %d rows x %d in-process replicas, replica %d slowed 2x",
