@@ -26,6 +26,7 @@ config::ReplayTableConfig AgentReplayTable(const config::ExperimentConfig& confi
 absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
   if (config.agent() == config::ExperimentConfig::RANDOM) return absl::OkStatus();  // a batch's keys
+  RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, config.learner().engine().replicas()));
   return CheckD4pgStepFits(config, spec, action_size);
 }
 

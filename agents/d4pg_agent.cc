@@ -177,6 +177,43 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const Obs
                            bytes);
 }
 
+D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
+                                       int action_size, int replicas) {
+  const config::D4pgConfig& d4pg = config.d4pg();
+  const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  nn::ParameterSet critic, actor;  // declared, not allocated: their layouts' sizes
+  const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
+  if (spec.pixels()) internal::Encoder::Declare(critic, spec, d4pg.conv_channels(), d4pg.encoder_features());
+  internal::DeclareCritic(critic, feature_size, internal::HiddenSizes(d4pg), action_size, d4pg.atoms());
+  internal::DeclareActor(actor, feature_size, internal::HiddenSizes(d4pg), action_size);
+  const int64_t floats = critic.total_floats() + actor.total_floats();
+  const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(replicas) : 1;
+  auto padded = [pad](int64_t n) { return (n + pad - 1) / pad * pad; };
+  const int64_t buffers = padded(critic.total_floats()) + padded(actor.total_floats());
+  D4pgReplicaState s;
+  s.networks = s.gradients = 4 * buffers;
+  s.targets = 4 * floats;
+  s.moments = sharded ? 2 * 4 * buffers / replicas : 2 * 4 * floats;
+  return s;
+}
+
+absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, const ObservationSpec& spec,
+                                      int action_size, int replicas) {
+  const int64_t budget_mib = config.learner().engine().device_memory_mib();
+  if (budget_mib == 0) return absl::OkStatus();
+  const D4pgReplicaState s = D4pgReplicaStateBytes(config, spec, action_size, replicas);
+  if (s.total() <= budget_mib * (int64_t{1} << 20)) return absl::OkStatus();
+  const auto mib = [](int64_t bytes) { return absl::StrFormat("%.2f", bytes / double(1 << 20)); };
+  const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "learner.engine.device_memory_mib ", budget_mib, ": a replica's training state needs ", mib(s.total()),
+      " MiB (networks ", mib(s.networks), ", gradients ", mib(s.gradients), ", targets ", mib(s.targets),
+      ", Adam's moments ", mib(s.moments), sharded ? absl::StrCat(", its part of ", replicas) : std::string(),
+      sharded ? "); fewer or smaller networks (d4pg.hidden), or more replicas"
+              : "); splitting Adam's moments over the replicas (learner.engine.shard_state OPTIMIZER) keeps 1/K of "
+                "them on each"));
+}
+
 // --- D4pgAgent --------------------------------------------------------------------
 
 // One replica's mutable state: its networks, targets, optimizers, tapes and
@@ -287,6 +324,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   for (int j = 0; j < atoms; ++j) support.push_back(d4pg.v_min() + j * dz);
 
   const int local = static_cast<int>(replicator->local_replicas().size());
+  RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, k));
   if (config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER && local != k) {
     return absl::InvalidArgumentError(absl::StrCat(
         "learner.engine.shard_state OPTIMIZER: ", local, " of the ", k,

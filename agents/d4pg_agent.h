@@ -64,6 +64,21 @@ inline constexpr const char* kD4pgMetrics[] = {"critic_loss", "actor_loss", "q_m
 // InvalidArgument naming the sizes that ask for too much.
 absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size);
 
+// What one of `replicas` replicas keeps on its device to train, in bytes:
+// the critic's and actor's values and gradients (their buffers, padded to
+// the replicas' parts with sharded state), the targets, and Adam's moments
+// (1/replicas of them with learner.engine.shard_state OPTIMIZER).
+struct D4pgReplicaState {
+  int64_t networks = 0, gradients = 0, targets = 0, moments = 0;
+  int64_t total() const { return networks + gradients + targets + moments; }
+};
+D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
+                                       int action_size, int replicas);
+// learner.engine.device_memory_mib against D4pgReplicaStateBytes (nothing
+// when 0): InvalidArgument naming the budget and each size.
+absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, const ObservationSpec& spec,
+                                      int action_size, int replicas);
+
 class D4pgAgent final : public Agent {
  public:
   // SampleFn (Agent's) fills a replica's shard with transitions of

@@ -998,6 +998,50 @@ TEST(D4pgAgentTest, AStepDeadlineTrainsAsWaitingUntilMissedAndCountsLatePassesPe
   EXPECT_TRUE(std::isfinite(tight_metrics["critic_loss"]));
 }
 
+// learner.engine.device_memory_mib between what a replica keeps with Adam's
+// moments whole and split over 4 (networks 1024 wide): the unsplit run is
+// refused naming the sizes; split, it trains under the budget, ending where
+// one replica without a budget does. The sizes checked are the agent's own.
+TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt) {
+  const ObservationSpec spec{.state_size = 3};
+  config::ExperimentConfig whole = TinyConfig(/*batch=*/16, {1024, 1024});
+  config::ExperimentConfig split = whole;
+  split.mutable_learner()->mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+  const D4pgReplicaState whole_bytes = D4pgReplicaStateBytes(whole, spec, 2, 4);
+  const D4pgReplicaState split_bytes = D4pgReplicaStateBytes(split, spec, 2, 4);
+  const int64_t budget_mib = (whole_bytes.total() + split_bytes.total()) / 2 >> 20;
+  ASSERT_LT(split_bytes.total(), budget_mib << 20);
+  ASSERT_GT(whole_bytes.total(), budget_mib << 20);
+  std::printf("a replica of 4: %.1f MiB with Adam's moments whole, %.1f MiB split; budget %lld MiB\n",
+              whole_bytes.total() / double(1 << 20), split_bytes.total() / double(1 << 20),
+              static_cast<long long>(budget_mib));
+  whole.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
+  split.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
+
+  auto four = MakeReplicator(4);
+  auto refused = D4pgAgent::Create(whole, spec, 2, four.get());
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr(absl::StrCat("learner.engine.device_memory_mib ", budget_mib,
+                                                ": a replica's training state needs ")));
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("shard_state OPTIMIZER"));
+
+  auto agent = D4pgAgent::Create(split, spec, 2, four.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_EQ((*agent)->optimizer_state_bytes(), split_bytes.moments);
+  config::ExperimentConfig unbudgeted = TinyConfig(/*batch=*/16, {1024, 1024});
+  auto one = MakeReplicator(1);
+  auto reference = D4pgAgent::Create(unbudgeted, spec, 2, one.get());
+  ASSERT_TRUE(reference.ok());
+  EXPECT_EQ((*reference)->optimizer_state_bytes(), D4pgReplicaStateBytes(unbudgeted, spec, 2, 1).moments);
+  const std::vector<nn::CheckpointTensor> start = (*reference)->CheckpointState();
+  for (uint64_t step = 0; step < 5; ++step) {
+    ASSERT_TRUE((*agent)->Train(1, Bandit(spec, 2, split, step)).ok());
+    ASSERT_TRUE((*reference)->Train(1, Bandit(spec, 2, unbudgeted, step)).ok());
+  }
+  TROUPE_EXPECT_SAME_STATE(start, (*reference)->CheckpointState(), (*agent)->CheckpointState(), .tolerance = 1e-4);
+}
+
 // A checkpoint of K=4 replicas with sharded optimizer state (the moments
 // gathered from every replica) resumes at K=2 sharded and at K=1 unsharded:
 // 10 + 10 updates end where 20 uninterrupted ones do.

@@ -169,6 +169,9 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                  ": a replica's part of the update is its own to compute; it cannot be left out");
     }
   }
+  if (engine.device_memory_mib() < 0) {
+    return bad(".engine.device_memory_mib ", engine.device_memory_mib(), ": must be >= 0 (0: no budget)");
+  }
   if (!(engine.straggler_deadline() >= 1 && engine.straggler_deadline() <= 100)) {
     return bad(".engine.straggler_deadline ", engine.straggler_deadline(),
                ": must be in [1, 100] (multiples of the finishers' backward time)");

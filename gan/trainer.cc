@@ -69,6 +69,10 @@ void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t coun
 
 absl::Status ValidateGanConfig(const config::GanConfig& c) {
   RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
+  if (c.engine().device_memory_mib() != 0) {
+    return FieldError("engine.device_memory_mib",
+                      absl::StrCat(c.engine().device_memory_mib(), ": a budget the GAN's replicas do not check (D4PG's)"));
+  }
   if (c.engine().straggler() != config::EngineConfig::WAIT) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
                                                        ": the GAN's steps wait for every replica (D4PG's only so far)"));
