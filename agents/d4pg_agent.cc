@@ -325,7 +325,9 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
 
   const int local = static_cast<int>(replicator->local_replicas().size());
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, k));
-  if (config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER && local != k) {
+  // Sharded state splits the networks' buffers into K equal parts.
+  const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  if (sharded && local != k) {
     return absl::InvalidArgumentError(absl::StrCat(
         "learner.engine.shard_state OPTIMIZER: ", local, " of the ", k,
         " replicas run in this process; a checkpoint gathers every replica's part of the optimizer state"));
@@ -345,8 +347,6 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       agent->actor_ = internal::DeclareActor(*set, feature_size, agent->hidden_, action_size);
     }
     // Same seed on every replica (and every MPI rank): identical starts.
-    // Sharded state splits the buffers into K equal parts.
-    const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
     const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
     r->critic.Allocate(device, seed, pad);
     r->actor.Allocate(device, MixSeed(seed, 1, 0), pad);

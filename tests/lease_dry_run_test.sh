@@ -170,6 +170,7 @@ grep -q "results/bench_learner_pjrt.json" <<< "$listing" || fail "the results ta
 # Stopped by an outer timeout mid-part: what ran still comes back.
 in_root timeout -s TERM 15 /opt/troupe/run.sh --parts pjrt --return /opt/out2 --dry-run /opt/cpu_plugin.so \
   /opt/results2 > "$work/run2.log" 2>&1 && fail "run.sh was not stopped at 15 s"
-grep -q "^stopped by SIGTERM" "$root/opt/out2/summary.txt" || fail "no 'stopped by SIGTERM' in the returned summary"
+grep -q "^stopped by SIGTERM" "$root/opt/out2/summary.txt" ||
+  fail "no 'stopped by SIGTERM' in the returned summary: $(cat "$root/opt/out2/summary.txt" 2>&1); its log: $(tail -n 20 "$work/run2.log")"
 [[ -s $root/opt/out2/results.tar.gz ]] || fail "no results tar after SIGTERM"
 echo "lease dry run: every part ran in order, $(tail -n 1 "$summary"); stopped at 15 s, its files came back"

@@ -8,10 +8,11 @@
 //                reduce-scatter, all-gather, the clip's norm all-reduced) ==
 //                one replica with Adam on the whole batch after 10 steps,
 //                parameters and whole moments compared
-//   deadline     K=2 MPI ranks, rank 1's backward nodes 4x rank 0's (slept):
+//   deadline     K=2 MPI ranks, rank 1's backward nodes 8x rank 0's (slept):
 //                with a step deadline (DeadlineReducer) 20 steps take under
-//                0.6x of waiting for it, rank 1 is late on most, and both
-//                ranks end with the same parameters
+//                0.75x of waiting for it (about 0.45 on an idle machine),
+//                rank 1 is late on most, and both ranks end with the same
+//                parameters
 // Exit status 0 iff the scenario behaved as expected on this rank.
 #include <algorithm>
 #include <chrono>
@@ -118,19 +119,6 @@ int Mismatch() {
              : 1;
 }
 
-// Adam after clipping by global norm, on one replica (the reference).
-class ClippedAdam final : public nn::ForwardingOptimizer {
- public:
-  ClippedAdam(nn::Optimizer* inner, float max_norm) : ForwardingOptimizer(inner), max_norm_(max_norm) {}
-  void Apply() override {
-    nn::ClipGradientsByGlobalNorm(parameters(), parameters().backend(), max_norm_);
-    inner()->Apply();
-  }
-
- private:
-  float max_norm_;
-};
-
 int Sharded() {
   constexpr float kMaxNorm = 0.05f;  // clips (ShardedAdamTest shows it)
   auto mpi = Make(ReplicatorOptions::Backend::kMpi, 0, 30000ms);
@@ -153,7 +141,7 @@ int Sharded() {
   }
   auto single = Make(ReplicatorOptions::Backend::kInProcess, 1, 30000ms);
   nn::Adam adam(&reference.params, reference.backend.get());
-  ClippedAdam clipped(&adam, kMaxNorm);
+  testing::ClippedAdam clipped(&adam, kMaxNorm);
   s = single->RunReplicas([&](ReplicaContext& ctx) {
     return testing::TrainShard(ctx, reference, /*steps=*/10, 1 << 20, true, &clipped);
   });
@@ -179,7 +167,7 @@ int Sharded() {
   return worst < 1e-4 ? 0 : 1;
 }
 
-// 20 steps of K=2 MPI ranks with rank 1 paced 4x slower; returns the
+// 20 steps of K=2 MPI ranks with rank 1 paced 8x slower; returns the
 // seconds they took, and rank 1's late steps and the parameters equal on
 // both ranks (or -1).
 double PacedRun(Replicator* mpi, bool deadline, int64_t* late, bool* identical) {
@@ -187,7 +175,7 @@ double PacedRun(Replicator* mpi, bool deadline, int64_t* late, bool* identical) 
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = mpi->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
     DeadlineReducer reducer(&ctx, &model.params, {.factor = 1.5, .warmup_steps = deadline ? 3 : 21});
-    testing::Paced paced(&reducer, (ctx.replica_id() == 1 ? 4 : 1) * 1000us);
+    testing::Paced paced(&reducer, (ctx.replica_id() == 1 ? 8 : 1) * 1000us);
     nn::Adam adam(&model.params, model.backend.get());
     ReplicatedOptimizer optimizer(&adam, &ctx, &paced);
     RETURN_IF_ERROR(testing::TrainShard(ctx, model, 20, 0, /*batch_norm=*/false, &optimizer, 0, &paced));
@@ -214,9 +202,9 @@ int Deadline() {
   auto mpi = Make(ReplicatorOptions::Backend::kMpi, 0, 30000ms);  // one per process: MPI initialises once
   const double waiting = PacedRun(mpi.get(), false, &late_waiting, &identical_waiting);
   const double deadline = PacedRun(mpi.get(), true, &late, &identical);
-  std::printf("20 steps, rank 1 of 2 slowed 4x: %.3f s waiting for it, %.3f s with the deadline (rank 1 late on %lld)\n",
+  std::printf("20 steps, rank 1 of 2 slowed 8x: %.3f s waiting for it, %.3f s with the deadline (rank 1 late on %lld)\n",
               waiting, deadline, static_cast<long long>(late));
-  const bool ok = waiting > 0 && deadline > 0 && deadline < 0.6 * waiting && late >= 15 && late_waiting == 0 &&
+  const bool ok = waiting > 0 && deadline > 0 && deadline < 0.75 * waiting && late >= 15 && late_waiting == 0 &&
                   identical && identical_waiting;
   return ok ? 0 : 1;
 }

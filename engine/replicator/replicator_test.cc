@@ -16,28 +16,10 @@
 namespace troupe::replicator {
 namespace {
 
+using testing::MakeInProcess;
+
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
-
-// `on_device`: the replicas share one device and reduce on it
-// (InProcessGroup members made on_device, as collectives SHARED_DEVICE).
-std::unique_ptr<Replicator> MakeInProcess(int k, std::chrono::milliseconds timeout = 30000ms, bool on_device = false) {
-  ReplicatorOptions o;
-  o.num_replicas = k;
-  o.timeout = timeout;
-  if (on_device) {
-    o.make_collectives = [](int replicas, std::chrono::milliseconds t) -> absl::StatusOr<LocalCollectives> {
-      auto group = std::make_shared<InProcessGroup>(replicas, t);
-      LocalCollectives local;
-      for (int id = 0; id < replicas; ++id) local.members.push_back(group->Member(id, /*on_device=*/true));
-      local.shared = std::move(group);
-      return local;
-    };
-  }
-  auto r = Replicator::Create(o);
-  TROUPE_CHECK(r.ok());
-  return std::move(r).value();
-}
 
 // K replicas train the test model, each on its own backend (`strict`: the
 // strict CPU device, whose gradients the Replicator stages through the host;

@@ -23,40 +23,10 @@
 namespace troupe::replicator {
 namespace {
 
+using testing::MakeInProcess;
+
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
-
-std::unique_ptr<Replicator> MakeInProcess(int k, bool on_device = false) {
-  ReplicatorOptions o;
-  o.num_replicas = k;
-  o.timeout = 30000ms;
-  if (on_device) {
-    o.make_collectives = [](int replicas, std::chrono::milliseconds t) -> absl::StatusOr<LocalCollectives> {
-      auto group = std::make_shared<InProcessGroup>(replicas, t);
-      LocalCollectives local;
-      for (int id = 0; id < replicas; ++id) local.members.push_back(group->Member(id, /*on_device=*/true));
-      local.shared = std::move(group);
-      return local;
-    };
-  }
-  auto r = Replicator::Create(o);
-  TROUPE_CHECK(r.ok());
-  return std::move(r).value();
-}
-
-// Adam after clipping by global norm: the unsharded reference of a clipped
-// ShardedAdam (one replica: nothing to reduce).
-class ClippedAdam final : public nn::ForwardingOptimizer {
- public:
-  ClippedAdam(nn::Optimizer* inner, float max_norm) : ForwardingOptimizer(inner), max_norm_(max_norm) {}
-  void Apply() override {
-    if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), parameters().backend(), max_norm_);
-    inner()->Apply();
-  }
-
- private:
-  float max_norm_;
-};
 
 struct Schedule {
   int k = 1;
@@ -91,7 +61,7 @@ Trained Train(const Schedule& run) {
     testing::TestModel& model = *models[ctx.local_index()];
     std::unique_ptr<ShardedAdam> sharded;
     std::unique_ptr<nn::Adam> adam;
-    std::unique_ptr<ClippedAdam> clipped;
+    std::unique_ptr<testing::ClippedAdam> clipped;
     nn::Optimizer* optimizer = nullptr;
     if (run.sharded) {
       ASSIGN_OR_RETURN(sharded, ShardedAdam::Create(&model.params, ctx.replica_id(), ctx.num_replicas(),
@@ -101,7 +71,7 @@ Trained Train(const Schedule& run) {
     } else {
       TROUPE_CHECK(run.k == 1);
       adam = std::make_unique<nn::Adam>(&model.params, model.backend.get());
-      clipped = std::make_unique<ClippedAdam>(adam.get(), run.max_norm);
+      clipped = std::make_unique<testing::ClippedAdam>(adam.get(), run.max_norm);
       optimizer = clipped.get();
     }
     if (!run.load.empty()) {
@@ -226,7 +196,7 @@ TEST(ShardedAdamTest, RefusesUnpaddedParametersAndReplicasSharingOneDevice) {
     return absl::OkStatus();
   }).ok());
 
-  auto shared = MakeInProcess(2, /*on_device=*/true);
+  auto shared = MakeInProcess(2, std::chrono::milliseconds(30000), /*on_device=*/true);
   std::vector<std::unique_ptr<testing::TestModel>> padded;
   for (int i = 0; i < 2; ++i) {
     padded.push_back(std::make_unique<testing::TestModel>(std::make_shared<nn::CpuBackend>(1), ShardedAdam::PadMultiple(2)));

@@ -17,16 +17,9 @@
 namespace troupe::replicator {
 namespace {
 
-using namespace std::chrono_literals;
+using testing::MakeInProcess;
 
-std::unique_ptr<Replicator> MakeInProcess(int k) {
-  ReplicatorOptions o;
-  o.num_replicas = k;
-  o.timeout = 30000ms;
-  auto r = Replicator::Create(o);
-  TROUPE_CHECK(r.ok());
-  return std::move(r).value();
-}
+using namespace std::chrono_literals;
 
 // Replica r's gradient is r + 1 everywhere. A first step, all finishing at
 // once, sets a deadline of about nothing; in the second, replica 3 is past
@@ -96,12 +89,13 @@ Outcome Train(bool deadline, int slow, int steps = 20) {
 }
 
 TEST(DeadlineReducerTest, ASlowedReplicaNoLongerSetsThePaceAndAllReplicasStayIdentical) {
-  // Replica 3's backward nodes take 4 ms each, the others' 1 ms.
-  const Outcome waiting = Train(/*deadline=*/false, 4);
-  const Outcome deadline = Train(/*deadline=*/true, 4);
+  // Replica 3's backward nodes take 8 ms each, the others' 1 ms (a loaded
+  // machine adds its own to every replica's compute).
+  const Outcome waiting = Train(/*deadline=*/false, 8);
+  const Outcome deadline = Train(/*deadline=*/true, 8);
   std::printf("20 steps, replica 3 of 4 slowed: %.3f s waiting for it, %.3f s with the deadline\n", waiting.seconds,
               deadline.seconds);
-  EXPECT_LT(deadline.seconds, 0.6 * waiting.seconds);
+  EXPECT_LT(deadline.seconds, 0.75 * waiting.seconds);  // about 0.4 on an idle machine, 1 when nobody stops
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(deadline.params[r], deadline.params[0]) << "replica " << r << " differs";
     EXPECT_EQ(waiting.params[r], waiting.params[0]) << "replica " << r << " differs";

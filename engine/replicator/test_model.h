@@ -5,6 +5,7 @@
 #ifndef TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 #define TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <random>
@@ -14,11 +15,50 @@
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
+#include "engine/replicator/in_process.h"
 #include "engine/replicator/replicator.h"
 
 namespace troupe::replicator::testing {
 
 inline constexpr int kGlobalBatch = 8;
+
+// K in-process replicas, each collective waiting at most `timeout`;
+// `on_device`: the replicas share one device and reduce on it
+// (InProcessGroup members made on_device, as collectives SHARED_DEVICE).
+inline std::unique_ptr<Replicator> MakeInProcess(int k,
+                                                 std::chrono::milliseconds timeout = std::chrono::milliseconds(30000),
+                                                 bool on_device = false) {
+  ReplicatorOptions o;
+  o.num_replicas = k;
+  o.timeout = timeout;
+  if (on_device) {
+    o.make_collectives = [](int replicas, std::chrono::milliseconds t) -> absl::StatusOr<LocalCollectives> {
+      auto group = std::make_shared<InProcessGroup>(replicas, t);
+      LocalCollectives local;
+      for (int id = 0; id < replicas; ++id) local.members.push_back(group->Member(id, /*on_device=*/true));
+      local.shared = std::move(group);
+      return local;
+    };
+  }
+  auto r = Replicator::Create(o);
+  TROUPE_CHECK(r.ok());
+  return std::move(r).value();
+}
+
+// Adam after clipping by global norm, on one replica (nothing to reduce):
+// the unsplit reference of a clipped ShardedAdam.
+class ClippedAdam final : public nn::ForwardingOptimizer {
+ public:
+  ClippedAdam(nn::Optimizer* inner, float max_norm) : ForwardingOptimizer(inner), max_norm_(max_norm) {}
+  void Apply() override {
+    if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), parameters().backend(), max_norm_);
+    inner()->Apply();
+  }
+
+ private:
+  float max_norm_;
+};
+
 
 struct GlobalBatch {
   std::vector<float> images;   // [8, 2, 6, 6]
