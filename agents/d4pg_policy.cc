@@ -20,17 +20,12 @@ constexpr int kMinFrameSize = 15;
 
 absl::Status ValidateD4pg(const config::D4pgConfig& config, const ObservationSpec& spec, int action_size) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  // The observation: a state vector or a pixel stack, not both.
-  if (spec.pixels() == (spec.state_size > 0)) {
-    return bad("observation spec: set exactly one of state_size (", spec.state_size, ") and frames (", spec.frames,
-               ")");
-  }
+  RETURN_IF_ERROR(CheckObservationAndActions(spec, action_size));
   if (spec.state_size < 0) return bad("observation spec: state_size ", spec.state_size, " must be >= 0");
   if (spec.pixels() && (spec.height < kMinFrameSize || spec.width < kMinFrameSize)) {
     return bad("observation spec (env.render): frames of ", spec.height, "x", spec.width, " are too small for the encoder (at least ",
                kMinFrameSize, "x", kMinFrameSize, ")");
   }
-  if (action_size < 1) return bad("action_size ", action_size, " must be >= 1");
   // The critic's support and the networks.
   if (config.atoms() < 2 || config.atoms() > kMaxAtoms) {
     return bad("d4pg.atoms ", config.atoms(), ": must be in [2, ", kMaxAtoms, "]");
@@ -179,11 +174,7 @@ std::string D4pgPolicy::DescribeExploration(const ExplorationPoint& at) const {
 }
 
 absl::Status D4pgPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
-  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("policy Act: batch ", batch, " must be >= 1"));
-  if (spec_.pixels() ? pixels == nullptr : state == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy Act: this policy observes ", spec_.pixels() ? "pixels" : "state", " but got null"));
-  }
+  RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   tape_.Reset();
   const internal::Weights weights{&params_, /*trainable=*/false};
   nn::Var features;

@@ -20,6 +20,24 @@ ObservationSpec ObservationSpecOf(const envs::EnvSpec& spec) {
   return observation;
 }
 
+absl::Status CheckObservationAndActions(const ObservationSpec& spec, int action_size) {
+  if (spec.pixels() == (spec.state_size > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("observation spec: set exactly one of state_size (", spec.state_size,
+                                                   ") and frames (", spec.frames, ")"));
+  }
+  if (action_size < 1) return absl::InvalidArgumentError(absl::StrCat("action_size ", action_size, " must be >= 1"));
+  return absl::OkStatus();
+}
+
+absl::Status CheckActInputs(const ObservationSpec& spec, const float* state, const uint8_t* pixels, int batch) {
+  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("policy Act: batch ", batch, " must be >= 1"));
+  if (spec.pixels() ? pixels == nullptr : state == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy Act: this policy observes ", spec.pixels() ? "pixels" : "state", " but got null"));
+  }
+  return absl::OkStatus();
+}
+
 std::string AgentName(const config::ExperimentConfig& config) {
   switch (config.agent()) {
     case config::ExperimentConfig::D4PG:
@@ -35,12 +53,7 @@ absl::Status ValidateAgent(const config::ExperimentConfig& config, const Observa
     case config::ExperimentConfig::D4PG:
       return ValidateD4pg(config.d4pg(), spec, action_size);
     case config::ExperimentConfig::RANDOM:
-      if (spec.pixels() == (spec.state_size > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat("observation spec: set exactly one of state_size (",
-                                                       spec.state_size, ") and frames (", spec.frames, ")"));
-      }
-      if (action_size < 1) return absl::InvalidArgumentError(absl::StrCat("action_size ", action_size, " must be >= 1"));
-      return absl::OkStatus();
+      return CheckObservationAndActions(spec, action_size);
   }
   return absl::InvalidArgumentError(absl::StrCat("agent ", int(config.agent()), ": no such agent"));
 }

@@ -38,6 +38,14 @@ struct ObservationSpec {
 // spec.channels / 3 frames) when it renders them, else its state vector.
 ObservationSpec ObservationSpecOf(const envs::EnvSpec& spec);
 
+// What every agent's validation checks first: one kind of observation (a
+// state vector or a pixel stack), and at least one action dimension.
+absl::Status CheckObservationAndActions(const ObservationSpec& spec, int action_size);
+
+// What every Policy::Act and Explore checks first: a batch of at least one,
+// and the observation the spec says given (pixels or state, not null).
+absl::Status CheckActInputs(const ObservationSpec& spec, const float* state, const uint8_t* pixels, int batch);
+
 // Where an actor stands in its exploration: which of the actors it is and
 // how many env frames it has stepped. An agent's exploration may depend on
 // both (D4PG spreads its noise across actors and decays it early on).

@@ -7,15 +7,6 @@
 namespace troupe::agents {
 namespace {
 
-absl::Status CheckObservation(const ObservationSpec& spec, const float* state, const uint8_t* pixels, int batch) {
-  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("policy Act: batch ", batch, " must be >= 1"));
-  if (spec.pixels() ? pixels == nullptr : state == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy Act: this policy observes ", spec.pixels() ? "pixels" : "state", " but got null"));
-  }
-  return absl::OkStatus();
-}
-
 void Uniform(std::mt19937_64& rng, int64_t n, float* actions) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (int64_t i = 0; i < n; ++i) actions[i] = uniform(rng);
@@ -53,14 +44,14 @@ absl::StatusOr<int64_t> RandomPolicy::LoadAgentCheckpoint(const std::string& pat
 }
 
 absl::Status RandomPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
-  RETURN_IF_ERROR(CheckObservation(spec_, state, pixels, batch));
+  RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   Uniform(rng_, int64_t{batch} * action_size_, actions);
   return absl::OkStatus();
 }
 
 absl::Status RandomPolicy::Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint&,
                                    std::mt19937_64& rng, float* actions) {
-  RETURN_IF_ERROR(CheckObservation(spec_, state, pixels, batch));
+  RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   Uniform(rng, int64_t{batch} * action_size_, actions);
   return absl::OkStatus();
 }
