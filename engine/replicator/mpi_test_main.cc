@@ -4,6 +4,8 @@
 //                batch, after 5 Adam steps with bucketed gradient reduction
 //   stall        replica 1 stalls; replica 0's collective times out naming it
 //   mismatch     replicas call different collectives; the error names them
+//   scatter      ReduceScatter (sum and mean, out of place and in place) and
+//                AllGather in place give every rank the exact parts
 //   sharded      K=2 MPI replicas with Adam's moments split (ShardedAdam:
 //                reduce-scatter, all-gather, the clip's norm all-reduced) ==
 //                one replica with Adam on the whole batch after 10 steps,
@@ -119,6 +121,34 @@ int Mismatch() {
              : 1;
 }
 
+int Scatter() {
+  auto mpi = Make(ReplicatorOptions::Backend::kMpi, 0, 30000ms);
+  const int rank = mpi->local_replicas()[0];
+  bool ok = true;
+  absl::Status s = mpi->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    const int r = ctx.replica_id();
+    // in[p * 3 + j] = 100 p + 10 j + r: part p of rank r. Summed over ranks
+    // 0 and 1: 200 p + 20 j + 1.
+    std::vector<float> in(6);
+    for (int p = 0; p < 2; ++p) {
+      for (int j = 0; j < 3; ++j) in[p * 3 + j] = 100.0f * p + 10.0f * j + r;
+    }
+    std::vector<float> out(3);
+    RETURN_IF_ERROR(ctx.ReduceScatter(in, out, ReduceOp::kSum));
+    ok = ok && out == std::vector<float>{200.0f * r + 1, 200.0f * r + 21, 200.0f * r + 41};
+    RETURN_IF_ERROR(ctx.ReduceScatter(in, {in.data() + 3 * r, 3}, ReduceOp::kMean));
+    ok = ok && std::vector<float>(in.begin() + 3 * r, in.begin() + 3 * r + 3) ==
+                   std::vector<float>{100.0f * r + 0.5f, 100.0f * r + 10.5f, 100.0f * r + 20.5f};
+    std::vector<float> gathered(6, -1.0f);
+    for (int j = 0; j < 3; ++j) gathered[3 * r + j] = 7.0f * r + j;
+    RETURN_IF_ERROR(ctx.AllGather({gathered.data() + 3 * r, 3}, gathered));
+    ok = ok && gathered == std::vector<float>{0, 1, 2, 7, 8, 9};
+    return absl::OkStatus();
+  });
+  std::printf("rank %d: %s, parts %s\n", rank, s.ToString().c_str(), ok ? "exact" : "WRONG");
+  return s.ok() && ok ? 0 : 1;
+}
+
 int Sharded() {
   constexpr float kMaxNorm = 0.05f;  // clips (ShardedAdamTest shows it)
   auto mpi = Make(ReplicatorOptions::Backend::kMpi, 0, 30000ms);
@@ -218,7 +248,8 @@ int main(int argc, char** argv) {
   if (scenario == "stall") return troupe::replicator::Stall();
   if (scenario == "mismatch") return troupe::replicator::Mismatch();
   if (scenario == "sharded") return troupe::replicator::Sharded();
+  if (scenario == "scatter") return troupe::replicator::Scatter();
   if (scenario == "deadline") return troupe::replicator::Deadline();
-  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|sharded|deadline\n", argv[0]);
+  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|scatter|sharded|deadline\n", argv[0]);
   return 2;
 }
