@@ -929,7 +929,7 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
 int64_t D4pgAgent::optimizer_state_bytes() const {
   const Replica& r = *replicas_[0];
   if (r.critic_sharded) return r.critic_sharded->state_bytes() + r.actor_sharded->state_bytes();
-  return 2 * int64_t{sizeof(float)} * (r.critic.total_floats() + r.actor.total_floats());
+  return int64_t{sizeof(float)} * (r.critic_adam->state_floats() + r.actor_adam->state_floats());
 }
 
 absl::Status D4pgAgent::Save(const std::string& path) const { return nn::WriteCheckpoint(path, DownloadState()); }

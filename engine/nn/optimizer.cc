@@ -52,11 +52,13 @@ absl::Status LarsOptions::Validate() const {
 namespace {
 
 // A state buffer with the parameters' layout, zeroed on the device.
-DeviceBuffer ZeroedLike(const ParameterSet& params, Backend& backend) {
-  DeviceBuffer buffer(backend, std::max<int64_t>(params.total_floats(), 1));
+DeviceBuffer Zeroed(Backend& backend, int64_t floats) {
+  DeviceBuffer buffer(backend, std::max<int64_t>(floats, 1));
   backend.Fill(buffer.data(), buffer.size(), 0.0f);
   return buffer;
 }
+
+DeviceBuffer ZeroedLike(const ParameterSet& params, Backend& backend) { return Zeroed(backend, params.total_floats()); }
 
 }  // namespace
 
@@ -65,15 +67,11 @@ Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options, int64_t 
   TROUPE_CHECK(params->allocated() && &params->backend() == backend);
   if (part_floats < 0) {
     TROUPE_CHECK(part_begin == 0);
-    m_ = ZeroedLike(*params, *backend);
-    v_ = ZeroedLike(*params, *backend);
-    return;
+    part_floats = params->total_floats();
   }
-  TROUPE_CHECK(part_begin >= 0 && part_floats >= 1 && part_begin + part_floats <= params->padded_floats());
-  for (DeviceBuffer* b : {&m_, &v_}) {
-    *b = DeviceBuffer(*backend, part_floats);
-    backend->Fill(b->data(), part_floats, 0.0f);
-  }
+  TROUPE_CHECK(part_begin >= 0 && part_begin + part_floats <= params->padded_floats());
+  m_ = Zeroed(*backend, part_floats);
+  v_ = Zeroed(*backend, part_floats);
 }
 
 void Adam::Prepare(float learning_rate) {

@@ -119,6 +119,8 @@ class Adam final : public Optimizer {
   std::vector<OptimizerState> State() override;
   std::string name() const override { return "adam"; }
   ParameterSet& parameters() override { return *params_; }
+  // Floats of state it keeps (both moments).
+  int64_t state_floats() const { return m_.size() + v_.size(); }
 
  private:
   ParameterSet* params_;

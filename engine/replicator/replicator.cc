@@ -72,16 +72,39 @@ absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, 
     return status_;
   }
   if (ReducesOnDevice()) return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
+  return OnDevice(backend, data, count, {0, count}, {0, count},
+                  [&](std::span<float> floats) { return AllReduce(floats, op); });
+}
+
+absl::Status ReplicaContext::ReduceScatterDevice(nn::Backend& backend, float* data, int64_t part, ReduceOp op) {
+  if (num_replicas() == 1) return status_;
+  if (!status_.ok()) return status_;
+  const int64_t mine = replica_id() * part, whole = num_replicas() * part;
+  return OnDevice(backend, data, whole, {0, whole}, {mine, mine + part}, [&](std::span<float> floats) {
+    return ReduceScatter(floats, floats.subspan(mine, part), op);
+  });
+}
+
+absl::Status ReplicaContext::AllGatherDevice(nn::Backend& backend, float* data, int64_t part) {
+  if (num_replicas() == 1) return status_;
+  if (!status_.ok()) return status_;
+  const int64_t mine = replica_id() * part, whole = num_replicas() * part;
+  return OnDevice(backend, data, whole, {mine, mine + part}, {0, whole},
+                  [&](std::span<float> floats) { return AllGather(floats.subspan(mine, part), floats); });
+}
+
+absl::Status ReplicaContext::OnDevice(nn::Backend& backend, float* data, int64_t count, Range in, Range out,
+                                      const std::function<absl::Status(std::span<float>)>& run) {
   if (ReducesInPlace(backend)) {
     backend.Synchronize();  // the kernels that wrote `data` have run (NCCL reads it on its own stream)
-    return AllReduce({data, static_cast<size_t>(count)}, op);
+    return run({data, static_cast<size_t>(count)});
   }
   if (static_cast<int64_t>(staging_.size()) < count) staging_.resize(count);
   const std::span<float> host(staging_.data(), static_cast<size_t>(count));
   const nn::Backend::HostStaging staging(backend);
-  backend.Download(data, host.data(), sizeof(float) * host.size());
-  RETURN_IF_ERROR(AllReduce(host, op));
-  backend.Upload(host.data(), data, sizeof(float) * host.size());
+  backend.Download(data + in.begin, host.data() + in.begin, sizeof(float) * (in.end - in.begin));
+  RETURN_IF_ERROR(run(host));
+  backend.Upload(host.data() + out.begin, data + out.begin, sizeof(float) * (out.end - out.begin));
   return absl::OkStatus();
 }
 

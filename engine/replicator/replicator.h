@@ -103,6 +103,13 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   // uploaded back (a step's one allowed host round trip: nn::Backend::
   // HostStaging). Nothing at all with one replica.
   absl::Status AllReduceDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op);
+  // The same for a buffer of K parts of `part` floats each (`data`, K x
+  // part long, in `backend`'s memory): this replica's part (data +
+  // replica_id() x part) becomes the op over replicas of their part
+  // replica_id() (a reduce-scatter); every replica's part lands in every
+  // replica's buffer (an all-gather). In place, or through a host copy.
+  absl::Status ReduceScatterDevice(nn::Backend& backend, float* data, int64_t part, ReduceOp op);
+  absl::Status AllGatherDevice(nn::Backend& backend, float* data, int64_t part);
   // Whether `backend`'s buffers go to the collectives in place (no staging).
   bool ReducesInPlace(const nn::Backend& backend) const;
   // Whether device buffers are reduced on the device they share
@@ -119,7 +126,17 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   std::shared_ptr<nn::Backend> backend_;
   int local_index_;
   absl::Status status_;
-  std::vector<float> staging_;  // AllReduceDevice's host copy, grows only
+  // Floats [begin, end) of a buffer.
+  struct Range {
+    int64_t begin = 0, end = 0;
+  };
+  // A collective on `count` floats of `backend`'s memory at `data`: `run`
+  // given them in place where the collectives can take them, else a host
+  // copy of them, `in` downloaded before and `out` uploaded after (the
+  // floats the collective reads and writes).
+  absl::Status OnDevice(nn::Backend& backend, float* data, int64_t count, Range in, Range out,
+                        const std::function<absl::Status(std::span<float>)>& run);
+  std::vector<float> staging_;  // the device collectives' host copy, grows only
 };
 
 // What ReplicatedOptimizer waits for: a listener to Tape::Backward that

@@ -59,27 +59,12 @@ absl::Status ShardedAdam::set_context(ReplicaContext* ctx) {
 void ShardedAdam::Apply() {
   TROUPE_CHECK(ctx_ != nullptr);  // set_context first
   if (!ctx_->status().ok()) return;
-  if (!ReduceScatterGradients().ok()) return;  // kept in ctx_->status()
+  nn::Backend& backend = params_->backend();
+  // Errors stay in ctx_->status().
+  if (!ctx_->ReduceScatterDevice(backend, params_->device_grads(), count_, ReduceOp::kMean).ok()) return;
   if (options_.max_grad_norm > 0 && !ClipPart().ok()) return;
   part_.Apply();
-  AllGatherValues().IgnoreError();  // kept in ctx_->status()
-}
-
-absl::Status ShardedAdam::ReduceScatterGradients() {
-  if (num_replicas_ == 1) return absl::OkStatus();
-  nn::Backend& backend = params_->backend();
-  float* grads = params_->device_grads();
-  const size_t whole = static_cast<size_t>(params_->padded_floats()), part = static_cast<size_t>(count_);
-  if (ctx_->ReducesInPlace(backend)) {
-    backend.Synchronize();  // backward's kernels have written the gradients
-    return ctx_->ReduceScatter({grads, whole}, {grads + begin_, part}, ReduceOp::kMean);
-  }
-  host_.resize(whole);
-  const nn::Backend::HostStaging staging(backend);
-  backend.Download(grads, host_.data(), sizeof(float) * whole);
-  RETURN_IF_ERROR(ctx_->ReduceScatter(host_, {host_.data() + begin_, part}, ReduceOp::kMean));
-  backend.Upload(host_.data() + begin_, grads + begin_, sizeof(float) * part);
-  return absl::OkStatus();
+  ctx_->AllGatherDevice(backend, params_->device_values(), count_).IgnoreError();
 }
 
 // x *= max_norm / ||x|| when ||x|| > max_norm (nn::ClipGradientsByGlobalNorm),
@@ -105,27 +90,6 @@ absl::Status ShardedAdam::ClipPart() {
   return absl::OkStatus();
 }
 
-absl::Status ShardedAdam::AllGatherValues() {
-  if (num_replicas_ == 1) return absl::OkStatus();
-  float* values = params_->device_values();
-  return AllGatherDevice(values + begin_, values);
-}
-
-absl::Status ShardedAdam::AllGatherDevice(const float* part, float* out) {
-  nn::Backend& backend = params_->backend();
-  const size_t whole = static_cast<size_t>(params_->padded_floats()), count = static_cast<size_t>(count_);
-  if (ctx_->ReducesInPlace(backend)) {
-    backend.Synchronize();  // the kernels that wrote `part` have run
-    return ctx_->AllGather({part, count}, {out, whole});
-  }
-  host_.resize(whole);
-  const nn::Backend::HostStaging staging(backend);
-  backend.Download(part, host_.data() + begin_, sizeof(float) * count);
-  RETURN_IF_ERROR(ctx_->AllGather({host_.data() + begin_, count}, host_));
-  backend.Upload(host_.data(), out, sizeof(float) * whole);
-  return absl::OkStatus();
-}
-
 std::vector<nn::OptimizerState> ShardedAdam::State() {
   nn::Backend& backend = params_->backend();
   for (nn::DeviceBuffer* b : {&whole_m_, &whole_v_}) {
@@ -138,14 +102,12 @@ std::vector<nn::OptimizerState> ShardedAdam::State() {
 
 absl::Status ShardedAdam::GatherState() {
   TROUPE_CHECK(ctx_ != nullptr || num_replicas_ == 1);  // set_context first
-  State();  // the whole buffers
-  const std::vector<nn::OptimizerState> part = part_.State();
-  for (const auto& [from, to] : {std::pair{part[0].data, whole_m_.data()}, std::pair{part[1].data, whole_v_.data()}}) {
-    if (num_replicas_ == 1) {
-      params_->backend().Copy(from, to, count_);
-      continue;
-    }
-    RETURN_IF_ERROR(AllGatherDevice(from, to));
+  const std::vector<nn::OptimizerState> whole = State(), part = part_.State();
+  nn::Backend& backend = params_->backend();
+  for (size_t s = 0; s < whole.size(); ++s) {
+    // This replica's part at its place, then everyone's.
+    backend.Copy(part[s].data, whole[s].data + begin_, count_);
+    RETURN_IF_ERROR(num_replicas_ == 1 ? absl::OkStatus() : ctx_->AllGatherDevice(backend, whole[s].data, count_));
   }
   return absl::OkStatus();
 }

@@ -89,17 +89,12 @@ class ShardedAdam final : public nn::Optimizer {
   int64_t part_floats() const { return count_; }
   // The optimizer state this replica keeps between updates, in bytes: its
   // part of the two moments (unsharded Adam keeps 2 x the whole buffer).
-  int64_t state_bytes() const { return 2 * int64_t{sizeof(float)} * count_; }
+  int64_t state_bytes() const { return int64_t{sizeof(float)} * part_.state_floats(); }
 
  private:
   ShardedAdam(nn::ParameterSet* params, int replica_id, int num_replicas, const ShardedAdamOptions& options,
               int64_t count);
-  absl::Status ReduceScatterGradients();
   absl::Status ClipPart();
-  absl::Status AllGatherValues();
-  // out (the whole buffer, device memory) = every replica's `part` (this
-  // replica's part, device memory) at its place.
-  absl::Status AllGatherDevice(const float* part, float* out);
 
   nn::ParameterSet* params_;
   ReplicaContext* ctx_ = nullptr;
@@ -109,7 +104,6 @@ class ShardedAdam final : public nn::Optimizer {
   nn::Adam part_;                      // Adam over [begin_, begin_ + count_)
   nn::DeviceBuffer whole_m_, whole_v_;  // State()'s, while a checkpoint needs them
   nn::DeviceBuffer norm_;               // the part's squared norm
-  std::vector<float> host_;             // staging, where the collectives take host memory only
 };
 
 }  // namespace troupe::replicator
