@@ -276,12 +276,12 @@ Var Mul(Var a, Var b) { return BinaryOp(a, b, Binary::kMul); }
 
 namespace {
 void CopyToModelParallelBackward(Tape& t, const Node& n) {
+  // y's gradient is final here (every node that read y has run): summed in
+  // place, then added to x's.
   const Value& y = t.value(n.out);
   const int64_t count = y.shape.size();
-  float* sum = t.AllocateFloats(count);
-  t.backend().Copy(y.grad, sum, count);
-  static_cast<CrossReplicaSum*>(n.mutable_ptr)->SumOnDevice(t.backend(), sum, count);
-  t.backend().Axpy(1.0f, sum, t.value(n.in[0]).grad, count);
+  static_cast<CrossReplicaSum*>(n.mutable_ptr)->SumOnDevice(t.backend(), y.grad, count);
+  t.backend().Axpy(1.0f, y.grad, t.value(n.in[0]).grad, count);
 }
 void ReduceFromModelParallelBackward(Tape& t, const Node& n) {
   const Value& y = t.value(n.out);
