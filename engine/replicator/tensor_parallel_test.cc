@@ -3,7 +3,10 @@
 // group's sums through ReplicaContext: the loss, every weight's gradient (the
 // replica's slice of the unsplit layer's) and the input's gradient equal the
 // unsplit MLP's.
+#include <array>
 #include <cmath>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <vector>
@@ -14,12 +17,11 @@
 #include "engine/nn/layers.h"
 #include "engine/nn/ops.h"
 #include "engine/replicator/replicator.h"
+#include "engine/replicator/test_model.h"
 #include "gtest/gtest.h"
 
 namespace troupe::replicator {
 namespace {
-
-using namespace std::chrono_literals;
 
 constexpr int64_t kBatch = 6, kIn = 8, kHidden = 16, kOut = 4;
 
@@ -50,40 +52,53 @@ std::vector<float> Rows(const std::vector<float>& m, int64_t cols, int64_t begin
   return {m.begin() + begin * cols, m.begin() + end * cols};
 }
 
-std::vector<float> Read(nn::Backend& backend, const float* data, int64_t n) {
-  std::vector<float> host(n);
-  backend.Download(data, host.data(), sizeof(float) * n);
+std::vector<float> Read(nn::Backend& backend, const nn::TensorView& view) {
+  std::vector<float> host(view.shape.size());
+  backend.Download(view.data, host.data(), sizeof(float) * host.size());
   return host;
 }
 
-// The unsplit MLP on one CPU backend: relu(x w1 + b1) w2 + b2, mean squared error.
+// Sets parameters of `params` (allocated) to the given values.
+void SetValues(nn::ParameterSet& params, std::initializer_list<std::pair<int, const std::vector<float>*>> values) {
+  std::vector<float> host(params.total_floats());
+  for (const auto& [index, from] : values) std::copy(from->begin(), from->end(), host.begin() + params.info(index).offset);
+  TROUPE_CHECK(params.UploadValues(host).ok());
+}
+
+// One forward (`forward` from the input x to y) and backward pass of the
+// mean squared error to the target; the loss and the gradients of the
+// parameters w1, b1, w2, b2 of `params` and of x.
+Gradients LossAndGradients(nn::Backend& backend, nn::ParameterSet& params, std::array<int, 4> w1_b1_w2_b2,
+                           const std::function<nn::Var(nn::Tape&, nn::Var)>& forward) {
+  nn::DeviceBuffer x(backend, kBatch * kIn);
+  x.Upload(kX);
+  nn::Tape tape(&backend);
+  params.ZeroGrad();
+  const nn::Var input = tape.Leaf(x.data(), {kBatch, kIn});
+  const nn::Var loss = nn::MeanSquaredError(forward(tape, input), tape.Input(kTarget.data(), {kBatch, kOut}));
+  tape.Backward(loss);
+  Gradients g;
+  g.loss = tape.item(loss);
+  const auto [w1, b1, w2, b2] = w1_b1_w2_b2;
+  g.w1 = Read(backend, params.grad(w1));
+  g.b1 = Read(backend, params.grad(b1));
+  g.w2 = Read(backend, params.grad(w2));
+  g.b2 = Read(backend, params.grad(b2));
+  g.dx = Read(backend, tape.grad(input));
+  return g;
+}
+
+// The unsplit MLP on one CPU backend: relu(x w1 + b1) w2 + b2.
 Gradients Unsplit() {
   nn::CpuBackend backend(1);
   nn::ParameterSet params;
   const nn::LinearLayer l1 = nn::LinearLayer::Create(params, "l1", kIn, kHidden);
   const nn::LinearLayer l2 = nn::LinearLayer::Create(params, "l2", kHidden, kOut);
   params.Allocate(backend, 0);
-  std::vector<float> values(params.total_floats());
-  for (const auto& [index, from] : {std::pair{l1.w, &kW1}, std::pair{l1.b, &kB1}, std::pair{l2.w, &kW2}, std::pair{l2.b, &kB2}}) {
-    std::copy(from->begin(), from->end(), values.begin() + params.info(index).offset);
-  }
-  TROUPE_CHECK(params.UploadValues(values).ok());
-  nn::DeviceBuffer x(backend, kBatch * kIn);
-  x.Upload(kX);
-  nn::Tape tape(&backend);
-  params.ZeroGrad();
-  const nn::Var input = tape.Leaf(x.data(), {kBatch, kIn});
-  const nn::Var y = l2(tape, params, nn::Relu(l1(tape, params, input)));
-  const nn::Var loss = nn::MeanSquaredError(y, tape.Input(kTarget.data(), {kBatch, kOut}));
-  tape.Backward(loss);
-  Gradients g;
-  g.loss = tape.item(loss);
-  g.w1 = Read(backend, params.grad(l1.w).data, kIn * kHidden);
-  g.b1 = Read(backend, params.grad(l1.b).data, kHidden);
-  g.w2 = Read(backend, params.grad(l2.w).data, kHidden * kOut);
-  g.b2 = Read(backend, params.grad(l2.b).data, kOut);
-  g.dx = Read(backend, tape.grad(input).data, kBatch * kIn);
-  return g;
+  SetValues(params, {{l1.w, &kW1}, {l1.b, &kB1}, {l2.w, &kW2}, {l2.b, &kB2}});
+  return LossAndGradients(backend, params, {l1.w, l1.b, l2.w, l2.b}, [&](nn::Tape& tape, nn::Var x) {
+    return l2(tape, params, nn::Relu(l1(tape, params, x)));
+  });
 }
 
 void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
@@ -101,14 +116,10 @@ TEST(TensorParallelTest, ColumnThenRowParallelLayersEqualTheUnsplitMlp) {
   const Gradients whole = Unsplit();
   for (const int k : {2, 4}) {
     SCOPED_TRACE(absl::StrCat("K=", k));
-    ReplicatorOptions o;
-    o.num_replicas = k;
-    o.timeout = 30000ms;
-    auto replicator = Replicator::Create(o);
-    ASSERT_TRUE(replicator.ok());
+    auto replicator = testing::MakeInProcess(k);
     std::vector<Gradients> got(k);
     std::vector<int64_t> weight_floats(k);
-    ASSERT_TRUE((*replicator)->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
       const int r = ctx.replica_id();
       nn::Backend& backend = *ctx.backend();
       nn::ParameterSet params;
@@ -117,31 +128,14 @@ TEST(TensorParallelTest, ColumnThenRowParallelLayersEqualTheUnsplitMlp) {
       params.Allocate(backend, 0);
       // This replica's slices of the unsplit layers.
       const int64_t part = kHidden / k;
-      std::vector<float> values(params.total_floats());
       const std::vector<float> w1 = Columns(kW1, kHidden, r * part, (r + 1) * part);
       const std::vector<float> b1(kB1.begin() + r * part, kB1.begin() + (r + 1) * part);
       const std::vector<float> w2 = Rows(kW2, kOut, r * part, (r + 1) * part);
-      for (const auto& [index, from] : {std::pair{column.w, &w1}, std::pair{column.b, &b1}, std::pair{row.w, &w2},
-                                        std::pair{row.b, &kB2}}) {
-        std::copy(from->begin(), from->end(), values.begin() + params.info(index).offset);
-      }
-      RETURN_IF_ERROR(params.UploadValues(values));
-      nn::DeviceBuffer x(backend, kBatch * kIn);
-      x.Upload(kX);
-      nn::Tape tape(&backend);
-      params.ZeroGrad();
-      const nn::Var input = tape.Leaf(x.data(), {kBatch, kIn});
-      const nn::Var y = row(tape, params, nn::Relu(column(tape, params, input, &ctx)), &ctx);
-      const nn::Var loss = nn::MeanSquaredError(y, tape.Input(kTarget.data(), {kBatch, kOut}));
-      tape.Backward(loss);
+      SetValues(params, {{column.w, &w1}, {column.b, &b1}, {row.w, &w2}, {row.b, &kB2}});
+      got[r] = LossAndGradients(backend, params, {column.w, column.b, row.w, row.b}, [&](nn::Tape& tape, nn::Var x) {
+        return row(tape, params, nn::Relu(column(tape, params, x, &ctx)), &ctx);
+      });
       RETURN_IF_ERROR(ctx.status());
-      Gradients& g = got[r];
-      g.loss = tape.item(loss);
-      g.w1 = Read(backend, params.grad(column.w).data, kIn * part);
-      g.b1 = Read(backend, params.grad(column.b).data, part);
-      g.w2 = Read(backend, params.grad(row.w).data, part * kOut);
-      g.b2 = Read(backend, params.grad(row.b).data, kOut);
-      g.dx = Read(backend, tape.grad(input).data, kBatch * kIn);
       weight_floats[r] = params.info(column.w).shape.size() + params.info(row.w).shape.size();
       return absl::OkStatus();
     }).ok());
