@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <stop_token>
 #include <thread>
@@ -259,6 +260,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<replicator::GradientReducer> critic_bucketed, actor_bucketed;
   std::unique_ptr<replicator::DeadlineReducer> critic_deadline, actor_deadline;
   int64_t late_counted = 0;  // their late passes already in the metrics
+  std::vector<float> metrics;  // an execution's, all-reduced (kept: no allocation per execution)
   replicator::GradientReduction* critic_reducer = nullptr;
   replicator::GradientReduction* actor_reducer = nullptr;
   std::unique_ptr<replicator::ReplicatedOptimizer> critic_replicated, actor_replicated;
@@ -653,7 +655,17 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // metrics (each update's means over the global batch) in one all-reduce.
   r.keys.clear();
   r.item_loss.clear();
-  std::vector<float> metrics(3 * n);
+  // Each update's three means, then with engine.straggler DEADLINE each
+  // replica's backward passes left at the deadline in this execution (its
+  // own slot, times K so that the mean is the count): one all-reduce.
+  const int k = ctx.num_replicas();
+  std::vector<float>& metrics = r.metrics;
+  metrics.assign(3 * n + (r.critic_deadline != nullptr ? k : 0), 0.0f);
+  if (r.critic_deadline != nullptr) {
+    const int64_t passes = r.critic_deadline->stats().late + r.actor_deadline->stats().late;
+    metrics[3 * n + ctx.replica_id()] = static_cast<float>((passes - r.late_counted) * k);
+    r.late_counted = passes;
+  }
   for (int64_t j = 0; j < n; ++j) {
     const float* host = r.in[j].readout.data();
     const replay::SampledBatch& batch = *block[j].batch;
@@ -670,20 +682,11 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
   r.updates += n;
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
-  // Each replica's backward passes left at the deadline in this execution.
-  std::vector<float> late;
-  if (r.critic_deadline != nullptr) {
-    const int64_t passes = r.critic_deadline->stats().late + r.actor_deadline->stats().late;
-    late.assign(ctx.num_replicas(), 0.0f);
-    late[ctx.replica_id()] = static_cast<float>(passes - r.late_counted);
-    r.late_counted = passes;
-    RETURN_IF_ERROR(ctx.AllReduce(late, replicator::ReduceOp::kSum));
-  }
   if (&r == replicas_[0].get()) {
     absl::MutexLock lock(&metrics_mu_);
-    if (!late.empty()) {
-      late_passes_.resize(late.size());
-      for (size_t i = 0; i < late.size(); ++i) late_passes_[i] += static_cast<int64_t>(late[i]);
+    if (r.critic_deadline != nullptr) {
+      late_passes_.resize(k);
+      for (int i = 0; i < k; ++i) late_passes_[i] += std::llround(metrics[3 * n + i]);
     }
     for (int64_t j = 0; j < n; ++j) {
       sum_critic_loss_ += metrics[3 * j];
