@@ -178,15 +178,34 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const Obs
                            bytes);
 }
 
+namespace {
+
+// The networks D4PG trains, as declared.
+struct D4pgLayers {
+  internal::Encoder encoder;  // in the critic's set (pixels)
+  internal::Mlp critic, actor;
+};
+
+// The critic (after the encoder, for pixels) declared into `critic`, the
+// actor into `actor`.
+D4pgLayers DeclareNetworks(const config::D4pgConfig& d4pg, const ObservationSpec& spec, int action_size,
+                           nn::ParameterSet& critic, nn::ParameterSet& actor) {
+  const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
+  const std::vector<int64_t> hidden = internal::HiddenSizes(d4pg);
+  D4pgLayers layers;
+  if (spec.pixels()) layers.encoder = internal::Encoder::Declare(critic, spec, d4pg.conv_channels(), d4pg.encoder_features());
+  layers.critic = internal::DeclareCritic(critic, feature_size, hidden, action_size, d4pg.atoms());
+  layers.actor = internal::DeclareActor(actor, feature_size, hidden, action_size);
+  return layers;
+}
+
+}  // namespace
+
 D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                        int action_size, int replicas) {
-  const config::D4pgConfig& d4pg = config.d4pg();
   const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
   nn::ParameterSet critic, actor;  // declared, not allocated: their layouts' sizes
-  const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
-  if (spec.pixels()) internal::Encoder::Declare(critic, spec, d4pg.conv_channels(), d4pg.encoder_features());
-  internal::DeclareCritic(critic, feature_size, internal::HiddenSizes(d4pg), action_size, d4pg.atoms());
-  internal::DeclareActor(actor, feature_size, internal::HiddenSizes(d4pg), action_size);
+  DeclareNetworks(config.d4pg(), spec, action_size, critic, actor);
   const int64_t floats = critic.total_floats() + actor.total_floats();
   const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(replicas) : 1;
   auto padded = [pad](int64_t n) { return (n + pad - 1) / pad * pad; };
@@ -341,12 +360,11 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     auto r = std::make_unique<Replica>(replicator->backend(i));
     nn::Backend& device = *r->backend;
     // Online and target sets share one declaration (same layout).
-    for (nn::ParameterSet* set : {&r->critic, &r->target_critic}) {
-      if (spec.pixels()) agent->encoder_ = internal::Encoder::Declare(*set, spec, d4pg.conv_channels(), d4pg.encoder_features());
-      agent->critic_ = internal::DeclareCritic(*set, feature_size, agent->hidden_, action_size, atoms);
-    }
-    for (nn::ParameterSet* set : {&r->actor, &r->target_actor}) {
-      agent->actor_ = internal::DeclareActor(*set, feature_size, agent->hidden_, action_size);
+    for (const auto& [critic, actor] : {std::pair{&r->critic, &r->actor}, std::pair{&r->target_critic, &r->target_actor}}) {
+      const D4pgLayers layers = DeclareNetworks(d4pg, spec, action_size, *critic, *actor);
+      agent->encoder_ = layers.encoder;
+      agent->critic_ = layers.critic;
+      agent->actor_ = layers.actor;
     }
     // Same seed on every replica (and every MPI rank): identical starts.
     const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
