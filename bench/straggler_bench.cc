@@ -110,9 +110,9 @@ absl::StatusOr<double> RunRound(const Round& round, bool slowed, float deadline)
     // Every replica steps until the time is up on replica 0 (a flag in the
     // all-reduce: they stop at the same step).
     for (;;) {
-      std::vector<float> go = {ctx.replica_id() == 0 && Clock::now() >= until ? 1.0f : 0.0f};
-      RETURN_IF_ERROR(ctx.AllReduce(go, replicator::ReduceOp::kSum));
-      if (go[0] > 0) break;
+      float stop = ctx.replica_id() == 0 && Clock::now() >= until ? 1.0f : 0.0f;
+      RETURN_IF_ERROR(ctx.AllReduce({&stop, 1}, replicator::ReduceOp::kSum));
+      if (stop > 0) break;
       pacer.Start();
       tape.Reset();
       mlp.params.ZeroGrad();
