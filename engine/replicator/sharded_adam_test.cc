@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
+#include "engine/nn/state_match.h"
 #include "engine/nn/strict_cpu_backend.h"
 #include "engine/replicator/in_process.h"
 #include "engine/replicator/test_model.h"
@@ -83,7 +84,7 @@ Trained Train(const Schedule& run) {
     if (ctx.replica_id() == 0) {
       out.state = nn::CheckpointTensors(model.params, optimizer);
       if (!run.save.empty()) RETURN_IF_ERROR(nn::SaveCheckpoint(run.save, model.params, optimizer));
-      out.state_bytes = sharded ? sharded->state_bytes() : 2 * int64_t{sizeof(float)} * model.params.total_floats();
+      out.state_bytes = sharded ? sharded->state_bytes() : int64_t{sizeof(float)} * adam->state_floats();
       out.total_floats = model.params.total_floats();
     }
     if (sharded) sharded->ReleaseWholeState();
@@ -92,39 +93,6 @@ Trained Train(const Schedule& run) {
   EXPECT_TRUE(s.ok()) << s;
   for (const auto& m : models) out.params.push_back(m->params.DownloadValues());
   return out;
-}
-
-double Norm(const std::vector<float>& x) {
-  double sum = 0;
-  for (float v : x) sum += double(v) * v;
-  return std::sqrt(sum);
-}
-
-double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> d(a.size());
-  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return Norm(d) / std::max(Norm(b), 1e-30);
-}
-
-// Every tensor of `got` within `tolerance` of `want`'s (relative, in norm),
-// the step counts equal; every parameter tensor moved from `initial` by at
-// least 10x the tolerance, so the comparison can fail.
-void ExpectSameState(const std::vector<nn::CheckpointTensor>& got, const std::vector<nn::CheckpointTensor>& want,
-                     const std::vector<nn::CheckpointTensor>& initial, double tolerance) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    SCOPED_TRACE(want[i].name);
-    ASSERT_EQ(got[i].name, want[i].name);
-    ASSERT_EQ(got[i].values.size(), want[i].values.size());
-    if (absl::StrContains(want[i].name, ".steps")) {
-      EXPECT_EQ(got[i].values, want[i].values);
-      continue;
-    }
-    EXPECT_LE(RelativeDifference(got[i].values, want[i].values), tolerance);
-    if (absl::StartsWith(want[i].name, nn::kParameterEntryPrefix) && want[i].name != "param/conv.b") {
-      EXPECT_GE(RelativeDifference(want[i].values, initial[i].values), 10 * tolerance) << "did not move";
-    }
-  }
 }
 
 constexpr double kTolerance = 1e-4;
@@ -140,7 +108,7 @@ TEST(ShardedAdamTest, ReplicasWithSplitMomentsEqualOneReplicaWithAdamOnTheWholeB
   for (const Schedule& run : {Schedule{.k = 2}, Schedule{.k = 4}, Schedule{.k = 2, .strict = true}, Schedule{.k = 1}}) {
     SCOPED_TRACE(absl::StrCat("K=", run.k, run.strict ? " on the strict device" : ""));
     const Trained sharded = Train(run);
-    ExpectSameState(sharded.state, reference.state, InitialState(), kTolerance);
+    TROUPE_EXPECT_SAME_STATE(InitialState(), reference.state, sharded.state, .tolerance = kTolerance);
     for (int r = 1; r < run.k; ++r) EXPECT_EQ(sharded.params[r], sharded.params[0]) << "replica " << r;
   }
 }
@@ -150,10 +118,11 @@ TEST(ShardedAdamTest, ClippingByTheGlobalNormOfTheSplitGradientsEqualsClippingTh
   const Trained reference = Train({.k = 1, .sharded = false, .max_norm = max_norm});
   const Trained unclipped = Train({.k = 1, .sharded = false});
   // The norm clips (the runs differ), else this would test nothing.
-  EXPECT_GT(RelativeDifference(reference.params[0], unclipped.params[0]), 100 * kTolerance);
+  EXPECT_GT(nn::internal::RelativeDifference(reference.params[0], unclipped.params[0]), 100 * kTolerance);
   for (int k : {2, 4}) {
     SCOPED_TRACE(absl::StrCat("K=", k));
-    ExpectSameState(Train({.k = k, .max_norm = max_norm}).state, reference.state, InitialState(), kTolerance);
+    TROUPE_EXPECT_SAME_STATE(InitialState(), reference.state, Train({.k = k, .max_norm = max_norm}).state,
+                             .tolerance = kTolerance);
   }
 }
 
@@ -178,7 +147,7 @@ TEST(ShardedAdamTest, ACheckpointWrittenAtOneReplicaCountResumesAtAnother) {
   for (const Schedule& run : {Schedule{.k = 2, .steps = 10, .first_step = 10, .load = path},
                          Schedule{.k = 1, .sharded = false, .steps = 10, .first_step = 10, .load = path}}) {
     SCOPED_TRACE(absl::StrCat("resumed at K=", run.k, run.sharded ? ", sharded" : ", plain Adam"));
-    ExpectSameState(Train(run).state, whole.state, InitialState(), kTolerance);
+    TROUPE_EXPECT_SAME_STATE(InitialState(), whole.state, Train(run).state, .tolerance = kTolerance);
   }
 }
 
