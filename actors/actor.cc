@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "actors/item_writer.h"
 #include "actors/observation_stack.h"
 #include "actors/parameter_client.h"
 #include "actors/transition_writer.h"
@@ -58,22 +59,23 @@ absl::StatusOr<TransitionLayout> ActorTransitionLayout(const config::ExperimentC
 
 namespace {
 
-// The actor's connection to replay: a writer and the transition writer on
-// it, remade after the learner goes away.
+// The actor's connection to replay: a writer and the agent's item writer
+// on it, remade after the learner goes away.
 struct Connection {
   std::unique_ptr<replay::ReplayClient> client;
   std::unique_ptr<replay::Writer> writer;
-  std::unique_ptr<TransitionWriter> transitions;
+  std::unique_ptr<ItemWriter> items;
 };
 
-absl::Status Connect(const std::string& address, const GrpcCredentials& credentials, const TransitionLayout& layout,
+absl::Status Connect(const std::string& address, const GrpcCredentials& credentials,
+                     const config::ExperimentConfig& config, const agents::ObservationSpec& spec, int action_size,
                      int num_envs, Connection* c) {
-  c->transitions.reset();
+  c->items.reset();
   c->writer.reset();
   c->client = replay::NewGrpcClient(address, {.credentials = credentials});
   // Resumable: a broken stream is resumed with nothing lost or inserted twice.
   ASSIGN_OR_RETURN(c->writer, c->client->NewWriter({.resumable = true}));
-  c->transitions = std::make_unique<TransitionWriter>(c->writer.get(), num_envs, layout);
+  ASSIGN_OR_RETURN(c->items, MakeItemWriter(config, spec, action_size, c->writer.get(), num_envs));
   return absl::OkStatus();
 }
 
@@ -107,16 +109,19 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   const bool pixels = spec.pixels();
   ObservationStack stack(n, std::max(spec.frames, 1), spec.height, spec.width);
 
-  ASSIGN_OR_RETURN(const TransitionLayout layout, ActorTransitionLayout(config, spec, action_size));
+  // Trajectories carry the behaviour's log-probabilities (every action the
+  // policy's) and, at a time limit, its value bootstrap.
+  const agents::ReplayItem item = agents::ActorReplayItem(config);
+  const bool trajectories = item.kind == agents::ReplayItem::Kind::kTrajectories;
 
   ParameterClient parameters(options.learner_address, credentials);
   Connection connection;
-  RETURN_IF_ERROR(Connect(options.learner_address, credentials, layout, n, &connection));
+  RETURN_IF_ERROR(Connect(options.learner_address, credentials, config, spec, action_size, n, &connection));
   (void)parameters.WaitForFirst(options.connect_timeout_ms);
 
   std::mt19937_64 rng(config.env().seed() * 7919 + options.index);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> actions(size_t(n) * action_size), parameter_buffer;
+  std::vector<float> actions(size_t(n) * action_size), parameter_buffer, log_probs(trajectories ? n : 0);
   std::vector<double> episode_return(n, 0.0);
   ActorStats stats;
   auto frame_of = [&](const envs::EnvBatch& batch, int i) {
@@ -128,7 +133,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   auto start_all = [&]() -> absl::Status {
     for (int i = 0; i < n; ++i) {
       if (pixels) stack.Reset(i, frame_of(batch, i));
-      RETURN_IF_ERROR(connection.transitions->Start(i, state_of(batch, i), frame_of(batch, i)));
+      RETURN_IF_ERROR(connection.items->Start(i, state_of(batch, i), frame_of(batch, i)));
     }
     return absl::OkStatus();
   };
@@ -163,7 +168,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
   // the rest as lost; returns the lost.
   const auto settle_writer = [&] {
     const int64_t lost = connection.writer->items_unacknowledged();
-    stats.transitions += connection.transitions->transitions_inserted() - lost;
+    stats.transitions += connection.items->items_inserted() - lost;
     stats.transitions_lost += lost;
     return lost;
   };
@@ -174,12 +179,13 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
     if (parameters.TakeNewer(&stats.parameter_version, &parameter_buffer)) {
       RETURN_IF_ERROR(policy->SetParameters(parameter_buffer));
     }
-    // Act: random at first, then the policy with this actor's exploration.
-    if (stats.parameter_version == 0 || stats.frames < config.actors().random_frames()) {
+    // Act: random at first (transitions), then the policy with this actor's exploration.
+    if (!trajectories && (stats.parameter_version == 0 || stats.frames < config.actors().random_frames())) {
       for (float& a : actions) a = uniform(rng);
     } else {
       RETURN_IF_ERROR(policy->Explore(pixels ? nullptr : batch.state.data(), pixels ? stack.Stacked() : nullptr, n,
-                                      {.actor = options.index, .frames = stats.frames}, rng, actions.data()));
+                                      {.actor = options.index, .frames = stats.frames}, rng, actions.data(),
+                                      trajectories ? log_probs.data() : nullptr));
     }
     ASSIGN_OR_RETURN(batch, pool->Step(actions));
 
@@ -192,14 +198,27 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
       absl::Status recorded;
       if (type == envs::StepType::kFirst) {
         if (pixels) stack.Reset(i, frame_of(batch, i));
-        recorded = connection.transitions->Start(i, state_of(batch, i), frame_of(batch, i));
+        recorded = connection.items->Start(i, state_of(batch, i), frame_of(batch, i));
       } else {
         if (pixels) stack.Push(i, frame_of(batch, i));
         stats.frames += env_spec.action_repeat;
         episode_return[i] += batch.reward[i];
         const bool last = type == envs::StepType::kLast;
-        recorded = connection.transitions->Step(i, &actions[size_t(i) * action_size], batch.reward[i],
-                                                batch.discount[i], last, state_of(batch, i), frame_of(batch, i));
+        ActorStep step{.action = &actions[size_t(i) * action_size],
+                       .reward = batch.reward[i],
+                       .discount = batch.discount[i],
+                       .last = last,
+                       .state = state_of(batch, i),
+                       .frame = frame_of(batch, i)};
+        if (trajectories) {
+          step.log_prob = log_probs[i];
+          step.policy_version = stats.parameter_version;
+          if (last && batch.discount[i] > 0) {
+            // (Trajectories are of state observations: agents/trajectory.h.)
+            RETURN_IF_ERROR(policy->Values(state_of(batch, i), nullptr, 1, &step.bootstrap_value));
+          }
+        }
+        recorded = connection.items->Step(i, step);
         if (last) {
           ++stats.episodes;
           stats.last_return = episode_return[i];
@@ -254,7 +273,7 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
         const int64_t lost = settle_writer();
         std::fprintf(stderr, "actor %d: %s; %ld transitions lost, starting a new insert stream\n", options.index,
                      std::string(resumed.message()).c_str(), long(lost));
-        resumed = Connect(options.learner_address, credentials, layout, n, &connection);
+        resumed = Connect(options.learner_address, credentials, config, spec, action_size, n, &connection);
         if (resumed.ok()) resumed = start_all();
       }
       if (resumed.ok()) break;

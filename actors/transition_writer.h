@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "actors/item_writer.h"
 #include "agents/transition.h"
 #include "replay/client.h"
 
@@ -39,7 +40,7 @@ struct TransitionLayout {
   std::string table = agents::kTransitionTable;
 };
 
-class TransitionWriter {
+class TransitionWriter final : public ItemWriter {
  public:
   TransitionWriter(replay::Writer* writer, int num_envs, const TransitionLayout& layout);
   // (observation_ points into layout_.)
@@ -48,7 +49,7 @@ class TransitionWriter {
 
   // The first observation of env `env`'s episode (state [S] or the newest
   // frame [H, W, 3]). Forgets anything pending for it.
-  absl::Status Start(int env, const float* state, const uint8_t* frame);
+  absl::Status Start(int env, const float* state, const uint8_t* frame) override;
 
   // One step of env `env`: the action taken from its previous observation,
   // the reward and env discount, whether the episode ended, and the new
@@ -58,13 +59,17 @@ class TransitionWriter {
   // resumable writer re-sends them on Resume), so an episode is never cut.
   absl::Status Step(int env, const float* action, float reward, float discount, bool last, const float* state,
                     const uint8_t* frame);
+  absl::Status Step(int env, const ActorStep& step) override {
+    return Step(env, step.action, step.reward, step.discount, step.last, step.state, step.frame);
+  }
 
   // Drops every env's pending steps (after replay was lost and reconnected:
   // nothing half-written is kept). Envs must Start again.
-  void Clear();
+  void Clear() override;
 
   // Transitions handed to the writer (queued or sent).
   int64_t transitions_inserted() const { return inserted_; }
+  int64_t items_inserted() const override { return inserted_; }
 
  private:
   // One observation: the state's bytes or the frame-key stack.

@@ -1,7 +1,9 @@
 #include "agents/agents.h"
 
+#include "agents/appo_agent.h"
 #include "agents/d4pg_agent.h"
 #include "agents/random_agent.h"
+#include "agents/trajectory.h"
 #include "agents/transition.h"
 #include "common/status_macros.h"
 
@@ -14,18 +16,24 @@ absl::StatusOr<std::unique_ptr<Agent>> CreateAgent(const config::ExperimentConfi
     ASSIGN_OR_RETURN(std::unique_ptr<RandomAgent> agent, RandomAgent::Create(config, spec, action_size, replicator));
     return agent;
   }
+  if (config.agent() == config::ExperimentConfig::APPO) {
+    ASSIGN_OR_RETURN(std::unique_ptr<AppoAgent> agent, AppoAgent::Create(config, spec, action_size, replicator));
+    return agent;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<D4pgAgent> agent, D4pgAgent::Create(config, spec, action_size, replicator));
   return agent;
 }
 
 config::ReplayTableConfig AgentReplayTable(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                            int action_size) {
+  if (config.agent() == config::ExperimentConfig::APPO) return TrajectoryTable(spec, action_size, config);
   return TransitionTable(spec, action_size, config);
 }
 
 absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
   if (config.agent() == config::ExperimentConfig::RANDOM) return absl::OkStatus();  // a batch's keys
+  if (config.agent() == config::ExperimentConfig::APPO) return CheckAppoStepFits(config, spec, action_size);
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, config.learner().engine().replicas()));
   return CheckD4pgStepFits(config, spec, action_size);
 }

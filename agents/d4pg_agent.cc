@@ -22,40 +22,9 @@
 #include "replay/item.h"
 
 namespace troupe::agents {
-namespace {
-
+using internal::ClippedOptimizer;
+using internal::MixSeed;
 using internal::Weights;
-
-// splitmix64 (Steele et al. 2014): a well-mixed seed from a few integers.
-uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t x = a;
-  for (uint64_t v : {b, c}) {
-    x += 0x9e3779b97f4a7c15ull + v;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
-  }
-  return x;
-}
-
-// Clips the (already averaged) gradients by global norm, then steps the inner
-// optimizer: ReplicatedOptimizer reduces first, so every replica clips the
-// same averaged gradient.
-class ClippedOptimizer final : public nn::ForwardingOptimizer {
- public:
-  ClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm)
-      : ForwardingOptimizer(inner), backend_(backend), max_norm_(max_norm) {}
-  void Apply() override {
-    if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), *backend_, max_norm_);
-    inner()->Apply();
-  }
-
- private:
-  nn::Backend* backend_;
-  float max_norm_;
-};
-
-}  // namespace
 
 // A replica's input ahead of its updates (learner.prefetch_input): a thread
 // produces input i (sampling it into buffer i % B, preparing its frames)

@@ -10,11 +10,6 @@
 
 namespace troupe::agents::internal {
 
-nn::Var Weights::operator()(nn::Tape& tape, int index) const {
-  if (trainable) return tape.Parameter(*set, index);
-  return tape.Constant(set->value(index).data, set->info(index).shape);
-}
-
 Encoder Encoder::Declare(nn::ParameterSet& params, const ObservationSpec& spec, int channels, int features) {
   Encoder e;
   int64_t in = 3 * spec.frames, h = spec.height, w = spec.width;
@@ -43,30 +38,6 @@ nn::Var Encoder::operator()(nn::Tape& tape, Weights weights, nn::Var pixels) con
   h = nn::Linear(nn::Flatten(h), weights(tape, linear.w), weights(tape, linear.b));
   h = nn::LayerNorm(h, weights(tape, norm.gamma), weights(tape, norm.beta));
   return nn::Tanh(h);
-}
-
-Mlp Mlp::Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
-                 bool tanh_output) {
-  TROUPE_CHECK(sizes.size() >= 2);
-  Mlp m;
-  m.tanh_output = tanh_output;
-  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    m.layers.push_back(nn::LinearLayer::Create(params, name + "." + std::to_string(i), sizes[i], sizes[i + 1]));
-  }
-  return m;
-}
-
-nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const {
-  for (size_t i = 0; i < layers.size(); ++i) {
-    x = nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b));
-    if (i + 1 < layers.size()) x = nn::Relu(x);
-  }
-  return x;
-}
-
-nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x) const {
-  const nn::Var y = PreTanh(tape, weights, x);
-  return tanh_output ? nn::Tanh(y) : y;
 }
 
 std::vector<int64_t> HiddenSizes(const config::D4pgConfig& config) {

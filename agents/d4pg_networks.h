@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "agents/networks.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
@@ -23,15 +24,6 @@ namespace troupe::agents {
 struct ObservationSpec;
 
 namespace internal {
-
-// Where a pass reads a network's weights from.
-struct Weights {
-  nn::ParameterSet* set = nullptr;
-  // true: tape parameters (gradients accumulate into set->grads());
-  // false: constants (no gradient, no recorded nodes).
-  bool trainable = false;
-  nn::Var operator()(nn::Tape& tape, int index) const;
-};
 
 // DrQ's encoder (Kostrikov et al. 2020): conv 3x3 stride 2, three conv 3x3
 // stride 1 (all `channels` wide, ReLU), linear to `features`, layer norm, tanh.
@@ -44,17 +36,6 @@ struct Encoder {
   static Encoder Declare(nn::ParameterSet& params, const ObservationSpec& spec, int channels, int features);
   // pixels: float [B, 3k, H, W] in [0, 1] -> features [B, features] in [-1, 1].
   nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var pixels) const;
-};
-
-// Linear layers, ReLU between them; `tanh_output` squashes the last one.
-struct Mlp {
-  std::vector<nn::LinearLayer> layers;
-  bool tanh_output = false;
-  static Mlp Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
-                     bool tanh_output);
-  nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var x) const;
-  // The last layer's output before the tanh (tanh_output only).
-  nn::Var PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const;
 };
 
 // The hidden layer sizes of the actor and critic MLPs (d4pg.hidden; [256, 256] when empty).

@@ -160,7 +160,10 @@ absl::StatusOr<int64_t> D4pgPolicy::LoadAgentCheckpoint(const std::string& path)
 }
 
 absl::Status D4pgPolicy::Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint& at,
-                                std::mt19937_64& rng, float* actions) {
+                                std::mt19937_64& rng, float* actions, float* log_probs) {
+  if (log_probs != nullptr) {
+    return absl::UnimplementedError("D4PG's clipped Gaussian exploration has no log-densities (its items are transitions)");
+  }
   RETURN_IF_ERROR(Act(state, pixels, batch, actions));
   const float scale = D4pgNoiseScale(exploration_, at.actor, at.frames);
   for (int64_t i = 0; i < int64_t{batch} * action_size_; ++i) {

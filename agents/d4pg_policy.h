@@ -86,7 +86,7 @@ class D4pgPolicy final : public Policy {
   // Act's actions plus N(0, D4pgNoiseScale(at)^2) on each component, clamped
   // to [-1, 1].
   absl::Status Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint& at,
-                       std::mt19937_64& rng, float* actions) override;
+                       std::mt19937_64& rng, float* actions, float* log_probs) override;
   std::string DescribeExploration(const ExplorationPoint& at) const override;
   const ObservationSpec& spec() const override { return spec_; }
   int action_size() const override { return action_size_; }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agents/appo_policy.h"
 #include "agents/d4pg_policy.h"
 #include "agents/random_policy.h"
 #include "common/status_macros.h"
@@ -44,6 +45,8 @@ std::string AgentName(const config::ExperimentConfig& config) {
       return "D4PG";
     case config::ExperimentConfig::RANDOM:
       return "RANDOM";
+    case config::ExperimentConfig::APPO:
+      return "APPO";
   }
   return config::ExperimentConfig::Agent_Name(config.agent());
 }
@@ -54,6 +57,8 @@ absl::Status ValidateAgent(const config::ExperimentConfig& config, const Observa
       return ValidateD4pg(config.d4pg(), spec, action_size);
     case config::ExperimentConfig::RANDOM:
       return CheckObservationAndActions(spec, action_size);
+    case config::ExperimentConfig::APPO:
+      return ValidateAppo(config.appo(), spec, action_size);
   }
   return absl::InvalidArgumentError(absl::StrCat("agent ", int(config.agent()), ": no such agent"));
 }
@@ -64,6 +69,10 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(const config::ExperimentCon
   if (config.agent() == config::ExperimentConfig::RANDOM) {
     return std::make_unique<RandomPolicy>(spec, action_size, config.env().seed());
   }
+  if (config.agent() == config::ExperimentConfig::APPO) {
+    ASSIGN_OR_RETURN(std::unique_ptr<AppoPolicy> policy, AppoPolicy::Create(config.appo(), spec, action_size, num_threads));
+    return policy;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<D4pgPolicy> policy,
                    D4pgPolicy::Create(config.d4pg(), spec, action_size, num_threads));
   policy->SetExploration(config.actors());
@@ -72,11 +81,19 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(const config::ExperimentCon
 
 ReplayItem ActorReplayItem(const config::ExperimentConfig& config) {
   if (config.agent() == config::ExperimentConfig::RANDOM) return {};
+  if (config.agent() == config::ExperimentConfig::APPO) {
+    return {.kind = ReplayItem::Kind::kTrajectories,
+            .discount = config.appo().discount(),
+            .unroll_length = config.appo().unroll_length()};
+  }
   return {.n_step = config.d4pg().n_step(), .discount = config.d4pg().discount()};
 }
 
 std::string DescribeArchitecture(const config::ExperimentConfig& config) {
   if (config.agent() == config::ExperimentConfig::RANDOM) return "agent RANDOM";
+  if (config.agent() == config::ExperimentConfig::APPO) {
+    return absl::StrCat("appo.hidden [", absl::StrJoin(config.appo().hidden(), ", "), "]");
+  }
   return absl::StrCat("d4pg.hidden [", absl::StrJoin(config.d4pg().hidden(), ", "), "]");
 }
 
@@ -88,7 +105,12 @@ std::vector<std::string> ArchitectureDifferences(const config::ExperimentConfig&
   };
   auto list = [](const auto& values) { return absl::StrCat("[", absl::StrJoin(values, ", "), "]"); };
   compare("agent", AgentName(trained), AgentName(config));
-  if (trained.agent() != config.agent() || config.agent() != config::ExperimentConfig::D4PG) return differences;
+  if (trained.agent() != config.agent()) return differences;
+  if (config.agent() == config::ExperimentConfig::APPO) {
+    compare("appo.hidden", list(trained.appo().hidden()), list(config.appo().hidden()));
+    return differences;
+  }
+  if (config.agent() != config::ExperimentConfig::D4PG) return differences;
   const config::D4pgConfig& a = trained.d4pg();
   const config::D4pgConfig& b = config.d4pg();
   if (trained.env().observation() == config::EnvConfig::PIXELS && config.env().observation() == config::EnvConfig::PIXELS) {
@@ -102,6 +124,7 @@ std::vector<std::string> ArchitectureDifferences(const config::ExperimentConfig&
 
 std::string SaturationHint(const config::ExperimentConfig& config) {
   if (config.agent() == config::ExperimentConfig::RANDOM) return "a uniform random policy's draws";
+  if (config.agent() == config::ExperimentConfig::APPO) return "try a lower appo.learning_rate or appo.initial_log_std";
   return "try a lower d4pg.actor_learning_rate or wider early noise, actors.noise_decay_frames";
 }
 

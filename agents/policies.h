@@ -34,10 +34,16 @@ absl::StatusOr<std::unique_ptr<Policy>> CreatePolicy(const config::ExperimentCon
                                                      int num_threads = 1);
 
 // What an actor writes to replay for the agent: transitions over `n_step`
-// env steps, their rewards discounted by `discount` (agents/transition.h).
+// env steps, their rewards discounted by `discount` (agents/transition.h),
+// after actors.random_frames of uniform actions; or trajectories of
+// `unroll_length` steps with the behaviour's log-probabilities
+// (agents/trajectory.h), discount its gamma, every action the policy's.
 struct ReplayItem {
+  enum class Kind { kTransitions, kTrajectories };
+  Kind kind = Kind::kTransitions;
   int n_step = 1;
   float discount = 0.99f;
+  int unroll_length = 0;
 };
 ReplayItem ActorReplayItem(const config::ExperimentConfig& config);
 

@@ -7,7 +7,7 @@
 //   ASSIGN_OR_RETURN(auto policy, agents::CreatePolicy(config, ObservationSpecOf(env), env.action_size));
 //   policy->SetParameters(params);                        // the learner's newest
 //   policy->Act(state, /*pixels=*/nullptr, batch, actions);  // evaluation
-//   policy->Explore(state, nullptr, batch, {.actor = 3, .frames = f}, rng, actions);  // an actor
+//   policy->Explore(state, nullptr, batch, {.actor = 3, .frames = f}, rng, actions, nullptr);  // an actor
 //
 // Threads: a policy is not thread-safe (one per thread).
 #ifndef TROUPE_AGENTS_POLICY_H_
@@ -81,9 +81,20 @@ class Policy {
   // InvalidArgument for a missing input or batch < 1.
   virtual absl::Status Act(const float* state, const uint8_t* pixels, int batch, float* actions) = 0;
   // The actions an actor at `at` takes: Act's with the agent's exploration,
-  // drawn from `rng`, still in [-1, 1].
+  // drawn from `rng`, still in [-1, 1]. With `log_probs` (actors of an agent
+  // whose items carry the behaviour's probabilities: trajectories) also
+  // each row's log-density under that exploration, [batch] (of the
+  // agent's own parametrisation: a squashed policy's before the squash);
+  // Unimplemented for an exploration without a density.
   virtual absl::Status Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint& at,
-                               std::mt19937_64& rng, float* actions) = 0;
+                               std::mt19937_64& rng, float* actions, float* log_probs) = 0;
+  // The policy's value estimate V(x) of each observation, in reward units,
+  // [batch] (an actor's value bootstrap at an episode's time limit).
+  // Unimplemented for a policy without a value function.
+  virtual absl::Status Values(const float* state, const uint8_t* pixels, int batch, float* values) {
+    (void)state, (void)pixels, (void)batch, (void)values;
+    return absl::UnimplementedError("this agent's policy has no value function");
+  }
   // What an actor's progress line says of its exploration at `at`
   // ("noise 0.25").
   virtual std::string DescribeExploration(const ExplorationPoint& at) const = 0;

@@ -1,5 +1,8 @@
 #include "agents/random_policy.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
@@ -50,9 +53,11 @@ absl::Status RandomPolicy::Act(const float* state, const uint8_t* pixels, int ba
 }
 
 absl::Status RandomPolicy::Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint&,
-                                   std::mt19937_64& rng, float* actions) {
+                                   std::mt19937_64& rng, float* actions, float* log_probs) {
   RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   Uniform(rng, int64_t{batch} * action_size_, actions);
+  // The uniform density on [-1, 1]^A.
+  if (log_probs != nullptr) std::fill(log_probs, log_probs + batch, -action_size_ * std::log(2.0f));
   return absl::OkStatus();
 }
 

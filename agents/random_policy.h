@@ -42,7 +42,7 @@ class RandomPolicy final : public Policy {
   // the actor's.
   absl::Status Act(const float* state, const uint8_t* pixels, int batch, float* actions) override;
   absl::Status Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint& at,
-                       std::mt19937_64& rng, float* actions) override;
+                       std::mt19937_64& rng, float* actions, float* log_probs) override;
   std::string DescribeExploration(const ExplorationPoint&) const override { return "uniform random"; }
   const ObservationSpec& spec() const override { return spec_; }
   int action_size() const override { return action_size_; }

@@ -144,7 +144,7 @@ TEST(AgentRegistryTest, D4pgExploresWithEachActorsOwnNoiseAroundItsDeterministic
     ASSERT_TRUE(policy.ok());
     std::mt19937_64 rng(11), reference_rng(11);
     std::vector<float> explored(kBatch);
-    ASSERT_TRUE((*policy)->Explore(state.data(), nullptr, kBatch, at, rng, explored.data()).ok());
+    ASSERT_TRUE((*policy)->Explore(state.data(), nullptr, kBatch, at, rng, explored.data(), nullptr).ok());
     std::normal_distribution<float> gaussian(0.0f, 1.0f);
     for (int i = 0; i < kBatch; ++i) {
       const float want = std::clamp(act[i] + scale * gaussian(reference_rng), -1.0f, 1.0f);

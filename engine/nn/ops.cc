@@ -126,6 +126,47 @@ Var BinaryOp(Var a, Var b, Binary op) {
   return y;
 }
 
+void UnaryBackwardNode(Tape& t, const Node& n) {
+  const Value& x = t.value(n.in[0]);
+  const Value& y = t.value(n.out);
+  t.backend().UnaryBackward(static_cast<UnaryOp>(n.i[0]), n.f[0], n.f[1], x.data, y.data, y.grad, x.grad,
+                            y.shape.size());
+}
+
+Var UnaryVar(Var x, UnaryOp op, float alpha = 0.0f, float beta = 0.0f) {
+  Tape& t = *x.tape;
+  Var y = t.NewValue(t.value(x).shape, RequiresGrad(t, x));
+  t.backend().Unary(op, alpha, beta, t.value(x).data, t.value(y).data, t.value(x).shape.size());
+  Node n;
+  n.backward = UnaryBackwardNode;
+  n.out = y.id;
+  n.in[0] = x.id;
+  n.i[0] = static_cast<int64_t>(op);
+  n.f[0] = alpha;
+  n.f[1] = beta;
+  t.Record(n);
+  return y;
+}
+
+void MinimumBackwardNode(Tape& t, const Node& n) {
+  // b_smaller = step(a - b): dy goes to b there, to a elsewhere.
+  const Value& y = t.value(n.out);
+  const int64_t count = y.shape.size();
+  const View3 flat{1, count, 1};
+  float* b_smaller = t.AllocateFloats(count);
+  float* to_b = t.AllocateFloats(count);
+  Backend& backend = t.backend();
+  backend.BinaryBroadcast(Binary::kSub, flat, t.value(n.in[0]).data, kAllAxes, t.value(n.in[1]).data, kAllAxes,
+                          b_smaller);
+  backend.Unary(UnaryOp::kStep, 0.0f, 0.0f, b_smaller, b_smaller, count);
+  backend.BinaryBroadcast(Binary::kMul, flat, b_smaller, kAllAxes, y.grad, kAllAxes, to_b);
+  if (float* da = GradOrNull(t, n.in[0])) {
+    backend.Axpy(1.0f, y.grad, da, count);
+    backend.Axpy(-1.0f, to_b, da, count);
+  }
+  if (float* db = GradOrNull(t, n.in[1])) backend.Axpy(1.0f, to_b, db, count);
+}
+
 void ScaleBackwardNode(Tape& t, const Node& n) {
   const Value& y = t.value(n.out);
   t.backend().Axpy(n.f[0], y.grad, t.value(n.in[0]).grad, y.shape.size());
@@ -273,6 +314,27 @@ Var Softplus(Var x) { return ActivationOp(x, Activation::kSoftplus, 0.0f); }
 Var Add(Var a, Var b) { return BinaryOp(a, b, Binary::kAdd); }
 Var Sub(Var a, Var b) { return BinaryOp(a, b, Binary::kSub); }
 Var Mul(Var a, Var b) { return BinaryOp(a, b, Binary::kMul); }
+
+Var Exp(Var x) { return UnaryVar(x, UnaryOp::kExp); }
+Var Square(Var x) { return UnaryVar(x, UnaryOp::kSquare); }
+Var Clamp(Var x, float lo, float hi) {
+  TROUPE_CHECK(lo <= hi);
+  return UnaryVar(x, UnaryOp::kClamp, lo, hi);
+}
+
+Var Minimum(Var a, Var b) {
+  Tape& t = *a.tape;
+  TROUPE_CHECK(t.value(a).shape == t.value(b).shape);
+  Var y = t.NewValue(t.value(a).shape, RequiresGrad(t, a) || RequiresGrad(t, b));
+  t.backend().BinaryForward(Binary::kMin, t.value(a).data, t.value(b).data, t.value(y).data, t.value(a).shape.size());
+  Node n;
+  n.backward = MinimumBackwardNode;
+  n.out = y.id;
+  n.in[0] = a.id;
+  n.in[1] = b.id;
+  t.Record(n);
+  return y;
+}
 
 namespace {
 void CopyToModelParallelBackward(Tape& t, const Node& n) {

@@ -62,6 +62,13 @@ Var Add(Var a, Var b);
 Var Sub(Var a, Var b);
 Var Mul(Var a, Var b);
 Var Scale(Var x, float alpha);
+// e^x; x * x; x clamped to [lo, hi] (gradient 1 inside, 0 outside).
+Var Exp(Var x);
+Var Square(Var x);
+Var Clamp(Var x, float lo, float hi);
+// The smaller of a and b, elementwise; its gradient goes to the operand
+// that was smaller (to a on a tie), as PPO's clipped objective needs.
+Var Minimum(Var a, Var b);
 
 // --- Reductions --------------------------------------------------------------
 // Sum / mean of all elements -> a scalar (shape []).

@@ -299,6 +299,38 @@ TEST(OpsGradientTest, AddSubMulScale) {
   });
 }
 
+TEST(OpsGradientTest, ExpSquareAndClamp) {
+  // Clamp's inputs kept away from its bounds (+-0.5), where it has kinks.
+  ExpectGradientsMatch({Random({3, 4}, 40)}, [](Tape&, std::vector<Var>& v) {
+    const Var parts[] = {Exp(v[0]), Square(v[0]), Clamp(Scale(v[0], 2.0f), -0.5f, 0.5f)};
+    return Concat(parts, 0);
+  });
+}
+
+TEST(OpsGradientTest, MinimumRoutesTheGradientToTheSmaller) {
+  ExpectGradientsMatch({Random({4, 5}, 41), Random({4, 5}, 42)},
+                       [](Tape&, std::vector<Var>& v) { return Minimum(v[0], v[1]); });
+}
+
+#ifndef TROUPE_CONFORMANCE_PJRT
+TEST(OpsGradientTest, MinimumOfEqualValuesPassesTheGradientOnce) {
+  // PPO's clipped objective ties whenever the ratio is inside the clip
+  // range: the gradient must reach one side, not both and not neither.
+  CpuBackend cpu(1);
+  Tape t(&cpu);
+  const std::vector<float> host = {0.5f, -1.0f, 2.0f};
+  DeviceBuffer a(cpu, 3), b(cpu, 3);
+  a.Upload(host);
+  b.Upload(host);
+  Var x = t.Leaf(a.data(), {3}), y = t.Leaf(b.data(), {3});
+  t.Backward(Sum(Minimum(x, y)));
+  std::vector<float> dx(3), dy(3);
+  cpu.Download(t.grad(x).data, dx.data(), 3 * sizeof(float));
+  cpu.Download(t.grad(y).data, dy.data(), 3 * sizeof(float));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(dx[i] + dy[i], 1.0f) << i;
+}
+#endif
+
 TEST(OpsGradientTest, MulOfAValueWithItself) {
   ExpectGradientsMatch({Random({5}, 16)}, [](Tape&, std::vector<Var>& v) { return Mul(v[0], v[0]); });
 }

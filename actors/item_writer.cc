@@ -1,0 +1,24 @@
+#include "actors/item_writer.h"
+
+#include "actors/actor.h"
+#include "actors/trajectory_writer.h"
+#include "actors/transition_writer.h"
+#include "agents/trajectory.h"
+#include "common/status_macros.h"
+
+namespace troupe::actors {
+
+absl::StatusOr<std::unique_ptr<ItemWriter>> MakeItemWriter(const config::ExperimentConfig& config,
+                                                           const agents::ObservationSpec& spec, int action_size,
+                                                           replay::Writer* writer, int num_envs) {
+  const agents::ReplayItem item = agents::ActorReplayItem(config);
+  if (item.kind == agents::ReplayItem::Kind::kTrajectories) {
+    ASSIGN_OR_RETURN(const replay::Signature signature,
+                     agents::TrajectorySignature(spec, action_size, item.unroll_length));
+    return std::make_unique<TrajectoryWriter>(writer, num_envs, signature, item.discount);
+  }
+  ASSIGN_OR_RETURN(const TransitionLayout layout, ActorTransitionLayout(config, spec, action_size));
+  return std::make_unique<TransitionWriter>(writer, num_envs, layout);
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,508 @@
+#include "agents/appo_agent.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "agents/trajectory.h"
+#include "agents/vtrace.h"
+#include "common/fnv1a.h"
+#include "common/limits.h"
+#include "common/status_macros.h"
+#include "engine/nn/checkpoint.h"
+#include "engine/nn/ops.h"
+#include "engine/nn/optimizer.h"
+#include "replay/replay.h"
+
+namespace troupe::agents {
+
+using internal::Weights;
+
+absl::Status CheckAppoStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
+  const config::AppoConfig& appo = config.appo();
+  nn::ParameterSet model;  // declared, not allocated
+  internal::AppoNetworks::Declare(model, appo, spec.state_size, action_size);
+  const double replicas = config.learner().engine().replicas();
+  const double steps = double(config.learner().batch_size()) * (appo.unroll_length() + 1);
+  double width = 0;
+  for (int64_t h : internal::AppoHiddenSizes(appo)) width += h;
+  // Parameters, gradients and two moments per replica; the epoch's forward
+  // pass over every step, the host's copies of the batch.
+  const double bytes = 4.0 * (4 * model.total_floats() * replicas + 4 * steps * (width + spec.state_size + action_size));
+  return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " trajectories of appo.unroll_length ",
+                                        appo.unroll_length(), " with appo.hidden and learner.engine.replicas ", replicas),
+                           bytes);
+}
+
+namespace internal {
+
+PpoLoss AppoLoss(nn::Tape& t, nn::Var mean, nn::Var log_std_row, nn::Var value, const PpoInputs& in) {
+  const int64_t n = in.n, a = in.action_size;
+  const nn::Var log_std = nn::MatMul(t.Input(in.ones, {n, 1}), log_std_row);  // [n, A]
+  const nn::Var z = nn::Mul(nn::Sub(t.Input(in.u, {n, a}), mean), nn::Exp(nn::Scale(log_std, -1.0f)));
+  const nn::Var log_density = nn::Sub(nn::Scale(nn::SumAxis(nn::Square(z), 1), -0.5f), nn::SumAxis(log_std, 1));
+  PpoLoss loss;
+  loss.ratio = nn::Exp(nn::Sub(log_density, t.Input(in.behaviour, {n})));
+  const nn::Var advantage = t.Input(in.advantage, {n});
+  const nn::Var surrogate = nn::Minimum(
+      nn::Mul(loss.ratio, advantage), nn::Mul(nn::Clamp(loss.ratio, 1.0f - in.clip, 1.0f + in.clip), advantage));
+  loss.policy = nn::Scale(nn::Sum(surrogate), -1.0f);
+  loss.value = nn::Sum(nn::Mul(nn::Square(nn::Sub(value, t.Input(in.vs, {n}))), t.Input(in.value_weight, {n})));
+  loss.total = nn::Add(loss.policy, loss.value);
+  // The Gaussian's entropy is sum(log_std) plus a constant.
+  if (in.entropy_coef > 0) loss.total = nn::Add(loss.total, nn::Scale(nn::Sum(log_std_row), -in.entropy_coef));
+  return loss;
+}
+
+}  // namespace internal
+
+// One replica's state: its model, optimizer and tape, its shard of the
+// batch and the host's scratch for it.
+struct AppoAgent::Replica {
+  explicit Replica(std::shared_ptr<nn::Backend> device) : backend(std::move(device)), tape(backend.get()) {}
+
+  std::shared_ptr<nn::Backend> backend;
+  nn::ParameterSet model;
+  std::unique_ptr<nn::Adam> adam;
+  std::unique_ptr<internal::ClippedOptimizer> clipped;
+  int64_t generation = -1;  // the Train call the reducer and optimizer below are for
+  std::unique_ptr<replicator::GradientReducer> reducer;
+  std::unique_ptr<replicator::ReplicatedOptimizer> optimizer;
+  nn::Tape tape;
+  replay::SampledBatch batch;
+  // The observation normaliser (identical on every replica: each batch's
+  // moments are averaged over replicas first).
+  std::vector<double> obs_mean, obs_var;
+  double obs_count = 0;
+  std::vector<float> mean32, std32;
+  // The shard prepared on the host: normalised observations [Bs * (T+1), S],
+  // pre-squash actions [Bs * T, A], behaviour log-densities, scaled rewards,
+  // discounts, weights (0 for stale trajectories), then per epoch V-trace's
+  // targets and advantages.
+  std::vector<float> x, u, behaviour, rewards, discounts, weights, log_rhos, vs, advantages;
+  std::vector<float> values, means, log_std;
+  // A minibatch's inputs.
+  std::vector<float> mb_x, mb_u, mb_behaviour, mb_advantage, mb_vs, mb_value_weight, ones, ratio;
+  std::vector<int64_t> order;
+  std::mt19937_64 rng;
+  int64_t updates = 0;
+};
+
+AppoAgent::~AppoAgent() { StopInput(); }
+
+absl::StatusOr<std::unique_ptr<AppoAgent>> AppoAgent::Create(const config::ExperimentConfig& config,
+                                                             const ObservationSpec& spec, int action_size,
+                                                             replicator::Replicator* replicator) {
+  const config::AppoConfig& appo = config.appo();
+  RETURN_IF_ERROR(ValidateAppo(appo, spec, action_size));
+  if (replicator == nullptr) return absl::InvalidArgumentError("AppoAgent needs a replicator");
+  const config::EngineConfig& engine = config.learner().engine();
+  if (engine.device() == config::EngineConfig::PJRT) {
+    return absl::InvalidArgumentError(
+        "agent APPO with learner.engine.device PJRT: APPO runs kernel at a time (CPU, CPU_STRICT or CUDA); its "
+        "V-trace targets are computed on the host inside the update");
+  }
+  if (config.learner().updates_per_execution() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.updates_per_execution ",
+                                                   config.learner().updates_per_execution(),
+                                                   ": agent APPO takes one update per execution"));
+  }
+  if (engine.shard_state() == config::EngineConfig::OPTIMIZER || engine.straggler() == config::EngineConfig::DEADLINE) {
+    return absl::InvalidArgumentError(
+        "agent APPO: learner.engine.shard_state OPTIMIZER and straggler DEADLINE are D4PG's for now");
+  }
+  const int64_t batch = config.learner().batch_size();
+  const int k = replicator->num_replicas();
+  if (batch < k || batch % k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.batch_size ", batch, ": must be a multiple of the ", k,
+                                                   " replicas (learner.engine.replicas)"));
+  }
+  const int64_t shard = batch / k;
+  if (shard * appo.unroll_length() < appo.minibatches()) {
+    return absl::InvalidArgumentError(absl::StrCat("appo.minibatches ", appo.minibatches(), ": more than the ",
+                                                   shard * appo.unroll_length(),
+                                                   " steps a replica's shard holds (learner.batch_size / replicas x "
+                                                   "appo.unroll_length)"));
+  }
+  std::unique_ptr<AppoAgent> agent(new AppoAgent());
+  agent->config_ = config;
+  agent->spec_ = spec;
+  agent->action_size_ = action_size;
+  ASSIGN_OR_RETURN(agent->signature_, TrajectorySignature(spec, action_size, appo.unroll_length()));
+  agent->replicator_ = replicator;
+  agent->shard_ = shard;
+  const uint64_t seed = engine.seed();
+  for (size_t i = 0; i < replicator->local_replicas().size(); ++i) {
+    auto r = std::make_unique<Replica>(replicator->backend(static_cast<int>(i)));
+    agent->networks_ = internal::AppoNetworks::Declare(r->model, appo, spec.state_size, action_size);
+    r->model.Allocate(*r->backend, seed);  // same seed everywhere: identical starts
+    r->adam = std::make_unique<nn::Adam>(&r->model, r->backend.get());
+    r->clipped = std::make_unique<internal::ClippedOptimizer>(r->adam.get(), r->backend.get(), appo.max_gradient_norm());
+    r->obs_mean.assign(spec.state_size, 0.0);
+    r->obs_var.assign(spec.state_size, 1.0);
+    agent->replicas_.push_back(std::move(r));
+  }
+  {
+    absl::MutexLock lock(&agent->metrics_mu_);
+    agent->metric_sums_.assign(std::size(kAppoMetrics), 0.0);
+  }
+  return agent;
+}
+
+void AppoAgent::StartInput(SampleFn sample, std::function<void()> cancel) {
+  sample_ = std::move(sample);
+  cancel_ = std::move(cancel);
+}
+
+void AppoAgent::StopInput() {
+  sample_ = nullptr;
+  cancel_ = nullptr;
+}
+
+absl::Status AppoAgent::Train(int64_t num_updates) {
+  if (!sample_) return absl::FailedPreconditionError("AppoAgent::Train without an input: call StartInput first");
+  if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
+  ++train_generation_;
+  const absl::Status status = replicator_->Run<Replica*>(
+      num_updates,
+      // input_fn: this replica's shard of the next batch.
+      [&](replicator::ReplicaContext& ctx) -> absl::StatusOr<Replica*> {
+        Replica& r = *replicas_[ctx.local_index()];
+        const auto start = std::chrono::steady_clock::now();
+        RETURN_IF_ERROR(sample_(ctx.replica_id(), shard_, &r.batch));
+        if (ctx.local_index() == 0) {
+          absl::MutexLock lock(&metrics_mu_);
+          input_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          ++input_waits_;
+        }
+        return &r;
+      },
+      // step_fn: the epochs of minibatch steps on it.
+      [&](replicator::ReplicaContext& ctx, Replica*& r) -> absl::Status { return Update(ctx, *r); });
+  updates_ = replicas_[0]->updates;
+  return status;
+}
+
+absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
+  const config::AppoConfig& appo = config_.appo();
+  const int64_t bs = shard_, steps = appo.unroll_length(), s = spec_.state_size, a = action_size_;
+  const int64_t rows = bs * steps, obs_rows = bs * (steps + 1);
+  RETURN_IF_ERROR(replay::CheckBatch(signature_, r.batch, bs, /*frame_references=*/false));
+  if (r.generation != train_generation_) {
+    r.generation = train_generation_;
+    r.reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.model);
+    r.optimizer = std::make_unique<replicator::ReplicatedOptimizer>(r.clipped.get(), &ctx, r.reducer.get());
+  }
+  const auto& fields = r.batch.fields;
+  const float* observation = fields[kTrajectoryObservation].as<float>();
+  const float* action = fields[kTrajectoryAction].as<float>();
+  const float* reward = fields[kTrajectoryReward].as<float>();
+  const float* discount = fields[kTrajectoryDiscount].as<float>();
+  const float* log_prob = fields[kTrajectoryLogProb].as<float>();
+  const int64_t* version = fields[kTrajectoryVersion].as<int64_t>();
+
+  // The normaliser: this batch's moments (its first T observations of each
+  // trajectory, averaged over replicas), merged into the running ones.
+  if (appo.normalize_observations()) {
+    std::vector<float> moments(2 * s, 0.0f);
+    for (int64_t b = 0; b < bs; ++b) {
+      for (int64_t t = 0; t < steps; ++t) {
+        const float* x = observation + (b * (steps + 1) + t) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          moments[j] += x[j] / float(rows);
+          moments[s + j] += x[j] * x[j] / float(rows);
+        }
+      }
+    }
+    RETURN_IF_ERROR(ctx.AllReduce(moments, replicator::ReduceOp::kMean));
+    const double n = double(rows) * ctx.num_replicas(), total = r.obs_count + n;
+    for (int64_t j = 0; j < s; ++j) {
+      const double mean = moments[j], var = std::max(0.0, double(moments[s + j]) - mean * mean);
+      const double delta = mean - r.obs_mean[j];
+      r.obs_mean[j] += delta * n / total;
+      r.obs_var[j] = (r.obs_var[j] * r.obs_count + var * n + delta * delta * r.obs_count * n / total) / total;
+    }
+    r.obs_count = total;
+  }
+  r.mean32.assign(r.obs_mean.begin(), r.obs_mean.end());
+  r.std32.resize(s);
+  for (int64_t j = 0; j < s; ++j) r.std32[j] = static_cast<float>(std::sqrt(r.obs_var[j] + 1e-8));
+  if (!appo.normalize_observations()) {
+    std::fill(r.mean32.begin(), r.mean32.end(), 0.0f);
+    std::fill(r.std32.begin(), r.std32.end(), 1.0f);
+  }
+
+  // The shard on the host.
+  r.x.resize(obs_rows * s);
+  internal::NormalizeObservations(observation, obs_rows, s, r.mean32.data(), r.std32.data(), r.x.data());
+  r.u.resize(rows * a);
+  for (int64_t i = 0; i < rows * a; ++i) r.u[i] = internal::PreSquash(action[i]);
+  r.behaviour.assign(log_prob, log_prob + rows);
+  r.rewards.resize(rows);
+  for (int64_t i = 0; i < rows; ++i) r.rewards[i] = reward[i] * appo.reward_scale();
+  r.discounts.assign(discount, discount + rows);
+  r.weights.resize(rows);
+  const int64_t learner_version = r.updates + 1;  // what the learner publishes now
+  double dropped = 0, lag_sum = 0, kept = 0;
+  for (int64_t b = 0; b < bs; ++b) {
+    const int64_t lag = learner_version - version[b];
+    const bool stale = lag > appo.max_policy_lag();
+    dropped += stale;
+    if (!stale) {
+      lag_sum += lag;
+      ++kept;
+    }
+    std::fill(r.weights.begin() + b * steps, r.weights.begin() + (b + 1) * steps, stale ? 0.0f : 1.0f);
+  }
+
+  const int minibatches = appo.minibatches();
+  const VtraceOptions vtrace{.rho_bar = appo.vtrace_rho(), .c_bar = appo.vtrace_c(), .pg_rho_bar = appo.vtrace_rho(),
+                             .lambda = appo.vtrace_lambda()};
+  double sums[5] = {0, 0, 0, 0, 0};  // policy loss, value loss, approx KL, clip fraction, minibatch steps
+  r.rng.seed(internal::MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
+  for (int epoch = 0; epoch < appo.epochs(); ++epoch) {
+    // V-trace under the current networks: one forward pass over every
+    // observation (no gradient), the recursion on the host.
+    nn::Tape& t = r.tape;
+    t.Reset();
+    const Weights fixed{&r.model, false};
+    const nn::Var x = t.Input(r.x.data(), {obs_rows, s});
+    const nn::Var mean = networks_.policy(t, fixed, x);
+    const nn::Var value = networks_.value(t, fixed, x);
+    r.means.resize(obs_rows * a);
+    r.values.resize(obs_rows);
+    r.log_std.resize(a);
+    r.backend->Download(t.data(mean).data, r.means.data(), sizeof(float) * r.means.size());
+    r.backend->Download(t.data(value).data, r.values.data(), sizeof(float) * r.values.size());
+    r.backend->Download(r.model.value(networks_.log_std).data, r.log_std.data(), sizeof(float) * a);
+    r.log_rhos.resize(rows);
+    for (int64_t b = 0; b < bs; ++b) {
+      for (int64_t i = 0; i < steps; ++i) {
+        const int64_t row = b * steps + i;
+        const double now = internal::GaussianLogDensity(&r.u[row * a], &r.means[(b * (steps + 1) + i) * a],
+                                                        r.log_std.data(), static_cast<int>(a));
+        // Clamped: a ratio past e^20 is truncated by rho_bar anyway.
+        r.log_rhos[row] = static_cast<float>(std::clamp(now - r.behaviour[row], -20.0, 20.0));
+      }
+    }
+    r.vs.resize(rows);
+    r.advantages.resize(rows);
+    Vtrace(bs, steps, r.log_rhos.data(), r.rewards.data(), r.discounts.data(), r.values.data(), vtrace, r.vs.data(),
+           r.advantages.data());
+    if (appo.normalize_advantages()) {
+      std::vector<float> moments = {0, 0, 0};
+      for (int64_t i = 0; i < rows; ++i) {
+        moments[0] += r.weights[i] * r.advantages[i];
+        moments[1] += r.weights[i] * r.advantages[i] * r.advantages[i];
+        moments[2] += r.weights[i];
+      }
+      RETURN_IF_ERROR(ctx.AllReduce(moments, replicator::ReduceOp::kSum));
+      if (moments[2] > 0) {
+        const double m = moments[0] / moments[2];
+        const double sd = std::sqrt(std::max(0.0, moments[1] / moments[2] - m * m));
+        for (float& adv : r.advantages) adv = static_cast<float>((adv - m) / (sd + 1e-8));
+      }
+    }
+    // The minibatches: a shuffle of the shard's steps, cut in equal parts.
+    r.order.resize(rows);
+    std::iota(r.order.begin(), r.order.end(), 0);
+    std::shuffle(r.order.begin(), r.order.end(), r.rng);
+    for (int m = 0; m < minibatches; ++m) {
+      const int64_t begin = rows * m / minibatches, end = rows * (m + 1) / minibatches;
+      RETURN_IF_ERROR(MinibatchStep(r, r.order.data() + begin, end - begin, sums));
+      if (!ctx.status().ok()) return ctx.status();
+    }
+  }
+  ++r.updates;
+
+  // The update's metrics, over the whole batch.
+  std::vector<float> metrics = {float(sums[0] / sums[4]), float(sums[1] / sums[4]), float(sums[2] / sums[4]),
+                                float(sums[3] / sums[4]), float(dropped), float(lag_sum), float(kept)};
+  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kSum));
+  if (&r == replicas_[0].get()) {
+    const int k = ctx.num_replicas();
+    double entropy = 0;
+    for (float l : r.log_std) entropy += l + 0.5 + 0.5 * std::log(2 * std::numbers::pi);
+    absl::MutexLock lock(&metrics_mu_);
+    for (int i = 0; i < 4; ++i) metric_sums_[i < 2 ? i : i + 1] += metrics[i] / k;
+    metric_sums_[2] += entropy;
+    metric_sums_[5] += metrics[4];
+    metric_sums_[6] += metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0;
+    ++metric_count_;
+    metric_updates_ = r.updates;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n, double* sums) {
+  const config::AppoConfig& appo = config_.appo();
+  const int64_t steps = appo.unroll_length(), s = spec_.state_size, a = action_size_;
+  // The rows' inputs, gathered on the host. Loss terms are sums over the
+  // minibatch scaled by 1/n (the mean), each row weighted (0: stale).
+  r.mb_x.resize(n * s);
+  r.mb_u.resize(n * a);
+  r.mb_behaviour.resize(n);
+  r.mb_advantage.resize(n);
+  r.mb_vs.resize(n);
+  r.mb_value_weight.resize(n);
+  r.ones.assign(n, 1.0f);
+  const double log_2pi = std::log(2 * std::numbers::pi);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = rows[i], b = row / steps, step = row % steps;
+    std::copy_n(&r.x[(b * (steps + 1) + step) * s], s, &r.mb_x[i * s]);
+    std::copy_n(&r.u[row * a], a, &r.mb_u[i * a]);
+    // The device's log-density leaves out the constant -A/2 log(2 pi).
+    r.mb_behaviour[i] = static_cast<float>(r.behaviour[row] + 0.5 * a * log_2pi);
+    r.mb_advantage[i] = r.weights[row] * r.advantages[row] / float(n);
+    r.mb_vs[i] = r.vs[row];
+    r.mb_value_weight[i] = 0.5f * appo.value_coef() * r.weights[row] / float(n);
+  }
+  nn::Tape& t = r.tape;
+  t.Reset();
+  r.model.ZeroGrad();
+  const Weights trained{&r.model, true};
+  const nn::Var x = t.Input(r.mb_x.data(), {n, s});
+  const nn::Var mean = networks_.policy(t, trained, x);
+  const internal::PpoLoss loss = internal::AppoLoss(
+      t, mean, trained(t, networks_.log_std), nn::Reshape(networks_.value(t, trained, x), {n}),
+      {.n = n,
+       .action_size = static_cast<int>(a),
+       .u = r.mb_u.data(),
+       .behaviour = r.mb_behaviour.data(),
+       .advantage = r.mb_advantage.data(),
+       .vs = r.mb_vs.data(),
+       .value_weight = r.mb_value_weight.data(),
+       .ones = r.ones.data(),
+       .clip = appo.clip(),
+       .entropy_coef = appo.entropy_coef()});
+  r.reducer->Reset();
+  t.Backward(loss.total, r.reducer.get());
+  r.optimizer->Prepare(appo.learning_rate());
+  r.optimizer->Apply();
+  // Metrics from the pass's values (read before the tape is reused).
+  r.ratio.resize(n);
+  r.backend->Download(t.data(loss.ratio).data, r.ratio.data(), sizeof(float) * n);
+  double kl = 0, clipped = 0, weight = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = r.weights[rows[i]], q = std::max(double(r.ratio[i]), 1e-30);
+    kl += w * (q - 1 - std::log(q));
+    clipped += w * (std::abs(q - 1) > appo.clip());
+    weight += w;
+  }
+  sums[0] += t.item(loss.policy);
+  sums[1] += appo.value_coef() > 0 ? t.item(loss.value) / appo.value_coef() : 0.0;
+  sums[2] += weight > 0 ? kl / weight : 0.0;
+  sums[3] += weight > 0 ? clipped / weight : 0.0;
+  sums[4] += 1;
+  return absl::OkStatus();
+}
+
+void AppoAgent::PolicyParameters(std::vector<float>* out) const {
+  const Replica& r = *replicas_[0];
+  *out = r.model.DownloadValues();
+  const int64_t s = spec_.state_size;
+  for (int64_t j = 0; j < s; ++j) out->push_back(config_.appo().normalize_observations() ? float(r.obs_mean[j]) : 0.0f);
+  for (int64_t j = 0; j < s; ++j) {
+    out->push_back(config_.appo().normalize_observations() ? float(std::sqrt(r.obs_var[j] + 1e-8)) : 1.0f);
+  }
+}
+
+int64_t AppoAgent::num_policy_parameters() const {
+  return replicas_[0]->model.total_floats() + 2 * spec_.state_size;
+}
+
+int64_t AppoAgent::gradient_floats() const { return replicas_[0]->model.total_floats(); }
+
+int64_t AppoAgent::optimizer_state_bytes() const {
+  return int64_t{sizeof(float)} * replicas_[0]->adam->state_floats();
+}
+
+AgentMetrics AppoAgent::metrics() const {
+  absl::MutexLock lock(&metrics_mu_);
+  AgentMetrics m{.updates = metric_updates_, .input_wait_s = input_waits_ > 0 ? input_wait_ / input_waits_ : 0.0};
+  for (size_t i = 0; i < std::size(kAppoMetrics); ++i) {
+    // dropped_stale is a count; the rest are means.
+    const bool count = i == 5;
+    m.values.emplace_back(kAppoMetrics[i],
+                          count ? metric_sums_[i] : (metric_count_ > 0 ? metric_sums_[i] / metric_count_ : 0.0));
+  }
+  std::fill(metric_sums_.begin(), metric_sums_.end(), 0.0);
+  metric_count_ = 0;
+  input_wait_ = 0;
+  input_waits_ = 0;
+  return m;
+}
+
+void AppoAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const {
+  keys->clear();
+  priorities->clear();
+}
+
+namespace {
+
+// The checkpoint's device entries of `model` and its Adam state.
+std::vector<nn::DeviceTensor> DeviceEntries(nn::ParameterSet& model, nn::Optimizer& adam) {
+  std::vector<nn::DeviceTensor> entries;
+  auto add = [&](const std::string& prefix, float* base) {
+    for (int i = 0; i < model.size(); ++i) {
+      entries.push_back({internal::AppoModelEntry(prefix + model.info(i).name), model.info(i).shape,
+                         base + model.info(i).offset});
+    }
+  };
+  add("", model.device_values());
+  for (const nn::OptimizerState& s : adam.State()) add(s.name + "/", s.data);
+  return entries;
+}
+
+}  // namespace
+
+std::vector<nn::CheckpointTensor> AppoAgent::CheckpointState() const {
+  Replica& r = *replicas_[0];
+  std::vector<nn::CheckpointTensor> tensors = nn::DownloadTensors(*r.backend, DeviceEntries(r.model, *r.adam));
+  const nn::Shape state{spec_.state_size};
+  tensors.push_back({internal::kAppoNormalizerMean, state, std::vector<float>(r.obs_mean.begin(), r.obs_mean.end())});
+  tensors.push_back({internal::kAppoNormalizerVar, state, std::vector<float>(r.obs_var.begin(), r.obs_var.end())});
+  const int64_t counters[3] = {r.updates, r.adam->steps(), std::llround(r.obs_count)};
+  tensors.push_back(nn::Int64Tensor(internal::kAppoCounters, counters));
+  return tensors;
+}
+
+absl::Status AppoAgent::Save(const std::string& path) const { return nn::WriteCheckpoint(path, CheckpointState()); }
+
+absl::Status AppoAgent::Load(const std::string& path) {
+  Replica& r0 = *replicas_[0];
+  std::vector<nn::DeviceTensor> layout = DeviceEntries(r0.model, *r0.adam);
+  const nn::Shape state{spec_.state_size};
+  layout.push_back({internal::kAppoNormalizerMean, state, nullptr});
+  layout.push_back({internal::kAppoNormalizerVar, state, nullptr});
+  layout.push_back({internal::kAppoCounters, nn::Shape{6}, nullptr});
+  ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
+  const size_t n = file.size();
+  const std::vector<int64_t> counters = nn::Int64sOf(file[n - 1]);
+  for (auto& r : replicas_) {
+    nn::UploadTensors(*r->backend, file, DeviceEntries(r->model, *r->adam));
+    r->obs_mean.assign(file[n - 3].values.begin(), file[n - 3].values.end());
+    r->obs_var.assign(file[n - 2].values.begin(), file[n - 2].values.end());
+    r->updates = counters[0];
+    r->adam->set_steps(counters[1]);
+    r->obs_count = static_cast<double>(counters[2]);
+  }
+  updates_ = counters[0];
+  absl::MutexLock lock(&metrics_mu_);
+  metric_updates_ = updates_;
+  return absl::OkStatus();
+}
+
+uint64_t AppoAgent::StateChecksum() const {
+  uint64_t hash = kFnv1aBasis;
+  for (const nn::CheckpointTensor& t : CheckpointState()) {
+    hash = Fnv1a64(reinterpret_cast<const char*>(t.values.data()), sizeof(float) * t.values.size(), hash);
+  }
+  return hash;
+}
+
+}  // namespace troupe::agents
