@@ -45,8 +45,8 @@ absl::Status TrajectoryWriter::Step(int env_index, const ActorStep& step) {
   const int64_t t = env.steps;
   if (t == 0 || step.policy_version < env.version) env.version = step.policy_version;
   std::copy_n(step.action, action_size_, &env.action[t * action_size_]);
-  const bool bootstrap = step.last && step.discount > 0;
-  env.reward[t] = step.reward + (bootstrap ? discount_ * step.discount * step.bootstrap_value : 0.0f);
+  // The bootstrap at an episode's end: nothing at a true terminal (the env's discount 0).
+  env.reward[t] = step.reward + (step.last ? discount_ * step.discount * step.bootstrap_value : 0.0f);
   env.discount[t] = step.last ? 0.0f : discount_ * step.discount;
   env.log_prob[t] = step.log_prob;
   std::copy_n(step.state, state_size_, &env.observation[(t + 1) * state_size_]);

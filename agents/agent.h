@@ -94,6 +94,10 @@ class Agent {
 
   // Means over the updates since the last call.
   virtual AgentMetrics metrics() const = 0;
+  // The names of AgentMetrics::values, fixed for the agent's life: its
+  // columns in metrics.csv (after the platform's samples_per_insert) and
+  // TensorBoard's train/NAME.
+  virtual std::vector<std::string> metric_names() const = 0;
 
   // True when the batches must carry frame references
   // (replay::SamplerOptions::frame_references) instead of decoded pixels.

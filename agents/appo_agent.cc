@@ -46,7 +46,11 @@ PpoLoss AppoLoss(nn::Tape& t, nn::Var mean, nn::Var log_std_row, nn::Var value, 
   const nn::Var z = nn::Mul(nn::Sub(t.Input(in.u, {n, a}), mean), nn::Exp(nn::Scale(log_std, -1.0f)));
   const nn::Var log_density = nn::Sub(nn::Scale(nn::SumAxis(nn::Square(z), 1), -0.5f), nn::SumAxis(log_std, 1));
   PpoLoss loss;
-  loss.ratio = nn::Exp(nn::Sub(log_density, t.Input(in.behaviour, {n})));
+  // The log-ratio clamped to +-kMaxLogRatio (no gradient past it): a policy
+  // far from the behaviour's (a narrow Gaussian, an old trajectory) would
+  // otherwise give an infinite ratio, and 0 x inf for a masked row.
+  loss.ratio =
+      nn::Exp(nn::Clamp(nn::Sub(log_density, t.Input(in.behaviour, {n})), -kMaxLogRatio, kMaxLogRatio));
   const nn::Var advantage = t.Input(in.advantage, {n});
   const nn::Var surrogate = nn::Minimum(
       nn::Mul(loss.ratio, advantage), nn::Mul(nn::Clamp(loss.ratio, 1.0f - in.clip, 1.0f + in.clip), advantage));
@@ -285,8 +289,9 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
         const int64_t row = b * steps + i;
         const double now = internal::GaussianLogDensity(&r.u[row * a], &r.means[(b * (steps + 1) + i) * a],
                                                         r.log_std.data(), static_cast<int>(a));
-        // Clamped: a ratio past e^20 is truncated by rho_bar anyway.
-        r.log_rhos[row] = static_cast<float>(std::clamp(now - r.behaviour[row], -20.0, 20.0));
+        // Clamped as the loss clamps it (a ratio past e^20 is truncated anyway).
+        r.log_rhos[row] = static_cast<float>(std::clamp(now - r.behaviour[row], -double(internal::kMaxLogRatio),
+                                                        double(internal::kMaxLogRatio)));
       }
     }
     r.vs.resize(rows);
@@ -323,6 +328,14 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   std::vector<float> metrics = {float(sums[0] / sums[4]), float(sums[1] / sums[4]), float(sums[2] / sums[4]),
                                 float(sums[3] / sums[4]), float(dropped), float(lag_sum), float(kept)};
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kSum));
+  // A loss that is no longer a number stops training before the actors get
+  // a policy that acts NaN (every replica sees the same sums).
+  if (!std::isfinite(metrics[0]) || !std::isfinite(metrics[1])) {
+    return absl::InternalError(absl::StrCat("APPO update ", r.updates, ": the ",
+                                            std::isfinite(metrics[0]) ? "value" : "policy",
+                                            " loss is not finite; a lower appo.learning_rate or "
+                                            "appo.max_gradient_norm, or a smaller appo.reward_scale, may keep it so"));
+  }
   if (&r == replicas_[0].get()) {
     const int k = ctx.num_replicas();
     double entropy = 0;

@@ -59,9 +59,11 @@ namespace internal {
 // out [n], the advantages times weight / n [n], the V-trace targets [n] and
 // the value weights 0.5 value_coef weight / n [n], and n ones:
 //   policy = -sum_i min(r_i A_i, clip(r_i, 1 - clip, 1 + clip) A_i),
-//            r_i = exp(log N(u_i; mean_i, e^log_std) - behaviour_i)
+//            r_i = exp(clamp(log N(u_i; mean_i, e^log_std) - behaviour_i, +-kMaxLogRatio))
 //   value  = sum_i value_weight_i (V_i - vs_i)^2
 //   total  = policy + value - entropy_coef sum(log_std)
+// The largest |log pi/mu| the loss and V-trace use (the ratio's clamp).
+inline constexpr float kMaxLogRatio = 20.0f;
 struct PpoInputs {
   int64_t n = 0;
   int action_size = 0;
@@ -98,6 +100,9 @@ class AppoAgent final : public Agent {
   int64_t gradient_floats() const override;
   int64_t optimizer_state_bytes() const override;
   AgentMetrics metrics() const override;
+  std::vector<std::string> metric_names() const override {
+    return std::vector<std::string>(std::begin(kAppoMetrics), std::end(kAppoMetrics));
+  }
   bool frame_references() const override { return false; }
   DeviceFrameStats frame_stats() const override { return {}; }
   // None: the queue hands each trajectory out once.

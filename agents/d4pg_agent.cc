@@ -828,15 +828,26 @@ AgentMetrics D4pgAgent::metrics() const {
   const double means[] = {sum_critic_loss_ / count, sum_actor_loss_ / count, sum_q_ / count};
   static_assert(std::size(means) == std::size(kD4pgMetrics));
   for (size_t i = 0; i < std::size(means); ++i) m.values.emplace_back(kD4pgMetrics[i], means[i]);
-  for (size_t i = 0; i < late_passes_.size(); ++i) {
-    m.values.emplace_back(absl::StrCat("late_backward.replica", i), late_passes_[i]);
-    late_passes_[i] = 0;
+  if (config_.learner().engine().straggler() == config::EngineConfig::DEADLINE) {
+    late_passes_.resize(replicator_->num_replicas());
+    for (size_t i = 0; i < late_passes_.size(); ++i) {
+      m.values.emplace_back(absl::StrCat("late_backward.replica", i), late_passes_[i]);
+      late_passes_[i] = 0;
+    }
   }
   m.input_wait_s = sum_input_wait_ / count;
   m.updates = metric_updates_;
   sum_critic_loss_ = sum_actor_loss_ = sum_q_ = sum_input_wait_ = 0;
   metric_count_ = 0;
   return m;
+}
+
+std::vector<std::string> D4pgAgent::metric_names() const {
+  std::vector<std::string> names(std::begin(kD4pgMetrics), std::end(kD4pgMetrics));
+  if (config_.learner().engine().straggler() == config::EngineConfig::DEADLINE) {
+    for (int i = 0; i < replicator_->num_replicas(); ++i) names.push_back(absl::StrCat("late_backward.replica", i));
+  }
+  return names;
 }
 
 bool D4pgAgent::frame_references() const { return !replicas_.empty() && replicas_[0]->frames != nullptr; }

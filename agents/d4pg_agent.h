@@ -136,6 +136,9 @@ class D4pgAgent final : public Agent {
   // Means over the updates since the last call (updates: the running
   // total), the values kD4pgMetrics' in that order.
   AgentMetrics metrics() const override;
+  // kD4pgMetrics, then with learner.engine.straggler DEADLINE
+  // late_backward.replicaR for each replica R.
+  std::vector<std::string> metric_names() const override;
 
   // True when Train's batches must carry frame references
   // (replay::SamplerOptions::frame_references) instead of decoded pixels:

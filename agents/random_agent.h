@@ -47,6 +47,7 @@ class RandomAgent final : public Agent {
   int64_t optimizer_state_bytes() const override { return 0; }
   // No values of its own: only the updates and the input's wait.
   AgentMetrics metrics() const override;
+  std::vector<std::string> metric_names() const override { return {}; }
   bool frame_references() const override { return false; }
   DeviceFrameStats frame_stats() const override { return {}; }
   void LastPriorities(std::vector<uint64_t>* keys, std::vector<double>* priorities) const override;

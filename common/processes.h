@@ -114,6 +114,8 @@ inline std::vector<std::vector<double>> Metrics(const std::string& run_dir, cons
   return rows;
 }
 
+// metrics.csv's columns of a D4PG run (the agent's own, critic_loss to
+// q_mean, between the platform's; another agent's run has its own there).
 enum MetricsColumn { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss,
                      kActorLoss, kQ, kEval, kVersion };
 

@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -90,13 +93,15 @@ std::string LogSchema::Header() const { return absl::StrCat(absl::StrJoin(CsvCol
 // The schemas, and each row's values in its schema's column order.
 namespace {
 
-constexpr LogColumn kRlMetricsColumns[] = {
-    {"seconds", 1},           {"frames", 0},        {"updates", 0},
-    {"updates_per_s", 2},     {"frames_per_s", 1},  {"replay_size", 0},
-    {"samples_per_insert", 3}, {"critic_loss", 5},  {"actor_loss", 5},
-    {"q_mean", 4},            {"eval_return", 2},   {"parameter_version", 0},
-    {"checkpoint_s", 3, /*csv=*/false},             {"input_wait_ms", 3},
-    {"frames_uploaded_per_update", 2}};
+// The RL metrics' platform columns: those before the agent's, then those after.
+constexpr LogColumn kRlMetricsColumnsBefore[] = {
+    {"seconds", 1},       {"frames", 0},      {"updates", 0},        {"updates_per_s", 2},
+    {"frames_per_s", 1},  {"replay_size", 0}, {"samples_per_insert", 3}};
+constexpr LogColumn kRlMetricsColumnsAfter[] = {
+    {"eval_return", 2},   {"parameter_version", 0}, {"checkpoint_s", 3, /*csv=*/false},
+    {"input_wait_ms", 3}, {"frames_uploaded_per_update", 2}};
+// An agent's metric: 5 significant digits (losses and values of any scale).
+constexpr int kAgentMetricDecimals = LogColumn::kSignificant;
 constexpr LogColumn kRlEvalColumns[] = {{"frames", 0}, {"updates", 0}, {"eval_return", 3}, {"actions_at_bound", 3}};
 constexpr LogColumn kGanMetricsColumns[] = {
     {"seconds", 1}, {"images", 0}, {"steps", 0}, {"images_per_s", 1}, {"d_loss", 5}, {"g_loss", 5},
@@ -109,14 +114,37 @@ double D(int64_t n) { return static_cast<double>(n); }
 
 }  // namespace
 
-const LogSchema& RlMetricsRow::Schema() {
-  static constexpr LogSchema kSchema{kMetricsCsvFile, kMetricsJsonlFile, "frames", kRlMetricsColumns};
-  return kSchema;
+const LogSchema& RlMetricsRow::Schema(std::span<const std::string> agent_columns) {
+  // Each list's schema, its names and columns owned here for good (a run
+  // has one agent; a test a few).
+  struct Made {
+    std::vector<std::string> names;
+    std::vector<LogColumn> columns;
+    LogSchema schema;
+  };
+  static absl::Mutex mu;
+  static auto* made = new std::map<std::vector<std::string>, std::unique_ptr<Made>>();
+  std::vector<std::string> key(agent_columns.begin(), agent_columns.end());
+  absl::MutexLock lock(&mu);
+  std::unique_ptr<Made>& m = (*made)[key];
+  if (m == nullptr) {
+    m = std::make_unique<Made>();
+    m->names = std::move(key);
+    m->columns.assign(std::begin(kRlMetricsColumnsBefore), std::end(kRlMetricsColumnsBefore));
+    for (const std::string& name : m->names) m->columns.push_back({name.c_str(), kAgentMetricDecimals});
+    m->columns.insert(m->columns.end(), std::begin(kRlMetricsColumnsAfter), std::end(kRlMetricsColumnsAfter));
+    m->schema = LogSchema{kMetricsCsvFile, kMetricsJsonlFile, "frames", m->columns};
+  }
+  return m->schema;
 }
 std::vector<double> RlMetricsRow::Values() const {
-  return {seconds,     D(frames),      D(updates),          updates_per_s, frames_per_s,
-          D(replay_size), samples_per_insert, critic_loss, actor_loss,    q_mean,
-          eval_return, D(parameter_version), checkpoint_s,  input_wait_ms, frames_uploaded_per_update};
+  std::vector<double> values = {seconds,      D(frames),      D(updates),        updates_per_s,
+                                frames_per_s, D(replay_size), samples_per_insert};
+  values.insert(values.end(), agent.begin(), agent.end());
+  for (double v : {eval_return, D(parameter_version), checkpoint_s, input_wait_ms, frames_uploaded_per_update}) {
+    values.push_back(v);
+  }
+  return values;
 }
 
 const LogSchema& RlEvalRow::Schema() {
@@ -205,6 +233,7 @@ std::string RunLog::CsvRow(std::span<const double> values) {
 }
 
 bool RunLog::Append(std::span<const double> values) {
+  TROUPE_CHECK(values.size() == schema_->columns.size());
   const bool written = csv_.Append(CsvRow(values));
   if (schema_->jsonl_file != nullptr) {
     std::string json = "{";

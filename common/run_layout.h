@@ -154,13 +154,20 @@ struct LogSchema {
 // The typed rows of each log, with their schema; Values() lists the fields
 // in the schema's column order.
 struct RlMetricsRow {  // the RL learner's metrics.csv and metrics.jsonl
-  static const LogSchema& Schema();
+  // The platform's columns with the agent's own after samples_per_insert:
+  // `agent_columns`, the names of its metrics (agents::Agent::metric_names:
+  // D4PG's critic_loss, actor_loss, q_mean). One schema per list, made once
+  // and kept for the process's life; thread-safe.
+  static const LogSchema& Schema(std::span<const std::string> agent_columns);
+  // The platform's columns alone (an agent without metrics of its own).
+  static const LogSchema& Schema() { return Schema({}); }
   std::vector<double> Values() const;
   double seconds = 0;  // wall time over all of the run's pieces
   int64_t frames = 0, updates = 0;
   double updates_per_s = 0, frames_per_s = 0;
   int64_t replay_size = 0;
-  double samples_per_insert = 0, critic_loss = 0, actor_loss = 0, q_mean = 0;
+  double samples_per_insert = 0;
+  std::vector<double> agent;  // the agent's metrics, in its schema's agent column order
   double eval_return = -1;  // the last evaluation's; -1 before the first
   int64_t parameter_version = 0;
   double checkpoint_s = 0;  // metrics.jsonl only
@@ -231,6 +238,7 @@ template <typename Row>
 class RowLog : public RunLog {
  public:
   explicit RowLog(const RunLayout& run) : RunLog(run, Row::Schema()) {}
+  RowLog(const RunLayout& run, const LogSchema& schema) : RunLog(run, schema) {}
   bool Append(const Row& row) { return RunLog::Append(row.Values()); }
 };
 

@@ -44,8 +44,16 @@ TEST_F(RunLayoutTest, DerivesEveryPathFromTheDirectory) {
   EXPECT_TRUE(found);
 }
 
+// An agent's own metrics columns (D4PG's).
+const std::string kAgentColumns[] = {"critic_loss", "actor_loss", "q_mean"};
+
 TEST_F(RunLayoutTest, EveryRowHasAValueForEachColumnOfItsSchema) {
   EXPECT_EQ(RlMetricsRow().Values().size(), RlMetricsRow::Schema().columns.size());
+  const RlMetricsRow with_agent{.agent = {1, 2, 3}};
+  EXPECT_EQ(with_agent.Values().size(), RlMetricsRow::Schema(kAgentColumns).columns.size());
+  // One schema per list of agent columns, the same object each time.
+  EXPECT_EQ(&RlMetricsRow::Schema(kAgentColumns), &RlMetricsRow::Schema(kAgentColumns));
+  EXPECT_NE(&RlMetricsRow::Schema(kAgentColumns), &RlMetricsRow::Schema());
   EXPECT_EQ(RlEvalRow().Values().size(), RlEvalRow::Schema().columns.size());
   EXPECT_EQ(GanMetricsRow().Values().size(), GanMetricsRow::Schema().columns.size());
   EXPECT_EQ(GanEvalRow().Values().size(), GanEvalRow::Schema().columns.size());
@@ -53,16 +61,15 @@ TEST_F(RunLayoutTest, EveryRowHasAValueForEachColumnOfItsSchema) {
 }
 
 TEST_F(RunLayoutTest, WritesTheHeaderOnceThenRowsAndTheirJsonLines) {
-  RowLog<RlMetricsRow> log(run());
+  RowLog<RlMetricsRow> log(run(), RlMetricsRow::Schema(kAgentColumns));
   RlMetricsRow row{.seconds = 2.04, .frames = 4000, .updates = 100, .updates_per_s = 50, .frames_per_s = 2000,
-                   .replay_size = 3900, .samples_per_insert = 0.5, .critic_loss = 1.25, .actor_loss = -0.5,
-                   .q_mean = 3.5, .eval_return = -1, .parameter_version = 11, .checkpoint_s = 0.125,
+                   .replay_size = 3900, .samples_per_insert = 0.5, .agent = {1.25, -0.5, 3.5}, .eval_return = -1, .parameter_version = 11, .checkpoint_s = 0.125,
                    .input_wait_ms = 0.75, .frames_uploaded_per_update = 12.5};
   ASSERT_TRUE(log.Append(row));
   row.frames = 8000;
   ASSERT_TRUE(log.Append(row));
   const std::string line =
-      ",100,50.00,2000.0,3900,0.500,1.25000,-0.50000,3.5000,-1.00,11,0.750,12.50\n";
+      ",100,50.00,2000.0,3900,0.500,1.25,-0.5,3.5,-1.00,11,0.750,12.50\n";
   EXPECT_EQ(ReadFile(run().metrics_csv()).value_or(""),
             "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,critic_loss,actor_loss,"
             "q_mean,eval_return,parameter_version,input_wait_ms,frames_uploaded_per_update\n"
@@ -70,8 +77,8 @@ TEST_F(RunLayoutTest, WritesTheHeaderOnceThenRowsAndTheirJsonLines) {
   const std::string json = ReadFile(run().metrics_jsonl()).value_or("");
   EXPECT_EQ(json.substr(0, json.find('\n') + 1),
             "{\"seconds\": 2.0, \"frames\": 4000, \"updates\": 100, \"updates_per_s\": 50.00, \"frames_per_s\": "
-            "2000.0, \"replay_size\": 3900, \"samples_per_insert\": 0.500, \"critic_loss\": 1.25000, \"actor_loss\": "
-            "-0.50000, \"q_mean\": 3.5000, \"eval_return\": -1.00, \"parameter_version\": 11, \"checkpoint_s\": "
+            "2000.0, \"replay_size\": 3900, \"samples_per_insert\": 0.500, \"critic_loss\": 1.25, \"actor_loss\": "
+            "-0.5, \"q_mean\": 3.5, \"eval_return\": -1.00, \"parameter_version\": 11, \"checkpoint_s\": "
             "0.125, \"input_wait_ms\": 0.750, \"frames_uploaded_per_update\": 12.50}\n");
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
 }
@@ -84,9 +91,10 @@ TEST_F(RunLayoutTest, RowsKeepToTheHeaderOfAnOlderFile) {
       "q_mean,eval_return,parameter_version\n";
   std::ofstream(run().metrics_csv()) << old_header
                                      << "1.0,1000,10,5.00,500.0,900,0.000,1.00000,1.00000,1.0000,-1.00,2\n";
-  RowLog<RlMetricsRow> log(run());
-  ASSERT_TRUE(log.Append({.seconds = 3, .frames = 2000, .updates = 20, .parameter_version = 3, .input_wait_ms = 9}));
-  ASSERT_TRUE(log.Append({.seconds = 4, .frames = 3000, .updates = 30, .parameter_version = 4}));
+  RowLog<RlMetricsRow> log(run(), RlMetricsRow::Schema(kAgentColumns));
+  ASSERT_TRUE(log.Append(
+      {.seconds = 3, .frames = 2000, .updates = 20, .agent = {0, 0, 0}, .parameter_version = 3, .input_wait_ms = 9}));
+  ASSERT_TRUE(log.Append({.seconds = 4, .frames = 3000, .updates = 30, .agent = {0, 0, 0}, .parameter_version = 4}));
   const absl::StatusOr<CsvTable> table = ReadCsvTable(run().metrics_csv());
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_EQ(table->header.size(), 12u);

@@ -91,6 +91,7 @@ TEST_F(ActorFleetTest, AnActorThatDiesIsRestartedUpToMaxRestartsAndThenLeft) {
       << fleet->restarts() << " restarts, " << fleet->alive() << " alive";
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(fleet->restarts(), 4);
+  ASSERT_TRUE(Await([&] { return fleet->given_up() == 2; }, 10)) << "both gave up after their last restart";
   for (int i = 0; i < 2; ++i) {
     const std::string log = Log(i);
     size_t starts = 0;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -159,6 +160,7 @@ void ActorFleet::Watch(std::stop_token token) {
         const std::string how = WIFSIGNALED(wstatus) ? absl::StrCat("killed by signal ", WTERMSIG(wstatus))
                                                      : absl::StrCat("exited with status ", WEXITSTATUS(wstatus));
         if (actor.restarts >= config_.actors().max_restarts()) {
+          actor.given_up = true;
           std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s\n", actor.index,
                       how.c_str(), config_.actors().max_restarts(), RunLayout(run_dir_).actor_log(actor.index).c_str());
           continue;
@@ -231,6 +233,11 @@ std::vector<pid_t> ActorFleet::pids() const {
 
 int ActorFleet::alive() const { return static_cast<int>(pids().size()); }
 
+int ActorFleet::given_up() const {
+  absl::MutexLock lock(&mutex_);
+  return static_cast<int>(std::count_if(actors_.begin(), actors_.end(), [](const Actor& a) { return a.given_up; }));
+}
+
 int ActorFleet::count() const {
   absl::MutexLock lock(&mutex_);
   return static_cast<int>(actors_.size());
@@ -286,16 +293,31 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
   // Train on this thread until done or stopped. A stop request stops the
   // actors first (their last inserts acknowledged while the learner still
   // samples), then wakes a Run blocked on replay by closing it.
+  // Every actor gone for good (each failed past actors.max_restarts: a
+  // policy that acts NaN, a broken env) ends the run too: nothing would
+  // fill replay again.
+  std::atomic<bool> actors_gave_up{false};
   std::jthread interrupter([&](std::stop_token token) {
-    while (!token.stop_requested() && !(stop && stop->load())) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (stop && stop->load()) {
+    const auto all_gave_up = [&] { return actors->count() > 0 && actors->given_up() == actors->count(); };
+    while (!token.stop_requested() && !(stop && stop->load()) && !all_gave_up()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (all_gave_up()) {
+      actors_gave_up = true;
+      learner->Interrupt();
+    } else if (stop && stop->load()) {
       actors->Stop();
       learner->Interrupt();
     }
   });
   // A run that ends cleanly stops its actors inside Run, before its final
   // checkpoint and while replay still serves them (RlLearner::Run).
-  const absl::Status status = learner->Run(stop, [&] { actors->Stop(); });
+  absl::Status status = learner->Run(stop, [&] { actors->Stop(); });
+  if (actors_gave_up) {
+    status = absl::UnavailableError(absl::StrCat("every actor failed with its restarts spent (actors.max_restarts ",
+                                                 config.actors().max_restarts(),
+                                                 "); the run stopped. Their logs say why: ", RunLayout(run_dir).logs()));
+  }
   interrupter.request_stop();
   status_thread.request_stop();
   // After an error (the actors may still run): replay closed first, so an

@@ -85,12 +85,16 @@ class ActorFleet {
   int alive() const;
   int restarts() const;
   int count() const;
+  // Actors that died after their last restart (actors.max_restarts) and
+  // stay dead; when it is count(), no one fills replay any more.
+  int given_up() const;
 
  private:
   struct Actor {
     int index = 0;
     pid_t pid = -1;
     int restarts = 0;
+    bool given_up = false;
   };
   ActorFleet() = default;
   void Watch(std::stop_token token);

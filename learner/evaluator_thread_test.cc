@@ -68,7 +68,7 @@ class EvaluatorThreadTest : public ::testing::Test {
 };
 
 TEST_F(EvaluatorThreadTest, EvaluatesWhenDueAndWritesTheEvalRow) {
-  LearnerRunLog log(config_, dir_);
+  LearnerRunLog log(config_, dir_, /*agent_columns=*/{});
   std::unique_ptr<EvaluatorThread> evaluator = Make(&log);
   ASSERT_NE(evaluator, nullptr);
   EXPECT_EQ(evaluator->next_due(), 1000);
@@ -93,7 +93,7 @@ TEST_F(EvaluatorThreadTest, EvaluatesWhenDueAndWritesTheEvalRow) {
 }
 
 TEST_F(EvaluatorThreadTest, AResumedRunKeepsTheGridAndEveryFramesZeroNeverEvaluates) {
-  LearnerRunLog log(config_, dir_);
+  LearnerRunLog log(config_, dir_, /*agent_columns=*/{});
   std::unique_ptr<EvaluatorThread> evaluator = Make(&log);
   ASSERT_NE(evaluator, nullptr);
   evaluator->ScheduleAfter(3500);  // the last evaluation kept was at 3500
@@ -109,7 +109,7 @@ TEST_F(EvaluatorThreadTest, AResumedRunKeepsTheGridAndEveryFramesZeroNeverEvalua
 }
 
 TEST_F(EvaluatorThreadTest, ParametersOfAnotherPolicyAreSaidAndWriteNoRow) {
-  LearnerRunLog log(config_, dir_);
+  LearnerRunLog log(config_, dir_, /*agent_columns=*/{});
   std::unique_ptr<EvaluatorThread> evaluator = Make(&log);
   ASSERT_NE(evaluator, nullptr);
   EXPECT_TRUE(evaluator->MaybeStart(1000, 1, std::vector<float>(3, 0.0f)));

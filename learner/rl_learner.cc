@@ -87,7 +87,13 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   config::ReplayConfig replay_config = config.replay();
   const config::ReplayTableConfig agent_table = agents::AgentReplayTable(config, l->spec_, l->action_size_);
   l->table_ = agent_table.name();
+  // Agent steps per item: a trajectory's length, or one per transition.
+  const agents::ReplayItem item = agents::ActorReplayItem(config);
+  l->steps_per_item_ = item.kind == agents::ReplayItem::Kind::kTrajectories ? item.unroll_length : 1;
   if (replay_config.tables_size() == 0) *replay_config.add_tables() = agent_table;
+  for (const config::ReplayTableConfig& table : replay_config.tables()) {
+    if (table.name() == l->table_) l->min_sample_size_ = table.rate_limiter().min_size_to_sample();
+  }
   absl::Status chief_status;
   if (l->is_chief()) chief_status = l->StartChief(replay_config);
   if (l->mpi_) {
@@ -111,6 +117,8 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // stream decodes its own frames, and rank 0's rate limiter still counts
   // every sample, as it does for in-process replicas.)
   ASSIGN_OR_RETURN(l->agent_, agents::CreateAgent(config, l->spec_, l->action_size_, l->replicator_.get()));
+  l->agent_metric_names_ = l->agent_->metric_names();
+  l->stats_.agent_metrics.assign(l->agent_metric_names_.size(), 0.0);
   // The device frame table's size, and what bounded it (every rank's is the same).
   if (const agents::DeviceFrameSizing frames =
           agents::DeviceFrameSlots(config, l->spec_, l->replicator_->num_replicas());
@@ -138,7 +146,7 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     if (resume) RETURN_IF_ERROR(l->RestoreAgent());
     return l;
   }
-  l->run_log_ = std::make_unique<LearnerRunLog>(config, run_dir);
+  l->run_log_ = std::make_unique<LearnerRunLog>(config, run_dir, l->agent_metric_names_);
   if (resume) RETURN_IF_ERROR(l->Restore());
   RETURN_IF_ERROR(l->StartEvaluator());
   // Version 1 (or the restored one) before any actor asks.
@@ -236,7 +244,7 @@ int64_t RlLearner::TransitionsInserted() const {
 
 int64_t RlLearner::FramesFrom(const proto::InfoResponse& info) const {
   const int64_t inserts = info.tables_size() ? info.tables(0).rate_limiter().inserts() : 0;
-  return frames_before_ + (inserts - inserts_before_) * std::max(config_.env().action_repeat(), 1);
+  return frames_before_ + (inserts - inserts_before_) * steps_per_item_ * std::max(config_.env().action_repeat(), 1);
 }
 
 }  // namespace troupe::learner

@@ -92,8 +92,9 @@ struct LearnerStats {
   double updates_per_second = 0;
   double frames_per_second = 0;
   int64_t replay_size = 0;
-  double samples_per_insert = 0;  // sampled transitions / inserted transitions
-  double critic_loss = 0, actor_loss = 0, q_mean = 0;
+  double samples_per_insert = 0;  // items sampled / items inserted
+  // The agent's metrics over the interval (Agent::metric_names' order).
+  std::vector<double> agent_metrics;
   // What an update waited for its input (sampling, new frames) over the
   // interval, mean milliseconds: near 0 unless input is the bottleneck.
   double input_wait_ms = 0;
@@ -241,6 +242,8 @@ class RlLearner {
   std::unique_ptr<replay::ReplayClient> replay_client_;
   std::vector<std::unique_ptr<replay::Sampler>> samplers_;  // one per local replica
   std::string table_;  // the agent's replay table (agents::AgentReplayTable), which the samplers sample
+  int64_t min_sample_size_ = 1;  // its rate limiter's min_size_to_sample
+  int64_t steps_per_item_ = 1;   // agent steps (of action_repeat frames) per item it holds
   bool mpi_ = false;
   int rank_ = 0, num_ranks_ = 1;
   std::vector<float> policy_parameters_;
@@ -249,6 +252,7 @@ class RlLearner {
   // recorder's). Declared before evaluator_, whose threads write to it, so
   // that it is destroyed after.
   std::unique_ptr<LearnerRunLog> run_log_;
+  std::vector<std::string> agent_metric_names_;  // the agent's metrics.csv columns (Agent::metric_names)
   // The evaluator (rank 0): evaluates snapshots of the policy on its thread.
   std::unique_ptr<EvaluatorThread> evaluator_;
   // When the run's clock started: Run(), or for a resumed run its last

@@ -13,12 +13,16 @@
 
 namespace troupe::learner {
 
-LearnerRunLog::LearnerRunLog(const config::ExperimentConfig& config, const std::string& run_dir)
+LearnerRunLog::LearnerRunLog(const config::ExperimentConfig& config, const std::string& run_dir,
+                             const std::vector<std::string>& agent_columns)
     : layout_(run_dir),
       title_(config.env().task() + " " + agents::AgentName(config)),
       tensorboard_(config.tensorboard()),
-      metrics_(layout_),
-      evaluations_(layout_) {}
+      metrics_(layout_, RlMetricsRow::Schema(agent_columns)),
+      agent_columns_(agent_columns),
+      evaluations_(layout_) {
+  for (const std::string& name : agent_columns_) agent_tags_.push_back("train/" + name);
+}
 
 absl::StatusOr<LearnerRunLog::Resumed> LearnerRunLog::Resume(int64_t frames) {
   Resumed resumed;
@@ -70,22 +74,26 @@ void LearnerRunLog::WarnOnEventError(const absl::Status& status) {
                "number)\n", std::string(status.message()).c_str(), kMetricsCsvFile, kEvalCsvFile);
 }
 
-void LearnerRunLog::AppendMetrics(const RlMetricsRow& row) {
+void LearnerRunLog::AppendMetrics(const RlMetricsRow& given) {
+  // A value for each of the agent's columns (0 for one not given).
+  RlMetricsRow row = given;
+  row.agent.resize(agent_columns_.size(), 0.0);
   metrics_.Append(row);
   // The same row in the event file, at step = frames (eval_return comes
   // from the evaluations themselves, at theirs).
   if (!events_) return;
-  const EventWriter::Scalar scalars[] = {
+  std::vector<EventWriter::Scalar> scalars = {
       {"train/updates", double(row.updates)},
-      {"train/critic_loss", row.critic_loss},
-      {"train/actor_loss", row.actor_loss},
-      {"train/q_mean", row.q_mean},
       {"train/parameter_version", double(row.parameter_version)},
       {"speed/updates_per_second", row.updates_per_s},
       {"speed/frames_per_second", row.frames_per_s},
       {"replay/size", double(row.replay_size)},
       {"replay/samples_per_insert", row.samples_per_insert},
   };
+  // The agent's own, train/NAME.
+  for (size_t i = 0; i < agent_tags_.size(); ++i) {
+    scalars.push_back({agent_tags_[i], row.agent[i]});
+  }
   WarnOnEventError(events_->AddScalars(row.frames, scalars));
 }
 

@@ -32,9 +32,11 @@ namespace troupe::learner {
 
 class LearnerRunLog {
  public:
-  // The logs of `run_dir`; the plot is titled by config.env.task and the
+  // The logs of `run_dir`, metrics.csv with the agent's `agent_columns`
+  // (Agent::metric_names); the plot is titled by config.env.task and the
   // event file is written when config.tensorboard (OpenEventFile).
-  LearnerRunLog(const config::ExperimentConfig& config, const std::string& run_dir);
+  LearnerRunLog(const config::ExperimentConfig& config, const std::string& run_dir,
+                const std::vector<std::string>& agent_columns);
 
   const RunLayout& layout() const { return layout_; }
 
@@ -77,6 +79,8 @@ class LearnerRunLog {
   const std::string title_;
   const bool tensorboard_;
   RowLog<RlMetricsRow> metrics_;  // learner thread
+  const std::vector<std::string> agent_columns_;
+  std::vector<std::string> agent_tags_;  // "train/NAME" of each
   // The event file (null when off or it could not be made); thread-safe.
   std::unique_ptr<EventWriter> events_;
   std::atomic<bool> event_error_warned_{false};

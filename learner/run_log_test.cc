@@ -15,6 +15,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The agent's own metrics columns (D4PG's).
+const std::vector<std::string> kAgentColumns = {"critic_loss", "actor_loss", "q_mean"};
+
 class LearnerRunLogTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -25,7 +28,7 @@ class LearnerRunLogTest : public ::testing::Test {
   // A run that wrote metrics rows every 1000 frames to 4000 (10 s apart)
   // and evaluated at 2000 and 4000, each with its video.
   void WriteRun() {
-    LearnerRunLog log(config_, dir_);
+    LearnerRunLog log(config_, dir_, kAgentColumns);
     for (int64_t frames = 1000; frames <= 4000; frames += 1000) {
       log.AppendMetrics({.seconds = frames / 100.0, .frames = frames, .updates = frames / 10});
     }
@@ -54,7 +57,7 @@ TEST_F(LearnerRunLogTest, WritesMetricsRowsAndEvaluationsWithTheCurve) {
   EXPECT_EQ(evals->Column("eval_return"), (std::vector<double>{20, 40}));
   EXPECT_GT(fs::file_size(run.learning_curve()), 0u);
   // No event file without config `tensorboard`.
-  LearnerRunLog quiet(config_, dir_);
+  LearnerRunLog quiet(config_, dir_, kAgentColumns);
   quiet.OpenEventFile(0);
   EXPECT_FALSE(quiet.has_event_file());
 }
@@ -62,7 +65,7 @@ TEST_F(LearnerRunLogTest, WritesMetricsRowsAndEvaluationsWithTheCurve) {
 TEST_F(LearnerRunLogTest, ResumeCutsRowsAndVideosPastTheCheckpointAndKeepsTheCurveAndClock) {
   WriteRun();
   const RunLayout run(dir_);
-  LearnerRunLog log(config_, dir_);
+  LearnerRunLog log(config_, dir_, kAgentColumns);
   const absl::StatusOr<LearnerRunLog::Resumed> resumed = log.Resume(3000);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->metrics_dropped, 1u);
@@ -89,6 +92,21 @@ TEST_F(LearnerRunLogTest, ResumeCutsRowsAndVideosPastTheCheckpointAndKeepsTheCur
   EXPECT_EQ(evals->Column("eval_return"), (std::vector<double>{20, 50}));
 }
 
+TEST_F(LearnerRunLogTest, TheAgentsMetricsAreColumnsAfterThePlatformsOwn) {
+  LearnerRunLog log(config_, dir_, {"policy_loss", "entropy"});
+  log.AppendMetrics({.seconds = 1, .frames = 1000, .samples_per_insert = 1, .agent = {0.25, -1.5}, .eval_return = 7});
+  log.AppendMetrics({.seconds = 2, .frames = 2000});  // no agent values yet: zeros
+  const absl::StatusOr<CsvTable> metrics = ReadCsvTable(RunLayout(dir_).metrics_csv());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->header,
+            (std::vector<std::string>{"seconds", "frames", "updates", "updates_per_s", "frames_per_s", "replay_size",
+                                      "samples_per_insert", "policy_loss", "entropy", "eval_return",
+                                      "parameter_version", "input_wait_ms", "frames_uploaded_per_update"}));
+  EXPECT_EQ(metrics->Column("policy_loss"), (std::vector<double>{0.25, 0}));
+  EXPECT_EQ(metrics->Column("entropy"), (std::vector<double>{-1.5, 0}));
+  EXPECT_EQ(metrics->Column("eval_return"), (std::vector<double>{7, -1}));
+}
+
 TEST_F(LearnerRunLogTest, AResumeOntoAnOlderMetricsFileKeepsItsRowsToItsHeader) {
   // A metrics.csv written before input_wait_ms and frames_uploaded_per_update.
   const RunLayout run(dir_);
@@ -97,7 +115,7 @@ TEST_F(LearnerRunLogTest, AResumeOntoAnOlderMetricsFileKeepsItsRowsToItsHeader) 
          "q_mean,eval_return,parameter_version\n"
       << "5.0,1000,100,10.00,100.0,1000,0.000,1.00000,1.00000,1.0000,-1.00,2\n"
       << "9.0,2000,200,10.00,100.0,2000,0.000,1.00000,1.00000,1.0000,-1.00,3\n";
-  LearnerRunLog log(config_, dir_);
+  LearnerRunLog log(config_, dir_, kAgentColumns);
   const absl::StatusOr<LearnerRunLog::Resumed> resumed = log.Resume(1000);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->metrics_dropped, 1u);

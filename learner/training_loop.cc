@@ -29,7 +29,7 @@ void RlLearner::RecordStats(bool write_row) {
     stats_.updates = agent_->updates();
     stats_.replay_size = info.tables_size() ? info.tables(0).size() : 0;
     stats_.parameter_version = parameter_store_.version();
-    const int64_t inserted = (frames - frames_before_) / std::max(config_.env().action_repeat(), 1);
+    const int64_t inserted = (frames - frames_before_) / (std::max(config_.env().action_repeat(), 1) * steps_per_item_);
     stats_.samples_per_insert = inserted > 0 ? double(samples_ - samples_before_) / double(inserted) : 0.0;
     if (write_row) {
       // Rates and losses over the interval since the last row.
@@ -38,12 +38,10 @@ void RlLearner::RecordStats(bool write_row) {
       stats_.frames_per_second = (frames - row_frames_) / seconds;
       stats_.checkpoint_seconds = checkpoint_seconds_ - row_checkpoint_seconds_;
       if (agent_->updates() > row_updates_) {
-        // The agent's values by their column's name (metrics.csv's
-        // columns are still fixed: an agent without one writes 0 there).
+        // The agent's values by their column's name.
         const agents::AgentMetrics m = agent_->metrics();
-        stats_.critic_loss = m["critic_loss"];
-        stats_.actor_loss = m["actor_loss"];
-        stats_.q_mean = m["q_mean"];
+        stats_.agent_metrics.clear();
+        for (const std::string& name : agent_metric_names_) stats_.agent_metrics.push_back(m[name]);
         stats_.input_wait_ms = 1e3 * m.input_wait_s;
         const int64_t uploaded = agent_->frame_stats().frames_uploaded;
         stats_.frames_uploaded_per_update =
@@ -63,9 +61,7 @@ void RlLearner::RecordStats(bool write_row) {
                            .frames_per_s = s.frames_per_second,
                            .replay_size = s.replay_size,
                            .samples_per_insert = s.samples_per_insert,
-                           .critic_loss = s.critic_loss,
-                           .actor_loss = s.actor_loss,
-                           .q_mean = s.q_mean,
+                           .agent = s.agent_metrics,
                            .eval_return = s.last_eval_return,
                            .parameter_version = s.parameter_version,
                            .checkpoint_s = s.checkpoint_seconds,
@@ -84,7 +80,9 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
   row_updates_ = agent_->updates();
   row_frames_ = is_chief() ? FramesNow() : 0;
   const int64_t publish_every = std::max(config_.learner().publish_every(), 1);
-  const int64_t min_size = std::max<int64_t>(config_.learner().min_replay_size(), config_.learner().batch_size());
+  // Training starts once the agent's table could give a batch (D4PG's:
+  // learner.min_replay_size; a queue's: one batch).
+  const int64_t min_size = std::max<int64_t>(min_sample_size_, config_.learner().batch_size());
   // What every rank does next; rank 0 decides (it has replay and counters).
   enum Step { kStop = 0, kWait = 1, kTrain = 2 };
   auto decide = [&]() -> int {

@@ -38,11 +38,14 @@ FILES = {
 }
 
 # Each log's CSV columns, in order, by (mode, file key). A resumed run of an
-# older troupe may have fewer: read columns by name.
+# older troupe may have fewer: read columns by name. An RL run's metrics.csv
+# has its agent's own metrics (D4PG's critic_loss, actor_loss, q_mean;
+# APPO's policy_loss, value_loss, ...) between samples_per_insert and
+# eval_return; these are the platform's columns around them.
 COLUMNS = {
     ("RL", "metrics_csv"): ("seconds", "frames", "updates", "updates_per_s", "frames_per_s", "replay_size",
-                            "samples_per_insert", "critic_loss", "actor_loss", "q_mean", "eval_return",
-                            "parameter_version", "input_wait_ms", "frames_uploaded_per_update"),
+                            "samples_per_insert", "eval_return", "parameter_version", "input_wait_ms",
+                            "frames_uploaded_per_update"),
     ("RL", "eval_csv"): ("frames", "updates", "eval_return", "actions_at_bound"),
     ("GAN", "metrics_csv"): ("seconds", "images", "steps", "images_per_s", "d_loss", "g_loss", "d_lr", "g_lr"),
     ("GAN", "eval_csv"): ("images", "steps", "classifier_fid", "classifier_score", "seconds"),
