@@ -267,7 +267,8 @@ TEST_F(RlEndToEndTest, TheRandomAgentRunsThroughActorsReplayEvaluatorCheckpoints
 // APPO over trajectories (agents/appo_agent.h): actors write trajectories
 // with their behaviour's log-probabilities to the learner's FIFO queue, the
 // learner runs PPO over V-trace advantages, and cartpole.balance is
-// learned within 100k frames (measured: 997 at 100k, 25 s on 2 cores);
+// learned within 800k frames (measured on 4 seeds: 999 by 400-700k, 8 s
+// on 2 cores; a random policy scores about 250);
 // metrics.csv has APPO's columns; the run resumes from its checkpoint and
 // the viewer plays its policy.
 TEST_F(RlEndToEndTest, AppoLearnsCartpoleBalanceFromTrajectoriesAndResumes) {
@@ -275,11 +276,11 @@ TEST_F(RlEndToEndTest, AppoLearnsCartpoleBalanceFromTrajectoriesAndResumes) {
   std::ofstream(config) << R"(name: "appo" mode: RL agent: APPO
 env { task: "cartpole.balance" observation: STATE action_repeat: 8 }
 pool { num_envs: 4 num_threads: 1 }
-appo { hidden: [64, 64] unroll_length: 32 epochs: 4 minibatches: 4 reward_scale: 0.1 }
+appo { hidden: [64, 64] unroll_length: 32 learning_rate: 1e-3 epochs: 10 minibatches: 8 reward_scale: 0.01 }
 learner { batch_size: 32 publish_every: 1 checkpoint_every_s: 5 }
 actors { count: 2 }
-evaluator { every_frames: 50000 episodes: 2 record_video: false }
-total_frames: 100000
+evaluator { every_frames: 400000 episodes: 2 record_video: false }
+total_frames: 800000
 runs_dir: ")" << dir_ << "/runs\"\n";
   ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/300), 0) << Read(dir_ + "/run.log");
   const std::string run = OnlyRunDir(dir_);
@@ -290,8 +291,8 @@ runs_dir: ")" << dir_ << "/runs\"\n";
             "frames_uploaded_per_update");
   const auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_FALSE(evals.empty()) << Read(dir_ + "/run.log");
-  EXPECT_GE(evals.back()[0], 100000);
-  EXPECT_GE(evals.back()[2], 800) << "cartpole.balance learned (a random policy scores about 350)";
+  EXPECT_GE(evals.back()[0], 800000);
+  EXPECT_GE(evals.back()[2], 800) << "cartpole.balance learned";
   // Each trajectory is used once: samples per insert 1 (trajectories
   // sampled / inserted), and the actors' lines say their exploration.
   const std::vector<double> last = LastMetrics(run);
@@ -308,10 +309,10 @@ runs_dir: ")" << dir_ << "/runs\"\n";
   EXPECT_THAT(actor_log, ::testing::HasSubstr(" std ")) << actor_log;
   ASSERT_TRUE(fs::exists(NewestCheckpoint(run) + "/agent.ckpt"));
 
-  ASSERT_EQ(Wait(Start({"run", "--resume", run, "--set", "total_frames=110000"}, dir_ + "/resume.log"), 120), 0)
+  ASSERT_EQ(Wait(Start({"run", "--resume", run, "--set", "total_frames=850000"}, dir_ + "/resume.log"), 120), 0)
       << Read(dir_ + "/resume.log");
   EXPECT_GT(ResumedUpdates(Read(dir_ + "/resume.log")), 0) << Read(dir_ + "/resume.log");
-  EXPECT_GE(LastMetrics(run)[kFrames], 110000);
+  EXPECT_GE(LastMetrics(run)[kFrames], 850000);
   const std::string video = dir_ + "/appo.mp4";
   ASSERT_EQ(Wait(Start({"view", run, "--record", video, "--episodes", "1"}, dir_ + "/view.log"), 120), 0)
       << Read(dir_ + "/view.log");
