@@ -114,8 +114,8 @@ inline std::vector<std::vector<double>> Metrics(const std::string& run_dir, cons
   return rows;
 }
 
-// metrics.csv's columns of a D4PG run (the agent's own, critic_loss to
-// q_mean, between the platform's; another agent's run has its own there).
+// metrics.csv's columns of a run whose agent has three metrics of its own
+// (kCriticLoss..kQ, between the platform's: the default agent's).
 enum MetricsColumn { kSeconds, kFrames, kUpdates, kUpdatesPerS, kFramesPerS, kReplaySize, kSpi, kCriticLoss,
                      kActorLoss, kQ, kEval, kVersion };
 

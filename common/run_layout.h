@@ -156,7 +156,7 @@ struct LogSchema {
 struct RlMetricsRow {  // the RL learner's metrics.csv and metrics.jsonl
   // The platform's columns with the agent's own after samples_per_insert:
   // `agent_columns`, the names of its metrics (agents::Agent::metric_names:
-  // D4PG's critic_loss, actor_loss, q_mean). One schema per list, made once
+  // a critic's loss, say). One schema per list, made once
   // and kept for the process's life; thread-safe.
   static const LogSchema& Schema(std::span<const std::string> agent_columns);
   // The platform's columns alone (an agent without metrics of its own).

@@ -80,8 +80,9 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
   row_updates_ = agent_->updates();
   row_frames_ = is_chief() ? FramesNow() : 0;
   const int64_t publish_every = std::max(config_.learner().publish_every(), 1);
-  // Training starts once the agent's table could give a batch (D4PG's:
-  // learner.min_replay_size; a queue's: one batch).
+  // Training starts once the agent's table could give a batch (its rate
+  // limiter's min_size_to_sample: learner.min_replay_size for transitions,
+  // one for a queue).
   const int64_t min_size = std::max<int64_t>(min_sample_size_, config_.learner().batch_size());
   // What every rank does next; rank 0 decides (it has replay and counters).
   enum Step { kStop = 0, kWait = 1, kTrain = 2 };

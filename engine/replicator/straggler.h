@@ -9,8 +9,8 @@
 // An all-reduce cannot skip a member, so the late replica still arrives,
 // at once, with nothing.
 //
-// The deadline: the step's start (Reset(), before the forward pass, or as
-// D4PG calls it, before the backward pass, which alone then counts) plus
+// The deadline: the step's start (Reset(), before the forward pass, or
+// before the backward pass, which alone then counts) plus
 // `factor` x the mean time the replicas that finished the previous step took
 // to end their backward pass (all-reduced with the weights, so every replica
 // computes the same deadline). The first `warmup_steps` steps have none. A

@@ -39,9 +39,8 @@ FILES = {
 
 # Each log's CSV columns, in order, by (mode, file key). A resumed run of an
 # older troupe may have fewer: read columns by name. An RL run's metrics.csv
-# has its agent's own metrics (D4PG's critic_loss, actor_loss, q_mean;
-# APPO's policy_loss, value_loss, ...) between samples_per_insert and
-# eval_return; these are the platform's columns around them.
+# has its agent's own metrics (Agent::metric_names, agents/agent.h) between
+# samples_per_insert and eval_return; these are the platform's columns around them.
 COLUMNS = {
     ("RL", "metrics_csv"): ("seconds", "frames", "updates", "updates_per_s", "frames_per_s", "replay_size",
                             "samples_per_insert", "eval_return", "parameter_version", "input_wait_ms",

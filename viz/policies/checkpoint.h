@@ -47,7 +47,7 @@ class CheckpointPolicy : public PolicySource {
   static absl::StatusOr<std::unique_ptr<CheckpointPolicy>> Load(const config::ExperimentConfig& config,
                                                                 const std::string& checkpoint_path);
 
-  // "D4PG checkpoint agent.ckpt": the agent's name and the file.
+  // "<AGENT> checkpoint agent.ckpt": the agent's name and the file.
   std::string Describe() const override;
   // "version 12345 (updates), 140000 frames, saved 2m ago" (frames when
   // the learner's counters.txt is beside the checkpoint).
