@@ -164,8 +164,9 @@ absl::StatusOr<double> RunPeerFigure(const std::string& command, const std::stri
 
 namespace {
 
-// The PyTorch release the Python peers run: 2.x for CPU, pinned so figures compare.
-constexpr char kPytorchRequirement[] = "torch==2.5.1 numpy";
+// The PyTorch release the Python peers run: 2.x for CPU, pinned so figures
+// compare; with dm_control's suite for the RL peers (torch_ppo.py).
+constexpr char kPytorchRequirement[] = "torch==2.5.1 numpy dm_control==1.0.50 mujoco==3.17.0";
 
 // The JAX release the JAX peers run on the CPU, pinned so figures compare:
 // 0.11.2, the release of the XLA CPU PJRT plugin troupe's PJRT backend loads

@@ -13,6 +13,7 @@ absl::StatusOr<Report> RunScalingBenchmark(const Options& options);  // bench/sc
 absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options);  // bench/learner_input_bench.cc
 absl::StatusOr<Report> RunPythonBenchmark(const Options& options);  // bench/python_bench.cc
 absl::StatusOr<Report> RunStragglerBenchmark(const Options& options);  // bench/straggler_bench.cc
+absl::StatusOr<Report> RunAppoBenchmark(const Options& options);  // bench/rl_bench.cc
 
 const std::vector<Benchmark>& Benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -46,6 +47,9 @@ const std::vector<Benchmark>& Benchmarks() {
       {"straggler", "K=4 in-process replicas with one slowed 2x: steps/s waiting for it and with a step deadline "
                     "(engine.straggler DEADLINE), each against no replica slowed",
        RunStragglerBenchmark},
+      {"appo", "APPO end to end from state (cartpole.balance, 2 actor processes + learner): env frames/s vs a "
+               "PyTorch PPO peer (CleanRL-style, dm_control's suite) with the same recipe",
+       RunAppoBenchmark},
   };
   return benchmarks;
 }

@@ -37,6 +37,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "actors/actor.h"
 #include "actors/observation_stack.h"
 #include "actors/transition_writer.h"
@@ -411,6 +412,60 @@ absl::StatusOr<Report> RunRlBenchmark(const Options& options) {
     std::fflush(stdout);
   }
   std::filesystem::remove_all(dir);
+  return report;
+}
+
+// `troupe bench appo`: APPO end to end from state on this machine —
+// configs/appo_cartpole_balance_state.textproto, 2 actor processes (8 envs)
+// and the learner with its trajectory queue embedded — env frames/s over a
+// window after warm-up (updates included: the actors wait on the queue's
+// rate limiter for the learner), next to the PyTorch PPO peer
+// (bench/peers/torch_ppo.py: CleanRL's single file on dm_control's suite,
+// the same batch, unroll, networks, epochs and minibatches) doing the same
+// work per frame in one process, by the protocol (alternated rounds, a
+// fresh run or process each, both on the machine's cores).
+absl::StatusOr<Report> RunAppoBenchmark(const Options& options) {
+  Report report;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrCat("troupe_bench_appo_", getpid())).string();
+  std::filesystem::remove_all(dir);
+  ASSIGN_OR_RETURN(const config::ExperimentConfig config,
+                   LoadExperimentConfig(ProjectPath("configs/appo_cartpole_balance_state.textproto"),
+                                        {"evaluator.every_frames=0", "learner.checkpoint_every_s=100000",
+                                         "total_frames=1000000000000", absl::StrCat("runs_dir=", dir, "/runs")}));
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  // A peer update is B x T x repeat frames (262,144 at 1.5k frames/s: ~5 s):
+  // rounds long enough for a few of them.
+  const double seconds = options.quick ? 3.0 : std::max(15.0, 15.0 * options.seconds_per_figure);
+  ProtocolOptions protocol = DefaultProtocol(options, cores, seconds);
+  int round_index = 0;
+  const Side troupe = [&](const Round& round) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(const EndToEnd e, RunEndToEnd(config, absl::StrCat(dir, "/round_", round_index++),
+                                                   /*warmup=*/options.quick ? 1.0 : 3.0, /*warmup_steps=*/2,
+                                                   round.seconds, /*min_steps=*/3));
+    return e.frames_per_second;
+  };
+  const std::vector<std::string> task = absl::StrSplit(config.env().task(), '.');
+  const config::AppoConfig& appo = config.appo();
+  const std::string settings = absl::StrFormat(
+      "batch=%d unroll=%d epochs=%d minibatches=%d lr=%g reward_scale=%g", config.learner().batch_size(),
+      appo.unroll_length(), appo.epochs(), appo.minibatches(), appo.learning_rate(), appo.reward_scale());
+  const Side peer = PeerSide(
+      Peer::kPytorch, "torch_ppo",
+      [&](const Round& round) {
+        return absl::StrCat(task[0], " ", task[1], " ", config.env().action_repeat(), " speed ", round.seconds, " ",
+                            settings);
+      },
+      "frames_per_second");
+  std::printf("(%s from state, APPO, %d actors x %d envs + learner, batch %d x %d steps: rounds of %.0f s)\n",
+              config.env().task().c_str(), config.actors().count(), config.pool().num_envs(),
+              config.learner().batch_size(), appo.unroll_length(), seconds);
+  std::fflush(stdout);
+  const absl::StatusOr<double> measured = AddComparison(
+      report, absl::StrCat("env frames/s end to end, APPO ", config.env().task(), " from state"), "frames/s",
+      absl::StrCat("PyTorch ", "2.5.1 PPO (CleanRL-style, dm_control suite), same recipe"), troupe, peer, protocol);
+  std::filesystem::remove_all(dir);
+  RETURN_IF_ERROR(measured.status());
   return report;
 }
 

@@ -49,6 +49,7 @@ PLAN = [
     ("fleet", ["fleet"], 3),
     ("scaling", ["scaling"], 2),
     ("straggler", ["straggler"], 1),
+    ("appo", ["appo"], 5),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The Python peers' command lines (jax_drq.py, torch_d4pg.py, jax_d4pg.py):
+"""The Python peers' command lines (jax_drq.py, torch_d4pg.py, jax_d4pg.py, torch_ppo.py):
 bad arguments are refused with the usage line and what was wrong, and
 torch_d4pg.py's reduce-overhead on the CPU is skipped saying why, all before
 torch or jax is imported, so this runs with neither installed."""
@@ -49,6 +49,20 @@ class PeerArgumentsTest(unittest.TestCase):
     def test_jax_d4pg_refuses_bad_arguments(self):
         self.assertRefused("jax_d4pg.py", ["1", "8", "84", "3", "2", "eager"])
         self.assertRefused("jax_d4pg.py", ["1", "8", "84", "3", "2", "jit", "cpu", "channels=0"], "channels")
+
+    def test_torch_ppo_refuses_bad_arguments(self):
+        for args, says in [(["2", "cartpole", "balance", "8", "speed"], ""),
+                           (["2", "cartpole", "balance", "8", "fast", "10"], ""),
+                           (["two", "cartpole", "balance", "8", "speed", "10"], "invalid literal for int()"),
+                           (["2", "cartpole", "balance", "0", "speed", "10"], "ACTION_REPEAT >= 1"),
+                           (["2", "cartpole", "balance", "8", "speed", "10", "layers=3"], "unknown option 'layers=3'"),
+                           (["2", "cartpole", "balance", "8", "speed", "10", "batch=many"], "batch=many: not a number"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "epochs=0"], "epochs and minibatches")]:
+            result = run("torch_ppo.py", *args)
+            self.assertNotEqual(result.returncode, 0, f"torch_ppo.py {args} accepted: {result.stdout}")
+            self.assertIn("usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT", result.stderr)
+            self.assertIn(says, result.stderr)
+            self.assertNotIn("_per_second", result.stdout)
 
     def test_torch_d4pg_skips_reduce_overhead_on_the_cpu(self):
         result = run("torch_d4pg.py", "1", "8", "84", "3", "2", "reduce-overhead", "cpu")

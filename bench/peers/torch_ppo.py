@@ -1,0 +1,224 @@
+"""The PyTorch 2.x peer of `troupe bench appo`: PPO (Schulman et al. 2017)
+as CleanRL's ppo_continuous_action.py runs it, in one file, on dm_control's
+own suite, with troupe's APPO recipe (configs/appo_cartpole_balance_state
+.textproto; agents/appo_agent.h) so that both do the same work per frame:
+
+- B = `batch` envs stepped one after another in this thread (as a synchronous
+  vector env), each for `unroll` agent steps of `action_repeat` physics
+  steps: B x T steps per update, troupe's learner.batch_size trajectories of
+  appo.unroll_length;
+- the policy: a mean MLP (ReLU) and a state-independent log standard
+  deviation (start -0.5), actions tanh-squashed, log-densities of the
+  pre-squash sample; a value MLP beside it; observations normalised by
+  running mean and variance (clipped to +-10), rewards scaled;
+- at an episode's time limit the last reward gains discount x V(last
+  observation), as troupe's actors add it;
+- GAE(lambda) advantages (troupe uses V-trace's, equal on-policy up to the
+  traces), normalised over the batch; `epochs` passes of `minibatches`
+  minibatches of the clipped loss + 0.5 value loss; Adam, gradients clipped
+  to norm 0.5.
+
+Not part of troupe: the benchmark runs it from a virtual environment under
+build/ that it makes (torch, dm_control, MuJoCo from PyPI).
+usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT speed SECONDS [KEY=VALUE...]
+       torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT learn FRAMES [KEY=VALUE...]
+keys: batch=32 unroll=32 hidden=64 epochs=10 minibatches=8 lr=1e-3 gamma=0.99 lam=0.95 clip=0.2
+reward_scale=0.01 seed=1; `speed` prints "frames_per_second X" (env frames, all envs, updates
+included), `learn` prints "eval_return X" (2 episodes of the mean action) and "seconds X".
+"""
+import os
+import sys
+import time
+
+USAGE = __doc__[__doc__.index("usage:"):].rstrip()
+
+
+def parse(argv):
+    """The arguments as a dict, or exits with the usage line naming what is wrong (before torch is imported)."""
+    if len(argv) < 7 or argv[5] not in ("speed", "learn"):
+        sys.exit(USAGE)
+    try:
+        args = {"threads": int(argv[1]), "domain": argv[2], "task": argv[3], "repeat": int(argv[4]),
+                "mode": argv[5], "amount": float(argv[6])}
+    except ValueError as e:
+        sys.exit(f"{USAGE}\n{e}")
+    if args["threads"] < 1 or args["repeat"] < 1 or not args["amount"] > 0:
+        sys.exit(f"{USAGE}\nTHREADS, ACTION_REPEAT >= 1 and SECONDS or FRAMES > 0")
+    options = {"batch": 32, "unroll": 32, "hidden": 64, "epochs": 10, "minibatches": 8, "lr": 1e-3, "gamma": 0.99,
+               "lam": 0.95, "clip": 0.2, "reward_scale": 0.01, "seed": 1}
+    for item in argv[7:]:
+        key, _, value = item.partition("=")
+        if key not in options:
+            sys.exit(f"{USAGE}\nunknown option '{item}'")
+        try:
+            options[key] = int(value) if isinstance(options[key], int) else float(value)
+        except ValueError:
+            sys.exit(f"{USAGE}\n{item}: not a number of its kind")
+    if min(options["batch"], options["unroll"], options["epochs"], options["minibatches"]) < 1:
+        sys.exit(f"{USAGE}\nbatch, unroll, epochs and minibatches >= 1")
+    args.update(options)
+    return args
+
+
+ARGS = parse(sys.argv) if __name__ == "__main__" else None
+os.environ.setdefault("MUJOCO_GL", "egl")  # no window (nothing is rendered)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from dm_control import suite  # noqa: E402
+
+
+def flat(observation):
+    return np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in observation.values()])
+
+
+class RunningMoments:
+    def __init__(self, size):
+        self.mean, self.var, self.count = np.zeros(size), np.ones(size), 0.0
+
+    def update(self, x):
+        n = x.shape[0]
+        mean, var = x.mean(0), x.var(0)
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean = self.mean + delta * n / total
+        self.var = (self.var * self.count + var * n + delta ** 2 * self.count * n / total) / total
+        self.count = total
+
+    def normalize(self, x):
+        return np.clip((x - self.mean) / np.sqrt(self.var + 1e-8), -10, 10).astype(np.float32)
+
+
+def mlp(sizes):
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+        if i + 2 < len(sizes):
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, state, actions, hidden):
+        super().__init__()
+        self.mean = mlp([state, hidden, hidden, actions])
+        self.log_std = torch.nn.Parameter(torch.full((actions,), -0.5))
+        self.value = mlp([state, hidden, hidden, 1])
+
+    def log_density(self, x, u):
+        mean = self.mean(x)
+        return torch.distributions.Normal(mean, self.log_std.exp()).log_prob(u).sum(-1)
+
+
+def main():
+    a = ARGS
+    torch.set_num_threads(a["threads"])
+    torch.manual_seed(a["seed"])
+    rng = np.random.default_rng(a["seed"])
+    envs = [suite.load(a["domain"], a["task"], task_kwargs={"random": a["seed"] * 1000 + i}) for i in range(a["batch"])]
+    spec = envs[0].action_spec()
+    observations = np.stack([flat(env.reset().observation) for env in envs])
+    state, actions = observations.shape[1], spec.shape[0]
+    model = Model(state, actions, a["hidden"])
+    optimizer = torch.optim.Adam(model.parameters(), lr=a["lr"], eps=1e-8)
+    moments = RunningMoments(state)
+    b, t, repeat = a["batch"], a["unroll"], a["repeat"]
+    frames = 0
+
+    def env_step(env, action):
+        reward, ts = 0.0, None
+        for _ in range(repeat):
+            ts = env.step(action)
+            reward += ts.reward or 0.0
+            if ts.last():
+                break
+        return ts, reward
+
+    def update():
+        nonlocal observations, frames
+        obs = np.zeros((t + 1, b, state), np.float32)
+        us = np.zeros((t, b, actions), np.float32)
+        behaviour = np.zeros((t, b), np.float32)
+        rewards = np.zeros((t, b), np.float32)
+        discounts = np.zeros((t, b), np.float32)
+        for step in range(t):
+            obs[step] = observations
+            with torch.no_grad():
+                x = torch.from_numpy(moments.normalize(observations))
+                mean = model.mean(x)
+                u = mean + model.log_std.exp() * torch.randn_like(mean)
+                action = torch.tanh(u).clamp(-1 + 1e-6, 1 - 1e-6)
+                u = torch.atanh(action)
+                behaviour[step] = torch.distributions.Normal(mean, model.log_std.exp()).log_prob(u).sum(-1).numpy()
+            us[step] = u.numpy()
+            for i, env in enumerate(envs):
+                ts, reward = env_step(env, action[i].numpy())
+                frames += repeat
+                discount = a["gamma"] * (ts.discount if ts.discount is not None else 1.0)
+                if ts.last():
+                    if ts.discount:  # a time limit: the value bootstrap
+                        with torch.no_grad():
+                            v = model.value(torch.from_numpy(moments.normalize(flat(ts.observation)[None])))
+                        reward += a["gamma"] * float(v) / a["reward_scale"]
+                    discount = 0.0
+                    ts = env.reset()
+                observations[i] = flat(ts.observation)
+                rewards[step, i] = reward * a["reward_scale"]
+                discounts[step, i] = discount
+        obs[t] = observations
+        moments.update(obs[:t].reshape(-1, state))
+        x = torch.from_numpy(moments.normalize(obs.reshape(-1, state))).reshape(t + 1, b, state)
+        u_t = torch.from_numpy(us)
+        behaviour_t = torch.from_numpy(behaviour)
+        for _ in range(a["epochs"]):
+            with torch.no_grad():
+                values = model.value(x).squeeze(-1).numpy()
+            advantages = np.zeros((t, b), np.float32)
+            last = np.zeros(b, np.float32)
+            for step in reversed(range(t)):
+                delta = rewards[step] + discounts[step] * values[step + 1] - values[step]
+                last = delta + discounts[step] * a["lam"] * last
+                advantages[step] = last
+            targets = torch.from_numpy(advantages + values[:t]).reshape(-1)
+            adv = torch.from_numpy((advantages - advantages.mean()) / (advantages.std() + 1e-8)).reshape(-1)
+            flat_x = x[:t].reshape(-1, state)
+            flat_u = u_t.reshape(-1, actions)
+            flat_b = behaviour_t.reshape(-1)
+            order = rng.permutation(t * b)
+            for chunk in np.array_split(order, a["minibatches"]):
+                chunk = torch.from_numpy(chunk)
+                ratio = (model.log_density(flat_x[chunk], flat_u[chunk]) - flat_b[chunk]).clamp(-20, 20).exp()
+                policy = -torch.min(ratio * adv[chunk],
+                                    ratio.clamp(1 - a["clip"], 1 + a["clip"]) * adv[chunk]).mean()
+                value = 0.5 * ((model.value(flat_x[chunk]).squeeze(-1) - targets[chunk]) ** 2).mean()
+                loss = policy + 0.5 * value
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                optimizer.step()
+
+    if a["mode"] == "speed":
+        update()  # warm-up
+        start, frames_before = time.perf_counter(), frames
+        while time.perf_counter() - start < a["amount"]:
+            update()
+        print(f"frames_per_second {(frames - frames_before) / (time.perf_counter() - start):.1f}")
+        return
+    start = time.perf_counter()
+    while frames < a["amount"]:
+        update()
+    seconds = time.perf_counter() - start
+    total = 0.0
+    for episode in range(2):
+        env = suite.load(a["domain"], a["task"], task_kwargs={"random": 10_000 + episode})
+        ts = env.reset()
+        while not ts.last():
+            with torch.no_grad():
+                mean = model.mean(torch.from_numpy(moments.normalize(flat(ts.observation)[None])))
+            ts, reward = env_step(env, torch.tanh(mean)[0].numpy())
+            total += reward
+    print(f"eval_return {total / 2:.1f}")
+    print(f"seconds {seconds:.1f}")
+
+
+if __name__ == "__main__":
+    main()
