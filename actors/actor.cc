@@ -214,8 +214,10 @@ absl::StatusOr<ActorStats> RunActor(const ActorOptions& options, const std::atom
           step.log_prob = log_probs[i];
           step.policy_version = stats.parameter_version;
           if (last && batch.discount[i] > 0) {
-            // (Trajectories are of state observations: agents/trajectory.h.)
-            RETURN_IF_ERROR(policy->Values(state_of(batch, i), nullptr, 1, &step.bootstrap_value));
+            // V of env i's last observation: its state, or its stack (just pushed).
+            const uint8_t* stacked =
+                pixels ? stack.Stacked() + size_t(i) * spec.frames * env_spec.pixel_bytes() : nullptr;
+            RETURN_IF_ERROR(policy->Values(pixels ? nullptr : state_of(batch, i), stacked, 1, &step.bootstrap_value));
           }
         }
         recorded = connection.items->Step(i, step);

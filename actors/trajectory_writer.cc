@@ -15,24 +15,53 @@ TrajectoryWriter::TrajectoryWriter(replay::Writer* writer, int num_envs, const r
   TROUPE_CHECK(fields.size() == agents::kNumTrajectoryFields);
   length_ = fields[agents::kTrajectoryAction].shape[0];
   action_size_ = fields[agents::kTrajectoryAction].shape[1];
-  state_size_ = fields[agents::kTrajectoryObservation].shape[1];
+  const replay::FieldSpec& observation = fields[agents::kTrajectoryObservation];
+  if (observation.frames > 0) {
+    stack_ = observation.frames / (length_ + 1);
+    frame_shape_ = observation.shape;
+    TROUPE_CHECK(stack_ >= 1 && stack_ * (length_ + 1) == observation.frames);
+  } else {
+    state_size_ = observation.shape[1];
+  }
   for (EnvState& env : envs_) {
     env.observation.resize((length_ + 1) * state_size_);
+    env.frames.resize((length_ + 1) * stack_);
     env.action.resize(length_ * action_size_);
     env.reward.resize(length_);
     env.discount.resize(length_);
     env.log_prob.resize(length_);
   }
   for (const replay::FieldSpec& field : fields) {
-    values_.push_back(replay::FieldValue::Dense(field.dtype, field.shape, nullptr));
+    values_.push_back(field.frames > 0 ? replay::FieldValue::Frames({})
+                                       : replay::FieldValue::Dense(field.dtype, field.shape, nullptr));
   }
 }
 
-absl::Status TrajectoryWriter::Start(int env_index, const float* state, const uint8_t*) {
+absl::Status TrajectoryWriter::Observe(EnvState& env, int64_t index, const float* state, const uint8_t* frame,
+                                       bool first) {
+  if (stack_ == 0) {
+    std::copy_n(state, state_size_, &env.observation[index * state_size_]);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const uint64_t key,
+                   writer_->AppendFrame(frame, static_cast<int>(frame_shape_[0]), static_cast<int>(frame_shape_[1]),
+                                        static_cast<int>(frame_shape_[2])));
+  uint64_t* stack = &env.frames[index * stack_];
+  if (first) {
+    std::fill(stack, stack + stack_, key);
+  } else {
+    // The previous observation's stack, shifted by one, and the new frame.
+    std::copy(stack - stack_ + 1, stack, stack);
+    stack[stack_ - 1] = key;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrajectoryWriter::Start(int env_index, const float* state, const uint8_t* frame) {
   EnvState& env = envs_[env_index];
   // The episode's first observation: where the trajectory goes on (after its
   // last episode's end) or begins.
-  std::copy_n(state, state_size_, &env.observation[env.steps * state_size_]);
+  RETURN_IF_ERROR(Observe(env, env.steps, state, frame, /*first=*/true));
   env.started = true;
   return absl::OkStatus();
 }
@@ -49,13 +78,17 @@ absl::Status TrajectoryWriter::Step(int env_index, const ActorStep& step) {
   env.reward[t] = step.reward + (step.last ? discount_ * step.discount * step.bootstrap_value : 0.0f);
   env.discount[t] = step.last ? 0.0f : discount_ * step.discount;
   env.log_prob[t] = step.log_prob;
-  std::copy_n(step.state, state_size_, &env.observation[(t + 1) * state_size_]);
+  RETURN_IF_ERROR(Observe(env, t + 1, step.state, step.frame, /*first=*/false));
   env.steps = t + 1;
   if (step.last) env.started = false;  // the next episode's Start comes first
   if (env.steps < length_) return absl::OkStatus();
 
   // A whole trajectory: inserted, and its last observation the next one's first.
-  values_[agents::kTrajectoryObservation].data = env.observation.data();
+  if (stack_ > 0) {
+    values_[agents::kTrajectoryObservation].frame_keys.assign(env.frames.begin(), env.frames.end());
+  } else {
+    values_[agents::kTrajectoryObservation].data = env.observation.data();
+  }
   values_[agents::kTrajectoryAction].data = env.action.data();
   values_[agents::kTrajectoryReward].data = env.reward.data();
   values_[agents::kTrajectoryDiscount].data = env.discount.data();
@@ -65,6 +98,7 @@ absl::Status TrajectoryWriter::Step(int env_index, const ActorStep& step) {
   const absl::Status status = writer_->Insert(agents::kTrajectoryTable, /*priority=*/1.0, values_);
   env.steps = 0;
   std::copy_n(&env.observation[length_ * state_size_], state_size_, env.observation.data());
+  std::copy_n(&env.frames[length_ * stack_], stack_, env.frames.data());
   // Not queued: a bad item; queued but not sent: the writer keeps it.
   if (writer_->items_queued() == queued) return status;
   ++inserted_;

@@ -121,5 +121,58 @@ TEST(TrajectoryWriterTest, ATrueTerminalGetsNoBootstrap) {
   EXPECT_EQ(batch.fields[agents::kTrajectoryDiscount].as<float>()[0], 0.0f);
 }
 
+// Pixels: each observation is its stack of k frames, the episode's first
+// frame repeated at its start, every frame appended once; across an
+// episode's end the next observation is the new episode's first stack.
+TEST(TrajectoryWriterTest, PixelTrajectoriesReferenceEachFrameOnce) {
+  const agents::ObservationSpec pixels{.frames = 2, .height = 4, .width = 4};
+  config::ReplayConfig config;
+  auto* table = config.add_tables();
+  table->set_name(agents::kTrajectoryTable);
+  table->set_selector(config::ReplayTableConfig::fifo);
+  table->set_max_size(100);
+  agents::AddTrajectoryFields(pixels, /*action_size=*/1, kSteps, table);
+  auto queue = replay::Replay::Create(config);
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  auto client = replay::NewLocalClient(queue->get());
+  auto writer = client->NewWriter();
+  ASSERT_TRUE(writer.ok());
+  auto signature = agents::TrajectorySignature(pixels, 1, kSteps);
+  ASSERT_TRUE(signature.ok()) << signature.status();
+  TrajectoryWriter trajectories(writer->get(), 1, *signature, 0.5f);
+  // Frame n is all n. Episode 1: frames 0 (start) .. 3, it ends after step
+  // 3; episode 2: frame 10 (start), 11, 12.
+  auto frame = [](int n) { return std::vector<uint8_t>(4 * 4 * 3, uint8_t(n)); };
+  const float action = 0;
+  ASSERT_TRUE(trajectories.Start(0, nullptr, frame(0).data()).ok());
+  for (int t = 0; t < 6; ++t) {
+    if (t == 3) ASSERT_TRUE(trajectories.Start(0, nullptr, frame(10).data()).ok());
+    const std::vector<uint8_t> next = frame(t < 3 ? t + 1 : 8 + t);
+    ASSERT_TRUE(trajectories.Step(0, {.action = &action, .last = t == 2, .frame = next.data()}).ok());
+  }
+  ASSERT_TRUE((*writer)->Flush().ok());
+  ASSERT_EQ(trajectories.items_inserted(), 2);
+  auto sampler = client->NewSampler({.table = agents::kTrajectoryTable, .batch_size = 2});
+  ASSERT_TRUE(sampler.ok());
+  replay::SampledBatch batch;
+  ASSERT_TRUE((*sampler)->Next(&batch).ok());
+  const replay::SampledField& observation = batch.fields[agents::kTrajectoryObservation];
+  ASSERT_EQ(observation.shape, (std::vector<int64_t>{2, (kSteps + 1) * 2, 4, 4, 3}));
+  // Each observation's stack (oldest first), by its frames' value.
+  const int want[2][kSteps + 1][2] = {{{0, 0}, {0, 1}, {1, 2}, {2, 3}},        // x_3: episode 1's last
+                                      {{10, 10}, {10, 11}, {11, 12}, {12, 13}}};  // x_0: episode 2's first
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t <= kSteps; ++t) {
+      for (int k = 0; k < 2; ++k) {
+        const uint8_t* pixel = observation.data.data() + (((b * (kSteps + 1) + t) * 2 + k) * 4 * 4 * 3);
+        EXPECT_EQ(int(pixel[0]), want[b][t][k]) << "trajectory " << b << " observation " << t << " frame " << k;
+        EXPECT_EQ(int(pixel[4 * 4 * 3 - 1]), want[b][t][k]);
+      }
+    }
+  }
+  // 8 frames appended (0-3, 10-13), each stored once however many stacks hold it.
+  EXPECT_EQ((*queue)->Info().frames(), 8);
+}
+
 }  // namespace
 }  // namespace troupe::actors

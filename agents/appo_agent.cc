@@ -25,16 +25,26 @@ using internal::Weights;
 absl::Status CheckAppoStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
   const config::AppoConfig& appo = config.appo();
   nn::ParameterSet model;  // declared, not allocated
-  internal::AppoNetworks::Declare(model, appo, spec.state_size, action_size);
+  internal::AppoNetworks::Declare(model, appo, spec, action_size);
   const double replicas = config.learner().engine().replicas();
   const double steps = double(config.learner().batch_size()) * (appo.unroll_length() + 1);
   double width = 0;
   for (int64_t h : internal::AppoHiddenSizes(appo)) width += h;
   // Parameters, gradients and two moments per replica; the epoch's forward
-  // pass over every step, the host's copies of the batch.
-  const double bytes = 4.0 * (4 * model.total_floats() * replicas + 4 * steps * (width + spec.state_size + action_size));
-  return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(), " trajectories of appo.unroll_length ",
-                                        appo.unroll_length(), " with appo.hidden and learner.engine.replicas ", replicas),
+  // pass over every step, the host's copies of the batch; from pixels the
+  // batch's frames (decoded) and a chunk's or minibatch's encoder
+  // activations (input planes and four conv layers).
+  double bytes = 4.0 * (4 * model.total_floats() * replicas + 4 * steps * (width + spec.state_size + action_size));
+  if (spec.pixels()) {
+    const double frame = 3.0 * spec.height * spec.width, side = (std::max(spec.height, spec.width) - 3) / 2 + 1;
+    const double rows = std::max<double>(256, steps / std::max(1, appo.minibatches()));
+    bytes += steps * spec.frames * frame * 2 +
+             rows * 4.0 * (2 * spec.frames * frame + 4 * 2 * appo.conv_channels() * side * side);
+  }
+  return CheckFitsInMemory(absl::StrCat("learner.batch_size ", config.learner().batch_size(),
+                                        " trajectories of appo.unroll_length ", appo.unroll_length(), " with appo.hidden",
+                                        spec.pixels() ? ", appo.conv_channels" : "", " and learner.engine.replicas ",
+                                        replicas),
                            bytes);
 }
 
@@ -90,7 +100,9 @@ struct AppoAgent::Replica {
   std::vector<float> x, u, behaviour, rewards, discounts, weights, log_rhos, vs, advantages;
   std::vector<float> values, means, log_std;
   // A minibatch's inputs.
+  const uint8_t* frames = nullptr;  // pixels: the batch's, [bs * (T + 1), k, H, W, 3]
   std::vector<float> mb_x, mb_u, mb_behaviour, mb_advantage, mb_vs, mb_value_weight, ones, ratio;
+  std::vector<uint8_t> mb_frames;
   std::vector<int64_t> order;
   std::mt19937_64 rng;
   int64_t updates = 0;
@@ -142,7 +154,7 @@ absl::StatusOr<std::unique_ptr<AppoAgent>> AppoAgent::Create(const config::Exper
   const uint64_t seed = engine.seed();
   for (size_t i = 0; i < replicator->local_replicas().size(); ++i) {
     auto r = std::make_unique<Replica>(replicator->backend(static_cast<int>(i)));
-    agent->networks_ = internal::AppoNetworks::Declare(r->model, appo, spec.state_size, action_size);
+    agent->networks_ = internal::AppoNetworks::Declare(r->model, appo, spec, action_size);
     r->model.Allocate(*r->backend, seed);  // same seed everywhere: identical starts
     r->adam = std::make_unique<nn::Adam>(&r->model, r->backend.get());
     r->clipped = std::make_unique<internal::ClippedOptimizer>(r->adam.get(), r->backend.get(), appo.max_gradient_norm());
@@ -191,6 +203,15 @@ absl::Status AppoAgent::Train(int64_t num_updates) {
   return status;
 }
 
+int64_t AppoAgent::FrameStackBytes() const {
+  return spec_.pixels() ? int64_t{spec_.frames} * spec_.height * spec_.width * 3 : 0;
+}
+
+nn::Var AppoAgent::ObservationInput(nn::Tape& t, const float* state, const uint8_t* frames, int64_t rows) const {
+  if (!spec_.pixels()) return t.Input(state, {rows, spec_.state_size});
+  return internal::PixelInput(t, frames, rows, spec_);
+}
+
 absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   const config::AppoConfig& appo = config_.appo();
   const int64_t bs = shard_, steps = appo.unroll_length(), s = spec_.state_size, a = action_size_;
@@ -202,7 +223,9 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     r.optimizer = std::make_unique<replicator::ReplicatedOptimizer>(r.clipped.get(), &ctx, r.reducer.get());
   }
   const auto& fields = r.batch.fields;
+  // State [bs, T + 1, S] floats, or pixels [bs, (T + 1) k, H, W, 3] bytes.
   const float* observation = fields[kTrajectoryObservation].as<float>();
+  r.frames = fields[kTrajectoryObservation].as<uint8_t>();
   const float* action = fields[kTrajectoryAction].as<float>();
   const float* reward = fields[kTrajectoryReward].as<float>();
   const float* discount = fields[kTrajectoryDiscount].as<float>();
@@ -211,7 +234,8 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
 
   // The normaliser: this batch's moments (its first T observations of each
   // trajectory, averaged over replicas), merged into the running ones.
-  if (appo.normalize_observations()) {
+  const bool normalize = appo.normalize_observations() && !spec_.pixels();
+  if (normalize) {
     std::vector<float> moments(2 * s, 0.0f);
     for (int64_t b = 0; b < bs; ++b) {
       for (int64_t t = 0; t < steps; ++t) {
@@ -235,12 +259,12 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   r.mean32.assign(r.obs_mean.begin(), r.obs_mean.end());
   r.std32.resize(s);
   for (int64_t j = 0; j < s; ++j) r.std32[j] = static_cast<float>(std::sqrt(r.obs_var[j] + 1e-8));
-  if (!appo.normalize_observations()) {
+  if (!normalize) {
     std::fill(r.mean32.begin(), r.mean32.end(), 0.0f);
     std::fill(r.std32.begin(), r.std32.end(), 1.0f);
   }
 
-  // The shard on the host.
+  // The shard on the host (pixels stay in the batch, as sampled).
   r.x.resize(obs_rows * s);
   internal::NormalizeObservations(observation, obs_rows, s, r.mean32.data(), r.std32.data(), r.x.data());
   r.u.resize(rows * a);
@@ -269,19 +293,24 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   double sums[5] = {0, 0, 0, 0, 0};  // policy loss, value loss, approx KL, clip fraction, minibatch steps
   r.rng.seed(internal::MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
   for (int epoch = 0; epoch < appo.epochs(); ++epoch) {
-    // V-trace under the current networks: one forward pass over every
-    // observation (no gradient), the recursion on the host.
+    // V-trace under the current networks: a forward pass over every
+    // observation (no gradient; in chunks, which bound a pixel pass's
+    // memory), the recursion on the host.
     nn::Tape& t = r.tape;
-    t.Reset();
     const Weights fixed{&r.model, false};
-    const nn::Var x = t.Input(r.x.data(), {obs_rows, s});
-    const nn::Var mean = networks_.policy(t, fixed, x);
-    const nn::Var value = networks_.value(t, fixed, x);
     r.means.resize(obs_rows * a);
     r.values.resize(obs_rows);
+    for (int64_t first = 0; first < obs_rows; first += kForwardChunk) {
+      const int64_t count = std::min(kForwardChunk, obs_rows - first);
+      t.Reset();
+      const nn::Var features = networks_.Features(
+          t, fixed, ObservationInput(t, r.x.data() + first * s, r.frames + first * FrameStackBytes(), count));
+      const nn::Var mean = networks_.Mean(t, fixed, features);
+      const nn::Var value = networks_.value(t, fixed, features);
+      r.backend->Download(t.data(mean).data, r.means.data() + first * a, sizeof(float) * count * a);
+      r.backend->Download(t.data(value).data, r.values.data() + first, sizeof(float) * count);
+    }
     r.log_std.resize(a);
-    r.backend->Download(t.data(mean).data, r.means.data(), sizeof(float) * r.means.size());
-    r.backend->Download(t.data(value).data, r.values.data(), sizeof(float) * r.values.size());
     r.backend->Download(r.model.value(networks_.log_std).data, r.log_std.data(), sizeof(float) * a);
     r.log_rhos.resize(rows);
     for (int64_t b = 0; b < bs; ++b) {
@@ -357,6 +386,7 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   // The rows' inputs, gathered on the host. Loss terms are sums over the
   // minibatch scaled by 1/n (the mean), each row weighted (0: stale).
   r.mb_x.resize(n * s);
+  r.mb_frames.resize(n * FrameStackBytes());
   r.mb_u.resize(n * a);
   r.mb_behaviour.resize(n);
   r.mb_advantage.resize(n);
@@ -366,7 +396,9 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   const double log_2pi = std::log(2 * std::numbers::pi);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = rows[i], b = row / steps, step = row % steps;
-    std::copy_n(&r.x[(b * (steps + 1) + step) * s], s, &r.mb_x[i * s]);
+    const int64_t observation = b * (steps + 1) + step;
+    std::copy_n(&r.x[observation * s], s, &r.mb_x[i * s]);
+    std::copy_n(r.frames + observation * FrameStackBytes(), FrameStackBytes(), &r.mb_frames[i * FrameStackBytes()]);
     std::copy_n(&r.u[row * a], a, &r.mb_u[i * a]);
     // The device's log-density leaves out the constant -A/2 log(2 pi).
     r.mb_behaviour[i] = static_cast<float>(r.behaviour[row] + 0.5 * a * log_2pi);
@@ -378,8 +410,8 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   t.Reset();
   r.model.ZeroGrad();
   const Weights trained{&r.model, true};
-  const nn::Var x = t.Input(r.mb_x.data(), {n, s});
-  const nn::Var mean = networks_.policy(t, trained, x);
+  const nn::Var x = networks_.Features(t, trained, ObservationInput(t, r.mb_x.data(), r.mb_frames.data(), n));
+  const nn::Var mean = networks_.Mean(t, trained, x);
   const internal::PpoLoss loss = internal::AppoLoss(
       t, mean, trained(t, networks_.log_std), nn::Reshape(networks_.value(t, trained, x), {n}),
       {.n = n,
@@ -476,9 +508,11 @@ std::vector<nn::DeviceTensor> DeviceEntries(nn::ParameterSet& model, nn::Optimiz
 std::vector<nn::CheckpointTensor> AppoAgent::CheckpointState() const {
   Replica& r = *replicas_[0];
   std::vector<nn::CheckpointTensor> tensors = nn::DownloadTensors(*r.backend, DeviceEntries(r.model, *r.adam));
-  const nn::Shape state{spec_.state_size};
-  tensors.push_back({internal::kAppoNormalizerMean, state, std::vector<float>(r.obs_mean.begin(), r.obs_mean.end())});
-  tensors.push_back({internal::kAppoNormalizerVar, state, std::vector<float>(r.obs_var.begin(), r.obs_var.end())});
+  if (!spec_.pixels()) {  // the observation normaliser (state only)
+    const nn::Shape state{spec_.state_size};
+    tensors.push_back({internal::kAppoNormalizerMean, state, std::vector<float>(r.obs_mean.begin(), r.obs_mean.end())});
+    tensors.push_back({internal::kAppoNormalizerVar, state, std::vector<float>(r.obs_var.begin(), r.obs_var.end())});
+  }
   const int64_t counters[3] = {r.updates, r.adam->steps(), std::llround(r.obs_count)};
   tensors.push_back(nn::Int64Tensor(internal::kAppoCounters, counters));
   return tensors;
@@ -489,17 +523,22 @@ absl::Status AppoAgent::Save(const std::string& path) const { return nn::WriteCh
 absl::Status AppoAgent::Load(const std::string& path) {
   Replica& r0 = *replicas_[0];
   std::vector<nn::DeviceTensor> layout = DeviceEntries(r0.model, *r0.adam);
-  const nn::Shape state{spec_.state_size};
-  layout.push_back({internal::kAppoNormalizerMean, state, nullptr});
-  layout.push_back({internal::kAppoNormalizerVar, state, nullptr});
+  const bool normalizer = !spec_.pixels();
+  if (normalizer) {
+    const nn::Shape state{spec_.state_size};
+    layout.push_back({internal::kAppoNormalizerMean, state, nullptr});
+    layout.push_back({internal::kAppoNormalizerVar, state, nullptr});
+  }
   layout.push_back({internal::kAppoCounters, nn::Shape{6}, nullptr});
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
   const size_t n = file.size();
   const std::vector<int64_t> counters = nn::Int64sOf(file[n - 1]);
   for (auto& r : replicas_) {
     nn::UploadTensors(*r->backend, file, DeviceEntries(r->model, *r->adam));
-    r->obs_mean.assign(file[n - 3].values.begin(), file[n - 3].values.end());
-    r->obs_var.assign(file[n - 2].values.begin(), file[n - 2].values.end());
+    if (normalizer) {
+      r->obs_mean.assign(file[n - 3].values.begin(), file[n - 3].values.end());
+      r->obs_var.assign(file[n - 2].values.begin(), file[n - 2].values.end());
+    }
     r->updates = counters[0];
     r->adam->set_steps(counters[1]);
     r->obs_count = static_cast<double>(counters[2]);

@@ -13,6 +13,10 @@
 // behaviour is more than appo.max_policy_lag updates old weigh nothing and
 // are counted (dropped_stale).
 //
+// From pixels, DrQ's encoder is shared by the policy and the value and
+// trained by both losses (no augmentation), on frames decoded by the
+// sampler.
+//
 // Kernel at a time (CPU, CPU_STRICT, CUDA): the targets are computed on the
 // host between the forward pass and the gradient steps.
 //
@@ -118,6 +122,14 @@ class AppoAgent final : public Agent {
   struct Replica;
   AppoAgent() = default;
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r);
+  // Rows of the forward pass over a shard's observations at a time.
+  static constexpr int64_t kForwardChunk = 256;
+  // Bytes of one observation's frame stack (0 from state).
+  int64_t FrameStackBytes() const;
+  // `rows` observations on the tape as the networks read them: the
+  // normalised state [rows, S], or the frames [rows, k, H, W, 3] as float
+  // planes [rows, 3k, H, W] in [0, 1].
+  nn::Var ObservationInput(nn::Tape& t, const float* state, const uint8_t* frames, int64_t rows) const;
   // One minibatch's gradient step on rows `rows` of the prepared shard.
   absl::Status MinibatchStep(Replica& r, const int64_t* rows, int64_t n, double* sums);
 

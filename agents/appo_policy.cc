@@ -18,7 +18,18 @@ namespace troupe::agents {
 absl::Status ValidateAppo(const config::AppoConfig& config, const ObservationSpec& spec, int action_size) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   RETURN_IF_ERROR(CheckObservationAndActions(spec, action_size));
-  if (spec.pixels()) return bad("appo: from pixels is not supported yet; use env.observation STATE");
+  if (spec.pixels()) {
+    if (spec.height < 15 || spec.width < 15) {
+      return bad("observation spec (env.render): frames of ", spec.height, "x", spec.width,
+                 " are too small for the encoder (at least 15x15)");
+    }
+    if (config.encoder_features() < 1 || config.encoder_features() > kMaxEncoderFeatures) {
+      return bad("appo.encoder_features ", config.encoder_features(), ": must be in [1, ", kMaxEncoderFeatures, "]");
+    }
+    if (config.conv_channels() < 1 || config.conv_channels() > kMaxConvChannels) {
+      return bad("appo.conv_channels ", config.conv_channels(), ": must be in [1, ", kMaxConvChannels, "]");
+    }
+  }
   if (config.hidden_size() > kMaxHiddenLayers) {
     return bad("appo.hidden: ", config.hidden_size(), " layers, at most ", kMaxHiddenLayers);
   }
@@ -68,20 +79,31 @@ absl::Status ValidateAppo(const config::AppoConfig& config, const ObservationSpe
 
 namespace internal {
 
-AppoNetworks AppoNetworks::Declare(nn::ParameterSet& params, const config::AppoConfig& config, int64_t state_size,
-                                   int action_size) {
+AppoNetworks AppoNetworks::Declare(nn::ParameterSet& params, const config::AppoConfig& config,
+                                   const ObservationSpec& spec, int action_size) {
   const std::vector<int64_t> hidden = AppoHiddenSizes(config);
+  AppoNetworks n;
+  n.pixels = spec.pixels();
+  if (n.pixels) n.encoder = Encoder::Declare(params, spec, config.conv_channels(), config.encoder_features());
+  const int64_t input = n.pixels ? config.encoder_features() : spec.state_size;
   auto sizes = [&](int64_t out) {
-    std::vector<int64_t> s = {state_size};
+    std::vector<int64_t> s = {input};
     s.insert(s.end(), hidden.begin(), hidden.end());
     s.push_back(out);
     return s;
   };
-  AppoNetworks n;
   n.policy = Mlp::Declare(params, "policy", sizes(action_size), /*tanh_output=*/false);
   n.log_std = params.Add("policy.log_std", {1, action_size}, nn::Init::Constant(config.initial_log_std()));
   n.value = Mlp::Declare(params, "value", sizes(1), /*tanh_output=*/false);
   return n;
+}
+
+nn::Var AppoNetworks::Features(nn::Tape& tape, Weights weights, nn::Var observation) const {
+  return pixels ? encoder(tape, weights, observation) : observation;
+}
+
+nn::Var AppoNetworks::Mean(nn::Tape& tape, Weights weights, nn::Var features) const {
+  return nn::Scale(nn::Tanh(nn::Scale(policy(tape, weights, features), 1.0f / kMeanBound)), kMeanBound);
 }
 
 std::vector<int64_t> AppoHiddenSizes(const config::AppoConfig& config) {
@@ -130,7 +152,7 @@ absl::StatusOr<std::unique_ptr<AppoPolicy>> AppoPolicy::Create(const config::App
   RETURN_IF_ERROR(ValidateAppo(config, spec, action_size));
   std::unique_ptr<AppoPolicy> policy(
       new AppoPolicy(config, spec, action_size, std::make_unique<nn::CpuBackend>(std::max(1, num_threads))));
-  policy->networks_ = internal::AppoNetworks::Declare(policy->params_, config, spec.state_size, action_size);
+  policy->networks_ = internal::AppoNetworks::Declare(policy->params_, config, spec, action_size);
   policy->params_.Allocate(*policy->backend_, /*seed=*/0);
   policy->mean_.assign(spec.state_size, 0.0f);
   policy->std_.assign(spec.state_size, 1.0f);
@@ -192,21 +214,29 @@ absl::StatusOr<int64_t> AppoPolicy::LoadAgentCheckpoint(const std::string& path)
                      find(internal::AppoModelEntry(params_.info(i).name), params_.info(i).shape));
     sources.push_back(t);
   }
+  // The observation normaliser (state only).
   const nn::Shape state{spec_.state_size};
-  ASSIGN_OR_RETURN(const nn::CheckpointTensor* mean, find(internal::kAppoNormalizerMean, state));
-  ASSIGN_OR_RETURN(const nn::CheckpointTensor* var, find(internal::kAppoNormalizerVar, state));
+  const nn::CheckpointTensor *mean = nullptr, *var = nullptr;
+  if (!spec_.pixels()) {
+    ASSIGN_OR_RETURN(mean, find(internal::kAppoNormalizerMean, state));
+    ASSIGN_OR_RETURN(var, find(internal::kAppoNormalizerVar, state));
+  }
   ASSIGN_OR_RETURN(const nn::CheckpointTensor* counters, find(internal::kAppoCounters, nn::Shape{6}));
   for (int i = 0; i < params_.size(); ++i) {
     backend_->Upload(sources[i]->values.data(), params_.value(i).data, sizeof(float) * sources[i]->values.size());
   }
-  mean_ = mean->values;
-  std_.resize(spec_.state_size);
-  for (int64_t j = 0; j < spec_.state_size; ++j) std_[j] = std::sqrt(var->values[j] + 1e-8f);
+  if (mean != nullptr) {
+    mean_ = mean->values;
+    std_.resize(spec_.state_size);
+    for (int64_t j = 0; j < spec_.state_size; ++j) std_[j] = std::sqrt(var->values[j] + 1e-8f);
+  }
   ReadLogStd();
   return nn::Int64sOf(*counters)[0];
 }
 
-nn::Var AppoPolicy::Input(const float* state, int batch) {
+nn::Var AppoPolicy::Input(const float* state, const uint8_t* pixels, int batch) {
+  const internal::Weights weights{&params_, false};
+  if (spec_.pixels()) return networks_.Features(tape_, weights, internal::PixelInput(tape_, pixels, batch, spec_));
   normalized_.resize(size_t(batch) * spec_.state_size);
   internal::NormalizeObservations(state, batch, spec_.state_size, mean_.data(), std_.data(), normalized_.data());
   return tape_.Input(normalized_.data(), {batch, spec_.state_size});
@@ -215,7 +245,7 @@ nn::Var AppoPolicy::Input(const float* state, int batch) {
 absl::Status AppoPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
   RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   tape_.Reset();
-  const nn::Var mean = networks_.policy(tape_, internal::Weights{&params_, false}, Input(state, batch));
+  const nn::Var mean = networks_.Mean(tape_, internal::Weights{&params_, false}, Input(state, pixels, batch));
   backend_->Download(tape_.data(mean).data, actions, sizeof(float) * batch * action_size_);
   for (int64_t i = 0; i < int64_t{batch} * action_size_; ++i) actions[i] = std::tanh(actions[i]);
   return absl::OkStatus();
@@ -225,7 +255,7 @@ absl::Status AppoPolicy::Explore(const float* state, const uint8_t* pixels, int 
                                  std::mt19937_64& rng, float* actions, float* log_probs) {
   RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   tape_.Reset();
-  const nn::Var mean = networks_.policy(tape_, internal::Weights{&params_, false}, Input(state, batch));
+  const nn::Var mean = networks_.Mean(tape_, internal::Weights{&params_, false}, Input(state, pixels, batch));
   host_mean_.resize(size_t(batch) * action_size_);
   backend_->Download(tape_.data(mean).data, host_mean_.data(), sizeof(float) * host_mean_.size());
   std::vector<float> u(action_size_);
@@ -246,7 +276,7 @@ absl::Status AppoPolicy::Explore(const float* state, const uint8_t* pixels, int 
 absl::Status AppoPolicy::Values(const float* state, const uint8_t* pixels, int batch, float* values) {
   RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   tape_.Reset();
-  const nn::Var v = networks_.value(tape_, internal::Weights{&params_, false}, Input(state, batch));
+  const nn::Var v = networks_.value(tape_, internal::Weights{&params_, false}, Input(state, pixels, batch));
   backend_->Download(tape_.data(v).data, values, sizeof(float) * batch);
   for (int b = 0; b < batch; ++b) values[b] /= config_.reward_scale();
   return absl::OkStatus();

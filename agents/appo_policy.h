@@ -1,12 +1,15 @@
 // APPO's networks and inference policy (the agent is agents/appo_agent.h):
 // a Gaussian over pre-squash actions u with a state-dependent mean and a
 // state-independent log standard deviation, actions a = tanh(u); a value
-// MLP beside it. Observations are normalised by the learner's running
-// statistics, which travel in the policy's parameters.
+// MLP beside it. From state, observations are normalised by the learner's
+// running statistics, which travel in the policy's parameters; from
+// pixels, DrQ's encoder (agents/d4pg_networks.h, Encoder) turns a stack of
+// frames into the features both MLPs read.
 //
 // Parameters (SetParameters, the learner's PolicyParameters): the model's
-// ParameterSet ("policy.*", "policy.log_std", "value.*") flat, then the
-// observation mean [S] and standard deviation [S].
+// ParameterSet ("encoder.*" from pixels, "policy.*", "policy.log_std",
+// "value.*") flat, then (state) the observation mean [S] and standard
+// deviation [S].
 //
 // Threads: a policy is not thread-safe (one per thread).
 #ifndef TROUPE_AGENTS_APPO_POLICY_H_
@@ -21,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "agents/d4pg_networks.h"
 #include "agents/networks.h"
 #include "agents/policy.h"
 #include "engine/nn/backend.h"
@@ -37,11 +41,25 @@ namespace internal {
 
 // The model both the learner and the policy declare, in this order.
 struct AppoNetworks {
+  bool pixels = false;
+  Encoder encoder;  // pixels
   Mlp policy, value;
   int log_std = -1;  // "policy.log_std" [1, A]
-  static AppoNetworks Declare(nn::ParameterSet& params, const config::AppoConfig& config, int64_t state_size,
-                              int action_size);
+  static AppoNetworks Declare(nn::ParameterSet& params, const config::AppoConfig& config,
+                              const ObservationSpec& spec, int action_size);
+  // What the MLPs read: the encoder's features of float pixels
+  // [B, 3k, H, W] in [0, 1], or the (normalised) state [B, S] itself.
+  nn::Var Features(nn::Tape& tape, Weights weights, nn::Var observation) const;
+  // The Gaussian's pre-squash mean [B, A]: the policy MLP's output y bounded
+  // smoothly to +-kMeanBound (kMeanBound tanh(y / kMeanBound)). Unbounded,
+  // a mean that runs past where tanh saturates leaves every sampled action
+  // at the bound, whose pre-squash sample (PreSquash) then sits far in the
+  // Gaussian's tail, and the ratios of PPO's loss explode.
+  nn::Var Mean(nn::Tape& tape, Weights weights, nn::Var features) const;
 };
+
+// The pre-squash mean's bound: tanh(5) = 0.99991, every action within reach.
+inline constexpr float kMeanBound = 5.0f;
 
 // appo.hidden, [64, 64] when empty.
 std::vector<int64_t> AppoHiddenSizes(const config::AppoConfig& config);
@@ -58,8 +76,9 @@ void NormalizeObservations(const float* x, int64_t rows, int64_t size, const flo
                            float* out);
 
 // Checkpoint entry names (AppoAgent::Save): the model's parameters
-// "param/model/<name>", the normaliser's "param/normalizer.mean" and
-// "param/normalizer.var" [S] and count, and the counters.
+// "param/model/<name>", from state the normaliser's "param/normalizer.mean"
+// and "param/normalizer.var" [S], and the counters (updates, Adam's steps,
+// the normaliser's count).
 std::string AppoModelEntry(const std::string& parameter);
 inline constexpr char kAppoNormalizerMean[] = "param/normalizer.mean";
 inline constexpr char kAppoNormalizerVar[] = "param/normalizer.var";
@@ -92,8 +111,9 @@ class AppoPolicy final : public Policy {
  private:
   AppoPolicy(const config::AppoConfig& config, const ObservationSpec& spec, int action_size,
              std::unique_ptr<nn::Backend> backend);
-  // The normalised observations on the tape (after CheckActInputs).
-  nn::Var Input(const float* state, int batch);
+  // The MLPs' input on the tape (after CheckActInputs): the normalised
+  // state, or the encoder's features of the pixels.
+  nn::Var Input(const float* state, const uint8_t* pixels, int batch);
   // log_std_ from the parameters (after each change).
   void ReadLogStd();
 

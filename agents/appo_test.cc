@@ -241,29 +241,58 @@ config::ExperimentConfig BanditConfig(int batch) {
 
 // A one-state bandit: each step its own episode (discount 0), reward
 // 1 - (a - 0.5)^2 whatever the observation, which is noise (uniform in
-// [-1, 1]: a constant would give the normaliser no spread). Fills `out`
-// with `count` trajectories acted by `policy` (behaviour log-densities its
-// own).
+// [-1, 1], or random bytes for pixels: a constant would give the
+// normaliser no spread). Fills `out` with `count` trajectories of
+// `signature` (spec's observations) acted by `policy` (behaviour
+// log-densities its own).
+//
+// `contextual` (pixels): each observation's frames are one grey level g
+// instead, and the reward is 1 - (a - (g / 255 - 0.5))^2: the action to
+// learn is read off the frames.
+float BanditTarget(uint8_t grey) { return grey / 255.0f - 0.5f; }
 void BanditTrajectories(AppoPolicy& policy, const replay::Signature& signature, int64_t count, int64_t version,
-                        std::mt19937_64& rng, replay::SampledBatch* out) {
+                        std::mt19937_64& rng, replay::SampledBatch* out, bool contextual = false) {
   replay::ShapeBatch(signature, count, out);
   const int steps = 4;
+  const ObservationSpec& spec = policy.spec();
   std::uniform_real_distribution<float> noise(-1.0f, 1.0f);
   auto floats = [&](int field) { return reinterpret_cast<float*>(out->fields[field].data.data()); };
+  const int64_t stack_bytes = int64_t{spec.frames} * spec.height * spec.width * 3;
   for (int64_t b = 0; b < count; ++b) {
-    float* observation = &floats(kTrajectoryObservation)[b * (steps + 1)];
-    for (int t = 0; t <= steps; ++t) observation[t] = noise(rng);
+    float* state = spec.pixels() ? nullptr : &floats(kTrajectoryObservation)[b * (steps + 1)];
+    uint8_t* frames = spec.pixels() ? out->fields[kTrajectoryObservation].data.data() + b * (steps + 1) * stack_bytes
+                                    : nullptr;
+    std::vector<uint8_t> grey(steps + 1);
+    for (int t = 0; t <= steps; ++t) {
+      if (state != nullptr) state[t] = noise(rng);
+      grey[t] = uint8_t(rng());
+      for (int64_t i = 0; frames != nullptr && i < stack_bytes; ++i) {
+        frames[t * stack_bytes + i] = contextual ? grey[t] : uint8_t(rng());
+      }
+    }
     for (int t = 0; t < steps; ++t) {
-      const float state = observation[t];
       float action, log_prob;
-      TROUPE_CHECK(policy.Explore(&state, nullptr, 1, {}, rng, &action, &log_prob).ok());
+      TROUPE_CHECK(policy
+                       .Explore(state != nullptr ? &state[t] : nullptr,
+                                frames != nullptr ? frames + t * stack_bytes : nullptr, 1, {}, rng, &action, &log_prob)
+                       .ok());
       floats(kTrajectoryAction)[b * steps + t] = action;
-      floats(kTrajectoryReward)[b * steps + t] = 1.0f - (action - 0.5f) * (action - 0.5f);
+      const float target = contextual ? BanditTarget(grey[t]) : 0.5f;
+      floats(kTrajectoryReward)[b * steps + t] = 1.0f - (action - target) * (action - target);
       floats(kTrajectoryDiscount)[b * steps + t] = 0.0f;
       floats(kTrajectoryLogProb)[b * steps + t] = log_prob;
     }
     reinterpret_cast<int64_t*>(out->fields[kTrajectoryVersion].data.data())[b] = version;
   }
+}
+
+// Tiny frames for the pixel tests: 2 stacked 16x16 frames, a narrow encoder
+// (16 channels: with 4, every unit of a constant frame can start dead).
+const ObservationSpec kPixels{.frames = 2, .height = 16, .width = 16};
+config::ExperimentConfig PixelConfig(config::ExperimentConfig c) {
+  c.mutable_appo()->set_conv_channels(16);
+  c.mutable_appo()->set_encoder_features(16);
+  return c;
 }
 
 TEST(AppoAgentTest, LearnsAOneStateBanditFromItsOwnTrajectories) {
@@ -376,6 +405,72 @@ TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatch) {
   TROUPE_EXPECT_SAME_STATE(start, states[0], states[1], .tolerance = 1e-4);
 }
 
+// The same from pixels: the encoder's gradients (from both losses) are
+// averaged like the rest.
+TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatchFromPixels) {
+  config::ExperimentConfig config = PixelConfig(BanditConfig(/*batch=*/4));
+  config.mutable_appo()->set_minibatches(1);
+  auto policy = AppoPolicy::Create(config.appo(), kPixels, 1);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  auto signature = TrajectorySignature(kPixels, 1, 4);
+  ASSERT_TRUE(signature.ok());
+  std::mt19937_64 rng(12);
+  std::vector<replay::SampledBatch> batches(2);
+  for (auto& b : batches) BanditTrajectories(**policy, *signature, 4, 1, rng, &b);
+  std::vector<std::vector<nn::CheckpointTensor>> states;
+  std::vector<nn::CheckpointTensor> start;
+  for (const int k : {1, 2}) {
+    auto replicator = MakeReplicator(k);
+    auto agent = AppoAgent::Create(config, kPixels, 1, replicator.get());
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    if (start.empty()) start = (*agent)->CheckpointState();
+    std::vector<int64_t> taken(k, 0);
+    (*agent)->StartInput([&](int replica, int64_t n, replay::SampledBatch* out) {
+      const replay::SampledBatch& whole = batches[taken[replica]++];
+      replay::ShapeBatch(*signature, n, out);
+      for (size_t f = 0; f < out->fields.size(); ++f) {
+        const size_t row = whole.fields[f].data.size() / 4;
+        std::copy_n(whole.fields[f].data.begin() + replica * n * row, n * row, out->fields[f].data.begin());
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE((*agent)->Train(2).ok());
+    states.push_back((*agent)->CheckpointState());
+  }
+  TROUPE_EXPECT_SAME_STATE(start, states[0], states[1], .tolerance = 1e-4);
+}
+
+// A contextual bandit from pixels: the action to take is the frames' grey
+// level, so the encoder must read the right frames of each step.
+TEST(AppoAgentTest, LearnsAContextualBanditFromPixels) {
+  config::ExperimentConfig config = PixelConfig(BanditConfig(/*batch=*/8));
+  const auto replicator = MakeReplicator(1);
+  auto agent = AppoAgent::Create(config, kPixels, 1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto policy = AppoPolicy::Create(config.appo(), kPixels, 1);
+  ASSERT_TRUE(policy.ok());
+  auto signature = TrajectorySignature(kPixels, 1, 4);
+  ASSERT_TRUE(signature.ok());
+  std::mt19937_64 rng(13);
+  std::vector<float> parameters;
+  int64_t version = 0;
+  (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
+    (*agent)->PolicyParameters(&parameters);
+    RETURN_IF_ERROR((*policy)->SetParameters(parameters));
+    BanditTrajectories(**policy, *signature, n, ++version, rng, out, /*contextual=*/true);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE((*agent)->Train(200).ok());
+  (*agent)->PolicyParameters(&parameters);
+  ASSERT_TRUE((*policy)->SetParameters(parameters).ok());
+  for (const uint8_t grey : {30, 128, 225}) {
+    const std::vector<uint8_t> frames(2 * 16 * 16 * 3, grey);
+    float action = 0;
+    ASSERT_TRUE((*policy)->Act(nullptr, frames.data(), 1, &action).ok());
+    EXPECT_NEAR(action, BanditTarget(grey), 0.15f) << "grey " << int(grey);
+  }
+}
+
 TEST(AppoAgentTest, CheckpointRoundTripAndThePolicyLoadsIt) {
   const config::ExperimentConfig config = BanditConfig(/*batch=*/8);
   const ObservationSpec spec{.state_size = 1};
@@ -423,6 +518,33 @@ TEST(AppoAgentTest, CheckpointRoundTripAndThePolicyLoadsIt) {
   std::filesystem::remove(path);
 }
 
+// However far the policy MLP's output runs, the Gaussian's mean stays
+// within kMeanBound: the deterministic action is at most tanh(kMeanBound),
+// and an action explored there has a finite log-density near its mean's.
+TEST(AppoPolicyTest, TheMeanIsBoundedWhereTanhStillMoves) {
+  const config::ExperimentConfig config = BanditConfig(8);
+  const ObservationSpec spec{.state_size = 1};
+  auto policy = AppoPolicy::Create(config.appo(), spec, 1);
+  ASSERT_TRUE(policy.ok());
+  std::vector<float> parameters = (*policy)->DownloadParameters();
+  // The policy MLP's last bias ("policy.1.b", declared before log_std) at 100.
+  nn::ParameterSet layout;
+  internal::AppoNetworks::Declare(layout, config.appo(), spec, 1);
+  const int bias = layout.Find("policy.1.b");
+  ASSERT_GE(bias, 0);
+  parameters[layout.info(bias).offset] = 100.0f;
+  ASSERT_TRUE((*policy)->SetParameters(parameters).ok());
+  const float state = 0.1f;
+  float action = 0;
+  ASSERT_TRUE((*policy)->Act(&state, nullptr, 1, &action).ok());
+  EXPECT_NEAR(action, std::tanh(internal::kMeanBound), 1e-6);
+  EXPECT_LT(action, 1.0f);
+  std::mt19937_64 rng(1);
+  float log_prob = 0;
+  ASSERT_TRUE((*policy)->Explore(&state, nullptr, 1, {}, rng, &action, &log_prob).ok());
+  EXPECT_GT(log_prob, -10.0f) << "the sample stays near the bounded mean";
+}
+
 TEST(AppoAgentTest, BadSettingsAreRefusedNamingTheField) {
   const ObservationSpec spec{.state_size = 3};
   auto replicator = MakeReplicator(2);
@@ -441,9 +563,9 @@ TEST(AppoAgentTest, BadSettingsAreRefusedNamingTheField) {
   c = BanditConfig(8);
   c.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::PJRT);
   EXPECT_THAT(refused(c), HasSubstr("PJRT"));
-  auto pixels = AppoAgent::Create(BanditConfig(8), ObservationSpec{.frames = 3, .height = 32, .width = 32}, 2,
-                                  replicator.get());
-  EXPECT_THAT(std::string(pixels.status().message()), HasSubstr("pixels"));
+  auto tiny = AppoAgent::Create(BanditConfig(8), ObservationSpec{.frames = 3, .height = 14, .width = 14}, 2,
+                                replicator.get());
+  EXPECT_THAT(std::string(tiny.status().message()), HasSubstr("too small for the encoder"));
 }
 
 }  // namespace

@@ -14,7 +14,12 @@ void AddTrajectoryFields(const ObservationSpec& spec, int action_size, int steps
     for (int64_t d : shape) field->add_shape(d);
   };
   const auto f32 = config::ReplayFieldConfig::float32;
-  add("observation", f32, {steps + 1, spec.state_size});
+  if (spec.pixels()) {
+    add("observation", config::ReplayFieldConfig::uint8, {spec.height, spec.width, 3});
+    table->mutable_fields(table->fields_size() - 1)->set_frames((steps + 1) * spec.frames);
+  } else {
+    add("observation", f32, {steps + 1, spec.state_size});
+  }
   add("action", f32, {steps, action_size});
   add("reward", f32, {steps});
   add("discount", f32, {steps});
@@ -23,9 +28,6 @@ void AddTrajectoryFields(const ObservationSpec& spec, int action_size, int steps
 }
 
 absl::StatusOr<replay::Signature> TrajectorySignature(const ObservationSpec& spec, int action_size, int steps) {
-  if (spec.pixels()) {
-    return absl::InvalidArgumentError("trajectories of pixel observations: not supported yet (env.observation STATE)");
-  }
   if (steps < 1) return absl::InvalidArgumentError(absl::StrCat("trajectory length ", steps, ": must be >= 1"));
   config::ReplayTableConfig table;
   table.set_name(kTrajectoryTable);

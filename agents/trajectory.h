@@ -9,6 +9,8 @@
 //
 //   field           dtype and shape      what it holds
 //   observation     float32 [T + 1, S]   x_0 .. x_T (x_T: the bootstrap's)
+//                   | uint8 [H, W, 3] x (T + 1) k   or each x_t's stack of k frames, oldest first,
+//                                        by reference: every frame stored once in the frame store
 //   action          float32 [T, A]       the behaviour's sample (before the env's clip to [-1, 1])
 //   reward          float32 [T]
 //   discount        float32 [T]          gamma, 0 where the episode ended
@@ -37,11 +39,11 @@ enum TrajectoryField : int {
   kNumTrajectoryFields
 };
 
-// The fields for `steps` steps of observations `spec` (state only) and
-// `action_size` actions, appended to `table`.
+// The fields for `steps` steps of observations `spec` and `action_size`
+// actions, appended to `table`.
 void AddTrajectoryFields(const ObservationSpec& spec, int action_size, int steps, config::ReplayTableConfig* table);
 
-// Their signature. InvalidArgument for pixels (not yet), or sizes below 1.
+// Their signature. InvalidArgument for sizes below 1.
 absl::StatusOr<replay::Signature> TrajectorySignature(const ObservationSpec& spec, int action_size, int steps);
 
 // The queue the actors fill and the learner empties: FIFO (each trajectory
