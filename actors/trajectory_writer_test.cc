@@ -12,13 +12,14 @@ namespace {
 constexpr int kSteps = 3;
 const agents::ObservationSpec kSpec{.state_size = 2};
 
-std::unique_ptr<replay::Replay> MakeQueue() {
+// A queue of trajectories of observations `spec`, 1 action, embedded.
+std::unique_ptr<replay::Replay> MakeQueue(const agents::ObservationSpec& spec = kSpec) {
   config::ReplayConfig config;
   auto* table = config.add_tables();
   table->set_name(agents::kTrajectoryTable);
   table->set_selector(config::ReplayTableConfig::fifo);
   table->set_max_size(100);
-  agents::AddTrajectoryFields(kSpec, /*action_size=*/1, kSteps, table);
+  agents::AddTrajectoryFields(spec, /*action_size=*/1, kSteps, table);
   auto r = replay::Replay::Create(config);
   EXPECT_TRUE(r.ok()) << r.status();
   return std::move(r).value();
@@ -126,15 +127,8 @@ TEST(TrajectoryWriterTest, ATrueTerminalGetsNoBootstrap) {
 // episode's end the next observation is the new episode's first stack.
 TEST(TrajectoryWriterTest, PixelTrajectoriesReferenceEachFrameOnce) {
   const agents::ObservationSpec pixels{.frames = 2, .height = 4, .width = 4};
-  config::ReplayConfig config;
-  auto* table = config.add_tables();
-  table->set_name(agents::kTrajectoryTable);
-  table->set_selector(config::ReplayTableConfig::fifo);
-  table->set_max_size(100);
-  agents::AddTrajectoryFields(pixels, /*action_size=*/1, kSteps, table);
-  auto queue = replay::Replay::Create(config);
-  ASSERT_TRUE(queue.ok()) << queue.status();
-  auto client = replay::NewLocalClient(queue->get());
+  auto queue = MakeQueue(pixels);
+  auto client = replay::NewLocalClient(queue.get());
   auto writer = client->NewWriter();
   ASSERT_TRUE(writer.ok());
   auto signature = agents::TrajectorySignature(pixels, 1, kSteps);
@@ -171,7 +165,7 @@ TEST(TrajectoryWriterTest, PixelTrajectoriesReferenceEachFrameOnce) {
     }
   }
   // 8 frames appended (0-3, 10-13), each stored once however many stacks hold it.
-  EXPECT_EQ((*queue)->Info().frames(), 8);
+  EXPECT_EQ(queue->Info().frames(), 8);
 }
 
 }  // namespace

@@ -367,20 +367,18 @@ TEST(AppoAgentTest, StaleTrajectoriesAreLeftOutAndCounted) {
 }
 
 // The whole batch on K=1, and halves of it on K=2 (one minibatch per epoch,
-// so both take the same steps): the same training state.
-TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatch) {
-  config::ExperimentConfig config = BanditConfig(/*batch=*/8);
-  config.mutable_appo()->set_minibatches(1);
-  config.mutable_appo()->set_entropy_coef(0.01f);
-  const ObservationSpec spec{.state_size = 1};
+// so both take the same steps): the same training state, from `updates`
+// bandit batches of `batch` trajectories observing `spec`.
+void ExpectTwoReplicasEqualOne(const config::ExperimentConfig& config, const ObservationSpec& spec, int updates) {
+  const int64_t batch = config.learner().batch_size();
   auto policy = AppoPolicy::Create(config.appo(), spec, 1);
-  ASSERT_TRUE(policy.ok());
+  ASSERT_TRUE(policy.ok()) << policy.status();
   auto signature = TrajectorySignature(spec, 1, 4);
   ASSERT_TRUE(signature.ok());
-  // Three batches of 8, made once.
+  // The batches, made once.
   std::mt19937_64 rng(9);
-  std::vector<replay::SampledBatch> batches(3);
-  for (auto& b : batches) BanditTrajectories(**policy, *signature, 8, 1, rng, &b);
+  std::vector<replay::SampledBatch> batches(updates);
+  for (auto& b : batches) BanditTrajectories(**policy, *signature, batch, 1, rng, &b);
   std::vector<std::vector<nn::CheckpointTensor>> states;
   std::vector<nn::CheckpointTensor> start;
   for (const int k : {1, 2}) {
@@ -394,15 +392,22 @@ TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatch) {
       const replay::SampledBatch& whole = batches[taken[replica]++];
       replay::ShapeBatch(*signature, n, out);
       for (size_t f = 0; f < out->fields.size(); ++f) {
-        const size_t row = whole.fields[f].data.size() / 8;
+        const size_t row = whole.fields[f].data.size() / batch;
         std::copy_n(whole.fields[f].data.begin() + replica * n * row, n * row, out->fields[f].data.begin());
       }
       return absl::OkStatus();
     });
-    ASSERT_TRUE((*agent)->Train(3).ok());
+    ASSERT_TRUE((*agent)->Train(updates).ok());
     states.push_back((*agent)->CheckpointState());
   }
   TROUPE_EXPECT_SAME_STATE(start, states[0], states[1], .tolerance = 1e-4);
+}
+
+TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatch) {
+  config::ExperimentConfig config = BanditConfig(/*batch=*/8);
+  config.mutable_appo()->set_minibatches(1);
+  config.mutable_appo()->set_entropy_coef(0.01f);
+  ExpectTwoReplicasEqualOne(config, ObservationSpec{.state_size = 1}, /*updates=*/3);
 }
 
 // The same from pixels: the encoder's gradients (from both losses) are
@@ -410,34 +415,7 @@ TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatch) {
 TEST(AppoAgentTest, TwoReplicasEqualOneOnTheWholeBatchFromPixels) {
   config::ExperimentConfig config = PixelConfig(BanditConfig(/*batch=*/4));
   config.mutable_appo()->set_minibatches(1);
-  auto policy = AppoPolicy::Create(config.appo(), kPixels, 1);
-  ASSERT_TRUE(policy.ok()) << policy.status();
-  auto signature = TrajectorySignature(kPixels, 1, 4);
-  ASSERT_TRUE(signature.ok());
-  std::mt19937_64 rng(12);
-  std::vector<replay::SampledBatch> batches(2);
-  for (auto& b : batches) BanditTrajectories(**policy, *signature, 4, 1, rng, &b);
-  std::vector<std::vector<nn::CheckpointTensor>> states;
-  std::vector<nn::CheckpointTensor> start;
-  for (const int k : {1, 2}) {
-    auto replicator = MakeReplicator(k);
-    auto agent = AppoAgent::Create(config, kPixels, 1, replicator.get());
-    ASSERT_TRUE(agent.ok()) << agent.status();
-    if (start.empty()) start = (*agent)->CheckpointState();
-    std::vector<int64_t> taken(k, 0);
-    (*agent)->StartInput([&](int replica, int64_t n, replay::SampledBatch* out) {
-      const replay::SampledBatch& whole = batches[taken[replica]++];
-      replay::ShapeBatch(*signature, n, out);
-      for (size_t f = 0; f < out->fields.size(); ++f) {
-        const size_t row = whole.fields[f].data.size() / 4;
-        std::copy_n(whole.fields[f].data.begin() + replica * n * row, n * row, out->fields[f].data.begin());
-      }
-      return absl::OkStatus();
-    });
-    ASSERT_TRUE((*agent)->Train(2).ok());
-    states.push_back((*agent)->CheckpointState());
-  }
-  TROUPE_EXPECT_SAME_STATE(start, states[0], states[1], .tolerance = 1e-4);
+  ExpectTwoReplicasEqualOne(config, kPixels, /*updates=*/2);
 }
 
 // A contextual bandit from pixels: the action to take is the frames' grey
