@@ -267,7 +267,7 @@ TEST_F(RlEndToEndTest, TheRandomAgentRunsThroughActorsReplayEvaluatorCheckpoints
 // APPO over trajectories (agents/appo_agent.h): actors write trajectories
 // with their behaviour's log-probabilities to the learner's FIFO queue, the
 // learner runs PPO over V-trace advantages, and cartpole.balance is
-// learned within 800k frames (measured on 4 seeds: 999 by 400-700k, 8 s
+// learned within 800k frames (measured on 4 seeds: 996-999 by 400-500k, 5 s
 // on 2 cores; a random policy scores about 250);
 // metrics.csv has APPO's columns; the run resumes from its checkpoint and
 // the viewer plays its policy.
