@@ -292,7 +292,9 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
                              .lambda = appo.vtrace_lambda()};
   double sums[5] = {0, 0, 0, 0, 0};  // policy loss, value loss, approx KL, clip fraction, minibatch steps
   r.rng.seed(internal::MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
+  int epochs_run = 0;
   for (int epoch = 0; epoch < appo.epochs(); ++epoch) {
+    ++epochs_run;
     // V-trace under the current networks: a forward pass over every
     // observation (no gradient; in chunks, which bound a pixel pass's
     // memory), the recursion on the host.
@@ -345,10 +347,18 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     r.order.resize(rows);
     std::iota(r.order.begin(), r.order.end(), 0);
     std::shuffle(r.order.begin(), r.order.end(), r.rng);
+    const double kl_before = sums[2];
     for (int m = 0; m < minibatches; ++m) {
       const int64_t begin = rows * m / minibatches, end = rows * (m + 1) / minibatches;
       RETURN_IF_ERROR(MinibatchStep(r, r.order.data() + begin, end - begin, sums));
       if (!ctx.status().ok()) return ctx.status();
+    }
+    // appo.target_kl: no more epochs once this one's mean approximate KL
+    // (over every replica: all stop together) passes 1.5x the target.
+    if (appo.target_kl() > 0) {
+      std::vector<float> kl = {static_cast<float>((sums[2] - kl_before) / minibatches)};
+      RETURN_IF_ERROR(ctx.AllReduce(kl, replicator::ReduceOp::kMean));
+      if (kl[0] > 1.5 * appo.target_kl()) break;
     }
   }
   ++r.updates;
@@ -356,6 +366,7 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   // The update's metrics, over the whole batch.
   std::vector<float> metrics = {float(sums[0] / sums[4]), float(sums[1] / sums[4]), float(sums[2] / sums[4]),
                                 float(sums[3] / sums[4]), float(dropped), float(lag_sum), float(kept)};
+  const int64_t epochs_done = epochs_run;
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kSum));
   // A loss that is no longer a number stops training before the actors get
   // a policy that acts NaN (every replica sees the same sums).
@@ -374,6 +385,7 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     metric_sums_[2] += entropy;
     metric_sums_[5] += metrics[4];
     metric_sums_[6] += metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0;
+    metric_sums_[7] += double(epochs_done);
     ++metric_count_;
     metric_updates_ = r.updates;
   }

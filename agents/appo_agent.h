@@ -46,9 +46,11 @@ namespace troupe::agents {
 // (0.5 (V - vs)^2), entropy (the Gaussian's, summed over action
 // dimensions), approx_kl (E[r - 1 - log r]), clip_fraction (|r - 1| > clip);
 // dropped_stale, trajectories left out for their policy lag (a count);
-// policy_lag, the mean lag of the trajectories used (learner updates).
-inline constexpr const char* kAppoMetrics[] = {"policy_loss",   "value_loss",    "entropy",   "approx_kl",
-                                               "clip_fraction", "dropped_stale", "policy_lag"};
+// policy_lag, the mean lag of the trajectories used (learner updates);
+// epochs, the passes an update made (fewer than appo.epochs where
+// appo.target_kl stopped it).
+inline constexpr const char* kAppoMetrics[] = {"policy_loss",   "value_loss",    "entropy",    "approx_kl",
+                                               "clip_fraction", "dropped_stale", "policy_lag", "epochs"};
 
 // The learner's memory for APPO's step (parameters, moments, a batch's
 // activations) against this machine's: InvalidArgument naming the sizes.

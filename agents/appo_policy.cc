@@ -67,6 +67,9 @@ absl::Status ValidateAppo(const config::AppoConfig& config, const ObservationSpe
   if (!(config.vtrace_lambda() >= 0 && config.vtrace_lambda() <= 1)) {
     return bad("appo.vtrace_lambda ", config.vtrace_lambda(), ": must be in [0, 1]");
   }
+  if (!(config.target_kl() >= 0) || std::isinf(config.target_kl())) {
+    return bad("appo.target_kl ", config.target_kl(), ": must be finite and >= 0 (0 = off)");
+  }
   if (config.max_policy_lag() < 1) return bad("appo.max_policy_lag ", config.max_policy_lag(), ": must be >= 1");
   if (!(config.reward_scale() > 0) || std::isinf(config.reward_scale())) {
     return bad("appo.reward_scale ", config.reward_scale(), ": must be finite and > 0");

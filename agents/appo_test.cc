@@ -366,6 +366,32 @@ TEST(AppoAgentTest, StaleTrajectoriesAreLeftOutAndCounted) {
   EXPECT_EQ(m["policy_lag"], 3);
 }
 
+// appo.target_kl stops an update's epochs once one moved the policy past
+// 1.5x the target: with a target no step stays under, one epoch of
+// minibatch steps an update; without one, every epoch.
+TEST(AppoAgentTest, TargetKlStopsTheEpochsEarly) {
+  const ObservationSpec spec{.state_size = 1};
+  for (const float target : {0.0f, 1e-9f}) {
+    config::ExperimentConfig config = BanditConfig(/*batch=*/8);  // 2 epochs of 2 minibatches
+    config.mutable_appo()->set_target_kl(target);
+    auto replicator = MakeReplicator(1);
+    auto agent = AppoAgent::Create(config, spec, 1, replicator.get());
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    auto policy = AppoPolicy::Create(config.appo(), spec, 1);
+    auto signature = TrajectorySignature(spec, 1, 4);
+    std::mt19937_64 rng(8);
+    (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
+      BanditTrajectories(**policy, *signature, n, 1, rng, out);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE((*agent)->Train(3).ok());
+    const std::vector<nn::CheckpointTensor> state = (*agent)->CheckpointState();
+    const std::vector<int64_t> counters = nn::Int64sOf(state.back());  // updates, Adam's steps, observations
+    EXPECT_EQ(counters[1], target > 0 ? 3 * 2 : 3 * 2 * 2) << "target_kl " << target;
+    EXPECT_EQ((*agent)->metrics()["epochs"], target > 0 ? 1 : 2);
+  }
+}
+
 // The whole batch on K=1, and halves of it on K=2 (one minibatch per epoch,
 // so both take the same steps): the same training state, from `updates`
 // bandit batches of `batch` trajectories observing `spec`.

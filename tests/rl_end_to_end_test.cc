@@ -287,7 +287,7 @@ runs_dir: ")" << dir_ << "/runs\"\n";
   const std::string csv = Read(run + "/metrics.csv");
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,policy_loss,value_loss,"
-            "entropy,approx_kl,clip_fraction,dropped_stale,policy_lag,eval_return,parameter_version,input_wait_ms,"
+            "entropy,approx_kl,clip_fraction,dropped_stale,policy_lag,epochs,eval_return,parameter_version,input_wait_ms,"
             "frames_uploaded_per_update");
   const auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_FALSE(evals.empty()) << Read(dir_ + "/run.log");
