@@ -118,7 +118,10 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
   // every sample, as it does for in-process replicas.)
   ASSIGN_OR_RETURN(l->agent_, agents::CreateAgent(config, l->spec_, l->action_size_, l->replicator_.get()));
   l->agent_metric_names_ = l->agent_->metric_names();
-  l->stats_.agent_metrics.assign(l->agent_metric_names_.size(), 0.0);
+  {
+    absl::MutexLock lock(&l->mutex_);
+    l->stats_.agent_metrics.assign(l->agent_metric_names_.size(), 0.0);
+  }
   // The device frame table's size, and what bounded it (every rank's is the same).
   if (const agents::DeviceFrameSizing frames =
           agents::DeviceFrameSlots(config, l->spec_, l->replicator_->num_replicas());
