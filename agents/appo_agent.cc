@@ -203,6 +203,15 @@ absl::Status AppoAgent::Train(int64_t num_updates) {
   return status;
 }
 
+float AppoAgent::LearningRate(int64_t update) const {
+  const config::AppoConfig& appo = config_.appo();
+  if (!appo.anneal_learning_rate()) return appo.learning_rate();
+  const double frames_per_update = double(config_.learner().batch_size()) * appo.unroll_length() *
+                                   std::max(config_.env().action_repeat(), 1);
+  const double total = std::max(1.0, double(config_.total_frames()) / frames_per_update);
+  return static_cast<float>(appo.learning_rate() * std::max(0.0, 1.0 - double(update) / total));
+}
+
 int64_t AppoAgent::FrameStackBytes() const {
   return spec_.pixels() ? int64_t{spec_.frames} * spec_.height * spec_.width * 3 : 0;
 }
@@ -438,7 +447,7 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
        .entropy_coef = appo.entropy_coef()});
   r.reducer->Reset();
   t.Backward(loss.total, r.reducer.get());
-  r.optimizer->Prepare(appo.learning_rate());
+  r.optimizer->Prepare(LearningRate(r.updates));
   r.optimizer->Apply();
   // Metrics from the pass's values (read before the tape is reused).
   r.ratio.resize(n);

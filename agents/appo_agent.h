@@ -124,6 +124,8 @@ class AppoAgent final : public Agent {
   struct Replica;
   AppoAgent() = default;
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r);
+  // Update `update`'s learning rate (appo.anneal_learning_rate).
+  float LearningRate(int64_t update) const;
   // Rows of the forward pass over a shard's observations at a time.
   static constexpr int64_t kForwardChunk = 256;
   // Bytes of one observation's frame stack (0 from state).

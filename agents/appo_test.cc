@@ -392,6 +392,41 @@ TEST(AppoAgentTest, TargetKlStopsTheEpochsEarly) {
   }
 }
 
+// appo.anneal_learning_rate: the rate falls to 0 at the run's total_frames,
+// so an update past them leaves the model as it was.
+TEST(AppoAgentTest, AnnealedLearningRateReachesZeroAtTheRunsEnd) {
+  const ObservationSpec spec{.state_size = 1};
+  config::ExperimentConfig config = BanditConfig(/*batch=*/8);
+  config.mutable_appo()->set_anneal_learning_rate(true);
+  config.mutable_env()->set_action_repeat(1);
+  config.set_total_frames(2 * 8 * 4);  // two updates of 8 trajectories of 4 steps
+  auto replicator = MakeReplicator(1);
+  auto agent = AppoAgent::Create(config, spec, 1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto policy = AppoPolicy::Create(config.appo(), spec, 1);
+  auto signature = TrajectorySignature(spec, 1, 4);
+  std::mt19937_64 rng(8);
+  (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
+    BanditTrajectories(**policy, *signature, n, 1, rng, out);
+    return absl::OkStatus();
+  });
+  auto model = [&] {
+    std::vector<float> all;
+    (*agent)->PolicyParameters(&all);
+    all.resize(all.size() - 2);  // the normaliser's mean and std
+    return all;
+  };
+  const std::vector<float> start = model();
+  ASSERT_TRUE((*agent)->Train(1).ok());
+  const std::vector<float> first = model();
+  EXPECT_NE(first, start) << "update 0 at the full rate";
+  ASSERT_TRUE((*agent)->Train(1).ok());
+  const std::vector<float> second = model();
+  EXPECT_NE(second, first) << "update 1 at half the rate";
+  ASSERT_TRUE((*agent)->Train(1).ok());
+  EXPECT_EQ(model(), second) << "update 2 at rate 0";
+}
+
 // The whole batch on K=1, and halves of it on K=2 (one minibatch per epoch,
 // so both take the same steps): the same training state, from `updates`
 // bandit batches of `batch` trajectories observing `spec`.
