@@ -221,27 +221,11 @@ nn::Var AppoAgent::ObservationInput(nn::Tape& t, const float* state, const uint8
   return internal::PixelInput(t, frames, rows, spec_);
 }
 
-absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
+absl::Status AppoAgent::UpdateNormalizer(replicator::ReplicaContext& ctx, Replica& r, const float* observation) {
   const config::AppoConfig& appo = config_.appo();
-  const int64_t bs = shard_, steps = appo.unroll_length(), s = spec_.state_size, a = action_size_;
-  const int64_t rows = bs * steps, obs_rows = bs * (steps + 1);
-  RETURN_IF_ERROR(replay::CheckBatch(signature_, r.batch, bs, /*frame_references=*/false));
-  if (r.generation != train_generation_) {
-    r.generation = train_generation_;
-    r.reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.model);
-    r.optimizer = std::make_unique<replicator::ReplicatedOptimizer>(r.clipped.get(), &ctx, r.reducer.get());
-  }
-  const auto& fields = r.batch.fields;
-  // State [bs, T + 1, S] floats, or pixels [bs, (T + 1) k, H, W, 3] bytes.
-  const float* observation = fields[kTrajectoryObservation].as<float>();
-  r.frames = fields[kTrajectoryObservation].as<uint8_t>();
-  const float* action = fields[kTrajectoryAction].as<float>();
-  const float* reward = fields[kTrajectoryReward].as<float>();
-  const float* discount = fields[kTrajectoryDiscount].as<float>();
-  const float* log_prob = fields[kTrajectoryLogProb].as<float>();
-  const int64_t* version = fields[kTrajectoryVersion].as<int64_t>();
-
-  // The normaliser: this batch's moments (its first T observations of each
+  const int64_t bs = shard_, steps = appo.unroll_length(), s = spec_.state_size;
+  const int64_t rows = bs * steps;
+  // This batch's moments (its first T observations of each
   // trajectory, averaged over replicas), merged into the running ones.
   const bool normalize = appo.normalize_observations() && !spec_.pixels();
   if (normalize) {
@@ -272,6 +256,31 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     std::fill(r.mean32.begin(), r.mean32.end(), 0.0f);
     std::fill(r.std32.begin(), r.std32.end(), 1.0f);
   }
+
+  return absl::OkStatus();
+}
+
+absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
+  const config::AppoConfig& appo = config_.appo();
+  const int64_t bs = shard_, steps = appo.unroll_length(), s = spec_.state_size, a = action_size_;
+  const int64_t rows = bs * steps, obs_rows = bs * (steps + 1);
+  RETURN_IF_ERROR(replay::CheckBatch(signature_, r.batch, bs, /*frame_references=*/false));
+  if (r.generation != train_generation_) {
+    r.generation = train_generation_;
+    r.reducer = std::make_unique<replicator::GradientReducer>(&ctx, &r.model);
+    r.optimizer = std::make_unique<replicator::ReplicatedOptimizer>(r.clipped.get(), &ctx, r.reducer.get());
+  }
+  const auto& fields = r.batch.fields;
+  // State [bs, T + 1, S] floats, or pixels [bs, (T + 1) k, H, W, 3] bytes.
+  const float* observation = fields[kTrajectoryObservation].as<float>();
+  r.frames = fields[kTrajectoryObservation].as<uint8_t>();
+  const float* action = fields[kTrajectoryAction].as<float>();
+  const float* reward = fields[kTrajectoryReward].as<float>();
+  const float* discount = fields[kTrajectoryDiscount].as<float>();
+  const float* log_prob = fields[kTrajectoryLogProb].as<float>();
+  const int64_t* version = fields[kTrajectoryVersion].as<int64_t>();
+
+  RETURN_IF_ERROR(UpdateNormalizer(ctx, r, observation));
 
   // The shard on the host (pixels stay in the batch, as sampled).
   r.x.resize(obs_rows * s);

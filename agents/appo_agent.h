@@ -124,6 +124,10 @@ class AppoAgent final : public Agent {
   struct Replica;
   AppoAgent() = default;
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r);
+  // The observation normaliser of replica `r` updated from its shard's
+  // state observations [bs, T + 1, S] (nothing from pixels), and r's mean32
+  // and std32 set to what normalises (0 and 1 when off).
+  absl::Status UpdateNormalizer(replicator::ReplicaContext& ctx, Replica& r, const float* observation);
   // Update `update`'s learning rate (appo.anneal_learning_rate).
   float LearningRate(int64_t update) const;
   // Rows of the forward pass over a shard's observations at a time.
