@@ -108,7 +108,9 @@ TEST(TrajectoryWriterTest, ATrueTerminalGetsNoBootstrap) {
     ActorStep step{.action = &action, .reward = 1, .discount = t == 0 ? 0.0f : 1.0f, .last = t == 0, .state = s,
                    .bootstrap_value = 1000};
     ASSERT_TRUE(trajectories.Step(0, step).ok());
-    if (t == 0) ASSERT_TRUE(trajectories.Start(0, s, nullptr).ok());
+    if (t == 0) {
+      ASSERT_TRUE(trajectories.Start(0, s, nullptr).ok());
+    }
   }
   // Stepping an env before its episode's Start is refused.
   ActorStep step{.action = &action, .state = s};
@@ -140,7 +142,9 @@ TEST(TrajectoryWriterTest, PixelTrajectoriesReferenceEachFrameOnce) {
   const float action = 0;
   ASSERT_TRUE(trajectories.Start(0, nullptr, frame(0).data()).ok());
   for (int t = 0; t < 6; ++t) {
-    if (t == 3) ASSERT_TRUE(trajectories.Start(0, nullptr, frame(10).data()).ok());
+    if (t == 3) {
+      ASSERT_TRUE(trajectories.Start(0, nullptr, frame(10).data()).ok());
+    }
     const std::vector<uint8_t> next = frame(t < 3 ? t + 1 : 8 + t);
     ASSERT_TRUE(trajectories.Step(0, {.action = &action, .last = t == 2, .frame = next.data()}).ok());
   }
