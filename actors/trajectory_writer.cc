@@ -40,7 +40,7 @@ TrajectoryWriter::TrajectoryWriter(replay::Writer* writer, int num_envs, const r
 absl::Status TrajectoryWriter::Observe(EnvState& env, int64_t index, const float* state, const uint8_t* frame,
                                        bool first) {
   if (stack_ == 0) {
-    std::copy_n(state, state_size_, &env.observation[index * state_size_]);
+    std::copy_n(state, state_size_, env.observation.data() + index * state_size_);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const uint64_t key,
@@ -97,8 +97,9 @@ absl::Status TrajectoryWriter::Step(int env_index, const ActorStep& step) {
   const int64_t queued = writer_->items_queued();
   const absl::Status status = writer_->Insert(agents::kTrajectoryTable, /*priority=*/1.0, values_);
   env.steps = 0;
-  std::copy_n(&env.observation[length_ * state_size_], state_size_, env.observation.data());
-  std::copy_n(&env.frames[length_ * stack_], stack_, env.frames.data());
+  // (One of the two is empty: state or pixels.)
+  std::copy_n(env.observation.data() + length_ * state_size_, state_size_, env.observation.data());
+  std::copy_n(env.frames.data() + length_ * stack_, stack_, env.frames.data());
   // Not queued: a bad item; queued but not sent: the writer keeps it.
   if (writer_->items_queued() == queued) return status;
   ++inserted_;

@@ -427,8 +427,9 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = rows[i], b = row / steps, step = row % steps;
     const int64_t observation = b * (steps + 1) + step;
-    std::copy_n(&r.x[observation * s], s, &r.mb_x[i * s]);
-    std::copy_n(r.frames + observation * FrameStackBytes(), FrameStackBytes(), &r.mb_frames[i * FrameStackBytes()]);
+    // (One of the two is empty: state or pixels.)
+    std::copy_n(r.x.data() + observation * s, s, r.mb_x.data() + i * s);
+    std::copy_n(r.frames + observation * FrameStackBytes(), FrameStackBytes(), r.mb_frames.data() + i * FrameStackBytes());
     std::copy_n(&r.u[row * a], a, &r.mb_u[i * a]);
     // The device's log-density leaves out the constant -A/2 log(2 pi).
     r.mb_behaviour[i] = static_cast<float>(r.behaviour[row] + 0.5 * a * log_2pi);
