@@ -122,10 +122,11 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     absl::MutexLock lock(&l->mutex_);
     l->stats_.agent_metrics.assign(l->agent_metric_names_.size(), 0.0);
   }
-  // The device frame table's size, and what bounded it (every rank's is the same).
+  // The device frame table's size, and what bounded it (every rank's is the
+  // same), for an agent that keeps one (one that samples frame references).
   if (const agents::DeviceFrameSizing frames =
           agents::DeviceFrameSlots(config, l->spec_, l->replicator_->num_replicas());
-      frames.slots > 0 && l->is_chief()) {
+      frames.slots > 0 && l->agent_->frame_references() && l->is_chief()) {
     std::fprintf(stderr, "learner: %s\n", frames.description.c_str());
   }
   if (engine.shard_state() == config::EngineConfig::OPTIMIZER && l->is_chief()) {
