@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agents/d4pg_policy.h"
@@ -199,16 +198,8 @@ void AppoPolicy::ReadLogStd() {
 
 absl::StatusOr<int64_t> AppoPolicy::LoadAgentCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> tensors, nn::ReadCheckpoint(path));
-  absl::flat_hash_map<std::string, const nn::CheckpointTensor*> by_name;
-  for (const nn::CheckpointTensor& t : tensors) by_name[t.name] = &t;
-  auto find = [&](const std::string& name, const nn::Shape& shape) -> absl::StatusOr<const nn::CheckpointTensor*> {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) return absl::InvalidArgumentError(absl::StrCat(path, ": no entry '", name, "'"));
-    if (it->second->shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' has shape ", it->second->shape.ToString(),
-                                                     ", the policy expects ", shape.ToString()));
-    }
-    return it->second;
+  auto find = [&](const std::string& name, const nn::Shape& shape) {
+    return nn::FindCheckpointEntry(tensors, path, name, &shape);
   };
   // Everything checked before anything is set.
   std::vector<const nn::CheckpointTensor*> sources;

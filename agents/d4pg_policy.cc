@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -128,27 +127,19 @@ absl::Status D4pgPolicy::SetParameters(std::span<const float> parameters) {
 
 absl::StatusOr<int64_t> D4pgPolicy::LoadAgentCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> tensors, nn::ReadCheckpoint(path));
-  absl::flat_hash_map<std::string, const nn::CheckpointTensor*> by_name;
-  for (const nn::CheckpointTensor& t : tensors) by_name[t.name] = &t;
-  auto find = [&](const std::string& name) -> absl::StatusOr<const nn::CheckpointTensor*> {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) return absl::InvalidArgumentError(absl::StrCat(path, ": no entry '", name, "'"));
-    return it->second;
-  };
   // Check every parameter before setting any.
   std::vector<const nn::CheckpointTensor*> sources;
   for (int i = 0; i < params_.size(); ++i) {
     const nn::ParameterInfo& info = params_.info(i);
     ASSIGN_OR_RETURN(const nn::CheckpointTensor* t,
-                     find(nn::kParameterEntryPrefix + internal::AgentCheckpointName(info.name)));
-    if (t->shape != info.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": '", t->name, "' has shape ", t->shape.ToString(),
-                                                     ", the policy expects ", info.shape.ToString()));
-    }
+                     nn::FindCheckpointEntry(tensors, path,
+                                             nn::kParameterEntryPrefix + internal::AgentCheckpointName(info.name),
+                                             &info.shape));
     sources.push_back(t);
   }
   ASSIGN_OR_RETURN(const nn::CheckpointTensor* counters,
-                   find(std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters));
+                   nn::FindCheckpointEntry(tensors, path,
+                                           std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters));
   if (counters->values.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": '", counters->name, "' has ", counters->values.size(),
                                                    " floats, expected at least 2"));

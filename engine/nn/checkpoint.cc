@@ -1,5 +1,7 @@
 #include "engine/nn/checkpoint.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -193,6 +195,18 @@ absl::Status Parse(const std::string& path, ParsedCheckpoint* parsed) {
 }
 
 }  // namespace
+
+absl::StatusOr<const CheckpointTensor*> FindCheckpointEntry(const std::vector<CheckpointTensor>& tensors,
+                                                            const std::string& path, const std::string& name,
+                                                            const Shape* shape) {
+  const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const CheckpointTensor& t) { return t.name == name; });
+  if (it == tensors.end()) return absl::InvalidArgumentError(absl::StrCat(path, ": no entry '", name, "'"));
+  if (shape != nullptr && it->shape != *shape) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' has shape ", it->shape.ToString(),
+                                                   ", the policy expects ", shape->ToString()));
+  }
+  return &*it;
+}
 
 absl::StatusOr<std::vector<CheckpointTensor>> ReadCheckpointMatching(const std::string& path,
                                                                       const std::vector<DeviceTensor>& expected) {

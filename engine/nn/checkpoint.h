@@ -72,6 +72,15 @@ absl::Status WriteCheckpoint(const std::string& path, const std::vector<Checkpoi
 // checksum is checked first. Errors: NotFound, DataLoss (corrupt, truncated).
 absl::StatusOr<std::vector<CheckpointTensor>> ReadCheckpoint(const std::string& path);
 
+// The entry named `name` of `tensors` (ReadCheckpoint's of `path`), for a
+// reader that takes only some of a file's entries (a policy from its
+// agent's checkpoint), of `shape` when one is given. InvalidArgument naming
+// the file and the entry when it has none of that name, or one of another
+// shape.
+absl::StatusOr<const CheckpointTensor*> FindCheckpointEntry(const std::vector<CheckpointTensor>& tensors,
+                                                            const std::string& path, const std::string& name,
+                                                            const Shape* shape = nullptr);
+
 // ReadCheckpoint, then the file's entries checked against `expected`'s names
 // and shapes in order: InvalidArgument naming the first that differs, an
 // extra or a missing one.
