@@ -6,6 +6,7 @@
 #include <numbers>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "agents/trajectory.h"
@@ -94,13 +95,15 @@ struct AppoAgent::Replica {
   double obs_count = 0;
   std::vector<float> mean32, std32;
   // The shard prepared on the host: normalised observations [Bs * (T+1), S],
-  // pre-squash actions [Bs * T, A], behaviour log-densities, scaled rewards,
-  // discounts, weights (0 for stale trajectories), then per epoch V-trace's
-  // targets and advantages.
-  std::vector<float> x, u, behaviour, rewards, discounts, weights, log_rhos, vs, advantages;
+  // pre-squash actions [Bs * T, A], scaled rewards, weights (0 for stale
+  // trajectories), then per epoch V-trace's targets and advantages; the
+  // batch's own frames (pixels, [bs * (T + 1), k, H, W, 3]), behaviour
+  // log-densities and discounts [Bs * T] as sampled.
+  std::vector<float> x, u, rewards, weights, log_rhos, vs, advantages;
+  const uint8_t* frames = nullptr;
+  const float *behaviour = nullptr, *discounts = nullptr;
   std::vector<float> values, means, log_std;
   // A minibatch's inputs.
-  const uint8_t* frames = nullptr;  // pixels: the batch's, [bs * (T + 1), k, H, W, 3]
   std::vector<float> mb_x, mb_u, mb_behaviour, mb_advantage, mb_vs, mb_value_weight, ones, ratio;
   std::vector<uint8_t> mb_frames;
   std::vector<int64_t> order;
@@ -127,9 +130,11 @@ absl::StatusOr<std::unique_ptr<AppoAgent>> AppoAgent::Create(const config::Exper
                                                    config.learner().updates_per_execution(),
                                                    ": agent APPO takes one update per execution"));
   }
-  if (engine.shard_state() == config::EngineConfig::OPTIMIZER || engine.straggler() == config::EngineConfig::DEADLINE) {
-    return absl::InvalidArgumentError(
-        "agent APPO: learner.engine.shard_state OPTIMIZER and straggler DEADLINE are D4PG's for now");
+  if (engine.shard_state() == config::EngineConfig::OPTIMIZER) {
+    return absl::InvalidArgumentError("learner.engine.shard_state OPTIMIZER: D4PG's for now, not agent APPO's");
+  }
+  if (engine.straggler() == config::EngineConfig::DEADLINE) {
+    return absl::InvalidArgumentError("learner.engine.straggler DEADLINE: D4PG's for now, not agent APPO's");
   }
   const int64_t batch = config.learner().batch_size();
   const int k = replicator->num_replicas();
@@ -212,6 +217,17 @@ float AppoAgent::LearningRate(int64_t update) const {
   return static_cast<float>(appo.learning_rate() * std::max(0.0, 1.0 - double(update) / total));
 }
 
+void AppoAgent::NormalizerFloats(const Replica& r, std::vector<float>* mean, std::vector<float>* std) const {
+  const int64_t s = spec_.state_size;
+  const bool normalize = config_.appo().normalize_observations();
+  mean->resize(s);
+  std->resize(s);
+  for (int64_t j = 0; j < s; ++j) {
+    (*mean)[j] = normalize ? static_cast<float>(r.obs_mean[j]) : 0.0f;
+    (*std)[j] = normalize ? internal::ObservationStd(r.obs_var[j]) : 1.0f;
+  }
+}
+
 int64_t AppoAgent::FrameStackBytes() const {
   return spec_.pixels() ? int64_t{spec_.frames} * spec_.height * spec_.width * 3 : 0;
 }
@@ -249,14 +265,7 @@ absl::Status AppoAgent::UpdateNormalizer(replicator::ReplicaContext& ctx, Replic
     }
     r.obs_count = total;
   }
-  r.mean32.assign(r.obs_mean.begin(), r.obs_mean.end());
-  r.std32.resize(s);
-  for (int64_t j = 0; j < s; ++j) r.std32[j] = static_cast<float>(std::sqrt(r.obs_var[j] + 1e-8));
-  if (!normalize) {
-    std::fill(r.mean32.begin(), r.mean32.end(), 0.0f);
-    std::fill(r.std32.begin(), r.std32.end(), 1.0f);
-  }
-
+  NormalizerFloats(r, &r.mean32, &r.std32);
   return absl::OkStatus();
 }
 
@@ -276,8 +285,8 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   r.frames = fields[kTrajectoryObservation].as<uint8_t>();
   const float* action = fields[kTrajectoryAction].as<float>();
   const float* reward = fields[kTrajectoryReward].as<float>();
-  const float* discount = fields[kTrajectoryDiscount].as<float>();
-  const float* log_prob = fields[kTrajectoryLogProb].as<float>();
+  r.discounts = fields[kTrajectoryDiscount].as<float>();
+  r.behaviour = fields[kTrajectoryLogProb].as<float>();
   const int64_t* version = fields[kTrajectoryVersion].as<int64_t>();
 
   RETURN_IF_ERROR(UpdateNormalizer(ctx, r, observation));
@@ -287,10 +296,8 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   internal::NormalizeObservations(observation, obs_rows, s, r.mean32.data(), r.std32.data(), r.x.data());
   r.u.resize(rows * a);
   for (int64_t i = 0; i < rows * a; ++i) r.u[i] = internal::PreSquash(action[i]);
-  r.behaviour.assign(log_prob, log_prob + rows);
   r.rewards.resize(rows);
   for (int64_t i = 0; i < rows; ++i) r.rewards[i] = reward[i] * appo.reward_scale();
-  r.discounts.assign(discount, discount + rows);
   r.weights.resize(rows);
   const int64_t learner_version = r.updates + 1;  // what the learner publishes now
   double dropped = 0, lag_sum = 0, kept = 0;
@@ -345,7 +352,7 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     }
     r.vs.resize(rows);
     r.advantages.resize(rows);
-    Vtrace(bs, steps, r.log_rhos.data(), r.rewards.data(), r.discounts.data(), r.values.data(), vtrace, r.vs.data(),
+    Vtrace(bs, steps, r.log_rhos.data(), r.rewards.data(), r.discounts, r.values.data(), vtrace, r.vs.data(),
            r.advantages.data());
     if (appo.normalize_advantages()) {
       std::vector<float> moments = {0, 0, 0};
@@ -384,7 +391,6 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   // The update's metrics, over the whole batch.
   std::vector<float> metrics = {float(sums[0] / sums[4]), float(sums[1] / sums[4]), float(sums[2] / sums[4]),
                                 float(sums[3] / sums[4]), float(dropped), float(lag_sum), float(kept)};
-  const int64_t epochs_done = epochs_run;
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kSum));
   // A loss that is no longer a number stops training before the actors get
   // a policy that acts NaN (every replica sees the same sums).
@@ -395,15 +401,15 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
                                             "appo.max_gradient_norm, or a smaller appo.reward_scale, may keep it so"));
   }
   if (&r == replicas_[0].get()) {
-    const int k = ctx.num_replicas();
+    const double k = ctx.num_replicas();
     double entropy = 0;
     for (float l : r.log_std) entropy += l + 0.5 + 0.5 * std::log(2 * std::numbers::pi);
+    // In kAppoMetrics' order.
+    const double update[] = {metrics[0] / k, metrics[1] / k, entropy, metrics[2] / k, metrics[3] / k, metrics[4],
+                             metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0, double(epochs_run)};
+    static_assert(std::size(update) == std::size(kAppoMetrics));
     absl::MutexLock lock(&metrics_mu_);
-    for (int i = 0; i < 4; ++i) metric_sums_[i < 2 ? i : i + 1] += metrics[i] / k;
-    metric_sums_[2] += entropy;
-    metric_sums_[5] += metrics[4];
-    metric_sums_[6] += metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0;
-    metric_sums_[7] += double(epochs_done);
+    for (size_t i = 0; i < std::size(update); ++i) metric_sums_[i] += update[i];
     ++metric_count_;
     metric_updates_ = r.updates;
   }
@@ -422,7 +428,7 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   r.mb_advantage.resize(n);
   r.mb_vs.resize(n);
   r.mb_value_weight.resize(n);
-  r.ones.assign(n, 1.0f);
+  if (static_cast<int64_t>(r.ones.size()) != n) r.ones.assign(n, 1.0f);
   const double log_2pi = std::log(2 * std::numbers::pi);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = rows[i], b = row / steps, step = row % steps;
@@ -480,11 +486,10 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
 void AppoAgent::PolicyParameters(std::vector<float>* out) const {
   const Replica& r = *replicas_[0];
   *out = r.model.DownloadValues();
-  const int64_t s = spec_.state_size;
-  for (int64_t j = 0; j < s; ++j) out->push_back(config_.appo().normalize_observations() ? float(r.obs_mean[j]) : 0.0f);
-  for (int64_t j = 0; j < s; ++j) {
-    out->push_back(config_.appo().normalize_observations() ? float(std::sqrt(r.obs_var[j] + 1e-8)) : 1.0f);
-  }
+  std::vector<float> mean, std;
+  NormalizerFloats(r, &mean, &std);
+  out->insert(out->end(), mean.begin(), mean.end());
+  out->insert(out->end(), std.begin(), std.end());
 }
 
 int64_t AppoAgent::num_policy_parameters() const {
@@ -502,7 +507,7 @@ AgentMetrics AppoAgent::metrics() const {
   AgentMetrics m{.updates = metric_updates_, .input_wait_s = input_waits_ > 0 ? input_wait_ / input_waits_ : 0.0};
   for (size_t i = 0; i < std::size(kAppoMetrics); ++i) {
     // dropped_stale is a count; the rest are means.
-    const bool count = i == 5;
+    const bool count = std::string_view(kAppoMetrics[i]) == "dropped_stale";
     m.values.emplace_back(kAppoMetrics[i],
                           count ? metric_sums_[i] : (metric_count_ > 0 ? metric_sums_[i] / metric_count_ : 0.0));
   }

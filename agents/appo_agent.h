@@ -126,8 +126,12 @@ class AppoAgent final : public Agent {
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r);
   // The observation normaliser of replica `r` updated from its shard's
   // state observations [bs, T + 1, S] (nothing from pixels), and r's mean32
-  // and std32 set to what normalises (0 and 1 when off).
+  // and std32 set to what normalises (NormalizerFloats).
   absl::Status UpdateNormalizer(replicator::ReplicaContext& ctx, Replica& r, const float* observation);
+  // What replica `r`'s normaliser normalises with: the running mean and
+  // ObservationStd of the running variance (0 and 1 when off). The policy's
+  // parameters carry them.
+  void NormalizerFloats(const Replica& r, std::vector<float>* mean, std::vector<float>* std) const;
   // Update `update`'s learning rate (appo.anneal_learning_rate).
   float LearningRate(int64_t update) const;
   // Rows of the forward pass over a shard's observations at a time.

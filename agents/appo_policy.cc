@@ -127,6 +127,8 @@ double GaussianLogDensity(const float* u, const float* mean, const float* log_st
   return sum;
 }
 
+float ObservationStd(double variance) { return static_cast<float>(std::sqrt(variance + 1e-8)); }
+
 void NormalizeObservations(const float* x, int64_t rows, int64_t size, const float* mean, const float* std,
                            float* out) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -222,7 +224,7 @@ absl::StatusOr<int64_t> AppoPolicy::LoadAgentCheckpoint(const std::string& path)
   if (mean != nullptr) {
     mean_ = mean->values;
     std_.resize(spec_.state_size);
-    for (int64_t j = 0; j < spec_.state_size; ++j) std_[j] = std::sqrt(var->values[j] + 1e-8f);
+    for (int64_t j = 0; j < spec_.state_size; ++j) std_[j] = internal::ObservationStd(var->values[j]);
   }
   ReadLogStd();
   return nn::Int64sOf(*counters)[0];
@@ -236,32 +238,34 @@ nn::Var AppoPolicy::Input(const float* state, const uint8_t* pixels, int batch) 
   return tape_.Input(normalized_.data(), {batch, spec_.state_size});
 }
 
-absl::Status AppoPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
-  RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
-  tape_.Reset();
-  const nn::Var mean = networks_.Mean(tape_, internal::Weights{&params_, false}, Input(state, pixels, batch));
-  backend_->Download(tape_.data(mean).data, actions, sizeof(float) * batch * action_size_);
-  for (int64_t i = 0; i < int64_t{batch} * action_size_; ++i) actions[i] = std::tanh(actions[i]);
-  return absl::OkStatus();
-}
-
-absl::Status AppoPolicy::Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint&,
-                                 std::mt19937_64& rng, float* actions, float* log_probs) {
+absl::Status AppoPolicy::DownloadMeans(const float* state, const uint8_t* pixels, int batch) {
   RETURN_IF_ERROR(CheckActInputs(spec_, state, pixels, batch));
   tape_.Reset();
   const nn::Var mean = networks_.Mean(tape_, internal::Weights{&params_, false}, Input(state, pixels, batch));
   host_mean_.resize(size_t(batch) * action_size_);
   backend_->Download(tape_.data(mean).data, host_mean_.data(), sizeof(float) * host_mean_.size());
-  std::vector<float> u(action_size_);
+  return absl::OkStatus();
+}
+
+absl::Status AppoPolicy::Act(const float* state, const uint8_t* pixels, int batch, float* actions) {
+  RETURN_IF_ERROR(DownloadMeans(state, pixels, batch));
+  for (size_t i = 0; i < host_mean_.size(); ++i) actions[i] = std::tanh(host_mean_[i]);
+  return absl::OkStatus();
+}
+
+absl::Status AppoPolicy::Explore(const float* state, const uint8_t* pixels, int batch, const ExplorationPoint&,
+                                 std::mt19937_64& rng, float* actions, float* log_probs) {
+  RETURN_IF_ERROR(DownloadMeans(state, pixels, batch));
+  host_u_.resize(action_size_);
   for (int b = 0; b < batch; ++b) {
     const float* m = &host_mean_[size_t(b) * action_size_];
     float* a = actions + size_t(b) * action_size_;
     for (int j = 0; j < action_size_; ++j) {
       a[j] = std::tanh(m[j] + std::exp(log_std_[j]) * gaussian_(rng));
-      u[j] = internal::PreSquash(a[j]);
+      host_u_[j] = internal::PreSquash(a[j]);
     }
     if (log_probs != nullptr) {
-      log_probs[b] = static_cast<float>(internal::GaussianLogDensity(u.data(), m, log_std_.data(), action_size_));
+      log_probs[b] = static_cast<float>(internal::GaussianLogDensity(host_u_.data(), m, log_std_.data(), action_size_));
     }
   }
   return absl::OkStatus();

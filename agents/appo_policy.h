@@ -70,8 +70,10 @@ float PreSquash(float action);
 // log N(u; mean, exp(log_std)) summed over `n` dimensions.
 double GaussianLogDensity(const float* u, const float* mean, const float* log_std, int n);
 
-// Observation normalisation: (x - mean) / std, clipped to +-kObservationClip.
+// Observation normalisation: (x - mean) / std, clipped to +-kObservationClip,
+// std = ObservationStd(the running variance).
 inline constexpr float kObservationClip = 10.0f;
+float ObservationStd(double variance);
 void NormalizeObservations(const float* x, int64_t rows, int64_t size, const float* mean, const float* std,
                            float* out);
 
@@ -111,6 +113,9 @@ class AppoPolicy final : public Policy {
  private:
   AppoPolicy(const config::AppoConfig& config, const ObservationSpec& spec, int action_size,
              std::unique_ptr<nn::Backend> backend);
+  // The Gaussian's means of `batch` observations into host_mean_ [batch, A]
+  // (after CheckActInputs).
+  absl::Status DownloadMeans(const float* state, const uint8_t* pixels, int batch);
   // The MLPs' input on the tape (after CheckActInputs): the normalised
   // state, or the encoder's features of the pixels.
   nn::Var Input(const float* state, const uint8_t* pixels, int batch);
@@ -126,7 +131,7 @@ class AppoPolicy final : public Policy {
   nn::Tape tape_;
   std::vector<float> mean_, std_;  // the observation normaliser's
   std::vector<float> log_std_;     // host copy, [A]
-  std::vector<float> normalized_, host_mean_;
+  std::vector<float> normalized_, host_mean_, host_u_;  // scratch, sized once
   std::normal_distribution<float> gaussian_{0.0f, 1.0f};
 };
 

@@ -292,7 +292,8 @@ runs_dir: ")" << dir_ << "/runs\"\n";
   const auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_FALSE(evals.empty()) << Read(dir_ + "/run.log");
   EXPECT_GE(evals.back()[0], 800000);
-  EXPECT_GE(evals.back()[2], 800) << "cartpole.balance learned";
+  EXPECT_GE(evals.back()[2], 800) << "cartpole.balance learned; eval.csv:\n"
+                                  << Read(RunLayout(run).eval_csv()) << "metrics.csv:\n" << csv;
   // Each trajectory is used once: samples per insert 1 (trajectories
   // sampled / inserted), and the actors' lines say their exploration.
   const std::vector<double> last = LastMetrics(run);
