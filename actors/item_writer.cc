@@ -1,5 +1,7 @@
 #include "actors/item_writer.h"
 
+#include <algorithm>
+
 #include "actors/actor.h"
 #include "actors/trajectory_writer.h"
 #include "actors/transition_writer.h"
@@ -7,6 +9,19 @@
 #include "common/status_macros.h"
 
 namespace troupe::actors {
+
+absl::Status StackNewFrame(replay::Writer& writer, const uint8_t* frame, const std::vector<int64_t>& shape,
+                           const uint64_t* previous, bool first, std::span<uint64_t> stack) {
+  ASSIGN_OR_RETURN(const uint64_t key, writer.AppendFrame(frame, static_cast<int>(shape[0]),
+                                                          static_cast<int>(shape[1]), static_cast<int>(shape[2])));
+  if (first) {
+    std::fill(stack.begin(), stack.end(), key);
+  } else {
+    std::copy(previous + 1, previous + stack.size(), stack.begin());
+    stack.back() = key;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ItemWriter>> MakeItemWriter(const config::ExperimentConfig& config,
                                                            const agents::ObservationSpec& spec, int action_size,

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +51,13 @@ class ItemWriter {
   // Items handed to the writer (queued or sent).
   virtual int64_t items_inserted() const = 0;
 };
+
+// Frames once (both writers): appends `frame` (a pixel field's [H, W, C],
+// `shape`) to `writer` and makes the stack of k frame keys it ends in
+// `stack`: its key k times at an episode's `first` frame, else `previous`
+// (the last observation's k keys) shifted by one and it last.
+absl::Status StackNewFrame(replay::Writer& writer, const uint8_t* frame, const std::vector<int64_t>& shape,
+                           const uint64_t* previous, bool first, std::span<uint64_t> stack);
 
 // The writer of the config's agent's items on `writer` for `num_envs` envs
 // observing `spec` with `action_size` actions. Errors: the item's

@@ -43,18 +43,10 @@ absl::Status TrajectoryWriter::Observe(EnvState& env, int64_t index, const float
     std::copy_n(state, state_size_, env.observation.data() + index * state_size_);
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const uint64_t key,
-                   writer_->AppendFrame(frame, static_cast<int>(frame_shape_[0]), static_cast<int>(frame_shape_[1]),
-                                        static_cast<int>(frame_shape_[2])));
-  uint64_t* stack = &env.frames[index * stack_];
-  if (first) {
-    std::fill(stack, stack + stack_, key);
-  } else {
-    // The previous observation's stack, shifted by one, and the new frame.
-    std::copy(stack - stack_ + 1, stack, stack);
-    stack[stack_ - 1] = key;
-  }
-  return absl::OkStatus();
+  // The previous observation's stack is the one before this one's.
+  uint64_t* stack = env.frames.data() + index * stack_;
+  return StackNewFrame(*writer_, frame, frame_shape_, first ? nullptr : stack - stack_, first,
+                       {stack, static_cast<size_t>(stack_)});
 }
 
 absl::Status TrajectoryWriter::Start(int env_index, const float* state, const uint8_t* frame) {

@@ -58,16 +58,7 @@ absl::Status TransitionWriter::Observe(const EnvState& env, const float* state, 
     std::memcpy(out->state.data(), state, out->state.size());
     return absl::OkStatus();
   }
-  const std::vector<int64_t>& shape = observation_->shape;
-  ASSIGN_OR_RETURN(const uint64_t key, writer_->AppendFrame(frame, static_cast<int>(shape[0]),
-                                                            static_cast<int>(shape[1]), static_cast<int>(shape[2])));
-  if (first) {
-    std::fill(out->frames.begin(), out->frames.end(), key);
-  } else {
-    std::copy(env.current.frames.begin() + 1, env.current.frames.end(), out->frames.begin());
-    out->frames.back() = key;
-  }
-  return absl::OkStatus();
+  return StackNewFrame(*writer_, frame, observation_->shape, env.current.frames.data(), first, out->frames);
 }
 
 absl::Status TransitionWriter::Start(int env_index, const float* state, const uint8_t* frame) {
