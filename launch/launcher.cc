@@ -163,6 +163,7 @@ void ActorFleet::Watch(std::stop_token token) {
           actor.given_up = true;
           std::printf("\nactor %d %s; not restarted (actors.max_restarts %d reached), see %s\n", actor.index,
                       how.c_str(), config_.actors().max_restarts(), RunLayout(run_dir_).actor_log(actor.index).c_str());
+          std::fflush(stdout);
           continue;
         }
         auto pid = Spawn(actor.index);

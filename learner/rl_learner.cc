@@ -233,6 +233,7 @@ RlLearner::~RlLearner() {
 }
 
 void RlLearner::Interrupt() {
+  interrupted_ = true;
   if (replay_) replay_->Close();
 }
 

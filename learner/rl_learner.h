@@ -172,7 +172,9 @@ class RlLearner {
   // away. After an error it is not called.
   absl::Status Run(const std::atomic<bool>* stop, const std::function<void()>& stop_actors = {});
 
-  // Wakes a Run blocked on replay (used on shutdown).
+  // Ends Run: wakes it where it is blocked on replay, and where it waits for
+  // replay to fill, it stops waiting (used on shutdown, and when no actor
+  // is left to fill it).
   void Interrupt();
 
   LearnerStats Stats() const;
@@ -243,6 +245,7 @@ class RlLearner {
   std::vector<std::unique_ptr<replay::Sampler>> samplers_;  // one per local replica
   std::string table_;  // the agent's replay table (agents::AgentReplayTable), which the samplers sample
   int64_t min_sample_size_ = 1;  // its rate limiter's min_size_to_sample
+  std::atomic<bool> interrupted_{false};  // Interrupt was called
   int64_t steps_per_item_ = 1;   // agent steps (of action_repeat frames) per item it holds
   bool mpi_ = false;
   int rank_ = 0, num_ranks_ = 1;

@@ -89,7 +89,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
   auto decide = [&]() -> int {
     if (!is_chief()) return kStop;  // replaced by rank 0's decision
     const proto::InfoResponse info = replay_->Info();
-    if ((stop && stop->load()) ||
+    if ((stop && stop->load()) || interrupted_ ||
         (config_.learner().max_updates() > 0 && agent_->updates() >= config_.learner().max_updates()) ||
         FramesFrom(info) >= config_.total_frames()) {
       return kStop;

@@ -177,7 +177,10 @@ TEST_F(RlEndToEndTest, AKilledActorIsRestartedAndTrainingGoesOn) {
 // that says so, where the learner would otherwise wait for replay forever.
 TEST_F(RlEndToEndTest, EveryActorGoneForGoodEndsTheRunWithAnError) {
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);
-  const pid_t pid = Start({"run", config, "--set", "actors.max_restarts=0"}, dir_ + "/run.log");
+  // Replay never fills to its minimum: the learner is waiting for it (not
+  // blocked in a sample) when the actors go, which must end the wait too.
+  const pid_t pid = Start({"run", config, "--set", "actors.max_restarts=0", "--set", "learner.min_replay_size=100000"},
+                          dir_ + "/run.log");
   std::vector<pid_t> actors;
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   while (actors.size() < 2 && Clock::now() < deadline) {
