@@ -329,39 +329,56 @@ TEST(AppoAgentTest, LearnsAOneStateBanditFromItsOwnTrajectories) {
   EXPECT_LT(m["entropy"], 1.0 + 0.5 * std::log(2 * std::numbers::pi) - 0.5);
 }
 
+// An APPO agent of `config` on one replica, its input bandit trajectories
+// of behaviour version `version` acted by a policy of its own (its
+// initial weights: not the agent's), from `seed`.
+struct BanditAgent {
+  BanditAgent(const config::ExperimentConfig& config, const ObservationSpec& spec, uint64_t seed)
+      : replicator(MakeReplicator(1)), rng(seed) {
+    auto made = AppoAgent::Create(config, spec, 1, replicator.get());
+    TROUPE_CHECK(made.ok());
+    agent = *std::move(made);
+    auto acting = AppoPolicy::Create(config.appo(), spec, 1);
+    TROUPE_CHECK(acting.ok());
+    policy = *std::move(acting);
+    auto made_signature = TrajectorySignature(spec, 1, config.appo().unroll_length());
+    TROUPE_CHECK(made_signature.ok());
+    signature = *std::move(made_signature);
+    agent->StartInput([this](int, int64_t n, replay::SampledBatch* out) {
+      BanditTrajectories(*policy, signature, n, version, rng, out);
+      return absl::OkStatus();
+    });
+  }
+  std::unique_ptr<replicator::Replicator> replicator;
+  std::unique_ptr<AppoAgent> agent;
+  std::unique_ptr<AppoPolicy> policy;
+  replay::Signature signature;
+  std::mt19937_64 rng;
+  int64_t version = 1;
+};
+
 TEST(AppoAgentTest, StaleTrajectoriesAreLeftOutAndCounted) {
   config::ExperimentConfig config = BanditConfig(/*batch=*/8);
   config.mutable_appo()->set_max_policy_lag(3);
-  const ObservationSpec spec{.state_size = 1};
-  auto replicator = MakeReplicator(1);
-  auto agent = AppoAgent::Create(config, spec, 1, replicator.get());
-  ASSERT_TRUE(agent.ok()) << agent.status();
-  auto policy = AppoPolicy::Create(config.appo(), spec, 1);
-  ASSERT_TRUE(policy.ok());
-  auto signature = TrajectorySignature(spec, 1, 4);
-  ASSERT_TRUE(signature.ok());
-  std::mt19937_64 rng(4);
+  BanditAgent bandit(config, ObservationSpec{.state_size = 1}, /*seed=*/4);
+  AppoAgent* agent = bandit.agent.get();
   // The learner publishes version updates + 1 = 1 now: version -3 lags by 4.
-  int64_t version = -3;
-  (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
-    BanditTrajectories(**policy, *signature, n, version, rng, out);
-    return absl::OkStatus();
-  });
-  const std::vector<nn::CheckpointTensor> start = (*agent)->CheckpointState();
-  ASSERT_TRUE((*agent)->Train(1).ok());
-  AgentMetrics m = (*agent)->metrics();
+  bandit.version = -3;
+  const std::vector<nn::CheckpointTensor> start = agent->CheckpointState();
+  ASSERT_TRUE(agent->Train(1).ok());
+  AgentMetrics m = agent->metrics();
   EXPECT_EQ(m["dropped_stale"], 8);
   // Nothing learned from them: the model's weights are as they were.
-  const std::vector<nn::CheckpointTensor> after = (*agent)->CheckpointState();
+  const std::vector<nn::CheckpointTensor> after = agent->CheckpointState();
   for (size_t i = 0; i < start.size(); ++i) {
     if (start[i].name.starts_with("param/model/policy") || start[i].name.starts_with("param/model/value")) {
       EXPECT_EQ(start[i].values, after[i].values) << start[i].name;
     }
   }
   // Lag 3 (version -1 at update 2) is within the bound: used, none dropped.
-  version = -1;
-  ASSERT_TRUE((*agent)->Train(1).ok());
-  m = (*agent)->metrics();
+  bandit.version = -1;
+  ASSERT_TRUE(agent->Train(1).ok());
+  m = agent->metrics();
   EXPECT_EQ(m["dropped_stale"], 0);
   EXPECT_EQ(m["policy_lag"], 3);
 }
@@ -374,21 +391,13 @@ TEST(AppoAgentTest, TargetKlStopsTheEpochsEarly) {
   for (const float target : {0.0f, 1e-9f}) {
     config::ExperimentConfig config = BanditConfig(/*batch=*/8);  // 2 epochs of 2 minibatches
     config.mutable_appo()->set_target_kl(target);
-    auto replicator = MakeReplicator(1);
-    auto agent = AppoAgent::Create(config, spec, 1, replicator.get());
-    ASSERT_TRUE(agent.ok()) << agent.status();
-    auto policy = AppoPolicy::Create(config.appo(), spec, 1);
-    auto signature = TrajectorySignature(spec, 1, 4);
-    std::mt19937_64 rng(8);
-    (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
-      BanditTrajectories(**policy, *signature, n, 1, rng, out);
-      return absl::OkStatus();
-    });
-    ASSERT_TRUE((*agent)->Train(3).ok());
-    const std::vector<nn::CheckpointTensor> state = (*agent)->CheckpointState();
+    BanditAgent bandit(config, spec, /*seed=*/8);
+    AppoAgent* agent = bandit.agent.get();
+    ASSERT_TRUE(agent->Train(3).ok());
+    const std::vector<nn::CheckpointTensor> state = agent->CheckpointState();
     const std::vector<int64_t> counters = nn::Int64sOf(state.back());  // updates, Adam's steps, observations
     EXPECT_EQ(counters[1], target > 0 ? 3 * 2 : 3 * 2 * 2) << "target_kl " << target;
-    EXPECT_EQ((*agent)->metrics()["epochs"], target > 0 ? 1 : 2);
+    EXPECT_EQ(agent->metrics()["epochs"], target > 0 ? 1 : 2);
   }
 }
 
@@ -400,30 +409,22 @@ TEST(AppoAgentTest, AnnealedLearningRateReachesZeroAtTheRunsEnd) {
   config.mutable_appo()->set_anneal_learning_rate(true);
   config.mutable_env()->set_action_repeat(1);
   config.set_total_frames(2 * 8 * 4);  // two updates of 8 trajectories of 4 steps
-  auto replicator = MakeReplicator(1);
-  auto agent = AppoAgent::Create(config, spec, 1, replicator.get());
-  ASSERT_TRUE(agent.ok()) << agent.status();
-  auto policy = AppoPolicy::Create(config.appo(), spec, 1);
-  auto signature = TrajectorySignature(spec, 1, 4);
-  std::mt19937_64 rng(8);
-  (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
-    BanditTrajectories(**policy, *signature, n, 1, rng, out);
-    return absl::OkStatus();
-  });
+  BanditAgent bandit(config, spec, /*seed=*/8);
+  AppoAgent* agent = bandit.agent.get();
   auto model = [&] {
     std::vector<float> all;
-    (*agent)->PolicyParameters(&all);
+    agent->PolicyParameters(&all);
     all.resize(all.size() - 2);  // the normaliser's mean and std
     return all;
   };
   const std::vector<float> start = model();
-  ASSERT_TRUE((*agent)->Train(1).ok());
+  ASSERT_TRUE(agent->Train(1).ok());
   const std::vector<float> first = model();
   EXPECT_NE(first, start) << "update 0 at the full rate";
-  ASSERT_TRUE((*agent)->Train(1).ok());
+  ASSERT_TRUE(agent->Train(1).ok());
   const std::vector<float> second = model();
   EXPECT_NE(second, first) << "update 1 at half the rate";
-  ASSERT_TRUE((*agent)->Train(1).ok());
+  ASSERT_TRUE(agent->Train(1).ok());
   EXPECT_EQ(model(), second) << "update 2 at rate 0";
 }
 
@@ -513,26 +514,19 @@ TEST(AppoAgentTest, LearnsAContextualBanditFromPixels) {
 TEST(AppoAgentTest, CheckpointRoundTripAndThePolicyLoadsIt) {
   const config::ExperimentConfig config = BanditConfig(/*batch=*/8);
   const ObservationSpec spec{.state_size = 1};
-  auto replicator = MakeReplicator(1);
-  auto agent = AppoAgent::Create(config, spec, 1, replicator.get());
-  ASSERT_TRUE(agent.ok());
-  auto policy = AppoPolicy::Create(config.appo(), spec, 1);
-  ASSERT_TRUE(policy.ok());
-  auto signature = TrajectorySignature(spec, 1, 4);
-  std::mt19937_64 rng(6);
-  (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
-    BanditTrajectories(**policy, *signature, n, 1, rng, out);
-    return absl::OkStatus();
-  });
-  ASSERT_TRUE((*agent)->Train(3).ok());
+  BanditAgent bandit(config, spec, /*seed=*/6);
+  AppoAgent* agent = bandit.agent.get();
+  AppoPolicy* policy = bandit.policy.get();
+  replicator::Replicator* replicator = bandit.replicator.get();
+  ASSERT_TRUE(agent->Train(3).ok());
   const std::string path =
       (std::filesystem::temp_directory_path() / absl::StrCat("appo_ckpt.", ::getpid())).string();
-  ASSERT_TRUE((*agent)->Save(path).ok());
-  auto fresh = AppoAgent::Create(config, spec, 1, replicator.get());
+  ASSERT_TRUE(agent->Save(path).ok());
+  auto fresh = AppoAgent::Create(config, spec, 1, replicator);
   ASSERT_TRUE(fresh.ok());
-  EXPECT_NE((*fresh)->StateChecksum(), (*agent)->StateChecksum());
+  EXPECT_NE((*fresh)->StateChecksum(), agent->StateChecksum());
   ASSERT_TRUE((*fresh)->Load(path).ok());
-  EXPECT_EQ((*fresh)->StateChecksum(), (*agent)->StateChecksum());
+  EXPECT_EQ((*fresh)->StateChecksum(), agent->StateChecksum());
   EXPECT_EQ((*fresh)->updates(), 3);
   // The policy from the file acts as the policy given the agent's parameters.
   auto loaded = AppoPolicy::Create(config.appo(), spec, 1);
@@ -540,17 +534,17 @@ TEST(AppoAgentTest, CheckpointRoundTripAndThePolicyLoadsIt) {
   ASSERT_TRUE(updates.ok()) << updates.status();
   EXPECT_EQ(*updates, 3);
   std::vector<float> parameters;
-  (*agent)->PolicyParameters(&parameters);
-  ASSERT_TRUE((*policy)->SetParameters(parameters).ok());
+  agent->PolicyParameters(&parameters);
+  ASSERT_TRUE(policy->SetParameters(parameters).ok());
   const float state = 0.7f;
   float a = 0, b = 0;
-  ASSERT_TRUE((*policy)->Act(&state, nullptr, 1, &a).ok());
+  ASSERT_TRUE(policy->Act(&state, nullptr, 1, &a).ok());
   ASSERT_TRUE((*loaded)->Act(&state, nullptr, 1, &b).ok());
   EXPECT_NEAR(a, b, 1e-6);
   // Another agent's (or task's) file is refused, naming the entry.
   config::ExperimentConfig wider = config;
   wider.mutable_appo()->set_hidden(0, 32);
-  auto other = AppoAgent::Create(wider, spec, 1, replicator.get());
+  auto other = AppoAgent::Create(wider, spec, 1, replicator);
   const absl::Status refused = (*other)->Load(path);
   EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_THAT(refused.message(), HasSubstr("policy.0"));
