@@ -16,8 +16,9 @@ EnvPool or dm_control's suite, medians and ranges) is `troupe bench python`'s,
 by bench/protocol.h, the protocol every comparison of troupe's is measured by.
 
 peer_python() makes the venv the peers run in (BUILD/python-bench-venv, the
-pins below; bench.cc's PythonBenchVenvPython makes the same one), for
-tests/parity/dm_control_parity.py.
+pins below; bench.cc's PythonBenchVenvPython makes the same one), and the
+one with dm_control alone (BUILD/dm-control-venv) that
+tests/parity/dm_control_parity.py compares with.
 """
 import argparse
 import os
@@ -30,26 +31,28 @@ TOP = os.path.dirname(HERE)
 
 # Pinned so that figures compare; dm_control 1.0.50 fails on mujoco 4 (which
 # pip would pick), hence the mujoco pin. bench/bench.cc pins the same.
-PEERS = "envpool==1.2.5 dm_control==1.0.50 mujoco==3.17.0"
+DM_CONTROL = "dm_control==1.0.50 mujoco==3.17.0"
+PEERS = "envpool==1.2.5 " + DM_CONTROL
 
 
-def peer_python(build):
-    """The peers' venv python, installing them once; (python, None) or (None, why not)."""
-    venv = os.path.join(build, "python-bench-venv")
+def peer_python(build, venv_name="python-bench-venv", pins=PEERS):
+    """The venv python holding `pins` (the peers' by default), installing them once;
+    (python, None) or (None, why not)."""
+    venv = os.path.join(build, venv_name)
     python = os.path.join(venv, "bin", "python")
     marker = os.path.join(venv, ".installed")
-    if os.path.exists(marker) and open(marker).read().strip() == PEERS:
+    if os.path.exists(marker) and open(marker).read().strip() == pins:
         return python, None
-    print(f"(installing {PEERS} from PyPI into {venv}: a minute or two, once)", flush=True)
+    print(f"(installing {pins} from PyPI into {venv}: a minute or two, once)", flush=True)
     if not os.path.exists(python):
         made = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
         if made.returncode != 0:
             return None, "cannot make a venv (apt-get install python3-venv): " + made.stderr[-300:]
-    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PEERS.split()],
+    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins.split()],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        return None, f"cannot install {PEERS} (offline?): " + done.stderr.strip()[-300:]
-    open(marker, "w").write(PEERS + "\n")
+        return None, f"cannot install {pins} (offline?): " + done.stderr.strip()[-300:]
+    open(marker, "w").write(pins + "\n")
     return python, None
 
 

@@ -19,8 +19,9 @@ For each task (ctest label `parity`; tools/test.sh runs it with the rest):
     RETURN_TOLERANCE of dm_control's (the square wave's are reported).
 troupe's side is envs/task_probe_main.cc (troupe_task_probe): the real env
 (Reset, Step, Observe) put in the given state. dm_control and mujoco come from
-PyPI into a venv under the build tree (BUILD/python-bench-venv, shared with
-bench/python_bench.py), installed on first use; without PyPI the test is
+PyPI into a venv under the build tree (BUILD/dm-control-venv, made by
+bench/python_bench.py's peer_python without the benchmarks' EnvPool),
+installed on first use; without PyPI the test is
 skipped (exit 77) saying why.
 """
 import argparse
@@ -240,10 +241,10 @@ def main():
         print(f"dm_control_parity: {binary} is not built (cmake --build {args.build} --target troupe_task_probe)")
         return 1
     try:
-        import dm_control  # noqa: F401  (already in the peers' venv)
+        import dm_control  # noqa: F401  (already in dm_control's venv)
     except ImportError:
-        from python_bench import peer_python  # installs the pinned peers once
-        python, why = peer_python(args.build)
+        from python_bench import DM_CONTROL, peer_python  # installs the pinned dm_control once
+        python, why = peer_python(args.build, "dm-control-venv", DM_CONTROL)
         if python is None:
             print(f"dm_control_parity: SKIPPED: {why}")
             return SKIP
