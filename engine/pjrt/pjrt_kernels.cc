@@ -375,9 +375,12 @@ Value MiddleAxisPlaces(Function& f, const Value& indices, int64_t outer, int64_t
 
 }  // namespace
 
-// Gathers and replacing scatters move i32 bits (no float op may touch a
-// frame's bytes); the indices are run-time data, so a step's program does
-// not change with the rows it picks.
+// Gathers move i32 bits (no float op may touch a frame's bytes); a
+// replacing scatter stores its f32 updates as they are (a store, no float
+// op: bit for bit, PjrtKernelTest) straight into x, so that XLA updates x in
+// place: a bitcast of x to i32 first made it copy the whole of x (the 2 GiB
+// device frame table) per scatter. The indices are run-time data, so a
+// step's program does not change with the rows it picks.
 void PjrtBackend::Gather(int64_t outer, int64_t in, int64_t inner, int64_t out, const float* x,
                          const int32_t* indices, float* y) {
   KeepForFallback([=, this] { Gather(outer, in, inner, out, x, indices, y); });
@@ -405,10 +408,7 @@ void PjrtBackend::Scatter(int64_t outer, int64_t in, int64_t inner, int64_t out,
     l.Write(x, f.ScatterAdd(l.F32(x, dims), places, l.F32(values, update_dims), /*window_dims=*/{2},
                             /*inserted=*/{0, 1}, /*index_map=*/{0, 1}));
   } else {
-    Value bits = f.BitcastConvert(l.F32(x, dims), dims, "i32");
-    Value update = f.BitcastConvert(l.F32(values, update_dims), update_dims, "i32");
-    Value scattered = f.ScatterReplace(bits, places, update, {2}, {0, 1}, {0, 1});
-    l.Write(x, f.BitcastConvert(scattered, dims, "f32"));
+    l.Write(x, f.ScatterReplace(l.F32(x, dims), places, l.F32(values, update_dims), {2}, {0, 1}, {0, 1}));
   }
   l.Run();
 }

@@ -6,6 +6,7 @@
 // runs every op of the tape on it.
 #include "engine/pjrt/pjrt_backend.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -493,6 +494,39 @@ TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
   pjrt_->Download(out.pjrt, got.data(), 4 * got.size());
   // Row 0 of the table is scatter row 1; gathered first above.
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + kWords, bits.begin() + kWords));
+}
+
+// A scatter of a few rows into a large table (the device frame table: 2 GiB
+// by default) updates it in place: the table is not copied to a new buffer
+// per scatter, which the process's page faults would count (a copy touches
+// every page of a fresh allocation: 16,384 for 64 MiB). As bits, as above.
+TEST_F(PjrtKernelTest, ScatteringAFewRowsIntoALargeTableUpdatesItInPlace) {
+  constexpr int64_t kRows = 16384, kWords = 1024, kCount = 4, kPages = kRows * kWords * 4 / 4096;
+  float* table = pjrt_->AllocateFloats(kRows * kWords);
+  Pair rows = Put(std::vector<float>(kCount * kWords, 1.0f));
+  std::vector<float> at_bits(kCount);
+  const int32_t at[kCount] = {5, 16383, 0, 77};
+  std::memcpy(at_bits.data(), at, sizeof(at));
+  Pair places = Put(at_bits);
+  pjrt_->ScatterRows(kRows, kWords, table, kCount, reinterpret_cast<int32_t*>(places.pjrt), rows.pjrt);  // compiles
+  pjrt_->Synchronize();
+  auto faults = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return int64_t{usage.ru_minflt};
+  };
+  const int64_t before = faults();
+  for (int i = 0; i < 8; ++i) {
+    pjrt_->ScatterRows(kRows, kWords, table, kCount, reinterpret_cast<int32_t*>(places.pjrt), rows.pjrt);
+  }
+  pjrt_->Synchronize();
+  const int64_t touched = faults() - before;
+  std::printf("8 scatters of %ld rows into a %ld MiB table: %ld page faults\n", long(kCount),
+              long(kRows * kWords * 4 >> 20), long(touched));
+  EXPECT_LT(touched, kPages) << "the table was copied by the scatter";
+  std::vector<float> row(kWords);
+  pjrt_->Download(table + 16383 * kWords, row.data(), 4 * kWords);
+  EXPECT_EQ(row, std::vector<float>(kWords, 1.0f));
 }
 
 TEST_F(PjrtKernelTest, StridedBlocksCopyAndAccumulate) {
