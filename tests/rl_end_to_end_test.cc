@@ -5,13 +5,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/files.h"
@@ -490,6 +494,68 @@ TEST_F(RlEndToEndTest, APixelRunKilledResumesWithItsReplay) {
   const auto rows = Metrics(run);
   ASSERT_FALSE(rows.empty());
   EXPECT_GE(rows.back()[kReplaySize], restored);
+}
+
+// The compiled step in a real run: D4PG from pixels with its learner on the
+// XLA CPU plugin (TROUPE_PJRT_PLUGIN), 4 updates per execution, frames in the
+// device frame table, replay and actors as usual. Each Train of 6 updates
+// (publish_every) runs one execution of 4 and one of 2: two programs, each
+// compiled once and replayed for every execution after. The checkpoint it
+// leaves resumes in a CPU learner, which trains on from the restored replay.
+TEST_F(RlEndToEndTest, APixelRunOnPjrtWithFourUpdatesPerExecutionTrainsAndResumesOnTheCpu) {
+  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (plugin == nullptr || !fs::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  const std::string path = dir_ + "/pjrt.textproto";
+  std::ofstream(path) << R"(name: "pjrt" mode: RL
+env { task: "cartpole.swingup" observation: PIXELS render { width: 32 height: 32 } action_repeat: 8 frame_stack: 2 }
+pool { num_envs: 1 num_threads: 1 }
+d4pg { hidden: [32, 32] v_max: 800 conv_channels: 8 encoder_features: 16 augment_pad: 2 }
+learner { batch_size: 16 publish_every: 6 min_replay_size: 100 samples_per_insert: 4 updates_per_execution: 4
+          device_frame_mib: 64 engine { device: PJRT pjrt_plugin: ")"
+                      << plugin << R"(" } }
+actors { count: 2 random_frames: 400 }
+evaluator { every_frames: 100000 episodes: 1 }
+runs_dir: ")" << dir_ << "/runs\"\ntotal_frames: 2400\n";
+  ASSERT_EQ(Wait(Start({"run", path}, dir_ + "/run.log"), /*seconds=*/240), 0) << Read(dir_ + "/run.log");
+  const std::string log = Read(dir_ + "/run.log");
+  // "compiled a step (K kernels", or "loaded (from the on-disk cache) a
+  // step (K kernels" where an earlier run compiled it: two programs, of 4
+  // updates and of the 2 left of each 6, the one twice the other's kernels.
+  const std::regex step_program("(compiled|loaded \\(from the on-disk cache\\)) a step \\((\\d+) kernels");
+  std::vector<int64_t> kernels;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), step_program); it != std::sregex_iterator(); ++it) {
+    kernels.push_back(std::stoll((*it)[2]));
+  }
+  std::sort(kernels.begin(), kernels.end());
+  ASSERT_EQ(kernels.size(), 2u) << log;
+  EXPECT_EQ(kernels[1], 2 * kernels[0]) << log;
+  const std::string run = OnlyRunDir(dir_);
+  const std::vector<double> last = LastMetrics(run);
+  constexpr int kFramesUploadedPerUpdate = kVersion + 2;  // after input_wait_ms
+  const int64_t updates = int64_t(last[kUpdates]);
+  EXPECT_GE(updates, 24) << log;
+  EXPECT_EQ(updates % 6, 0);
+  EXPECT_TRUE(std::isfinite(last[kCriticLoss]));
+  EXPECT_GT(last[kCriticLoss], 0);
+  bool uploaded = false;
+  for (const auto& row : Metrics(run)) uploaded |= row.size() > kFramesUploadedPerUpdate && row[kFramesUploadedPerUpdate] > 0;
+  EXPECT_TRUE(uploaded) << "no frame went into the device frame table";
+
+  // The same run resumed with its learner on the CPU, one update per
+  // execution, for 8 updates more (its frames raised past those it has).
+  ASSERT_EQ(Wait(Start({"run", "--resume", run, "--set", "learner.engine.device=CPU", "--set",
+                        "learner.engine.pjrt_plugin=", "--set", "learner.updates_per_execution=1", "--set",
+                        "total_frames=1000000", "--set", absl::StrCat("learner.max_updates=", updates + 8)},
+                       dir_ + "/resume.log"),
+                 /*seconds=*/120),
+            0)
+      << Read(dir_ + "/resume.log");
+  const std::string resumed = Read(dir_ + "/resume.log");
+  EXPECT_EQ(ResumedUpdates(resumed), updates) << resumed;
+  EXPECT_THAT(resumed, ::testing::HasSubstr("replay restored: ")) << resumed;
+  const std::vector<double> after = LastMetrics(run);
+  EXPECT_GE(int64_t(after[kUpdates]), updates + 8) << resumed;
+  EXPECT_TRUE(std::isfinite(after[kCriticLoss]));
 }
 
 TEST_F(RlEndToEndTest, BadConfigsFailBeforeAnythingStarts) {
