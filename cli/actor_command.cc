@@ -30,6 +30,11 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-frames", options->max_frames, "Stop after this many env frames (0 = until stopped)");
   security->AddTo(cmd);
   cmd->callback([options, config_path, overrides, security, exit_code] {
+    // A stop may come while the config loads (the learner ended as this
+    // actor started): RunActor then ends at once, with its summary line.
+    std::signal(SIGINT, OnActorSignal);
+    std::signal(SIGTERM, OnActorSignal);
+    std::signal(SIGUSR1, OnActorSignal);  // what srun forwards (troupe run --slurm stopping its actor steps)
     auto config = LoadExperimentConfig(*config_path, *overrides);
     if (!config.ok()) {
       std::fprintf(stderr, "troupe actor: %s\n", std::string(config.status().message()).c_str());
@@ -49,9 +54,6 @@ void AddActorCommand(CLI::App& app, int* exit_code) {
                 slurm_node ? " (Slurm node " : "", slurm_node ? slurm_node : "", slurm_node ? ")" : "",
                 options->learner_address.c_str());
     std::fflush(stdout);
-    std::signal(SIGINT, OnActorSignal);
-    std::signal(SIGTERM, OnActorSignal);
-    std::signal(SIGUSR1, OnActorSignal);  // what srun forwards (troupe run --slurm stopping its actor steps)
     auto stats = actors::RunActor(*options, &actor_stop);
     if (!stats.ok()) {
       std::fprintf(stderr, "troupe actor %d: %s\n", options->index, stats.status().ToString().c_str());

@@ -348,11 +348,21 @@ TEST_F(SlurmEndToEndTest, TheLearnersEndStopsTheActorsAndCompletesTheJob) {
   ASSERT_TRUE(AwaitJobState(job, std::regex("COMPLETED|FAILED|CANCELLED"), 60)) << JobState(job);
   EXPECT_EQ(JobState(job), "COMPLETED") << Read(run_dir + "/slurm/job-" + job + ".out");
   EXPECT_EQ(LastMetrics(run_dir)[kUpdates], 300);
-  // Each actor was stopped (SIGUSR1 through srun) and said so as it ended.
+  // Each actor that began was stopped (SIGUSR1 through srun) and said so as
+  // it ended. (On a loaded machine the learner can reach its end on one
+  // actor's data while the other is still starting: the stop then ends that
+  // process before `troupe actor` has begun, srun saying so, as it should.)
+  int began = 0;
   for (int i = 0; i < 2; ++i) {
     const std::string log = run_dir + "/logs/actor-" + std::to_string(i) + ".log";
+    if (Read(log).find("actor " + std::to_string(i) + " (pid ") == std::string::npos) {
+      EXPECT_THAT(Read(log), HasSubstr("User defined signal 1")) << "actor " << i << " neither began nor was stopped";
+      continue;
+    }
+    ++began;
     EXPECT_NE(AwaitMatch(log, "actor \\d+: (\\d+) frames, \\d+ episodes", 5), "") << Read(log);
   }
+  EXPECT_GE(began, 1);
   EXPECT_THAT(Read(RunLayout(run_dir).status()), HasSubstr("ended (ok)"));
 }
 
