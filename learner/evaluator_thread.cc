@@ -1,5 +1,9 @@
 #include "learner/evaluator_thread.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -35,6 +39,14 @@ bool EvaluatorThread::MaybeStart(int64_t frames, int64_t updates, const std::vec
   // A snapshot of the policy: training goes on.
   thread_ = std::jthread([this, snapshot = parameters, frames, updates] {
     Evaluate(frames, updates, snapshot);
+#if defined(__GLIBC__)
+    // What the evaluation freed (its env, renderer, episode buffers: tens of
+    // MiB for pixels) goes back to the system: glibc keeps freed memory in
+    // this thread's arena, where the next evaluation, on a new thread, may
+    // not find it, and a long run's resident memory stepped up by ~25-35 MiB
+    // at each evaluation (docs/development.md "Soak").
+    malloc_trim(0);
+#endif
     running_ = false;
   });
   return true;
