@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A soak that watches memory: a pixel run (actors, learner, evaluator, replay
 # embedded) for MINUTES, every process's resident memory sampled every 10 s
-# into OUT/memory.csv; at the end OUT/summary.txt says, per process, its
-# resident memory when the window opens (after WARM minutes: replay full, the
-# frame table warm), at the end, and its growth over the window, and the
-# script fails when any process grew by more than 5%.
+# into OUT/memory.csv; at the end OUT/memory.svg charts them, and
+# OUT/summary.txt says, per process, its resident memory when the window
+# opens (after WARM minutes: replay full, the frame table warm), at the end,
+# and its growth over the window; the script fails when any process grew by
+# more than 5%.
 #   tools/soak.sh [--minutes 30] [--warm 10] [--replay 3000] [--troupe BIN] [--config FILE] OUT [--set ...]
 # Defaults: walker.walk from pixels, replay capped at 3,000 transitions (on
 # 2 cores the learner paces the actors to ~8 transitions/s, so replay is
@@ -83,7 +84,8 @@ wait "$run_pid" 2>/dev/null || true
 trap - EXIT INT TERM
 leaks=$(grep -rl "ERROR: LeakSanitizer" "$out/run.log" "$out"/runs/*/logs 2>/dev/null || true)
 
-# Per role: the mean of the samples in the window's first and last minute.
+# Per role: the mean of the samples in the window's first and last minute;
+# and memory.svg, the samples as a chart.
 python3 - "$out" "$((60 * warm))" "$((60 * minutes))" "$leaks" <<'EOF'
 import csv, sys
 out, opens, ends, leaks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
@@ -105,5 +107,33 @@ bad += [f"LeakSanitizer reported leaks in {path}" for path in leaks]
 lines.append("growth under 5% for every process, no leak reported" if not bad else "FAILED: " + "; ".join(bad))
 open(f"{out}/summary.txt", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
+
+# memory.svg: each process's resident memory over the run, the window shaded
+# (a chart without plotting libraries: Debian's python3 has none).
+W, H, left, right, top, bottom = 720, 360, 60, 110, 20, 40
+tmax = max(ends, max(int(r["t_s"]) for r in rows))
+ymax = max(float(r["rss_mib"]) for r in rows) * 1.1
+x = lambda t: left + (W - left - right) * t / tmax
+y = lambda m: H - bottom - (H - top - bottom) * m / ymax
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+       f'<rect x="{x(opens):.1f}" y="{top}" width="{x(ends) - x(opens):.1f}" height="{H - top - bottom}" fill="#eef3fb"/>',
+       f'<text x="{x(opens) + 4:.1f}" y="{top + 12}" fill="#456">window</text>',
+       f'<line x1="{left}" y1="{H - bottom}" x2="{W - right}" y2="{H - bottom}" stroke="black"/>',
+       f'<line x1="{left}" y1="{top}" x2="{left}" y2="{H - bottom}" stroke="black"/>']
+for minute in range(0, tmax // 60 + 1, 5):
+    svg.append(f'<text x="{x(60 * minute):.1f}" y="{H - bottom + 15}" text-anchor="middle">{minute}</text>')
+step = 10 ** max(len(str(int(ymax))) - 1, 1) // 2 or 1
+for mib in range(0, int(ymax) + 1, step):
+    svg.append(f'<text x="{left - 5}" y="{y(mib) + 4:.1f}" text-anchor="end">{mib}</text>')
+svg.append(f'<text x="{(left + W - right) / 2:.0f}" y="{H - 5}" text-anchor="middle">minutes</text>')
+svg.append(f'<text x="12" y="{(top + H - bottom) / 2:.0f}" transform="rotate(-90 12 {(top + H - bottom) / 2:.0f})" '
+           'text-anchor="middle">resident memory, MiB</text>')
+colors = ["#c0392b", "#2471a3", "#229954", "#7d3c98", "#b9770e", "#566573"]
+for i, role in enumerate(roles):
+    points = " ".join(f"{x(int(r['t_s'])):.1f},{y(float(r['rss_mib'])):.1f}" for r in rows if r["role"] == role)
+    svg.append(f'<polyline fill="none" stroke="{colors[i % len(colors)]}" stroke-width="1.5" points="{points}"/>')
+    svg.append(f'<text x="{W - right + 8}" y="{top + 14 * (i + 1)}" fill="{colors[i % len(colors)]}">{role}</text>')
+svg.append("</svg>")
+open(f"{out}/memory.svg", "w").write("\n".join(svg) + "\n")
 sys.exit(1 if bad else 0)
 EOF
