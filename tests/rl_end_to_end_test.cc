@@ -538,7 +538,9 @@ runs_dir: ")" << dir_ << "/runs\"\ntotal_frames: 2400\n";
   EXPECT_TRUE(std::isfinite(last[kCriticLoss]));
   EXPECT_GT(last[kCriticLoss], 0);
   bool uploaded = false;
-  for (const auto& row : Metrics(run)) uploaded |= row.size() > kFramesUploadedPerUpdate && row[kFramesUploadedPerUpdate] > 0;
+  for (const auto& row : Metrics(run)) {
+    uploaded |= row.size() > kFramesUploadedPerUpdate && row[kFramesUploadedPerUpdate] > 0;
+  }
   EXPECT_TRUE(uploaded) << "no frame went into the device frame table";
 
   // The same run resumed with its learner on the CPU, one update per
