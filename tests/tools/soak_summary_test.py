@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""tools/soak_summary.py on memory samples the test writes: a process that
+grew 4.9% in the window passes, one that grew 5.0% fails the soak naming it,
+a named LeakSanitizer log fails it too; the chart has one line a process and
+the window shaded."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(TOP, "tools", "soak_summary.py")
+
+
+def soak(directory, learner_growth):
+    """10 minutes sampled every 10 s, the window from minute 4: the learner
+    flat at 1,000 MiB until the window, then rising to 1,000 x (1 + growth)
+    in the last minute; two actors flat."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "memory.csv"), "w") as f:
+        f.write("t_s,pid,role,rss_mib\n")
+        for t in range(0, 600, 10):
+            learner = 1000.0 if t < 540 else 1000.0 * (1 + learner_growth)
+            f.write(f"{t},10,learner,{learner}\n{t},11,actor 0,400\n{t},12,actor 1,410.5\n")
+    return directory
+
+
+def run(directory, *leaks):
+    return subprocess.run([sys.executable, TOOL, directory, "240", "600", *leaks], capture_output=True, text=True)
+
+
+class SoakSummaryTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="soak_summary_")
+
+    def test_growth_under_five_percent_passes_and_is_charted(self):
+        done = run(soak(self.dir, 0.049))
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        summary = open(os.path.join(self.dir, "summary.txt")).read()
+        self.assertRegex(summary, r"learner\s+1000\s+1000\s+1049\s+4\.9%")
+        self.assertRegex(summary, r"actor 1\s+410\s+410\s+410\s+0\.0%")
+        self.assertTrue(summary.endswith("growth under 5% for every process, no leak reported\n"), summary)
+        svg = open(os.path.join(self.dir, "memory.svg")).read()
+        self.assertEqual(len(re.findall(r"<polyline ", svg)), 3)
+        self.assertEqual(len(re.findall(r"<polyline [^>]*points=\"(?:[\d.]+,[\d.]+ ){59}[\d.]+,[\d.]+\"", svg)), 3)
+        self.assertIn(">window</text>", svg)
+        for role in ("learner", "actor 0", "actor 1"):
+            self.assertIn(f">{role}</text>", svg)
+
+    def test_five_percent_fails_naming_the_process(self):
+        done = run(soak(self.dir, 0.05))
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("FAILED: learner grew 5.0% in the window", done.stdout)
+
+    def test_a_leak_report_fails(self):
+        done = run(soak(self.dir, 0.0), "/runs/x/logs/actor-0.log")
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("FAILED: LeakSanitizer reported leaks in /runs/x/logs/actor-0.log", done.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
