@@ -1,7 +1,6 @@
 #include "engine/nn/checkpoint.h"
 
 #include <algorithm>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>

@@ -225,6 +225,12 @@ class PjrtKernelTest : public ::testing::Test {
     pjrt_->Upload(data.data(), p.pjrt, 4 * data.size());
     return p;
   }
+  // int32 values as the bits of floats (indices for the row kernels).
+  Pair PutInts(const std::vector<int32_t>& v) {
+    std::vector<float> f(v.size());
+    std::memcpy(f.data(), v.data(), 4 * v.size());
+    return Put(f);
+  }
   void ExpectSame(Pair p, int64_t n, double tolerance = 1e-5, const std::string& what = "") {
     std::vector<float> a(n), b(n);
     cpu_.Download(p.cpu, a.data(), 4 * n);
@@ -456,12 +462,7 @@ TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
   Pair table = Put(std::vector<float>(kRows * kWords, 0.5f)), rows = Put(values);
   Pair out = Put(std::vector<float>(kCount * kWords));
   const std::vector<int32_t> scatter_at = {7, 0, 3, 8};
-  auto put_ints = [&](const std::vector<int32_t>& v) {
-    std::vector<float> f(v.size());
-    std::memcpy(f.data(), v.data(), 4 * v.size());
-    return Put(f);
-  };
-  Pair at = put_ints(scatter_at);
+  Pair at = PutInts(scatter_at);
   cpu_.ScatterRows(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(at.cpu), rows.cpu);
   pjrt_->ScatterRows(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(at.pjrt), rows.pjrt);
   auto same_bits = [&](Pair p, int64_t n, const char* what) {
@@ -473,7 +474,7 @@ TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
   same_bits(table, kRows * kWords, "table after the scatter");
   const int64_t compiles = pjrt_->stats().step_compiles;
   for (const std::vector<int32_t>& gather_at : {std::vector<int32_t>{8, 7, 7, 1}, std::vector<int32_t>{0, 3, 8, 2}}) {
-    Pair g = put_ints(gather_at);
+    Pair g = PutInts(gather_at);
     cpu_.GatherRows(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(g.cpu), out.cpu);
     pjrt_->BeginStep();
     pjrt_->GatherRows(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(g.pjrt), out.pjrt);
@@ -484,7 +485,7 @@ TEST_F(PjrtKernelTest, RowsScatterAndGatherAsBitsWithIndicesAtRunTime) {
   // Rows as images of 2 pixels x 3 channels (6 of a row's 24 bytes), gathered
   // into float planes: the CPU's floats exactly.
   Pair planes = Put(std::vector<float>(kCount * 6));
-  Pair image_at = put_ints({3, 3, 8, 0});
+  Pair image_at = PutInts({3, 3, 8, 0});
   cpu_.GatherBytesToFloatPlanar(kRows, kWords, table.cpu, kCount, reinterpret_cast<int32_t*>(image_at.cpu), 2, 3,
                                 1.0f / 255, planes.cpu);
   pjrt_->GatherBytesToFloatPlanar(kRows, kWords, table.pjrt, kCount, reinterpret_cast<int32_t*>(image_at.pjrt), 2, 3,
@@ -504,10 +505,7 @@ TEST_F(PjrtKernelTest, ScatteringAFewRowsIntoALargeTableUpdatesItInPlace) {
   constexpr int64_t kRows = 16384, kWords = 1024, kCount = 4, kPages = kRows * kWords * 4 / 4096;
   float* table = pjrt_->AllocateFloats(kRows * kWords);
   Pair rows = Put(std::vector<float>(kCount * kWords, 1.0f));
-  std::vector<float> at_bits(kCount);
-  const int32_t at[kCount] = {5, 16383, 0, 77};
-  std::memcpy(at_bits.data(), at, sizeof(at));
-  Pair places = Put(at_bits);
+  Pair places = PutInts({5, 16383, 0, 77});
   pjrt_->ScatterRows(kRows, kWords, table, kCount, reinterpret_cast<int32_t*>(places.pjrt), rows.pjrt);  // compiles
   pjrt_->Synchronize();
   auto faults = [] {
