@@ -127,6 +127,10 @@ double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double s
     });
   };
   step();  // warm up: arena and scratch reach their size (and cuDNN measures its algorithms)
+  // Finished before the clock starts: an asynchronous backend (PJRT, CUDA)
+  // would otherwise run the warm-up inside the first timed steps (where one
+  // step outlasts a round, the round's one timed step counted two).
+  backend.Synchronize();
   if (after_warmup) after_warmup();
   return batch * MeasureRate(seconds, [&](long n) {
            for (long i = 0; i < n; ++i) step();

@@ -663,6 +663,22 @@ TEST(PjrtCacheTest, AStepCompiledOnceIsLoadedFromTheDiskCacheByTheNextBackend) {
   EXPECT_EQ((*third)->stats().step_compiles, 1);
   ASSERT_EQ(files().size(), 1u);
   EXPECT_GT(std::filesystem::file_size(files()[0]), 10u);
+
+  // Other XLA_FLAGS, another program: compiled again and kept beside the
+  // first (a test's unoptimised program is never a run's).
+  const char* had = std::getenv("XLA_FLAGS");
+  const std::string before = had != nullptr ? had : "";
+  ::setenv("XLA_FLAGS", (before + " --xla_cpu_enable_fast_min_max=false").c_str(), 1);
+  auto fourth = PjrtBackend::Create({.plugin = plugin, .cache_dir = dir.string()});
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_FLOAT_EQ(run_step(**fourth), 64 * 1.5f * 1.5f);
+  EXPECT_EQ((*fourth)->stats().step_compiles, 1) << "loaded a program compiled under other XLA_FLAGS";
+  EXPECT_EQ(files().size(), 2u);
+  if (had != nullptr) {
+    ::setenv("XLA_FLAGS", before.c_str(), 1);
+  } else {
+    ::unsetenv("XLA_FLAGS");
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -38,8 +38,12 @@ absl::StatusOr<capi::LoadedExecutable*> CompileProgram(Client& client, const std
   *from_cache = false;
   std::string path;
   if (!cache_dir.empty()) {
-    const std::string key = absl::StrCat(client.plugin().path(), "\n", client.platform(), "\n",
-                                         client.device_kind(0), "\n", replicas, "\n", text);
+    // XLA_FLAGS change what XLA makes of the same text (a test's
+    // --xla_backend_optimization_level=0 program is not a run's).
+    const char* xla_flags = std::getenv("XLA_FLAGS");
+    const std::string key =
+        absl::StrCat(client.plugin().path(), "\n", client.platform(), "\n", client.device_kind(0), "\n", replicas,
+                     "\n", xla_flags != nullptr ? xla_flags : "", "\n", text);
     path = absl::StrCat(cache_dir, "/", absl::Hex(Fnv1a64(key.data(), key.size()), absl::kZeroPad16),
                         absl::Hex(Fnv1a64(key.data(), key.size(), kCheckpointFnv1aBasis), absl::kZeroPad16),
                         ".xla");

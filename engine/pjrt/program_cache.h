@@ -47,7 +47,7 @@ class ProgramCache {
 };
 
 // A program compiled for `replicas` replicas, from the on-disk cache
-// in `cache_dir` when it holds one for this plugin, device kind and text
+// in `cache_dir` when it holds one for this plugin, device kind, XLA_FLAGS and text
 // (one file per program, named by a 128-bit hash of them; a file that does
 // not load is compiled again and replaced; written to a temporary name and
 // renamed, so a killed process leaves no half file), else compiled and, where
