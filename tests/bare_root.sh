@@ -1,6 +1,7 @@
 # Sourced by the bundle's tests: a bare Debian 12 root (debootstrap minbase,
 # none of troupe's packages), made once per machine under /var/cache/troupe
-# and copied for each run.
+# and copied for each run. Tests that start together wait for one another's
+# debootstrap (a lock per root) rather than each making its own.
 #   bare_root NAME [PACKAGE,...]   sets $base to the cached root (with
 #                                  PACKAGEs included); exits 77, saying so,
 #                                  when debootstrap cannot make it (offline)
@@ -9,6 +10,10 @@
 bare_root() {
   base=/var/cache/troupe/$1
   local include=${2:-}
+  mkdir -p "$(dirname "$base")"
+  local lock
+  exec {lock}>"$base.lock"
+  flock "$lock"
   if [[ ! -x "$base/bin/bash" ]]; then
     "$top/tools/install_deps.sh" bundle >&2
     local mirror
@@ -22,6 +27,7 @@ bare_root() {
     fi
     mv "$base.tmp" "$base"
   fi
+  exec {lock}>&-
 }
 
 no_troupe_libraries() {

@@ -144,9 +144,9 @@ grep -q "^troupe bench learner --device pjrt .*: exit 0 " "$summary" || fail "th
 grep -q "one program per step, bfloat16" "$root/opt/results/bench_learner_pjrt.txt" || fail "no bfloat16 row"
 grep -q "PyTorch on the GPU, eager" "$root/opt/results/bench_learner_pjrt.txt" || fail "no PyTorch eager row"
 ! grep -q "PyTorch on the GPU, compile" "$root/opt/results/bench_learner_pjrt.txt" || fail "--fast-peers ran torch.compile"
-grep -q "^d4pg_bench pixels batch 32 on pjrt (per8): exit 0: .*updates/s" "$summary" || fail "the D4PG row, 8 per execution"
-grep -qE "^pjrt: 0\.1[23] program executions per update, 100% of executions replayed" "$root/opt/results/bench_d4pg_pjrt_32_per8.txt" ||
-  fail "8 updates per execution, replayed: $(grep '^pjrt:' "$root/opt/results/bench_d4pg_pjrt_32_per8.txt")"
+grep -q "^d4pg_bench pixels batch 32 on pjrt (per2): exit 0: .*updates/s" "$summary" || fail "the D4PG row, 2 per execution"
+grep -qE "^pjrt: 0\.50 program executions per update, 100% of executions replayed" "$root/opt/results/bench_d4pg_pjrt_32_per2.txt" ||
+  fail "2 updates per execution, replayed: $(grep '^pjrt:' "$root/opt/results/bench_d4pg_pjrt_32_per2.txt")"
 grep -q "^d4pg_bench pixels batch 32 on pjrt (peers): exit 0: .*updates/s" "$summary" || fail "the D4PG update's row"
 grep -q "^pjrt_steps_d4pg: passed" "$summary" || fail "the D4PG PJRT-vs-CPU tests on the stand-in"
 grep -q "^troupe run cartpole_swingup_state, .*exit [0-9]*; " "$summary" || fail "the job's line"

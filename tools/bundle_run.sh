@@ -179,9 +179,10 @@ fi
 # The benchmarks' sizes: the lease's, or the dry run's quick ones; a dry
 # run's `correct` and `tests` parts run a few cases of each suite (CI runs
 # them all).
-quick=(); bench_seconds=2; d4pg_batch=256; d4pg_updates=50; tests_filter=(); correct_d4pg='*Pjrt*'
+quick=(); bench_seconds=2; d4pg_batch=256; d4pg_updates=50; per_execution=8; tests_filter=(); correct_d4pg='*Pjrt*'
 if [[ -n $stand_in ]]; then
-  quick=(--quick); bench_seconds=1; d4pg_batch=32; d4pg_updates=4; rounds=(--rounds 1)
+  # (2 updates per execution, not 8: the same path, a quarter of the compile.)
+  quick=(--quick); bench_seconds=1; d4pg_batch=32; d4pg_updates=4; per_execution=2; rounds=(--rounds 1)
   # A rehearsal's figures measure nothing: XLA compiles its CPU programs
   # without LLVM's optimisation (a third of the compile time), what the
   # caller's XLA_FLAGS do not already set.
@@ -221,15 +222,16 @@ bench() {  # TAG CAP ARGS...: troupe bench ARGS --json, for at most CAP s; its r
   local rc=$?
   say "troupe bench $* : exit $rc in $(( $(date +%s) - start )) s$( ((rc == 124)) && echo " (cut at $seconds s: the rows above are what it measured)")"
 }
-d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it; per8: 8 updates per execution, learner.updates_per_execution)
-  local seconds=$(capped "$([[ ${3:-} == per8 ]] && echo 90 || echo 200)")
+d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it; perN: $per_execution updates per execution, learner.updates_per_execution)
+  local seconds=$(capped "$([[ ${3:-} == per* ]] && echo 90 || echo 200)")
   if ((seconds < 30)); then say "d4pg_bench pixels batch $2 on $1: skipped (budget spent)"; return; fi
   local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
   local extra=()
   [[ ${3:-} == peers ]] && extra=(--peers "${rounds[@]}")
   local updates=$d4pg_updates
-  # Whole executions of 8 (another count would compile another program for the rest).
-  [[ ${3:-} == per8 ]] && extra=(--per-execution 8) && updates=$(( (d4pg_updates + 7) / 8 * 8 ))
+  # Whole executions (another count would compile another program for the rest).
+  [[ ${3:-} == per* ]] && extra=(--per-execution "$per_execution") &&
+    updates=$(( (d4pg_updates + per_execution - 1) / per_execution * per_execution ))
   step "$file" 1 timeout -k 5 "$seconds" "$here/bin/d4pg_bench" "${extra[@]}" pixels "$2" "$(nproc)" "$updates" 32 1024 "$1"
   say "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: exit $?: $(grep 'updates/s' "$file" | head -n 1)"
   [[ ${3:-} == peers ]] && grep -E '^\| ' "$file" | tail -n +3 >> "$out/summary.txt"
@@ -250,7 +252,7 @@ if has pjrt; then
     # and JAX updates; then the GAN step.
     bench learner_pjrt 240 learner --device pjrt --pjrt-plugin "$plugin" --seconds "$bench_seconds"
     # The D4PG update traced once and replayed, 8 per execution (issue 48's bar: 1,000/s at batch 256 on an H200).
-    TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" per8
+    TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" "per$per_execution"
     TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" peers
     bench gan_pjrt 120 gan --device pjrt --pjrt-plugin "$plugin" --seconds "$bench_seconds"
   fi

@@ -21,28 +21,50 @@ annotated=$(grep -rlE 'ABSL_(GUARDED_BY|PT_GUARDED_BY|EXCLUSIVE_LOCKS_REQUIRED|S
 # In a unity build (TROUPE_UNITY_BUILD) a source is compiled inside its
 # target's batch file: the batches this build compiles, read once.
 batches=$(grep -oE -- '-c [^ "]*/Unity/unity_[0-9]+_cxx\.cxx' "$commands" | cut -c4- | sort -u || true)
-status=0
-checked=0
+# Sources that share a batch are checked together, one clang++ call on a
+# file that includes just them (they compile as one file in the build too):
+# the headers are parsed once per batch, not once per source.
+declare -A group_sources=() group_command=()
+order=()
 for source in $annotated; do
   [[ -f "$source" ]] || continue
   # This source's compile command: compiler -> clang++, no object output.
   line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $root/$source\"" | head -1 || true)
-  # Else the batch that includes it: that batch's command, on the source alone.
-  batch=""
+  # Else the batch that includes it: that batch's command.
+  key=$source
   if [[ -z "$line" && -n "$batches" ]]; then
     batch=$(grep -lF "\"$root/$source\"" $batches 2>/dev/null | head -1 || true)
-    [[ -n "$batch" ]] && line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $batch\"" | head -1 || true)
+    if [[ -n "$batch" ]]; then
+      line=$(grep -F "\"command\":" "$commands" | grep -F -- "-c $batch\"" | head -1 || true)
+      key=$batch
+    fi
   fi
   [[ -n "$line" ]] || continue
-  command=$(sed -E 's/^ *"command": "//; s/",?$//; s/\\"/"/g' <<<"$line")
-  [[ -n "$batch" ]] && command=${command//"-c $batch"/"-c $root/$source"}
+  if [[ -z ${group_command[$key]:-} ]]; then
+    order+=("$key")
+    group_command[$key]=$(sed -E 's/^ *"command": "//; s/",?$//; s/\\"/"/g' <<<"$line")
+  fi
+  group_sources[$key]+=" $source"
+done
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+status=0
+checked=0
+for key in "${order[@]}"; do
+  command=${group_command[$key]}
+  unit="$scratch/unit_${#checked}_$checked.cc"
+  for source in ${group_sources[$key]}; do
+    echo "#include \"$root/$source\"" >> "$unit"
+    checked=$((checked + 1))
+  done
+  # The unit in place of what the command compiled (the batch or the source).
+  command=$(sed -E "s| -c [^ ]+| -c $unit|" <<<"$command")
   command=$(sed -E 's/^[^ ]+ /clang++ /; s/ -o [^ ]+ / /; s/ -c / -fsyntax-only -Wthread-safety -Werror=thread-safety /' <<<"$command")
   command=${command// -Wno-maybe-uninitialized/}
   if ! output=$(cd "$build" && eval "$command" 2>&1); then
     echo "$output" | grep -E 'error|warning' | head -20
     status=1
   fi
-  checked=$((checked + 1))
 done
 ((checked > 0)) || { echo "check_thread_safety: no annotated source found in $commands"; exit 1; }
 ((status == 0)) && echo "check_thread_safety: $checked annotated sources pass clang's -Wthread-safety"
