@@ -178,9 +178,12 @@ class Docs:
             run = report.get("run", {})
             sources[tag] = (run.get("commit", "?"), run.get("started", "?")[:10])
         commits = sorted({c for c, _ in sources.values()})
-        machine = next(iter(self._reports[t] for t in sources)).get("run", {}).get("machine", {})
-        note = (f"Measured by `tools/bench_all.py` at `{', '.join(commits)}` on {machine.get('cpu', '?')} "
-                f"({machine.get('cores', '?')} cores); each ratio a ratio of medians of alternated rounds "
+        # Every machine the rows were measured on (figures of two machines
+        # side by side are said to be).
+        machines = sorted({f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores)"
+                           for m in (self._reports[t].get("run", {}).get("machine", {}) for t in sources)})
+        note = (f"Measured by `tools/bench_all.py` at `{', '.join(commits)}` on {' and '.join(machines)}"
+                f"; each ratio a ratio of medians of alternated rounds "
                 f"(the same threads, the same time per round), the ranges each side's min-max:")
         return [note, ""] + ["| figure | troupe [min-max] | peer, same run [min-max] | ratio |",
                              "| --- | --- | --- | --- |"] + rows

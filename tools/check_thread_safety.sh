@@ -52,7 +52,7 @@ status=0
 checked=0
 for key in "${order[@]}"; do
   command=${group_command[$key]}
-  unit="$scratch/unit_${#checked}_$checked.cc"
+  unit="$scratch/unit_$checked.cc"  # (checked: the sources before this group)
   for source in ${group_sources[$key]}; do
     echo "#include \"$root/$source\"" >> "$unit"
     checked=$((checked + 1))
