@@ -184,6 +184,11 @@ if ! grep -q '^== pjrt' "$root/opt/results2/summary.txt"; then
 fi
 sleep 3
 kill -TERM "$outer"
+# And run.sh a second TERM just after, as timeout's signal to its process
+# group can land while run.sh's handler runs (under load; a handler that
+# reset TERM to its default then died before returning anything).
+sleep 0.005
+pkill -TERM -f 'run.sh --parts pjrt --return /opt/out2' || true
 status2=0
 wait "$outer" || status2=$?
 ((status2 != 0)) || fail "run.sh was not stopped by SIGTERM (exit 0)"

@@ -95,7 +95,11 @@ pack() {
   fi
 }
 stopped() {
-  trap - TERM INT HUP
+  # Further signals ignored, not defaulted: an outer `timeout` signals this
+  # script and then its whole process group, and a second TERM landing while
+  # this runs would kill it before its files go back (seen under load: an
+  # empty summary returned). The caller's -k KILL still ends a hang.
+  trap '' TERM INT HUP
   say "stopped by SIG$1 at $(( $(date +%s) - t0 )) s: what ran is kept"
   kill -TERM -- $(jobs -p) 2>/dev/null
   pack
