@@ -188,7 +188,8 @@ kill -TERM "$outer"
 # group can land while run.sh's handler runs (under load; a handler that
 # reset TERM to its default then died before returning anything).
 sleep 0.005
-pkill -TERM -f 'run.sh --parts pjrt --return /opt/out2' || true
+pkill -TERM -f '^bash /opt/troupe/run.sh --parts pjrt --return /opt/out2' ||
+  fail "no run.sh left to send the second TERM to (it stopped within 5 ms of the first)"
 status2=0
 wait "$outer" || status2=$?
 ((status2 != 0)) || fail "run.sh was not stopped by SIGTERM (exit 0)"

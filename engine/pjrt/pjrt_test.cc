@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
@@ -668,18 +669,21 @@ TEST(PjrtCacheTest, AStepCompiledOnceIsLoadedFromTheDiskCacheByTheNextBackend) {
   // first (a test's unoptimised program is never a run's).
   const char* had = std::getenv("XLA_FLAGS");
   const std::string before = had != nullptr ? had : "";
+  // The caller's XLA_FLAGS back, and the cache gone, however the case ends.
+  auto restore = absl::MakeCleanup([&, had_flags = had != nullptr] {
+    if (had_flags) {
+      ::setenv("XLA_FLAGS", before.c_str(), 1);
+    } else {
+      ::unsetenv("XLA_FLAGS");
+    }
+    std::filesystem::remove_all(dir);
+  });
   ::setenv("XLA_FLAGS", (before + " --xla_cpu_enable_fast_min_max=false").c_str(), 1);
   auto fourth = PjrtBackend::Create({.plugin = plugin, .cache_dir = dir.string()});
   ASSERT_TRUE(fourth.ok());
   EXPECT_FLOAT_EQ(run_step(**fourth), 64 * 1.5f * 1.5f);
   EXPECT_EQ((*fourth)->stats().step_compiles, 1) << "loaded a program compiled under other XLA_FLAGS";
   EXPECT_EQ(files().size(), 2u);
-  if (had != nullptr) {
-    ::setenv("XLA_FLAGS", before.c_str(), 1);
-  } else {
-    ::unsetenv("XLA_FLAGS");
-  }
-  std::filesystem::remove_all(dir);
 }
 
 // K replicas run a step as one program only if they recorded the same one
