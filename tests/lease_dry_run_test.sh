@@ -183,13 +183,16 @@ if ! grep -q '^== pjrt' "$root/opt/results2/summary.txt"; then
   fail "the pjrt part did not begin within 120 s: $(tail -n 20 "$work/run2.log")"
 fi
 sleep 3
-kill -TERM "$outer"
 # And run.sh a second TERM just after, as timeout's signal to its process
 # group can land while run.sh's handler runs (under load; a handler that
-# reset TERM to its default then died before returning anything).
-sleep 0.005
-pkill -TERM -f '^bash /opt/troupe/run.sh --parts pjrt --return /opt/out2' ||
-  fail "no run.sh left to send the second TERM to (it stopped within 5 ms of the first)"
+# reset TERM to its default then died before returning anything). 32 MiB
+# of noise in its results make its handler pack for about a second, so the
+# second TERM lands inside the handler on any machine, not by luck.
+head -c 32M /dev/urandom > "$root/opt/results2/noise.bin"
+runsh=$(pgrep -o -f '^bash /opt/troupe/run.sh --parts pjrt --return /opt/out2') || fail "no run.sh found to stop"
+kill -TERM "$outer"
+sleep 0.05
+kill -TERM "$runsh" 2>/dev/null || fail "run.sh had stopped within 50 ms of the first TERM, before its handler packed"
 status2=0
 wait "$outer" || status2=$?
 ((status2 != 0)) || fail "run.sh was not stopped by SIGTERM (exit 0)"
