@@ -18,16 +18,25 @@ preset=${1:-release}
 shift || true
 groups=(test)
 [[ $preset == asan ]] && groups+=(asan)
+# Each phase's time, printed at the end (where CI's 20 minutes went).
+phase() { times+=("$1 $((SECONDS - mark)) s"); mark=$SECONDS; }
+times=(); mark=$SECONDS
 "$top/tools/install_deps.sh" "${groups[@]}"
+phase packages
 cd "$top"
 cmake --preset "$preset" -DTROUPE_TESTS=ON >/dev/null
 cmake --build --preset "$preset"
+phase build
 # ctest writes LastTestsDisabled.log (the skipped tests) only when one
 # skipped: none of an earlier run is left for the report to take as this one's.
 build="$top/build/$preset"
 rm -f "$build/Testing/Temporary/LastTestsDisabled.log"
 status=0
 ctest --preset "$preset" "$@" || status=$?
+phase ctest
 report=0
 python3 "$top/tools/test_report.py" "$build" || report=$?
+phase report
+summary=$(printf '%s, ' "${times[@]}")
+echo "tools/test.sh $preset: ${summary%, }; $SECONDS s in all"
 exit $((status != 0 ? status : report))
