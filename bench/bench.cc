@@ -101,7 +101,7 @@ double Now(clockid_t clock_id) {
 }
 
 double Measure(clockid_t clock_id, double seconds, const std::function<void(long iterations)>& body) {
-  long iterations = 1;
+  long iterations = kMinStepsPerRound;
   for (;;) {
     const double start = Now(clock_id);
     body(iterations);
@@ -127,7 +127,7 @@ Side LoopSide(Loop loop, Clock clock, double scale) {
     long units = 0;
     const double start = Now(clock_id);
     double elapsed = 0;
-    while (elapsed < round.seconds) {
+    while (elapsed < round.seconds || units < kMinStepsPerRound) {
       const double chunk_start = Now(clock_id);
       RETURN_IF_ERROR(loop(chunk));
       const double now = Now(clock_id);

@@ -91,7 +91,8 @@ struct Benchmark {
 const std::vector<Benchmark>& Benchmarks();
 
 // Runs `body(iterations)` repeatedly, growing the iteration count until a
-// call takes at least `seconds`; returns iterations per second of the last
+// call takes at least `seconds` and runs at least kMinStepsPerRound
+// iterations (bench/protocol.h); returns iterations per second of the last
 // call. `body` runs `iterations` units of work.
 double MeasureRate(double seconds, const std::function<void(long iterations)>& body);
 

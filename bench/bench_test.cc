@@ -1,8 +1,10 @@
 #include "bench/bench.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +62,29 @@ TEST(LoopSideTest, TheRateIsUnitsPerClockSecondTimesTheScale) {
   EXPECT_NEAR(*rate, 4 * 1000.0, 4 * 1000.0 * 0.25);
 }
 
+// A step that outlasts the round is still timed kMinStepsPerRound times (a
+// peer's loop times at least as many): one slow step is not a round.
+TEST(LoopSideTest, AStepLongerThanTheRoundIsTimedAtLeastTheProtocolsMinimumOfSteps) {
+  SpinningLoop spin;
+  spin.seconds_per_unit = 0.004;
+  const Side side = LoopSide(spin.loop(), Clock::kThreadCpu);
+  auto rate = side(Round{.index = 0, .warmup = false, .seconds = 0.001, .threads = 1});
+  ASSERT_TRUE(rate.ok()) << rate.status();
+  EXPECT_GE(spin.position, kMinStepsPerRound);
+  EXPECT_NEAR(*rate, 250, 250 * 0.25);
+}
+
+TEST(MeasureRateTest, AStepLongerThanTheRoundIsTimedAtLeastTheProtocolsMinimumOfSteps) {
+  std::vector<long> calls;
+  const double rate = MeasureRate(0.001, [&](long n) {
+    calls.push_back(n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4 * n));  // MeasureRate reads the wall clock
+  });
+  ASSERT_FALSE(calls.empty());
+  EXPECT_GE(calls.back(), kMinStepsPerRound) << "the rate came from a call of " << calls.back() << " steps";
+  EXPECT_NEAR(rate, 250, 250 * 0.25);
+}
+
 TEST(LoopSideTest, ReturnsTheLoopsError) {
   int calls = 0;
   const Side side = LoopSide(
@@ -105,7 +130,7 @@ TEST(ReportTest, AProtocolRowCarriesTheMediansTheirRatioAndEachSidesRange) {
   EXPECT_EQ(f.value, 31);
   EXPECT_EQ(f.reference_value, 11);
   EXPECT_DOUBLE_EQ(f.ratio, 31.0 / 11);
-  EXPECT_EQ(f.reference, "JAX, 3 alternated rounds of 2 s, median [min-max], both 2 threads unpinned");
+  EXPECT_EQ(f.reference, "JAX, 3 alternated rounds of at least 2 s and 4 steps, median [min-max], both 2 threads unpinned");
   EXPECT_EQ(f.rounds, 3);
   EXPECT_EQ(f.value_min, 30);
   EXPECT_EQ(f.value_max, 32);

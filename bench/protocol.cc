@@ -18,9 +18,9 @@ std::string ThreadsForBoth::Describe() const {
 std::string Comparison::Describe() const {
   const std::string warmups =
       warmup_rounds > 0 ? absl::StrCat(" after ", warmup_rounds, " warm-up", warmup_rounds == 1 ? "" : "s") : "";
-  return absl::StrCat(rounds, " alternated round", rounds == 1 ? "" : "s", " of ",
-                      absl::StrFormat("%g", seconds_per_round), " s", warmups, ", median [min-max], both ",
-                      threads.Describe());
+  return absl::StrCat(rounds, " alternated round", rounds == 1 ? "" : "s", " of at least ",
+                      absl::StrFormat("%g", seconds_per_round), " s and ", kMinStepsPerRound, " steps", warmups,
+                      ", median [min-max], both ", threads.Describe());
 }
 
 SideRates Summarize(std::vector<double> rates) {

@@ -36,6 +36,13 @@ struct ThreadsForBoth {
   std::string Describe() const;
 };
 
+// Each side times at least this many whole steps (calls, updates, batches)
+// in a round, however long they take: where one step outlasts a round's
+// seconds, both sides still time the same number of steps, not troupe's one
+// or two against a peer's four. The peers hold to it too (peer_timing.py's
+// rate, the libtorch peers' loops).
+inline constexpr int kMinStepsPerRound = 4;
+
 struct ProtocolOptions {
   int rounds = 5;                 // measured rounds per side, >= 1
   int warmup_rounds = 1;          // discarded rounds per side before them, >= 0
@@ -47,7 +54,8 @@ struct ProtocolOptions {
 struct Round {
   int index = 0;         // 0-based among the warm-up rounds or among the measured ones
   bool warmup = false;   // a warm-up round: its rate is discarded
-  double seconds = 0;    // the time to measure for (options.seconds_per_round)
+  double seconds = 0;    // the time to measure for (options.seconds_per_round), and at
+                         // least kMinStepsPerRound steps
   int threads = 1;       // options.threads.count
 };
 
@@ -73,7 +81,8 @@ struct Comparison {
   ThreadsForBoth threads;
 
   // The protocol in words for a row's reference label: "5 alternated rounds
-  // of 2 s after 1 warm-up, median [min-max], both 2 threads unpinned".
+  // of at least 2 s and 4 steps after 1 warm-up, median [min-max], both 2
+  // threads unpinned".
   std::string Describe() const;
 };
 

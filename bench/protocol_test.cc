@@ -187,13 +187,13 @@ TEST(ProtocolTest, TheMedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
 TEST(ProtocolTest, TheLabelStatesTheProtocolAndTheThreadsOfBoth) {
   auto c = CompareAlternated(Steady(3), Steady(2), Options(5));
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->Describe(), "5 alternated rounds of 2 s after 1 warm-up, median [min-max], both 2 threads unpinned");
+  EXPECT_EQ(c->Describe(), "5 alternated rounds of at least 2 s and 4 steps after 1 warm-up, median [min-max], both 2 threads unpinned");
   ProtocolOptions pinned = Options(1, 0);
   pinned.seconds_per_round = 0.5;
   pinned.threads = {.count = 1, .pinned_cpus = "0"};
   c = CompareAlternated(Steady(3), Steady(2), pinned);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->Describe(), "1 alternated round of 0.5 s, median [min-max], both 1 thread pinned to CPUs 0");
+  EXPECT_EQ(c->Describe(), "1 alternated round of at least 0.5 s and 4 steps, median [min-max], both 1 thread pinned to CPUs 0");
 }
 
 }  // namespace

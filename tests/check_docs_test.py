@@ -57,7 +57,7 @@ SPEED = """# Speed
 | step | 5 | 4 | 1.25 |
 """
 DEMO_JSON = """{"benchmark": "demo", "figures": [
-  {"name": "steps/s", "value": 300.0, "unit": "steps/s", "reference": "Peer 1.0, 5 alternated rounds of 2 s after 1 warm-up, median [min-max], both 2 threads unpinned", "reference_value": 200.0, "ratio": 1.5, "rounds": 5, "value_min": 290.0, "value_max": 310.0, "reference_min": 150.0, "reference_max": 210.0}],
+  {"name": "steps/s", "value": 300.0, "unit": "steps/s", "reference": "Peer 1.0, 5 alternated rounds of at least 2 s and 4 steps after 1 warm-up, median [min-max], both 2 threads unpinned", "reference_value": 200.0, "ratio": 1.5, "rounds": 5, "value_min": 290.0, "value_max": 310.0, "reference_min": 150.0, "reference_max": 210.0}],
  "run": {"command": "troupe bench demo", "commit": "0123abcdef01", "machine": {"cpu": "x", "cores": 2}, "started": "2026-11-29T00:00:00Z", "load_before": 0.5, "load_after": 0.7}}
 """
 RUNNING = """# Running

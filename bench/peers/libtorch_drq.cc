@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   long steps = 0;
   double elapsed = 0;
-  while (elapsed < seconds || steps < 2) {
+  while (elapsed < seconds || steps < 4) {  // bench/protocol.h kMinStepsPerRound
     step();
     ++steps;
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   long steps = 0;
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
-  while (elapsed < seconds) {
+  while (elapsed < seconds || steps < 4) {  // bench/protocol.h kMinStepsPerRound
     step();
     ++steps;
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -5,9 +5,15 @@ functions that need it, so the JAX peers share the loop without it."""
 import time
 
 
+# Each round times at least this many steps, as troupe's side does
+# (bench/protocol.h kMinStepsPerRound); the clock is read every so many.
+MIN_STEPS = 4
+
+
 def rate(step, sync, seconds, warm_up=3):
-    """Calls of `step()` per second; `sync()` waits for the queued work (a
-    GPU's kernels, JAX's asynchronous dispatch) before each clock reading."""
+    """Calls of `step()` per second over at least `seconds` and MIN_STEPS
+    calls; `sync()` waits for the queued work (a GPU's kernels, JAX's
+    asynchronous dispatch) before each clock reading."""
     for _ in range(warm_up):
         step()
     sync()
@@ -15,7 +21,7 @@ def rate(step, sync, seconds, warm_up=3):
     while True:
         step()
         n += 1
-        if n % 4 == 0:
+        if n % MIN_STEPS == 0:
             sync()
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
