@@ -1,12 +1,16 @@
 #include "bench/peers.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
@@ -55,11 +59,19 @@ absl::StatusOr<std::string> CompileLibtorchPeer(const std::string& name) {
                               absl::StrFormat("troupe_%s_%016x", name, Fnv1a64(text.data(), text.size())))
                                  .string();
   if (std::filesystem::exists(binary)) return binary;
+  // Tests run side by side (ctest -j) ask for the same peer at once: one
+  // compiles it, the others wait on its lock and find the binary (two
+  // compiles of a minute each were a minute of CI's 20 thrown away).
+  const int lock = open(absl::StrCat(binary, ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock < 0) return absl::InternalError(absl::StrCat("cannot open ", binary, ".lock: ", std::strerror(errno)));
+  absl::Cleanup unlock = [lock] { close(lock); };
+  while (flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+  }
+  if (std::filesystem::exists(binary)) return binary;
   std::printf("(compiling the libtorch peer %s, about a minute)\n", source.c_str());
   std::fflush(stdout);
   // zlib: the GAN peer reads Fashion-MNIST's gzipped IDX files itself. A
-  // temporary per process, then a rename: tests run side by side (ctest -j)
-  // may compile the same peer at once.
+  // temporary, then a rename: the binary appears whole or not at all.
   const std::string temporary = absl::StrCat(binary, ".", getpid(), ".tmp");
   auto built = RunCommand(absl::StrCat("g++ -O2 -std=c++17 -I/usr/include/torch/csrc/api/include -I",
                                        ShellQuote(ProjectPath(".")), " ", source, " -o ",
