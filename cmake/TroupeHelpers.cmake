@@ -8,11 +8,11 @@
 #    (label pjrt, after the fixture that fetches it; TROUPE_PJRT_PLUGIN names
 #    it); PJRT: the whole binary does, its ctest names prefixed "Pjrt." (a
 #    suite built twice, as nn_ops_test is, keeps distinct names).
-#    The PJRT binaries and the cases named "KernelAtATime" test troupe's
-#    programs kernel by kernel, each compiled on its own: XLA compiles them
-#    without LLVM's optimisation (XLA_FLAGS --xla_backend_optimization_level=0,
-#    a third of the compile time; XLA's HLO passes still run); the compiled
-#    steps' cases compile as a run does.
+#    XLA compiles every PJRT case's programs without LLVM's optimisation
+#    (XLA_FLAGS --xla_backend_optimization_level=0: a third of the compile
+#    time, and the tests' small steps run no slower for it; XLA's HLO passes
+#    still run). What they test is troupe's lowering, not XLA's code
+#    generation; a run, the benchmarks and the lease compile optimised.
 #  - The fast tier: every case outside the PJRT group is labelled fast
 #    (ctest -L fast: the unit tests; docs/development.md says how long)
 #    unless cmake/SlowTests.cmake lists it, or the binary is SLOW (it starts
@@ -66,23 +66,18 @@ function(troupe_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
-  set(pjrt_properties FIXTURES_REQUIRED pjrt_plugin ENVIRONMENT "TROUPE_PJRT_PLUGIN=${TROUPE_PJRT_CPU_PLUGIN}")
-  set(unoptimised_properties ${pjrt_properties}
+  set(pjrt_properties FIXTURES_REQUIRED pjrt_plugin ENVIRONMENT "TROUPE_PJRT_PLUGIN=${TROUPE_PJRT_CPU_PLUGIN}"
       ENVIRONMENT_MODIFICATION "XLA_FLAGS=set:--xla_backend_optimization_level=0")
   if(ARG_PJRT)
     gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60 TEST_PREFIX "Pjrt."
-      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${unoptimised_properties})
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${pjrt_properties})
     return()
   endif()
   # The cases left for the plain group: all but those split off below.
   set(others "")
   if(ARG_PJRT_CASES)
-    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-      TEST_FILTER "*Pjrt*-*KernelAtATime*"
+    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60 TEST_FILTER "*Pjrt*"
       PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${pjrt_properties})
-    gtest_discover_tests(${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} DISCOVERY_TIMEOUT 60
-      TEST_FILTER "*KernelAtATime*Pjrt*"
-      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "pjrt;${ARG_LABELS}" ${unoptimised_properties})
     list(APPEND others "*Pjrt*")
   endif()
   # The fast tier: the cases cmake/SlowTests.cmake lists go to groups of
