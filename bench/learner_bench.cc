@@ -379,8 +379,11 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   report.Add("compile time of the step's program", stats.compile_seconds, "s", "(no reference)", 0);
   auto& by_kernel = static_cast<pjrt::PjrtBackend&>(*kernels);
   const int64_t kernel_launches = by_kernel.stats().launches;
+  const uint64_t kernel_steps = by_kernel.steps_begun();
   MeasureTroupe(by_kernel, batch, size, 0.0);
-  report.Add("kernel launches per step, kernel at a time", (by_kernel.stats().launches - kernel_launches) / 2.0,
+  report.Add("kernel launches per step, kernel at a time",
+             static_cast<double>(by_kernel.stats().launches - kernel_launches) /
+                 static_cast<double>(by_kernel.steps_begun() - kernel_steps),
              "launches", "(no reference)", 0);
   return report;
 #endif
