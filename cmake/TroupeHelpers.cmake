@@ -46,7 +46,7 @@ function(troupe_test name)
   endif()
   cmake_parse_arguments(ARG "STRICT_DEVICE_CASES;PJRT_CASES;PJRT;SLOW" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock troupe_test_main)
   # A test's own file (cases, fixtures, references) at -O1 in Release: it
   # compiles about a third faster than at -O3, and what it tests, the
   # libraries, stays -O3 -march=native.
