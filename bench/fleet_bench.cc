@@ -51,7 +51,7 @@ using replay::FieldValue;
 
 constexpr double kActorRate = 100;       // transitions/s per actor (a state actor's pace)
 constexpr int kItemsPerRequest = 16;     // WriterOptions' default
-constexpr int kObsSize = 5, kActionSize = 1;  // cartpole from state
+constexpr int kFleetObsSize = 5, kFleetActionSize = 1;  // cartpole from state
 constexpr int kParameterFloats = 67841;  // the D4PG state policy of cartpole (MLP 256x256)
 constexpr int kVersions = 3;             // parameter versions published per N
 constexpr int kMaxVersions = 64;
@@ -65,7 +65,7 @@ config::ReplayConfig FleetReplayConfig() {
   auto* t = c.add_tables();
   t->set_name(agents::kTransitionTable);
   t->set_max_size(1000000);
-  agents::AddTransitionFields({.state_size = kObsSize}, kActionSize, t);
+  agents::AddTransitionFields({.state_size = kFleetObsSize}, kFleetActionSize, t);
   return c;
 }
 
@@ -229,15 +229,15 @@ struct Actor {
 };
 
 absl::Status InsertRequest(Actor& actor) {
-  static const std::vector<float> obs(kObsSize, 0.5f), action(kActionSize, 0.1f);
+  static const std::vector<float> obs(kFleetObsSize, 0.5f), action(kFleetActionSize, 0.1f);
   const float reward = 1, discount = 0.99f;
   for (int i = 0; i < kItemsPerRequest; ++i) {
     RETURN_IF_ERROR(actor.writer->Insert(agents::kTransitionTable, 1.0,
-                                         {FieldValue::Dense(proto::DTYPE_FLOAT32, {kObsSize}, obs.data()),
-                                          FieldValue::Dense(proto::DTYPE_FLOAT32, {kActionSize}, action.data()),
+                                         {FieldValue::Dense(proto::DTYPE_FLOAT32, {kFleetObsSize}, obs.data()),
+                                          FieldValue::Dense(proto::DTYPE_FLOAT32, {kFleetActionSize}, action.data()),
                                           FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
                                           FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount),
-                                          FieldValue::Dense(proto::DTYPE_FLOAT32, {kObsSize}, obs.data())}));
+                                          FieldValue::Dense(proto::DTYPE_FLOAT32, {kFleetObsSize}, obs.data())}));
   }
   actor.inserted += kItemsPerRequest;
   return absl::OkStatus();

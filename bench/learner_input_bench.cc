@@ -51,23 +51,23 @@
 namespace troupe::bench {
 namespace {
 
-constexpr int kSide = 84, kStack = 3, kBatch = 256;
-constexpr int64_t kFrameBytes = int64_t{kSide} * kSide * 3;
+constexpr int kInputSide = 84, kInputStack = 3, kInputBatch = 256;
+constexpr int64_t kFrameBytes = int64_t{kInputSide} * kInputSide * 3;
 
 // A frame like a rendered one: a fixed textured floor (compresses poorly on
 // its own) and a block that moves with t.
 std::vector<uint8_t> SceneFrame(int t) {
   std::vector<uint8_t> f(kFrameBytes);
   uint32_t noise = 2463534242u;
-  for (int y = 0; y < kSide; ++y) {
-    for (int x = 0; x < kSide; ++x) {
+  for (int y = 0; y < kInputSide; ++y) {
+    for (int x = 0; x < kInputSide; ++x) {
       const bool block = std::abs(x - (12 + t % 60)) < 6 && std::abs(y - (30 + (t / 60) % 30)) < 8;
       for (int c = 0; c < 3; ++c) {
         noise ^= noise << 13;
         noise ^= noise >> 17;
         noise ^= noise << 5;
         const uint8_t floor = static_cast<uint8_t>(90 + 20 * c + (y / 6) * 3 + (noise >> 29));
-        f[(y * kSide + x) * 3 + c] = block ? static_cast<uint8_t>(230 - 30 * c) : floor;
+        f[(y * kInputSide + x) * 3 + c] = block ? static_cast<uint8_t>(230 - 30 * c) : floor;
       }
     }
   }
@@ -83,7 +83,7 @@ class TransitionStream {
     for (int i = 0; i < count; ++i) {
       while (static_cast<int>(keys_.size()) < next_ + 6) {
         const std::vector<uint8_t> frame = SceneFrame(static_cast<int>(keys_.size()));
-        ASSIGN_OR_RETURN(const uint64_t key, writer_->AppendFrame(frame.data(), kSide, kSide, 3));
+        ASSIGN_OR_RETURN(const uint64_t key, writer_->AppendFrame(frame.data(), kInputSide, kInputSide, 3));
         keys_.push_back(key);
       }
       const int t = next_++;
@@ -170,10 +170,10 @@ class DeviceFramePath {
     RETURN_IF_ERROR(sampler_->Next(&batch_));
     RETURN_IF_ERROR(table_.Resolve(batch_.frames, decoder_, &resolved_));
     // Gather order: every observation's frames, then every next observation's.
-    for (int64_t b = 0; b < kBatch; ++b) {
-      for (int64_t j = 0; j < kStack; ++j) {
-        gather_slots_[b * kStack + j] = resolved_[b * 2 * kStack + j];
-        gather_slots_[(kBatch + b) * kStack + j] = resolved_[b * 2 * kStack + kStack + j];
+    for (int64_t b = 0; b < kInputBatch; ++b) {
+      for (int64_t j = 0; j < kInputStack; ++j) {
+        gather_slots_[b * kInputStack + j] = resolved_[b * 2 * kInputStack + j];
+        gather_slots_[(kInputBatch + b) * kInputStack + j] = resolved_[b * 2 * kInputStack + kInputStack + j];
       }
     }
     const int64_t bytes = static_cast<int64_t>(sizeof(int32_t)) * kBatchFrames;
@@ -188,7 +188,7 @@ class DeviceFramePath {
   const agents::DeviceFrameTable& table() const { return table_; }
   int64_t slot_bytes() const { return slot_bytes_; }
 
-  static constexpr int64_t kBatchFrames = int64_t{kBatch} * 2 * kStack;
+  static constexpr int64_t kBatchFrames = int64_t{kInputBatch} * 2 * kInputStack;
 
  private:
   nn::Backend& device_;
@@ -209,10 +209,10 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   report.benchmark = "learner-input";
   const int held = options.quick ? 3000 : 20000;  // transitions replay holds
   const int samples_per_insert = 32;
-  const int inserts_per_update = kBatch / samples_per_insert;
-  const agents::ObservationSpec spec{.frames = kStack, .height = kSide, .width = kSide};
+  const int inserts_per_update = kInputBatch / samples_per_insert;
+  const agents::ObservationSpec spec{.frames = kInputStack, .height = kInputSide, .width = kInputSide};
   config::ExperimentConfig config;
-  config.mutable_learner()->set_batch_size(kBatch);
+  config.mutable_learner()->set_batch_size(kInputBatch);
   config.mutable_learner()->set_replay_size(held);
   config.mutable_learner()->set_min_replay_size(1);
   config::ReplayConfig replay_config;
@@ -224,7 +224,7 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
 
   nn::CpuBackend device(/*num_threads=*/1);
   constexpr int64_t batch_frames = DeviceFramePath::kBatchFrames;
-  const int64_t pixels = int64_t{kSide} * kSide;
+  const int64_t pixels = int64_t{kInputSide} * kInputSide;
   nn::DeviceBuffer planes(device, batch_frames * kFrameBytes);  // the first layer's input, both paths
   // Both paths by the protocol (bench/protocol.h), rounds alternated device
   // frames, host-assembled, ...: troupe's two input paths, so each ratio is
@@ -234,7 +234,7 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
 
   // --- Host-assembled: decoded batches, both observation fields uploaded.
   ASSIGN_OR_RETURN(auto host_sampler,
-                   host_replay.client->NewSampler({.table = agents::kTransitionTable, .batch_size = kBatch}));
+                   host_replay.client->NewSampler({.table = agents::kTransitionTable, .batch_size = kInputBatch}));
   replay::SampledBatch host;
   RETURN_IF_ERROR(host_sampler->Next(&host));
   const size_t field_bytes = host.fields[0].data.size();
@@ -256,17 +256,17 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   // host-assembled path, by the protocol; the rows, and the table's
   // uploads and misses over the device path's measured rounds.
   const std::string setup = absl::StrFormat("batch %d, 84x84x3 stacked 3, %d transitions held, %d inserted/update",
-                                            kBatch, held, inserts_per_update);
+                                            kInputBatch, held, inserts_per_update);
   auto regime = [&](const std::string& which, const agents::DeviceFrameSizing& sizing) -> absl::Status {
     RETURN_IF_ERROR(agents::DeviceFrameTable::Check(sizing.max_slots, kFrameBytes, batch_frames));
     ASSIGN_OR_RETURN(auto sampler, device_replay.client->NewSampler(
-                                       {.table = agents::kTransitionTable, .batch_size = kBatch,
+                                       {.table = agents::kTransitionTable, .batch_size = kInputBatch,
                                         .frame_references = true}));
     DeviceFramePath path(device, sizing, std::move(sampler), planes.data());
     // Warm-up: passes over replay put its frames on the device (the
     // learner's first minutes, or a full table), then the steady state is
     // measured.
-    const int64_t warmup = 3 * held / kBatch + 1;
+    const int64_t warmup = 3 * held / kInputBatch + 1;
     for (int64_t i = 0; i < warmup; ++i) {
       RETURN_IF_ERROR(stream.Write(inserts_per_update));
       RETURN_IF_ERROR(path.Input());
@@ -288,14 +288,14 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
         updates += r.updates;
         frames_inserted += static_cast<double>(stream.frames() - frames_before);
         slot_bytes += static_cast<double>(path.slot_bytes() - slot_bytes_before);
-        layer[0].push_back(r.updates * kBatch / (r.input_seconds + r.convert_seconds));
+        layer[0].push_back(r.updates * kInputBatch / (r.input_seconds + r.convert_seconds));
       }
-      return r.updates * kBatch / r.input_seconds;
+      return r.updates * kInputBatch / r.input_seconds;
     };
     const Side host_side = [&](const Round& round) -> absl::StatusOr<double> {
       ASSIGN_OR_RETURN(const PathRound r, RunPath(round.seconds, host_stream, inserts_per_update, host_input, host_convert));
-      if (!round.warmup) layer[1].push_back(r.updates * kBatch / (r.input_seconds + r.convert_seconds));
-      return r.updates * kBatch / r.input_seconds;
+      if (!round.warmup) layer[1].push_back(r.updates * kInputBatch / (r.input_seconds + r.convert_seconds));
+      return r.updates * kInputBatch / r.input_seconds;
     };
     ASSIGN_OR_RETURN(const Comparison c, CompareAlternated(device_side, host_side, protocol));
     const double device_bytes_per_update = (static_cast<double>(uploaded.bytes_uploaded) + slot_bytes) / updates;

@@ -40,6 +40,22 @@ function(troupe_discover_group name include exclude labels timeout)
     TEST_FILTER "${filter}" PROPERTIES ${properties})
 endfunction()
 
+# troupe_test_paths(TARGET NAME PATH [NAME PATH ...]): each NAME a macro in
+# TARGET's objects giving PATH (absolute; generator expressions allowed) as
+# a std::string, resolved beside the running binary (common/build_tree.h,
+# which the sources using NAME include): the definition holds PATH relative
+# to TARGET's folder, the same text in every checkout, so that ccache serves
+# the object to a fresh clone's build (an absolute path in a -D would make
+# it compile anew in each).
+function(troupe_test_paths target)
+  set(args ${ARGN})
+  while(args)
+    list(POP_FRONT args name path)
+    target_compile_definitions(${target} PRIVATE
+      "${name}=::troupe::BesideThisBinary(\"$<PATH:RELATIVE_PATH,${path},$<TARGET_FILE_DIR:${target}>>\")")
+  endwhile()
+endfunction()
+
 function(troupe_test name)
   if(NOT TROUPE_TESTS)
     return()

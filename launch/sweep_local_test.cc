@@ -1,3 +1,4 @@
+#include "common/build_tree.h"
 #include "launch/sweep_local.h"
 
 #include <signal.h>

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/build_tree.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"

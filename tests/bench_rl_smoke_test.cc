@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/build_tree.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/build_tree.h"
 #include "absl/strings/str_cat.h"
 #include "common/generations.h"
 #include "common/processes.h"

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/build_tree.h"
 #include "absl/strings/str_cat.h"
 #include "common/processes.h"
 #include "common/run_layout.h"

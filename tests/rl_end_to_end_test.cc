@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/build_tree.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/build_tree.h"
 #include "common/generations.h"
 #include "common/test_dir.h"
 #include "gmock/gmock.h"

@@ -10,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/build_tree.h"
 #include "common/grpc_security.h"
 #include "common/test_dir.h"
 #include "gmock/gmock.h"

@@ -20,6 +20,7 @@
 #include <regex>
 #include <set>
 
+#include "common/build_tree.h"
 #include "common/generations.h"
 #include "common/host.h"
 #include "common/test_dir.h"

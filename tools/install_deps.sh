@@ -41,6 +41,7 @@ python=(
 )
 test_only=(
   libgtest-dev libgmock-dev           # the C++ tests (CMake builds them when TROUPE_TESTS is on)
+  ccache                              # a rebuild in any checkout on this machine from the cache (CMakeLists.txt)
   clang                               # ThreadSafety.*: clang's -Wthread-safety over the lock annotations
   xvfb xauth                          # viewer tests in a real window
   python3 python3-numpy python3-pytest  # the Python tests (Debian's numpy), tools' tests;

@@ -25,8 +25,16 @@ times=(); mark=$SECONDS
 phase packages
 cd "$top"
 cmake --preset "$preset" -DTROUPE_TESTS=ON >/dev/null
+# How many of the build's compiles came from ccache (CMakeLists.txt): a
+# build's time depends on it more than on anything else.
+ccache_counts() { ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ {h += $2}
+  $1 == "cache_miss" {m += $2} END {print h + 0, m + 0}'; }
+read -r hits_before misses_before < <(ccache_counts || echo 0 0)
 cmake --build --preset "$preset"
+read -r hits_after misses_after < <(ccache_counts || echo 0 0)
 phase build
+compiles=$(((hits_after - hits_before) + (misses_after - misses_before)))
+((compiles == 0)) || times[-1]+=" ($((hits_after - hits_before)) of $compiles compiles from ccache)"
 # ctest writes LastTestsDisabled.log (the skipped tests) only when one
 # skipped: none of an earlier run is left for the report to take as this one's.
 build="$top/build/$preset"

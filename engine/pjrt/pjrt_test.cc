@@ -4,6 +4,7 @@
 // strided copies, unaligned transfers) against the CPU backend, on the XLA
 // CPU plugin the ctest fixture fetched (TROUPE_PJRT_PLUGIN). nn_ops_pjrt_test
 // runs every op of the tape on it.
+#include "common/build_tree.h"
 #include "engine/pjrt/pjrt_backend.h"
 
 #include <sys/resource.h>
