@@ -33,7 +33,14 @@ config::ReplayTableConfig AgentReplayTable(const config::ExperimentConfig& confi
 absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
   if (config.agent() == config::ExperimentConfig::RANDOM) return absl::OkStatus();  // a batch's keys
-  if (config.agent() == config::ExperimentConfig::APPO) return CheckAppoStepFits(config, spec, action_size);
+  if (config.agent() == config::ExperimentConfig::APPO) {
+    // The replicas are known before the start unless they are an MPI world.
+    const config::EngineConfig& engine = config.learner().engine();
+    const bool world = engine.collectives() == config::EngineConfig::MPI ||
+                       engine.collectives() == config::EngineConfig::NCCL_MPI;
+    RETURN_IF_ERROR(CheckAppoEngine(config, world ? 0 : engine.replicas()));
+    return CheckAppoStepFits(config, spec, action_size);
+  }
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, config.learner().engine().replicas()));
   return CheckD4pgStepFits(config, spec, action_size);
 }

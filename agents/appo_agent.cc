@@ -23,6 +23,41 @@ namespace troupe::agents {
 
 using internal::Weights;
 
+absl::Status CheckAppoEngine(const config::ExperimentConfig& config, int replicas) {
+  const config::AppoConfig& appo = config.appo();
+  const config::EngineConfig& engine = config.learner().engine();
+  if (engine.device() == config::EngineConfig::PJRT) {
+    return absl::InvalidArgumentError(
+        "agent APPO with learner.engine.device PJRT: APPO runs kernel at a time (CPU, CPU_STRICT or CUDA); its "
+        "V-trace targets are computed on the host inside the update");
+  }
+  if (config.learner().updates_per_execution() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.updates_per_execution ",
+                                                   config.learner().updates_per_execution(),
+                                                   ": agent APPO takes one update per execution"));
+  }
+  if (engine.shard_state() == config::EngineConfig::OPTIMIZER) {
+    return absl::InvalidArgumentError("learner.engine.shard_state OPTIMIZER: D4PG's for now, not agent APPO's");
+  }
+  if (engine.straggler() == config::EngineConfig::DEADLINE) {
+    return absl::InvalidArgumentError("learner.engine.straggler DEADLINE: D4PG's for now, not agent APPO's");
+  }
+  if (replicas <= 0) return absl::OkStatus();
+  const int64_t batch = config.learner().batch_size();
+  if (batch < replicas || batch % replicas != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.batch_size ", batch, ": must be a multiple of the ",
+                                                   replicas, " replicas (learner.engine.replicas)"));
+  }
+  const int64_t shard = batch / replicas;
+  if (shard * appo.unroll_length() < appo.minibatches()) {
+    return absl::InvalidArgumentError(absl::StrCat("appo.minibatches ", appo.minibatches(), ": more than the ",
+                                                   shard * appo.unroll_length(),
+                                                   " steps a replica's shard holds (learner.batch_size / replicas x "
+                                                   "appo.unroll_length)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAppoStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size) {
   const config::AppoConfig& appo = config.appo();
   nn::ParameterSet model;  // declared, not allocated
@@ -120,35 +155,9 @@ absl::StatusOr<std::unique_ptr<AppoAgent>> AppoAgent::Create(const config::Exper
   RETURN_IF_ERROR(ValidateAppo(appo, spec, action_size));
   if (replicator == nullptr) return absl::InvalidArgumentError("AppoAgent needs a replicator");
   const config::EngineConfig& engine = config.learner().engine();
-  if (engine.device() == config::EngineConfig::PJRT) {
-    return absl::InvalidArgumentError(
-        "agent APPO with learner.engine.device PJRT: APPO runs kernel at a time (CPU, CPU_STRICT or CUDA); its "
-        "V-trace targets are computed on the host inside the update");
-  }
-  if (config.learner().updates_per_execution() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("learner.updates_per_execution ",
-                                                   config.learner().updates_per_execution(),
-                                                   ": agent APPO takes one update per execution"));
-  }
-  if (engine.shard_state() == config::EngineConfig::OPTIMIZER) {
-    return absl::InvalidArgumentError("learner.engine.shard_state OPTIMIZER: D4PG's for now, not agent APPO's");
-  }
-  if (engine.straggler() == config::EngineConfig::DEADLINE) {
-    return absl::InvalidArgumentError("learner.engine.straggler DEADLINE: D4PG's for now, not agent APPO's");
-  }
-  const int64_t batch = config.learner().batch_size();
   const int k = replicator->num_replicas();
-  if (batch < k || batch % k != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("learner.batch_size ", batch, ": must be a multiple of the ", k,
-                                                   " replicas (learner.engine.replicas)"));
-  }
-  const int64_t shard = batch / k;
-  if (shard * appo.unroll_length() < appo.minibatches()) {
-    return absl::InvalidArgumentError(absl::StrCat("appo.minibatches ", appo.minibatches(), ": more than the ",
-                                                   shard * appo.unroll_length(),
-                                                   " steps a replica's shard holds (learner.batch_size / replicas x "
-                                                   "appo.unroll_length)"));
-  }
+  RETURN_IF_ERROR(CheckAppoEngine(config, k));
+  const int64_t shard = config.learner().batch_size() / k;
   std::unique_ptr<AppoAgent> agent(new AppoAgent());
   agent->config_ = config;
   agent->spec_ = spec;

@@ -56,6 +56,14 @@ inline constexpr const char* kAppoMetrics[] = {"policy_loss",   "value_loss",   
 // activations) against this machine's: InvalidArgument naming the sizes.
 absl::Status CheckAppoStepFits(const config::ExperimentConfig& config, const ObservationSpec& spec, int action_size);
 
+// What the learner's engine must be for agent APPO, from the config alone
+// (ValidateExperiment runs it, so `troupe run` refuses before anything
+// starts; AppoAgent::Create again): kernel at a time (not PJRT), one update
+// per execution, no sharded optimizer state, no step deadline; with
+// `replicas` replicas (0: not known before the start, an MPI world), a
+// batch they divide whose shards hold at least appo.minibatches steps.
+absl::Status CheckAppoEngine(const config::ExperimentConfig& config, int replicas);
+
 namespace internal {
 
 // One minibatch's loss, for n steps of A action dimensions: given the
