@@ -6,6 +6,7 @@
 #include "agents/trajectory.h"
 #include "agents/transition.h"
 #include "common/status_macros.h"
+#include "engine/engine_config.h"
 
 namespace troupe::agents {
 
@@ -34,11 +35,9 @@ absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const Ob
   RETURN_IF_ERROR(ValidateAgent(config, spec, action_size));
   if (config.agent() == config::ExperimentConfig::RANDOM) return absl::OkStatus();  // a batch's keys
   if (config.agent() == config::ExperimentConfig::APPO) {
-    // The replicas are known before the start unless they are an MPI world.
+    // The replicas are known before the start unless they are mpirun's ranks.
     const config::EngineConfig& engine = config.learner().engine();
-    const bool world = engine.collectives() == config::EngineConfig::MPI ||
-                       engine.collectives() == config::EngineConfig::NCCL_MPI;
-    RETURN_IF_ERROR(CheckAppoEngine(config, world ? 0 : engine.replicas()));
+    RETURN_IF_ERROR(CheckAppoEngine(config, engine::InProcessReplicas(engine) ? engine.replicas() : 0));
     return CheckAppoStepFits(config, spec, action_size);
   }
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, config.learner().engine().replicas()));

@@ -29,9 +29,9 @@ cmake --preset "$preset" -DTROUPE_TESTS=ON >/dev/null
 # build's time depends on it more than on anything else.
 ccache_counts() { ccache --print-stats 2>/dev/null | awk '$1 ~ /^(direct|preprocessed)_cache_hit$/ {h += $2}
   $1 == "cache_miss" {m += $2} END {print h + 0, m + 0}'; }
-read -r hits_before misses_before < <(ccache_counts || echo 0 0)
+read -r hits_before misses_before < <(ccache_counts)
 cmake --build --preset "$preset"
-read -r hits_after misses_after < <(ccache_counts || echo 0 0)
+read -r hits_after misses_after < <(ccache_counts)
 phase build
 compiles=$(((hits_after - hits_before) + (misses_after - misses_before)))
 ((compiles == 0)) || times[-1]+=" ($((hits_after - hits_before)) of $compiles compiles from ccache)"
