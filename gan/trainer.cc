@@ -71,16 +71,16 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
   RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
   if (c.engine().device_memory_mib() != 0) {
     return FieldError("engine.device_memory_mib",
-                      absl::StrCat(c.engine().device_memory_mib(), ": a budget the GAN's replicas do not check (D4PG's)"));
+                      absl::StrCat(c.engine().device_memory_mib(), ": a budget the GAN's replicas do not check (the RL learner's)"));
   }
   if (c.engine().straggler() != config::EngineConfig::WAIT) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
-                                                       ": the GAN's steps wait for every replica (D4PG's only so far)"));
+                                                       ": the GAN's steps wait for every replica (a deadline is the RL learner's only so far)"));
   }
   if (c.engine().shard_state() != config::EngineConfig::NONE) {
     return FieldError("engine.shard_state", absl::StrCat(config::EngineConfig::ShardState_Name(c.engine().shard_state()),
                                                          ": the GAN's optimizers keep their whole state on every "
-                                                         "replica (sharded state is D4PG's so far)"));
+                                                         "replica (sharded state is the RL learner's so far)"));
   }
   auto in_range = [](int64_t value, int64_t low, int64_t high) {
     return absl::StrCat(value, ": must be in [", low, ", ", high, "]");

@@ -4,6 +4,12 @@
 # docs/design.md says the same; tools/check_docs.py keeps the two equal,
 # so change both together). Prints each include
 # that runs up or sideways with file and line, and exits 1 if there is one.
+# One more rule of where code lives: an algorithm is named only in agents/
+# (each agent and the registry, agents/agents.h) and in what compares or
+# configures them (bench/, configs/, the config schema's per-agent
+# messages in proto/config.proto, tests); every other part reaches its
+# agent through the Agent interface. A source, proto or CMake file elsewhere
+# that names D4PG or APPO is printed with its line.
 #   tools/check_layers.sh [ROOT]     ROOT: the source tree (default: this one)
 # ctest runs it as Layers.IncludesRunDownOnly (tests/CMakeLists.txt).
 set -euo pipefail
@@ -45,5 +51,14 @@ for folder in "${!allowed[@]}"; do
     status=1
   done < <(grep -rnE '^\s*#\s*include "[a-z_]+/' "$root/$folder" --include='*.h' --include='*.cc' --include='*.cu' || true)
 done
-if ((status == 0)); then echo "check_layers: every include runs down the layers"; fi
+
+while IFS= read -r hit; do
+  echo "${hit#"$root"/}: names an algorithm outside agents/ (reach it through agents/agent.h)"
+  status=1
+done < <(grep -rniE '\b(d4pg|appo)' "$root" --include='*.h' --include='*.cc' --include='*.cu' --include='*.proto' \
+           --include='CMakeLists.txt' --include='*.cmake' \
+           --exclude='*_test.cc' --exclude=config.proto --exclude=SlowTests.cmake \
+           --exclude-dir=agents --exclude-dir=bench --exclude-dir=configs --exclude-dir=tests --exclude-dir=testing \
+           --exclude-dir=build --exclude-dir=.git --exclude-dir=.bundle | cut -d: -f1,2 || true)
+if ((status == 0)); then echo "check_layers: every include runs down the layers, and no algorithm is named outside agents/"; fi
 exit $status
