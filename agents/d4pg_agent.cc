@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "agents/augment.h"
+#include "agents/categorical.h"
 #include "common/fnv1a.h"
 #include "common/limits.h"
 #include "common/status_macros.h"
@@ -542,12 +544,12 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   }
   if (spec_.pixels() && d4pg.augment_pad() > 0) {
     // Augmentation randomness from (seed, replica, update): Load continues
-    // exactly. As nn::RandomShift draws them: the observations' offsets,
+    // exactly. As RandomShift draws them: the observations' offsets,
     // then the next observations'.
     r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id(), update));
     in.host_shifts.resize(4 * rows);
-    nn::RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data());
-    nn::RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data() + 2 * rows);
+    RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data());
+    RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data() + 2 * rows);
     put(in.shifts, in.host_shifts.data(), sizeof(int32_t) * 4 * rows);
   }
   put(in.reward, batch.fields[kReward].as<float>(), sizeof(float) * rows);
@@ -721,8 +723,8 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   if (spec_.pixels()) {
     if (d4pg.augment_pad() > 0) {
       const int32_t* shifts = reinterpret_cast<const int32_t*>(in.shifts.data());
-      observation = nn::RandomShiftBy(observation, d4pg.augment_pad(), shifts);
-      next_observation = nn::RandomShiftBy(next_observation, d4pg.augment_pad(), shifts + 2 * rows);
+      observation = RandomShiftBy(observation, d4pg.augment_pad(), shifts);
+      next_observation = RandomShiftBy(next_observation, d4pg.augment_pad(), shifts + 2 * rows);
     }
   } else {
     observation = t.Constant(in.observation.data(), {rows, spec_.state_size});
@@ -736,8 +738,8 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const nn::Var next_action = actor_(t, target_actor, next_features);
   const nn::Var next_probs = nn::Softmax(internal::ApplyCritic(critic_, t, target_critic, next_features, next_action));
   float* projected = t.AllocateFloats(rows * atoms);
-  device.CategoricalProjection(rows, atoms, d4pg.v_min(), d4pg.v_max(), t.data(next_probs).data, in.reward.data(),
-                               in.discount.data(), projected);
+  CategoricalProjection(device, rows, atoms, d4pg.v_min(), d4pg.v_max(), t.data(next_probs).data, in.reward.data(),
+                        in.discount.data(), projected);
   const nn::Var target = t.Constant(projected, {rows, atoms});
 
   // Critic: cross-entropy of the online distribution at (s, a) to the target;

@@ -1,5 +1,4 @@
-// D4PG: the categorical projection against hand-computed cases, learning a
-// contextual bandit, K=2 replicas equal to K=1, checkpoints that continue
+// D4PG: learning a contextual bandit, K=2 replicas equal to K=1, checkpoints that continue
 // exactly, and the pixel path end to end on tiny frames.
 #include "agents/d4pg_agent.h"
 
@@ -10,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <numeric>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -132,55 +130,6 @@ std::unique_ptr<D4pgPolicy> PolicyOf(const D4pgAgent& agent, const config::Exper
   agent.PolicyParameters(&params);
   TROUPE_CHECK((*policy)->SetParameters(params).ok());
   return std::move(policy).value();
-}
-
-// --- Categorical projection ----------------------------------------------------
-
-TEST(CategoricalProjectionTest, SplitsMassBetweenNeighbouringAtoms) {
-  // Support {0, 1, 2, 3, 4}; all mass at z=1, shifted by 0.5 -> half on 1, half on 2.
-  std::vector<float> out(5);
-  nn::CategoricalProjectionRow(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.5f, /*discount=*/1.0f, /*v_min=*/0,
-                        /*v_max=*/4, out);
-  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.5f, 0.5f, 0, 0}));
-  // Uniform mass, discount 0.5: Tz = {0, .5, 1, 1.5, 2}.
-  nn::CategoricalProjectionRow(std::vector<float>(5, 0.2f), /*reward=*/0.0f, /*discount=*/0.5f, 0, 4, out);
-  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0.3f, 0.4f, 0.3f, 0, 0}));
-  // Uneven split: 1 + 0.25 -> 3/4 on atom 1, 1/4 on atom 2.
-  nn::CategoricalProjectionRow(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/0.25f, /*discount=*/1.0f, 0, 4, out);
-  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.75f, 0.25f, 0, 0}));
-}
-
-TEST(CategoricalProjectionTest, ClipsAtTheEndsOfTheSupport) {
-  std::vector<float> out(5);
-  // z=4 + 1 = 5 > v_max: all on the last atom; z=3 + 1 = 4 exactly on it too.
-  nn::CategoricalProjectionRow(std::vector<float>{0, 0, 0, 0.5f, 0.5f}, /*reward=*/1.0f, /*discount=*/1.0f, 0, 4, out);
-  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0, 0, 0, 1}));
-  // z=1 - 3 = -2 < v_min: all on the first atom.
-  nn::CategoricalProjectionRow(std::vector<float>{0, 1, 0, 0, 0}, /*reward=*/-3.0f, /*discount=*/1.0f, 0, 4, out);
-  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{1, 0, 0, 0, 0}));
-}
-
-TEST(CategoricalProjectionTest, DiscountZeroPutsAllMassAtTheReward) {
-  // A terminal (discount 0): the target is the reward alone, whatever the distribution.
-  std::vector<float> out(5);
-  nn::CategoricalProjectionRow(std::vector<float>{0.1f, 0.2f, 0.3f, 0.2f, 0.2f}, /*reward=*/2.25f, /*discount=*/0.0f, 0, 4,
-                        out);
-  EXPECT_THAT(out, Pointwise(FloatNear(1e-6), std::vector<float>{0, 0, 0.75f, 0.25f, 0}));
-}
-
-TEST(CategoricalProjectionTest, TargetDistributionSumsToOne) {
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (int trial = 0; trial < 200; ++trial) {
-    std::vector<float> p(51), out(51);
-    for (float& v : p) v = u(rng);
-    const float total = std::accumulate(p.begin(), p.end(), 0.0f);
-    for (float& v : p) v /= total;
-    const float reward = 300.0f * u(rng) - 100.0f, discount = u(rng);
-    nn::CategoricalProjectionRow(p, reward, discount, /*v_min=*/-10.0f, /*v_max=*/150.0f, out);
-    EXPECT_NEAR(std::accumulate(out.begin(), out.end(), 0.0), 1.0, 1e-5) << "reward " << reward;
-    for (float v : out) EXPECT_GE(v, 0.0f);
-  }
 }
 
 // --- Table and policy ------------------------------------------------------------

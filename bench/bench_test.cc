@@ -82,7 +82,11 @@ TEST(MeasureRateTest, AStepLongerThanTheRoundIsTimedAtLeastTheProtocolsMinimumOf
   });
   ASSERT_FALSE(calls.empty());
   EXPECT_GE(calls.back(), kMinStepsPerRound) << "the rate came from a call of " << calls.back() << " steps";
-  EXPECT_NEAR(rate, 250, 250 * 0.25);
+  // A sleep never ends early but ends late on a loaded machine (6.2 ms for 4
+  // ms with three more processes than cores): at most 250 steps/s, and not
+  // so far below that a count of the wrong steps (a half, a double) passes.
+  EXPECT_LE(rate, 250 * 1.02);
+  EXPECT_GE(rate, 250 * 0.55);
 }
 
 TEST(LoopSideTest, ReturnsTheLoopsError) {

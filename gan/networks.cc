@@ -1,5 +1,7 @@
 #include "gan/networks.h"
 
+#include "gan/spectral_norm.h"
+
 namespace troupe::gan {
 namespace {
 
@@ -65,8 +67,8 @@ Discriminator::Discriminator(nn::ParameterSet& params, nn::ParameterSet& power_v
 
 nn::Var Discriminator::Weight(nn::Tape& tape, nn::ParameterSet& params, nn::ParameterSet& power_vectors,
                               const SnWeight& w, bool trainable, int power_iterations) const {
-  return nn::SpectralNorm(Param(tape, params, w.w, trainable), power_vectors.value(w.u).data,
-                          power_vectors.value(w.v).data, power_iterations);
+  return SpectralNorm(Param(tape, params, w.w, trainable), power_vectors.value(w.u).data,
+                      power_vectors.value(w.v).data, power_iterations);
 }
 
 nn::Var Discriminator::Forward(nn::Tape& tape, nn::ParameterSet& params, nn::ParameterSet& power_vectors, nn::Var x,

@@ -538,13 +538,6 @@ void CudaBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* 
 
 // --- Images ------------------------------------------------------------------------------------
 
-void CudaBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
-                                        const float* probabilities, const float* reward, const float* discount,
-                                        float* out) {
-  kernels::CategoricalProjection(AsStream(Bound()), rows, atoms, v_min, v_max, probabilities, reward, discount, out);
-  Done("CategoricalProjection");
-}
-
 void CudaBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale,
                                      const uint8_t* in, float* out) {
   kernels::BytesToFloatPlanar(AsStream(Bound()), images, pixels, channels, scale, in, out);
@@ -569,61 +562,6 @@ void CudaBackend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, cons
   kernels::GatherBytesToFloatPlanar(AsStream(Bound()), rows, row_words, table, images, indices, pixels, channels,
                                     scale, out);
   Done("GatherBytesToFloatPlanar");
-}
-
-void CudaBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                     const float* x, float* y) {
-  kernels::RandomShiftForward(AsStream(Bound()), n, c, h, w, pad, shifts, x, y);
-  Done("RandomShiftForward");
-}
-
-void CudaBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                      const float* dy, float* dx) {
-  kernels::RandomShiftBackward(AsStream(Bound()), n, c, h, w, pad, shifts, dy, dx);
-  Done("RandomShiftBackward");
-}
-
-// --- Spectral normalisation ---------------------------------------------------------------------
-// w row-major [rows, cols] is column-major [cols, rows] (lda = cols) to cuBLAS.
-
-void CudaBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                             int iterations) {
-  auto handle = static_cast<cublasHandle_t>(cublas_);
-  const float one = 1.0f, zero = 0.0f;
-  float* t = static_cast<float*>(Scratch(4, sizeof(float) * rows));
-  for (int it = 0; it < iterations; ++it) {
-    // v = normalize(w^T u): the column-major matrix times u.
-    CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_N, static_cast<int>(cols), static_cast<int>(rows), &one, w,
-                             static_cast<int>(cols), u, 1, &zero, v, 1));
-    kernels::NormalizeVector(AsStream(Bound()), v, cols);
-    // u = normalize(w v): its transpose times v (through t: u is gemv's input alias-free).
-    CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_T, static_cast<int>(cols), static_cast<int>(rows), &one, w,
-                             static_cast<int>(cols), v, 1, &zero, t, 1));
-    kernels::NormalizeVector(AsStream(Bound()), t, rows);
-    CUDA_CHECK(cudaMemcpyAsync(u, t, sizeof(float) * rows, cudaMemcpyDefault, AsStream(Bound())));
-  }
-  Done("SpectralNormPowerIteration");
-}
-
-void CudaBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                      float* y, float* sigma) {
-  auto handle = static_cast<cublasHandle_t>(cublas_);
-  const float one = 1.0f, zero = 0.0f;
-  // sigma = u . (w v), in double on the device; y = w / sigma without a round trip.
-  float* t = static_cast<float*>(Scratch(4, sizeof(float) * rows));
-  CUBLAS_CHECK(cublasSgemv(handle, CUBLAS_OP_T, static_cast<int>(cols), static_cast<int>(rows), &one, w,
-                           static_cast<int>(cols), v, 1, &zero, t, 1));
-  kernels::Dot(AsStream(Bound()), u, t, rows, reduce_result_ + 2, reduce_result_);
-  kernels::DivideBySigma(AsStream(Bound()), rows * cols, w, reduce_result_, y);
-  kernels::StoreScalar(AsStream(Bound()), reduce_result_, 1.0f, sigma);
-  Done("SpectralNormForward");
-}
-
-void CudaBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                       const float* sigma, const float* dy, float* dw) {
-  kernels::Dot(AsStream(Bound()), dy, w, rows * cols, reduce_result_ + 2, reduce_result_);
-  kernels::SpectralNormBackward(AsStream(Bound()), rows, cols, u, v, sigma, reduce_result_, dy, dw);
-  Done("SpectralNormBackward");
 }
 
 // --- Optimizers ----------------------------------------------------------------------------------

@@ -211,8 +211,6 @@ class CudaBackend final : public nn::Backend {
   void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
                             float* dx) override;
 
-  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
-                             const float* reward, const float* discount, float* out) override;
   void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                           float* out) override;
   // Core.
@@ -228,18 +226,6 @@ class CudaBackend final : public nn::Backend {
   void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                 const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                 float* out) override;
-  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                          const float* x, float* y) override;
-  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                           const float* dy, float* dx) override;
-
-  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                  int iterations) override;
-  void SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float* y,
-                             float* sigma) override;
-  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                              const float* sigma, const float* dy, float* dw) override;
-
   void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
                   const float* grad, float* param, float* m, float* v) override;
   void SgdUpdate(int64_t n, float lr, float momentum, float weight_decay, const float* grad, float* param,

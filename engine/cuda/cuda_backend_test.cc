@@ -523,42 +523,6 @@ TEST_F(CudaOpsTest, SoftmaxAndCrossEntropyMatchCpu) {
   gpu_->Free(glabels);
 }
 
-TEST_F(CudaOpsTest, RandomShiftMatchesCpu) {
-  const int64_t n = 4, c = 9, h = 21, w = 21, pad = 4;
-  std::vector<int32_t> shifts = {0, 8, 4, 4, 8, 0, 3, 6};
-  int32_t* gshifts = DeviceInts(gpu_.get(), shifts);
-  std::vector<float> x = RandomVector(n * c * h * w, 1), y(x.size()), dy = RandomVector(x.size(), 2), dx = RandomVector(x.size(), 3);
-  DeviceVector gx(gpu_.get(), x), gy(gpu_.get(), y), gdy(gpu_.get(), dy), gdx(gpu_.get(), dx);
-  cpu_.RandomShiftForward(n, c, h, w, pad, shifts.data(), x.data(), y.data());
-  gpu_->RandomShiftForward(n, c, h, w, pad, gshifts, gx.data(), gy.data());
-  ExpectNear(gy.ToHost(), y, 0.0f, false, "RandomShiftForward");
-  cpu_.RandomShiftBackward(n, c, h, w, pad, shifts.data(), dy.data(), dx.data());
-  gpu_->RandomShiftBackward(n, c, h, w, pad, gshifts, gdy.data(), gdx.data());
-  ExpectNear(gdx.ToHost(), dx, 1e-5f, false, "RandomShiftBackward");
-  gpu_->Free(gshifts);
-}
-
-TEST_F(CudaOpsTest, SpectralNormMatchesCpu) {
-  const int64_t rows = 16, cols = 75;
-  std::vector<float> w = RandomVector(rows * cols, 1), u = RandomVector(rows, 2), v = RandomVector(cols, 3), y(rows * cols);
-  std::vector<float> dy = RandomVector(rows * cols, 4), dw = RandomVector(rows * cols, 5);
-  DeviceVector gw(gpu_.get(), w), gu(gpu_.get(), u), gv(gpu_.get(), v), gy(gpu_.get(), y), gdy(gpu_.get(), dy),
-      gdw(gpu_.get(), dw);
-  cpu_.SpectralNormPowerIteration(rows, cols, w.data(), u.data(), v.data(), 3);
-  gpu_->SpectralNormPowerIteration(rows, cols, gw.data(), gu.data(), gv.data(), 3);
-  ExpectNear(gu.ToHost(), u, 1e-4f, false, "power iteration u");
-  ExpectNear(gv.ToHost(), v, 1e-4f, false, "power iteration v");
-  std::vector<float> sigma(1);
-  DeviceVector gsigma(gpu_.get(), sigma);
-  cpu_.SpectralNormForward(rows, cols, w.data(), u.data(), v.data(), y.data(), sigma.data());
-  gpu_->SpectralNormForward(rows, cols, gw.data(), gu.data(), gv.data(), gy.data(), gsigma.data());
-  ExpectNear(gsigma.ToHost(), sigma, 1e-4f, false, "sigma (on the device)");
-  ExpectNear(gy.ToHost(), y, 1e-4f, false, "SpectralNormForward");
-  cpu_.SpectralNormBackward(rows, cols, w.data(), u.data(), v.data(), sigma.data(), dy.data(), dw.data());
-  gpu_->SpectralNormBackward(rows, cols, gw.data(), gu.data(), gv.data(), gsigma.data(), gdy.data(), gdw.data());
-  ExpectNear(gdw.ToHost(), dw, 1e-4f, false, "SpectralNormBackward");
-}
-
 TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
   const int64_t n = 5003;
   std::vector<float> g = RandomVector(n, 1), p = RandomVector(n, 2), m = RandomVector(n, 3, 0.0f, 0.1f), v = RandomVector(n, 4, 0.0f, 0.1f);
@@ -600,8 +564,8 @@ TEST_F(CudaOpsTest, OptimizerKernelsMatchCpu) {
 // Everything a step touches is this backend's memory (backend.h), so they
 // run on any GPU.
 
-// One DrQ-shaped pixel critic update, as D4PG's learner takes it (random
-// shift, conv 3x3 stride 2 then three stride 1 with fused ReLU, linear, layer
+// One DrQ-shaped pixel critic update, as D4PG's learner takes it (conv 3x3
+// stride 2 then three stride 1 with fused ReLU, linear, layer
 // norm, tanh; the critic MLP on [features, action] to 51 atom logits;
 // cross-entropy to fixed target atoms, global-norm clipping, Adam at 1e-2 so
 // that every weight moves by far more than the comparison's tolerance) for
@@ -624,7 +588,6 @@ std::vector<nn::CheckpointTensor> PixelCriticSteps(nn::Backend* backend, int ste
   params.Allocate(*backend, /*seed=*/5);
   nn::Tape tape(backend);
   nn::Adam adam(&params, backend);
-  std::mt19937_64 shift_rng(9);
   const std::vector<float> pixels = RandomVector(kBatch * 9 * 32 * 32, 11, 0.0f, 1.0f);
   const std::vector<float> actions = RandomVector(kBatch * kActions, 12);
   std::vector<int32_t> targets(kBatch);
@@ -632,7 +595,7 @@ std::vector<nn::CheckpointTensor> PixelCriticSteps(nn::Backend* backend, int ste
   for (int step = 0; step < steps; ++step) {
     tape.Reset();
     params.ZeroGrad();
-    nn::Var h = nn::RandomShift(tape.Input(pixels.data(), {kBatch, 9, 32, 32}), /*pad=*/4, shift_rng);
+    nn::Var h = tape.Input(pixels.data(), {kBatch, 9, 32, 32});
     for (const nn::Conv2dLayer& conv : convs) h = conv(tape, params, h, nn::FusedActivation::kRelu);
     nn::Var features = nn::Tanh(norm(tape, params, linear(tape, params, nn::Flatten(h))));
     const std::array<nn::Var, 2> parts = {features, tape.Input(actions.data(), {kBatch, kActions})};
@@ -659,12 +622,13 @@ TEST(CudaStepTest, PixelCriticStepMatchesCpu) {
 }
 
 // A DCGAN-shaped step: generator (linear, transposed conv, batch norm, tanh)
-// and spectral-norm discriminator (conv, leaky relu, linear) under the hinge
+// and discriminator (conv, leaky relu, linear; the trainer's spectral norm
+// is the GAN's own op, on CUDA in gan/trainer_test.cc) under the hinge
 // loss, one Adam step each, as the GAN trainer does (learning rates of 1e-2
 // and 2e-2, so that each network moves by far more than the comparison's
 // tolerance). Returns the whole state: each network's weights and Adam
-// moments (named generator/... and discriminator/...), the power vectors
-// and batch norm's running statistics.
+// moments (named generator/... and discriminator/...) and batch norm's
+// running statistics.
 std::vector<nn::CheckpointTensor> GanSteps(nn::Backend* backend, int steps) {
   nn::ParameterSet g, d;
   auto g_in = nn::LinearLayer::Create(g, "g.in", 16, 8 * 7 * 7);
@@ -679,9 +643,6 @@ std::vector<nn::CheckpointTensor> GanSteps(nn::Backend* backend, int steps) {
   nn::DeviceBuffer running_mean(*backend, 4), running_var(*backend, 4);
   backend->Fill(running_mean.data(), 4, 0.0f);
   backend->Fill(running_var.data(), 4, 1.0f);
-  nn::DeviceBuffer u(*backend, 8), v(*backend, 16);
-  u.Upload(RandomVector(8, 3));
-  v.Upload(RandomVector(16, 4));
   nn::Tape tape(backend);
   nn::Adam g_adam(&g, backend), d_adam(&d, backend);
   const int batch = 8;
@@ -698,8 +659,7 @@ std::vector<nn::CheckpointTensor> GanSteps(nn::Backend* backend, int steps) {
     return nn::Tanh(h);  // [batch, 1, 28, 28]: (14 - 1) * 2 - 2 + 3 + 1
   };
   auto discriminate = [&](nn::Var images) {
-    nn::Var w = nn::SpectralNorm(tape.Parameter(d, d_conv), u.data(), v.data(), 1);
-    nn::Var h = nn::LeakyRelu(nn::Conv2d(images, w, nn::Var{}, /*stride=*/4, /*pad=*/0), 0.2f);
+    nn::Var h = nn::LeakyRelu(nn::Conv2d(images, tape.Parameter(d, d_conv), nn::Var{}, /*stride=*/4, /*pad=*/0), 0.2f);
     return d_head(tape, d, nn::Flatten(h));
   };
   for (int step = 0; step < steps; ++step) {
@@ -730,8 +690,7 @@ std::vector<nn::CheckpointTensor> GanSteps(nn::Backend* backend, int steps) {
       state.push_back(std::move(t));
     }
   }
-  for (const auto& [name, buffer] : {std::pair{"d.power/u", &u}, std::pair{"d.power/v", &v},
-                                     std::pair{"g.bn.running/mean", &running_mean},
+  for (const auto& [name, buffer] : {std::pair{"g.bn.running/mean", &running_mean},
                                      std::pair{"g.bn.running/var", &running_var}}) {
     state.push_back({name, nn::Shape{buffer->size()}, buffer->Download()});
   }

@@ -287,11 +287,11 @@ __global__ void ToBfloat16Kernel(const float* x, __nv_bfloat16* y, int64_t n) {
 // --- Reductions -----------------------------------------------------------------------------
 
 // Stage 1: each block writes its partial; stage 2: one block sums the partials.
-__global__ void ReducePartialKernel(const float* a, const float* b, int64_t n, int mode, double* partials) {
+__global__ void ReducePartialKernel(const float* x, int64_t n, bool square, double* partials) {
   double s = 0.0;
   FOR_EACH(i, n) {
-    const double v = a[i];
-    s += mode == 0 ? v : (mode == 1 ? v * v : v * static_cast<double>(b[i]));
+    const double v = x[i];
+    s += square ? v * v : v;
   }
   s = BlockSum(s);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
@@ -304,13 +304,6 @@ __global__ void ReduceFinalKernel(const double* partials, int count, double* res
   if (threadIdx.x == 0) result[0] = s;
 }
 
-void ReduceImpl(cudaStream_t s, const float* a, const float* b, int64_t n, int mode, double* partials,
-                double* result) {
-  int blocks = static_cast<int>((n + kThreads - 1) / kThreads);
-  blocks = blocks < 1 ? 1 : (blocks > kReduceBlocks ? kReduceBlocks : blocks);
-  ReducePartialKernel<<<blocks, kThreads, 0, s>>>(a, b, n, mode, partials);
-  ReduceFinalKernel<<<1, kThreads, 0, s>>>(partials, blocks, result);
-}
 
 template <typename I>
 __global__ void SumAxisKernel(int64_t outer64, int64_t reduce64, int64_t inner64, const float* x, float* y,
@@ -527,33 +520,7 @@ __global__ void CrossEntropyBackwardKernel(int64_t rows, int64_t cols, const flo
   }
 }
 
-// One thread per row: atoms are few (51 by default), and the mass of each
-// atom lands on two neighbours of the same row.
-__global__ void CategoricalProjectionKernel(int64_t rows, int64_t atoms, float v_min, float v_max, const float* p,
-                                            const float* reward, const float* discount, float* out) {
-  FOR_EACH(r, rows) {
-    const float dz = (v_max - v_min) / static_cast<float>(atoms - 1);
-    float* o = out + r * atoms;
-    for (int64_t j = 0; j < atoms; ++j) o[j] = 0.0f;
-    for (int64_t j = 0; j < atoms; ++j) {
-      const float tz = fminf(fmaxf(reward[r] + discount[r] * (v_min + j * dz), v_min), v_max);
-      const float b = fminf(fmaxf((tz - v_min) / dz, 0.0f), static_cast<float>(atoms - 1));
-      const int64_t l = static_cast<int64_t>(floorf(b)), u = static_cast<int64_t>(ceilf(b));
-      const float mass = p[r * atoms + j];
-      if (l == u) {
-        o[l] += mass;
-      } else {
-        o[l] += mass * (static_cast<float>(u) - b);
-        o[u] += mass * (b - static_cast<float>(l));
-      }
-    }
-  }
-}
-
 // --- Images -------------------------------------------------------------------------------------
-
-template <typename I>
-__device__ inline I Clamp(I v, I lo, I hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // One thread per output float: reads stride `channels`, writes contiguous planes.
 template <typename I>
@@ -598,54 +565,6 @@ __global__ void GatherBytesToFloatPlanarKernel(int64_t row_words64, int64_t imag
     const I p = k % pixels, ch = (k / pixels) % channels, i = k / (pixels * channels);
     out[k] = table[static_cast<int64_t>(indices[i]) * row_bytes + p * channels + ch] * scale;
   }
-}
-
-template <typename I>
-__global__ void RandomShiftForwardKernel(int64_t n64, int64_t c64, int64_t h64, int64_t w64, int64_t pad64,
-                                         const int32_t* shifts, const float* x, float* y) {
-  const I n = n64, c = c64, h = h64, w = w64, pad = pad64;
-  FOR_EACH_INDEX(I, k, n * c * h * w) {
-    const I q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
-    const I iy = Clamp<I>(r + shifts[2 * i] - pad, 0, h - 1);
-    const I ix = Clamp<I>(q + shifts[2 * i + 1] - pad, 0, w - 1);
-    y[k] = x[plane * h * w + iy * w + ix];
-  }
-}
-
-// Scatter with atomics: replicate padding sends several outputs to one border input.
-template <typename I>
-__global__ void RandomShiftBackwardKernel(int64_t n64, int64_t c64, int64_t h64, int64_t w64, int64_t pad64,
-                                          const int32_t* shifts, const float* dy, float* dx) {
-  const I n = n64, c = c64, h = h64, w = w64, pad = pad64;
-  FOR_EACH_INDEX(I, k, n * c * h * w) {
-    const I q = k % w, r = (k / w) % h, plane = k / (h * w), i = plane / c;
-    const I iy = Clamp<I>(r + shifts[2 * i] - pad, 0, h - 1);
-    const I ix = Clamp<I>(q + shifts[2 * i + 1] - pad, 0, w - 1);
-    atomicAdd(dx + plane * h * w + iy * w + ix, dy[k]);
-  }
-}
-
-// --- Spectral normalisation -----------------------------------------------------------------
-
-__global__ void NormalizeVectorKernel(float* x, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
-  s = BlockSum(s);
-  const float inv = static_cast<float>(1.0 / (sqrt(s) + 1e-12));
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] *= inv;
-}
-
-__global__ void DivideBySigmaKernel(int64_t n, const float* w, const double* sigma, float* y) {
-  const float inv = static_cast<float>(1.0 / sigma[0]);
-  FOR_EACH(k, n) y[k] = w[k] * inv;
-}
-
-__global__ void SpectralNormBackwardKernel(int64_t rows, int64_t cols, const float* u, const float* v,
-                                           const float* sigma_in, const double* dot, const float* dy, float* dw) {
-  const float sigma = sigma_in[0];
-  const float inv = 1.0f / sigma;
-  const float k2 = static_cast<float>(dot[0] / (static_cast<double>(sigma) * sigma));
-  FOR_EACH(k, rows * cols) dw[k] += dy[k] * inv - k2 * u[k / cols] * v[k % cols];
 }
 
 // --- Optimizers ----------------------------------------------------------------------------------
@@ -764,11 +683,10 @@ void ToBfloat16(cudaStream_t s, const float* x, uint16_t* y, int64_t n) {
 int ReducePartials() { return kReduceBlocks; }
 
 void Reduce(cudaStream_t s, const float* x, int64_t n, bool square, double* partials, double* result) {
-  ReduceImpl(s, x, nullptr, n, square ? 1 : 0, partials, result);
-}
-
-void Dot(cudaStream_t s, const float* a, const float* b, int64_t n, double* partials, double* result) {
-  ReduceImpl(s, a, b, n, 2, partials, result);
+  int blocks = static_cast<int>((n + kThreads - 1) / kThreads);
+  blocks = blocks < 1 ? 1 : (blocks > kReduceBlocks ? kReduceBlocks : blocks);
+  ReducePartialKernel<<<blocks, kThreads, 0, s>>>(x, n, square, partials);
+  ReduceFinalKernel<<<1, kThreads, 0, s>>>(partials, blocks, result);
 }
 
 void SumAxis(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate) {
@@ -860,12 +778,6 @@ void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const floa
   CrossEntropyBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, logp, labels, dloss, dx);
 }
 
-void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_min, float v_max,
-                           const float* probabilities, const float* reward, const float* discount, float* out) {
-  CategoricalProjectionKernel<<<Blocks(rows), kThreads, 0, s>>>(rows, atoms, v_min, v_max, probabilities, reward,
-                                                                discount, out);
-}
-
 void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t channels, float scale,
                         const uint8_t* in, float* out) {
   LAUNCH_INDEXED(BytesToFloatPlanarKernel, Fits32(images * channels * pixels), Blocks(images * channels * pixels),
@@ -895,29 +807,6 @@ void GatherBytesToFloatPlanar(cudaStream_t s, int64_t rows, int64_t row_words, c
   LAUNCH_INDEXED(GatherBytesToFloatPlanarKernel, Fits32(images * channels * pixels), Blocks(images * channels * pixels),
                  kThreads, s, row_words, images, indices, pixels, channels, scale,
                  reinterpret_cast<const uint8_t*>(table), out);
-}
-
-void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                        const int32_t* shifts, const float* x, float* y) {
-  LAUNCH_INDEXED(RandomShiftForwardKernel, Fits32(n * c * h * w), Blocks(n * c * h * w), kThreads, s, n, c, h, w, pad,
-                 shifts, x, y);
-}
-
-void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                         const int32_t* shifts, const float* dy, float* dx) {
-  LAUNCH_INDEXED(RandomShiftBackwardKernel, Fits32(n * c * h * w), Blocks(n * c * h * w), kThreads, s, n, c, h, w, pad,
-                 shifts, dy, dx);
-}
-
-void NormalizeVector(cudaStream_t s, float* x, int64_t n) { NormalizeVectorKernel<<<1, 1024, 0, s>>>(x, n); }
-
-void DivideBySigma(cudaStream_t s, int64_t n, const float* w, const double* sigma, float* y) {
-  DivideBySigmaKernel<<<Blocks(n), kThreads, 0, s>>>(n, w, sigma, y);
-}
-
-void SpectralNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* u, const float* v,
-                          const float* sigma, const double* dot, const float* dy, float* dw) {
-  SpectralNormBackwardKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(rows, cols, u, v, sigma, dot, dy, dw);
 }
 
 void AdamUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,

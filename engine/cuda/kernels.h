@@ -56,8 +56,6 @@ void ToBfloat16(cudaStream_t s, const float* x, uint16_t* y, int64_t n);
 // at least ReducePartials() doubles.
 int ReducePartials();
 void Reduce(cudaStream_t s, const float* x, int64_t n, bool square, double* partials, double* result);
-// result[0] = sum of a[i] * b[i] in double.
-void Dot(cudaStream_t s, const float* a, const float* b, int64_t n, double* partials, double* result);
 // out[0] = scale * value[0] (a reduction's double result to a float32 on the device).
 void StoreScalar(cudaStream_t s, const double* value, float scale, float* out);
 void SumAxis(cudaStream_t s, int64_t outer, int64_t reduce, int64_t inner, const float* x, float* y, bool accumulate);
@@ -95,9 +93,6 @@ void CrossEntropyForward(cudaStream_t s, int64_t rows, int64_t cols, const float
 void CrossEntropyBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
                           const float* dloss, float* dx);
 
-void CategoricalProjection(cudaStream_t s, int64_t rows, int64_t atoms, float v_min, float v_max,
-                           const float* probabilities, const float* reward, const float* discount, float* out);
-
 // --- Images --------------------------------------------------------------------------
 void BytesToFloatPlanar(cudaStream_t s, int64_t images, int64_t pixels, int64_t channels, float scale,
                         const uint8_t* in, float* out);
@@ -108,19 +103,6 @@ void ScatterRows(cudaStream_t s, int64_t rows, int64_t row_words, float* table, 
                  const int32_t* indices, const float* values);
 void GatherBytesToFloatPlanar(cudaStream_t s, int64_t rows, int64_t row_words, const float* table, int64_t images,
                               const int32_t* indices, int64_t pixels, int64_t channels, float scale, float* out);
-void RandomShiftForward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                        const int32_t* shifts, const float* x, float* y);
-void RandomShiftBackward(cudaStream_t s, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad,
-                         const int32_t* shifts, const float* dy, float* dx);
-
-// --- Spectral normalisation helpers ------------------------------------------------
-// x /= (||x|| + 1e-12), one block.
-void NormalizeVector(cudaStream_t s, float* x, int64_t n);
-// y[i, j] = w[i, j] / sigma with sigma read from the device (double).
-void DivideBySigma(cudaStream_t s, int64_t n, const float* w, const double* sigma, float* y);
-// dw[i, j] += dy[i, j] / sigma - (dot / sigma^2) u[i] v[j]; sigma and dot on the device.
-void SpectralNormBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* u, const float* v,
-                          const float* sigma, const double* dot, const float* dy, float* dw);
 
 // --- Optimizers ------------------------------------------------------------------------
 void AdamUpdate(cudaStream_t s, int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1,

@@ -14,12 +14,16 @@
 //    core alone, compiles with exactly these). No algorithm's kernel is
 //    among them.
 //  - Every other kernel (activations, layer/batch norm, softmax and cross
-//    entropy, the C51 projection, DrQ's random shift, spectral norm, the
-//    optimizers' updates, the frame table's gathers) is a virtual whose
-//    default body composes it from the core, written once
+//    entropy, the optimizers' updates, the row tables' gathers) is a
+//    virtual whose default body composes it from the core, written once
 //    (composed_kernels.cc). A backend MAY override one with a fused kernel
 //    (the CPU and CUDA backends do for most, for speed); the conformance
 //    tests check every default body against the CPU's fused one.
+//  - An algorithm's kernels are not here: the C51 projection and DrQ's
+//    random shift live in agents/, spectral norm in gan/, each composed
+//    from the core by the code that owns it. A backend whose memory the
+//    host addresses offers to run such a kernel as a host loop instead
+//    (HostKernel), so the CPU backends still run them fused.
 //  - A composed kernel's temporaries come from the backend's scratch pool
 //    (Temporaries below: AllocateScratch memory, grown monotonically and
 //    reused), so it allocates nothing after its first call with a given
@@ -72,6 +76,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <utility>
@@ -344,31 +349,12 @@ class Backend {
   virtual void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels,
                                     const float* dloss, float* dx);
 
-  // --- Distributional RL ------------------------------------------------------
-  // The C51 projection (Bellemare et al. 2017, Algorithm 1) of each row of
-  // `probabilities` [rows, atoms] over the support z_j = v_min + j * dz,
-  // shifted to reward[r] + discount[r] * z_j and clipped to [v_min, v_max],
-  // back onto the same support; writes out [rows, atoms] (no gradient).
-  // Composed densely: out[r, i] = sum_j p[r, j] * max(0, 1 - |b[r, j] - i|),
-  // b the shifted atom's position in atom units.
-  virtual void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
-                                     const float* probabilities, const float* reward, const float* discount,
-                                     float* out);
-
   // --- Images -----------------------------------------------------------------
   // uint8 images with `channels` interleaved ([images, pixels, channels], as
   // cameras and replay keep them) to float planes [images, channels, pixels]
   // times `scale`: observations to network inputs.
   virtual void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                                   float* out);
-  // DrQ random shift: replicate-pad by `pad`, crop back at per-sample offsets
-  // (shifts[2*i] = dy, shifts[2*i+1] = dx, each in [0, 2*pad]). Composed: a
-  // gather along rows then one along columns; the backward their adjoint
-  // scatter-adds.
-  virtual void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                  const float* x, float* y);
-  virtual void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                   const float* dy, float* dx);
 
   // --- Row tables (the learner's device frame table) --------------------------
   // A table of `rows` rows of `row_words` 32-bit words each, whose bits are
@@ -388,18 +374,6 @@ class Backend {
   virtual void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                         const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                         float* out);
-
-  // --- Spectral normalisation (Miyato et al. 2018) ---------------------------
-  // w viewed as [rows, cols]; u [rows], v [cols] are the power-iteration
-  // vectors, updated in place by `iterations` steps (no gradient flows there).
-  virtual void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                          int iterations);
-  // sigma[0] = u^T w v (u, v held constant) and y = w / sigma.
-  virtual void SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                   float* y, float* sigma);
-  // dw += dy / sigma - (sum(dy * w) / sigma^2) u v^T (sigma on the device).
-  virtual void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                    const float* sigma, const float* dy, float* dw);
 
   // --- Optimizer kernels ------------------------------------------------------
   // Gradient clipping on the device: x *= max_norm / ||x|| when ||x|| >
@@ -427,6 +401,24 @@ class Backend {
                           float* ratio);
   // x *= alpha * scalar[0] (a scalar on the device).
   virtual void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n);
+
+  // --- Kernels of the layers above ---------------------------------------------
+  // An algorithm's kernel (the C51 projection, DrQ's random shift, spectral
+  // norm) is written by the code that owns it, composed from the core. A
+  // backend whose memory the host addresses may run it as a host loop
+  // instead: HostKernel then calls `body` with a parallel-for over the
+  // backend's threads, under the same checks as its own kernels (`kernel`
+  // names it, `pointers` are the buffers it touches: the strict device
+  // checks each is this backend's memory), and returns true. A backend
+  // whose memory the host does not address (CUDA, PJRT, the core alone)
+  // returns false and the owner composes.
+  using HostRangeFn = std::function<void(int64_t begin, int64_t end)>;
+  // loop(n, min_per_range, fn): fn over [0, n) in ranges of at least min_per_range.
+  using HostParallelFor = std::function<void(int64_t n, int64_t min_per_range, const HostRangeFn& fn)>;
+  virtual bool HostKernel(const char* /*kernel*/, std::initializer_list<const void*> /*pointers*/,
+                          const std::function<void(const HostParallelFor& loop)>& /*body*/) {
+    return false;
+  }
 
   // Temporaries of a composed kernel: device floats from the backend's
   // scratch pool, valid while the Temporaries lives (nested ones take the

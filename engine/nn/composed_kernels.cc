@@ -35,17 +35,6 @@ void ChannelSums(Backend& b, int64_t n, int64_t c, int64_t hw, const float* x, f
   b.Reduce(Reduction::kSum, {c, hw, 1}, 1.0f, per_position, out, accumulate);
 }
 
-// x[i] *= 1 / (||x|| + 1e-12) (a power iteration's normalisation).
-void Normalize(Backend& b, float* x, int64_t n) {
-  Backend::Temporaries t(b);
-  float* inverse = t.Floats(1);
-  b.SquaredNorm(x, n, inverse);
-  b.Unary(UnaryOp::kSqrt, 0, 0, inverse, inverse, 1);
-  b.Unary(UnaryOp::kAffine, 1.0f, 1e-12f, inverse, inverse, 1);
-  b.Unary(UnaryOp::kReciprocal, 0, 0, inverse, inverse, 1);
-  b.BinaryBroadcast(Binary::kMul, Flat(n), x, kAllAxes, inverse, kScalarAxes, x);
-}
-
 // y[0] = condition[0] > 0 ? value[0] : otherwise, exactly (value * step +
 // (1 - step), no rounding of the value), for scalars on the device.
 void SelectScalar(Backend& b, const float* condition, const float* value, float otherwise, float* y) {
@@ -56,24 +45,6 @@ void SelectScalar(Backend& b, const float* condition, const float* value, float 
   b.Unary(UnaryOp::kAffine, -otherwise, otherwise, on, off, 1);
   b.BinaryBroadcast(Binary::kMul, Flat(1), value, kAllAxes, on, kAllAxes, y);
   b.BinaryBroadcast(Binary::kAdd, Flat(1), y, kAllAxes, off, kAllAxes, y);
-}
-
-// Index tables of the random shift along one image axis of length `len`:
-// out[i, k, r] = clamp(r + shifts[2*i + which] - pad, 0, len - 1) for i < n,
-// k < planes (the rows of a sample the same shift moves), r < len.
-void ShiftIndices(Backend& b, int64_t n, int64_t planes, int64_t len, int64_t pad, const int32_t* shifts, int which,
-                  int32_t* out) {
-  Backend::Temporaries t(b);
-  float* both = t.Floats(2 * n);
-  float* shift = t.Floats(n);
-  float* positions = t.Floats(len);
-  float* index = t.Floats(n * planes * len);
-  b.Convert(DType::kI32, shifts, DType::kF32, both, 2 * n);
-  b.CopyBlocks(n, 1, both, 2, which, shift, 1, 0, false);
-  b.Fill(positions, len, static_cast<float>(-pad), 1.0f);
-  b.BinaryBroadcast(Binary::kAdd, {n, planes, len}, shift, kOuterAxis, positions, kInnerAxis, index);
-  b.Unary(UnaryOp::kClamp, 0.0f, static_cast<float>(len - 1), index, index, n * planes * len);
-  b.Convert(DType::kF32, index, DType::kI32, out, n * planes * len);
 }
 
 // Interleaved uint8 images [images, pixels, channels], image i starting at
@@ -419,82 +390,11 @@ void Backend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp
   BinaryBroadcast(Binary::kMul, Flat(rows * cols), term, kAllAxes, k, kScalarAxes, dx, true);
 }
 
-// --- Distributional RL -------------------------------------------------------------
-
-void Backend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
-                                    const float* probabilities, const float* reward, const float* discount,
-                                    float* out) {
-  TROUPE_CHECK(atoms >= 2);
-  const float dz = (v_max - v_min) / static_cast<float>(atoms - 1);
-  Temporaries t(*this);
-  float* support = t.Floats(atoms);
-  float* position = t.Floats(rows * atoms);
-  float* step = t.Floats(1);
-  float* weight = t.Floats(rows * atoms * atoms);
-  // position[r, j] = clamp((clamp(reward + discount * z_j, v_min, v_max) - v_min) / dz, 0, atoms - 1).
-  Fill(support, atoms, v_min, dz);
-  Fill(step, 1, dz);
-  const View3 rows_by_atoms{rows, 1, atoms};
-  BinaryBroadcast(Binary::kMul, rows_by_atoms, discount, kOuterAxis, support, kInnerAxis, position);
-  BinaryBroadcast(Binary::kAdd, rows_by_atoms, reward, kOuterAxis, position, kAllAxes, position);
-  Unary(UnaryOp::kClamp, v_min, v_max, position, position, rows * atoms);
-  Unary(UnaryOp::kAffine, 1.0f, -v_min, position, position, rows * atoms);
-  BinaryBroadcast(Binary::kDiv, Flat(rows * atoms), position, kAllAxes, step, kScalarAxes, position);
-  Unary(UnaryOp::kClamp, 0.0f, static_cast<float>(atoms - 1), position, position, rows * atoms);
-  // weight[r, j, i] = p[r, j] * max(0, 1 - |position[r, j] - i|), summed over j.
-  float* targets = support;
-  Fill(targets, atoms, 0.0f, 1.0f);
-  const View3 dense{rows, atoms, atoms};
-  BinaryBroadcast(Binary::kSub, dense, position, kOuterAxis | kMidAxis, targets, kInnerAxis, weight);
-  Unary(UnaryOp::kAbs, 0, 0, weight, weight, dense.size());
-  Unary(UnaryOp::kAffine, -1.0f, 1.0f, weight, weight, dense.size());
-  Unary(UnaryOp::kRelu, 0, 0, weight, weight, dense.size());
-  BinaryBroadcast(Binary::kMul, dense, weight, kAllAxes, probabilities, kOuterAxis | kMidAxis, weight);
-  Reduce(Reduction::kSum, dense, 1.0f, weight, out);
-}
-
 // --- Images --------------------------------------------------------------------------
 
 void Backend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                                  float* out) {
   BytesToPlanes(*this, images, pixels * channels, pixels, channels, scale, in, out);
-}
-
-namespace {
-
-// A random shift's gather tables (ShiftIndices) for rows and for columns,
-// and room for the image shifted along rows only.
-struct ShiftTables {
-  int32_t* rows;
-  int32_t* columns;
-  float* shifted_rows;
-};
-ShiftTables MakeShiftTables(Backend& b, Backend::Temporaries& t, int64_t n, int64_t c, int64_t h, int64_t w,
-                            int64_t pad, const int32_t* shifts) {
-  const ShiftTables tables{t.Ints(n * c * h), t.Ints(n * c * h * w), t.Floats(n * c * h * w)};
-  // Replicate padding: each output row (column) reads the clamped source row (column).
-  ShiftIndices(b, n, c, h, pad, shifts, 0, tables.rows);
-  ShiftIndices(b, n, c * h, w, pad, shifts, 1, tables.columns);
-  return tables;
-}
-
-}  // namespace
-
-void Backend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                 const float* x, float* y) {
-  Temporaries t(*this);
-  const ShiftTables tables = MakeShiftTables(*this, t, n, c, h, w, pad, shifts);
-  Gather(n * c, h, w, h, x, tables.rows, tables.shifted_rows);
-  Gather(n * c * h, w, 1, w, tables.shifted_rows, tables.columns, y);
-}
-
-void Backend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                  const float* dy, float* dx) {
-  Temporaries t(*this);
-  const ShiftTables tables = MakeShiftTables(*this, t, n, c, h, w, pad, shifts);
-  Fill(tables.shifted_rows, n * c * h * w, 0.0f);
-  Scatter(n * c * h, w, 1, w, tables.columns, dy, tables.shifted_rows, /*add=*/true);
-  Scatter(n * c, h, w, h, tables.rows, tables.shifted_rows, dx, /*add=*/true);
 }
 
 // --- Row tables ------------------------------------------------------------------------
@@ -518,45 +418,6 @@ void Backend::GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const fl
   BytesToPlanes(*this, images, 4 * row_words, pixels, channels, scale, reinterpret_cast<const uint8_t*>(picked), out);
 }
 
-// --- Spectral normalisation --------------------------------------------------------------
-
-void Backend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                         int iterations) {
-  for (int it = 0; it < iterations; ++it) {
-    // v = normalize(w^T u); u = normalize(w v).
-    Gemm(true, false, cols, 1, rows, 1.0f, w, u, 0.0f, v);
-    Normalize(*this, v, cols);
-    Gemm(false, false, rows, 1, cols, 1.0f, w, v, 0.0f, u);
-    Normalize(*this, u, rows);
-  }
-}
-
-void Backend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                  float* y, float* sigma) {
-  Temporaries t(*this);
-  float* wv = t.Floats(rows);
-  Gemm(false, false, rows, 1, cols, 1.0f, w, v, 0.0f, wv);
-  BinaryBroadcast(Binary::kMul, Flat(rows), wv, kAllAxes, u, kAllAxes, wv);
-  Reduce(Reduction::kSum, {1, rows, 1}, 1.0f, wv, sigma);
-  BinaryBroadcast(Binary::kDiv, Flat(rows * cols), w, kAllAxes, sigma, kScalarAxes, y);
-}
-
-void Backend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                   const float* sigma, const float* dy, float* dw) {
-  Temporaries t(*this);
-  float* product = t.Floats(rows * cols);
-  float* k = t.Floats(1);
-  float* sigma_squared = t.Floats(1);
-  float* scaled_u = t.Floats(rows);
-  // k = sum(dy * w) / sigma^2; dw += dy / sigma - k u v^T.
-  BinaryBroadcast(Binary::kMul, Flat(rows * cols), dy, kAllAxes, w, kAllAxes, product);
-  Reduce(Reduction::kSum, {1, rows * cols, 1}, 1.0f, product, k);
-  Unary(UnaryOp::kSquare, 0, 0, sigma, sigma_squared, 1);
-  BinaryBroadcast(Binary::kDiv, Flat(1), k, kAllAxes, sigma_squared, kAllAxes, k);
-  BinaryBroadcast(Binary::kMul, Flat(rows), u, kAllAxes, k, kScalarAxes, scaled_u);
-  BinaryBroadcast(Binary::kDiv, Flat(rows * cols), dy, kAllAxes, sigma, kScalarAxes, dw, true);
-  Gemm(false, false, rows, cols, 1, -1.0f, scaled_u, v, 1.0f, dw);
-}
 
 // --- Optimizer kernels ---------------------------------------------------------------------
 

@@ -2,10 +2,10 @@
 // run on CoreOnlyBackend (the core and nothing else), against the CPU
 // backend's fused kernel on the same inputs (against formulas on the host
 // where the CPU runs the default too: activations, binary forwards): values and gradients within
-// float tolerance, with the edge cases each one has (C51 atoms exactly on a
-// support point and at v_min/v_max, random shifts of 0 and 2*pad, labels 0
-// and cols-1, a clipped and an unclipped norm, trust ratios with a zero
-// norm); row gathers and scatters bit for bit.
+// float tolerance, with the edge cases each one has (labels 0 and cols-1, a
+// clipped and an unclipped norm, trust ratios with a zero norm); row
+// gathers and scatters bit for bit. (An algorithm's kernels are held
+// against their owners' host loops the same way, in agents/ and gan/.)
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -17,71 +17,12 @@
 
 #include "engine/nn/backend.h"
 #include "engine/nn/cpu_backend.h"
+#include "engine/nn/kernel_testing.h"
 #include "engine/nn/testing.h"
 #include "gtest/gtest.h"
 
 namespace troupe::nn {
 namespace {
-
-using Buffers = std::vector<std::vector<float>>;
-using Kernel = std::function<void(Backend&, const std::vector<float*>&)>;
-
-// The buffers after `kernel` ran on a backend, each uploaded to its memory first.
-Buffers RunOn(Backend& backend, const Buffers& buffers, const Kernel& kernel) {
-  std::vector<float*> device;
-  for (const auto& host : buffers) {
-    float* p = backend.AllocateFloats(std::max<int64_t>(1, static_cast<int64_t>(host.size())));
-    backend.Upload(host.data(), p, sizeof(float) * host.size());
-    device.push_back(p);
-  }
-  kernel(backend, device);
-  Buffers out;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    out.emplace_back(buffers[i].size());
-    backend.Download(device[i], out.back().data(), sizeof(float) * buffers[i].size());
-    backend.Free(device[i]);
-  }
-  return out;
-}
-
-// Every buffer of `got` within `tolerance` relative of `want` (0: bit for bit).
-void ExpectBuffersMatch(const std::string& what, const Buffers& want, const Buffers& got, double tolerance) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (tolerance == 0.0) {
-      // Bit for bit (NaN payloads included).
-      ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), sizeof(float) * want[i].size()), 0)
-          << what << ": buffer " << i;
-      continue;
-    }
-    for (size_t k = 0; k < want[i].size(); ++k) {
-      ASSERT_NEAR(got[i][k], want[i][k], tolerance * (1.0 + std::fabs(want[i][k])))
-          << what << ": buffer " << i << "[" << k << "]";
-    }
-  }
-}
-
-// The kernel on the CPU's fused kernels and on the composed defaults: every
-// buffer (inputs unchanged, outputs computed) within `tolerance` relative.
-// `host_outputs` replaces the CPU's value of the buffers it names: those of
-// kernels the CPU runs as the defaults too (compared with themselves
-// otherwise), computed on the host instead.
-void ExpectComposedMatchesFused(const std::string& what, const Buffers& buffers, const Kernel& kernel,
-                                double tolerance = 2e-5, const std::map<size_t, std::vector<float>>& host_outputs = {}) {
-  CpuBackend cpu(1);
-  CoreOnlyBackend core(1);
-  Buffers want = RunOn(cpu, buffers, kernel);
-  for (const auto& [i, values] : host_outputs) want[i] = values;
-  ExpectBuffersMatch(what, want, RunOn(core, buffers, kernel), tolerance);
-}
-
-// int32 values carried in float words (a kernel's index arguments).
-std::vector<float> Ints(const std::vector<int32_t>& values) {
-  std::vector<float> words(values.size());
-  std::memcpy(words.data(), values.data(), sizeof(int32_t) * values.size());
-  return words;
-}
-
-const int32_t* AsInts(const float* p) { return reinterpret_cast<const int32_t*>(p); }
 
 // --- Memory and dense ------------------------------------------------------------------
 
@@ -253,58 +194,7 @@ TEST(ComposedKernelsTest, CrossEntropyWithLabelsAtBothEnds) {
                              });
 }
 
-// --- Distributional RL ---------------------------------------------------------------------------
-
-TEST(ComposedKernelsTest, CategoricalProjectionIncludingAtomsOnSupportPointsAndBounds) {
-  const int64_t atoms = 11;
-  const float v_min = -5.0f, v_max = 5.0f;  // dz = 1
-  // Rows: a generic shift; reward 1 discount 1 (every atom on a support
-  // point, the top one clipped to v_max); discount 0 (all mass at the
-  // reward, itself on a point); far beyond both bounds (all at v_min, all
-  // at v_max); reward 0.5 discount 0.5.
-  const std::vector<float> reward = {0.37f, 1.0f, 2.0f, -40.0f, 40.0f, 0.5f};
-  const std::vector<float> discount = {0.99f, 1.0f, 0.0f, 0.9f, 0.9f, 0.5f};
-  const int64_t rows = static_cast<int64_t>(reward.size());
-  std::vector<float> p = RandomVector(rows * atoms, 1, 0.0f, 1.0f);
-  ExpectComposedMatchesFused("CategoricalProjection", {p, reward, discount, std::vector<float>(rows * atoms)},
-                             [&](Backend& b, const std::vector<float*>& d) {
-                               b.CategoricalProjection(rows, atoms, v_min, v_max, d[0], d[1], d[2], d[3]);
-                             },
-                             1e-5);
-  // The exact cases by hand: discount 0 puts each row's whole mass on atom 7 (z = 2).
-  CoreOnlyBackend core;
-  const Buffers out = RunOn(core, {p, reward, discount, std::vector<float>(rows * atoms)},
-                            [&](Backend& b, const std::vector<float*>& d) {
-                              b.CategoricalProjection(rows, atoms, v_min, v_max, d[0], d[1], d[2], d[3]);
-                            });
-  float mass = 0.0f;
-  for (int64_t j = 0; j < atoms; ++j) mass += p[2 * atoms + j];
-  for (int64_t i = 0; i < atoms; ++i) EXPECT_FLOAT_EQ(out[3][2 * atoms + i], i == 7 ? mass : 0.0f) << i;
-  mass = 0.0f;
-  for (int64_t j = 0; j < atoms; ++j) mass += p[3 * atoms + j];
-  EXPECT_FLOAT_EQ(out[3][3 * atoms], mass);  // all below v_min: on v_min
-}
-
 // --- Images and row tables --------------------------------------------------------------------------
-
-TEST(ComposedKernelsTest, RandomShiftAtZeroAndTwicePadAndInBetween) {
-  const int64_t n = 3, c = 2, h = 6, w = 5, pad = 2;
-  const std::vector<int32_t> shifts = {0, 0, 2 * pad, 2 * pad, 1, 3};
-  ExpectComposedMatchesFused("RandomShift",
-                             {Ints(shifts), RandomVector(n * c * h * w, 1), std::vector<float>(n * c * h * w),
-                              RandomVector(n * c * h * w, 2), RandomVector(n * c * h * w, 3)},
-                             [&](Backend& b, const std::vector<float*>& p) {
-                               b.RandomShiftForward(n, c, h, w, pad, AsInts(p[0]), p[1], p[2]);
-                               b.RandomShiftBackward(n, c, h, w, pad, AsInts(p[0]), p[3], p[4]);
-                             });
-  // The forward copies values: bit for bit.
-  ExpectComposedMatchesFused("RandomShiftForward",
-                             {Ints(shifts), RandomVector(n * c * h * w, 1), std::vector<float>(n * c * h * w)},
-                             [&](Backend& b, const std::vector<float*>& p) {
-                               b.RandomShiftForward(n, c, h, w, pad, AsInts(p[0]), p[1], p[2]);
-                             },
-                             0.0);
-}
 
 // uint8 bytes packed into float words (zero padded to whole words).
 std::vector<float> Bytes(const std::vector<uint8_t>& bytes) {
@@ -336,21 +226,7 @@ TEST(ComposedKernelsTest, BytesToFloatPlanarAndTheRowTableKernelsBitForBit) {
   }
 }
 
-// --- Spectral normalisation and optimizers ------------------------------------------------------------
-
-TEST(ComposedKernelsTest, SpectralNorm) {
-  const int64_t rows = 5, cols = 8;
-  ExpectComposedMatchesFused(
-      "SpectralNorm",
-      {RandomVector(rows * cols, 1), RandomVector(rows, 2), RandomVector(cols, 3), std::vector<float>(rows * cols),
-       {0.0f}, RandomVector(rows * cols, 4), RandomVector(rows * cols, 5)},
-      [&](Backend& b, const std::vector<float*>& p) {
-        b.SpectralNormPowerIteration(rows, cols, p[0], p[1], p[2], 3);
-        b.SpectralNormForward(rows, cols, p[0], p[1], p[2], p[3], p[4]);
-        b.SpectralNormBackward(rows, cols, p[0], p[1], p[2], p[4], p[5], p[6]);
-      },
-      1e-4);
-}
+// --- Optimizers ------------------------------------------------------------
 
 TEST(ComposedKernelsTest, ClipByNormClippedAndNot) {
   const int64_t n = 50;
@@ -393,24 +269,23 @@ TEST(ComposedKernelsTest, TrustRatioIncludingZeroNorms) {
 // nothing: its temporaries are the scratch pool's blocks.
 TEST(ComposedKernelsTest, AKernelCalledAgainWithTheSameGeometryAllocatesNothing) {
   CoreOnlyBackend core;
-  const int64_t rows = 8, atoms = 21;
+  const int64_t rows = 8, cols = 21;
   std::vector<float*> p;
-  for (int64_t size : {rows * atoms, rows, rows, rows * atoms}) p.push_back(core.AllocateFloats(size));
-  core.Fill(p[0], rows * atoms, 1.0f / atoms);
-  core.Fill(p[1], rows, 0.5f);
-  core.Fill(p[2], rows, 0.9f);
+  for (int64_t size : {rows * cols, rows, rows * cols, int64_t{1}}) p.push_back(core.AllocateFloats(size));
+  core.Fill(p[0], rows * cols, 1.0f / cols);
+  core.Fill(p[1], rows, 0.0f);  // labels: int32 zeros
   const int64_t before = core.allocations();
   // Two kernels sharing the pool's blocks.
-  core.CategoricalProjection(rows, atoms, -10.0f, 10.0f, p[0], p[1], p[2], p[3]);
-  core.ClipByNorm(p[3], rows * atoms, 0.1f, nullptr);
+  core.CrossEntropyForward(rows, cols, p[0], AsInts(p[1]), p[2], p[3]);
+  core.ClipByNorm(p[2], rows * cols, 0.1f, nullptr);
   const int64_t after_first = core.allocations();
   EXPECT_GT(after_first, before);
   for (int i = 0; i < 3; ++i) {
-    core.CategoricalProjection(rows, atoms, -10.0f, 10.0f, p[0], p[1], p[2], p[3]);
-    core.ClipByNorm(p[3], rows * atoms, 0.1f, nullptr);
+    core.CrossEntropyForward(rows, cols, p[0], AsInts(p[1]), p[2], p[3]);
+    core.ClipByNorm(p[2], rows * cols, 0.1f, nullptr);
   }
   // A smaller geometry fits in the blocks too.
-  core.CategoricalProjection(rows / 2, atoms, -10.0f, 10.0f, p[0], p[1], p[2], p[3]);
+  core.CrossEntropyForward(rows / 2, cols, p[0], AsInts(p[1]), p[2], p[3]);
   EXPECT_EQ(core.allocations(), after_first);
   for (float* q : p) core.Free(q);
 }

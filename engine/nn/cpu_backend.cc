@@ -62,28 +62,6 @@ float* CpuBackend::Scratch(int kind, int slot, int64_t count) {
 
 // --- Memory --------------------------------------------------------------------
 
-void CategoricalProjectionRow(std::span<const float> probabilities, float reward, float discount, float v_min,
-                           float v_max, std::span<float> out) {
-  const int n = static_cast<int>(probabilities.size());
-  TROUPE_CHECK(n >= 2 && out.size() == probabilities.size());
-  const float dz = (v_max - v_min) / static_cast<float>(n - 1);
-  std::fill(out.begin(), out.end(), 0.0f);
-  for (int j = 0; j < n; ++j) {
-    // Bellemare et al. 2017, Algorithm 1: Tz_j clipped, then split between
-    // the atoms below (l) and above (u) it.
-    const float tz = std::clamp(reward + discount * (v_min + j * dz), v_min, v_max);
-    const float b = std::clamp((tz - v_min) / dz, 0.0f, static_cast<float>(n - 1));
-    const int l = static_cast<int>(std::floor(b));
-    const int u = static_cast<int>(std::ceil(b));
-    if (l == u) {
-      out[l] += probabilities[j];
-    } else {
-      out[l] += probabilities[j] * (static_cast<float>(u) - b);
-      out[u] += probabilities[j] * (b - static_cast<float>(l));
-    }
-  }
-}
-
 void* CpuBackend::Allocate(size_t bytes) {
   if (guard_) return guard_->Allocate(bytes);
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
@@ -720,18 +698,13 @@ void CpuBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* l
   }
 }
 
-// --- Distributional RL -------------------------------------------------------------
+// --- Kernels of the layers above ------------------------------------------------
 
-void CpuBackend::CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max,
-                                       const float* probabilities, const float* reward, const float* discount,
-                                       float* out) {
-  const Call call(this, "CategoricalProjection", {probabilities, reward, discount, out});
-  pool_.ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      CategoricalProjectionRow({probabilities + r * atoms, static_cast<size_t>(atoms)}, reward[r], discount[r], v_min,
-                               v_max, {out + r * atoms, static_cast<size_t>(atoms)});
-    }
-  });
+bool CpuBackend::HostKernel(const char* kernel, std::initializer_list<const void*> pointers,
+                            const std::function<void(const HostParallelFor& loop)>& body) {
+  const Call call(this, kernel, pointers);
+  body([this](int64_t n, int64_t min_per_range, const HostRangeFn& fn) { pool_.ParallelFor(n, min_per_range, fn); });
+  return true;
 }
 
 // --- Images ----------------------------------------------------------------------
@@ -790,95 +763,6 @@ void CpuBackend::BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t chan
       ImageToFloatPlanar(in + i * pixels * channels, pixels, channels, scale, out + i * channels * pixels);
     }
   });
-}
-
-void CpuBackend::RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                    const float* x, float* y) {
-  const Call call(this, "RandomShiftForward", {shifts, x, y});
-  pool_.ParallelFor(n, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t sy = shifts[2 * i] - pad, sx = shifts[2 * i + 1] - pad;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float* xc = x + (i * c + ch) * h * w;
-        float* yc = y + (i * c + ch) * h * w;
-        for (int64_t r = 0; r < h; ++r) {
-          // Replicate padding = clamp the source coordinate.
-          const int64_t iy = std::clamp<int64_t>(r + sy, 0, h - 1);
-          for (int64_t q = 0; q < w; ++q) yc[r * w + q] = xc[iy * w + std::clamp<int64_t>(q + sx, 0, w - 1)];
-        }
-      }
-    }
-  });
-}
-
-void CpuBackend::RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                                     const float* dy, float* dx) {
-  const Call call(this, "RandomShiftBackward", {shifts, dy, dx});
-  pool_.ParallelFor(n, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t sy = shifts[2 * i] - pad, sx = shifts[2 * i + 1] - pad;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        float* xc = dx + (i * c + ch) * h * w;
-        const float* dc = dy + (i * c + ch) * h * w;
-        for (int64_t r = 0; r < h; ++r) {
-          const int64_t iy = std::clamp<int64_t>(r + sy, 0, h - 1);
-          for (int64_t q = 0; q < w; ++q) xc[iy * w + std::clamp<int64_t>(q + sx, 0, w - 1)] += dc[r * w + q];
-        }
-      }
-    }
-  });
-}
-
-// --- Spectral normalisation --------------------------------------------------------
-
-void CpuBackend::SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                            int iterations) {
-  const Call call(this, "SpectralNormPowerIteration", {w, u, v});
-  auto normalize = [](float* a, int64_t n) {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * a[i];
-    const float inv = static_cast<float>(1.0 / (std::sqrt(s) + 1e-12));
-    for (int64_t i = 0; i < n; ++i) a[i] *= inv;
-  };
-  for (int it = 0; it < iterations; ++it) {
-    // v = normalize(w^T u); u = normalize(w v).
-    for (int64_t j = 0; j < cols; ++j) v[j] = 0.0f;
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) v[j] += w[i * cols + j] * u[i];
-    }
-    normalize(v, cols);
-    for (int64_t i = 0; i < rows; ++i) {
-      double s = 0.0;
-      for (int64_t j = 0; j < cols; ++j) s += w[i * cols + j] * v[j];
-      u[i] = static_cast<float>(s);
-    }
-    normalize(u, rows);
-  }
-}
-
-void CpuBackend::SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                     float* y, float* sigma_out) {
-  const Call call(this, "SpectralNormForward", {w, u, v, y, sigma_out});
-  double sigma = 0.0;
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) sigma += static_cast<double>(u[i]) * w[i * cols + j] * v[j];
-  }
-  const float inv = static_cast<float>(1.0 / sigma);
-  for (int64_t k = 0; k < rows * cols; ++k) y[k] = w[k] * inv;
-  sigma_out[0] = static_cast<float>(sigma);
-}
-
-void CpuBackend::SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                                      const float* sigma_in, const float* dy, float* dw) {
-  const Call call(this, "SpectralNormBackward", {w, u, v, sigma_in, dy, dw});
-  const float sigma = sigma_in[0];
-  double dot = 0.0;
-  for (int64_t k = 0; k < rows * cols; ++k) dot += static_cast<double>(dy[k]) * w[k];
-  const float inv = 1.0f / sigma;
-  const float k2 = static_cast<float>(dot / (static_cast<double>(sigma) * sigma));
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) dw[i * cols + j] += dy[i * cols + j] * inv - k2 * u[i] * v[j];
-  }
 }
 
 // --- Optimizer kernels --------------------------------------------------------------

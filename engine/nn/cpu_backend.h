@@ -27,15 +27,6 @@
 
 namespace troupe::nn {
 
-// The C51 projection (Bellemare et al. 2017, Algorithm 1) of one
-// distribution: the CPU reference of Backend::CategoricalProjection. Projects the
-// distribution `probabilities` over support z_j = v_min + j * dz, shifted to
-// reward + discount * z_j and clipped to [v_min, v_max], back onto the same
-// support: each atom's mass splits between its two neighbouring atoms in
-// proportion to closeness. Writes probabilities.size() floats to `out`.
-void CategoricalProjectionRow(std::span<const float> probabilities, float reward, float discount, float v_min,
-                           float v_max, std::span<float> out);
-
 // Where a CpuBackend's memory lives, for a device that guards it (the strict
 // CPU device's arena): the backend opens it around each of its calls and
 // checks that every pointer a kernel is given is its memory.
@@ -140,8 +131,6 @@ class CpuBackend : public Backend {
   void CrossEntropyBackward(int64_t rows, int64_t cols, const float* logp, const int32_t* labels, const float* dloss,
                             float* dx) override;
 
-  void CategoricalProjection(int64_t rows, int64_t atoms, float v_min, float v_max, const float* probabilities,
-                             const float* reward, const float* discount, float* out) override;
   void BytesToFloatPlanar(int64_t images, int64_t pixels, int64_t channels, float scale, const uint8_t* in,
                           float* out) override;
   void GatherRows(int64_t rows, int64_t row_words, const float* table, int64_t count, const int32_t* indices,
@@ -151,17 +140,10 @@ class CpuBackend : public Backend {
   void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                 const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                 float* out) override;
-  void RandomShiftForward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                          const float* x, float* y) override;
-  void RandomShiftBackward(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad, const int32_t* shifts,
-                           const float* dy, float* dx) override;
 
-  void SpectralNormPowerIteration(int64_t rows, int64_t cols, const float* w, float* u, float* v,
-                                  int iterations) override;
-  void SpectralNormForward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v, float* y,
-                             float* sigma) override;
-  void SpectralNormBackward(int64_t rows, int64_t cols, const float* w, const float* u, const float* v,
-                              const float* sigma, const float* dy, float* dw) override;
+  // An algorithm's kernel as a host loop over this backend's threads.
+  bool HostKernel(const char* kernel, std::initializer_list<const void*> pointers,
+                  const std::function<void(const HostParallelFor& loop)>& body) override;
 
   void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
                   const float* grad, float* param, float* m, float* v) override;

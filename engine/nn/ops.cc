@@ -220,12 +220,6 @@ void BatchNormBackwardNode(Tape& t, const Node& n) {
   }
 }
 
-void SpectralNormBackwardNode(Tape& t, const Node& n) {
-  const Value& w = t.value(n.in[0]);
-  t.backend().SpectralNormBackward(n.i[0], n.i[1], w.data, n.saved[0], n.saved[1], n.saved[2], t.value(n.out).grad,
-                                   w.grad);
-}
-
 // --- Softmax family ---------------------------------------------------------------
 
 void SoftmaxBackwardNode(Tape& t, const Node& n) {
@@ -236,11 +230,6 @@ void SoftmaxBackwardNode(Tape& t, const Node& n) {
 void CrossEntropyBackwardNode(Tape& t, const Node& n) {
   t.backend().CrossEntropyBackward(n.i[0], n.i[1], n.saved[0], static_cast<const int32_t*>(n.ptr),
                                    t.value(n.out).grad, t.value(n.in[0]).grad);
-}
-
-void RandomShiftBackwardNode(Tape& t, const Node& n) {
-  t.backend().RandomShiftBackward(n.i[0], n.i[1], n.i[2], n.i[3], n.i[4], static_cast<const int32_t*>(n.ptr),
-                                  t.value(n.out).grad, t.value(n.in[0]).grad);
 }
 
 }  // namespace
@@ -561,31 +550,6 @@ Var BatchNorm(Var x, Var gamma, Var beta, BatchNormState state, bool training, f
   return y;
 }
 
-Var SpectralNorm(Var w, float* u, float* v, int iterations) {
-  Tape& t = *w.tape;
-  const Shape& s = t.value(w).shape;
-  const int64_t rows = s[0], cols = s.size() / rows;
-  if (iterations > 0) t.backend().SpectralNormPowerIteration(rows, cols, t.value(w).data, u, v, iterations);
-  Var y = t.NewValue(s, RequiresGrad(t, w));
-  Node n;
-  // Save u, v as they were used (the caller may iterate them again): device
-  // copies, u and v being the backend's memory (an Upload from them worked
-  // on the CPU devices only; the PJRT backend caught it). sigma stays on the
-  // device for the backward pass.
-  n.saved[0] = t.AllocateFloats(rows);
-  n.saved[1] = t.AllocateFloats(cols);
-  n.saved[2] = t.AllocateFloats(1);
-  t.backend().Copy(u, n.saved[0], rows);
-  t.backend().Copy(v, n.saved[1], cols);
-  t.backend().SpectralNormForward(rows, cols, t.value(w).data, u, v, t.value(y).data, n.saved[2]);
-  n.backward = SpectralNormBackwardNode;
-  n.out = y.id;
-  n.in[0] = w.id;
-  n.i[0] = rows, n.i[1] = cols;
-  t.Record(n);
-  return y;
-}
-
 namespace {
 Var SoftmaxOp(Var x, bool log) {
   Tape& t = *x.tape;
@@ -636,39 +600,6 @@ Var DeviceImagesToFloat(Tape& t, const uint8_t* device, int64_t images, int64_t 
                         int64_t channels, float scale) {
   Var y = t.NewValue({images, channels, height, width}, /*requires_grad=*/false);
   t.backend().BytesToFloatPlanar(images, height * width, channels, scale, device, t.value(y).data);
-  return y;
-}
-
-void RandomShiftOffsets(int64_t images, int64_t pad, std::mt19937_64& rng, int32_t* host) {
-  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(2 * pad));
-  for (int64_t i = 0; i < 2 * images; ++i) host[i] = d(rng);
-}
-
-Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng) {
-  Tape& t = *x.tape;
-  const Shape& s = t.value(x).shape;
-  TROUPE_CHECK(s.rank() == 4 && pad >= 0);
-  // Offsets drawn on the host, uploaded once.
-  int32_t* host = t.HostInts(2 * s[0]);
-  RandomShiftOffsets(s[0], pad, rng, host);
-  int32_t* shifts = t.AllocateInts(2 * s[0]);
-  t.backend().Upload(host, shifts, sizeof(int32_t) * 2 * s[0]);
-  return RandomShiftBy(x, pad, shifts);
-}
-
-Var RandomShiftBy(Var x, int64_t pad, const int32_t* shifts) {
-  Tape& t = *x.tape;
-  const Shape& s = t.value(x).shape;
-  TROUPE_CHECK(s.rank() == 4 && pad >= 0);
-  Var y = t.NewValue(s, RequiresGrad(t, x));
-  t.backend().RandomShiftForward(s[0], s[1], s[2], s[3], pad, shifts, t.value(x).data, t.value(y).data);
-  Node n;
-  n.backward = RandomShiftBackwardNode;
-  n.out = y.id;
-  n.in[0] = x.id;
-  n.i[0] = s[0], n.i[1] = s[1], n.i[2] = s[2], n.i[3] = s[3], n.i[4] = pad;
-  n.ptr = shifts;
-  t.Record(n);
   return y;
 }
 

@@ -6,7 +6,6 @@
 #define TROUPE_ENGINE_NN_OPS_H_
 
 #include <cstdint>
-#include <random>
 #include <span>
 
 #include "engine/nn/tape.h"
@@ -106,13 +105,6 @@ struct BatchNormState {
 Var BatchNorm(Var x, Var gamma, Var beta, BatchNormState state, bool training, float eps = 1e-5f,
               CrossReplicaSum* cross_replica = nullptr);
 
-// Spectral normalisation (Miyato et al. 2018): w / sigma(w), w viewed as
-// [shape[0], rest]; u, v are the persistent power-iteration vectors, updated
-// in place by `iterations` steps first (no gradient through them), as PyTorch's
-// spectral_norm does in training. iterations = 0 keeps u, v as they are.
-// u and v are the backend's memory (a ParameterSet's values, a DeviceBuffer).
-Var SpectralNorm(Var w, float* u, float* v, int iterations = 1);
-
 // --- Softmax family (last axis) ------------------------------------------------
 Var Softmax(Var x);
 Var LogSoftmax(Var x);
@@ -129,17 +121,6 @@ Var ImagesToFloat(Tape& t, const uint8_t* host, int64_t images, int64_t height, 
 // that RunStep may replay).
 Var DeviceImagesToFloat(Tape& t, const uint8_t* device, int64_t images, int64_t height, int64_t width,
                         int64_t channels, float scale);
-
-// --- Image augmentation --------------------------------------------------------
-// DrQ's random shift (Kostrikov et al. 2020): replicate-pad by `pad`, then
-// crop back to h x w at an offset drawn per sample from `rng`.
-Var RandomShift(Var x, int64_t pad, std::mt19937_64& rng);
-// Its offsets for `images` images (2 each: row, column, in [0, 2 * pad]),
-// drawn on the host as RandomShift draws them; and the shift by offsets
-// already in device memory (`shifts`: 2 * batch ints, alive as long as the
-// tape's step: the backward reads them).
-void RandomShiftOffsets(int64_t images, int64_t pad, std::mt19937_64& rng, int32_t* host);
-Var RandomShiftBy(Var x, int64_t pad, const int32_t* shifts);
 
 }  // namespace troupe::nn
 

@@ -9,182 +9,33 @@
 #include "engine/nn/ops.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <functional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
-#include "engine/nn/strict_cpu_backend.h"
+#include "engine/nn/op_testing.h"
 #include "engine/nn/testing.h"
 #include "gtest/gtest.h"
 
 namespace troupe::nn {
 namespace {
 
-using BuildFn = std::function<Var(Tape&, std::vector<Var>&)>;
-
-struct Input {
-  std::vector<float> data;
-  Shape shape;
-  bool differentiate = true;
-};
-
-// loss = sum(op(inputs) * r) for a fixed random r (so every output element
-// matters with a different weight). Returns the loss; with grads != null runs
-// backward and fills grads[i] for differentiated inputs.
-// Inputs are uploaded to the backend's memory first; values and gradients
-// come back with Download.
-double Evaluate(Backend& backend, std::vector<Input>& inputs, const BuildFn& build,
-                std::vector<std::vector<float>>* grads) {
-  Tape tape(&backend);
-  std::vector<Var> vars;
-  for (auto& in : inputs) {
-    float* data = tape.AllocateFloats(in.shape.size());
-    backend.Upload(in.data.data(), data, sizeof(float) * in.shape.size());
-    vars.push_back(in.differentiate ? tape.Leaf(data, in.shape) : tape.Constant(data, in.shape));
-  }
-  Var y = build(tape, vars);
-  const std::vector<float> r = RandomVector(tape.value(y).shape.size(), /*seed=*/99);
-  Var rv = tape.Input(r.data(), tape.value(y).shape);
-  Var loss = Sum(Mul(y, rv));
-  const double value = tape.item(loss);
-  if (grads != nullptr) {
-    tape.Backward(loss);
-    grads->clear();
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      std::vector<float> g;
-      if (inputs[i].differentiate) {
-        g.resize(inputs[i].shape.size());
-        backend.Download(tape.grad(vars[i]).data, g.data(), sizeof(float) * g.size());
-      }
-      grads->push_back(std::move(g));
-    }
-  }
-  return value;
-}
-
-#ifndef TROUPE_CONFORMANCE_PJRT  // nn_ops_pjrt_test compares backends only
-// Largest violation of |analytic - numeric| <= atol + rtol * max(|a|, |n|), as
-// a ratio (<= 1 passes), over every differentiated input element.
-double GradientError(std::vector<Input> inputs, const BuildFn& build, double step, double rtol, double atol,
-                     bool flip_sign_of_analytic = false) {
-  CpuBackend backend(/*num_threads=*/2);
-  std::vector<std::vector<float>> analytic;
-  Evaluate(backend, inputs, build, &analytic);
-  double worst = 0.0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].differentiate) continue;
-    for (size_t k = 0; k < inputs[i].data.size(); ++k) {
-      const float saved = inputs[i].data[k];
-      inputs[i].data[k] = saved + static_cast<float>(step);
-      const double plus = Evaluate(backend, inputs, build, nullptr);
-      inputs[i].data[k] = saved - static_cast<float>(step);
-      const double minus = Evaluate(backend, inputs, build, nullptr);
-      inputs[i].data[k] = saved;
-      const double numeric = (plus - minus) / (2.0 * step);
-      const double a = flip_sign_of_analytic ? -analytic[i][k] : analytic[i][k];
-      const double bound = atol + rtol * std::max(std::fabs(a), std::fabs(numeric));
-      worst = std::max(worst, std::fabs(a - numeric) / bound);
-    }
-  }
-  return worst;
-}
-#endif
-
-constexpr double kStep = 1e-2;
-constexpr double kRtol = 2e-2;
-constexpr double kAtol = 2e-3;
-
-// CUDA against the CPU, per precision: float32 with another summation order;
-// bfloat16 matmul/conv inputs (8-bit mantissa, float32 accumulation).
-constexpr double kCudaRtol = 1e-3;
-constexpr double kCudaBfloat16Rtol = 5e-2;
-// The composed kernels against the CPU's fused ones: the same float32 math
-// in another order.
-constexpr double kComposedRtol = 1e-4;
-
-// `backend`'s value and input gradients against the CPU's (`want_value`, `want`).
-void ExpectAgreesWithin(Backend& backend, double rtol, const std::string& name, std::vector<Input>& inputs,
-                        const BuildFn& build, double want_value, const std::vector<std::vector<float>>& want) {
-  std::vector<std::vector<float>> got;
-  const double value = Evaluate(backend, inputs, build, &got);
-  EXPECT_NEAR(value, want_value, rtol * (1 + std::fabs(want_value))) << name;
-  ASSERT_EQ(got.size(), want.size()) << name;
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(got[i].size(), want[i].size());
-    for (size_t k = 0; k < want[i].size(); ++k) {
-      EXPECT_NEAR(got[i][k], want[i][k], rtol * (1 + std::fabs(want[i][k]))) << name << " input " << i << "[" << k << "]";
-    }
-  }
-}
-
 #ifdef TROUPE_CONFORMANCE_PJRT
 // This binary (nn_ops_pjrt_test): the PJRT backend on the XLA CPU plugin the
-// ctest fixture fetched, against the CPU backend (another summation order).
-constexpr double kPjrtRtol = 1e-4;
-
-void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
-  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
-  if (plugin == nullptr || !std::filesystem::exists(plugin)) {
-    GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh fetches one from PyPI)";
-  }
-  CpuBackend reference(/*num_threads=*/1);
-  std::vector<std::vector<float>> want;
-  const double want_value = Evaluate(reference, inputs, build, &want);
-  config::EngineConfig pjrt;
-  pjrt.set_device(config::EngineConfig::PJRT);
-  pjrt.set_pjrt_plugin(plugin);
-  auto backend = engine::MakeBackend(pjrt, /*local_index=*/0, /*threads=*/1);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  ExpectAgreesWithin(**backend, kPjrtRtol, "PJRT", inputs, build, want_value, want);
-}
-
-// The finite-difference checks are nn_ops_test's; this binary compares backends.
-void ExpectGradientsMatch(std::vector<Input> inputs, const BuildFn& build, double step = kStep) {
-  ExpectBackendsAgree(std::move(inputs), build);
+// ctest fixture fetched, against the CPU backend; the finite-difference
+// checks are nn_ops_test's.
+void ExpectGradientsMatch(std::vector<Input> inputs, const BuildFn& build, double /*step*/ = kStep) {
+  ExpectAgreesOnPjrt(inputs, build);
 }
 #else
-// The op's value and input gradients on every other backend against the CPU
-// reference (one thread each, so the reference is deterministic).
-void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) {
-  CpuBackend reference(/*num_threads=*/1);
-  std::vector<std::vector<float>> want, got;
-  const double want_value = Evaluate(reference, inputs, build, &want);
-  StrictCpuBackend strict(/*num_threads=*/1);
-  const double strict_value = Evaluate(strict, inputs, build, &got);
-  EXPECT_EQ(strict_value, want_value) << "strict CPU device";
-  EXPECT_EQ(got, want) << "strict CPU device gradients";
-  // The composed kernels (a backend of the core only) within float tolerance.
-  CoreOnlyBackend core(/*num_threads=*/1);
-  ExpectAgreesWithin(core, kComposedRtol, "composed kernels (core-only backend)", inputs, build, want_value, want);
-  config::EngineConfig cuda;
-  cuda.set_device(config::EngineConfig::CUDA);
-  if (!engine::CheckDeviceAvailable(cuda, "test").ok()) return;  // no GPU here (or not built)
-  for (const auto& [precision, rtol] : {std::pair{config::EngineConfig::FLOAT32, kCudaRtol},
-                                        std::pair{config::EngineConfig::BFLOAT16, kCudaBfloat16Rtol}}) {
-    cuda.set_precision(precision);
-    auto gpu = engine::MakeBackend(cuda, /*local_index=*/0, /*threads=*/1);
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
-    ExpectAgreesWithin(**gpu, rtol, absl::StrCat("CUDA ", config::EngineConfig::Precision_Name(precision)), inputs,
-                       build, want_value, want);
-  }
-}
-
+void ExpectBackendsAgree(std::vector<Input> inputs, const BuildFn& build) { ExpectBackendsConform(inputs, build); }
 void ExpectGradientsMatch(std::vector<Input> inputs, const BuildFn& build, double step = kStep) {
-  ExpectBackendsAgree(inputs, build);
+  ExpectBackendsConform(inputs, build);
   EXPECT_LE(GradientError(std::move(inputs), build, step, kRtol, kAtol), 1.0);
 }
 #endif
-
-Input Random(Shape shape, uint64_t seed, float min_abs = 0.0f) {
-  return {RandomVector(shape.size(), seed, -1.0f, 1.0f, min_abs), shape, true};
-}
 
 #ifndef TROUPE_CONFORMANCE_PJRT
 TEST(GradientCheckTest, DetectsAGradientWithTheWrongSign) {
@@ -374,23 +225,6 @@ TEST(OpsGradientTest, BatchNormTraining) {
   });
 }
 
-TEST(OpsGradientTest, SpectralNormWithFixedPowerIterationVectors) {
-  // u, v converged first, then held fixed (iterations = 0) as in training's
-  // backward, so finite differences see the same function.
-  std::vector<float> u = RandomVector(3, 33), v = RandomVector(8, 34);
-  {
-    CpuBackend backend(1);
-    std::vector<float> w = RandomVector(24, 35);
-    backend.SpectralNormPowerIteration(3, 8, w.data(), u.data(), v.data(), /*iterations=*/30);
-  }
-  Input w{RandomVector(24, 35), Shape{3, 2, 2, 2}, true};
-  ExpectGradientsMatch({w}, [&](Tape& t, std::vector<Var>& in) {
-    // u and v in the backend's memory, as a ParameterSet keeps them.
-    return SpectralNorm(in[0], t.data(t.Input(u.data(), {3})).data, t.data(t.Input(v.data(), {8})).data,
-                        /*iterations=*/0);
-  }, /*step=*/1e-3);
-}
-
 TEST(OpsGradientTest, SoftmaxAndLogSoftmax) {
   ExpectGradientsMatch({Random({3, 5}, 36)}, [](Tape&, std::vector<Var>& v) { return Softmax(Scale(v[0], 2.0f)); });
   ExpectGradientsMatch({Random({3, 5}, 37)}, [](Tape&, std::vector<Var>& v) { return LogSoftmax(Scale(v[0], 2.0f)); });
@@ -400,13 +234,6 @@ TEST(OpsGradientTest, SoftmaxCrossEntropy) {
   const std::vector<int32_t> labels = {0, 4, 2};
   ExpectGradientsMatch({Random({3, 5}, 38)},
                        [&](Tape&, std::vector<Var>& v) { return SoftmaxCrossEntropy(Scale(v[0], 3.0f), labels); });
-}
-
-TEST(OpsGradientTest, RandomShiftWithFixedSeed) {
-  ExpectGradientsMatch({Random({2, 2, 5, 6}, 39)}, [](Tape&, std::vector<Var>& v) {
-    std::mt19937_64 rng(/*seed=*/5);  // same shifts on every evaluation
-    return RandomShift(v[0], /*pad=*/2, rng);
-  });
 }
 
 #ifndef TROUPE_CONFORMANCE_PJRT
@@ -553,19 +380,6 @@ TEST(ImagesToFloatTest, InterleavedBytesBecomeScaledPlanesOnEveryBackend) {
   ExpectBackendsAgree({}, [&](Tape& t, std::vector<Var>&) {
     return ImagesToFloat(t, big.data(), /*images=*/3, /*height=*/5, /*width=*/7, /*channels=*/3, 1.0f / 255.0f);
   });
-}
-
-TEST(RandomShiftTest, ShiftOfPadIsIdentityAndShiftsReplicateTheBorder) {
-  CpuBackend backend(1);
-  std::vector<float> x(16);
-  for (int i = 0; i < 16; ++i) x[i] = static_cast<float>(i);
-  std::vector<float> y(16);
-  const int32_t identity[2] = {4, 4};  // offset pad = no shift
-  backend.RandomShiftForward(1, 1, 4, 4, /*pad=*/4, identity, x.data(), y.data());
-  EXPECT_EQ(y, x);
-  const int32_t up_left[2] = {0, 0};  // shifted by -4: every pixel is the top-left one
-  backend.RandomShiftForward(1, 1, 4, 4, /*pad=*/4, up_left, x.data(), y.data());
-  for (float v : y) EXPECT_EQ(v, 0.0f);
 }
 
 #endif

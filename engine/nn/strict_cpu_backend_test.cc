@@ -78,9 +78,11 @@ TEST(StrictCpuDeviceTest, BytesMoveThroughUploadAndDownloadAndKernelsSeeThem) {
   EXPECT_FALSE(device.Owns(in));
 }
 
-// A step touching every family of ops (conv with fused ReLU, random shift,
-// batch norm, spectral norm, layer norm, concat, activations, softmax
-// cross-entropy, MSE, sums), its gradients and an Adam update, `steps`
+// A step touching every family of the engine's ops (conv with fused ReLU,
+// batch norm, layer norm, concat, activations, softmax cross-entropy, MSE,
+// sums; the agents' and the GAN's own ops are proven on this device by
+// their tests, agents/augment_test.cc and gan/spectral_norm_test.cc), its
+// gradients and an Adam update, `steps`
 // times on `backend`, each one Backend step (on the strict device: no host
 // round trip, the loss read at the step's end); returns the parameters and
 // appends each step's loss.
@@ -90,19 +92,15 @@ std::vector<float> TrainSteps(Backend* backend, int steps, std::vector<float>* l
   const Conv2dLayer conv = Conv2dLayer::Create(params, "conv", 3, 4, 3, 1, 1);
   const int gamma = params.Add("bn.gamma", {4}, Init::Constant(1.0f));
   const int beta = params.Add("bn.beta", {4}, Init::Zeros());
-  const int sn = params.Add("sn.w", {256, 8}, Init::FanIn(256));
+  const int dense = params.Add("dense.w", {256, 8}, Init::FanIn(256));
   const LayerNormLayer norm = LayerNormLayer::Create(params, "norm", 8);
   const LinearLayer head = LinearLayer::Create(params, "head", 8 + 2, 5);
   params.Allocate(*backend, /*seed=*/3);
-  // Batch norm's running statistics and spectral norm's power-iteration
-  // vectors are the device's.
+  // Batch norm's running statistics are the device's.
   DeviceBuffer running_mean(*backend, 4), running_var(*backend, 4);
   backend->Fill(running_mean.data(), 4, 0.0f);
   backend->Fill(running_var.data(), 4, 1.0f);
-  DeviceBuffer u(*backend, 256), v(*backend, 8);
-  backend->Fill(u.data(), 256, 0.1f);
-  backend->Fill(v.data(), 8, 0.5f);
-  std::mt19937_64 data_rng(1), shift_rng(2);
+  std::mt19937_64 data_rng(1);
   std::normal_distribution<float> normal;
   std::vector<float> images(kBatch * 3 * 8 * 8), extra(kBatch * 2), target(kBatch * 5);
   std::vector<int32_t> labels(kBatch);
@@ -116,12 +114,11 @@ std::vector<float> TrainSteps(Backend* backend, int steps, std::vector<float>* l
     StepScope device_step(*backend);
     tape.Reset();
     params.ZeroGrad();
-    Var x = RandomShift(tape.Input(images.data(), {kBatch, 3, 8, 8}), /*pad=*/1, shift_rng);
+    Var x = tape.Input(images.data(), {kBatch, 3, 8, 8});
     Var h = conv(tape, params, x, FusedActivation::kRelu);
     h = BatchNorm(h, tape.Parameter(params, gamma), tape.Parameter(params, beta),
                   {running_mean.data(), running_var.data(), 0.1f}, /*training=*/true);
-    Var w = SpectralNorm(tape.Parameter(params, sn), u.data(), v.data(), /*iterations=*/1);
-    Var features = Tanh(norm(tape, params, Linear(Flatten(h), w, Var{})));
+    Var features = Tanh(norm(tape, params, Linear(Flatten(h), tape.Parameter(params, dense), Var{})));
     const std::array<Var, 2> parts = {features, tape.Input(extra.data(), {kBatch, 2})};
     Var logits = head(tape, params, Concat(parts, /*axis=*/1));
     Var loss = Add(SoftmaxCrossEntropy(logits, labels), MeanSquaredError(logits, tape.Input(target.data(), {kBatch, 5})));

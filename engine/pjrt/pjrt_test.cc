@@ -206,43 +206,6 @@ TEST(PjrtBackendTest, AnAxpyIsOneProgramOverItsAllocationsWithTheScalarAtRunTime
 
 // --- Kernels against the CPU ------------------------------------------------------------------
 
-// A CPU backend and a PJRT one with the same data: Put uploads to both, Get
-// downloads from both.
-class PjrtKernelTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string plugin = CpuPlugin();
-    if (plugin.empty()) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN (tools/pjrt_cpu_plugin.sh)";
-    auto backend = PjrtBackend::Create({.plugin = plugin});
-    ASSERT_TRUE(backend.ok()) << backend.status();
-    pjrt_ = std::move(*backend);
-  }
-  struct Pair {
-    float* cpu;
-    float* pjrt;
-  };
-  Pair Put(const std::vector<float>& data) {
-    Pair p{cpu_.AllocateFloats(data.size()), pjrt_->AllocateFloats(data.size())};
-    cpu_.Upload(data.data(), p.cpu, 4 * data.size());
-    pjrt_->Upload(data.data(), p.pjrt, 4 * data.size());
-    return p;
-  }
-  // int32 values as the bits of floats (indices for the row kernels).
-  Pair PutInts(const std::vector<int32_t>& v) {
-    std::vector<float> f(v.size());
-    std::memcpy(f.data(), v.data(), 4 * v.size());
-    return Put(f);
-  }
-  void ExpectSame(Pair p, int64_t n, double tolerance = 1e-5, const std::string& what = "") {
-    std::vector<float> a(n), b(n);
-    cpu_.Download(p.cpu, a.data(), 4 * n);
-    pjrt_->Download(p.pjrt, b.data(), 4 * n);
-    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(b[i], a[i], tolerance * (1 + std::fabs(a[i]))) << what << "[" << i << "]";
-  }
-  nn::CpuBackend cpu_{1};
-  std::unique_ptr<PjrtBackend> pjrt_;
-};
-
 // A compiled step takes its per-step scalars (the learning rate, Adam's bias
 // corrections) as inputs: steps that change them run the one program
 // compiled first; a step of another shape (a new batch size) is another
@@ -338,17 +301,6 @@ TEST_F(PjrtKernelTest, AdamSgdPolyakAndClipUpdateAsOnTheCpu) {
   ExpectSame(param, n, 1e-6, "scaled by a device scalar");
 }
 
-TEST_F(PjrtKernelTest, TheCategoricalProjectionMatchesAlgorithmOne) {
-  const int64_t rows = 5, atoms = 11;
-  std::vector<float> p = RandomVector(rows * atoms, 6, 0.0f, 1.0f);
-  // Rewards that land on atoms exactly, between them and beyond both ends.
-  Pair probabilities = Put(p), reward = Put({0.0f, 0.37f, -20.0f, 20.0f, 1.0f}),
-       discount = Put({0.99f, 0.9f, 0.99f, 0.5f, 0.0f}), out = Put(std::vector<float>(rows * atoms, 7.0f));
-  cpu_.CategoricalProjection(rows, atoms, -10.0f, 10.0f, probabilities.cpu, reward.cpu, discount.cpu, out.cpu);
-  pjrt_->CategoricalProjection(rows, atoms, -10.0f, 10.0f, probabilities.pjrt, reward.pjrt, discount.pjrt, out.pjrt);
-  ExpectSame(out, rows * atoms, 1e-5, "projection");
-}
-
 TEST_F(PjrtKernelTest, GemmInEveryTransposeWithAlphaAndBeta) {
   const int64_t m = 3, n = 5, k = 4;
   Pair a = Put(RandomVector(m * k, 7)), b = Put(RandomVector(k * n, 8));
@@ -401,31 +353,6 @@ TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
   ExpectSame(dx, g.n * g.c * g.h * g.w, 1e-5, "dx");
   ExpectSame(dw, g.oc * g.c * g.kh * g.kw, 1e-5, "dw");
   ExpectSame(db, g.oc, 1e-5, "db");
-}
-
-// DrQ's random shift moves pixels, so it equals the CPU's exactly, replicated
-// borders included (shifts 0 and 2 * pad clamp); on PJRT it is two gathers
-// (rows, then columns) and its adjoint two scatter-adds, never products with
-// one-hot selection matrices (n x h x h x c x w multiply-adds a pass).
-TEST_F(PjrtKernelTest, RandomShiftIsAGatherEqualToTheCpuAndItsAdjointAScatter) {
-  const int64_t n = 3, c = 2, h = 5, w = 7, pad = 2;
-  const std::vector<int32_t> shifts = {0, 4, 2, 2, 4, 1};  // (row, column) per sample, each in [0, 2 * pad]
-  int32_t* s_cpu = static_cast<int32_t*>(cpu_.Allocate(sizeof(int32_t) * shifts.size()));
-  int32_t* s_pjrt = static_cast<int32_t*>(pjrt_->Allocate(sizeof(int32_t) * shifts.size()));
-  cpu_.Upload(shifts.data(), s_cpu, sizeof(int32_t) * shifts.size());
-  pjrt_->Upload(shifts.data(), s_pjrt, sizeof(int32_t) * shifts.size());
-  Pair x = Put(RandomVector(n * c * h * w, 20)), y = Put(std::vector<float>(n * c * h * w)),
-       dy = Put(RandomVector(n * c * h * w, 21)), dx = Put(RandomVector(n * c * h * w, 22));
-  cpu_.RandomShiftForward(n, c, h, w, pad, s_cpu, x.cpu, y.cpu);
-  pjrt_->RandomShiftForward(n, c, h, w, pad, s_pjrt, x.pjrt, y.pjrt);
-  EXPECT_THAT(pjrt_->last_program(), HasSubstr("stablehlo.gather"));
-  EXPECT_THAT(pjrt_->last_program(), ::testing::Not(HasSubstr("stablehlo.dot_general")));
-  ExpectSame(y, n * c * h * w, 0.0, "y");
-  cpu_.RandomShiftBackward(n, c, h, w, pad, s_cpu, dy.cpu, dx.cpu);
-  pjrt_->RandomShiftBackward(n, c, h, w, pad, s_pjrt, dy.pjrt, dx.pjrt);
-  EXPECT_THAT(pjrt_->last_program(), HasSubstr("stablehlo.scatter"));
-  EXPECT_THAT(pjrt_->last_program(), ::testing::Not(HasSubstr("stablehlo.dot_general")));
-  ExpectSame(dx, n * c * h * w, 1e-6, "dx");  // sums of up to 2 * pad + 1 entries, in another order
 }
 
 TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
@@ -542,20 +469,6 @@ TEST_F(PjrtKernelTest, StridedBlocksCopyAndAccumulate) {
   cpu_.AddScalar(-0.5f, scalar.cpu, dst.cpu, 10);
   pjrt_->AddScalar(-0.5f, scalar.pjrt, dst.pjrt, 10);
   ExpectSame(dst, 50, 1e-6, "filled");
-}
-
-TEST_F(PjrtKernelTest, SpectralNormPowerIterationConverges) {
-  const int64_t rows = 4, cols = 6;
-  Pair w = Put(RandomVector(rows * cols, 16)), u = Put(RandomVector(rows, 17)), v = Put(std::vector<float>(cols));
-  cpu_.SpectralNormPowerIteration(rows, cols, w.cpu, u.cpu, v.cpu, 5);
-  pjrt_->SpectralNormPowerIteration(rows, cols, w.pjrt, u.pjrt, v.pjrt, 5);
-  ExpectSame(u, rows, 1e-5, "u");
-  ExpectSame(v, cols, 1e-5, "v");
-  Pair y = Put(std::vector<float>(rows * cols)), sigma = Put({0.0f});
-  pjrt_->SpectralNormForward(rows, cols, w.pjrt, u.pjrt, v.pjrt, y.pjrt, sigma.pjrt);
-  cpu_.SpectralNormForward(rows, cols, w.cpu, u.cpu, v.cpu, y.cpu, sigma.cpu);
-  ExpectSame(sigma, 1, 1e-5, "sigma");
-  ExpectSame(y, rows * cols, 1e-5, "w / sigma");
 }
 
 // --- Memory, the cache, devices ------------------------------------------------------------------
