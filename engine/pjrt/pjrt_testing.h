@@ -41,8 +41,14 @@ class PjrtKernelTest : public ::testing::Test {
     float* cpu;
     float* pjrt;
   };
+  // The CPU side's buffers, freed with the fixture (the PJRT side's go with
+  // its backend).
+  void TearDown() override {
+    for (float* p : cpu_buffers_) cpu_.Free(p);
+  }
   Pair Put(const std::vector<float>& data) {
     Pair p{cpu_.AllocateFloats(data.size()), pjrt_->AllocateFloats(data.size())};
+    cpu_buffers_.push_back(p.cpu);
     cpu_.Upload(data.data(), p.cpu, 4 * data.size());
     pjrt_->Upload(data.data(), p.pjrt, 4 * data.size());
     return p;
@@ -61,6 +67,7 @@ class PjrtKernelTest : public ::testing::Test {
   }
   nn::CpuBackend cpu_{1};
   std::unique_ptr<PjrtBackend> pjrt_;
+  std::vector<float*> cpu_buffers_;
 };
 
 }  // namespace troupe::pjrt
