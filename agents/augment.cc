@@ -43,6 +43,24 @@ ShiftTables MakeShiftTables(Backend& b, Backend::Temporaries& t, int64_t n, int6
   return tables;
 }
 
+// The host loop's traversal: for samples [begin, end), every output pixel's
+// offset `out` and the offset `in` of the input pixel it copies (replicate
+// padding = the source coordinate clamped), in NCHW order.
+template <typename Fn>
+void ForEachShiftedPixel(int64_t begin, int64_t end, int64_t c, int64_t h, int64_t w, int64_t pad,
+                         const int32_t* shifts, Fn fn) {
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t sy = shifts[2 * i] - pad, sx = shifts[2 * i + 1] - pad;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const int64_t plane = (i * c + ch) * h * w;
+      for (int64_t r = 0; r < h; ++r) {
+        const int64_t iy = std::clamp<int64_t>(r + sy, 0, h - 1);
+        for (int64_t q = 0; q < w; ++q) fn(plane + r * w + q, plane + iy * w + std::clamp<int64_t>(q + sx, 0, w - 1));
+      }
+    }
+  }
+}
+
 void RandomShiftBackwardNode(nn::Tape& t, const nn::Node& n) {
   RandomShiftBackward(t.backend(), n.i[0], n.i[1], n.i[2], n.i[3], n.i[4], static_cast<const int32_t*>(n.ptr),
                       t.value(n.out).grad, t.value(n.in[0]).grad);
@@ -54,18 +72,7 @@ void RandomShiftForward(Backend& b, int64_t n, int64_t c, int64_t h, int64_t w, 
                         const float* x, float* y) {
   const bool on_host = b.HostKernel("RandomShiftForward", {shifts, x, y}, [&](const Backend::HostParallelFor& loop) {
     loop(n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t sy = shifts[2 * i] - pad, sx = shifts[2 * i + 1] - pad;
-        for (int64_t ch = 0; ch < c; ++ch) {
-          const float* xc = x + (i * c + ch) * h * w;
-          float* yc = y + (i * c + ch) * h * w;
-          for (int64_t r = 0; r < h; ++r) {
-            // Replicate padding = clamp the source coordinate.
-            const int64_t iy = std::clamp<int64_t>(r + sy, 0, h - 1);
-            for (int64_t q = 0; q < w; ++q) yc[r * w + q] = xc[iy * w + std::clamp<int64_t>(q + sx, 0, w - 1)];
-          }
-        }
-      }
+      ForEachShiftedPixel(begin, end, c, h, w, pad, shifts, [&](int64_t out, int64_t in) { y[out] = x[in]; });
     });
   });
   if (!on_host) ComposedRandomShiftForward(b, n, c, h, w, pad, shifts, x, y);
@@ -75,17 +82,7 @@ void RandomShiftBackward(Backend& b, int64_t n, int64_t c, int64_t h, int64_t w,
                          const float* dy, float* dx) {
   const bool on_host = b.HostKernel("RandomShiftBackward", {shifts, dy, dx}, [&](const Backend::HostParallelFor& loop) {
     loop(n, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t sy = shifts[2 * i] - pad, sx = shifts[2 * i + 1] - pad;
-        for (int64_t ch = 0; ch < c; ++ch) {
-          float* xc = dx + (i * c + ch) * h * w;
-          const float* dc = dy + (i * c + ch) * h * w;
-          for (int64_t r = 0; r < h; ++r) {
-            const int64_t iy = std::clamp<int64_t>(r + sy, 0, h - 1);
-            for (int64_t q = 0; q < w; ++q) xc[iy * w + std::clamp<int64_t>(q + sx, 0, w - 1)] += dc[r * w + q];
-          }
-        }
-      }
+      ForEachShiftedPixel(begin, end, c, h, w, pad, shifts, [&](int64_t out, int64_t in) { dx[in] += dy[out]; });
     });
   });
   if (!on_host) ComposedRandomShiftBackward(b, n, c, h, w, pad, shifts, dy, dx);
