@@ -59,7 +59,7 @@ void ComposedCategoricalProjection(Backend& b, int64_t rows, int64_t atoms, floa
   float* position = t.Floats(rows * atoms);
   float* step = t.Floats(1);
   float* weight = t.Floats(rows * atoms * atoms);
-  const View3 flat{1, 1, rows * atoms};
+  const View3 flat = nn::Flat(rows * atoms);
   // position[r, j] = clamp((clamp(reward + discount * z_j, v_min, v_max) - v_min) / dz, 0, atoms - 1).
   b.Fill(support, atoms, v_min, dz);
   b.Fill(step, 1, dz);

@@ -4,8 +4,11 @@
 // CPU's host loops against their composed forms (CoreOnlyBackend: the core
 // and nothing else), the shift's tape op's value and gradient on the strict
 // device and by finite differences, and on the PJRT CPU plugin against the
-// CPU.
+// CPU; and a host loop, once warm, allocating nothing.
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -21,6 +24,25 @@
 #ifdef TROUPE_HAVE_PJRT
 #include "engine/pjrt/pjrt_testing.h"
 #endif
+
+// Every operator new of this test binary, counted while a thread asks for it
+// (HostLoopTest.AWarmKernelAllocatesNothing).
+namespace {
+std::atomic<int64_t> g_allocations{0};
+thread_local bool g_count_allocations = false;
+}  // namespace
+
+// (GCC sees free() meet operator new where std::allocator's calls are inlined.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t bytes) {
+  if (g_count_allocations) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace troupe::agents {
 namespace {
@@ -145,6 +167,29 @@ TEST(RandomShiftTest, ComposedEqualsTheHostLoopAtZeroAndTwicePadAndInBetween) {
                                    RandomShiftForward(b, n, c, h, w, pad, AsInts(p[0]), p[1], p[2]);
                                  },
                                  0.0);
+}
+
+// A kernel run as a host loop (Backend::HostKernel) allocates nothing once
+// warm, like the engine's own kernels: the body and the loop are passed as
+// references, not as std::functions that would box their captures.
+TEST(HostLoopTest, AWarmKernelAllocatesNothing) {
+  nn::CpuBackend backend(2);
+  const int64_t rows = 64, atoms = 51, n = 8, c = 3, h = 12, w = 12, pad = 2;
+  std::vector<float> p = RandomVector(rows * atoms, 1, 0.0f, 1.0f), reward(rows, 0.5f), discount(rows, 0.99f);
+  std::vector<float> projected(rows * atoms), x = RandomVector(n * c * h * w, 2), y(x.size()), dx(x.size());
+  std::vector<int32_t> shifts(2 * n, 1);
+  const auto run = [&] {
+    CategoricalProjection(backend, rows, atoms, -10.0f, 10.0f, p.data(), reward.data(), discount.data(),
+                          projected.data());
+    RandomShiftForward(backend, n, c, h, w, pad, shifts.data(), x.data(), y.data());
+    RandomShiftBackward(backend, n, c, h, w, pad, shifts.data(), y.data(), dx.data());
+  };
+  run();  // warm: the pool's threads and any first-call state
+  g_allocations = 0;
+  g_count_allocations = true;
+  run();
+  g_count_allocations = false;
+  EXPECT_EQ(g_allocations.load(), 0);
 }
 
 // The op's value and input gradient: on the strict device bit for bit, on

@@ -7,11 +7,10 @@ namespace {
 
 using nn::Backend;
 using nn::Binary;
+using nn::Flat;
 using nn::Reduction;
 using nn::UnaryOp;
 using nn::View3;
-
-View3 Flat(int64_t n) { return {1, 1, n}; }
 
 // x[i] *= 1 / (||x|| + 1e-12) (a power iteration's normalisation), composed.
 void Normalize(Backend& b, float* x, int64_t n) {

@@ -82,6 +82,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+
 namespace troupe::nn {
 
 // Geometry of a 2-D convolution: input [n, c, h, w] -> output [n, oc, oh, ow],
@@ -120,6 +122,8 @@ struct View3 {
   int64_t outer = 1, mid = 1, inner = 1;
   int64_t size() const { return outer * mid * inner; }
 };
+// n contiguous elements as one view.
+inline View3 Flat(int64_t n) { return {1, 1, n}; }
 enum Axes : int { kScalarAxes = 0, kOuterAxis = 1, kMidAxis = 2, kInnerAxis = 4, kAllAxes = 7 };
 // An operand's element strides over a view's outer, mid and inner axes when
 // it holds `axes` of them (0 along an axis it is broadcast over).
@@ -412,11 +416,13 @@ class Backend {
   // checks each is this backend's memory), and returns true. A backend
   // whose memory the host does not address (CUDA, PJRT, the core alone)
   // returns false and the owner composes.
-  using HostRangeFn = std::function<void(int64_t begin, int64_t end)>;
+  // The callables are non-owning references (absl::FunctionRef), so a call
+  // allocates nothing, like every other kernel.
+  using HostRangeFn = absl::FunctionRef<void(int64_t begin, int64_t end)>;
   // loop(n, min_per_range, fn): fn over [0, n) in ranges of at least min_per_range.
-  using HostParallelFor = std::function<void(int64_t n, int64_t min_per_range, const HostRangeFn& fn)>;
+  using HostParallelFor = absl::FunctionRef<void(int64_t n, int64_t min_per_range, HostRangeFn fn)>;
   virtual bool HostKernel(const char* /*kernel*/, std::initializer_list<const void*> /*pointers*/,
-                          const std::function<void(const HostParallelFor& loop)>& /*body*/) {
+                          absl::FunctionRef<void(HostParallelFor loop)> /*body*/) {
     return false;
   }
 

@@ -19,8 +19,6 @@ namespace {
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
-View3 Flat(int64_t n) { return {1, 1, n}; }
-
 UnaryOp OfActivation(Activation f) {
   static_assert(static_cast<int>(UnaryOp::kSoftplus) == static_cast<int>(Activation::kSoftplus));
   return static_cast<UnaryOp>(f);

@@ -701,9 +701,9 @@ void CpuBackend::CrossEntropyBackward(int64_t rows, int64_t cols, const float* l
 // --- Kernels of the layers above ------------------------------------------------
 
 bool CpuBackend::HostKernel(const char* kernel, std::initializer_list<const void*> pointers,
-                            const std::function<void(const HostParallelFor& loop)>& body) {
+                            absl::FunctionRef<void(HostParallelFor loop)> body) {
   const Call call(this, kernel, pointers);
-  body([this](int64_t n, int64_t min_per_range, const HostRangeFn& fn) { pool_.ParallelFor(n, min_per_range, fn); });
+  body([this](int64_t n, int64_t min_per_range, HostRangeFn fn) { pool_.ParallelFor(n, min_per_range, fn); });
   return true;
 }
 

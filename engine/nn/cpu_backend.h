@@ -143,7 +143,7 @@ class CpuBackend : public Backend {
 
   // An algorithm's kernel as a host loop over this backend's threads.
   bool HostKernel(const char* kernel, std::initializer_list<const void*> pointers,
-                  const std::function<void(const HostParallelFor& loop)>& body) override;
+                  absl::FunctionRef<void(HostParallelFor loop)> body) override;
 
   void AdamUpdate(int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
                   const float* grad, float* param, float* m, float* v) override;
