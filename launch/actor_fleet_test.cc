@@ -25,6 +25,7 @@
 namespace troupe::launch {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using Clock = std::chrono::steady_clock;
@@ -78,7 +79,10 @@ TEST_F(ActorFleetTest, EachActorGetsItsCommandAndItsLogAndTheTokenOnlyInItsEnvir
     EXPECT_THAT(log, HasSubstr("token secret-token"));
     EXPECT_THAT(log.substr(0, log.find("token ")), Not(HasSubstr("secret-token")));  // not on the command line
   }
+  // sleep ends at SIGTERM: no one is killed, and nothing says so.
+  ::testing::internal::CaptureStdout();
   fleet->Stop();
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(), Not(HasSubstr("killed")));
   EXPECT_EQ(fleet->alive(), 0);
 }
 
@@ -128,11 +132,17 @@ TEST_F(ActorFleetTest, StopSendsTheWrappersSignalThenSigtermThenSigkill) {
   const std::vector<pid_t> pids = fleet->pids();
   ASSERT_EQ(pids.size(), 2u);
   const auto start = Clock::now();
+  ::testing::internal::CaptureStdout();
   fleet->Stop();
+  const std::string said = ::testing::internal::GetCapturedStdout();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double grace = static_cast<double>(ActorFleet::kStopGrace.count());
   EXPECT_EQ(fleet->alive(), 0);
-  EXPECT_GE(seconds, 4.5) << "3 s after the wrapper's signal, then 2 s after SIGTERM";
-  EXPECT_LT(seconds, 8.0);
+  EXPECT_GE(seconds, grace + 1.5) << "kStopGrace after the wrapper's signal, then 2 s after SIGTERM";
+  EXPECT_LT(seconds, grace + 5.0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(said, ContainsRegex(absl::StrCat("actor ", i, " still running [0-9]+ s after its stop signal; killed")));
+  }
   for (int i = 0; i < 2; ++i) {
     const std::string log = Log(i);
     ASSERT_THAT(log, HasSubstr("got USR1")) << i;

@@ -182,9 +182,9 @@ void ActorFleet::Watch(std::stop_token token) {
 }
 
 void ActorFleet::Stop() {
-  // The stop signal (SIGTERM, or the wrapper's) to all, at once; after 3 s,
-  // SIGTERM to wrappers still there (srun then ends its step through Slurm);
-  // after 2 s more, SIGKILL.
+  // The stop signal (SIGTERM, or the wrapper's) to all, at once; after
+  // kStopGrace, SIGTERM to wrappers still there (srun then ends its step
+  // through Slurm); after 2 s more, SIGKILL, said for each actor it ends.
   absl::MutexLock stop_lock(&stop_mutex_);
   const int stop_signal = wrapper_ ? wrapper_.stop_signal : SIGTERM;
   auto signal_all = [this](int signal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -211,16 +211,22 @@ void ActorFleet::Stop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   };
-  reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(3));
+  const auto start = std::chrono::steady_clock::now();
+  reap_until(start + kStopGrace);
   if (stop_signal != SIGTERM) {
     signal_all(SIGTERM);
     reap_until(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   }
-  signal_all(SIGKILL);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (Actor& actor : actors_) {
-    if (actor.pid > 0) waitpid(actor.pid, nullptr, 0);
+    if (actor.pid > 0) {
+      kill(actor.pid, SIGKILL);
+      waitpid(actor.pid, nullptr, 0);
+      std::printf("actor %d still running %.0f s after its stop signal; killed\n", actor.index, waited);
+    }
     actor.pid = -1;
   }
+  std::fflush(stdout);
 }
 
 std::vector<pid_t> ActorFleet::pids() const {

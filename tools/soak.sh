@@ -14,7 +14,8 @@
 # development.md "Soak"). A stopped soak is started again (its OUT is new).
 # With --troupe build/asan/cli/troupe (AddressSanitizer; ASAN_OPTIONS
 # detect_leaks=1 is set) it is a LeakSanitizer run: at the run's end every
-# process's leaks are in its log, and any fails the soak.
+# process's leaks are in its log, and any fails the soak (as does an actor
+# the run had to kill at its stop: its leak check never ran).
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 minutes=30; warm=10; replay=3000; troupe=$top/build/release/cli/troupe; config=$top/configs/walker_walk.textproto

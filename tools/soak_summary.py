@@ -9,7 +9,9 @@ the first minute, in the window's first minute and in the last minute
 (means of the samples), and its growth over the window; OUT/memory.svg,
 the samples as a chart with the window shaded. Exit 1, saying why in
 summary.txt's last line, when any process grew by 5% or more in the window
-or a LEAK_FILE is named (the logs where LeakSanitizer reported leaks).
+or a LEAK_FILE is named (the logs where LeakSanitizer reported leaks), or
+OUT/run.log says an actor had to be killed at the stop (it never ended on
+its own: with AddressSanitizer, its leak check never ran).
 """
 import csv
 import sys
@@ -32,6 +34,8 @@ def main():
         if not growth < 5:
             bad.append(f"{role} grew {growth:.1f}% in the window")
     bad += [f"LeakSanitizer reported leaks in {path}" for path in leaks]
+    with open(f"{out}/run.log", errors="replace") as log:
+        bad += [line.strip() for line in log if "s after its stop signal; killed" in line]
     lines.append("growth under 5% for every process, no leak reported" if not bad else "FAILED: " + "; ".join(bad))
     open(f"{out}/summary.txt", "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/soak_summary.py on memory samples the test writes: a process that
 grew 4.9% in the window passes, one that grew 5.0% fails the soak naming it,
-a named LeakSanitizer log fails it too; the chart has one line a process and
+a named LeakSanitizer log fails it too, and so does an actor the run had
+to kill at its stop (its leak check never ran); the chart has one line a process and
 the window shaded."""
 import os
 import re
@@ -14,11 +15,13 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(TOP, "tools", "soak_summary.py")
 
 
-def soak(directory, learner_growth):
+def soak(directory, learner_growth, run_log="stopped\n"):
     """10 minutes sampled every 10 s, the window from minute 4: the learner
     flat at 1,000 MiB until the window, then rising to 1,000 x (1 + growth)
-    in the last minute; two actors flat."""
+    in the last minute; two actors flat. run.log holds `run_log`."""
     os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "run.log"), "w") as f:
+        f.write(run_log)
     with open(os.path.join(directory, "memory.csv"), "w") as f:
         f.write("t_s,pid,role,rss_mib\n")
         for t in range(0, 600, 10):
@@ -58,6 +61,11 @@ class SoakSummaryTest(unittest.TestCase):
         done = run(soak(self.dir, 0.0), "/runs/x/logs/actor-0.log")
         self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
         self.assertIn("FAILED: LeakSanitizer reported leaks in /runs/x/logs/actor-0.log", done.stdout)
+
+    def test_an_actor_killed_at_the_stop_fails(self):
+        done = run(soak(self.dir, 0.0, "stopping\nactor 1 still running 60 s after its stop signal; killed\n"))
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("FAILED: actor 1 still running 60 s after its stop signal; killed", done.stdout)
 
 
 if __name__ == "__main__":
