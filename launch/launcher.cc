@@ -298,8 +298,9 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
   });
 
   // Train on this thread until done or stopped. A stop request stops the
-  // actors first (their last inserts acknowledged while the learner still
-  // samples), then wakes a Run blocked on replay by closing it.
+  // actors first (replay no longer holding their inserts back, so their
+  // last ones are acknowledged at once), then wakes a Run blocked on
+  // replay by closing it.
   // Every actor gone for good (each failed past actors.max_restarts: a
   // policy that acts NaN, a broken env) ends the run too: nothing would
   // fill replay again.
@@ -313,6 +314,7 @@ absl::Status RunRlExperiment(const config::ExperimentConfig& config, const std::
       actors_gave_up = true;
       learner->Interrupt();
     } else if (stop && stop->load()) {
+      learner->StopLimitingInserts();  // the actors' last inserts go in while the learner ends its Train
       actors->Stop();
       learner->Interrupt();
     }

@@ -237,6 +237,10 @@ void RlLearner::Interrupt() {
   if (replay_) replay_->Close();
 }
 
+void RlLearner::StopLimitingInserts() {
+  if (replay_) replay_->StopLimitingInserts();
+}
+
 LearnerStats RlLearner::Stats() const {
   absl::MutexLock lock(&mutex_);
   return stats_;

@@ -177,6 +177,14 @@ class RlLearner {
   // is left to fill it).
   void Interrupt();
 
+  // Replay stops holding inserts back (Replay::StopLimitingInserts), as Run
+  // does before it stops the actors; for a stop request, before the caller
+  // stops them while Run still trains: an actor the rate limiter holds then
+  // delivers its last items at once, not after the learner's next samples,
+  // which may be a long Train(publish_every) away (and past the actors'
+  // stop deadline, when they would be killed with those items unsent).
+  void StopLimitingInserts();
+
   LearnerStats Stats() const;
 
   // Transitions the actors inserted into replay since this process

@@ -199,13 +199,14 @@ TEST_F(RlEndToEndTest, EveryActorGoneForGoodEndsTheRunWithAnError) {
       << Read(dir_ + "/run.log");
 }
 
-TEST_F(RlEndToEndTest, ACleanEndStopsTheActorsBeforeReplaySoNothingIsResumedOrLost) {
-  const std::string config = WriteConfig(dir_, /*total_frames=*/5000);
-  ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/120), 0) << Read(dir_ + "/run.log");
-  const std::string log = Read(dir_ + "/run.log");
+// A run that ended (`log`, its output) stopped its actors cleanly: none
+// killed, no insert stream resumed, nothing re-sent or lost, and every
+// transition the actors wrote counted in replay's frames (action_repeat 4)
+// at the end and in the final checkpoint.
+void ExpectTheActorsStoppedWithEveryTransitionCounted(const std::string& run, const std::string& log) {
   EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("resumed its session"))) << log;
   EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("re-sent"))) << log;
-  const std::string run = OnlyRunDir(dir_);
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("after its stop signal; killed"))) << log;
   int64_t written = 0;
   for (int i = 0; i < 2; ++i) {
     const std::string actor_log = Read(run + "/logs/actor-" + std::to_string(i) + ".log");
@@ -223,6 +224,37 @@ TEST_F(RlEndToEndTest, ACleanEndStopsTheActorsBeforeReplaySoNothingIsResumedOrLo
   EXPECT_EQ(int64_t(rows.back()[kFrames]), written * 4) << log;
   EXPECT_THAT(Read(NewestCheckpoint(run) + "/" + kCountersFile),
               ::testing::StartsWith("frames " + std::to_string(written * 4) + "\n"));
+}
+
+TEST_F(RlEndToEndTest, ACleanEndStopsTheActorsBeforeReplaySoNothingIsResumedOrLost) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/5000);
+  ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/120), 0) << Read(dir_ + "/run.log");
+  ExpectTheActorsStoppedWithEveryTransitionCounted(OnlyRunDir(dir_), Read(dir_ + "/run.log"));
+}
+
+// A stop request while the rate limiter holds the actors back and the
+// learner is inside a long Train: at a million samples per insert, once
+// replay has its 300 items each further insert waits for 15,625 updates
+// (seconds), so an actor always has items waiting in its writer, and with
+// 100,000 updates between publishes the learner sees the stop only a minute
+// later. Replay lets the actors' items in at once at the stop, and they end
+// well within their deadline, nothing killed or lost. (Before, they waited
+// for the learner's samples and were killed at the deadline with those
+// items unsent.)
+TEST_F(RlEndToEndTest, AStopWhileTheRateLimiterHoldsTheActorsLetsTheirLastInsertsIn) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000);
+  const std::string log = dir_ + "/run.log";
+  const pid_t pid = Start({"run", config, "--set", "learner.samples_per_insert=1000000", "--set",
+                           "learner.publish_every=100000"}, log);
+  // Replay at its 300 items (training under way: the status line's updates
+  // show only at the end of a Train).
+  ASSERT_NE(AwaitMatch(log, "replay (3[0-9][0-9]) ", 120), "") << Read(log);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto stopped = Clock::now();
+  kill(pid, SIGINT);
+  ASSERT_EQ(Wait(pid, /*seconds=*/120), 0) << Read(log);
+  EXPECT_LT(Clock::now() - stopped, std::chrono::seconds(30)) << "the stop waited for the learner's Train";
+  ExpectTheActorsStoppedWithEveryTransitionCounted(OnlyRunDir(dir_), Read(log));
 }
 
 // An agent written against agents/policy.h and agents/agent.h only (RANDOM,
