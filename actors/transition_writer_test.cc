@@ -1,32 +1,11 @@
 #include "actors/transition_writer.h"
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <new>
 
+#include "common/allocation_counter.h"
 #include "gtest/gtest.h"
 #include "replay/client.h"
 #include "replay/replay.h"
-
-// Every operator new of this test binary, counted while a thread asks for it
-// (TransitionWriterTest.StepsAllocateNothingOnceRunning).
-namespace {
-std::atomic<int64_t> g_allocations{0};
-thread_local bool g_count_allocations = false;
-}  // namespace
-
-// (GCC sees free() meet operator new where std::allocator's calls are inlined.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t bytes) {
-  if (g_count_allocations) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace troupe::actors {
 namespace {
@@ -307,11 +286,9 @@ TEST(TransitionWriterTest, StepsAllocateNothingOnceRunning) {
     // an ack: each reaches its largest size within a few hundred steps.)
     run(0, 1200);
     const int64_t inserted = transitions.transitions_inserted(), requests = writer.requests;
-    g_allocations = 0;
-    g_count_allocations = true;
+    AllocationCounter counter;
     run(1200, 1000);
-    g_count_allocations = false;
-    EXPECT_EQ(g_allocations.load(), 0);
+    EXPECT_EQ(counter.Stop(), 0);
     // What was counted did insert and send.
     EXPECT_GT(transitions.transitions_inserted() - inserted, 1900);
     EXPECT_GT(writer.requests - requests, 400);

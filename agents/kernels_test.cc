@@ -5,16 +5,14 @@
 // and nothing else), the shift's tape op's value and gradient on the strict
 // device and by finite differences, and on the PJRT CPU plugin against the
 // CPU; and a host loop, once warm, allocating nothing.
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "agents/augment.h"
 #include "agents/categorical.h"
+#include "common/allocation_counter.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/kernel_testing.h"
 #include "engine/nn/op_testing.h"
@@ -24,25 +22,6 @@
 #ifdef TROUPE_HAVE_PJRT
 #include "engine/pjrt/pjrt_testing.h"
 #endif
-
-// Every operator new of this test binary, counted while a thread asks for it
-// (HostLoopTest.AWarmKernelAllocatesNothing).
-namespace {
-std::atomic<int64_t> g_allocations{0};
-thread_local bool g_count_allocations = false;
-}  // namespace
-
-// (GCC sees free() meet operator new where std::allocator's calls are inlined.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t bytes) {
-  if (g_count_allocations) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace troupe::agents {
 namespace {
@@ -185,11 +164,9 @@ TEST(HostLoopTest, AWarmKernelAllocatesNothing) {
     RandomShiftBackward(backend, n, c, h, w, pad, shifts.data(), y.data(), dx.data());
   };
   run();  // warm: the pool's threads and any first-call state
-  g_allocations = 0;
-  g_count_allocations = true;
+  AllocationCounter counter;
   run();
-  g_count_allocations = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(counter.Stop(), 0);
 }
 
 // The op's value and input gradient: on the strict device bit for bit, on
