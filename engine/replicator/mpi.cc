@@ -22,6 +22,15 @@ void Scale(std::span<float> data, float factor) {
 }
 }  // namespace
 
+struct MpiComm {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  ~MpiComm() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm != MPI_COMM_WORLD && comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm);
+  }
+};
+
 struct MpiCollectives::Pending {
   MPI_Request request = MPI_REQUEST_NULL;
   std::span<float> data;
@@ -52,12 +61,37 @@ absl::StatusOr<std::unique_ptr<MpiCollectives>> MpiCollectives::Create(std::chro
   ASSIGN_OR_RETURN(const MpiWorld world, JoinMpiWorld());
   // Errors come back as codes, not aborts, so they can become Status.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  return std::unique_ptr<MpiCollectives>(
-      new MpiCollectives(world.rank, world.size, world.local_rank, world.initialized_here, timeout));
+  return std::unique_ptr<MpiCollectives>(new MpiCollectives(std::make_unique<MpiComm>(), world.rank, world.size,
+                                                            world.local_rank, world.initialized_here, timeout));
 }
 
-MpiCollectives::MpiCollectives(int rank, int size, int local_rank, bool owns_mpi, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), local_rank_(local_rank), owns_mpi_(owns_mpi), timeout_(timeout) {}
+absl::StatusOr<std::unique_ptr<MpiCollectives>> MpiCollectives::CreateSplit(int color, int key,
+                                                                             std::chrono::milliseconds timeout) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return absl::FailedPreconditionError("MpiCollectives::CreateSplit before MPI was initialised");
+  ASSIGN_OR_RETURN(const MpiWorld world, JoinMpiWorld());
+  auto comm = std::make_unique<MpiComm>();
+  if (MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm->comm) != MPI_SUCCESS) {
+    return absl::InternalError(absl::StrCat("MPI_Comm_split(color ", color, ", key ", key, ") failed on rank ",
+                                            world.rank));
+  }
+  MPI_Comm_set_errhandler(comm->comm, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm->comm, &rank);
+  MPI_Comm_size(comm->comm, &size);
+  return std::unique_ptr<MpiCollectives>(
+      new MpiCollectives(std::move(comm), rank, size, world.local_rank, /*owns_mpi=*/false, timeout));
+}
+
+MpiCollectives::MpiCollectives(std::unique_ptr<MpiComm> comm, int rank, int size, int local_rank, bool owns_mpi,
+                               std::chrono::milliseconds timeout)
+    : comm_(std::move(comm)),
+      rank_(rank),
+      size_(size),
+      local_rank_(local_rank),
+      owns_mpi_(owns_mpi),
+      timeout_(timeout) {}
 
 MpiCollectives::~MpiCollectives() {
   for (auto& p : pending_) {
@@ -84,10 +118,10 @@ absl::Status MpiCollectives::CheckDescriptors(int kind, int64_t count, int root)
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     requests.emplace_back();
-    MPI_Irecv(theirs[r].data(), 4, MPI_INT64_T, r, kDescriptorTag, MPI_COMM_WORLD, &requests.back());
+    MPI_Irecv(theirs[r].data(), 4, MPI_INT64_T, r, kDescriptorTag, comm_->comm, &requests.back());
     peer_of.push_back(r);
     requests.emplace_back();
-    MPI_Isend(mine.data(), 4, MPI_INT64_T, r, kDescriptorTag, MPI_COMM_WORLD, &requests.back());
+    MPI_Isend(mine.data(), 4, MPI_INT64_T, r, kDescriptorTag, comm_->comm, &requests.back());
     peer_of.push_back(-1);
   }
   // Poll until all receives are in or the deadline passes.
@@ -165,7 +199,7 @@ absl::Status MpiCollectives::StartAllReduce(std::span<float> data, ReduceOp op) 
   p->data = data;
   p->op = op;
   if (size_ > 1) {
-    MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM, comm_->comm,
                    &p->request);
   }
   pending_.push_back(std::move(p));
@@ -194,7 +228,7 @@ absl::Status MpiCollectives::AllGather(std::span<const float> in, std::span<floa
   // MPI forbids aliased buffers: in place is MPI_IN_PLACE.
   const bool in_place = in.data() == out.data() + rank_ * in.size();
   MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data(), static_cast<int>(in.size()), MPI_FLOAT, out.data(),
-                 static_cast<int>(in.size()), MPI_FLOAT, MPI_COMM_WORLD, &request);
+                 static_cast<int>(in.size()), MPI_FLOAT, comm_->comm, &request);
   return Wait(&request, kAllGather, static_cast<int64_t>(in.size()));
 }
 
@@ -211,7 +245,7 @@ absl::Status MpiCollectives::ReduceScatter(std::span<const float> in, std::span<
     result = scratch_.data();
   }
   MPI_Request request;
-  MPI_Ireduce_scatter_block(in.data(), result, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+  MPI_Ireduce_scatter_block(in.data(), result, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_->comm, &request);
   RETURN_IF_ERROR(Wait(&request, kReduceScatter, count));
   if (aliased) std::copy(scratch_.begin(), scratch_.end(), out.begin());
   if (op == ReduceOp::kMean) Scale(out, 1.0f / static_cast<float>(size_));
@@ -221,7 +255,7 @@ absl::Status MpiCollectives::ReduceScatter(std::span<const float> in, std::span<
 absl::Status MpiCollectives::Broadcast(std::span<float> data, int root) {
   RETURN_IF_ERROR(CheckDescriptors(kBroadcast, static_cast<int64_t>(data.size()), root));
   MPI_Request request;
-  MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_FLOAT, root, MPI_COMM_WORLD, &request);
+  MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_FLOAT, root, comm_->comm, &request);
   return Wait(&request, kBroadcast, static_cast<int64_t>(data.size()));
 }
 

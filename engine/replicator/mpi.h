@@ -18,6 +18,10 @@
 
 namespace troupe::replicator {
 
+// The MPI communicator a MpiCollectives uses (MPI_COMM_WORLD, or a part of
+// it split off for one axis of a mesh).
+struct MpiComm;
+
 // This process's place in MPI_COMM_WORLD: its rank, the world's size, and its
 // rank among the ranks on its machine (which GPU is its). Initialises MPI
 // (threads funnelled) if nobody has; `initialized_here` says so.
@@ -33,6 +37,11 @@ class MpiCollectives final : public Collectives {
  public:
   // Initialises MPI if nobody has (and then finalises it on destruction).
   static absl::StatusOr<std::unique_ptr<MpiCollectives>> Create(std::chrono::milliseconds timeout);
+  // The collectives of the ranks of MPI_COMM_WORLD that pass the same
+  // `color`, ranked among themselves by `key` (MPI_Comm_split; every rank
+  // calls it): one axis of a mesh. MPI must be initialised (Create first).
+  static absl::StatusOr<std::unique_ptr<MpiCollectives>> CreateSplit(int color, int key,
+                                                                     std::chrono::milliseconds timeout);
   ~MpiCollectives() override;
 
   int replica_id() const override { return rank_; }
@@ -47,12 +56,14 @@ class MpiCollectives final : public Collectives {
   void Fail(const absl::Status& status) override;
 
  private:
-  MpiCollectives(int rank, int size, int local_rank, bool owns_mpi, std::chrono::milliseconds timeout);
+  MpiCollectives(std::unique_ptr<MpiComm> comm, int rank, int size, int local_rank, bool owns_mpi,
+                 std::chrono::milliseconds timeout);
   // Exchanges descriptors with every other rank; names the missing/mismatched one.
   absl::Status CheckDescriptors(int kind, int64_t count, int root);
   // Polls `request` (an MPI_Request*) until done or the deadline.
   absl::Status Wait(void* request, int kind, int64_t count);
 
+  const std::unique_ptr<MpiComm> comm_;  // MPI_COMM_WORLD's or split off it (then freed with this)
   const int rank_, size_, local_rank_;
   const bool owns_mpi_;
   const std::chrono::milliseconds timeout_;

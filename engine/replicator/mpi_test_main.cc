@@ -10,6 +10,10 @@
 //                reduce-scatter, all-gather, the clip's norm all-reduced) ==
 //                one replica with Adam on the whole batch after 10 steps,
 //                parameters and whole moments compared
+//   mesh         K=4 MPI ranks (mpiexec -np 4) as a 2 x 2 data x model mesh
+//                (ranks split per axis): the tensor-parallel MLP of
+//                test_model.h after 10 Adam steps == each rank's part of the
+//                unsplit MLP trained on the whole batch in this process
 //   deadline     K=2 MPI ranks, rank 1's backward nodes 8x rank 0's (slept):
 //                with a step deadline (DeadlineReducer) 20 steps take under
 //                0.75x of waiting for it (about 0.45 on an idle machine),
@@ -239,6 +243,46 @@ int Deadline() {
   return ok ? 0 : 1;
 }
 
+int Mesh() {
+  constexpr int kModelParallel = 2;
+  ReplicatorOptions o;
+  o.backend = ReplicatorOptions::Backend::kMpi;
+  o.model_parallel = kModelParallel;
+  o.timeout = 30000ms;
+  auto mpi = Replicator::Create(o);
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "%s\n", mpi.status().ToString().c_str());
+    return 1;
+  }
+  const int rank = (*mpi)->local_replicas()[0];
+  if ((*mpi)->num_replicas() != 4) {
+    std::fprintf(stderr, "expected 4 MPI replicas, got %d\n", (*mpi)->num_replicas());
+    return 1;
+  }
+  testing::MlpWeights got, whole;
+  int model_index = -1, data_index = -1;
+  absl::Status s = (*mpi)->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    model_index = ctx.model_axis().replica_id();
+    data_index = ctx.data_axis().replica_id();
+    ASSIGN_OR_RETURN(got, testing::TrainMeshMlp(ctx, /*steps=*/10));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %d: mesh training failed: %s\n", rank, s.ToString().c_str());
+    return 1;
+  }
+  auto single = Make(ReplicatorOptions::Backend::kInProcess, 1, 30000ms);
+  s = single->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    ASSIGN_OR_RETURN(whole, testing::TrainMeshMlp(ctx, /*steps=*/10));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return 1;
+  const double worst = testing::WorstMlpDifference(got, whole, rank % kModelParallel, kModelParallel);
+  std::printf("rank %d (data %d, model %d): worst relative difference from one replica %.2g\n", rank, data_index,
+              model_index, worst);
+  return worst <= 1e-5 && model_index == rank % kModelParallel && data_index == rank / kModelParallel ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace troupe::replicator
 
@@ -250,6 +294,7 @@ int main(int argc, char** argv) {
   if (scenario == "sharded") return troupe::replicator::Sharded();
   if (scenario == "scatter") return troupe::replicator::Scatter();
   if (scenario == "deadline") return troupe::replicator::Deadline();
-  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|scatter|sharded|deadline\n", argv[0]);
+  if (scenario == "mesh") return troupe::replicator::Mesh();
+  std::fprintf(stderr, "usage: %s equivalence|stall|mismatch|scatter|sharded|deadline|mesh\n", argv[0]);
   return 2;
 }

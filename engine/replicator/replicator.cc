@@ -1,6 +1,7 @@
 #include "engine/replicator/replicator.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,14 +25,77 @@ absl::Status ReplicatorOptions::Validate() const {
         absl::StrCat("replicator num_replicas ", num_replicas, " not in [1, ", kMaxReplicas, "]"));
   }
   if (timeout.count() <= 0) return absl::InvalidArgumentError("replicator timeout must be > 0");
+  if (model_parallel < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("replicator model_parallel ", model_parallel, " < 1"));
+  }
+  if (model_parallel > 1 && make_collectives) {
+    return absl::UnimplementedError(absl::StrCat(
+        "replicator model_parallel ", model_parallel,
+        ": a mesh of replicas needs in-process or MPI collectives; the ones given here (NCCL, a shared device) "
+        "have no groups along an axis yet"));
+  }
+  if (backend == Backend::kInProcess) RETURN_IF_ERROR(CheckMesh(num_replicas, model_parallel));
+  return absl::OkStatus();
+}
+
+absl::Status CheckMesh(int num_replicas, int model_parallel) {
+  if (num_replicas % model_parallel != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("replicator: ", num_replicas,
+                                                   " replicas do not split into models of model_parallel ",
+                                                   model_parallel, " parts each (", num_replicas, " % ",
+                                                   model_parallel, " != 0)"));
+  }
   return absl::OkStatus();
 }
 
 // --- ReplicaContext -------------------------------------------------------------
 
+namespace {
+
+// The collectives of a group of one replica (a context's model axis without
+// a mesh): every collective is the identity.
+class SoloCollectives final : public Collectives {
+ public:
+  int replica_id() const override { return 0; }
+  int num_replicas() const override { return 1; }
+  absl::Status AllReduce(std::span<float>, ReduceOp) override { return failure_; }
+  absl::Status AllGather(std::span<const float> in, std::span<float> out) override {
+    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+    return failure_;
+  }
+  absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp) override {
+    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
+    return failure_;
+  }
+  absl::Status Broadcast(std::span<float>, int) override { return failure_; }
+  absl::Status StartAllReduce(std::span<float>, ReduceOp) override { return failure_; }
+  absl::Status WaitAll() override { return failure_; }
+  void Fail(const absl::Status& status) override {
+    if (failure_.ok()) failure_ = status;
+  }
+
+ private:
+  absl::Status failure_;
+};
+
+}  // namespace
+
+ReplicaContext::~ReplicaContext() = default;
+
 absl::Status ReplicaContext::Record(absl::Status s) {
   if (!s.ok() && status_.ok()) status_ = s;
+  if (!s.ok() && parent_ != nullptr) parent_->Record(s).IgnoreError();
   return s;
+}
+
+ReplicaContext& ReplicaContext::model_axis() {
+  if (model_axis_ == nullptr) {
+    solo_collectives_ = std::make_unique<SoloCollectives>();
+    solo_context_ = std::make_unique<ReplicaContext>(solo_collectives_.get(), backend_, local_index_);
+    solo_context_->parent_ = this;
+    model_axis_ = solo_context_.get();
+  }
+  return *model_axis_;
 }
 
 absl::Status ReplicaContext::AllReduce(std::span<float> data, ReduceOp op) {
@@ -223,6 +287,8 @@ absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(const ReplicatorO
   }
   TROUPE_CHECK(!r->collectives_.members.empty());
   r->num_replicas_ = r->collectives_.members[0]->num_replicas();
+  r->model_parallel_ = options.model_parallel;
+  if (options.model_parallel > 1) RETURN_IF_ERROR(r->MakeAxes(options));
   const int local = static_cast<int>(r->collectives_.members.size());
   for (int k = 0; k < local; ++k) {
     const int id = r->collectives_.members[k]->replica_id();
@@ -237,16 +303,61 @@ absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(const ReplicatorO
   return r;
 }
 
+// Replica r of the (K/M) x M mesh: data index r / M, model index r % M.
+absl::Status Replicator::MakeAxes(const ReplicatorOptions& options) {
+  const int k = num_replicas_, m = model_parallel_;
+  RETURN_IF_ERROR(CheckMesh(k, m));
+  if (options.backend == ReplicatorOptions::Backend::kMpi) {
+    for (const std::unique_ptr<Collectives>& member : collectives_.members) {
+      const int r = member->replica_id();
+      AxisCollectives axes;
+      ASSIGN_OR_RETURN(axes.model, MpiCollectives::CreateSplit(/*color=*/r / m, /*key=*/r % m, options.timeout));
+      ASSIGN_OR_RETURN(axes.data, MpiCollectives::CreateSplit(/*color=*/r % m, /*key=*/r / m, options.timeout));
+      axes_.push_back(std::move(axes));
+    }
+    return absl::OkStatus();
+  }
+  // In-process: every replica is here. One group per data index (a model's
+  // parts) and one per model index (a part's copies).
+  std::vector<std::shared_ptr<InProcessGroup>> models, datas;
+  for (int d = 0; d < k / m; ++d) models.push_back(std::make_shared<InProcessGroup>(m, options.timeout));
+  for (int p = 0; p < m; ++p) datas.push_back(std::make_shared<InProcessGroup>(k / m, options.timeout));
+  for (int r = 0; r < k; ++r) {
+    AxisCollectives axes;
+    axes.model = models[r / m]->Member(r % m);
+    axes.data = datas[r % m]->Member(r / m);
+    axes_.push_back(std::move(axes));
+  }
+  axis_groups_.assign(models.begin(), models.end());
+  axis_groups_.insert(axis_groups_.end(), datas.begin(), datas.end());
+  return absl::OkStatus();
+}
+
 absl::Status Replicator::RunReplicas(const std::function<absl::Status(ReplicaContext&)>& replica_fn) {
   const std::vector<std::unique_ptr<Collectives>>& members = collectives_.members;
   const size_t n = members.size();
   std::vector<absl::Status> results(n);
   auto run_one = [&](size_t k) {
-    ReplicaContext ctx(members[k].get(), backends_[k], static_cast<int>(k));
+    const int local_index = static_cast<int>(k);
+    ReplicaContext ctx(members[k].get(), backends_[k], local_index);
+    std::optional<ReplicaContext> model, data;
+    if (!axes_.empty()) {
+      model.emplace(axes_[k].model.get(), backends_[k], local_index);
+      data.emplace(axes_[k].data.get(), backends_[k], local_index);
+      model->parent_ = data->parent_ = &ctx;
+      ctx.model_axis_ = &*model;
+      ctx.data_axis_ = &*data;
+    }
     absl::Status s = replica_fn(ctx);
     if (s.ok()) s = ctx.status();
     // Release the others from collectives they would wait in for this one.
-    if (!s.ok()) members[k]->Fail(s);
+    if (!s.ok()) {
+      members[k]->Fail(s);
+      if (!axes_.empty()) {
+        axes_[k].model->Fail(s);
+        axes_[k].data->Fail(s);
+      }
+    }
     results[k] = s;
   };
   if (n == 1) {

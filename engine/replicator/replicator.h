@@ -14,6 +14,15 @@
 // (ReplicatorOptions::make_backend: replica r on device r), which
 // ReplicaContext::backend() hands to its code.
 //
+// A mesh (ReplicatorOptions::model_parallel = M): the K replicas form a
+// (K/M data) x (M model) grid, replica r at data index r / M and model index
+// r % M (a model's parts on neighbouring replicas, as Megatron-LM places
+// them on one node's GPUs). ctx.model_axis() reduces over the M replicas
+// that share a data index (the parts of one model: tensor-parallel layers'
+// sums), ctx.data_axis() over the K/M that share a model index (the same
+// part of every model copy: data-parallel gradient means). Without a mesh
+// data_axis() is the whole group and model_axis() a group of one.
+//
 // Threads: Run() starts one std::jthread per local replica and joins them
 // before returning. Each replica's state (its ParameterSet, tape, optimizer)
 // must be its own: index it by ctx.local_index(), its place among this
@@ -46,10 +55,20 @@ struct LocalCollectives {
   std::shared_ptr<void> shared;
 };
 
+// A local replica's collectives along each axis of a mesh: over the replicas
+// with its data index (model) and with its model index (data).
+struct AxisCollectives {
+  std::unique_ptr<Collectives> model, data;
+};
+
 struct ReplicatorOptions {
   enum class Backend { kInProcess, kMpi };
   Backend backend = Backend::kInProcess;
   int num_replicas = 1;  // kInProcess only; MPI takes it from mpirun
+  // M, the replicas that hold the parts of one model (tensor parallelism):
+  // the replicas form a (K/M) x M mesh (see the top of this file). K must be
+  // a multiple of M. In-process and MPI collectives only.
+  int model_parallel = 1;
   std::chrono::milliseconds timeout{60000};  // per collective
   // When set, makes the collectives instead of `backend` (NCCL, from a layer
   // above this one): given num_replicas and the timeout.
@@ -63,6 +82,9 @@ struct ReplicatorOptions {
   absl::Status Validate() const;
 };
 
+// InvalidArgument, naming both, unless num_replicas is a multiple of model_parallel.
+absl::Status CheckMesh(int num_replicas, int model_parallel);
+
 
 // What a replica's code sees. Collective errors are also remembered: the
 // first one is status(), and later collectives fail at once.
@@ -73,6 +95,9 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   explicit ReplicaContext(Collectives* collectives, std::shared_ptr<nn::Backend> backend = nullptr,
                           int local_index = 0)
       : collectives_(collectives), backend_(std::move(backend)), local_index_(local_index) {}
+  ReplicaContext(const ReplicaContext&) = delete;
+  ReplicaContext& operator=(const ReplicaContext&) = delete;
+  ~ReplicaContext() override;
   // This replica's id in the whole group (0..num_replicas() - 1; the rank under MPI).
   int replica_id() const { return collectives_->replica_id(); }
   int num_replicas() const { return collectives_->num_replicas(); }
@@ -84,6 +109,15 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   int local_index() const { return local_index_; }
   // This replica's compute backend (its device), shared with whoever keeps it.
   const std::shared_ptr<nn::Backend>& backend() const { return backend_; }
+
+  // The mesh's axes (see the top of this file): contexts over the replicas
+  // this one shares a data index with (model_axis) or a model index with
+  // (data_axis), whose replica_id() and num_replicas() are along that axis
+  // (model_axis().replica_id() is this replica's model index). Their errors
+  // are also this context's status(). Without a mesh data_axis() is this
+  // context and model_axis() a group of one.
+  ReplicaContext& model_axis();
+  ReplicaContext& data_axis() { return *data_axis_; }
 
   // Collectives on host memory.
   absl::Status AllReduce(std::span<float> data, ReduceOp op);
@@ -121,11 +155,17 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   Collectives& collectives() { return *collectives_; }
 
  private:
+  friend class Replicator;
   absl::Status Record(absl::Status s);
   Collectives* collectives_;
   std::shared_ptr<nn::Backend> backend_;
   int local_index_;
   absl::Status status_;
+  ReplicaContext* parent_ = nullptr;  // an axis's context: whose status() its errors also are
+  ReplicaContext* model_axis_ = nullptr;  // null: a group of one, made on first use
+  ReplicaContext* data_axis_ = this;
+  std::unique_ptr<Collectives> solo_collectives_;
+  std::unique_ptr<ReplicaContext> solo_context_;
   // Floats [begin, end) of a buffer.
   struct Range {
     int64_t begin = 0, end = 0;
@@ -206,6 +246,8 @@ class Replicator {
   // Replicas in the whole group, and the ids this process runs (ascending;
   // local_replicas()[ctx.local_index()] == ctx.replica_id()).
   int num_replicas() const { return num_replicas_; }
+  // M of the (K/M) x M mesh: 1 without one.
+  int model_parallel() const { return model_parallel_; }
   const std::vector<int>& local_replicas() const { return local_ids_; }
   // The compute backend of local replica `local_index` (its ReplicaContext's:
   // backend(ctx.local_index()) == ctx.backend()).
@@ -235,9 +277,15 @@ class Replicator {
 
  private:
   Replicator() = default;
+  absl::Status MakeAxes(const ReplicatorOptions& options);
   int num_replicas_ = 1;
+  int model_parallel_ = 1;
   std::vector<int> local_ids_;
   LocalCollectives collectives_;
+  // Per local replica, its axes' collectives (model only, a group of one,
+  // without a mesh), and the in-process groups behind them.
+  std::vector<AxisCollectives> axes_;
+  std::vector<std::shared_ptr<void>> axis_groups_;
   std::vector<std::shared_ptr<nn::Backend>> backends_;
 };
 

@@ -3,6 +3,7 @@
 // the replica, never hangs.
 #include "engine/replicator/replicator.h"
 
+#include <array>
 #include <chrono>
 #include <thread>
 
@@ -338,6 +339,98 @@ TEST(ReplicatorTest, LocalIndexCountsFromZeroInAProcessThatRunsLaterIds) {
   for (int p = 0; p < 2; ++p) {
     for (int k = 0; k < 2; ++k) EXPECT_EQ(gathered[p][k], (std::vector<float>{0, 1, 0, 1})) << p << " " << k;
   }
+}
+
+std::unique_ptr<Replicator> MakeMesh(int k, int m, std::chrono::milliseconds timeout = 30000ms) {
+  ReplicatorOptions o;
+  o.num_replicas = k;
+  o.model_parallel = m;
+  o.timeout = timeout;
+  auto r = Replicator::Create(o);
+  TROUPE_CHECK(r.ok());
+  return std::move(r).value();
+}
+
+TEST(ReplicatorTest, AMeshGroupsTheReplicasAlongEachAxis) {
+  // 6 replicas as 2 models of 3 parts: replica r is part r % 3 of model r / 3.
+  auto replicator = MakeMesh(6, 3);
+  EXPECT_EQ(replicator->model_parallel(), 3);
+  std::vector<std::array<int, 4>> axes(6);  // model index, parts, data index, copies
+  std::vector<std::array<float, 2>> sums(6);
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    const int r = ctx.replica_id();
+    axes[r] = {ctx.model_axis().replica_id(), ctx.model_axis().num_replicas(), ctx.data_axis().replica_id(),
+               ctx.data_axis().num_replicas()};
+    std::vector<float> model = {float(r)}, data = {float(r)};
+    RETURN_IF_ERROR(ctx.model_axis().AllReduce(model, ReduceOp::kSum));
+    RETURN_IF_ERROR(ctx.data_axis().AllReduce(data, ReduceOp::kSum));
+    sums[r] = {model[0], data[0]};
+    return absl::OkStatus();
+  }).ok());
+  for (int r = 0; r < 6; ++r) {
+    SCOPED_TRACE(absl::StrCat("replica ", r));
+    EXPECT_EQ(axes[r], (std::array<int, 4>{r % 3, 3, r / 3, 2}));
+    // Over the parts of its model (ids 3d..3d+2), and over its part's copies (r % 3 and r % 3 + 3).
+    EXPECT_EQ(sums[r][0], float(3 * (r / 3) * 3 + 0 + 1 + 2));
+    EXPECT_EQ(sums[r][1], float(2 * (r % 3) + 3));
+  }
+}
+
+TEST(ReplicatorTest, WithoutAMeshTheDataAxisIsTheWholeGroupAndTheModelAxisOneReplica) {
+  auto replicator = MakeInProcess(2);
+  EXPECT_EQ(replicator->model_parallel(), 1);
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    EXPECT_EQ(&ctx.data_axis(), &ctx);
+    EXPECT_EQ(ctx.model_axis().num_replicas(), 1);
+    EXPECT_EQ(ctx.model_axis().replica_id(), 0);
+    std::vector<float> v = {float(ctx.replica_id() + 1)};
+    RETURN_IF_ERROR(ctx.model_axis().AllReduce(v, ReduceOp::kSum));
+    EXPECT_EQ(v[0], float(ctx.replica_id() + 1)) << "a sum over one replica";
+    return absl::OkStatus();
+  }).ok());
+}
+
+TEST(ReplicatorTest, AFailingReplicaReleasesTheOthersOnEitherAxisAndItsErrorIsTheContexts) {
+  auto replicator = MakeMesh(4, 2, /*timeout=*/30000ms);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<absl::Status> blocked(4), context(4);
+  absl::Status s = replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    const int r = ctx.replica_id();
+    if (r == 3) return absl::InternalError("out of data");
+    std::vector<float> g(4, 1.0f);
+    // Replica 2 shares replica 3's data index, replica 1 its model index:
+    // each would wait forever for it.
+    if (r == 2) blocked[r] = ctx.model_axis().AllReduce(g, ReduceOp::kSum);
+    if (r == 1) blocked[r] = ctx.data_axis().AllReduce(g, ReduceOp::kSum);
+    context[r] = ctx.status();
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("replica 3: out of data"));
+  for (int r : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("replica ", r));
+    EXPECT_EQ(blocked[r].code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(blocked[r].message(), HasSubstr("failed: out of data"));
+    EXPECT_EQ(context[r], blocked[r]) << "an axis's error is the replica's";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "released, not timed out";
+}
+
+TEST(ReplicatorOptionsTest, RejectsAMeshThatDoesNotDivideTheReplicas) {
+  ReplicatorOptions o;
+  o.num_replicas = 6;
+  o.model_parallel = 4;
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(o.Validate().message(), HasSubstr("6 replicas do not split into models of model_parallel 4"));
+  o.model_parallel = 0;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("model_parallel 0 < 1"));
+  // Collectives made above this layer (NCCL) have no axis groups.
+  o.model_parallel = 2;
+  o.make_collectives = [](int, std::chrono::milliseconds) -> absl::StatusOr<LocalCollectives> {
+    return LocalCollectives{};
+  };
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(o.Validate().message(), HasSubstr("a mesh of replicas needs in-process or MPI collectives"));
 }
 
 TEST(ReplicatorOptionsTest, RejectsZeroReplicas) {

@@ -3,7 +3,9 @@
 // group's sums through ReplicaContext: the loss, every weight's gradient (the
 // replica's slice of the unsplit layer's) and the input's gradient equal the
 // unsplit MLP's.
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cmath>
 #include <functional>
 #include <initializer_list>
@@ -150,6 +152,45 @@ TEST(TensorParallelTest, ColumnThenRowParallelLayersEqualTheUnsplitMlp) {
       ExpectNear(got[r].dx, whole.dx, "the input's gradient");
       EXPECT_EQ(weight_floats[r] * k, kIn * kHidden + kHidden * kOut) << "1/K of the weights";
     }
+  }
+}
+
+// A (K/M) x M mesh of in-process replicas: the MLP's parts over the model
+// axis, the batch over the data axis. After 10 Adam steps every replica holds
+// its part of what one replica training the unsplit MLP on the whole batch
+// holds; replicas with the same model index hold the same part.
+TEST(TensorParallelTest, ADataByModelMeshTrainsAsOneReplicaOnTheWholeBatch) {
+  constexpr int kSteps = 10;
+  constexpr double kTolerance = 1e-5;
+  testing::MlpWeights whole, start;
+  auto one = testing::MakeInProcess(1);
+  ASSERT_TRUE(one->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    ASSIGN_OR_RETURN(start, testing::TrainMeshMlp(ctx, 0));
+    ASSIGN_OR_RETURN(whole, testing::TrainMeshMlp(ctx, kSteps));
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_GT(testing::WorstMlpDifference(start, whole, 0, 1), 100 * kTolerance) << "training moved nothing";
+  for (const auto& [k, m] : {std::pair{4, 2}, {2, 2}, {2, 1}, {4, 4}, {8, 4}}) {
+    SCOPED_TRACE(absl::StrCat(k / m, " x ", m, " mesh"));
+    ReplicatorOptions o;
+    o.num_replicas = k;
+    o.model_parallel = m;
+    auto replicator = Replicator::Create(o);
+    ASSERT_TRUE(replicator.ok()) << replicator.status();
+    std::vector<testing::MlpWeights> got(k);
+    ASSERT_TRUE((*replicator)->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+      ASSIGN_OR_RETURN(got[ctx.replica_id()], testing::TrainMeshMlp(ctx, kSteps));
+      return absl::OkStatus();
+    }).ok());
+    double worst = 0;
+    for (int r = 0; r < k; ++r) {
+      SCOPED_TRACE(absl::StrCat("replica ", r));
+      const double difference = testing::WorstMlpDifference(got[r], whole, r % m, m);
+      EXPECT_LE(difference, kTolerance);
+      worst = std::max(worst, difference);
+      EXPECT_EQ(got[r].w1, got[r % m].w1) << "the copies of one part stay identical";
+    }
+    std::printf("%d x %d mesh: worst relative difference from one replica %.2g\n", k / m, m, worst);
   }
 }
 

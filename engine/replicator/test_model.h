@@ -5,13 +5,17 @@
 #ifndef TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 #define TROUPE_ENGINE_REPLICATOR_TEST_MODEL_H_
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/optimizer.h"
@@ -165,6 +169,111 @@ class Paced final : public GradientReduction {
   GradientReduction* inner_;
   std::chrono::microseconds per_node_;
 };
+
+// --- A tensor-parallel MLP on a data x model mesh ---------------------------
+// relu(x w1 + b1) w2 + b2 with w1 split by columns (nn::ColumnParallelLinear)
+// and w2 by rows (nn::RowParallelLinear) over ctx.model_axis(), the batch
+// split over ctx.data_axis() and the gradients averaged over it, Adam. On one
+// replica (no mesh) it is the unsplit MLP trained on the whole batch: the
+// reference a mesh must equal.
+inline constexpr int64_t kMlpBatch = 8, kMlpIn = 6, kMlpHidden = 16, kMlpOut = 3;
+
+// The MLP's weights: the whole ones, or the slices of one model part.
+struct MlpWeights {
+  std::vector<float> w1, b1, w2, b2;  // w1 [in, hidden/M], b1 [hidden/M], w2 [hidden/M, out], b2 [out]
+};
+
+inline std::vector<float> MlpRandom(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Part `part` of `parts` of the whole MLP's weights: w1's and b1's columns,
+// w2's rows, b2 whole.
+inline MlpWeights MlpPart(const MlpWeights& whole, int part, int parts) {
+  const int64_t h = kMlpHidden / parts, begin = part * h;
+  MlpWeights p;
+  for (int64_t i = 0; i < kMlpIn; ++i) {
+    const auto row = whole.w1.begin() + i * kMlpHidden + begin;
+    p.w1.insert(p.w1.end(), row, row + h);
+  }
+  p.b1.assign(whole.b1.begin() + begin, whole.b1.begin() + begin + h);
+  p.w2.assign(whole.w2.begin() + begin * kMlpOut, whole.w2.begin() + (begin + h) * kMlpOut);
+  p.b2 = whole.b2;
+  return p;
+}
+
+// Trains the MLP from the same starting weights on every mesh for `steps`
+// Adam steps (learning rate 1e-2); returns this replica's part of the result.
+inline absl::StatusOr<MlpWeights> TrainMeshMlp(ReplicaContext& ctx, int steps) {
+  ReplicaContext& model = ctx.model_axis();
+  ReplicaContext& data = ctx.data_axis();
+  const int parts = model.num_replicas(), part = model.replica_id();
+  const int64_t shard = kMlpBatch / data.num_replicas(), first = data.replica_id() * shard;
+  nn::Backend& backend = *ctx.backend();
+  nn::ParameterSet params;
+  const auto l1 = nn::ColumnParallelLinear::Create(params, "l1", kMlpIn, kMlpHidden, parts);
+  const auto l2 = nn::RowParallelLinear::Create(params, "l2", kMlpHidden, kMlpOut, parts, part);
+  params.Allocate(backend, 0);
+  const MlpWeights start = MlpPart({MlpRandom(kMlpIn * kMlpHidden, 3), MlpRandom(kMlpHidden, 4),
+                                    MlpRandom(kMlpHidden * kMlpOut, 5), MlpRandom(kMlpOut, 6)},
+                                   part, parts);
+  std::vector<float> values(params.total_floats());
+  const std::pair<int, const std::vector<float>*> set[] = {{l1.w, &start.w1}, {l1.b, &start.b1}, {l2.w, &start.w2},
+                                                           {l2.b, &start.b2}};
+  for (const auto& [index, from] : set) std::copy(from->begin(), from->end(), values.begin() + params.info(index).offset);
+  RETURN_IF_ERROR(params.UploadValues(values));
+  nn::Adam adam(&params, &backend);
+  ReplicatedOptimizer optimizer(&adam, &data);  // the gradients' mean over the model's copies
+  nn::Tape tape(&backend);
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<float> x = MlpRandom(kMlpBatch * kMlpIn, 100 + step);
+    const std::vector<float> y = MlpRandom(kMlpBatch * kMlpOut, 200 + step);
+    tape.Reset();
+    params.ZeroGrad();
+    const nn::Var input = tape.Input(x.data() + first * kMlpIn, {shard, kMlpIn});
+    const nn::Var hidden = nn::Relu(l1(tape, params, input, &model));
+    const nn::Var loss =
+        nn::MeanSquaredError(l2(tape, params, hidden, &model), tape.Input(y.data() + first * kMlpOut, {shard, kMlpOut}));
+    tape.Backward(loss);
+    optimizer.Step(/*learning_rate=*/1e-2f);
+    RETURN_IF_ERROR(ctx.status());
+  }
+  values = params.DownloadValues();
+  auto read = [&](int index) {
+    const auto begin = values.begin() + params.info(index).offset;
+    return std::vector<float>(begin, begin + params.info(index).shape.size());
+  };
+  return MlpWeights{read(l1.w), read(l1.b), read(l2.w), read(l2.b)};
+}
+
+// The largest relative difference (L2 over a tensor) between `got`, a
+// model's part `part` of `parts`, and that part of the whole `want`; b2 only
+// for part 0 (the row-parallel layer's bias is part 0's).
+inline double WorstMlpDifference(const MlpWeights& got, const MlpWeights& want_whole, int part, int parts) {
+  const MlpWeights want = MlpPart(want_whole, part, parts);
+  double worst = 0;
+  auto compare = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) {
+      worst = std::numeric_limits<double>::infinity();
+      return;
+    }
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      norm += double(b[i]) * b[i];
+    }
+    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
+  };
+  compare(got.w1, want.w1);
+  compare(got.b1, want.b1);
+  compare(got.w2, want.w2);
+  if (part == 0) compare(got.b2, want.b2);
+  return worst;
+}
 
 }  // namespace troupe::replicator::testing
 
