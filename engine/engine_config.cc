@@ -169,6 +169,36 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                  ": a replica's part of the update is its own to compute; it cannot be left out");
     }
   }
+  if (engine.model_parallel() < 0 || engine.model_parallel() > kMaxReplicas) {
+    return bad(".engine.model_parallel ", engine.model_parallel(), ": must be in [0, ", kMaxReplicas,
+               "] (0 or 1: each replica holds the whole model)");
+  }
+  if (engine.model_parallel() > 1) {
+    const int m = engine.model_parallel();
+    const auto c = engine.collectives();
+    if (c != config::EngineConfig::IN_PROCESS && c != config::EngineConfig::MPI) {
+      return bad(".engine.model_parallel ", m, ": a mesh of replicas needs collectives IN_PROCESS or MPI (groups "
+                 "along each axis), not ", config::EngineConfig::Collectives_Name(c));
+    }
+    if (pjrt || gpu) {
+      return bad(".engine.model_parallel ", m, ": device ", config::EngineConfig::Device_Name(engine.device()),
+                 " reduces inside one compiled program over every replica, which has no groups along an axis yet: "
+                 "use device CPU or CUDA");
+    }
+    if (InProcessReplicas(engine) && engine.replicas() % m != 0) {
+      return bad(".engine.model_parallel ", m, ": ", section, ".engine.replicas ", engine.replicas(),
+                 " is not a multiple of it (replicas = model copies x model_parallel)");
+    }
+    if (engine.shard_state() != config::EngineConfig::NONE) {
+      return bad(".engine.model_parallel ", m, " with shard_state ",
+                 config::EngineConfig::ShardState_Name(engine.shard_state()), ": one or the other for now");
+    }
+    if (engine.straggler() != config::EngineConfig::WAIT) {
+      return bad(".engine.model_parallel ", m, " with straggler ",
+                 config::EngineConfig::Straggler_Name(engine.straggler()),
+                 ": a model's part cannot be left out of its step");
+    }
+  }
   if (engine.device_memory_mib() < 0) {
     return bad(".engine.device_memory_mib ", engine.device_memory_mib(), ": must be >= 0 (0: no budget)");
   }
@@ -473,6 +503,7 @@ absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(const con
   options.backend = InProcessReplicas(engine) ? replicator::ReplicatorOptions::Backend::kInProcess
                                               : replicator::ReplicatorOptions::Backend::kMpi;
   options.num_replicas = engine.replicas();
+  options.model_parallel = std::max(1, engine.model_parallel());
   options.timeout = timeout;
   std::shared_ptr<void> group = MakeReplicaGroup(engine);
   options.make_backend = [engine, group](const replicator::Collectives& collectives, int local_replicas) {

@@ -109,6 +109,35 @@ TEST(ValidateEngineConfigTest, PjrtFieldsOnAnotherDeviceAreRefusedNamingThem) {
               HasSubstr("learner.engine.pjrt_cache_dir \"/tmp/x\": set, but engine.device is CPU"));
 }
 
+// engine.model_parallel: a mesh where its collectives and device can make
+// one, refused naming the field otherwise; MakeReplicator builds it.
+TEST(ValidateEngineConfigTest, ModelParallelNeedsAMeshItsCollectivesAndDeviceCanMake) {
+  config::EngineConfig engine = Engine(config::EngineConfig::CPU);
+  engine.set_replicas(4);
+  engine.set_model_parallel(2);
+  EXPECT_TRUE(ValidateEngineConfig(engine, "gan", 8).ok());
+  auto replicator = MakeReplicator(engine);
+  ASSERT_TRUE(replicator.ok()) << replicator.status();
+  EXPECT_EQ((*replicator)->model_parallel(), 2);
+  engine.set_model_parallel(3);
+  EXPECT_THAT(ValidateEngineConfig(engine, "gan", 12).message(),
+              HasSubstr("gan.engine.model_parallel 3: gan.engine.replicas 4 is not a multiple of it"));
+  engine.set_model_parallel(-1);
+  EXPECT_THAT(ValidateEngineConfig(engine, "gan", 8).message(), HasSubstr("gan.engine.model_parallel -1: must be in"));
+  engine.set_model_parallel(2);
+  engine.set_collectives(config::EngineConfig::SHARED_DEVICE);
+  EXPECT_THAT(ValidateEngineConfig(engine, "gan", 8).message(),
+              HasSubstr("gan.engine.model_parallel 2: a mesh of replicas needs collectives IN_PROCESS or MPI"));
+  engine.set_collectives(config::EngineConfig::IN_PROCESS);
+  engine.set_shard_state(config::EngineConfig::OPTIMIZER);
+  EXPECT_THAT(ValidateEngineConfig(engine, "learner", 8).message(),
+              HasSubstr("learner.engine.model_parallel 2 with shard_state OPTIMIZER"));
+  engine.set_shard_state(config::EngineConfig::NONE);
+  engine.set_straggler(config::EngineConfig::DEADLINE);
+  EXPECT_THAT(ValidateEngineConfig(engine, "learner", 8).message(),
+              HasSubstr("learner.engine.model_parallel 2 with straggler DEADLINE"));
+}
+
 // Each replica's backend comes from the Replicator: replica r on device r,
 // the section's threads split between them.
 TEST(MakeReplicatorTest, EveryLocalReplicaGetsABackendOfTheSectionsDevice) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@ namespace troupe::gan {
 
 struct GanTrainer::Replica {
   int global_id = 0;
+  int part = 0, copy = 0;  // its part of the generator and the model copy it belongs to (model_parallel)
   std::shared_ptr<nn::Backend> backend;  // this replica's device (from the Replicator)
   nn::ParameterSet g, d, d_power;
   // The EMA generator, on this replica's device: the same on every replica
@@ -34,6 +36,14 @@ struct GanTrainer::Replica {
   nn::DeviceBuffer losses;   // the step's last D loss and its G loss, read at the step's end
   int64_t step = 0;          // this replica's step counter
   double d_loss = 0, g_loss = 0;
+};
+
+// The whole generator on the host, while a checkpoint, an evaluation or an
+// export needs it (model_parallel).
+struct GanTrainer::WholeGenerator {
+  nn::CpuBackend backend{std::max(1, static_cast<int>(std::thread::hardware_concurrency()))};
+  nn::ParameterSet g, ema;
+  std::unique_ptr<nn::Optimizer> adam;
 };
 
 namespace {
@@ -96,6 +106,26 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
   if (c.discriminator_channels() < 1 || c.discriminator_channels() > kMaxGanChannels) {
     return FieldError("discriminator_channels", in_range(c.discriminator_channels(), 1, kMaxGanChannels));
   }
+  if (const int m = c.engine().model_parallel(); m > 1) {
+    if (c.optimizer() != config::GanConfig::ADAM) {
+      return FieldError("optimizer", absl::StrCat(config::GanConfig::Optimizer_Name(c.optimizer()),
+                                                  " with engine.model_parallel ", m,
+                                                  ": its trust ratio is a norm over each whole tensor, which the "
+                                                  "generator's parts do not hold (ADAM splits)"));
+    }
+    if (c.engine().collectives() != config::EngineConfig::IN_PROCESS) {
+      return FieldError("engine.collectives",
+                        absl::StrCat(config::EngineConfig::Collectives_Name(c.engine().collectives()),
+                                     " with engine.model_parallel ", m,
+                                     ": checkpoints and evaluation gather the whole generator from this process's "
+                                     "replicas (IN_PROCESS)"));
+    }
+    if ((2 * c.generator_channels()) % m != 0) {
+      return FieldError("engine.model_parallel",
+                        absl::StrCat(m, ": the generator's ", 2 * c.generator_channels(),
+                                     " projected channels (2 x generator_channels) do not split into ", m, " parts"));
+    }
+  }
   if (!(c.generator_learning_rate() > 0) || std::isinf(c.generator_learning_rate())) {
     return FieldError("generator_learning_rate", "must be positive and finite");
   }
@@ -135,38 +165,53 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   if (config.batch_size() % k != 0) {
     return FieldError("batch_size", absl::StrCat(config.batch_size(), " is not divisible by the ", k, " replicas"));
   }
+  // M parts of each of K/M generators; the batch split over the copies.
+  const int m = t->model_parallel_ = t->replicator_->model_parallel();
+  const int copies = k / m;
   const uint64_t seed = config.engine().seed();
+  auto make_optimizer = [&](nn::ParameterSet* params, nn::Backend* device) -> std::unique_ptr<nn::Optimizer> {
+    switch (config.optimizer()) {
+      case config::GanConfig::LAMB:
+        return std::make_unique<nn::Lamb>(params, device, nn::LambOptions{config.adam_beta1(), config.adam_beta2()});
+      case config::GanConfig::LARS:
+        return std::make_unique<nn::Lars>(params, device, nn::LarsOptions{});
+      case config::GanConfig::ADAM:
+        break;
+    }
+    nn::AdamOptions adam;
+    adam.beta1 = config.adam_beta1();
+    adam.beta2 = config.adam_beta2();
+    return std::make_unique<nn::Adam>(params, device, adam);
+  };
+  if (m > 1) {
+    // The whole generator as one replica would start it; each part takes its
+    // share of it below (ScatterGenerator).
+    t->whole_ = std::make_unique<WholeGenerator>();
+    t->whole_generator_ = std::make_unique<Generator>(t->whole_->g, config.noise_size(), config.generator_channels());
+    Generator ema_layout(t->whole_->ema, config.noise_size(), config.generator_channels());
+    t->whole_->g.Allocate(t->whole_->backend, seed * 3 + 1);
+    t->whole_->ema.Allocate(t->whole_->backend, seed * 3 + 1);
+    RETURN_IF_ERROR(t->whole_->ema.CopyValuesFrom(t->whole_->g));
+    t->whole_->adam = make_optimizer(&t->whole_->g, &t->whole_->backend);
+  }
   // Every replica: the same initial values (one seed), its own optimizers, tape and shard.
   for (int id : t->replicator_->local_replicas()) {
     auto r = std::make_unique<Replica>();
     r->global_id = id;
+    r->part = id % m;
+    r->copy = id / m;
     r->backend = t->replicator_->backend(static_cast<int>(t->replicas_.size()));
     nn::Backend& device = *r->backend;
-    auto generator = std::make_unique<Generator>(r->g, config.noise_size(), config.generator_channels());
+    auto generator = std::make_unique<Generator>(r->g, config.noise_size(), config.generator_channels(), m);
     auto discriminator = std::make_unique<Discriminator>(r->d, r->d_power, config.discriminator_channels());
     r->g.Allocate(device, seed * 3 + 1);
     r->d.Allocate(device, seed * 3 + 2);
     r->d_power.Allocate(device, seed * 3 + 3);
-    auto make_optimizer = [&](nn::ParameterSet* params) -> std::unique_ptr<nn::Optimizer> {
-      switch (config.optimizer()) {
-        case config::GanConfig::LAMB:
-          return std::make_unique<nn::Lamb>(params, &device,
-                                            nn::LambOptions{config.adam_beta1(), config.adam_beta2()});
-        case config::GanConfig::LARS:
-          return std::make_unique<nn::Lars>(params, &device, nn::LarsOptions{});
-        case config::GanConfig::ADAM:
-          break;
-      }
-      nn::AdamOptions adam;
-      adam.beta1 = config.adam_beta1();
-      adam.beta2 = config.adam_beta2();
-      return std::make_unique<nn::Adam>(params, &device, adam);
-    };
-    r->g_adam = make_optimizer(&r->g);
-    r->d_adam = make_optimizer(&r->d);
+    r->g_adam = make_optimizer(&r->g, &device);
+    r->d_adam = make_optimizer(&r->d, &device);
     r->tape = std::make_unique<nn::Tape>(&device);
-    r->sampler = std::make_unique<ShardSampler>(data, seed, config.batch_size(), id, k);
-    const int64_t shard = config.batch_size() / k;
+    r->sampler = std::make_unique<ShardSampler>(data, seed, config.batch_size(), r->copy, copies);
+    const int64_t shard = config.batch_size() / copies;
     r->real.resize(config.n_critic() * shard * kPixels);
     r->noise.resize((config.n_critic() + 1) * shard * config.noise_size());
     r->ones = nn::DeviceBuffer(device, shard);
@@ -181,9 +226,17 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   }
   // The EMA generator starts as a copy of the generator, on every replica.
   for (auto& r : t->replicas_) {
-    Generator ema_layout(r->ema, config.noise_size(), config.generator_channels());
+    Generator ema_layout(r->ema, config.noise_size(), config.generator_channels(), m);
     r->ema.Allocate(*r->backend, seed * 3 + 1);
     RETURN_IF_ERROR(r->ema.CopyValuesFrom(r->g));
+  }
+  if (m > 1) {
+    if (static_cast<int>(t->replicas_.size()) != k) {
+      return FieldError("engine.model_parallel", absl::StrCat(m, ": ", t->replicas_.size(), " of the ", k,
+                                                              " replicas are in this process; the GAN gathers its "
+                                                              "whole generator from them (IN_PROCESS)"));
+    }
+    RETURN_IF_ERROR(t->ScatterGenerator());
   }
   // Learning-rate scaling, warmup and EMA decay per step.
   const double ratio = static_cast<double>(config.batch_size()) / config.base_batch_size();
@@ -205,6 +258,75 @@ GanTrainer::~GanTrainer() = default;
 nn::ParameterSet& GanTrainer::generator_parameters(int r) { return replicas_[r]->g; }
 nn::ParameterSet& GanTrainer::discriminator_parameters(int r) { return replicas_[r]->d; }
 nn::ParameterSet& GanTrainer::generator_ema() { return replicas_[0]->ema; }
+namespace {
+// The floats of a set's parameters (without the buffers' alignment padding).
+int64_t ParameterFloats(const nn::ParameterSet& set) {
+  int64_t floats = 0;
+  for (const nn::ParameterInfo& info : set.infos()) floats += info.shape.size();
+  return floats;
+}
+}  // namespace
+
+int64_t GanTrainer::generator_floats_per_replica() const { return ParameterFloats(replicas_[0]->g); }
+int64_t GanTrainer::generator_floats() const { return ParameterFloats(whole_ ? whole_->g : replicas_[0]->g); }
+
+namespace {
+std::vector<float> DownloadBuffer(nn::Backend& backend, const float* data, int64_t floats) {
+  std::vector<float> host(floats);
+  backend.Download(data, host.data(), sizeof(float) * floats);
+  return host;
+}
+}  // namespace
+
+void GanTrainer::GatherGenerator(int copy) const {
+  WholeGenerator& w = *whole_;
+  std::vector<float> g = w.g.DownloadValues(), ema = w.ema.DownloadValues();
+  const std::vector<nn::OptimizerState> whole_state = w.adam->State();
+  std::vector<std::vector<float>> moments(whole_state.size(), std::vector<float>(w.g.total_floats()));
+  for (int p = 0; p < model_parallel_; ++p) {
+    Replica& r = *replicas_[copy * model_parallel_ + p];
+    TROUPE_CHECK(r.part == p && r.copy == copy);
+    std::vector<float> part = r.g.DownloadValues();
+    generator_->CopyPart(w.g, g, r.g, part, p, /*to_whole=*/true);
+    part = r.ema.DownloadValues();
+    generator_->CopyPart(w.g, ema, r.g, part, p, /*to_whole=*/true);
+    const std::vector<nn::OptimizerState> state = r.g_adam->State();
+    TROUPE_CHECK(state.size() == moments.size());
+    for (size_t s = 0; s < state.size(); ++s) {
+      part = DownloadBuffer(*r.backend, state[s].data, r.g.total_floats());
+      generator_->CopyPart(w.g, moments[s], r.g, part, p, /*to_whole=*/true);
+    }
+  }
+  TROUPE_CHECK(w.g.UploadValues(g).ok() && w.ema.UploadValues(ema).ok());
+  for (size_t s = 0; s < moments.size(); ++s) {
+    w.backend.Upload(moments[s].data(), whole_state[s].data, sizeof(float) * moments[s].size());
+  }
+  w.adam->set_steps(replicas_[copy * model_parallel_]->g_adam->steps());
+}
+
+absl::Status GanTrainer::ScatterGenerator() {
+  WholeGenerator& w = *whole_;
+  std::vector<float> g = w.g.DownloadValues(), ema = w.ema.DownloadValues();
+  std::vector<std::vector<float>> moments;
+  for (const nn::OptimizerState& s : w.adam->State()) {
+    moments.push_back(DownloadBuffer(w.backend, s.data, w.g.total_floats()));
+  }
+  for (auto& r : replicas_) {
+    std::vector<float> part(r->g.total_floats());
+    generator_->CopyPart(w.g, g, r->g, part, r->part, /*to_whole=*/false);
+    RETURN_IF_ERROR(r->g.UploadValues(part));
+    generator_->CopyPart(w.g, ema, r->g, part, r->part, /*to_whole=*/false);
+    RETURN_IF_ERROR(r->ema.UploadValues(part));
+    const std::vector<nn::OptimizerState> state = r->g_adam->State();
+    TROUPE_CHECK(state.size() == moments.size());
+    for (size_t s = 0; s < state.size(); ++s) {
+      generator_->CopyPart(w.g, moments[s], r->g, part, r->part, /*to_whole=*/false);
+      r->backend->Upload(part.data(), state[s].data, sizeof(float) * part.size());
+    }
+    r->g_adam->set_steps(w.adam->steps());
+  }
+  return absl::OkStatus();
+}
 
 bool GanTrainer::is_chief() const { return replicator_->local_replicas().front() == 0; }
 
@@ -235,7 +357,7 @@ absl::Status GanTrainer::Train(int64_t steps) {
       r.sampler->Fill((r.step * n_critic + c) * config_.batch_size(), r.real.data() + c * shard * kPixels);
     }
     for (int c = 0; c <= n_critic; ++c) {
-      FillNoise(config_.engine().seed(), static_cast<uint64_t>(r.step * (n_critic + 1) + c), r.global_id * shard * z,
+      FillNoise(config_.engine().seed(), static_cast<uint64_t>(r.step * (n_critic + 1) + c), r.copy * shard * z,
                 shard * z, r.noise.data() + c * shard * z);
     }
     return &r;
@@ -253,9 +375,13 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   const int64_t shard = r.sampler->shard();
   const int64_t z = config_.noise_size();
   const bool hinge = config_.loss() == config::GanConfig::HINGE;
-  nn::CrossReplicaSum* cross = ctx.num_replicas() > 1 ? &ctx : nullptr;
-  replicator::ReplicatedOptimizer d_optimizer(r.d_adam.get(), &ctx);
-  replicator::ReplicatedOptimizer g_optimizer(r.g_adam.get(), &ctx);
+  // The batch is split over the model copies (the data axis; every replica
+  // without model_parallel), a generator over its parts (the model axis).
+  replicator::ReplicaContext& copies = ctx.data_axis();
+  nn::CrossReplicaSum* cross = copies.num_replicas() > 1 ? &copies : nullptr;
+  nn::CrossReplicaSum* model = model_parallel_ > 1 ? &ctx.model_axis() : nullptr;
+  replicator::ReplicatedOptimizer d_optimizer(r.d_adam.get(), &copies);
+  replicator::ReplicatedOptimizer g_optimizer(r.g_adam.get(), &copies);
   nn::Tape& tape = *r.tape;
   nn::Backend& device = *r.backend;
   // One step on the device (nn::Backend's step contract): the host reads
@@ -266,7 +392,7 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
     tape.Reset();
     r.d.ZeroGrad();
     nn::Var noise = tape.Input(r.noise.data() + c * shard * z, {shard, z});
-    nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/false, cross);
+    nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/false, cross, model);
     nn::Var real = tape.Input(r.real.data() + c * shard * kPixels, {shard, 1, kImageSize, kImageSize});
     // One discriminator pass over [real; fake] (one power iteration per update).
     const nn::Var both_parts[] = {real, fake};
@@ -288,7 +414,7 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   tape.Reset();
   r.g.ZeroGrad();
   nn::Var noise = tape.Input(r.noise.data() + config_.n_critic() * shard * z, {shard, z});
-  nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/true, cross);
+  nn::Var fake = generator_->Forward(tape, r.g, noise, /*trainable=*/true, cross, model);
   nn::Var scores = discriminator_->Forward(tape, r.d, r.d_power, fake, /*trainable=*/false, /*power_iterations=*/0);
   nn::Var loss = hinge ? nn::Scale(nn::Mean(scores), -1.0f) : nn::Mean(nn::Softplus(nn::Scale(scores, -1.0f)));
   device.Copy(tape.data(loss).data, r.losses.data() + 1, 1);
@@ -304,7 +430,7 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   float losses[2] = {0, 0};
   device.ReadAtStepEnd(r.losses.data(), losses, sizeof(losses));
   step.End();
-  if (ctx.num_replicas() > 1) RETURN_IF_ERROR(ctx.AllReduce(losses, replicator::ReduceOp::kMean));
+  if (copies.num_replicas() > 1) RETURN_IF_ERROR(copies.AllReduce(losses, replicator::ReduceOp::kMean));
   r.d_loss = losses[0];
   r.g_loss = losses[1];
   ++r.step;
@@ -313,16 +439,20 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
 
 void GanTrainer::Generate(uint64_t stream, int64_t first, int64_t count, float* out) {
   constexpr int64_t kChunk = 500;
-  nn::ParameterSet& weights = ema_decay_ > 0 ? replicas_[0]->ema : replicas_[0]->g;
+  // The whole generator: replica 0's, or gathered from the parts.
+  if (whole_) GatherGenerator();
+  nn::ParameterSet& weights = whole_ ? (ema_decay_ > 0 ? whole_->ema : whole_->g)
+                                     : (ema_decay_ > 0 ? replicas_[0]->ema : replicas_[0]->g);
+  const Generator& generator = whole_ ? *whole_generator_ : *generator_;
   const int64_t z = config_.noise_size();
   std::vector<float> noise(kChunk * z);
-  nn::Tape tape(replicas_[0]->backend.get());
+  nn::Tape tape(&weights.backend());
   for (int64_t begin = 0; begin < count; begin += kChunk) {
     const int64_t n = std::min(kChunk, count - begin);
     FillNoise(config_.engine().seed() ^ 0x5EED, stream, (first + begin) * z, n * z, noise.data());
     tape.Reset();
-    nn::Var images = generator_->Forward(tape, weights, tape.Input(noise.data(), {n, z}), /*trainable=*/false,
-                                         /*cross_replica=*/nullptr);
+    nn::Var images = generator.Forward(tape, weights, tape.Input(noise.data(), {n, z}), /*trainable=*/false,
+                                       /*cross_replica=*/nullptr);
     // To the host, then [-1, 1] -> [0, 1], the classifier's range.
     float* x = out + begin * kPixels;
     tape.backend().Download(tape.data(images).data, x, sizeof(float) * n * kPixels);
@@ -332,11 +462,14 @@ void GanTrainer::Generate(uint64_t stream, int64_t first, int64_t count, float* 
 
 absl::Status GanTrainer::ExportWeights(const std::string& path) const {
   const Replica& r = *replicas_[0];
-  std::vector<nn::DeviceTensor> tensors;
-  for (const nn::ParameterSet* set : {&r.g, &r.d, &r.d_power}) {
+  if (whole_) GatherGenerator();
+  std::vector<nn::CheckpointTensor> host;
+  for (const nn::ParameterSet* set : {whole_ ? &whole_->g : &r.g, &r.d, &r.d_power}) {
+    std::vector<nn::DeviceTensor> tensors;
     for (int i = 0; i < set->size(); ++i) tensors.push_back({set->info(i).name, set->info(i).shape, set->value(i).data});
+    for (nn::CheckpointTensor& t : nn::DownloadTensors(set->backend(), tensors)) host.push_back(std::move(t));
   }
-  return nn::WriteCheckpoint(path, nn::DownloadTensors(*r.backend, tensors));
+  return nn::WriteCheckpoint(path, host);
 }
 
 namespace {
@@ -358,6 +491,7 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
                                         const std::vector<std::pair<std::string, std::string>>& extra_files) const {
   // One generation: every file of this step, committed at once.
   ASSIGN_OR_RETURN(GenerationWriter generation, GenerationWriter::Begin(dir));
+  if (whole_) GatherGenerator();  // the files hold the whole generator
   for (const NetworkFile& network : NetworkFiles(0)) {
     RETURN_IF_ERROR(nn::SaveCheckpoint(generation.File(network.file), *network.parameters, network.optimizer));
     RETURN_IF_ERROR(generation.Add(network.file));
@@ -377,6 +511,13 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
 
 std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
   const Replica& replica = *replicas_[r];
+  // Split, the generator's files are the whole one's (GatherGenerator first).
+  if (whole_) {
+    return {{kGeneratorFile, &whole_->g, whole_->adam.get()},
+            {kDiscriminatorFile, &replica.d, replica.d_adam.get()},
+            {kEmaFile, &whole_->ema, nullptr},
+            {kPowerVectorsFile, &replica.d_power, nullptr}};
+  }
   return {{kGeneratorFile, &replica.g, replica.g_adam.get()},
           {kDiscriminatorFile, &replica.d, replica.d_adam.get()},
           {kEmaFile, &replica.ema, nullptr},
@@ -384,6 +525,7 @@ std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
 }
 
 std::vector<nn::CheckpointTensor> GanTrainer::CheckpointState(int r) const {
+  if (whole_) GatherGenerator(replicas_[r]->copy);
   std::vector<nn::CheckpointTensor> state;
   for (const NetworkFile& network : NetworkFiles(r)) {
     for (nn::CheckpointTensor& t : nn::CheckpointTensors(*network.parameters, network.optimizer)) {
@@ -400,12 +542,20 @@ absl::Status GanTrainer::LoadFrom(const std::string& folder) {
   if (!absl::SimpleAtoi(ReadKeyValues(folder + "/" + kCountersFile)["steps"], &steps) || steps < 0) {
     return absl::DataLossError(absl::StrCat(folder, "/", kCountersFile, ": missing or unreadable"));
   }
+  if (whole_) {
+    // The whole generator, then each part's share of it.
+    RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kGeneratorFile, whole_->g, whole_->adam.get()));
+    RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kEmaFile, whole_->ema));
+  }
   for (auto& r : replicas_) {
-    RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kGeneratorFile, r->g, r->g_adam.get()));
+    if (!whole_) {
+      RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kGeneratorFile, r->g, r->g_adam.get()));
+      RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kEmaFile, r->ema));
+    }
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kDiscriminatorFile, r->d, r->d_adam.get()));
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kPowerVectorsFile, r->d_power));
-    RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kEmaFile, r->ema));
   }
+  if (whole_) RETURN_IF_ERROR(ScatterGenerator());
   steps_ = steps;
   return absl::OkStatus();
 }

@@ -2,7 +2,12 @@
 // discriminator (identical initial values from one seed), takes its shard of
 // the global batch, and updates with gradients averaged across replicas
 // (ReplicatedOptimizer) and cross-replica batch norm in the generator, so K
-// replicas on shards train exactly as one replica on the whole batch.
+// replicas on shards train exactly as one replica on the whole batch. With
+// gan.engine.model_parallel M the K replicas are K/M copies of a generator
+// split in M parts (networks.h): the batch is split over the copies, each
+// part holds 1/M of the generator's largest layers and their Adam moments,
+// and checkpoints, evaluation and exported weights hold the whole generator
+// (gathered from this process's parts), so a run resumes at any K and M.
 //
 // One step = n_critic discriminator updates, then one generator update:
 //   hinge (Lim & Ye 2017):  L_D = E[relu(1 - D(x))] + E[relu(1 + D(G(z)))],  L_G = -E[D(G(z))]
@@ -116,6 +121,10 @@ class GanTrainer {
   nn::ParameterSet& generator_parameters(int r);
   nn::ParameterSet& discriminator_parameters(int r);
   nn::ParameterSet& generator_ema();
+  // The generator's parameters a replica holds, and the whole generator's
+  // (equal without model_parallel).
+  int64_t generator_floats_per_replica() const;
+  int64_t generator_floats() const;
   int num_local_replicas() const { return static_cast<int>(replicas_.size()); }
   bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
 
@@ -134,13 +143,22 @@ class GanTrainer {
   // Loads counters.txt and every network's file from `folder` into every
   // replica; DataLoss for a damaged or missing file.
   absl::Status LoadFrom(const std::string& folder);
+  // With model_parallel: the whole generator (values, Adam's moments and
+  // steps, the EMA) on the host, from the parts of model copy `copy` (local
+  // replicas copy x M .. copy x M + M - 1), or into every local replica's part.
+  struct WholeGenerator;
+  void GatherGenerator(int copy = 0) const;
+  absl::Status ScatterGenerator();
 
   config::GanConfig config_;
   const GanData* data_ = nullptr;
   std::unique_ptr<replicator::Replicator> replicator_;
   std::vector<std::unique_ptr<Replica>> replicas_;  // one per local replica
-  std::unique_ptr<Generator> generator_;
+  std::unique_ptr<Generator> generator_;  // a part's with model_parallel
   std::unique_ptr<Discriminator> discriminator_;
+  int model_parallel_ = 1;
+  std::unique_ptr<Generator> whole_generator_;   // with model_parallel
+  mutable std::unique_ptr<WholeGenerator> whole_;  // with model_parallel: GatherGenerator's
   int64_t steps_ = 0;
   double d_loss_ = 0, g_loss_ = 0;
   double lr_scale_ = 1;
