@@ -62,6 +62,13 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
   const std::string checkpoint_dir = run.checkpoints();
   const bool chief = trainer->is_chief();
+  if (chief && trainer->generator_floats_per_replica() != trainer->generator_floats()) {
+    Log(absl::StrFormat("generator split over %d replicas (engine.model_parallel): %.2f MB of its %.2f MB of "
+                        "parameters on each (%.2fx), Adam's moments alike",
+                        gan.engine().model_parallel(), 4e-6 * trainer->generator_floats_per_replica(),
+                        4e-6 * trainer->generator_floats(),
+                        double(trainer->generator_floats_per_replica()) / double(trainer->generator_floats())));
+  }
   // A checkpoint passed over at resume, or the last one failed: said on the
   // status line until one commits.
   std::string checkpoint_note;
