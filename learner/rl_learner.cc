@@ -28,7 +28,7 @@ absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
   if (learner.engine().model_parallel() > 1) {
     return bad("engine.model_parallel ", learner.engine().model_parallel(),
                ": the RL agents' networks are whole on every replica (tensor parallelism is the GAN generator's so "
-               "far; learner.engine.shard_state OPTIMIZER splits D4PG's optimizer state)");
+               "far)");
   }
   if (learner.publish_every() < 1) return bad("publish_every ", learner.publish_every(), ": must be >= 1");
   if (learner.updates_per_execution() < 1 || learner.updates_per_execution() > agents::kMaxUpdatesPerExecution) {
