@@ -185,6 +185,13 @@ D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, c
   s.networks = s.gradients = 4 * buffers;
   s.targets = 4 * floats;
   s.moments = sharded ? 2 * 4 * buffers / replicas : 2 * 4 * floats;
+  // Where the replicas run a step as one program (PJRT, and GPU when it
+  // resolves to it), a replica's part of the values and gradients has
+  // buffers of its own too (replicator::ShardedAdam).
+  const auto device = config.learner().engine().device();
+  if (sharded && replicas > 1 && (device == config::EngineConfig::PJRT || device == config::EngineConfig::GPU)) {
+    s.moments += 2 * 4 * buffers / replicas;
+  }
   return s;
 }
 

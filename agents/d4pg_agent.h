@@ -67,7 +67,8 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const Obs
 // What one of `replicas` replicas keeps on its device to train, in bytes:
 // the critic's and actor's values and gradients (their buffers, padded to
 // the replicas' parts with sharded state), the targets, and Adam's moments
-// (1/replicas of them with learner.engine.shard_state OPTIMIZER).
+// (1/replicas of them with learner.engine.shard_state OPTIMIZER; on PJRT
+// with the part's values and gradients, which have buffers of their own).
 struct D4pgReplicaState {
   int64_t networks = 0, gradients = 0, targets = 0, moments = 0;
   int64_t total() const { return networks + gradients + targets + moments; }

@@ -148,10 +148,6 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                                                           : "spreads them over processes (not built)",
                  ": use IN_PROCESS or NCCL");
     }
-    if (pjrt || gpu) {
-      return bad(".engine.shard_state OPTIMIZER: device ", config::EngineConfig::Device_Name(engine.device()),
-                 " reduces inside one compiled program, which has no reduce-scatter yet: use device CPU or CUDA");
-    }
   }
   if (engine.straggler() == config::EngineConfig::DEADLINE) {
     if (InProcessReplicas(engine) && engine.replicas() < 2) {

@@ -64,10 +64,20 @@ void Backend::RunStep(uint64_t /*signature*/, const std::function<void()>& devic
   device_part();
 }
 
-void Backend::AllReduceInStep(float* data, int64_t count, bool mean) {
-  std::fprintf(stderr, "%s backend: AllReduceInStep of %lld floats, but its steps run with no other replicas\n",
-               name().c_str(), static_cast<long long>(count));
+namespace {
+[[noreturn]] void NoCollectiveInStep(const Backend& backend, const char* what, int64_t count) {
+  std::fprintf(stderr, "%s backend: %s of %lld floats, but its steps run with no other replicas\n",
+               backend.name().c_str(), what, static_cast<long long>(count));
   std::abort();
+}
+}  // namespace
+
+void Backend::AllReduceInStep(float*, int64_t count, bool) { NoCollectiveInStep(*this, "AllReduceInStep", count); }
+void Backend::ReduceScatterInStep(const float*, float*, int64_t part, bool) {
+  NoCollectiveInStep(*this, "ReduceScatterInStep", part);
+}
+void Backend::AllGatherInStep(const float*, float*, int64_t part) {
+  NoCollectiveInStep(*this, "AllGatherInStep", part);
 }
 
 void Backend::ReadAtStepEnd(const void* device, void* host, size_t bytes) {

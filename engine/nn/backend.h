@@ -449,6 +449,11 @@ class Backend {
   };
 
   // --- Collectives inside a step ------------------------------------------------
+  // True when this backend's steps run as ONE program with the other
+  // replicas' (PJRT with K replicas): a step's kernels must then be the same
+  // on every replica (no offset may depend on the replica). reduces_in_step()
+  // says whether such a step is running now.
+  virtual bool runs_replicas_as_one_program() const { return false; }
   // True inside a step that runs as ONE program with the other replicas'
   // (PJRT with K replicas): their collectives are then AllReduceInStep.
   virtual bool reduces_in_step() const { return false; }
@@ -456,6 +461,14 @@ class Backend {
   // `mean`) over those replicas: an all_reduce inside the step's program, as
   // TF-Replicator's cross_replica_sum on a TPU. Only where reduces_in_step().
   virtual void AllReduceInStep(float* data, int64_t count, bool mean);
+  // `in` (K x `part` floats) -> `out` (`part` floats): this replica's part
+  // of the sum (mean) over the K replicas, a reduce_scatter inside the
+  // step's program. Only where reduces_in_step().
+  virtual void ReduceScatterInStep(const float* in, float* out, int64_t part, bool mean);
+  // `in` (`part` floats) -> `out` (K x `part`): every replica's `in` in
+  // replica order, an all_gather inside the step's program. Only where
+  // reduces_in_step().
+  virtual void AllGatherInStep(const float* in, float* out, int64_t part);
 
  protected:
   // Frees the scratch pool; every backend's destructor calls it (the pool is

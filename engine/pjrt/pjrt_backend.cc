@@ -205,6 +205,23 @@ void PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean) {
   l.Run();
 }
 
+void PjrtBackend::ReduceScatterInStep(const float* in, float* out, int64_t part, bool mean) {
+  if (!reduces_in_step()) nn::Backend::ReduceScatterInStep(in, out, part, mean);  // aborts, saying why
+  if (part == 0) return;
+  Launch l(*this);
+  Value mine = l.f.ReduceScatter(l.F32(in, {group_->size() * part}), group_->size());
+  l.Write(out, mean ? l.f.Mul(mine, l.Const(1.0 / group_->size())) : mine);
+  l.Run();
+}
+
+void PjrtBackend::AllGatherInStep(const float* in, float* out, int64_t part) {
+  if (!reduces_in_step()) nn::Backend::AllGatherInStep(in, out, part);  // aborts, saying why
+  if (part == 0) return;
+  Launch l(*this);
+  l.Write(out, l.f.AllGather(l.F32(in, {part}), group_->size()));
+  l.Run();
+}
+
 void PjrtBackend::EndStep() {
   if (!step_) {
     nn::Backend::EndStep();  // kernel at a time: the reads are downloads

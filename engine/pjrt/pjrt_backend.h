@@ -160,8 +160,11 @@ class PjrtBackend final : public nn::Backend {
   void RunStep(uint64_t signature, const std::function<void()>& device_part) override;
   bool replays_steps() const override { return compile_steps_; }
   void NotReplayable(const char* why) override;
+  bool runs_replicas_as_one_program() const override { return group_ != nullptr; }
   bool reduces_in_step() const override { return step_ != nullptr && group_ != nullptr; }
   void AllReduceInStep(float* data, int64_t count, bool mean) override;
+  void ReduceScatterInStep(const float* in, float* out, int64_t part, bool mean) override;
+  void AllGatherInStep(const float* in, float* out, int64_t part) override;
   bool compiles_steps() const { return compile_steps_; }
   // The K replicas this backend's steps run with as one program (0: none).
   int group_size() const { return group_ ? group_->size() : 0; }

@@ -638,6 +638,65 @@ TEST(PjrtGroupDeathTest, ReplicasThatRecordDifferentStepsStopTheProcessNamingThe
   EXPECT_DEATH(steps(32), "replica 1 recorded another step than replica 0");
 }
 
+// A reduce-scatter and an all-gather inside a step of 2 replicas are
+// collectives of its one program: replica r gets part r of the sum (the
+// mean), and every replica every replica's part in order, exactly.
+TEST(PjrtGroupTest, AReduceScatterAndAnAllGatherInAStepGiveEachReplicaItsParts) {
+  REQUIRE_PLUGIN();
+  auto client = Client::Shared(plugin);
+  ASSERT_TRUE(client.ok()) << client.status();
+  if ((*client)->num_devices() < 2) GTEST_SKIP() << "the plugin has one device: a group needs two";
+  auto group = std::make_shared<PjrtReplicaGroup>(2, std::chrono::seconds(60));
+  std::vector<std::unique_ptr<PjrtBackend>> backends;
+  for (int r = 0; r < 2; ++r) {
+    auto b = PjrtBackend::Create({.plugin = plugin, .device = r, .group = group, .cache_dir = ""});
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE((*b)->runs_replicas_as_one_program());
+    backends.push_back(std::move(*b));
+  }
+  std::vector<std::vector<float>> summed(2, std::vector<float>(3)), averaged = summed,
+                                  gathered(2, std::vector<float>(6));
+  std::vector<std::string> programs(2);
+  std::vector<std::thread> replicas;
+  for (int r = 0; r < 2; ++r) {
+    replicas.emplace_back([&, r] {
+      PjrtBackend& b = *backends[r];
+      // in[p * 3 + j] = 100 p + 10 j + r: part p of replica r.
+      std::vector<float> in(6);
+      for (int p = 0; p < 2; ++p) {
+        for (int j = 0; j < 3; ++j) in[p * 3 + j] = 100.0f * p + 10.0f * j + r;
+      }
+      const std::vector<float> mine = {7.0f * r, 7.0f * r + 1, 7.0f * r + 2};
+      float* x = b.AllocateFloats(6);
+      float* part = b.AllocateFloats(3);
+      float* mean = b.AllocateFloats(3);
+      float* own = b.AllocateFloats(3);
+      float* all = b.AllocateFloats(6);
+      b.Upload(in.data(), x, sizeof(float) * 6);
+      b.Upload(mine.data(), own, sizeof(float) * 3);
+      nn::StepScope step(b);
+      b.ReduceScatterInStep(x, part, 3, /*mean=*/false);
+      b.ReduceScatterInStep(x, mean, 3, /*mean=*/true);
+      b.AllGatherInStep(own, all, 3);
+      b.ReadAtStepEnd(part, summed[r].data(), sizeof(float) * 3);
+      b.ReadAtStepEnd(mean, averaged[r].data(), sizeof(float) * 3);
+      b.ReadAtStepEnd(all, gathered[r].data(), sizeof(float) * 6);
+      step.End();
+      programs[r] = b.last_program();
+    });
+  }
+  for (std::thread& t : replicas) t.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(::testing::Message() << "replica " << r);
+    // Summed over replicas 0 and 1: 200 p + 20 j + 1, replica r's part p = r.
+    EXPECT_EQ(summed[r], (std::vector<float>{200.0f * r + 1, 200.0f * r + 21, 200.0f * r + 41}));
+    EXPECT_EQ(averaged[r], (std::vector<float>{100.0f * r + 0.5f, 100.0f * r + 10.5f, 100.0f * r + 20.5f}));
+    EXPECT_EQ(gathered[r], (std::vector<float>{0, 1, 2, 7, 8, 9}));
+    EXPECT_THAT(programs[r], ::testing::HasSubstr("\"stablehlo.reduce_scatter\""));
+    EXPECT_THAT(programs[r], ::testing::HasSubstr("\"stablehlo.all_gather\""));
+  }
+}
+
 TEST(PjrtDeviceTest, ThePluginAtTheBaselineApiVersionRunsTheSameKernels) {
   REQUIRE_PLUGIN();
   const std::string baseline = std::filesystem::path(plugin).parent_path() / "pjrt_cpu_plugin_0.81.so";

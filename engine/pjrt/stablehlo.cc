@@ -370,14 +370,33 @@ Value Function::Reduce(const Value& x, const std::vector<int64_t>& axes, std::st
             ScalarRegion(op, x.type));
 }
 
-Value Function::AllReduce(const Value& x, int replicas) {
-  Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
+namespace {
+// One group of every replica (no channel: cross-replica collectives).
+std::string EveryReplica(int replicas) {
   std::vector<int64_t> group(replicas);
   for (int r = 0; r < replicas; ++r) group[r] = r;
-  // One group of every replica, no channel: a cross-replica sum.
-  return Op("all_reduce", {x}, x.dims, x.type,
-            absl::StrCat("replica_groups = dense<[", List(group), "]> : tensor<1x", replicas, "xi64>"),
-            ScalarRegion("add", x.type));
+  return absl::StrCat("replica_groups = dense<[", List(group), "]> : tensor<1x", replicas, "xi64>");
+}
+}  // namespace
+
+Value Function::AllReduce(const Value& x, int replicas) {
+  Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
+  return Op("all_reduce", {x}, x.dims, x.type, EveryReplica(replicas), ScalarRegion("add", x.type));
+}
+
+Value Function::ReduceScatter(const Value& x, int replicas) {
+  Require(replicas > 1 && replicas == replicas_, "reduce_scatter", "the module's replica count (set_replicas) first");
+  Require(x.rank() == 1 && x.dims[0] % replicas == 0, "reduce_scatter",
+          absl::StrCat(TensorType(x), ": one axis of a multiple of ", replicas, " elements"));
+  return Op("reduce_scatter", {x}, {x.dims[0] / replicas}, x.type,
+            absl::StrCat("scatter_dimension = 0 : i64, ", EveryReplica(replicas)), ScalarRegion("add", x.type));
+}
+
+Value Function::AllGather(const Value& x, int replicas) {
+  Require(replicas > 1 && replicas == replicas_, "all_gather", "the module's replica count (set_replicas) first");
+  Require(x.rank() == 1, "all_gather", absl::StrCat(TensorType(x), ": one axis"));
+  return Op("all_gather", {x}, {x.dims[0] * replicas}, x.type,
+            absl::StrCat("all_gather_dim = 0 : i64, ", EveryReplica(replicas)));
 }
 
 namespace {

@@ -141,6 +141,12 @@ class Function {
   // --- Collectives (a program for several replicas: set_replicas) ---
   // Sum of x over every replica (stablehlo.all_reduce, one replica group).
   Value AllReduce(const Value& x, int replicas);
+  // x [K n] on each of the K replicas -> [n]: replica r's part r of the sum
+  // over replicas (stablehlo.reduce_scatter along axis 0, one group).
+  Value ReduceScatter(const Value& x, int replicas);
+  // x [n] on each of the K replicas -> [K n]: every replica's x in replica
+  // order (stablehlo.all_gather along axis 0, one group).
+  Value AllGather(const Value& x, int replicas);
 
   Value Convolution(const Value& x, const Value& w, std::string_view layout, const Dims& out_dims,
                     const Dims& strides, const std::vector<Dims>& padding, const Dims& lhs_dilation,

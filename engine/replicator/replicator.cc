@@ -136,28 +136,62 @@ absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, 
     return status_;
   }
   if (ReducesOnDevice()) return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
-  return OnDevice(backend, data, count, {0, count}, {0, count},
+  return OnDevice(backend, data, count,
                   [&](std::span<float> floats) { return AllReduce(floats, op); });
 }
 
-absl::Status ReplicaContext::ReduceScatterDevice(nn::Backend& backend, float* data, int64_t part, ReduceOp op) {
-  if (num_replicas() == 1) return status_;
+absl::Status ReplicaContext::ReduceScatterDevice(nn::Backend& backend, const float* in, float* out, int64_t part,
+                                                 ReduceOp op) {
   if (!status_.ok()) return status_;
-  const int64_t mine = replica_id() * part, whole = num_replicas() * part;
-  return OnDevice(backend, data, whole, {0, whole}, {mine, mine + part}, [&](std::span<float> floats) {
-    return ReduceScatter(floats, floats.subspan(mine, part), op);
-  });
+  if (num_replicas() == 1) {
+    if (in != out) backend.Copy(in, out, part);
+    return status_;
+  }
+  const int64_t whole = num_replicas() * part;
+  if (backend.reduces_in_step()) {
+    backend.ReduceScatterInStep(in, out, part, op == ReduceOp::kMean);
+    return status_;
+  }
+  if (ReducesInPlace(backend)) {
+    backend.Synchronize();  // the kernels that wrote `in` have run
+    return ReduceScatter({in, static_cast<size_t>(whole)}, {out, static_cast<size_t>(part)}, op);
+  }
+  // Through the host: the whole in, then this replica's part after it.
+  if (static_cast<int64_t>(staging_.size()) < whole + part) staging_.resize(whole + part);
+  const nn::Backend::HostStaging staging(backend);
+  backend.Download(in, staging_.data(), sizeof(float) * whole);
+  RETURN_IF_ERROR(ReduceScatter({staging_.data(), static_cast<size_t>(whole)},
+                                {staging_.data() + whole, static_cast<size_t>(part)}, op));
+  backend.Upload(staging_.data() + whole, out, sizeof(float) * part);
+  return absl::OkStatus();
 }
 
-absl::Status ReplicaContext::AllGatherDevice(nn::Backend& backend, float* data, int64_t part) {
-  if (num_replicas() == 1) return status_;
+absl::Status ReplicaContext::AllGatherDevice(nn::Backend& backend, const float* in, float* out, int64_t part) {
   if (!status_.ok()) return status_;
-  const int64_t mine = replica_id() * part, whole = num_replicas() * part;
-  return OnDevice(backend, data, whole, {mine, mine + part}, {0, whole},
-                  [&](std::span<float> floats) { return AllGather(floats.subspan(mine, part), floats); });
+  if (num_replicas() == 1) {
+    if (in != out) backend.Copy(in, out, part);
+    return status_;
+  }
+  const int64_t whole = num_replicas() * part;
+  if (backend.reduces_in_step()) {
+    backend.AllGatherInStep(in, out, part);
+    return status_;
+  }
+  if (ReducesInPlace(backend)) {
+    backend.Synchronize();
+    return AllGather({in, static_cast<size_t>(part)}, {out, static_cast<size_t>(whole)});
+  }
+  // Through the host: this replica's part after the whole.
+  if (static_cast<int64_t>(staging_.size()) < whole + part) staging_.resize(whole + part);
+  const nn::Backend::HostStaging staging(backend);
+  backend.Download(in, staging_.data() + whole, sizeof(float) * part);
+  RETURN_IF_ERROR(AllGather({staging_.data() + whole, static_cast<size_t>(part)},
+                            {staging_.data(), static_cast<size_t>(whole)}));
+  backend.Upload(staging_.data(), out, sizeof(float) * whole);
+  return absl::OkStatus();
 }
 
-absl::Status ReplicaContext::OnDevice(nn::Backend& backend, float* data, int64_t count, Range in, Range out,
+absl::Status ReplicaContext::OnDevice(nn::Backend& backend, float* data, int64_t count,
                                       const std::function<absl::Status(std::span<float>)>& run) {
   if (ReducesInPlace(backend)) {
     backend.Synchronize();  // the kernels that wrote `data` have run (NCCL reads it on its own stream)
@@ -166,9 +200,9 @@ absl::Status ReplicaContext::OnDevice(nn::Backend& backend, float* data, int64_t
   if (static_cast<int64_t>(staging_.size()) < count) staging_.resize(count);
   const std::span<float> host(staging_.data(), static_cast<size_t>(count));
   const nn::Backend::HostStaging staging(backend);
-  backend.Download(data + in.begin, host.data() + in.begin, sizeof(float) * (in.end - in.begin));
+  backend.Download(data, host.data(), sizeof(float) * count);
   RETURN_IF_ERROR(run(host));
-  backend.Upload(host.data() + out.begin, data + out.begin, sizeof(float) * (out.end - out.begin));
+  backend.Upload(host.data(), data, sizeof(float) * count);
   return absl::OkStatus();
 }
 

@@ -137,13 +137,17 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   // uploaded back (a step's one allowed host round trip: nn::Backend::
   // HostStaging). Nothing at all with one replica.
   absl::Status AllReduceDevice(nn::Backend& backend, float* data, int64_t count, ReduceOp op);
-  // The same for a buffer of K parts of `part` floats each (`data`, K x
-  // part long, in `backend`'s memory): this replica's part (data +
-  // replica_id() x part) becomes the op over replicas of their part
-  // replica_id() (a reduce-scatter); every replica's part lands in every
-  // replica's buffer (an all-gather). In place, or through a host copy.
-  absl::Status ReduceScatterDevice(nn::Backend& backend, float* data, int64_t part, ReduceOp op);
-  absl::Status AllGatherDevice(nn::Backend& backend, float* data, int64_t part);
+  // The same for K parts of `part` floats each, in `backend`'s memory: `in`
+  // (K x part) -> `out` (part floats), the op over replicas of their part
+  // replica_id() (a reduce-scatter); `in` (part floats) -> `out` (K x part),
+  // every replica's `in` in replica order (an all-gather). `out` may be
+  // this replica's own part of `in` (reduce-scatter) and `in` its own part
+  // of `out` (all-gather), except inside a step that runs as one program for
+  // every replica (there no offset may depend on the replica). Inside such a
+  // step a collective of the program; otherwise in place, or through a host
+  // copy.
+  absl::Status ReduceScatterDevice(nn::Backend& backend, const float* in, float* out, int64_t part, ReduceOp op);
+  absl::Status AllGatherDevice(nn::Backend& backend, const float* in, float* out, int64_t part);
   // Whether `backend`'s buffers go to the collectives in place (no staging).
   bool ReducesInPlace(const nn::Backend& backend) const;
   // Whether device buffers are reduced on the device they share
@@ -166,15 +170,10 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   ReplicaContext* data_axis_ = this;
   std::unique_ptr<Collectives> solo_collectives_;
   std::unique_ptr<ReplicaContext> solo_context_;
-  // Floats [begin, end) of a buffer.
-  struct Range {
-    int64_t begin = 0, end = 0;
-  };
   // A collective on `count` floats of `backend`'s memory at `data`: `run`
   // given them in place where the collectives can take them, else a host
-  // copy of them, `in` downloaded before and `out` uploaded after (the
-  // floats the collective reads and writes).
-  absl::Status OnDevice(nn::Backend& backend, float* data, int64_t count, Range in, Range out,
+  // copy of them, downloaded before and uploaded after.
+  absl::Status OnDevice(nn::Backend& backend, float* data, int64_t count,
                         const std::function<absl::Status(std::span<float>)>& run);
   std::vector<float> staging_;  // the device collectives' host copy, grows only
 };

@@ -1,6 +1,9 @@
 #include "engine/replicator/sharded_adam.h"
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,11 +26,6 @@ absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(nn::ParameterSe
         PadMultiple(k), " (allocate them with ParameterSet::Allocate(backend, seed, ShardedAdam::PadMultiple(", k,
         ")))"));
   }
-  if (params->backend().reduces_in_step()) {
-    return absl::UnimplementedError(
-        "sharded optimizer state: replicas that reduce inside one compiled program (PJRT) have no reduce-scatter "
-        "here yet");
-  }
   return std::unique_ptr<ShardedAdam>(new ShardedAdam(params, replica_id, num_replicas, options, whole / k));
 }
 
@@ -38,8 +36,24 @@ ShardedAdam::ShardedAdam(nn::ParameterSet* params, int replica_id, int num_repli
       num_replicas_(num_replicas),
       options_(options),
       begin_(replica_id * count),
-      count_(count),
-      part_(params, &params->backend(), options.adam, replica_id * count, count) {}
+      count_(count) {
+  nn::Backend& backend = params->backend();
+  if (backend.runs_replicas_as_one_program() && num_replicas > 1) {
+    own_.Add("part", {count}, nn::Init::Zeros());
+    own_.Allocate(backend, /*seed=*/0);
+    backend.Copy(params->device_values() + begin_, own_.device_values(), count_);
+    part_ = std::make_unique<nn::Adam>(&own_, &backend, options.adam);
+  } else {
+    part_ = std::make_unique<nn::Adam>(params, &backend, options.adam, begin_, count_);
+  }
+}
+
+float* ShardedAdam::part_values() const {
+  return own_.allocated() ? own_.device_values() : params_->device_values() + begin_;
+}
+float* ShardedAdam::part_grads() const {
+  return own_.allocated() ? own_.device_grads() : params_->device_grads() + begin_;
+}
 
 absl::Status ShardedAdam::set_context(ReplicaContext* ctx) {
   if (ctx->replica_id() != replica_id_ || ctx->num_replicas() != num_replicas_) {
@@ -61,32 +75,25 @@ void ShardedAdam::Apply() {
   if (!ctx_->status().ok()) return;
   nn::Backend& backend = params_->backend();
   // Errors stay in ctx_->status().
-  if (!ctx_->ReduceScatterDevice(backend, params_->device_grads(), count_, ReduceOp::kMean).ok()) return;
-  if (options_.max_grad_norm > 0 && !ClipPart().ok()) return;
-  part_.Apply();
-  ctx_->AllGatherDevice(backend, params_->device_values(), count_).IgnoreError();
+  if (!ctx_->ReduceScatterDevice(backend, params_->device_grads(), part_grads(), count_, ReduceOp::kMean).ok()) return;
+  if (options_.max_grad_norm > 0 && !ClipPart(part_grads()).ok()) return;
+  part_->Apply();
+  ctx_->AllGatherDevice(backend, part_values(), params_->device_values(), count_).IgnoreError();
 }
 
-// x *= max_norm / ||x|| when ||x|| > max_norm (nn::ClipGradientsByGlobalNorm),
-// ||x|| over every part.
-absl::Status ShardedAdam::ClipPart() {
+// x *= max_norm / max(||x||, max_norm) (nn::ClipGradientsByGlobalNorm's
+// factor), ||x|| over every part: its square all-reduced on the device.
+absl::Status ShardedAdam::ClipPart(float* grads) {
   nn::Backend& backend = params_->backend();
-  float* grads = params_->device_grads() + begin_;
   if (norm_.empty()) norm_ = nn::DeviceBuffer(backend, 1);
-  backend.SquaredNorm(grads, count_, norm_.data());
-  float squared = 0;
-  {
-    // The one float of the norm's all-reduce, through the host.
-    const nn::Backend::HostStaging staging(backend);
-    backend.Download(norm_.data(), &squared, sizeof(float));
-    RETURN_IF_ERROR(ctx_->AllReduce({&squared, 1}, ReduceOp::kSum));
-  }
-  const float norm = std::sqrt(squared);
-  if (norm > options_.max_grad_norm) {
-    backend.NotReplayable("a sharded optimizer's clipping scale from the host");
-    const float scale = options_.max_grad_norm / norm;
-    backend.Scale(scale, grads, grads, count_);
-  }
+  float* factor = norm_.data();
+  backend.SquaredNorm(grads, count_, factor);
+  RETURN_IF_ERROR(ctx_->AllReduceDevice(backend, factor, 1, ReduceOp::kSum));
+  backend.Unary(nn::UnaryOp::kSqrt, 0, 0, factor, factor, 1);
+  backend.Unary(nn::UnaryOp::kClamp, std::max(options_.max_grad_norm, FLT_MIN),
+                std::numeric_limits<float>::infinity(), factor, factor, 1);
+  backend.Unary(nn::UnaryOp::kReciprocal, 0, 0, factor, factor, 1);
+  backend.ScaleByScalar(options_.max_grad_norm, factor, grads, count_);
   return absl::OkStatus();
 }
 
@@ -102,12 +109,14 @@ std::vector<nn::OptimizerState> ShardedAdam::State() {
 
 absl::Status ShardedAdam::GatherState() {
   TROUPE_CHECK(ctx_ != nullptr || num_replicas_ == 1);  // set_context first
-  const std::vector<nn::OptimizerState> whole = State(), part = part_.State();
+  const std::vector<nn::OptimizerState> whole = State(), part = part_->State();
   nn::Backend& backend = params_->backend();
   for (size_t s = 0; s < whole.size(); ++s) {
-    // This replica's part at its place, then everyone's.
-    backend.Copy(part[s].data, whole[s].data + begin_, count_);
-    RETURN_IF_ERROR(num_replicas_ == 1 ? absl::OkStatus() : ctx_->AllGatherDevice(backend, whole[s].data, count_));
+    if (num_replicas_ == 1) {
+      backend.Copy(part[s].data, whole[s].data, count_);
+    } else {
+      RETURN_IF_ERROR(ctx_->AllGatherDevice(backend, part[s].data, whole[s].data, count_));
+    }
   }
   return absl::OkStatus();
 }
@@ -123,7 +132,7 @@ absl::Status ShardedAdam::GatherLocal(const std::vector<ShardedAdam*>& replicas,
   for (int r = 0; r < into.num_replicas_; ++r) {
     ShardedAdam& from = *replicas[r];
     TROUPE_CHECK(from.replica_id_ == r && from.count_ == into.count_);
-    const std::vector<nn::OptimizerState> part = from.part_.State();
+    const std::vector<nn::OptimizerState> part = from.part_->State();
     host.resize(from.count_);
     for (size_t s = 0; s < part.size(); ++s) {
       from.params_->backend().Download(part[s].data, host.data(), sizeof(float) * host.size());
@@ -134,8 +143,9 @@ absl::Status ShardedAdam::GatherLocal(const std::vector<ShardedAdam*>& replicas,
 }
 
 void ShardedAdam::KeepOwnPart() {
-  if (whole_m_.empty()) return;  // nothing was loaded
-  const std::vector<nn::OptimizerState> part = part_.State();
+  if (own_.allocated()) params_->backend().Copy(params_->device_values() + begin_, own_.device_values(), count_);
+  if (whole_m_.empty()) return;  // no moments were loaded
+  const std::vector<nn::OptimizerState> part = part_->State();
   params_->backend().Copy(whole_m_.data() + begin_, part[0].data, count_);
   params_->backend().Copy(whole_v_.data() + begin_, part[1].data, count_);
   ReleaseWholeState();

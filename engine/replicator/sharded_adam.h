@@ -5,12 +5,21 @@
 //   1. the gradients reduce-scattered: replica r gets the mean over replicas
 //      of its part (where plain data parallelism all-reduces all of it);
 //   2. clipped by the global norm when asked (the parts' squared norms
-//      all-reduced: one float);
+//      all-reduced on the device: one float);
 //   3. Adam on its part, with its part's moments;
 //   4. the parameters all-gathered: every replica has the whole update.
 // Every replica ends the update with the parameters unsharded Adam after an
 // all-reduce gives (up to the order of float sums), keeping 2/K of a
 // parameter buffer of optimizer state where Adam keeps 2.
+//
+// Where the replicas run each step as one program (PJRT with K replicas:
+// Backend::runs_replicas_as_one_program), no kernel may address the
+// replica's own part of a buffer (its offset differs by replica), so the
+// part lives in buffers of its own: the reduce-scatter writes its gradient
+// there, Adam updates the part's values there, and the all-gather reads
+// them (the part's values are kept between updates: 2/K of a buffer more;
+// KeepOwnPart takes them again after the whole values were loaded).
+// Elsewhere the part is updated in place in the parameters' buffers.
 //
 // A checkpoint holds the whole moments under unsharded Adam's names
 // ("adam.m", "adam.v"), so a run saved with any K, sharded or not, loads
@@ -47,8 +56,7 @@ class ShardedAdam final : public nn::Optimizer {
 
   // Replica `replica_id`'s part of `params` (allocated on their backend,
   // padded to PadMultiple(num_replicas)). InvalidArgument when they are not
-  // padded so, naming both lengths; Unimplemented on a backend that reduces
-  // inside one compiled program (PJRT: no reduce-scatter there yet).
+  // padded so, naming both lengths.
   static absl::StatusOr<std::unique_ptr<ShardedAdam>> Create(nn::ParameterSet* params, int replica_id,
                                                              int num_replicas, const ShardedAdamOptions& options);
 
@@ -58,13 +66,13 @@ class ShardedAdam final : public nn::Optimizer {
   // it, and splitting the state there saves no memory).
   absl::Status set_context(ReplicaContext* ctx);
 
-  void Prepare(float learning_rate) override { part_.Prepare(learning_rate); }
+  void Prepare(float learning_rate) override { part_->Prepare(learning_rate); }
   // Steps 1-4 above. A collective's error stays in the context (its
   // status()) and the rest of the update is skipped, as ReplicatedOptimizer
   // does.
   void Apply() override;
-  int64_t steps() const override { return part_.steps(); }
-  void set_steps(int64_t steps) override { part_.set_steps(steps); }
+  int64_t steps() const override { return part_->steps(); }
+  void set_steps(int64_t steps) override { part_->set_steps(steps); }
   // The whole moments (the parameters' padded length each), allocated on
   // first use: what GatherState() fills and a checkpoint's load writes.
   std::vector<nn::OptimizerState> State() override;
@@ -74,8 +82,10 @@ class ShardedAdam final : public nn::Optimizer {
   // Every replica's part of the moments into the whole ones (State()): a
   // collective every replica calls before a checkpoint is written.
   absl::Status GatherState();
-  // After a checkpoint's load filled State(): this replica's part of it
-  // becomes its moments, and the whole ones are released.
+  // After a checkpoint's load filled State() and the parameters: this
+  // replica's part of the moments becomes its moments (the whole ones are
+  // released), and where the part has buffers of its own, its part of the
+  // values is taken again. Outside a step.
   void KeepOwnPart();
   // Releases the whole moments (after a checkpoint was written).
   void ReleaseWholeState();
@@ -89,21 +99,28 @@ class ShardedAdam final : public nn::Optimizer {
   int64_t part_floats() const { return count_; }
   // The optimizer state this replica keeps between updates, in bytes: its
   // part of the two moments (unsharded Adam keeps 2 x the whole buffer).
-  int64_t state_bytes() const { return int64_t{sizeof(float)} * part_.state_floats(); }
+  int64_t state_bytes() const { return int64_t{sizeof(float)} * part_->state_floats(); }
+  // Whether the part lives in buffers of its own (see the top of this file).
+  bool own_part_buffers() const { return own_.allocated(); }
 
  private:
   ShardedAdam(nn::ParameterSet* params, int replica_id, int num_replicas, const ShardedAdamOptions& options,
               int64_t count);
-  absl::Status ClipPart();
+  absl::Status ClipPart(float* grads);
+  // This replica's part of the values and gradients: in the parameters'
+  // buffers, or in its own.
+  float* part_values() const;
+  float* part_grads() const;
 
   nn::ParameterSet* params_;
   ReplicaContext* ctx_ = nullptr;
   const int replica_id_, num_replicas_;
   const ShardedAdamOptions options_;
   const int64_t begin_, count_;
-  nn::Adam part_;                      // Adam over [begin_, begin_ + count_)
+  nn::ParameterSet own_;                // the part's values and gradients, where they have buffers of their own
+  std::unique_ptr<nn::Adam> part_;      // Adam over the part
   nn::DeviceBuffer whole_m_, whole_v_;  // State()'s, while a checkpoint needs them
-  nn::DeviceBuffer norm_;               // the part's squared norm
+  nn::DeviceBuffer norm_;               // the gradient's squared norm, then the clip's factor
 };
 
 }  // namespace troupe::replicator
