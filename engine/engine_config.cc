@@ -176,11 +176,6 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
       return bad(".engine.model_parallel ", m, ": a mesh of replicas needs collectives IN_PROCESS or MPI (groups "
                  "along each axis), not ", config::EngineConfig::Collectives_Name(c));
     }
-    if (pjrt || gpu) {
-      return bad(".engine.model_parallel ", m, ": device ", config::EngineConfig::Device_Name(engine.device()),
-                 " reduces inside one compiled program over every replica, which has no groups along an axis yet: "
-                 "use device CPU or CUDA");
-    }
     if (InProcessReplicas(engine) && engine.replicas() % m != 0) {
       return bad(".engine.model_parallel ", m, ": ", section, ".engine.replicas ", engine.replicas(),
                  " is not a multiple of it (replicas = model copies x model_parallel)");

@@ -72,7 +72,9 @@ namespace {
 }
 }  // namespace
 
-void Backend::AllReduceInStep(float*, int64_t count, bool) { NoCollectiveInStep(*this, "AllReduceInStep", count); }
+void Backend::AllReduceInStep(float*, int64_t count, bool, const ReplicaGroups*) {
+  NoCollectiveInStep(*this, "AllReduceInStep", count);
+}
 void Backend::ReduceScatterInStep(const float*, float*, int64_t part, bool) {
   NoCollectiveInStep(*this, "ReduceScatterInStep", part);
 }

@@ -459,8 +459,11 @@ class Backend {
   virtual bool reduces_in_step() const { return false; }
   // data (`count` floats of this backend's memory) = its sum (its mean when
   // `mean`) over those replicas: an all_reduce inside the step's program, as
-  // TF-Replicator's cross_replica_sum on a TPU. Only where reduces_in_step().
-  virtual void AllReduceInStep(float* data, int64_t count, bool mean);
+  // TF-Replicator's cross_replica_sum on a TPU. `groups` (replica ids, each
+  // replica in one group; null: one group of all) sums within each group
+  // instead: one axis of a mesh of replicas. Only where reduces_in_step().
+  using ReplicaGroups = std::vector<std::vector<int>>;
+  virtual void AllReduceInStep(float* data, int64_t count, bool mean, const ReplicaGroups* groups = nullptr);
   // `in` (K x `part` floats) -> `out` (`part` floats): this replica's part
   // of the sum (mean) over the K replicas, a reduce_scatter inside the
   // step's program. Only where reduces_in_step().

@@ -196,12 +196,14 @@ void PjrtBackend::NotReplayable(const char* why) {
   if (step_ && not_replayable_.empty()) not_replayable_ = why;
 }
 
-void PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean) {
+void PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean, const ReplicaGroups* groups) {
   if (!reduces_in_step()) nn::Backend::AllReduceInStep(data, count, mean);  // aborts, saying why
   if (count == 0) return;
   Launch l(*this);
-  Value sum = l.f.AllReduce(l.F32(data, {count}), group_->size());
-  l.Write(data, mean ? l.f.Mul(sum, l.Const(1.0 / group_->size())) : sum);
+  const Value sum = groups == nullptr ? l.f.AllReduce(l.F32(data, {count}), group_->size())
+                                      : l.f.AllReduce(l.F32(data, {count}), group_->size(), *groups);
+  const size_t size = groups == nullptr ? group_->size() : groups->front().size();
+  l.Write(data, mean ? l.f.Mul(sum, l.Const(1.0 / size)) : sum);
   l.Run();
 }
 

@@ -162,7 +162,7 @@ class PjrtBackend final : public nn::Backend {
   void NotReplayable(const char* why) override;
   bool runs_replicas_as_one_program() const override { return group_ != nullptr; }
   bool reduces_in_step() const override { return step_ != nullptr && group_ != nullptr; }
-  void AllReduceInStep(float* data, int64_t count, bool mean) override;
+  void AllReduceInStep(float* data, int64_t count, bool mean, const ReplicaGroups* groups = nullptr) override;
   void ReduceScatterInStep(const float* in, float* out, int64_t part, bool mean) override;
   void AllGatherInStep(const float* in, float* out, int64_t part) override;
   bool compiles_steps() const { return compile_steps_; }

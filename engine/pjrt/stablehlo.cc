@@ -384,6 +384,25 @@ Value Function::AllReduce(const Value& x, int replicas) {
   return Op("all_reduce", {x}, x.dims, x.type, EveryReplica(replicas), ScalarRegion("add", x.type));
 }
 
+Value Function::AllReduce(const Value& x, int replicas, const std::vector<std::vector<int>>& groups) {
+  Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
+  std::vector<int> seen(replicas, 0);
+  std::vector<std::string> rows;
+  for (const std::vector<int>& g : groups) {
+    Require(!g.empty() && g.size() == groups.front().size(), "all_reduce", "replica groups of one size");
+    for (int r : g) {
+      Require(r >= 0 && r < replicas && !seen[r]++, "all_reduce", "each replica in one group");
+    }
+    rows.push_back(absl::StrCat("[", absl::StrJoin(g, ", "), "]"));
+  }
+  Require(static_cast<int64_t>(rows.size() * groups.front().size()) == replicas, "all_reduce",
+          "every replica in a group");
+  return Op("all_reduce", {x}, x.dims, x.type,
+            absl::StrCat("replica_groups = dense<[", absl::StrJoin(rows, ", "), "]> : tensor<", groups.size(), "x",
+                         groups.front().size(), "xi64>"),
+            ScalarRegion("add", x.type));
+}
+
 Value Function::ReduceScatter(const Value& x, int replicas) {
   Require(replicas > 1 && replicas == replicas_, "reduce_scatter", "the module's replica count (set_replicas) first");
   Require(x.rank() == 1 && x.dims[0] % replicas == 0, "reduce_scatter",

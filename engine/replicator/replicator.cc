@@ -132,7 +132,7 @@ absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, 
   if (!status_.ok()) return status_;
   // Replicas that run the step as one program reduce inside it.
   if (backend.reduces_in_step()) {
-    backend.AllReduceInStep(data, count, op == ReduceOp::kMean);
+    backend.AllReduceInStep(data, count, op == ReduceOp::kMean, in_step_groups_);
     return status_;
   }
   if (ReducesOnDevice()) return Record(collectives_->AllReduceOnDevice(backend, data, count, op));
@@ -149,6 +149,9 @@ absl::Status ReplicaContext::ReduceScatterDevice(nn::Backend& backend, const flo
   }
   const int64_t whole = num_replicas() * part;
   if (backend.reduces_in_step()) {
+    if (in_step_groups_ != nullptr) {
+      return Record(absl::UnimplementedError("a reduce-scatter along one axis of a mesh inside a compiled step"));
+    }
     backend.ReduceScatterInStep(in, out, part, op == ReduceOp::kMean);
     return status_;
   }
@@ -174,6 +177,9 @@ absl::Status ReplicaContext::AllGatherDevice(nn::Backend& backend, const float* 
   }
   const int64_t whole = num_replicas() * part;
   if (backend.reduces_in_step()) {
+    if (in_step_groups_ != nullptr) {
+      return Record(absl::UnimplementedError("an all-gather along one axis of a mesh inside a compiled step"));
+    }
     backend.AllGatherInStep(in, out, part);
     return status_;
   }
@@ -341,6 +347,12 @@ absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(const ReplicatorO
 absl::Status Replicator::MakeAxes(const ReplicatorOptions& options) {
   const int k = num_replicas_, m = model_parallel_;
   RETURN_IF_ERROR(CheckMesh(k, m));
+  model_groups_.assign(k / m, {});
+  data_groups_.assign(m, {});
+  for (int r = 0; r < k; ++r) {
+    model_groups_[r / m].push_back(r);
+    data_groups_[r % m].push_back(r);
+  }
   if (options.backend == ReplicatorOptions::Backend::kMpi) {
     for (const std::unique_ptr<Collectives>& member : collectives_.members) {
       const int r = member->replica_id();
@@ -379,6 +391,8 @@ absl::Status Replicator::RunReplicas(const std::function<absl::Status(ReplicaCon
       model.emplace(axes_[k].model.get(), backends_[k], local_index);
       data.emplace(axes_[k].data.get(), backends_[k], local_index);
       model->parent_ = data->parent_ = &ctx;
+      model->in_step_groups_ = &model_groups_;
+      data->in_step_groups_ = &data_groups_;
       ctx.model_axis_ = &*model;
       ctx.data_axis_ = &*data;
     }

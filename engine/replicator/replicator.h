@@ -166,6 +166,9 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   int local_index_;
   absl::Status status_;
   ReplicaContext* parent_ = nullptr;  // an axis's context: whose status() its errors also are
+  // An axis's groups of replicas for collectives inside a step that runs as
+  // one program for every replica (null: all of them).
+  const nn::Backend::ReplicaGroups* in_step_groups_ = nullptr;
   ReplicaContext* model_axis_ = nullptr;  // null: a group of one, made on first use
   ReplicaContext* data_axis_ = this;
   std::unique_ptr<Collectives> solo_collectives_;
@@ -285,6 +288,9 @@ class Replicator {
   // without a mesh), and the in-process groups behind them.
   std::vector<AxisCollectives> axes_;
   std::vector<std::shared_ptr<void>> axis_groups_;
+  // The mesh's groups by global replica id, for collectives inside a step
+  // that runs as one program: a model's parts, and a part's copies.
+  nn::Backend::ReplicaGroups model_groups_, data_groups_;
   std::vector<std::shared_ptr<nn::Backend>> backends_;
 };
 
