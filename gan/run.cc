@@ -62,6 +62,10 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   ASSIGN_OR_RETURN(std::unique_ptr<GanTrainer> trainer, GanTrainer::Create(gan, &data));
   const std::string checkpoint_dir = run.checkpoints();
   const bool chief = trainer->is_chief();
+  if (chief && gan.engine().shard_state() == config::EngineConfig::OPTIMIZER) {
+    Log(absl::StrFormat("optimizer state split over %d replicas (engine.shard_state OPTIMIZER): %.2f MB each",
+                        gan.engine().replicas(), 1e-6 * trainer->optimizer_state_bytes()));
+  }
   if (chief && trainer->generator_floats_per_replica() != trainer->generator_floats()) {
     Log(absl::StrFormat("generator split over %d replicas (engine.model_parallel): %.2f MB of its %.2f MB of "
                         "parameters on each (%.2fx), Adam's moments alike",

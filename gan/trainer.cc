@@ -6,6 +6,7 @@
 #include <numbers>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
@@ -15,6 +16,7 @@
 #include "engine/engine_config.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/schedule.h"
+#include "engine/replicator/sharded_adam.h"
 
 namespace troupe::gan {
 
@@ -27,7 +29,12 @@ struct GanTrainer::Replica {
   // (their generators are), so the step is the same program on all of them
   // (K replicas in one compiled program). Replica 0's evaluates and saves.
   nn::ParameterSet ema;
-  std::unique_ptr<nn::Optimizer> g_adam, d_adam;  // gan.optimizer (Adam by default)
+  // gan.optimizer (Adam by default); with engine.shard_state OPTIMIZER,
+  // replicator::ShardedAdam (each replica keeps 1/K of the moments, and
+  // reduces the gradients itself).
+  std::unique_ptr<nn::Optimizer> g_adam, d_adam;
+  replicator::ShardedAdam* g_sharded = nullptr;  // g_adam's, when sharded
+  replicator::ShardedAdam* d_sharded = nullptr;
   std::unique_ptr<nn::Tape> tape;
   std::unique_ptr<ShardSampler> sampler;
   std::vector<float> real;   // [n_critic][shard, 1, 28, 28]
@@ -87,10 +94,11 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
                                                        ": the GAN's steps wait for every replica (a deadline is the RL learner's only so far)"));
   }
-  if (c.engine().shard_state() != config::EngineConfig::NONE) {
-    return FieldError("engine.shard_state", absl::StrCat(config::EngineConfig::ShardState_Name(c.engine().shard_state()),
-                                                         ": the GAN's optimizers keep their whole state on every "
-                                                         "replica (sharded state is the RL learner's so far)"));
+  if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER && c.optimizer() != config::GanConfig::ADAM) {
+    return FieldError("engine.shard_state",
+                      absl::StrCat("OPTIMIZER with optimizer ", config::GanConfig::Optimizer_Name(c.optimizer()),
+                                   ": the split optimizer is Adam's (LAMB's and LARS's trust ratios are norms over "
+                                   "whole tensors)"));
   }
   auto in_range = [](int64_t value, int64_t low, int64_t high) {
     return absl::StrCat(value, ": must be in [", low, ", ", high, "]");
@@ -169,6 +177,14 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   const int m = t->model_parallel_ = t->replicator_->model_parallel();
   const int copies = k / m;
   const uint64_t seed = config.engine().seed();
+  const bool sharded = config.engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  if (sharded && static_cast<int>(t->replicator_->local_replicas().size()) != k) {
+    return FieldError("engine.shard_state", absl::StrCat("OPTIMIZER: ", t->replicator_->local_replicas().size(),
+                                                         " of the ", k, " replicas are in this process; a checkpoint "
+                                                         "gathers the moments from all of them"));
+  }
+  // Sharded, the networks' buffers split into K equal parts.
+  const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
   auto make_optimizer = [&](nn::ParameterSet* params, nn::Backend* device) -> std::unique_ptr<nn::Optimizer> {
     switch (config.optimizer()) {
       case config::GanConfig::LAMB:
@@ -204,11 +220,23 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
     nn::Backend& device = *r->backend;
     auto generator = std::make_unique<Generator>(r->g, config.noise_size(), config.generator_channels(), m);
     auto discriminator = std::make_unique<Discriminator>(r->d, r->d_power, config.discriminator_channels());
-    r->g.Allocate(device, seed * 3 + 1);
-    r->d.Allocate(device, seed * 3 + 2);
+    r->g.Allocate(device, seed * 3 + 1, pad);
+    r->d.Allocate(device, seed * 3 + 2, pad);
     r->d_power.Allocate(device, seed * 3 + 3);
-    r->g_adam = make_optimizer(&r->g, &device);
-    r->d_adam = make_optimizer(&r->d, &device);
+    if (sharded) {
+      replicator::ShardedAdamOptions options;
+      options.adam.beta1 = config.adam_beta1();
+      options.adam.beta2 = config.adam_beta2();
+      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> g, replicator::ShardedAdam::Create(&r->g, id, k, options));
+      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> d, replicator::ShardedAdam::Create(&r->d, id, k, options));
+      r->g_sharded = g.get();
+      r->d_sharded = d.get();
+      r->g_adam = std::move(g);
+      r->d_adam = std::move(d);
+    } else {
+      r->g_adam = make_optimizer(&r->g, &device);
+      r->d_adam = make_optimizer(&r->d, &device);
+    }
     r->tape = std::make_unique<nn::Tape>(&device);
     r->sampler = std::make_unique<ShardSampler>(data, seed, config.batch_size(), r->copy, copies);
     const int64_t shard = config.batch_size() / copies;
@@ -269,6 +297,16 @@ int64_t ParameterFloats(const nn::ParameterSet& set) {
 
 int64_t GanTrainer::generator_floats_per_replica() const { return ParameterFloats(replicas_[0]->g); }
 int64_t GanTrainer::generator_floats() const { return ParameterFloats(whole_ ? whole_->g : replicas_[0]->g); }
+
+int64_t GanTrainer::optimizer_state_bytes() const {
+  const Replica& r = *replicas_[0];
+  if (r.g_sharded != nullptr) return r.g_sharded->state_bytes() + r.d_sharded->state_bytes();
+  int64_t floats = 0;
+  for (nn::Optimizer* o : {r.g_adam.get(), r.d_adam.get()}) {
+    for (const nn::OptimizerState& s : o->State()) floats += o->parameters().total_floats();
+  }
+  return int64_t{sizeof(float)} * floats;
+}
 
 namespace {
 std::vector<float> DownloadBuffer(nn::Backend& backend, const float* data, int64_t floats) {
@@ -380,8 +418,14 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   replicator::ReplicaContext& copies = ctx.data_axis();
   nn::CrossReplicaSum* cross = copies.num_replicas() > 1 ? &copies : nullptr;
   nn::CrossReplicaSum* model = model_parallel_ > 1 ? &ctx.model_axis() : nullptr;
-  replicator::ReplicatedOptimizer d_optimizer(r.d_adam.get(), &copies);
-  replicator::ReplicatedOptimizer g_optimizer(r.g_adam.get(), &copies);
+  // A sharded optimizer reduces the gradients itself.
+  replicator::ReplicatedOptimizer d_replicated(r.d_adam.get(), &copies), g_replicated(r.g_adam.get(), &copies);
+  if (r.g_sharded != nullptr) {
+    RETURN_IF_ERROR(r.g_sharded->set_context(&ctx));
+    RETURN_IF_ERROR(r.d_sharded->set_context(&ctx));
+  }
+  nn::Optimizer& d_optimizer = r.d_sharded != nullptr ? static_cast<nn::Optimizer&>(*r.d_sharded) : d_replicated;
+  nn::Optimizer& g_optimizer = r.g_sharded != nullptr ? static_cast<nn::Optimizer&>(*r.g_sharded) : g_replicated;
   nn::Tape& tape = *r.tape;
   nn::Backend& device = *r.backend;
   // One step on the device (nn::Backend's step contract): the host reads
@@ -492,6 +536,8 @@ absl::Status GanTrainer::SaveCheckpoint(const std::string& dir,
   // One generation: every file of this step, committed at once.
   ASSIGN_OR_RETURN(GenerationWriter generation, GenerationWriter::Begin(dir));
   if (whole_) GatherGenerator();  // the files hold the whole generator
+  GatherMoments(0);               // and the whole moments
+  absl::Cleanup release = [&] { ReleaseMoments(0); };
   for (const NetworkFile& network : NetworkFiles(0)) {
     RETURN_IF_ERROR(nn::SaveCheckpoint(generation.File(network.file), *network.parameters, network.optimizer));
     RETURN_IF_ERROR(generation.Add(network.file));
@@ -524,8 +570,28 @@ std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
           {kPowerVectorsFile, &replica.d_power, nullptr}};
 }
 
+void GanTrainer::GatherMoments(int r) const {
+  if (replicas_[r]->g_sharded == nullptr) return;
+  std::vector<replicator::ShardedAdam*> g, d;
+  for (const auto& each : replicas_) {
+    g.push_back(each->g_sharded);
+    d.push_back(each->d_sharded);
+  }
+  // Every replica is in this process (Create checks).
+  TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(g, *replicas_[r]->g_sharded).ok());
+  TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(d, *replicas_[r]->d_sharded).ok());
+}
+
+void GanTrainer::ReleaseMoments(int r) const {
+  if (replicas_[r]->g_sharded == nullptr) return;
+  replicas_[r]->g_sharded->ReleaseWholeState();
+  replicas_[r]->d_sharded->ReleaseWholeState();
+}
+
 std::vector<nn::CheckpointTensor> GanTrainer::CheckpointState(int r) const {
   if (whole_) GatherGenerator(replicas_[r]->copy);
+  GatherMoments(r);
+  absl::Cleanup release = [&] { ReleaseMoments(r); };
   std::vector<nn::CheckpointTensor> state;
   for (const NetworkFile& network : NetworkFiles(r)) {
     for (nn::CheckpointTensor& t : nn::CheckpointTensors(*network.parameters, network.optimizer)) {
@@ -554,6 +620,11 @@ absl::Status GanTrainer::LoadFrom(const std::string& folder) {
     }
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kDiscriminatorFile, r->d, r->d_adam.get()));
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kPowerVectorsFile, r->d_power));
+    if (r->g_sharded != nullptr) {
+      // The whole moments were loaded: each replica keeps its part.
+      r->g_sharded->KeepOwnPart();
+      r->d_sharded->KeepOwnPart();
+    }
   }
   if (whole_) RETURN_IF_ERROR(ScatterGenerator());
   steps_ = steps;

@@ -125,6 +125,10 @@ class GanTrainer {
   // (equal without model_parallel).
   int64_t generator_floats_per_replica() const;
   int64_t generator_floats() const;
+  // The optimizers' state a replica keeps between steps, in bytes (Adam's
+  // two moments of both networks, or its part of them with
+  // engine.shard_state OPTIMIZER; LAMB's and LARS's own).
+  int64_t optimizer_state_bytes() const;
   int num_local_replicas() const { return static_cast<int>(replicas_.size()); }
   bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
 
@@ -148,6 +152,10 @@ class GanTrainer {
   // replicas copy x M .. copy x M + M - 1), or into every local replica's part.
   struct WholeGenerator;
   void GatherGenerator(int copy = 0) const;
+  // With shard_state OPTIMIZER: every replica's part of the moments into
+  // local replica r's whole ones (its optimizers' State()), and released.
+  void GatherMoments(int r) const;
+  void ReleaseMoments(int r) const;
   absl::Status ScatterGenerator();
 
   config::GanConfig config_;

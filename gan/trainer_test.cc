@@ -208,6 +208,89 @@ TEST(GanTrainerTest, ASplitGeneratorsCheckpointResumesAtAnyReplicaCountAndSplit)
   std::filesystem::remove_all(dir);
 }
 
+// engine.shard_state OPTIMIZER: each of K replicas keeps Adam's moments for
+// 1/K of both networks (replicator::ShardedAdam: gradients reduce-scattered,
+// parameters all-gathered). K=2 and 4 end 3 steps where one replica with
+// Adam on the whole batch ends, whole state within 1e-5 (the checkpoint's
+// moments gathered whole from the parts); each keeps 1/K of the moments; a
+// checkpoint of K=4 resumes at K=1 unsplit and at K=2 split, and each trains
+// on as K=4 does.
+TEST(GanTrainerTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
+  const GanData data = RandomData(64);
+  auto sharded_config = [](int k) {
+    config::GanConfig c = EquivalenceConfig(k);
+    c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+    return c;
+  };
+  auto one = GanTrainer::Create(EquivalenceConfig(1), &data);
+  ASSERT_TRUE(one.ok()) << one.status();
+  const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
+  ASSERT_TRUE((*one)->Train(/*steps=*/3).ok());
+  const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
+  for (int k : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "K=" << k);
+    auto sharded = GanTrainer::Create(sharded_config(k), &data);
+    ASSERT_TRUE(sharded.ok()) << sharded.status();
+    ASSERT_TRUE((*sharded)->Train(/*steps=*/3).ok());
+    for (int r = 0; r < k; ++r) {
+      SCOPED_TRACE(::testing::Message() << "replica " << r);
+      TROUPE_EXPECT_SAME_STATE(start, want, (*sharded)->CheckpointState(r), .tolerance = 1e-5);
+    }
+    const double ratio = double((*sharded)->optimizer_state_bytes()) / double((*one)->optimizer_state_bytes());
+    EXPECT_GE(ratio, 1.0 / k);
+    EXPECT_LE(ratio, 1.0 / k + 0.02) << "1/K of the moments, and the padding to K parts";
+    std::printf("K=%d: a replica keeps %lld of %lld bytes of optimizer state (%.3fx)\n", k,
+                static_cast<long long>((*sharded)->optimizer_state_bytes()),
+                static_cast<long long>((*one)->optimizer_state_bytes()), ratio);
+  }
+  // A checkpoint across K, split and not.
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe_gan_sharded_ckpt_" + std::to_string(getpid()))).string();
+  auto a = GanTrainer::Create(sharded_config(4), &data);
+  ASSERT_TRUE((*a)->Train(2).ok());
+  ASSERT_TRUE((*a)->SaveCheckpoint(dir).ok());
+  const std::vector<nn::CheckpointTensor> saved = (*a)->CheckpointState();
+  ASSERT_TRUE((*a)->Train(2).ok());
+  const std::vector<nn::CheckpointTensor> then = (*a)->CheckpointState();
+  for (const config::GanConfig& c : {EquivalenceConfig(1), sharded_config(2)}) {
+    SCOPED_TRACE(::testing::Message() << "resumed at K=" << c.engine().replicas());
+    auto b = GanTrainer::Create(c, &data);
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_TRUE((*b)->LoadCheckpoint(dir).ok());
+    TROUPE_EXPECT_SAME_STATE(saved, saved, (*b)->CheckpointState(), .tolerance = 0);
+    ASSERT_TRUE((*b)->Train(2).ok());
+    TROUPE_EXPECT_SAME_STATE(saved, then, (*b)->CheckpointState(), .tolerance = 1e-5);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The same split of the moments on two replicas that run each step as one
+// compiled PJRT program (the CPU plugin's devices): 2 steps end within 1e-4
+// of one replica with Adam on the CPU, whole state.
+TEST(GanTrainerTest, ShardedOptimizerStateOnPjrtReplicasEqualsOneReplicaWithAdam) {
+  const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+  if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+  const GanData data = RandomData(64);
+  config::GanConfig c = EquivalenceConfig(2);
+  c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+  c.mutable_engine()->set_device(config::EngineConfig::PJRT);
+  c.mutable_engine()->set_pjrt_plugin(plugin);
+  if (const absl::Status enough = engine::CheckDeviceAvailable(c.engine(), "gan"); !enough.ok()) {
+    GTEST_SKIP() << "two replicas need a PJRT plugin with two devices: " << enough;
+  }
+  auto one = GanTrainer::Create(EquivalenceConfig(1), &data);
+  auto sharded = GanTrainer::Create(c, &data);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
+  ASSERT_TRUE((*one)->Train(/*steps=*/2).ok());
+  ASSERT_TRUE((*sharded)->Train(/*steps=*/2).ok());
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(::testing::Message() << "replica " << r);
+    TROUPE_EXPECT_SAME_STATE(start, (*one)->CheckpointState(), (*sharded)->CheckpointState(r), .tolerance = 1e-4);
+  }
+}
+
 // K=2 replicas on one device reducing on it (collectives SHARED_DEVICE: on a
 // GPU, two threads with their own streams on GPU 0) against K=1 on the whole
 // batch: each replica's whole state within 1e-5 relative on the CPU, and
