@@ -326,11 +326,6 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, k));
   // Sharded state splits the networks' buffers into K equal parts.
   const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
-  if (sharded && local != k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "learner.engine.shard_state OPTIMIZER: ", local, " of the ", k,
-        " replicas run in this process; a checkpoint gathers every replica's part of the optimizer state"));
-  }
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const int64_t shard = batch / k;
@@ -452,8 +447,34 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
   return status;
 }
 
+bool D4pgAgent::state_split_across_processes() const {
+  return replicas_[0]->critic_sharded != nullptr &&
+         static_cast<int>(replicas_.size()) != replicator_->num_replicas();
+}
+
+absl::Status D4pgAgent::PrepareCheckpoint() {
+  if (!state_split_across_processes()) return absl::OkStatus();
+  RETURN_IF_ERROR(replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
+    Replica& r = *replicas_[ctx.local_index()];
+    for (replicator::ShardedAdam* sharded : {r.critic_sharded.get(), r.actor_sharded.get()}) {
+      RETURN_IF_ERROR(sharded->set_context(&ctx));
+      RETURN_IF_ERROR(sharded->GatherState());
+    }
+    return absl::OkStatus();
+  }));
+  whole_moments_gathered_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
   if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
+  if (whole_moments_gathered_) {
+    for (auto& r : replicas_) {
+      r->critic_sharded->ReleaseWholeState();
+      r->actor_sharded->ReleaseWholeState();
+    }
+    whole_moments_gathered_ = false;
+  }
   ++train_generation_;
   // The inputs this call takes, and with StartInput's input the next call's first.
   for (auto& r : replicas_) {
@@ -914,9 +935,11 @@ static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefi
 
 std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   Replica& r = *replicas_[0];
-  if (r.critic_sharded) {
-    // Every replica's part of the moments into replica 0's whole ones (all
-    // replicas are in this process: checked by Create).
+  const bool gather_here = r.critic_sharded && !whole_moments_gathered_;
+  if (gather_here) {
+    // Every replica's part of the moments into replica 0's whole ones: all
+    // replicas in this process, or PrepareCheckpoint gathered them.
+    TROUPE_CHECK(!state_split_across_processes());  // PrepareCheckpoint first, on every rank
     std::vector<replicator::ShardedAdam*> critic, actor;
     for (const auto& each : replicas_) {
       critic.push_back(each->critic_sharded.get());
@@ -929,7 +952,7 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
       *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, r.critic_state(), r.actor_state()));
   const int64_t counters[3] = {r.updates, r.critic_state().steps(), r.actor_state().steps()};
   tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
-  if (r.critic_sharded) {
+  if (gather_here) {
     r.critic_sharded->ReleaseWholeState();
     r.actor_sharded->ReleaseWholeState();
   }

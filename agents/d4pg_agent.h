@@ -174,6 +174,10 @@ class D4pgAgent final : public Agent {
   // Adam's two moments of both networks, or with engine.shard_state
   // OPTIMIZER this replica's part of them.
   int64_t optimizer_state_bytes() const override;
+  // engine.shard_state OPTIMIZER over MPI ranks: the moments' parts are
+  // gathered by PrepareCheckpoint (a collective on every rank).
+  bool state_split_across_processes() const override;
+  absl::Status PrepareCheckpoint() override;
 
   // FNV-1a (64-bit) over the bytes of everything Save writes, from this
   // process's first local replica: equal on every replica (and MPI rank)
@@ -244,6 +248,9 @@ class D4pgAgent final : public Agent {
   std::vector<PolicyCopy> policy_copies_;
   int64_t policy_floats_ = 0;
 
+  // PrepareCheckpoint gathered the whole moments into every local replica's
+  // sharded optimizers; released at the next Train.
+  bool whole_moments_gathered_ = false;
   mutable absl::Mutex metrics_mu_;
   mutable double sum_critic_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;

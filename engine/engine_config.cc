@@ -140,13 +140,10 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
   }
   if (engine.shard_state() == config::EngineConfig::OPTIMIZER) {
     const auto c = engine.collectives();
-    if (c != config::EngineConfig::IN_PROCESS && c != config::EngineConfig::NCCL) {
-      return bad(".engine.shard_state OPTIMIZER: each replica keeps a part of the optimizer's state, which a "
-                 "checkpoint gathers from every replica of this process; collectives ",
-                 config::EngineConfig::Collectives_Name(c), " ",
-                 c == config::EngineConfig::SHARED_DEVICE ? "puts every replica on one device (nothing to save)"
-                                                          : "spreads them over processes (not built)",
-                 ": use IN_PROCESS or NCCL");
+    if (c == config::EngineConfig::SHARED_DEVICE) {
+      return bad(".engine.shard_state OPTIMIZER: each replica keeps a part of the optimizer's state; collectives "
+                 "SHARED_DEVICE puts every replica on one device, where splitting it saves nothing: use IN_PROCESS, "
+                 "NCCL or MPI");
     }
   }
   if (engine.straggler() == config::EngineConfig::DEADLINE) {

@@ -94,6 +94,15 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
                                                        ": the GAN's steps wait for every replica (a deadline is the RL learner's only so far)"));
   }
+  if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER &&
+      (c.engine().collectives() == config::EngineConfig::MPI ||
+       c.engine().collectives() == config::EngineConfig::NCCL_MPI)) {
+    return FieldError("engine.shard_state",
+                      absl::StrCat("OPTIMIZER with collectives ",
+                                   config::EngineConfig::Collectives_Name(c.engine().collectives()),
+                                   ": the GAN's checkpoints gather the moments from this process's replicas "
+                                   "(IN_PROCESS or NCCL)"));
+  }
   if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER && c.optimizer() != config::GanConfig::ADAM) {
     return FieldError("engine.shard_state",
                       absl::StrCat("OPTIMIZER with optimizer ", config::GanConfig::Optimizer_Name(c.optimizer()),

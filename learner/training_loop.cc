@@ -145,6 +145,23 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
         (void)replay_client_->MutatePriorities(request);
       }
     }
+    // A checkpoint is rank 0's to write, when due; where part of the state
+    // lives on other ranks (optimizer state split over MPI ranks), every
+    // rank agrees on when and gathers it first.
+    const auto checkpoint_every = std::chrono::seconds(config_.learner().checkpoint_every_s());
+    bool checkpoint_due = is_chief() && Clock::now() - last_checkpoint >= checkpoint_every;
+    if (agent_->state_split_across_processes()) {
+      absl::StatusOr<int> agreed = AgreeOnStep(checkpoint_due ? 1 : 0);
+      if (!agreed.ok()) {
+        status = agreed.status();
+        break;
+      }
+      checkpoint_due = *agreed == 1;
+      if (checkpoint_due) {
+        status = agent_->PrepareCheckpoint();
+        if (!status.ok()) break;
+      }
+    }
     if (!is_chief()) {
       absl::MutexLock lock(&mutex_);
       stats_.updates = agent_->updates();
@@ -155,7 +172,7 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
     const auto now = Clock::now();
     RecordStats(now - last_row_ >= std::chrono::seconds(2) || agent_->updates() - row_updates_ >= 500);
     MaybeEvaluate();
-    if (now - last_checkpoint >= std::chrono::seconds(config_.learner().checkpoint_every_s())) {
+    if (checkpoint_due) {
       CheckpointOrWarn();  // a failed checkpoint (a full disk) is said, and training goes on
       last_checkpoint = now;
     }
@@ -171,6 +188,9 @@ absl::Status RlLearner::Run(const std::atomic<bool>* stop, const std::function<v
   // Every rank ends with the same state (only after a clean, agreed stop:
   // after an error the ranks are no longer in step).
   if (status.ok() && mpi_ && num_ranks_ > 1) {
+    // (The final checkpoint's whole state, gathered from every rank first
+    // where it is split across them.)
+    RETURN_IF_ERROR(agent_->PrepareCheckpoint());
     RETURN_IF_ERROR(CheckReplicasAgree(*replicator_, [&](int) { return agent_->StateChecksum(); }, agent_->updates()));
   }
   if (!is_chief()) return absl::OkStatus();

@@ -3,8 +3,10 @@
 // its shard of every batch from rank 0 over gRPC, gradients all-reduced over
 // MPI) and 2 `troupe actor` processes on loopback. Checks that training
 // happens, the actors follow new parameter versions, losses stay finite, both
-// ranks end with bit-identical state, and that a rank that dies or stalls
-// ends the job with an error naming it instead of hanging.
+// ranks end with bit-identical state, that with Adam's moments split over
+// the ranks (shard_state OPTIMIZER) the checkpoints hold them whole, and
+// that a rank that dies or stalls ends the job with an error naming it
+// instead of hanging.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <thread>
 
 #include "common/build_tree.h"
+#include "engine/nn/checkpoint.h"
 #include "common/generations.h"
 #include "common/test_dir.h"
 #include "gmock/gmock.h"
@@ -37,13 +40,14 @@ using ::testing::HasSubstr;
 using namespace troupe::e2e;  // Start, Wait, Stop, Read, AwaitMatch, Metrics and its columns
 
 // A small, fast experiment from state, learner replicas over MPI.
-std::string WriteConfig(const std::string& dir, int64_t total_frames, int64_t max_updates = 0) {
+std::string WriteConfig(const std::string& dir, int64_t total_frames, int64_t max_updates = 0,
+                        const std::string& engine_extra = "") {
   const std::string path = dir + "/mpi.textproto";
   std::ofstream(path) << R"(name: "mpi" mode: RL
 env { task: "cartpole.swingup" observation: STATE action_repeat: 4 }
 pool { num_envs: 1 num_threads: 1 }
 d4pg { hidden: [64, 64] v_min: 0 v_max: 200 n_step: 3 actor_learning_rate: 1e-3 critic_learning_rate: 1e-3 }
-learner { engine { collectives: MPI threads: 1 } batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32
+learner { engine { collectives: MPI threads: 1 )" << engine_extra << R"( } batch_size: 64 publish_every: 10 min_replay_size: 300 samples_per_insert: 32
           checkpoint_every_s: 2 max_updates: )" << max_updates << R"( }
 actors { count: 2 random_frames: 1000 }
 evaluator { every_frames: 4000 episodes: 1 record_video: false }
@@ -137,6 +141,48 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
     }
     EXPECT_GT(newest, 1) << "actor " << i << ":\n" << actor_log;
   }
+}
+
+// Adam's moments split over the 2 ranks (learner.engine.shard_state
+// OPTIMIZER): each rank keeps half, every checkpoint gathers them whole from
+// both ranks at an update they agree on (a periodic one and the final one),
+// and both ranks end with the same whole state. Gathered from rank 0 only,
+// the second half of every moment buffer would be zeros; the second moment
+// of Adam is positive wherever a gradient was.
+TEST_F(RlMpiEndToEndTest, TwoRanksWithTheOptimizerStateSplitCheckpointItWhole) {
+  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000000, /*max_updates=*/300,
+                                         "shard_state: OPTIMIZER");
+  const pid_t learners = StartLearners(config, run_dir_, dir_ + "/learner.log");
+  ASSERT_NE(StartActors(config), "") << Read(dir_ + "/learner.log");
+  const int exit_code = Wait(learners, /*seconds=*/150);
+  const std::string log = Read(dir_ + "/learner.log");
+  ASSERT_EQ(exit_code, 0) << log;
+  EXPECT_THAT(log, HasSubstr("optimizer state split over 2 replicas"));
+  const std::regex final_line("learner rank (\\d) of 2: (\\d+) updates, state checksum ([0-9a-f]{16})");
+  std::map<std::string, std::pair<std::string, std::string>> final_state;
+  for (std::sregex_iterator it(log.begin(), log.end(), final_line), end; it != end; ++it) {
+    final_state[(*it)[1]] = {(*it)[2], (*it)[3]};
+  }
+  ASSERT_EQ(final_state.size(), 2u) << log;
+  EXPECT_EQ(final_state["0"], final_state["1"]) << log;
+  EXPECT_EQ(final_state["0"].first, "300") << log;
+  // More than the final checkpoint: a periodic one was gathered too.
+  const std::string newest = fs::path(NewestCheckpoint(run_dir_)).filename().string();  // generation-00000000N
+  ASSERT_FALSE(newest.empty()) << log;
+  EXPECT_GE(std::stoi(newest.substr(newest.rfind('-') + 1)), 2) << log;
+  auto tensors = nn::ReadCheckpoint(NewestCheckpoint(run_dir_) + "/agent.ckpt");
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  int64_t second_moments = 0, zeros = 0;
+  for (const nn::CheckpointTensor& t : *tensors) {
+    if (t.name.find("adam.v") == std::string::npos) continue;
+    for (float v : t.values) {
+      ++second_moments;
+      zeros += v == 0.0f;
+    }
+  }
+  ASSERT_GT(second_moments, 10000) << "the critic's and actor's second moments";
+  EXPECT_LT(double(zeros) / second_moments, 0.05) << zeros << " of " << second_moments << " are zero";
+  for (pid_t actor : actors_) kill(-actor, SIGTERM);
 }
 
 TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
