@@ -1,159 +1,82 @@
-// troupe bench straggler: K=4 in-process replicas training an MLP (the
-// shape of D4PG's critic from state: 64 -> 256 -> 256 -> 51, 64 rows a
-// replica), with one replica slowed 2x: after each of its forward pass and
-// backward nodes it sleeps as long as that work took (a neighbour taking
-// half its core, without taking the cores of the others). Steps/s:
+// troupe bench straggler: K=4 replicas training an MLP (straggler_round.h),
+// with one replica slowed 2x. Steps/s:
 //   - slowed, waiting for it (engine.straggler WAIT, the bucketed reducer),
 //   - slowed, with the step deadline (DEADLINE at 1.25 and 1.1),
 // each next to no replica slowed, waiting, in the same run by the same
 // protocol (alternated rounds). The ratio is the share of the unslowed pace.
-#include <chrono>
-#include <memory>
-#include <optional>
-#include <random>
-#include <thread>
-#include <vector>
+// The replicas are threads of this process, then MPI ranks (each round one
+// `mpiexec -np 4` of bench/peers/straggler_mpi.cc; missing, saying why,
+// where mpiexec is not).
+#include <cstdio>
+#include <filesystem>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench.h"
 #include "bench/protocol.h"
+#include "bench/straggler_round.h"
 #include "common/status_macros.h"
-#include "engine/nn/cpu_backend.h"
-#include "engine/nn/layers.h"
-#include "engine/nn/ops.h"
-#include "engine/nn/optimizer.h"
-#include "engine/replicator/replicator.h"
-#include "engine/replicator/straggler.h"
 
 namespace troupe::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr int kReplicas = 4;
-constexpr int kSlowReplica = 3;
-constexpr int64_t kRows = 64, kIn = 64, kHidden = 256, kOut = 51;
+using Collectives = replicator::ReplicatorOptions::Backend;
 
-// The slowed replica's pace: each piece of work is followed by as long a
-// sleep (2x its time), measured from the last call.
-class Pacer {
- public:
-  explicit Pacer(bool slow) : slow_(slow) {}
-  void Start() { last_ = Clock::now(); }
-  void Lap() {
-    if (!slow_) return;
-    std::this_thread::sleep_for(Clock::now() - last_);
-    last_ = Clock::now();
+// One round as 4 MPI ranks: the peer prints "steps_per_s X" on rank 0.
+absl::StatusOr<double> MpiRound(const Round& round, bool slowed, float deadline) {
+  ASSIGN_OR_RETURN(const std::string out,
+                   RunCommand(absl::StrFormat("%s -np %d --oversubscribe --allow-run-as-root --bind-to none %s %.3f "
+                                              "%d %.3f 2>&1",
+                                              TROUPE_MPIEXEC, kStragglerReplicas, TROUPE_STRAGGLER_MPI_BIN,
+                                              round.seconds, slowed ? 1 : 0, deadline)));
+  double rate = 0;
+  const size_t at = out.find("steps_per_s ");
+  if (at == std::string::npos || std::sscanf(out.c_str() + at, "steps_per_s %lf", &rate) != 1) {
+    return absl::InternalError(absl::StrCat("the MPI straggler round printed: ", out));
   }
+  return rate;
+}
 
- private:
-  bool slow_;
-  Clock::time_point last_;
-};
-
-// A reduction told of each backward node: the pacer laps, then the inner
-// reduction decides whether to stop.
-class PacedReduction final : public replicator::GradientReduction {
- public:
-  PacedReduction(replicator::GradientReduction* inner, Pacer* pacer) : inner_(inner), pacer_(pacer) {}
-  void Reset() override { inner_->Reset(); }
-  void OnGradientReady(const nn::ParameterSet& set, int index) override { inner_->OnGradientReady(set, index); }
-  bool StopBackward() override {
-    pacer_->Lap();
-    return inner_->StopBackward();
+// The three rows for one kind of replica: `round(round, slowed, deadline)`.
+template <typename RoundFn>
+absl::Status AddRows(Report& report, const std::string& replicas, const ProtocolOptions& protocol, RoundFn round) {
+  const Side unslowed = [round](const Round& r) { return round(r, /*slowed=*/false, /*deadline=*/0.0f); };
+  const std::string reference = "no replica slowed, waiting for every replica";
+  const std::string name =
+      absl::StrFormat("MLP %d-%d-%d-%d step, %d rows x %d %s, replica %d slowed 2x", kStragglerIn, kStragglerHidden,
+                      kStragglerHidden, kStragglerOut, kStragglerRows, kStragglerReplicas, replicas,
+                      kStragglerSlowReplica);
+  RETURN_IF_ERROR(AddComparison(report, name + ", waiting for it (straggler WAIT)", "steps/s", reference,
+                                [round](const Round& r) { return round(r, true, 0.0f); }, unslowed, protocol)
+                      .status());
+  for (const float deadline : {1.25f, 1.1f}) {
+    RETURN_IF_ERROR(AddComparison(report, absl::StrFormat("%s, step deadline %.2fx (straggler DEADLINE)", name, deadline),
+                                  "steps/s", reference,
+                                  [round, deadline](const Round& r) { return round(r, true, deadline); }, unslowed,
+                                  protocol)
+                        .status());
   }
-  absl::Status Finish() override { return inner_->Finish(); }
-
- private:
-  replicator::GradientReduction* inner_;
-  Pacer* pacer_;
-};
-
-struct Mlp {
-  nn::ParameterSet params;
-  std::vector<nn::LinearLayer> layers;
-};
-
-// One round: a fresh group of K replicas training for round.seconds; steps/s.
-absl::StatusOr<double> RunRound(const Round& round, bool slowed, float deadline) {
-  replicator::ReplicatorOptions o;
-  o.num_replicas = kReplicas;
-  ASSIGN_OR_RETURN(std::unique_ptr<replicator::Replicator> replicator, replicator::Replicator::Create(o));
-  std::vector<int64_t> steps(kReplicas, 0);
-  const auto begin = Clock::now();
-  const auto until = begin + std::chrono::duration<double>(round.seconds);
-  RETURN_IF_ERROR(replicator->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
-    nn::Backend& backend = *ctx.backend();
-    Mlp mlp;
-    const int64_t sizes[] = {kIn, kHidden, kHidden, kOut};
-    for (int l = 0; l < 3; ++l) {
-      mlp.layers.push_back(nn::LinearLayer::Create(mlp.params, absl::StrFormat("l%d", l), sizes[l], sizes[l + 1]));
-    }
-    mlp.params.Allocate(backend, 5);
-    std::mt19937_64 rng(ctx.replica_id());
-    std::normal_distribution<float> normal;
-    std::vector<float> x(kRows * kIn), y(kRows * kOut);
-    for (float& v : x) v = normal(rng);
-    for (float& v : y) v = normal(rng);
-    nn::Tape tape(&backend);
-    nn::Adam adam(&mlp.params, &backend);
-    std::optional<replicator::GradientReducer> bucketed;
-    std::optional<replicator::DeadlineReducer> timed;
-    replicator::GradientReduction* reduction;
-    if (deadline > 0) {
-      reduction = &timed.emplace(&ctx, &mlp.params, replicator::DeadlineOptions{.factor = deadline});
-    } else {
-      reduction = &bucketed.emplace(&ctx, &mlp.params);
-    }
-    Pacer pacer(slowed && ctx.replica_id() == kSlowReplica);
-    PacedReduction paced(reduction, &pacer);
-    replicator::ReplicatedOptimizer optimizer(&adam, &ctx, &paced);
-    // Every replica steps until the time is up on replica 0 (a flag in the
-    // all-reduce: they stop at the same step).
-    for (;;) {
-      float stop = ctx.replica_id() == 0 && Clock::now() >= until ? 1.0f : 0.0f;
-      RETURN_IF_ERROR(ctx.AllReduce({&stop, 1}, replicator::ReduceOp::kSum));
-      if (stop > 0) break;
-      pacer.Start();
-      tape.Reset();
-      mlp.params.ZeroGrad();
-      paced.Reset();
-      nn::Var h = tape.Input(x.data(), {kRows, kIn});
-      for (size_t l = 0; l < mlp.layers.size(); ++l) {
-        h = mlp.layers[l](tape, mlp.params, h);
-        if (l + 1 < mlp.layers.size()) h = nn::Relu(h);
-      }
-      nn::Var loss = nn::MeanSquaredError(h, tape.Input(y.data(), {kRows, kOut}));
-      backend.Synchronize();
-      pacer.Lap();  // the forward pass
-      tape.Backward(loss, &paced);
-      optimizer.Step(1e-3f);
-      RETURN_IF_ERROR(ctx.status());
-      ++steps[ctx.local_index()];
-    }
-    return absl::OkStatus();
-  }));
-  return steps[0] / std::chrono::duration<double>(Clock::now() - begin).count();
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<Report> RunStragglerBenchmark(const Options& options) {
   Report report;
-  const ProtocolOptions protocol = DefaultProtocol(options, kReplicas, DeviceFigureSeconds(options, 1.0));
-  const Side unslowed = [](const Round& round) { return RunRound(round, /*slowed=*/false, /*deadline=*/0); };
-  const std::string reference = "no replica slowed, waiting for every replica";
-  const std::string name = absl::StrFormat("MLP %d-%d-%d-%d step, %d rows x %d in-process replicas, replica %d slowed 2x",
-                                           kIn, kHidden, kHidden, kOut, kRows, kReplicas, kSlowReplica);
-  RETURN_IF_ERROR(AddComparison(report, name + ", waiting for it (straggler WAIT)", "steps/s", reference,
-                                [](const Round& round) { return RunRound(round, true, 0); }, unslowed, protocol)
-                      .status());
-  for (const float deadline : {1.25f, 1.1f}) {
-    RETURN_IF_ERROR(AddComparison(report, absl::StrFormat("%s, step deadline %.2fx (straggler DEADLINE)", name, deadline),
-                                  "steps/s", reference,
-                                  [deadline](const Round& round) { return RunRound(round, true, deadline); }, unslowed,
-                                  protocol)
-                        .status());
+  const ProtocolOptions protocol = DefaultProtocol(options, kStragglerReplicas, DeviceFigureSeconds(options, 1.0));
+  RETURN_IF_ERROR(AddRows(report, "in-process replicas", protocol, [](const Round& r, bool slowed, float deadline) {
+    return StragglerRound(Collectives::kInProcess, r.seconds, slowed, deadline);
+  }));
+  // The same over MPI ranks, where this machine can start them.
+  const absl::StatusOr<std::string> mpiexec = RunCommand(absl::StrCat(TROUPE_MPIEXEC, " --version 2>&1"));
+  if (!mpiexec.ok() || !std::filesystem::exists(TROUPE_STRAGGLER_MPI_BIN)) {
+    std::printf("MPI rows missing: %s\n",
+                mpiexec.ok() ? absl::StrCat(TROUPE_STRAGGLER_MPI_BIN, " is not here (a relocated build)").c_str()
+                             : absl::StrCat(TROUPE_MPIEXEC, " cannot run here: ", mpiexec.status().ToString()).c_str());
+    return report;
   }
+  RETURN_IF_ERROR(AddRows(report, "MPI ranks", protocol, MpiRound));
   return report;
 }
 
