@@ -67,6 +67,16 @@ pid_t StartLearners(const std::string& config, const std::string& run_dir, const
   return Start(TROUPE_MPIEXEC, args, log, kMpiEnv);
 }
 
+// Each rank's last line: rank -> (updates, state checksum).
+std::map<std::string, std::pair<std::string, std::string>> FinalStates(const std::string& log) {
+  const std::regex final_line("learner rank (\\d) of 2: (\\d+) updates, state checksum ([0-9a-f]{16})");
+  std::map<std::string, std::pair<std::string, std::string>> states;
+  for (std::sregex_iterator it(log.begin(), log.end(), final_line), end; it != end; ++it) {
+    states[(*it)[1]] = {(*it)[2], (*it)[3]};
+  }
+  return states;
+}
+
 class RlMpiEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -103,11 +113,7 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
   EXPECT_THAT(log, HasSubstr("learner rank 1 of 2 (pid "));
 
   // Both ranks did the same updates and hold bit-identical state.
-  const std::regex final_line("learner rank (\\d) of 2: (\\d+) updates, state checksum ([0-9a-f]{16})");
-  std::map<std::string, std::pair<std::string, std::string>> final_state;
-  for (std::sregex_iterator it(log.begin(), log.end(), final_line), end; it != end; ++it) {
-    final_state[(*it)[1]] = {(*it)[2], (*it)[3]};
-  }
+  auto final_state = FinalStates(log);
   ASSERT_EQ(final_state.size(), 2u) << log;
   EXPECT_EQ(final_state["0"], final_state["1"]) << log;
   EXPECT_EQ(final_state["0"].first, "300") << log;
@@ -158,11 +164,7 @@ TEST_F(RlMpiEndToEndTest, TwoRanksWithTheOptimizerStateSplitCheckpointItWhole) {
   const std::string log = Read(dir_ + "/learner.log");
   ASSERT_EQ(exit_code, 0) << log;
   EXPECT_THAT(log, HasSubstr("optimizer state split over 2 replicas"));
-  const std::regex final_line("learner rank (\\d) of 2: (\\d+) updates, state checksum ([0-9a-f]{16})");
-  std::map<std::string, std::pair<std::string, std::string>> final_state;
-  for (std::sregex_iterator it(log.begin(), log.end(), final_line), end; it != end; ++it) {
-    final_state[(*it)[1]] = {(*it)[2], (*it)[3]};
-  }
+  auto final_state = FinalStates(log);
   ASSERT_EQ(final_state.size(), 2u) << log;
   EXPECT_EQ(final_state["0"], final_state["1"]) << log;
   EXPECT_EQ(final_state["0"].first, "300") << log;

@@ -142,58 +142,44 @@ absl::Status ReplicaContext::AllReduceDevice(nn::Backend& backend, float* data, 
 
 absl::Status ReplicaContext::ReduceScatterDevice(nn::Backend& backend, const float* in, float* out, int64_t part,
                                                  ReduceOp op) {
+  return Between(
+      backend, in, num_replicas() * part, out, part, "a reduce-scatter",
+      [&] { backend.ReduceScatterInStep(in, out, part, op == ReduceOp::kMean); },
+      [&](std::span<const float> from, std::span<float> to) { return ReduceScatter(from, to, op); });
+}
+
+absl::Status ReplicaContext::AllGatherDevice(nn::Backend& backend, const float* in, float* out, int64_t part) {
+  return Between(
+      backend, in, part, out, num_replicas() * part, "an all-gather", [&] { backend.AllGatherInStep(in, out, part); },
+      [&](std::span<const float> from, std::span<float> to) { return AllGather(from, to); });
+}
+
+absl::Status ReplicaContext::Between(nn::Backend& backend, const float* in, int64_t in_count, float* out,
+                                     int64_t out_count, const char* what, absl::FunctionRef<void()> in_step,
+                                     absl::FunctionRef<absl::Status(std::span<const float>, std::span<float>)> run) {
   if (!status_.ok()) return status_;
   if (num_replicas() == 1) {
-    if (in != out) backend.Copy(in, out, part);
+    if (in != out) backend.Copy(in, out, out_count);
     return status_;
   }
-  const int64_t whole = num_replicas() * part;
   if (backend.reduces_in_step()) {
     if (in_step_groups_ != nullptr) {
-      return Record(absl::UnimplementedError("a reduce-scatter along one axis of a mesh inside a compiled step"));
+      return Record(absl::UnimplementedError(absl::StrCat(what, " along one axis of a mesh inside a compiled step")));
     }
-    backend.ReduceScatterInStep(in, out, part, op == ReduceOp::kMean);
+    in_step();
     return status_;
   }
   if (ReducesInPlace(backend)) {
     backend.Synchronize();  // the kernels that wrote `in` have run
-    return ReduceScatter({in, static_cast<size_t>(whole)}, {out, static_cast<size_t>(part)}, op);
+    return run({in, static_cast<size_t>(in_count)}, {out, static_cast<size_t>(out_count)});
   }
-  // Through the host: the whole in, then this replica's part after it.
-  if (static_cast<int64_t>(staging_.size()) < whole + part) staging_.resize(whole + part);
+  // Through the host: `in`, then the result after it.
+  if (static_cast<int64_t>(staging_.size()) < in_count + out_count) staging_.resize(in_count + out_count);
   const nn::Backend::HostStaging staging(backend);
-  backend.Download(in, staging_.data(), sizeof(float) * whole);
-  RETURN_IF_ERROR(ReduceScatter({staging_.data(), static_cast<size_t>(whole)},
-                                {staging_.data() + whole, static_cast<size_t>(part)}, op));
-  backend.Upload(staging_.data() + whole, out, sizeof(float) * part);
-  return absl::OkStatus();
-}
-
-absl::Status ReplicaContext::AllGatherDevice(nn::Backend& backend, const float* in, float* out, int64_t part) {
-  if (!status_.ok()) return status_;
-  if (num_replicas() == 1) {
-    if (in != out) backend.Copy(in, out, part);
-    return status_;
-  }
-  const int64_t whole = num_replicas() * part;
-  if (backend.reduces_in_step()) {
-    if (in_step_groups_ != nullptr) {
-      return Record(absl::UnimplementedError("an all-gather along one axis of a mesh inside a compiled step"));
-    }
-    backend.AllGatherInStep(in, out, part);
-    return status_;
-  }
-  if (ReducesInPlace(backend)) {
-    backend.Synchronize();
-    return AllGather({in, static_cast<size_t>(part)}, {out, static_cast<size_t>(whole)});
-  }
-  // Through the host: this replica's part after the whole.
-  if (static_cast<int64_t>(staging_.size()) < whole + part) staging_.resize(whole + part);
-  const nn::Backend::HostStaging staging(backend);
-  backend.Download(in, staging_.data() + whole, sizeof(float) * part);
-  RETURN_IF_ERROR(AllGather({staging_.data() + whole, static_cast<size_t>(part)},
-                            {staging_.data(), static_cast<size_t>(whole)}));
-  backend.Upload(staging_.data(), out, sizeof(float) * whole);
+  backend.Download(in, staging_.data(), sizeof(float) * in_count);
+  RETURN_IF_ERROR(run({staging_.data(), static_cast<size_t>(in_count)},
+                      {staging_.data() + in_count, static_cast<size_t>(out_count)}));
+  backend.Upload(staging_.data() + in_count, out, sizeof(float) * out_count);
   return absl::OkStatus();
 }
 

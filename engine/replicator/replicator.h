@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/nn/backend.h"
@@ -178,6 +179,13 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   // copy of them, downloaded before and uploaded after.
   absl::Status OnDevice(nn::Backend& backend, float* data, int64_t count,
                         const std::function<absl::Status(std::span<float>)>& run);
+  // A collective from `in_count` floats at `in` to `out_count` floats at
+  // `out`, both of `backend`'s memory (`what`, for errors): inside a step run
+  // as one program, `in_step`; else `run` on them in place where the
+  // collectives can take them, or on a host copy.
+  absl::Status Between(nn::Backend& backend, const float* in, int64_t in_count, float* out, int64_t out_count,
+                       const char* what, absl::FunctionRef<void()> in_step,
+                       absl::FunctionRef<absl::Status(std::span<const float>, std::span<float>)> run);
   std::vector<float> staging_;  // the device collectives' host copy, grows only
 };
 
