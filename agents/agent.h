@@ -128,6 +128,10 @@ class Agent {
   // state, which stays until the next Train.
   virtual bool state_split_across_processes() const { return false; }
   virtual absl::Status PrepareCheckpoint() { return absl::OkStatus(); }
+  // False where the state is split across processes and not gathered since
+  // the last Train: a checkpoint cannot be written now (after a stop the
+  // ranks did not agree on, the others may be gone).
+  virtual bool state_gathered() const { return true; }
   // FNV-1a (64-bit) over the bytes of everything Save writes: equal on
   // every replica and MPI rank exactly when their states are bit-identical.
   virtual uint64_t StateChecksum() const = 0;

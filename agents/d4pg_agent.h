@@ -178,6 +178,7 @@ class D4pgAgent final : public Agent {
   // gathered by PrepareCheckpoint (a collective on every rank).
   bool state_split_across_processes() const override;
   absl::Status PrepareCheckpoint() override;
+  bool state_gathered() const override { return !state_split_across_processes() || whole_moments_gathered_; }
 
   // FNV-1a (64-bit) over the bytes of everything Save writes, from this
   // process's first local replica: equal on every replica (and MPI rank)

@@ -140,7 +140,11 @@ void AddLearnerCommand(CLI::App& app, int* exit_code) {
       std::printf("%s: %ld updates; replay took %ld transitions from the actors\n", who.c_str(),
                   long(l.Stats().updates), long(l.TransitionsInserted()));
     }
-    if (l.num_ranks() > 1) {
+    if (l.num_ranks() > 1 && !l.state_gathered()) {
+      std::printf("%s: %ld updates (no state checksum: the optimizer state is split over the ranks, which stopped "
+                  "without agreeing on a last update)\n",
+                  who.c_str(), long(l.Stats().updates));
+    } else if (l.num_ranks() > 1) {
       std::printf("%s: %ld updates, state checksum %016lx\n", who.c_str(), long(l.Stats().updates),
                   static_cast<unsigned long>(l.StateChecksum()));
     }

@@ -312,7 +312,7 @@ int64_t GanTrainer::optimizer_state_bytes() const {
   if (r.g_sharded != nullptr) return r.g_sharded->state_bytes() + r.d_sharded->state_bytes();
   int64_t floats = 0;
   for (nn::Optimizer* o : {r.g_adam.get(), r.d_adam.get()}) {
-    for (const nn::OptimizerState& s : o->State()) floats += o->parameters().total_floats();
+    floats += static_cast<int64_t>(o->State().size()) * o->parameters().total_floats();
   }
   return int64_t{sizeof(float)} * floats;
 }

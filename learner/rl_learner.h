@@ -154,6 +154,9 @@ class RlLearner {
   // A checksum of the agent's whole state (networks, targets, optimizer
   // state, update counter) on this process; equal on every rank.
   uint64_t StateChecksum() const { return agent_->StateChecksum(); }
+  // False after a stop the ranks did not agree on where the agent's state is
+  // split across them (Agent::state_gathered): no checksum or checkpoint then.
+  bool state_gathered() const { return agent_->state_gathered(); }
 
   // Trains until total_frames / max_updates are reached or *stop turns true,
   // then checkpoints (rank 0). Under MPI every rank calls Run; rank 0's

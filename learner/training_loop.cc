@@ -217,6 +217,15 @@ absl::Status RlLearner::Finish(const std::atomic<bool>* stop) {
     evaluator_->FlushVideos();
   }
   RecordStats(/*write_row=*/true);
+  if (!agent_->state_gathered()) {
+    // Split across MPI ranks and stopped without an update they agreed on:
+    // the others' parts cannot be had.
+    std::fprintf(stderr,
+                 "learner: no final checkpoint: the optimizer state is split over the MPI ranks, which stopped "
+                 "without agreeing on a last update; the last checkpoint, %s, stands (`--resume` goes on from it)\n",
+                 LastGenerationText().c_str());
+    return absl::OkStatus();
+  }
   // The final checkpoint: one that fails ends the run with an error saying
   // what is kept.
   if (const absl::Status final_status = Checkpoint(); !final_status.ok()) {

@@ -85,15 +85,18 @@ void ShardedAdam::Apply() {
 // factor), ||x|| over every part: its square all-reduced on the device.
 absl::Status ShardedAdam::ClipPart(float* grads) {
   nn::Backend& backend = params_->backend();
-  if (norm_.empty()) norm_ = nn::DeviceBuffer(backend, 1);
+  if (norm_.empty()) norm_ = nn::DeviceBuffer(backend, 2);
   float* factor = norm_.data();
+  float* limit = norm_.data() + 1;
   backend.SquaredNorm(grads, count_, factor);
   RETURN_IF_ERROR(ctx_->AllReduceDevice(backend, factor, 1, ReduceOp::kSum));
   backend.Unary(nn::UnaryOp::kSqrt, 0, 0, factor, factor, 1);
   backend.Unary(nn::UnaryOp::kClamp, std::max(options_.max_grad_norm, FLT_MIN),
                 std::numeric_limits<float>::infinity(), factor, factor, 1);
-  backend.Unary(nn::UnaryOp::kReciprocal, 0, 0, factor, factor, 1);
-  backend.ScaleByScalar(options_.max_grad_norm, factor, grads, count_);
+  // A division, as the whole-buffer clip's: exactly 1 below the limit.
+  backend.Fill(limit, 1, options_.max_grad_norm);
+  backend.BinaryBroadcast(nn::Binary::kDiv, nn::Flat(1), limit, nn::kAllAxes, factor, nn::kAllAxes, factor);
+  backend.ScaleByScalar(1.0f, factor, grads, count_);
   return absl::OkStatus();
 }
 

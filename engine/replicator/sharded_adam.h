@@ -120,7 +120,7 @@ class ShardedAdam final : public nn::Optimizer {
   nn::ParameterSet own_;                // the part's values and gradients, where they have buffers of their own
   std::unique_ptr<nn::Adam> part_;      // Adam over the part
   nn::DeviceBuffer whole_m_, whole_v_;  // State()'s, while a checkpoint needs them
-  nn::DeviceBuffer norm_;               // the gradient's squared norm, then the clip's factor
+  nn::DeviceBuffer norm_;               // the gradient's squared norm, then the clip's factor; its limit
 };
 
 }  // namespace troupe::replicator
