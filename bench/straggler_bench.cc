@@ -23,7 +23,7 @@ namespace {
 
 using Collectives = replicator::ReplicatorOptions::Backend;
 
-// One round as 4 MPI ranks: the peer prints "steps_per_s X" on rank 0.
+// One round as 4 MPI ranks: each prints "steps_per_s X", the first is taken.
 absl::StatusOr<double> MpiRound(const Round& round, bool slowed, float deadline) {
   ASSIGN_OR_RETURN(const std::string out,
                    RunCommand(absl::StrFormat("%s -np %d --oversubscribe --allow-run-as-root --bind-to none %s %.3f "

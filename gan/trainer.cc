@@ -273,7 +273,7 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
                                                               " replicas are in this process; the GAN gathers its "
                                                               "whole generator from them (IN_PROCESS)"));
     }
-    RETURN_IF_ERROR(t->ScatterGenerator());
+    t->ScatterGenerator();
   }
   // Learning-rate scaling, warmup and EMA decay per step.
   const double ratio = static_cast<double>(config.batch_size()) / config.base_batch_size();
@@ -318,6 +318,13 @@ int64_t GanTrainer::optimizer_state_bytes() const {
 }
 
 namespace {
+// A generator's buffers whose parts the whole one's gather and scatter: its
+// values, its EMA's, and each of its optimizer's states (Adam's moments).
+std::vector<float*> GeneratorBuffers(const nn::ParameterSet& g, const nn::ParameterSet& ema, nn::Optimizer& adam) {
+  std::vector<float*> buffers = {g.device_values(), ema.device_values()};
+  for (const nn::OptimizerState& s : adam.State()) buffers.push_back(s.data);
+  return buffers;
+}
 std::vector<float> DownloadBuffer(nn::Backend& backend, const float* data, int64_t floats) {
   std::vector<float> host(floats);
   backend.Download(data, host.data(), sizeof(float) * floats);
@@ -327,52 +334,40 @@ std::vector<float> DownloadBuffer(nn::Backend& backend, const float* data, int64
 
 void GanTrainer::GatherGenerator(int copy) const {
   WholeGenerator& w = *whole_;
-  std::vector<float> g = w.g.DownloadValues(), ema = w.ema.DownloadValues();
-  const std::vector<nn::OptimizerState> whole_state = w.adam->State();
-  std::vector<std::vector<float>> moments(whole_state.size(), std::vector<float>(w.g.total_floats()));
+  const std::vector<float*> whole = GeneratorBuffers(w.g, w.ema, *w.adam);
+  std::vector<std::vector<float*>> parts;  // part p's buffers
   for (int p = 0; p < model_parallel_; ++p) {
     Replica& r = *replicas_[copy * model_parallel_ + p];
     TROUPE_CHECK(r.part == p && r.copy == copy);
-    std::vector<float> part = r.g.DownloadValues();
-    generator_->CopyPart(w.g, g, r.g, part, p, /*to_whole=*/true);
-    part = r.ema.DownloadValues();
-    generator_->CopyPart(w.g, ema, r.g, part, p, /*to_whole=*/true);
-    const std::vector<nn::OptimizerState> state = r.g_adam->State();
-    TROUPE_CHECK(state.size() == moments.size());
-    for (size_t s = 0; s < state.size(); ++s) {
-      part = DownloadBuffer(*r.backend, state[s].data, r.g.total_floats());
-      generator_->CopyPart(w.g, moments[s], r.g, part, p, /*to_whole=*/true);
-    }
+    parts.push_back(GeneratorBuffers(r.g, r.ema, *r.g_adam));
   }
-  TROUPE_CHECK(w.g.UploadValues(g).ok() && w.ema.UploadValues(ema).ok());
-  for (size_t s = 0; s < moments.size(); ++s) {
-    w.backend.Upload(moments[s].data(), whole_state[s].data, sizeof(float) * moments[s].size());
+  for (size_t b = 0; b < whole.size(); ++b) {
+    std::vector<float> host = DownloadBuffer(w.backend, whole[b], w.g.total_floats());
+    for (int p = 0; p < model_parallel_; ++p) {
+      const Replica& r = *replicas_[copy * model_parallel_ + p];
+      std::vector<float> part = DownloadBuffer(*r.backend, parts[p][b], r.g.total_floats());
+      generator_->CopyPart(w.g, host, r.g, part, p, /*to_whole=*/true);
+    }
+    w.backend.Upload(host.data(), whole[b], sizeof(float) * host.size());
   }
   w.adam->set_steps(replicas_[copy * model_parallel_]->g_adam->steps());
 }
 
-absl::Status GanTrainer::ScatterGenerator() {
+void GanTrainer::ScatterGenerator() {
   WholeGenerator& w = *whole_;
-  std::vector<float> g = w.g.DownloadValues(), ema = w.ema.DownloadValues();
-  std::vector<std::vector<float>> moments;
-  for (const nn::OptimizerState& s : w.adam->State()) {
-    moments.push_back(DownloadBuffer(w.backend, s.data, w.g.total_floats()));
-  }
-  for (auto& r : replicas_) {
-    std::vector<float> part(r->g.total_floats());
-    generator_->CopyPart(w.g, g, r->g, part, r->part, /*to_whole=*/false);
-    RETURN_IF_ERROR(r->g.UploadValues(part));
-    generator_->CopyPart(w.g, ema, r->g, part, r->part, /*to_whole=*/false);
-    RETURN_IF_ERROR(r->ema.UploadValues(part));
-    const std::vector<nn::OptimizerState> state = r->g_adam->State();
-    TROUPE_CHECK(state.size() == moments.size());
-    for (size_t s = 0; s < state.size(); ++s) {
-      generator_->CopyPart(w.g, moments[s], r->g, part, r->part, /*to_whole=*/false);
-      r->backend->Upload(part.data(), state[s].data, sizeof(float) * part.size());
+  const std::vector<float*> whole = GeneratorBuffers(w.g, w.ema, *w.adam);
+  std::vector<std::vector<float*>> parts;  // local replica k's buffers
+  for (auto& r : replicas_) parts.push_back(GeneratorBuffers(r->g, r->ema, *r->g_adam));
+  for (size_t b = 0; b < whole.size(); ++b) {
+    std::vector<float> host = DownloadBuffer(w.backend, whole[b], w.g.total_floats());
+    for (size_t k = 0; k < replicas_.size(); ++k) {
+      Replica& r = *replicas_[k];
+      std::vector<float> part(r.g.total_floats());
+      generator_->CopyPart(w.g, host, r.g, part, r.part, /*to_whole=*/false);
+      r.backend->Upload(part.data(), parts[k][b], sizeof(float) * part.size());
     }
-    r->g_adam->set_steps(w.adam->steps());
   }
-  return absl::OkStatus();
+  for (auto& r : replicas_) r->g_adam->set_steps(w.adam->steps());
 }
 
 bool GanTrainer::is_chief() const { return replicator_->local_replicas().front() == 0; }
@@ -635,7 +630,7 @@ absl::Status GanTrainer::LoadFrom(const std::string& folder) {
       r->d_sharded->KeepOwnPart();
     }
   }
-  if (whole_) RETURN_IF_ERROR(ScatterGenerator());
+  if (whole_) ScatterGenerator();
   steps_ = steps;
   return absl::OkStatus();
 }

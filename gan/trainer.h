@@ -156,7 +156,7 @@ class GanTrainer {
   // local replica r's whole ones (its optimizers' State()), and released.
   void GatherMoments(int r) const;
   void ReleaseMoments(int r) const;
-  absl::Status ScatterGenerator();
+  void ScatterGenerator();
 
   config::GanConfig config_;
   const GanData* data_ = nullptr;

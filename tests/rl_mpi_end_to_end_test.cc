@@ -76,6 +76,14 @@ std::map<std::string, std::pair<std::string, std::string>> FinalStates(const std
   return states;
 }
 
+// Both ranks' last lines in `log` say `updates` updates and the same state checksum.
+void ExpectRanksAgreeAt(const std::string& log, const std::string& updates) {
+  auto final_state = FinalStates(log);
+  ASSERT_EQ(final_state.size(), 2u) << log;
+  EXPECT_EQ(final_state["0"], final_state["1"]) << log;
+  EXPECT_EQ(final_state["0"].first, updates) << log;
+}
+
 // The floats of a checkpoint file's Adam second moments (entries named
 // "...adam.v...") and how many are zero. The file's format (engine/nn/
 // checkpoint.h): "TRPCKPT1" | u32 entries | entries | u64 checksum, an entry
@@ -143,10 +151,7 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
   EXPECT_THAT(log, HasSubstr("learner rank 1 of 2 (pid "));
 
   // Both ranks did the same updates and hold bit-identical state.
-  auto final_state = FinalStates(log);
-  ASSERT_EQ(final_state.size(), 2u) << log;
-  EXPECT_EQ(final_state["0"], final_state["1"]) << log;
-  EXPECT_EQ(final_state["0"].first, "300") << log;
+  ASSERT_NO_FATAL_FAILURE(ExpectRanksAgreeAt(log, "300"));
 
   // Rank 0's metrics: training went on, losses finite, parameters published.
   const auto rows = Metrics(run_dir_);
@@ -203,10 +208,7 @@ TEST_F(RlMpiEndToEndTest, TwoRanksWithTheOptimizerStateSplitCheckpointItWhole) {
   std::string log = Read(dir_ + "/learner.log");
   ASSERT_EQ(exit_code, 0) << log;
   EXPECT_THAT(log, HasSubstr("optimizer state split over 2 replicas"));
-  auto final_state = FinalStates(log);
-  ASSERT_EQ(final_state.size(), 2u) << log;
-  EXPECT_EQ(final_state["0"], final_state["1"]) << log;
-  EXPECT_EQ(final_state["0"].first, "300") << log;
+  ASSERT_NO_FATAL_FAILURE(ExpectRanksAgreeAt(log, "300"));
   const std::string last = NewestCheckpoint(run_dir_);
   ASSERT_FALSE(last.empty()) << log;
   expect_whole(last, log);

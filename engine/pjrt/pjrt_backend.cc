@@ -200,9 +200,8 @@ void PjrtBackend::AllReduceInStep(float* data, int64_t count, bool mean, const R
   if (!reduces_in_step()) nn::Backend::AllReduceInStep(data, count, mean);  // aborts, saying why
   if (count == 0) return;
   Launch l(*this);
-  const Value sum = groups == nullptr ? l.f.AllReduce(l.F32(data, {count}), group_->size())
-                                      : l.f.AllReduce(l.F32(data, {count}), group_->size(), *groups);
-  const size_t size = groups == nullptr ? group_->size() : groups->front().size();
+  const Value sum = l.f.AllReduce(l.F32(data, {count}), group_->size(), groups ? *groups : ReplicaGroups{});
+  const size_t size = groups ? groups->front().size() : group_->size();
   l.Write(data, mean ? l.f.Mul(sum, l.Const(1.0 / size)) : sum);
   l.Run();
 }

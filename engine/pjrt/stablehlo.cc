@@ -371,35 +371,30 @@ Value Function::Reduce(const Value& x, const std::vector<int64_t>& axes, std::st
 }
 
 namespace {
-// One group of every replica (no channel: cross-replica collectives).
-std::string EveryReplica(int replicas) {
-  std::vector<int64_t> group(replicas);
-  for (int r = 0; r < replicas; ++r) group[r] = r;
-  return absl::StrCat("replica_groups = dense<[", List(group), "]> : tensor<1x", replicas, "xi64>");
-}
-}  // namespace
-
-Value Function::AllReduce(const Value& x, int replicas) {
-  Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
-  return Op("all_reduce", {x}, x.dims, x.type, EveryReplica(replicas), ScalarRegion("add", x.type));
-}
-
-Value Function::AllReduce(const Value& x, int replicas, const std::vector<std::vector<int>>& groups) {
-  Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
+// The replica_groups attribute of a collective over `replicas` replicas:
+// `groups` (each replica in one group, the groups of one size), or one group
+// of every replica when empty (no channel: cross-replica collectives).
+std::string ReplicaGroupsAttribute(std::string_view op, int replicas, std::vector<std::vector<int>> groups) {
+  if (groups.empty()) {
+    groups.emplace_back(replicas);
+    for (int r = 0; r < replicas; ++r) groups[0][r] = r;
+  }
   std::vector<int> seen(replicas, 0);
   std::vector<std::string> rows;
   for (const std::vector<int>& g : groups) {
-    Require(!g.empty() && g.size() == groups.front().size(), "all_reduce", "replica groups of one size");
-    for (int r : g) {
-      Require(r >= 0 && r < replicas && !seen[r]++, "all_reduce", "each replica in one group");
-    }
+    Require(!g.empty() && g.size() == groups.front().size(), op, "replica groups of one size");
+    for (int r : g) Require(r >= 0 && r < replicas && !seen[r]++, op, "each replica in one group");
     rows.push_back(absl::StrCat("[", absl::StrJoin(g, ", "), "]"));
   }
-  Require(static_cast<int64_t>(rows.size() * groups.front().size()) == replicas, "all_reduce",
-          "every replica in a group");
-  return Op("all_reduce", {x}, x.dims, x.type,
-            absl::StrCat("replica_groups = dense<[", absl::StrJoin(rows, ", "), "]> : tensor<", groups.size(), "x",
-                         groups.front().size(), "xi64>"),
+  Require(static_cast<int64_t>(rows.size() * groups.front().size()) == replicas, op, "every replica in a group");
+  return absl::StrCat("replica_groups = dense<[", absl::StrJoin(rows, ", "), "]> : tensor<", groups.size(), "x",
+                      groups.front().size(), "xi64>");
+}
+}  // namespace
+
+Value Function::AllReduce(const Value& x, int replicas, const std::vector<std::vector<int>>& groups) {
+  Require(replicas > 1 && replicas == replicas_, "all_reduce", "the module's replica count (set_replicas) first");
+  return Op("all_reduce", {x}, x.dims, x.type, ReplicaGroupsAttribute("all_reduce", replicas, groups),
             ScalarRegion("add", x.type));
 }
 
@@ -408,14 +403,15 @@ Value Function::ReduceScatter(const Value& x, int replicas) {
   Require(x.rank() == 1 && x.dims[0] % replicas == 0, "reduce_scatter",
           absl::StrCat(TensorType(x), ": one axis of a multiple of ", replicas, " elements"));
   return Op("reduce_scatter", {x}, {x.dims[0] / replicas}, x.type,
-            absl::StrCat("scatter_dimension = 0 : i64, ", EveryReplica(replicas)), ScalarRegion("add", x.type));
+            absl::StrCat("scatter_dimension = 0 : i64, ", ReplicaGroupsAttribute("reduce_scatter", replicas, {})),
+            ScalarRegion("add", x.type));
 }
 
 Value Function::AllGather(const Value& x, int replicas) {
   Require(replicas > 1 && replicas == replicas_, "all_gather", "the module's replica count (set_replicas) first");
   Require(x.rank() == 1, "all_gather", absl::StrCat(TensorType(x), ": one axis"));
   return Op("all_gather", {x}, {x.dims[0] * replicas}, x.type,
-            absl::StrCat("all_gather_dim = 0 : i64, ", EveryReplica(replicas)));
+            absl::StrCat("all_gather_dim = 0 : i64, ", ReplicaGroupsAttribute("all_gather", replicas, {})));
 }
 
 namespace {

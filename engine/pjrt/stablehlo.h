@@ -142,8 +142,7 @@ class Function {
   // Sum of x over every replica (stablehlo.all_reduce, one replica group);
   // with `groups` (replica ids: every replica in one group, the groups of one
   // size) over the replicas of each one's group.
-  Value AllReduce(const Value& x, int replicas);
-  Value AllReduce(const Value& x, int replicas, const std::vector<std::vector<int>>& groups);
+  Value AllReduce(const Value& x, int replicas, const std::vector<std::vector<int>>& groups = {});
   // x [K n] on each of the K replicas -> [n]: replica r's part r of the sum
   // over replicas (stablehlo.reduce_scatter along axis 0, one group).
   Value ReduceScatter(const Value& x, int replicas);

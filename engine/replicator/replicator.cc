@@ -50,36 +50,6 @@ absl::Status CheckMesh(int num_replicas, int model_parallel) {
 
 // --- ReplicaContext -------------------------------------------------------------
 
-namespace {
-
-// The collectives of a group of one replica (a context's model axis without
-// a mesh): every collective is the identity.
-class SoloCollectives final : public Collectives {
- public:
-  int replica_id() const override { return 0; }
-  int num_replicas() const override { return 1; }
-  absl::Status AllReduce(std::span<float>, ReduceOp) override { return failure_; }
-  absl::Status AllGather(std::span<const float> in, std::span<float> out) override {
-    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
-    return failure_;
-  }
-  absl::Status ReduceScatter(std::span<const float> in, std::span<float> out, ReduceOp) override {
-    if (in.data() != out.data()) std::copy(in.begin(), in.end(), out.begin());
-    return failure_;
-  }
-  absl::Status Broadcast(std::span<float>, int) override { return failure_; }
-  absl::Status StartAllReduce(std::span<float>, ReduceOp) override { return failure_; }
-  absl::Status WaitAll() override { return failure_; }
-  void Fail(const absl::Status& status) override {
-    if (failure_.ok()) failure_ = status;
-  }
-
- private:
-  absl::Status failure_;
-};
-
-}  // namespace
-
 ReplicaContext::~ReplicaContext() = default;
 
 absl::Status ReplicaContext::Record(absl::Status s) {
@@ -90,7 +60,10 @@ absl::Status ReplicaContext::Record(absl::Status s) {
 
 ReplicaContext& ReplicaContext::model_axis() {
   if (model_axis_ == nullptr) {
-    solo_collectives_ = std::make_unique<SoloCollectives>();
+    // A group of one: every collective is the identity, so it never waits.
+    auto group = std::make_shared<InProcessGroup>(1, std::chrono::milliseconds(1));
+    solo_collectives_ = group->Member(0);
+    solo_group_ = std::move(group);
     solo_context_ = std::make_unique<ReplicaContext>(solo_collectives_.get(), backend_, local_index_);
     solo_context_->parent_ = this;
     model_axis_ = solo_context_.get();

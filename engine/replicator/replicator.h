@@ -172,6 +172,7 @@ class ReplicaContext final : public nn::CrossReplicaSum {
   const nn::Backend::ReplicaGroups* in_step_groups_ = nullptr;
   ReplicaContext* model_axis_ = nullptr;  // null: a group of one, made on first use
   ReplicaContext* data_axis_ = this;
+  std::shared_ptr<void> solo_group_;  // the in-process group of one behind solo_collectives_
   std::unique_ptr<Collectives> solo_collectives_;
   std::unique_ptr<ReplicaContext> solo_context_;
   // A collective on `count` floats of `backend`'s memory at `data`: `run`

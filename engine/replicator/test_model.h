@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -183,7 +184,8 @@ struct MlpWeights {
   std::vector<float> w1, b1, w2, b2;  // w1 [in, hidden/M], b1 [hidden/M], w2 [hidden/M, out], b2 [out]
 };
 
-inline std::vector<float> MlpRandom(int64_t n, uint64_t seed) {
+// n floats drawn from N(0, 0.5) with `seed`.
+inline std::vector<float> RandomFloats(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> d(0.0f, 0.5f);
   std::vector<float> v(n);
@@ -191,19 +193,41 @@ inline std::vector<float> MlpRandom(int64_t n, uint64_t seed) {
   return v;
 }
 
+// Columns [begin, end) of a row-major [rows, cols] matrix, and rows [begin, end).
+inline std::vector<float> Columns(const std::vector<float>& m, int64_t cols, int64_t begin, int64_t end) {
+  std::vector<float> out;
+  for (size_t r = 0; r < m.size() / cols; ++r) out.insert(out.end(), m.begin() + r * cols + begin, m.begin() + r * cols + end);
+  return out;
+}
+inline std::vector<float> Rows(const std::vector<float>& m, int64_t cols, int64_t begin, int64_t end) {
+  return {m.begin() + begin * cols, m.begin() + end * cols};
+}
+
+// ||got - want|| / ||want|| (L2 over the tensor); infinite when their sizes differ.
+inline double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// Sets parameters of `params` (allocated) to the given values.
+inline absl::Status SetValues(nn::ParameterSet& params,
+                              std::initializer_list<std::pair<int, const std::vector<float>*>> values) {
+  std::vector<float> host(params.total_floats());
+  for (const auto& [index, from] : values) std::copy(from->begin(), from->end(), host.begin() + params.info(index).offset);
+  return params.UploadValues(host);
+}
+
 // Part `part` of `parts` of the whole MLP's weights: w1's and b1's columns,
 // w2's rows, b2 whole.
 inline MlpWeights MlpPart(const MlpWeights& whole, int part, int parts) {
   const int64_t h = kMlpHidden / parts, begin = part * h;
-  MlpWeights p;
-  for (int64_t i = 0; i < kMlpIn; ++i) {
-    const auto row = whole.w1.begin() + i * kMlpHidden + begin;
-    p.w1.insert(p.w1.end(), row, row + h);
-  }
-  p.b1.assign(whole.b1.begin() + begin, whole.b1.begin() + begin + h);
-  p.w2.assign(whole.w2.begin() + begin * kMlpOut, whole.w2.begin() + (begin + h) * kMlpOut);
-  p.b2 = whole.b2;
-  return p;
+  return {Columns(whole.w1, kMlpHidden, begin, begin + h), Columns(whole.b1, kMlpHidden, begin, begin + h),
+          Rows(whole.w2, kMlpOut, begin, begin + h), whole.b2};
 }
 
 // Trains the MLP from the same starting weights on every mesh for `steps`
@@ -218,20 +242,16 @@ inline absl::StatusOr<MlpWeights> TrainMeshMlp(ReplicaContext& ctx, int steps) {
   const auto l1 = nn::ColumnParallelLinear::Create(params, "l1", kMlpIn, kMlpHidden, parts);
   const auto l2 = nn::RowParallelLinear::Create(params, "l2", kMlpHidden, kMlpOut, parts, part);
   params.Allocate(backend, 0);
-  const MlpWeights start = MlpPart({MlpRandom(kMlpIn * kMlpHidden, 3), MlpRandom(kMlpHidden, 4),
-                                    MlpRandom(kMlpHidden * kMlpOut, 5), MlpRandom(kMlpOut, 6)},
+  const MlpWeights start = MlpPart({RandomFloats(kMlpIn * kMlpHidden, 3), RandomFloats(kMlpHidden, 4),
+                                    RandomFloats(kMlpHidden * kMlpOut, 5), RandomFloats(kMlpOut, 6)},
                                    part, parts);
-  std::vector<float> values(params.total_floats());
-  const std::pair<int, const std::vector<float>*> set[] = {{l1.w, &start.w1}, {l1.b, &start.b1}, {l2.w, &start.w2},
-                                                           {l2.b, &start.b2}};
-  for (const auto& [index, from] : set) std::copy(from->begin(), from->end(), values.begin() + params.info(index).offset);
-  RETURN_IF_ERROR(params.UploadValues(values));
+  RETURN_IF_ERROR(SetValues(params, {{l1.w, &start.w1}, {l1.b, &start.b1}, {l2.w, &start.w2}, {l2.b, &start.b2}}));
   nn::Adam adam(&params, &backend);
   ReplicatedOptimizer optimizer(&adam, &data);  // the gradients' mean over the model's copies
   nn::Tape tape(&backend);
   for (int step = 0; step < steps; ++step) {
-    const std::vector<float> x = MlpRandom(kMlpBatch * kMlpIn, 100 + step);
-    const std::vector<float> y = MlpRandom(kMlpBatch * kMlpOut, 200 + step);
+    const std::vector<float> x = RandomFloats(kMlpBatch * kMlpIn, 100 + step);
+    const std::vector<float> y = RandomFloats(kMlpBatch * kMlpOut, 200 + step);
     tape.Reset();
     params.ZeroGrad();
     const nn::Var input = tape.Input(x.data() + first * kMlpIn, {shard, kMlpIn});
@@ -242,7 +262,7 @@ inline absl::StatusOr<MlpWeights> TrainMeshMlp(ReplicaContext& ctx, int steps) {
     optimizer.Step(/*learning_rate=*/1e-2f);
     RETURN_IF_ERROR(ctx.status());
   }
-  values = params.DownloadValues();
+  const std::vector<float> values = params.DownloadValues();
   auto read = [&](int index) {
     const auto begin = values.begin() + params.info(index).offset;
     return std::vector<float>(begin, begin + params.info(index).shape.size());
@@ -255,23 +275,8 @@ inline absl::StatusOr<MlpWeights> TrainMeshMlp(ReplicaContext& ctx, int steps) {
 // for part 0 (the row-parallel layer's bias is part 0's).
 inline double WorstMlpDifference(const MlpWeights& got, const MlpWeights& want_whole, int part, int parts) {
   const MlpWeights want = MlpPart(want_whole, part, parts);
-  double worst = 0;
-  auto compare = [&](const std::vector<float>& a, const std::vector<float>& b) {
-    if (a.size() != b.size()) {
-      worst = std::numeric_limits<double>::infinity();
-      return;
-    }
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      norm += double(b[i]) * b[i];
-    }
-    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
-  };
-  compare(got.w1, want.w1);
-  compare(got.b1, want.b1);
-  compare(got.w2, want.w2);
-  if (part == 0) compare(got.b2, want.b2);
+  double worst = std::max({RelativeL2(got.w1, want.w1), RelativeL2(got.b1, want.b1), RelativeL2(got.w2, want.w2)});
+  if (part == 0) worst = std::max(worst, RelativeL2(got.b2, want.b2));
   return worst;
 }
 
