@@ -42,6 +42,9 @@ inline constexpr int kMaxUpdatesPerExecution = 64;
 struct AgentMetrics {
   int64_t updates = 0;      // total updates so far (restored by Load)
   double input_wait_s = 0;  // what an update waited for its input (sampling, new frames), mean
+  // What the device sat idle between executions waiting for the host, per
+  // update (nn::Backend::device_idle_seconds over the replicas' devices, mean).
+  double device_idle_s = 0;
   // The agent's own scalars (losses, value estimates), each a mean over
   // the interval (or a count, where the name says so: D4PG's
   // late_backward.replicaR), by name: the name is its metrics.csv column

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <stop_token>
 #include <thread>
@@ -230,6 +231,13 @@ struct D4pgAgent::StepInputs {
   std::vector<float> readout;
 };
 
+// An execution of updates the device was given.
+struct D4pgAgent::Launched {
+  uint64_t step = 0;           // nn::Backend::steps_begun() after it
+  int64_t n = 0;               // its updates
+  std::vector<uint64_t> keys;  // its batches' keys, in update order
+};
+
 struct D4pgAgent::Replica {
   explicit Replica(std::shared_ptr<nn::Backend> device)
       : backend(std::move(device)), critic_tape(backend.get()), actor_tape(backend.get()) {}
@@ -281,7 +289,13 @@ struct D4pgAgent::Replica {
   replay::FrameDecoder decoder;
   std::vector<std::vector<int32_t>> slots;  // slots[i % batches.size()]: that batch's
   std::vector<StepInputs> in;  // update j of an execution's; learner.updates_per_execution of them
-  int64_t call_updates = 0;    // updates of this Train call so far
+  int64_t call_updates = 0;    // updates of this Train call so far (input_fn's)
+  int64_t call_stepped = 0;    // ... of them stepped (step_fn's), and the call's count
+  int64_t call_target = 0;
+  // An execution launched whose readouts the host has not read yet: its
+  // epilogue runs after the next execution is launched (the backend's late
+  // reads), or at the Train call's end.
+  std::optional<Launched> unread;
   int64_t next_input = 0;                       // the input's next, counted from its opening
   std::unique_ptr<InputPrefetcher> prefetcher;  // learner.prefetch_input: the input made ahead
   int64_t updates = 0;
@@ -479,7 +493,13 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
   // The inputs this call takes, and with StartInput's input the next call's first.
   for (auto& r : replicas_) {
     if (r->prefetcher != nullptr) r->prefetcher->Allow(r->next_input + num_updates + (input_across_calls_ ? 1 : 0));
-    r->call_updates = 0;
+    r->call_updates = r->call_stepped = 0;
+    r->call_target = num_updates;
+    if (r->unread) {
+      // A call that failed left an execution unread: its readouts are dropped.
+      r->backend->LandReads(r->unread->step);
+      r->unread.reset();
+    }
   }
   const int64_t shard = batch_size_ / replicator_->num_replicas();
   const int64_t per_execution = config_.learner().updates_per_execution();
@@ -663,14 +683,39 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const std::string shape = absl::StrCat(rows, ",", ctx.num_replicas(), ",", gathered, ",", weighted, ",", n);
   const uint64_t signature = Fnv1a64(shape.data(), shape.size());
   absl::Status stepped;
+  // Its readouts land later (nn::Backend's late reads): the host reads them
+  // while the next execution runs.
+  r.backend->set_late_reads(overlap_epilogue_);
   r.backend->RunStep(signature, [&] {
     for (int64_t j = 0; j < n && stepped.ok(); ++j) stepped = DeviceUpdate(ctx, r, r.in[j], rows, gathered, weighted);
   });
+  r.backend->set_late_reads(false);
   RETURN_IF_ERROR(stepped);
+  r.updates += n;
+  r.call_stepped += n;
+  Launched launched{.step = r.backend->steps_begun(), .n = n};
+  for (const Input& input : block) {
+    launched.keys.insert(launched.keys.end(), input.batch->keys.begin(), input.batch->keys.end());
+  }
 
-  // The host's epilogue: priorities of each update, and the execution's
-  // metrics (each update's means over the global batch) in one all-reduce.
-  r.keys.clear();
+  // The host's epilogue of the execution before this one (which the device
+  // has finished or is about to: this one queues behind it), then, at the
+  // call's end, this one's.
+  if (r.unread) RETURN_IF_ERROR(Epilogue(ctx, r, *std::exchange(r.unread, std::nullopt), rows));
+  if (overlap_epilogue_ && r.call_stepped < r.call_target) {
+    r.unread = std::move(launched);
+    return absl::OkStatus();
+  }
+  return Epilogue(ctx, r, launched, rows);
+}
+
+absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, const Launched& execution,
+                                 int64_t rows) {
+  r.backend->LandReads(execution.step);
+  const int64_t n = execution.n;
+  // Priorities of each update, and the execution's metrics (each update's
+  // means over the global batch) in one all-reduce.
+  r.keys = execution.keys;
   r.item_loss.clear();
   // Each update's three means, then with engine.straggler DEADLINE each
   // replica's backward passes left at the deadline in this execution (its
@@ -685,9 +730,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
   for (int64_t j = 0; j < n; ++j) {
     const float* host = r.in[j].readout.data();
-    const replay::SampledBatch& batch = *block[j].batch;
     double loss_sum = 0, q_sum = 0;
-    r.keys.insert(r.keys.end(), batch.keys.begin(), batch.keys.end());
     for (int64_t b = 0; b < rows; ++b) {
       r.item_loss.push_back(host[2 * b]);
       loss_sum += host[2 * b];
@@ -697,7 +740,6 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
     metrics[3 * j + 1] = host[2 * rows];
     metrics[3 * j + 2] = static_cast<float>(q_sum / rows);
   }
-  r.updates += n;
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
   if (&r == replicas_[0].get()) {
     absl::MutexLock lock(&metrics_mu_);
@@ -866,6 +908,10 @@ AgentMetrics D4pgAgent::metrics() const {
     }
   }
   m.input_wait_s = sum_input_wait_ / count;
+  double idle = 0;  // every replica's device's, since the last call
+  for (const auto& r : replicas_) idle += r->backend->device_idle_seconds();
+  m.device_idle_s = (idle - device_idle_counted_) / static_cast<double>(replicas_.size()) / count;
+  device_idle_counted_ = idle;
   m.updates = metric_updates_;
   sum_critic_loss_ = sum_actor_loss_ = sum_q_ = sum_input_wait_ = 0;
   metric_count_ = 0;

@@ -119,6 +119,12 @@ class D4pgAgent final : public Agent {
   // the table signature (naming field and shape), collective errors; each
   // prefixed with the replica ("replica 1: ...").
   absl::Status Train(int64_t num_updates) override;
+  // Whether an execution's epilogue (its readouts: priorities, metrics)
+  // waits until the next execution is launched, so the device does not
+  // idle while the host reads (the default; the same updates, priorities
+  // and metrics either way, by the end of each Train call). Benchmarks
+  // compare; between Train calls.
+  void set_overlap_epilogue(bool overlap) { overlap_epilogue_ = overlap; }
   // The same on an input of this call's own: `sample` is called exactly
   // num_updates times per replica, within this call (prefetching inside it
   // only). FailedPrecondition while StartInput's input runs.
@@ -191,6 +197,7 @@ class D4pgAgent final : public Agent {
  private:
   struct Replica;
   struct StepInputs;  // one update's inputs in device memory (d4pg_agent.cc)
+  struct Launched;    // an execution whose readouts are still to be read (d4pg_agent.cc)
   D4pgAgent() = default;
   // One replica's input for an update: the batch and, for frame references,
   // their slots in the device frame table (uploaded already).
@@ -212,13 +219,16 @@ class D4pgAgent final : public Agent {
   using Block = std::vector<Input>;
   // One execution of block.size() updates: each update's inputs to the
   // device (PrepareUpdate, the host's part), one step of their DeviceUpdates
-  // in order (kernels only, which the backend may replay), then each
-  // readout's priorities and metrics (the host's).
+  // in order (kernels only, which the backend may replay), then the
+  // epilogue of the execution before it (or at the call's end its own).
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block);
   absl::Status PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input, int64_t update,
                              StepInputs& in, bool* gathered, bool* weighted);
   absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, int64_t rows, bool gathered,
                             bool weighted);
+  // The host's epilogue of a launched execution: its readouts landed, its
+  // priorities (LastPriorities') and metrics.
+  absl::Status Epilogue(replicator::ReplicaContext& ctx, Replica& r, const Launched& execution, int64_t rows);
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 
@@ -235,6 +245,7 @@ class D4pgAgent final : public Agent {
   internal::Mlp actor_;        // in the actor set
   std::vector<std::unique_ptr<Replica>> replicas_;  // local, in replicator->local_replicas() order
   int64_t updates_ = 0;
+  bool overlap_epilogue_ = true;
   int64_t train_generation_ = 0;
   // The open input (OpenInput): its sampling, what ends a sample in flight,
   // and whether it runs ahead into the next Train call (StartInput's).
@@ -257,6 +268,7 @@ class D4pgAgent final : public Agent {
   mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_q_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_input_wait_ ABSL_GUARDED_BY(metrics_mu_) = 0;
+  mutable double device_idle_counted_ ABSL_GUARDED_BY(metrics_mu_) = 0;  // the devices' idle seconds in metrics so far
   mutable int64_t metric_count_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   int64_t metric_updates_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   // engine.straggler DEADLINE: each replica's backward passes left at the

@@ -748,6 +748,78 @@ TEST(D4pgAgentTest, TwoReplicasInOneCompiledPjrtProgramEqualOneReplicaOnTheWhole
   // The whole state: the moments would show a missing 1/K in the all-reduce.
   TROUPE_EXPECT_SAME_STATE(states[0], states[1], states[2], .tolerance = 1e-5);
 }
+// An execution's epilogue (its readouts: priorities, metrics) overlapped
+// with the next execution (the default: the backend's late reads) against
+// the epilogue after each execution: Train calls of 5, 1 and 6 updates
+// (executions of 2 on the CPU), prioritized pixel batches, and after every
+// call the priorities, their keys, the metrics and at the end the whole
+// state equal bit for bit, on the CPU and on the PJRT plugin (replayed
+// steps). On PJRT the overlapped agent's reads were late (the host waited
+// for them when landing them, not at each execution's end).
+TEST(D4pgAgentTest, AnEpilogueOverlappedWithTheNextExecutionOnCpuAndPjrtChangesNoPriorityMetricOrState) {
+  const ObservationSpec spec = kSmallPixels;
+  for (const bool on_pjrt : {false, true}) {
+    SCOPED_TRACE(on_pjrt ? "PJRT" : "CPU");
+    config::ExperimentConfig c = SmallPixelConfig();
+    if (on_pjrt) {
+      const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
+      if (plugin == nullptr || !std::filesystem::exists(plugin)) GTEST_SKIP() << "no PJRT plugin at TROUPE_PJRT_PLUGIN";
+      c.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::PJRT);
+      c.mutable_learner()->mutable_engine()->set_pjrt_plugin(plugin);
+    } else {
+      c.mutable_learner()->set_updates_per_execution(2);
+    }
+    std::unique_ptr<replicator::Replicator> replicators[2];
+    std::unique_ptr<D4pgAgent> agents[2];
+    D4pgAgent::SampleFn samples[2];
+    for (int a = 0; a < 2; ++a) {
+      replicators[a] = MakeReplicator(1, c.learner().engine());
+      auto agent = D4pgAgent::Create(c, spec, 1, replicators[a].get());
+      ASSERT_TRUE(agent.ok()) << agent.status();
+      agents[a] = std::move(*agent);
+      agents[a]->set_overlap_epilogue(a == 0);
+      auto counter = std::make_shared<int64_t>(0);
+      samples[a] = [&spec, c, counter](int id, int64_t n, replay::SampledBatch* out) {
+        return BanditBatches(spec, c, (*counter)++)(id, n, out);
+      };
+    }
+    const std::vector<nn::CheckpointTensor> start = agents[0]->CheckpointState();
+    for (const int updates : {5, 1, 6}) {
+      std::vector<uint64_t> keys[2];
+      std::vector<double> priorities[2];
+      AgentMetrics metrics[2];
+      for (int a = 0; a < 2; ++a) {
+        ASSERT_TRUE(agents[a]->Train(updates, samples[a]).ok());
+        agents[a]->LastPriorities(&keys[a], &priorities[a]);
+        metrics[a] = agents[a]->metrics();
+      }
+      ASSERT_FALSE(keys[0].empty());
+      EXPECT_EQ(keys[0], keys[1]) << "after Train(" << updates << ")";
+      EXPECT_EQ(priorities[0], priorities[1]) << "after Train(" << updates << ")";
+      EXPECT_EQ(metrics[0].updates, metrics[1].updates);
+      for (const char* name : {"critic_loss", "actor_loss", "q_mean"}) {
+        EXPECT_EQ(metrics[0][name], metrics[1][name]) << name << " after Train(" << updates << ")";
+      }
+    }
+    const std::vector<nn::CheckpointTensor> overlapped = agents[0]->CheckpointState(),
+                                            after_each = agents[1]->CheckpointState();
+    ASSERT_EQ(overlapped.size(), after_each.size());
+    for (size_t i = 0; i < overlapped.size(); ++i) {
+      const size_t bytes = sizeof(float) * overlapped[i].values.size();
+      EXPECT_EQ(std::memcmp(overlapped[i].values.data(), after_each[i].values.data(), bytes), 0) << overlapped[i].name;
+      EXPECT_NE(std::memcmp(overlapped[i].values.data(), start[i].values.data(), bytes), 0)
+          << overlapped[i].name << " did not move";
+    }
+    if (on_pjrt) {
+      const auto& late = dynamic_cast<pjrt::PjrtBackend&>(*replicators[0]->backend(0)).stats();
+      const auto& each = dynamic_cast<pjrt::PjrtBackend&>(*replicators[1]->backend(0)).stats();
+      EXPECT_GT(late.step_replays, 0);
+      EXPECT_GT(late.late_read_wait_seconds, 0) << "the overlapped agent's reads landed late";
+      EXPECT_EQ(each.late_read_wait_seconds, 0) << "the other's at each execution's end";
+    }
+  }
+}
+
 // learner.updates_per_execution 4: the learner prepares four updates'
 // inputs, then one step runs them in order. On the CPU the whole state
 // after Train(12) and Train(2) (executions of 4, 4, 4, then 2) is that of

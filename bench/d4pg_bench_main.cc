@@ -1,11 +1,13 @@
 // Measures D4PG learner updates/s on synthetic batches (no replay, no actors):
-//   d4pg_bench [--peers] [--rounds N] [--json PATH] [--per-execution N] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
+//   d4pg_bench [--peers] [--rounds N] [--json PATH] [--per-execution N] [--no-overlap] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
 // state: cartpole-sized (5 floats, 1 action); pixels: 3 frames of 84x84.
 // conv_channels and hidden (one size for both MLP layers) default to the config's defaults.
 // device: cpu (default), cpu_strict, cuda or cuda-bf16 (bfloat16 matmul/conv inputs),
 // pjrt (one compiled program per update) or pjrt-kernels (kernel at a time),
 // both through the plugin $TROUPE_PJRT_PLUGIN names; pjrt also prints the
-// executions per update, the host's milliseconds per update and the compile time.
+// executions per update, the host's milliseconds per update and the compile time,
+// and what the host waited for results and the device idled between executions
+// (--no-overlap: each execution's epilogue before the next is launched).
 // Each update uploads its batch (uint8 pixels) as the learner does.
 // --peers (pixels): also the same update in PyTorch 2.x (bench/peers/torch_d4pg.py:
 // eager, torch.compile, and on a GPU torch.compile's reduce-overhead) and JAX
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
   using namespace troupe;
   // --peers and --rounds N, wherever they are, then the positional arguments.
   bool peers = false;
+  bool overlap = true;
   int rounds = 0;
   int per_execution = 1;
   std::string json;
@@ -118,6 +121,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--peers") == 0) {
       peers = true;
+    } else if (std::strcmp(argv[i], "--no-overlap") == 0) {
+      overlap = false;
     } else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
       json = argv[++i];
     } else if (std::strcmp(argv[i], "--per-execution") == 0 && i + 1 < argc) {
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(agent.status().message()).c_str());
     return 1;
   }
+  (*agent)->set_overlap_epilogue(overlap);
   // One random batch, served every update.
   auto data = bench::RandomD4pgBatch(spec, action_size, config, batch, 1);
   TROUPE_CHECK(data.ok());
@@ -217,15 +223,22 @@ int main(int argc, char** argv) {
       const double steps = updates;  // per update (an execution runs per_execution of them)
       // Host time: the timed updates' wall time but the executions' (what
       // the host waits for): sampling, uploads, recording or binding, readouts.
+      const double waited = stats.step_execute_seconds - warm.step_execute_seconds + stats.late_read_wait_seconds -
+                            warm.late_read_wait_seconds;
       std::printf(
           "pjrt: %.2f program executions per update, %.0f%% of executions replayed, %.3f ms of host time per update "
-          "outside the executions (%.3f ms recording, %.3f ms binding a replay), compiled in %.1f s\n",
+          "outside the executions (%.3f ms recording, %.3f ms binding a replay), compiled in %.1f s\n"
+          "pjrt: epilogue %s: the host waited %.3f ms per update for results, the device idled %.3f ms per update "
+          "between executions (%lld of %lld replays launched onto an idle device)\n",
           (stats.step_launches - warm.step_launches) / steps,
           100.0 * static_cast<double>(stats.step_replays - warm.step_replays) /
               static_cast<double>(stats.steps - warm.steps),
-          1e3 * (s - (stats.step_execute_seconds - warm.step_execute_seconds)) / steps,
-          1e3 * (stats.step_host_seconds - warm.step_host_seconds) / steps,
-          1e3 * (stats.replay_host_seconds - warm.replay_host_seconds) / steps, stats.compile_seconds);
+          1e3 * (s - waited) / steps, 1e3 * (stats.step_host_seconds - warm.step_host_seconds) / steps,
+          1e3 * (stats.replay_host_seconds - warm.replay_host_seconds) / steps, stats.compile_seconds,
+          overlap ? "overlapped with the next execution (late reads)" : "after each execution (--no-overlap)",
+          1e3 * waited / steps, 1e3 * (stats.device_idle_seconds - warm.device_idle_seconds) / steps,
+          static_cast<long long>(stats.idle_launches - warm.idle_launches),
+          static_cast<long long>(stats.step_replays - warm.step_replays));
     } else {
       std::printf("pjrt: %.1f kernel launches per update\n",
                   static_cast<double>(stats.launches - warm.launches) / std::max(1, updates));

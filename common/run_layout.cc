@@ -99,7 +99,7 @@ constexpr LogColumn kRlMetricsColumnsBefore[] = {
     {"frames_per_s", 1},  {"replay_size", 0}, {"samples_per_insert", 3}};
 constexpr LogColumn kRlMetricsColumnsAfter[] = {
     {"eval_return", 2},   {"parameter_version", 0}, {"checkpoint_s", 3, /*csv=*/false},
-    {"input_wait_ms", 3}, {"frames_uploaded_per_update", 2}};
+    {"input_wait_ms", 3}, {"frames_uploaded_per_update", 2}, {"device_idle_ms", 3}};
 // An agent's metric: 5 significant digits (losses and values of any scale).
 constexpr int kAgentMetricDecimals = LogColumn::kSignificant;
 constexpr LogColumn kRlEvalColumns[] = {{"frames", 0}, {"updates", 0}, {"eval_return", 3}, {"actions_at_bound", 3}};
@@ -141,7 +141,8 @@ std::vector<double> RlMetricsRow::Values() const {
   std::vector<double> values = {seconds,      D(frames),      D(updates),        updates_per_s,
                                 frames_per_s, D(replay_size), samples_per_insert};
   values.insert(values.end(), agent.begin(), agent.end());
-  for (double v : {eval_return, D(parameter_version), checkpoint_s, input_wait_ms, frames_uploaded_per_update}) {
+  for (double v : {eval_return, D(parameter_version), checkpoint_s, input_wait_ms, frames_uploaded_per_update,
+                    device_idle_ms}) {
     values.push_back(v);
   }
   return values;

@@ -172,6 +172,9 @@ struct RlMetricsRow {  // the RL learner's metrics.csv and metrics.jsonl
   int64_t parameter_version = 0;
   double checkpoint_s = 0;  // metrics.jsonl only
   double input_wait_ms = 0, frames_uploaded_per_update = 0;
+  // Per update, what the device sat idle between executions waiting for
+  // the host (Backend::device_idle_seconds: PJRT; 0 where none is measured).
+  double device_idle_ms = 0;
 };
 struct RlEvalRow {  // the RL learner's eval.csv
   static const LogSchema& Schema();

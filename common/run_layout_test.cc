@@ -64,22 +64,22 @@ TEST_F(RunLayoutTest, WritesTheHeaderOnceThenRowsAndTheirJsonLines) {
   RowLog<RlMetricsRow> log(run(), RlMetricsRow::Schema(kAgentColumns));
   RlMetricsRow row{.seconds = 2.04, .frames = 4000, .updates = 100, .updates_per_s = 50, .frames_per_s = 2000,
                    .replay_size = 3900, .samples_per_insert = 0.5, .agent = {1.25, -0.5, 3.5}, .eval_return = -1, .parameter_version = 11, .checkpoint_s = 0.125,
-                   .input_wait_ms = 0.75, .frames_uploaded_per_update = 12.5};
+                   .input_wait_ms = 0.75, .frames_uploaded_per_update = 12.5, .device_idle_ms = 0.25};
   ASSERT_TRUE(log.Append(row));
   row.frames = 8000;
   ASSERT_TRUE(log.Append(row));
   const std::string line =
-      ",100,50.00,2000.0,3900,0.500,1.25,-0.5,3.5,-1.00,11,0.750,12.50\n";
+      ",100,50.00,2000.0,3900,0.500,1.25,-0.5,3.5,-1.00,11,0.750,12.50,0.250\n";
   EXPECT_EQ(ReadFile(run().metrics_csv()).value_or(""),
             "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,critic_loss,actor_loss,"
-            "q_mean,eval_return,parameter_version,input_wait_ms,frames_uploaded_per_update\n"
+            "q_mean,eval_return,parameter_version,input_wait_ms,frames_uploaded_per_update,device_idle_ms\n"
             "2.0,4000" + line + "2.0,8000" + line);
   const std::string json = ReadFile(run().metrics_jsonl()).value_or("");
   EXPECT_EQ(json.substr(0, json.find('\n') + 1),
             "{\"seconds\": 2.0, \"frames\": 4000, \"updates\": 100, \"updates_per_s\": 50.00, \"frames_per_s\": "
             "2000.0, \"replay_size\": 3900, \"samples_per_insert\": 0.500, \"critic_loss\": 1.25, \"actor_loss\": "
             "-0.5, \"q_mean\": 3.5, \"eval_return\": -1.00, \"parameter_version\": 11, \"checkpoint_s\": "
-            "0.125, \"input_wait_ms\": 0.750, \"frames_uploaded_per_update\": 12.50}\n");
+            "0.125, \"input_wait_ms\": 0.750, \"frames_uploaded_per_update\": 12.50, \"device_idle_ms\": 0.250}\n");
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 2);
 }
 

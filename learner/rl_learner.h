@@ -101,6 +101,9 @@ struct LearnerStats {
   // Pixel frames uploaded to the device frame table per update over the
   // interval (agents/device_frames.h).
   double frames_uploaded_per_update = 0;
+  // What the device sat idle per update between executions, waiting for
+  // the host (Agent metrics' device_idle_s), mean milliseconds.
+  double device_idle_ms = 0;
   double last_eval_return = -1;   // -1 before the first evaluation
   int64_t last_eval_frames = 0;
   int64_t parameter_version = 0;

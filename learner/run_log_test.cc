@@ -101,7 +101,8 @@ TEST_F(LearnerRunLogTest, TheAgentsMetricsAreColumnsAfterThePlatformsOwn) {
   EXPECT_EQ(metrics->header,
             (std::vector<std::string>{"seconds", "frames", "updates", "updates_per_s", "frames_per_s", "replay_size",
                                       "samples_per_insert", "policy_loss", "entropy", "eval_return",
-                                      "parameter_version", "input_wait_ms", "frames_uploaded_per_update"}));
+                                      "parameter_version", "input_wait_ms", "frames_uploaded_per_update",
+                                      "device_idle_ms"}));
   EXPECT_EQ(metrics->Column("policy_loss"), (std::vector<double>{0.25, 0}));
   EXPECT_EQ(metrics->Column("entropy"), (std::vector<double>{-1.5, 0}));
   EXPECT_EQ(metrics->Column("eval_return"), (std::vector<double>{7, -1}));

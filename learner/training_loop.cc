@@ -43,6 +43,7 @@ void RlLearner::RecordStats(bool write_row) {
         stats_.agent_metrics.clear();
         for (const std::string& name : agent_metric_names_) stats_.agent_metrics.push_back(m[name]);
         stats_.input_wait_ms = 1e3 * m.input_wait_s;
+        stats_.device_idle_ms = 1e3 * m.device_idle_s;
         const int64_t uploaded = agent_->frame_stats().frames_uploaded;
         stats_.frames_uploaded_per_update =
             static_cast<double>(uploaded - row_frames_uploaded_) / static_cast<double>(agent_->updates() - row_updates_);
@@ -66,7 +67,8 @@ void RlLearner::RecordStats(bool write_row) {
                            .parameter_version = s.parameter_version,
                            .checkpoint_s = s.checkpoint_seconds,
                            .input_wait_ms = s.input_wait_ms,
-                           .frames_uploaded_per_update = s.frames_uploaded_per_update});
+                           .frames_uploaded_per_update = s.frames_uploaded_per_update,
+                           .device_idle_ms = s.device_idle_ms});
   last_row_ = now;
   row_updates_ = agent_->updates();
   row_frames_ = frames;

@@ -274,7 +274,7 @@ TEST_F(RlEndToEndTest, TheRandomAgentRunsThroughActorsReplayEvaluatorCheckpoints
   // No metrics of its own: the platform's columns alone.
   const std::string header = Read(run + "/metrics.csv").substr(0, Read(run + "/metrics.csv").find('\n'));
   EXPECT_EQ(header, "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,eval_return,"
-                    "parameter_version,input_wait_ms,frames_uploaded_per_update");
+                    "parameter_version,input_wait_ms,frames_uploaded_per_update,device_idle_ms");
   // An episode's line says the actor's exploration (an actor that started
   // late under load may have finished none).
   const std::string actor_logs = Read(run + "/logs/actor-0.log") + Read(run + "/logs/actor-1.log");
@@ -331,7 +331,7 @@ runs_dir: ")" << dir_ << "/runs\"\n";
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "seconds,frames,updates,updates_per_s,frames_per_s,replay_size,samples_per_insert,policy_loss,value_loss,"
             "entropy,approx_kl,clip_fraction,dropped_stale,policy_lag,epochs,eval_return,parameter_version,input_wait_ms,"
-            "frames_uploaded_per_update");
+            "frames_uploaded_per_update,device_idle_ms");
   const auto evals = Metrics(run, kEvalCsvFile);
   ASSERT_FALSE(evals.empty()) << Read(dir_ + "/run.log");
   EXPECT_GE(evals.back()[0], 800000);

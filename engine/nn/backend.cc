@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 namespace troupe::nn {
 
@@ -56,7 +59,45 @@ void Backend::EndStep() {
     std::abort();
   }
   in_step_ = false;
-  for (const DeferredRead& r : TakeDeferredReads()) Download(r.device, r.host, r.bytes);
+  for (const DeferredRead& r : TakeDeferredReads()) DownloadRead(r);
+}
+
+void Backend::CopyRead(const DeferredRead& r, const void* bytes) {
+  if (!late_reads_) {
+    std::memcpy(r.host, bytes, r.bytes);
+    return;
+  }
+  const auto* begin = static_cast<const std::byte*>(bytes);
+  KeepLateRead([staged = std::vector<std::byte>(begin, begin + r.bytes), host = r.host] {
+    std::memcpy(host, staged.data(), staged.size());
+  });
+}
+
+void Backend::DownloadRead(const DeferredRead& r) {
+  if (!late_reads_) {
+    Download(r.device, r.host, r.bytes);
+    return;
+  }
+  // Kept by value: the next step may write the device memory read here.
+  std::vector<std::byte> staged(r.bytes);
+  Download(r.device, staged.data(), r.bytes);
+  CopyRead(r, staged.data());
+}
+
+void Backend::KeepLateRead(std::function<void()> land) { unlanded_.push_back({steps_begun_, std::move(land)}); }
+
+void Backend::LandReads(uint64_t through_step) {
+  while (!unlanded_.empty() && unlanded_.front().step <= through_step) {
+    std::function<void()> land = std::move(unlanded_.front().land);
+    unlanded_.pop_front();
+    land();
+  }
+}
+
+size_t Backend::steps_unlanded() const {
+  size_t steps = 0;
+  for (size_t i = 0; i < unlanded_.size(); ++i) steps += i == 0 || unlanded_[i].step != unlanded_[i - 1].step;
+  return steps;
 }
 
 void Backend::RunStep(uint64_t /*signature*/, const std::function<void()>& device_part) {

@@ -75,6 +75,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <span>
@@ -201,6 +202,23 @@ class Backend {
   virtual void RunStep(uint64_t signature, const std::function<void()>& device_part);
   // Whether RunStep may skip device_part (a PJRT backend compiling steps).
   virtual bool replays_steps() const { return false; }
+  // Late reads (double-buffered outputs: the host reads step t's results
+  // while step t+1 runs). While on, a step's ReadAtStepEnd values do not
+  // land in host memory when the step ends: the backend keeps them, and
+  // LandReads(s) lands those of every step up to s (steps_begun() after it
+  // ran), oldest first. A later step may read into the same host memory:
+  // its values land at its own LandReads. Where a step's program runs
+  // asynchronously (a PJRT replay), its end does not wait for it; LandReads
+  // does. Turning it off changes the steps after; kept reads stay kept.
+  void set_late_reads(bool on) { late_reads_ = on; }
+  bool late_reads() const { return late_reads_; }
+  void LandReads(uint64_t through_step);
+  // Steps whose reads are kept and not landed yet.
+  size_t steps_unlanded() const;
+  // Seconds the device sat idle between a replayed step's end and the next
+  // step's start, waiting for the host (backends that can tell: PJRT; 0
+  // elsewhere, where the host runs the kernels or waits for each step).
+  virtual double device_idle_seconds() const { return 0; }
   // Inside a step: this step takes a value from the host that a replay would
   // not see change (`why` says which), so it records every time.
   virtual void NotReplayable(const char* why) { (void)why; }
@@ -491,12 +509,29 @@ class Backend {
   void set_in_step(bool in_step) { in_step_ = in_step; }
   // A step ran without BeginStep (a replay).
   void CountStep() { ++steps_begun_; }
+  // With late reads on: `land` puts one of the current step's reads in its
+  // host memory, called by LandReads.
+  void KeepLateRead(std::function<void()> land);
+  // A read of the step that ended: its `bytes` (on the host) copied to its
+  // host memory now, or with late reads a copy of them when they land.
+  void CopyRead(const DeferredRead& r, const void* bytes);
+  // The same, downloading the read's device memory first.
+  void DownloadRead(const DeferredRead& r);
+  // Forgets the reads not landed (a backend's destructor, before the memory
+  // they would read is gone).
+  void DropUnlandedReads() { unlanded_.clear(); }
 
  private:
   bool in_step_ = false;
   uint64_t steps_begun_ = 0;
   int host_staging_ = 0;
   std::vector<DeferredRead> deferred_reads_;
+  bool late_reads_ = false;
+  struct LateRead {
+    uint64_t step;
+    std::function<void()> land;
+  };
+  std::deque<LateRead> unlanded_;
   struct ScratchBlock {
     void* data = nullptr;
     size_t bytes = 0;

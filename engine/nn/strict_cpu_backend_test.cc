@@ -202,6 +202,42 @@ TEST(StrictCpuDeviceTest, ReadsAskedForInAStepLandAtItsEndAndStagingIsAllowed) {
   EXPECT_EQ(now, 3.0f);
 }
 
+// Late reads on the strict device: a step's read lands only at its
+// LandReads, after a second step wrote the same device memory and read it
+// into the same host memory (the value read is the one at its own step's
+// end, kept by the backend); each step's lands in turn, oldest first.
+TEST(StrictCpuDeviceTest, LateReadsLandAtLandReadsWithTheirOwnStepsValues) {
+  StrictCpuBackend device(/*num_threads=*/1);
+  float* x = device.AllocateFloats(2);
+  float out = -1;
+  device.set_late_reads(true);
+  uint64_t steps[2];
+  for (int s = 0; s < 2; ++s) {
+    {
+      StepScope step(device);
+      device.Fill(x, 2, 10.0f + static_cast<float>(s));
+      device.ReadAtStepEnd(x + 1, &out, sizeof(out));
+    }
+    steps[s] = device.steps_begun();
+  }
+  device.set_late_reads(false);
+  EXPECT_EQ(out, -1.0f) << "a late read landed at its step's end";
+  EXPECT_EQ(device.steps_unlanded(), 2u);
+  device.LandReads(steps[0]);
+  EXPECT_EQ(out, 10.0f);
+  EXPECT_EQ(device.steps_unlanded(), 1u);
+  device.LandReads(steps[1]);
+  EXPECT_EQ(out, 11.0f);
+  EXPECT_EQ(device.steps_unlanded(), 0u);
+  // Off again: at the step's end.
+  {
+    StepScope step(device);
+    device.Fill(x, 2, 12.0f);
+    device.ReadAtStepEnd(x, &out, sizeof(out));
+  }
+  EXPECT_EQ(out, 12.0f);
+}
+
 // LAMB and LARS keep their norms and trust ratios on the device: a step of
 // each on the strict device makes no host round trip and moves the
 // parameters as on the CPU backend.

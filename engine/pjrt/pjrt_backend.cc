@@ -51,6 +51,7 @@ PjrtBackend::PjrtBackend(std::shared_ptr<Client> client, const PjrtBackendOption
       check_replay_every_(options.check_replay_every) {}
 
 PjrtBackend::~PjrtBackend() {
+  DropUnlandedReads();
   for (auto& [signature, step] : replayed_) Forget(*step);
   step_.reset();
   ReleaseScratchPool();
@@ -242,11 +243,11 @@ void PjrtBackend::EndStep() {
     // The plugin refused the step's program: the step again, kernel at a
     // time, and its reads as downloads.
     FallBackToKernels(*step);
-    for (const DeferredRead& r : reads) Download(r.device, r.host, r.bytes);
+    for (const DeferredRead& r : reads) DownloadRead(r);
     return;
   }
   ++stats_.steps;
-  for (size_t i = 0; i < reads.size(); ++i) std::memcpy(reads[i].host, step->host(results[i]).data(), reads[i].bytes);
+  for (size_t i = 0; i < reads.size(); ++i) CopyRead(reads[i], step->host(results[i]).data());
   if (capture_ != nullptr) {
     for (const DeferredRead& r : reads) capture_->reads.emplace_back(r.host, r.bytes);
   }

@@ -51,6 +51,8 @@
 #ifndef TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
 #define TROUPE_ENGINE_PJRT_PJRT_BACKEND_H_
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -130,8 +132,16 @@ struct PjrtStats {
   // Host time of replayed steps before their execution (binding arguments).
   double replay_host_seconds = 0.0;
   // Wall time of steps' executions, recorded or replayed, until their
-  // results are on the host: what the host waits for.
+  // results are on the host: what the host waits for (with late reads, a
+  // replay's wait is in late_read_wait_seconds instead).
   double step_execute_seconds = 0.0;
+  // With late reads (nn::Backend::set_late_reads): what landing a replay's
+  // reads waited for its execution.
+  double late_read_wait_seconds = 0.0;
+  // Replays launched after the replay before had ended: the device waited
+  // for the host that long in all (device_idle_seconds()).
+  int64_t idle_launches = 0;
+  double device_idle_seconds = 0.0;
 };
 
 class PjrtBackend final : public nn::Backend {
@@ -171,6 +181,7 @@ class PjrtBackend final : public nn::Backend {
   void Upload(const void* host, void* device, size_t bytes) override;
   void Download(const void* device, void* host, size_t bytes) override;
   void Synchronize() override;
+  double device_idle_seconds() const override { return stats_.device_idle_seconds; }
 
   // The core (nn::Backend); every composed kernel runs as nn::Backend's
   // default over these, which XLA fuses inside a compiled step.
@@ -264,6 +275,23 @@ class PjrtBackend final : public nn::Backend {
   // Executes `step`'s program again; false (nothing run) when its memory
   // changed since it was recorded.
   bool Replay(ReplayedStep& step);
+  // A replay's result whose read lands later (late reads): destroyed with
+  // the read, landed or dropped; `ended` is WatchEnd's event, if any.
+  struct LateResult {
+    LateResult(Client* c, capi::Buffer* b, capi::Event* e) : client(c), buffer(b), ended(e) {}
+    ~LateResult();
+    LateResult(const LateResult&) = delete;
+    LateResult& operator=(const LateResult&) = delete;
+    Client* client;
+    capi::Buffer* buffer;
+    capi::Event* ended;
+  };
+  // Notes when the execution computing `result` ends (last_end_); the
+  // event to destroy once it has (null when the plugin cannot say).
+  capi::Event* WatchEnd(capi::Buffer* result);
+  // A replay launched at `now`: the device's idle time since the last
+  // watched execution ended, if it has.
+  void NoteDeviceIdle(std::chrono::steady_clock::time_point now);
 
   std::shared_ptr<Client> client_;
   int device_;
@@ -287,6 +315,8 @@ class PjrtBackend final : public nn::Backend {
   std::unordered_map<uint64_t, std::unique_ptr<ReplayedStep>> replayed_;
   PjrtStats stats_;
   const ProgramCache::Program* last_program_ = nullptr;
+  // When the last watched execution ended (steady_clock ticks; 0: not yet).
+  std::shared_ptr<std::atomic<int64_t>> last_end_;
 };
 
 }  // namespace troupe::pjrt

@@ -88,6 +88,16 @@ struct EventAwaitArgs {
   ExtensionBase* extension_start;
   Event* event;
 };
+// Called once the event is ready, with its error (null on success), which
+// the callback owns and destroys.
+using EventOnReadyCallback = void (*)(Error* error, void* user_arg);
+struct EventOnReadyArgs {
+  size_t struct_size;
+  ExtensionBase* extension_start;
+  Event* event;
+  EventOnReadyCallback callback;
+  void* user_arg;
+};
 // PJRT_NamedValue: one create option (the XLA GPU plugin's "preallocate",
 // "memory_fraction").
 enum NamedValueType : int { kNamedString = 0, kNamedInt64 = 1, kNamedInt64List = 2, kNamedFloat = 3, kNamedBool = 4 };
@@ -298,7 +308,7 @@ struct Api {
   Unused Event_IsReady;
   Unused Event_Error;
   Fn<EventAwaitArgs> Event_Await;
-  Unused Event_OnReady;
+  Fn<EventOnReadyArgs> Event_OnReady;
 
   Fn<ClientCreateArgs> Client_Create;
   Fn<ClientDestroyArgs> Client_Destroy;

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -375,6 +377,42 @@ absl::Status Client::Await(capi::Buffer* buffer) {
   args.buffer = buffer;
   if (absl::Status s = plugin_->ToStatus(plugin_->api().Buffer_ReadyEvent(&args), "waiting"); !s.ok()) return s;
   return AwaitEvent(*plugin_, args.event, "computing");
+}
+
+absl::StatusOr<capi::Event*> Client::WhenReady(capi::Buffer* buffer, std::function<void()> then) {
+  auto ready = Make<capi::BufferReadyEventArgs>();
+  ready.buffer = buffer;
+  if (absl::Status s = plugin_->ToStatus(plugin_->api().Buffer_ReadyEvent(&ready), "waiting"); !s.ok()) return s;
+  // The callback's own: freed by the callback, whenever it runs.
+  struct Pending {
+    const Plugin* plugin;
+    std::function<void()> then;
+  };
+  auto on_ready = Make<capi::EventOnReadyArgs>();
+  on_ready.event = ready.event;
+  on_ready.user_arg = new Pending{plugin_, std::move(then)};
+  on_ready.callback = [](capi::Error* error, void* arg) {
+    std::unique_ptr<Pending> pending(static_cast<Pending*>(arg));
+    if (error != nullptr) {
+      auto destroy = Make<capi::ErrorDestroyArgs>();
+      destroy.error = error;
+      pending->plugin->api().Error_Destroy(&destroy);
+    }
+    pending->then();
+  };
+  if (absl::Status s = plugin_->ToStatus(plugin_->api().Event_OnReady(&on_ready), "waiting"); !s.ok()) {
+    delete static_cast<Pending*>(on_ready.user_arg);
+    Destroy(ready.event);
+    return s;
+  }
+  return ready.event;
+}
+
+void Client::Destroy(capi::Event* event) {
+  if (event == nullptr) return;
+  auto destroy = Make<capi::EventDestroyArgs>();
+  destroy.event = event;
+  (void)plugin_->ToStatus(plugin_->api().Event_Destroy(&destroy), "destroying an event");
 }
 
 void Client::Destroy(capi::Buffer* buffer) {

@@ -12,6 +12,7 @@
 #define TROUPE_ENGINE_PJRT_PLUGIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -101,6 +102,11 @@ class Client {
   absl::Status ToHost(capi::Buffer* buffer, void* host, size_t bytes);
   // Waits until the buffer's contents are computed; an execution's error shows here.
   absl::Status Await(capi::Buffer* buffer);
+  // `then` runs (on one of the plugin's threads, or at once) when the
+  // buffer's contents are computed, whether or not that failed. The event
+  // returned is destroyed with Destroy once the buffer is known computed.
+  absl::StatusOr<capi::Event*> WhenReady(capi::Buffer* buffer, std::function<void()> then);
+  void Destroy(capi::Event* event);
   void Destroy(capi::Buffer* buffer);
 
   // Runs `executable` on `device` with `args`; `outputs` (sized to the

@@ -9,6 +9,7 @@
 // update may differ from the rest (an optimizer's state made on first use).
 // check_replay_every > 0 records every so many replays again and aborts,
 // naming the difference, when the recording is not the one replayed.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -133,23 +134,68 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   out.assign(r.written.size() + step.recorded.reads.size(), nullptr);
   const auto execute_began = std::chrono::steady_clock::now();
   stats_.replay_host_seconds += std::chrono::duration<double>(execute_began - began).count();
+  NoteDeviceIdle(execute_began);
   Execute(program, program.executable, args, out, /*step=*/true, /*kernels=*/0);
   for (size_t i = 0; i < r.written.size(); ++i) {
     DeviceMemory::Allocation* a = memory_.At(r.written[i]);
     client_->Destroy(a->buffer);  // donated to the execution
     a->buffer = out[i];
   }
-  for (size_t i = 0; i < step.recorded.reads.size(); ++i) {
-    capi::Buffer* result = out[r.written.size() + i];
-    Check(client_->ToHost(result, step.recorded.reads[i].first, step.recorded.reads[i].second),
-          "reading a replayed step's result");
-    client_->Destroy(result);
+  const size_t reads = step.recorded.reads.size();
+  // When the execution ends (its first result computed), for the idle time
+  // before the next one.
+  capi::Event* ended = reads > 0 ? WatchEnd(out[r.written.size()]) : nullptr;
+  if (late_reads()) {
+    // Each result copied to the host when the caller lands this step's reads.
+    for (size_t i = 0; i < reads; ++i) {
+      auto result = std::make_shared<LateResult>(client_.get(), out[r.written.size() + i], i == 0 ? ended : nullptr);
+      KeepLateRead([this, result, to = step.recorded.reads[i]] {
+        const auto waited = std::chrono::steady_clock::now();
+        Check(client_->ToHost(result->buffer, to.first, to.second), "reading a replayed step's result");
+        stats_.late_read_wait_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
+      });
+    }
+  } else {
+    for (size_t i = 0; i < reads; ++i) {
+      capi::Buffer* result = out[r.written.size() + i];
+      Check(client_->ToHost(result, step.recorded.reads[i].first, step.recorded.reads[i].second),
+            "reading a replayed step's result");
+      client_->Destroy(result);
+    }
+    client_->Destroy(ended);
+    stats_.step_execute_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
   }
-  stats_.step_execute_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
   ++stats_.steps;
   ++stats_.step_replays;
   return true;
+}
+
+PjrtBackend::LateResult::~LateResult() {
+  client->Destroy(buffer);
+  client->Destroy(ended);
+}
+
+capi::Event* PjrtBackend::WatchEnd(capi::Buffer* result) {
+  auto ended = std::make_shared<std::atomic<int64_t>>(0);
+  absl::StatusOr<capi::Event*> event = client_->WhenReady(result, [ended] {
+    ended->store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_release);
+  });
+  if (!event.ok()) return nullptr;  // the idle time goes unmeasured; the read says any error
+  last_end_ = std::move(ended);
+  return *event;
+}
+
+void PjrtBackend::NoteDeviceIdle(std::chrono::steady_clock::time_point now) {
+  if (last_end_ == nullptr) return;
+  const int64_t ended = last_end_->load(std::memory_order_acquire);
+  last_end_ = nullptr;
+  if (ended == 0) return;  // the last execution still runs: this one queues behind it
+  const auto idle = now.time_since_epoch().count() - ended;
+  if (idle <= 0) return;
+  ++stats_.idle_launches;
+  stats_.device_idle_seconds += std::chrono::duration<double>(std::chrono::steady_clock::duration(idle)).count();
 }
 
 }  // namespace troupe::pjrt

@@ -4,12 +4,14 @@
 // step count is an input (no new recording), a new shape is a new
 // recording, a step that takes host data inside records every time, and
 // the guard stops a replay whose recording would differ.
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/nn/cpu_backend.h"
@@ -114,6 +116,65 @@ TEST(StepReplayTest, ReplayedUpdatesEqualRecordedOnesBitForBitAndANewLearningRat
   EXPECT_EQ(replaying->stats().steps, 50);
   EXPECT_EQ(replaying->stats().step_compiles, 1);
   EXPECT_EQ(recording->stats().step_replays, 0);
+}
+
+// Late reads (double-buffered outputs): 30 updates, each step's loss landed
+// only after the next step was launched. Before its LandReads a step's
+// value is not in host memory (the previous one is); after it, it equals the
+// loss of the same update stepped with reads at the step's end, bit for
+// bit, and so do the final parameters; 26 of the 30 were replays.
+TEST(StepReplayTest, LateReadsLandAfterTheNextStepIsLaunchedInOrderAndUnchanged) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> late = NewPjrt(plugin), now = NewPjrt(plugin);
+  ASSERT_TRUE(late && now);
+  Model a(*late, 16, 8), b(*now, 16, 8);
+  std::vector<float> expected;
+  for (int u = 0; u < 30; ++u) {
+    b.Step(u, LearningRate(u));
+    expected.push_back(b.loss);
+  }
+  uint64_t unlanded = 0;
+  float landed = a.loss;  // none yet
+  for (int u = 0; u < 30; ++u) {
+    a.Prepare(u, LearningRate(u));
+    late->set_late_reads(true);
+    late->RunStep(a.Signature(), [&] { a.DevicePart(); });
+    late->set_late_reads(false);
+    ASSERT_EQ(a.loss, landed) << "update " << u << "'s loss landed before its LandReads";
+    if (u > 0) {
+      late->LandReads(unlanded);
+      ASSERT_EQ(a.loss, expected[u - 1]) << "update " << u - 1;
+      landed = a.loss;
+    }
+    unlanded = late->steps_begun();
+    EXPECT_EQ(late->steps_unlanded(), 1u);
+  }
+  late->LandReads(unlanded);
+  EXPECT_EQ(a.loss, expected.back());
+  EXPECT_EQ(late->steps_unlanded(), 0u);
+  EXPECT_EQ(a.Values(), b.Values());
+  EXPECT_EQ(late->stats().step_replays, 28);
+}
+
+// The device's idle time: replays whose host part sleeps 30 ms after the
+// step before ended are counted idle at least that long each; the steps
+// recorded are not counted (their program runs to its end before RunStep
+// returns, so nothing is watched).
+TEST(StepReplayTest, TheDeviceIdleTimeIsTheHostsGapBetweenReplays) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  Model m(*pjrt, 16, 8);
+  constexpr auto kGap = std::chrono::milliseconds(30);
+  for (int u = 0; u < 8; ++u) {
+    m.Step(u, LearningRate(u));  // the loss read at the step's end: the execution has ended
+    std::this_thread::sleep_for(kGap);
+  }
+  // Replays 3..8 (6), each after a gap; the first replay follows a recording.
+  EXPECT_EQ(pjrt->stats().step_replays, 6);
+  EXPECT_EQ(pjrt->stats().idle_launches, 5);
+  EXPECT_GE(pjrt->device_idle_seconds(), 5 * std::chrono::duration<double>(kGap).count());
+  EXPECT_LT(pjrt->device_idle_seconds(), 5 * 10 * std::chrono::duration<double>(kGap).count());
 }
 
 // A replayed model learns: the loss on one fixed batch falls as it would

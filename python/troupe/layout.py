@@ -44,7 +44,7 @@ FILES = {
 COLUMNS = {
     ("RL", "metrics_csv"): ("seconds", "frames", "updates", "updates_per_s", "frames_per_s", "replay_size",
                             "samples_per_insert", "eval_return", "parameter_version", "input_wait_ms",
-                            "frames_uploaded_per_update"),
+                            "frames_uploaded_per_update", "device_idle_ms"),
     ("RL", "eval_csv"): ("frames", "updates", "eval_return", "actions_at_bound"),
     ("GAN", "metrics_csv"): ("seconds", "images", "steps", "images_per_s", "d_loss", "g_loss", "d_lr", "g_lr"),
     ("GAN", "eval_csv"): ("images", "steps", "classifier_fid", "classifier_score", "seconds"),
