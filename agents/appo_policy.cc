@@ -157,7 +157,7 @@ absl::StatusOr<std::unique_ptr<AppoPolicy>> AppoPolicy::Create(const config::App
   std::unique_ptr<AppoPolicy> policy(
       new AppoPolicy(config, spec, action_size, std::make_unique<nn::CpuBackend>(std::max(1, num_threads))));
   policy->networks_ = internal::AppoNetworks::Declare(policy->params_, config, spec, action_size);
-  policy->params_.Allocate(*policy->backend_, /*seed=*/0);
+  policy->params_.Allocate(*policy->backend_, /*seed=*/0, 1, /*gradients=*/false);  // inference only
   policy->mean_.assign(spec.state_size, 0.0f);
   policy->std_.assign(spec.state_size, 1.0f);
   policy->ReadLogStd();

@@ -357,8 +357,9 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
     r->critic.Allocate(device, seed, pad);
     r->actor.Allocate(device, MixSeed(seed, 1, 0), pad);
-    r->target_critic.Allocate(device, 0);
-    r->target_actor.Allocate(device, 0);
+    // Constants of the update (never differentiated): no gradient buffers.
+    r->target_critic.Allocate(device, 0, 1, /*gradients=*/false);
+    r->target_actor.Allocate(device, 0, 1, /*gradients=*/false);
     RETURN_IF_ERROR(r->target_critic.CopyValuesFrom(r->critic));
     RETURN_IF_ERROR(r->target_actor.CopyValuesFrom(r->actor));
     if (sharded) {
@@ -955,25 +956,27 @@ void D4pgAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>*
 // --- Checkpoints ------------------------------------------------------------------
 
 // Every tensor of replica `r` in checkpoint order, in its device's memory:
-// networks, targets, Adam moments per parameter; the counters (updates and
-// the two optimizers' step counts, on the host) follow them. Every name has
-// nn::kParameterEntryPrefix, as files written as one ParameterSet had.
+// networks, targets, Adam moments per parameter (none when the optimizers
+// are null); the counters (updates and the two optimizers' step counts, on
+// the host) follow them. Every name has nn::kParameterEntryPrefix, as files
+// written as one ParameterSet had.
+static std::string EntryName(const std::string& prefix, const nn::ParameterSet& set, int i) {
+  return nn::kParameterEntryPrefix + prefix + "/" + set.info(i).name;
+}
 static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::ParameterSet& actor,
                                              nn::ParameterSet& target_critic, nn::ParameterSet& target_actor,
-                                             nn::Optimizer& critic_adam, nn::Optimizer& actor_adam) {
+                                             nn::Optimizer* critic_adam, nn::Optimizer* actor_adam) {
   std::vector<nn::DeviceTensor> entries;
   auto add_set = [&](const std::string& prefix, nn::ParameterSet& set, float* base) {
-    for (int i = 0; i < set.size(); ++i) {
-      entries.push_back({nn::kParameterEntryPrefix + prefix + "/" + set.info(i).name, set.info(i).shape,
-                         base + set.info(i).offset});
-    }
+    for (int i = 0; i < set.size(); ++i) entries.push_back({EntryName(prefix, set, i), set.info(i).shape, base + set.info(i).offset});
   };
   add_set("critic", critic, critic.device_values());
   add_set("actor", actor, actor.device_values());
   add_set("target_critic", target_critic, target_critic.device_values());
   add_set("target_actor", target_actor, target_actor.device_values());
-  for (const nn::OptimizerState& s : critic_adam.State()) add_set("critic." + s.name, critic, s.data);
-  for (const nn::OptimizerState& s : actor_adam.State()) add_set("actor." + s.name, actor, s.data);
+  if (critic_adam == nullptr) return entries;
+  for (const nn::OptimizerState& s : critic_adam->State()) add_set("critic." + s.name, critic, s.data);
+  for (const nn::OptimizerState& s : actor_adam->State()) add_set("actor." + s.name, actor, s.data);
   return entries;
 }
 
@@ -981,27 +984,35 @@ static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefi
 
 std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   Replica& r = *replicas_[0];
+  // Every replica's part of the moments, assembled on the host (no device
+  // holds them whole) where all replicas are in this process; over MPI
+  // PrepareCheckpoint gathered them into replica 0's whole ones.
   const bool gather_here = r.critic_sharded && !whole_moments_gathered_;
-  if (gather_here) {
-    // Every replica's part of the moments into replica 0's whole ones: all
-    // replicas in this process, or PrepareCheckpoint gathered them.
-    TROUPE_CHECK(!state_split_across_processes());  // PrepareCheckpoint first, on every rank
-    std::vector<replicator::ShardedAdam*> critic, actor;
-    for (const auto& each : replicas_) {
-      critic.push_back(each->critic_sharded.get());
-      actor.push_back(each->actor_sharded.get());
-    }
-    TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(critic, *r.critic_sharded).ok());
-    TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(actor, *r.actor_sharded).ok());
-  }
+  TROUPE_CHECK(!gather_here || !state_split_across_processes());  // PrepareCheckpoint first, on every rank
   std::vector<nn::CheckpointTensor> tensors = nn::DownloadTensors(
-      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, r.critic_state(), r.actor_state()));
+      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, gather_here ? nullptr : &r.critic_state(),
+                          gather_here ? nullptr : &r.actor_state()));
+  if (gather_here) {
+    // The moments' entries, in Entries' order, from the host.
+    const auto append = [&](const std::string& prefix, const nn::ParameterSet& set,
+                            std::unique_ptr<replicator::ShardedAdam> Replica::*sharded) {
+      std::vector<replicator::ShardedAdam*> parts;
+      for (const auto& each : replicas_) parts.push_back(((*each).*sharded).get());
+      std::vector<std::pair<std::string, std::vector<float>>> whole;
+      TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &whole).ok());
+      for (const auto& [name, values] : whole) {
+        for (int i = 0; i < set.size(); ++i) {
+          const auto begin = values.begin() + set.info(i).offset;
+          tensors.push_back({EntryName(prefix + name, set, i), set.info(i).shape,
+                             std::vector<float>(begin, begin + set.info(i).shape.size())});
+        }
+      }
+    };
+    append("critic.", r.critic, &Replica::critic_sharded);
+    append("actor.", r.actor, &Replica::actor_sharded);
+  }
   const int64_t counters[3] = {r.updates, r.critic_state().steps(), r.actor_state().steps()};
   tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
-  if (gather_here) {
-    r.critic_sharded->ReleaseWholeState();
-    r.actor_sharded->ReleaseWholeState();
-  }
   return tensors;
 }
 
@@ -1026,14 +1037,14 @@ absl::Status D4pgAgent::Load(const std::string& path) {
   // Names and shapes are checked against replica 0's layout before anything changes.
   Replica& r0 = *replicas_[0];
   std::vector<nn::DeviceTensor> layout =
-      Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, r0.critic_state(), r0.actor_state());
+      Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, &r0.critic_state(), &r0.actor_state());
   layout.push_back({CountersEntry(), nn::Shape{6}, nullptr});
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
   const std::vector<int64_t> counters = nn::Int64sOf(file.back());
   // Every local replica gets the same state.
   for (auto& r : replicas_) {
     nn::UploadTensors(*r->backend, file,
-                      Entries(r->critic, r->actor, r->target_critic, r->target_actor, r->critic_state(), r->actor_state()));
+                      Entries(r->critic, r->actor, r->target_critic, r->target_actor, &r->critic_state(), &r->actor_state()));
     r->updates = counters[0];
     r->critic_state().set_steps(counters[1]);
     r->actor_state().set_steps(counters[2]);

@@ -112,7 +112,7 @@ absl::StatusOr<std::unique_ptr<D4pgPolicy>> D4pgPolicy::Create(const config::D4p
     feature_size = config.encoder_features();
   }
   policy->actor_ = internal::DeclareActor(policy->params_, feature_size, internal::HiddenSizes(config), action_size);
-  policy->params_.Allocate(*policy->backend_, /*seed=*/0);
+  policy->params_.Allocate(*policy->backend_, /*seed=*/0, 1, /*gradients=*/false);  // inference only
   return policy;
 }
 

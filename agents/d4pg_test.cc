@@ -1065,7 +1065,12 @@ TEST(D4pgAgentTest, AStepDeadlineTrainsAsWaitingUntilMissedAndCountsLatePassesPe
 // learner.engine.device_memory_mib between what a replica keeps with Adam's
 // moments whole and split over 4 (networks 1024 wide): the unsplit run is
 // refused naming the sizes; split, it trains under the budget, ending where
-// one replica without a budget does. The sizes checked are the agent's own.
+// one replica without a budget does. The sizes checked are the agent's own;
+// the budget is each replica's backend's too (nn::Backend's memory budget),
+// which every allocation of the split run kept to: each device's peak
+// (state, activations, batches) under the budget and above the state. The
+// whole state on those devices, the agent's own check skipped, stops the
+// process at the allocation past the budget, naming the sizes.
 TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt) {
   const ObservationSpec spec{.state_size = 3};
   config::ExperimentConfig whole = TinyConfig(/*batch=*/16, {1024, 1024});
@@ -1082,7 +1087,7 @@ TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt
   whole.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
   split.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
 
-  auto four = MakeReplicator(4);
+  auto four = MakeReplicator(4, split.learner().engine());
   auto refused = D4pgAgent::Create(whole, spec, 2, four.get());
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()),
@@ -1104,6 +1109,26 @@ TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt
     ASSERT_TRUE((*reference)->Train(1, Bandit(spec, 2, unbudgeted, step)).ok());
   }
   TROUPE_EXPECT_SAME_STATE(start, (*reference)->CheckpointState(), (*agent)->CheckpointState(), .tolerance = 1e-4);
+  for (int r = 0; r < 4; ++r) {
+    const nn::Backend& device = *four->backend(r);
+    EXPECT_EQ(device.memory_budget(), static_cast<size_t>(budget_mib) << 20);
+    EXPECT_LE(device.peak_memory(), device.memory_budget()) << "replica " << r;
+    EXPECT_GT(device.peak_memory(), static_cast<size_t>(split_bytes.total())) << "replica " << r;
+    std::printf("replica %d: peak %.1f MiB of its %lld MiB\n", r, device.peak_memory() / double(1 << 20),
+                static_cast<long long>(budget_mib));
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  config::ExperimentConfig unchecked = whole;
+  unchecked.mutable_learner()->mutable_engine()->set_device_memory_mib(0);
+  EXPECT_DEATH(
+      {
+        auto budgeted = MakeReplicator(4, split.learner().engine());
+        auto agent = D4pgAgent::Create(unchecked, spec, 2, budgeted.get());
+        TROUPE_CHECK(agent.ok());
+        (void)(*agent)->Train(1, Bandit(spec, 2, unchecked, 0));
+      },
+      absl::StrCat("cpu backend: out of its memory budget: .* MiB asked with .* MiB in use, over the budget of ",
+                   budget_mib, ".00 MiB"));
 }
 
 // A checkpoint of K=4 replicas with sharded optimizer state (the moments

@@ -495,7 +495,11 @@ absl::StatusOr<std::unique_ptr<replicator::Replicator>> MakeReplicator(const con
   options.timeout = timeout;
   std::shared_ptr<void> group = MakeReplicaGroup(engine);
   options.make_backend = [engine, group](const replicator::Collectives& collectives, int local_replicas) {
-    return MakeBackend(engine, collectives.local_rank(), EngineThreadsPerReplica(engine, local_replicas), group);
+    auto backend =
+        MakeBackend(engine, collectives.local_rank(), EngineThreadsPerReplica(engine, local_replicas), group);
+    // A device of device_memory_mib: every allocation beyond it refused.
+    if (backend.ok()) (*backend)->set_memory_budget(static_cast<size_t>(engine.device_memory_mib()) << 20);
+    return backend;
   };
   if (SharedDevice(engine)) {
     // K threads on device 0 (local_rank 0 for all), reducing on it.

@@ -215,7 +215,7 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
     t->whole_generator_ = std::make_unique<Generator>(t->whole_->g, config.noise_size(), config.generator_channels());
     Generator ema_layout(t->whole_->ema, config.noise_size(), config.generator_channels());
     t->whole_->g.Allocate(t->whole_->backend, seed * 3 + 1);
-    t->whole_->ema.Allocate(t->whole_->backend, seed * 3 + 1);
+    t->whole_->ema.Allocate(t->whole_->backend, seed * 3 + 1, 1, /*gradients=*/false);
     RETURN_IF_ERROR(t->whole_->ema.CopyValuesFrom(t->whole_->g));
     t->whole_->adam = make_optimizer(&t->whole_->g, &t->whole_->backend);
   }
@@ -264,7 +264,7 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   // The EMA generator starts as a copy of the generator, on every replica.
   for (auto& r : t->replicas_) {
     Generator ema_layout(r->ema, config.noise_size(), config.generator_channels(), m);
-    r->ema.Allocate(*r->backend, seed * 3 + 1);
+    r->ema.Allocate(*r->backend, seed * 3 + 1, 1, /*gradients=*/false);  // an average, never differentiated
     RETURN_IF_ERROR(r->ema.CopyValuesFrom(r->g));
   }
   if (m > 1) {

@@ -210,7 +210,7 @@ void* CudaBackend::Bound() {
   return stream_;
 }
 
-void* CudaBackend::Allocate(size_t bytes) {
+void* CudaBackend::DeviceAllocate(size_t bytes) {
   Bound();
   // Plain device memory: the host never touches it (backend.h; the strict
   // CPU device proves every step keeps to that), and unlike managed memory
@@ -221,7 +221,7 @@ void* CudaBackend::Allocate(size_t bytes) {
   return p;
 }
 
-void CudaBackend::Free(void* p) {
+void CudaBackend::DeviceFree(void* p) {
   if (p == nullptr) return;
   CUDA_CHECK(cudaStreamSynchronize(AsStream(Bound())));
   CUDA_CHECK(cudaFree(p));

@@ -130,8 +130,8 @@ class CudaBackend final : public nn::Backend {
   // --- Device memory (nn::Backend's contract) ----------------------------------
   // `bytes` of this GPU's memory (cudaMalloc), uninitialised; aborts with
   // file and line on failure.
-  void* Allocate(size_t bytes) override;
-  void Free(void* p) override;
+  void* DeviceAllocate(size_t bytes) override;
+  void DeviceFree(void* p) override;
   // Copies between any host pointer and this GPU's memory; waits.
   void Upload(const void* host, void* device, size_t bytes) override;
   void Download(const void* device, void* host, size_t bytes) override;

@@ -44,6 +44,63 @@ void Backend::ReleaseScratchPool() {
   retired_scratch_.clear();
 }
 
+// --- Memory accounting ----------------------------------------------------------
+
+size_t Backend::CheckBudget(size_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  if (memory_budget_ > 0 && memory_in_use_ + bytes > memory_budget_) {
+    const auto mib = [](size_t b) { return static_cast<double>(b) / double(1 << 20); };
+    std::fprintf(stderr,
+                 "%s backend: out of its memory budget: %.2f MiB asked with %.2f MiB in use, over the budget of "
+                 "%.2f MiB (engine.device_memory_mib)\n",
+                 name().c_str(), mib(bytes), mib(memory_in_use_), mib(memory_budget_));
+    std::abort();
+  }
+  memory_in_use_ += bytes;  // held from here: two threads cannot both pass the budget
+  peak_memory_ = std::max(peak_memory_, memory_in_use_);
+  return bytes;
+}
+
+void* Backend::Account(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  allocation_bytes_[p] = bytes;
+  return p;
+}
+
+void Backend::Free(void* p) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    auto it = allocation_bytes_.find(p);
+    if (it != allocation_bytes_.end()) {
+      memory_in_use_ -= it->second;
+      allocation_bytes_.erase(it);
+    }
+  }
+  DeviceFree(p);
+}
+
+void Backend::set_memory_budget(size_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  memory_budget_ = bytes;
+}
+size_t Backend::memory_budget() const {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  return memory_budget_;
+}
+size_t Backend::memory_in_use() const {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  return memory_in_use_;
+}
+size_t Backend::peak_memory() const {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  return peak_memory_;
+}
+void Backend::ResetPeakMemory() {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  peak_memory_ = memory_in_use_;
+}
+
 void Backend::BeginStep() {
   if (in_step_) {
     std::fprintf(stderr, "%s backend: BeginStep inside a step (steps do not nest)\n", name().c_str());

@@ -78,8 +78,10 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -155,10 +157,11 @@ class Backend {
   // --- Device memory ----------------------------------------------------------
   // `bytes` of this backend's memory, 64-byte aligned and uninitialised (as
   // malloc and cudaMalloc: fill it with a kernel); aborts with file and line
-  // when the device has none left (a training step cannot go on without it).
-  // Free with Free (null is ignored).
-  virtual void* Allocate(size_t bytes) = 0;
-  virtual void Free(void* p) = 0;
+  // when the device has none left, or the memory budget would be exceeded
+  // (a training step cannot go on without it). Free with Free (null is
+  // ignored).
+  void* Allocate(size_t bytes) { return Account(DeviceAllocate(CheckBudget(bytes)), bytes); }
+  void Free(void* p);
   // Host -> device and device -> host copies of `bytes`. Download waits for
   // the kernels launched before it.
   virtual void Upload(const void* host, void* device, size_t bytes) = 0;
@@ -170,7 +173,17 @@ class Backend {
   // composed kernels' scratch pool): as
   // Allocate, and a backend that compiles steps keeps it out of the step's
   // program (never an argument, never a result).
-  virtual void* AllocateScratch(size_t bytes) { return Allocate(bytes); }
+  void* AllocateScratch(size_t bytes) { return Account(DeviceAllocateScratch(CheckBudget(bytes)), bytes); }
+  // A budget of this device's memory in bytes (0: none, the default), as a
+  // device of that size would have: an Allocate beyond it aborts, naming
+  // the sizes (engine.device_memory_mib). What this backend's allocations
+  // hold now (bytes as asked), and the most they held at once since the
+  // last ResetPeakMemory.
+  void set_memory_budget(size_t bytes);
+  size_t memory_budget() const;
+  size_t memory_in_use() const;
+  size_t peak_memory() const;
+  void ResetPeakMemory();
 
   // --- Steps --------------------------------------------------------------------
   // Brackets one training step (see the header comment). Steps do not nest.
@@ -495,6 +508,11 @@ class Backend {
   // Frees the scratch pool; every backend's destructor calls it (the pool is
   // its memory, freed with its Free).
   void ReleaseScratchPool();
+  // The device's own allocation (Allocate, AllocateScratch: as those, after
+  // the budget was checked) and free.
+  virtual void* DeviceAllocate(size_t bytes) = 0;
+  virtual void* DeviceAllocateScratch(size_t bytes) { return DeviceAllocate(bytes); }
+  virtual void DeviceFree(void* p) = 0;
   struct DeferredRead {
     const void* device;
     void* host;
@@ -527,6 +545,13 @@ class Backend {
   int host_staging_ = 0;
   std::vector<DeferredRead> deferred_reads_;
   bool late_reads_ = false;
+  // Allocate's accounting: `bytes`, counted in use, if the budget allows
+  // them (else aborts); then `p` remembered as holding them.
+  size_t CheckBudget(size_t bytes);
+  void* Account(void* p, size_t bytes);
+  mutable std::mutex memory_mu_;  // replicas sharing a device allocate from their threads
+  std::unordered_map<const void*, size_t> allocation_bytes_;
+  size_t memory_budget_ = 0, memory_in_use_ = 0, peak_memory_ = 0;
   struct LateRead {
     uint64_t step;
     std::function<void()> land;

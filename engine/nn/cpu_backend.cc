@@ -62,7 +62,7 @@ float* CpuBackend::Scratch(int kind, int slot, int64_t count) {
 
 // --- Memory --------------------------------------------------------------------
 
-void* CpuBackend::Allocate(size_t bytes) {
+void* CpuBackend::DeviceAllocate(size_t bytes) {
   if (guard_) return guard_->Allocate(bytes);
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);
@@ -70,7 +70,7 @@ void* CpuBackend::Allocate(size_t bytes) {
   return p;
 }
 
-void CpuBackend::Free(void* p) {
+void CpuBackend::DeviceFree(void* p) {
   if (guard_) {
     guard_->Free(p);
   } else {

@@ -45,6 +45,11 @@ class CpuMemoryGuard {
 };
 
 class CpuBackend : public Backend {
+ protected:
+  // Ordinary host memory (aligned_alloc), or the guard's.
+  void* DeviceAllocate(size_t bytes) override;
+  void DeviceFree(void* p) override;
+
  public:
   // `num_threads` counts the calling thread; 1 runs everything inline.
   // `guard` null: plain host memory.
@@ -58,11 +63,10 @@ class CpuBackend : public Backend {
   bool host_addressable() const override { return guard_ == nullptr; }
   ThreadPool& pool() { return pool_; }
 
-  // Ordinary host memory (aligned_alloc, untouched until used), or the
-  // guard's; copies are memcpy; nothing is asynchronous. With a guard, a
+  // Memory (DeviceAllocate) is ordinary host memory (aligned_alloc,
+  // untouched until used), or the guard's; copies are memcpy; nothing is
+  // asynchronous. With a guard, a
   // Download inside a step (outside a HostStaging scope) aborts.
-  void* Allocate(size_t bytes) override;
-  void Free(void* p) override;
   void Upload(const void* host, void* device, size_t bytes) override;
   void Download(const void* device, void* host, size_t bytes) override;
   void Synchronize() override {}

@@ -258,6 +258,37 @@ TEST_P(EngineTest, LarsMatchesThePublishedUpdateRule) {
   EXPECT_EQ(lars.steps(), 3);
 }
 
+// A backend counts its memory: what its allocations hold (scratch too) and
+// the most they held at once; a budget refuses the allocation that would
+// pass it, naming the sizes, as a device of that size would (the process
+// stops: a step cannot go on without its memory), on the CPU and the strict
+// device alike.
+TEST(BackendMemoryTest, CountsWhatIsInUseAndItsPeakAndABudgetRefusesTheAllocationPastIt) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  for (const bool strict : {false, true}) {
+    std::unique_ptr<Backend> backend =
+        strict ? std::unique_ptr<Backend>(std::make_unique<StrictCpuBackend>(1)) : std::make_unique<CpuBackend>(1);
+    EXPECT_EQ(backend->memory_in_use(), 0u);
+    void* a = backend->Allocate(3 * kMiB);
+    void* b = backend->AllocateScratch(2 * kMiB);
+    EXPECT_EQ(backend->memory_in_use(), 5 * kMiB);
+    backend->Free(a);
+    backend->Free(nullptr);
+    EXPECT_EQ(backend->memory_in_use(), 2 * kMiB);
+    EXPECT_EQ(backend->peak_memory(), 5 * kMiB);
+    backend->ResetPeakMemory();
+    EXPECT_EQ(backend->peak_memory(), 2 * kMiB);
+    backend->set_memory_budget(4 * kMiB);
+    void* c = backend->Allocate(2 * kMiB);  // exactly the budget
+    EXPECT_EQ(backend->memory_in_use(), 4 * kMiB);
+    EXPECT_DEATH(backend->Allocate(1), "out of its memory budget: 0.00 MiB asked with 4.00 MiB in use, over the "
+                                       "budget of 4.00 MiB \\(engine.device_memory_mib\\)");
+    backend->Free(c);
+    backend->Free(b);
+    EXPECT_EQ(backend->memory_in_use(), 0u);
+  }
+}
+
 TEST(OptimizerTest, LambAndLarsRefuseOutOfRangeOptions) {
   EXPECT_THAT(LambOptions{1.0f}.Validate().message(), HasSubstr("lamb beta1 1 not in [0, 1)"));
   EXPECT_THAT((LambOptions{0.9f, 0.999f, 0.0f}).Validate().message(), HasSubstr("lamb eps 0 must be > 0"));

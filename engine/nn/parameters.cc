@@ -26,12 +26,14 @@ int ParameterSet::Find(const std::string& name) const {
   return -1;
 }
 
-void ParameterSet::Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple) {
+void ParameterSet::Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple, bool gradients) {
   TROUPE_CHECK(!allocated() && pad_multiple >= 1);
   const int64_t floats = std::max<int64_t>((total_ + pad_multiple - 1) / pad_multiple * pad_multiple, 1);
   values_ = DeviceBuffer(backend, floats);
-  grads_ = DeviceBuffer(backend, floats);
-  backend.Fill(grads_.data(), floats, 0.0f);
+  if (gradients) {
+    grads_ = DeviceBuffer(backend, floats);
+    backend.Fill(grads_.data(), floats, 0.0f);
+  }
   // Initialised on the host (the same values on every backend), uploaded once.
   std::vector<float> host(floats, 0.0f);
   std::mt19937_64 rng(seed);
@@ -74,7 +76,9 @@ absl::Status ParameterSet::UploadValues(std::span<const float> host) {
   return absl::OkStatus();
 }
 
-void ParameterSet::ZeroGrad() { backend().Fill(grads_.data(), grads_.size(), 0.0f); }
+void ParameterSet::ZeroGrad() {
+  if (!grads_.empty()) backend().Fill(grads_.data(), grads_.size(), 0.0f);
+}
 
 absl::Status ParameterSet::CheckSameLayout(const ParameterSet& other) const {
   const size_t n = std::min(params_.size(), other.params_.size());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/status_macros.h"
 #include "engine/nn/backend.h"
 #include "engine/nn/tensor.h"
 
@@ -59,7 +60,10 @@ class ParameterSet {
   // `backend` must outlive the set. `pad_multiple`: the buffers are made
   // padded_floats() long, total_floats() rounded up to a multiple of it,
   // the padding zero (K equal parts for a sharded optimizer's collectives).
-  void Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple = 1);
+  // `gradients` false: no gradient buffer (a set no tape differentiates,
+  // such as a target network: grad() and device_grads() are then not to be
+  // used, and ZeroGrad does nothing).
+  void Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple = 1, bool gradients = true);
   bool allocated() const { return !values_.empty(); }
   Backend& backend() const { return *values_.backend(); }
 
@@ -71,7 +75,10 @@ class ParameterSet {
 
   // Views of parameter i in device memory (for kernels and the tape).
   TensorView value(int i) const { return {values_.data() + params_[i].offset, params_[i].shape}; }
-  TensorView grad(int i) const { return {grads_.data() + params_[i].offset, params_[i].shape}; }
+  TensorView grad(int i) const {
+    TROUPE_CHECK(!grads_.empty());  // a set allocated without gradients
+    return {grads_.data() + params_[i].offset, params_[i].shape};
+  }
   // The whole buffers in device memory (total_floats() long, alignment
   // padding included, which stays zero).
   float* device_values() const { return values_.data(); }

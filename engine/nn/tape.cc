@@ -6,7 +6,10 @@
 
 namespace troupe::nn {
 namespace {
-constexpr int64_t kBlockBytes = int64_t{64} << 20;
+// The arena's first block; each later one twice the one before (or what one
+// value needs): a step's arena ends within about twice what it uses, on a
+// device whose memory is counted (nn::Backend's budget) as on any other.
+constexpr int64_t kFirstBlockBytes = int64_t{1} << 20;
 constexpr int64_t kAlignBytes = 64;
 // The bytes an allocation of `bytes` takes in the arena (the next one starts there).
 int64_t ArenaBytes(int64_t bytes) { return (std::max<int64_t>(1, bytes) + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
@@ -34,7 +37,7 @@ void* Tape::AllocateBytes(int64_t bytes) {
     ++current_block_;
     block_used_ = 0;
   }
-  const int64_t capacity = std::max(kBlockBytes, bytes);
+  const int64_t capacity = std::max(blocks_.empty() ? kFirstBlockBytes : 2 * blocks_.back().capacity, bytes);
   char* data = static_cast<char*>(backend_->AllocateScratch(capacity));
   blocks_.push_back({data, capacity});
   current_block_ = static_cast<int>(blocks_.size()) - 1;

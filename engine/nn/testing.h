@@ -43,11 +43,11 @@ class CoreOnlyBackend final : public Backend {
   int num_threads() const override { return cpu_.num_threads(); }
   // Allocate calls so far (the scratch pool's included).
   int64_t allocations() const { return allocations_; }
-  void* Allocate(size_t bytes) override {
+  void* DeviceAllocate(size_t bytes) override {
     ++allocations_;
     return cpu_.Allocate(bytes);
   }
-  void Free(void* p) override { cpu_.Free(p); }
+  void DeviceFree(void* p) override { cpu_.Free(p); }
   void Upload(const void* host, void* device, size_t bytes) override { cpu_.Upload(host, device, bytes); }
   void Download(const void* device, void* host, size_t bytes) override { cpu_.Download(device, host, bytes); }
   void Synchronize() override { cpu_.Synchronize(); }

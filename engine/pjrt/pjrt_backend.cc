@@ -65,9 +65,9 @@ const std::string& PjrtBackend::last_program() const {
 
 std::string PjrtBackend::name() const { return absl::StrCat("pjrt:", client_->platform(), ":", device_); }
 
-void* PjrtBackend::Allocate(size_t bytes) { return memory_.Allocate(bytes, /*scratch=*/false); }
+void* PjrtBackend::DeviceAllocate(size_t bytes) { return memory_.Allocate(bytes, /*scratch=*/false); }
 
-void PjrtBackend::Free(void* p) {
+void PjrtBackend::DeviceFree(void* p) {
   if (p == nullptr) return;
   if (step_ && step_->Touches(reinterpret_cast<uintptr_t>(p))) {
     std::fprintf(stderr, "PJRT backend: Free(%p) of memory the step being recorded uses\n", p);
@@ -76,7 +76,7 @@ void PjrtBackend::Free(void* p) {
   memory_.Free(p);  // aborts, naming p, when it is not an allocation
 }
 
-void* PjrtBackend::AllocateScratch(size_t bytes) { return memory_.Allocate(bytes, /*scratch=*/true); }
+void* PjrtBackend::DeviceAllocateScratch(size_t bytes) { return memory_.Allocate(bytes, /*scratch=*/true); }
 
 // --- Programs -------------------------------------------------------------------
 

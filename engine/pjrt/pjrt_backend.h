@@ -161,9 +161,9 @@ class PjrtBackend final : public nn::Backend {
   // The StableHLO text of the last kernel launched (tests read it).
   const std::string& last_program() const;
 
-  void* Allocate(size_t bytes) override;
-  void* AllocateScratch(size_t bytes) override;
-  void Free(void* p) override;
+  void* DeviceAllocate(size_t bytes) override;
+  void* DeviceAllocateScratch(size_t bytes) override;
+  void DeviceFree(void* p) override;
   void BeginStep() override;
   void EndStep() override;
   // Traced once, replayed (nn::Backend::RunStep; step_replay.cc).

@@ -124,23 +124,37 @@ absl::Status ShardedAdam::GatherState() {
   return absl::OkStatus();
 }
 
-absl::Status ShardedAdam::GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into) {
-  if (static_cast<int>(replicas.size()) != into.num_replicas_) {
-    return absl::FailedPreconditionError(absl::StrCat("sharded Adam: ", replicas.size(), " of the ", into.num_replicas_,
+absl::Status ShardedAdam::GatherLocalToHost(const std::vector<ShardedAdam*>& replicas,
+                                            std::vector<std::pair<std::string, std::vector<float>>>* whole) {
+  TROUPE_CHECK(!replicas.empty());
+  const int k = replicas[0]->num_replicas_;
+  if (static_cast<int>(replicas.size()) != k) {
+    return absl::FailedPreconditionError(absl::StrCat("sharded Adam: ", replicas.size(), " of the ", k,
                                                       " replicas' parts are in this process; a checkpoint needs all"));
   }
-  const std::vector<nn::OptimizerState> whole = into.State();
-  nn::Backend& to = into.params_->backend();
-  std::vector<float> host;
-  for (int r = 0; r < into.num_replicas_; ++r) {
+  whole->clear();
+  for (int r = 0; r < k; ++r) {
     ShardedAdam& from = *replicas[r];
-    TROUPE_CHECK(from.replica_id_ == r && from.count_ == into.count_);
+    TROUPE_CHECK(from.replica_id_ == r && from.count_ == replicas[0]->count_);
     const std::vector<nn::OptimizerState> part = from.part_->State();
-    host.resize(from.count_);
-    for (size_t s = 0; s < part.size(); ++s) {
-      from.params_->backend().Download(part[s].data, host.data(), sizeof(float) * host.size());
-      to.Upload(host.data(), whole[s].data + from.begin_, sizeof(float) * host.size());
+    if (r == 0) {
+      for (const nn::OptimizerState& s : part) whole->emplace_back(s.name, std::vector<float>(k * from.count_));
     }
+    for (size_t s = 0; s < part.size(); ++s) {
+      from.params_->backend().Download(part[s].data, (*whole)[s].second.data() + from.begin_,
+                                       sizeof(float) * from.count_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedAdam::GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into) {
+  std::vector<std::pair<std::string, std::vector<float>>> host;
+  RETURN_IF_ERROR(GatherLocalToHost(replicas, &host));
+  const std::vector<nn::OptimizerState> whole = into.State();
+  TROUPE_CHECK(host.size() == whole.size());
+  for (size_t s = 0; s < whole.size(); ++s) {
+    into.params_->backend().Upload(host[s].second.data(), whole[s].data, sizeof(float) * host[s].second.size());
   }
   return absl::OkStatus();
 }

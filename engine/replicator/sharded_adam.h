@@ -94,6 +94,11 @@ class ShardedAdam final : public nn::Optimizer {
   // parts go into `into`'s whole moments, for a checkpoint taken between
   // updates.
   static absl::Status GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into);
+  // The same into host memory, no device holding the whole moments (a
+  // checkpoint of a model that only fits split): (*whole)[s] is state s
+  // ("adam.m", "adam.v") of the parameters' padded length.
+  static absl::Status GatherLocalToHost(const std::vector<ShardedAdam*>& replicas,
+                                        std::vector<std::pair<std::string, std::vector<float>>>* whole);
 
   int64_t part_begin() const { return begin_; }
   int64_t part_floats() const { return count_; }
