@@ -86,10 +86,6 @@ void FillNoise(uint64_t seed, uint64_t stream, int64_t first_index, int64_t coun
 
 absl::Status ValidateGanConfig(const config::GanConfig& c) {
   RETURN_IF_ERROR(engine::ValidateEngineConfig(c.engine(), "gan", c.batch_size()));
-  if (c.engine().device_memory_mib() != 0) {
-    return FieldError("engine.device_memory_mib",
-                      absl::StrCat(c.engine().device_memory_mib(), ": a budget the GAN's replicas do not check (the RL learner's)"));
-  }
   if (c.engine().straggler() != config::EngineConfig::WAIT) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
                                                        ": the GAN's steps wait for every replica (a deadline is the RL learner's only so far)"));
@@ -306,6 +302,12 @@ int64_t ParameterFloats(const nn::ParameterSet& set) {
 
 int64_t GanTrainer::generator_floats_per_replica() const { return ParameterFloats(replicas_[0]->g); }
 int64_t GanTrainer::generator_floats() const { return ParameterFloats(whole_ ? whole_->g : replicas_[0]->g); }
+
+size_t GanTrainer::peak_device_memory() const {
+  size_t peak = 0;
+  for (const auto& r : replicas_) peak = std::max(peak, r->backend->peak_memory());
+  return peak;
+}
 
 int64_t GanTrainer::optimizer_state_bytes() const {
   const Replica& r = *replicas_[0];

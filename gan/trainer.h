@@ -129,6 +129,9 @@ class GanTrainer {
   // two moments of both networks, or its part of them with
   // engine.shard_state OPTIMIZER; LAMB's and LARS's own).
   int64_t optimizer_state_bytes() const;
+  // The most any local replica's device held at once (gan.engine.
+  // device_memory_mib caps each: nn::Backend's memory budget).
+  size_t peak_device_memory() const;
   int num_local_replicas() const { return static_cast<int>(replicas_.size()); }
   bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
 

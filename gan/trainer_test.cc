@@ -538,6 +538,30 @@ TEST(GanTrainerTest, CheckpointRoundTripsAndTrainingContinuesIdentically) {
 // a damaged newest one passed over saying why, and a folder of the layout
 // before generations (the files directly in it, or in DIR.new after a swap
 // was killed) still resumes.
+// gan.engine.device_memory_mib is each replica's device's memory: two
+// replicas of a tiny GAN train within 64 MiB each (their peak counted), and
+// with 1 MiB the process stops at the allocation past it, naming the sizes.
+TEST(GanTrainerTest, ADeviceMemoryBudgetCapsEachReplicaAndAGanThatDoesNotFitStops) {
+  const GanData data = RandomData(64);
+  config::GanConfig fits = TinyConfig(/*replicas=*/2);
+  fits.mutable_engine()->set_device_memory_mib(64);
+  auto trainer = GanTrainer::Create(fits, &data);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Train(/*steps=*/2).ok());
+  EXPECT_GT((*trainer)->peak_device_memory(), size_t{1} << 20);
+  EXPECT_LE((*trainer)->peak_device_memory(), size_t{64} << 20);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  config::GanConfig tiny = fits;
+  tiny.mutable_engine()->set_device_memory_mib(1);
+  EXPECT_DEATH(
+      {
+        auto t = GanTrainer::Create(tiny, &data);
+        TROUPE_CHECK(t.ok());
+        (void)(*t)->Train(1);
+      },
+      "cpu backend: out of its memory budget: .* MiB asked with .* MiB in use, over the budget of 1.00 MiB");
+}
+
 TEST(GanTrainerTest, CheckpointsAreGenerationsAndADamagedNewestOneFallsBack) {
   const GanData data = RandomData(64);
   const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_gan_gen_" + std::to_string(getpid()))).string();
