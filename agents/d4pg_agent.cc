@@ -982,6 +982,15 @@ static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::Param
 
 static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters; }
 
+// Split optimizer state: the moments' entries of `set` ("critic.", "actor.")
+// in Entries' order, by name and shape only (they are kept on the host).
+static void AppendSplitMomentEntries(const std::string& prefix, const nn::ParameterSet& set,
+                                     const replicator::ShardedAdam& sharded, std::vector<nn::DeviceTensor>* entries) {
+  for (const std::string& name : sharded.StateNames()) {
+    for (int i = 0; i < set.size(); ++i) entries->push_back({EntryName(prefix + name, set, i), set.info(i).shape, nullptr});
+  }
+}
+
 std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   Replica& r = *replicas_[0];
   // Every replica's part of the moments, assembled on the host (no device
@@ -1034,24 +1043,51 @@ uint64_t D4pgAgent::StateChecksum() const {
 }
 
 absl::Status D4pgAgent::Load(const std::string& path) {
-  // Names and shapes are checked against replica 0's layout before anything changes.
+  // Names and shapes are checked against replica 0's layout before anything
+  // changes. With split optimizer state the moments stay on the host: each
+  // replica takes its part (no device holds them whole).
   Replica& r0 = *replicas_[0];
-  std::vector<nn::DeviceTensor> layout =
-      Entries(r0.critic, r0.actor, r0.target_critic, r0.target_actor, &r0.critic_state(), &r0.actor_state());
+  const bool split = r0.critic_sharded != nullptr;
+  const auto device_entries = [split](Replica& r) {
+    return Entries(r.critic, r.actor, r.target_critic, r.target_actor, split ? nullptr : &r.critic_state(),
+                   split ? nullptr : &r.actor_state());
+  };
+  std::vector<nn::DeviceTensor> layout = device_entries(r0);
+  const size_t moments_begin = layout.size();
+  if (split) {
+    AppendSplitMomentEntries("critic.", r0.critic, *r0.critic_sharded, &layout);
+    AppendSplitMomentEntries("actor.", r0.actor, *r0.actor_sharded, &layout);
+  }
   layout.push_back({CountersEntry(), nn::Shape{6}, nullptr});
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
   const std::vector<int64_t> counters = nn::Int64sOf(file.back());
+  // The whole moments of `set` from the file's entries from `*next` on.
+  size_t next = moments_begin;
+  const auto whole_moments = [&](const nn::ParameterSet& set, const replicator::ShardedAdam& sharded) {
+    std::vector<std::vector<float>> whole;
+    for (size_t s = 0; s < sharded.StateNames().size(); ++s) {
+      whole.emplace_back(set.padded_floats(), 0.0f);
+      for (int i = 0; i < set.size(); ++i) {
+        const std::vector<float>& values = file[next++].values;
+        std::copy(values.begin(), values.end(), whole.back().begin() + set.info(i).offset);
+      }
+    }
+    return whole;
+  };
+  std::vector<std::vector<float>> critic_moments, actor_moments;
+  if (split) {
+    critic_moments = whole_moments(r0.critic, *r0.critic_sharded);
+    actor_moments = whole_moments(r0.actor, *r0.actor_sharded);
+  }
   // Every local replica gets the same state.
   for (auto& r : replicas_) {
-    nn::UploadTensors(*r->backend, file,
-                      Entries(r->critic, r->actor, r->target_critic, r->target_actor, &r->critic_state(), &r->actor_state()));
+    nn::UploadTensors(*r->backend, file, device_entries(*r));
     r->updates = counters[0];
     r->critic_state().set_steps(counters[1]);
     r->actor_state().set_steps(counters[2]);
-    if (r->critic_sharded) {
-      // Each replica keeps its part of the whole moments it was given.
-      r->critic_sharded->KeepOwnPart();
-      r->actor_sharded->KeepOwnPart();
+    if (split) {
+      r->critic_sharded->KeepOwnPartFromHost(critic_moments);
+      r->actor_sharded->KeepOwnPartFromHost(actor_moments);
     }
   }
   updates_ = counters[0];

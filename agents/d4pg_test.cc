@@ -1068,9 +1068,10 @@ TEST(D4pgAgentTest, AStepDeadlineTrainsAsWaitingUntilMissedAndCountsLatePassesPe
 // one replica without a budget does. The sizes checked are the agent's own;
 // the budget is each replica's backend's too (nn::Backend's memory budget),
 // which every allocation of the split run kept to: each device's peak
-// (state, activations, batches) under the budget and above the state. The
-// whole state on those devices, the agent's own check skipped, stops the
-// process at the allocation past the budget, naming the sizes.
+// (state, activations, batches) under the budget and above the state; its
+// checkpoint saves and loads on such devices. The whole state on those
+// devices, the agent's own check skipped, stops the process at the
+// allocation past the budget, naming the sizes.
 TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt) {
   const ObservationSpec spec{.state_size = 3};
   config::ExperimentConfig whole = TinyConfig(/*batch=*/16, {1024, 1024});
@@ -1117,6 +1118,17 @@ TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt
     std::printf("replica %d: peak %.1f MiB of its %lld MiB\n", r, device.peak_memory() / double(1 << 20),
                 static_cast<long long>(budget_mib));
   }
+  // Its checkpoint, saved and loaded on devices of the same budget (the
+  // moments assembled and split on the host), is the state it saved.
+  const std::string path = TempPath("d4pg_budget_checkpoint");
+  ASSERT_TRUE((*agent)->Save(path).ok());
+  auto again_replicator = MakeReplicator(4, split.learner().engine());
+  auto again = D4pgAgent::Create(split, spec, 2, again_replicator.get());
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Load(path).ok());
+  const std::vector<nn::CheckpointTensor> saved = (*agent)->CheckpointState(), loaded = (*again)->CheckpointState();
+  ASSERT_EQ(saved.size(), loaded.size());
+  for (size_t i = 0; i < saved.size(); ++i) EXPECT_EQ(saved[i].values, loaded[i].values) << saved[i].name;
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   config::ExperimentConfig unchecked = whole;
   unchecked.mutable_learner()->mutable_engine()->set_device_memory_mib(0);

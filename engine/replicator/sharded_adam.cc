@@ -168,6 +168,24 @@ void ShardedAdam::KeepOwnPart() {
   ReleaseWholeState();
 }
 
+void ShardedAdam::KeepOwnPartFromHost(const std::vector<std::vector<float>>& whole) {
+  nn::Backend& backend = params_->backend();
+  if (own_.allocated()) backend.Copy(params_->device_values() + begin_, own_.device_values(), count_);
+  const std::vector<nn::OptimizerState> part = part_->State();
+  TROUPE_CHECK(whole.size() == part.size());
+  for (size_t s = 0; s < part.size(); ++s) {
+    TROUPE_CHECK(static_cast<int64_t>(whole[s].size()) >= begin_ + count_);
+    backend.Upload(whole[s].data() + begin_, part[s].data, sizeof(float) * count_);
+  }
+  ReleaseWholeState();
+}
+
+std::vector<std::string> ShardedAdam::StateNames() const {
+  std::vector<std::string> names;
+  for (const nn::OptimizerState& s : part_->State()) names.push_back(s.name);
+  return names;
+}
+
 void ShardedAdam::ReleaseWholeState() {
   whole_m_ = nn::DeviceBuffer();
   whole_v_ = nn::DeviceBuffer();

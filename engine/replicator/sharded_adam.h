@@ -87,6 +87,13 @@ class ShardedAdam final : public nn::Optimizer {
   // released), and where the part has buffers of its own, its part of the
   // values is taken again. Outside a step.
   void KeepOwnPart();
+  // KeepOwnPart from a checkpoint's whole moments on the host (whole[s]:
+  // state s, StateNames' order, the parameters' padded length or more), the
+  // whole values already loaded: no device holds the whole moments.
+  void KeepOwnPartFromHost(const std::vector<std::vector<float>>& whole);
+  // The names of the states State() gives ("adam.m", "adam.v"), without
+  // making the whole ones.
+  std::vector<std::string> StateNames() const;
   // Releases the whole moments (after a checkpoint was written).
   void ReleaseWholeState();
   // GatherState without a collective, where all K replicas are in this
