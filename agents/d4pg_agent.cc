@@ -968,7 +968,9 @@ static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::Param
                                              nn::Optimizer* critic_adam, nn::Optimizer* actor_adam) {
   std::vector<nn::DeviceTensor> entries;
   auto add_set = [&](const std::string& prefix, nn::ParameterSet& set, float* base) {
-    for (int i = 0; i < set.size(); ++i) entries.push_back({EntryName(prefix, set, i), set.info(i).shape, base + set.info(i).offset});
+    for (int i = 0; i < set.size(); ++i) {
+      entries.push_back({EntryName(prefix, set, i), set.info(i).shape, base + set.info(i).offset});
+    }
   };
   add_set("critic", critic, critic.device_values());
   add_set("actor", actor, actor.device_values());
@@ -987,7 +989,9 @@ static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefi
 static void AppendSplitMomentEntries(const std::string& prefix, const nn::ParameterSet& set,
                                      const replicator::ShardedAdam& sharded, std::vector<nn::DeviceTensor>* entries) {
   for (const std::string& name : sharded.StateNames()) {
-    for (int i = 0; i < set.size(); ++i) entries->push_back({EntryName(prefix + name, set, i), set.info(i).shape, nullptr});
+    for (int i = 0; i < set.size(); ++i) {
+      entries->push_back({EntryName(prefix + name, set, i), set.info(i).shape, nullptr});
+    }
   }
 }
 
