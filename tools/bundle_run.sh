@@ -17,7 +17,7 @@
 #            the PJRT suites on the GPU plugin), each bounded by the budget
 #   job      the main job, learner on the GPU (engine.device GPU), on a pixel
 #            task for what the budget leaves (at most five minutes): the path
-#            it chose, updates/s, frames/s, input wait
+#            it chose, updates/s, frames/s, input wait, device idle
 #   cuda     the CUDA backend's rows (DrQ step, GAN step, D4PG updates,
 #            scaling projection)
 #   cpu      the CPU benchmarks
@@ -320,8 +320,9 @@ if has job; then
     path=$(grep -rho 'engine.device GPU: [^(]*' "$out/runs" "$out/run_gpu.txt" 2>/dev/null | head -n 1)
     metrics=$(ls "$out"/runs/*/metrics.csv 2>/dev/null | head -n 1)
     rates=$(awk -F, 'NR == 1 {for (i = 1; i <= NF; ++i) c[$i] = i; next}
-                     NR > 2 {n++; u += $c["updates_per_s"]; f += $c["frames_per_s"]; w += $c["input_wait_ms"]}
-                     END {if (n) printf "%.1f updates/s, %.0f frames/s, input wait %.3f ms (mean of %d rows after the first)", u/n, f/n, w/n, n;
+                     NR > 2 {n++; u += $c["updates_per_s"]; f += $c["frames_per_s"]; w += $c["input_wait_ms"]
+                             if ("device_idle_ms" in c) d += $c["device_idle_ms"]}
+                     END {if (n) printf "%.1f updates/s, %.0f frames/s, input wait %.3f ms, device idle %.3f ms per update (mean of %d rows after the first)", u/n, f/n, w/n, d/n, n;
                           else print "no metrics row after the first"}' "${metrics:-/dev/null}")
     [[ -n $stand_in ]] && path="learner on the stand-in plugin"
     say "troupe run $task, ${path:-learner on the GPU (path not said)}, $seconds s: exit $rc; $rates"
