@@ -128,10 +128,8 @@ class CudaBackend final : public nn::Backend {
   int conv_fallbacks() const { return cudnn_ != nullptr ? cudnn_->unsupported() : 0; }
 
   // --- Device memory (nn::Backend's contract) ----------------------------------
-  // `bytes` of this GPU's memory (cudaMalloc), uninitialised; aborts with
-  // file and line on failure.
-  void* DeviceAllocate(size_t bytes) override;
-  void DeviceFree(void* p) override;
+  // Allocate gives this GPU's memory (cudaMalloc), uninitialised; aborts
+  // with file and line on failure.
   // Copies between any host pointer and this GPU's memory; waits.
   void Upload(const void* host, void* device, size_t bytes) override;
   void Download(const void* device, void* host, size_t bytes) override;
@@ -235,6 +233,10 @@ class CudaBackend final : public nn::Backend {
   void TrustRatio(const float* w_squared, const float* u_squared, float coefficient, float weight_decay,
                     float* ratio) override;
   void ScaleByScalar(float alpha, const float* scalar, float* x, int64_t n) override;
+
+ protected:
+  void* DeviceAllocate(size_t bytes) override;
+  void DeviceFree(void* p) override;
 
  private:
   explicit CudaBackend(const CudaBackendOptions& options);

@@ -161,9 +161,6 @@ class PjrtBackend final : public nn::Backend {
   // The StableHLO text of the last kernel launched (tests read it).
   const std::string& last_program() const;
 
-  void* DeviceAllocate(size_t bytes) override;
-  void* DeviceAllocateScratch(size_t bytes) override;
-  void DeviceFree(void* p) override;
   void BeginStep() override;
   void EndStep() override;
   // Traced once, replayed (nn::Backend::RunStep; step_replay.cc).
@@ -213,6 +210,13 @@ class PjrtBackend final : public nn::Backend {
   void GatherBytesToFloatPlanar(int64_t rows, int64_t row_words, const float* table, int64_t images,
                                 const int32_t* indices, int64_t pixels, int64_t channels, float scale,
                                 float* out) override;
+
+ protected:
+  // Each allocation one PJRT buffer (device_memory.h); scratch is kept out
+  // of a compiled step's program.
+  void* DeviceAllocate(size_t bytes) override;
+  void* DeviceAllocateScratch(size_t bytes) override;
+  void DeviceFree(void* p) override;
 
  private:
   class Launch;  // launch.h
