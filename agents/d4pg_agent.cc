@@ -8,7 +8,10 @@
 #include <random>
 #include <stop_token>
 #include <thread>
+#include <tuple>
+#include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -280,6 +283,7 @@ struct D4pgAgent::Replica {
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
   nn::DeviceBuffer bound;          // actor_pre_tanh_bound everywhere, [B, A]; uploaded once
   std::vector<uint64_t> keys;                        // the last execution's batches' keys ...
+  std::vector<uint64_t> spare_keys;                  // (an execution's keys before, reused by the next)
   std::vector<double> item_loss;                     // ... and their critic losses
   std::mt19937_64 rng;
   // Pixels on the device (learner.device_frames): the frame table, the
@@ -694,7 +698,8 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   RETURN_IF_ERROR(stepped);
   r.updates += n;
   r.call_stepped += n;
-  Launched launched{.step = r.backend->steps_begun(), .n = n};
+  Launched launched{.step = r.backend->steps_begun(), .n = n, .keys = std::move(r.spare_keys)};
+  launched.keys.clear();
   for (const Input& input : block) {
     launched.keys.insert(launched.keys.end(), input.batch->keys.begin(), input.batch->keys.end());
   }
@@ -702,7 +707,11 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // The host's epilogue of the execution before this one (which the device
   // has finished or is about to: this one queues behind it), then, at the
   // call's end, this one's.
-  if (r.unread) RETURN_IF_ERROR(Epilogue(ctx, r, *std::exchange(r.unread, std::nullopt), rows));
+  if (r.unread) {
+    Launched before = std::move(*r.unread);
+    r.unread.reset();
+    RETURN_IF_ERROR(Epilogue(ctx, r, before, rows));
+  }
   if (overlap_epilogue_ && r.call_stepped < r.call_target) {
     r.unread = std::move(launched);
     return absl::OkStatus();
@@ -710,13 +719,14 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   return Epilogue(ctx, r, launched, rows);
 }
 
-absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, const Launched& execution,
-                                 int64_t rows) {
+absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, Launched& execution, int64_t rows) {
   r.backend->LandReads(execution.step);
   const int64_t n = execution.n;
   // Priorities of each update, and the execution's metrics (each update's
-  // means over the global batch) in one all-reduce.
-  r.keys = execution.keys;
+  // means over the global batch) in one all-reduce. The keys move, and the
+  // last execution's buffer is kept for the next one's.
+  std::swap(r.keys, execution.keys);
+  r.spare_keys = std::move(execution.keys);
   r.item_loss.clear();
   // Each update's three means, then with engine.straggler DEADLINE each
   // replica's backward passes left at the deadline in this execution (its
@@ -984,13 +994,17 @@ static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::Param
 
 static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters; }
 
-// Split optimizer state: the moments' entries of `set` ("critic.", "actor.")
-// in Entries' order, by name and shape only (they are kept on the host).
-static void AppendSplitMomentEntries(const std::string& prefix, const nn::ParameterSet& set,
-                                     const replicator::ShardedAdam& sharded, std::vector<nn::DeviceTensor>* entries) {
-  for (const std::string& name : sharded.StateNames()) {
+// Split optimizer state (its moments kept on the host for a checkpoint):
+// each moment entry of `set` ("critic.", "actor.") in Entries' order, with
+// the state it is of (StateNames' order) and its offset in that state's
+// whole buffer.
+static void ForEachSplitMoment(
+    const std::string& prefix, const nn::ParameterSet& set, const replicator::ShardedAdam& sharded,
+    absl::FunctionRef<void(const std::string& name, const nn::Shape& shape, size_t state, int64_t offset)> each) {
+  const std::vector<std::string> names = sharded.StateNames();
+  for (size_t s = 0; s < names.size(); ++s) {
     for (int i = 0; i < set.size(); ++i) {
-      entries->push_back({EntryName(prefix + name, set, i), set.info(i).shape, nullptr});
+      each(EntryName(prefix + names[s], set, i), set.info(i).shape, s, set.info(i).offset);
     }
   }
 }
@@ -1011,15 +1025,13 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
                             std::unique_ptr<replicator::ShardedAdam> Replica::*sharded) {
       std::vector<replicator::ShardedAdam*> parts;
       for (const auto& each : replicas_) parts.push_back(((*each).*sharded).get());
-      std::vector<std::pair<std::string, std::vector<float>>> whole;
+      std::vector<std::vector<float>> whole;
       TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &whole).ok());
-      for (const auto& [name, values] : whole) {
-        for (int i = 0; i < set.size(); ++i) {
-          const auto begin = values.begin() + set.info(i).offset;
-          tensors.push_back({EntryName(prefix + name, set, i), set.info(i).shape,
-                             std::vector<float>(begin, begin + set.info(i).shape.size())});
-        }
-      }
+      ForEachSplitMoment(prefix, set, *parts[0], [&](const std::string& name, const nn::Shape& shape, size_t s,
+                                                     int64_t offset) {
+        const auto begin = whole[s].begin() + offset;
+        tensors.push_back({name, shape, std::vector<float>(begin, begin + shape.size())});
+      });
     };
     append("critic.", r.critic, &Replica::critic_sharded);
     append("actor.", r.actor, &Replica::actor_sharded);
@@ -1059,23 +1071,24 @@ absl::Status D4pgAgent::Load(const std::string& path) {
   std::vector<nn::DeviceTensor> layout = device_entries(r0);
   const size_t moments_begin = layout.size();
   if (split) {
-    AppendSplitMomentEntries("critic.", r0.critic, *r0.critic_sharded, &layout);
-    AppendSplitMomentEntries("actor.", r0.actor, *r0.actor_sharded, &layout);
+    for (const auto& [prefix, set, sharded] : {std::tuple{"critic.", &r0.critic, r0.critic_sharded.get()},
+                                               std::tuple{"actor.", &r0.actor, r0.actor_sharded.get()}}) {
+      ForEachSplitMoment(prefix, *set, *sharded, [&](const std::string& name, const nn::Shape& shape, size_t, int64_t) {
+        layout.push_back({name, shape, nullptr});
+      });
+    }
   }
   layout.push_back({CountersEntry(), nn::Shape{6}, nullptr});
   ASSIGN_OR_RETURN(const std::vector<nn::CheckpointTensor> file, nn::ReadCheckpointMatching(path, layout));
   const std::vector<int64_t> counters = nn::Int64sOf(file.back());
-  // The whole moments of `set` from the file's entries from `*next` on.
+  // The whole moments of `set` from the file's entries from `next` on.
   size_t next = moments_begin;
   const auto whole_moments = [&](const nn::ParameterSet& set, const replicator::ShardedAdam& sharded) {
-    std::vector<std::vector<float>> whole;
-    for (size_t s = 0; s < sharded.StateNames().size(); ++s) {
-      whole.emplace_back(set.padded_floats(), 0.0f);
-      for (int i = 0; i < set.size(); ++i) {
-        const std::vector<float>& values = file[next++].values;
-        std::copy(values.begin(), values.end(), whole.back().begin() + set.info(i).offset);
-      }
-    }
+    std::vector<std::vector<float>> whole(sharded.StateNames().size(), std::vector<float>(set.padded_floats()));
+    ForEachSplitMoment("", set, sharded, [&](const std::string&, const nn::Shape&, size_t s, int64_t offset) {
+      const std::vector<float>& values = file[next++].values;
+      std::copy(values.begin(), values.end(), whole[s].begin() + offset);
+    });
     return whole;
   };
   std::vector<std::vector<float>> critic_moments, actor_moments;

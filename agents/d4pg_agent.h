@@ -227,8 +227,8 @@ class D4pgAgent final : public Agent {
   absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, int64_t rows, bool gathered,
                             bool weighted);
   // The host's epilogue of a launched execution: its readouts landed, its
-  // priorities (LastPriorities') and metrics.
-  absl::Status Epilogue(replicator::ReplicaContext& ctx, Replica& r, const Launched& execution, int64_t rows);
+  // priorities (LastPriorities', taking its keys) and metrics.
+  absl::Status Epilogue(replicator::ReplicaContext& ctx, Replica& r, Launched& execution, int64_t rows);
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
 

@@ -801,15 +801,9 @@ TEST(D4pgAgentTest, AnEpilogueOverlappedWithTheNextExecutionOnCpuAndPjrtChangesN
         EXPECT_EQ(metrics[0][name], metrics[1][name]) << name << " after Train(" << updates << ")";
       }
     }
-    const std::vector<nn::CheckpointTensor> overlapped = agents[0]->CheckpointState(),
-                                            after_each = agents[1]->CheckpointState();
-    ASSERT_EQ(overlapped.size(), after_each.size());
-    for (size_t i = 0; i < overlapped.size(); ++i) {
-      const size_t bytes = sizeof(float) * overlapped[i].values.size();
-      EXPECT_EQ(std::memcmp(overlapped[i].values.data(), after_each[i].values.data(), bytes), 0) << overlapped[i].name;
-      EXPECT_NE(std::memcmp(overlapped[i].values.data(), start[i].values.data(), bytes), 0)
-          << overlapped[i].name << " did not move";
-    }
+    // Bit for bit, and every part of the state moved.
+    TROUPE_EXPECT_SAME_STATE(start, agents[1]->CheckpointState(), agents[0]->CheckpointState(), .tolerance = 0,
+                             .moved_at_least = 1e-7);
     if (on_pjrt) {
       const auto& late = dynamic_cast<pjrt::PjrtBackend&>(*replicators[0]->backend(0)).stats();
       const auto& each = dynamic_cast<pjrt::PjrtBackend&>(*replicators[1]->backend(0)).stats();
@@ -1126,9 +1120,8 @@ TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt
   auto again = D4pgAgent::Create(split, spec, 2, again_replicator.get());
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_TRUE((*again)->Load(path).ok());
-  const std::vector<nn::CheckpointTensor> saved = (*agent)->CheckpointState(), loaded = (*again)->CheckpointState();
-  ASSERT_EQ(saved.size(), loaded.size());
-  for (size_t i = 0; i < saved.size(); ++i) EXPECT_EQ(saved[i].values, loaded[i].values) << saved[i].name;
+  const std::vector<nn::CheckpointTensor> saved = (*agent)->CheckpointState();
+  TROUPE_EXPECT_SAME_STATE(saved, saved, (*again)->CheckpointState(), .tolerance = 0);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   config::ExperimentConfig unchecked = whole;
   unchecked.mutable_learner()->mutable_engine()->set_device_memory_mib(0);

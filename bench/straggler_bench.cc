@@ -23,19 +23,14 @@ namespace {
 
 using Collectives = replicator::ReplicatorOptions::Backend;
 
-// One round as 4 MPI ranks: each prints "steps_per_s X", the first is taken.
+// One round as 4 MPI ranks: each prints "steps_per_s X" (the same steps,
+// they stop together); the last line is taken.
 absl::StatusOr<double> MpiRound(const Round& round, bool slowed, float deadline) {
-  ASSIGN_OR_RETURN(const std::string out,
-                   RunCommand(absl::StrFormat("%s -np %d --oversubscribe --allow-run-as-root --bind-to none %s %.3f "
-                                              "%d %.3f 2>&1",
-                                              TROUPE_MPIEXEC, kStragglerReplicas, TROUPE_STRAGGLER_MPI_BIN,
-                                              round.seconds, slowed ? 1 : 0, deadline)));
-  double rate = 0;
-  const size_t at = out.find("steps_per_s ");
-  if (at == std::string::npos || std::sscanf(out.c_str() + at, "steps_per_s %lf", &rate) != 1) {
-    return absl::InternalError(absl::StrCat("the MPI straggler round printed: ", out));
-  }
-  return rate;
+  return RunPeerFigure(absl::StrFormat("%s -np %d --oversubscribe --allow-run-as-root --bind-to none %s %.3f %d "
+                                       "%.3f 2>&1",
+                                       TROUPE_MPIEXEC, kStragglerReplicas, TROUPE_STRAGGLER_MPI_BIN, round.seconds,
+                                       slowed ? 1 : 0, deadline),
+                       "steps_per_s");
 }
 
 // The three rows for one kind of replica: `round(round, slowed, deadline)`.

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", rate.status().ToString().c_str());
     return 1;
   }
-  // Every rank (they stop at the same step; the bench reads the first line).
+  // Every rank (they stop at the same step; the bench reads the last line).
   std::printf("steps_per_s %.3f\n", *rate);
   return 0;
 }

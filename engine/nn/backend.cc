@@ -119,35 +119,42 @@ void Backend::EndStep() {
   for (const DeferredRead& r : TakeDeferredReads()) DownloadRead(r);
 }
 
-void Backend::CopyRead(const DeferredRead& r, const void* bytes) {
-  if (!late_reads_) {
-    std::memcpy(r.host, bytes, r.bytes);
-    return;
+// A late read's copy of its bytes, in a buffer a landed read left (no
+// allocation per step once as many as are in flight were made).
+std::vector<std::byte>& Backend::Staged(const DeferredRead& r) {
+  std::vector<std::byte> staged;
+  if (!spare_staging_.empty()) {
+    staged = std::move(spare_staging_.back());
+    spare_staging_.pop_back();
   }
-  const auto* begin = static_cast<const std::byte*>(bytes);
-  KeepLateRead([staged = std::vector<std::byte>(begin, begin + r.bytes), host = r.host] {
-    std::memcpy(host, staged.data(), staged.size());
-  });
+  staged.resize(r.bytes);
+  unlanded_.push_back({steps_begun_, r.host, std::move(staged), nullptr});
+  return unlanded_.back().staged;
+}
+
+void Backend::CopyRead(const DeferredRead& r, const void* bytes) {
+  std::memcpy(late_reads_ ? Staged(r).data() : r.host, bytes, r.bytes);
 }
 
 void Backend::DownloadRead(const DeferredRead& r) {
-  if (!late_reads_) {
-    Download(r.device, r.host, r.bytes);
-    return;
-  }
-  // Kept by value: the next step may write the device memory read here.
-  std::vector<std::byte> staged(r.bytes);
-  Download(r.device, staged.data(), r.bytes);
-  CopyRead(r, staged.data());
+  // Kept by value when late: the next step may write the device memory read here.
+  Download(r.device, late_reads_ ? Staged(r).data() : r.host, r.bytes);
 }
 
-void Backend::KeepLateRead(std::function<void()> land) { unlanded_.push_back({steps_begun_, std::move(land)}); }
+void Backend::KeepLateRead(std::function<void()> land) {
+  unlanded_.push_back({steps_begun_, nullptr, {}, std::move(land)});
+}
 
 void Backend::LandReads(uint64_t through_step) {
   while (!unlanded_.empty() && unlanded_.front().step <= through_step) {
-    std::function<void()> land = std::move(unlanded_.front().land);
+    LateRead read = std::move(unlanded_.front());
     unlanded_.pop_front();
-    land();
+    if (read.land) {
+      read.land();
+    } else {
+      std::memcpy(read.host, read.staged.data(), read.staged.size());
+      spare_staging_.push_back(std::move(read.staged));
+    }
   }
 }
 

@@ -552,11 +552,17 @@ class Backend {
   mutable std::mutex memory_mu_;  // replicas sharing a device allocate from their threads
   std::unordered_map<const void*, size_t> allocation_bytes_;
   size_t memory_budget_ = 0, memory_in_use_ = 0, peak_memory_ = 0;
+  // A read kept until LandReads: a copy of its bytes for `host`, or (a
+  // backend's own, KeepLateRead) a function that lands it.
   struct LateRead {
     uint64_t step;
+    void* host;
+    std::vector<std::byte> staged;
     std::function<void()> land;
   };
+  std::vector<std::byte>& Staged(const DeferredRead& r);  // a new late read's copy, r.bytes long
   std::deque<LateRead> unlanded_;
+  std::vector<std::vector<std::byte>> spare_staging_;  // landed reads' copies, for the next
   struct ScratchBlock {
     void* data = nullptr;
     size_t bytes = 0;

@@ -279,8 +279,9 @@ class PjrtBackend final : public nn::Backend {
   // Executes `step`'s program again; false (nothing run) when its memory
   // changed since it was recorded.
   bool Replay(ReplayedStep& step);
-  // A replay's result whose read lands later (late reads): destroyed with
-  // the read, landed or dropped; `ended` is WatchEnd's event, if any.
+  // A replay's result until its read lands (at once, or later with late
+  // reads): destroyed with the read, landed or dropped; `ended` is
+  // WatchEnd's event, if any.
   struct LateResult {
     LateResult(Client* c, capi::Buffer* b, capi::Event* e) : client(c), buffer(b), ended(e) {}
     ~LateResult();

@@ -325,15 +325,20 @@ absl::StatusOr<capi::LoadedExecutable*> Client::Deserialize(std::string_view byt
 
 namespace {
 
+void DestroyEvent(const Plugin& plugin, capi::Event* event) {
+  if (event == nullptr) return;
+  auto destroy = Make<capi::EventDestroyArgs>();
+  destroy.event = event;
+  (void)plugin.ToStatus(plugin.api().Event_Destroy(&destroy), "destroying an event");
+}
+
 // Waits for `event` and destroys it; its error as a Status.
 absl::Status AwaitEvent(const Plugin& plugin, capi::Event* event, std::string_view what) {
   if (event == nullptr) return absl::OkStatus();
   auto await = Make<capi::EventAwaitArgs>();
   await.event = event;
   absl::Status status = plugin.ToStatus(plugin.api().Event_Await(&await), what);
-  auto destroy = Make<capi::EventDestroyArgs>();
-  destroy.event = event;
-  (void)plugin.ToStatus(plugin.api().Event_Destroy(&destroy), "destroying an event");
+  DestroyEvent(plugin, event);
   return status;
 }
 
@@ -393,11 +398,7 @@ absl::StatusOr<capi::Event*> Client::WhenReady(capi::Buffer* buffer, std::functi
   on_ready.user_arg = new Pending{plugin_, std::move(then)};
   on_ready.callback = [](capi::Error* error, void* arg) {
     std::unique_ptr<Pending> pending(static_cast<Pending*>(arg));
-    if (error != nullptr) {
-      auto destroy = Make<capi::ErrorDestroyArgs>();
-      destroy.error = error;
-      pending->plugin->api().Error_Destroy(&destroy);
-    }
+    (void)pending->plugin->ToStatus(error, "computing");  // destroys it: the reader of the buffer sees the error
     pending->then();
   };
   if (absl::Status s = plugin_->ToStatus(plugin_->api().Event_OnReady(&on_ready), "waiting"); !s.ok()) {
@@ -408,12 +409,7 @@ absl::StatusOr<capi::Event*> Client::WhenReady(capi::Buffer* buffer, std::functi
   return ready.event;
 }
 
-void Client::Destroy(capi::Event* event) {
-  if (event == nullptr) return;
-  auto destroy = Make<capi::EventDestroyArgs>();
-  destroy.event = event;
-  (void)plugin_->ToStatus(plugin_->api().Event_Destroy(&destroy), "destroying an event");
-}
+void Client::Destroy(capi::Event* event) { DestroyEvent(*plugin_, event); }
 
 void Client::Destroy(capi::Buffer* buffer) {
   if (buffer == nullptr) return;

@@ -145,25 +145,26 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   // When the execution ends (its first result computed), for the idle time
   // before the next one.
   capi::Event* ended = reads > 0 ? WatchEnd(out[r.written.size()]) : nullptr;
-  if (late_reads()) {
-    // Each result copied to the host when the caller lands this step's reads.
-    for (size_t i = 0; i < reads; ++i) {
-      auto result = std::make_shared<LateResult>(client_.get(), out[r.written.size() + i], i == 0 ? ended : nullptr);
-      KeepLateRead([this, result, to = step.recorded.reads[i]] {
-        const auto waited = std::chrono::steady_clock::now();
-        Check(client_->ToHost(result->buffer, to.first, to.second), "reading a replayed step's result");
+  // Each result copied to the host now, or when the caller lands this
+  // step's reads (late reads: the wait is then landing's).
+  const bool late = late_reads();
+  for (size_t i = 0; i < reads; ++i) {
+    auto result = std::make_shared<LateResult>(client_.get(), out[r.written.size() + i], i == 0 ? ended : nullptr);
+    auto land = [this, result, to = step.recorded.reads[i], late] {
+      const auto waited = std::chrono::steady_clock::now();
+      Check(client_->ToHost(result->buffer, to.first, to.second), "reading a replayed step's result");
+      if (late) {
         stats_.late_read_wait_seconds +=
             std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
-      });
+      }
+    };
+    if (late) {
+      KeepLateRead(std::move(land));
+    } else {
+      land();
     }
-  } else {
-    for (size_t i = 0; i < reads; ++i) {
-      capi::Buffer* result = out[r.written.size() + i];
-      Check(client_->ToHost(result, step.recorded.reads[i].first, step.recorded.reads[i].second),
-            "reading a replayed step's result");
-      client_->Destroy(result);
-    }
-    client_->Destroy(ended);
+  }
+  if (!late) {
     stats_.step_execute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - execute_began).count();
   }

@@ -122,7 +122,7 @@ TEST(StepReplayTest, ReplayedUpdatesEqualRecordedOnesBitForBitAndANewLearningRat
 // only after the next step was launched. Before its LandReads a step's
 // value is not in host memory (the previous one is); after it, it equals the
 // loss of the same update stepped with reads at the step's end, bit for
-// bit, and so do the final parameters; 26 of the 30 were replays.
+// bit, and so do the final parameters; 28 of the 30 were replays.
 TEST(StepReplayTest, LateReadsLandAfterTheNextStepIsLaunchedInOrderAndUnchanged) {
   REQUIRE_PLUGIN();
   std::unique_ptr<PjrtBackend> late = NewPjrt(plugin), now = NewPjrt(plugin);

@@ -125,7 +125,7 @@ absl::Status ShardedAdam::GatherState() {
 }
 
 absl::Status ShardedAdam::GatherLocalToHost(const std::vector<ShardedAdam*>& replicas,
-                                            std::vector<std::pair<std::string, std::vector<float>>>* whole) {
+                                            std::vector<std::vector<float>>* whole) {
   TROUPE_CHECK(!replicas.empty());
   const int k = replicas[0]->num_replicas_;
   if (static_cast<int>(replicas.size()) != k) {
@@ -137,24 +137,22 @@ absl::Status ShardedAdam::GatherLocalToHost(const std::vector<ShardedAdam*>& rep
     ShardedAdam& from = *replicas[r];
     TROUPE_CHECK(from.replica_id_ == r && from.count_ == replicas[0]->count_);
     const std::vector<nn::OptimizerState> part = from.part_->State();
-    if (r == 0) {
-      for (const nn::OptimizerState& s : part) whole->emplace_back(s.name, std::vector<float>(k * from.count_));
-    }
+    whole->resize(part.size());
     for (size_t s = 0; s < part.size(); ++s) {
-      from.params_->backend().Download(part[s].data, (*whole)[s].second.data() + from.begin_,
-                                       sizeof(float) * from.count_);
+      (*whole)[s].resize(k * from.count_);
+      from.params_->backend().Download(part[s].data, (*whole)[s].data() + from.begin_, sizeof(float) * from.count_);
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status ShardedAdam::GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into) {
-  std::vector<std::pair<std::string, std::vector<float>>> host;
+  std::vector<std::vector<float>> host;
   RETURN_IF_ERROR(GatherLocalToHost(replicas, &host));
   const std::vector<nn::OptimizerState> whole = into.State();
   TROUPE_CHECK(host.size() == whole.size());
   for (size_t s = 0; s < whole.size(); ++s) {
-    into.params_->backend().Upload(host[s].second.data(), whole[s].data, sizeof(float) * host[s].second.size());
+    into.params_->backend().Upload(host[s].data(), whole[s].data, sizeof(float) * host[s].size());
   }
   return absl::OkStatus();
 }

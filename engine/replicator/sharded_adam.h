@@ -103,9 +103,10 @@ class ShardedAdam final : public nn::Optimizer {
   static absl::Status GatherLocal(const std::vector<ShardedAdam*>& replicas, ShardedAdam& into);
   // The same into host memory, no device holding the whole moments (a
   // checkpoint of a model that only fits split): (*whole)[s] is state s
-  // ("adam.m", "adam.v") of the parameters' padded length.
+  // (StateNames' order) of the parameters' padded length, as
+  // KeepOwnPartFromHost takes them.
   static absl::Status GatherLocalToHost(const std::vector<ShardedAdam*>& replicas,
-                                        std::vector<std::pair<std::string, std::vector<float>>>* whole);
+                                        std::vector<std::vector<float>>* whole);
 
   int64_t part_begin() const { return begin_; }
   int64_t part_floats() const { return count_; }
