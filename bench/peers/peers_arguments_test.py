@@ -57,7 +57,10 @@ class PeerArgumentsTest(unittest.TestCase):
                            (["2", "cartpole", "balance", "0", "speed", "10"], "ACTION_REPEAT >= 1"),
                            (["2", "cartpole", "balance", "8", "speed", "10", "layers=3"], "unknown option 'layers=3'"),
                            (["2", "cartpole", "balance", "8", "speed", "10", "batch=many"], "batch=many: not a number"),
-                           (["2", "cartpole", "balance", "8", "learn", "1000", "epochs=0"], "epochs and minibatches")]:
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "epochs=0"], "epochs, minibatches"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "eval_episodes=0"], "eval_episodes >= 1"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "anneal=2"], "anneal is 0 or 1"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "eval_every=-5"], "eval_every")]:
             result = run("torch_ppo.py", *args)
             self.assertNotEqual(result.returncode, 0, f"torch_ppo.py {args} accepted: {result.stdout}")
             self.assertIn("usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT", result.stderr)

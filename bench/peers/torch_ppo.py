@@ -23,8 +23,13 @@ build/ that it makes (torch, dm_control, MuJoCo from PyPI).
 usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT speed SECONDS [KEY=VALUE...]
        torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT learn FRAMES [KEY=VALUE...]
 keys: batch=32 unroll=32 hidden=64 epochs=10 minibatches=8 lr=1e-3 gamma=0.99 lam=0.95 clip=0.2
-reward_scale=0.01 seed=1; `speed` prints "frames_per_second X" (env frames, all envs, updates
-included), `learn` prints "eval_return X" (2 episodes of the mean action) and "seconds X".
+reward_scale=0.01 seed=1 anneal=0 entropy=0 mean_bound=0 eval_every=0 eval_episodes=2;
+`speed` prints "frames_per_second X" (env frames, all envs, updates included); `learn` prints
+"eval FRAMES SECONDS RETURN" (the mean of eval_episodes episodes of the mean action) every
+eval_every frames (0: at the end only) and at FRAMES, then "eval_return X" and "seconds X" (the
+training time, evaluations left out). anneal=1 lowers lr linearly to 0 at FRAMES (CleanRL's
+anneal_lr, troupe's appo.anneal_learning_rate); entropy is the entropy bonus's coefficient;
+mean_bound=M bounds the Gaussian's mean smoothly to +-M (M tanh(y / M), troupe's policy: 5).
 """
 import os
 import sys
@@ -45,7 +50,8 @@ def parse(argv):
     if args["threads"] < 1 or args["repeat"] < 1 or not args["amount"] > 0:
         sys.exit(f"{USAGE}\nTHREADS, ACTION_REPEAT >= 1 and SECONDS or FRAMES > 0")
     options = {"batch": 32, "unroll": 32, "hidden": 64, "epochs": 10, "minibatches": 8, "lr": 1e-3, "gamma": 0.99,
-               "lam": 0.95, "clip": 0.2, "reward_scale": 0.01, "seed": 1}
+               "lam": 0.95, "clip": 0.2, "reward_scale": 0.01, "seed": 1, "anneal": 0, "entropy": 0.0,
+               "mean_bound": 0.0, "eval_every": 0, "eval_episodes": 2}
     for item in argv[7:]:
         key, _, value = item.partition("=")
         if key not in options:
@@ -54,8 +60,11 @@ def parse(argv):
             options[key] = int(value) if isinstance(options[key], int) else float(value)
         except ValueError:
             sys.exit(f"{USAGE}\n{item}: not a number of its kind")
-    if min(options["batch"], options["unroll"], options["epochs"], options["minibatches"]) < 1:
-        sys.exit(f"{USAGE}\nbatch, unroll, epochs and minibatches >= 1")
+    if min(options["batch"], options["unroll"], options["epochs"], options["minibatches"],
+           options["eval_episodes"]) < 1:
+        sys.exit(f"{USAGE}\nbatch, unroll, epochs, minibatches and eval_episodes >= 1")
+    if options["anneal"] not in (0, 1) or options["eval_every"] < 0 or options["mean_bound"] < 0:
+        sys.exit(f"{USAGE}\nanneal is 0 or 1, eval_every and mean_bound >= 0")
     args.update(options)
     return args
 
@@ -98,15 +107,19 @@ def mlp(sizes):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, state, actions, hidden):
+    def __init__(self, state, actions, hidden, mean_bound):
         super().__init__()
-        self.mean = mlp([state, hidden, hidden, actions])
+        self.policy = mlp([state, hidden, hidden, actions])
         self.log_std = torch.nn.Parameter(torch.full((actions,), -0.5))
         self.value = mlp([state, hidden, hidden, 1])
+        self.mean_bound = mean_bound
 
-    def log_density(self, x, u):
-        mean = self.mean(x)
-        return torch.distributions.Normal(mean, self.log_std.exp()).log_prob(u).sum(-1)
+    def mean(self, x):
+        y = self.policy(x)
+        return self.mean_bound * torch.tanh(y / self.mean_bound) if self.mean_bound > 0 else y
+
+    def distribution(self, x):
+        return torch.distributions.Normal(self.mean(x), self.log_std.exp())
 
 
 def main():
@@ -118,7 +131,7 @@ def main():
     spec = envs[0].action_spec()
     observations = np.stack([flat(env.reset().observation) for env in envs])
     state, actions = observations.shape[1], spec.shape[0]
-    model = Model(state, actions, a["hidden"])
+    model = Model(state, actions, a["hidden"], a["mean_bound"])
     optimizer = torch.optim.Adam(model.parameters(), lr=a["lr"], eps=1e-8)
     moments = RunningMoments(state)
     b, t, repeat = a["batch"], a["unroll"], a["repeat"]
@@ -186,11 +199,12 @@ def main():
             order = rng.permutation(t * b)
             for chunk in np.array_split(order, a["minibatches"]):
                 chunk = torch.from_numpy(chunk)
-                ratio = (model.log_density(flat_x[chunk], flat_u[chunk]) - flat_b[chunk]).clamp(-20, 20).exp()
+                pi = model.distribution(flat_x[chunk])
+                ratio = (pi.log_prob(flat_u[chunk]).sum(-1) - flat_b[chunk]).clamp(-20, 20).exp()
                 policy = -torch.min(ratio * adv[chunk],
                                     ratio.clamp(1 - a["clip"], 1 + a["clip"]) * adv[chunk]).mean()
                 value = 0.5 * ((model.value(flat_x[chunk]).squeeze(-1) - targets[chunk]) ** 2).mean()
-                loss = policy + 0.5 * value
+                loss = policy + 0.5 * value - a["entropy"] * pi.entropy().sum(-1).mean()
                 optimizer.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
@@ -203,22 +217,34 @@ def main():
             update()
         print(f"frames_per_second {(frames - frames_before) / (time.perf_counter() - start):.1f}")
         return
-    start = time.perf_counter()
-    while frames < a["amount"]:
-        update()
-    seconds = time.perf_counter() - start
-    total = 0.0
-    for episode in range(2):
-        env = suite.load(a["domain"], a["task"], task_kwargs={"random": 10_000 + episode})
-        ts = env.reset()
-        while not ts.last():
-            with torch.no_grad():
-                mean = model.mean(torch.from_numpy(moments.normalize(flat(ts.observation)[None])))
-            ts, reward = env_step(env, torch.tanh(mean)[0].numpy())
-            total += reward
-    print(f"eval_return {total / 2:.1f}")
-    print(f"seconds {seconds:.1f}")
+    def evaluate():
+        """The mean return of eval_episodes episodes of the mean action, from fixed start states."""
+        total = 0.0
+        for episode in range(a["eval_episodes"]):
+            env = suite.load(a["domain"], a["task"], task_kwargs={"random": 10_000 + episode})
+            ts = env.reset()
+            while not ts.last():
+                with torch.no_grad():
+                    mean = model.mean(torch.from_numpy(moments.normalize(flat(ts.observation)[None])))
+                ts, reward = env_step(env, torch.tanh(mean)[0].numpy())
+                total += reward
+        return total / a["eval_episodes"]
 
+    seconds, next_eval, result = 0.0, a["eval_every"] or a["amount"], 0.0
+    while frames < a["amount"]:
+        if a["anneal"]:
+            for group in optimizer.param_groups:
+                group["lr"] = a["lr"] * max(0.0, 1.0 - frames / a["amount"])
+        start = time.perf_counter()
+        update()
+        seconds += time.perf_counter() - start
+        if frames >= next_eval or frames >= a["amount"]:
+            result = evaluate()
+            print(f"eval {frames} {seconds:.1f} {result:.1f}", flush=True)
+            while next_eval <= frames:
+                next_eval += a["eval_every"] or a["amount"]
+    print(f"eval_return {result:.1f}")
+    print(f"seconds {seconds:.1f}")
 
 if __name__ == "__main__":
     main()
