@@ -73,8 +73,10 @@ absl::Status Connect(const std::string& address, const GrpcCredentials& credenti
   c->items.reset();
   c->writer.reset();
   c->client = replay::NewGrpcClient(address, {.credentials = credentials});
-  // Resumable: a broken stream is resumed with nothing lost or inserted twice.
-  ASSIGN_OR_RETURN(c->writer, c->client->NewWriter({.resumable = true}));
+  // Resumable: a broken stream is resumed with nothing lost or inserted
+  // twice; its frame window holds every env's items.
+  ASSIGN_OR_RETURN(c->writer, c->client->NewWriter({.frame_window = ItemFrameWindow(config, spec, num_envs),
+                                                    .resumable = true}));
   ASSIGN_OR_RETURN(c->items, MakeItemWriter(config, spec, action_size, c->writer.get(), num_envs));
   return absl::OkStatus();
 }

@@ -23,6 +23,15 @@ absl::Status StackNewFrame(replay::Writer& writer, const uint8_t* frame, const s
   return absl::OkStatus();
 }
 
+int ItemFrameWindow(const config::ExperimentConfig& config, const agents::ObservationSpec& spec, int num_envs) {
+  const int default_window = replay::WriterOptions{}.frame_window;
+  if (!spec.pixels()) return default_window;
+  const agents::ReplayItem item = agents::ActorReplayItem(config);
+  const int64_t observations =
+      (item.kind == agents::ReplayItem::Kind::kTrajectories ? item.unroll_length : item.n_step) + 1;
+  return static_cast<int>(std::max<int64_t>(default_window, int64_t{num_envs} * (observations + spec.frames)));
+}
+
 absl::StatusOr<std::unique_ptr<ItemWriter>> MakeItemWriter(const config::ExperimentConfig& config,
                                                            const agents::ObservationSpec& spec, int action_size,
                                                            replay::Writer* writer, int num_envs) {

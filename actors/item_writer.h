@@ -59,6 +59,15 @@ class ItemWriter {
 absl::Status StackNewFrame(replay::Writer& writer, const uint8_t* frame, const std::vector<int64_t>& shape,
                            const uint64_t* previous, bool first, std::span<uint64_t> stack);
 
+// The frame window (replay::WriterOptions::frame_window) an actor's writer
+// needs for the config's agent's items from `num_envs` envs observing
+// `spec`: the actor's pool steps its envs together, each appending one frame
+// a step, so an item's frames (its observations, a trajectory's T + 1 or a
+// transition's n_step + 1, and the k - 1 older frames of its first stack)
+// lie within num_envs x (observations + k) appended frames. At least the
+// writer's default (64); state observations need none beyond it.
+int ItemFrameWindow(const config::ExperimentConfig& config, const agents::ObservationSpec& spec, int num_envs);
+
 // The writer of the config's agent's items on `writer` for `num_envs` envs
 // observing `spec` with `action_size` actions. Errors: the item's
 // signature's (InvalidArgument).

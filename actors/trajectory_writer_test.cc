@@ -1,5 +1,7 @@
 #include "actors/trajectory_writer.h"
 
+#include "absl/strings/match.h"
+#include "actors/item_writer.h"
 #include "agents/trajectory.h"
 #include "gtest/gtest.h"
 #include "replay/client.h"
@@ -12,14 +14,15 @@ namespace {
 constexpr int kSteps = 3;
 const agents::ObservationSpec kSpec{.state_size = 2};
 
-// A queue of trajectories of observations `spec`, 1 action, embedded.
-std::unique_ptr<replay::Replay> MakeQueue(const agents::ObservationSpec& spec = kSpec) {
+// A queue of trajectories of `steps` steps of observations `spec`, 1
+// action, embedded.
+std::unique_ptr<replay::Replay> MakeQueue(const agents::ObservationSpec& spec = kSpec, int steps = kSteps) {
   config::ReplayConfig config;
   auto* table = config.add_tables();
   table->set_name(agents::kTrajectoryTable);
   table->set_selector(config::ReplayTableConfig::fifo);
   table->set_max_size(100);
-  agents::AddTrajectoryFields(spec, /*action_size=*/1, kSteps, table);
+  agents::AddTrajectoryFields(spec, /*action_size=*/1, steps, table);
   auto r = replay::Replay::Create(config);
   EXPECT_TRUE(r.ok()) << r.status();
   return std::move(r).value();
@@ -170,6 +173,55 @@ TEST(TrajectoryWriterTest, PixelTrajectoriesReferenceEachFrameOnce) {
   }
   // 8 frames appended (0-3, 10-13), each stored once however many stacks hold it.
   EXPECT_EQ(queue->Info().frames(), 8);
+}
+
+}  // namespace
+}  // namespace troupe::actors
+
+namespace troupe::actors {
+namespace {
+
+// An actor's envs step together, each appending a frame a step, so one
+// trajectory's frames span num_envs x (T + k) appended frames: more than
+// the writer's default window of 64 at 4 envs, T = 16 and k = 3. The
+// window the actor asks for (ItemFrameWindow) holds every env's
+// trajectories; the default refuses the first insert.
+TEST(TrajectoryWriterTest, TheActorsFrameWindowHoldsTheTrajectoriesOfEnvsSteppedTogether) {
+  constexpr int kEnvs = 4, kUnroll = 16;
+  const agents::ObservationSpec pixels{.frames = 3, .height = 4, .width = 4};
+  config::ExperimentConfig config;
+  config.set_agent(config::ExperimentConfig::APPO);
+  config.mutable_appo()->set_unroll_length(kUnroll);
+  const int window = ItemFrameWindow(config, pixels, kEnvs);
+  EXPECT_EQ(window, kEnvs * (kUnroll + 1 + 3));
+  EXPECT_EQ(ItemFrameWindow(config, kSpec, kEnvs), 64) << "state: the default";
+  for (const int frame_window : {window, 64}) {
+    auto queue = MakeQueue(pixels, kUnroll);
+    auto client = replay::NewLocalClient(queue.get());
+    auto writer = client->NewWriter({.frame_window = frame_window});
+    ASSERT_TRUE(writer.ok());
+    auto signature = agents::TrajectorySignature(pixels, 1, kUnroll);
+    ASSERT_TRUE(signature.ok()) << signature.status();
+    TrajectoryWriter trajectories(writer->get(), kEnvs, *signature, 0.99f);
+    std::vector<uint8_t> frame(4 * 4 * 3);
+    const float action = 0;
+    absl::Status status;
+    for (int e = 0; e < kEnvs; ++e) ASSERT_TRUE(trajectories.Start(e, nullptr, frame.data()).ok());
+    for (int t = 0; t < 3 * kUnroll && status.ok(); ++t) {
+      for (int e = 0; e < kEnvs && status.ok(); ++e) {
+        frame[0] = uint8_t(t * kEnvs + e);
+        status = trajectories.Step(e, {.action = &action, .reward = 1, .frame = frame.data()});
+      }
+    }
+    if (frame_window == window) {
+      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_TRUE((*writer)->Flush().ok());
+      EXPECT_EQ(trajectories.items_inserted(), 3 * kEnvs);
+    } else {
+      EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+      EXPECT_TRUE(absl::StrContains(status.message(), "is not among the last 64 appended frames")) << status;
+    }
+  }
 }
 
 }  // namespace
