@@ -133,8 +133,10 @@ struct AppoAgent::Replica {
   // pre-squash actions [Bs * T, A], scaled rewards, weights (0 for stale
   // trajectories), then per epoch V-trace's targets and advantages; the
   // batch's own frames (pixels, [bs * (T + 1), k, H, W, 3]), behaviour
-  // log-densities and discounts [Bs * T] as sampled.
-  std::vector<float> x, u, rewards, weights, log_rhos, vs, advantages;
+  // log-densities and discounts [Bs * T] as sampled; with
+  // appo.decoupled_clip, the log-densities under the policy at the update's
+  // start [Bs * T] (the first epoch's pass), which the clip is taken against.
+  std::vector<float> x, u, rewards, weights, log_rhos, vs, advantages, start_log_densities;
   const uint8_t* frames = nullptr;
   const float *behaviour = nullptr, *discounts = nullptr;
   std::vector<float> values, means, log_std;
@@ -349,11 +351,14 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     r.log_std.resize(a);
     r.backend->Download(r.model.value(networks_.log_std).data, r.log_std.data(), sizeof(float) * a);
     r.log_rhos.resize(rows);
+    const bool update_start = epoch == 0 && appo.decoupled_clip();
+    if (update_start) r.start_log_densities.resize(rows);
     for (int64_t b = 0; b < bs; ++b) {
       for (int64_t i = 0; i < steps; ++i) {
         const int64_t row = b * steps + i;
         const double now = internal::GaussianLogDensity(&r.u[row * a], &r.means[(b * (steps + 1) + i) * a],
                                                         r.log_std.data(), static_cast<int>(a));
+        if (update_start) r.start_log_densities[row] = static_cast<float>(now);
         // Clamped as the loss clamps it (a ratio past e^20 is truncated anyway).
         r.log_rhos[row] = static_cast<float>(std::clamp(now - r.behaviour[row], -double(internal::kMaxLogRatio),
                                                         double(internal::kMaxLogRatio)));
@@ -446,8 +451,11 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
     std::copy_n(r.x.data() + observation * s, s, r.mb_x.data() + i * s);
     std::copy_n(r.frames + observation * FrameStackBytes(), FrameStackBytes(), r.mb_frames.data() + i * FrameStackBytes());
     std::copy_n(&r.u[row * a], a, &r.mb_u[i * a]);
-    // The device's log-density leaves out the constant -A/2 log(2 pi).
-    r.mb_behaviour[i] = static_cast<float>(r.behaviour[row] + 0.5 * a * log_2pi);
+    // The ratio's denominator: the behaviour's log-density, or the policy's
+    // at the update's start (appo.decoupled_clip). The device's log-density
+    // leaves out the constant -A/2 log(2 pi).
+    const float denominator = appo.decoupled_clip() ? r.start_log_densities[row] : r.behaviour[row];
+    r.mb_behaviour[i] = static_cast<float>(denominator + 0.5 * a * log_2pi);
     r.mb_advantage[i] = r.weights[row] * r.advantages[row] / float(n);
     r.mb_vs[i] = r.vs[row];
     r.mb_value_weight[i] = 0.5f * appo.value_coef() * r.weights[row] / float(n);

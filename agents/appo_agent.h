@@ -44,7 +44,9 @@ namespace troupe::agents {
 // APPO's metrics (Agent::metrics' values), means over the interval's
 // minibatch steps: policy_loss (the clipped surrogate, negated), value_loss
 // (0.5 (V - vs)^2), entropy (the Gaussian's, summed over action
-// dimensions), approx_kl (E[r - 1 - log r]), clip_fraction (|r - 1| > clip);
+// dimensions), approx_kl (E[r - 1 - log r]), clip_fraction (|r - 1| > clip),
+// r the ratio PPO clips (against the behaviour, or the policy at the
+// update's start with appo.decoupled_clip);
 // dropped_stale, trajectories left out for their policy lag (a count);
 // policy_lag, the mean lag of the trajectories used (learner updates);
 // epochs, the passes an update made (fewer than appo.epochs where

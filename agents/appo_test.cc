@@ -401,6 +401,31 @@ TEST(AppoAgentTest, TargetKlStopsTheEpochsEarly) {
   }
 }
 
+// appo.decoupled_clip: PPO's ratio is taken against the policy at the
+// update's start, not the behaviour that acted (here a policy of other
+// weights). One minibatch step an epoch: the first step's ratio is then 1
+// on every row (no KL, nothing clipped) however far the behaviour is, and
+// the second epoch's is measured from the update's start, not its own.
+TEST(AppoAgentTest, ADecoupledClipTakesTheRatioAgainstThePolicyAtTheUpdatesStart) {
+  const ObservationSpec spec{.state_size = 1};
+  auto one_update = [&](bool decoupled, int epochs) {
+    config::ExperimentConfig config = BanditConfig(/*batch=*/8);
+    config.mutable_appo()->set_decoupled_clip(decoupled);
+    config.mutable_appo()->set_epochs(epochs);
+    config.mutable_appo()->set_minibatches(1);
+    BanditAgent bandit(config, spec, /*seed=*/5);
+    TROUPE_CHECK(bandit.agent->Train(1).ok());
+    return bandit.agent->metrics();
+  };
+  const AgentMetrics behaviour = one_update(/*decoupled=*/false, /*epochs=*/1);
+  EXPECT_GT(behaviour["approx_kl"], 1e-3) << "the behaviour policy is not the agent's";
+  const AgentMetrics start = one_update(/*decoupled=*/true, /*epochs=*/1);
+  EXPECT_LT(start["approx_kl"], 1e-9);
+  EXPECT_EQ(start["clip_fraction"], 0);
+  // Epochs 1 and 2: the second's ratio moved by the first's step.
+  EXPECT_GT(one_update(/*decoupled=*/true, /*epochs=*/2)["approx_kl"], 1e-7);
+}
+
 // appo.anneal_learning_rate: the rate falls to 0 at the run's total_frames,
 // so an update past them leaves the model as it was.
 TEST(AppoAgentTest, AnnealedLearningRateReachesZeroAtTheRunsEnd) {
