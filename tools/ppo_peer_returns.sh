@@ -14,9 +14,15 @@
 # Resumable: a finished run is kept in docs/results/ppo_peer/TASK/seedS.txt
 # and skipped next time; a run in progress writes runs/ppo_peer/TASK/seedS.log
 # and starts again from the beginning if it was killed (the peer keeps no
-# checkpoint). Runs at nice 19, so builds and tests go first.
+# checkpoint). Runs at nice 19, so builds and tests go first; started in a
+# session of its own (`setsid tools/ppo_peer_returns.sh ...`) it lowers that
+# session's autogroup too, without which Linux's autogroup scheduling shares
+# the CPU between sessions whatever their nice values.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "$(ps -o sid= -p $$ | tr -d ' ')" == "$$" && -w /proc/self/autogroup ]]; then
+  echo 19 >/proc/self/autogroup || true
+fi
 
 lane=0 lanes=1 frames=3000000 runs=()
 while (($#)); do
