@@ -482,6 +482,14 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   t.Backward(loss.total, r.reducer.get());
   r.optimizer->Prepare(LearningRate(r.updates));
   r.optimizer->Apply();
+  if (appo.has_min_log_std()) {
+    // The floor as a projection: every replica clamps the same values.
+    r.log_std.resize(a);
+    const nn::TensorView log_std = r.model.value(networks_.log_std);
+    r.backend->Download(log_std.data, r.log_std.data(), sizeof(float) * a);
+    for (float& l : r.log_std) l = std::max(l, appo.min_log_std());
+    r.backend->Upload(r.log_std.data(), log_std.data, sizeof(float) * a);
+  }
   // Metrics from the pass's values (read before the tape is reused).
   r.ratio.resize(n);
   r.backend->Download(t.data(loss.ratio).data, r.ratio.data(), sizeof(float) * n);

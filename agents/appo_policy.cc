@@ -76,6 +76,9 @@ absl::Status ValidateAppo(const config::AppoConfig& config, const ObservationSpe
   if (!(std::abs(config.initial_log_std()) <= 5)) {
     return bad("appo.initial_log_std ", config.initial_log_std(), ": must be in [-5, 5]");
   }
+  if (config.has_min_log_std() && !(std::abs(config.min_log_std()) <= 5)) {
+    return bad("appo.min_log_std ", config.min_log_std(), ": must be in [-5, 5]");
+  }
   return absl::OkStatus();
 }
 

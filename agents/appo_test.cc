@@ -426,6 +426,27 @@ TEST(AppoAgentTest, ADecoupledClipTakesTheRatioAgainstThePolicyAtTheUpdatesStart
   EXPECT_GT(one_update(/*decoupled=*/true, /*epochs=*/2)["approx_kl"], 1e-7);
 }
 
+// appo.min_log_std: the bandit narrows the policy's exploration (its log
+// standard deviation falls from -0.5 below -0.6 without a floor); with the
+// floor at -0.6 it stops there, exactly, in every dimension.
+TEST(AppoAgentTest, AMinimumLogStdKeepsExplorationAtLeastThatWide) {
+  const ObservationSpec spec{.state_size = 1};
+  auto log_std_after = [&](bool floor) {
+    config::ExperimentConfig config = BanditConfig(/*batch=*/16);
+    if (floor) config.mutable_appo()->set_min_log_std(-0.6f);
+    BanditAgent bandit(config, spec, /*seed=*/6);
+    TROUPE_CHECK(bandit.agent->Train(80).ok());
+    for (const nn::CheckpointTensor& t : bandit.agent->CheckpointState()) {
+      if (t.name.ends_with("policy.log_std")) return t.values;
+    }
+    return std::vector<float>{};
+  };
+  const std::vector<float> free = log_std_after(false);
+  ASSERT_EQ(free.size(), 1u);
+  EXPECT_LT(free[0], -0.6f);
+  EXPECT_EQ(log_std_after(true), std::vector<float>{-0.6f});
+}
+
 // appo.anneal_learning_rate: the rate falls to 0 at the run's total_frames,
 // so an update past them leaves the model as it was.
 TEST(AppoAgentTest, AnnealedLearningRateReachesZeroAtTheRunsEnd) {
@@ -621,6 +642,9 @@ TEST(AppoAgentTest, BadSettingsAreRefusedNamingTheField) {
   c = BanditConfig(8);
   c.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::PJRT);
   EXPECT_THAT(refused(c), HasSubstr("PJRT"));
+  c = BanditConfig(8);
+  c.mutable_appo()->set_min_log_std(-9);
+  EXPECT_THAT(refused(c), HasSubstr("appo.min_log_std -9: must be in [-5, 5]"));
   auto tiny = AppoAgent::Create(BanditConfig(8), ObservationSpec{.frames = 3, .height = 14, .width = 14}, 2,
                                 replicator.get());
   EXPECT_THAT(std::string(tiny.status().message()), HasSubstr("too small for the encoder"));
