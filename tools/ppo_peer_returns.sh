@@ -3,7 +3,8 @@
 # `learn` on each task and seed with the hyperparameters of
 # configs/appo_TASK_state.textproto (batch, unroll, epochs, minibatches,
 # learning rate annealed to 0, reward scale, action repeat, clip, discount,
-# the mean bounded to +-5), evaluated as troupe's evaluator does (5 episodes
+# the exploration's floor where the config sets one, the mean bounded to
+# +-5), evaluated as troupe's evaluator does (5 episodes
 # of the mean action every 250k frames).
 #
 # usage: tools/ppo_peer_returns.sh [--lane I/N] [--frames F] [TASK.SEED ...]
@@ -69,6 +70,8 @@ for ((i = lane; i < ${#runs[@]}; i += lanes)); do
         lr="$(setting "$config" learning_rate)" gamma="$(setting "$config" discount)"
         clip="$(setting "$config" clip)" reward_scale="$(setting "$config" reward_scale)"
         anneal=1 mean_bound=5 eval_every=250000 eval_episodes=5 seed="$seed")
+  floor="$(setting "$config" min_log_std)"
+  [[ -n "$floor" ]] && args+=(min_log_std="$floor")
   repeat="$(setting "$config" action_repeat)"
   echo "$run: torch_ppo.py 1 $domain $name $repeat learn $frames ${args[*]}"
   {

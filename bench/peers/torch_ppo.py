@@ -23,13 +23,14 @@ build/ that it makes (torch, dm_control, MuJoCo from PyPI).
 usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT speed SECONDS [KEY=VALUE...]
        torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT learn FRAMES [KEY=VALUE...]
 keys: batch=32 unroll=32 hidden=64 epochs=10 minibatches=8 lr=1e-3 gamma=0.99 lam=0.95 clip=0.2
-reward_scale=0.01 seed=1 anneal=0 entropy=0 mean_bound=0 eval_every=0 eval_episodes=2;
+reward_scale=0.01 seed=1 anneal=0 entropy=0 mean_bound=0 min_log_std=-inf eval_every=0 eval_episodes=2;
 `speed` prints "frames_per_second X" (env frames, all envs, updates included); `learn` prints
 "eval FRAMES SECONDS RETURN" (the mean of eval_episodes episodes of the mean action) every
 eval_every frames (0: at the end only) and at FRAMES, then "eval_return X" and "seconds X" (the
 training time, evaluations left out). anneal=1 lowers lr linearly to 0 at FRAMES (CleanRL's
 anneal_lr, troupe's appo.anneal_learning_rate); entropy is the entropy bonus's coefficient;
-mean_bound=M bounds the Gaussian's mean smoothly to +-M (M tanh(y / M), troupe's policy: 5).
+mean_bound=M bounds the Gaussian's mean smoothly to +-M (M tanh(y / M), troupe's policy: 5);
+min_log_std=F keeps the log standard deviation >= F after every step (troupe's appo.min_log_std).
 """
 import os
 import sys
@@ -51,7 +52,7 @@ def parse(argv):
         sys.exit(f"{USAGE}\nTHREADS, ACTION_REPEAT >= 1 and SECONDS or FRAMES > 0")
     options = {"batch": 32, "unroll": 32, "hidden": 64, "epochs": 10, "minibatches": 8, "lr": 1e-3, "gamma": 0.99,
                "lam": 0.95, "clip": 0.2, "reward_scale": 0.01, "seed": 1, "anneal": 0, "entropy": 0.0,
-               "mean_bound": 0.0, "eval_every": 0, "eval_episodes": 2}
+               "mean_bound": 0.0, "min_log_std": float("-inf"), "eval_every": 0, "eval_episodes": 2}
     for item in argv[7:]:
         key, _, value = item.partition("=")
         if key not in options:
@@ -209,6 +210,8 @@ def main():
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
                 optimizer.step()
+                with torch.no_grad():
+                    model.log_std.clamp_(min=a["min_log_std"])
 
     if a["mode"] == "speed":
         update()  # warm-up
