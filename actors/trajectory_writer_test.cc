@@ -175,11 +175,6 @@ TEST(TrajectoryWriterTest, PixelTrajectoriesReferenceEachFrameOnce) {
   EXPECT_EQ(queue->Info().frames(), 8);
 }
 
-}  // namespace
-}  // namespace troupe::actors
-
-namespace troupe::actors {
-namespace {
 
 // An actor's envs step together, each appending a frame a step, so one
 // trajectory's frames span num_envs x (T + k) appended frames: more than

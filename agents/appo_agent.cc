@@ -139,7 +139,10 @@ struct AppoAgent::Replica {
   std::vector<float> x, u, rewards, weights, log_rhos, vs, advantages, start_log_densities;
   const uint8_t* frames = nullptr;
   const float *behaviour = nullptr, *discounts = nullptr;
-  std::vector<float> values, means, log_std;
+  // The epoch's forward pass: values, means and the log standard deviation
+  // it used (V-trace's and the entropy metric's); `floored`, the floor's
+  // scratch (appo.min_log_std).
+  std::vector<float> values, means, log_std, floored;
   // A minibatch's inputs.
   std::vector<float> mb_x, mb_u, mb_behaviour, mb_advantage, mb_vs, mb_value_weight, ones, ratio;
   std::vector<uint8_t> mb_frames;
@@ -484,11 +487,11 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   r.optimizer->Apply();
   if (appo.has_min_log_std()) {
     // The floor as a projection: every replica clamps the same values.
-    r.log_std.resize(a);
+    r.floored.resize(a);
     const nn::TensorView log_std = r.model.value(networks_.log_std);
-    r.backend->Download(log_std.data, r.log_std.data(), sizeof(float) * a);
-    for (float& l : r.log_std) l = std::max(l, appo.min_log_std());
-    r.backend->Upload(r.log_std.data(), log_std.data, sizeof(float) * a);
+    r.backend->Download(log_std.data, r.floored.data(), sizeof(float) * a);
+    for (float& l : r.floored) l = std::max(l, appo.min_log_std());
+    r.backend->Upload(r.floored.data(), log_std.data, sizeof(float) * a);
   }
   // Metrics from the pass's values (read before the tape is reused).
   r.ratio.resize(n);

@@ -66,14 +66,10 @@ def main():
           "final_abs_state" if observation == "state" else "", "returns_of_the_mean_action")
     for checkpoint in run.checkpoints:
         policy = run.policy(checkpoint)
-        means, first = [], None
-        for sigma in sigmas:
-            returns, magnitude, final = episode_returns(policy, task, repeat, observation, args.episodes, args.seed,
-                                                        sigma, np.random.default_rng(0))
-            means.append(returns.mean())
-            if first is None:
-                first = (returns, magnitude, final)
-        returns, magnitude, final = first
+        played = [episode_returns(policy, task, repeat, observation, args.episodes, args.seed, sigma,
+                                  np.random.default_rng(0)) for sigma in sigmas]
+        means = [returns.mean() for returns, _, _ in played]
+        returns, magnitude, final = played[0]  # the mean action's (noise 0)
         state = "[" + " ".join(f"{v:.2f}" for v in final) + "]" if final is not None else ""
         print(policy.updates, *[f"{m:.0f}" for m in means], f"{magnitude:.2f}", state,
               "[" + " ".join(f"{r:.0f}" for r in returns) + "]", flush=True)
