@@ -94,6 +94,10 @@ class Agent {
   // The optimizers' state one replica keeps between updates, in bytes (its
   // part of it with sharded state: engine.shard_state).
   virtual int64_t optimizer_state_bytes() const = 0;
+  // The networks' values and what else of them it keeps between updates
+  // (gradients, targets) on one replica, in bytes (its part with
+  // engine.shard_state PARAMETERS).
+  virtual int64_t parameter_state_bytes() const = 0;
 
   // Means over the updates since the last call.
   virtual AgentMetrics metrics() const = 0;

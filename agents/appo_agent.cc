@@ -530,6 +530,11 @@ int64_t AppoAgent::optimizer_state_bytes() const {
   return int64_t{sizeof(float)} * replicas_[0]->adam->state_floats();
 }
 
+int64_t AppoAgent::parameter_state_bytes() const {
+  // Values and gradients.
+  return int64_t{sizeof(float)} * 2 * replicas_[0]->model.padded_floats();
+}
+
 AgentMetrics AppoAgent::metrics() const {
   absl::MutexLock lock(&metrics_mu_);
   AgentMetrics m{.updates = metric_updates_, .input_wait_s = input_waits_ > 0 ? input_wait_ / input_waits_ : 0.0};

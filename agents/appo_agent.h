@@ -115,6 +115,7 @@ class AppoAgent final : public Agent {
   int64_t num_policy_parameters() const override;
   int64_t gradient_floats() const override;
   int64_t optimizer_state_bytes() const override;
+  int64_t parameter_state_bytes() const override;
   AgentMetrics metrics() const override;
   std::vector<std::string> metric_names() const override {
     return std::vector<std::string>(std::begin(kAppoMetrics), std::end(kAppoMetrics));

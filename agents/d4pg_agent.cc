@@ -178,7 +178,8 @@ D4pgLayers DeclareNetworks(const config::D4pgConfig& d4pg, const ObservationSpec
 
 D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                        int action_size, int replicas) {
-  const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  const auto shard_state = config.learner().engine().shard_state();
+  const bool sharded = shard_state != config::EngineConfig::NONE;
   nn::ParameterSet critic, actor;  // declared, not allocated: their layouts' sizes
   DeclareNetworks(config.d4pg(), spec, action_size, critic, actor);
   const int64_t floats = critic.total_floats() + actor.total_floats();
@@ -186,6 +187,14 @@ D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, c
   auto padded = [pad](int64_t n) { return (n + pad - 1) / pad * pad; };
   const int64_t buffers = padded(critic.total_floats()) + padded(actor.total_floats());
   D4pgReplicaState s;
+  if (shard_state == config::EngineConfig::PARAMETERS) {
+    // Parts of everything; whole networks only while a step uses them.
+    s.networks = s.gradients = s.targets = 4 * buffers / replicas;
+    s.moments = 2 * 4 * buffers / replicas;
+    const int64_t c = 4 * padded(critic.total_floats()), a = 4 * padded(actor.total_floats());
+    s.gathered = std::max({c + a, 2 * c, c + 2 * a});
+    return s;
+  }
   s.networks = s.gradients = 4 * buffers;
   s.targets = 4 * floats;
   s.moments = sharded ? 2 * 4 * buffers / replicas : 2 * 4 * floats;
@@ -206,14 +215,23 @@ absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, co
   const D4pgReplicaState s = D4pgReplicaStateBytes(config, spec, action_size, replicas);
   if (s.total() <= budget_mib * (int64_t{1} << 20)) return absl::OkStatus();
   const auto mib = [](int64_t bytes) { return absl::StrFormat("%.2f", bytes / double(1 << 20)); };
-  const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  const auto shard_state = config.learner().engine().shard_state();
+  if (shard_state == config::EngineConfig::PARAMETERS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learner.engine.device_memory_mib ", budget_mib, ": a replica's training state needs ", mib(s.total()),
+        " MiB (its part of ", replicas, " of the networks, gradients, targets and Adam's moments ", mib(s.kept()),
+        ", the whole networks a step gathers at once ", mib(s.gathered),
+        "); fewer or smaller networks (d4pg.hidden), or more replicas"));
+  }
+  const bool sharded = shard_state == config::EngineConfig::OPTIMIZER;
   return absl::InvalidArgumentError(absl::StrCat(
       "learner.engine.device_memory_mib ", budget_mib, ": a replica's training state needs ", mib(s.total()),
       " MiB (networks ", mib(s.networks), ", gradients ", mib(s.gradients), ", targets ", mib(s.targets),
       ", Adam's moments ", mib(s.moments), sharded ? absl::StrCat(", its part of ", replicas) : std::string(),
-      sharded ? "); fewer or smaller networks (d4pg.hidden), or more replicas"
+      sharded ? "); splitting the networks too (learner.engine.shard_state PARAMETERS) keeps 1/K of them on each "
+                "between updates"
               : "); splitting Adam's moments over the replicas (learner.engine.shard_state OPTIMIZER) keeps 1/K of "
-                "them on each"));
+                "them on each, and PARAMETERS of the networks too"));
 }
 
 // --- D4pgAgent --------------------------------------------------------------------
@@ -253,6 +271,9 @@ struct D4pgAgent::Replica {
   std::unique_ptr<nn::Adam> critic_adam, actor_adam;
   std::unique_ptr<ClippedOptimizer> critic_clipped, actor_clipped;
   std::unique_ptr<replicator::ShardedAdam> critic_sharded, actor_sharded;
+  // engine.shard_state PARAMETERS: this replica's parts of the four
+  // networks (their sets above hold whole buffers only during a step).
+  std::unique_ptr<replicator::ShardedParameters> critic_part, actor_part, target_critic_part, target_actor_part;
   nn::Tape critic_tape, actor_tape;
   // The optimizers whose state a checkpoint holds.
   nn::Optimizer& critic_state() {
@@ -343,7 +364,13 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   const int local = static_cast<int>(replicator->local_replicas().size());
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, k));
   // Sharded state splits the networks' buffers into K equal parts.
-  const bool sharded = config.learner().engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  const bool sharded = config.learner().engine().shard_state() != config::EngineConfig::NONE;
+  const bool split_parameters = config.learner().engine().shard_state() == config::EngineConfig::PARAMETERS;
+  if (split_parameters && local != k) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "learner.engine.shard_state PARAMETERS: ", local, " of the ", k,
+        " replicas are in this process; the whole model is assembled from every replica's part here"));
+  }
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const int64_t shard = batch / k;
@@ -359,16 +386,30 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     }
     // Same seed on every replica (and every MPI rank): identical starts.
     const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
-    r->critic.Allocate(device, seed, pad);
-    r->actor.Allocate(device, MixSeed(seed, 1, 0), pad);
-    // Constants of the update (never differentiated): no gradient buffers.
-    r->target_critic.Allocate(device, 0, 1, /*gradients=*/false);
-    r->target_actor.Allocate(device, 0, 1, /*gradients=*/false);
-    RETURN_IF_ERROR(r->target_critic.CopyValuesFrom(r->critic));
-    RETURN_IF_ERROR(r->target_actor.CopyValuesFrom(r->actor));
-    if (sharded) {
-      const int id = replicator->local_replicas()[i];
-      const replicator::ShardedAdamOptions options{.max_grad_norm = d4pg.max_gradient_norm()};
+    // A network and its target (a constant of the update, never
+    // differentiated: no gradient buffer) start equal; with the parameters
+    // split each set keeps its part and releases its whole buffers before
+    // the next network is made (no device holds the whole model at once).
+    const int id = replicator->local_replicas()[i];
+    for (const auto& [online, target, online_seed, part, target_part] :
+         {std::tuple{&r->critic, &r->target_critic, seed, &r->critic_part, &r->target_critic_part},
+          std::tuple{&r->actor, &r->target_actor, MixSeed(seed, 1, 0), &r->actor_part, &r->target_actor_part}}) {
+      online->Allocate(device, online_seed, pad);
+      target->Allocate(device, 0, split_parameters ? pad : 1, /*gradients=*/false);
+      RETURN_IF_ERROR(target->CopyValuesFrom(*online));
+      if (split_parameters) {
+        ASSIGN_OR_RETURN(*part, replicator::ShardedParameters::Create(online, id, k));
+        ASSIGN_OR_RETURN(*target_part, replicator::ShardedParameters::Create(target, id, k));
+      }
+    }
+    const replicator::ShardedAdamOptions options{.max_grad_norm = d4pg.max_gradient_norm()};
+    if (split_parameters) {
+      ASSIGN_OR_RETURN(r->critic_sharded,
+                       replicator::ShardedAdam::CreateForParameters(r->critic_part.get(), id, k, options));
+      ASSIGN_OR_RETURN(r->actor_sharded,
+                       replicator::ShardedAdam::CreateForParameters(r->actor_part.get(), id, k, options));
+      r->actor_sharded->set_gather_values(false);  // released, unread, right after its step
+    } else if (sharded) {
       ASSIGN_OR_RETURN(r->critic_sharded, replicator::ShardedAdam::Create(&r->critic, id, k, options));
       ASSIGN_OR_RETURN(r->actor_sharded, replicator::ShardedAdam::Create(&r->actor, id, k, options));
     } else {
@@ -814,6 +855,14 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
 
   // Target distribution: target critic at (s', target actor(s')), projected
   // through r + discount * z (D4PG's n-step distributional Bellman target).
+  // With the parameters split (engine.shard_state PARAMETERS) each network's
+  // whole values are gathered from the replicas' parts for the phase that
+  // reads them and released after it.
+  const bool split = r.critic_part != nullptr;
+  if (split) {
+    RETURN_IF_ERROR(r.target_critic_part->Gather(ctx));
+    RETURN_IF_ERROR(r.target_actor_part->Gather(ctx));
+  }
   const Weights target_critic{&r.target_critic, false}, target_actor{&r.target_actor, false};
   const nn::Var next_features = spec_.pixels() ? encoder_(t, target_critic, next_observation) : next_observation;
   const nn::Var next_action = actor_(t, target_actor, next_features);
@@ -822,6 +871,11 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   CategoricalProjection(device, rows, atoms, d4pg.v_min(), d4pg.v_max(), t.data(next_probs).data, in.reward.data(),
                         in.discount.data(), projected);
   const nn::Var target = t.Constant(projected, {rows, atoms});
+  if (split) {
+    r.target_critic_part->Release();
+    r.target_actor_part->Release();
+    RETURN_IF_ERROR(r.critic_part->Gather(ctx));
+  }
 
   // Critic: cross-entropy of the online distribution at (s, a) to the target;
   // the encoder (pixels) is trained by this loss only.
@@ -843,8 +897,12 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
       nn::Scale(nn::Sum(nn::Mul(log_probs, weighted_target)), -1.0f / static_cast<float>(rows));
   if (r.critic_reducer) r.critic_reducer->Reset();
   t.Backward(critic_loss, r.critic_reducer);
-  r.critic_optimizer->Apply();
+  r.critic_optimizer->Apply();  // (split: the updated values gathered for the actor's loss)
   if (!ctx.status().ok()) return ctx.status();
+  if (split) {
+    r.critic_part->ReleaseGradients();
+    RETURN_IF_ERROR(r.actor_part->Gather(ctx));
+  }
 
   // Actor: maximise E[sum_j p_j z_j] of the critic at (s, actor(s)); the
   // critic's weights and the encoder's features are constants here, so only
@@ -872,10 +930,18 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   r.actor_optimizer->Apply();
   if (!ctx.status().ok()) return ctx.status();
 
-  // Targets follow by Polyak averaging (layouts equal by construction).
+  // Targets follow by Polyak averaging (layouts equal by construction), on
+  // the parts where the parameters are split.
   const float tau = d4pg.target_tau();
-  RETURN_IF_ERROR(nn::PolyakUpdate(r.critic, r.target_critic, device, tau));
-  RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, device, tau));
+  if (split) {
+    r.actor_part->Release();
+    r.critic_part->Release();
+    r.target_critic_part->Polyak(*r.critic_part, tau);
+    r.target_actor_part->Polyak(*r.actor_part, tau);
+  } else {
+    RETURN_IF_ERROR(nn::PolyakUpdate(r.critic, r.target_critic, device, tau));
+    RETURN_IF_ERROR(nn::PolyakUpdate(r.actor, r.target_actor, device, tau));
+  }
 
   // The update's one read: per-item losses and Q [rows, 2] and the actor
   // loss, gathered on the device (in memory of its own: a later update of
@@ -890,6 +956,14 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
 void D4pgAgent::PolicyParameters(std::vector<float>* out) const {
   out->assign(policy_floats_, 0.0f);
   const Replica& r = *replicas_[0];
+  if (r.critic_part != nullptr) {
+    // Split parameters: the two networks assembled from the parts, then copied.
+    const std::vector<float> whole[2] = {WholeValues(&Replica::critic_part), WholeValues(&Replica::actor_part)};
+    for (const PolicyCopy& c : policy_copies_) {
+      std::copy_n(whole[c.source].begin() + c.from, c.count, out->begin() + c.to);
+    }
+    return;
+  }
   // One download per policy parameter, straight into its place.
   for (const PolicyCopy& c : policy_copies_) {
     const float* from = (c.source == 0 ? r.critic : r.actor).device_values() + c.from;
@@ -977,9 +1051,12 @@ static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::Param
                                              nn::ParameterSet& target_critic, nn::ParameterSet& target_actor,
                                              nn::Optimizer* critic_adam, nn::Optimizer* actor_adam) {
   std::vector<nn::DeviceTensor> entries;
+  // (A set whose whole buffers are released, split parameters', gives its
+  // names and shapes only.)
   auto add_set = [&](const std::string& prefix, nn::ParameterSet& set, float* base) {
     for (int i = 0; i < set.size(); ++i) {
-      entries.push_back({EntryName(prefix, set, i), set.info(i).shape, base + set.info(i).offset});
+      entries.push_back({EntryName(prefix, set, i), set.info(i).shape,
+                         base == nullptr ? nullptr : base + set.info(i).offset});
     }
   };
   add_set("critic", critic, critic.device_values());
@@ -1016,9 +1093,25 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   // PrepareCheckpoint gathered them into replica 0's whole ones.
   const bool gather_here = r.critic_sharded && !whole_moments_gathered_;
   TROUPE_CHECK(!gather_here || !state_split_across_processes());  // PrepareCheckpoint first, on every rank
-  std::vector<nn::CheckpointTensor> tensors = nn::DownloadTensors(
-      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, gather_here ? nullptr : &r.critic_state(),
-                          gather_here ? nullptr : &r.actor_state()));
+  std::vector<nn::CheckpointTensor> tensors;
+  if (r.critic_part != nullptr) {
+    // Split parameters: each network assembled from the parts on the host.
+    for (const auto& [prefix, set, part] :
+         {std::tuple{"critic", &r.critic, &Replica::critic_part}, std::tuple{"actor", &r.actor, &Replica::actor_part},
+          std::tuple{"target_critic", &r.target_critic, &Replica::target_critic_part},
+          std::tuple{"target_actor", &r.target_actor, &Replica::target_actor_part}}) {
+      const std::vector<float> whole = WholeValues(part);
+      for (int i = 0; i < set->size(); ++i) {
+        const auto begin = whole.begin() + set->info(i).offset;
+        tensors.push_back({EntryName(prefix, *set, i), set->info(i).shape,
+                           std::vector<float>(begin, begin + set->info(i).shape.size())});
+      }
+    }
+  } else {
+    tensors = nn::DownloadTensors(*r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor,
+                                                      gather_here ? nullptr : &r.critic_state(),
+                                                      gather_here ? nullptr : &r.actor_state()));
+  }
   if (gather_here) {
     // The moments' entries, in Entries' order, from the host.
     const auto append = [&](const std::string& prefix, const nn::ParameterSet& set,
@@ -1039,6 +1132,28 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   const int64_t counters[3] = {r.updates, r.critic_state().steps(), r.actor_state().steps()};
   tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
   return tensors;
+}
+
+std::vector<float> D4pgAgent::WholeValues(std::unique_ptr<replicator::ShardedParameters> Replica::*part) const {
+  std::vector<const replicator::ShardedParameters*> parts;
+  for (const auto& each : replicas_) parts.push_back(((*each).*part).get());
+  std::vector<float> whole;
+  TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &whole).ok());  // Create checked: all local
+  return whole;
+}
+
+int64_t D4pgAgent::parameter_state_bytes() const {
+  const Replica& r = *replicas_[0];
+  if (r.critic_part != nullptr) {
+    int64_t bytes = 0;
+    for (const auto* part : {&r.critic_part, &r.actor_part, &r.target_critic_part, &r.target_actor_part}) {
+      bytes += (*part)->part_bytes();
+    }
+    return bytes;
+  }
+  // Values and gradients of both networks, and their targets' values.
+  return int64_t{sizeof(float)} * (2 * (r.critic.padded_floats() + r.actor.padded_floats()) +
+                                   r.target_critic.padded_floats() + r.target_actor.padded_floats());
 }
 
 int64_t D4pgAgent::optimizer_state_bytes() const {
@@ -1096,9 +1211,29 @@ absl::Status D4pgAgent::Load(const std::string& path) {
     critic_moments = whole_moments(r0.critic, *r0.critic_sharded);
     actor_moments = whole_moments(r0.actor, *r0.actor_sharded);
   }
+  // Split parameters: each network's whole values from the file's entries
+  // (Entries' order: critic, actor, target critic, target actor), of which
+  // each replica takes its part.
+  std::vector<std::vector<float>> whole_values;
+  if (r0.critic_part != nullptr) {
+    size_t entry = 0;
+    for (const nn::ParameterSet* set : {&r0.critic, &r0.actor, &r0.target_critic, &r0.target_actor}) {
+      std::vector<float>& whole = whole_values.emplace_back(set->padded_floats(), 0.0f);
+      for (int i = 0; i < set->size(); ++i) {
+        const std::vector<float>& values = file[entry++].values;
+        std::copy(values.begin(), values.end(), whole.begin() + set->info(i).offset);
+      }
+    }
+  }
   // Every local replica gets the same state.
   for (auto& r : replicas_) {
-    nn::UploadTensors(*r->backend, file, device_entries(*r));
+    if (r->critic_part != nullptr) {
+      replicator::ShardedParameters* parts[] = {r->critic_part.get(), r->actor_part.get(),
+                                                r->target_critic_part.get(), r->target_actor_part.get()};
+      for (size_t n = 0; n < whole_values.size(); ++n) parts[n]->SetPartFromHost(whole_values[n]);
+    } else {
+      nn::UploadTensors(*r->backend, file, device_entries(*r));
+    }
     r->updates = counters[0];
     r->critic_state().set_steps(counters[1]);
     r->actor_state().set_steps(counters[2]);

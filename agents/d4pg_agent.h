@@ -47,6 +47,7 @@
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
 #include "engine/replicator/replicator.h"
+#include "engine/replicator/sharded_parameters.h"
 #include "proto/config.pb.h"
 #include "replay/replay.h"
 
@@ -71,7 +72,13 @@ absl::Status CheckD4pgStepFits(const config::ExperimentConfig& config, const Obs
 // with the part's values and gradients, which have buffers of their own).
 struct D4pgReplicaState {
   int64_t networks = 0, gradients = 0, targets = 0, moments = 0;
-  int64_t total() const { return networks + gradients + targets + moments; }
+  // With engine.shard_state PARAMETERS the four above are a replica's parts,
+  // kept between updates, and `gathered` the most whole networks a step
+  // holds at once (the targets together; the critic's values and gradients;
+  // the critic's values with the actor's values and gradients).
+  int64_t gathered = 0;
+  int64_t kept() const { return networks + gradients + targets + moments; }
+  int64_t total() const { return kept() + gathered; }
 };
 D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                        int action_size, int replicas);
@@ -180,6 +187,9 @@ class D4pgAgent final : public Agent {
   // Adam's two moments of both networks, or with engine.shard_state
   // OPTIMIZER this replica's part of them.
   int64_t optimizer_state_bytes() const override;
+  // The networks' values, their gradients and the targets one replica keeps
+  // between updates (its parts with engine.shard_state PARAMETERS).
+  int64_t parameter_state_bytes() const override;
   // engine.shard_state OPTIMIZER over MPI ranks: the moments' parts are
   // gathered by PrepareCheckpoint (a collective on every rank).
   bool state_split_across_processes() const override;
@@ -231,6 +241,9 @@ class D4pgAgent final : public Agent {
   absl::Status Epilogue(replicator::ReplicaContext& ctx, Replica& r, Launched& execution, int64_t rows);
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
+  // engine.shard_state PARAMETERS: a network's whole values (its padded
+  // length) on the host, from every local replica's part.
+  std::vector<float> WholeValues(std::unique_ptr<replicator::ShardedParameters> Replica::*part) const;
 
   config::ExperimentConfig config_;
   ObservationSpec spec_;

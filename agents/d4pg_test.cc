@@ -975,6 +975,71 @@ TEST(D4pgAgentTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
   }
 }
 
+// engine.shard_state PARAMETERS (ZeRO stage 3): K=2 and K=4 replicas each
+// keeping 1/K of the networks' and targets' values, of their gradients and
+// of Adam's moments, gathering a network whole for the part of the update
+// that reads it: 20 updates with clipping end where one replica with Adam on
+// the whole batch ends (whole state within 1e-4, every part moved), the
+// actors' policy (assembled from the parts) within 1e-4 too, and what a
+// replica keeps between updates is at most 0.35x of one unsplit replica's
+// (1/K and the padding to K parts: 0.25x at K=4). From pixels (the encoder
+// in the critic's parts, random shifts per replica), K=2 split equals K=2
+// unsplit on the same shards.
+TEST(D4pgAgentTest, ReplicasWithSplitParametersEqualOneReplicaWithTheWholeModel) {
+  const ObservationSpec spec{.state_size = 3};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_d4pg()->set_target_tau(0.1f);
+  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  struct Trained {
+    std::vector<nn::CheckpointTensor> state;
+    std::vector<float> policy;
+    int64_t kept_bytes = 0;
+  };
+  auto train = [](const config::ExperimentConfig& c, const ObservationSpec& spec, int action_size, int k,
+                  config::EngineConfig::ShardState shard, int steps, std::vector<nn::CheckpointTensor>* start) {
+    config::ExperimentConfig run = c;
+    run.mutable_learner()->mutable_engine()->set_shard_state(shard);
+    auto replicator = MakeReplicator(k);
+    auto agent = D4pgAgent::Create(run, spec, action_size, replicator.get());
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    if (start != nullptr) *start = (*agent)->CheckpointState();
+    for (int step = 0; step < steps; ++step) {
+      EXPECT_TRUE((*agent)->Train(1, Bandit(spec, action_size, c, step)).ok());
+    }
+    Trained t{(*agent)->CheckpointState(), {}, (*agent)->parameter_state_bytes() + (*agent)->optimizer_state_bytes()};
+    (*agent)->PolicyParameters(&t.policy);
+    return t;
+  };
+  std::vector<nn::CheckpointTensor> start;
+  const Trained whole = train(c, spec, 2, 1, config::EngineConfig::NONE, 20, &start);
+  for (int k : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat("K=", k));
+    const Trained split = train(c, spec, 2, k, config::EngineConfig::PARAMETERS, 20, nullptr);
+    TROUPE_EXPECT_SAME_STATE(start, whole.state, split.state, .tolerance = 1e-4);
+    ASSERT_EQ(split.policy.size(), whole.policy.size());
+    for (size_t i = 0; i < whole.policy.size(); ++i) {
+      ASSERT_NEAR(split.policy[i], whole.policy[i], 1e-4 * std::fabs(whole.policy[i]) + 1e-6) << "policy " << i;
+    }
+    const double kept = double(split.kept_bytes) / whole.kept_bytes;
+    std::printf("K=%d: a replica keeps %.3fx of one unsplit replica's state between updates\n", k, kept);
+    EXPECT_LE(kept, 1.0 / k + 0.05);
+    if (k == 4) {
+      EXPECT_LE(kept, 0.35);
+    }
+  }
+
+  const ObservationSpec pixels{.frames = 2, .height = 32, .width = 32};
+  config::ExperimentConfig p = TinyConfig(/*batch=*/8, {32});
+  p.mutable_d4pg()->set_encoder_features(16);
+  p.mutable_d4pg()->set_conv_channels(8);
+  p.mutable_d4pg()->set_augment_pad(2);
+  p.mutable_d4pg()->set_target_tau(0.2f);
+  std::vector<nn::CheckpointTensor> pixel_start;
+  const Trained unsplit = train(p, pixels, 1, 2, config::EngineConfig::NONE, 5, &pixel_start);
+  const Trained split = train(p, pixels, 1, 2, config::EngineConfig::PARAMETERS, 5, nullptr);
+  TROUPE_EXPECT_SAME_STATE(pixel_start, unsplit.state, split.state, .tolerance = 1e-4);
+}
+
 // engine.shard_state OPTIMIZER on two replicas in one compiled PJRT program
 // (the CPU plugin's devices): the reduce-scatter, the clip's norm and the
 // all-gather are collectives of the update's one program, and 10 updates
@@ -1056,119 +1121,171 @@ TEST(D4pgAgentTest, AStepDeadlineTrainsAsWaitingUntilMissedAndCountsLatePassesPe
   EXPECT_TRUE(std::isfinite(tight_metrics["critic_loss"]));
 }
 
+// A run of 4 replicas on devices of a budget between what a replica needs
+// with `refused` sharding and with `split` (networks 1024 wide; the sizes
+// are the agent's own, D4pgReplicaStateBytes; the budget is each replica's
+// backend's too, nn::Backend's memory budget): Create with `refused` is
+// InvalidArgument naming the budget, the sizes and `advice`; with `split`
+// 5 updates end where one replica without a budget ends (within 1e-4),
+// every allocation (state, activations, batches) kept to the budget: each
+// device's peak under it and above what the replica keeps; its checkpoint,
+// saved and loaded on devices of the same budget (what is split assembled
+// and split on the host), is the state it saved.
+struct BudgetRun {
+  config::ExperimentConfig refused, split;
+  D4pgReplicaState split_bytes;
+  int64_t budget_mib = 0;
+  std::unique_ptr<replicator::Replicator> four, one;
+  std::unique_ptr<D4pgAgent> agent, reference;
+};
+void TrainUnderABudgetThatRefuses(config::EngineConfig::ShardState refused, config::EngineConfig::ShardState split,
+                                  const std::string& advice, BudgetRun* run) {
+  const ObservationSpec spec{.state_size = 3};
+  run->refused = TinyConfig(/*batch=*/16, {1024, 1024});
+  run->refused.mutable_learner()->mutable_engine()->set_shard_state(refused);
+  run->split = run->refused;
+  run->split.mutable_learner()->mutable_engine()->set_shard_state(split);
+  const D4pgReplicaState refused_bytes = D4pgReplicaStateBytes(run->refused, spec, 2, 4);
+  run->split_bytes = D4pgReplicaStateBytes(run->split, spec, 2, 4);
+  const int64_t budget_mib = run->budget_mib = (refused_bytes.total() + run->split_bytes.total()) / 2 >> 20;
+  ASSERT_LT(run->split_bytes.total(), budget_mib << 20);
+  ASSERT_GT(refused_bytes.total(), budget_mib << 20);
+  std::printf("a replica of 4: %.1f MiB with shard_state %s, %.1f MiB with %s (%.1f kept, %.1f gathered at most); "
+              "budget %lld MiB\n",
+              refused_bytes.total() / double(1 << 20), config::EngineConfig::ShardState_Name(refused).c_str(),
+              run->split_bytes.total() / double(1 << 20), config::EngineConfig::ShardState_Name(split).c_str(),
+              run->split_bytes.kept() / double(1 << 20), run->split_bytes.gathered / double(1 << 20),
+              static_cast<long long>(budget_mib));
+  run->refused.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
+  run->split.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
+
+  run->four = MakeReplicator(4, run->split.learner().engine());
+  auto refusal = D4pgAgent::Create(run->refused, spec, 2, run->four.get());
+  ASSERT_EQ(refusal.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refusal.status().message()),
+              ::testing::HasSubstr(absl::StrCat("learner.engine.device_memory_mib ", budget_mib,
+                                                ": a replica's training state needs ")));
+  EXPECT_THAT(std::string(refusal.status().message()), ::testing::HasSubstr(advice));
+
+  auto agent = D4pgAgent::Create(run->split, spec, 2, run->four.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  run->agent = std::move(*agent);
+  EXPECT_EQ(run->agent->optimizer_state_bytes(), run->split_bytes.moments);
+  config::ExperimentConfig unbudgeted = TinyConfig(/*batch=*/16, {1024, 1024});
+  run->one = MakeReplicator(1);
+  auto reference = D4pgAgent::Create(unbudgeted, spec, 2, run->one.get());
+  ASSERT_TRUE(reference.ok());
+  run->reference = std::move(*reference);
+  EXPECT_EQ(run->reference->optimizer_state_bytes(), D4pgReplicaStateBytes(unbudgeted, spec, 2, 1).moments);
+  const std::vector<nn::CheckpointTensor> start = run->reference->CheckpointState();
+  for (uint64_t step = 0; step < 5; ++step) {
+    ASSERT_TRUE(run->agent->Train(1, Bandit(spec, 2, run->split, step)).ok());
+    ASSERT_TRUE(run->reference->Train(1, Bandit(spec, 2, unbudgeted, step)).ok());
+  }
+  TROUPE_EXPECT_SAME_STATE(start, run->reference->CheckpointState(), run->agent->CheckpointState(), .tolerance = 1e-4);
+  for (int r = 0; r < 4; ++r) {
+    const nn::Backend& device = *run->four->backend(r);
+    EXPECT_EQ(device.memory_budget(), static_cast<size_t>(budget_mib) << 20);
+    EXPECT_LE(device.peak_memory(), device.memory_budget()) << "replica " << r;
+    EXPECT_GT(device.peak_memory(), static_cast<size_t>(run->split_bytes.kept())) << "replica " << r;
+    std::printf("replica %d: peak %.1f MiB of its %lld MiB; %.1f MiB between updates (one unsplit replica: %.1f)\n",
+                r, device.peak_memory() / double(1 << 20), static_cast<long long>(budget_mib),
+                device.memory_in_use() / double(1 << 20), run->one->backend(0)->memory_in_use() / double(1 << 20));
+  }
+  const std::string path = TempPath("d4pg_budget_checkpoint");
+  ASSERT_TRUE(run->agent->Save(path).ok());
+  auto again_replicator = MakeReplicator(4, run->split.learner().engine());
+  auto again = D4pgAgent::Create(run->split, spec, 2, again_replicator.get());
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Load(path).ok());
+  const std::vector<nn::CheckpointTensor> saved = run->agent->CheckpointState();
+  TROUPE_EXPECT_SAME_STATE(saved, saved, (*again)->CheckpointState(), .tolerance = 0);
+  std::filesystem::remove(path);
+}
+
 // learner.engine.device_memory_mib between what a replica keeps with Adam's
-// moments whole and split over 4 (networks 1024 wide): the unsplit run is
-// refused naming the sizes; split, it trains under the budget, ending where
-// one replica without a budget does. The sizes checked are the agent's own;
-// the budget is each replica's backend's too (nn::Backend's memory budget),
-// which every allocation of the split run kept to: each device's peak
-// (state, activations, batches) under the budget and above the state; its
-// checkpoint saves and loads on such devices. The whole state on those
+// moments whole and split over 4: the unsplit run is refused, the split one
+// trains under it (TrainUnderABudgetThatRefuses). The whole state on those
 // devices, the agent's own check skipped, stops the process at the
 // allocation past the budget, naming the sizes.
 TEST(D4pgAgentTest, ADeviceBudgetRefusesTheWholeStateAndTheSplitOneTrainsUnderIt) {
-  const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig whole = TinyConfig(/*batch=*/16, {1024, 1024});
-  config::ExperimentConfig split = whole;
-  split.mutable_learner()->mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
-  const D4pgReplicaState whole_bytes = D4pgReplicaStateBytes(whole, spec, 2, 4);
-  const D4pgReplicaState split_bytes = D4pgReplicaStateBytes(split, spec, 2, 4);
-  const int64_t budget_mib = (whole_bytes.total() + split_bytes.total()) / 2 >> 20;
-  ASSERT_LT(split_bytes.total(), budget_mib << 20);
-  ASSERT_GT(whole_bytes.total(), budget_mib << 20);
-  std::printf("a replica of 4: %.1f MiB with Adam's moments whole, %.1f MiB split; budget %lld MiB\n",
-              whole_bytes.total() / double(1 << 20), split_bytes.total() / double(1 << 20),
-              static_cast<long long>(budget_mib));
-  whole.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
-  split.mutable_learner()->mutable_engine()->set_device_memory_mib(budget_mib);
-
-  auto four = MakeReplicator(4, split.learner().engine());
-  auto refused = D4pgAgent::Create(whole, spec, 2, four.get());
-  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::HasSubstr(absl::StrCat("learner.engine.device_memory_mib ", budget_mib,
-                                                ": a replica's training state needs ")));
-  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("shard_state OPTIMIZER"));
-
-  auto agent = D4pgAgent::Create(split, spec, 2, four.get());
-  ASSERT_TRUE(agent.ok()) << agent.status();
-  EXPECT_EQ((*agent)->optimizer_state_bytes(), split_bytes.moments);
-  config::ExperimentConfig unbudgeted = TinyConfig(/*batch=*/16, {1024, 1024});
-  auto one = MakeReplicator(1);
-  auto reference = D4pgAgent::Create(unbudgeted, spec, 2, one.get());
-  ASSERT_TRUE(reference.ok());
-  EXPECT_EQ((*reference)->optimizer_state_bytes(), D4pgReplicaStateBytes(unbudgeted, spec, 2, 1).moments);
-  const std::vector<nn::CheckpointTensor> start = (*reference)->CheckpointState();
-  for (uint64_t step = 0; step < 5; ++step) {
-    ASSERT_TRUE((*agent)->Train(1, Bandit(spec, 2, split, step)).ok());
-    ASSERT_TRUE((*reference)->Train(1, Bandit(spec, 2, unbudgeted, step)).ok());
-  }
-  TROUPE_EXPECT_SAME_STATE(start, (*reference)->CheckpointState(), (*agent)->CheckpointState(), .tolerance = 1e-4);
-  for (int r = 0; r < 4; ++r) {
-    const nn::Backend& device = *four->backend(r);
-    EXPECT_EQ(device.memory_budget(), static_cast<size_t>(budget_mib) << 20);
-    EXPECT_LE(device.peak_memory(), device.memory_budget()) << "replica " << r;
-    EXPECT_GT(device.peak_memory(), static_cast<size_t>(split_bytes.total())) << "replica " << r;
-    std::printf("replica %d: peak %.1f MiB of its %lld MiB\n", r, device.peak_memory() / double(1 << 20),
-                static_cast<long long>(budget_mib));
-  }
-  // Its checkpoint, saved and loaded on devices of the same budget (the
-  // moments assembled and split on the host), is the state it saved.
-  const std::string path = TempPath("d4pg_budget_checkpoint");
-  ASSERT_TRUE((*agent)->Save(path).ok());
-  auto again_replicator = MakeReplicator(4, split.learner().engine());
-  auto again = D4pgAgent::Create(split, spec, 2, again_replicator.get());
-  ASSERT_TRUE(again.ok()) << again.status();
-  ASSERT_TRUE((*again)->Load(path).ok());
-  const std::vector<nn::CheckpointTensor> saved = (*agent)->CheckpointState();
-  TROUPE_EXPECT_SAME_STATE(saved, saved, (*again)->CheckpointState(), .tolerance = 0);
+  BudgetRun run;
+  ASSERT_NO_FATAL_FAILURE(TrainUnderABudgetThatRefuses(config::EngineConfig::NONE, config::EngineConfig::OPTIMIZER,
+                                                       "shard_state OPTIMIZER", &run));
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  config::ExperimentConfig unchecked = whole;
+  config::ExperimentConfig unchecked = run.refused;
   unchecked.mutable_learner()->mutable_engine()->set_device_memory_mib(0);
   EXPECT_DEATH(
       {
-        auto budgeted = MakeReplicator(4, split.learner().engine());
-        auto agent = D4pgAgent::Create(unchecked, spec, 2, budgeted.get());
+        auto budgeted = MakeReplicator(4, run.split.learner().engine());
+        auto agent = D4pgAgent::Create(unchecked, {.state_size = 3}, 2, budgeted.get());
         TROUPE_CHECK(agent.ok());
-        (void)(*agent)->Train(1, Bandit(spec, 2, unchecked, 0));
+        (void)(*agent)->Train(1, Bandit({.state_size = 3}, 2, unchecked, 0));
       },
       absl::StrCat("cpu backend: out of its memory budget: .* MiB asked with .* MiB in use, over the budget of ",
-                   budget_mib, ".00 MiB"));
+                   run.budget_mib, ".00 MiB"));
 }
 
-// A checkpoint of K=4 replicas with sharded optimizer state (the moments
-// gathered from every replica) resumes at K=2 sharded and at K=1 unsharded:
-// 10 + 10 updates end where 20 uninterrupted ones do.
+// A device too small for Adam's moments split over 4 (refused, naming
+// PARAMETERS) trains with the parameters split too
+// (TrainUnderABudgetThatRefuses); what the agent says a replica keeps is
+// its parts, and between updates each device holds at most 0.35x of what
+// the unbudgeted replica's does.
+TEST(D4pgAgentTest, ADeviceTooSmallForSplitMomentsTrainsWithSplitParameters) {
+  BudgetRun run;
+  ASSERT_NO_FATAL_FAILURE(TrainUnderABudgetThatRefuses(config::EngineConfig::OPTIMIZER,
+                                                       config::EngineConfig::PARAMETERS, "shard_state PARAMETERS",
+                                                       &run));
+  EXPECT_EQ(run.agent->parameter_state_bytes(),
+            run.split_bytes.networks + run.split_bytes.gradients + run.split_bytes.targets);
+  const size_t reference_in_use = run.one->backend(0)->memory_in_use();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_LE(double(run.four->backend(r)->memory_in_use()), 0.35 * reference_in_use) << "replica " << r;
+  }
+}
+
+// A checkpoint saved with sharded state resumes at another replica count,
+// sharded either way or not: saved by K=4 with Adam's moments split (the
+// moments gathered from every replica) or with the parameters split too
+// (every network assembled from the parts), and by K=1 unsplit; resumed at
+// K=4 and K=2 with either split and at K=1 unsplit. 10 + 10 updates end
+// where 20 uninterrupted ones do.
 TEST(D4pgAgentTest, AShardedCheckpointResumesAtAnotherReplicaCountAndUnsharded) {
   const ObservationSpec spec{.state_size = 3};
   config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
   c.mutable_d4pg()->set_target_tau(0.1f);
   const std::string path = TempPath("d4pg_sharded_checkpoint");
-  auto make = [&](int k, bool sharded, std::unique_ptr<replicator::Replicator>* replicator) {
+  using Shard = config::EngineConfig::ShardState;
+  auto make = [&](int k, Shard shard, std::unique_ptr<replicator::Replicator>* replicator) {
     config::ExperimentConfig run = c;
-    if (sharded) run.mutable_learner()->mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+    run.mutable_learner()->mutable_engine()->set_shard_state(shard);
     *replicator = MakeReplicator(k);
     auto agent = D4pgAgent::Create(run, spec, 2, replicator->get());
     TROUPE_CHECK(agent.ok());
     return std::move(agent).value();
   };
-  std::unique_ptr<replicator::Replicator> r4, r1, resumed_replicator;
-  std::unique_ptr<D4pgAgent> four = make(4, true, &r4), whole = make(1, false, &r1);
+  std::unique_ptr<replicator::Replicator> r1;
+  std::unique_ptr<D4pgAgent> whole = make(1, config::EngineConfig::NONE, &r1);
   const std::vector<nn::CheckpointTensor> start = whole->CheckpointState();
-  for (uint64_t step = 0; step < 20; ++step) {
-    if (step < 10) {
-      ASSERT_TRUE(four->Train(1, Bandit(spec, 2, c, step)).ok());
+  for (uint64_t step = 0; step < 20; ++step) ASSERT_TRUE(whole->Train(1, Bandit(spec, 2, c, step)).ok());
+  for (const auto& [saved_k, saved_shard] :
+       {std::pair{4, config::EngineConfig::OPTIMIZER}, std::pair{4, config::EngineConfig::PARAMETERS},
+        std::pair{1, config::EngineConfig::NONE}}) {
+    std::unique_ptr<replicator::Replicator> saver_replicator, resumed_replicator;
+    std::unique_ptr<D4pgAgent> saver = make(saved_k, saved_shard, &saver_replicator);
+    for (uint64_t step = 0; step < 10; ++step) ASSERT_TRUE(saver->Train(1, Bandit(spec, 2, c, step)).ok());
+    ASSERT_TRUE(saver->Save(path).ok());
+    for (const auto& [k, shard] : {std::pair{4, config::EngineConfig::PARAMETERS},
+                                   std::pair{2, config::EngineConfig::PARAMETERS},
+                                   std::pair{2, config::EngineConfig::OPTIMIZER}, std::pair{1, config::EngineConfig::NONE}}) {
+      SCOPED_TRACE(absl::StrCat("saved at K=", saved_k, " ", config::EngineConfig::ShardState_Name(saved_shard),
+                                ", resumed at K=", k, " ", config::EngineConfig::ShardState_Name(shard)));
+      std::unique_ptr<D4pgAgent> resumed = make(k, shard, &resumed_replicator);
+      const absl::Status loaded = resumed->Load(path);
+      ASSERT_TRUE(loaded.ok()) << loaded;
+      for (uint64_t step = 10; step < 20; ++step) ASSERT_TRUE(resumed->Train(1, Bandit(spec, 2, c, step)).ok());
+      TROUPE_EXPECT_SAME_STATE(start, whole->CheckpointState(), resumed->CheckpointState(), .tolerance = 1e-4);
     }
-    ASSERT_TRUE(whole->Train(1, Bandit(spec, 2, c, step)).ok());
-  }
-  ASSERT_TRUE(four->Save(path).ok());
-  for (const auto& [k, sharded] : {std::pair{2, true}, std::pair{1, false}}) {
-    SCOPED_TRACE(absl::StrCat("resumed at K=", k, sharded ? " sharded" : " unsharded"));
-    std::unique_ptr<D4pgAgent> resumed = make(k, sharded, &resumed_replicator);
-    const absl::Status loaded = resumed->Load(path);
-    ASSERT_TRUE(loaded.ok()) << loaded;
-    for (uint64_t step = 10; step < 20; ++step) ASSERT_TRUE(resumed->Train(1, Bandit(spec, 2, c, step)).ok());
-    TROUPE_EXPECT_SAME_STATE(start, whole->CheckpointState(), resumed->CheckpointState(), .tolerance = 1e-4);
   }
   std::filesystem::remove(path);
 }

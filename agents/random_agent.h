@@ -45,6 +45,7 @@ class RandomAgent final : public Agent {
   int64_t num_policy_parameters() const override { return 0; }
   int64_t gradient_floats() const override { return 0; }
   int64_t optimizer_state_bytes() const override { return 0; }
+  int64_t parameter_state_bytes() const override { return 0; }
   // No values of its own: only the updates and the input's wait.
   AgentMetrics metrics() const override;
   std::vector<std::string> metric_names() const override { return {}; }

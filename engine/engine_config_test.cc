@@ -109,6 +109,31 @@ TEST(ValidateEngineConfigTest, PjrtFieldsOnAnotherDeviceAreRefusedNamingThem) {
               HasSubstr("learner.engine.pjrt_cache_dir \"/tmp/x\": set, but engine.device is CPU"));
 }
 
+// engine.shard_state PARAMETERS: every replica in this process and kernel
+// at a time, each refusal naming the field and what to use instead.
+TEST(ValidateEngineConfigTest, SplitParametersNeedEveryReplicaHereAndKernelsAtATime) {
+  config::EngineConfig engine = Engine(config::EngineConfig::CPU);
+  engine.set_replicas(4);
+  engine.set_shard_state(config::EngineConfig::PARAMETERS);
+  EXPECT_TRUE(ValidateEngineConfig(engine, "learner", 8).ok());
+  engine.set_collectives(config::EngineConfig::MPI);
+  engine.set_replicas(1);
+  EXPECT_THAT(ValidateEngineConfig(engine, "learner", 8).message(),
+              HasSubstr("learner.engine.shard_state PARAMETERS with collectives MPI: the whole model"));
+  engine.set_collectives(config::EngineConfig::SHARED_DEVICE);
+  engine.set_replicas(4);
+  EXPECT_THAT(ValidateEngineConfig(engine, "learner", 8).message(),
+              HasSubstr("learner.engine.shard_state PARAMETERS: each replica keeps a part of the training state"));
+  engine.set_collectives(config::EngineConfig::IN_PROCESS);
+  engine.set_device(config::EngineConfig::PJRT);
+  engine.set_pjrt_plugin("/nonexistent/plugin.so");
+  const std::string pjrt = std::string(ValidateEngineConfig(engine, "learner", 8).message());
+  if (BuiltWithPjrt()) {
+    EXPECT_THAT(pjrt, HasSubstr("learner.engine.shard_state PARAMETERS: device PJRT runs a step as one compiled "
+                                "program"));
+  }
+}
+
 // engine.model_parallel: a mesh where its collectives and device can make
 // one, refused naming the field otherwise; MakeReplicator builds it.
 TEST(ValidateEngineConfigTest, ModelParallelNeedsAMeshItsCollectivesAndDeviceCanMake) {

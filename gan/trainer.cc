@@ -90,6 +90,11 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
                                                        ": the GAN's steps wait for every replica (a deadline is the RL learner's only so far)"));
   }
+  if (c.engine().shard_state() == config::EngineConfig::PARAMETERS) {
+    return FieldError("engine.shard_state", "PARAMETERS: the GAN splits its optimizer's state (OPTIMIZER) and its "
+                                            "generator (engine.model_parallel); its parameters split is D4PG's only "
+                                            "so far");
+  }
   if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER &&
       (c.engine().collectives() == config::EngineConfig::MPI ||
        c.engine().collectives() == config::EngineConfig::NCCL_MPI)) {

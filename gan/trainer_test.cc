@@ -516,6 +516,10 @@ TEST(GanTrainerTest, InvalidConfigNamesTheField) {
   EXPECT_THAT(GanTrainer::Create(c, &data).status().message(),
               ::testing::HasSubstr("gan.engine.model_parallel 2: a mesh of replicas needs collectives IN_PROCESS or "
                                    "MPI"));
+  c = TinyConfig(2);
+  c.mutable_engine()->set_shard_state(config::EngineConfig::PARAMETERS);
+  EXPECT_THAT(GanTrainer::Create(c, &data).status().message(),
+              ::testing::HasSubstr("gan.engine.shard_state: PARAMETERS: the GAN splits its optimizer's state"));
 }
 
 TEST(GanTrainerTest, CheckpointRoundTripsAndTrainingContinuesIdentically) {

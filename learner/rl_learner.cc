@@ -138,6 +138,13 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     std::fprintf(stderr, "learner: optimizer state split over %d replicas (engine.shard_state OPTIMIZER): %.2f MB each\n",
                  l->replicator_->num_replicas(), 1e-6 * l->agent_->optimizer_state_bytes());
   }
+  if (engine.shard_state() == config::EngineConfig::PARAMETERS && l->is_chief()) {
+    std::fprintf(stderr,
+                 "learner: networks and optimizer state split over %d replicas (engine.shard_state PARAMETERS): "
+                 "%.2f MB of networks and %.2f MB of optimizer state each between updates\n",
+                 l->replicator_->num_replicas(), 1e-6 * l->agent_->parameter_state_bytes(),
+                 1e-6 * l->agent_->optimizer_state_bytes());
+  }
   const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
     replay::SamplerOptions sampler_options{.table = l->table_, .batch_size = shard};

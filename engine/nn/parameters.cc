@@ -29,11 +29,10 @@ int ParameterSet::Find(const std::string& name) const {
 void ParameterSet::Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple, bool gradients) {
   TROUPE_CHECK(!allocated() && pad_multiple >= 1);
   const int64_t floats = std::max<int64_t>((total_ + pad_multiple - 1) / pad_multiple * pad_multiple, 1);
-  values_ = DeviceBuffer(backend, floats);
-  if (gradients) {
-    grads_ = DeviceBuffer(backend, floats);
-    backend.Fill(grads_.data(), floats, 0.0f);
-  }
+  backend_ = &backend;
+  padded_ = floats;
+  gradients_ = gradients;
+  AllocateBuffers();
   // Initialised on the host (the same values on every backend), uploaded once.
   std::vector<float> host(floats, 0.0f);
   std::mt19937_64 rng(seed);
@@ -61,14 +60,29 @@ void ParameterSet::Allocate(Backend& backend, uint64_t seed, int64_t pad_multipl
   values_.Upload(host);
 }
 
+void ParameterSet::ReleaseBuffers() {
+  values_ = DeviceBuffer();
+  grads_ = DeviceBuffer();
+}
+
+void ParameterSet::AllocateBuffers() {
+  TROUPE_CHECK(allocated());
+  if (values_.empty()) values_ = DeviceBuffer(*backend_, padded_);
+  if (gradients_ && grads_.empty()) {
+    grads_ = DeviceBuffer(*backend_, padded_);
+    backend_->Fill(grads_.data(), padded_, 0.0f);
+  }
+}
+
 std::vector<float> ParameterSet::DownloadValues() const {
+  TROUPE_CHECK(holds_buffers());
   std::vector<float> host(static_cast<size_t>(total_));
   values_.Download(host);
   return host;
 }
 
 absl::Status ParameterSet::UploadValues(std::span<const float> host) {
-  TROUPE_CHECK(allocated());
+  TROUPE_CHECK(holds_buffers());
   if (static_cast<int64_t>(host.size()) != total_) {
     return absl::InvalidArgumentError(absl::StrCat("parameters: got ", host.size(), " floats, expected ", total_));
   }

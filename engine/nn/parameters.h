@@ -64,8 +64,20 @@ class ParameterSet {
   // such as a target network: grad() and device_grads() are then not to be
   // used, and ZeroGrad does nothing).
   void Allocate(Backend& backend, uint64_t seed, int64_t pad_multiple = 1, bool gradients = true);
-  bool allocated() const { return !values_.empty(); }
-  Backend& backend() const { return *values_.backend(); }
+  bool allocated() const { return backend_ != nullptr; }
+  Backend& backend() const { return *backend_; }
+
+  // Parameters split across replicas (ZeRO stage 3,
+  // replicator::ShardedParameters): the whole buffers exist only while a
+  // step uses them. ReleaseBuffers frees both (ReleaseGradients the
+  // gradients alone); AllocateBuffers makes them again at their length,
+  // values uninitialised and gradients zero. The layout, the padding and
+  // allocated() stay; views taken before a release dangle after it.
+  void ReleaseBuffers();
+  void ReleaseGradients() { grads_ = DeviceBuffer(); }
+  void AllocateBuffers();
+  bool holds_buffers() const { return !values_.empty(); }
+  bool has_gradients() const { return gradients_; }  // Allocate's `gradients`
 
   int size() const { return static_cast<int>(params_.size()); }
   const ParameterInfo& info(int i) const { return params_[i]; }
@@ -85,7 +97,7 @@ class ParameterSet {
   float* device_grads() const { return grads_.data(); }
   int64_t total_floats() const { return total_; }
   // The buffers' length: total_floats() and Allocate's padding (zero).
-  int64_t padded_floats() const { return values_.size(); }
+  int64_t padded_floats() const { return padded_; }
 
   // A host copy of the whole value buffer (one Download of total_floats()),
   // and the values set from the host (one Upload; InvalidArgument naming
@@ -104,6 +116,9 @@ class ParameterSet {
  private:
   std::vector<ParameterInfo> params_;
   int64_t total_ = 0;
+  int64_t padded_ = 0;
+  Backend* backend_ = nullptr;  // Allocate's
+  bool gradients_ = false;      // Allocate's
   DeviceBuffer values_;
   DeviceBuffer grads_;
 };

@@ -26,33 +26,51 @@ absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::Create(nn::ParameterSe
         PadMultiple(k), " (allocate them with ParameterSet::Allocate(backend, seed, ShardedAdam::PadMultiple(", k,
         ")))"));
   }
-  return std::unique_ptr<ShardedAdam>(new ShardedAdam(params, replica_id, num_replicas, options, whole / k));
+  return std::unique_ptr<ShardedAdam>(
+      new ShardedAdam(params, replica_id, num_replicas, options, whole / k, /*part=*/nullptr));
+}
+
+absl::StatusOr<std::unique_ptr<ShardedAdam>> ShardedAdam::CreateForParameters(ShardedParameters* parts,
+                                                                              int replica_id, int num_replicas,
+                                                                              const ShardedAdamOptions& options) {
+  RETURN_IF_ERROR(options.adam.Validate());
+  if (!(options.max_grad_norm >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("sharded Adam: max_grad_norm ", options.max_grad_norm, " < 0"));
+  }
+  TROUPE_CHECK(parts->part().has_gradients() && parts->part_begin() == replica_id * parts->part_floats() &&
+               parts->set().padded_floats() == num_replicas * parts->part_floats());
+  return std::unique_ptr<ShardedAdam>(new ShardedAdam(&parts->set(), replica_id, num_replicas, options,
+                                                      parts->part_floats(), &parts->part()));
 }
 
 ShardedAdam::ShardedAdam(nn::ParameterSet* params, int replica_id, int num_replicas, const ShardedAdamOptions& options,
-                         int64_t count)
+                         int64_t count, nn::ParameterSet* part)
     : params_(params),
       replica_id_(replica_id),
       num_replicas_(num_replicas),
       options_(options),
       begin_(replica_id * count),
-      count_(count) {
+      count_(count),
+      part_set_(part) {
   nn::Backend& backend = params->backend();
-  if (backend.runs_replicas_as_one_program() && num_replicas > 1) {
+  if (part_set_ == nullptr && backend.runs_replicas_as_one_program() && num_replicas > 1) {
     own_.Add("part", {count}, nn::Init::Zeros());
     own_.Allocate(backend, /*seed=*/0);
     backend.Copy(params->device_values() + begin_, own_.device_values(), count_);
-    part_ = std::make_unique<nn::Adam>(&own_, &backend, options.adam);
+    part_set_ = &own_;
+  }
+  if (part_set_ != nullptr) {
+    part_ = std::make_unique<nn::Adam>(part_set_, &backend, options.adam);
   } else {
     part_ = std::make_unique<nn::Adam>(params, &backend, options.adam, begin_, count_);
   }
 }
 
 float* ShardedAdam::part_values() const {
-  return own_.allocated() ? own_.device_values() : params_->device_values() + begin_;
+  return part_set_ != nullptr ? part_set_->device_values() : params_->device_values() + begin_;
 }
 float* ShardedAdam::part_grads() const {
-  return own_.allocated() ? own_.device_grads() : params_->device_grads() + begin_;
+  return part_set_ != nullptr ? part_set_->device_grads() : params_->device_grads() + begin_;
 }
 
 absl::Status ShardedAdam::set_context(ReplicaContext* ctx) {
@@ -78,7 +96,7 @@ void ShardedAdam::Apply() {
   if (!ctx_->ReduceScatterDevice(backend, params_->device_grads(), part_grads(), count_, ReduceOp::kMean).ok()) return;
   if (options_.max_grad_norm > 0 && !ClipPart(part_grads()).ok()) return;
   part_->Apply();
-  ctx_->AllGatherDevice(backend, part_values(), params_->device_values(), count_).IgnoreError();
+  if (gather_values_) ctx_->AllGatherDevice(backend, part_values(), params_->device_values(), count_).IgnoreError();
 }
 
 // x *= max_norm / max(||x||, max_norm) (nn::ClipGradientsByGlobalNorm's

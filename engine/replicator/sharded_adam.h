@@ -21,6 +21,12 @@
 // KeepOwnPart takes them again after the whole values were loaded).
 // Elsewhere the part is updated in place in the parameters' buffers.
 //
+// With the parameters split too (ZeRO stage 3: CreateForParameters), the
+// part is a ShardedParameters' part, whose values are the parameters' part
+// between updates; the whole buffers exist only from its Gather() to its
+// Release(), and Apply gathers the updated values into them only when asked
+// (set_gather_values).
+//
 // A checkpoint holds the whole moments under unsharded Adam's names
 // ("adam.m", "adam.v"), so a run saved with any K, sharded or not, loads
 // into any other: GatherState() (a collective) before writing one,
@@ -40,6 +46,7 @@
 #include "engine/nn/optimizer.h"
 #include "engine/nn/parameters.h"
 #include "engine/replicator/replicator.h"
+#include "engine/replicator/sharded_parameters.h"
 
 namespace troupe::replicator {
 
@@ -59,6 +66,17 @@ class ShardedAdam final : public nn::Optimizer {
   // padded so, naming both lengths.
   static absl::StatusOr<std::unique_ptr<ShardedAdam>> Create(nn::ParameterSet* params, int replica_id,
                                                              int num_replicas, const ShardedAdamOptions& options);
+
+  // Adam over `parts`' part of the parameters (ZeRO stage 3), `parts`
+  // outliving it: Apply reduce-scatters the whole gradients (gathered
+  // buffers) into the part's gradient, steps the part, and all-gathers the
+  // updated values into the whole ones when set_gather_values (the default).
+  static absl::StatusOr<std::unique_ptr<ShardedAdam>> CreateForParameters(ShardedParameters* parts, int replica_id,
+                                                                          int num_replicas,
+                                                                          const ShardedAdamOptions& options);
+  // Whether Apply ends with the whole values all-gathered (false where the
+  // step releases them next, unread: one collective less).
+  void set_gather_values(bool gather) { gather_values_ = gather; }
 
   // The context of the replicas' current call (a Replicator makes one per
   // RunReplicas), before an update or GatherState: its replica id and K are
@@ -118,7 +136,7 @@ class ShardedAdam final : public nn::Optimizer {
 
  private:
   ShardedAdam(nn::ParameterSet* params, int replica_id, int num_replicas, const ShardedAdamOptions& options,
-              int64_t count);
+              int64_t count, nn::ParameterSet* part);
   absl::Status ClipPart(float* grads);
   // This replica's part of the values and gradients: in the parameters'
   // buffers, or in its own.
@@ -131,6 +149,8 @@ class ShardedAdam final : public nn::Optimizer {
   const ShardedAdamOptions options_;
   const int64_t begin_, count_;
   nn::ParameterSet own_;                // the part's values and gradients, where they have buffers of their own
+  nn::ParameterSet* part_set_ = nullptr;  // own_, a ShardedParameters' part, or null (in the parameters' buffers)
+  bool gather_values_ = true;
   std::unique_ptr<nn::Adam> part_;      // Adam over the part
   nn::DeviceBuffer whole_m_, whole_v_;  // State()'s, while a checkpoint needs them
   nn::DeviceBuffer norm_;               // the gradient's squared norm, then the clip's factor; its limit

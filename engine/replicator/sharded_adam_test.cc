@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "engine/nn/state_match.h"
 #include "engine/nn/strict_cpu_backend.h"
 #include "engine/replicator/in_process.h"
+#include "engine/replicator/sharded_parameters.h"
 #include "engine/replicator/test_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -179,6 +181,96 @@ TEST(ShardedAdamTest, RefusesUnpaddedParametersAndReplicasSharingOneDevice) {
     EXPECT_THAT(joined.message(), HasSubstr("sharing one device"));
     return absl::OkStatus();
   }).ok());
+}
+
+// ShardedParameters (ZeRO stage 3's parts): four replicas given distinct
+// parts of one whole (SetPartFromHost) gather exactly that whole on every
+// replica, with gradients zero; between uses a replica's device holds its
+// part (a quarter of the values, and of the gradients) and not the whole,
+// which Gather makes and Release frees; the host assembles the whole from
+// all four parts and refuses three; Polyak on the parts is the whole
+// average bit for bit.
+TEST(ShardedParametersTest, PartsGatherIntoTheWholeOnEveryReplicaAndFreeItBetweenUses) {
+  constexpr int kReplicas = 4;
+  auto replicator = MakeInProcess(kReplicas);
+  std::vector<std::unique_ptr<testing::TestModel>> online, target;
+  for (int i = 0; i < kReplicas; ++i) {
+    online.push_back(std::make_unique<testing::TestModel>(std::make_shared<nn::CpuBackend>(1),
+                                                          ShardedAdam::PadMultiple(kReplicas)));
+    target.push_back(std::make_unique<testing::TestModel>(std::make_shared<nn::CpuBackend>(1),
+                                                          ShardedAdam::PadMultiple(kReplicas)));
+  }
+  const int64_t padded = online[0]->params.padded_floats();
+  std::vector<float> whole(padded), target_whole(padded);
+  for (int64_t i = 0; i < padded; ++i) {
+    whole[i] = 0.001f * static_cast<float>(i) - 0.3f;
+    target_whole[i] = std::sin(static_cast<float>(i));
+  }
+  std::vector<std::unique_ptr<ShardedParameters>> parts(kReplicas), target_parts(kReplicas);
+  std::vector<std::vector<float>> gathered(kReplicas), gradients(kReplicas);
+  std::vector<size_t> kept(kReplicas), holding(kReplicas), released(kReplicas);
+  ASSERT_TRUE(replicator->RunReplicas([&](ReplicaContext& ctx) -> absl::Status {
+    const int r = ctx.replica_id();
+    nn::Backend& device = *online[r]->backend;
+    const size_t before = device.memory_in_use();
+    ASSIGN_OR_RETURN(parts[r], ShardedParameters::Create(&online[r]->params, r, kReplicas));
+    ASSIGN_OR_RETURN(target_parts[r], ShardedParameters::Create(&target[r]->params, r, kReplicas));
+    EXPECT_FALSE(online[r]->params.holds_buffers());
+    kept[r] = before - device.memory_in_use();
+    parts[r]->SetPartFromHost(whole);
+    target_parts[r]->SetPartFromHost(target_whole);
+    RETURN_IF_ERROR(parts[r]->Gather(ctx));
+    holding[r] = device.memory_in_use();
+    gathered[r].resize(padded);
+    gradients[r].resize(padded);
+    device.Download(online[r]->params.device_values(), gathered[r].data(), sizeof(float) * padded);
+    device.Download(online[r]->params.device_grads(), gradients[r].data(), sizeof(float) * padded);
+    parts[r]->Release();
+    released[r] = device.memory_in_use();
+    target_parts[r]->Polyak(*parts[r], 0.3f);
+    return absl::OkStatus();
+  }).ok());
+  const size_t whole_bytes = 2 * sizeof(float) * padded;  // values and gradients
+  for (int r = 0; r < kReplicas; ++r) {
+    SCOPED_TRACE(absl::StrCat("replica ", r));
+    EXPECT_EQ(gathered[r], whole);
+    EXPECT_EQ(gradients[r], std::vector<float>(padded, 0.0f));
+    EXPECT_EQ(parts[r]->part_bytes(), int64_t(whole_bytes / kReplicas));
+    EXPECT_EQ(holding[r] - released[r], whole_bytes);
+  }
+  // Create freed the whole values and gradients, less the part it keeps.
+  for (int r = 0; r < kReplicas; ++r) EXPECT_EQ(kept[r], whole_bytes - whole_bytes / kReplicas) << "replica " << r;
+
+  std::vector<const ShardedParameters*> all;
+  for (const auto& p : parts) all.push_back(p.get());
+  std::vector<float> host;
+  ASSERT_TRUE(ShardedParameters::GatherLocalToHost(all, &host).ok());
+  EXPECT_EQ(host, whole);
+  const absl::Status three = ShardedParameters::GatherLocalToHost(std::span(all).first(3), &host);
+  EXPECT_EQ(three.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(three.message(), HasSubstr("3 of their parts are in this process"));
+
+  // Polyak on the parts against the whole average on one set.
+  testing::TestModel reference_online(std::make_shared<nn::CpuBackend>(1), ShardedAdam::PadMultiple(kReplicas));
+  testing::TestModel reference_target(std::make_shared<nn::CpuBackend>(1), ShardedAdam::PadMultiple(kReplicas));
+  const int64_t total = reference_online.params.total_floats();
+  ASSERT_TRUE(reference_online.params.UploadValues(std::span(whole).first(total)).ok());
+  ASSERT_TRUE(reference_target.params.UploadValues(std::span(target_whole).first(total)).ok());
+  ASSERT_TRUE(nn::PolyakUpdate(reference_online.params, reference_target.params, *reference_online.backend, 0.3f).ok());
+  std::vector<const ShardedParameters*> targets;
+  for (const auto& p : target_parts) targets.push_back(p.get());
+  ASSERT_TRUE(ShardedParameters::GatherLocalToHost(targets, &host).ok());
+  host.resize(total);
+  EXPECT_EQ(host, reference_target.params.DownloadValues());
+}
+
+TEST(ShardedParametersTest, RefusesASetNotPaddedToEqualParts) {
+  testing::TestModel model;  // 576 floats: not a multiple of 16 x 5
+  const auto made = ShardedParameters::Create(&model.params, 0, 5);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(made.status().message(),
+              HasSubstr(absl::StrCat("hold ", model.params.padded_floats(), " floats, not a multiple of 80")));
+  EXPECT_TRUE(model.params.holds_buffers()) << "a refused split leaves the set as it was";
 }
 
 }  // namespace
