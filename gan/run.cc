@@ -64,7 +64,7 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
   const bool chief = trainer->is_chief();
   if (chief && gan.engine().shard_state() == config::EngineConfig::OPTIMIZER) {
     Log(absl::StrFormat("optimizer state split over %d replicas (engine.shard_state OPTIMIZER): %.2f MB each",
-                        gan.engine().replicas(), 1e-6 * trainer->optimizer_state_bytes()));
+                        trainer->num_replicas(), 1e-6 * trainer->optimizer_state_bytes()));
   }
   if (chief && trainer->generator_floats_per_replica() != trainer->generator_floats()) {
     Log(absl::StrFormat("generator split over %d replicas (engine.model_parallel): %.2f MB of its %.2f MB of "
@@ -239,11 +239,17 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
                     checkpoint_note);
     }
     if (trainer->steps() % eval_every_steps == 0 || trainer->steps() == total_steps) RETURN_IF_ERROR(evaluate());
-    if (chief && now - last_checkpoint >= std::chrono::seconds(gan.checkpoint_every_s())) {
-      (void)checkpoint();  // a failure is said; the run goes on
+    // The chief decides when; with the moments split over the ranks every
+    // rank takes part (GanTrainer::PrepareCheckpoint).
+    ASSIGN_OR_RETURN(const bool due, trainer->AgreeWithChief(
+                                         chief && now - last_checkpoint >= std::chrono::seconds(gan.checkpoint_every_s())));
+    if (due) {
+      RETURN_IF_ERROR(trainer->PrepareCheckpoint());
+      if (chief) (void)checkpoint();  // a failure is said; the run goes on
       last_checkpoint = Clock::now();
     }
   }
+  RETURN_IF_ERROR(trainer->PrepareCheckpoint());
   if (chief) {
     if (const absl::Status saved = checkpoint(); !saved.ok()) {
       return absl::Status(saved.code(), absl::StrCat("final checkpoint failed: ", saved.message(),

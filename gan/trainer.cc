@@ -1,6 +1,7 @@
 #include "gan/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <numbers>
@@ -95,15 +96,6 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
                                             "generator (engine.model_parallel); its parameters split is D4PG's only "
                                             "so far");
   }
-  if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER &&
-      (c.engine().collectives() == config::EngineConfig::MPI ||
-       c.engine().collectives() == config::EngineConfig::NCCL_MPI)) {
-    return FieldError("engine.shard_state",
-                      absl::StrCat("OPTIMIZER with collectives ",
-                                   config::EngineConfig::Collectives_Name(c.engine().collectives()),
-                                   ": the GAN's checkpoints gather the moments from this process's replicas "
-                                   "(IN_PROCESS or NCCL)"));
-  }
   if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER && c.optimizer() != config::GanConfig::ADAM) {
     return FieldError("engine.shard_state",
                       absl::StrCat("OPTIMIZER with optimizer ", config::GanConfig::Optimizer_Name(c.optimizer()),
@@ -188,11 +180,6 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   const int copies = k / m;
   const uint64_t seed = config.engine().seed();
   const bool sharded = config.engine().shard_state() == config::EngineConfig::OPTIMIZER;
-  if (sharded && static_cast<int>(t->replicator_->local_replicas().size()) != k) {
-    return FieldError("engine.shard_state", absl::StrCat("OPTIMIZER: ", t->replicator_->local_replicas().size(),
-                                                         " of the ", k, " replicas are in this process; a checkpoint "
-                                                         "gathers the moments from all of them"));
-  }
   // Sharded, the networks' buffers split into K equal parts.
   const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
   auto make_optimizer = [&](nn::ParameterSet* params, nn::Backend* device) -> std::unique_ptr<nn::Optimizer> {
@@ -377,6 +364,8 @@ void GanTrainer::ScatterGenerator() {
   for (auto& r : replicas_) r->g_adam->set_steps(w.adam->steps());
 }
 
+int GanTrainer::num_replicas() const { return replicator_->num_replicas(); }
+
 bool GanTrainer::is_chief() const { return replicator_->local_replicas().front() == 0; }
 
 float GanTrainer::GeneratorLearningRate(int64_t step) const {
@@ -394,6 +383,10 @@ float GanTrainer::DiscriminatorLearningRate(int64_t step) const {
 }
 
 absl::Status GanTrainer::Train(int64_t steps) {
+  if (moments_gathered_) {
+    moments_gathered_ = false;
+    for (int r = 0; r < num_local_replicas(); ++r) ReleaseMoments(r);
+  }
   for (auto& r : replicas_) r->step = steps_;
   // input_fn: this replica's shard of n_critic real batches and of the noise.
   std::function<absl::StatusOr<Replica*>(replicator::ReplicaContext&)> input_fn =
@@ -581,20 +574,51 @@ std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
           {kPowerVectorsFile, &replica.d_power, nullptr}};
 }
 
+bool GanTrainer::state_split_across_processes() const {
+  return replicas_[0]->g_sharded != nullptr &&
+         static_cast<int>(replicas_.size()) != replicator_->num_replicas();
+}
+
+absl::Status GanTrainer::PrepareCheckpoint() {
+  if (!state_split_across_processes()) return absl::OkStatus();
+  RETURN_IF_ERROR(replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
+    Replica& r = *replicas_[ctx.local_index()];
+    for (replicator::ShardedAdam* sharded : {r.g_sharded, r.d_sharded}) {
+      RETURN_IF_ERROR(sharded->set_context(&ctx));
+      RETURN_IF_ERROR(sharded->GatherState());
+    }
+    return absl::OkStatus();
+  }));
+  moments_gathered_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> GanTrainer::AgreeWithChief(bool chief_wants) {
+  if (!state_split_across_processes()) return chief_wants;
+  std::atomic<bool> agreed = false;
+  RETURN_IF_ERROR(replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
+    float flag[1] = {ctx.replica_id() == 0 && chief_wants ? 1.0f : 0.0f};
+    RETURN_IF_ERROR(ctx.AllReduce(flag, replicator::ReduceOp::kSum));
+    if (ctx.local_index() == 0) agreed = flag[0] > 0.5f;
+    return absl::OkStatus();
+  }));
+  return agreed.load();
+}
+
 void GanTrainer::GatherMoments(int r) const {
-  if (replicas_[r]->g_sharded == nullptr) return;
+  if (replicas_[r]->g_sharded == nullptr || moments_gathered_) return;
+  TROUPE_CHECK(!state_split_across_processes());  // PrepareCheckpoint first, on every rank
   std::vector<replicator::ShardedAdam*> g, d;
   for (const auto& each : replicas_) {
     g.push_back(each->g_sharded);
     d.push_back(each->d_sharded);
   }
-  // Every replica is in this process (Create checks).
   TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(g, *replicas_[r]->g_sharded).ok());
   TROUPE_CHECK(replicator::ShardedAdam::GatherLocal(d, *replicas_[r]->d_sharded).ok());
 }
 
 void GanTrainer::ReleaseMoments(int r) const {
-  if (replicas_[r]->g_sharded == nullptr) return;
+  if (replicas_[r]->g_sharded == nullptr || moments_gathered_) return;
   replicas_[r]->g_sharded->ReleaseWholeState();
   replicas_[r]->d_sharded->ReleaseWholeState();
 }

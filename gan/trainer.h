@@ -133,7 +133,21 @@ class GanTrainer {
   // device_memory_mib caps each: nn::Backend's memory budget).
   size_t peak_device_memory() const;
   int num_local_replicas() const { return static_cast<int>(replicas_.size()); }
+  int num_replicas() const;  // in every process (MPI ranks)
   bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
+
+  // engine.shard_state OPTIMIZER over MPI ranks (collectives MPI or
+  // NCCL_MPI): each rank keeps its replicas' parts of the moments, so a
+  // checkpoint needs the other ranks'. The ranks agree on the step of every
+  // checkpoint (AgreeWithChief: the chief decides), every rank gathers the
+  // whole moments (PrepareCheckpoint, a collective), then the chief saves;
+  // they are released at the next Train. Elsewhere both are no-ops (the
+  // parts are gathered from this process at the save).
+  bool state_split_across_processes() const;
+  absl::Status PrepareCheckpoint();
+  // Every rank's copy of the chief's `chief_wants` (a collective when the
+  // state is split across processes; `chief_wants` itself otherwise).
+  absl::StatusOr<bool> AgreeWithChief(bool chief_wants);
 
  private:
   struct Replica;
@@ -158,6 +172,7 @@ class GanTrainer {
   // With shard_state OPTIMIZER: every replica's part of the moments into
   // local replica r's whole ones (its optimizers' State()), and released.
   void GatherMoments(int r) const;
+  bool moments_gathered_ = false;  // PrepareCheckpoint's, until the next Train
   void ReleaseMoments(int r) const;
   void ScatterGenerator();
 
