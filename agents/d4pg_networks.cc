@@ -54,16 +54,17 @@ Mlp DeclareActor(nn::ParameterSet& params, int64_t feature_size, const std::vect
 }
 
 Mlp DeclareCritic(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
-                  int action_size, int atoms) {
+                  int action_size, int atoms, int parts, int part) {
   std::vector<int64_t> sizes = {feature_size + action_size};
   sizes.insert(sizes.end(), hidden.begin(), hidden.end());
   sizes.push_back(atoms);
-  return Mlp::Declare(params, "critic", sizes, /*tanh_output=*/false);
+  return Mlp::Declare(params, "critic", sizes, /*tanh_output=*/false, parts, part);
 }
 
-nn::Var ApplyCritic(const Mlp& critic, nn::Tape& tape, Weights weights, nn::Var features, nn::Var action) {
-  const std::array<nn::Var, 2> parts = {features, action};
-  return critic(tape, weights, nn::Concat(parts, /*axis=*/1));
+nn::Var ApplyCritic(const Mlp& critic, nn::Tape& tape, Weights weights, nn::Var features, nn::Var action,
+                    nn::CrossReplicaSum* group) {
+  const std::array<nn::Var, 2> inputs = {features, action};
+  return critic(tape, weights, nn::Concat(inputs, /*axis=*/1), group);
 }
 
 bool TrainedWithCritic(const std::string& policy_parameter) { return policy_parameter.starts_with("encoder."); }

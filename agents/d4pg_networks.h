@@ -44,11 +44,16 @@ std::vector<int64_t> HiddenSizes(const config::D4pgConfig& config);
 // The actor: features -> hidden... -> action_size, tanh ("actor.*").
 Mlp DeclareActor(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
                  int action_size);
-// The critic head: [features, action] -> hidden... -> atoms logits ("critic.*").
+// The critic head: [features, action] -> hidden... -> atoms logits
+// ("critic.*"); part `part` of it split over `parts` replicas (its first two
+// layers, Mlp's tensor-parallel pair: needs two hidden layers or more, the
+// first divisible by `parts`).
 Mlp DeclareCritic(nn::ParameterSet& params, int64_t feature_size, const std::vector<int64_t>& hidden,
-                  int action_size, int atoms);
-// Logits of the critic on (features, action): concatenates and applies.
-nn::Var ApplyCritic(const Mlp& critic, nn::Tape& tape, Weights weights, nn::Var features, nn::Var action);
+                  int action_size, int atoms, int parts = 1, int part = 0);
+// Logits of the critic on (features, action): concatenates and applies
+// (`group`: the sum over a split critic's parts).
+nn::Var ApplyCritic(const Mlp& critic, nn::Tape& tape, Weights weights, nn::Var features, nn::Var action,
+                    nn::CrossReplicaSum* group = nullptr);
 
 // The agent's checkpoint (D4pgAgent::Save: one nn checkpoint, whose entry
 // names add nn::kParameterEntryPrefix) names each tensor "<set>/<name>"

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "agents/d4pg_networks.h"
 #include "common/status_macros.h"
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
@@ -912,6 +913,143 @@ TEST(D4pgAgentTest, FourUpdatesPerExecutionOnCpuAndPjrtEqualFourSingleUpdates) {
 }
 
 #endif  // TROUPE_HAVE_PJRT
+
+// --- The critic split over replicas (tensor parallelism) --------------------------------
+
+// The critic's logits, its weights' gradients and its action's gradient
+// for a fixed batch and loss (sum of logits x fixed coefficients), trainable
+// weights; `trainable` false: the weights as constants (the actor's loss),
+// only the logits and the action's gradient. `group` for a split critic.
+struct CriticPass {
+  std::vector<float> logits, action_grad;
+  std::vector<std::vector<float>> grads;  // per parameter of the set
+};
+CriticPass RunCritic(nn::Backend& backend, nn::ParameterSet& set, const internal::Mlp& critic, bool trainable,
+                     nn::CrossReplicaSum* group) {
+  constexpr int64_t kBatch = 6, kFeatures = 5, kAction = 2, kAtoms = 21;
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> features(kBatch * kFeatures), action(kBatch * kAction), coefficients(kBatch * kAtoms);
+  for (auto* v : {&features, &action, &coefficients}) {
+    for (float& x : *v) x = d(rng);
+  }
+  nn::DeviceBuffer action_device(backend, action.size()), coefficients_device(backend, coefficients.size());
+  action_device.Upload(action);
+  coefficients_device.Upload(coefficients);
+  nn::Tape tape(&backend);
+  set.ZeroGrad();
+  const nn::Var action_var = tape.Leaf(action_device.data(), {kBatch, kAction});
+  const nn::Var logits = internal::ApplyCritic(critic, tape, internal::Weights{&set, trainable},
+                                               tape.Input(features.data(), {kBatch, kFeatures}), action_var, group);
+  tape.Backward(nn::Sum(nn::Mul(logits, tape.Constant(coefficients_device.data(), {kBatch, kAtoms}))));
+  auto read = [&](const nn::TensorView& view) {
+    std::vector<float> host(view.shape.size());
+    backend.Download(view.data, host.data(), sizeof(float) * host.size());
+    return host;
+  };
+  CriticPass pass{read(tape.data(logits)), read(tape.grad(action_var)), {}};
+  for (int i = 0; i < set.size() && trainable; ++i) pass.grads.push_back(read(set.grad(i)));
+  return pass;
+}
+
+// Relative L2 difference of two vectors (infinite when their sizes differ).
+double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// The critic split over 2 and 4 replicas of a model-parallel group (its
+// first two layers Megatron-LM's pair, the rest whole on every part), each
+// part given its slices of one whole critic's weights (Mlp::SliceOf): every
+// part computes the whole critic's logits and action gradient, trainable or
+// with constant weights, within 1e-5; the parts' weight gradients put back
+// into the whole layout (layer 1's bias from part 0) are the whole critic's;
+// a part holds 1/K of the pair's weights.
+TEST(D4pgAgentTest, ACriticSplitOverReplicasComputesTheWholeCritic) {
+  const std::vector<int64_t> hidden = {16, 8};
+  nn::CpuBackend cpu(1);
+  nn::ParameterSet whole_set;
+  const internal::Mlp whole = internal::DeclareCritic(whole_set, 5, hidden, 2, 21);
+  whole_set.Allocate(cpu, /*seed=*/3);
+  const std::vector<float> whole_values = whole_set.DownloadValues();
+  const CriticPass want = RunCritic(cpu, whole_set, whole, /*trainable=*/true, nullptr);
+  const CriticPass want_constant = RunCritic(cpu, whole_set, whole, /*trainable=*/false, nullptr);
+  for (const int k : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat(k, " parts"));
+    config::EngineConfig engine;
+    engine.set_model_parallel(k);
+    auto replicator = MakeReplicator(k, engine);
+    std::vector<CriticPass> got(k), got_constant(k);
+    std::vector<int64_t> pair_floats(k);
+    std::vector<std::vector<std::vector<float>>> slices(k);  // part r's gradients, in the whole layout
+    ASSERT_TRUE(replicator->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
+      const int r = ctx.model_axis().replica_id();
+      nn::Backend& backend = *ctx.backend();
+      nn::ParameterSet set;
+      const internal::Mlp critic = internal::DeclareCritic(set, 5, hidden, 2, 21, k, r);
+      set.Allocate(backend, /*seed=*/0);
+      // This part's slices of the whole critic's weights.
+      std::vector<float> values(set.total_floats());
+      for (size_t layer = 0; layer < critic.layers.size(); ++layer) {
+        for (const bool weight : {true, false}) {
+          const int i = weight ? critic.layers[layer].w : critic.layers[layer].b;
+          const int j = weight ? whole.layers[layer].w : whole.layers[layer].b;
+          const nn::ParameterInfo& from = whole_set.info(j);
+          internal::CopyPartFromWhole({whole_values.data() + from.offset, size_t(from.shape.size())}, from.shape,
+                                      critic.SliceOf(layer, weight, set),
+                                      {values.data() + set.info(i).offset, size_t(set.info(i).shape.size())});
+        }
+      }
+      RETURN_IF_ERROR(set.UploadValues(values));
+      got[r] = RunCritic(backend, set, critic, /*trainable=*/true, &ctx.model_axis());
+      got_constant[r] = RunCritic(backend, set, critic, /*trainable=*/false, &ctx.model_axis());
+      pair_floats[r] = set.info(critic.layers[0].w).shape.size() + set.info(critic.layers[1].w).shape.size();
+      for (size_t layer = 0; layer < critic.layers.size(); ++layer) {
+        for (const bool weight : {true, false}) {
+          const int i = weight ? critic.layers[layer].w : critic.layers[layer].b;
+          const nn::Shape& shape = whole_set.info(weight ? whole.layers[layer].w : whole.layers[layer].b).shape;
+          std::vector<float> in_whole(shape.size(), 0.0f);
+          internal::CopyPartToWhole(got[r].grads[i], shape, critic.SliceOf(layer, weight, set), in_whole);
+          slices[r].push_back(std::move(in_whole));
+        }
+      }
+      return ctx.status();
+    }).ok());
+    for (int r = 0; r < k; ++r) {
+      SCOPED_TRACE(absl::StrCat("part ", r));
+      EXPECT_LE(RelativeL2(got[r].logits, want.logits), 1e-5);
+      EXPECT_LE(RelativeL2(got[r].action_grad, want.action_grad), 1e-5);
+      EXPECT_LE(RelativeL2(got_constant[r].logits, want_constant.logits), 1e-5);
+      EXPECT_LE(RelativeL2(got_constant[r].action_grad, want_constant.action_grad), 1e-5);
+      EXPECT_EQ(pair_floats[r] * k, (7 * 16 + 16 * 8)) << "1/K of the pair's weights";
+    }
+    // The whole gradients from the parts: the pair's blocks from each part,
+    // the rest (and layer 1's bias) from part 0, which every part agrees on.
+    size_t n = 0;
+    for (size_t layer = 0; layer < whole.layers.size(); ++layer) {
+      for (const bool weight : {true, false}) {
+        const std::vector<float>& want_grad = want.grads[weight ? whole.layers[layer].w : whole.layers[layer].b];
+        std::vector<float> assembled(want_grad.size(), 0.0f);
+        const bool split = layer == 0 || (layer == 1 && weight);
+        for (int r = 0; r < (split ? k : 1); ++r) {
+          for (size_t i = 0; i < assembled.size(); ++i) assembled[i] += slices[r][n][i];
+        }
+        EXPECT_LE(RelativeL2(assembled, want_grad), 1e-5) << "layer " << layer << (weight ? " weight" : " bias");
+        if (!split) {
+          for (int r = 1; r < k && !(layer == 1 && !weight); ++r) {
+            EXPECT_LE(RelativeL2(slices[r][n], want_grad), 1e-5) << "part " << r << ", layer " << layer;
+          }
+        }
+        ++n;
+      }
+    }
+  }
+}
 
 // --- Replicas and checkpoints -----------------------------------------------------------
 

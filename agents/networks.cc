@@ -1,5 +1,7 @@
 #include "agents/networks.h"
 
+#include <algorithm>
+
 #include "engine/nn/ops.h"
 
 namespace troupe::agents::internal {
@@ -10,27 +12,89 @@ nn::Var Weights::operator()(nn::Tape& tape, int index) const {
 }
 
 Mlp Mlp::Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
-                 bool tanh_output) {
-  TROUPE_CHECK(sizes.size() >= 2);
+                 bool tanh_output, int parts, int part) {
+  TROUPE_CHECK(sizes.size() >= 2 && parts >= 1 && part >= 0 && part < parts);
+  TROUPE_CHECK(parts == 1 || (sizes.size() >= 3 && sizes[1] % parts == 0));  // the pair, split evenly
   Mlp m;
   m.tanh_output = tanh_output;
+  m.parts = parts;
+  m.part = part;
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    m.layers.push_back(nn::LinearLayer::Create(params, name + "." + std::to_string(i), sizes[i], sizes[i + 1]));
+    const std::string layer = name + "." + std::to_string(i);
+    if (parts > 1 && i == 0) {
+      // Column-parallel: w [in, out / parts], b [out / parts].
+      m.layers.push_back({params.Add(layer + ".w", {sizes[0], sizes[1] / parts}, nn::Init::FanIn(sizes[0])),
+                          params.Add(layer + ".b", {sizes[1] / parts}, nn::Init::FanIn(sizes[0]))});
+    } else if (parts > 1 && i == 1) {
+      // Row-parallel: w [in / parts, out], b [out].
+      m.layers.push_back({params.Add(layer + ".w", {sizes[1] / parts, sizes[2]}, nn::Init::FanIn(sizes[1])),
+                          params.Add(layer + ".b", {sizes[2]}, nn::Init::FanIn(sizes[1]))});
+    } else {
+      m.layers.push_back(nn::LinearLayer::Create(params, layer, sizes[i], sizes[i + 1]));
+    }
   }
   return m;
 }
 
-nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const {
+nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplicaSum* group) const {
+  TROUPE_CHECK(parts == 1 || group != nullptr);
   for (size_t i = 0; i < layers.size(); ++i) {
-    x = nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b));
+    if (parts > 1 && i == 0) x = nn::CopyToModelParallel(x, group);
+    if (parts > 1 && i == 1) {
+      // The partial products, the bias once in their sum (part 0's).
+      x = part == 0 ? nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b))
+                    : nn::MatMul(x, weights(tape, layers[i].w));
+      x = nn::ReduceFromModelParallel(x, group);
+    } else {
+      x = nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b));
+    }
     if (i + 1 < layers.size()) x = nn::Relu(x);
   }
   return x;
 }
 
-nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x) const {
-  const nn::Var y = PreTanh(tape, weights, x);
+nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplicaSum* group) const {
+  const nn::Var y = PreTanh(tape, weights, x, group);
   return tanh_output ? nn::Tanh(y) : y;
+}
+
+PartSlice Mlp::SliceOf(int layer, bool weight, const nn::ParameterSet& params) const {
+  const nn::Shape& shape = params.info(weight ? layers[layer].w : layers[layer].b).shape;
+  if (parts == 1 || layer > 1 || (layer == 1 && !weight)) return {};
+  // Layer 0's outputs (the last axis of w and b), layer 1's inputs (w's first).
+  const int64_t count = layer == 0 ? shape[shape.rank() - 1] : shape[0];
+  return {layer == 0 ? PartSlice::kColumns : PartSlice::kRows, part * count, count};
+}
+
+namespace {
+// Calls each(whole offset, part offset, floats) for the runs a slice's
+// values make in the whole tensor (row-major) and in the part.
+template <typename F>
+void ForEachRun(const nn::Shape& whole, PartSlice slice, F each) {
+  const int64_t size = whole.size();
+  if (slice.kind == PartSlice::kWhole) return each(0, 0, size);
+  const int64_t last = whole[whole.rank() - 1], row_floats = size / whole[0];
+  if (slice.kind == PartSlice::kRows) return each(slice.begin * row_floats, 0, slice.count * row_floats);
+  for (int64_t row = 0; row < size / last; ++row) each(row * last + slice.begin, row * slice.count, slice.count);
+}
+}  // namespace
+
+void CopyPartFromWhole(std::span<const float> whole, const nn::Shape& whole_shape, PartSlice slice,
+                       std::span<float> part) {
+  TROUPE_CHECK(static_cast<int64_t>(whole.size()) == whole_shape.size());
+  ForEachRun(whole_shape, slice, [&](int64_t from, int64_t to, int64_t n) {
+    TROUPE_CHECK(to + n <= static_cast<int64_t>(part.size()));
+    std::copy_n(whole.begin() + from, n, part.begin() + to);
+  });
+}
+
+void CopyPartToWhole(std::span<const float> part, const nn::Shape& whole_shape, PartSlice slice,
+                     std::span<float> whole) {
+  TROUPE_CHECK(static_cast<int64_t>(whole.size()) == whole_shape.size());
+  ForEachRun(whole_shape, slice, [&](int64_t to, int64_t from, int64_t n) {
+    TROUPE_CHECK(from + n <= static_cast<int64_t>(part.size()));
+    std::copy_n(part.begin() + from, n, whole.begin() + to);
+  });
 }
 
 void ClippedOptimizer::Apply() {

@@ -8,10 +8,12 @@
 #define TROUPE_AGENTS_NETWORKS_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/nn/layers.h"
+#include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
 #include "engine/nn/parameters.h"
 #include "engine/nn/tape.h"
@@ -27,15 +29,42 @@ struct Weights {
   nn::Var operator()(nn::Tape& tape, int index) const;
 };
 
+// Where a parameter of a model's part sits in the whole model's parameter
+// of the same name: all of it (kWhole), a block of `count` of its last
+// axis's entries from `begin` (kColumns), or of its first axis's (kRows).
+struct PartSlice {
+  enum Kind { kWhole, kColumns, kRows } kind = kWhole;
+  int64_t begin = 0, count = 0;
+};
+// The part's values from the whole tensor (`whole_shape`), and back.
+void CopyPartFromWhole(std::span<const float> whole, const nn::Shape& whole_shape, PartSlice slice,
+                       std::span<float> part);
+void CopyPartToWhole(std::span<const float> part, const nn::Shape& whole_shape, PartSlice slice,
+                     std::span<float> whole);
+
 // Linear layers, ReLU between them; `tanh_output` squashes the last one.
+//
+// Split over the `parts` replicas of a model-parallel group (Declare with
+// parts > 1; this replica is part `part`, `group` the sum over the parts:
+// ReplicaContext::model_axis()), the first two layers are Megatron-LM's
+// pair: layer 0 column-parallel (the part's block of its outputs), layer 1
+// row-parallel (the same block of its inputs; the partial products summed
+// over the group, part 0 adding the bias), one sum forward and one
+// backward, so a part holds 1/parts of their weights; the layers after them
+// are whole on every part. Names and order are the whole MLP's; SliceOf
+// says where each of a part's parameters sits in the whole one's.
 struct Mlp {
   std::vector<nn::LinearLayer> layers;
   bool tanh_output = false;
+  int parts = 1, part = 0;
   static Mlp Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
-                     bool tanh_output);
-  nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var x) const;
+                     bool tanh_output, int parts = 1, int part = 0);
+  nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplicaSum* group = nullptr) const;
   // The last layer's output before the tanh (tanh_output only).
-  nn::Var PreTanh(nn::Tape& tape, Weights weights, nn::Var x) const;
+  nn::Var PreTanh(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplicaSum* group = nullptr) const;
+  // Layer `layer`'s weight (or bias) in a part, against the whole MLP's
+  // (layer 1's bias is whole on every part; part 0's is the one used).
+  PartSlice SliceOf(int layer, bool weight, const nn::ParameterSet& params) const;
 };
 
 // Clips the (already averaged) gradients by global norm (max_norm 0: not
