@@ -40,6 +40,7 @@ absl::Status CheckAgentStepFits(const config::ExperimentConfig& config, const Ob
     RETURN_IF_ERROR(CheckAppoEngine(config, engine::InProcessReplicas(engine) ? engine.replicas() : 0));
     return CheckAppoStepFits(config, spec, action_size);
   }
+  RETURN_IF_ERROR(CheckD4pgCriticSplits(config, spec));
   RETURN_IF_ERROR(CheckD4pgStateFitsDevice(config, spec, action_size, config.learner().engine().replicas()));
   return CheckD4pgStepFits(config, spec, action_size);
 }

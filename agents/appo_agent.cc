@@ -36,8 +36,15 @@ absl::Status CheckAppoEngine(const config::ExperimentConfig& config, int replica
                                                    config.learner().updates_per_execution(),
                                                    ": agent APPO takes one update per execution"));
   }
-  if (engine.shard_state() == config::EngineConfig::OPTIMIZER) {
-    return absl::InvalidArgumentError("learner.engine.shard_state OPTIMIZER: D4PG's for now, not agent APPO's");
+  if (engine.shard_state() != config::EngineConfig::NONE) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.engine.shard_state ",
+                                                   config::EngineConfig::ShardState_Name(engine.shard_state()),
+                                                   ": D4PG's for now, not agent APPO's"));
+  }
+  if (engine.model_parallel() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.engine.model_parallel ", engine.model_parallel(),
+                                                   ": APPO's networks are whole on every replica (D4PG's critic "
+                                                   "splits)"));
   }
   if (engine.straggler() == config::EngineConfig::DEADLINE) {
     return absl::InvalidArgumentError("learner.engine.straggler DEADLINE: D4PG's for now, not agent APPO's");

@@ -23,6 +23,7 @@
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
+#include "engine/nn/cpu_backend.h"
 #include "engine/replicator/sharded_adam.h"
 #include "engine/replicator/straggler.h"
 #include "replay/item.h"
@@ -162,14 +163,15 @@ struct D4pgLayers {
 };
 
 // The critic (after the encoder, for pixels) declared into `critic`, the
-// actor into `actor`.
+// actor into `actor`; the critic's part `part` of `parts` when split over a
+// model-parallel group (learner.engine.model_parallel).
 D4pgLayers DeclareNetworks(const config::D4pgConfig& d4pg, const ObservationSpec& spec, int action_size,
-                           nn::ParameterSet& critic, nn::ParameterSet& actor) {
+                           nn::ParameterSet& critic, nn::ParameterSet& actor, int parts = 1, int part = 0) {
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const std::vector<int64_t> hidden = internal::HiddenSizes(d4pg);
   D4pgLayers layers;
   if (spec.pixels()) layers.encoder = internal::Encoder::Declare(critic, spec, d4pg.conv_channels(), d4pg.encoder_features());
-  layers.critic = internal::DeclareCritic(critic, feature_size, hidden, action_size, d4pg.atoms());
+  layers.critic = internal::DeclareCritic(critic, feature_size, hidden, action_size, d4pg.atoms(), parts, part);
   layers.actor = internal::DeclareActor(actor, feature_size, hidden, action_size);
   return layers;
 }
@@ -180,8 +182,9 @@ D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, c
                                        int action_size, int replicas) {
   const auto shard_state = config.learner().engine().shard_state();
   const bool sharded = shard_state != config::EngineConfig::NONE;
-  nn::ParameterSet critic, actor;  // declared, not allocated: their layouts' sizes
-  DeclareNetworks(config.d4pg(), spec, action_size, critic, actor);
+  nn::ParameterSet critic, actor;  // declared, not allocated: their layouts' sizes (a critic's part's)
+  DeclareNetworks(config.d4pg(), spec, action_size, critic, actor,
+                  std::max(1, config.learner().engine().model_parallel()));
   const int64_t floats = critic.total_floats() + actor.total_floats();
   const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(replicas) : 1;
   auto padded = [pad](int64_t n) { return (n + pad - 1) / pad * pad; };
@@ -206,6 +209,34 @@ D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, c
     s.moments += 2 * 4 * buffers / replicas;
   }
   return s;
+}
+
+absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const ObservationSpec& spec) {
+  const int m = config.learner().engine().model_parallel();
+  if (m <= 1) return absl::OkStatus();
+  const auto bad = [m](auto&&... what) {
+    return absl::InvalidArgumentError(absl::StrCat("learner.engine.model_parallel ", m, ": ", what...));
+  };
+  if (spec.pixels()) {
+    return bad("D4PG splits its critic for state observations only (a model copy's parts share each batch, summed "
+               "between them as floats, which pixel batches are not)");
+  }
+  const std::vector<int64_t> hidden = internal::HiddenSizes(config.d4pg());
+  if (hidden.size() < 2) {
+    return bad("the critic's first two layers split as a pair, so it needs two hidden layers or more (d4pg.hidden has ",
+               hidden.size(), ")");
+  }
+  if (hidden[0] % m != 0) return bad("d4pg.hidden[0] ", hidden[0], " does not split into ", m, " parts");
+  const auto device = config.learner().engine().device();
+  if (device == config::EngineConfig::PJRT || device == config::EngineConfig::GPU) {
+    return bad("D4PG's split critic runs kernel at a time (device CPU, CPU_STRICT or CUDA), not device ",
+               config::EngineConfig::Device_Name(device));
+  }
+  if (config.learner().engine().collectives() != config::EngineConfig::IN_PROCESS) {
+    return bad("collectives ", config::EngineConfig::Collectives_Name(config.learner().engine().collectives()),
+               ": a checkpoint puts D4PG's critic together from its parts in this process (collectives IN_PROCESS)");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, const ObservationSpec& spec,
@@ -269,7 +300,13 @@ struct D4pgAgent::Replica {
   // or with engine.shard_state OPTIMIZER, this replica's part of Adam's
   // moments (ShardedAdam reduces, clips and gathers itself).
   std::unique_ptr<nn::Adam> critic_adam, actor_adam;
-  std::unique_ptr<ClippedOptimizer> critic_clipped, actor_clipped;
+  std::unique_ptr<nn::Optimizer> critic_clipped;  // a ClippedOptimizer, or a split critic's SplitClippedOptimizer
+  std::unique_ptr<ClippedOptimizer> actor_clipped;
+  internal::SplitClippedOptimizer* critic_split_clip = nullptr;  // critic_clipped's, for a split critic
+  // learner.engine.model_parallel M: this replica's part of the critic (its
+  // index along the model axis) and the critic as declared for it.
+  int part = 0;
+  internal::Mlp critic_net;
   std::unique_ptr<replicator::ShardedAdam> critic_sharded, actor_sharded;
   // engine.shard_state PARAMETERS: this replica's parts of the four
   // networks (their sets above hold whole buffers only during a step).
@@ -342,10 +379,19 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   if (replicator == nullptr) return absl::InvalidArgumentError("D4pgAgent needs a replicator");
   const int64_t batch = config.learner().batch_size();
   const int k = replicator->num_replicas();
+  // With the critic split over a model-parallel group (learner.engine.
+  // model_parallel M) the replicas are a (K/M) x M mesh: the batch is split
+  // over the K/M model copies, a copy's M parts sharing its rows.
+  const int m = replicator->model_parallel();
+  const int copies = k / m;
   // (ValidateEngineConfig cannot know the MPI ranks mpirun started.)
-  if (batch < 1 || batch % k != 0) {
+  if (batch < 1 || batch % copies != 0) {
     return absl::InvalidArgumentError(absl::StrCat("learner.batch_size ", batch, ": must be >= 1 and divisible by the ",
-                                                   k, " replicas"));
+                                                   copies, m > 1 ? " model copies" : " replicas"));
+  }
+  RETURN_IF_ERROR(CheckD4pgCriticSplits(config, spec));
+  if (m > 1 && static_cast<int>(replicator->local_replicas().size()) != k) {
+    return absl::FailedPreconditionError("a split critic's replicas must all be in this process");
   }
   std::unique_ptr<D4pgAgent> agent(new D4pgAgent());
   agent->config_ = config;
@@ -354,6 +400,8 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   ASSIGN_OR_RETURN(agent->signature_, TransitionSignature(spec, action_size));
   agent->replicator_ = replicator;
   agent->batch_size_ = batch;
+  agent->rows_ = batch / copies;
+  agent->model_parallel_ = m;
   agent->hidden_ = internal::HiddenSizes(d4pg);
   // The fixed support z_j = v_min + j * dz (each replica keeps it on its device).
   const int atoms = d4pg.atoms();
@@ -373,15 +421,29 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   }
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
-  const int64_t shard = batch / k;
+  const int64_t shard = agent->rows_;
+  // A split critic's parts start as their slices of the whole critic that
+  // one replica starts from (the same seed, initialised on the host).
+  std::vector<float> whole_critic;
+  if (m > 1) {
+    nn::ParameterSet actor;
+    const D4pgLayers whole = DeclareNetworks(d4pg, spec, action_size, agent->whole_critic_set_, actor);
+    agent->whole_critic_ = whole.critic;
+    nn::CpuBackend host(1);
+    nn::ParameterSet initial, initial_actor;
+    DeclareNetworks(d4pg, spec, action_size, initial, initial_actor);
+    initial.Allocate(host, seed);
+    whole_critic = initial.DownloadValues();
+  }
   for (int i = 0; i < local; ++i) {
     auto r = std::make_unique<Replica>(replicator->backend(i));
     nn::Backend& device = *r->backend;
+    r->part = replicator->local_replicas()[i] % m;
     // Online and target sets share one declaration (same layout).
     for (const auto& [critic, actor] : {std::pair{&r->critic, &r->actor}, std::pair{&r->target_critic, &r->target_actor}}) {
-      const D4pgLayers layers = DeclareNetworks(d4pg, spec, action_size, *critic, *actor);
+      const D4pgLayers layers = DeclareNetworks(d4pg, spec, action_size, *critic, *actor, m, r->part);
       agent->encoder_ = layers.encoder;
-      agent->critic_ = layers.critic;
+      r->critic_net = layers.critic;
       agent->actor_ = layers.actor;
     }
     // Same seed on every replica (and every MPI rank): identical starts.
@@ -395,6 +457,15 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
          {std::tuple{&r->critic, &r->target_critic, seed, &r->critic_part, &r->target_critic_part},
           std::tuple{&r->actor, &r->target_actor, MixSeed(seed, 1, 0), &r->actor_part, &r->target_actor_part}}) {
       online->Allocate(device, online_seed, pad);
+      if (m > 1 && online == &r->critic) {
+        std::vector<float> part(online->total_floats());
+        agent->ForEachCriticSlice(*r, [&](int p, int w, internal::PartSlice slice) {
+          const nn::ParameterInfo& from = agent->whole_critic_set_.info(w);
+          internal::CopyPartFromWhole({whole_critic.data() + from.offset, size_t(from.shape.size())}, from.shape,
+                                      slice, {part.data() + online->info(p).offset, size_t(online->info(p).shape.size())});
+        });
+        RETURN_IF_ERROR(online->UploadValues(part));
+      }
       target->Allocate(device, 0, split_parameters ? pad : 1, /*gradients=*/false);
       RETURN_IF_ERROR(target->CopyValuesFrom(*online));
       if (split_parameters) {
@@ -415,7 +486,17 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     } else {
       r->critic_adam = std::make_unique<nn::Adam>(&r->critic, &device);
       r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &device);
-      r->critic_clipped = std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &device, d4pg.max_gradient_norm());
+      if (m > 1) {
+        // The norm over the whole critic: the pair's parts summed over the
+        // model axis (everything before layer 2 in the set), the rest once.
+        auto clip = std::make_unique<internal::SplitClippedOptimizer>(
+            r->critic_adam.get(), &device, d4pg.max_gradient_norm(),
+            r->critic.info(r->critic_net.layers[2].w).offset, m);
+        r->critic_split_clip = clip.get();
+        r->critic_clipped = std::move(clip);
+      } else {
+        r->critic_clipped = std::make_unique<ClippedOptimizer>(r->critic_adam.get(), &device, d4pg.max_gradient_norm());
+      }
       r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &device, d4pg.max_gradient_norm());
     }
     // Scratch sized once; constants on the device.
@@ -464,7 +545,7 @@ void D4pgAgent::OpenInput(SampleFn sample, std::function<void()> cancel, bool ac
   sample_ = std::move(sample);
   cancel_input_ = std::move(cancel);
   input_across_calls_ = across_calls;
-  const int64_t shard = batch_size_ / replicator_->num_replicas();
+  const int64_t shard = rows_;
   const std::vector<int>& ids = replicator_->local_replicas();
   for (size_t k = 0; k < replicas_.size(); ++k) {
     Replica& r = *replicas_[k];
@@ -547,7 +628,7 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
       r->unread.reset();
     }
   }
-  const int64_t shard = batch_size_ / replicator_->num_replicas();
+  const int64_t shard = rows_;
   const int64_t per_execution = config_.learner().updates_per_execution();
   absl::Status status = replicator_->Run<Block>(
       (num_updates + per_execution - 1) / per_execution,
@@ -592,6 +673,13 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
                                      const SampleFn& sample) {
   const size_t b = static_cast<size_t>(index) % r.batches.size();
   replay::SampledBatch& batch = r.batches[b];
+  if (model_parallel_ > 1 && r.part != 0) {
+    // A split critic's part takes its copy's rows from part 0 (ShareInputs):
+    // it samples nothing, its batch only shaped.
+    replay::ShapeBatch(signature_, shard, &batch);
+    if (config_.learner().prioritized()) batch.weights.assign(shard, 0.0);
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(sample(replica_id, shard, &batch));
   // Frame references: slots found, new frames decoded (uploaded by input_fn).
   if (r.frames == nullptr || batch.frames.empty()) return absl::OkStatus();
@@ -602,7 +690,7 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
                                       int64_t update, StepInputs& in, bool* gathered, bool* weighted) {
   const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
-  const int64_t rows = batch_size_ / ctx.num_replicas();
+  const int64_t rows = rows_;
   const int atoms = d4pg.atoms();
   // Pixels as frame references: gathered from the device frame table.
   *gathered = spec_.pixels() && !batch.frames.empty();
@@ -668,8 +756,36 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   return absl::OkStatus();
 }
 
+void D4pgAgent::ForEachCriticSlice(const Replica& r,
+                                   absl::FunctionRef<void(int, int, internal::PartSlice)> each) const {
+  for (size_t layer = 0; layer < r.critic_net.layers.size(); ++layer) {
+    for (const bool weight : {true, false}) {
+      const nn::LinearLayer& part = r.critic_net.layers[layer];
+      const nn::LinearLayer& whole = whole_critic_.layers[layer];
+      each(weight ? part.w : part.b, weight ? whole.w : whole.b, r.critic_net.SliceOf(layer, weight, r.critic));
+    }
+  }
+}
+
+absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, bool weighted) {
+  replicator::ReplicaContext& model = ctx.model_axis();
+  nn::Backend& device = *r.backend;
+  const int64_t state = spec_.state_size;
+  const std::pair<nn::DeviceBuffer*, int64_t> inputs[] = {
+      {&in.reward, rows_},           {&in.discount, rows_},
+      {&in.action, rows_ * action_size_}, {&in.observation, rows_ * state},
+      {&in.next_observation, rows_ * state}, {&in.weights, weighted ? rows_ * config_.d4pg().atoms() : 0}};
+  for (const auto& [buffer, floats] : inputs) {
+    if (floats == 0) continue;
+    // Part 0's rows, the other parts' zeros: their sum is part 0's.
+    if (model.replica_id() != 0) device.Fill(buffer->data(), floats, 0.0f);
+    RETURN_IF_ERROR(model.AllReduceDevice(device, buffer->data(), floats, replicator::ReduceOp::kSum));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block) {
-  const int64_t rows = batch_size_ / ctx.num_replicas();
+  const int64_t rows = rows_;
   const int64_t n = static_cast<int64_t>(block.size());
   // This Train call's gradient averaging (the context changes per call).
   if (r.generation != train_generation_) {
@@ -692,15 +808,19 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
         r.critic_reducer = r.critic_deadline.get();
         r.actor_reducer = r.actor_deadline.get();
       } else {
-        r.critic_bucketed = std::make_unique<replicator::GradientReducer>(&ctx, &r.critic);
-        r.actor_bucketed = std::make_unique<replicator::GradientReducer>(&ctx, &r.actor);
+        // Averaged over the model copies (a split critic's parts are the
+        // same for the actor and their own for the critic's pair).
+        replicator::ReplicaContext& copies = ctx.data_axis();
+        r.critic_bucketed = std::make_unique<replicator::GradientReducer>(&copies, &r.critic);
+        r.actor_bucketed = std::make_unique<replicator::GradientReducer>(&copies, &r.actor);
         r.critic_reducer = r.critic_bucketed.get();
         r.actor_reducer = r.actor_bucketed.get();
       }
-      r.critic_replicated =
-          std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(), &ctx, r.critic_reducer);
+      if (r.critic_split_clip != nullptr) r.critic_split_clip->set_group(&ctx.model_axis());
+      r.critic_replicated = std::make_unique<replicator::ReplicatedOptimizer>(r.critic_clipped.get(),
+                                                                              &ctx.data_axis(), r.critic_reducer);
       r.actor_replicated =
-          std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx, r.actor_reducer);
+          std::make_unique<replicator::ReplicatedOptimizer>(r.actor_clipped.get(), &ctx.data_axis(), r.actor_reducer);
       r.critic_optimizer = r.critic_replicated.get();
       r.actor_optimizer = r.actor_replicated.get();
     }
@@ -713,6 +833,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   for (int64_t j = 0; j < n; ++j) {
     bool g = false, w = false;
     RETURN_IF_ERROR(PrepareUpdate(ctx, r, block[j], r.updates + j, r.in[j], &g, &w));
+    if (model_parallel_ > 1) RETURN_IF_ERROR(ShareInputs(ctx, r, r.in[j], w));
     if (j > 0 && (g != gathered || w != weighted)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "transition batches of one execution differ in ", g != gathered ? "frame references" : "importance weights",
@@ -866,7 +987,9 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const Weights target_critic{&r.target_critic, false}, target_actor{&r.target_actor, false};
   const nn::Var next_features = spec_.pixels() ? encoder_(t, target_critic, next_observation) : next_observation;
   const nn::Var next_action = actor_(t, target_actor, next_features);
-  const nn::Var next_probs = nn::Softmax(internal::ApplyCritic(critic_, t, target_critic, next_features, next_action));
+  nn::CrossReplicaSum* parts = model_parallel_ > 1 ? &ctx.model_axis() : nullptr;  // a split critic's
+  const nn::Var next_probs =
+      nn::Softmax(internal::ApplyCritic(r.critic_net, t, target_critic, next_features, next_action, parts));
   float* projected = t.AllocateFloats(rows * atoms);
   CategoricalProjection(device, rows, atoms, d4pg.v_min(), d4pg.v_max(), t.data(next_probs).data, in.reward.data(),
                         in.discount.data(), projected);
@@ -883,7 +1006,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   r.critic.ZeroGrad();
   const nn::Var features = spec_.pixels() ? encoder_(t, critic, observation) : observation;
   const nn::Var log_probs = nn::LogSoftmax(
-      internal::ApplyCritic(critic_, t, critic, features, t.Constant(in.action.data(), {rows, action_size_})));
+      internal::ApplyCritic(r.critic_net, t, critic, features, t.Constant(in.action.data(), {rows, action_size_}), parts));
   // Per-item losses (priorities) and Q = sum_j p_j z_j, before weighting, on
   // the device from constants (no gradient): [rows, 2], downloaded once.
   const nn::Var log_probs_now = t.Constant(t.data(log_probs).data, {rows, atoms});
@@ -914,7 +1037,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const nn::Var pre_tanh = actor_.PreTanh(a, Weights{&r.actor, true}, actor_features);
   const nn::Var policy_action = nn::Tanh(pre_tanh);
   const nn::Var q_probs =
-      nn::Softmax(internal::ApplyCritic(critic_, a, Weights{&r.critic, false}, actor_features, policy_action));
+      nn::Softmax(internal::ApplyCritic(r.critic_net, a, Weights{&r.critic, false}, actor_features, policy_action, parts));
   const nn::Var q = nn::MatMul(q_probs, a.Constant(r.support.data(), {atoms, 1}));
   nn::Var actor_loss = nn::Scale(nn::Mean(q), -1.0f);
   if (d4pg.actor_pre_tanh_penalty() > 0) {
@@ -1032,6 +1155,7 @@ void D4pgAgent::LastPriorities(std::vector<uint64_t>* keys, std::vector<double>*
   keys->clear();
   priorities->clear();
   for (const auto& r : replicas_) {
+    if (r->part != 0) continue;  // a split critic's copy's rows are its part 0's
     keys->insert(keys->end(), r->keys.begin(), r->keys.end());
     priorities->insert(priorities->end(), r->item_loss.begin(), r->item_loss.end());
   }
@@ -1067,6 +1191,17 @@ static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::Param
   for (const nn::OptimizerState& s : critic_adam->State()) add_set("critic." + s.name, critic, s.data);
   for (const nn::OptimizerState& s : actor_adam->State()) add_set("actor." + s.name, actor, s.data);
   return entries;
+}
+
+// A checkpoint entry of the critic's set, its target's or its moments'
+// (whose shapes a split critic's part does not hold whole): the parameter's
+// name, or "" for any other entry.
+static std::string CriticParameterOf(const std::string& entry) {
+  const size_t prefix = std::strlen(nn::kParameterEntryPrefix), slash = entry.rfind('/');
+  if (!entry.starts_with(nn::kParameterEntryPrefix) || slash == std::string::npos || slash < prefix) return "";
+  const std::string group = entry.substr(prefix, slash - prefix);
+  if (group != "critic" && group != "target_critic" && !group.starts_with("critic.")) return "";
+  return entry.substr(slash + 1);
 }
 
 static std::string CountersEntry() { return std::string(nn::kParameterEntryPrefix) + internal::kCheckpointCounters; }
@@ -1111,6 +1246,7 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
     tensors = nn::DownloadTensors(*r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor,
                                                       gather_here ? nullptr : &r.critic_state(),
                                                       gather_here ? nullptr : &r.actor_state()));
+    if (model_parallel_ > 1) JoinCriticParts(&tensors);  // the whole critic from its parts
   }
   if (gather_here) {
     // The moments' entries, in Entries' order, from the host.
@@ -1132,6 +1268,53 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   const int64_t counters[3] = {r.updates, r.critic_state().steps(), r.actor_state().steps()};
   tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
   return tensors;
+}
+
+internal::PartSlice D4pgAgent::CriticSliceOf(const Replica& r, const std::string& parameter) const {
+  const int index = r.critic.Find(parameter);
+  internal::PartSlice slice;
+  bool found = false;
+  ForEachCriticSlice(r, [&](int part, int, internal::PartSlice s) {
+    if (part == index) slice = s, found = true;
+  });
+  TROUPE_CHECK(found);
+  return slice;
+}
+
+void D4pgAgent::JoinCriticParts(std::vector<nn::CheckpointTensor>* tensors) const {
+  // Model copy 0's parts: local replicas 0 .. M-1 (every replica is local).
+  std::vector<std::vector<nn::CheckpointTensor>> parts = {*tensors};
+  for (int p = 1; p < model_parallel_; ++p) {
+    Replica& r = *replicas_[p];
+    parts.push_back(nn::DownloadTensors(*r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor,
+                                                            &r.critic_state(), &r.actor_state())));
+  }
+  for (size_t t = 0; t < tensors->size(); ++t) {
+    const std::string parameter = CriticParameterOf((*tensors)[t].name);
+    if (parameter.empty()) continue;
+    const nn::Shape& shape = whole_critic_set_.info(whole_critic_set_.Find(parameter)).shape;
+    std::vector<float> whole(shape.size(), 0.0f);
+    for (int p = 0; p < model_parallel_; ++p) {
+      const internal::PartSlice slice = CriticSliceOf(*replicas_[p], parameter);
+      if (slice.kind == internal::PartSlice::kWhole && p > 0) continue;  // part 0's (the row pair's bias: only its)
+      internal::CopyPartToWhole(parts[p][t].values, shape, slice, whole);
+    }
+    (*tensors)[t] = {(*tensors)[t].name, shape, std::move(whole)};
+  }
+}
+
+std::vector<nn::CheckpointTensor> D4pgAgent::CriticPartOf(const Replica& r,
+                                                          const std::vector<nn::CheckpointTensor>& whole) const {
+  std::vector<nn::CheckpointTensor> part = whole;
+  for (nn::CheckpointTensor& t : part) {
+    const std::string parameter = CriticParameterOf(t.name);
+    if (parameter.empty()) continue;
+    const nn::Shape& shape = r.critic.info(r.critic.Find(parameter)).shape;
+    std::vector<float> values(shape.size());
+    internal::CopyPartFromWhole(t.values, t.shape, CriticSliceOf(r, parameter), values);
+    t = {t.name, shape, std::move(values)};
+  }
+  return part;
 }
 
 std::vector<float> D4pgAgent::WholeValues(std::unique_ptr<replicator::ShardedParameters> Replica::*part) const {
@@ -1184,6 +1367,14 @@ absl::Status D4pgAgent::Load(const std::string& path) {
                    split ? nullptr : &r.actor_state());
   };
   std::vector<nn::DeviceTensor> layout = device_entries(r0);
+  if (model_parallel_ > 1) {
+    // A split critic's entries are the whole critic's.
+    for (nn::DeviceTensor& t : layout) {
+      if (const std::string parameter = CriticParameterOf(t.name); !parameter.empty()) {
+        t = {t.name, whole_critic_set_.info(whole_critic_set_.Find(parameter)).shape, nullptr};
+      }
+    }
+  }
   const size_t moments_begin = layout.size();
   if (split) {
     for (const auto& [prefix, set, sharded] : {std::tuple{"critic.", &r0.critic, r0.critic_sharded.get()},
@@ -1231,6 +1422,8 @@ absl::Status D4pgAgent::Load(const std::string& path) {
       replicator::ShardedParameters* parts[] = {r->critic_part.get(), r->actor_part.get(),
                                                 r->target_critic_part.get(), r->target_actor_part.get()};
       for (size_t n = 0; n < whole_values.size(); ++n) parts[n]->SetPartFromHost(whole_values[n]);
+    } else if (model_parallel_ > 1) {
+      nn::UploadTensors(*r->backend, CriticPartOf(*r, file), device_entries(*r));
     } else {
       nn::UploadTensors(*r->backend, file, device_entries(*r));
     }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -82,6 +83,11 @@ struct D4pgReplicaState {
 };
 D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                        int action_size, int replicas);
+// learner.engine.model_parallel M > 1 (the critic split over M replicas, a
+// (K/M) x M mesh): what splitting it needs (state observations, two hidden
+// layers or more with the first divisible by M, kernel at a time, every
+// replica in this process), refused naming the field otherwise.
+absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const ObservationSpec& spec);
 // learner.engine.device_memory_mib against D4pgReplicaStateBytes (nothing
 // when 0): InvalidArgument naming the budget and each size.
 absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, const ObservationSpec& spec,
@@ -234,6 +240,12 @@ class D4pgAgent final : public Agent {
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block);
   absl::Status PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input, int64_t update,
                              StepInputs& in, bool* gathered, bool* weighted);
+  // A split critic's part: its copy's inputs of one update are part 0's
+  // (every other part's made zero and the parts' sum taken on the device).
+  absl::Status ShareInputs(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, bool weighted);
+  // Each parameter of replica r's part of a split critic: each(its index in
+  // the part's set, the whole critic's parameter's index, where it sits there).
+  void ForEachCriticSlice(const Replica& r, absl::FunctionRef<void(int, int, internal::PartSlice)> each) const;
   absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, int64_t rows, bool gathered,
                             bool weighted);
   // The host's epilogue of a launched execution: its readouts landed, its
@@ -244,6 +256,13 @@ class D4pgAgent final : public Agent {
   // engine.shard_state PARAMETERS: a network's whole values (its padded
   // length) on the host, from every local replica's part.
   std::vector<float> WholeValues(std::unique_ptr<replicator::ShardedParameters> Replica::*part) const;
+  // A split critic (learner.engine.model_parallel): where `parameter` of
+  // replica r's part sits in the whole critic; the critic's checkpoint
+  // entries (its values, target's and moments') put together whole from
+  // model copy 0's parts; and replica r's part of whole entries.
+  internal::PartSlice CriticSliceOf(const Replica& r, const std::string& parameter) const;
+  void JoinCriticParts(std::vector<nn::CheckpointTensor>* tensors) const;
+  std::vector<nn::CheckpointTensor> CriticPartOf(const Replica& r, const std::vector<nn::CheckpointTensor>& whole) const;
 
   config::ExperimentConfig config_;
   ObservationSpec spec_;
@@ -251,10 +270,15 @@ class D4pgAgent final : public Agent {
   replay::Signature signature_;  // TransitionSignature(spec_, action_size_): what Train's batches are checked against
   replicator::Replicator* replicator_ = nullptr;
   int64_t batch_size_ = 0;
+  int64_t rows_ = 0;        // a replica's rows of an update's batch (the global batch over the model copies)
+  int model_parallel_ = 1;  // M: the replicas one critic is split over
   std::vector<int64_t> hidden_;
   // Network descriptions (indices into each replica's sets; shared).
   internal::Encoder encoder_;  // in the critic set (pixels)
-  internal::Mlp critic_;       // in the critic set
+  // A critic split over a model-parallel group (learner.engine.model_parallel
+  // M > 1): the whole critic's layout (declared only), what checkpoints hold.
+  nn::ParameterSet whole_critic_set_;
+  internal::Mlp whole_critic_;
   internal::Mlp actor_;        // in the actor set
   std::vector<std::unique_ptr<Replica>> replicas_;  // local, in replicator->local_replicas() order
   int64_t updates_ = 0;

@@ -1,6 +1,8 @@
 #include "agents/networks.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <limits>
 
 #include "engine/nn/ops.h"
 
@@ -99,6 +101,39 @@ void CopyPartToWhole(std::span<const float> part, const nn::Shape& whole_shape, 
 
 void ClippedOptimizer::Apply() {
   if (max_norm_ > 0) nn::ClipGradientsByGlobalNorm(parameters(), *backend_, max_norm_);
+  inner()->Apply();
+}
+
+SplitClippedOptimizer::SplitClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm,
+                                             int64_t split_floats, int parts)
+    : ForwardingOptimizer(inner),
+      backend_(backend),
+      max_norm_(max_norm),
+      split_floats_(split_floats),
+      parts_(parts),
+      norm_(*backend, 3) {}
+
+void SplitClippedOptimizer::Apply() {
+  if (max_norm_ > 0) {
+    TROUPE_CHECK(group_ != nullptr);  // set_group first
+    nn::ParameterSet& params = parameters();
+    float* grads = params.device_grads();
+    float* factor = norm_.data();
+    float* rest = norm_.data() + 1;
+    float* limit = norm_.data() + 2;
+    // ||part||^2 + ||rest||^2 / M on each part, summed over the M parts.
+    backend_->SquaredNorm(grads, split_floats_, factor);
+    backend_->SquaredNorm(grads + split_floats_, params.padded_floats() - split_floats_, rest);
+    backend_->Axpy(1.0f / static_cast<float>(parts_), rest, factor, 1);
+    group_->SumOnDevice(*backend_, factor, 1);
+    // max_norm / max(||g||, max_norm), as the whole buffer's clip.
+    backend_->Unary(nn::UnaryOp::kSqrt, 0, 0, factor, factor, 1);
+    backend_->Unary(nn::UnaryOp::kClamp, std::max(max_norm_, FLT_MIN), std::numeric_limits<float>::infinity(), factor,
+                    factor, 1);
+    backend_->Fill(limit, 1, max_norm_);
+    backend_->BinaryBroadcast(nn::Binary::kDiv, nn::Flat(1), limit, nn::kAllAxes, factor, nn::kAllAxes, factor);
+    backend_->ScaleByScalar(1.0f, factor, grads, params.padded_floats());
+  }
   inner()->Apply();
 }
 

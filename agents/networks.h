@@ -81,6 +81,26 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
   float max_norm_;
 };
 
+// ClippedOptimizer for a network split over a model-parallel group (Mlp's
+// tensor-parallel pair first in its set): the global norm is the whole
+// network's, of which the gradient buffer's first `split_floats` floats are
+// this part's own (summed over the group: `group`, set per call) and the
+// rest the same on every part (counted once).
+class SplitClippedOptimizer final : public nn::ForwardingOptimizer {
+ public:
+  SplitClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm, int64_t split_floats, int parts);
+  void set_group(nn::CrossReplicaSum* group) { group_ = group; }
+  void Apply() override;
+
+ private:
+  nn::Backend* backend_;
+  float max_norm_;
+  int64_t split_floats_;
+  int parts_;
+  nn::CrossReplicaSum* group_ = nullptr;
+  nn::DeviceBuffer norm_;  // the squared norms, then the clip's factor; its limit
+};
+
 // splitmix64 (Steele et al. 2014): a well-mixed seed from a few integers.
 uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c);
 

@@ -25,11 +25,6 @@ namespace troupe::learner {
 absl::Status ValidateLearnerConfig(const config::LearnerConfig& learner) {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat("learner.", parts...)); };
   RETURN_IF_ERROR(engine::ValidateEngineConfig(learner.engine(), "learner", learner.batch_size()));
-  if (learner.engine().model_parallel() > 1) {
-    return bad("engine.model_parallel ", learner.engine().model_parallel(),
-               ": the RL agents' networks are whole on every replica (tensor parallelism is the GAN generator's so "
-               "far)");
-  }
   if (learner.publish_every() < 1) return bad("publish_every ", learner.publish_every(), ": must be >= 1");
   if (learner.updates_per_execution() < 1 || learner.updates_per_execution() > agents::kMaxUpdatesPerExecution) {
     return bad("updates_per_execution ", learner.updates_per_execution(), ": must be in [1, ",
@@ -138,6 +133,13 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
     std::fprintf(stderr, "learner: optimizer state split over %d replicas (engine.shard_state OPTIMIZER): %.2f MB each\n",
                  l->replicator_->num_replicas(), 1e-6 * l->agent_->optimizer_state_bytes());
   }
+  if (l->replicator_->model_parallel() > 1 && l->is_chief()) {
+    std::fprintf(stderr,
+                 "learner: a model split over the %d replicas of each of %d copies (engine.model_parallel): %.2f MB "
+                 "of networks on each\n",
+                 l->replicator_->model_parallel(), l->replicator_->num_replicas() / l->replicator_->model_parallel(),
+                 1e-6 * l->agent_->parameter_state_bytes());
+  }
   if (engine.shard_state() == config::EngineConfig::PARAMETERS && l->is_chief()) {
     std::fprintf(stderr,
                  "learner: networks and optimizer state split over %d replicas (engine.shard_state PARAMETERS): "
@@ -145,7 +147,10 @@ absl::StatusOr<std::unique_ptr<RlLearner>> RlLearner::Create(const config::Exper
                  l->replicator_->num_replicas(), 1e-6 * l->agent_->parameter_state_bytes(),
                  1e-6 * l->agent_->optimizer_state_bytes());
   }
-  const int shard = config.learner().batch_size() / l->replicator_->num_replicas();
+  // Each model copy's rows (a replica's, unless a model is split over
+  // several: engine.model_parallel; only one replica of a copy samples).
+  const int shard =
+      config.learner().batch_size() / (l->replicator_->num_replicas() / l->replicator_->model_parallel());
   for (size_t i = 0; i < l->replicator_->local_replicas().size(); ++i) {
     replay::SamplerOptions sampler_options{.table = l->table_, .batch_size = shard};
     // A remote sampler gives up when rank 0 stops answering (as collectives do).
