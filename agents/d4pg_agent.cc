@@ -458,13 +458,15 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
           std::tuple{&r->actor, &r->target_actor, MixSeed(seed, 1, 0), &r->actor_part, &r->target_actor_part}}) {
       online->Allocate(device, online_seed, pad);
       if (m > 1 && online == &r->critic) {
-        std::vector<float> part(online->total_floats());
+        // This part's slices of the whole critic.
+        const nn::ParameterSet& set = *online;
+        std::vector<float> values(set.total_floats());
         agent->ForEachCriticSlice(*r, [&](int p, int w, internal::PartSlice slice) {
           const nn::ParameterInfo& from = agent->whole_critic_set_.info(w);
           internal::CopyPartFromWhole({whole_critic.data() + from.offset, size_t(from.shape.size())}, from.shape,
-                                      slice, {part.data() + online->info(p).offset, size_t(online->info(p).shape.size())});
+                                      slice, {values.data() + set.info(p).offset, size_t(set.info(p).shape.size())});
         });
-        RETURN_IF_ERROR(online->UploadValues(part));
+        RETURN_IF_ERROR(online->UploadValues(values));
       }
       target->Allocate(device, 0, split_parameters ? pad : 1, /*gradients=*/false);
       RETURN_IF_ERROR(target->CopyValuesFrom(*online));

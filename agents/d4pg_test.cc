@@ -953,15 +953,11 @@ CriticPass RunCritic(nn::Backend& backend, nn::ParameterSet& set, const internal
   return pass;
 }
 
-// Relative L2 difference of two vectors (infinite when their sizes differ).
-double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+// The largest difference of two vectors relative to their scale (as
+// nn::SameState's), infinite when their sizes differ.
+double Relative(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
+  return nn::internal::RelativeDifference(got, want);
 }
 
 // The critic split over 2 and 4 replicas of a model-parallel group (its
@@ -1023,10 +1019,10 @@ TEST(D4pgAgentTest, ACriticSplitOverReplicasComputesTheWholeCritic) {
     }).ok());
     for (int r = 0; r < k; ++r) {
       SCOPED_TRACE(absl::StrCat("part ", r));
-      EXPECT_LE(RelativeL2(got[r].logits, want.logits), 1e-5);
-      EXPECT_LE(RelativeL2(got[r].action_grad, want.action_grad), 1e-5);
-      EXPECT_LE(RelativeL2(got_constant[r].logits, want_constant.logits), 1e-5);
-      EXPECT_LE(RelativeL2(got_constant[r].action_grad, want_constant.action_grad), 1e-5);
+      EXPECT_LE(Relative(got[r].logits, want.logits), 1e-5);
+      EXPECT_LE(Relative(got[r].action_grad, want.action_grad), 1e-5);
+      EXPECT_LE(Relative(got_constant[r].logits, want_constant.logits), 1e-5);
+      EXPECT_LE(Relative(got_constant[r].action_grad, want_constant.action_grad), 1e-5);
       EXPECT_EQ(pair_floats[r] * k, (7 * 16 + 16 * 8)) << "1/K of the pair's weights";
     }
     // The whole gradients from the parts: the pair's blocks from each part,
@@ -1040,10 +1036,10 @@ TEST(D4pgAgentTest, ACriticSplitOverReplicasComputesTheWholeCritic) {
         for (int r = 0; r < (split ? k : 1); ++r) {
           for (size_t i = 0; i < assembled.size(); ++i) assembled[i] += slices[r][n][i];
         }
-        EXPECT_LE(RelativeL2(assembled, want_grad), 1e-5) << "layer " << layer << (weight ? " weight" : " bias");
+        EXPECT_LE(Relative(assembled, want_grad), 1e-5) << "layer " << layer << (weight ? " weight" : " bias");
         if (!split) {
           for (int r = 1; r < k && !(layer == 1 && !weight); ++r) {
-            EXPECT_LE(RelativeL2(slices[r][n], want_grad), 1e-5) << "part " << r << ", layer " << layer;
+            EXPECT_LE(Relative(slices[r][n], want_grad), 1e-5) << "part " << r << ", layer " << layer;
           }
         }
         ++n;
