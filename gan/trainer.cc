@@ -93,8 +93,8 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
   }
   if (c.engine().shard_state() == config::EngineConfig::PARAMETERS) {
     return FieldError("engine.shard_state", "PARAMETERS: the GAN splits its optimizer's state (OPTIMIZER) and its "
-                                            "generator (engine.model_parallel); its parameters split is D4PG's only "
-                                            "so far");
+                                            "generator (engine.model_parallel); the parameters split is the RL "
+                                            "learner's only so far");
   }
   if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER && c.optimizer() != config::GanConfig::ADAM) {
     return FieldError("engine.shard_state",
