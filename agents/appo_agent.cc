@@ -1,6 +1,7 @@
 #include "agents/appo_agent.h"
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <numbers>
@@ -147,9 +148,8 @@ struct AppoAgent::Replica {
   const uint8_t* frames = nullptr;
   const float *behaviour = nullptr, *discounts = nullptr;
   // The epoch's forward pass: values, means and the log standard deviation
-  // it used (V-trace's and the entropy metric's); `floored`, the floor's
-  // scratch (appo.min_log_std).
-  std::vector<float> values, means, log_std, floored;
+  // it used (V-trace's and the entropy metric's).
+  std::vector<float> values, means, log_std;
   // A minibatch's inputs.
   std::vector<float> mb_x, mb_u, mb_behaviour, mb_advantage, mb_vs, mb_value_weight, ones, ratio;
   std::vector<uint8_t> mb_frames;
@@ -493,12 +493,10 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   r.optimizer->Prepare(LearningRate(r.updates));
   r.optimizer->Apply();
   if (appo.has_min_log_std()) {
-    // The floor as a projection: every replica clamps the same values.
-    r.floored.resize(a);
-    const nn::TensorView log_std = r.model.value(networks_.log_std);
-    r.backend->Download(log_std.data, r.floored.data(), sizeof(float) * a);
-    for (float& l : r.floored) l = std::max(l, appo.min_log_std());
-    r.backend->Upload(r.floored.data(), log_std.data, sizeof(float) * a);
+    // The floor as a projection, on the device: every replica clamps the same values.
+    float* log_std = r.model.value(networks_.log_std).data;
+    r.backend->Unary(nn::UnaryOp::kClamp, appo.min_log_std(), std::numeric_limits<float>::infinity(), log_std, log_std,
+                     a);
   }
   // Metrics from the pass's values (read before the tape is reused).
   r.ratio.resize(n);

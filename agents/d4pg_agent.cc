@@ -390,9 +390,6 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
                                                    copies, m > 1 ? " model copies" : " replicas"));
   }
   RETURN_IF_ERROR(CheckD4pgCriticSplits(config, spec));
-  if (m > 1 && static_cast<int>(replicator->local_replicas().size()) != k) {
-    return absl::FailedPreconditionError("a split critic's replicas must all be in this process");
-  }
   std::unique_ptr<D4pgAgent> agent(new D4pgAgent());
   agent->config_ = config;
   agent->spec_ = spec;
@@ -414,10 +411,15 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   // Sharded state splits the networks' buffers into K equal parts.
   const bool sharded = config.learner().engine().shard_state() != config::EngineConfig::NONE;
   const bool split_parameters = config.learner().engine().shard_state() == config::EngineConfig::PARAMETERS;
-  if (split_parameters && local != k) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "learner.engine.shard_state PARAMETERS: ", local, " of the ", k,
-        " replicas are in this process; the whole model is assembled from every replica's part here"));
+  // A model split either way is put together from every replica's part in
+  // this process (the validation's collectives say so; a Replicator made
+  // otherwise is refused here).
+  if ((split_parameters || m > 1) && local != k) {
+    const std::string field = split_parameters ? std::string("learner.engine.shard_state PARAMETERS")
+                                               : absl::StrCat("learner.engine.model_parallel ", m);
+    return absl::FailedPreconditionError(absl::StrCat(field, ": ", local, " of the ", k,
+                                                      " replicas are in this process; the whole model is assembled "
+                                                      "from every replica's part here"));
   }
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
@@ -1082,9 +1084,13 @@ void D4pgAgent::PolicyParameters(std::vector<float>* out) const {
   out->assign(policy_floats_, 0.0f);
   const Replica& r = *replicas_[0];
   if (r.critic_part != nullptr) {
-    // Split parameters: the two networks assembled from the parts, then copied.
-    const std::vector<float> whole[2] = {WholeValues(&Replica::critic_part), WholeValues(&Replica::actor_part)};
+    // Split parameters: each network the policy reads (the critic's set for
+    // the encoder only) assembled from the parts, once, then copied.
+    std::vector<float> whole[2];
     for (const PolicyCopy& c : policy_copies_) {
+      if (whole[c.source].empty()) {
+        whole[c.source] = WholeValues(c.source == 0 ? &Replica::critic_part : &Replica::actor_part);
+      }
       std::copy_n(whole[c.source].begin() + c.from, c.count, out->begin() + c.to);
     }
     return;

@@ -1,8 +1,6 @@
 #include "agents/networks.h"
 
 #include <algorithm>
-#include <cfloat>
-#include <limits>
 
 #include "engine/nn/ops.h"
 
@@ -24,13 +22,11 @@ Mlp Mlp::Declare(nn::ParameterSet& params, const std::string& name, const std::v
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     const std::string layer = name + "." + std::to_string(i);
     if (parts > 1 && i == 0) {
-      // Column-parallel: w [in, out / parts], b [out / parts].
-      m.layers.push_back({params.Add(layer + ".w", {sizes[0], sizes[1] / parts}, nn::Init::FanIn(sizes[0])),
-                          params.Add(layer + ".b", {sizes[1] / parts}, nn::Init::FanIn(sizes[0]))});
+      const auto column = nn::ColumnParallelLinear::Create(params, layer, sizes[0], sizes[1], parts);
+      m.layers.push_back({column.w, column.b});
     } else if (parts > 1 && i == 1) {
-      // Row-parallel: w [in / parts, out], b [out].
-      m.layers.push_back({params.Add(layer + ".w", {sizes[1] / parts, sizes[2]}, nn::Init::FanIn(sizes[1])),
-                          params.Add(layer + ".b", {sizes[2]}, nn::Init::FanIn(sizes[1]))});
+      const auto row = nn::RowParallelLinear::Create(params, layer, sizes[1], sizes[2], parts, part);
+      m.layers.push_back({row.w, row.b});
     } else {
       m.layers.push_back(nn::LinearLayer::Create(params, layer, sizes[i], sizes[i + 1]));
     }
@@ -43,7 +39,8 @@ nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplic
   for (size_t i = 0; i < layers.size(); ++i) {
     if (parts > 1 && i == 0) x = nn::CopyToModelParallel(x, group);
     if (parts > 1 && i == 1) {
-      // The partial products, the bias once in their sum (part 0's).
+      // nn::RowParallelLinear's pass, with `weights` (trainable or
+      // constants): the partial products, the bias once in their sum (part 0's).
       x = part == 0 ? nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b))
                     : nn::MatMul(x, weights(tape, layers[i].w));
       x = nn::ReduceFromModelParallel(x, group);
@@ -126,13 +123,7 @@ void SplitClippedOptimizer::Apply() {
     backend_->SquaredNorm(grads + split_floats_, params.padded_floats() - split_floats_, rest);
     backend_->Axpy(1.0f / static_cast<float>(parts_), rest, factor, 1);
     group_->SumOnDevice(*backend_, factor, 1);
-    // max_norm / max(||g||, max_norm), as the whole buffer's clip.
-    backend_->Unary(nn::UnaryOp::kSqrt, 0, 0, factor, factor, 1);
-    backend_->Unary(nn::UnaryOp::kClamp, std::max(max_norm_, FLT_MIN), std::numeric_limits<float>::infinity(), factor,
-                    factor, 1);
-    backend_->Fill(limit, 1, max_norm_);
-    backend_->BinaryBroadcast(nn::Binary::kDiv, nn::Flat(1), limit, nn::kAllAxes, factor, nn::kAllAxes, factor);
-    backend_->ScaleByScalar(1.0f, factor, grads, params.padded_floats());
+    nn::ClipBySquaredNorm(*backend_, max_norm_, factor, limit, grads, params.padded_floats());
   }
   inner()->Apply();
 }

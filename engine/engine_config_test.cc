@@ -131,6 +131,8 @@ TEST(ValidateEngineConfigTest, SplitParametersNeedEveryReplicaHereAndKernelsAtAT
   if (BuiltWithPjrt()) {
     EXPECT_THAT(pjrt, HasSubstr("learner.engine.shard_state PARAMETERS: device PJRT runs a step as one compiled "
                                 "program"));
+  } else {
+    EXPECT_THAT(pjrt, HasSubstr("built without the PJRT backend"));
   }
 }
 

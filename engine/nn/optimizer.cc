@@ -1,6 +1,8 @@
 #include "engine/nn/optimizer.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <limits>
 #include <cmath>
 #include <utility>
 
@@ -212,6 +214,17 @@ std::vector<OptimizerState> Lars::State() { return {{"lars.momentum", momentum_.
 
 void ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm, float* norm) {
   backend.ClipByNorm(params.device_grads(), params.total_floats(), max_norm, norm);
+}
+
+void ClipBySquaredNorm(Backend& backend, float max_norm, float* squared_norm, float* limit, float* x, int64_t n) {
+  float* factor = squared_norm;
+  backend.Unary(UnaryOp::kSqrt, 0, 0, factor, factor, 1);
+  backend.Unary(UnaryOp::kClamp, std::max(max_norm, FLT_MIN), std::numeric_limits<float>::infinity(), factor, factor,
+                1);
+  // A division, as the whole-buffer clip's: exactly 1 below the limit.
+  backend.Fill(limit, 1, max_norm);
+  backend.BinaryBroadcast(Binary::kDiv, Flat(1), limit, kAllAxes, factor, kAllAxes, factor);
+  backend.ScaleByScalar(1.0f, factor, x, n);
 }
 
 absl::Status PolyakUpdate(const ParameterSet& online, ParameterSet& target, Backend& backend, float tau) {

@@ -249,6 +249,11 @@ class Lars final : public Optimizer {
 // device (no host round trip); `norm` (device memory, may be null) gets the
 // norm before clipping.
 void ClipGradientsByGlobalNorm(ParameterSet& params, Backend& backend, float max_norm, float* norm = nullptr);
+// The same clip where the squared global norm was summed by the caller (over
+// a model's parts or the replicas' parts of a buffer): x *= max_norm /
+// max(sqrt(*squared_norm), max_norm), exactly 1 below the limit.
+// *squared_norm becomes that factor; *limit is scratch (device memory both).
+void ClipBySquaredNorm(Backend& backend, float max_norm, float* squared_norm, float* limit, float* x, int64_t n);
 
 // target = (1 - tau) * target + tau * online over the whole buffer (Polyak
 // averaging, as deterministic policy gradients' targets). Layouts must match.

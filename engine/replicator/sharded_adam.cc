@@ -1,9 +1,7 @@
 #include "engine/replicator/sharded_adam.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -108,13 +106,7 @@ absl::Status ShardedAdam::ClipPart(float* grads) {
   float* limit = norm_.data() + 1;
   backend.SquaredNorm(grads, count_, factor);
   RETURN_IF_ERROR(ctx_->AllReduceDevice(backend, factor, 1, ReduceOp::kSum));
-  backend.Unary(nn::UnaryOp::kSqrt, 0, 0, factor, factor, 1);
-  backend.Unary(nn::UnaryOp::kClamp, std::max(options_.max_grad_norm, FLT_MIN),
-                std::numeric_limits<float>::infinity(), factor, factor, 1);
-  // A division, as the whole-buffer clip's: exactly 1 below the limit.
-  backend.Fill(limit, 1, options_.max_grad_norm);
-  backend.BinaryBroadcast(nn::Binary::kDiv, nn::Flat(1), limit, nn::kAllAxes, factor, nn::kAllAxes, factor);
-  backend.ScaleByScalar(1.0f, factor, grads, count_);
+  nn::ClipBySquaredNorm(backend, options_.max_grad_norm, factor, limit, grads, count_);
   return absl::OkStatus();
 }
 
