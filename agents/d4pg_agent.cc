@@ -311,6 +311,12 @@ struct D4pgAgent::Replica {
   // engine.shard_state PARAMETERS: this replica's parts of the four
   // networks (their sets above hold whole buffers only during a step).
   std::unique_ptr<replicator::ShardedParameters> critic_part, actor_part, target_critic_part, target_actor_part;
+  // Its part of network n (Network's order).
+  replicator::ShardedParameters& part_of(int n) const {
+    const std::unique_ptr<replicator::ShardedParameters>* parts[kNetworks] = {&critic_part, &actor_part,
+                                                                              &target_critic_part, &target_actor_part};
+    return **parts[n];
+  }
   nn::Tape critic_tape, actor_tape;
   // The optimizers whose state a checkpoint holds.
   nn::Optimizer& critic_state() {
@@ -411,14 +417,12 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   // Sharded state splits the networks' buffers into K equal parts.
   const bool sharded = config.learner().engine().shard_state() != config::EngineConfig::NONE;
   const bool split_parameters = config.learner().engine().shard_state() == config::EngineConfig::PARAMETERS;
-  // A model split either way is put together from every replica's part in
-  // this process (the validation's collectives say so; a Replicator made
+  // A split critic is put together from every replica's part in this
+  // process (the validation's collectives say so; a Replicator made
   // otherwise is refused here).
-  if ((split_parameters || m > 1) && local != k) {
-    const std::string field = split_parameters ? std::string("learner.engine.shard_state PARAMETERS")
-                                               : absl::StrCat("learner.engine.model_parallel ", m);
-    return absl::FailedPreconditionError(absl::StrCat(field, ": ", local, " of the ", k,
-                                                      " replicas are in this process; the whole model is assembled "
+  if (m > 1 && local != k) {
+    return absl::FailedPreconditionError(absl::StrCat("learner.engine.model_parallel ", m, ": ", local, " of the ", k,
+                                                      " replicas are in this process; the whole critic is assembled "
                                                       "from every replica's part here"));
   }
   const uint64_t seed = config.learner().engine().seed();
@@ -472,6 +476,13 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       }
       target->Allocate(device, 0, split_parameters ? pad : 1, /*gradients=*/false);
       RETURN_IF_ERROR(target->CopyValuesFrom(*online));
+      if (split_parameters && local != k && i == 0) {
+        // The other parts are on other ranks: the host's copies of the whole
+        // networks start from the whole ones here, before the split.
+        const int n = online == &r->critic ? kCritic : kActor;
+        agent->values_on_host_[n] = online->DownloadValues();
+        agent->values_on_host_[n + kTargetCritic] = agent->values_on_host_[n];
+      }
       if (split_parameters) {
         ASSIGN_OR_RETURN(*part, replicator::ShardedParameters::Create(online, id, k));
         ASSIGN_OR_RETURN(*target_part, replicator::ShardedParameters::Create(target, id, k));
@@ -599,11 +610,31 @@ bool D4pgAgent::state_split_across_processes() const {
 
 absl::Status D4pgAgent::PrepareCheckpoint() {
   if (!state_split_across_processes()) return absl::OkStatus();
+  const bool split_parameters = replicas_[0]->critic_part != nullptr;
   RETURN_IF_ERROR(replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
     Replica& r = *replicas_[ctx.local_index()];
+    // Local replica 0's copies are the ones a checkpoint reads.
+    const bool keep = ctx.local_index() == 0;
+    if (split_parameters) {
+      // Each network, then each's moments, whole on the host (on the
+      // device one at a time, and only during its gather).
+      for (int n = 0; n < kNetworks; ++n) {
+        std::vector<float> whole;
+        RETURN_IF_ERROR(r.part_of(n).GatherToHost(ctx, &whole));
+        if (keep) values_on_host_[n] = std::move(whole);
+      }
+    }
+    int n = kCritic;
     for (replicator::ShardedAdam* sharded : {r.critic_sharded.get(), r.actor_sharded.get()}) {
       RETURN_IF_ERROR(sharded->set_context(&ctx));
-      RETURN_IF_ERROR(sharded->GatherState());
+      if (split_parameters) {
+        std::vector<std::vector<float>> whole;
+        RETURN_IF_ERROR(sharded->GatherStateToHost(&whole));
+        if (keep) moments_on_host_[n] = std::move(whole);
+      } else {
+        RETURN_IF_ERROR(sharded->GatherState());
+      }
+      ++n;
     }
     return absl::OkStatus();
   }));
@@ -611,15 +642,34 @@ absl::Status D4pgAgent::PrepareCheckpoint() {
   return absl::OkStatus();
 }
 
+void D4pgAgent::ReleaseGatheredState() {
+  if (!whole_moments_gathered_) return;
+  for (auto& r : replicas_) {
+    r->critic_sharded->ReleaseWholeState();
+    r->actor_sharded->ReleaseWholeState();
+  }
+  for (auto& moments : moments_on_host_) moments.clear();
+  whole_moments_gathered_ = false;
+}
+
+absl::Status D4pgAgent::GatherPolicyNetworks() {
+  return replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
+    Replica& r = *replicas_[ctx.local_index()];
+    for (int n : {kCritic, kActor}) {
+      if (std::none_of(policy_copies_.begin(), policy_copies_.end(), [n](const PolicyCopy& c) { return c.source == n; })) {
+        continue;  // (the critic's set, from state: the policy reads none of it)
+      }
+      std::vector<float> whole;
+      RETURN_IF_ERROR(r.part_of(n).GatherToHost(ctx, &whole));
+      if (ctx.local_index() == 0) values_on_host_[n] = std::move(whole);
+    }
+    return absl::OkStatus();
+  });
+}
+
 absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
   if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
-  if (whole_moments_gathered_) {
-    for (auto& r : replicas_) {
-      r->critic_sharded->ReleaseWholeState();
-      r->actor_sharded->ReleaseWholeState();
-    }
-    whole_moments_gathered_ = false;
-  }
+  ReleaseGatheredState();
   ++train_generation_;
   // The inputs this call takes, and with StartInput's input the next call's first.
   for (auto& r : replicas_) {
@@ -670,6 +720,11 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
         return Update(ctx, *replicas_[ctx.local_index()], block);
       });
   updates_ = replicas_[0]->updates;
+  // The parameters split over ranks: the networks the actors' policy reads,
+  // whole on the host for PolicyParameters (a collective at every call).
+  if (status.ok() && replicas_[0]->critic_part != nullptr && state_split_across_processes()) {
+    status = GatherPolicyNetworks();
+  }
   return status;
 }
 
@@ -1088,9 +1143,7 @@ void D4pgAgent::PolicyParameters(std::vector<float>* out) const {
     // the encoder only) assembled from the parts, once, then copied.
     std::vector<float> whole[2];
     for (const PolicyCopy& c : policy_copies_) {
-      if (whole[c.source].empty()) {
-        whole[c.source] = WholeValues(c.source == 0 ? &Replica::critic_part : &Replica::actor_part);
-      }
+      if (whole[c.source].empty()) whole[c.source] = WholeValues(c.source == 0 ? kCritic : kActor);
       std::copy_n(whole[c.source].begin() + c.from, c.count, out->begin() + c.to);
     }
     return;
@@ -1231,47 +1284,54 @@ static void ForEachSplitMoment(
 
 std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   Replica& r = *replicas_[0];
-  // Every replica's part of the moments, assembled on the host (no device
-  // holds them whole) where all replicas are in this process; over MPI
-  // PrepareCheckpoint gathered them into replica 0's whole ones.
-  const bool gather_here = r.critic_sharded && !whole_moments_gathered_;
-  TROUPE_CHECK(!gather_here || !state_split_across_processes());  // PrepareCheckpoint first, on every rank
+  // Split over other processes' replicas too (MPI ranks): PrepareCheckpoint
+  // first, on every rank.
+  const bool across = state_split_across_processes();
+  TROUPE_CHECK(!across || whole_moments_gathered_);
+  // Split moments on the host (no device holding them whole): assembled from
+  // every local replica's part, or over ranks with the parameters split
+  // PrepareCheckpoint's copies; with the moments alone split over ranks,
+  // the whole ones PrepareCheckpoint gathered on replica 0's device.
+  const bool moments_on_host = r.critic_sharded && (!across || r.critic_part != nullptr);
   std::vector<nn::CheckpointTensor> tensors;
   if (r.critic_part != nullptr) {
-    // Split parameters: each network assembled from the parts on the host.
-    for (const auto& [prefix, set, part] :
-         {std::tuple{"critic", &r.critic, &Replica::critic_part}, std::tuple{"actor", &r.actor, &Replica::actor_part},
-          std::tuple{"target_critic", &r.target_critic, &Replica::target_critic_part},
-          std::tuple{"target_actor", &r.target_actor, &Replica::target_actor_part}}) {
-      const std::vector<float> whole = WholeValues(part);
-      for (int i = 0; i < set->size(); ++i) {
-        const auto begin = whole.begin() + set->info(i).offset;
-        tensors.push_back({EntryName(prefix, *set, i), set->info(i).shape,
-                           std::vector<float>(begin, begin + set->info(i).shape.size())});
+    // Split parameters: each network whole on the host.
+    for (int n = 0; n < kNetworks; ++n) {
+      static constexpr const char* kPrefixes[kNetworks] = {"critic", "actor", "target_critic", "target_actor"};
+      const nn::ParameterSet& set = r.part_of(n).set();
+      const std::vector<float> whole = WholeValues(n);
+      for (int i = 0; i < set.size(); ++i) {
+        const auto begin = whole.begin() + set.info(i).offset;
+        tensors.push_back({EntryName(kPrefixes[n], set, i), set.info(i).shape,
+                           std::vector<float>(begin, begin + set.info(i).shape.size())});
       }
     }
   } else {
     tensors = nn::DownloadTensors(*r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor,
-                                                      gather_here ? nullptr : &r.critic_state(),
-                                                      gather_here ? nullptr : &r.actor_state()));
+                                                      moments_on_host ? nullptr : &r.critic_state(),
+                                                      moments_on_host ? nullptr : &r.actor_state()));
     if (model_parallel_ > 1) JoinCriticParts(&tensors);  // the whole critic from its parts
   }
-  if (gather_here) {
+  if (moments_on_host) {
     // The moments' entries, in Entries' order, from the host.
-    const auto append = [&](const std::string& prefix, const nn::ParameterSet& set,
+    const auto append = [&](const std::string& prefix, const nn::ParameterSet& set, int n,
                             std::unique_ptr<replicator::ShardedAdam> Replica::*sharded) {
       std::vector<replicator::ShardedAdam*> parts;
       for (const auto& each : replicas_) parts.push_back(((*each).*sharded).get());
       std::vector<std::vector<float>> whole;
-      TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &whole).ok());
+      if (across) {
+        whole = moments_on_host_[n];
+      } else {
+        TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &whole).ok());
+      }
       ForEachSplitMoment(prefix, set, *parts[0], [&](const std::string& name, const nn::Shape& shape, size_t s,
                                                      int64_t offset) {
         const auto begin = whole[s].begin() + offset;
         tensors.push_back({name, shape, std::vector<float>(begin, begin + shape.size())});
       });
     };
-    append("critic.", r.critic, &Replica::critic_sharded);
-    append("actor.", r.actor, &Replica::actor_sharded);
+    append("critic.", r.critic, kCritic, &Replica::critic_sharded);
+    append("actor.", r.actor, kActor, &Replica::actor_sharded);
   }
   const int64_t counters[3] = {r.updates, r.critic_state().steps(), r.actor_state().steps()};
   tensors.push_back(nn::Int64Tensor(CountersEntry(), counters));
@@ -1325,11 +1385,15 @@ std::vector<nn::CheckpointTensor> D4pgAgent::CriticPartOf(const Replica& r,
   return part;
 }
 
-std::vector<float> D4pgAgent::WholeValues(std::unique_ptr<replicator::ShardedParameters> Replica::*part) const {
+std::vector<float> D4pgAgent::WholeValues(int network) const {
+  if (state_split_across_processes()) {
+    TROUPE_CHECK(!values_on_host_[network].empty());  // gathered (PrepareCheckpoint, or the policy's after Train)
+    return values_on_host_[network];
+  }
   std::vector<const replicator::ShardedParameters*> parts;
-  for (const auto& each : replicas_) parts.push_back(((*each).*part).get());
+  for (const auto& each : replicas_) parts.push_back(&each->part_of(network));
   std::vector<float> whole;
-  TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &whole).ok());  // Create checked: all local
+  TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &whole).ok());  // all local
   return whole;
 }
 
@@ -1337,9 +1401,7 @@ int64_t D4pgAgent::parameter_state_bytes() const {
   const Replica& r = *replicas_[0];
   if (r.critic_part != nullptr) {
     int64_t bytes = 0;
-    for (const auto* part : {&r.critic_part, &r.actor_part, &r.target_critic_part, &r.target_actor_part}) {
-      bytes += (*part)->part_bytes();
-    }
+    for (int n = 0; n < kNetworks; ++n) bytes += r.part_of(n).part_bytes();
     return bytes;
   }
   // Values and gradients of both networks, and their targets' values.
@@ -1368,6 +1430,7 @@ absl::Status D4pgAgent::Load(const std::string& path) {
   // Names and shapes are checked against replica 0's layout before anything
   // changes. With split optimizer state the moments stay on the host: each
   // replica takes its part (no device holds them whole).
+  ReleaseGatheredState();  // (a checkpoint's copies of the state before this one)
   Replica& r0 = *replicas_[0];
   const bool split = r0.critic_sharded != nullptr;
   const auto device_entries = [split](Replica& r) {
@@ -1416,20 +1479,19 @@ absl::Status D4pgAgent::Load(const std::string& path) {
   std::vector<std::vector<float>> whole_values;
   if (r0.critic_part != nullptr) {
     size_t entry = 0;
-    for (const nn::ParameterSet* set : {&r0.critic, &r0.actor, &r0.target_critic, &r0.target_actor}) {
-      std::vector<float>& whole = whole_values.emplace_back(set->padded_floats(), 0.0f);
-      for (int i = 0; i < set->size(); ++i) {
+    for (int n = 0; n < kNetworks; ++n) {
+      const nn::ParameterSet& set = r0.part_of(n).set();
+      std::vector<float>& whole = whole_values.emplace_back(set.padded_floats(), 0.0f);
+      for (int i = 0; i < set.size(); ++i) {
         const std::vector<float>& values = file[entry++].values;
-        std::copy(values.begin(), values.end(), whole.begin() + set->info(i).offset);
+        std::copy(values.begin(), values.end(), whole.begin() + set.info(i).offset);
       }
     }
   }
   // Every local replica gets the same state.
   for (auto& r : replicas_) {
     if (r->critic_part != nullptr) {
-      replicator::ShardedParameters* parts[] = {r->critic_part.get(), r->actor_part.get(),
-                                                r->target_critic_part.get(), r->target_actor_part.get()};
-      for (size_t n = 0; n < whole_values.size(); ++n) parts[n]->SetPartFromHost(whole_values[n]);
+      for (int n = 0; n < kNetworks; ++n) r->part_of(n).SetPartFromHost(whole_values[n]);
     } else if (model_parallel_ > 1) {
       nn::UploadTensors(*r->backend, CriticPartOf(*r, file), device_entries(*r));
     } else {
@@ -1442,6 +1504,10 @@ absl::Status D4pgAgent::Load(const std::string& path) {
       r->critic_sharded->KeepOwnPartFromHost(critic_moments);
       r->actor_sharded->KeepOwnPartFromHost(actor_moments);
     }
+  }
+  if (r0.critic_part != nullptr && state_split_across_processes()) {
+    // The host's whole networks over ranks, as loaded (the policy's until the next Train).
+    for (int n = 0; n < kNetworks; ++n) values_on_host_[n] = std::move(whole_values[n]);
   }
   updates_ = counters[0];
   {

@@ -196,8 +196,8 @@ class D4pgAgent final : public Agent {
   // The networks' values, their gradients and the targets one replica keeps
   // between updates (its parts with engine.shard_state PARAMETERS).
   int64_t parameter_state_bytes() const override;
-  // engine.shard_state OPTIMIZER over MPI ranks: the moments' parts are
-  // gathered by PrepareCheckpoint (a collective on every rank).
+  // engine.shard_state OPTIMIZER or PARAMETERS over MPI ranks: the parts
+  // are gathered by PrepareCheckpoint (a collective on every rank).
   bool state_split_across_processes() const override;
   absl::Status PrepareCheckpoint() override;
   bool state_gathered() const override { return !state_split_across_processes() || whole_moments_gathered_; }
@@ -212,6 +212,9 @@ class D4pgAgent final : public Agent {
 
  private:
   struct Replica;
+  // The four networks, in checkpoint order (a Replica's part_of, the host's
+  // copies below).
+  enum Network { kCritic, kActor, kTargetCritic, kTargetActor, kNetworks };
   struct StepInputs;  // one update's inputs in device memory (d4pg_agent.cc)
   struct Launched;    // an execution whose readouts are still to be read (d4pg_agent.cc)
   D4pgAgent() = default;
@@ -253,9 +256,15 @@ class D4pgAgent final : public Agent {
   absl::Status Epilogue(replicator::ReplicaContext& ctx, Replica& r, Launched& execution, int64_t rows);
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
-  // engine.shard_state PARAMETERS: a network's whole values (its padded
-  // length) on the host, from every local replica's part.
-  std::vector<float> WholeValues(std::unique_ptr<replicator::ShardedParameters> Replica::*part) const;
+  // engine.shard_state PARAMETERS: network n's whole values on the host,
+  // from every local replica's part, or over MPI ranks the copy gathered
+  // last (values_on_host_).
+  std::vector<float> WholeValues(int network) const;
+  // Over MPI ranks with the parameters split: the networks the actors'
+  // policy reads into values_on_host_ (a collective; after every Train).
+  absl::Status GatherPolicyNetworks();
+  // Frees what PrepareCheckpoint gathered (the state moves on, or is loaded).
+  void ReleaseGatheredState();
   // A split critic (learner.engine.model_parallel): where `parameter` of
   // replica r's part sits in the whole critic; the critic's checkpoint
   // entries (its values, target's and moments') put together whole from
@@ -298,8 +307,16 @@ class D4pgAgent final : public Agent {
   int64_t policy_floats_ = 0;
 
   // PrepareCheckpoint gathered the whole moments into every local replica's
-  // sharded optimizers; released at the next Train.
+  // sharded optimizers (or with the parameters split, to moments_on_host_);
+  // released at the next Train.
   bool whole_moments_gathered_ = false;
+  // engine.shard_state PARAMETERS over MPI ranks, where no host holds every
+  // part: each network's whole values (Network's order) and the critic's and
+  // actor's whole moments (StateNames' order), gathered by collectives. The
+  // networks start whole here (Create, Load); the policy's are gathered
+  // again after every Train call, everything by PrepareCheckpoint.
+  std::vector<float> values_on_host_[kNetworks];
+  std::vector<std::vector<float>> moments_on_host_[2];
   mutable absl::Mutex metrics_mu_;
   mutable double sum_critic_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;

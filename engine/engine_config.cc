@@ -146,19 +146,11 @@ absl::Status ValidateEngineConfig(const config::EngineConfig& engine, const std:
                  "SHARED_DEVICE puts every replica on one device, where splitting it saves nothing: use IN_PROCESS, "
                  "NCCL or MPI");
     }
-    if (engine.shard_state() == config::EngineConfig::PARAMETERS) {
-      if (c != config::EngineConfig::IN_PROCESS && c != config::EngineConfig::NCCL) {
-        return bad(".engine.shard_state PARAMETERS with collectives ", config::EngineConfig::Collectives_Name(c),
-                   ": the whole model (for a checkpoint, the actors' policy) is assembled from every replica's part "
-                   "on the host, which needs them all in this process (IN_PROCESS or NCCL); over MPI ranks, "
-                   "shard_state OPTIMIZER splits the moments");
-      }
-      if (pjrt || gpu) {
-        return bad(".engine.shard_state PARAMETERS: device ", config::EngineConfig::Device_Name(engine.device()),
-                   " runs a step as one compiled program, which keeps every buffer it reads for its life; gathering a "
-                   "network's values for a part of the step and freeing them after is kernel at a time (device CPU, "
-                   "CPU_STRICT or CUDA); with PJRT, shard_state OPTIMIZER");
-      }
+    if (engine.shard_state() == config::EngineConfig::PARAMETERS && (pjrt || gpu)) {
+      return bad(".engine.shard_state PARAMETERS: device ", config::EngineConfig::Device_Name(engine.device()),
+                 " runs a step as one compiled program, which keeps every buffer it reads for its life; gathering a "
+                 "network's values for a part of the step and freeing them after is kernel at a time (device CPU, "
+                 "CPU_STRICT or CUDA); with PJRT, shard_state OPTIMIZER");
     }
   }
   if (engine.straggler() == config::EngineConfig::DEADLINE) {

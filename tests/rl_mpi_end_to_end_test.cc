@@ -84,11 +84,13 @@ void ExpectRanksAgreeAt(const std::string& log, const std::string& updates) {
   EXPECT_EQ(final_state["0"].first, updates) << log;
 }
 
-// The floats of a checkpoint file's Adam second moments (entries named
-// "...adam.v...") and how many are zero. The file's format (engine/nn/
-// checkpoint.h): "TRPCKPT1" | u32 entries | entries | u64 checksum, an entry
-// u32 name length | name | u32 rank | i64 dims[rank] | f32 data.
-bool CountSecondMoments(const std::string& path, int64_t* floats, int64_t* zeros) {
+// The floats of a checkpoint file's entries whose names match `names` (a
+// regex: "adam\\.v" Adam's second moments) and how many are zero. The file's
+// format (engine/nn/checkpoint.h): "TRPCKPT1" | u32 entries | entries | u64
+// checksum, an entry u32 name length | name | u32 rank | i64 dims[rank] |
+// f32 data.
+bool CountFloats(const std::string& path, const std::string& names, int64_t* floats, int64_t* zeros) {
+  const std::regex match(names);
   std::ifstream in(path, std::ios::binary);
   char magic[8];
   uint32_t entries = 0;
@@ -108,7 +110,7 @@ bool CountSecondMoments(const std::string& path, int64_t* floats, int64_t* zeros
     }
     std::vector<float> values(count);
     if (!in.read(reinterpret_cast<char*>(values.data()), 4 * count)) return false;
-    if (name.find("adam.v") == std::string::npos) continue;
+    if (!std::regex_search(name, match)) continue;
     *floats += count;
     for (float v : values) *zeros += v == 0.0f;
   }
@@ -184,30 +186,39 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
   }
 }
 
-// Adam's moments split over the 2 ranks (learner.engine.shard_state
-// OPTIMIZER): each rank keeps half, and every checkpoint gathers them whole
-// from both ranks at an update they agree on. A run of 300 updates ends with
-// both ranks' state the same and its final checkpoint whole; resumed on 2
-// ranks (each taking its half of the loaded moments), its next periodic
-// checkpoint is whole too. Gathered from rank 0 alone, the second half of
-// every moment buffer would be zeros; Adam's second moment is positive
-// wherever a gradient was.
-TEST_F(RlMpiEndToEndTest, TwoRanksWithTheOptimizerStateSplitCheckpointItWhole) {
+// The training state split over the 2 ranks (learner.engine.shard_state):
+// Adam's moments (OPTIMIZER), or the networks and their targets too
+// (PARAMETERS). Each rank keeps half, and every checkpoint gathers the
+// whole from both ranks at an update they agree on. A run of 300 updates
+// ends with both ranks' state the same and its final checkpoint whole;
+// resumed on 2 ranks (each taking its half of what it loaded), its next
+// periodic checkpoint is whole too. Gathered from rank 0 alone, the second
+// half of every split buffer would be zeros; Adam's second moment is
+// positive wherever a gradient was, and no weight is exactly zero.
+class RlMpiSplitStateTest : public RlMpiEndToEndTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(RlMpiSplitStateTest, TwoRanksWithTheStateSplitCheckpointItWhole) {
+  const std::string shard_state = GetParam();
   const std::string config = WriteConfig(dir_, /*total_frames=*/1000000000, /*max_updates=*/300,
-                                         "shard_state: OPTIMIZER");
+                                         "shard_state: " + shard_state);
   auto expect_whole = [&](const std::string& generation, const std::string& log) {
-    int64_t second_moments = 0, zeros = 0;
-    ASSERT_TRUE(CountSecondMoments(generation + "/agent.ckpt", &second_moments, &zeros)) << generation;
-    ASSERT_GT(second_moments, 10000) << "the critic's and actor's second moments";
-    EXPECT_LT(double(zeros) / second_moments, 0.05) << generation << ": " << zeros << " of " << second_moments
-                                                    << " second moments are zero\n" << log;
+    // The second moments, and the weights of the networks and their targets
+    // ("param/critic/NAME.w", "param/target_actor/NAME.w").
+    for (const std::string names : {"adam\\.v", "^param/[a-z_]+/.*\\.w$"}) {
+      int64_t floats = 0, zeros = 0;
+      ASSERT_TRUE(CountFloats(generation + "/agent.ckpt", names, &floats, &zeros)) << generation;
+      ASSERT_GT(floats, 10000) << names << ": the critic's and actor's";
+      EXPECT_LT(double(zeros) / floats, 0.05) << generation << ": " << zeros << " of " << floats << " floats of "
+                                              << names << " are zero\n" << log;
+    }
   };
   pid_t learners = StartLearners(config, run_dir_, dir_ + "/learner.log");
   ASSERT_NE(StartActors(config), "") << Read(dir_ + "/learner.log");
   int exit_code = Wait(learners, /*seconds=*/150);
   std::string log = Read(dir_ + "/learner.log");
   ASSERT_EQ(exit_code, 0) << log;
-  EXPECT_THAT(log, HasSubstr("optimizer state split over 2 replicas"));
+  EXPECT_THAT(log, HasSubstr(shard_state == "PARAMETERS" ? "networks and optimizer state split over 2 replicas"
+                                                         : "optimizer state split over 2 replicas"));
   ASSERT_NO_FATAL_FAILURE(ExpectRanksAgreeAt(log, "300"));
   const std::string last = NewestCheckpoint(run_dir_);
   ASSERT_FALSE(last.empty()) << log;
@@ -233,8 +244,13 @@ TEST_F(RlMpiEndToEndTest, TwoRanksWithTheOptimizerStateSplitCheckpointItWhole) {
   ASSERT_FALSE(periodic.empty()) << "no checkpoint after the resumed one within 120 s\n" << log;
   EXPECT_THAT(log, HasSubstr("resumed"));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("check failed"))) << log;
-  expect_whole(periodic, log);
+  // The newest generation now: more may have been written (and the one
+  // seen above pruned, learner.keep_checkpoints 2) while the ranks stopped.
+  expect_whole(NewestCheckpoint(run_dir_), log);
 }
+
+INSTANTIATE_TEST_SUITE_P(ShardState, RlMpiSplitStateTest, ::testing::Values("OPTIMIZER", "PARAMETERS"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);

@@ -134,6 +134,18 @@ absl::Status ShardedAdam::GatherState() {
   return absl::OkStatus();
 }
 
+absl::Status ShardedAdam::GatherStateToHost(std::vector<std::vector<float>>* whole) {
+  absl::Status status = GatherState();
+  whole->clear();
+  for (const nn::OptimizerState& s : State()) {
+    if (!status.ok()) break;
+    std::vector<float>& host = whole->emplace_back(params_->padded_floats());
+    params_->backend().Download(s.data, host.data(), sizeof(float) * host.size());
+  }
+  ReleaseWholeState();
+  return status;
+}
+
 absl::Status ShardedAdam::GatherLocalToHost(const std::vector<ShardedAdam*>& replicas,
                                             std::vector<std::vector<float>>* whole) {
   TROUPE_CHECK(!replicas.empty());

@@ -100,6 +100,11 @@ class ShardedAdam final : public nn::Optimizer {
   // Every replica's part of the moments into the whole ones (State()): a
   // collective every replica calls before a checkpoint is written.
   absl::Status GatherState();
+  // GatherState into host memory ((*whole)[s]: state s, StateNames' order,
+  // the parameters' padded length, as KeepOwnPartFromHost takes them), the
+  // whole moments released after: a checkpoint where the other parts are in
+  // other processes.
+  absl::Status GatherStateToHost(std::vector<std::vector<float>>* whole);
   // After a checkpoint's load filled State() and the parameters: this
   // replica's part of the moments becomes its moments (the whole ones are
   // released), and where the part has buffers of its own, its part of the

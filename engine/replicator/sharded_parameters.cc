@@ -48,6 +48,14 @@ absl::Status ShardedParameters::Gather(ReplicaContext& ctx) {
   return ctx.AllGatherDevice(backend, part_.device_values(), set_->device_values(), count_);
 }
 
+absl::Status ShardedParameters::GatherToHost(ReplicaContext& ctx, std::vector<float>* whole) {
+  TROUPE_CHECK(!set_->holds_buffers());  // between steps
+  const absl::Status status = Gather(ctx);
+  if (status.ok()) *whole = set_->DownloadValues();
+  Release();
+  return status;
+}
+
 void ShardedParameters::Polyak(const ShardedParameters& online, float tau) {
   TROUPE_CHECK(online.count_ == count_ && online.begin_ == begin_);
   part_.backend().Polyak(count_, tau, online.part_.device_values(), part_.device_values());

@@ -13,7 +13,8 @@
 // A checkpoint holds the whole values: GatherLocalToHost assembles them on
 // the host from every replica's part where all K are in this process (no
 // device holds them whole), SetPartFromHost gives a replica its part of
-// values read from one.
+// values read from one. Where the parts are in other processes,
+// GatherToHost does the same through the device, a collective.
 //
 // Not thread-safe: one replica's thread uses it.
 #ifndef TROUPE_ENGINE_REPLICATOR_SHARDED_PARAMETERS_H_
@@ -46,6 +47,10 @@ class ShardedParameters {
   absl::Status Gather(ReplicaContext& ctx);
   void Release() { set_->ReleaseBuffers(); }
   void ReleaseGradients() { set_->ReleaseGradients(); }
+  // Between steps, where the parts are in other processes (MPI ranks): the
+  // whole values into host memory by Gather, then Release (a collective;
+  // the whole buffers exist only during the call).
+  absl::Status GatherToHost(ReplicaContext& ctx, std::vector<float>* whole);
 
   // target = (1 - tau) target + tau online, on the parts (the whole
   // average's arithmetic, element by element): `online` and this are parts

@@ -1,0 +1,178 @@
+// D4PG with its networks split over MPI ranks (learner.engine.collectives
+// MPI, shard_state PARAMETERS): run as `mpiexec -np 2
+// agents_d4pg_mpi_test_main DIR`, each rank one replica keeping half of the
+// networks, their targets and Adam's moments.
+//  1. 20 clipped updates end where one replica with the whole model on the
+//     whole batch ends (every rank trains that reference in this process):
+//     the whole state, gathered by PrepareCheckpoint, within 1e-4; each
+//     rank keeps about half of what the reference keeps.
+//  2. The actors' policy after every Train call is the reference's (the
+//     networks it reads gathered over the ranks then; not the ones made at
+//     the start).
+//  3. The chief's checkpoint holds the whole model: loaded split on both
+//     ranks it gathers back exactly, and its policy is the saved one; loaded
+//     by one unsplit replica it is the same state; 5 updates more end where
+//     the reference's 5 more end.
+// Prints each rank's worst differences; exits 0 when all hold.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "agents/d4pg_agent.h"
+#include "agents/d4pg_test_data.h"
+#include "engine/engine_config.h"
+#include "engine/nn/checkpoint.h"
+#include "engine/nn/state_match.h"
+
+namespace troupe::agents {
+namespace {
+
+using d4pg_test::Bandit;
+using d4pg_test::TinyConfig;
+
+constexpr int kActions = 2;
+const ObservationSpec kSpec{.state_size = 3};
+
+config::ExperimentConfig Config() {
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_d4pg()->set_target_tau(0.1f);
+  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  return c;
+}
+
+config::ExperimentConfig SplitOverRanks() {
+  config::ExperimentConfig c = Config();
+  c.mutable_learner()->mutable_engine()->set_collectives(config::EngineConfig::MPI);
+  c.mutable_learner()->mutable_engine()->set_shard_state(config::EngineConfig::PARAMETERS);
+  return c;
+}
+
+struct Learner {
+  std::unique_ptr<replicator::Replicator> replicator;
+  std::unique_ptr<D4pgAgent> agent;
+};
+
+absl::StatusOr<Learner> Make(const config::ExperimentConfig& c) {
+  Learner l;
+  ASSIGN_OR_RETURN(l.replicator, engine::MakeReplicator(c.learner().engine()));
+  ASSIGN_OR_RETURN(l.agent, D4pgAgent::Create(c, kSpec, kActions, l.replicator.get()));
+  return l;
+}
+
+// Updates [from, to) of the bandit's batches, one Train call each.
+absl::Status Train(D4pgAgent& agent, int from, int to) {
+  for (int step = from; step < to; ++step) RETURN_IF_ERROR(agent.Train(1, Bandit(kSpec, kActions, Config(), step)));
+  return absl::OkStatus();
+}
+
+// Prints whether it holds, with SameState's margins or what failed.
+bool Check(int rank, const ::testing::AssertionResult& result, const std::string& what) {
+  std::printf("rank %d: %s: %s (%s)\n", rank, what.c_str(), result ? "holds" : "FAILS", result.message());
+  return static_cast<bool>(result);
+}
+
+// The policies' floats within a tolerance relative to the reference's.
+::testing::AssertionResult SamePolicy(const D4pgAgent& want, const D4pgAgent& got, double tolerance) {
+  std::vector<float> w, g;
+  want.PolicyParameters(&w);
+  got.PolicyParameters(&g);
+  if (w.size() != g.size()) return ::testing::AssertionFailure() << g.size() << " floats, not " << w.size();
+  double worst = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double off = std::fabs(double(g[i]) - w[i]) / (std::fabs(double(w[i])) + 1e-6);
+    if (!(off <= tolerance)) {
+      return ::testing::AssertionFailure() << "policy float " << i << ": " << g[i] << ", want " << w[i];
+    }
+    worst = std::max(worst, off);
+  }
+  return ::testing::AssertionSuccess() << "worst relative difference " << worst;
+}
+
+// Every rank waits here for every other (a collective).
+absl::Status Barrier(replicator::Replicator& replicator) {
+  return replicator.RunReplicas([](replicator::ReplicaContext& ctx) {
+    float x = 0;
+    return ctx.AllReduce({&x, 1}, replicator::ReduceOp::kSum);
+  });
+}
+
+#define OR_FAIL(expr)                                                     \
+  do {                                                                    \
+    if (const absl::Status failed = (expr); !failed.ok()) {               \
+      std::fprintf(stderr, "%s: %s\n", #expr, failed.ToString().c_str()); \
+      return 1;                                                           \
+    }                                                                     \
+  } while (0)
+
+int Run(const std::string& dir) {
+  absl::StatusOr<Learner> split = Make(SplitOverRanks());
+  absl::StatusOr<Learner> one = Make(Config());
+  if (!split.ok() || !one.ok()) {
+    std::fprintf(stderr, "agents: %s %s\n", split.status().ToString().c_str(), one.status().ToString().c_str());
+    return 1;
+  }
+  D4pgAgent& s = *split->agent;
+  D4pgAgent& reference = *one->agent;
+  const int rank = split->replicator->local_replicas()[0];
+  bool ok = s.state_split_across_processes();
+  if (!ok) std::printf("rank %d: the state is not split across processes\n", rank);
+
+  const std::vector<nn::CheckpointTensor> start = reference.CheckpointState();
+  ok &= Check(rank, SamePolicy(reference, s, 0), "the policy at the start is the whole model's");
+  OR_FAIL(Train(reference, 0, 1));
+  OR_FAIL(Train(s, 0, 1));
+  ok &= Check(rank, SamePolicy(reference, s, 1e-4), "the policy after one update is the reference's, within 1e-4");
+  OR_FAIL(Train(reference, 1, 20));
+  OR_FAIL(Train(s, 1, 20));
+  ok &= Check(rank, SamePolicy(reference, s, 1e-4), "the policy after 20 updates is the reference's, within 1e-4");
+  OR_FAIL(s.PrepareCheckpoint());
+  const std::vector<nn::CheckpointTensor> saved = s.CheckpointState();
+  ok &= Check(rank, nn::SameState(start, reference.CheckpointState(), saved, {.tolerance = 1e-4}),
+              "20 updates split over 2 ranks = 1 replica with the whole model, whole state within 1e-4");
+  const double kept = double(s.parameter_state_bytes() + s.optimizer_state_bytes()) /
+                      double(reference.parameter_state_bytes() + reference.optimizer_state_bytes());
+  const bool half = kept <= 0.55;
+  ok &= half;
+  std::printf("rank %d: keeps %.3fx of one unsplit replica's state between updates: %s\n", rank, kept,
+              half ? "holds" : "FAILS");
+
+  const std::string path = dir + "/agent.ckpt";
+  if (rank == 0) {
+    std::filesystem::create_directories(dir);
+    OR_FAIL(s.Save(path));
+  }
+  OR_FAIL(Barrier(*split->replicator));  // rank 1 reads the checkpoint only after rank 0 wrote it
+
+  absl::StatusOr<Learner> resumed = Make(SplitOverRanks());
+  absl::StatusOr<Learner> unsplit = Make(Config());
+  if (!resumed.ok() || !unsplit.ok()) return 1;
+  D4pgAgent& r = *resumed->agent;
+  OR_FAIL(r.Load(path));
+  OR_FAIL(unsplit->agent->Load(path));
+  ok &= Check(rank, SamePolicy(s, r, 0), "the loaded policy is the saved one");
+  OR_FAIL(r.PrepareCheckpoint());
+  ok &= Check(rank, nn::SameState(saved, saved, r.CheckpointState(), {.tolerance = 0}),
+              "the chief's checkpoint, loaded split, gathers back exactly");
+  ok &= Check(rank, nn::SameState(saved, saved, unsplit->agent->CheckpointState(), {.tolerance = 0}),
+              "the chief's checkpoint, loaded by one unsplit replica, is the same state");
+  OR_FAIL(Train(reference, 20, 25));
+  OR_FAIL(Train(r, 20, 25));
+  OR_FAIL(r.PrepareCheckpoint());
+  ok &= Check(rank, nn::SameState(saved, reference.CheckpointState(), r.CheckpointState(), {.tolerance = 1e-4}),
+              "resumed split, 5 updates more = the reference's 5 more, within 1e-4");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace troupe::agents
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: mpiexec -np 2 %s CHECKPOINT_DIR\n", argv[0]);
+    return 2;
+  }
+  return troupe::agents::Run(argv[1]);
+}
