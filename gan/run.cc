@@ -66,6 +66,12 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
     Log(absl::StrFormat("optimizer state split over %d replicas (engine.shard_state OPTIMIZER): %.2f MB each",
                         trainer->num_replicas(), 1e-6 * trainer->optimizer_state_bytes()));
   }
+  if (chief && gan.engine().shard_state() == config::EngineConfig::PARAMETERS) {
+    Log(absl::StrFormat("networks and optimizer state split over %d replicas (engine.shard_state PARAMETERS): %.2f "
+                        "MB of networks and %.2f MB of optimizer state each between steps",
+                        trainer->num_replicas(), 1e-6 * trainer->parameter_state_bytes(),
+                        1e-6 * trainer->optimizer_state_bytes()));
+  }
   if (chief && trainer->generator_floats_per_replica() != trainer->generator_floats()) {
     Log(absl::StrFormat("generator split over %d replicas (engine.model_parallel): %.2f MB of its %.2f MB of "
                         "parameters on each (%.2fx), Adam's moments alike",

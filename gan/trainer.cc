@@ -18,6 +18,7 @@
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/schedule.h"
 #include "engine/replicator/sharded_adam.h"
+#include "engine/replicator/sharded_parameters.h"
 
 namespace troupe::gan {
 
@@ -36,6 +37,10 @@ struct GanTrainer::Replica {
   std::unique_ptr<nn::Optimizer> g_adam, d_adam;
   replicator::ShardedAdam* g_sharded = nullptr;  // g_adam's, when sharded
   replicator::ShardedAdam* d_sharded = nullptr;
+  // engine.shard_state PARAMETERS: this replica's parts of the generator,
+  // the discriminator and the EMA (the sets above hold whole buffers only
+  // during a step; the power vectors stay whole, a few floats).
+  std::unique_ptr<replicator::ShardedParameters> g_part, d_part, ema_part;
   std::unique_ptr<nn::Tape> tape;
   std::unique_ptr<ShardSampler> sampler;
   std::vector<float> real;   // [n_critic][shard, 1, 28, 28]
@@ -47,11 +52,14 @@ struct GanTrainer::Replica {
 };
 
 // The whole generator on the host, while a checkpoint, an evaluation or an
-// export needs it (model_parallel).
+// export needs it (model_parallel), and with the parameters split
+// (shard_state PARAMETERS) the whole discriminator too.
 struct GanTrainer::WholeGenerator {
   nn::CpuBackend backend{std::max(1, static_cast<int>(std::thread::hardware_concurrency()))};
   nn::ParameterSet g, ema;
   std::unique_ptr<nn::Optimizer> adam;
+  nn::ParameterSet d;  // shard_state PARAMETERS only
+  std::unique_ptr<nn::Optimizer> d_adam;
 };
 
 namespace {
@@ -91,16 +99,23 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
     return FieldError("engine.straggler", absl::StrCat(config::EngineConfig::Straggler_Name(c.engine().straggler()),
                                                        ": the GAN's steps wait for every replica (a deadline is the RL learner's only so far)"));
   }
-  if (c.engine().shard_state() == config::EngineConfig::PARAMETERS) {
-    return FieldError("engine.shard_state", "PARAMETERS: the GAN splits its optimizer's state (OPTIMIZER) and its "
-                                            "generator (engine.model_parallel); the parameters split is the RL "
-                                            "learner's only so far");
-  }
-  if (c.engine().shard_state() == config::EngineConfig::OPTIMIZER && c.optimizer() != config::GanConfig::ADAM) {
+  const config::EngineConfig::ShardState shard_state = c.engine().shard_state();
+  const std::string state_name = config::EngineConfig::ShardState_Name(shard_state);
+  if (shard_state != config::EngineConfig::NONE && c.optimizer() != config::GanConfig::ADAM) {
     return FieldError("engine.shard_state",
-                      absl::StrCat("OPTIMIZER with optimizer ", config::GanConfig::Optimizer_Name(c.optimizer()),
+                      absl::StrCat(state_name, " with optimizer ", config::GanConfig::Optimizer_Name(c.optimizer()),
                                    ": the split optimizer is Adam's (LAMB's and LARS's trust ratios are norms over "
                                    "whole tensors)"));
+  }
+  if (shard_state == config::EngineConfig::PARAMETERS) {
+    if (!engine::InProcessReplicas(c.engine())) {
+      return FieldError("engine.shard_state",
+                        absl::StrCat("PARAMETERS with collectives ",
+                                     config::EngineConfig::Collectives_Name(c.engine().collectives()),
+                                     ": the GAN assembles its whole networks for checkpoints and evaluation from "
+                                     "this process's replicas (IN_PROCESS or NCCL); over MPI ranks it splits its "
+                                     "optimizer's state (OPTIMIZER)"));
+    }
   }
   auto in_range = [](int64_t value, int64_t low, int64_t high) {
     return absl::StrCat(value, ": must be in [", low, ", ", high, "]");
@@ -179,9 +194,13 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   const int m = t->model_parallel_ = t->replicator_->model_parallel();
   const int copies = k / m;
   const uint64_t seed = config.engine().seed();
-  const bool sharded = config.engine().shard_state() == config::EngineConfig::OPTIMIZER;
+  const bool sharded = config.engine().shard_state() != config::EngineConfig::NONE;
+  const bool split = t->split_parameters_ = config.engine().shard_state() == config::EngineConfig::PARAMETERS;
   // Sharded, the networks' buffers split into K equal parts.
   const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
+  replicator::ShardedAdamOptions sharded_options;
+  sharded_options.adam.beta1 = config.adam_beta1();
+  sharded_options.adam.beta2 = config.adam_beta2();
   auto make_optimizer = [&](nn::ParameterSet* params, nn::Backend* device) -> std::unique_ptr<nn::Optimizer> {
     switch (config.optimizer()) {
       case config::GanConfig::LAMB:
@@ -196,16 +215,24 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
     adam.beta2 = config.adam_beta2();
     return std::make_unique<nn::Adam>(params, device, adam);
   };
-  if (m > 1) {
+  if (m > 1 || split) {
     // The whole generator as one replica would start it; each part takes its
-    // share of it below (ScatterGenerator).
+    // share of it below (ScatterGenerator). Split parameters gather into it
+    // (and into the whole discriminator) from the replicas' parts.
     t->whole_ = std::make_unique<WholeGenerator>();
-    t->whole_generator_ = std::make_unique<Generator>(t->whole_->g, config.noise_size(), config.generator_channels());
-    Generator ema_layout(t->whole_->ema, config.noise_size(), config.generator_channels());
-    t->whole_->g.Allocate(t->whole_->backend, seed * 3 + 1);
-    t->whole_->ema.Allocate(t->whole_->backend, seed * 3 + 1, 1, /*gradients=*/false);
-    RETURN_IF_ERROR(t->whole_->ema.CopyValuesFrom(t->whole_->g));
-    t->whole_->adam = make_optimizer(&t->whole_->g, &t->whole_->backend);
+    WholeGenerator& w = *t->whole_;
+    t->whole_generator_ = std::make_unique<Generator>(w.g, config.noise_size(), config.generator_channels());
+    Generator ema_layout(w.ema, config.noise_size(), config.generator_channels());
+    w.g.Allocate(w.backend, seed * 3 + 1);
+    w.ema.Allocate(w.backend, seed * 3 + 1, 1, /*gradients=*/false);
+    RETURN_IF_ERROR(w.ema.CopyValuesFrom(w.g));
+    w.adam = make_optimizer(&w.g, &w.backend);
+    if (split) {
+      nn::ParameterSet power_vectors;  // (declared only: every replica keeps them whole)
+      Discriminator d_layout(w.d, power_vectors, config.discriminator_channels());
+      w.d.Allocate(w.backend, seed * 3 + 2);
+      w.d_adam = make_optimizer(&w.d, &w.backend);
+    }
   }
   // Every replica: the same initial values (one seed), its own optimizers, tape and shard.
   for (int id : t->replicator_->local_replicas()) {
@@ -220,12 +247,13 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
     r->g.Allocate(device, seed * 3 + 1, pad);
     r->d.Allocate(device, seed * 3 + 2, pad);
     r->d_power.Allocate(device, seed * 3 + 3);
-    if (sharded) {
-      replicator::ShardedAdamOptions options;
-      options.adam.beta1 = config.adam_beta1();
-      options.adam.beta2 = config.adam_beta2();
-      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> g, replicator::ShardedAdam::Create(&r->g, id, k, options));
-      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> d, replicator::ShardedAdam::Create(&r->d, id, k, options));
+    if (split) {
+      // (Split below, once the EMA has been copied from the whole generator.)
+    } else if (sharded) {
+      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> g,
+                       replicator::ShardedAdam::Create(&r->g, id, k, sharded_options));
+      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> d,
+                       replicator::ShardedAdam::Create(&r->d, id, k, sharded_options));
       r->g_sharded = g.get();
       r->d_sharded = d.get();
       r->g_adam = std::move(g);
@@ -252,8 +280,25 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
   // The EMA generator starts as a copy of the generator, on every replica.
   for (auto& r : t->replicas_) {
     Generator ema_layout(r->ema, config.noise_size(), config.generator_channels(), m);
-    r->ema.Allocate(*r->backend, seed * 3 + 1, 1, /*gradients=*/false);  // an average, never differentiated
+    r->ema.Allocate(*r->backend, seed * 3 + 1, pad, /*gradients=*/false);  // an average, never differentiated
     RETURN_IF_ERROR(r->ema.CopyValuesFrom(r->g));
+    if (split) {
+      // Each replica keeps its 1/K of the three networks (the whole buffers
+      // released) and Adam steps that part: ZeRO stage 3.
+      const int id = r->global_id;
+      ASSIGN_OR_RETURN(r->g_part, replicator::ShardedParameters::Create(&r->g, id, k));
+      ASSIGN_OR_RETURN(r->d_part, replicator::ShardedParameters::Create(&r->d, id, k));
+      ASSIGN_OR_RETURN(r->ema_part, replicator::ShardedParameters::Create(&r->ema, id, k));
+      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> g,
+                       replicator::ShardedAdam::CreateForParameters(r->g_part.get(), id, k, sharded_options));
+      ASSIGN_OR_RETURN(std::unique_ptr<replicator::ShardedAdam> d,
+                       replicator::ShardedAdam::CreateForParameters(r->d_part.get(), id, k, sharded_options));
+      g->set_gather_values(false);  // the generator's step is its last use in a step: released, unread
+      r->g_sharded = g.get();
+      r->d_sharded = d.get();
+      r->g_adam = std::move(g);
+      r->d_adam = std::move(d);
+    }
   }
   if (m > 1) {
     if (static_cast<int>(t->replicas_.size()) != k) {
@@ -295,6 +340,18 @@ int64_t ParameterFloats(const nn::ParameterSet& set) {
 int64_t GanTrainer::generator_floats_per_replica() const { return ParameterFloats(replicas_[0]->g); }
 int64_t GanTrainer::generator_floats() const { return ParameterFloats(whole_ ? whole_->g : replicas_[0]->g); }
 
+int64_t GanTrainer::parameter_state_bytes() const {
+  const Replica& r = *replicas_[0];
+  int64_t floats = r.d_power.padded_floats();
+  if (r.g_part != nullptr) {
+    int64_t bytes = 0;
+    for (const auto* part : {r.g_part.get(), r.d_part.get(), r.ema_part.get()}) bytes += part->part_bytes();
+    return bytes + int64_t{sizeof(float)} * floats;
+  }
+  floats += 2 * (r.g.padded_floats() + r.d.padded_floats()) + r.ema.padded_floats();
+  return int64_t{sizeof(float)} * floats;
+}
+
 size_t GanTrainer::peak_device_memory() const {
   size_t peak = 0;
   for (const auto& r : replicas_) peak = std::max(peak, r->backend->peak_memory());
@@ -327,6 +384,10 @@ std::vector<float> DownloadBuffer(nn::Backend& backend, const float* data, int64
 }  // namespace
 
 void GanTrainer::GatherGenerator(int copy) const {
+  if (split_parameters_) {
+    GatherSplitParameters();
+    return;
+  }
   WholeGenerator& w = *whole_;
   const std::vector<float*> whole = GeneratorBuffers(w.g, w.ema, *w.adam);
   std::vector<std::vector<float*>> parts;  // part p's buffers
@@ -362,6 +423,57 @@ void GanTrainer::ScatterGenerator() {
     }
   }
   for (auto& r : replicas_) r->g_adam->set_steps(w.adam->steps());
+}
+
+void GanTrainer::GatherSplitParameters() const {
+  WholeGenerator& w = *whole_;
+  // Each network's values from every replica's part, assembled on the host.
+  for (const auto& [part, whole] : {std::pair{&Replica::g_part, &w.g}, std::pair{&Replica::d_part, &w.d},
+                                    std::pair{&Replica::ema_part, &w.ema}}) {
+    std::vector<const replicator::ShardedParameters*> parts;
+    for (const auto& r : replicas_) parts.push_back(((*r).*part).get());
+    std::vector<float> values;
+    TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &values).ok());  // all K here (validated)
+    values.resize(whole->total_floats());
+    TROUPE_CHECK(whole->UploadValues(values).ok());
+  }
+  // Adam's moments and step count.
+  for (const auto& [sharded, adam] : {std::pair{&Replica::g_sharded, w.adam.get()},
+                                      std::pair{&Replica::d_sharded, w.d_adam.get()}}) {
+    std::vector<replicator::ShardedAdam*> parts;
+    for (const auto& r : replicas_) parts.push_back((*r).*sharded);
+    std::vector<std::vector<float>> moments;
+    TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &moments).ok());
+    const std::vector<nn::OptimizerState> state = adam->State();
+    TROUPE_CHECK(state.size() == moments.size());
+    for (size_t m = 0; m < state.size(); ++m) {
+      w.backend.Upload(moments[m].data(), state[m].data, sizeof(float) * adam->parameters().total_floats());
+    }
+    adam->set_steps(parts[0]->steps());
+  }
+}
+
+void GanTrainer::ScatterSplitParameters() {
+  WholeGenerator& w = *whole_;
+  for (const auto& [part, whole] : {std::pair{&Replica::g_part, &w.g}, std::pair{&Replica::d_part, &w.d},
+                                    std::pair{&Replica::ema_part, &w.ema}}) {
+    std::vector<float> values = whole->DownloadValues();
+    values.resize(((*replicas_[0]).*part)->set().padded_floats(), 0.0f);  // the padding the parts split
+    for (auto& r : replicas_) ((*r).*part)->SetPartFromHost(values);
+  }
+  for (const auto& [sharded, adam] : {std::pair{&Replica::g_sharded, w.adam.get()},
+                                      std::pair{&Replica::d_sharded, w.d_adam.get()}}) {
+    const int64_t padded = adam == w.adam.get() ? replicas_[0]->g.padded_floats() : replicas_[0]->d.padded_floats();
+    std::vector<std::vector<float>> moments;
+    for (const nn::OptimizerState& state : adam->State()) {
+      std::vector<float>& host = moments.emplace_back(padded, 0.0f);
+      w.backend.Download(state.data, host.data(), sizeof(float) * adam->parameters().total_floats());
+    }
+    for (auto& r : replicas_) {
+      ((*r).*sharded)->KeepOwnPartFromHost(moments);
+      ((*r).*sharded)->set_steps(adam->steps());
+    }
+  }
 }
 
 int GanTrainer::num_replicas() const { return replicator_->num_replicas(); }
@@ -430,6 +542,18 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   }
   nn::Optimizer& d_optimizer = r.d_sharded != nullptr ? static_cast<nn::Optimizer&>(*r.d_sharded) : d_replicated;
   nn::Optimizer& g_optimizer = r.g_sharded != nullptr ? static_cast<nn::Optimizer&>(*r.g_sharded) : g_replicated;
+  // Split parameters: both networks whole for the step, gathered from every
+  // replica's part (the discriminator's gathered again after each of its
+  // updates by its ShardedAdam), and freed at its end.
+  absl::Cleanup release = [&r] {
+    if (r.g_part == nullptr) return;
+    r.g_part->Release();
+    r.d_part->Release();
+  };
+  if (r.g_part != nullptr) {
+    RETURN_IF_ERROR(r.g_part->Gather(ctx));
+    RETURN_IF_ERROR(r.d_part->Gather(ctx));
+  }
   nn::Tape& tape = *r.tape;
   nn::Backend& device = *r.backend;
   // One step on the device (nn::Backend's step contract): the host reads
@@ -472,7 +596,11 @@ absl::Status GanTrainer::Step(replicator::ReplicaContext& ctx, Replica& r) {
   if (ema_decay_ > 0) {
     const double warm = (1.0 + r.step) / (10.0 + r.step);  // early steps follow the generator closely
     const double decay = std::min(ema_decay_, warm);
-    RETURN_IF_ERROR(nn::PolyakUpdate(r.g, r.ema, *r.backend, static_cast<float>(1.0 - decay)));
+    if (r.ema_part != nullptr) {
+      r.ema_part->Polyak(*r.g_part, static_cast<float>(1.0 - decay));  // on the parts (the generator's is updated)
+    } else {
+      RETURN_IF_ERROR(nn::PolyakUpdate(r.g, r.ema, *r.backend, static_cast<float>(1.0 - decay)));
+    }
   }
   // Losses averaged over replicas, for the metrics.
   float losses[2] = {0, 0};
@@ -512,7 +640,7 @@ absl::Status GanTrainer::ExportWeights(const std::string& path) const {
   const Replica& r = *replicas_[0];
   if (whole_) GatherGenerator();
   std::vector<nn::CheckpointTensor> host;
-  for (const nn::ParameterSet* set : {whole_ ? &whole_->g : &r.g, &r.d, &r.d_power}) {
+  for (const nn::ParameterSet* set : {whole_ ? &whole_->g : &r.g, split_parameters_ ? &whole_->d : &r.d, &r.d_power}) {
     std::vector<nn::DeviceTensor> tensors;
     for (int i = 0; i < set->size(); ++i) tensors.push_back({set->info(i).name, set->info(i).shape, set->value(i).data});
     for (nn::CheckpointTensor& t : nn::DownloadTensors(set->backend(), tensors)) host.push_back(std::move(t));
@@ -564,7 +692,8 @@ std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
   // Split, the generator's files are the whole one's (GatherGenerator first).
   if (whole_) {
     return {{kGeneratorFile, &whole_->g, whole_->adam.get()},
-            {kDiscriminatorFile, &replica.d, replica.d_adam.get()},
+            split_parameters_ ? NetworkFile{kDiscriminatorFile, &whole_->d, whole_->d_adam.get()}
+                              : NetworkFile{kDiscriminatorFile, &replica.d, replica.d_adam.get()},
             {kEmaFile, &whole_->ema, nullptr},
             {kPowerVectorsFile, &replica.d_power, nullptr}};
   }
@@ -606,7 +735,8 @@ absl::StatusOr<bool> GanTrainer::AgreeWithChief(bool chief_wants) {
 }
 
 void GanTrainer::GatherMoments(int r) const {
-  if (replicas_[r]->g_sharded == nullptr || moments_gathered_) return;
+  // (Split parameters gather their moments to the host with the networks.)
+  if (replicas_[r]->g_sharded == nullptr || split_parameters_ || moments_gathered_) return;
   TROUPE_CHECK(!state_split_across_processes());  // PrepareCheckpoint first, on every rank
   std::vector<replicator::ShardedAdam*> g, d;
   for (const auto& each : replicas_) {
@@ -618,7 +748,7 @@ void GanTrainer::GatherMoments(int r) const {
 }
 
 void GanTrainer::ReleaseMoments(int r) const {
-  if (replicas_[r]->g_sharded == nullptr || moments_gathered_) return;
+  if (replicas_[r]->g_sharded == nullptr || split_parameters_ || moments_gathered_) return;
   replicas_[r]->g_sharded->ReleaseWholeState();
   replicas_[r]->d_sharded->ReleaseWholeState();
 }
@@ -644,24 +774,34 @@ absl::Status GanTrainer::LoadFrom(const std::string& folder) {
     return absl::DataLossError(absl::StrCat(folder, "/", kCountersFile, ": missing or unreadable"));
   }
   if (whole_) {
-    // The whole generator, then each part's share of it.
+    // The whole generator (and with split parameters the discriminator) on
+    // the host, then each replica's part of it.
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kGeneratorFile, whole_->g, whole_->adam.get()));
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kEmaFile, whole_->ema));
+    if (split_parameters_) {
+      RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kDiscriminatorFile, whole_->d, whole_->d_adam.get()));
+    }
   }
   for (auto& r : replicas_) {
     if (!whole_) {
       RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kGeneratorFile, r->g, r->g_adam.get()));
       RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kEmaFile, r->ema));
     }
-    RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kDiscriminatorFile, r->d, r->d_adam.get()));
+    if (!split_parameters_) {
+      RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kDiscriminatorFile, r->d, r->d_adam.get()));
+    }
     RETURN_IF_ERROR(nn::LoadCheckpoint(folder + "/" + kPowerVectorsFile, r->d_power));
-    if (r->g_sharded != nullptr) {
+    if (r->g_sharded != nullptr && !split_parameters_) {
       // The whole moments were loaded: each replica keeps its part.
       r->g_sharded->KeepOwnPart();
       r->d_sharded->KeepOwnPart();
     }
   }
-  if (whole_) ScatterGenerator();
+  if (split_parameters_) {
+    ScatterSplitParameters();
+  } else if (whole_) {
+    ScatterGenerator();
+  }
   steps_ = steps;
   return absl::OkStatus();
 }

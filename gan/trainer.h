@@ -117,7 +117,8 @@ class GanTrainer {
   // int64 tensor. Tests compare whole states through it.
   std::vector<nn::CheckpointTensor> CheckpointState(int r = 0) const;
 
-  // Replica r's networks' values (tests: replication is exact).
+  // Replica r's networks' values (tests: replication is exact; with
+  // engine.shard_state PARAMETERS their layout only, the values split).
   nn::ParameterSet& generator_parameters(int r);
   nn::ParameterSet& discriminator_parameters(int r);
   nn::ParameterSet& generator_ema();
@@ -129,6 +130,11 @@ class GanTrainer {
   // two moments of both networks, or its part of them with
   // engine.shard_state OPTIMIZER; LAMB's and LARS's own).
   int64_t optimizer_state_bytes() const;
+  // The networks a replica keeps between steps, in bytes: the generator's
+  // and discriminator's values and gradients, the EMA's and the power
+  // vectors' values, or with engine.shard_state PARAMETERS its parts of
+  // them (the power vectors whole).
+  int64_t parameter_state_bytes() const;
   // The most any local replica's device held at once (gan.engine.
   // device_memory_mib caps each: nn::Backend's memory budget).
   size_t peak_device_memory() const;
@@ -167,6 +173,8 @@ class GanTrainer {
   // With model_parallel: the whole generator (values, Adam's moments and
   // steps, the EMA) on the host, from the parts of model copy `copy` (local
   // replicas copy x M .. copy x M + M - 1), or into every local replica's part.
+  // With shard_state PARAMETERS the discriminator's (and its moments') too,
+  // from every local replica's part, or into them.
   struct WholeGenerator;
   void GatherGenerator(int copy = 0) const;
   // With shard_state OPTIMIZER: every replica's part of the moments into
@@ -175,6 +183,9 @@ class GanTrainer {
   bool moments_gathered_ = false;  // PrepareCheckpoint's, until the next Train
   void ReleaseMoments(int r) const;
   void ScatterGenerator();
+  // shard_state PARAMETERS: GatherGenerator's and ScatterGenerator's work.
+  void GatherSplitParameters() const;
+  void ScatterSplitParameters();
 
   config::GanConfig config_;
   const GanData* data_ = nullptr;
@@ -183,8 +194,9 @@ class GanTrainer {
   std::unique_ptr<Generator> generator_;  // a part's with model_parallel
   std::unique_ptr<Discriminator> discriminator_;
   int model_parallel_ = 1;
-  std::unique_ptr<Generator> whole_generator_;   // with model_parallel
-  mutable std::unique_ptr<WholeGenerator> whole_;  // with model_parallel: GatherGenerator's
+  bool split_parameters_ = false;  // engine.shard_state PARAMETERS
+  std::unique_ptr<Generator> whole_generator_;   // with model_parallel or split_parameters_
+  mutable std::unique_ptr<WholeGenerator> whole_;  // with model_parallel or split_parameters_: GatherGenerator's
   int64_t steps_ = 0;
   double d_loss_ = 0, g_loss_ = 0;
   double lr_scale_ = 1;

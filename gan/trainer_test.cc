@@ -177,60 +177,95 @@ TEST(GanTrainerTest, ASplitGeneratorsCheckpointResumesAtAnyReplicaCountAndSplit)
   std::filesystem::remove_all(dir);
 }
 
-// engine.shard_state OPTIMIZER: each of K replicas keeps Adam's moments for
-// 1/K of both networks (replicator::ShardedAdam: gradients reduce-scattered,
-// parameters all-gathered). K=2 and 4 end 3 steps where one replica with
-// Adam on the whole batch ends, whole state within 1e-5 (the checkpoint's
-// moments gathered whole from the parts); each keeps 1/K of the moments; a
-// checkpoint of K=4 resumes at K=1 unsplit and at K=2 split, and each trains
-// on as K=4 does.
-TEST(GanTrainerTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
+// The training state split over K replicas (engine.shard_state `state`):
+// K=2 and 4 end 3 steps where one replica with Adam on the whole batch ends,
+// whole state within 1e-5 (the checkpoint's state gathered whole from the
+// parts), each replica keeping about 1/K of what is split; a checkpoint of
+// K=4 resumes at K=1 unsplit and at K=2 split either way, and each trains
+// on as K=4 does. Returns what a replica keeps at K=4 against one replica.
+double ExpectShardedStateEqualsOneReplica(config::EngineConfig::ShardState state) {
   const GanData data = RandomData(64);
-  auto sharded_config = [](int k) {
+  auto sharded_config = [](int k, config::EngineConfig::ShardState shard_state) {
     config::GanConfig c = EquivalenceConfig(k);
-    c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+    c.mutable_engine()->set_shard_state(shard_state);
     return c;
   };
+  // What is split: the moments, or the networks too.
+  const bool parameters = state == config::EngineConfig::PARAMETERS;
+  auto kept = [parameters](const GanTrainer& t) {
+    return t.optimizer_state_bytes() + (parameters ? t.parameter_state_bytes() : 0);
+  };
   auto one = GanTrainer::Create(EquivalenceConfig(1), &data);
-  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one.ok()) << one.status();
+  if (!one.ok()) return 1;
   const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
-  ASSERT_TRUE((*one)->Train(/*steps=*/3).ok());
+  EXPECT_TRUE((*one)->Train(/*steps=*/3).ok());
   const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
+  double ratio = 1;
   for (int k : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "K=" << k);
-    auto sharded = GanTrainer::Create(sharded_config(k), &data);
-    ASSERT_TRUE(sharded.ok()) << sharded.status();
-    ASSERT_TRUE((*sharded)->Train(/*steps=*/3).ok());
+    auto sharded = GanTrainer::Create(sharded_config(k, state), &data);
+    EXPECT_TRUE(sharded.ok()) << sharded.status();
+    if (!sharded.ok()) return 1;
+    EXPECT_TRUE((*sharded)->Train(/*steps=*/3).ok());
     for (int r = 0; r < k; ++r) {
       SCOPED_TRACE(::testing::Message() << "replica " << r);
       TROUPE_EXPECT_SAME_STATE(start, want, (*sharded)->CheckpointState(r), .tolerance = 1e-5);
     }
-    const double ratio = double((*sharded)->optimizer_state_bytes()) / double((*one)->optimizer_state_bytes());
-    EXPECT_GE(ratio, 1.0 / k);
-    EXPECT_LE(ratio, 1.0 / k + 0.02) << "1/K of the moments, and the padding to K parts";
-    std::printf("K=%d: a replica keeps %lld of %lld bytes of optimizer state (%.3fx)\n", k,
-                static_cast<long long>((*sharded)->optimizer_state_bytes()),
-                static_cast<long long>((*one)->optimizer_state_bytes()), ratio);
+    if (parameters) {
+      // Evaluation's samples: the EMA generator's, assembled from the parts.
+      std::vector<float> samples(4 * kPixels), want_samples(4 * kPixels);
+      (*sharded)->Generate(/*stream=*/1, 0, 4, samples.data());
+      (*one)->Generate(/*stream=*/1, 0, 4, want_samples.data());
+      EXPECT_THAT(samples, ::testing::Pointwise(::testing::FloatNear(1e-4), want_samples));
+    }
+    ratio = double(kept(**sharded)) / double(kept(**one));
+    EXPECT_GE(ratio, parameters ? 0.9 / k : 1.0 / k);
+    EXPECT_LE(ratio, 1.0 / k + 0.02) << "1/K of it, and the padding to K parts";
+    std::printf("K=%d, %s: a replica keeps %lld of %lld bytes (%.3fx)\n", k,
+                config::EngineConfig::ShardState_Name(state).c_str(), static_cast<long long>(kept(**sharded)),
+                static_cast<long long>(kept(**one)), ratio);
   }
-  // A checkpoint across K, split and not.
+  // A checkpoint across K, split either way and not.
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("troupe_gan_sharded_ckpt_" + std::to_string(getpid()))).string();
-  auto a = GanTrainer::Create(sharded_config(4), &data);
-  ASSERT_TRUE((*a)->Train(2).ok());
-  ASSERT_TRUE((*a)->SaveCheckpoint(dir).ok());
+  auto a = GanTrainer::Create(sharded_config(4, state), &data);
+  EXPECT_TRUE((*a)->Train(2).ok());
+  EXPECT_TRUE((*a)->SaveCheckpoint(dir).ok());
   const std::vector<nn::CheckpointTensor> saved = (*a)->CheckpointState();
-  ASSERT_TRUE((*a)->Train(2).ok());
+  EXPECT_TRUE((*a)->Train(2).ok());
   const std::vector<nn::CheckpointTensor> then = (*a)->CheckpointState();
-  for (const config::GanConfig& c : {EquivalenceConfig(1), sharded_config(2)}) {
-    SCOPED_TRACE(::testing::Message() << "resumed at K=" << c.engine().replicas());
+  for (const config::GanConfig& c : {EquivalenceConfig(1), sharded_config(2, config::EngineConfig::OPTIMIZER),
+                                     sharded_config(2, config::EngineConfig::PARAMETERS)}) {
+    SCOPED_TRACE(::testing::Message() << "resumed at K=" << c.engine().replicas() << ", "
+                                      << config::EngineConfig::ShardState_Name(c.engine().shard_state()));
     auto b = GanTrainer::Create(c, &data);
-    ASSERT_TRUE(b.ok()) << b.status();
-    ASSERT_TRUE((*b)->LoadCheckpoint(dir).ok());
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) continue;
+    EXPECT_TRUE((*b)->LoadCheckpoint(dir).ok());
     TROUPE_EXPECT_SAME_STATE(saved, saved, (*b)->CheckpointState(), .tolerance = 0);
-    ASSERT_TRUE((*b)->Train(2).ok());
+    EXPECT_TRUE((*b)->Train(2).ok());
     TROUPE_EXPECT_SAME_STATE(saved, then, (*b)->CheckpointState(), .tolerance = 1e-5);
   }
   std::filesystem::remove_all(dir);
+  return ratio;
+}
+
+// engine.shard_state OPTIMIZER: each of K replicas keeps Adam's moments for
+// 1/K of both networks (replicator::ShardedAdam: gradients reduce-scattered,
+// parameters all-gathered), 1/K of the moments each.
+TEST(GanTrainerTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
+  ExpectShardedStateEqualsOneReplica(config::EngineConfig::OPTIMIZER);
+}
+
+// engine.shard_state PARAMETERS: the generator, the discriminator and the
+// EMA split too (replicator::ShardedParameters, ZeRO stage 3: both networks
+// gathered whole for a step, the discriminator again after each of its
+// updates, freed after it; the EMA averaged on the parts), each replica
+// keeping at most 0.35x of one replica's networks and moments at K=4 (the
+// power vectors, a few floats, whole).
+TEST(GanTrainerTest, ReplicasWithSplitParametersEqualOneReplicaWithTheWholeModel) {
+  EXPECT_LE(ExpectShardedStateEqualsOneReplica(config::EngineConfig::PARAMETERS), 0.35);
 }
 
 // The same split of the moments on two replicas that run each step as one
@@ -483,10 +518,18 @@ TEST(GanTrainerTest, InvalidConfigNamesTheField) {
   EXPECT_THAT(GanTrainer::Create(c, &data).status().message(),
               ::testing::HasSubstr("gan.engine.model_parallel 2: a mesh of replicas needs collectives IN_PROCESS or "
                                    "MPI"));
+  // The parameters split: Adam, every replica in this process.
   c = TinyConfig(2);
   c.mutable_engine()->set_shard_state(config::EngineConfig::PARAMETERS);
+  c.set_optimizer(config::GanConfig::LARS);
   EXPECT_THAT(GanTrainer::Create(c, &data).status().message(),
-              ::testing::HasSubstr("gan.engine.shard_state: PARAMETERS: the GAN splits its optimizer's state"));
+              ::testing::HasSubstr("gan.engine.shard_state: PARAMETERS with optimizer LARS: the split optimizer is "
+                                   "Adam's"));
+  c.set_optimizer(config::GanConfig::ADAM);
+  c.mutable_engine()->set_collectives(config::EngineConfig::MPI);
+  EXPECT_THAT(GanTrainer::Create(c, &data).status().message(),
+              ::testing::HasSubstr("gan.engine.shard_state: PARAMETERS with collectives MPI: the GAN assembles its "
+                                   "whole networks"));
 }
 
 TEST(GanTrainerTest, CheckpointRoundTripsAndTrainingContinuesIdentically) {
