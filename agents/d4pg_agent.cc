@@ -232,9 +232,10 @@ absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const
     return bad("D4PG's split critic runs kernel at a time (device CPU, CPU_STRICT or CUDA), not device ",
                config::EngineConfig::Device_Name(device));
   }
-  if (config.learner().engine().collectives() != config::EngineConfig::IN_PROCESS) {
-    return bad("collectives ", config::EngineConfig::Collectives_Name(config.learner().engine().collectives()),
-               ": a checkpoint puts D4PG's critic together from its parts in this process (collectives IN_PROCESS)");
+  if (const auto c = config.learner().engine().collectives();
+      c != config::EngineConfig::IN_PROCESS && c != config::EngineConfig::MPI) {
+    return bad("collectives ", config::EngineConfig::Collectives_Name(c),
+               ": D4PG's split critic runs with its replicas in this process (IN_PROCESS) or one per MPI rank (MPI)");
   }
   return absl::OkStatus();
 }
@@ -417,14 +418,6 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
   // Sharded state splits the networks' buffers into K equal parts.
   const bool sharded = config.learner().engine().shard_state() != config::EngineConfig::NONE;
   const bool split_parameters = config.learner().engine().shard_state() == config::EngineConfig::PARAMETERS;
-  // A split critic is put together from every replica's part in this
-  // process (the validation's collectives say so; a Replicator made
-  // otherwise is refused here).
-  if (m > 1 && local != k) {
-    return absl::FailedPreconditionError(absl::StrCat("learner.engine.model_parallel ", m, ": ", local, " of the ", k,
-                                                      " replicas are in this process; the whole critic is assembled "
-                                                      "from every replica's part here"));
-  }
   const uint64_t seed = config.learner().engine().seed();
   const int64_t feature_size = spec.pixels() ? d4pg.encoder_features() : spec.state_size;
   const int64_t shard = agent->rows_;
@@ -467,7 +460,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
         // This part's slices of the whole critic.
         const nn::ParameterSet& set = *online;
         std::vector<float> values(set.total_floats());
-        agent->ForEachCriticSlice(*r, [&](int p, int w, internal::PartSlice slice) {
+        agent->ForEachCriticSlice(r->critic_net, set, [&](int p, int w, internal::PartSlice slice) {
           const nn::ParameterInfo& from = agent->whole_critic_set_.info(w);
           internal::CopyPartFromWhole({whole_critic.data() + from.offset, size_t(from.shape.size())}, from.shape,
                                       slice, {values.data() + set.info(p).offset, size_t(set.info(p).shape.size())});
@@ -604,7 +597,7 @@ absl::Status D4pgAgent::Train(int64_t num_updates, const SampleFn& sample) {
 }
 
 bool D4pgAgent::state_split_across_processes() const {
-  return replicas_[0]->critic_sharded != nullptr &&
+  return (replicas_[0]->critic_sharded != nullptr || model_parallel_ > 1) &&
          static_cast<int>(replicas_.size()) != replicator_->num_replicas();
 }
 
@@ -615,6 +608,7 @@ absl::Status D4pgAgent::PrepareCheckpoint() {
     Replica& r = *replicas_[ctx.local_index()];
     // Local replica 0's copies are the ones a checkpoint reads.
     const bool keep = ctx.local_index() == 0;
+    if (model_parallel_ > 1) return GatherCriticParts(ctx, r, keep);
     if (split_parameters) {
       // Each network, then each's moments, whole on the host (on the
       // device one at a time, and only during its gather).
@@ -638,18 +632,20 @@ absl::Status D4pgAgent::PrepareCheckpoint() {
     }
     return absl::OkStatus();
   }));
-  whole_moments_gathered_ = true;
+  state_gathered_ = true;
   return absl::OkStatus();
 }
 
 void D4pgAgent::ReleaseGatheredState() {
-  if (!whole_moments_gathered_) return;
+  if (!state_gathered_) return;
   for (auto& r : replicas_) {
+    if (r->critic_sharded == nullptr) continue;
     r->critic_sharded->ReleaseWholeState();
     r->actor_sharded->ReleaseWholeState();
   }
   for (auto& moments : moments_on_host_) moments.clear();
-  whole_moments_gathered_ = false;
+  critic_parts_on_host_.clear();
+  state_gathered_ = false;
 }
 
 absl::Status D4pgAgent::GatherPolicyNetworks() {
@@ -815,13 +811,13 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   return absl::OkStatus();
 }
 
-void D4pgAgent::ForEachCriticSlice(const Replica& r,
+void D4pgAgent::ForEachCriticSlice(const internal::Mlp& critic, const nn::ParameterSet& set,
                                    absl::FunctionRef<void(int, int, internal::PartSlice)> each) const {
-  for (size_t layer = 0; layer < r.critic_net.layers.size(); ++layer) {
+  for (size_t layer = 0; layer < critic.layers.size(); ++layer) {
     for (const bool weight : {true, false}) {
-      const nn::LinearLayer& part = r.critic_net.layers[layer];
+      const nn::LinearLayer& part = critic.layers[layer];
       const nn::LinearLayer& whole = whole_critic_.layers[layer];
-      each(weight ? part.w : part.b, weight ? whole.w : whole.b, r.critic_net.SliceOf(layer, weight, r.critic));
+      each(weight ? part.w : part.b, weight ? whole.w : whole.b, critic.SliceOf(layer, weight, set));
     }
   }
 }
@@ -1287,7 +1283,7 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   // Split over other processes' replicas too (MPI ranks): PrepareCheckpoint
   // first, on every rank.
   const bool across = state_split_across_processes();
-  TROUPE_CHECK(!across || whole_moments_gathered_);
+  TROUPE_CHECK(!across || state_gathered_);
   // Split moments on the host (no device holding them whole): assembled from
   // every local replica's part, or over ranks with the parameters split
   // PrepareCheckpoint's copies; with the moments alone split over ranks,
@@ -1338,24 +1334,66 @@ std::vector<nn::CheckpointTensor> D4pgAgent::DownloadState() const {
   return tensors;
 }
 
-internal::PartSlice D4pgAgent::CriticSliceOf(const Replica& r, const std::string& parameter) const {
+internal::PartSlice D4pgAgent::CriticSliceOf(int part, const std::string& parameter) const {
+  // Every part's critic has the same layout: this process's, as part `part`.
+  const Replica& r = *replicas_[0];
+  internal::Mlp critic = r.critic_net;
+  critic.part = part;
   const int index = r.critic.Find(parameter);
   internal::PartSlice slice;
   bool found = false;
-  ForEachCriticSlice(r, [&](int part, int, internal::PartSlice s) {
-    if (part == index) slice = s, found = true;
+  ForEachCriticSlice(critic, r.critic, [&](int p, int, internal::PartSlice s) {
+    if (p == index) slice = s, found = true;
   });
   TROUPE_CHECK(found);
   return slice;
 }
 
+absl::Status D4pgAgent::GatherCriticParts(replicator::ReplicaContext& ctx, Replica& r, bool keep) {
+  // Every part's set has the same layout: each of the critic's buffers (its
+  // values, its target's, its moments) all-gathered along the model axis.
+  std::vector<std::pair<std::string, float*>> buffers = {{"critic", r.critic.device_values()},
+                                                         {"target_critic", r.target_critic.device_values()}};
+  for (const nn::OptimizerState& s : r.critic_state().State()) buffers.push_back({"critic." + s.name, s.data});
+  const int64_t n = r.critic.padded_floats();
+  nn::DeviceBuffer all(*r.backend, model_parallel_ * n);
+  std::map<std::string, std::vector<float>> gathered;  // group -> every part's buffer, part after part
+  for (const auto& [group, data] : buffers) {
+    RETURN_IF_ERROR(ctx.model_axis().AllGatherDevice(*r.backend, data, all.data(), n));
+    std::vector<float>& host = gathered[group];
+    host.resize(all.size());
+    r.backend->Download(all.data(), host.data(), sizeof(float) * host.size());
+  }
+  if (!keep) return absl::OkStatus();
+  // Part p's checkpoint entries: this part's, with the critic's from part p's buffers.
+  const std::vector<nn::CheckpointTensor> local = nn::DownloadTensors(
+      *r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor, &r.critic_state(), &r.actor_state()));
+  critic_parts_on_host_.assign(model_parallel_, local);
+  for (int p = 0; p < model_parallel_; ++p) {
+    for (nn::CheckpointTensor& t : critic_parts_on_host_[p]) {
+      const std::string parameter = CriticParameterOf(t.name);
+      if (parameter.empty()) continue;
+      const std::string group = t.name.substr(std::strlen(nn::kParameterEntryPrefix),
+                                              t.name.rfind('/') - std::strlen(nn::kParameterEntryPrefix));
+      const float* from = gathered.at(group).data() + p * n + r.critic.info(r.critic.Find(parameter)).offset;
+      std::copy_n(from, t.values.size(), t.values.begin());
+    }
+  }
+  return absl::OkStatus();
+}
+
 void D4pgAgent::JoinCriticParts(std::vector<nn::CheckpointTensor>* tensors) const {
-  // Model copy 0's parts: local replicas 0 .. M-1 (every replica is local).
+  // Model copy 0's parts: local replicas 0 .. M-1 where every replica is
+  // local, or over MPI ranks PrepareCheckpoint's copies of this copy's.
   std::vector<std::vector<nn::CheckpointTensor>> parts = {*tensors};
-  for (int p = 1; p < model_parallel_; ++p) {
-    Replica& r = *replicas_[p];
-    parts.push_back(nn::DownloadTensors(*r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor,
-                                                            &r.critic_state(), &r.actor_state())));
+  if (state_split_across_processes()) {
+    parts = critic_parts_on_host_;
+  } else {
+    for (int p = 1; p < model_parallel_; ++p) {
+      Replica& r = *replicas_[p];
+      parts.push_back(nn::DownloadTensors(*r.backend, Entries(r.critic, r.actor, r.target_critic, r.target_actor,
+                                                              &r.critic_state(), &r.actor_state())));
+    }
   }
   for (size_t t = 0; t < tensors->size(); ++t) {
     const std::string parameter = CriticParameterOf((*tensors)[t].name);
@@ -1363,7 +1401,7 @@ void D4pgAgent::JoinCriticParts(std::vector<nn::CheckpointTensor>* tensors) cons
     const nn::Shape& shape = whole_critic_set_.info(whole_critic_set_.Find(parameter)).shape;
     std::vector<float> whole(shape.size(), 0.0f);
     for (int p = 0; p < model_parallel_; ++p) {
-      const internal::PartSlice slice = CriticSliceOf(*replicas_[p], parameter);
+      const internal::PartSlice slice = CriticSliceOf(p, parameter);
       if (slice.kind == internal::PartSlice::kWhole && p > 0) continue;  // part 0's (the row pair's bias: only its)
       internal::CopyPartToWhole(parts[p][t].values, shape, slice, whole);
     }
@@ -1379,7 +1417,7 @@ std::vector<nn::CheckpointTensor> D4pgAgent::CriticPartOf(const Replica& r,
     if (parameter.empty()) continue;
     const nn::Shape& shape = r.critic.info(r.critic.Find(parameter)).shape;
     std::vector<float> values(shape.size());
-    internal::CopyPartFromWhole(t.values, t.shape, CriticSliceOf(r, parameter), values);
+    internal::CopyPartFromWhole(t.values, t.shape, CriticSliceOf(r.part, parameter), values);
     t = {t.name, shape, std::move(values)};
   }
   return part;

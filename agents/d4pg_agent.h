@@ -85,8 +85,8 @@ D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, c
                                        int action_size, int replicas);
 // learner.engine.model_parallel M > 1 (the critic split over M replicas, a
 // (K/M) x M mesh): what splitting it needs (state observations, two hidden
-// layers or more with the first divisible by M, kernel at a time, every
-// replica in this process), refused naming the field otherwise.
+// layers or more with the first divisible by M, kernel at a time,
+// collectives IN_PROCESS or MPI), refused naming the field otherwise.
 absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const ObservationSpec& spec);
 // learner.engine.device_memory_mib against D4pgReplicaStateBytes (nothing
 // when 0): InvalidArgument naming the budget and each size.
@@ -196,11 +196,12 @@ class D4pgAgent final : public Agent {
   // The networks' values, their gradients and the targets one replica keeps
   // between updates (its parts with engine.shard_state PARAMETERS).
   int64_t parameter_state_bytes() const override;
-  // engine.shard_state OPTIMIZER or PARAMETERS over MPI ranks: the parts
-  // are gathered by PrepareCheckpoint (a collective on every rank).
+  // engine.shard_state OPTIMIZER or PARAMETERS, or a critic split by
+  // engine.model_parallel, over MPI ranks: the parts are gathered by
+  // PrepareCheckpoint (a collective on every rank).
   bool state_split_across_processes() const override;
   absl::Status PrepareCheckpoint() override;
-  bool state_gathered() const override { return !state_split_across_processes() || whole_moments_gathered_; }
+  bool state_gathered() const override { return !state_split_across_processes() || state_gathered_; }
 
   // FNV-1a (64-bit) over the bytes of everything Save writes, from this
   // process's first local replica: equal on every replica (and MPI rank)
@@ -246,9 +247,11 @@ class D4pgAgent final : public Agent {
   // A split critic's part: its copy's inputs of one update are part 0's
   // (every other part's made zero and the parts' sum taken on the device).
   absl::Status ShareInputs(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, bool weighted);
-  // Each parameter of replica r's part of a split critic: each(its index in
-  // the part's set, the whole critic's parameter's index, where it sits there).
-  void ForEachCriticSlice(const Replica& r, absl::FunctionRef<void(int, int, internal::PartSlice)> each) const;
+  // Each parameter of a part of a split critic (`critic` declared as that
+  // part in `set`): each(its index in the part's set, the whole critic's
+  // parameter's index, where it sits there).
+  void ForEachCriticSlice(const internal::Mlp& critic, const nn::ParameterSet& set,
+                          absl::FunctionRef<void(int, int, internal::PartSlice)> each) const;
   absl::Status DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, int64_t rows, bool gathered,
                             bool weighted);
   // The host's epilogue of a launched execution: its readouts landed, its
@@ -265,11 +268,15 @@ class D4pgAgent final : public Agent {
   absl::Status GatherPolicyNetworks();
   // Frees what PrepareCheckpoint gathered (the state moves on, or is loaded).
   void ReleaseGatheredState();
+  // A split critic over MPI ranks: every part of this replica's model copy,
+  // all-gathered along the model axis into critic_parts_on_host_ (`keep`:
+  // this process's copy; a collective).
+  absl::Status GatherCriticParts(replicator::ReplicaContext& ctx, Replica& r, bool keep);
   // A split critic (learner.engine.model_parallel): where `parameter` of
-  // replica r's part sits in the whole critic; the critic's checkpoint
-  // entries (its values, target's and moments') put together whole from
-  // model copy 0's parts; and replica r's part of whole entries.
-  internal::PartSlice CriticSliceOf(const Replica& r, const std::string& parameter) const;
+  // part `part` sits in the whole critic; the critic's checkpoint entries
+  // (its values, target's and moments') put together whole from model copy
+  // 0's parts; and replica r's part of whole entries.
+  internal::PartSlice CriticSliceOf(int part, const std::string& parameter) const;
   void JoinCriticParts(std::vector<nn::CheckpointTensor>* tensors) const;
   std::vector<nn::CheckpointTensor> CriticPartOf(const Replica& r, const std::vector<nn::CheckpointTensor>& whole) const;
 
@@ -306,10 +313,11 @@ class D4pgAgent final : public Agent {
   std::vector<PolicyCopy> policy_copies_;
   int64_t policy_floats_ = 0;
 
-  // PrepareCheckpoint gathered the whole moments into every local replica's
-  // sharded optimizers (or with the parameters split, to moments_on_host_);
-  // released at the next Train.
-  bool whole_moments_gathered_ = false;
+  // PrepareCheckpoint gathered what is split across processes: the whole
+  // moments into every local replica's sharded optimizers, or with the
+  // parameters split to moments_on_host_, or a split critic's parts to
+  // critic_parts_on_host_; released at the next Train.
+  bool state_gathered_ = false;
   // engine.shard_state PARAMETERS over MPI ranks, where no host holds every
   // part: each network's whole values (Network's order) and the critic's and
   // actor's whole moments (StateNames' order), gathered by collectives. The
@@ -317,6 +325,10 @@ class D4pgAgent final : public Agent {
   // again after every Train call, everything by PrepareCheckpoint.
   std::vector<float> values_on_host_[kNetworks];
   std::vector<std::vector<float>> moments_on_host_[2];
+  // learner.engine.model_parallel over MPI ranks: each part p of this
+  // rank's model copy as its checkpoint entries (the critic's from part p,
+  // the rest as every part holds them), gathered by PrepareCheckpoint.
+  std::vector<std::vector<nn::CheckpointTensor>> critic_parts_on_host_;
   mutable absl::Mutex metrics_mu_;
   mutable double sum_critic_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;
   mutable double sum_actor_loss_ ABSL_GUARDED_BY(metrics_mu_) = 0;

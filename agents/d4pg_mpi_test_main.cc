@@ -1,7 +1,8 @@
-// D4PG with its networks split over MPI ranks (learner.engine.collectives
-// MPI, shard_state PARAMETERS): run as `mpiexec -np 2
-// agents_d4pg_mpi_test_main DIR`, each rank one replica keeping half of the
-// networks, their targets and Adam's moments.
+// D4PG's model split over MPI ranks (learner.engine.collectives MPI), one
+// replica per rank: `mpiexec -np K agents_d4pg_mpi_test_main MODE DIR`.
+//
+// MODE split_parameters (shard_state PARAMETERS, K=2): each rank keeps half
+// of the networks, their targets and Adam's moments.
 //  1. 20 clipped updates end where one replica with the whole model on the
 //     whole batch ends (every rank trains that reference in this process):
 //     the whole state, gathered by PrepareCheckpoint, within 1e-4; each
@@ -13,10 +14,22 @@
 //     ranks it gathers back exactly, and its policy is the saved one; loaded
 //     by one unsplit replica it is the same state; 5 updates more end where
 //     the reference's 5 more end.
+//
+// MODE split_critic (model_parallel 2, K=2 or 4: a 1x2 or 2x2 mesh): each
+// rank keeps its part of the critic's first two layers.
+//  1. 20 prioritized, clipped updates end where one replica on the whole
+//     batch ends, whole state (the critic joined from the parts every rank
+//     gathered along the model axis) within 1e-4, on every rank; each part 0
+//     gives its copy's rows' priorities, the reference's, and the others none.
+//  2. The chief's checkpoint holds the whole critic: loaded on the mesh it
+//     gathers back exactly, and by one unsplit replica it is the same state;
+//     5 updates more end where the reference's 5 more end.
 // Prints each rank's worst differences; exits 0 when all hold.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +44,7 @@ namespace troupe::agents {
 namespace {
 
 using d4pg_test::Bandit;
+using d4pg_test::MeshBandit;
 using d4pg_test::TinyConfig;
 
 constexpr int kActions = 2;
@@ -40,6 +54,19 @@ config::ExperimentConfig Config() {
   config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
   c.mutable_d4pg()->set_target_tau(0.1f);
   c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  return c;
+}
+
+config::ExperimentConfig CriticConfig() {
+  config::ExperimentConfig c = Config();
+  c.mutable_learner()->set_prioritized(true);
+  return c;
+}
+
+config::ExperimentConfig CriticSplitOverRanks() {
+  config::ExperimentConfig c = CriticConfig();
+  c.mutable_learner()->mutable_engine()->set_collectives(config::EngineConfig::MPI);
+  c.mutable_learner()->mutable_engine()->set_model_parallel(2);
   return c;
 }
 
@@ -62,9 +89,12 @@ absl::StatusOr<Learner> Make(const config::ExperimentConfig& c) {
   return l;
 }
 
-// Updates [from, to) of the bandit's batches, one Train call each.
-absl::Status Train(D4pgAgent& agent, int from, int to) {
-  for (int step = from; step < to; ++step) RETURN_IF_ERROR(agent.Train(1, Bandit(kSpec, kActions, Config(), step)));
+// Updates [from, to) of the bandit's batches, one Train call each (`m`:
+// the parts of a split critic, of which only part 0 samples).
+absl::Status Train(D4pgAgent& agent, int from, int to, int m = 1) {
+  for (int step = from; step < to; ++step) {
+    RETURN_IF_ERROR(agent.Train(1, m > 1 ? MeshBandit(kSpec, Config(), m, step) : Bandit(kSpec, kActions, Config(), step)));
+  }
   return absl::OkStatus();
 }
 
@@ -107,7 +137,74 @@ absl::Status Barrier(replicator::Replicator& replicator) {
     }                                                                     \
   } while (0)
 
-int Run(const std::string& dir) {
+// This rank's last priorities against the reference's for the same keys.
+::testing::AssertionResult SamePriorities(const D4pgAgent& want, const D4pgAgent& got, size_t count) {
+  std::vector<uint64_t> keys, want_keys;
+  std::vector<double> priorities, want_priorities;
+  got.LastPriorities(&keys, &priorities);
+  want.LastPriorities(&want_keys, &want_priorities);
+  if (keys.size() != count) return ::testing::AssertionFailure() << keys.size() << " priorities, not " << count;
+  std::map<uint64_t, double> by_key;
+  for (size_t i = 0; i < want_keys.size(); ++i) by_key[want_keys[i]] = want_priorities[i];
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!by_key.contains(keys[i]) || !(std::fabs(priorities[i] - by_key[keys[i]]) <= 1e-4 * by_key[keys[i]])) {
+      return ::testing::AssertionFailure() << "key " << keys[i] << ": " << priorities[i];
+    }
+  }
+  return ::testing::AssertionSuccess() << count << " priorities";
+}
+
+int RunSplitCritic(const std::string& dir) {
+  absl::StatusOr<Learner> mesh = Make(CriticSplitOverRanks());
+  absl::StatusOr<Learner> one = Make(CriticConfig());
+  if (!mesh.ok() || !one.ok()) {
+    std::fprintf(stderr, "agents: %s %s\n", mesh.status().ToString().c_str(), one.status().ToString().c_str());
+    return 1;
+  }
+  D4pgAgent& s = *mesh->agent;
+  D4pgAgent& reference = *one->agent;
+  const int rank = mesh->replicator->local_replicas()[0];
+  const int k = mesh->replicator->num_replicas(), m = 2;
+  bool ok = s.state_split_across_processes();
+  if (!ok) std::printf("rank %d: the critic is not split across processes\n", rank);
+  const std::vector<nn::CheckpointTensor> start = reference.CheckpointState();
+  OR_FAIL(Train(reference, 0, 20));
+  OR_FAIL(Train(s, 0, 20, m));
+  // Part 0 of each copy: its copy's rows; the other parts none.
+  ok &= Check(rank, SamePriorities(reference, s, rank % m == 0 ? 16 / (k / m) : 0),
+              "the last update's priorities: part 0's are its copy's rows' and the reference's");
+  OR_FAIL(s.PrepareCheckpoint());
+  const std::vector<nn::CheckpointTensor> saved = s.CheckpointState();
+  ok &= Check(rank, nn::SameState(start, reference.CheckpointState(), saved, {.tolerance = 1e-4}),
+              absl::StrCat("20 updates on a ", k / m, "x", m, " mesh of ranks = 1 replica on the whole batch, whole "
+                           "state within 1e-4"));
+  const std::string path = dir + "/agent.ckpt";
+  if (rank == 0) {
+    std::filesystem::create_directories(dir);
+    OR_FAIL(s.Save(path));
+  }
+  OR_FAIL(Barrier(*mesh->replicator));
+
+  absl::StatusOr<Learner> resumed = Make(CriticSplitOverRanks());
+  absl::StatusOr<Learner> unsplit = Make(CriticConfig());
+  if (!resumed.ok() || !unsplit.ok()) return 1;
+  D4pgAgent& r = *resumed->agent;
+  OR_FAIL(r.Load(path));
+  OR_FAIL(unsplit->agent->Load(path));
+  OR_FAIL(r.PrepareCheckpoint());
+  ok &= Check(rank, nn::SameState(saved, saved, r.CheckpointState(), {.tolerance = 0}),
+              "the chief's checkpoint, loaded on the mesh, gathers back exactly");
+  ok &= Check(rank, nn::SameState(saved, saved, unsplit->agent->CheckpointState(), {.tolerance = 0}),
+              "the chief's checkpoint, loaded by one unsplit replica, is the same state");
+  OR_FAIL(Train(reference, 20, 25));
+  OR_FAIL(Train(r, 20, 25, m));
+  OR_FAIL(r.PrepareCheckpoint());
+  ok &= Check(rank, nn::SameState(saved, reference.CheckpointState(), r.CheckpointState(), {.tolerance = 1e-4}),
+              "resumed on the mesh, 5 updates more = the reference's 5 more, within 1e-4");
+  return ok ? 0 : 1;
+}
+
+int RunSplitParameters(const std::string& dir) {
   absl::StatusOr<Learner> split = Make(SplitOverRanks());
   absl::StatusOr<Learner> one = Make(Config());
   if (!split.ok() || !one.ok()) {
@@ -170,9 +267,8 @@ int Run(const std::string& dir) {
 }  // namespace troupe::agents
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: mpiexec -np 2 %s CHECKPOINT_DIR\n", argv[0]);
-    return 2;
-  }
-  return troupe::agents::Run(argv[1]);
+  if (argc == 3 && std::strcmp(argv[1], "split_parameters") == 0) return troupe::agents::RunSplitParameters(argv[2]);
+  if (argc == 3 && std::strcmp(argv[1], "split_critic") == 0) return troupe::agents::RunSplitCritic(argv[2]);
+  std::fprintf(stderr, "usage: mpiexec -np K %s split_parameters|split_critic CHECKPOINT_DIR\n", argv[0]);
+  return 2;
 }

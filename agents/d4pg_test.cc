@@ -36,6 +36,7 @@ using ::testing::Pointwise;
 using ::testing::FloatNear;
 using d4pg_test::Bandit;
 using d4pg_test::BanditBatch;
+using d4pg_test::MeshBandit;
 using d4pg_test::Floats;
 using d4pg_test::TinyConfig;
 
@@ -1000,14 +1001,6 @@ MeshAgent MakeMeshAgent(config::ExperimentConfig c, const ObservationSpec& spec,
   a.agent = std::move(agent).value();
   return a;
 }
-D4pgAgent::SampleFn MeshBandit(const ObservationSpec& spec, const config::ExperimentConfig& c, int m, uint64_t seed) {
-  return [=](int replica, int64_t n, replay::SampledBatch* out) {
-    // Part 0 of model copy replica / m: that copy's rows.
-    TROUPE_CHECK(replica % m == 0);
-    return Bandit(spec, 2, c, seed)(replica / m, n, out);
-  };
-}
-
 // The critic split over 1x2, 2x2 and 1x4 meshes (each copy's parts sharing
 // its rows, the pair's gradients their own and the rest averaged over the
 // copies, clipped by the whole critic's norm) trains as one replica on the
@@ -1098,7 +1091,8 @@ TEST(D4pgAgentTest, ASplitCriticsCheckpointResumesOnAnyMeshAndOnOneReplica) {
 
 // What a split critic needs, refused before anything starts naming the
 // field: state observations, two hidden layers or more with the first
-// divisible by M, kernel at a time, every replica in this process.
+// divisible by M, kernel at a time, replicas in this process or one per MPI
+// rank.
 TEST(D4pgAgentTest, ACriticSplitItCannotMakeIsRefusedNamingTheField) {
   config::ExperimentConfig c = TinyConfig(/*batch=*/16, {30, 32});
   c.mutable_learner()->mutable_engine()->set_model_parallel(4);
@@ -1113,7 +1107,10 @@ TEST(D4pgAgentTest, ACriticSplitItCannotMakeIsRefusedNamingTheField) {
   EXPECT_THAT(CheckD4pgCriticSplits(c, {.frames = 2, .height = 32, .width = 32}).message(),
               HasSubstr("for state observations only"));
   c.mutable_learner()->mutable_engine()->set_collectives(config::EngineConfig::MPI);
-  EXPECT_THAT(CheckD4pgCriticSplits(c, state).message(), HasSubstr("collectives MPI: a checkpoint puts"));
+  EXPECT_TRUE(CheckD4pgCriticSplits(c, state).ok());
+  c.mutable_learner()->mutable_engine()->set_collectives(config::EngineConfig::NCCL_MPI);
+  EXPECT_THAT(CheckD4pgCriticSplits(c, state).message(),
+              HasSubstr("collectives NCCL_MPI: D4PG's split critic runs with its replicas in this process"));
   c.mutable_learner()->mutable_engine()->set_collectives(config::EngineConfig::IN_PROCESS);
   c.mutable_learner()->mutable_engine()->set_device(config::EngineConfig::PJRT);
   EXPECT_THAT(CheckD4pgCriticSplits(c, state).message(), HasSubstr("runs kernel at a time"));

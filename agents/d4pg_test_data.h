@@ -87,6 +87,16 @@ inline D4pgAgent::SampleFn Bandit(const ObservationSpec& spec, int action_size,
   };
 }
 
+// The same for a critic split over meshes of M parts (learner.engine.
+// model_parallel): only part 0 of a model copy samples, that copy's rows.
+inline D4pgAgent::SampleFn MeshBandit(const ObservationSpec& spec, const config::ExperimentConfig& c, int m,
+                                      uint64_t seed) {
+  return [=](int replica, int64_t n, replay::SampledBatch* out) {
+    TROUPE_CHECK(replica % m == 0);
+    return Bandit(spec, 2, c, seed)(replica / m, n, out);
+  };
+}
+
 }  // namespace troupe::agents::d4pg_test
 
 #endif  // TROUPE_AGENTS_D4PG_TEST_DATA_H_

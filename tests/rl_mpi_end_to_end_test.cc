@@ -186,21 +186,26 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
   }
 }
 
-// The training state split over the 2 ranks (learner.engine.shard_state):
-// Adam's moments (OPTIMIZER), or the networks and their targets too
-// (PARAMETERS). Each rank keeps half, and every checkpoint gathers the
-// whole from both ranks at an update they agree on. A run of 300 updates
+// The training state split over the 2 ranks: Adam's moments
+// (learner.engine.shard_state OPTIMIZER), the networks and their targets
+// too (PARAMETERS), or the critic's first two layers (model_parallel 2, a
+// 1x2 mesh of ranks). Each rank keeps its part, and every checkpoint
+// gathers the whole from both ranks at an update they agree on. A run of 300 updates
 // ends with both ranks' state the same and its final checkpoint whole;
 // resumed on 2 ranks (each taking its half of what it loaded), its next
 // periodic checkpoint is whole too. Gathered from rank 0 alone, the second
 // half of every split buffer would be zeros; Adam's second moment is
 // positive wherever a gradient was, and no weight is exactly zero.
-class RlMpiSplitStateTest : public RlMpiEndToEndTest, public ::testing::WithParamInterface<const char*> {};
+struct Split {
+  const char* name;
+  const char* engine;  // the learner's engine settings
+  const char* log;     // what the learner says of it
+};
+void PrintTo(const Split& split, std::ostream* os) { *os << split.name; }  // (the test's name in ctest)
+class RlMpiSplitStateTest : public RlMpiEndToEndTest, public ::testing::WithParamInterface<Split> {};
 
 TEST_P(RlMpiSplitStateTest, TwoRanksWithTheStateSplitCheckpointItWhole) {
-  const std::string shard_state = GetParam();
-  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000000, /*max_updates=*/300,
-                                         "shard_state: " + shard_state);
+  const std::string config = WriteConfig(dir_, /*total_frames=*/1000000000, /*max_updates=*/300, GetParam().engine);
   auto expect_whole = [&](const std::string& generation, const std::string& log) {
     // The second moments, and the weights of the networks and their targets
     // ("param/critic/NAME.w", "param/target_actor/NAME.w").
@@ -217,8 +222,7 @@ TEST_P(RlMpiSplitStateTest, TwoRanksWithTheStateSplitCheckpointItWhole) {
   int exit_code = Wait(learners, /*seconds=*/150);
   std::string log = Read(dir_ + "/learner.log");
   ASSERT_EQ(exit_code, 0) << log;
-  EXPECT_THAT(log, HasSubstr(shard_state == "PARAMETERS" ? "networks and optimizer state split over 2 replicas"
-                                                         : "optimizer state split over 2 replicas"));
+  EXPECT_THAT(log, HasSubstr(GetParam().log));
   ASSERT_NO_FATAL_FAILURE(ExpectRanksAgreeAt(log, "300"));
   const std::string last = NewestCheckpoint(run_dir_);
   ASSERT_FALSE(last.empty()) << log;
@@ -249,8 +253,12 @@ TEST_P(RlMpiSplitStateTest, TwoRanksWithTheStateSplitCheckpointItWhole) {
   expect_whole(NewestCheckpoint(run_dir_), log);
 }
 
-INSTANTIATE_TEST_SUITE_P(ShardState, RlMpiSplitStateTest, ::testing::Values("OPTIMIZER", "PARAMETERS"),
-                         [](const auto& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    ShardState, RlMpiSplitStateTest,
+    ::testing::Values(Split{"OPTIMIZER", "shard_state: OPTIMIZER", "optimizer state split over 2 replicas"},
+                      Split{"PARAMETERS", "shard_state: PARAMETERS", "networks and optimizer state split over 2 replicas"},
+                      Split{"CRITIC", "model_parallel: 2", "a model split over the 2 replicas of each of 1 copies"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);
