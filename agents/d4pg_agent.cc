@@ -227,11 +227,6 @@ absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const
                hidden.size(), ")");
   }
   if (hidden[0] % m != 0) return bad("d4pg.hidden[0] ", hidden[0], " does not split into ", m, " parts");
-  const auto device = config.learner().engine().device();
-  if (device == config::EngineConfig::PJRT || device == config::EngineConfig::GPU) {
-    return bad("D4PG's split critic runs kernel at a time (device CPU, CPU_STRICT or CUDA), not device ",
-               config::EngineConfig::Device_Name(device));
-  }
   if (const auto c = config.learner().engine().collectives();
       c != config::EngineConfig::IN_PROCESS && c != config::EngineConfig::MPI) {
     return bad("collectives ", config::EngineConfig::Collectives_Name(c),
@@ -308,6 +303,7 @@ struct D4pgAgent::Replica {
   // index along the model axis) and the critic as declared for it.
   int part = 0;
   internal::Mlp critic_net;
+  nn::DeviceBuffer critic_bias_mask;  // critic_net's bias_mask (split): ones on part 0, zeros on the others
   std::unique_ptr<replicator::ShardedAdam> critic_sharded, actor_sharded;
   // engine.shard_state PARAMETERS: this replica's parts of the four
   // networks (their sets above hold whole buffers only during a step).
@@ -444,6 +440,10 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       agent->encoder_ = layers.encoder;
       r->critic_net = layers.critic;
       agent->actor_ = layers.actor;
+    }
+    if (m > 1) {
+      r->critic_bias_mask = r->critic_net.MakeBiasMask(device, r->critic);
+      r->critic_net.bias_mask = r->critic_bias_mask.data();
     }
     // Same seed on every replica (and every MPI rank): identical starts.
     const int64_t pad = sharded ? replicator::ShardedAdam::PadMultiple(k) : 1;
@@ -832,7 +832,8 @@ absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r,
       {&in.next_observation, rows_ * state}, {&in.weights, weighted ? rows_ * config_.d4pg().atoms() : 0}};
   for (const auto& [buffer, floats] : inputs) {
     if (floats == 0) continue;
-    // Part 0's rows, the other parts' zeros: their sum is part 0's.
+    // Part 0's rows, the other parts' zeros: their sum is part 0's (before
+    // the step: the step's program is every part's).
     if (model.replica_id() != 0) device.Fill(buffer->data(), floats, 0.0f);
     RETURN_IF_ERROR(model.AllReduceDevice(device, buffer->data(), floats, replicator::ReduceOp::kSum));
   }

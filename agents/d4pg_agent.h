@@ -85,8 +85,8 @@ D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, c
                                        int action_size, int replicas);
 // learner.engine.model_parallel M > 1 (the critic split over M replicas, a
 // (K/M) x M mesh): what splitting it needs (state observations, two hidden
-// layers or more with the first divisible by M, kernel at a time,
-// collectives IN_PROCESS or MPI), refused naming the field otherwise.
+// layers or more with the first divisible by M, collectives IN_PROCESS or
+// MPI), refused naming the field otherwise.
 absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const ObservationSpec& spec);
 // learner.engine.device_memory_mib against D4pgReplicaStateBytes (nothing
 // when 0): InvalidArgument naming the budget and each size.

@@ -40,9 +40,11 @@ nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplic
     if (parts > 1 && i == 0) x = nn::CopyToModelParallel(x, group);
     if (parts > 1 && i == 1) {
       // nn::RowParallelLinear's pass, with `weights` (trainable or
-      // constants): the partial products, the bias once in their sum (part 0's).
-      x = part == 0 ? nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b))
-                    : nn::MatMul(x, weights(tape, layers[i].w));
+      // constants): the partial products, the bias once in their sum (part
+      // 0's; the others' masked to zero).
+      TROUPE_CHECK(bias_mask != nullptr);  // MakeBiasMask
+      const nn::Var mask = tape.Constant(bias_mask, weights.set->info(layers[i].b).shape);
+      x = nn::Linear(x, weights(tape, layers[i].w), nn::Mul(weights(tape, layers[i].b), mask));
       x = nn::ReduceFromModelParallel(x, group);
     } else {
       x = nn::Linear(x, weights(tape, layers[i].w), weights(tape, layers[i].b));
@@ -50,6 +52,14 @@ nn::Var Mlp::PreTanh(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplic
     if (i + 1 < layers.size()) x = nn::Relu(x);
   }
   return x;
+}
+
+nn::DeviceBuffer Mlp::MakeBiasMask(nn::Backend& backend, const nn::ParameterSet& params) const {
+  TROUPE_CHECK(parts > 1);
+  const std::vector<float> mask(params.info(layers[1].b).shape.size(), part == 0 ? 1.0f : 0.0f);
+  nn::DeviceBuffer buffer(backend, static_cast<int64_t>(mask.size()));
+  backend.Upload(mask.data(), buffer.data(), sizeof(float) * mask.size());
+  return buffer;
 }
 
 nn::Var Mlp::operator()(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplicaSum* group) const {

@@ -57,6 +57,13 @@ struct Mlp {
   std::vector<nn::LinearLayer> layers;
   bool tanh_output = false;
   int parts = 1, part = 0;
+  // Split (parts > 1): the row-parallel layer's bias enters the sum once,
+  // part 0's, through this device vector of its outputs (MakeBiasMask: ones
+  // on part 0, zeros on the others), so that every part runs the same
+  // kernels on its own data (a PJRT step is one program for all replicas).
+  // Required when parts > 1.
+  const float* bias_mask = nullptr;
+  nn::DeviceBuffer MakeBiasMask(nn::Backend& backend, const nn::ParameterSet& params) const;
   static Mlp Declare(nn::ParameterSet& params, const std::string& name, const std::vector<int64_t>& sizes,
                      bool tanh_output, int parts = 1, int part = 0);
   nn::Var operator()(nn::Tape& tape, Weights weights, nn::Var x, nn::CrossReplicaSum* group = nullptr) const;
