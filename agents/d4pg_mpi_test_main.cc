@@ -45,20 +45,13 @@ namespace {
 
 using d4pg_test::Bandit;
 using d4pg_test::MeshBandit;
-using d4pg_test::TinyConfig;
+using d4pg_test::ClippedConfig;
 
 constexpr int kActions = 2;
 const ObservationSpec kSpec{.state_size = 3};
 
-config::ExperimentConfig Config() {
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);
-  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
-  return c;
-}
-
 config::ExperimentConfig CriticConfig() {
-  config::ExperimentConfig c = Config();
+  config::ExperimentConfig c = ClippedConfig();
   c.mutable_learner()->set_prioritized(true);
   return c;
 }
@@ -71,7 +64,7 @@ config::ExperimentConfig CriticSplitOverRanks() {
 }
 
 config::ExperimentConfig SplitOverRanks() {
-  config::ExperimentConfig c = Config();
+  config::ExperimentConfig c = ClippedConfig();
   c.mutable_learner()->mutable_engine()->set_collectives(config::EngineConfig::MPI);
   c.mutable_learner()->mutable_engine()->set_shard_state(config::EngineConfig::PARAMETERS);
   return c;
@@ -93,7 +86,8 @@ absl::StatusOr<Learner> Make(const config::ExperimentConfig& c) {
 // the parts of a split critic, of which only part 0 samples).
 absl::Status Train(D4pgAgent& agent, int from, int to, int m = 1) {
   for (int step = from; step < to; ++step) {
-    RETURN_IF_ERROR(agent.Train(1, m > 1 ? MeshBandit(kSpec, Config(), m, step) : Bandit(kSpec, kActions, Config(), step)));
+    const config::ExperimentConfig c = ClippedConfig();
+    RETURN_IF_ERROR(agent.Train(1, m > 1 ? MeshBandit(kSpec, c, m, step) : Bandit(kSpec, kActions, c, step)));
   }
   return absl::OkStatus();
 }
@@ -154,6 +148,41 @@ absl::Status Barrier(replicator::Replicator& replicator) {
   return ::testing::AssertionSuccess() << count << " priorities";
 }
 
+// The chief saves `split`'s state (`saved`, gathered already); a fresh split
+// agent (`split_config`) and a fresh unsplit one load it on every rank and
+// hold it exactly; the split one and the reference train 5 updates more
+// (batches for `m` parts) and end within 1e-4. Returns whether all held
+// (Status errors: what stopped it).
+absl::StatusOr<bool> ExpectCheckpointRoundTrip(int rank, Learner& split, const config::ExperimentConfig& split_config,
+                                               const config::ExperimentConfig& whole_config, D4pgAgent& reference,
+                                               const std::vector<nn::CheckpointTensor>& saved, int m,
+                                               const std::string& dir) {
+  const std::string path = dir + "/agent.ckpt";
+  if (rank == 0) {
+    std::filesystem::create_directories(dir);
+    RETURN_IF_ERROR(split.agent->Save(path));
+  }
+  RETURN_IF_ERROR(Barrier(*split.replicator));  // the others read the checkpoint only after rank 0 wrote it
+  ASSIGN_OR_RETURN(Learner resumed, Make(split_config));
+  ASSIGN_OR_RETURN(Learner unsplit, Make(whole_config));
+  D4pgAgent& r = *resumed.agent;
+  RETURN_IF_ERROR(r.Load(path));
+  RETURN_IF_ERROR(unsplit.agent->Load(path));
+  bool ok = true;
+  if (m == 1) ok &= Check(rank, SamePolicy(*split.agent, r, 0), "the loaded policy is the saved one");
+  RETURN_IF_ERROR(r.PrepareCheckpoint());
+  ok &= Check(rank, nn::SameState(saved, saved, r.CheckpointState(), {.tolerance = 0}),
+              "the chief's checkpoint, loaded split, gathers back exactly");
+  ok &= Check(rank, nn::SameState(saved, saved, unsplit.agent->CheckpointState(), {.tolerance = 0}),
+              "the chief's checkpoint, loaded by one unsplit replica, is the same state");
+  RETURN_IF_ERROR(Train(reference, 20, 25));
+  RETURN_IF_ERROR(Train(r, 20, 25, m));
+  RETURN_IF_ERROR(r.PrepareCheckpoint());
+  ok &= Check(rank, nn::SameState(saved, reference.CheckpointState(), r.CheckpointState(), {.tolerance = 1e-4}),
+              "resumed split, 5 updates more = the reference's 5 more, within 1e-4");
+  return ok;
+}
+
 int RunSplitCritic(const std::string& dir) {
   absl::StatusOr<Learner> mesh = Make(CriticSplitOverRanks());
   absl::StatusOr<Learner> one = Make(CriticConfig());
@@ -178,35 +207,15 @@ int RunSplitCritic(const std::string& dir) {
   ok &= Check(rank, nn::SameState(start, reference.CheckpointState(), saved, {.tolerance = 1e-4}),
               absl::StrCat("20 updates on a ", k / m, "x", m, " mesh of ranks = 1 replica on the whole batch, whole "
                            "state within 1e-4"));
-  const std::string path = dir + "/agent.ckpt";
-  if (rank == 0) {
-    std::filesystem::create_directories(dir);
-    OR_FAIL(s.Save(path));
-  }
-  OR_FAIL(Barrier(*mesh->replicator));
-
-  absl::StatusOr<Learner> resumed = Make(CriticSplitOverRanks());
-  absl::StatusOr<Learner> unsplit = Make(CriticConfig());
-  if (!resumed.ok() || !unsplit.ok()) return 1;
-  D4pgAgent& r = *resumed->agent;
-  OR_FAIL(r.Load(path));
-  OR_FAIL(unsplit->agent->Load(path));
-  OR_FAIL(r.PrepareCheckpoint());
-  ok &= Check(rank, nn::SameState(saved, saved, r.CheckpointState(), {.tolerance = 0}),
-              "the chief's checkpoint, loaded on the mesh, gathers back exactly");
-  ok &= Check(rank, nn::SameState(saved, saved, unsplit->agent->CheckpointState(), {.tolerance = 0}),
-              "the chief's checkpoint, loaded by one unsplit replica, is the same state");
-  OR_FAIL(Train(reference, 20, 25));
-  OR_FAIL(Train(r, 20, 25, m));
-  OR_FAIL(r.PrepareCheckpoint());
-  ok &= Check(rank, nn::SameState(saved, reference.CheckpointState(), r.CheckpointState(), {.tolerance = 1e-4}),
-              "resumed on the mesh, 5 updates more = the reference's 5 more, within 1e-4");
-  return ok ? 0 : 1;
+  const absl::StatusOr<bool> round_trip =
+      ExpectCheckpointRoundTrip(rank, *mesh, CriticSplitOverRanks(), CriticConfig(), reference, saved, m, dir);
+  OR_FAIL(round_trip.status());
+  return ok && *round_trip ? 0 : 1;
 }
 
 int RunSplitParameters(const std::string& dir) {
   absl::StatusOr<Learner> split = Make(SplitOverRanks());
-  absl::StatusOr<Learner> one = Make(Config());
+  absl::StatusOr<Learner> one = Make(ClippedConfig());
   if (!split.ok() || !one.ok()) {
     std::fprintf(stderr, "agents: %s %s\n", split.status().ToString().c_str(), one.status().ToString().c_str());
     return 1;
@@ -236,31 +245,10 @@ int RunSplitParameters(const std::string& dir) {
   std::printf("rank %d: keeps %.3fx of one unsplit replica's state between updates: %s\n", rank, kept,
               half ? "holds" : "FAILS");
 
-  const std::string path = dir + "/agent.ckpt";
-  if (rank == 0) {
-    std::filesystem::create_directories(dir);
-    OR_FAIL(s.Save(path));
-  }
-  OR_FAIL(Barrier(*split->replicator));  // rank 1 reads the checkpoint only after rank 0 wrote it
-
-  absl::StatusOr<Learner> resumed = Make(SplitOverRanks());
-  absl::StatusOr<Learner> unsplit = Make(Config());
-  if (!resumed.ok() || !unsplit.ok()) return 1;
-  D4pgAgent& r = *resumed->agent;
-  OR_FAIL(r.Load(path));
-  OR_FAIL(unsplit->agent->Load(path));
-  ok &= Check(rank, SamePolicy(s, r, 0), "the loaded policy is the saved one");
-  OR_FAIL(r.PrepareCheckpoint());
-  ok &= Check(rank, nn::SameState(saved, saved, r.CheckpointState(), {.tolerance = 0}),
-              "the chief's checkpoint, loaded split, gathers back exactly");
-  ok &= Check(rank, nn::SameState(saved, saved, unsplit->agent->CheckpointState(), {.tolerance = 0}),
-              "the chief's checkpoint, loaded by one unsplit replica, is the same state");
-  OR_FAIL(Train(reference, 20, 25));
-  OR_FAIL(Train(r, 20, 25));
-  OR_FAIL(r.PrepareCheckpoint());
-  ok &= Check(rank, nn::SameState(saved, reference.CheckpointState(), r.CheckpointState(), {.tolerance = 1e-4}),
-              "resumed split, 5 updates more = the reference's 5 more, within 1e-4");
-  return ok ? 0 : 1;
+  const absl::StatusOr<bool> round_trip =
+      ExpectCheckpointRoundTrip(rank, *split, SplitOverRanks(), ClippedConfig(), reference, saved, /*m=*/1, dir);
+  OR_FAIL(round_trip.status());
+  return ok && *round_trip ? 0 : 1;
 }
 
 }  // namespace

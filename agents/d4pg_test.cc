@@ -36,6 +36,7 @@ using ::testing::Pointwise;
 using ::testing::FloatNear;
 using d4pg_test::Bandit;
 using d4pg_test::BanditBatch;
+using d4pg_test::ClippedConfig;
 using d4pg_test::MeshBandit;
 using d4pg_test::Floats;
 using d4pg_test::TinyConfig;
@@ -1012,9 +1013,7 @@ MeshAgent MakeMeshAgent(config::ExperimentConfig c, const ObservationSpec& spec,
 // sampled row; a part holds 1/M of the critic's pair.
 TEST(D4pgAgentTest, ACriticSplitOverAMeshTrainsAsOneReplicaOnTheWholeBatch) {
   const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);
-  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  config::ExperimentConfig c = ClippedConfig();
   c.mutable_learner()->set_prioritized(true);
   auto priorities_by_key = [](const D4pgAgent& agent) {
     std::vector<uint64_t> keys;
@@ -1066,9 +1065,7 @@ TEST(D4pgAgentTest, ACriticSplitOverPjrtReplicasTrainsAsOneReplicaOnTheWholeBatc
   absl::StatusOr<config::EngineConfig> engine = TwoPjrtReplicas();
   if (!engine.ok()) GTEST_SKIP() << engine.status().message();
   const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);
-  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  config::ExperimentConfig c = ClippedConfig();
   c.mutable_learner()->set_prioritized(true);
   auto one = MakeReplicator(1);
   auto whole = D4pgAgent::Create(c, spec, 2, one.get());
@@ -1217,9 +1214,7 @@ TEST(D4pgAgentTest, TwoReplicasOnHalfBatchesEqualOneReplicaOnTheWholeBatch) {
 // must add up as the whole's.
 TEST(D4pgAgentTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
   const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);
-  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  config::ExperimentConfig c = ClippedConfig();
   auto train = [&](int k, bool sharded, std::vector<nn::CheckpointTensor>* start = nullptr) {
     config::ExperimentConfig run = c;
     if (sharded) run.mutable_learner()->mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
@@ -1254,9 +1249,7 @@ TEST(D4pgAgentTest, ReplicasWithShardedOptimizerStateEqualOneReplicaWithAdam) {
 // unsplit on the same shards.
 TEST(D4pgAgentTest, ReplicasWithSplitParametersEqualOneReplicaWithTheWholeModel) {
   const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);
-  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  config::ExperimentConfig c = ClippedConfig();
   struct Trained {
     std::vector<nn::CheckpointTensor> state;
     std::vector<float> policy;
@@ -1316,9 +1309,7 @@ TEST(D4pgAgentTest, TwoPjrtReplicasWithShardedOptimizerStateEqualOneReplicaWithA
   absl::StatusOr<config::EngineConfig> engine = TwoPjrtReplicas();
   if (!engine.ok()) GTEST_SKIP() << engine.status().message();
   const ObservationSpec spec{.state_size = 3};
-  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
-  c.mutable_d4pg()->set_target_tau(0.1f);
-  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  config::ExperimentConfig c = ClippedConfig();
   std::vector<std::vector<nn::CheckpointTensor>> states;
   for (int k : {1, 2}) {
     SCOPED_TRACE(::testing::Message() << k << " replica(s)");

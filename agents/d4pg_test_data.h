@@ -33,6 +33,15 @@ inline config::ExperimentConfig TinyConfig(int batch, std::vector<int> hidden) {
   return c;
 }
 
+// TinyConfig's batch of 16 and two hidden layers of 32, its targets moving
+// by more than a test's tolerance (tau 0.1) and its gradients clipped (0.5).
+inline config::ExperimentConfig ClippedConfig() {
+  config::ExperimentConfig c = TinyConfig(/*batch=*/16, {32, 32});
+  c.mutable_d4pg()->set_target_tau(0.1f);
+  c.mutable_d4pg()->set_max_gradient_norm(0.5f);
+  return c;
+}
+
 // A float field of a batch being filled (replay's bytes, viewed as floats).
 inline float* Floats(replay::SampledBatch* out, int field) {
   return reinterpret_cast<float*>(out->fields[field].data.data());
