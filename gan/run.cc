@@ -131,6 +131,8 @@ absl::Status RunGan(const config::ExperimentConfig& config, const std::string& r
 
   // Evaluation: FID, classifier score, eval.csv, the curve and the sample grids.
   auto evaluate = [&]() -> absl::Status {
+    // (A generator split over the ranks is gathered first, on every rank.)
+    RETURN_IF_ERROR(trainer->PrepareCheckpoint());
     if (!chief) return absl::OkStatus();
     const Evaluation e = evaluator.Evaluate(*trainer, gan.eval_samples());
     const int64_t images = trainer->images_seen();

@@ -138,13 +138,6 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
                                                   ": its trust ratio is a norm over each whole tensor, which the "
                                                   "generator's parts do not hold (ADAM splits)"));
     }
-    if (c.engine().collectives() != config::EngineConfig::IN_PROCESS) {
-      return FieldError("engine.collectives",
-                        absl::StrCat(config::EngineConfig::Collectives_Name(c.engine().collectives()),
-                                     " with engine.model_parallel ", m,
-                                     ": checkpoints and evaluation gather the whole generator from this process's "
-                                     "replicas (IN_PROCESS)"));
-    }
     if ((2 * c.generator_channels()) % m != 0) {
       return FieldError("engine.model_parallel",
                         absl::StrCat(m, ": the generator's ", 2 * c.generator_channels(),
@@ -300,14 +293,7 @@ absl::StatusOr<std::unique_ptr<GanTrainer>> GanTrainer::Create(const config::Gan
       r->d_adam = std::move(d);
     }
   }
-  if (m > 1) {
-    if (static_cast<int>(t->replicas_.size()) != k) {
-      return FieldError("engine.model_parallel", absl::StrCat(m, ": ", t->replicas_.size(), " of the ", k,
-                                                              " replicas are in this process; the GAN gathers its "
-                                                              "whole generator from them (IN_PROCESS)"));
-    }
-    t->ScatterGenerator();
-  }
+  if (m > 1) t->ScatterGenerator();
   // Learning-rate scaling, warmup and EMA decay per step.
   const double ratio = static_cast<double>(config.batch_size()) / config.base_batch_size();
   switch (config.lr_scaling()) {
@@ -390,22 +376,26 @@ void GanTrainer::GatherGenerator(int copy) const {
   }
   WholeGenerator& w = *whole_;
   const std::vector<float*> whole = GeneratorBuffers(w.g, w.ema, *w.adam);
-  std::vector<std::vector<float*>> parts;  // part p's buffers
-  for (int p = 0; p < model_parallel_; ++p) {
+  // Part p's buffer b on the host: downloaded from local replica copy x M +
+  // p, or over MPI ranks what PrepareCheckpoint gathered of this rank's copy.
+  const bool across = state_split_across_processes();
+  TROUPE_CHECK(!across || !generator_parts_on_host_.empty());  // PrepareCheckpoint first, on every rank
+  const Replica& layout = *replicas_[across ? 0 : copy * model_parallel_];
+  auto part_buffer = [&](int p, size_t b) {
+    if (across) return generator_parts_on_host_[p][b];
     Replica& r = *replicas_[copy * model_parallel_ + p];
     TROUPE_CHECK(r.part == p && r.copy == copy);
-    parts.push_back(GeneratorBuffers(r.g, r.ema, *r.g_adam));
-  }
+    return DownloadBuffer(*r.backend, GeneratorBuffers(r.g, r.ema, *r.g_adam)[b], r.g.total_floats());
+  };
   for (size_t b = 0; b < whole.size(); ++b) {
     std::vector<float> host = DownloadBuffer(w.backend, whole[b], w.g.total_floats());
     for (int p = 0; p < model_parallel_; ++p) {
-      const Replica& r = *replicas_[copy * model_parallel_ + p];
-      std::vector<float> part = DownloadBuffer(*r.backend, parts[p][b], r.g.total_floats());
-      generator_->CopyPart(w.g, host, r.g, part, p, /*to_whole=*/true);
+      std::vector<float> part = part_buffer(p, b);
+      generator_->CopyPart(w.g, host, layout.g, part, p, /*to_whole=*/true);
     }
     w.backend.Upload(host.data(), whole[b], sizeof(float) * host.size());
   }
-  w.adam->set_steps(replicas_[copy * model_parallel_]->g_adam->steps());
+  w.adam->set_steps(layout.g_adam->steps());
 }
 
 void GanTrainer::ScatterGenerator() {
@@ -499,6 +489,7 @@ absl::Status GanTrainer::Train(int64_t steps) {
     moments_gathered_ = false;
     for (int r = 0; r < num_local_replicas(); ++r) ReleaseMoments(r);
   }
+  generator_parts_on_host_.clear();
   for (auto& r : replicas_) r->step = steps_;
   // input_fn: this replica's shard of n_critic real batches and of the noise.
   std::function<absl::StatusOr<Replica*>(replicator::ReplicaContext&)> input_fn =
@@ -704,7 +695,7 @@ std::vector<GanTrainer::NetworkFile> GanTrainer::NetworkFiles(int r) const {
 }
 
 bool GanTrainer::state_split_across_processes() const {
-  return replicas_[0]->g_sharded != nullptr &&
+  return (replicas_[0]->g_sharded != nullptr || model_parallel_ > 1) &&
          static_cast<int>(replicas_.size()) != replicator_->num_replicas();
 }
 
@@ -712,6 +703,22 @@ absl::Status GanTrainer::PrepareCheckpoint() {
   if (!state_split_across_processes()) return absl::OkStatus();
   RETURN_IF_ERROR(replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
     Replica& r = *replicas_[ctx.local_index()];
+    if (model_parallel_ > 1) {
+      // Every part of this replica's model copy (each part's set has the
+      // same layout): its generator's buffers all-gathered along the model
+      // axis, kept on the host by local replica 0.
+      const std::vector<float*> buffers = GeneratorBuffers(r.g, r.ema, *r.g_adam);
+      const int64_t n = r.g.total_floats();
+      nn::DeviceBuffer all(*r.backend, model_parallel_ * n);
+      std::vector<std::vector<std::vector<float>>> parts(model_parallel_);
+      for (float* buffer : buffers) {
+        RETURN_IF_ERROR(ctx.model_axis().AllGatherDevice(*r.backend, buffer, all.data(), n));
+        const std::vector<float> host = DownloadBuffer(*r.backend, all.data(), model_parallel_ * n);
+        for (int p = 0; p < model_parallel_; ++p) parts[p].emplace_back(host.begin() + p * n, host.begin() + (p + 1) * n);
+      }
+      if (ctx.local_index() == 0) generator_parts_on_host_ = std::move(parts);
+      return absl::OkStatus();
+    }
     for (replicator::ShardedAdam* sharded : {r.g_sharded, r.d_sharded}) {
       RETURN_IF_ERROR(sharded->set_context(&ctx));
       RETURN_IF_ERROR(sharded->GatherState());

@@ -143,12 +143,14 @@ class GanTrainer {
   bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
 
   // engine.shard_state OPTIMIZER over MPI ranks (collectives MPI or
-  // NCCL_MPI): each rank keeps its replicas' parts of the moments, so a
-  // checkpoint needs the other ranks'. The ranks agree on the step of every
-  // checkpoint (AgreeWithChief: the chief decides), every rank gathers the
-  // whole moments (PrepareCheckpoint, a collective), then the chief saves;
-  // they are released at the next Train. Elsewhere both are no-ops (the
-  // parts are gathered from this process at the save).
+  // NCCL_MPI), or a generator split by engine.model_parallel over them:
+  // each rank keeps its replicas' parts of the moments or of the generator,
+  // so a checkpoint or an evaluation needs the other ranks'. The ranks
+  // agree on the step of every checkpoint (AgreeWithChief: the chief
+  // decides; evaluations are at steps every rank knows), every rank gathers
+  // what is split (PrepareCheckpoint, a collective), then the chief saves or
+  // evaluates; it is released at the next Train. Elsewhere both are no-ops
+  // (the parts are gathered from this process at the save).
   bool state_split_across_processes() const;
   absl::Status PrepareCheckpoint();
   // Every rank's copy of the chief's `chief_wants` (a collective when the
@@ -181,6 +183,10 @@ class GanTrainer {
   // local replica r's whole ones (its optimizers' State()), and released.
   void GatherMoments(int r) const;
   bool moments_gathered_ = false;  // PrepareCheckpoint's, until the next Train
+  // A generator split over MPI ranks: PrepareCheckpoint's copy of every part
+  // of this rank's model copy, [part][GeneratorBuffers' buffer], until the
+  // next Train.
+  std::vector<std::vector<std::vector<float>>> generator_parts_on_host_;
   void ReleaseMoments(int r) const;
   void ScatterGenerator();
   // shard_state PARAMETERS: GatherGenerator's and ScatterGenerator's work.

@@ -1,17 +1,21 @@
-// The GAN's Adam moments split over MPI ranks (gan.engine.collectives MPI,
-// shard_state OPTIMIZER): run as `mpiexec -np 2 gan_trainer_mpi_test_main
-// DIR`, each rank one replica keeping half of the moments.
+// The GAN's state split over MPI ranks (gan.engine.collectives MPI), one
+// replica per rank: `mpiexec -np K gan_trainer_mpi_test_main MODE DIR`.
+// MODE sharded (shard_state OPTIMIZER, K=2): each rank keeps half of the
+// moments. MODE split_generator (model_parallel 2, K=2 or 4: a 1x2 or 2x2
+// mesh): each rank keeps its part of the generator.
 //  1. 3 steps end where one replica with Adam on the whole batch ends (rank
 //     0 trains that reference in this process): every rank's whole state,
-//     its moments gathered by PrepareCheckpoint, within 1e-5, every part of
-//     it moved.
+//     gathered by PrepareCheckpoint, within 1e-5, every part of it moved;
+//     the samples an evaluation draws are the reference's.
 //  2. The checkpoint the chief writes after PrepareCheckpoint holds the
-//     whole moments: fresh trainers on both ranks load it (each keeping its
+//     whole state: fresh trainers on every rank load it (each keeping its
 //     part) and gather exactly the state that was saved, and 2 steps more
 //     end where the reference's 2 more end.
 //  3. Every rank takes the chief's wish, whatever its own (AgreeWithChief).
 // Prints each rank's worst differences; exits 0 when all hold.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,11 +29,27 @@
 namespace troupe::gan {
 namespace {
 
-config::GanConfig SplitOverRanks() {
+config::GanConfig SplitOverRanks(bool generator) {
   config::GanConfig c = testing::EquivalenceConfig(1);
   c.mutable_engine()->set_collectives(config::EngineConfig::MPI);
-  c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+  if (generator) {
+    c.mutable_engine()->set_model_parallel(2);
+  } else {
+    c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+  }
   return c;
+}
+
+// Samples as an evaluation draws them (the EMA generator's, whole), within
+// 1e-4 of the reference's.
+::testing::AssertionResult SameSamples(GanTrainer& want, GanTrainer& got) {
+  std::vector<float> w(4 * kPixels), g(4 * kPixels);
+  want.Generate(/*stream=*/1, 0, 4, w.data());
+  got.Generate(/*stream=*/1, 0, 4, g.data());
+  double worst = 0;
+  for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::fabs(double(w[i]) - g[i]));
+  if (!(worst <= 1e-4)) return ::testing::AssertionFailure() << "a sample differs by " << worst;
+  return ::testing::AssertionSuccess() << "worst difference " << worst;
 }
 
 // Prints whether it holds, with SameState's margins or what failed.
@@ -38,9 +58,9 @@ bool Check(int rank, const ::testing::AssertionResult& result, const std::string
   return static_cast<bool>(result);
 }
 
-int Run(const std::string& dir) {
+int Run(bool generator, const std::string& dir) {
   const GanData data = testing::RandomData(64);
-  auto split = GanTrainer::Create(SplitOverRanks(), &data);
+  auto split = GanTrainer::Create(SplitOverRanks(generator), &data);
   if (!split.ok()) {
     std::fprintf(stderr, "split trainer: %s\n", split.status().ToString().c_str());
     return 1;
@@ -57,7 +77,9 @@ int Run(const std::string& dir) {
   const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
   if (!t.PrepareCheckpoint().ok()) return 1;
   ok &= Check(rank, nn::SameState(start, want, t.CheckpointState(), {.tolerance = 1e-5}),
-              "3 steps split over 2 ranks = 1 replica with Adam, whole state within 1e-5");
+              absl::StrCat("3 steps split over ", t.num_replicas(), " ranks = 1 replica with Adam, whole state within "
+                           "1e-5"));
+  ok &= Check(rank, SameSamples(**one, t), "an evaluation's samples are the reference's, within 1e-4");
   const std::vector<nn::CheckpointTensor> saved = t.CheckpointState();
   if (t.is_chief() && !t.SaveCheckpoint(dir).ok()) return 1;
   // (A collective: rank 1 reads the checkpoint only after the chief wrote it.)
@@ -68,7 +90,7 @@ int Run(const std::string& dir) {
   ok &= agreed;
   std::printf("rank %d: every rank takes the chief's wish, not its own: %s\n", rank, agreed ? "holds" : "FAILS");
 
-  auto resumed = GanTrainer::Create(SplitOverRanks(), &data);
+  auto resumed = GanTrainer::Create(SplitOverRanks(generator), &data);
   if (!resumed.ok() || !(*resumed)->LoadCheckpoint(dir).ok()) return 1;
   if (!(*resumed)->PrepareCheckpoint().ok()) return 1;
   ok &= Check(rank, nn::SameState(saved, saved, (*resumed)->CheckpointState(), {.tolerance = 0}),
@@ -83,9 +105,8 @@ int Run(const std::string& dir) {
 }  // namespace troupe::gan
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: mpiexec -np 2 %s CHECKPOINT_DIR\n", argv[0]);
-    return 2;
-  }
-  return troupe::gan::Run(argv[1]);
+  if (argc == 3 && std::strcmp(argv[1], "sharded") == 0) return troupe::gan::Run(/*generator=*/false, argv[2]);
+  if (argc == 3 && std::strcmp(argv[1], "split_generator") == 0) return troupe::gan::Run(/*generator=*/true, argv[2]);
+  std::fprintf(stderr, "usage: mpiexec -np K %s sharded|split_generator CHECKPOINT_DIR\n", argv[0]);
+  return 2;
 }
