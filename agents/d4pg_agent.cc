@@ -217,10 +217,6 @@ absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const
   const auto bad = [m](auto&&... what) {
     return absl::InvalidArgumentError(absl::StrCat("learner.engine.model_parallel ", m, ": ", what...));
   };
-  if (spec.pixels()) {
-    return bad("D4PG splits its critic for state observations only (a model copy's parts share each batch, summed "
-               "between them as floats, which pixel batches are not)");
-  }
   const std::vector<int64_t> hidden = internal::HiddenSizes(config.d4pg());
   if (hidden.size() < 2) {
     return bad("the critic's first two layers split as a pair, so it needs two hidden layers or more (d4pg.hidden has ",
@@ -457,9 +453,15 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
           std::tuple{&r->actor, &r->target_actor, MixSeed(seed, 1, 0), &r->actor_part, &r->target_actor_part}}) {
       online->Allocate(device, online_seed, pad);
       if (m > 1 && online == &r->critic) {
-        // This part's slices of the whole critic.
+        // This part's slices of the whole critic; the encoder (pixels) whole.
         const nn::ParameterSet& set = *online;
         std::vector<float> values(set.total_floats());
+        for (const nn::ParameterInfo& info : set.infos()) {
+          const nn::ParameterInfo& from = agent->whole_critic_set_.info(agent->whole_critic_set_.Find(info.name));
+          if (from.shape == info.shape) {
+            std::copy_n(whole_critic.begin() + from.offset, from.shape.size(), values.begin() + info.offset);
+          }
+        }
         agent->ForEachCriticSlice(r->critic_net, set, [&](int p, int w, internal::PartSlice slice) {
           const nn::ParameterInfo& from = agent->whole_critic_set_.info(w);
           internal::CopyPartFromWhole({whole_critic.data() + from.offset, size_t(from.shape.size())}, from.shape,
@@ -496,9 +498,10 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       r->actor_adam = std::make_unique<nn::Adam>(&r->actor, &device);
       if (m > 1) {
         // The norm over the whole critic: the pair's parts summed over the
-        // model axis (everything before layer 2 in the set), the rest once.
+        // model axis (from layer 0 to layer 2 in the set), the rest (the
+        // encoder before it, the layers after) once.
         auto clip = std::make_unique<internal::SplitClippedOptimizer>(
-            r->critic_adam.get(), &device, d4pg.max_gradient_norm(),
+            r->critic_adam.get(), &device, d4pg.max_gradient_norm(), r->critic.info(r->critic_net.layers[0].w).offset,
             r->critic.info(r->critic_net.layers[2].w).offset, m);
         r->critic_split_clip = clip.get();
         r->critic_clipped = std::move(clip);
@@ -517,7 +520,9 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->slots.resize(per_execution + 1);
     r->in.resize(per_execution);
     for (StepInputs& in : r->in) in.readout_device = nn::DeviceBuffer(device, 2 * shard + 1);
-    if (const DeviceFrameSizing sizing = DeviceFrameSlots(config, spec, k); sizing.slots > 0) {
+    // (A split critic's parts share part 0's pixels, not a frame table of
+    // their own: its learner samples decoded pixels.)
+    if (const DeviceFrameSizing sizing = DeviceFrameSlots(config, spec, k); sizing.slots > 0 && m == 1) {
       for (const int64_t slots : {sizing.slots, sizing.max_slots}) {
         RETURN_IF_ERROR(
             DeviceFrameTable::Check(slots, sizing.frame_bytes, per_execution * ShardFrames(batch, k, spec)));
@@ -780,10 +785,12 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
     put(in.slots, in.gather_slots.data(), sizeof(int32_t) * static_cast<int64_t>(in.gather_slots.size()));
   }
   if (spec_.pixels() && d4pg.augment_pad() > 0) {
-    // Augmentation randomness from (seed, replica, update): Load continues
-    // exactly. As RandomShift draws them: the observations' offsets,
-    // then the next observations'.
-    r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id(), update));
+    // Augmentation randomness from (seed, model copy, update): Load
+    // continues exactly, and a split critic's parts shift their copy's
+    // pixels alike (a copy is a replica without model_parallel). As
+    // RandomShift draws them: the observations' offsets, then the next
+    // observations'.
+    r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id() / model_parallel_, update));
     in.host_shifts.resize(4 * rows);
     RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data());
     RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data() + 2 * rows);
@@ -836,6 +843,16 @@ absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r,
     // the step: the step's program is every part's).
     if (model.replica_id() != 0) device.Fill(buffer->data(), floats, 0.0f);
     RETURN_IF_ERROR(model.AllReduceDevice(device, buffer->data(), floats, replicator::ReduceOp::kSum));
+  }
+  if (spec_.pixels()) {
+    // Pixels are bytes, not floats to sum: every part gathers every part's
+    // buffer along the model axis (a copy, bit for bit) and keeps part 0's.
+    for (nn::DeviceBuffer* buffer : {&in.observation, &in.next_observation}) {
+      const int64_t words = buffer->size();
+      nn::DeviceBuffer all(device, model.num_replicas() * words);
+      RETURN_IF_ERROR(model.AllGatherDevice(device, buffer->data(), all.data(), words));
+      device.Copy(all.data(), buffer->data(), words);
+    }
   }
   return absl::OkStatus();
 }
@@ -1346,8 +1363,7 @@ internal::PartSlice D4pgAgent::CriticSliceOf(int part, const std::string& parame
   ForEachCriticSlice(critic, r.critic, [&](int p, int, internal::PartSlice s) {
     if (p == index) slice = s, found = true;
   });
-  TROUPE_CHECK(found);
-  return slice;
+  return found ? slice : internal::PartSlice{};  // (not the MLP's: the encoder, whole on every part)
 }
 
 absl::Status D4pgAgent::GatherCriticParts(replicator::ReplicaContext& ctx, Replica& r, bool keep) {

@@ -84,9 +84,9 @@ struct D4pgReplicaState {
 D4pgReplicaState D4pgReplicaStateBytes(const config::ExperimentConfig& config, const ObservationSpec& spec,
                                        int action_size, int replicas);
 // learner.engine.model_parallel M > 1 (the critic split over M replicas, a
-// (K/M) x M mesh): what splitting it needs (state observations, two hidden
-// layers or more with the first divisible by M, collectives IN_PROCESS or
-// MPI), refused naming the field otherwise.
+// (K/M) x M mesh): what splitting it needs (two hidden layers or more with
+// the first divisible by M, collectives IN_PROCESS or MPI), refused naming
+// the field otherwise.
 absl::Status CheckD4pgCriticSplits(const config::ExperimentConfig& config, const ObservationSpec& spec);
 // learner.engine.device_memory_mib against D4pgReplicaStateBytes (nothing
 // when 0): InvalidArgument naming the budget and each size.
@@ -245,7 +245,8 @@ class D4pgAgent final : public Agent {
   absl::Status PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input, int64_t update,
                              StepInputs& in, bool* gathered, bool* weighted);
   // A split critic's part: its copy's inputs of one update are part 0's
-  // (every other part's made zero and the parts' sum taken on the device).
+  // (every other part's floats made zero and the parts' sum taken on the
+  // device; pixels, bytes, gathered from every part and part 0's kept).
   absl::Status ShareInputs(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in, bool weighted);
   // Each parameter of a part of a split critic (`critic` declared as that
   // part in `set`): each(its index in the part's set, the whole critic's

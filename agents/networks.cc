@@ -112,13 +112,14 @@ void ClippedOptimizer::Apply() {
 }
 
 SplitClippedOptimizer::SplitClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm,
-                                             int64_t split_floats, int parts)
+                                             int64_t split_begin, int64_t split_end, int parts)
     : ForwardingOptimizer(inner),
       backend_(backend),
       max_norm_(max_norm),
-      split_floats_(split_floats),
+      split_begin_(split_begin),
+      split_end_(split_end),
       parts_(parts),
-      norm_(*backend, 3) {}
+      norm_(*backend, 4) {}
 
 void SplitClippedOptimizer::Apply() {
   if (max_norm_ > 0) {
@@ -128,10 +129,15 @@ void SplitClippedOptimizer::Apply() {
     float* factor = norm_.data();
     float* rest = norm_.data() + 1;
     float* limit = norm_.data() + 2;
+    float* before = norm_.data() + 3;
     // ||part||^2 + ||rest||^2 / M on each part, summed over the M parts.
-    backend_->SquaredNorm(grads, split_floats_, factor);
-    backend_->SquaredNorm(grads + split_floats_, params.padded_floats() - split_floats_, rest);
+    backend_->SquaredNorm(grads + split_begin_, split_end_ - split_begin_, factor);
+    backend_->SquaredNorm(grads + split_end_, params.padded_floats() - split_end_, rest);
     backend_->Axpy(1.0f / static_cast<float>(parts_), rest, factor, 1);
+    if (split_begin_ > 0) {
+      backend_->SquaredNorm(grads, split_begin_, before);
+      backend_->Axpy(1.0f / static_cast<float>(parts_), before, factor, 1);
+    }
     group_->SumOnDevice(*backend_, factor, 1);
     nn::ClipBySquaredNorm(*backend_, max_norm_, factor, limit, grads, params.padded_floats());
   }

@@ -89,20 +89,22 @@ class ClippedOptimizer final : public nn::ForwardingOptimizer {
 };
 
 // ClippedOptimizer for a network split over a model-parallel group (Mlp's
-// tensor-parallel pair first in its set): the global norm is the whole
-// network's, of which the gradient buffer's first `split_floats` floats are
-// this part's own (summed over the group: `group`, set per call) and the
-// rest the same on every part (counted once).
+// tensor-parallel pair in its set): the global norm is the whole network's,
+// of which the gradient buffer's floats [split_begin, split_end) are this
+// part's own (summed over the group: `group`, set per call) and the rest
+// (an encoder before them, the layers after) the same on every part
+// (counted once).
 class SplitClippedOptimizer final : public nn::ForwardingOptimizer {
  public:
-  SplitClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm, int64_t split_floats, int parts);
+  SplitClippedOptimizer(nn::Optimizer* inner, nn::Backend* backend, float max_norm, int64_t split_begin,
+                        int64_t split_end, int parts);
   void set_group(nn::CrossReplicaSum* group) { group_ = group; }
   void Apply() override;
 
  private:
   nn::Backend* backend_;
   float max_norm_;
-  int64_t split_floats_;
+  int64_t split_begin_, split_end_;
   int parts_;
   nn::CrossReplicaSum* group_ = nullptr;
   nn::DeviceBuffer norm_;  // the squared norms, then the clip's factor; its limit
