@@ -657,7 +657,8 @@ absl::Status D4pgAgent::GatherPolicyNetworks() {
   return replicator_->RunReplicas([&](replicator::ReplicaContext& ctx) -> absl::Status {
     Replica& r = *replicas_[ctx.local_index()];
     for (int n : {kCritic, kActor}) {
-      if (std::none_of(policy_copies_.begin(), policy_copies_.end(), [n](const PolicyCopy& c) { return c.source == n; })) {
+      const auto reads = [n](const PolicyCopy& c) { return c.source == n; };
+      if (std::none_of(policy_copies_.begin(), policy_copies_.end(), reads)) {
         continue;  // (the critic's set, from state: the policy reads none of it)
       }
       std::vector<float> whole;

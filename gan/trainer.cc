@@ -714,7 +714,9 @@ absl::Status GanTrainer::PrepareCheckpoint() {
       for (float* buffer : buffers) {
         RETURN_IF_ERROR(ctx.model_axis().AllGatherDevice(*r.backend, buffer, all.data(), n));
         const std::vector<float> host = DownloadBuffer(*r.backend, all.data(), model_parallel_ * n);
-        for (int p = 0; p < model_parallel_; ++p) parts[p].emplace_back(host.begin() + p * n, host.begin() + (p + 1) * n);
+        for (int p = 0; p < model_parallel_; ++p) {
+          parts[p].emplace_back(host.begin() + p * n, host.begin() + (p + 1) * n);
+        }
       }
       if (ctx.local_index() == 0) generator_parts_on_host_ = std::move(parts);
       return absl::OkStatus();

@@ -223,7 +223,7 @@ absl::Status RlLearner::Finish(const std::atomic<bool>* stop) {
     // Split across MPI ranks and stopped without an update they agreed on:
     // the others' parts cannot be had.
     std::fprintf(stderr,
-                 "learner: no final checkpoint: the optimizer state is split over the MPI ranks, which stopped "
+                 "learner: no final checkpoint: the training state is split over the MPI ranks, which stopped "
                  "without agreeing on a last update; the last checkpoint, %s, stands (`--resume` goes on from it)\n",
                  LastGenerationText().c_str());
     return absl::OkStatus();

@@ -256,7 +256,8 @@ TEST_P(RlMpiSplitStateTest, TwoRanksWithTheStateSplitCheckpointItWhole) {
 INSTANTIATE_TEST_SUITE_P(
     ShardState, RlMpiSplitStateTest,
     ::testing::Values(Split{"OPTIMIZER", "shard_state: OPTIMIZER", "optimizer state split over 2 replicas"},
-                      Split{"PARAMETERS", "shard_state: PARAMETERS", "networks and optimizer state split over 2 replicas"},
+                      Split{"PARAMETERS", "shard_state: PARAMETERS",
+                            "networks and optimizer state split over 2 replicas"},
                       Split{"CRITIC", "model_parallel: 2", "a model split over the 2 replicas of each of 1 copies"}),
     [](const auto& info) { return std::string(info.param.name); });
 
