@@ -1,12 +1,17 @@
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <google/protobuf/text_format.h>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +50,16 @@ absl::Status CheckRunnable(const config::ExperimentConfig& config) {
         "(threads)"));
   }
   return absl::OkStatus();
+}
+
+// This process's rank when mpirun started it (Open MPI's, PMIx's or PMI's
+// variable, read before MPI starts); 0 otherwise.
+int LaunchedRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    int rank = 0;
+    if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &rank)) return rank;
+  }
+  return 0;
 }
 
 // Removes a fresh run directory that holds nothing but its config (and
@@ -200,17 +215,33 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     }
     // RL: a fresh run directory holding the resolved config, or the one resumed.
     std::string run_dir = args->resume;
+    // Under mpirun (the GAN with gan.engine.collectives MPI) every rank runs
+    // this command, and rank 0's run directory is the run's: the others
+    // write nothing of it, and a fresh run's work in a scratch directory
+    // removed at the end (a resumed run names its directory, whose
+    // checkpoint every rank reads).
+    const bool other_rank = LaunchedRank() > 0;
+    absl::Cleanup remove_scratch = [&] {
+      if (other_rank && !resume) std::filesystem::remove_all(run_dir, ec);
+    };
     const bool had_runs_dir = std::filesystem::exists(config->runs_dir(), ec);
     // What a fresh run that failed at its start made goes again: its
     // directory, and runs_dir when this run made it.
     auto remove_unused = [&] {
-      if (resume) return;
+      if (resume || other_rank) return;
       RemoveRunDirectoryIfUnused(run_dir);
       if (!had_runs_dir && std::filesystem::is_empty(config->runs_dir(), ec)) {
         std::filesystem::remove(config->runs_dir(), ec);
       }
     };
-    if (!resume) {
+    if (!resume && other_rank) {
+      std::string scratch = (std::filesystem::temp_directory_path() / "troupe-rank-XXXXXX").string();
+      if (mkdtemp(scratch.data()) == nullptr) {
+        *exit_code = Fail(absl::ErrnoToStatus(errno, absl::StrCat("rank ", LaunchedRank(), "'s scratch directory")));
+        return;
+      }
+      run_dir = scratch;
+    } else if (!resume) {
       auto made = MakeRunDirectory(config->runs_dir(), config->name());
       if (!made.ok()) {
         *exit_code = Fail(made.status());
@@ -225,12 +256,14 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
         return;
       }
     }
-    if (config->tensorboard()) {
+    if (config->tensorboard() && !other_rank) {
       std::printf("tensorboard: tensorboard --logdir %s   (event files in the run directory)\n", run_dir.c_str());
       std::fflush(stdout);
     }
-    WriteLaunchFile(run_dir, absl::StrCat("launcher local\nhost ", HostName(),
-                                          "\npid ", getpid(), "\nstarted ", UnixSeconds(), "\n"));
+    if (!other_rank) {
+      WriteLaunchFile(run_dir, absl::StrCat("launcher local\nhost ", HostName(), "\npid ", getpid(), "\nstarted ",
+                                            UnixSeconds(), "\n"));
+    }
     if (absl::Status s = config->mode() == config::ExperimentConfig::GAN ? gan::RunGan(*config, run_dir, resume, &stop_requested)
                                                  : launch::RunRlExperiment(*config, run_dir, resume, &stop_requested);
         !s.ok()) {

@@ -261,6 +261,48 @@ INSTANTIATE_TEST_SUITE_P(
                       Split{"CRITIC", "model_parallel: 2", "a model split over the 2 replicas of each of 1 copies"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The GAN under mpirun (`mpirun -np 2 troupe run` with gan.engine.collectives
+// MPI, the generator split over the 2 ranks): every rank runs the command,
+// and the run keeps one run directory, rank 0's (the other rank works in a
+// scratch directory it removes), with its checkpoint and evaluations; a
+// resume from it runs on both ranks and keeps that one directory.
+TEST_F(RlMpiEndToEndTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
+  const std::string runs = dir_ + "/runs", config = dir_ + "/gan.textproto";
+  std::ofstream(config) << "name: \"gan_mpi\" mode: GAN runs_dir: \"" << runs << "\"\n"
+                        << "gan { batch_size: 64 total_images: 2048 eval_every_images: 1024 eval_samples: 256\n"
+                        << "      engine { collectives: MPI model_parallel: 2 } }\n";
+  auto run_directories = [&] {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(runs)) found.push_back(entry.path().string());
+    return found;
+  };
+  const std::vector<std::string> mpiexec = {"-np", "2", "--oversubscribe", "--allow-run-as-root", TROUPE_BINARY, "run"};
+  std::vector<std::string> args = mpiexec;
+  args.push_back(config);
+  ASSERT_EQ(Wait(Start(TROUPE_MPIEXEC, args, dir_ + "/gan.log", kMpiEnv), /*seconds=*/240), 0) << Read(dir_ + "/gan.log");
+  std::string log = Read(dir_ + "/gan.log");
+  std::vector<std::string> made = run_directories();
+  ASSERT_EQ(made.size(), 1u) << log;
+  const std::string run_dir = made[0];
+  EXPECT_THAT(log, HasSubstr("generator split over 2 replicas (engine.model_parallel)"));
+  // One rank says where the run's event files are: rank 0.
+  size_t tensorboard_lines = 0;
+  for (size_t at = log.find("tensorboard: "); at != std::string::npos; at = log.find("tensorboard: ", at + 1)) {
+    ++tensorboard_lines;
+  }
+  EXPECT_EQ(tensorboard_lines, 1u) << log;
+  EXPECT_FALSE(NewestCheckpoint(run_dir).empty()) << log;
+  EXPECT_TRUE(fs::exists(RunLayout(run_dir).eval_csv())) << log;
+
+  args = mpiexec;
+  for (const char* arg : {"--resume", run_dir.c_str(), "--set", "gan.total_images=4096"}) args.push_back(arg);
+  ASSERT_EQ(Wait(Start(TROUPE_MPIEXEC, args, dir_ + "/gan_resumed.log", kMpiEnv), 240), 0)
+      << Read(dir_ + "/gan_resumed.log");
+  log = Read(dir_ + "/gan_resumed.log");
+  EXPECT_THAT(log, HasSubstr("resumed from"));
+  EXPECT_EQ(run_directories(), made) << log;
+}
+
 TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);
   const pid_t learners = StartLearners(config, run_dir_, dir_ + "/learner.log");
