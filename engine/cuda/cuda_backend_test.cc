@@ -840,12 +840,26 @@ TEST(NcclRankProcess, TrainsItsShardAndWritesItsParameters) {
   const std::vector<float> params = model->params.DownloadValues();
   std::ofstream(std::string(dir) + "/params-" + rank, std::ios::binary)
       .write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(sizeof(float) * params.size()));
+  // The sharding collectives across the two processes, on device memory
+  // (what split optimizer state and split parameters run): rank r gives
+  // 10r + i (i = 0..3); its part of the sum is elements [2r, 2r + 2) of
+  // 10 + 2i, and gathering the parts gives the whole sum in rank order.
+  auto backend = CudaBackend::Create();
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int r = options.rank;
+  DeviceVector in(backend->get(), {10.0f * r, 10.0f * r + 1, 10.0f * r + 2, 10.0f * r + 3});
+  DeviceVector part(backend->get(), {0, 0}), whole(backend->get(), {0, 0, 0, 0});
+  ASSERT_TRUE((*collectives)->ReduceScatter({in.data(), 4}, {part.data(), 2}, replicator::ReduceOp::kSum).ok());
+  EXPECT_EQ(part.ToHost(), (std::vector<float>{10.0f + 4 * r, 12.0f + 4 * r})) << "rank " << r << "'s part";
+  ASSERT_TRUE((*collectives)->AllGather({part.data(), 2}, {whole.data(), 4}).ok());
+  EXPECT_EQ(whole.ToHost(), (std::vector<float>{10, 12, 14, 16})) << "rank " << r << "'s gathered parts";
 }
 
 // The multi-process NCCL path (what NCCL_MPI runs under mpirun, with the id
 // passed through a file instead of MPI) at K = 2 on ONE GPU, where NCCL
 // allows two ranks there: two processes, each a rank on GPU 0, end with the
-// parameters of one replica on the whole batch.
+// parameters of one replica on the whole batch, and reduce-scatter and
+// all-gather device memory across them exactly (each rank's check).
 TEST(NcclCollectivesTest, TwoProcessesOnOneGpuMatchOneReplica) {
   REQUIRE_CUDA_DEVICE();
   if (NcclVersion() < kNcclMultiRankGpuVersion) {
