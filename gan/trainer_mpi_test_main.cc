@@ -15,6 +15,7 @@
 // Prints each rank's worst differences; exits 0 when all hold.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -66,7 +67,9 @@ int Run(bool generator, const std::string& dir) {
     return 1;
   }
   GanTrainer& t = **split;
-  const int rank = t.is_chief() ? 0 : 1;
+  // (mpiexec's rank for the lines printed: the trainer says only whether it is the chief.)
+  const char* launched = std::getenv("OMPI_COMM_WORLD_RANK");
+  const int rank = launched != nullptr ? std::atoi(launched) : (t.is_chief() ? 0 : 1);
   bool ok = t.state_split_across_processes();
   if (!ok) std::printf("rank %d: the state is not split across processes\n", rank);
   // Every rank trains the reference too (the same steps, in this process).
