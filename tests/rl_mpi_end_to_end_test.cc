@@ -268,8 +268,13 @@ INSTANTIATE_TEST_SUITE_P(
 // resume from it runs on both ranks and keeps that one directory.
 TEST_F(RlMpiEndToEndTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
   const std::string runs = dir_ + "/runs", config = dir_ + "/gan.textproto";
+  // The FID classifier FashionClassifierTest trains (ctest runs it first),
+  // or one trained here when it is not there.
+  const std::string classifier =
+      fs::exists(TROUPE_FASHION_CLASSIFIER) ? TROUPE_FASHION_CLASSIFIER : dir_ + "/classifier.ckpt";
   std::ofstream(config) << "name: \"gan_mpi\" mode: GAN runs_dir: \"" << runs << "\"\n"
                         << "gan { batch_size: 64 total_images: 2048 eval_every_images: 1024 eval_samples: 256\n"
+                        << "      classifier_checkpoint: \"" << classifier << "\"\n"
                         << "      engine { collectives: MPI model_parallel: 2 } }\n";
   auto run_directories = [&] {
     std::vector<std::string> found;
