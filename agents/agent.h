@@ -128,11 +128,12 @@ class Agent {
   // What Save writes, downloaded from replica 0, in file order
   // (nn::WriteCheckpoint writes it on any thread).
   virtual std::vector<nn::CheckpointTensor> CheckpointState() const = 0;
-  // True when part of the state lives on replicas of other processes
-  // (optimizer state split over MPI ranks): then every rank calls
-  // PrepareCheckpoint, a collective, at the same update before the chief's
-  // Save, CheckpointState or any rank's StateChecksum; it gathers the whole
-  // state, which stays until the next Train.
+  // True when part of the state lives on replicas of other processes (the
+  // optimizer state, the networks or a critic's parts split over MPI
+  // ranks): then every rank calls PrepareCheckpoint, a collective, at the
+  // same update before the chief's Save, CheckpointState or any rank's
+  // StateChecksum; it gathers the whole state, which stays until the next
+  // Train.
   virtual bool state_split_across_processes() const { return false; }
   virtual absl::Status PrepareCheckpoint() { return absl::OkStatus(); }
   // False where the state is split across processes and not gathered since
