@@ -56,6 +56,15 @@ function(troupe_test_paths target)
   endwhile()
 endfunction()
 
+# A test that runs `mpiexec -np RANKS` on the command after TIMEOUT (root
+# needs --allow-run-as-root; RANKS slots on a small machine --oversubscribe;
+# Open MPI's shared-memory transport between the ranks).
+function(troupe_mpi_test name ranks timeout)
+  add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} -np ${ranks} --oversubscribe --allow-run-as-root ${ARGN})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout}
+                       ENVIRONMENT "OMPI_MCA_btl=self,vader;OMPI_MCA_rmaps_base_oversubscribe=1")
+endfunction()
+
 function(troupe_test name)
   if(NOT TROUPE_TESTS)
     return()
