@@ -270,6 +270,7 @@ absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, co
 // memory of its own, read at the step's end into `readout`.
 struct D4pgAgent::StepInputs {
   nn::DeviceBuffer slots, shifts, reward, discount, action, observation, next_observation, weights;
+  nn::DeviceBuffer shared_pixels;  // a split critic's: every part's pixels gathered (ShareInputs), kept between updates
   nn::DeviceBuffer readout_device;
   std::vector<int32_t> gather_slots, host_shifts;
   std::vector<float> readout;
@@ -850,9 +851,11 @@ absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r,
     // buffer along the model axis (a copy, bit for bit) and keeps part 0's.
     for (nn::DeviceBuffer* buffer : {&in.observation, &in.next_observation}) {
       const int64_t words = buffer->size();
-      nn::DeviceBuffer all(device, model.num_replicas() * words);
-      RETURN_IF_ERROR(model.AllGatherDevice(device, buffer->data(), all.data(), words));
-      device.Copy(all.data(), buffer->data(), words);
+      if (in.shared_pixels.size() != model.num_replicas() * words) {
+        in.shared_pixels = nn::DeviceBuffer(device, model.num_replicas() * words);
+      }
+      RETURN_IF_ERROR(model.AllGatherDevice(device, buffer->data(), in.shared_pixels.data(), words));
+      device.Copy(in.shared_pixels.data(), buffer->data(), words);
     }
   }
   return absl::OkStatus();
@@ -1271,12 +1274,14 @@ static std::vector<nn::DeviceTensor> Entries(nn::ParameterSet& critic, nn::Param
 
 // A checkpoint entry of the critic's set, its target's or its moments'
 // (whose shapes a split critic's part does not hold whole): the parameter's
-// name, or "" for any other entry.
-static std::string CriticParameterOf(const std::string& entry) {
+// name, or "" for any other entry; *group_out, where given, the entry's
+// group ("critic", "target_critic", "critic.adam.m").
+static std::string CriticParameterOf(const std::string& entry, std::string* group_out = nullptr) {
   const size_t prefix = std::strlen(nn::kParameterEntryPrefix), slash = entry.rfind('/');
   if (!entry.starts_with(nn::kParameterEntryPrefix) || slash == std::string::npos || slash < prefix) return "";
   const std::string group = entry.substr(prefix, slash - prefix);
   if (group != "critic" && group != "target_critic" && !group.starts_with("critic.")) return "";
+  if (group_out != nullptr) *group_out = group;
   return entry.substr(slash + 1);
 }
 
@@ -1389,10 +1394,9 @@ absl::Status D4pgAgent::GatherCriticParts(replicator::ReplicaContext& ctx, Repli
   critic_parts_on_host_.assign(model_parallel_, local);
   for (int p = 0; p < model_parallel_; ++p) {
     for (nn::CheckpointTensor& t : critic_parts_on_host_[p]) {
-      const std::string parameter = CriticParameterOf(t.name);
+      std::string group;
+      const std::string parameter = CriticParameterOf(t.name, &group);
       if (parameter.empty()) continue;
-      const std::string group = t.name.substr(std::strlen(nn::kParameterEntryPrefix),
-                                              t.name.rfind('/') - std::strlen(nn::kParameterEntryPrefix));
       const float* from = gathered.at(group).data() + p * n + r.critic.info(r.critic.Find(parameter)).offset;
       std::copy_n(from, t.values.size(), t.values.begin());
     }

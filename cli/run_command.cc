@@ -220,7 +220,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     // write nothing of it, and a fresh run's work in a scratch directory
     // removed at the end (a resumed run names its directory, whose
     // checkpoint every rank reads).
-    const bool other_rank = LaunchedRank() > 0;
+    const int launched_rank = LaunchedRank();
+    const bool other_rank = launched_rank > 0;
     absl::Cleanup remove_scratch = [&] {
       if (other_rank && !resume) std::filesystem::remove_all(run_dir, ec);
     };
@@ -237,7 +238,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     if (!resume && other_rank) {
       std::string scratch = (std::filesystem::temp_directory_path() / "troupe-rank-XXXXXX").string();
       if (mkdtemp(scratch.data()) == nullptr) {
-        *exit_code = Fail(absl::ErrnoToStatus(errno, absl::StrCat("rank ", LaunchedRank(), "'s scratch directory")));
+        *exit_code = Fail(absl::ErrnoToStatus(
+            errno, absl::StrCat("rank ", launched_rank, "'s scratch directory (mkdtemp ", scratch, ")")));
         return;
       }
       run_dir = scratch;

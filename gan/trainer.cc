@@ -1,6 +1,7 @@
 #include "gan/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -415,11 +416,24 @@ void GanTrainer::ScatterGenerator() {
   for (auto& r : replicas_) r->g_adam->set_steps(w.adam->steps());
 }
 
+namespace {
+// shard_state PARAMETERS: each split network's part in a Replica and its
+// whole set on the host, and each split Adam's with the host's whole one.
+template <typename Replica, typename Whole>
+auto SplitNetworks(Whole& w) {
+  return std::array{std::pair{&Replica::g_part, &w.g}, std::pair{&Replica::d_part, &w.d},
+                    std::pair{&Replica::ema_part, &w.ema}};
+}
+template <typename Replica, typename Whole>
+auto SplitOptimizers(Whole& w) {
+  return std::array{std::pair{&Replica::g_sharded, w.adam.get()}, std::pair{&Replica::d_sharded, w.d_adam.get()}};
+}
+}  // namespace
+
 void GanTrainer::GatherSplitParameters() const {
   WholeGenerator& w = *whole_;
   // Each network's values from every replica's part, assembled on the host.
-  for (const auto& [part, whole] : {std::pair{&Replica::g_part, &w.g}, std::pair{&Replica::d_part, &w.d},
-                                    std::pair{&Replica::ema_part, &w.ema}}) {
+  for (const auto& [part, whole] : SplitNetworks<Replica>(w)) {
     std::vector<const replicator::ShardedParameters*> parts;
     for (const auto& r : replicas_) parts.push_back(((*r).*part).get());
     std::vector<float> values;
@@ -428,8 +442,7 @@ void GanTrainer::GatherSplitParameters() const {
     TROUPE_CHECK(whole->UploadValues(values).ok());
   }
   // Adam's moments and step count.
-  for (const auto& [sharded, adam] : {std::pair{&Replica::g_sharded, w.adam.get()},
-                                      std::pair{&Replica::d_sharded, w.d_adam.get()}}) {
+  for (const auto& [sharded, adam] : SplitOptimizers<Replica>(w)) {
     std::vector<replicator::ShardedAdam*> parts;
     for (const auto& r : replicas_) parts.push_back((*r).*sharded);
     std::vector<std::vector<float>> moments;
@@ -445,15 +458,13 @@ void GanTrainer::GatherSplitParameters() const {
 
 void GanTrainer::ScatterSplitParameters() {
   WholeGenerator& w = *whole_;
-  for (const auto& [part, whole] : {std::pair{&Replica::g_part, &w.g}, std::pair{&Replica::d_part, &w.d},
-                                    std::pair{&Replica::ema_part, &w.ema}}) {
+  for (const auto& [part, whole] : SplitNetworks<Replica>(w)) {
     std::vector<float> values = whole->DownloadValues();
     values.resize(((*replicas_[0]).*part)->set().padded_floats(), 0.0f);  // the padding the parts split
     for (auto& r : replicas_) ((*r).*part)->SetPartFromHost(values);
   }
-  for (const auto& [sharded, adam] : {std::pair{&Replica::g_sharded, w.adam.get()},
-                                      std::pair{&Replica::d_sharded, w.d_adam.get()}}) {
-    const int64_t padded = adam == w.adam.get() ? replicas_[0]->g.padded_floats() : replicas_[0]->d.padded_floats();
+  for (const auto& [sharded, adam] : SplitOptimizers<Replica>(w)) {
+    const int64_t padded = ((*replicas_[0]).*sharded)->parameters().padded_floats();  // the padding the parts split
     std::vector<std::vector<float>> moments;
     for (const nn::OptimizerState& state : adam->State()) {
       std::vector<float>& host = moments.emplace_back(padded, 0.0f);
