@@ -108,16 +108,6 @@ absl::Status ValidateGanConfig(const config::GanConfig& c) {
                                    ": the split optimizer is Adam's (LAMB's and LARS's trust ratios are norms over "
                                    "whole tensors)"));
   }
-  if (shard_state == config::EngineConfig::PARAMETERS) {
-    if (!engine::InProcessReplicas(c.engine())) {
-      return FieldError("engine.shard_state",
-                        absl::StrCat("PARAMETERS with collectives ",
-                                     config::EngineConfig::Collectives_Name(c.engine().collectives()),
-                                     ": the GAN assembles its whole networks for checkpoints and evaluation from "
-                                     "this process's replicas (IN_PROCESS or NCCL); over MPI ranks it splits its "
-                                     "optimizer's state (OPTIMIZER)"));
-    }
-  }
   auto in_range = [](int64_t value, int64_t low, int64_t high) {
     return absl::StrCat(value, ": must be in [", low, ", ", high, "]");
   };
@@ -432,27 +422,41 @@ auto SplitOptimizers(Whole& w) {
 
 void GanTrainer::GatherSplitParameters() const {
   WholeGenerator& w = *whole_;
-  // Each network's values from every replica's part, assembled on the host.
+  // Over MPI ranks, what PrepareCheckpoint gathered; in this process, from
+  // every replica's part.
+  const bool across = state_split_across_processes();
+  TROUPE_CHECK(!across || !split_on_host_.values.empty());  // PrepareCheckpoint first, on every rank
+  // Each network's values, assembled on the host.
+  size_t i = 0;
   for (const auto& [part, whole] : SplitNetworks<Replica>(w)) {
-    std::vector<const replicator::ShardedParameters*> parts;
-    for (const auto& r : replicas_) parts.push_back(((*r).*part).get());
     std::vector<float> values;
-    TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &values).ok());  // all K here (validated)
+    if (across) {
+      values = split_on_host_.values[i++];
+    } else {
+      std::vector<const replicator::ShardedParameters*> parts;
+      for (const auto& r : replicas_) parts.push_back(((*r).*part).get());
+      TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &values).ok());  // all K here
+    }
     values.resize(whole->total_floats());
     TROUPE_CHECK(whole->UploadValues(values).ok());
   }
   // Adam's moments and step count.
+  i = 0;
   for (const auto& [sharded, adam] : SplitOptimizers<Replica>(w)) {
-    std::vector<replicator::ShardedAdam*> parts;
-    for (const auto& r : replicas_) parts.push_back((*r).*sharded);
     std::vector<std::vector<float>> moments;
-    TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &moments).ok());
+    if (across) {
+      moments = split_on_host_.moments[i++];
+    } else {
+      std::vector<replicator::ShardedAdam*> parts;
+      for (const auto& r : replicas_) parts.push_back((*r).*sharded);
+      TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &moments).ok());
+    }
     const std::vector<nn::OptimizerState> state = adam->State();
     TROUPE_CHECK(state.size() == moments.size());
     for (size_t m = 0; m < state.size(); ++m) {
       w.backend.Upload(moments[m].data(), state[m].data, sizeof(float) * adam->parameters().total_floats());
     }
-    adam->set_steps(parts[0]->steps());
+    adam->set_steps(((*replicas_[0]).*sharded)->steps());  // every replica's count
   }
 }
 
@@ -501,6 +505,7 @@ absl::Status GanTrainer::Train(int64_t steps) {
     for (int r = 0; r < num_local_replicas(); ++r) ReleaseMoments(r);
   }
   generator_parts_on_host_.clear();
+  split_on_host_ = {};
   for (auto& r : replicas_) r->step = steps_;
   // input_fn: this replica's shard of n_critic real batches and of the noise.
   std::function<absl::StatusOr<Replica*>(replicator::ReplicaContext&)> input_fn =
@@ -730,6 +735,21 @@ absl::Status GanTrainer::PrepareCheckpoint() {
         }
       }
       if (ctx.local_index() == 0) generator_parts_on_host_ = std::move(parts);
+      return absl::OkStatus();
+    }
+    if (split_parameters_) {
+      // Each network, then each Adam's moments, whole on the host (on the
+      // device one at a time, and only during its gather), kept by local
+      // replica 0.
+      SplitOnHost host;
+      for (const auto& [part, whole] : SplitNetworks<Replica>(*whole_)) {
+        RETURN_IF_ERROR((r.*part)->GatherToHost(ctx, &host.values.emplace_back()));
+      }
+      for (const auto& [sharded, adam] : SplitOptimizers<Replica>(*whole_)) {
+        RETURN_IF_ERROR((r.*sharded)->set_context(&ctx));
+        RETURN_IF_ERROR((r.*sharded)->GatherStateToHost(&host.moments.emplace_back()));
+      }
+      if (ctx.local_index() == 0) split_on_host_ = std::move(host);
       return absl::OkStatus();
     }
     for (replicator::ShardedAdam* sharded : {r.g_sharded, r.d_sharded}) {

@@ -142,9 +142,10 @@ class GanTrainer {
   int num_replicas() const;  // in every process (MPI ranks)
   bool is_chief() const;  // the replica that evaluates and writes files (local replica 0 of rank 0)
 
-  // engine.shard_state OPTIMIZER over MPI ranks (collectives MPI or
-  // NCCL_MPI), or a generator split by engine.model_parallel over them:
-  // each rank keeps its replicas' parts of the moments or of the generator,
+  // engine.shard_state OPTIMIZER or PARAMETERS over MPI ranks (collectives
+  // MPI or NCCL_MPI), or a generator split by engine.model_parallel over
+  // them: each rank keeps its replicas' parts of the moments, of the
+  // networks or of the generator,
   // so a checkpoint or an evaluation needs the other ranks'. The ranks
   // agree on the step of every checkpoint (AgreeWithChief: the chief
   // decides; evaluations are at steps every rank knows), every rank gathers
@@ -187,6 +188,14 @@ class GanTrainer {
   // of this rank's model copy, [part][GeneratorBuffers' buffer], until the
   // next Train.
   std::vector<std::vector<std::vector<float>>> generator_parts_on_host_;
+  // shard_state PARAMETERS over MPI ranks: PrepareCheckpoint's whole values
+  // of each split network and moments of each split Adam (SplitNetworks',
+  // SplitOptimizers' order, padded lengths), until the next Train.
+  struct SplitOnHost {
+    std::vector<std::vector<float>> values;
+    std::vector<std::vector<std::vector<float>>> moments;
+  };
+  SplitOnHost split_on_host_;
   void ReleaseMoments(int r) const;
   void ScatterGenerator();
   // shard_state PARAMETERS: GatherGenerator's and ScatterGenerator's work.

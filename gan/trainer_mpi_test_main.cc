@@ -1,6 +1,8 @@
 // The GAN's state split over MPI ranks (gan.engine.collectives MPI), one
 // replica per rank: `mpiexec -np K gan_trainer_mpi_test_main MODE DIR`.
 // MODE sharded (shard_state OPTIMIZER, K=2): each rank keeps half of the
+// moments. MODE split_parameters (shard_state PARAMETERS, K=2): half of the
+// three networks' values (generator, discriminator, EMA) and of their
 // moments. MODE split_generator (model_parallel 2, K=2 or 4: a 1x2 or 2x2
 // mesh): each rank keeps its part of the generator.
 //  1. 3 steps end where one replica with Adam on the whole batch ends (rank
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,13 +33,21 @@
 namespace troupe::gan {
 namespace {
 
-config::GanConfig SplitOverRanks(bool generator) {
+enum class Split { kOptimizer, kParameters, kGenerator };
+
+config::GanConfig SplitOverRanks(Split split) {
   config::GanConfig c = testing::EquivalenceConfig(1);
   c.mutable_engine()->set_collectives(config::EngineConfig::MPI);
-  if (generator) {
-    c.mutable_engine()->set_model_parallel(2);
-  } else {
-    c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+  switch (split) {
+    case Split::kOptimizer:
+      c.mutable_engine()->set_shard_state(config::EngineConfig::OPTIMIZER);
+      break;
+    case Split::kParameters:
+      c.mutable_engine()->set_shard_state(config::EngineConfig::PARAMETERS);
+      break;
+    case Split::kGenerator:
+      c.mutable_engine()->set_model_parallel(2);
+      break;
   }
   return c;
 }
@@ -59,14 +70,14 @@ bool Check(int rank, const ::testing::AssertionResult& result, const std::string
   return static_cast<bool>(result);
 }
 
-int Run(bool generator, const std::string& dir) {
+int Run(Split split, const std::string& dir) {
   const GanData data = testing::RandomData(64);
-  auto split = GanTrainer::Create(SplitOverRanks(generator), &data);
-  if (!split.ok()) {
-    std::fprintf(stderr, "split trainer: %s\n", split.status().ToString().c_str());
+  auto trainer = GanTrainer::Create(SplitOverRanks(split), &data);
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "split trainer: %s\n", trainer.status().ToString().c_str());
     return 1;
   }
-  GanTrainer& t = **split;
+  GanTrainer& t = **trainer;
   // (mpiexec's rank for the lines printed: the trainer says only whether it is the chief.)
   const char* launched = std::getenv("OMPI_COMM_WORLD_RANK");
   const int rank = launched != nullptr ? std::atoi(launched) : (t.is_chief() ? 0 : 1);
@@ -93,7 +104,7 @@ int Run(bool generator, const std::string& dir) {
   ok &= agreed;
   std::printf("rank %d: every rank takes the chief's wish, not its own: %s\n", rank, agreed ? "holds" : "FAILS");
 
-  auto resumed = GanTrainer::Create(SplitOverRanks(generator), &data);
+  auto resumed = GanTrainer::Create(SplitOverRanks(split), &data);
   if (!resumed.ok() || !(*resumed)->LoadCheckpoint(dir).ok()) return 1;
   if (!(*resumed)->PrepareCheckpoint().ok()) return 1;
   ok &= Check(rank, nn::SameState(saved, saved, (*resumed)->CheckpointState(), {.tolerance = 0}),
@@ -108,8 +119,12 @@ int Run(bool generator, const std::string& dir) {
 }  // namespace troupe::gan
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::strcmp(argv[1], "sharded") == 0) return troupe::gan::Run(/*generator=*/false, argv[2]);
-  if (argc == 3 && std::strcmp(argv[1], "split_generator") == 0) return troupe::gan::Run(/*generator=*/true, argv[2]);
-  std::fprintf(stderr, "usage: mpiexec -np K %s sharded|split_generator CHECKPOINT_DIR\n", argv[0]);
+  using troupe::gan::Split;
+  const std::pair<const char*, Split> modes[] = {
+      {"sharded", Split::kOptimizer}, {"split_parameters", Split::kParameters}, {"split_generator", Split::kGenerator}};
+  for (const auto& [name, split] : modes) {
+    if (argc == 3 && std::strcmp(argv[1], name) == 0) return troupe::gan::Run(split, argv[2]);
+  }
+  std::fprintf(stderr, "usage: mpiexec -np K %s sharded|split_parameters|split_generator CHECKPOINT_DIR\n", argv[0]);
   return 2;
 }

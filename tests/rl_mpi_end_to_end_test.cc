@@ -203,8 +203,8 @@ TEST_F(RlMpiEndToEndTest, TwoRanksTrainWithActorsAndEndWithIdenticalState) {
 // positive wherever a gradient was, and no weight is exactly zero.
 struct Split {
   const char* name;
-  const char* engine;  // the learner's engine settings
-  const char* log;     // what the learner says of it
+  const char* engine;  // the engine settings (the learner's or the GAN's)
+  const char* log;     // what the run says of it
 };
 void PrintTo(const Split& split, std::ostream* os) { *os << split.name; }  // (the test's name in ctest)
 class RlMpiSplitStateTest : public RlMpiEndToEndTest, public ::testing::WithParamInterface<Split> {};
@@ -268,11 +268,15 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // The GAN under mpirun (`mpirun -np 2 troupe run` with gan.engine.collectives
-// MPI, the generator split over the 2 ranks): every rank runs the command,
-// and the run keeps one run directory, rank 0's (the other rank works in a
-// scratch directory it removes), with its checkpoint and evaluations; a
+// MPI, its state split over the 2 ranks: the generator by model_parallel,
+// or every network and its moments by shard_state PARAMETERS): every rank
+// runs the command, and the run keeps one run directory, rank 0's (the
+// other rank works in a scratch directory it removes), with its checkpoint
+// and evaluations (each gathers the split state on every rank first); a
 // resume from it runs on both ranks and keeps that one directory.
-TEST_F(RlMpiEndToEndTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
+class RlMpiGanTest : public RlMpiEndToEndTest, public ::testing::WithParamInterface<Split> {};
+
+TEST_P(RlMpiGanTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
   const std::string runs = dir_ + "/runs", config = dir_ + "/gan.textproto";
   // The FID classifier FashionClassifierTest trains (ctest runs it first),
   // or one trained here when it is not there.
@@ -281,7 +285,7 @@ TEST_F(RlMpiEndToEndTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
   std::ofstream(config) << "name: \"gan_mpi\" mode: GAN runs_dir: \"" << runs << "\"\n"
                         << "gan { batch_size: 64 total_images: 2048 eval_every_images: 1024 eval_samples: 256\n"
                         << "      classifier_checkpoint: \"" << classifier << "\"\n"
-                        << "      engine { collectives: MPI model_parallel: 2 } }\n";
+                        << "      engine { collectives: MPI " << GetParam().engine << " } }\n";
   auto run_directories = [&] {
     std::vector<std::string> found;
     for (const auto& entry : fs::directory_iterator(runs)) found.push_back(entry.path().string());
@@ -295,7 +299,7 @@ TEST_F(RlMpiEndToEndTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
   std::vector<std::string> made = run_directories();
   ASSERT_EQ(made.size(), 1u) << log;
   const std::string run_dir = made[0];
-  EXPECT_THAT(log, HasSubstr("generator split over 2 replicas (engine.model_parallel)"));
+  EXPECT_THAT(log, HasSubstr(GetParam().log));
   // One rank says where the run's event files are: rank 0.
   size_t tensorboard_lines = 0;
   for (size_t at = log.find("tensorboard: "); at != std::string::npos; at = log.find("tensorboard: ", at + 1)) {
@@ -313,6 +317,13 @@ TEST_F(RlMpiEndToEndTest, AGanUnderMpirunKeepsOneRunDirectoryAndResumes) {
   EXPECT_THAT(log, HasSubstr("resumed from"));
   EXPECT_EQ(run_directories(), made) << log;
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    GanSplit, RlMpiGanTest,
+    ::testing::Values(Split{"GENERATOR", "model_parallel: 2", "generator split over 2 replicas (engine.model_parallel)"},
+                      Split{"PARAMETERS", "shard_state: PARAMETERS",
+                            "networks and optimizer state split over 2 replicas (engine.shard_state PARAMETERS)"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(RlMpiEndToEndTest, ARankThatDiesEndsTheJobNamingIt) {
   const std::string config = WriteConfig(dir_, /*total_frames=*/10000000);
