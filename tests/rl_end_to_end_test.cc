@@ -365,6 +365,49 @@ runs_dir: ")" << dir_ << "/runs\"\n";
   EXPECT_EQ(info->frames, 126) << "a whole episode: 1000 control steps at action repeat 8, and the reset";
 }
 
+// APPO from pixels, the whole path: what an actor's policy saw when it
+// acted (its env's stacked frames) is what the learner decodes from the
+// trajectory's frame references in replay, so with a policy that does not
+// move (a learning rate of 1e-12) the learner's log-probability of every
+// behaviour action is the actor's own: approximate KL zero to rounding
+// (measured 4e-15), no ratio clipped. With each observation's frames taken
+// one step late it reads 1.2e-6 (an untrained policy moves little with its
+// input, but it does move), a thousand times the bound. 3 envs an actor step
+// together, so trajectories of several envs interleave in the writer's
+// frame window; trajectories acted on by older parameter versions
+// (policy_lag > 0) are among them.
+TEST_F(RlEndToEndTest, AppoFromPixelsTheLearnerReadsWhatTheActorsSaw) {
+  const std::string config = dir_ + "/appo_pixels.textproto";
+  std::ofstream(config) << R"(name: "appo_pixels" mode: RL agent: APPO
+env { task: "cartpole.balance" observation: PIXELS render { width: 32 height: 32 } action_repeat: 8 frame_stack: 3 }
+pool { num_envs: 3 num_threads: 1 }
+appo { hidden: [32, 32] unroll_length: 16 learning_rate: 1e-12 epochs: 1 minibatches: 1 conv_channels: 8 encoder_features: 16 }
+learner { batch_size: 6 publish_every: 1 checkpoint_every_s: 60 }
+actors { count: 2 }
+evaluator { every_frames: 0 episodes: 1 record_video: false }
+total_frames: 24000
+runs_dir: ")" << dir_ << "/runs\"\n";
+  ASSERT_EQ(Wait(Start({"run", config}, dir_ + "/run.log"), /*seconds=*/240), 0) << Read(dir_ + "/run.log");
+  const std::string run = OnlyRunDir(dir_);
+  const std::string csv = Read(run + "/metrics.csv");
+  // APPO's columns (AppoLearnsCartpoleBalanceFromTrajectoriesAndResumes
+  // holds the header).
+  constexpr int kEntropy = 9, kApproxKl = 10, kClipFraction = 11, kPolicyLag = 13;
+  ASSERT_THAT(csv.substr(0, csv.find('\n')), ::testing::HasSubstr(",entropy,approx_kl,clip_fraction,dropped_stale,policy_lag,"));
+  double lag = 0;
+  int trained = 0;
+  for (const std::vector<double>& row : Metrics(run)) {
+    if (row[kUpdates] == 0) continue;
+    ++trained;
+    EXPECT_LT(row[kApproxKl], 1e-9) << "at " << row[kFrames] << " frames; metrics.csv:\n" << csv;
+    EXPECT_EQ(row[kClipFraction], 0) << "at " << row[kFrames] << " frames";
+    EXPECT_TRUE(std::isfinite(row[kEntropy]));
+    lag = std::max(lag, row[kPolicyLag]);
+  }
+  EXPECT_GT(trained, 0) << csv;
+  EXPECT_GT(lag, 0) << "no trajectory acted on by an older version\n" << csv;
+}
+
 TEST_F(RlEndToEndTest, AKilledLearnerResumesFromItsCheckpoint) {
   // Replay not checkpointed (APixelRunKilledResumesWithItsReplay has it).
   const std::string config = WriteConfig(dir_, /*total_frames=*/1000000, /*videos=*/false, "checkpoint_replay: false");
