@@ -5,7 +5,7 @@
 // three networks' values (generator, discriminator, EMA) and of their
 // moments. MODE split_generator (model_parallel 2, K=2 or 4: a 1x2 or 2x2
 // mesh): each rank keeps its part of the generator.
-//  1. 3 steps end where one replica with Adam on the whole batch ends (rank
+//  1. 20 steps end where one replica with Adam on the whole batch ends (rank
 //     0 trains that reference in this process): every rank's whole state,
 //     gathered by PrepareCheckpoint, within 1e-5, every part of it moved;
 //     the samples an evaluation draws are the reference's.
@@ -87,11 +87,11 @@ int Run(Split split, const std::string& dir) {
   auto one = GanTrainer::Create(testing::EquivalenceConfig(1), &data);
   if (!one.ok()) return 1;
   const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
-  if (!(*one)->Train(3).ok() || !t.Train(3).ok()) return 1;
+  if (!(*one)->Train(testing::kEquivalenceSteps).ok() || !t.Train(testing::kEquivalenceSteps).ok()) return 1;
   const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
   if (!t.PrepareCheckpoint().ok()) return 1;
   ok &= Check(rank, nn::SameState(start, want, t.CheckpointState(), {.tolerance = 1e-5}),
-              absl::StrCat("3 steps split over ", t.num_replicas(), " ranks = 1 replica with Adam, whole state within "
+              absl::StrCat(testing::kEquivalenceSteps, " steps split over ", t.num_replicas(), " ranks = 1 replica with Adam, whole state within "
                            "1e-5"));
   ok &= Check(rank, SameSamples(**one, t), "an evaluation's samples are the reference's, within 1e-4");
   const std::vector<nn::CheckpointTensor> saved = t.CheckpointState();

@@ -35,6 +35,7 @@
 namespace troupe::gan {
 namespace {
 
+using testing::kEquivalenceSteps;
 using testing::EquivalenceConfig;
 using testing::RandomData;
 using testing::TinyConfig;
@@ -76,7 +77,7 @@ config::GanConfig SplitConfig(int replicas, int model_parallel) {
 
 // A generator split over M replicas (engine.model_parallel: its projection
 // by output channel, its first transposed convolution by input channel) on
-// a (K/M) x M mesh, against K=1 on the whole batch: after 3 steps every
+// a (K/M) x M mesh, against K=1 on the whole batch: after 20 steps every
 // replica's whole state (the whole generator gathered from its copy's parts,
 // with Adam's moments and the EMA; D and its moments; the power vectors;
 // the step count) within 1e-5 relative, each part moved by ten times that;
@@ -86,13 +87,13 @@ TEST(GanTrainerTest, AGeneratorSplitOverReplicasTrainsAsTheWholeOne) {
   auto one = GanTrainer::Create(EquivalenceConfig(/*replicas=*/1), &data);
   ASSERT_TRUE(one.ok()) << one.status();
   const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
-  ASSERT_TRUE((*one)->Train(/*steps=*/3).ok());
+  ASSERT_TRUE((*one)->Train(kEquivalenceSteps).ok());
   const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
   for (const auto& [k, m] : {std::pair{2, 2}, {4, 2}, {4, 4}, {8, 8}}) {
     SCOPED_TRACE(::testing::Message() << k / m << " x " << m << " mesh");
     auto split = GanTrainer::Create(SplitConfig(k, m), &data);
     ASSERT_TRUE(split.ok()) << split.status();
-    ASSERT_TRUE((*split)->Train(/*steps=*/3).ok());
+    ASSERT_TRUE((*split)->Train(kEquivalenceSteps).ok());
     for (int r = 0; r < k; ++r) {
       SCOPED_TRACE(::testing::Message() << "replica " << r);
       TROUPE_EXPECT_SAME_STATE(start, want, (*split)->CheckpointState(r), .tolerance = 1e-5);
@@ -112,7 +113,7 @@ TEST(GanTrainerTest, AGeneratorSplitOverReplicasTrainsAsTheWholeOne) {
 // The split generator on replicas that run each step as one compiled PJRT
 // program (the CPU plugin's devices): the model's sums and the copies' means
 // are all_reduce ops over each axis's replica groups, and 1x2 and 2x2 meshes
-// end 2 steps within 1e-4 of one replica on the CPU, whole state (the 2x2
+// end 20 steps within 1e-4 of one replica on the CPU, whole state (the 2x2
 // mesh where the plugin has four devices).
 TEST(GanTrainerTest, AGeneratorSplitOverPjrtReplicasTrainsAsTheWholeOne) {
   const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
@@ -121,7 +122,7 @@ TEST(GanTrainerTest, AGeneratorSplitOverPjrtReplicasTrainsAsTheWholeOne) {
   auto one = GanTrainer::Create(EquivalenceConfig(/*replicas=*/1), &data);
   ASSERT_TRUE(one.ok()) << one.status();
   const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
-  ASSERT_TRUE((*one)->Train(/*steps=*/2).ok());
+  ASSERT_TRUE((*one)->Train(kEquivalenceSteps).ok());
   const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
   for (const auto& [k, m] : {std::pair{2, 2}, {4, 2}}) {
     SCOPED_TRACE(::testing::Message() << k / m << " x " << m << " mesh");
@@ -136,7 +137,7 @@ TEST(GanTrainerTest, AGeneratorSplitOverPjrtReplicasTrainsAsTheWholeOne) {
     }
     auto split = GanTrainer::Create(c, &data);
     ASSERT_TRUE(split.ok()) << split.status();
-    ASSERT_TRUE((*split)->Train(/*steps=*/2).ok());
+    ASSERT_TRUE((*split)->Train(kEquivalenceSteps).ok());
 #ifdef TROUPE_HAVE_PJRT
     const auto* backend = dynamic_cast<const pjrt::PjrtBackend*>(&(*split)->generator_parameters(0).backend());
     ASSERT_NE(backend, nullptr);
@@ -178,7 +179,7 @@ TEST(GanTrainerTest, ASplitGeneratorsCheckpointResumesAtAnyReplicaCountAndSplit)
 }
 
 // The training state split over K replicas (engine.shard_state `state`):
-// K=2 and 4 end 3 steps where one replica with Adam on the whole batch ends,
+// K=2 and 4 end 20 steps where one replica with Adam on the whole batch ends,
 // whole state within 1e-5 (the checkpoint's state gathered whole from the
 // parts), each replica keeping about 1/K of what is split; a checkpoint of
 // K=4 resumes at K=1 unsplit and at K=2 split either way, and each trains
@@ -199,7 +200,7 @@ double ExpectShardedStateEqualsOneReplica(config::EngineConfig::ShardState state
   EXPECT_TRUE(one.ok()) << one.status();
   if (!one.ok()) return 1;
   const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
-  EXPECT_TRUE((*one)->Train(/*steps=*/3).ok());
+  EXPECT_TRUE((*one)->Train(kEquivalenceSteps).ok());
   const std::vector<nn::CheckpointTensor> want = (*one)->CheckpointState();
   double ratio = 1;
   for (int k : {2, 4}) {
@@ -207,7 +208,7 @@ double ExpectShardedStateEqualsOneReplica(config::EngineConfig::ShardState state
     auto sharded = GanTrainer::Create(sharded_config(k, state), &data);
     EXPECT_TRUE(sharded.ok()) << sharded.status();
     if (!sharded.ok()) return 1;
-    EXPECT_TRUE((*sharded)->Train(/*steps=*/3).ok());
+    EXPECT_TRUE((*sharded)->Train(kEquivalenceSteps).ok());
     for (int r = 0; r < k; ++r) {
       SCOPED_TRACE(::testing::Message() << "replica " << r);
       TROUPE_EXPECT_SAME_STATE(start, want, (*sharded)->CheckpointState(r), .tolerance = 1e-5);
@@ -269,7 +270,7 @@ TEST(GanTrainerTest, ReplicasWithSplitParametersEqualOneReplicaWithTheWholeModel
 }
 
 // The same split of the moments on two replicas that run each step as one
-// compiled PJRT program (the CPU plugin's devices): 2 steps end within 1e-4
+// compiled PJRT program (the CPU plugin's devices): 20 steps end within 1e-4
 // of one replica with Adam on the CPU, whole state.
 TEST(GanTrainerTest, ShardedOptimizerStateOnPjrtReplicasEqualsOneReplicaWithAdam) {
   const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");
@@ -288,8 +289,8 @@ TEST(GanTrainerTest, ShardedOptimizerStateOnPjrtReplicasEqualsOneReplicaWithAdam
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_TRUE(sharded.ok()) << sharded.status();
   const std::vector<nn::CheckpointTensor> start = (*one)->CheckpointState();
-  ASSERT_TRUE((*one)->Train(/*steps=*/2).ok());
-  ASSERT_TRUE((*sharded)->Train(/*steps=*/2).ok());
+  ASSERT_TRUE((*one)->Train(kEquivalenceSteps).ok());
+  ASSERT_TRUE((*sharded)->Train(kEquivalenceSteps).ok());
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(::testing::Message() << "replica " << r);
     TROUPE_EXPECT_SAME_STATE(start, (*one)->CheckpointState(), (*sharded)->CheckpointState(r), .tolerance = 1e-4);

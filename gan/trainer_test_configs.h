@@ -37,6 +37,10 @@ inline config::GanConfig TinyConfig(int replicas, config::GanConfig::Loss loss =
   return c;
 }
 
+// The steps an equivalence test trains both sides for before comparing
+// their whole state (the replicated, sharded and split against one replica).
+inline constexpr int kEquivalenceSteps = 20;
+
 // TinyConfig for the equivalence tests: learning rates (1e-3 and 5e-4 per
 // step after linear scaling from batch 64) and an EMA half life (one step)
 // at which every part of the state (G, D, their Adam moments, the EMA, the
