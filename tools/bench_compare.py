@@ -21,10 +21,18 @@ import re
 import sys
 
 
+# The protocol's words in a reference ("5 alternated rounds of at least 2 s
+# and 4 steps after 1 warm-up, median [min-max], both 2 threads unpinned",
+# bench/protocol.h): how the pair was measured, not which peer it is, and
+# worded differently as the protocol grew; left out of the key.
+PROTOCOL = re.compile(r",? ?# alternated rounds of .*?(?:unpinned|pinned)")
+
+
 def shape(text):
-    """A figure's name or reference with its numbers as '#': names that carry a
-    measured size ("wire bytes: 3209 B an item") match across runs."""
-    return re.sub(r"\d[\d,.]*", "#", text)
+    """A figure's name or reference with its numbers as '#' and without the
+    protocol's words: names that carry a measured size ("wire bytes: 3209 B
+    an item") match across runs, and references across protocol wordings."""
+    return PROTOCOL.sub("", re.sub(r"\d[\d,.]*", "#", text))
 
 
 def load(directory):
