@@ -429,28 +429,26 @@ void GanTrainer::GatherSplitParameters() const {
   // Each network's values, assembled on the host.
   size_t i = 0;
   for (const auto& [part, whole] : SplitNetworks<Replica>(w)) {
-    std::vector<float> values;
-    if (across) {
-      values = split_on_host_.values[i++];
-    } else {
+    std::vector<float> gathered;
+    if (!across) {
       std::vector<const replicator::ShardedParameters*> parts;
       for (const auto& r : replicas_) parts.push_back(((*r).*part).get());
-      TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &values).ok());  // all K here
+      TROUPE_CHECK(replicator::ShardedParameters::GatherLocalToHost(parts, &gathered).ok());  // all K here
     }
-    values.resize(whole->total_floats());
-    TROUPE_CHECK(whole->UploadValues(values).ok());
+    // (The padded length: the set's own floats are its first.)
+    const std::vector<float>& values = across ? split_on_host_.values[i++] : gathered;
+    TROUPE_CHECK(whole->UploadValues(std::span(values).first(whole->total_floats())).ok());
   }
   // Adam's moments and step count.
   i = 0;
   for (const auto& [sharded, adam] : SplitOptimizers<Replica>(w)) {
-    std::vector<std::vector<float>> moments;
-    if (across) {
-      moments = split_on_host_.moments[i++];
-    } else {
+    std::vector<std::vector<float>> gathered;
+    if (!across) {
       std::vector<replicator::ShardedAdam*> parts;
       for (const auto& r : replicas_) parts.push_back((*r).*sharded);
-      TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &moments).ok());
+      TROUPE_CHECK(replicator::ShardedAdam::GatherLocalToHost(parts, &gathered).ok());
     }
+    const std::vector<std::vector<float>>& moments = across ? split_on_host_.moments[i++] : gathered;
     const std::vector<nn::OptimizerState> state = adam->State();
     TROUPE_CHECK(state.size() == moments.size());
     for (size_t m = 0; m < state.size(); ++m) {
