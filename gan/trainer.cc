@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <span>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
