@@ -1,5 +1,6 @@
 // `troupe bench learner`: the nn engine on a DrQ-style network (Kostrikov et
-// al. 2020: 9x84x84 input, four 3x3 convs of 32 channels, first stride 2,
+// al. 2020: 3 stacked RGB frames of 84x84 given as uint8 as replay holds them
+// and made float planes in the step, four 3x3 convs of 32 channels, first stride 2,
 // linear 50, layer norm, tanh, then a 2x1024 MLP), forward + backward + Adam,
 // against (a) the same network in Debian's libtorch 1.13 at its best thread
 // count, compiled and run as a separate peer program when libtorch-dev is
@@ -28,6 +29,7 @@
 #include "engine/engine_config.h"
 #include "engine/nn/cpu_backend.h"
 #include "engine/nn/layers.h"
+#include "engine/nn/ops.h"
 #include "engine/nn/optimizer.h"
 #include "engine/nn/strict_cpu_backend.h"
 #ifdef TROUPE_HAVE_PJRT
@@ -38,6 +40,7 @@ namespace troupe::bench {
 namespace {
 
 constexpr int kThreads = 2;
+constexpr int64_t kFrames = 3;  // frames stacked per sample: 9 input channels
 
 // The benchmark network on one ParameterSet.
 struct DrqNetwork {
@@ -104,12 +107,17 @@ double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double s
   nn::Tape tape(&backend);
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> x(batch * 9 * size * size), y(batch);
-  for (float& v : x) v = d(rng);
+  // The images as replay holds them and as every peer is handed them: uint8
+  // [batch, kFrames, size, size, 3], each frame's colours interleaved; the
+  // step turns them into float planes [batch, 9, size, size] / 255 as the
+  // D4PG learner does (the peers into their own layouts, inside their steps).
+  std::vector<uint8_t> frames(batch * kFrames * size * size * 3);
+  for (uint8_t& v : frames) v = static_cast<uint8_t>(rng() >> 56);
+  std::vector<float> y(batch);
   for (float& v : y) v = d(rng);
   // The batch on the device once, as the peers' tensors are made once.
-  nn::DeviceBuffer x_device(backend, static_cast<int64_t>(x.size())), y_device(backend, batch);
-  x_device.Upload(x);
+  nn::DeviceBuffer x_device(backend, static_cast<int64_t>(frames.size() + 3) / 4), y_device(backend, batch);
+  backend.Upload(frames.data(), x_device.data(), frames.size());
   y_device.Upload(y);
   // The step as RunStep takes it: Adam's per-step values on the device
   // first, then the kernels. On PJRT one program, recorded twice and then
@@ -120,7 +128,9 @@ double MeasureTroupe(nn::Backend& backend, int64_t batch, int64_t size, double s
     backend.RunStep(signature, [&] {
       tape.Reset();
       net.params.ZeroGrad();
-      nn::Var loss = nn::MeanSquaredError(net.Forward(tape, tape.Constant(x_device.data(), {batch, 9, size, size})),
+      const nn::Var planes = nn::DeviceImagesToFloat(tape, reinterpret_cast<const uint8_t*>(x_device.data()),
+                                                     batch * kFrames, size, size, /*channels=*/3, 1.0f / 255.0f);
+      nn::Var loss = nn::MeanSquaredError(net.Forward(tape, nn::Reshape(planes, {batch, 3 * kFrames, size, size})),
                                           tape.Constant(y_device.data(), {batch, 1}));
       tape.Backward(loss);
       adam.Apply();

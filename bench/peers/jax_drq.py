@@ -2,7 +2,9 @@
 (bench/learner_bench.cc's DrqNetwork), forward + backward + Adam as one
 `jax.jit` program with the parameters and Adam's moments donated, on the CPU
 or a GPU (float32, or bfloat16 matmul/conv inputs with float32 accumulation
-and float32 weights, as troupe's BFLOAT16 and torch_drq.py's autocast).
+and float32 weights, as troupe's BFLOAT16 and torch_drq.py's autocast). Its
+input is what troupe's side is handed: uint8 frames [B, 3, H, W, 3] as replay
+holds them, made float NHWC / 255 inside the step.
 
 Not part of troupe: the benchmark runs it (on the CPU from a virtual
 environment under build/ that it makes with the jax/jaxlib CPU wheels; on a
@@ -82,8 +84,11 @@ def make_step(bfloat16):
         y = jnp.dot(x.astype(compute), layer["w"].astype(compute), preferred_element_type=jnp.float32)
         return y + layer["b"]
 
-    def forward(params, x):
-        # NHWC images, HWIO kernels: XLA's and Flax's native convolution layout.
+    def forward(params, frames):
+        # uint8 [B, k, H, W, 3] -> float [B, H, W, 3k] / 255 (channel f*3 + c: frame f's colour c),
+        # then NHWC images, HWIO kernels: XLA's and Flax's native convolution layout.
+        b, k, h, w, c = frames.shape
+        x = frames.transpose(0, 2, 3, 1, 4).reshape(b, h, w, k * c).astype(jnp.float32) * (1.0 / 255.0)
         for i, conv in enumerate(params["convs"]):
             stride = 2 if i == 0 else 1
             x = lax.conv_general_dilated(x.astype(compute), conv["w"].astype(compute), (stride, stride), "VALID",
@@ -145,7 +150,7 @@ def main():
     key_params, key_x, key_y = jax.random.split(jax.random.PRNGKey(1), 3)
     params = init_params(key_params, size)
     adam = adam_init(params)
-    x = jax.random.uniform(key_x, (batch, size, size, 9))
+    x = jax.random.randint(key_x, (batch, 3, size, size, 3), 0, 256).astype(jax.numpy.uint8)
     y = jax.random.uniform(key_y, (batch, 1))
     step = make_step(dtype == "bfloat16")
     state = [params, adam]

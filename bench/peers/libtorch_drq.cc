@@ -22,7 +22,11 @@ struct DrqNet : torch::nn::Module {
     h2 = register_module("h2", torch::nn::Linear(1024, 1024));
     h3 = register_module("h3", torch::nn::Linear(1024, 1));
   }
-  torch::Tensor forward(torch::Tensor x) {
+  // uint8 frames [B, k, H, W, 3] -> float [B, 3k, H, W] / 255 (channel f*3 + c: frame f's colour c).
+  torch::Tensor forward(const torch::Tensor& frames) {
+    const auto s = frames.sizes();
+    torch::Tensor x = frames.permute({0, 1, 4, 2, 3}).reshape({s[0], s[1] * s[4], s[2], s[3]}).to(torch::kFloat) *
+                      (1.0 / 255.0);
     x = torch::relu(c1(x));
     x = torch::relu(c2(x));
     x = torch::relu(c3(x));
@@ -49,7 +53,8 @@ int main(int argc, char** argv) {
   torch::manual_seed(1);
   DrqNet net(size);
   torch::optim::Adam adam(net.parameters(), torch::optim::AdamOptions(1e-4));
-  const torch::Tensor x = torch::rand({batch, 9, size, size});
+  // As troupe's side is handed them: uint8 frames as replay holds them.
+  const torch::Tensor x = torch::randint(0, 256, {batch, 3, size, size, 3}, torch::kUInt8);
   const torch::Tensor y = torch::rand({batch, 1});
   auto step = [&] {
     adam.zero_grad();

@@ -2,6 +2,8 @@
 bench/learner_bench.cc (and bench/peers/libtorch_drq.cc), forward + backward +
 Adam, eager or under torch.compile, on the CPU or a GPU (float32, or bfloat16
 autocast: bfloat16 matmul/conv inputs, float32 weights, as troupe's BFLOAT16).
+Its input is what troupe's side is handed: uint8 frames [B, 3, H, W, 3] as
+replay holds them, made float NCHW / 255 inside the step.
 
 Not part of troupe: the benchmark runs it (on the CPU from a virtual
 environment under build/ that it makes; on a GPU with the machine's python3).
@@ -27,7 +29,10 @@ class DrqNet(nn.Module):
         self.head = nn.Sequential(nn.Linear(50, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                                   nn.Linear(1024, 1))
 
-    def forward(self, x):
+    def forward(self, frames):
+        # uint8 [B, k, H, W, 3] -> float [B, 3k, H, W] / 255 (channel f*3 + c: frame f's colour c).
+        b, k, h, w, c = frames.shape
+        x = frames.permute(0, 1, 4, 2, 3).reshape(b, k * c, h, w).float() * (1.0 / 255.0)
         for conv in self.convs:
             x = torch.relu(conv(x))
         return self.head(torch.tanh(self.ln(self.fc(x.flatten(1)))))
@@ -62,7 +67,7 @@ def main():
     torch.manual_seed(1)
     net = DrqNet(size).to(device)
     adam = torch.optim.Adam(net.parameters(), lr=1e-4)
-    x = torch.rand(batch, 9, size, size, device=device)
+    x = torch.randint(0, 256, (batch, 3, size, size, 3), dtype=torch.uint8, device=device)
     y = torch.rand(batch, 1, device=device)
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
