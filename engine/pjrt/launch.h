@@ -59,6 +59,9 @@ class PjrtBackend::Launch {
     }
   }
   int Result(const Value& v) { return r_.Result(v); }
+  Dims WrittenDims(const void* p, int64_t floats) const { return r_.WrittenDims(p, floats); }
+  void NoteImageRows(const void* p, const Dims& chw) { r_.NoteImageRows(p, chw); }
+  Dims ImageRows(const void* p) const { return r_.ImageRows(p); }
   Value Input(capi::Buffer* buffer, const Dims& dims, std::string_view type) { return r_.Input(buffer, dims, type); }
   // Runs the kernel's own program (nothing inside a compiled step: the step's
   // program runs at its end).

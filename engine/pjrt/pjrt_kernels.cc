@@ -62,6 +62,46 @@ namespace {
 // Matrix-multiply and convolution inputs in the backend's precision.
 Value MatmulInput(Function& f, const Value& x, bool bfloat16) { return bfloat16 ? f.Convert(x, "bf16") : x; }
 
+// A linear layer on a flattened image. XLA lays a convolution's output
+// [n, c, h, w] out channels-last, so flattening it in (c, h, w) order, the
+// engine's, is a transpose of the whole activation (and another of its
+// gradient). The same products with the image flattened in (h, w, c) order
+// and the weight's rows permuted to match move the weight instead, which is
+// smaller than the activation at any batch worth a compiled step, and which
+// XLA fuses with its slice out of the parameter buffer; the image's
+// flattening is then free. The sums run over k in another order: the same
+// math, not the same rounding.
+
+// {c, h, w} of an image the program wrote as `d` = [rows, c, h, w] with
+// c * h * w = k (a convolution's output read as the matrix [rows, k]);
+// empty otherwise, or where there is nothing to reorder (one channel, or one
+// pixel).
+Dims ImageOf(const Dims& d, int64_t rows, int64_t k) {
+  if (d.size() != 4 || d[0] != rows || d[1] * d[2] * d[3] != k || d[1] == 1 || d[2] * d[3] == 1) return {};
+  return {d[1], d[2], d[3]};
+}
+
+// x [rows, c, h, w] -> [rows, h * w * c].
+Value FlattenChannelsLast(Function& f, const Value& x) {
+  return f.Reshape(f.Transpose(x, {0, 2, 3, 1}), {x.dims[0], x.dims[1] * x.dims[2] * x.dims[3]});
+}
+
+// A matrix whose rows are in (c, h, w) order -> the same rows in (h, w, c) order, and back.
+Value RowsChannelsLast(Function& f, const Value& m, const Dims& chw) {
+  const int64_t c = chw[0], h = chw[1], w = chw[2], cols = m.dims[1];
+  return f.Reshape(f.Transpose(f.Reshape(m, {c, h, w, cols}), {1, 2, 0, 3}), {c * h * w, cols});
+}
+Value RowsChannelsFirst(Function& f, const Value& m, const Dims& chw) {
+  const int64_t c = chw[0], h = chw[1], w = chw[2], cols = m.dims[1];
+  return f.Reshape(f.Transpose(f.Reshape(m, {h, w, c, cols}), {2, 0, 1, 3}), {c * h * w, cols});
+}
+
+// A matrix whose columns are in (h, w, c) order -> the same columns in (c, h, w) order.
+Value ColumnsChannelsFirst(Function& f, const Value& m, const Dims& chw) {
+  const int64_t c = chw[0], h = chw[1], w = chw[2], rows = m.dims[0];
+  return f.Reshape(f.Transpose(f.Reshape(m, {rows, h, w, c}), {0, 3, 1, 2}), {rows, c * h * w});
+}
+
 }  // namespace
 
 void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -74,9 +114,30 @@ void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
   if (k == 0) {
     product = f.Constant(0.0, "f32", {m, n});
   } else {
-    Value av = MatmulInput(f, l.F32(a, trans_a ? Dims{k, m} : Dims{m, k}), bfloat16_);
-    Value bv = MatmulInput(f, l.F32(b, trans_b ? Dims{n, k} : Dims{k, n}), bfloat16_);
-    product = f.Dot(av, bv, {trans_a ? 0 : 1}, {trans_b ? 1 : 0}, {}, {}, !bfloat16_);
+    // A linear layer's three products on a flattened image, channels-last
+    // (above): y = x w (x the image), dx = dy w^T (w's rows noted by the
+    // first as an image's), dw = x^T dy (x the image).
+    Dims image;
+    Value av, bv;
+    if (!trans_a && !trans_b && !(image = ImageOf(l.WrittenDims(a, m * k), m, k)).empty()) {
+      av = FlattenChannelsLast(f, l.F32(a, {m, image[0], image[1], image[2]}));
+      bv = RowsChannelsLast(f, l.F32(b, {k, n}), image);
+      l.NoteImageRows(b, image);
+    } else if (!trans_a && trans_b && (image = l.ImageRows(b)).size() == 3 && image[0] * image[1] * image[2] == n) {
+      av = l.F32(a, {m, k});
+      bv = RowsChannelsLast(f, l.F32(b, {n, k}), image);
+    } else if (trans_a && !trans_b && !(image = ImageOf(l.WrittenDims(a, k * m), k, m)).empty()) {
+      av = FlattenChannelsLast(f, l.F32(a, {k, image[0], image[1], image[2]}));
+      bv = l.F32(b, {k, n});
+    } else {
+      image.clear();
+      av = l.F32(a, trans_a ? Dims{k, m} : Dims{m, k});
+      bv = l.F32(b, trans_b ? Dims{n, k} : Dims{k, n});
+    }
+    product = f.Dot(MatmulInput(f, av, bfloat16_), MatmulInput(f, bv, bfloat16_), {trans_a ? 0 : 1},
+                    {trans_b ? 1 : 0}, {}, {}, !bfloat16_);
+    if (!image.empty() && trans_b) product = ColumnsChannelsFirst(f, product, image);
+    if (!image.empty() && trans_a) product = RowsChannelsFirst(f, product, image);
   }
   if (alpha != 1.0f) product = f.Mul(l.Scalar(alpha), product);
   // beta == 0 never reads c (it may hold anything, NaN included).

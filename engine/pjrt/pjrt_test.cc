@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@ namespace troupe::pjrt {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Where pjrt_test's fake plugins are: beside the test in a bundle
 // (TROUPE_FAKE_PLUGIN_DIR, set by its run.sh), else the build folder.
@@ -355,6 +357,46 @@ TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
   ExpectSame(db, g.oc, 1e-5, "db");
 }
 
+
+// A linear layer on a convolution's flattened output inside one compiled
+// step: its three products (y = x w, dx += dy w^T, dw += x^T dy) take the
+// image channels-last and permute the weight's rows instead (pjrt_kernels.cc,
+// ImageOf): the CPU's values, and the step's program holds those
+// permutations. Kernel at a time (no image written in the same program) the
+// products are the plain ones.
+TEST_F(PjrtKernelTest, ALinearLayerOnAFlattenedConvolutionTakesItChannelsLastWithTheCpusValues) {
+  const nn::ConvGeometry g{.n = 3, .c = 2, .h = 7, .w = 6, .oc = 4, .kh = 3, .kw = 3, .stride = 1, .pad = 0};
+  const int64_t k = g.oc * g.oh() * g.ow(), cols = 5;
+  Pair x = Put(RandomVector(g.n * g.c * g.h * g.w, 30)), cw = Put(RandomVector(g.oc * g.c * g.kh * g.kw, 31)),
+       image = Put(std::vector<float>(g.n * k)), w = Put(RandomVector(k * cols, 32)),
+       y = Put(std::vector<float>(g.n * cols, NAN)), dy = Put(RandomVector(g.n * cols, 33)),
+       dx = Put(RandomVector(g.n * k, 34)), dw = Put(RandomVector(k * cols, 35));
+  for (const bool in_step : {true, false}) {
+    SCOPED_TRACE(in_step ? "one compiled step" : "kernel at a time");
+    for (nn::Backend* b : {static_cast<nn::Backend*>(&cpu_), static_cast<nn::Backend*>(pjrt_.get())}) {
+      const bool on_cpu = b == &cpu_;
+      auto at = [&](Pair& p) { return on_cpu ? p.cpu : p.pjrt; };
+      std::optional<nn::StepScope> scope;
+      if (in_step) scope.emplace(*b);
+      b->Conv2dForward(g, nn::FusedActivation::kRelu, at(x), at(cw), nullptr, at(image));
+      b->Gemm(false, false, g.n, cols, k, 1.0f, at(image), at(w), 0.0f, at(y));
+      b->Gemm(false, true, g.n, k, cols, 1.0f, at(dy), at(w), 1.0f, at(dx));
+      b->Gemm(true, false, k, cols, g.n, 1.0f, at(image), at(dy), 1.0f, at(dw));
+    }
+    if (in_step) {
+      // The image flattened channels-last, and the weight's rows permuted to (h, w, c) and back.
+      EXPECT_THAT(pjrt_->last_program(), HasSubstr("permutation = array<i64: 0, 2, 3, 1>"));
+      EXPECT_THAT(pjrt_->last_program(), HasSubstr("permutation = array<i64: 1, 2, 0, 3>"));
+      EXPECT_THAT(pjrt_->last_program(), HasSubstr("permutation = array<i64: 2, 0, 1, 3>"));
+      EXPECT_THAT(pjrt_->last_program(), HasSubstr("permutation = array<i64: 0, 3, 1, 2>"));
+    } else {
+      EXPECT_THAT(pjrt_->last_program(), Not(HasSubstr("permutation")));
+    }
+    ExpectSame(y, g.n * cols, 1e-5, "y");
+    ExpectSame(dx, g.n * k, 1e-5, "dx");
+    ExpectSame(dw, k * cols, 1e-5, "dw");
+  }
+}
 TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
   // 2 images of 3 pixels x 3 channels: 18 bytes, uploaded 1 byte into a
   // block (neither offset nor size a whole float).

@@ -61,8 +61,20 @@ void ProgramRecorder::Write(void* p, const Value& v) {
   } else {
     Require(v.type == "f32" && offset % 4 == 0, "a float32 write at an unaligned address");
   }
-  Insert(t, begin, end, flat);
+  Insert(t, begin, end, flat, v.type == "f32" ? v.dims : Dims{});
   t.written = true;
+}
+
+Dims ProgramRecorder::WrittenDims(const void* p, int64_t floats) const {
+  int64_t offset = 0;
+  const uintptr_t base = memory_.Find(p, &offset).first;
+  for (const Tracked& t : tracked_) {
+    if (t.base != base) continue;
+    auto it = t.pieces.find(offset);
+    if (it == t.pieces.end() || it->second.end != offset + 4 * floats) return {};
+    return it->second.written;
+  }
+  return {};
 }
 
 bool ProgramRecorder::Touches(uintptr_t base) const {
@@ -209,19 +221,19 @@ Value ProgramRecorder::Range(Tracked& t, int64_t begin, int64_t end, bool words)
   return words ? AsWords(bytes) : bytes;
 }
 
-void ProgramRecorder::Insert(Tracked& t, int64_t begin, int64_t end, const Value& v) {
+void ProgramRecorder::Insert(Tracked& t, int64_t begin, int64_t end, const Value& v, const Dims& written) {
   // Pieces overlapping [begin, end) keep what lies outside it.
   auto it = t.pieces.upper_bound(begin);
   if (it != t.pieces.begin() && std::prev(it)->second.end > begin) --it;
   std::vector<std::pair<int64_t, Piece>> kept;
   while (it != t.pieces.end() && it->first < end) {
     const int64_t pb = it->first, pe = it->second.end;
-    if (pb < begin) kept.push_back({pb, {begin, Cut(it->second.v, pb, pb, begin)}});
-    if (pe > end) kept.push_back({end, {pe, Cut(it->second.v, pb, end, pe)}});
+    if (pb < begin) kept.push_back({pb, {begin, Cut(it->second.v, pb, pb, begin), {}}});
+    if (pe > end) kept.push_back({end, {pe, Cut(it->second.v, pb, end, pe), {}}});
     it = t.pieces.erase(it);
   }
   for (auto& [b, piece] : kept) t.pieces.emplace(b, std::move(piece));
-  t.pieces.emplace(begin, Piece{end, v});
+  t.pieces.emplace(begin, Piece{end, v, written});
 }
 
 int64_t ProgramRecorder::Covered(const Tracked& t) {

@@ -89,6 +89,18 @@ class ProgramRecorder {
   }
   // Whether `base` (an allocation) is an argument or result of this program.
   bool Touches(uintptr_t base) const;
+  // The dims of the value this program last wrote at exactly the floats
+  // [p, p + floats) (one write, as a kernel made it); empty where the
+  // program has written no such value (an argument, part of a write, bytes).
+  Dims WrittenDims(const void* p, int64_t floats) const;
+  // A note for later kernels of this program: the rows of the matrix at `p`
+  // (a linear layer's weight) were multiplied by an image flattened in
+  // (c, h, w) order, `chw` = {c, h, w}; empty when none was noted.
+  void NoteImageRows(const void* p, const Dims& chw) { image_rows_[p] = chw; }
+  Dims ImageRows(const void* p) const {
+    auto it = image_rows_.find(p);
+    return it == image_rows_.end() ? Dims{} : it->second;
+  }
   void CountKernel() { ++kernels_; }
 
   bool step() const { return step_; }
@@ -144,6 +156,7 @@ class ProgramRecorder {
   struct Piece {
     int64_t end;
     Value v;
+    Dims written;  // the dims of the value a kernel wrote (empty: a part of one, or bytes widened)
   };
   struct Tracked {
     uintptr_t base;
@@ -167,8 +180,9 @@ class ProgramRecorder {
   // The allocation's bytes [begin, end) as of this point of the program, as
   // f32 words (`words`: begin and end multiples of 4) or ui8 bytes.
   Value Range(Tracked& t, int64_t begin, int64_t end, bool words);
-  // Records that bytes [begin, end) now hold v (word aligned).
-  void Insert(Tracked& t, int64_t begin, int64_t end, const Value& v);
+  // Records that bytes [begin, end) now hold v (word aligned), written as
+  // a value of dims `written`.
+  void Insert(Tracked& t, int64_t begin, int64_t end, const Value& v, const Dims& written = {});
   // Bytes of the allocation the pieces cover.
   static int64_t Covered(const Tracked& t);
   // The whole allocation (f32[words]) with everything written: where the
@@ -190,6 +204,7 @@ class ProgramRecorder {
   int scalars_arg_ = -1;
   std::vector<float> scalars_;
   std::vector<Value> results_;
+  std::map<const void*, Dims> image_rows_;  // NoteImageRows
   std::vector<std::vector<char>> host_;
   std::vector<std::function<void()>> calls_;
   int64_t kernels_ = 0;
