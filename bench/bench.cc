@@ -4,9 +4,11 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -415,6 +417,18 @@ absl::StatusOr<double> AddComparison(Report& report, const std::string& name, co
 
 double DeviceFigureSeconds(const Options& options, double floor) {
   return options.quick ? options.seconds_per_figure : std::max(options.seconds_per_figure, floor);
+}
+
+absl::Status SetPeersPjrtPlugin(const std::string& plugin) {
+  std::error_code error;
+  if (plugin.empty() || !std::filesystem::is_regular_file(plugin, error)) {
+    return absl::InvalidArgumentError(absl::StrCat("the JAX peer on the PJRT plugin: '", plugin, "' is no file"));
+  }
+  const std::string path = std::filesystem::absolute(plugin, error).string();
+  if (setenv("TROUPE_PJRT_PLUGIN", path.c_str(), 1) != 0) {
+    return absl::InternalError(absl::StrCat("setenv TROUPE_PJRT_PLUGIN: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> PytorchPeerModes(std::vector<std::string> defaults) {

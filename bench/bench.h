@@ -222,6 +222,10 @@ std::vector<std::string> GpuPeerModes(int64_t batch);
 // (comma-separated: eager, compile, reduce-overhead; run.sh --fast-peers
 // sets it to eager for a GPU lease).
 std::vector<std::string> PytorchPeerModes(std::vector<std::string> defaults);
+// Names `plugin` (made absolute) to the JAX peers' device pjrt, the PJRT
+// plugin troupe's side loads ($TROUPE_PJRT_PLUGIN in this process, which
+// the peers inherit); InvalidArgument when it is no file.
+absl::Status SetPeersPjrtPlugin(const std::string& plugin);
 // True when the benchmarks measure a backend named `backend_name` ("cuda",
 // "pjrt:cuda ...", "pjrt:cpu ...") as a GPU: GPU rows, GPU peers. A CPU
 // plugin counts as one where TROUPE_BENCH_STAND_IN=1 (a lease's dry run,

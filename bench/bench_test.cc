@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -218,6 +220,28 @@ TEST(AddComparisonTest, APeerRoundRefusesNoThreadsAndSaysWhyAPeerIsMissing) {
   unsetenv("TROUPE_PYTHON");
   EXPECT_EQ(gpu.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(gpu.status().message(), HasSubstr("cannot run the JAX peer on a GPU"));
+}
+
+// The JAX peers' device pjrt is told the plugin troupe's side loads by an
+// absolute path in the environment they inherit; a path that is no file is
+// refused before any peer runs.
+TEST(AddComparisonTest, ThePeersPjrtPluginIsAnAbsolutePathToAFile) {
+  const std::string dir = ::testing::TempDir();
+  const std::string plugin = (std::filesystem::path(dir) / "bench_test_plugin.so").string();
+  { std::ofstream(plugin) << "x"; }
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const absl::Status set = SetPeersPjrtPlugin("bench_test_plugin.so");
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(set.ok()) << set;
+  EXPECT_EQ(std::string(std::getenv("TROUPE_PJRT_PLUGIN")), std::filesystem::absolute(plugin).string());
+  for (const std::string bad : {std::string(), (std::filesystem::path(dir) / "no_such_plugin.so").string(), dir}) {
+    const absl::Status refused = SetPeersPjrtPlugin(bad);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.message(), HasSubstr("'" + bad + "' is no file"));
+  }
+  unsetenv("TROUPE_PJRT_PLUGIN");
+  std::filesystem::remove(plugin);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "bench/bench.h"
 #include "bench/synthetic.h"
 #include "agents/d4pg_agent.h"
@@ -101,6 +102,22 @@ absl::Status ReportPeers(const troupe::config::ExperimentConfig& config, const s
                                                        peer_args("jit"), "updates_per_second"),
                                        protocol)
                       .status());
+  if (device == "pjrt" && !gpu) {
+    // JAX's jit on the plugin troupe's update ran on: the same compiler and
+    // runtime on both sides, the programs alone (the row above also the
+    // plugin's build against jaxlib's).
+    const auto on_plugin = [&](const bench::Round& round) {
+      std::string args = peer_args("jit")(round);
+      return absl::StrReplaceAll(args, {{" jit cpu ", " jit pjrt "}});
+    };
+    const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");  // where troupe's update ran
+    RETURN_IF_ERROR(bench::SetPeersPjrtPlugin(plugin != nullptr ? plugin : ""));
+    RETURN_IF_ERROR(bench::AddComparison(report, name, "updates/s", "JAX 0.11.2 jax.jit on the same PJRT plugin",
+                                         troupe_side,
+                                         bench::PeerSide(bench::Peer::kJax, "jax_d4pg", on_plugin, "updates_per_second"),
+                                         protocol)
+                        .status());
+  }
   if (json.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(WriteFileAtomically(json, report.ToJson()));
   std::printf("wrote %s\n", json.c_str());

@@ -347,6 +347,17 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
     RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on its CPU backend", troupe_round,
                                   jax_round, protocol)
                         .status());
+    // JAX's jit on the plugin troupe loads: the same compiler and the same
+    // runtime on both sides, so this row measures the programs alone (the
+    // row above also the plugin's build against jaxlib's).
+    RETURN_IF_ERROR(SetPeersPjrtPlugin(options.pjrt_plugin));
+    const Side jax_on_plugin = PeerSide(
+        Peer::kJax, "jax_drq",
+        [&](const Round& round) { return absl::StrCat(batch, " ", size, " ", round.seconds, " jit pjrt float32"); },
+        "samples_per_second");
+    RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on the same PJRT plugin",
+                                  troupe_round, jax_on_plugin, protocol)
+                        .status());
   }
   // troupe's other paths for the same step, by the same protocol.
   const auto same_step_on = [&](nn::Backend& other) -> Side {

@@ -8,7 +8,8 @@ the actor loss) read back once per update.
 Not part of troupe: the benchmark runs it (on the CPU from a virtual
 environment under build/ that it makes with the jax/jaxlib CPU wheels; on a
 GPU with the machine's python3 and its JAX).
-Usage: jax_d4pg.py THREADS BATCH SIZE FRAMES SECONDS jit [cpu|cuda] [KEY=VALUE...]
+Usage: jax_d4pg.py THREADS BATCH SIZE FRAMES SECONDS jit [cpu|cuda|pjrt] [KEY=VALUE...] (pjrt: on the
+PJRT plugin $TROUPE_PJRT_PLUGIN names, the one troupe's side loads)
 keys as torch_d4pg.py's; prints "updates_per_second X".
 """
 import sys
@@ -19,7 +20,7 @@ from jax_drq import adam_init, adam_update, uniform_fan_in
 from torch_d4pg import (AUGMENT_PAD, FEATURES, LEARNING_RATE, MAX_GRADIENT_NORM, PRE_TANH_BOUND, PRE_TANH_PENALTY,
                         TARGET_TAU, V_MAX, V_MIN)
 
-USAGE = ("usage: jax_d4pg.py THREADS BATCH SIZE FRAMES SECONDS jit [cpu|cuda] "
+USAGE = ("usage: jax_d4pg.py THREADS BATCH SIZE FRAMES SECONDS jit [cpu|cuda|pjrt] "
          "[channels=32] [hidden=256] [actions=1] [atoms=51] [prioritized=0|1] [precision=float32|bfloat16]")
 
 
@@ -182,8 +183,8 @@ def main():
     peer_timing.jax_before_import(args["device"], args["threads"])
     import jax
     import numpy as np
-    if args["device"] == "cuda" and jax.default_backend() != "gpu":
-        sys.exit(f"jax_d4pg.py: cuda asked for, but JAX {jax.__version__} runs on {jax.default_backend()}")
+    if (misplaced := peer_timing.jax_misplaced(args["device"])) is not None:
+        sys.exit(f"jax_d4pg.py: {misplaced}")
     if args["precision"] == "float32":
         jax.config.update("jax_default_matmul_precision", "highest")  # no TF32 on a GPU
     init_key, augment_key = jax.random.split(jax.random.PRNGKey(1))

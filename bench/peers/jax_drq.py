@@ -9,7 +9,8 @@ holds them, made float NHWC / 255 inside the step.
 Not part of troupe: the benchmark runs it (on the CPU from a virtual
 environment under build/ that it makes with the jax/jaxlib CPU wheels; on a
 GPU with the machine's python3 and its JAX).
-Usage: jax_drq.py THREADS BATCH SIZE SECONDS jit [cpu|cuda] [float32|bfloat16];
+Usage: jax_drq.py THREADS BATCH SIZE SECONDS jit [cpu|cuda|pjrt] [float32|bfloat16]
+(pjrt: on the PJRT plugin $TROUPE_PJRT_PLUGIN names, the one troupe's side loads);
 prints "samples_per_second X".
 """
 import math
@@ -17,7 +18,7 @@ import sys
 
 import peer_timing
 
-USAGE = "usage: jax_drq.py THREADS BATCH SIZE SECONDS jit [cpu|cuda] [float32|bfloat16]"
+USAGE = "usage: jax_drq.py THREADS BATCH SIZE SECONDS jit [cpu|cuda|pjrt] [float32|bfloat16]"
 
 
 def parse(argv):
@@ -31,7 +32,7 @@ def parse(argv):
     mode = argv[5]
     device = argv[6] if len(argv) > 6 else "cpu"
     dtype = argv[7] if len(argv) > 7 else "float32"
-    if mode != "jit" or device not in ("cpu", "cuda") or dtype not in ("float32", "bfloat16"):
+    if mode != "jit" or device not in ("cpu", "cuda", "pjrt") or dtype not in ("float32", "bfloat16"):
         sys.exit(USAGE)
     if threads < 1 or batch < 1 or size < 15 or seconds <= 0:
         sys.exit(f"{USAGE}\nTHREADS, BATCH >= 1, SIZE >= 15, SECONDS > 0")
@@ -141,8 +142,8 @@ def main():
     threads, batch, size, seconds, device, dtype = parse(sys.argv)
     peer_timing.jax_before_import(device, threads)
     import jax
-    if device == "cuda" and jax.default_backend() != "gpu":
-        sys.exit(f"jax_drq.py: cuda asked for, but JAX {jax.__version__} runs on {jax.default_backend()}")
+    if (misplaced := peer_timing.jax_misplaced(device)) is not None:
+        sys.exit(f"jax_drq.py: {misplaced}")
     # Float32 as float32 on a GPU: JAX multiplies float32 in TF32 there by
     # default; troupe's FLOAT32 does not (as peer_timing.float32_without_tf32).
     if dtype == "float32":

@@ -53,8 +53,9 @@ def cudnn_algorithms_measured():
 
 
 def jax_before_import(device, threads):
-    """Settles where JAX runs, called before jax is imported. On the CPU:
-    `threads` CPUs. XLA's CPU client sizes its thread pools from the CPUs this
+    """Settles where JAX runs, called before jax is imported. On the CPU
+    (device cpu, or pjrt: the PJRT plugin troupe's side loads, which imports
+    jax to register it): `threads` CPUs. XLA's CPU client sizes its thread pools from the CPUs this
     process may run on (sched_getaffinity) and has no thread-count option that
     holds across releases, so the process is confined to the first `threads`
     of them. On a GPU: memory taken as needed (as PyTorch's caching allocator
@@ -64,6 +65,35 @@ def jax_before_import(device, threads):
     if device == "cuda":
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         return
-    os.environ["JAX_PLATFORMS"] = "cpu"
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, cpus[:threads])
+    if device == "pjrt":
+        # The PJRT plugin troupe's compiled steps run on ($TROUPE_PJRT_PLUGIN),
+        # as JAX's only platform: the same compiler and the same runtime as
+        # troupe's side, so a comparison measures the programs alone.
+        import sys
+        plugin = os.environ.get("TROUPE_PJRT_PLUGIN", "")
+        if not os.path.isfile(plugin):
+            sys.exit(f"device pjrt: TROUPE_PJRT_PLUGIN={plugin!r} is no file (the plugin troupe's side loads)")
+        os.environ["JAX_PLATFORMS"] = PJRT_PLATFORM
+        from jax._src import xla_bridge
+        xla_bridge.register_plugin(PJRT_PLATFORM, library_path=plugin)
+        return
+    os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+# The name JAX knows troupe's PJRT plugin by (device pjrt).
+PJRT_PLATFORM = "troupe_pjrt"
+
+
+def jax_misplaced(device):
+    """Why JAX, imported after jax_before_import(device, ...), does not run
+    where `device` asked; None where it does."""
+    import jax
+    from jax._src import xla_bridge
+    if device == "cuda" and jax.default_backend() != "gpu":
+        return f"cuda asked for, but JAX {jax.__version__} runs on {jax.default_backend()}"
+    # The plugin's devices call their platform "cpu": the backend JAX made is what tells.
+    if device == "pjrt" and list(xla_bridge.backends()) != [PJRT_PLATFORM]:
+        return f"pjrt asked for, but JAX {jax.__version__} made the backends {list(xla_bridge.backends())}"
+    return None

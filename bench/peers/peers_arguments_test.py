@@ -1,7 +1,8 @@
 """The Python peers' command lines (jax_drq.py, torch_d4pg.py, jax_d4pg.py, torch_ppo.py):
 bad arguments are refused with the usage line and what was wrong, and
-torch_d4pg.py's reduce-overhead on the CPU is skipped saying why, all before
-torch or jax is imported, so this runs with neither installed."""
+torch_d4pg.py's reduce-overhead on the CPU is skipped saying why, and the JAX
+peers' device pjrt names a plugin that is no file, all before torch or jax is
+imported, so this runs with neither installed."""
 import os
 import subprocess
 import sys
@@ -49,6 +50,16 @@ class PeerArgumentsTest(unittest.TestCase):
     def test_jax_d4pg_refuses_bad_arguments(self):
         self.assertRefused("jax_d4pg.py", ["1", "8", "84", "3", "2", "eager"])
         self.assertRefused("jax_d4pg.py", ["1", "8", "84", "3", "2", "jit", "cpu", "channels=0"], "channels")
+
+    def test_the_jax_peers_on_the_pjrt_plugin_refuse_a_plugin_that_is_no_file(self):
+        env = dict(os.environ, TROUPE_PJRT_PLUGIN="/nonexistent/plugin.so")
+        for script, args in [("jax_drq.py", ["1", "8", "84", "2", "jit", "pjrt"]),
+                             ("jax_d4pg.py", ["1", "8", "84", "3", "2", "jit", "pjrt"])]:
+            result = subprocess.run([sys.executable, os.path.join(PEERS, script), *args], capture_output=True,
+                                    text=True, timeout=60, env=env)
+            self.assertNotEqual(result.returncode, 0, f"{script} accepted: {result.stdout}")
+            self.assertIn("device pjrt: TROUPE_PJRT_PLUGIN='/nonexistent/plugin.so' is no file", result.stderr)
+            self.assertNotIn("_per_second", result.stdout)
 
     def test_torch_ppo_refuses_bad_arguments(self):
         for args, says in [(["2", "cartpole", "balance", "8", "speed"], ""),

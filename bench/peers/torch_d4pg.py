@@ -54,7 +54,8 @@ def parse(argv, usage=USAGE, modes=MODES):
     args["device"] = "cpu"
     if rest and "=" not in rest[0]:
         args["device"] = rest.pop(0)
-    if args["mode"] not in modes or args["device"] not in ("cpu", "cuda"):
+    devices = ("cpu", "cuda", "pjrt") if "jit" in modes else ("cpu", "cuda")
+    if args["mode"] not in modes or args["device"] not in devices:
         sys.exit(usage)
     options = {"channels": 32, "hidden": 256, "actions": 1, "atoms": 51, "prioritized": 0, "precision": "float32"}
     for item in rest:
