@@ -42,6 +42,7 @@ PLAN = [
     ("learner", ["learner", "--seconds", "2"], 10),
     ("learner-pjrt", ["learner", "--device", "pjrt", "--seconds", "2"], 6),
     ("d4pg", ["@d4pg_bench", "--peers", "pixels", "256", "2", "5"], 8),
+    ("d4pg-pjrt", ["@d4pg_bench", "--peers", "pixels", "256", "2", "5", "32", "256", "pjrt"], 12),
     ("gan", ["gan", "--only", "speed"], 4),
     ("gan-pjrt", ["gan", "--device", "pjrt"], 3),
     ("learner-input", ["learner-input"], 3),

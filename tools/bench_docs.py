@@ -54,7 +54,13 @@ README_ROWS = [
     ("the same", "d4pg", r"^D4PG pixel update", r"^PyTorch 2\.5, compile"),
     ("the same", "d4pg", r"^D4PG pixel update", r"^JAX"),
     ("[DrQ-style step as one compiled program, XLA CPU plugin](docs/benchmarks/learner.md#on-pjrt), 64x64, "
-     "batch 128, samples/s", "learner-pjrt", r"one program per step", r"^JAX"),
+     "batch 128, samples/s", "learner-pjrt", r"one program per step", r"^JAX .*its CPU backend"),
+    ("the same, JAX on the same plugin (the programs alone)", "learner-pjrt", r"one program per step",
+     r"^JAX .*same PJRT plugin"),
+    ("[D4PG pixel update as one compiled program, XLA CPU plugin](docs/benchmarks/learner.md#on-pjrt), batch 256, "
+     "updates/s", "d4pg-pjrt", r"^D4PG pixel update", r"^JAX 0\.11\.2 jax\.jit$"),
+    ("the same, JAX on the same plugin (the programs alone)", "d4pg-pjrt", r"^D4PG pixel update",
+     r"^JAX .*same PJRT plugin"),
     ("[replay insert over gRPC](docs/benchmarks/replay.md), pixel transitions as actors make them, wire MB/s",
      "replay", r"^gRPC insert, pixel transitions as actors make them .*\(wire bytes", r"^raw loopback gRPC",
      "raw loopback gRPC, the same wire bytes"),
