@@ -58,7 +58,7 @@ README_ROWS = [
     ("the same, JAX on the same plugin (the programs alone)", "learner-pjrt", r"one program per step",
      r"^JAX .*same PJRT plugin"),
     ("[D4PG pixel update as one compiled program, XLA CPU plugin](docs/benchmarks/learner.md#on-pjrt), batch 256, "
-     "updates/s", "d4pg-pjrt", r"^D4PG pixel update", r"^JAX 0\.11\.2 jax\.jit$"),
+     "updates/s", "d4pg-pjrt", r"^D4PG pixel update", r"^JAX 0\.11\.2 jax\.jit,"),
     ("the same, JAX on the same plugin (the programs alone)", "d4pg-pjrt", r"^D4PG pixel update",
      r"^JAX .*same PJRT plugin"),
     ("[replay insert over gRPC](docs/benchmarks/replay.md), pixel transitions as actors make them, wire MB/s",
