@@ -357,7 +357,6 @@ TEST_F(PjrtKernelTest, FusedReluConvolutionForwardAndBackward) {
   ExpectSame(db, g.oc, 1e-5, "db");
 }
 
-
 // A linear layer on a convolution's flattened output inside one compiled
 // step: its three products (y = x w, dx += dy w^T, dw += x^T dy) take the
 // image channels-last and permute the weight's rows instead (pjrt_kernels.cc,
@@ -397,6 +396,7 @@ TEST_F(PjrtKernelTest, ALinearLayerOnAFlattenedConvolutionTakesItChannelsLastWit
     ExpectSame(dw, k * cols, 1e-5, "dw");
   }
 }
+
 TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
   // 2 images of 3 pixels x 3 channels: 18 bytes, uploaded 1 byte into a
   // block (neither offset nor size a whole float).
