@@ -30,7 +30,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "bench/bench.h"
 #include "bench/synthetic.h"
 #include "agents/d4pg_agent.h"
@@ -58,10 +57,12 @@ absl::Status ReportPeers(const troupe::config::ExperimentConfig& config, const s
   const std::vector<int64_t> hidden(d4pg.hidden().begin(), d4pg.hidden().end());
   // The peers take one hidden size for both layers; the default is 256.
   const int64_t hidden_size = hidden.empty() ? 256 : hidden.front();
-  // BATCH SIZE FRAMES SECONDS MODE DEVICE KEY=VALUE... (torch_d4pg.py's usage).
-  const auto peer_args = [&](const std::string& mode) {
+  // BATCH SIZE FRAMES SECONDS MODE DEVICE KEY=VALUE... (torch_d4pg.py's usage);
+  // the peer's device the one troupe's update ran on unless `on` names another.
+  const auto peer_args = [&](const std::string& mode, std::string on = "") {
+    if (on.empty()) on = gpu ? "cuda" : "cpu";
     return [=, &config](const bench::Round& round) {
-      return absl::StrCat(batch, " 84 3 ", round.seconds, " ", mode, gpu ? " cuda" : " cpu",
+      return absl::StrCat(batch, " 84 3 ", round.seconds, " ", mode, " ", on,
                           " channels=", d4pg.conv_channels(), " hidden=", hidden_size, " actions=1 atoms=",
                           d4pg.atoms(), " prioritized=", config.learner().prioritized() ? 1 : 0,
                           " precision=", device == "cuda-bf16" ? "bfloat16" : "float32");
@@ -106,15 +107,12 @@ absl::Status ReportPeers(const troupe::config::ExperimentConfig& config, const s
     // JAX's jit on the plugin troupe's update ran on: the same compiler and
     // runtime on both sides, the programs alone (the row above also the
     // plugin's build against jaxlib's).
-    const auto on_plugin = [&](const bench::Round& round) {
-      std::string args = peer_args("jit")(round);
-      return absl::StrReplaceAll(args, {{" jit cpu ", " jit pjrt "}});
-    };
     const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");  // where troupe's update ran
     RETURN_IF_ERROR(bench::SetPeersPjrtPlugin(plugin != nullptr ? plugin : ""));
     RETURN_IF_ERROR(bench::AddComparison(report, name, "updates/s", "JAX 0.11.2 jax.jit on the same PJRT plugin",
                                          troupe_side,
-                                         bench::PeerSide(bench::Peer::kJax, "jax_d4pg", on_plugin, "updates_per_second"),
+                                         bench::PeerSide(bench::Peer::kJax, "jax_d4pg", peer_args("jit", "pjrt"),
+                                                         "updates_per_second"),
                                          protocol)
                         .status());
   }

@@ -340,23 +340,23 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
   if (on_cpu) {
     // JAX's jit of the same network: the same XLA compiler, so this
     // measures troupe's lowering, not XLA.
-    const Side jax_round = PeerSide(
-        Peer::kJax, "jax_drq",
-        [&](const Round& round) { return absl::StrCat(batch, " ", size, " ", round.seconds, " jit cpu float32"); },
-        "samples_per_second");
+    const auto jax_on = [&](const std::string& device) -> Side {
+      return PeerSide(
+          Peer::kJax, "jax_drq",
+          [=](const Round& round) {
+            return absl::StrCat(batch, " ", size, " ", round.seconds, " jit ", device, " float32");
+          },
+          "samples_per_second");
+    };
     RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on its CPU backend", troupe_round,
-                                  jax_round, protocol)
+                                  jax_on("cpu"), protocol)
                         .status());
     // JAX's jit on the plugin troupe loads: the same compiler and the same
     // runtime on both sides, so this row measures the programs alone (the
     // row above also the plugin's build against jaxlib's).
     RETURN_IF_ERROR(SetPeersPjrtPlugin(options.pjrt_plugin));
-    const Side jax_on_plugin = PeerSide(
-        Peer::kJax, "jax_drq",
-        [&](const Round& round) { return absl::StrCat(batch, " ", size, " ", round.seconds, " jit pjrt float32"); },
-        "samples_per_second");
     RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on the same PJRT plugin",
-                                  troupe_round, jax_on_plugin, protocol)
+                                  troupe_round, jax_on("pjrt"), protocol)
                         .status());
   }
   // troupe's other paths for the same step, by the same protocol.

@@ -16,7 +16,7 @@ import sys
 
 import peer_timing
 import torch_d4pg
-from jax_drq import adam_init, adam_update, uniform_fan_in
+from jax_drq import adam_init, adam_update, pixels_in, uniform_fan_in
 from torch_d4pg import (AUGMENT_PAD, FEATURES, LEARNING_RATE, MAX_GRADIENT_NORM, PRE_TANH_BOUND, PRE_TANH_PENALTY,
                         TARGET_TAU, V_MAX, V_MIN)
 
@@ -89,11 +89,6 @@ def make_update(args):
 
     def logits(critic, features, action):
         return mlp(critic["head"], jnp.concatenate([features, action], axis=1))
-
-    def pixels_in(frames):
-        # uint8 [B, k, H, W, 3] -> float [B, H, W, 3k] / 255 (channel f*3 + c: frame f's colour c).
-        b, k, h, w, c = frames.shape
-        return frames.transpose(0, 2, 3, 1, 4).reshape(b, h, w, k * c).astype(jnp.float32) * (1.0 / 255.0)
 
     def random_shift(x, key):
         # out[r, q] = in[clamp(r + dy), clamp(q + dx)], dy, dx in [-pad, pad] per image.
@@ -179,7 +174,7 @@ def synthetic_batch(args):
 
 
 def main():
-    args = torch_d4pg.parse(sys.argv, USAGE, ("jit",))
+    args = torch_d4pg.parse(sys.argv, USAGE, ("jit",), ("cpu", "cuda", "pjrt"))
     peer_timing.jax_before_import(args["device"], args["threads"])
     import jax
     import numpy as np

@@ -72,6 +72,14 @@ def init_params(key, size):
     return params
 
 
+def pixels_in(frames):
+    """uint8 frames [B, k, H, W, 3] as replay holds them -> float NHWC [B, H, W, 3k] / 255
+    (channel f*3 + c: frame f's colour c)."""
+    import jax.numpy as jnp
+    b, k, h, w, c = frames.shape
+    return frames.transpose(0, 2, 3, 1, 4).reshape(b, h, w, k * c).astype(jnp.float32) * (1.0 / 255.0)
+
+
 def make_step(bfloat16):
     """The jitted step: (params, adam, x, y) -> (params, adam), the first two donated."""
     import jax
@@ -86,10 +94,8 @@ def make_step(bfloat16):
         return y + layer["b"]
 
     def forward(params, frames):
-        # uint8 [B, k, H, W, 3] -> float [B, H, W, 3k] / 255 (channel f*3 + c: frame f's colour c),
-        # then NHWC images, HWIO kernels: XLA's and Flax's native convolution layout.
-        b, k, h, w, c = frames.shape
-        x = frames.transpose(0, 2, 3, 1, 4).reshape(b, h, w, k * c).astype(jnp.float32) * (1.0 / 255.0)
+        # The frames as NHWC floats, HWIO kernels: XLA's and Flax's native convolution layout.
+        x = pixels_in(frames)
         for i, conv in enumerate(params["convs"]):
             stride = 2 if i == 0 else 1
             x = lax.conv_general_dilated(x.astype(compute), conv["w"].astype(compute), (stride, stride), "VALID",

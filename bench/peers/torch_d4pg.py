@@ -40,7 +40,14 @@ AUGMENT_PAD = 4
 PRE_TANH_BOUND, PRE_TANH_PENALTY = 3.0, 1.0
 
 
-def parse(argv, usage=USAGE, modes=MODES):
+def pixels_in(frames):
+    """uint8 frames [B, k, H, W, 3] as replay holds them -> float NCHW [B, 3k, H, W] / 255
+    (channel f*3 + c: frame f's colour c)."""
+    b, k, h, w, c = frames.shape
+    return frames.permute(0, 1, 4, 2, 3).reshape(b, k * c, h, w).float() * (1.0 / 255.0)
+
+
+def parse(argv, usage=USAGE, modes=MODES, devices=("cpu", "cuda")):
     """The arguments as a dict, or exits with the usage line naming what is wrong."""
     if len(argv) < 7:
         sys.exit(usage)
@@ -54,7 +61,6 @@ def parse(argv, usage=USAGE, modes=MODES):
     args["device"] = "cpu"
     if rest and "=" not in rest[0]:
         args["device"] = rest.pop(0)
-    devices = ("cpu", "cuda", "pjrt") if "jit" in modes else ("cpu", "cuda")
     if args["mode"] not in modes or args["device"] not in devices:
         sys.exit(usage)
     options = {"channels": 32, "hidden": 256, "actions": 1, "atoms": 51, "prioritized": 0, "precision": "float32"}
@@ -149,11 +155,6 @@ def build(args):
     support = torch.linspace(V_MIN, V_MAX, atoms, device=device)
     dz = (V_MAX - V_MIN) / (atoms - 1)
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=args["precision"] == "bfloat16")
-
-    def pixels_in(frames):
-        # uint8 [B, k, H, W, 3] -> float [B, 3k, H, W] / 255 (channel f*3 + c: frame f's colour c).
-        b, k, h, w, c = frames.shape
-        return frames.permute(0, 1, 4, 2, 3).reshape(b, k * c, h, w).float() * (1.0 / 255.0)
 
     def random_shift(x):
         # Each image shifted by offsets in [-pad, pad], the border replicated:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import peer_timing
+from torch_d4pg import pixels_in
 
 
 class DrqNet(nn.Module):
@@ -30,9 +31,7 @@ class DrqNet(nn.Module):
                                   nn.Linear(1024, 1))
 
     def forward(self, frames):
-        # uint8 [B, k, H, W, 3] -> float [B, 3k, H, W] / 255 (channel f*3 + c: frame f's colour c).
-        b, k, h, w, c = frames.shape
-        x = frames.permute(0, 1, 4, 2, 3).reshape(b, k * c, h, w).float() * (1.0 / 255.0)
+        x = pixels_in(frames)
         for conv in self.convs:
             x = torch.relu(conv(x))
         return self.head(torch.tanh(self.ln(self.fc(x.flatten(1)))))
