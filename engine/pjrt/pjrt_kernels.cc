@@ -117,22 +117,21 @@ void PjrtBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     // A linear layer's three products on a flattened image, channels-last
     // (above): y = x w (x the image), dx = dy w^T (w's rows noted by the
     // first as an image's), dw = x^T dy (x the image).
-    Dims image;
-    Value av, bv;
-    if (!trans_a && !trans_b && !(image = ImageOf(l.WrittenDims(a, m * k), m, k)).empty()) {
-      av = FlattenChannelsLast(f, l.F32(a, {m, image[0], image[1], image[2]}));
-      bv = RowsChannelsLast(f, l.F32(b, {k, n}), image);
-      l.NoteImageRows(b, image);
-    } else if (!trans_a && trans_b && (image = l.ImageRows(b)).size() == 3 && image[0] * image[1] * image[2] == n) {
-      av = l.F32(a, {m, k});
-      bv = RowsChannelsLast(f, l.F32(b, {n, k}), image);
-    } else if (trans_a && !trans_b && !(image = ImageOf(l.WrittenDims(a, k * m), k, m)).empty()) {
-      av = FlattenChannelsLast(f, l.F32(a, {k, image[0], image[1], image[2]}));
-      bv = l.F32(b, {k, n});
-    } else {
-      image.clear();
-      av = l.F32(a, trans_a ? Dims{k, m} : Dims{m, k});
-      bv = l.F32(b, trans_b ? Dims{n, k} : Dims{k, n});
+    Dims image;  // {c, h, w} of the image the product is on; empty: a plain product
+    if (!trans_b) {
+      image = trans_a ? ImageOf(l.WrittenDims(a, k * m), k, m) : ImageOf(l.WrittenDims(a, m * k), m, k);
+    } else if (!trans_a) {
+      image = l.ImageRows(b);
+      if (image.size() != 3 || image[0] * image[1] * image[2] != n) image.clear();
+    }
+    // x w or x^T dy: x the image, flattened channels-last.
+    Value av = !image.empty() && !trans_b
+                   ? FlattenChannelsLast(f, l.F32(a, {trans_a ? k : m, image[0], image[1], image[2]}))
+                   : l.F32(a, trans_a ? Dims{k, m} : Dims{m, k});
+    Value bv = l.F32(b, trans_b ? Dims{n, k} : Dims{k, n});
+    if (!image.empty() && !trans_a) {  // x w or dy w^T: w's rows permuted to match
+      bv = RowsChannelsLast(f, bv, image);
+      if (!trans_b) l.NoteImageRows(b, image);
     }
     product = f.Dot(MatmulInput(f, av, bfloat16_), MatmulInput(f, bv, bfloat16_), {trans_a ? 0 : 1},
                     {trans_b ? 1 : 0}, {}, {}, !bfloat16_);
