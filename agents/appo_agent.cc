@@ -337,6 +337,7 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   const VtraceOptions vtrace{.rho_bar = appo.vtrace_rho(), .c_bar = appo.vtrace_c(), .pg_rho_bar = appo.vtrace_rho(),
                              .lambda = appo.vtrace_lambda()};
   double sums[5] = {0, 0, 0, 0, 0};  // policy loss, value loss, approx KL, clip fraction, minibatch steps
+  double value_moments[5] = {0, 0, 0, 0, 0};
   r.rng.seed(internal::MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
   int epochs_run = 0;
   for (int epoch = 0; epoch < appo.epochs(); ++epoch) {
@@ -378,6 +379,21 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     r.advantages.resize(rows);
     Vtrace(bs, steps, r.log_rhos.data(), r.rewards.data(), r.discounts, r.values.data(), vtrace, r.vs.data(),
            r.advantages.data());
+    if (epoch == 0) {
+      // The explained variance's moments: weight, then the targets' and the
+      // residuals' first and second.
+      for (int64_t b = 0; b < bs; ++b) {
+        for (int64_t i = 0; i < steps; ++i) {
+          const int64_t row = b * steps + i;
+          const double w = r.weights[row], target = r.vs[row], residual = target - r.values[b * (steps + 1) + i];
+          value_moments[0] += w;
+          value_moments[1] += w * target;
+          value_moments[2] += w * target * target;
+          value_moments[3] += w * residual;
+          value_moments[4] += w * residual * residual;
+        }
+      }
+    }
     if (appo.normalize_advantages()) {
       std::vector<float> moments = {0, 0, 0};
       for (int64_t i = 0; i < rows; ++i) {
@@ -415,6 +431,7 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   // The update's metrics, over the whole batch.
   std::vector<float> metrics = {float(sums[0] / sums[4]), float(sums[1] / sums[4]), float(sums[2] / sums[4]),
                                 float(sums[3] / sums[4]), float(dropped), float(lag_sum), float(kept)};
+  for (double m : value_moments) metrics.push_back(static_cast<float>(m));
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kSum));
   // A loss that is no longer a number stops training before the actors get
   // a policy that acts NaN (every replica sees the same sums).
@@ -429,8 +446,13 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     double entropy = 0;
     for (float l : r.log_std) entropy += l + 0.5 + 0.5 * std::log(2 * std::numbers::pi);
     // In kAppoMetrics' order.
+    const double w = metrics[7];
+    auto variance = [&](int first) {
+      return w > 0 ? std::max(0.0, metrics[first + 1] / w - std::pow(metrics[first] / w, 2)) : 0.0;
+    };
+    const double target_variance = variance(8), explained = target_variance > 0 ? 1 - variance(10) / target_variance : 0.0;
     const double update[] = {metrics[0] / k, metrics[1] / k, entropy, metrics[2] / k, metrics[3] / k, metrics[4],
-                             metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0, double(epochs_run)};
+                             metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0, double(epochs_run), explained};
     static_assert(std::size(update) == std::size(kAppoMetrics));
     absl::MutexLock lock(&metrics_mu_);
     for (size_t i = 0; i < std::size(update); ++i) metric_sums_[i] += update[i];
@@ -475,7 +497,8 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   r.model.ZeroGrad();
   const Weights trained{&r.model, true};
   const nn::Var x = networks_.Features(t, trained, ObservationInput(t, r.mb_x.data(), r.mb_frames.data(), n));
-  const nn::Var mean = networks_.Mean(t, trained, x);
+  const nn::Var policy_x = spec_.pixels() && appo.detach_policy_features() ? t.Constant(t.data(x).data, t.data(x).shape) : x;
+  const nn::Var mean = networks_.Mean(t, trained, policy_x);
   const internal::PpoLoss loss = internal::AppoLoss(
       t, mean, trained(t, networks_.log_std), nn::Reshape(networks_.value(t, trained, x), {n}),
       {.n = n,

@@ -50,9 +50,12 @@ namespace troupe::agents {
 // dropped_stale, trajectories left out for their policy lag (a count);
 // policy_lag, the mean lag of the trajectories used (learner updates);
 // epochs, the passes an update made (fewer than appo.epochs where
-// appo.target_kl stopped it).
-inline constexpr const char* kAppoMetrics[] = {"policy_loss",   "value_loss",    "entropy",    "approx_kl",
-                                               "clip_fraction", "dropped_stale", "policy_lag", "epochs"};
+// appo.target_kl stopped it); explained_variance, 1 - Var[vs - V] / Var[vs]
+// over the batch's used steps at the update's start (1: the value predicts
+// its targets, 0: no better than their mean).
+inline constexpr const char* kAppoMetrics[] = {"policy_loss", "value_loss", "entropy",    "approx_kl",
+                                               "clip_fraction", "dropped_stale", "policy_lag", "epochs",
+                                               "explained_variance"};
 
 // The learner's memory for APPO's step (parameters, moments, a batch's
 // activations) against this machine's: InvalidArgument naming the sizes.

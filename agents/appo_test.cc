@@ -557,6 +557,38 @@ TEST(AppoAgentTest, LearnsAContextualBanditFromPixels) {
   }
 }
 
+// appo.detach_policy_features: the policy reads the encoder's features as
+// constants, so with no value loss (value_coef 0) an update leaves the
+// encoder exactly as it was while the policy's head moves; the shared
+// encoder otherwise moves with the policy's loss alone, and with the value
+// loss when detached.
+TEST(AppoAgentTest, DetachedPolicyFeaturesLeaveTheEncoderToTheValueLoss) {
+  // Whether an update changed any tensor (values or moments) named `part`.
+  auto moved = [](bool detach, float value_coef, const std::string& part) {
+    config::ExperimentConfig config = PixelConfig(BanditConfig(/*batch=*/8));
+    config.mutable_appo()->set_detach_policy_features(detach);
+    config.mutable_appo()->set_value_coef(value_coef);
+    BanditAgent bandit(config, kPixels, /*seed=*/3);
+    const std::vector<nn::CheckpointTensor> before = bandit.agent->CheckpointState();
+    TROUPE_CHECK(bandit.agent->Train(1).ok());
+    const std::vector<nn::CheckpointTensor> after = bandit.agent->CheckpointState();
+    TROUPE_CHECK(before.size() == after.size());
+    int named = 0;
+    bool changed = false;
+    for (size_t i = 0; i < before.size(); ++i) {
+      if (before[i].name.find(part) == std::string::npos) continue;
+      ++named;
+      changed = changed || before[i].values != after[i].values;
+    }
+    if (named == 0) ADD_FAILURE() << "no tensor named " << part;
+    return changed;
+  };
+  EXPECT_TRUE(moved(/*detach=*/false, /*value_coef=*/0, "encoder.")) << "the policy's loss trains a shared encoder";
+  EXPECT_FALSE(moved(/*detach=*/true, /*value_coef=*/0, "encoder.")) << "a detached policy's loss reached the encoder";
+  EXPECT_TRUE(moved(/*detach=*/true, /*value_coef=*/0, "policy."));
+  EXPECT_TRUE(moved(/*detach=*/true, /*value_coef=*/0.5f, "encoder.")) << "the value loss trains the encoder";
+}
+
 TEST(AppoAgentTest, CheckpointRoundTripAndThePolicyLoadsIt) {
   const config::ExperimentConfig config = BanditConfig(/*batch=*/8);
   const ObservationSpec spec{.state_size = 1};

@@ -71,7 +71,11 @@ class PeerArgumentsTest(unittest.TestCase):
                            (["2", "cartpole", "balance", "8", "learn", "1000", "epochs=0"], "epochs, minibatches"),
                            (["2", "cartpole", "balance", "8", "learn", "1000", "eval_episodes=0"], "eval_episodes >= 1"),
                            (["2", "cartpole", "balance", "8", "learn", "1000", "anneal=2"], "anneal is 0 or 1"),
-                           (["2", "cartpole", "balance", "8", "learn", "1000", "eval_every=-5"], "eval_every")]:
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "eval_every=-5"], "eval_every"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "pixels=8"], "pixels 0 or >= 15"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "pixels=64", "detach=2"],
+                            "detach is 0 or 1"),
+                           (["2", "cartpole", "balance", "8", "learn", "1000", "channels=0"], "channels")]:
             result = run("torch_ppo.py", *args)
             self.assertNotEqual(result.returncode, 0, f"torch_ppo.py {args} accepted: {result.stdout}")
             self.assertIn("usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT", result.stderr)

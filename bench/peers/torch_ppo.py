@@ -23,7 +23,8 @@ build/ that it makes (torch, dm_control, MuJoCo from PyPI).
 usage: torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT speed SECONDS [KEY=VALUE...]
        torch_ppo.py THREADS DOMAIN TASK ACTION_REPEAT learn FRAMES [KEY=VALUE...]
 keys: batch=32 unroll=32 hidden=64 epochs=10 minibatches=8 lr=1e-3 gamma=0.99 lam=0.95 clip=0.2
-reward_scale=0.01 seed=1 anneal=0 entropy=0 mean_bound=0 min_log_std=-inf eval_every=0 eval_episodes=2;
+reward_scale=0.01 seed=1 anneal=0 entropy=0 mean_bound=0 min_log_std=-inf eval_every=0 eval_episodes=2
+pixels=0 frames=3 channels=16 features=50 detach=0;
 `speed` prints "frames_per_second X" (env frames, all envs, updates included); `learn` prints
 "eval FRAMES SECONDS RETURN" (the mean of eval_episodes episodes of the mean action) every
 eval_every frames (0: at the end only) and at FRAMES, then "eval_return X" and "seconds X" (the
@@ -31,6 +32,10 @@ training time, evaluations left out). anneal=1 lowers lr linearly to 0 at FRAMES
 anneal_lr, troupe's appo.anneal_learning_rate); entropy is the entropy bonus's coefficient;
 mean_bound=M bounds the Gaussian's mean smoothly to +-M (M tanh(y / M), troupe's policy: 5);
 min_log_std=F keeps the log standard deviation >= F after every step (troupe's appo.min_log_std).
+pixels=P: observations are the last `frames` frames of P x P pixels from camera 0 (the first
+repeated at a reset), through DrQ's encoder of `channels` and `features` (troupe's
+appo.conv_channels and appo.encoder_features) shared by the policy and the value; detach=1: the
+policy reads its features without gradient (troupe's appo.detach_policy_features).
 """
 import os
 import sys
@@ -52,7 +57,8 @@ def parse(argv):
         sys.exit(f"{USAGE}\nTHREADS, ACTION_REPEAT >= 1 and SECONDS or FRAMES > 0")
     options = {"batch": 32, "unroll": 32, "hidden": 64, "epochs": 10, "minibatches": 8, "lr": 1e-3, "gamma": 0.99,
                "lam": 0.95, "clip": 0.2, "reward_scale": 0.01, "seed": 1, "anneal": 0, "entropy": 0.0,
-               "mean_bound": 0.0, "min_log_std": float("-inf"), "eval_every": 0, "eval_episodes": 2}
+               "mean_bound": 0.0, "min_log_std": float("-inf"), "eval_every": 0, "eval_episodes": 2,
+               "pixels": 0, "frames": 3, "channels": 16, "features": 50, "detach": 0}
     for item in argv[7:]:
         key, _, value = item.partition("=")
         if key not in options:
@@ -66,12 +72,15 @@ def parse(argv):
         sys.exit(f"{USAGE}\nbatch, unroll, epochs, minibatches and eval_episodes >= 1")
     if options["anneal"] not in (0, 1) or options["eval_every"] < 0 or options["mean_bound"] < 0:
         sys.exit(f"{USAGE}\nanneal is 0 or 1, eval_every and mean_bound >= 0")
+    if options["detach"] not in (0, 1) or (options["pixels"] != 0 and options["pixels"] < 15) or \
+            min(options["frames"], options["channels"], options["features"]) < 1:
+        sys.exit(f"{USAGE}\ndetach is 0 or 1, pixels 0 or >= 15, frames, channels and features >= 1")
     args.update(options)
     return args
 
 
 ARGS = parse(sys.argv) if __name__ == "__main__" else None
-os.environ.setdefault("MUJOCO_GL", "egl")  # no window (nothing is rendered)
+os.environ.setdefault("MUJOCO_GL", "egl")  # no window
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from dm_control import suite  # noqa: E402
@@ -79,6 +88,20 @@ from dm_control import suite  # noqa: E402
 
 def flat(observation):
     return np.concatenate([np.asarray(v, dtype=np.float32).ravel() for v in observation.values()])
+
+
+class Observer:
+    """An env's observations: its state vector, or (pixels=P) its last `frames` frames [3 k, P, P] uint8."""
+
+    def __init__(self, env, pixels, frames):
+        self.env, self.pixels, self.frames, self.stack = env, pixels, frames, []
+
+    def __call__(self, ts):
+        if not self.pixels:
+            return flat(ts.observation)
+        frame = self.env.physics.render(self.pixels, self.pixels, camera_id=0).transpose(2, 0, 1)
+        self.stack = [frame] * self.frames if ts.first() else self.stack[1:] + [frame]
+        return np.concatenate(self.stack)
 
 
 class RunningMoments:
@@ -107,20 +130,47 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers)
 
 
-class Model(torch.nn.Module):
-    def __init__(self, state, actions, hidden, mean_bound):
-        super().__init__()
-        self.policy = mlp([state, hidden, hidden, actions])
-        self.log_std = torch.nn.Parameter(torch.full((actions,), -0.5))
-        self.value = mlp([state, hidden, hidden, 1])
-        self.mean_bound = mean_bound
+class Encoder(torch.nn.Module):
+    """DrQ's: four 3x3 convolutions (the first of stride 2) with ReLU, linear, layer norm, tanh; pixels / 255."""
 
-    def mean(self, x):
-        y = self.policy(x)
+    def __init__(self, shape, channels, features):
+        super().__init__()
+        layers, size = [], shape[1]
+        for i in range(4):
+            layers += [torch.nn.Conv2d(shape[0] if i == 0 else channels, channels, 3, stride=2 if i == 0 else 1),
+                       torch.nn.ReLU()]
+            size = (size - 3) // (2 if i == 0 else 1) + 1
+        self.convs = torch.nn.Sequential(*layers, torch.nn.Flatten())
+        self.trunk = torch.nn.Sequential(torch.nn.Linear(channels * size * size, features),
+                                         torch.nn.LayerNorm(features), torch.nn.Tanh())
+
+    def forward(self, x):
+        return self.trunk(self.convs(x.float() / 255.0))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, shape, actions, hidden, mean_bound, a):
+        super().__init__()
+        self.encoder = Encoder(shape, a["channels"], a["features"]) if a["pixels"] else None
+        inputs = a["features"] if a["pixels"] else shape[0]
+        self.policy = mlp([inputs, hidden, hidden, actions])
+        self.log_std = torch.nn.Parameter(torch.full((actions,), -0.5))
+        self.value_head = mlp([inputs, hidden, hidden, 1])
+        self.mean_bound, self.detach = mean_bound, a["detach"]
+
+    def features(self, x):
+        return self.encoder(x) if self.encoder is not None else x
+
+    def value(self, x):
+        return self.value_head(self.features(x))
+
+    def mean(self, x, features=None):
+        features = self.features(x) if features is None else features
+        y = self.policy(features.detach() if self.detach else features)
         return self.mean_bound * torch.tanh(y / self.mean_bound) if self.mean_bound > 0 else y
 
-    def distribution(self, x):
-        return torch.distributions.Normal(self.mean(x), self.log_std.exp())
+    def distribution(self, x, features=None):
+        return torch.distributions.Normal(self.mean(x, features), self.log_std.exp())
 
 
 def main():
@@ -129,12 +179,17 @@ def main():
     torch.manual_seed(a["seed"])
     rng = np.random.default_rng(a["seed"])
     envs = [suite.load(a["domain"], a["task"], task_kwargs={"random": a["seed"] * 1000 + i}) for i in range(a["batch"])]
+    observers = [Observer(env, a["pixels"], a["frames"]) for env in envs]
     spec = envs[0].action_spec()
-    observations = np.stack([flat(env.reset().observation) for env in envs])
-    state, actions = observations.shape[1], spec.shape[0]
-    model = Model(state, actions, a["hidden"], a["mean_bound"])
+    observations = np.stack([observe(env.reset()) for env, observe in zip(envs, observers)])
+    shape, actions = observations.shape[1:], spec.shape[0]
+    model = Model(shape, actions, a["hidden"], a["mean_bound"], a)
     optimizer = torch.optim.Adam(model.parameters(), lr=a["lr"], eps=1e-8)
-    moments = RunningMoments(state)
+    moments = RunningMoments(shape[0])
+
+    def inputs(x):
+        """Observations as the model takes them: states normalised, pixels as they are."""
+        return torch.from_numpy(x if a["pixels"] else moments.normalize(x))
     b, t, repeat = a["batch"], a["unroll"], a["repeat"]
     frames = 0
 
@@ -149,7 +204,7 @@ def main():
 
     def update():
         nonlocal observations, frames
-        obs = np.zeros((t + 1, b, state), np.float32)
+        obs = np.zeros((t + 1, b) + shape, observations.dtype)
         us = np.zeros((t, b, actions), np.float32)
         behaviour = np.zeros((t, b), np.float32)
         rewards = np.zeros((t, b), np.float32)
@@ -157,35 +212,36 @@ def main():
         for step in range(t):
             obs[step] = observations
             with torch.no_grad():
-                x = torch.from_numpy(moments.normalize(observations))
-                mean = model.mean(x)
+                mean = model.mean(inputs(observations))
                 u = mean + model.log_std.exp() * torch.randn_like(mean)
                 action = torch.tanh(u).clamp(-1 + 1e-6, 1 - 1e-6)
                 u = torch.atanh(action)
                 behaviour[step] = torch.distributions.Normal(mean, model.log_std.exp()).log_prob(u).sum(-1).numpy()
             us[step] = u.numpy()
-            for i, env in enumerate(envs):
+            for i, (env, observe) in enumerate(zip(envs, observers)):
                 ts, reward = env_step(env, action[i].numpy())
                 frames += repeat
                 discount = a["gamma"] * (ts.discount if ts.discount is not None else 1.0)
+                observation = observe(ts)
                 if ts.last():
                     if ts.discount:  # a time limit: the value bootstrap
                         with torch.no_grad():
-                            v = model.value(torch.from_numpy(moments.normalize(flat(ts.observation)[None])))
+                            v = model.value(inputs(observation[None]))
                         reward += a["gamma"] * float(v) / a["reward_scale"]
                     discount = 0.0
-                    ts = env.reset()
-                observations[i] = flat(ts.observation)
+                    observation = observe(env.reset())
+                observations[i] = observation
                 rewards[step, i] = reward * a["reward_scale"]
                 discounts[step, i] = discount
         obs[t] = observations
-        moments.update(obs[:t].reshape(-1, state))
-        x = torch.from_numpy(moments.normalize(obs.reshape(-1, state))).reshape(t + 1, b, state)
+        if not a["pixels"]:
+            moments.update(obs[:t].reshape(-1, shape[0]))
+        x = inputs(obs.reshape((-1,) + shape)).reshape((t + 1, b) + shape)
         u_t = torch.from_numpy(us)
         behaviour_t = torch.from_numpy(behaviour)
         for _ in range(a["epochs"]):
             with torch.no_grad():
-                values = model.value(x).squeeze(-1).numpy()
+                values = model.value(x.reshape((-1,) + shape)).reshape(t + 1, b).numpy()
             advantages = np.zeros((t, b), np.float32)
             last = np.zeros(b, np.float32)
             for step in reversed(range(t)):
@@ -194,17 +250,18 @@ def main():
                 advantages[step] = last
             targets = torch.from_numpy(advantages + values[:t]).reshape(-1)
             adv = torch.from_numpy((advantages - advantages.mean()) / (advantages.std() + 1e-8)).reshape(-1)
-            flat_x = x[:t].reshape(-1, state)
+            flat_x = x[:t].reshape((-1,) + shape)
             flat_u = u_t.reshape(-1, actions)
             flat_b = behaviour_t.reshape(-1)
             order = rng.permutation(t * b)
             for chunk in np.array_split(order, a["minibatches"]):
                 chunk = torch.from_numpy(chunk)
-                pi = model.distribution(flat_x[chunk])
+                features = model.features(flat_x[chunk])
+                pi = model.distribution(None, features)
                 ratio = (pi.log_prob(flat_u[chunk]).sum(-1) - flat_b[chunk]).clamp(-20, 20).exp()
                 policy = -torch.min(ratio * adv[chunk],
                                     ratio.clamp(1 - a["clip"], 1 + a["clip"]) * adv[chunk]).mean()
-                value = 0.5 * ((model.value(flat_x[chunk]).squeeze(-1) - targets[chunk]) ** 2).mean()
+                value = 0.5 * ((model.value_head(features).squeeze(-1) - targets[chunk]) ** 2).mean()
                 loss = policy + 0.5 * value - a["entropy"] * pi.entropy().sum(-1).mean()
                 optimizer.zero_grad()
                 loss.backward()
@@ -225,10 +282,11 @@ def main():
         total = 0.0
         for episode in range(a["eval_episodes"]):
             env = suite.load(a["domain"], a["task"], task_kwargs={"random": 10_000 + episode})
+            observe = Observer(env, a["pixels"], a["frames"])
             ts = env.reset()
             while not ts.last():
                 with torch.no_grad():
-                    mean = model.mean(torch.from_numpy(moments.normalize(flat(ts.observation)[None])))
+                    mean = model.mean(inputs(observe(ts)[None]))
                 ts, reward = env_step(env, torch.tanh(mean)[0].numpy())
                 total += reward
         return total / a["eval_episodes"]
