@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "agents/augment.h"
 #include "agents/trajectory.h"
 #include "agents/vtrace.h"
 #include "common/fnv1a.h"
@@ -155,6 +156,9 @@ struct AppoAgent::Replica {
   std::vector<uint8_t> mb_frames;
   std::vector<int64_t> order;
   std::mt19937_64 rng;
+  // appo.augment_pad's shifts, a stream of their own (augmentation changes
+  // what the encoder sees, not the minibatches).
+  std::mt19937_64 augment_rng;
   int64_t updates = 0;
 };
 
@@ -339,6 +343,7 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
   double sums[5] = {0, 0, 0, 0, 0};  // policy loss, value loss, approx KL, clip fraction, minibatch steps
   double value_moments[5] = {0, 0, 0, 0, 0};
   r.rng.seed(internal::MixSeed(config_.learner().engine().seed(), ctx.replica_id(), r.updates));
+  r.augment_rng.seed(internal::MixSeed(config_.learner().engine().seed(), ctx.replica_id(), ~r.updates));
   int epochs_run = 0;
   for (int epoch = 0; epoch < appo.epochs(); ++epoch) {
     ++epochs_run;
@@ -496,7 +501,9 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   t.Reset();
   r.model.ZeroGrad();
   const Weights trained{&r.model, true};
-  const nn::Var x = networks_.Features(t, trained, ObservationInput(t, r.mb_x.data(), r.mb_frames.data(), n));
+  nn::Var observation = ObservationInput(t, r.mb_x.data(), r.mb_frames.data(), n);
+  if (spec_.pixels() && appo.augment_pad() > 0) observation = RandomShift(observation, appo.augment_pad(), r.augment_rng);
+  const nn::Var x = networks_.Features(t, trained, observation);
   const nn::Var policy_x = spec_.pixels() && appo.detach_policy_features() ? t.Constant(t.data(x).data, t.data(x).shape) : x;
   const nn::Var mean = networks_.Mean(t, trained, policy_x);
   const internal::PpoLoss loss = internal::AppoLoss(

@@ -28,6 +28,9 @@ absl::Status ValidateAppo(const config::AppoConfig& config, const ObservationSpe
     if (config.conv_channels() < 1 || config.conv_channels() > kMaxConvChannels) {
       return bad("appo.conv_channels ", config.conv_channels(), ": must be in [1, ", kMaxConvChannels, "]");
     }
+    if (config.augment_pad() < 0 || config.augment_pad() > kMaxAugmentPad) {
+      return bad("appo.augment_pad ", config.augment_pad(), ": must be in [0, ", kMaxAugmentPad, "]");
+    }
   }
   if (config.hidden_size() > kMaxHiddenLayers) {
     return bad("appo.hidden: ", config.hidden_size(), " layers, at most ", kMaxHiddenLayers);

@@ -589,6 +589,38 @@ TEST(AppoAgentTest, DetachedPolicyFeaturesLeaveTheEncoderToTheValueLoss) {
   EXPECT_TRUE(moved(/*detach=*/true, /*value_coef=*/0.5f, "encoder.")) << "the value loss trains the encoder";
 }
 
+// appo.augment_pad: each minibatch step's frames are shifted at random
+// (replicate-padded, cropped back). A frame of one grey level is its own
+// shift, so on the contextual bandit's uniform frames an update equals the
+// one without augmentation exactly; on frames of noise it does not.
+TEST(AppoAgentTest, AugmentationShiftsTheFramesOfEveryMinibatchStep) {
+  auto state_after = [](int pad, bool contextual) {
+    config::ExperimentConfig config = PixelConfig(BanditConfig(/*batch=*/8));
+    config.mutable_appo()->set_augment_pad(pad);
+    const auto replicator = MakeReplicator(1);
+    auto agent = AppoAgent::Create(config, kPixels, 1, replicator.get());
+    TROUPE_CHECK(agent.ok());
+    auto policy = AppoPolicy::Create(config.appo(), kPixels, 1);
+    TROUPE_CHECK(policy.ok());
+    auto signature = TrajectorySignature(kPixels, 1, 4);
+    TROUPE_CHECK(signature.ok());
+    std::mt19937_64 rng(21);
+    (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
+      BanditTrajectories(**policy, *signature, n, 1, rng, out, contextual);
+      return absl::OkStatus();
+    });
+    TROUPE_CHECK((*agent)->Train(2).ok());
+    return (*agent)->CheckpointState();
+  };
+  for (const bool contextual : {true, false}) {
+    const std::vector<nn::CheckpointTensor> plain = state_after(0, contextual), shifted = state_after(4, contextual);
+    ASSERT_EQ(plain.size(), shifted.size());
+    bool same = true;
+    for (size_t i = 0; i < plain.size(); ++i) same = same && plain[i].values == shifted[i].values;
+    EXPECT_EQ(same, contextual) << (contextual ? "uniform frames" : "frames of noise");
+  }
+}
+
 TEST(AppoAgentTest, CheckpointRoundTripAndThePolicyLoadsIt) {
   const config::ExperimentConfig config = BanditConfig(/*batch=*/8);
   const ObservationSpec spec{.state_size = 1};
@@ -677,6 +709,10 @@ TEST(AppoAgentTest, BadSettingsAreRefusedNamingTheField) {
   c = BanditConfig(8);
   c.mutable_appo()->set_min_log_std(-9);
   EXPECT_THAT(refused(c), HasSubstr("appo.min_log_std -9: must be in [-5, 5]"));
+  c = PixelConfig(BanditConfig(8));
+  c.mutable_appo()->set_augment_pad(-1);
+  EXPECT_THAT(std::string(AppoAgent::Create(c, kPixels, 2, replicator.get()).status().message()),
+              HasSubstr("appo.augment_pad -1: must be in [0, 32]"));
   auto tiny = AppoAgent::Create(BanditConfig(8), ObservationSpec{.frames = 3, .height = 14, .width = 14}, 2,
                                 replicator.get());
   EXPECT_THAT(std::string(tiny.status().message()), HasSubstr("too small for the encoder"));
