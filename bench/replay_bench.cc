@@ -11,7 +11,8 @@
 //    through actors::TransitionWriter on a resumable writer session, each
 //    new frame compressed by Writer::AppendFrame INSIDE the timed loop)
 //    against raw loopback gRPC pushing messages of the size troupe's
-//    requests had: the same wire bytes an item (the headline, in wire MB/s;
+//    requests had, on one stream held open across the rounds as the
+//    writer's session is: the same wire bytes an item (the headline, in wire MB/s;
 //    items/s and per CPU-second rows from the same rounds). The decoded
 //    bytes (each new frame's 21,168 B and the dense fields) against a raw
 //    push of those is a second protocol run, named "decoded bytes". The
@@ -365,31 +366,43 @@ struct RawServer {
     stub = proto::RawStream::NewStub(
         grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
   }
-  // One window of blobs of `bytes` pushed on one stream for `seconds`
-  // (the stream's setup and its end included); bytes/s, and bytes per
-  // CPU-second of this process (client and server together).
   struct Window {
     double rate = 0, per_cpu_second = 0;
   };
-  Window PushFor(int64_t bytes, double seconds) {
-    proto::Blob blob;
-    blob.mutable_data()->assign(bytes, 'x');
-    const double cpu = ProcessCpuSeconds();
-    const auto start = std::chrono::steady_clock::now();
-    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-    grpc::ClientContext context;
-    proto::BlobCount count;
-    auto writer = stub->Push(&context, &count);
-    long n = 0;
-    do {
-      writer->Write(blob);
-      ++n;
-    } while (elapsed() < seconds);
-    writer->WritesDone();
-    (void)writer->Finish();
-    const double total = static_cast<double>(n) * static_cast<double>(bytes);
-    return {total / elapsed(), total / std::max(ProcessCpuSeconds() - cpu, 1e-9)};
-  }
+  // A push stream held open across the rounds of a comparison, as a replay
+  // writer holds its session: a window counts the blobs written in it,
+  // neither the stream's setup nor the flow-control window's growth that a
+  // fresh stream goes through in its first second (a stream opened per
+  // round made the raw push faster the longer the round).
+  class PushStream {
+   public:
+    explicit PushStream(proto::RawStream::Stub& stub) : writer_(stub.Push(&context_, &count_)) {}
+    ~PushStream() {
+      writer_->WritesDone();
+      (void)writer_->Finish();
+    }
+    // Blobs of `bytes` for `seconds`: bytes/s, and bytes per CPU-second of
+    // this process (client and server together).
+    Window For(int64_t bytes, double seconds) {
+      if (static_cast<int64_t>(blob_.data().size()) != bytes) blob_.mutable_data()->assign(bytes, 'x');
+      const double cpu = ProcessCpuSeconds();
+      const auto start = std::chrono::steady_clock::now();
+      auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+      long n = 0;
+      do {
+        writer_->Write(blob_);
+        ++n;
+      } while (elapsed() < seconds);
+      const double total = static_cast<double>(n) * static_cast<double>(bytes);
+      return {total / elapsed(), total / std::max(ProcessCpuSeconds() - cpu, 1e-9)};
+    }
+
+   private:
+    grpc::ClientContext context_;
+    proto::BlobCount count_;
+    std::unique_ptr<grpc::ClientWriter<proto::Blob>> writer_;
+    proto::Blob blob_;
+  };
   // One window pulling blobs of `bytes` on one stream for `seconds` (its
   // setup included); bytes/s.
   double PullFor(int64_t bytes, double seconds) {
@@ -783,8 +796,9 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
       }
       return w.wire_bytes / w.seconds / kMB;
     };
+    RawServer::PushStream push(*raw_server.stub);
     const Side peer = [&](const Round& round) -> absl::StatusOr<double> {
-      const RawServer::Window w = raw_server.PushFor(std::llround(wire_per_item * kItemsPerRequest), round.seconds);
+      const RawServer::Window w = push.For(std::llround(wire_per_item * kItemsPerRequest), round.seconds);
       if (!round.warmup) {
         items[1].push_back(w.rate / wire_per_item);
         per_cpu[1].push_back(w.per_cpu_second / kMB);
@@ -811,7 +825,7 @@ absl::StatusOr<Report> RunReplayBenchmark(const Options& options) {
       return w.items * decoded_per_item / w.seconds / kMB;
     };
     const Side peer_decoded = [&](const Round& round) -> absl::StatusOr<double> {
-      return raw_server.PushFor(std::llround(decoded_per_item * kItemsPerRequest), round.seconds).rate / kMB;
+      return push.For(std::llround(decoded_per_item * kItemsPerRequest), round.seconds).rate / kMB;
     };
     ASSIGN_OR_RETURN(const Comparison d, CompareAlternated(troupe_decoded, peer_decoded, protocol));
     report.Add(absl::StrFormat("gRPC insert, %s (decoded bytes: %.0f B an item, each new frame raw + dense fields)",
