@@ -450,12 +450,14 @@ absl::Status AppoAgent::Update(replicator::ReplicaContext& ctx, Replica& r) {
     const double k = ctx.num_replicas();
     double entropy = 0;
     for (float l : r.log_std) entropy += l + 0.5 + 0.5 * std::log(2 * std::numbers::pi);
-    // In kAppoMetrics' order.
+    // The weighted variance of the targets (moments at 8) and of the
+    // residuals (at 10).
     const double w = metrics[7];
     auto variance = [&](int first) {
       return w > 0 ? std::max(0.0, metrics[first + 1] / w - std::pow(metrics[first] / w, 2)) : 0.0;
     };
-    const double target_variance = variance(8), explained = target_variance > 0 ? 1 - variance(10) / target_variance : 0.0;
+    const double targets = variance(8), explained = targets > 0 ? 1 - variance(10) / targets : 0.0;
+    // In kAppoMetrics' order.
     const double update[] = {metrics[0] / k, metrics[1] / k, entropy, metrics[2] / k, metrics[3] / k, metrics[4],
                              metrics[6] > 0 ? metrics[5] / metrics[6] : 0.0, double(epochs_run), explained};
     static_assert(std::size(update) == std::size(kAppoMetrics));
@@ -502,10 +504,14 @@ absl::Status AppoAgent::MinibatchStep(Replica& r, const int64_t* rows, int64_t n
   r.model.ZeroGrad();
   const Weights trained{&r.model, true};
   nn::Var observation = ObservationInput(t, r.mb_x.data(), r.mb_frames.data(), n);
-  if (spec_.pixels() && appo.augment_pad() > 0) observation = RandomShift(observation, appo.augment_pad(), r.augment_rng);
+  if (spec_.pixels() && appo.augment_pad() > 0) {
+    observation = RandomShift(observation, appo.augment_pad(), r.augment_rng);
+  }
   const nn::Var x = networks_.Features(t, trained, observation);
-  const nn::Var policy_x = spec_.pixels() && appo.detach_policy_features() ? t.Constant(t.data(x).data, t.data(x).shape) : x;
-  const nn::Var mean = networks_.Mean(t, trained, policy_x);
+  // appo.detach_policy_features: the policy's head reads the features as
+  // constants (no gradient into the encoder).
+  const bool detach = spec_.pixels() && appo.detach_policy_features();
+  const nn::Var mean = networks_.Mean(t, trained, detach ? t.Constant(t.data(x).data, t.data(x).shape) : x);
   const internal::PpoLoss loss = internal::AppoLoss(
       t, mean, trained(t, networks_.log_std), nn::Reshape(networks_.value(t, trained, x), {n}),
       {.n = n,

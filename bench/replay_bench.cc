@@ -12,8 +12,8 @@
 //    new frame compressed by Writer::AppendFrame INSIDE the timed loop)
 //    against raw loopback gRPC pushing messages of the size troupe's
 //    requests had, on one stream held open across the rounds as the
-//    writer's session is: the same wire bytes an item (the headline, in wire MB/s;
-//    items/s and per CPU-second rows from the same rounds). The decoded
+//    writer's session is: the same wire bytes an item (the headline, in
+//    wire MB/s; items/s and per CPU-second rows from the same rounds). The decoded
 //    bytes (each new frame's 21,168 B and the dense fields) against a raw
 //    push of those is a second protocol run, named "decoded bytes". The
 //    same inserts with an actor's Flush every 16 steps (one writer waiting
