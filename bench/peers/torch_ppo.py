@@ -33,7 +33,8 @@ anneal_lr, troupe's appo.anneal_learning_rate); entropy is the entropy bonus's c
 mean_bound=M bounds the Gaussian's mean smoothly to +-M (M tanh(y / M), troupe's policy: 5);
 min_log_std=F keeps the log standard deviation >= F after every step (troupe's appo.min_log_std).
 pixels=P: observations are the last `frames` frames of P x P pixels from camera 0 (the first
-repeated at a reset), through DrQ's encoder of `channels` and `features` (troupe's
+repeated at a reset; dm_control's own rendering, with the shadows and reflections that troupe's
+default env.render leaves out), through DrQ's encoder of `channels` and `features` (troupe's
 appo.conv_channels and appo.encoder_features) shared by the policy and the value; detach=1: the
 policy reads its features without gradient (troupe's appo.detach_policy_features).
 """
