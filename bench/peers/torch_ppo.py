@@ -150,14 +150,14 @@ class Encoder(torch.nn.Module):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, shape, actions, hidden, mean_bound, a):
+    def __init__(self, shape, actions, a):
         super().__init__()
         self.encoder = Encoder(shape, a["channels"], a["features"]) if a["pixels"] else None
         inputs = a["features"] if a["pixels"] else shape[0]
-        self.policy = mlp([inputs, hidden, hidden, actions])
+        self.policy = mlp([inputs, a["hidden"], a["hidden"], actions])
         self.log_std = torch.nn.Parameter(torch.full((actions,), -0.5))
-        self.value_head = mlp([inputs, hidden, hidden, 1])
-        self.mean_bound, self.detach = mean_bound, a["detach"]
+        self.value_head = mlp([inputs, a["hidden"], a["hidden"], 1])
+        self.mean_bound, self.detach = a["mean_bound"], a["detach"]
 
     def features(self, x):
         return self.encoder(x) if self.encoder is not None else x
@@ -184,7 +184,7 @@ def main():
     spec = envs[0].action_spec()
     observations = np.stack([observe(env.reset()) for env, observe in zip(envs, observers)])
     shape, actions = observations.shape[1:], spec.shape[0]
-    model = Model(shape, actions, a["hidden"], a["mean_bound"], a)
+    model = Model(shape, actions, a)
     optimizer = torch.optim.Adam(model.parameters(), lr=a["lr"], eps=1e-8)
     moments = RunningMoments(shape[0])
 
