@@ -333,7 +333,9 @@ TEST(AppoAgentTest, LearnsAOneStateBanditFromItsOwnTrajectories) {
 // of behaviour version `version` acted by a policy of its own (its
 // initial weights: not the agent's), from `seed`.
 struct BanditAgent {
-  BanditAgent(const config::ExperimentConfig& config, const ObservationSpec& spec, uint64_t seed)
+  // `contextual`: BanditTrajectories' contextual bandit (pixels).
+  BanditAgent(const config::ExperimentConfig& config, const ObservationSpec& spec, uint64_t seed,
+              bool contextual = false)
       : replicator(MakeReplicator(1)), rng(seed) {
     auto made = AppoAgent::Create(config, spec, 1, replicator.get());
     TROUPE_CHECK(made.ok());
@@ -344,8 +346,8 @@ struct BanditAgent {
     auto made_signature = TrajectorySignature(spec, 1, config.appo().unroll_length());
     TROUPE_CHECK(made_signature.ok());
     signature = *std::move(made_signature);
-    agent->StartInput([this](int, int64_t n, replay::SampledBatch* out) {
-      BanditTrajectories(*policy, signature, n, version, rng, out);
+    agent->StartInput([this, contextual](int, int64_t n, replay::SampledBatch* out) {
+      BanditTrajectories(*policy, signature, n, version, rng, out, contextual);
       return absl::OkStatus();
     });
   }
@@ -597,20 +599,9 @@ TEST(AppoAgentTest, AugmentationShiftsTheFramesOfEveryMinibatchStep) {
   auto state_after = [](int pad, bool contextual) {
     config::ExperimentConfig config = PixelConfig(BanditConfig(/*batch=*/8));
     config.mutable_appo()->set_augment_pad(pad);
-    const auto replicator = MakeReplicator(1);
-    auto agent = AppoAgent::Create(config, kPixels, 1, replicator.get());
-    TROUPE_CHECK(agent.ok());
-    auto policy = AppoPolicy::Create(config.appo(), kPixels, 1);
-    TROUPE_CHECK(policy.ok());
-    auto signature = TrajectorySignature(kPixels, 1, 4);
-    TROUPE_CHECK(signature.ok());
-    std::mt19937_64 rng(21);
-    (*agent)->StartInput([&](int, int64_t n, replay::SampledBatch* out) {
-      BanditTrajectories(**policy, *signature, n, 1, rng, out, contextual);
-      return absl::OkStatus();
-    });
-    TROUPE_CHECK((*agent)->Train(2).ok());
-    return (*agent)->CheckpointState();
+    BanditAgent bandit(config, kPixels, /*seed=*/21, contextual);
+    TROUPE_CHECK(bandit.agent->Train(2).ok());
+    return bandit.agent->CheckpointState();
   };
   for (const bool contextual : {true, false}) {
     const std::vector<nn::CheckpointTensor> plain = state_after(0, contextual), shifted = state_after(4, contextual);
