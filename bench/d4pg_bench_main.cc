@@ -1,5 +1,5 @@
-// Measures D4PG learner updates/s on synthetic batches (no replay, no actors):
-//   d4pg_bench [--peers] [--rounds N] [--json PATH] [--per-execution N] [--no-overlap] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
+// Measures D4PG learner updates/s on synthetic batches (no actors; replay with --replay):
+//   d4pg_bench [--peers] [--rounds N] [--json PATH] [--per-execution N] [--no-overlap] [--replay HELD] [state|pixels] [batch] [threads] [updates] [conv_channels] [hidden] [device]
 // state: cartpole-sized (5 floats, 1 action); pixels: 3 frames of 84x84.
 // conv_channels and hidden (one size for both MLP layers) default to the config's defaults.
 // device: cpu (default), cpu_strict, cuda or cuda-bf16 (bfloat16 matmul/conv inputs),
@@ -9,6 +9,13 @@
 // and what the host waited for results and the device idled between executions
 // (--no-overlap: each execution's epilogue before the next is launched).
 // Each update uploads its batch (uint8 pixels) as the learner does.
+// --replay HELD (pixels): the learner's own input instead of one batch
+// served again: an embedded replay of HELD transitions (bench/synthetic.h,
+// written as an actor writes them), batch / 32 more inserted before each
+// sample, sampled as frame references into the device frame table by the
+// prefetching input thread (learner.device_frames, learner.prefetch_input);
+// the warm-up passes over replay first (the frames put on the device), and
+// it also prints what the updates waited for their input.
 // --peers (pixels): also the same update in PyTorch 2.x (bench/peers/torch_d4pg.py:
 // eager, torch.compile, and on a GPU torch.compile's reduce-overhead) and JAX
 // (bench/peers/jax_d4pg.py, jax.jit), each a table row beside troupe's figure
@@ -23,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -131,6 +139,7 @@ int main(int argc, char** argv) {
   bool overlap = true;
   int rounds = 0;
   int per_execution = 1;
+  int replay_held = 0;
   std::string json;
   std::vector<char*> positional = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -145,6 +154,12 @@ int main(int argc, char** argv) {
       if (per_execution < 1 || per_execution > agents::kMaxUpdatesPerExecution) {
         std::fprintf(stderr, "d4pg_bench: --per-execution %s: want updates per execution in [1, %d]\n", argv[i],
                      agents::kMaxUpdatesPerExecution);
+        return 2;
+      }
+    } else if (std::strcmp(argv[i], "--replay") == 0 && i + 1 < argc) {
+      replay_held = std::atoi(argv[++i]);
+      if (replay_held < 1) {
+        std::fprintf(stderr, "d4pg_bench: --replay %s: want the transitions replay holds, >= 1\n", argv[i]);
         return 2;
       }
     } else if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
@@ -163,6 +178,15 @@ int main(int argc, char** argv) {
   const int batch = argc > 2 ? std::atoi(argv[2]) : 256;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
   const int updates = argc > 4 ? std::atoi(argv[4]) : (kind == "pixels" ? 5 : 200);
+  if (replay_held > 0 && peers) {
+    std::fprintf(stderr, "d4pg_bench: --replay with --peers: the peers are timed on one batch served again; "
+                         "compare without --replay\n");
+    return 2;
+  }
+  if (replay_held > 0 && kind != "pixels") {
+    std::fprintf(stderr, "d4pg_bench: --replay feeds pixel updates; %s has no frames to reference\n", kind.c_str());
+    return 2;
+  }
   agents::ObservationSpec spec;
   if (kind == "pixels") {
     spec = {.frames = 3, .height = 84, .width = 84};
@@ -173,6 +197,10 @@ int main(int argc, char** argv) {
   config::ExperimentConfig config;
   config.mutable_learner()->set_batch_size(batch);
   config.mutable_learner()->set_updates_per_execution(per_execution);
+  if (replay_held > 0) {  // the device frame table sized for that replay, as the learner sizes it
+    config.mutable_learner()->set_replay_size(replay_held);
+    config.mutable_learner()->set_min_replay_size(1);
+  }
   config.mutable_learner()->mutable_engine()->set_threads(threads);
   if (argc > 5) config.mutable_d4pg()->set_conv_channels(std::atoi(argv[5]));
   if (argc > 6) {
@@ -215,21 +243,61 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*agent)->set_overlap_epilogue(overlap);
-  // One random batch, served every update.
+  // One random batch, served every update; or (--replay) the learner's
+  // input: frame references sampled from replay by the input thread.
   auto data = bench::RandomD4pgBatch(spec, action_size, config, batch, 1);
   TROUPE_CHECK(data.ok());
-  const agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(*data);
-  // Warm-up (arena, scratch; on PJRT the two recordings before replays).
-  TROUPE_CHECK((*agent)->Train(2 * per_execution, sample).ok());
+  agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(*data);
+  bench::FilledReplay replay;
+  std::unique_ptr<replay::Sampler> sampler;
+  if (replay_held > 0) {
+    if (!(*agent)->frame_references()) {
+      std::fprintf(stderr, "d4pg_bench: --replay: this update keeps no device frame table to sample into\n");
+      return 2;
+    }
+    config::ReplayConfig replay_config;
+    *replay_config.add_tables() = agents::TransitionTable(spec, action_size, config);
+    auto filled = bench::FillTransitions(replay_config, replay_held);
+    auto made = filled.ok() ? filled->client->NewSampler({.table = agents::kTransitionTable,
+                                                          .batch_size = batch,
+                                                          .frame_references = true})
+                            : absl::StatusOr<std::unique_ptr<replay::Sampler>>(filled.status());
+    if (!made.ok()) {
+      std::fprintf(stderr, "d4pg_bench: --replay: %s\n", made.status().ToString().c_str());
+      return 1;
+    }
+    replay = std::move(*filled);
+    sampler = std::move(*made);
+    // The actors' inserts (a sample per 32 transitions' worth), then the sample.
+    sample = [&replay, &sampler, inserts = std::max(1, batch / 32)](int, int64_t, replay::SampledBatch* out) {
+      RETURN_IF_ERROR(replay.stream->Write(inserts));
+      return sampler->Next(out);
+    };
+    (*agent)->StartInput(sample);
+  }
+  const auto train = [&](int64_t n) { return replay_held > 0 ? (*agent)->Train(n) : (*agent)->Train(n, sample); };
+  // Warm-up (arena, scratch; on PJRT the two recordings before replays;
+  // with --replay, passes over replay that put its frames on the device, so
+  // the timed updates upload only the frames inserted since the last).
+  const int64_t warmup = replay_held > 0 ? std::max(2, 3 * replay_held / batch + 1) : 2;
+  TROUPE_CHECK(train((warmup + per_execution - 1) / per_execution * per_execution).ok());
+  (*agent)->metrics();  // the input waits of the timed updates only
 #ifdef TROUPE_HAVE_PJRT
   const auto* pjrt_backend = dynamic_cast<const pjrt::PjrtBackend*>((*replicator)->backend(0).get());
   const pjrt::PjrtStats warm = pjrt_backend != nullptr ? pjrt_backend->stats() : pjrt::PjrtStats{};
 #endif
   const auto start = std::chrono::steady_clock::now();
-  TROUPE_CHECK((*agent)->Train(updates, sample).ok());
+  TROUPE_CHECK(train(updates).ok());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double input_wait = replay_held > 0 ? (*agent)->metrics().input_wait_s : 0.0;  // mean per update
+  if (replay_held > 0) (*agent)->StopInput();
   std::printf("d4pg %s batch %d on %s, threads %d: %.2f updates/s (%.0f samples/s), %d updates in %.2f s\n",
               kind.c_str(), batch, device.c_str(), threads, updates / s, updates * batch / s, updates, s);
+  if (replay_held > 0) {
+    std::printf("replay of %d transitions, %d inserted per update, frame references into the device frame table: "
+                "the updates waited %.3f ms each for their input\n",
+                replay_held, std::max(1, batch / 32), 1e3 * input_wait);
+  }
 #ifdef TROUPE_HAVE_PJRT
   if (pjrt_backend != nullptr) {
     // The timed updates only (the warm-up's compile and first allocations apart).
@@ -237,7 +305,8 @@ int main(int argc, char** argv) {
     if (stats.steps > warm.steps) {
       const double steps = updates;  // per update (an execution runs per_execution of them)
       // Host time: the timed updates' wall time but the executions' (what
-      // the host waits for): sampling, uploads, recording or binding, readouts.
+      // the host waits for) and, with --replay, the waits for input:
+      // sampling, uploads, recording or binding, readouts.
       const double waited = stats.step_execute_seconds - warm.step_execute_seconds + stats.late_read_wait_seconds -
                             warm.late_read_wait_seconds;
       std::printf(
@@ -248,7 +317,7 @@ int main(int argc, char** argv) {
           (stats.step_launches - warm.step_launches) / steps,
           100.0 * static_cast<double>(stats.step_replays - warm.step_replays) /
               static_cast<double>(stats.steps - warm.steps),
-          1e3 * (s - waited) / steps, 1e3 * (stats.step_host_seconds - warm.step_host_seconds) / steps,
+          1e3 * (s - waited - input_wait * updates) / steps, 1e3 * (stats.step_host_seconds - warm.step_host_seconds) / steps,
           1e3 * (stats.replay_host_seconds - warm.replay_host_seconds) / steps, stats.compile_seconds,
           overlap ? "overlapped with the next execution (late reads)" : "after each execution (--no-overlap)",
           1e3 * waited / steps, 1e3 * (stats.device_idle_seconds - warm.device_idle_seconds) / steps,

@@ -43,6 +43,7 @@
 #include "agents/d4pg_agent.h"
 #include "agents/device_frames.h"
 #include "bench/bench.h"
+#include "bench/synthetic.h"
 #include "common/status_macros.h"
 #include "engine/nn/cpu_backend.h"
 #include "replay/client.h"
@@ -51,80 +52,8 @@
 namespace troupe::bench {
 namespace {
 
-constexpr int kInputSide = 84, kInputStack = 3, kInputBatch = 256;
-constexpr int64_t kFrameBytes = int64_t{kInputSide} * kInputSide * 3;
-
-// A frame like a rendered one: a fixed textured floor (compresses poorly on
-// its own) and a block that moves with t.
-std::vector<uint8_t> SceneFrame(int t) {
-  std::vector<uint8_t> f(kFrameBytes);
-  uint32_t noise = 2463534242u;
-  for (int y = 0; y < kInputSide; ++y) {
-    for (int x = 0; x < kInputSide; ++x) {
-      const bool block = std::abs(x - (12 + t % 60)) < 6 && std::abs(y - (30 + (t / 60) % 30)) < 8;
-      for (int c = 0; c < 3; ++c) {
-        noise ^= noise << 13;
-        noise ^= noise >> 17;
-        noise ^= noise << 5;
-        const uint8_t floor = static_cast<uint8_t>(90 + 20 * c + (y / 6) * 3 + (noise >> 29));
-        f[(y * kInputSide + x) * 3 + c] = block ? static_cast<uint8_t>(230 - 30 * c) : floor;
-      }
-    }
-  }
-  return f;
-}
-
-// An actor's stream of transitions: frame t+5 appended, then transition t
-// (observation frames t..t+2, next observation t+3..t+5).
-class TransitionStream {
- public:
-  explicit TransitionStream(replay::Writer* writer) : writer_(writer) {}
-  absl::Status Write(int count) {
-    for (int i = 0; i < count; ++i) {
-      while (static_cast<int>(keys_.size()) < next_ + 6) {
-        const std::vector<uint8_t> frame = SceneFrame(static_cast<int>(keys_.size()));
-        ASSIGN_OR_RETURN(const uint64_t key, writer_->AppendFrame(frame.data(), kInputSide, kInputSide, 3));
-        keys_.push_back(key);
-      }
-      const int t = next_++;
-      const float action = 0.01f * static_cast<float>(t % 100), reward = 0.5f, discount = 0.97f;
-      RETURN_IF_ERROR(writer_->Insert(
-          agents::kTransitionTable, 1.0,
-          {replay::FieldValue::Frames({keys_[t], keys_[t + 1], keys_[t + 2]}),
-           replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {1}, &action),
-           replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &reward),
-           replay::FieldValue::Dense(proto::DTYPE_FLOAT32, {}, &discount),
-           replay::FieldValue::Frames({keys_[t + 3], keys_[t + 4], keys_[t + 5]})}));
-    }
-    return writer_->Flush();
-  }
-  int64_t frames() const { return static_cast<int64_t>(keys_.size()); }
-
- private:
-  replay::Writer* writer_;
-  std::vector<uint64_t> keys_;
-  int next_ = 0;
-};
-
-// A replay of `held` transitions written as an actor writes them, and the
-// stream that goes on inserting into it. Each path has its own, filled
-// alike, so the frames a path uploads are those its own updates' inserts
-// brought (as in a learner), not the other path's.
-struct FilledReplay {
-  std::unique_ptr<replay::Replay> replay;
-  std::unique_ptr<replay::ReplayClient> client;
-  std::unique_ptr<replay::Writer> writer;
-  std::unique_ptr<TransitionStream> stream;
-};
-absl::StatusOr<FilledReplay> Fill(const config::ReplayConfig& config, int held) {
-  FilledReplay r;
-  ASSIGN_OR_RETURN(r.replay, replay::Replay::Create(config));
-  r.client = replay::NewLocalClient(r.replay.get());
-  ASSIGN_OR_RETURN(r.writer, r.client->NewWriter());
-  r.stream = std::make_unique<TransitionStream>(r.writer.get());
-  RETURN_IF_ERROR(r.stream->Write(held));
-  return r;
-}
+constexpr int kInputSide = kSceneSide, kInputStack = kSceneStack, kInputBatch = 256;
+constexpr int64_t kFrameBytes = kSceneFrameBytes;
 
 double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -217,8 +146,11 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   config.mutable_learner()->set_min_replay_size(1);
   config::ReplayConfig replay_config;
   *replay_config.add_tables() = agents::TransitionTable(spec, 1, config);
-  ASSIGN_OR_RETURN(FilledReplay host_replay, Fill(replay_config, held));
-  ASSIGN_OR_RETURN(FilledReplay device_replay, Fill(replay_config, held));
+  // Each path has a replay of its own, filled alike, so the frames a path
+  // uploads are those its own updates' inserts brought (as in a learner),
+  // not the other path's.
+  ASSIGN_OR_RETURN(FilledReplay host_replay, FillTransitions(replay_config, held));
+  ASSIGN_OR_RETURN(FilledReplay device_replay, FillTransitions(replay_config, held));
   TransitionStream& host_stream = *host_replay.stream;
   TransitionStream& stream = *device_replay.stream;
 

@@ -226,7 +226,7 @@ bench() {  # TAG CAP ARGS...: troupe bench ARGS --json, for at most CAP s; its r
   local rc=$?
   say "troupe bench $* : exit $rc in $(( $(date +%s) - start )) s$( ((rc == 124)) && echo " (cut at $seconds s: the rows above are what it measured)")"
 }
-d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it; perN: $per_execution updates per execution, learner.updates_per_execution)
+d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it; perN: $per_execution updates per execution, learner.updates_per_execution, on the learner's own input: replay of 16 batches' transitions sampled into the device frame table, the host's time per update printed)
   local seconds=$(capped "$([[ ${3:-} == per* ]] && echo 90 || echo 200)")
   if ((seconds < 30)); then say "d4pg_bench pixels batch $2 on $1: skipped (budget spent)"; return; fi
   local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
@@ -234,10 +234,11 @@ d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_C
   [[ ${3:-} == peers ]] && extra=(--peers "${rounds[@]}")
   local updates=$d4pg_updates
   # Whole executions (another count would compile another program for the rest).
-  [[ ${3:-} == per* ]] && extra=(--per-execution "$per_execution") &&
+  [[ ${3:-} == per* ]] && extra=(--per-execution "$per_execution" --replay $((16 * $2))) &&
     updates=$(( (d4pg_updates + per_execution - 1) / per_execution * per_execution ))
   step "$file" 1 timeout -k 5 "$seconds" "$here/bin/d4pg_bench" "${extra[@]}" pixels "$2" "$(nproc)" "$updates" 32 1024 "$1"
   say "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: exit $?: $(grep 'updates/s' "$file" | head -n 1)"
+  [[ ${3:-} == per* ]] && grep -E '^(replay of|pjrt: )' "$file" >> "$out/summary.txt"
   [[ ${3:-} == peers ]] && grep -E '^\| ' "$file" | tail -n +3 >> "$out/summary.txt"
 }
 part() {  # NAME: a part begins (said), and what the previous ones wrote goes back
