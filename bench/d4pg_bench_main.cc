@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   }
   agents::ObservationSpec spec;
   if (kind == "pixels") {
-    spec = {.frames = 3, .height = 84, .width = 84};
+    spec = bench::kSceneSpec;  // 3 frames of 84x84, as --replay's scene
   } else {
     spec = {.state_size = 5};
   }
@@ -250,14 +250,13 @@ int main(int argc, char** argv) {
   agents::D4pgAgent::SampleFn sample = bench::ServeEveryUpdate(*data);
   bench::FilledReplay replay;
   std::unique_ptr<replay::Sampler> sampler;
+  const int inserts_per_update = std::max(1, batch / 32);
   if (replay_held > 0) {
     if (!(*agent)->frame_references()) {
       std::fprintf(stderr, "d4pg_bench: --replay: this update keeps no device frame table to sample into\n");
       return 2;
     }
-    config::ReplayConfig replay_config;
-    *replay_config.add_tables() = agents::TransitionTable(spec, action_size, config);
-    auto filled = bench::FillTransitions(replay_config, replay_held);
+    auto filled = bench::FillTransitions(config, replay_held);
     auto made = filled.ok() ? filled->client->NewSampler({.table = agents::kTransitionTable,
                                                           .batch_size = batch,
                                                           .frame_references = true})
@@ -268,9 +267,10 @@ int main(int argc, char** argv) {
     }
     replay = std::move(*filled);
     sampler = std::move(*made);
-    // The actors' inserts (a sample per 32 transitions' worth), then the sample.
-    sample = [&replay, &sampler, inserts = std::max(1, batch / 32)](int, int64_t, replay::SampledBatch* out) {
-      RETURN_IF_ERROR(replay.stream->Write(inserts));
+    // The actors' inserts (a sample per 32 transitions' worth), then the
+    // sample: both on the input thread.
+    sample = [&replay, &sampler, inserts_per_update](int, int64_t, replay::SampledBatch* out) {
+      RETURN_IF_ERROR(replay.stream->Write(inserts_per_update));
       return sampler->Next(out);
     };
     (*agent)->StartInput(sample);
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
   if (replay_held > 0) {
     std::printf("replay of %d transitions, %d inserted per update, frame references into the device frame table: "
                 "the updates waited %.3f ms each for their input\n",
-                replay_held, std::max(1, batch / 32), 1e3 * input_wait);
+                replay_held, inserts_per_update, 1e3 * input_wait);
   }
 #ifdef TROUPE_HAVE_PJRT
   if (pjrt_backend != nullptr) {

@@ -139,18 +139,16 @@ absl::StatusOr<Report> RunLearnerInputBenchmark(const Options& options) {
   const int held = options.quick ? 3000 : 20000;  // transitions replay holds
   const int samples_per_insert = 32;
   const int inserts_per_update = kInputBatch / samples_per_insert;
-  const agents::ObservationSpec spec{.frames = kInputStack, .height = kInputSide, .width = kInputSide};
+  const agents::ObservationSpec spec = kSceneSpec;
   config::ExperimentConfig config;
   config.mutable_learner()->set_batch_size(kInputBatch);
   config.mutable_learner()->set_replay_size(held);
   config.mutable_learner()->set_min_replay_size(1);
-  config::ReplayConfig replay_config;
-  *replay_config.add_tables() = agents::TransitionTable(spec, 1, config);
   // Each path has a replay of its own, filled alike, so the frames a path
   // uploads are those its own updates' inserts brought (as in a learner),
   // not the other path's.
-  ASSIGN_OR_RETURN(FilledReplay host_replay, FillTransitions(replay_config, held));
-  ASSIGN_OR_RETURN(FilledReplay device_replay, FillTransitions(replay_config, held));
+  ASSIGN_OR_RETURN(FilledReplay host_replay, FillTransitions(config, held));
+  ASSIGN_OR_RETURN(FilledReplay device_replay, FillTransitions(config, held));
   TransitionStream& host_stream = *host_replay.stream;
   TransitionStream& stream = *device_replay.stream;
 

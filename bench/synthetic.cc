@@ -71,9 +71,11 @@ absl::Status TransitionStream::Write(int count) {
   return writer_->Flush();
 }
 
-absl::StatusOr<FilledReplay> FillTransitions(const config::ReplayConfig& config, int held) {
+absl::StatusOr<FilledReplay> FillTransitions(const config::ExperimentConfig& config, int held) {
+  config::ReplayConfig replay_config;
+  *replay_config.add_tables() = agents::TransitionTable(kSceneSpec, /*action_size=*/1, config);
   FilledReplay r;
-  ASSIGN_OR_RETURN(r.replay, replay::Replay::Create(config));
+  ASSIGN_OR_RETURN(r.replay, replay::Replay::Create(replay_config));
   r.client = replay::NewLocalClient(r.replay.get());
   ASSIGN_OR_RETURN(r.writer, r.client->NewWriter());
   r.stream = std::make_unique<TransitionStream>(r.writer.get());

@@ -31,6 +31,7 @@ agents::D4pgAgent::SampleFn ServeEveryUpdate(const replay::SampledBatch& data);
 // The frames of the replay below: 84x84 RGB, stacked 3.
 constexpr int kSceneSide = 84, kSceneStack = 3;
 constexpr int64_t kSceneFrameBytes = int64_t{kSceneSide} * kSceneSide * 3;
+constexpr agents::ObservationSpec kSceneSpec{.frames = kSceneStack, .height = kSceneSide, .width = kSceneSide};
 
 // A frame like a rendered one: a fixed textured floor (compresses poorly on
 // its own) and a block that moves with t.
@@ -54,16 +55,17 @@ class TransitionStream {
   int next_ = 0;
 };
 
-// An embedded replay of `held` transitions written by a TransitionStream,
-// and the stream, which goes on inserting into it (from one thread at a
-// time).
+// An embedded replay of `held` transitions written by a TransitionStream
+// into D4PG's transition table for kSceneSpec and one action (sized by
+// `config`'s learner.replay_size and its sampling settings), and the
+// stream, which goes on inserting into it (from one thread at a time).
 struct FilledReplay {
   std::unique_ptr<replay::Replay> replay;
   std::unique_ptr<replay::ReplayClient> client;
   std::unique_ptr<replay::Writer> writer;
   std::unique_ptr<TransitionStream> stream;
 };
-absl::StatusOr<FilledReplay> FillTransitions(const config::ReplayConfig& config, int held);
+absl::StatusOr<FilledReplay> FillTransitions(const config::ExperimentConfig& config, int held);
 
 // `count` 28x28 training images, uniform in [-1, 1].
 gan::GanData RandomGanData(int64_t count = 8192);
