@@ -35,16 +35,20 @@ using internal::Weights;
 
 // A replica's input ahead of its updates (learner.prefetch_input): a thread
 // produces input i (sampling it into buffer i % B, preparing its frames)
-// once input i - 1 was taken and uploaded and Allow let it make i + 1
-// inputs, so the input after an execution's last is made while that
-// execution steps. With B = learner.updates_per_execution + 1 buffers, the
-// one it fills is never one the execution in flight reads. Train allows its
-// own updates' inputs, and with StartInput's input one more: the next call's
-// first, made between the calls.
+// once buffer i % B is free (Free: the execution that read input i - B was
+// launched, its batches copied to the device and their keys kept) and Allow
+// let it make i + 1 inputs. With B = 2 learner.updates_per_execution
+// buffers (BatchesInFlight), the next execution's inputs are made while an
+// execution steps (a device that runs an execution inside its launch, as
+// the XLA CPU plugin, frees the buffers of the one before): the input runs
+// a whole execution ahead of the device, never into a buffer an execution
+// not yet launched reads. Train allows its own updates' inputs, and with
+// StartInput's input the next call's first execution's, made between the
+// calls.
 class D4pgAgent::InputPrefetcher {
  public:
-  explicit InputPrefetcher(std::function<absl::Status(int64_t)> produce)
-      : produce_(std::move(produce)), thread_([this](std::stop_token) { Run(); }) {}
+  InputPrefetcher(int64_t buffers, std::function<absl::Status(int64_t)> produce)
+      : buffers_(buffers), produce_(std::move(produce)), thread_([this](std::stop_token) { Run(); }) {}
   // Waits for an input in production (a sample blocked on the rate limiter
   // returns when replay closes or fills, or when the input's cancel ends it).
   ~InputPrefetcher() {
@@ -72,10 +76,11 @@ class D4pgAgent::InputPrefetcher {
     *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return made_ > index ? absl::OkStatus() : status_;
   }
-  // Input `index` went up: the producer may make the next one.
-  void Release(int64_t index) {
+  // Inputs 0 .. count - 1 are done with (their executions' readouts read,
+  // or their call over): their buffers may be refilled.
+  void Free(int64_t count) {
     absl::MutexLock lock(&mu_);
-    released_ = index + 1;
+    freed_ = std::max(freed_, count);
   }
 
  private:
@@ -84,7 +89,7 @@ class D4pgAgent::InputPrefetcher {
       {
         absl::MutexLock lock(&mu_);
         const auto may_make = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return stop_ || (released_ >= i && allowed_ > i);
+          return stop_ || (i - buffers_ < freed_ && allowed_ > i);
         };
         mu_.Await(absl::Condition(&may_make));
         if (stop_) return;
@@ -99,10 +104,11 @@ class D4pgAgent::InputPrefetcher {
     }
   }
 
+  const int64_t buffers_;
   const std::function<absl::Status(int64_t)> produce_;
   absl::Mutex mu_;
   int64_t made_ ABSL_GUARDED_BY(mu_) = 0;      // inputs made
-  int64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // inputs taken and uploaded
+  int64_t freed_ ABSL_GUARDED_BY(mu_) = 0;     // inputs done with
   int64_t allowed_ ABSL_GUARDED_BY(mu_) = 0;   // inputs it may make
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
@@ -334,8 +340,8 @@ struct D4pgAgent::Replica {
   nn::Optimizer* actor_optimizer = nullptr;
 
   // Input i (counted from the input's opening) in batches[i % batches.size()]:
-  // learner.updates_per_execution + 1 buffers (at least 2), so the input made
-  // ahead never refills one an execution still needs.
+  // BatchesInFlight buffers (an execution's, and the next's made ahead), so
+  // the input made ahead never refills one an execution still needs.
   std::vector<replay::SampledBatch> batches;
   std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -517,8 +523,9 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->support.Upload(support);
     r->bound = nn::DeviceBuffer(device, shard * action_size);
     r->bound.Upload(std::vector<float>(shard * action_size, d4pg.actor_pre_tanh_bound()));
-    r->batches.resize(per_execution + 1);
-    r->slots.resize(per_execution + 1);
+    const int in_flight = BatchesInFlight(config.learner());
+    r->batches.resize(in_flight);
+    r->slots.resize(in_flight);
     r->in.resize(per_execution);
     for (StepInputs& in : r->in) in.readout_device = nn::DeviceBuffer(device, 2 * shard + 1);
     // (A split critic's parts share part 0's pixels, not a frame table of
@@ -526,10 +533,10 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     if (const DeviceFrameSizing sizing = DeviceFrameSlots(config, spec, k); sizing.slots > 0 && m == 1) {
       for (const int64_t slots : {sizing.slots, sizing.max_slots}) {
         RETURN_IF_ERROR(
-            DeviceFrameTable::Check(slots, sizing.frame_bytes, per_execution * ShardFrames(batch, k, spec)));
+            DeviceFrameTable::Check(slots, sizing.frame_bytes, in_flight * ShardFrames(batch, k, spec)));
       }
       r->frames = std::make_unique<DeviceFrameTable>(&device, sizing.slots, sizing.frame_bytes, sizing.max_slots);
-      r->frames->set_batches_in_flight(per_execution);
+      r->frames->set_batches_in_flight(in_flight);
     }
     agent->replicas_.push_back(std::move(r));
   }
@@ -566,6 +573,7 @@ void D4pgAgent::OpenInput(SampleFn sample, std::function<void()> cancel, bool ac
     r.next_input = 0;
     if (!prefetch) continue;
     r.prefetcher = std::make_unique<InputPrefetcher>(
+        static_cast<int64_t>(r.batches.size()),
         [this, &r, id = ids[k], shard](int64_t i) { return ProduceInput(r, id, shard, i, sample_); });
   }
 }
@@ -674,9 +682,13 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
   if (num_updates < 0) return absl::InvalidArgumentError(absl::StrCat("Train: num_updates ", num_updates, " < 0"));
   ReleaseGatheredState();
   ++train_generation_;
-  // The inputs this call takes, and with StartInput's input the next call's first.
+  const int64_t per_execution = config_.learner().updates_per_execution();
+  // The inputs this call takes, and with StartInput's input the next call's
+  // first execution's.
   for (auto& r : replicas_) {
-    if (r->prefetcher != nullptr) r->prefetcher->Allow(r->next_input + num_updates + (input_across_calls_ ? 1 : 0));
+    if (r->prefetcher != nullptr) {
+      r->prefetcher->Allow(r->next_input + num_updates + (input_across_calls_ ? per_execution : 0));
+    }
     r->call_updates = r->call_stepped = 0;
     r->call_target = num_updates;
     if (r->unread) {
@@ -686,7 +698,6 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
     }
   }
   const int64_t shard = rows_;
-  const int64_t per_execution = config_.learner().updates_per_execution();
   absl::Status status = replicator_->Run<Block>(
       (num_updates + per_execution - 1) / per_execution,
       // input_fn: this replica's shards of the global batch for the next
@@ -708,9 +719,8 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
             waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           }
           if (r.frames != nullptr) r.frames->Upload();
-          if (r.prefetcher != nullptr) r.prefetcher->Release(i);
           const size_t b = static_cast<size_t>(i) % r.batches.size();
-          block.push_back(Input{&r.batches[b], &r.slots[b]});
+          block.push_back(Input{&r.batches[b], &r.slots[b], i});
         }
         if (k == 0) {
           absl::MutexLock lock(&metrics_mu_);
@@ -722,6 +732,10 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
       [&](replicator::ReplicaContext& ctx, Block& block) -> absl::Status {
         return Update(ctx, *replicas_[ctx.local_index()], block);
       });
+  // Every input this call took is done with (read, or its call failed).
+  for (auto& r : replicas_) {
+    if (r->prefetcher != nullptr) r->prefetcher->Free(r->next_input);
+  }
   updates_ = replicas_[0]->updates;
   // The parameters split over ranks: the networks the actors' policy reads,
   // whole on the host for PolicyParameters (a collective at every call).
@@ -942,6 +956,9 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   for (const Input& input : block) {
     launched.keys.insert(launched.keys.end(), input.batch->keys.begin(), input.batch->keys.end());
   }
+  // The batches are read (into the device's inputs, and their keys): their
+  // buffers may take the inputs after the next execution's.
+  if (r.prefetcher != nullptr) r.prefetcher->Free(block.back().index + 1);
 
   // The host's epilogue of the execution before this one (which the device
   // has finished or is about to: this one queues behind it), then, at the

@@ -224,6 +224,7 @@ class D4pgAgent final : public Agent {
   struct Input {
     replay::SampledBatch* batch = nullptr;
     const std::vector<int32_t>* slots = nullptr;
+    int64_t index = 0;  // counted from the input's opening
   };
   class InputPrefetcher;
   // Starts an input (stopping the one before): `across_calls`, StartInput's

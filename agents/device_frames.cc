@@ -22,7 +22,7 @@ absl::Status DeviceFrameTable::Check(int64_t slots, int64_t frame_bytes, int64_t
   }
   if (slots < batch_frames) {
     return absl::InvalidArgumentError(absl::StrCat("the device frame table's ", slots,
-                                                   " slots hold fewer frames than one batch's ", batch_frames,
+                                                   " slots hold fewer frames than the batches in flight's ", batch_frames,
                                                    " (", slots * frame_bytes, " bytes, at least ",
                                                    batch_frames * frame_bytes, " needed)"));
   }
@@ -45,6 +45,8 @@ DeviceFrameTable::DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t 
   free_.reserve(static_cast<size_t>(slots_));
   for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
   slots_now_ = slots_;
+  absl::MutexLock lock(&mu_);
+  prepared_slots_ = slots_;
 }
 
 void DeviceFrameTable::Grow() {
@@ -56,8 +58,8 @@ void DeviceFrameTable::Grow() {
   ++grown_;
 }
 
-void DeviceFrameTable::GrowDeviceTable() {
-  nn::DeviceBuffer table(*backend_, (slots_ + 1) * row_words_);
+void DeviceFrameTable::GrowDeviceTable(int64_t slots) {
+  nn::DeviceBuffer table(*backend_, (slots + 1) * row_words_);
   if (device_slots_ > 0) {
     // The frames so far into the same slots: a gather of rows 0 ..
     // device_slots_ - 1 (the row kernels move bits; a float copy might not).
@@ -72,11 +74,11 @@ void DeviceFrameTable::GrowDeviceTable() {
     // Rare (each time the frames replay holds outgrow it), and what the
     // device holds: said where the learner's log is.
     std::fprintf(stderr, "device frame table: grew from %lld to %lld slots (%.0f MiB; at most %lld)\n",
-                 static_cast<long long>(device_slots_), static_cast<long long>(slots_),
-                 static_cast<double>(slots_ * frame_bytes_) / (1 << 20), static_cast<long long>(max_slots_));
+                 static_cast<long long>(device_slots_), static_cast<long long>(slots),
+                 static_cast<double>(slots * frame_bytes_) / (1 << 20), static_cast<long long>(max_slots_));
   }
   table_ = std::move(table);
-  device_slots_ = slots_;
+  device_slots_ = slots;
 }
 
 int64_t DeviceFrameTable::Bucket(int64_t n) {
@@ -143,22 +145,33 @@ absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames,
 
 absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                                        std::vector<int32_t>* slots) {
-  TROUPE_CHECK(pending_ == 0);  // the previous batch's frames went up
   ++batch_;
   slots->resize(frames.size());
   new_frames_.clear();
-  host_slots_.clear();
+  Staged staged;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!spare_.empty()) {
+      staged = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  staged.slots.clear();
+  staged.frames = 0;
   // Undoes this call's new slots (an error before their frames landed).
-  auto release_new = [&] { FreeNewSlots(host_slots_.size()); };
+  const auto fail = [&](absl::Status status) {
+    FreeNewSlots(staged, static_cast<int64_t>(staged.slots.size()));
+    absl::MutexLock lock(&mu_);
+    spare_.push_back(std::move(staged));
+    return status;
+  };
   // Each frame's slot: where it already is, else a new one.
   for (size_t i = 0; i < frames.size(); ++i) {
     const replay::Frame& frame = *frames[i];
     if (frame.raw_bytes() != frame_bytes_) {
-      release_new();
-      return absl::InvalidArgumentError(absl::StrCat("batch frame ", i, ": ", frame.height(), "x", frame.width(),
-                                                     "x", frame.channels(), " (", frame.raw_bytes(),
-                                                     " bytes), the device frame table holds frames of ",
-                                                     frame_bytes_, " bytes"));
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "batch frame ", i, ": ", frame.height(), "x", frame.width(), "x", frame.channels(), " (",
+          frame.raw_bytes(), " bytes), the device frame table holds frames of ", frame_bytes_, " bytes")));
     }
     if (auto it = where_.find(frame.id()); it != where_.end()) {
       Slot& slot = slot_[it->second];
@@ -169,74 +182,99 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
     }
     const int32_t s = TakeSlot();
     if (s < 0) {
-      release_new();
-      return absl::InvalidArgumentError(absl::StrCat("a batch of ", frames.size(),
-                                                     " frames has more distinct frames than the device frame "
-                                                     "table's ",
-                                                     slots_, " slots"));
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("a batch of ", frames.size(), " frames has more distinct frames than the device frame table's ",
+                       slots_, " slots not in use by the last ", batches_in_flight_, " batches")));
     }
     slot_[s] = Slot{frames[i], frame.id(), batch_, true};
     where_[frame.id()] = s;
     new_frames_.push_back(&frame);
-    host_slots_.push_back(s);
+    staged.slots.push_back(s);
     (*slots)[i] = s;
   }
   resolved_ += static_cast<int64_t>(frames.size());
-  if (new_frames_.empty()) return absl::OkStatus();
 
   // The new frames decoded into rows (references decoded once for all),
   // padded to a bucket whose extra rows go to the spare slot.
   const int64_t n = static_cast<int64_t>(new_frames_.size());
-  const int64_t bucket = Bucket(n);
-  host_rows_.resize(static_cast<size_t>(bucket * row_words_));
-  decoder.BeginBatch();
-  for (int64_t k = 0; k < n; ++k) {
-    absl::Status status =
-        decoder.DecodeInBatch(*new_frames_[k], reinterpret_cast<uint8_t*>(host_rows_.data() + k * row_words_));
-    if (!status.ok()) {
-      release_new();
-      return status;
+  if (n > 0) {
+    const int64_t bucket = Bucket(n);
+    staged.rows.resize(static_cast<size_t>(bucket * row_words_));
+    decoder.BeginBatch();
+    for (int64_t k = 0; k < n; ++k) {
+      absl::Status status =
+          decoder.DecodeInBatch(*new_frames_[k], reinterpret_cast<uint8_t*>(staged.rows.data() + k * row_words_));
+      if (!status.ok()) return fail(std::move(status));
     }
+    staged.slots.resize(static_cast<size_t>(bucket), -1);  // (the spare's index is Upload's to say)
   }
-  host_slots_.resize(static_cast<size_t>(bucket), static_cast<int32_t>(slots_));
-  pending_ = n;
+  staged.frames = n;
+  absl::MutexLock lock(&mu_);
+  staged_.push_back(std::move(staged));
+  prepared_slots_ = slots_;
   return absl::OkStatus();
 }
 
-void DeviceFrameTable::FreeNewSlots(size_t count) {
-  for (size_t k = 0; k < count; ++k) {
-    Clear(host_slots_[k]);
-    free_.push_back(host_slots_[k]);
+void DeviceFrameTable::FreeNewSlots(const Staged& staged, int64_t count) {
+  for (int64_t k = 0; k < count; ++k) {
+    Clear(staged.slots[k]);
+    free_.push_back(staged.slots[k]);
   }
-  host_slots_.clear();
 }
 
 void DeviceFrameTable::DropPending() {
-  FreeNewSlots(static_cast<size_t>(pending_));  // (not the padding rows' spare slot)
-  pending_ = 0;
+  absl::MutexLock lock(&mu_);
+  for (Staged& staged : staged_) {
+    FreeNewSlots(staged, staged.frames);  // (not the padding)
+    spare_.push_back(std::move(staged));
+  }
+  staged_.clear();
+}
+
+int64_t DeviceFrameTable::pending() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(staged_.size());
 }
 
 void DeviceFrameTable::Upload() {
-  // The table's memory, on first use (an agent fed host batches never needs
-  // it), and again each time Prepare grew the slots.
-  if (device_slots_ < slots_) GrowDeviceTable();
-  if (pending_ == 0) return;
-  const int64_t n = pending_, bucket = static_cast<int64_t>(host_slots_.size());
-  pending_ = 0;
-  // One upload of the rows, one of their slots, one scatter into the table.
-  Staging& staging = staging_[bucket];
-  if (staging.rows.empty()) {
-    staging.rows = nn::DeviceBuffer(*backend_, bucket * row_words_);
-    staging.slots = nn::DeviceBuffer(*backend_, bucket);
+  Staged staged;
+  bool have = false;
+  int64_t slots = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    slots = prepared_slots_;
+    if (!staged_.empty()) {
+      staged = std::move(staged_.front());
+      staged_.pop_front();
+      have = true;
+    }
   }
-  const size_t row_bytes = sizeof(uint32_t) * static_cast<size_t>(bucket * row_words_);
-  const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(bucket);
-  backend_->Upload(host_rows_.data(), staging.rows.data(), row_bytes);
-  backend_->Upload(host_slots_.data(), staging.slots.data(), slot_bytes);
-  backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
-                        reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
-  frames_uploaded_ += n;
-  bytes_uploaded_ += static_cast<int64_t>(row_bytes + slot_bytes);
+  // The table's memory, on first use (an agent fed host batches never needs
+  // it), and again each time a Prepare grew the slots: every slot a staged
+  // batch names is below the slots Prepare left.
+  if (device_slots_ < slots) GrowDeviceTable(slots);
+  if (have && staged.frames > 0) {
+    const int64_t n = staged.frames, bucket = static_cast<int64_t>(staged.slots.size());
+    std::fill(staged.slots.begin() + n, staged.slots.end(), static_cast<int32_t>(device_slots_));
+    // One upload of the rows, one of their slots, one scatter into the table.
+    Staging& staging = staging_[bucket];
+    if (staging.rows.empty()) {
+      staging.rows = nn::DeviceBuffer(*backend_, bucket * row_words_);
+      staging.slots = nn::DeviceBuffer(*backend_, bucket);
+    }
+    const size_t row_bytes = sizeof(uint32_t) * static_cast<size_t>(bucket * row_words_);
+    const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(bucket);
+    backend_->Upload(staged.rows.data(), staging.rows.data(), row_bytes);
+    backend_->Upload(staged.slots.data(), staging.slots.data(), slot_bytes);
+    backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
+                          reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
+    frames_uploaded_ += n;
+    bytes_uploaded_ += static_cast<int64_t>(row_bytes + slot_bytes);
+  }
+  if (have) {
+    absl::MutexLock lock(&mu_);
+    spare_.push_back(std::move(staged));
+  }
 }
 
 DeviceFrameStats DeviceFrameTable::stats() const {
@@ -263,6 +301,10 @@ int64_t DeviceFrameTable::resident() const {
 
 // --- Device frames ----------------------------------------------------------------
 
+int BatchesInFlight(const config::LearnerConfig& learner) {
+  return (learner.prefetch_input() ? 2 : 1) * std::max(1, learner.updates_per_execution());
+}
+
 int64_t FrameBytes(const ObservationSpec& spec) { return int64_t{spec.height} * spec.width * 3; }
 int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spec) {
   return batch_size / replicas * 2 * spec.frames;
@@ -276,8 +318,8 @@ int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spe
 // Replay evicts the oldest item, so the transitions of one episode it holds
 // are consecutive, and r of them refer to at most r + k + n - 1 frames (r + 1
 // for a whole episode): N transitions in S such runs, at most N + S (k + n -
-// 1) frames. Two shards in flight (the batch stepping and the one made
-// ahead) hold their frames after replay let them go.
+// 1) frames. The shards in flight (BatchesInFlight: an execution's, and the
+// next execution's made ahead) hold their frames after replay let them go.
 //
 // That is no bound the config proves: S depends on episode lengths and on
 // the envs writing at once (1/8 of N covers S (k + n - 1) for episodes of
@@ -292,9 +334,8 @@ int64_t ShardFrames(int64_t batch_size, int replicas, const ObservationSpec& spe
 DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const ObservationSpec& spec, int replicas) {
   const config::LearnerConfig& learner = config.learner();
   if (!spec.pixels() || !learner.device_frames() || replicas < 1) return {};
-  // An execution's batches and the one made ahead.
   const int64_t n = learner.replay_size(),
-                in_flight = (learner.updates_per_execution() + 1) * ShardFrames(learner.batch_size(), replicas, spec);
+                in_flight = BatchesInFlight(learner) * ShardFrames(learner.batch_size(), replicas, spec);
   const int64_t frame_bytes = FrameBytes(spec);
   const int64_t budget = (int64_t{learner.device_frame_mib()} << 20) / frame_bytes;
   const int64_t expected = n + (n + 7) / 8 + in_flight;
@@ -329,10 +370,10 @@ absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const 
         absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), ": must be >= 1"));
   }
   const int replicas = std::max(1, learner.engine().replicas());
-  // An execution's batches all hold their frames at once.
+  // The batches in flight all hold their frames at once.
   const absl::Status status =
       DeviceFrameTable::Check(DeviceFrameSlots(config, spec, replicas).max_slots, FrameBytes(spec),
-                              learner.updates_per_execution() * ShardFrames(learner.batch_size(), replicas, spec));
+                              BatchesInFlight(learner) * ShardFrames(learner.batch_size(), replicas, spec));
   if (status.ok()) return status;
   return absl::InvalidArgumentError(absl::StrCat("learner.device_frame_mib ", learner.device_frame_mib(), " with ",
                                                  spec.width, "x", spec.height, " frames and learner.batch_size ",

@@ -31,19 +31,24 @@
 // batch (CLOCK, second chance) takes the new frame, and the frame it held is
 // uploaded again if a later batch samples it (counted in stats().replaced).
 // A batch's own frames are never replaced while resolving it, nor those of
-// the batches_in_flight - 1 batches before it (several updates in one
-// execution: their frames all go up before it runs); slots must hold that
-// many batches' frames.
+// the batches_in_flight - 1 batches before it (the updates of an execution
+// and of the one made ahead: their frames all go up before they run); slots
+// must hold that many batches' frames.
 //
-// Threads: one thread at a time, the one that issues the device's kernels
-// (the backend's rule); the slots a batch resolved stay valid until the next
-// Resolve.
+// Threads: Resolve and Upload on the thread that issues the device's kernels
+// (the backend's rule); Prepare on one other thread at a time, concurrently
+// with Upload (a sampler thread makes batches ahead of the device's).
+// A batch's slots stay valid while it is one of the last batches_in_flight
+// resolved, and for as long as the device's work that reads them is queued
+// before a later Upload (an upload is ordered after the device's work
+// queued before it).
 #ifndef TROUPE_AGENTS_DEVICE_FRAMES_H_
 #define TROUPE_AGENTS_DEVICE_FRAMES_H_
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -52,6 +57,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "agents/policy.h"
 #include "engine/nn/backend.h"
 #include "proto/config.pb.h"
@@ -72,7 +78,8 @@ class DeviceFrameTable {
  public:
   // Checks a table's geometry without allocating: frame bytes a whole
   // number of 4-byte words (the kernels move words), slots at least
-  // `batch_frames` (one batch's frames) and addressable by int32.
+  // `batch_frames` (the frames of the batches in flight at once) and
+  // addressable by int32.
   // InvalidArgument naming the sizes otherwise.
   static absl::Status Check(int64_t slots, int64_t frame_bytes, int64_t batch_frames);
 
@@ -99,19 +106,23 @@ class DeviceFrameTable {
                        std::vector<int32_t>* slots);
 
   // Resolve in two halves, so that a sampler thread can do the host's part
-  // while the device runs the previous step: Prepare finds or assigns the
-  // slots and decodes the new frames into host staging (no device call; any
-  // one thread), Upload sends them (the device's thread). Prepare requires
-  // the previous Prepare's Upload done; the two never run at once.
+  // while the device runs earlier steps: Prepare finds or assigns the slots
+  // and decodes the new frames into host staging (no device call), Upload
+  // sends the oldest staged batch's (the device's thread). Batches queue
+  // between the two: each Upload sends one Prepare's frames, in the order
+  // prepared; an Upload with none staged sends nothing.
   absl::Status Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                        std::vector<int32_t>* slots);
   void Upload();
   // How many batches, the one being resolved included, keep their frames
-  // (1 unless set; learner.updates_per_execution).
+  // (1 unless set; BatchesInFlight's for an agent's input).
   void set_batches_in_flight(int batches) { batches_in_flight_ = std::max(1, batches); }
-  // Forgets what Prepare staged and Upload did not send: its new frames'
-  // slots are free again (an input made ahead, then stopped).
+  // Forgets what Prepare staged and Upload did not send: their new frames'
+  // slots are free again (an input made ahead, then stopped). Not while a
+  // Prepare runs.
   void DropPending();
+  // Batches prepared and not yet uploaded.
+  int64_t pending() const;
 
   // out[i] = the frame in slot device_slots[i] for i < count: frame_bytes()
   // bytes each, contiguous, as uint8 [count, H, W, C]. `device_slots`
@@ -151,16 +162,23 @@ class DeviceFrameTable {
   // Doubles slots_ (capped at max_slots_) on the host side; the new slots
   // are free.
   void Grow();
-  // The device's table made slots_ + 1 rows (the frames so far copied as
+  // The device's table made `slots` + 1 rows (the frames so far copied as
   // bits); the device's thread, at Upload.
-  void GrowDeviceTable();
+  void GrowDeviceTable(int64_t slots);
   // Frees every slot whose frame expired; returns how many.
   int64_t Sweep();
   // Empties slot `s` (its frame no longer found there).
   void Clear(int32_t s);
-  // Empties and frees the first `count` of host_slots_ (the new slots of
-  // the last Prepare), then forgets host_slots_.
-  void FreeNewSlots(size_t count);
+  // One Prepare's new frames, decoded, and their slots: `bucket` rows and
+  // slots, the rows past `frames` padding (sent to the spare slot).
+  struct Staged {
+    std::vector<uint32_t> rows;
+    std::vector<int32_t> slots;
+    int64_t frames = 0;
+  };
+  // Empties and frees the first `count` of `staged`'s slots (new slots of
+  // a Prepare that are not to be sent).
+  void FreeNewSlots(const Staged& staged, int64_t count);
 
   nn::Backend* backend_;
   int64_t slots_, max_slots_, frame_bytes_, row_words_;
@@ -169,6 +187,13 @@ class DeviceFrameTable {
   // it): slots_ may grow in a Prepare on another thread while a step gathers.
   nn::DeviceBuffer table_;
   int64_t device_slots_ = 0;
+  // Between the preparing thread and the device's: the batches staged and
+  // not uploaded (oldest first), staging buffers to reuse, and the slots
+  // as the last Prepare left them (what Upload grows the device's table to).
+  mutable absl::Mutex mu_;
+  std::deque<Staged> staged_ ABSL_GUARDED_BY(mu_);
+  std::vector<Staged> spare_ ABSL_GUARDED_BY(mu_);
+  int64_t prepared_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Slot> slot_;
   absl::flat_hash_map<uint64_t, int32_t> where_;  // frame id -> slot
   std::vector<int32_t> free_;
@@ -176,12 +201,9 @@ class DeviceFrameTable {
   uint64_t batch_ = 0;   // Resolve calls so far
   int batches_in_flight_ = 1;
   uint64_t swept_ = 0;   // the Resolve that last swept
-  // Upload staging: host rows and their slots, and per bucket size the
-  // device buffers they go to (uploaded whole).
-  std::vector<uint32_t> host_rows_;
-  std::vector<int32_t> host_slots_;
+  // Prepare's new frames; per bucket size the device buffers an upload
+  // goes to (uploaded whole; the device's thread).
   std::vector<const replay::Frame*> new_frames_;
-  int64_t pending_ = 0;  // new frames Prepare staged for Upload
   struct Staging {
     nn::DeviceBuffer rows, slots;
   };
@@ -214,6 +236,11 @@ DeviceFrameSizing DeviceFrameSlots(const config::ExperimentConfig& config, const
 // and the sizes (a table smaller than one shard's frames, frames the
 // table's kernels cannot move).
 absl::Status ValidateDeviceFrames(const config::ExperimentConfig& config, const ObservationSpec& spec);
+
+// Batches whose frames a replica's table keeps at once: an execution's
+// (learner.updates_per_execution), and with learner.prefetch_input the next
+// execution's, made while it steps.
+int BatchesInFlight(const config::LearnerConfig& learner);
 
 // Bytes of one rendered RGB frame, and the frames of one replica's shard of
 // a batch (each row: an observation and a next observation of spec.frames).

@@ -91,10 +91,11 @@ struct ResolvedBatch {
 };
 
 // Samples `n` items, assembles them on the host (FillBatch) and as
-// references, and resolves the references into `frames`. `seen` collects
-// the frame ids resolved.
+// references, and resolves the references into `frames` (`upload` false:
+// prepares them, their Upload the caller's). `seen` collects the frame ids
+// resolved.
 ::testing::AssertionResult SampleAndResolve(PixelReplay& p, DeviceFrameTable& frames, int n,
-                                            std::set<uint64_t>* seen, ResolvedBatch* out) {
+                                            std::set<uint64_t>* seen, ResolvedBatch* out, bool upload = true) {
   out->n = n;
   replay::SampledBatch& host = out->host;
   std::vector<int32_t>& slots = out->slots;
@@ -113,9 +114,9 @@ struct ResolvedBatch {
   }
   replay::FillBatchReferences(signature, items, table_size, false, 0, &references);
   for (const replay::FramePtr& f : references.frames) seen->insert(f->id());
-  if (absl::Status s = frames.Resolve(references.frames, table_decoder, &slots); !s.ok()) {
-    return ::testing::AssertionFailure() << s;
-  }
+  const absl::Status s = upload ? frames.Resolve(references.frames, table_decoder, &slots)
+                                : frames.Prepare(references.frames, table_decoder, &slots);
+  if (!s.ok()) return ::testing::AssertionFailure() << s;
   return ::testing::AssertionSuccess();
 }
 
@@ -312,6 +313,65 @@ TEST(DeviceFrameTableTest, TheBatchesInFlightKeepTheirFramesTillTheirStep) {
   EXPECT_GT(frames.stats().replaced, 0) << "the table never had to replace a live frame";
 }
 
+// Batches prepared ahead of their uploads (an input thread a whole
+// execution ahead of the device's): four batches staged, then sent one per
+// Upload in their order, each gathered exactly; across growths between
+// staged batches (an earlier batch's padding must land in the spare slot of
+// the table as it is at its Upload, not in a slot a later batch took), and
+// in a cache keeping four batches' frames. DropPending forgets what is
+// staged: the slots of its new frames are free again and later batches
+// stay exact.
+TEST(DeviceFrameTableTest, BatchesPreparedAheadGoUpInTheirOrder) {
+  nn::CpuBackend cpu(1);
+  nn::StrictCpuBackend strict(1, size_t{64} << 20);
+  struct Case {
+    nn::Backend* backend;
+    int64_t slots, max_slots;
+    const char* replay;
+    int steps;  // per round
+  };
+  for (const Case& c : {Case{&cpu, 5, 1000, "max_size: 30", 5}, Case{&strict, 5, 1000, "max_size: 30", 5},
+                        Case{&cpu, 4 * 8 * kFramesPerItem, 0, "max_size: 400", 60}}) {
+    SCOPED_TRACE(::testing::Message() << c.backend->name() << ", " << c.slots << " slots up to " << c.max_slots);
+    PixelReplay p(c.replay);
+    DeviceFrameTable frames(c.backend, c.slots, kFrameBytes, c.max_slots);
+    frames.set_batches_in_flight(4);
+    std::set<uint64_t> seen;
+    for (int round = 0; round < 12; ++round) {
+      p.Write(c.steps);
+      std::vector<ResolvedBatch> batches(4);
+      for (ResolvedBatch& batch : batches) {
+        ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &batch, /*upload=*/false));
+      }
+      EXPECT_EQ(frames.pending(), 4);
+      for (size_t k = 0; k < batches.size(); ++k) {
+        frames.Upload();
+        EXPECT_EQ(frames.pending(), static_cast<int64_t>(batches.size() - k - 1));
+        EXPECT_TRUE(GatheredEqualsHost(*c.backend, frames, batches[k])) << "round " << round << ", batch " << k;
+      }
+    }
+    if (c.max_slots > 0) {
+      EXPECT_GE(frames.stats().grown, 2);
+      EXPECT_EQ(frames.stats().frames_uploaded, static_cast<int64_t>(seen.size())) << "each frame once";
+    } else {
+      EXPECT_GT(frames.stats().replaced, 0) << "the cache never replaced a live frame";
+    }
+    // Two batches staged, then dropped: nothing goes up, and what follows is exact.
+    const int64_t uploaded = frames.stats().frames_uploaded;
+    p.Write(/*steps=*/5);
+    ResolvedBatch dropped;
+    ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &dropped, /*upload=*/false));
+    ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &dropped, /*upload=*/false));
+    frames.DropPending();
+    EXPECT_EQ(frames.pending(), 0);
+    frames.Upload();
+    EXPECT_EQ(frames.stats().frames_uploaded, uploaded);
+    for (int round = 0; round < 3; ++round) {
+      EXPECT_TRUE(GatherEqualsHost(p, *c.backend, frames, /*n=*/8, &seen)) << "after the drop, round " << round;
+    }
+  }
+}
+
 TEST(DeviceFrameTableTest, AFullTableGrowsUpToItsMaxInsteadOfReplacingLiveFrames) {
   nn::CpuBackend cpu(1);
   nn::StrictCpuBackend strict(1, size_t{64} << 20);
@@ -367,7 +427,8 @@ TEST(DeviceFrameTableTest, ATableSmallerThanABatchIsRefusedNamingTheSizes) {
   EXPECT_THAT(DeviceFrameTable::Check(100, /*frame_bytes=*/85 * 85 * 3, 48).message(), HasSubstr("multiple of 4"));
 
   // The learner's config: 84x84 frames, stacks of 3, batch 256 = 1536
-  // frames, in 1 MiB (49 frames): refused before any agent exists.
+  // frames, two batches in flight (the one stepping and the one made
+  // ahead), in 1 MiB (49 frames): refused before any agent exists.
   config::ExperimentConfig c;
   c.mutable_learner()->set_batch_size(256);
   c.mutable_learner()->set_device_frame_mib(1);
@@ -376,7 +437,15 @@ TEST(DeviceFrameTableTest, ATableSmallerThanABatchIsRefusedNamingTheSizes) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("learner.device_frame_mib 1"));
   EXPECT_THAT(status.message(), HasSubstr("49 slots"));
-  EXPECT_THAT(status.message(), HasSubstr("1536"));
+  EXPECT_THAT(status.message(), HasSubstr("3072"));
+  // 4 updates per execution, prefetched: eight batches; without the
+  // prefetch, the execution's four.
+  c.mutable_learner()->set_updates_per_execution(4);
+  EXPECT_THAT(ValidateDeviceFrames(c, spec).message(), HasSubstr("12288"));
+  c.mutable_learner()->set_prefetch_input(false);
+  EXPECT_THAT(ValidateDeviceFrames(c, spec).message(), HasSubstr("6144"));
+  c.mutable_learner()->set_prefetch_input(true);
+  c.mutable_learner()->set_updates_per_execution(1);
   auto replicator = engine::MakeReplicator(c.learner().engine());
   ASSERT_TRUE(replicator.ok());
   EXPECT_THAT(D4pgAgent::Create(c, spec, 1, replicator->get()).status().message(),
@@ -697,8 +766,45 @@ TEST(D4pgDeviceFramesTest, ThreeUpdatesPerExecutionChangeNoUpdateBitForBit) {
       }
     }
   }
-  EXPECT_EQ(TrainOnReplay({.updates = 7, .per_call = 2, .started_input = true, .per_execution = 3}).checksum,
-            plain.checksum);
+  // A started input makes the next call's first execution's batches too:
+  // at most three more than the updates'.
+  const ReplayRunResult started = TrainOnReplay({.updates = 7, .per_call = 2, .started_input = true, .per_execution = 3});
+  EXPECT_EQ(started.checksum, plain.checksum);
+  EXPECT_GE(started.batches_sampled, 7);
+  EXPECT_LE(started.batches_sampled, 10);
+}
+
+// The input runs a whole execution ahead of the device: with 4 updates per
+// execution, a started input makes the next call's four batches while the
+// caller works between calls, and no batch more (Train allows those); those
+// four updates then wait for no input.
+TEST(D4pgDeviceFramesTest, AStartedInputMakesTheNextExecutionsBatchesBetweenCalls) {
+  AgentOnReplay on({.per_execution = 4});
+  constexpr auto kSampleTime = std::chrono::milliseconds(40);
+  std::atomic<int64_t> sampled = 0;
+  on.agent->StartInput([&](int, int64_t, replay::SampledBatch* out) {
+    std::this_thread::sleep_for(kSampleTime);  // a slow sampler
+    const absl::Status status = on.sampler->Next(out);
+    ++sampled;
+    return status;
+  });
+  ASSERT_TRUE(on.agent->Train(4).ok());
+  const double sample_s = std::chrono::duration<double>(kSampleTime).count();
+  // (metrics: a mean per update since the last call)
+  EXPECT_GE(on.agent->metrics().input_wait_s, 0.9 * sample_s) << "the first execution waits for its batches";
+  for (int64_t call = 1; call <= 2; ++call) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (sampled.load() < 4 * (call + 1) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(sampled.load(), 4 * (call + 1)) << "the next execution's batches were not made between the calls";
+    std::this_thread::sleep_for(3 * kSampleTime);  // (their frames prepared; and no batch more)
+    EXPECT_EQ(sampled.load(), 4 * (call + 1)) << "the input ran more than one execution ahead";
+    ASSERT_TRUE(on.agent->Train(4).ok());
+  }
+  EXPECT_LT(on.agent->metrics().input_wait_s, 0.2 * sample_s) << "a later call's execution waited for its batches";
+  on.agent->StopInput();
+  EXPECT_EQ(on.agent->updates(), 12);
 }
 
 // A started input makes the next Train call's first batch while the caller
