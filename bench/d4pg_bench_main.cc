@@ -5,7 +5,8 @@
 // device: cpu (default), cpu_strict, cuda or cuda-bf16 (bfloat16 matmul/conv inputs),
 // pjrt (one compiled program per update) or pjrt-kernels (kernel at a time),
 // both through the plugin $TROUPE_PJRT_PLUGIN names; pjrt also prints the
-// executions per update, the host's milliseconds per update and the compile time,
+// executions per update, the host's milliseconds per update (wall time
+// outside the waits, and the learner thread's CPU time) and the compile time,
 // and what the host waited for results and the device idled between executions
 // (--no-overlap: each execution's epilogue before the next is launched).
 // Each update uploads its batch (uint8 pixels) as the learner does.
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -50,6 +52,13 @@
 #endif
 
 namespace {
+
+// The CPU seconds the calling thread has used.
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // The PyTorch and JAX peers' rows for the pixel update at `batch` with the
 // config's networks, on `device` and `threads` (d4pg_bench's), on the GPU
@@ -287,7 +296,9 @@ int main(int argc, char** argv) {
   const pjrt::PjrtStats warm = pjrt_backend != nullptr ? pjrt_backend->stats() : pjrt::PjrtStats{};
 #endif
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = ThreadCpuSeconds();
   TROUPE_CHECK(train(updates).ok());
+  const double learner_cpu = ThreadCpuSeconds() - cpu_start;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double input_wait = replay_held > 0 ? (*agent)->metrics().input_wait_s : 0.0;  // mean per update
   if (replay_held > 0) (*agent)->StopInput();
@@ -309,6 +320,12 @@ int main(int argc, char** argv) {
       // sampling, uploads, recording or binding, readouts.
       const double waited = stats.step_execute_seconds - warm.step_execute_seconds + stats.late_read_wait_seconds -
                             warm.late_read_wait_seconds;
+      // The host's work itself: its thread's CPU time (waits for the
+      // device or the input, and time the OS gave the plugin's threads
+      // instead, not counted), where the one replica runs on this thread.
+      if ((*replicator)->local_replicas().size() == 1) {
+        std::printf("pjrt: the learner's thread used %.3f ms of CPU per update\n", 1e3 * learner_cpu / steps);
+      }
       std::printf(
           "pjrt: %.2f program executions per update, %.0f%% of executions replayed, %.3f ms of host time per update "
           "outside the executions (%.3f ms recording, %.3f ms binding a replay), compiled in %.1f s\n"
