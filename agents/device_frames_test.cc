@@ -719,7 +719,8 @@ TEST(D4pgDeviceFramesTest, UpdatesFromGatheredFramesEqualHostBatchesBitForBit) {
   EXPECT_LE(gathered.stats.frames_uploaded, 45);
 }
 
-// The input made one update ahead (a thread per replica) changes no update:
+// The input made ahead (a thread per replica; one update an execution
+// here) changes no update:
 // the same batches in the same order, gathered or host-assembled, in one
 // Train call or several, each call's own input or one started for all
 // (made ahead into the next call). Each call's own input samples exactly
@@ -748,8 +749,9 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
 // Three updates per execution (learner.updates_per_execution): their three
 // batches' frames all go up before the step that gathers them (the table
 // keeping them: TheBatchesInFlightKeepTheirFramesTillTheirStep; this replay
-// is smaller than the table, nothing is replaced), the batch made ahead goes to a fourth
-// buffer, and the updates are the single ones bit for bit: gathered or
+// is smaller than the table, nothing is replaced), the next execution's
+// batches made ahead go to three more buffers, and the updates are the
+// single ones bit for bit: gathered or
 // host-assembled, prefetched or not, in calls of 2 and 7 (executions of
 // 2, or of 3, 3 and 1), with a started input.
 TEST(D4pgDeviceFramesTest, ThreeUpdatesPerExecutionChangeNoUpdateBitForBit) {
