@@ -39,12 +39,11 @@ using internal::Weights;
 // launched, its batches copied to the device and their keys kept) and Allow
 // let it make i + 1 inputs. With B = 2 learner.updates_per_execution
 // buffers (BatchesInFlight), the next execution's inputs are made while an
-// execution steps (a device that runs an execution inside its launch, as
-// the XLA CPU plugin, frees the buffers of the one before): the input runs
-// a whole execution ahead of the device, never into a buffer an execution
-// not yet launched reads. Train allows its own updates' inputs, and with
-// StartInput's input the next call's first execution's, made between the
-// calls.
+// execution steps: the input runs a whole execution ahead of the device,
+// never into a buffer an execution not yet launched reads (a launched one's
+// frames stay right: the device runs a later upload after it). Train allows
+// its own updates' inputs, and with StartInput's input the next call's
+// first execution's, made between the calls.
 class D4pgAgent::InputPrefetcher {
  public:
   InputPrefetcher(int64_t buffers, std::function<absl::Status(int64_t)> produce)
@@ -76,8 +75,8 @@ class D4pgAgent::InputPrefetcher {
     *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return made_ > index ? absl::OkStatus() : status_;
   }
-  // Inputs 0 .. count - 1 are done with (their executions' readouts read,
-  // or their call over): their buffers may be refilled.
+  // Inputs 0 .. count - 1 are done with (their executions launched, or
+  // their call over): their buffers may be refilled.
   void Free(int64_t count) {
     absl::MutexLock lock(&mu_);
     freed_ = std::max(freed_, count);

@@ -21,9 +21,9 @@ absl::Status DeviceFrameTable::Check(int64_t slots, int64_t frame_bytes, int64_t
                                                    "of 4"));
   }
   if (slots < batch_frames) {
-    return absl::InvalidArgumentError(absl::StrCat("the device frame table's ", slots,
-                                                   " slots hold fewer frames than the batches in flight's ", batch_frames,
-                                                   " (", slots * frame_bytes, " bytes, at least ",
+    return absl::InvalidArgumentError(absl::StrCat("the device frame table's ", slots, " slots hold fewer than the ",
+                                                   batch_frames, " frames of the batches in flight (",
+                                                   slots * frame_bytes, " bytes, at least ",
                                                    batch_frames * frame_bytes, " needed)"));
   }
   if (slots >= std::numeric_limits<int32_t>::max()) {

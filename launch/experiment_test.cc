@@ -75,11 +75,12 @@ TEST(ValidateExperimentTest, EachSectionOfAnRlRunIsCheckedNamingTheField) {
       {"learner { batch_size: 65536 } d4pg { hidden: [8192, 8192, 8192, 8192, 8192, 8192, 8192, 8192] }",
        "learner.batch_size 65536 with d4pg sizes (hidden) and learner.engine.replicas 1: needs ~"},
       {"actors { count: 100000 }", "actors.count 100000: must be in [0, 256]"},
-      // 84x84 frames stacked 3, batch 256: 1536 frames a batch, 49 in 1 MiB.
+      // 84x84 frames stacked 3, batch 256: 1536 frames a batch, two batches
+      // in flight (the one stepping and the one made ahead), 49 in 1 MiB.
       {"env { observation: PIXELS frame_stack: 3 render { width: 84 height: 84 } } learner { batch_size: 256 "
        "device_frame_mib: 1 }",
        "learner.device_frame_mib 1 with 84x84 frames and learner.batch_size 256: the device frame table's 49 slots "
-       "hold fewer frames than one batch's 1536"},
+       "hold fewer than the 3072 frames of the batches in flight"},
       {"env { observation: PIXELS render { width: 85 height: 85 } }", "height * width must be a multiple of 4"},
       {"replay { tables { name: \"t\" max_size: 0 fields { name: \"x\" shape: 1 } } }",
        "replay.tables[0].max_size 0: must be in"},
