@@ -776,74 +776,44 @@ TEST(D4pgDeviceFramesTest, ThreeUpdatesPerExecutionChangeNoUpdateBitForBit) {
   EXPECT_LE(started.batches_sampled, 10);
 }
 
-// The input runs a whole execution ahead of the device: with 4 updates per
-// execution, a started input makes the next call's four batches while the
-// caller works between calls, and no batch more (Train allows those); those
-// four updates then wait for no input.
-TEST(D4pgDeviceFramesTest, AStartedInputMakesTheNextExecutionsBatchesBetweenCalls) {
-  AgentOnReplay on({.per_execution = 4});
-  constexpr auto kSampleTime = std::chrono::milliseconds(40);
-  std::atomic<int64_t> sampled = 0;
-  on.agent->StartInput([&](int, int64_t, replay::SampledBatch* out) {
-    std::this_thread::sleep_for(kSampleTime);  // a slow sampler
-    const absl::Status status = on.sampler->Next(out);
-    ++sampled;
-    return status;
-  });
-  ASSERT_TRUE(on.agent->Train(4).ok());
-  const double sample_s = std::chrono::duration<double>(kSampleTime).count();
-  // (metrics: a mean per update since the last call)
-  EXPECT_GE(on.agent->metrics().input_wait_s, 0.9 * sample_s) << "the first execution waits for its batches";
-  for (int64_t call = 1; call <= 2; ++call) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (sampled.load() < 4 * (call + 1) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+// A started input makes the next Train call's first execution's batches
+// while the caller works between calls (the learner publishing a policy),
+// and no batch more (Train allows those): those updates do not wait for
+// their input (with each call's own input they waited the whole sample, one
+// execution in publish_every). One update an execution, and four (the
+// input a whole execution ahead of the device, not one batch).
+TEST(D4pgDeviceFramesTest, AStartedInputMakesTheNextCallsFirstExecutionBetweenCalls) {
+  for (const int n : {1, 4}) {
+    SCOPED_TRACE(::testing::Message() << n << " updates an execution");
+    AgentOnReplay on({.per_execution = n});
+    constexpr auto kSampleTime = std::chrono::milliseconds(60);
+    const double sample_s = std::chrono::duration<double>(kSampleTime).count();
+    std::atomic<int64_t> sampled = 0;
+    on.agent->StartInput([&](int, int64_t, replay::SampledBatch* out) {
+      std::this_thread::sleep_for(kSampleTime);  // a slow sampler
+      const absl::Status status = on.sampler->Next(out);
+      ++sampled;
+      return status;
+    });
+    ASSERT_TRUE(on.agent->Train(n).ok());
+    // (metrics: a mean per update since the last call)
+    EXPECT_GE(on.agent->metrics().input_wait_s, 0.9 * sample_s) << "the first execution waits for its batches";
+    for (int64_t call = 1; call <= 3; ++call) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (sampled.load() < n * (call + 1) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_EQ(sampled.load(), n * (call + 1)) << "the next call's batches were not made between the calls";
+      std::this_thread::sleep_for(3 * kSampleTime);  // (their frames prepared; and no batch more)
+      EXPECT_EQ(sampled.load(), n * (call + 1)) << "the input ran more than one execution ahead";
+      ASSERT_TRUE(on.agent->Train(n).ok());
     }
-    ASSERT_EQ(sampled.load(), 4 * (call + 1)) << "the next execution's batches were not made between the calls";
-    std::this_thread::sleep_for(3 * kSampleTime);  // (their frames prepared; and no batch more)
-    EXPECT_EQ(sampled.load(), 4 * (call + 1)) << "the input ran more than one execution ahead";
-    ASSERT_TRUE(on.agent->Train(4).ok());
+    EXPECT_LT(on.agent->metrics().input_wait_s, 0.2 * sample_s) << "a later call's updates waited for their batches";
+    on.agent->StopInput();  // (while the next call's batches are sampled, or before they start)
+    EXPECT_GE(sampled.load(), 4 * n);
+    EXPECT_LE(sampled.load(), 5 * n) << "the input ran more than one execution ahead";
+    EXPECT_EQ(on.agent->updates(), 4 * n);
   }
-  EXPECT_LT(on.agent->metrics().input_wait_s, 0.2 * sample_s) << "a later call's execution waited for its batches";
-  on.agent->StopInput();
-  EXPECT_EQ(on.agent->updates(), 12);
-}
-
-// A started input makes the next Train call's first batch while the caller
-// works between calls (the learner publishing a policy), and no batch more:
-// that update does not wait for its input (with each call's own input it
-// waited the whole sample, one update in publish_every).
-TEST(D4pgDeviceFramesTest, AStartedInputMakesTheNextCallsFirstBatchBetweenCalls) {
-  AgentOnReplay on({});
-  constexpr auto kSampleTime = std::chrono::milliseconds(150);
-  std::atomic<int64_t> sampled = 0;
-  on.agent->StartInput([&](int, int64_t, replay::SampledBatch* out) {
-    std::this_thread::sleep_for(kSampleTime);  // a slow sampler
-    const absl::Status status = on.sampler->Next(out);
-    ++sampled;
-    return status;
-  });
-  ASSERT_TRUE(on.agent->Train(1).ok());
-  EXPECT_GE(on.agent->metrics().input_wait_s, 0.9 * std::chrono::duration<double>(kSampleTime).count())
-      << "the first update waits for its batch";
-  for (int64_t call = 0; call < 3; ++call) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (sampled.load() < call + 2 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    ASSERT_EQ(sampled.load(), call + 2) << "the next call's batch was not made between the calls";
-    // (and its frames prepared: the caller's work between calls takes longer)
-    std::this_thread::sleep_for(call == 0 ? 2 * kSampleTime : kSampleTime / 3);
-    if (call == 0) {
-      EXPECT_EQ(sampled.load(), 2) << "the input ran more than one update ahead";
-    }
-    ASSERT_TRUE(on.agent->Train(1).ok());
-  }
-  EXPECT_LT(on.agent->metrics().input_wait_s, 0.3 * std::chrono::duration<double>(kSampleTime).count())
-      << "a later call's first update waited for its batch";
-  on.agent->StopInput();  // (while the next call's batch is sampled, or before it starts)
-  EXPECT_GE(sampled.load(), 4);
-  EXPECT_LE(sampled.load(), 5) << "the input ran more than one update ahead";
 }
 
 // An input stopped with a batch made ahead (its new frames prepared, not
