@@ -38,7 +38,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAN = [
     ("envs", ["envs", "--only", "cartpole.swingup", "cheetah.run", "walker.walk"], 10),
     ("python", ["python"], 8),
-    ("replay", ["replay"], 6),
+    ("replay", ["replay", "--rounds", "9"], 8),
     ("learner", ["learner", "--seconds", "2"], 10),
     ("learner-pjrt", ["learner", "--device", "pjrt", "--seconds", "2"], 6),
     ("d4pg", ["@d4pg_bench", "--peers", "pixels", "256", "2", "5"], 8),
