@@ -45,8 +45,6 @@ DeviceFrameTable::DeviceFrameTable(nn::Backend* backend, int64_t slots, int64_t 
   free_.reserve(static_cast<size_t>(slots_));
   for (int64_t s = slots_ - 1; s >= 0; --s) free_.push_back(static_cast<int32_t>(s));
   slots_now_ = slots_;
-  absl::MutexLock lock(&mu_);
-  prepared_slots_ = slots_;
 }
 
 void DeviceFrameTable::Grow() {
@@ -211,7 +209,6 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
   staged.frames = n;
   absl::MutexLock lock(&mu_);
   staged_.push_back(std::move(staged));
-  prepared_slots_ = slots_;
   return absl::OkStatus();
 }
 
@@ -239,10 +236,8 @@ int64_t DeviceFrameTable::pending() const {
 void DeviceFrameTable::Upload() {
   Staged staged;
   bool have = false;
-  int64_t slots = 0;
   {
     absl::MutexLock lock(&mu_);
-    slots = prepared_slots_;
     if (!staged_.empty()) {
       staged = std::move(staged_.front());
       staged_.pop_front();
@@ -251,8 +246,8 @@ void DeviceFrameTable::Upload() {
   }
   // The table's memory, on first use (an agent fed host batches never needs
   // it), and again each time a Prepare grew the slots: every slot a staged
-  // batch names is below the slots Prepare left.
-  if (device_slots_ < slots) GrowDeviceTable(slots);
+  // batch names is below them (a Prepare grows before it stages).
+  if (const int64_t slots = slots_now_; device_slots_ < slots) GrowDeviceTable(slots);
   if (have && staged.frames > 0) {
     const int64_t n = staged.frames, bucket = static_cast<int64_t>(staged.slots.size());
     std::fill(staged.slots.begin() + n, staged.slots.end(), static_cast<int32_t>(device_slots_));

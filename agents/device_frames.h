@@ -188,12 +188,11 @@ class DeviceFrameTable {
   nn::DeviceBuffer table_;
   int64_t device_slots_ = 0;
   // Between the preparing thread and the device's: the batches staged and
-  // not uploaded (oldest first), staging buffers to reuse, and the slots
-  // as the last Prepare left them (what Upload grows the device's table to).
+  // not uploaded (oldest first), and staging buffers to reuse. (Upload grows
+  // the device's table to slots_now_, the slots as Prepare left them.)
   mutable absl::Mutex mu_;
   std::deque<Staged> staged_ ABSL_GUARDED_BY(mu_);
   std::vector<Staged> spare_ ABSL_GUARDED_BY(mu_);
-  int64_t prepared_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Slot> slot_;
   absl::flat_hash_map<uint64_t, int32_t> where_;  // frame id -> slot
   std::vector<int32_t> free_;
@@ -208,7 +207,8 @@ class DeviceFrameTable {
     nn::DeviceBuffer rows, slots;
   };
   std::map<int64_t, Staging> staging_;
-  // DeviceFrameStats's counters, each atomic (read by stats() from any thread).
+  // DeviceFrameStats's counters, each atomic (read by stats() from any thread;
+  // slots_now_ also by Upload).
   std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0, slots_now_ = 0,
                        grown_ = 0;
 };

@@ -316,9 +316,8 @@ TEST(DeviceFrameTableTest, TheBatchesInFlightKeepTheirFramesTillTheirStep) {
 // Batches prepared ahead of their uploads (an input thread a whole
 // execution ahead of the device's): four batches staged, then sent one per
 // Upload in their order, each gathered exactly; across growths between
-// staged batches (an earlier batch's padding must land in the spare slot of
-// the table as it is at its Upload, not in a slot a later batch took), and
-// in a cache keeping four batches' frames. DropPending forgets what is
+// staged batches (the device's table grown at an Upload to slots a later
+// staged batch took), and in a cache keeping four batches' frames. DropPending forgets what is
 // staged: the slots of its new frames are free again and later batches
 // stay exact.
 TEST(DeviceFrameTableTest, BatchesPreparedAheadGoUpInTheirOrder) {

@@ -31,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -52,13 +51,6 @@
 #endif
 
 namespace {
-
-// The CPU seconds the calling thread has used.
-double ThreadCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // The PyTorch and JAX peers' rows for the pixel update at `batch` with the
 // config's networks, on `device` and `threads` (d4pg_bench's), on the GPU
@@ -296,9 +288,9 @@ int main(int argc, char** argv) {
   const pjrt::PjrtStats warm = pjrt_backend != nullptr ? pjrt_backend->stats() : pjrt::PjrtStats{};
 #endif
   const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = ThreadCpuSeconds();
+  const double cpu_start = bench::ThreadCpuSeconds();
   TROUPE_CHECK(train(updates).ok());
-  const double learner_cpu = ThreadCpuSeconds() - cpu_start;
+  const double learner_cpu = bench::ThreadCpuSeconds() - cpu_start;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double input_wait = replay_held > 0 ? (*agent)->metrics().input_wait_s : 0.0;  // mean per update
   if (replay_held > 0) (*agent)->StopInput();
