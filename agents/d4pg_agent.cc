@@ -4,6 +4,8 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <optional>
 #include <random>
 #include <stop_token>
@@ -266,19 +268,30 @@ absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, co
 
 // One replica's mutable state: its networks, targets, optimizers, tapes and
 // scratch. Used only by that replica's thread during Train.
-// Update j of an execution: its inputs in device memory, uploaded before
-// the step (which the backend may replay: nn::Backend::RunStep), each made
-// once at its size: gather slots, shift offsets (observations', then next
-// observations'), rewards, discounts, actions, observations and next
-// observations (floats, or pixel bytes), importance weights over atoms; and
-// its readout (per-item loss and Q [B, 2], then the actor loss) in device
-// memory of its own, read at the step's end into `readout`.
+// Update j of an execution: where its inputs and its readout lie in device
+// memory. Its inputs (gather slots, shift offsets: observations', then next
+// observations'; rewards, discounts, actions, observations and next
+// observations: floats, or pixel bytes; importance weights over atoms) are
+// slices of the execution's one input buffer, which goes up whole before
+// the step (which the backend may replay: nn::Backend::RunStep); its
+// readout (per-item loss and Q [B, 2], then the actor loss) a slice of the
+// execution's readout, read in one read at the step's end.
 struct D4pgAgent::StepInputs {
-  nn::DeviceBuffer slots, shifts, reward, discount, action, observation, next_observation, weights;
+  // `words` 4-byte words at `offset` in the buffer; `address` there once
+  // the buffer is known (null: an input this kind of batch does not have).
+  struct Slice {
+    float* address = nullptr;
+    int64_t offset = 0, words = 0;
+    float* data() const { return address; }
+    int64_t size() const { return words; }
+  };
+  Slice slots, shifts, reward, discount, action, observation, next_observation, weights, readout;
   nn::DeviceBuffer shared_pixels;  // a split critic's: every part's pixels gathered (ShareInputs), kept between updates
-  nn::DeviceBuffer readout_device;
   std::vector<int32_t> gather_slots, host_shifts;
-  std::vector<float> readout;
+
+  std::array<Slice*, 8> inputs() {
+    return {&slots, &shifts, &reward, &discount, &action, &observation, &next_observation, &weights};
+  }
 };
 
 // An execution of updates the device was given.
@@ -342,7 +355,16 @@ struct D4pgAgent::Replica {
   // BatchesInFlight buffers (an execution's, and the next's made ahead), so
   // the input made ahead never refills one an execution still needs.
   std::vector<replay::SampledBatch> batches;
-  std::vector<float> row_weights;  // importance weights spread over atoms, [B, atoms] (host)
+  // The execution's inputs, every update's in one buffer that goes up
+  // whole (one upload an execution, not eight an update): one buffer per
+  // kind of batch (frame references or not, importance weights or not; the
+  // kind fixes the layout, and a replayed program's buffers never move),
+  // each of learner.updates_per_execution updates. PrepareUpdate writes
+  // them into `staging`. The execution's readouts, one read.
+  std::map<std::pair<bool, bool>, nn::DeviceBuffer> packed;
+  std::vector<float> staging;
+  nn::DeviceBuffer readout_device;
+  std::vector<float> readout;
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
   nn::DeviceBuffer bound;          // actor_pre_tanh_bound everywhere, [B, A]; uploaded once
   std::vector<uint64_t> keys;                        // the last execution's batches' keys ...
@@ -517,7 +539,6 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
       r->actor_clipped = std::make_unique<ClippedOptimizer>(r->actor_adam.get(), &device, d4pg.max_gradient_norm());
     }
     // Scratch sized once; constants on the device.
-    r->row_weights.resize(shard * atoms);
     r->support = nn::DeviceBuffer(device, atoms);
     r->support.Upload(support);
     r->bound = nn::DeviceBuffer(device, shard * action_size);
@@ -526,7 +547,8 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     r->batches.resize(in_flight);
     r->slots.resize(in_flight);
     r->in.resize(per_execution);
-    for (StepInputs& in : r->in) in.readout_device = nn::DeviceBuffer(device, 2 * shard + 1);
+    r->readout_device = nn::DeviceBuffer(device, per_execution * (2 * shard + 1));
+    r->readout.resize(per_execution * (2 * shard + 1));
     // (A split critic's parts share part 0's pixels, not a frame table of
     // their own: its learner samples decoded pixels.)
     if (const DeviceFrameSizing sizing = DeviceFrameSlots(config, spec, k); sizing.slots > 0 && m == 1) {
@@ -762,11 +784,13 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
 }
 
 absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input,
-                                      int64_t update, StepInputs& in, bool* gathered, bool* weighted) {
+                                      int64_t update, StepInputs& in, std::vector<float>& host, bool* gathered,
+                                      bool* weighted) {
   const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = rows_;
   const int atoms = d4pg.atoms();
+  for (StepInputs::Slice* slice : in.inputs()) *slice = {};  // (an input this kind of batch lacks stays null)
   // Pixels as frame references: gathered from the device frame table.
   *gathered = spec_.pixels() && !batch.frames.empty();
   if (*gathered && r.frames == nullptr) {
@@ -778,11 +802,16 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
     return absl::InvalidArgumentError(absl::StrCat("transition ", checked.message()));
   }
   *weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
-  nn::Backend& device = *r.backend;
-  const auto put = [&device](nn::DeviceBuffer& buffer, const void* host, int64_t bytes) {
-    const int64_t words = std::max<int64_t>(1, (bytes + 3) / 4);
-    if (buffer.size() != words) buffer = nn::DeviceBuffer(device, words);
-    device.Upload(host, buffer.data(), static_cast<size_t>(bytes));
+  // Each input appended to the execution's staging in whole words (Update
+  // sends it up and gives the slices their addresses).
+  const auto append = [&host](StepInputs::Slice& slice, int64_t bytes) {
+    slice.offset = static_cast<int64_t>(host.size());
+    slice.words = std::max<int64_t>(1, (bytes + 3) / 4);
+    host.resize(host.size() + static_cast<size_t>(slice.words));
+    return host.data() + slice.offset;
+  };
+  const auto put = [&append](StepInputs::Slice& slice, const void* data, int64_t bytes) {
+    std::memcpy(append(slice, bytes), data, static_cast<size_t>(bytes));
   };
   if (*gathered) {
     // The frames went up with the input (one upload, one scatter); the step
@@ -824,12 +853,11 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   }
   if (*weighted) {
     // Importance weights (Schaul et al. 2016): a weight per row, spread over its atoms.
-    for (int64_t b = 0; b < rows; ++b) std::fill_n(r.row_weights.begin() + b * atoms, atoms, float(batch.weights[b]));
-    put(in.weights, r.row_weights.data(), sizeof(float) * rows * atoms);
+    float* spread = append(in.weights, sizeof(float) * rows * atoms);
+    for (int64_t b = 0; b < rows; ++b) std::fill_n(spread + b * atoms, atoms, static_cast<float>(batch.weights[b]));
   }
   r.critic_optimizer->Prepare(d4pg.critic_learning_rate());
   r.actor_optimizer->Prepare(d4pg.actor_learning_rate());
-  in.readout.resize(2 * rows + 1);
   return absl::OkStatus();
 }
 
@@ -848,7 +876,7 @@ absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r,
   replicator::ReplicaContext& model = ctx.model_axis();
   nn::Backend& device = *r.backend;
   const int64_t state = spec_.state_size;
-  const std::pair<nn::DeviceBuffer*, int64_t> inputs[] = {
+  const std::pair<StepInputs::Slice*, int64_t> inputs[] = {
       {&in.reward, rows_},           {&in.discount, rows_},
       {&in.action, rows_ * action_size_}, {&in.observation, rows_ * state},
       {&in.next_observation, rows_ * state}, {&in.weights, weighted ? rows_ * config_.d4pg().atoms() : 0}};
@@ -862,7 +890,7 @@ absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r,
   if (spec_.pixels()) {
     // Pixels are bytes, not floats to sum: every part gathers every part's
     // buffer along the model axis (a copy, bit for bit) and keeps part 0's.
-    for (nn::DeviceBuffer* buffer : {&in.observation, &in.next_observation}) {
+    for (StepInputs::Slice* buffer : {&in.observation, &in.next_observation}) {
       const int64_t words = buffer->size();
       if (in.shared_pixels.size() != model.num_replicas() * words) {
         in.shared_pixels = nn::DeviceBuffer(device, model.num_replicas() * words);
@@ -917,13 +945,13 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   }
 
   // The host's part: every input of the execution's updates in device
-  // memory, and the optimizers' per-update values (nothing of a batch is
-  // read inside the step).
+  // memory (one upload), and the optimizers' per-update values (nothing of
+  // a batch is read inside the step).
   bool gathered = false, weighted = false;
+  r.staging.clear();
   for (int64_t j = 0; j < n; ++j) {
     bool g = false, w = false;
-    RETURN_IF_ERROR(PrepareUpdate(ctx, r, block[j], r.updates + j, r.in[j], &g, &w));
-    if (model_parallel_ > 1) RETURN_IF_ERROR(ShareInputs(ctx, r, r.in[j], w));
+    RETURN_IF_ERROR(PrepareUpdate(ctx, r, block[j], r.updates + j, r.in[j], r.staging, &g, &w));
     if (j > 0 && (g != gathered || w != weighted)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "transition batches of one execution differ in ", g != gathered ? "frame references" : "importance weights",
@@ -932,11 +960,28 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
     gathered = g;
     weighted = w;
   }
+  // Up in one upload, into the buffer of this kind of batch, sized for a
+  // whole execution (every update of a kind has the same inputs). A call's
+  // last execution may have fewer updates: its staging is padded to the
+  // whole buffer all the same (an upload of a whole buffer replaces it; a
+  // part of one is a copy on the device).
+  nn::DeviceBuffer& packed = r.packed[{gathered, weighted}];
+  const int64_t words = static_cast<int64_t>(r.staging.size()) / n * config_.learner().updates_per_execution();
+  if (packed.size() != words) packed = nn::DeviceBuffer(*r.backend, words);
+  r.staging.resize(static_cast<size_t>(words));
+  r.backend->Upload(r.staging.data(), packed.data(), sizeof(float) * r.staging.size());
+  const int64_t readout = 2 * rows + 1;
+  for (int64_t j = 0; j < n; ++j) {
+    StepInputs& in = r.in[j];
+    for (StepInputs::Slice* slice : in.inputs()) slice->address = slice->words > 0 ? packed.data() + slice->offset : nullptr;
+    in.readout = {.address = r.readout_device.data() + j * readout, .offset = j * readout, .words = readout};
+    if (model_parallel_ > 1) RETURN_IF_ERROR(ShareInputs(ctx, r, in, weighted));
+  }
 
   // The device's part: one step (nn::Backend's step contract) of n updates
   // in order, recorded once and replayed where the backend can (what its
   // program depends on besides device memory is in the signature); each
-  // update's one read lands in its readout when it ends.
+  // execution's one read lands in its readout when it ends.
   const std::string shape = absl::StrCat(rows, ",", ctx.num_replicas(), ",", gathered, ",", weighted, ",", n);
   const uint64_t signature = Fnv1a64(shape.data(), shape.size());
   absl::Status stepped;
@@ -945,6 +990,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   r.backend->set_late_reads(overlap_epilogue_);
   r.backend->RunStep(signature, [&] {
     for (int64_t j = 0; j < n && stepped.ok(); ++j) stepped = DeviceUpdate(ctx, r, r.in[j], rows, gathered, weighted);
+    if (stepped.ok()) r.backend->ReadAtStepEnd(r.readout_device.data(), r.readout.data(), sizeof(float) * n * readout);
   });
   r.backend->set_late_reads(false);
   RETURN_IF_ERROR(stepped);
@@ -995,7 +1041,7 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
     r.late_counted = passes;
   }
   for (int64_t j = 0; j < n; ++j) {
-    const float* host = r.in[j].readout.data();
+    const float* host = r.readout.data() + j * (2 * rows + 1);
     double loss_sum = 0, q_sum = 0;
     for (int64_t b = 0; b < rows; ++b) {
       r.item_loss.push_back(host[2 * b]);
@@ -1048,7 +1094,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
     }
   } else if (spec_.pixels()) {
     for (int half = 0; half < 2; ++half) {
-      const nn::DeviceBuffer& bytes = half == 0 ? in.observation : in.next_observation;
+      const StepInputs::Slice& bytes = half == 0 ? in.observation : in.next_observation;
       const nn::Var frames =
           nn::DeviceImagesToFloat(t, reinterpret_cast<const uint8_t*>(bytes.data()), rows * spec_.frames,
                                   spec_.height, spec_.width, /*channels=*/3, 1.0f / 255.0f);
@@ -1162,10 +1208,9 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   // The update's one read: per-item losses and Q [rows, 2] and the actor
   // loss, gathered on the device (in memory of its own: a later update of
   // the step reuses the tapes) and downloaded together at the step's end.
-  float* readout = in.readout_device.data();
+  float* readout = in.readout.data();  // (read with the execution's others at its end)
   device.Copy(t.data(items).data, readout, 2 * rows);
   device.Copy(a.data(actor_loss).data, readout + 2 * rows, 1);
-  device.ReadAtStepEnd(readout, in.readout.data(), sizeof(float) * (2 * rows + 1));
   return absl::OkStatus();
 }
 

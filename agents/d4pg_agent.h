@@ -243,8 +243,10 @@ class D4pgAgent final : public Agent {
   // in order (kernels only, which the backend may replay), then the
   // epilogue of the execution before it (or at the call's end its own).
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block);
+  // One update's inputs appended to `host` (the execution's staging), the
+  // slices of `in` naming where.
   absl::Status PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input, int64_t update,
-                             StepInputs& in, bool* gathered, bool* weighted);
+                             StepInputs& in, std::vector<float>& host, bool* gathered, bool* weighted);
   // A split critic's part: its copy's inputs of one update are part 0's
   // (every other part's floats made zero and the parts' sum taken on the
   // device; pixels, bytes, gathered from every part and part 0's kept).
