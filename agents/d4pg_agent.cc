@@ -273,19 +273,23 @@ absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, co
 // observations'; rewards, discounts, actions, observations and next
 // observations: floats, or pixel bytes; importance weights over atoms) are
 // slices of the execution's one input buffer, which goes up whole before
-// the step (which the backend may replay: nn::Backend::RunStep); its
+// the step (which the backend may replay: nn::Backend::RunStep), but for
+// decoded pixels (megabytes an update), which go up from the batch into
+// memory of the update's own without a copy through the staging; its
 // readout (per-item loss and Q [B, 2], then the actor loss) a slice of the
 // execution's readout, read in one read at the step's end.
 struct D4pgAgent::StepInputs {
-  // `words` 4-byte words at `offset` in the buffer; `address` there once
-  // the buffer is known (null: an input this kind of batch does not have).
+  // `words` 4-byte words at `offset` in the execution's buffer, `address`
+  // there once the buffer is known; or at `address` in memory of its own
+  // (offset -1). Null: an input this kind of batch does not have.
   struct Slice {
     float* address = nullptr;
-    int64_t offset = 0, words = 0;
+    int64_t offset = -1, words = 0;
     float* data() const { return address; }
     int64_t size() const { return words; }
   };
   Slice slots, shifts, reward, discount, action, observation, next_observation, weights, readout;
+  nn::DeviceBuffer pixels[2];       // decoded pixels: observations, next observations
   nn::DeviceBuffer shared_pixels;  // a split critic's: every part's pixels gathered (ShareInputs), kept between updates
   std::vector<int32_t> gather_slots, host_shifts;
 
@@ -848,8 +852,15 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
     put(in.next_observation, batch.fields[kNextObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
   } else if (!*gathered) {
     const int64_t bytes = rows * spec_.frames * spec_.height * spec_.width * 3;
-    put(in.observation, batch.fields[kObservation].as<uint8_t>(), bytes);
-    put(in.next_observation, batch.fields[kNextObservation].as<uint8_t>(), bytes);
+    nn::Backend& device = *r.backend;
+    for (int half = 0; half < 2; ++half) {
+      nn::DeviceBuffer& own = in.pixels[half];
+      const int64_t words = (bytes + 3) / 4;
+      if (own.size() != words) own = nn::DeviceBuffer(device, words);
+      device.Upload(batch.fields[half == 0 ? kObservation : kNextObservation].as<uint8_t>(), own.data(),
+                    static_cast<size_t>(bytes));
+      (half == 0 ? in.observation : in.next_observation) = {.address = own.data(), .words = words};
+    }
   }
   if (*weighted) {
     // Importance weights (Schaul et al. 2016): a weight per row, spread over its atoms.
@@ -973,7 +984,9 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   const int64_t readout = 2 * rows + 1;
   for (int64_t j = 0; j < n; ++j) {
     StepInputs& in = r.in[j];
-    for (StepInputs::Slice* slice : in.inputs()) slice->address = slice->words > 0 ? packed.data() + slice->offset : nullptr;
+    for (StepInputs::Slice* slice : in.inputs()) {
+      if (slice->offset >= 0) slice->address = packed.data() + slice->offset;
+    }
     in.readout = {.address = r.readout_device.data() + j * readout, .offset = j * readout, .words = readout};
     if (model_parallel_ > 1) RETURN_IF_ERROR(ShareInputs(ctx, r, in, weighted));
   }
