@@ -37,9 +37,9 @@ TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (tag, arguments of `troupe bench` or of d4pg_bench after its path, minutes on a 2-core machine)
 PLAN = [
     ("envs", ["envs", "--only", "cartpole.swingup", "cheetah.run", "walker.walk"], 10),
-    ("python", ["python"], 8),
+    ("python", ["python", "--rounds", "9"], 13),
     ("replay", ["replay", "--rounds", "9"], 8),
-    ("learner", ["learner", "--seconds", "2"], 10),
+    ("learner", ["learner", "--seconds", "2", "--rounds", "9"], 16),
     ("learner-pjrt", ["learner", "--device", "pjrt", "--seconds", "2"], 6),
     ("d4pg", ["@d4pg_bench", "--peers", "pixels", "256", "2", "5"], 8),
     ("d4pg-pjrt", ["@d4pg_bench", "--peers", "pixels", "256", "2", "5", "32", "256", "pjrt"], 12),
