@@ -266,8 +266,6 @@ absl::Status CheckD4pgStateFitsDevice(const config::ExperimentConfig& config, co
 
 // --- D4pgAgent --------------------------------------------------------------------
 
-// One replica's mutable state: its networks, targets, optimizers, tapes and
-// scratch. Used only by that replica's thread during Train.
 // Update j of an execution: where its inputs and its readout lie in device
 // memory. Its inputs (gather slots, shift offsets: observations', then next
 // observations'; rewards, discounts, actions, observations and next
@@ -305,6 +303,8 @@ struct D4pgAgent::Launched {
   std::vector<uint64_t> keys;  // its batches' keys, in update order
 };
 
+// One replica's mutable state: its networks, targets, optimizers, tapes and
+// scratch. Used only by that replica's thread during Train.
 struct D4pgAgent::Replica {
   explicit Replica(std::shared_ptr<nn::Backend> device)
       : backend(std::move(device)), critic_tape(backend.get()), actor_tape(backend.get()) {}

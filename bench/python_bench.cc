@@ -16,8 +16,8 @@
 //   * dm_control's suite: bench/peers/dm_control_suite.py (PyPI dm_control
 //     1.0.50), its envs stepped one after another in one Python thread as
 //     its users do, pixels rendered as troupe renders them (84x84, camera 0,
-//     no MSAA, no shadows, no reflections), against troupe's pool of as many
-//     envs on 1 thread.
+//     no MSAA, no shadows, no reflections, llvmpipe on the calling thread),
+//     against troupe's pool of as many envs on 1 thread.
 // The peers run in BUILD/python-bench-venv (made on first use from PyPI);
 // without PyPI, and in --quick runs, their rows say they are missing.
 // Bars (issue 24): Python >= 0.9x C++ for pixels, >= 0.7x for state.
@@ -161,7 +161,7 @@ absl::StatusOr<Report> RunPythonBenchmark(const Options& options) {
                       absl::StrCat("dm_control 1.0.50's suite (MuJoCo 3.17, its own MJCF), its envs stepped one after "
                                    "another in one Python thread",
                                    c.pixels ? ", physics.render 84x84 from camera 0 with MSAA, shadows and "
-                                              "reflections off as troupe renders (frames not stacked)"
+                                              "reflections off, llvmpipe on the calling thread, as troupe renders (frames not stacked)"
                                             : ""),
                       TroupeSide("python", c, kDmControlEnvs), dm_control, protocol(1))
             .status());

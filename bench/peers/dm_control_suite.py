@@ -10,6 +10,9 @@ view) once per agent step, with no multisampling (the model's
 vis.quality.offsamples set to 0 before the first render makes the offscreen
 buffer, as troupe's Model::Load does) and with shadows and reflections off
 (render_flag_overrides); every other scene flag at MuJoCo's defaults in both.
+Mesa's llvmpipe rasterizes on the calling thread (LP_NUM_THREADS=0), as
+troupe's renderer sets it unless the user did (envs/renderer.cc): the two
+sides' renderers use the same threads.
 dm_control's physics.render makes a Camera (an mjvScene) per call, as its
 pixels wrapper does: that cost is dm_control's, and stays in."""
 import os
@@ -17,6 +20,7 @@ import sys
 import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("LP_NUM_THREADS", "0")
 import numpy as np  # noqa: E402
 from dm_control import suite  # noqa: E402
 
