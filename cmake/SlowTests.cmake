@@ -15,6 +15,7 @@ set(TROUPE_SLOW_TESTS
   "D4pgAgentTest.PixelUpdatesOnTheStrictDeviceEndInTheCpusStateBitForBit"
   "D4pgAgentTest.LearnsAContextualBanditFromPixels"
   "D4pgAgentTest.LearnsAContextualBandit"
+  "D4pgDeviceFramesTest.AStartedInputMakesTheNextCallsFirstExecutionBetweenCalls"
   "AppoAgentTest.LearnsAContextualBanditFromPixels"
   "*EndToEndTest.*"
   "ExperimentFuzzTest.*"
