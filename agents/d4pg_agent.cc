@@ -1054,7 +1054,7 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
     r.late_counted = passes;
   }
   for (int64_t j = 0; j < n; ++j) {
-    const float* host = r.readout.data() + j * (2 * rows + 1);
+    const float* host = r.readout.data() + r.in[j].readout.offset;  // (update j's slice, as Update placed it)
     double loss_sum = 0, q_sum = 0;
     for (int64_t b = 0; b < rows; ++b) {
       r.item_loss.push_back(host[2 * b]);
