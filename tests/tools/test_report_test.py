@@ -3,11 +3,12 @@ skipped for a failed fetch fails the report while PyPI answers (named) and
 not while it is silent; an allowed reason passes and is listed; a script's
 exit-77 skip is found through ctest's skip list, a passing script's partial
 "skipped:" line is not a skip; GanReferenceTest must run where libtorch-dev
-is installed; the fast tier fails on a slow case and a long total, and is
-checked only on a run of all its cases in a Release build; a log written over
-during the run is an error. PyPI and dpkg are never asked (--pypi,
---installed); one case asks the real ctest for the labels and leaves the
-build folder's LastTest.log as it was."""
+is installed; the fast tier fails on a slow case (slow alone too: one slow
+only beside others is a busy machine) and a long total, and is checked only
+on a run of all its cases in a Release build; a log written over during the
+run is an error. PyPI and dpkg are never asked (--pypi, --installed); two
+cases ask the real ctest (for the labels; for a case's time alone) and leave
+the build folder's LastTest.log as it was."""
 import contextlib
 import importlib.util
 import io
@@ -200,10 +201,21 @@ class TestReportTest(unittest.TestCase):
         run.case("A.slow", ["fast", "strict_device"], seconds=3.5)
         run.case("E2e.long", [], seconds=400.0)
         run.write()
-        code, out = run.report()
+        asked = []
+        def alone(build_dir, index, timeout):
+            asked.append(index)
+            return 3.2, ""
+        with mock.patch.object(REPORT, "seconds_alone", alone):
+            code, out = run.report()
         self.assertEqual(code, 1, out)
-        self.assertIn("fast tier: A.slow took 3.50 s, over 3 s", out)
+        self.assertIn("fast tier: A.slow took 3.50 s, over 3 s (3.20 s alone)", out)
         self.assertNotIn("A.quick took", out)
+        self.assertEqual(asked, [2])  # ctest's number of A.slow, and only it
+
+        with mock.patch.object(REPORT, "seconds_alone", lambda *a, **k: (None, "did not end within 60 s")):
+            code, out = run.report()
+        self.assertEqual(code, 1, out)
+        self.assertIn("A.slow took 3.50 s, over 3 s (no time alone: did not end within 60 s)", out)
 
         run = Run(os.path.join(self.top, "total"))
         for i in range(50):
@@ -212,6 +224,16 @@ class TestReportTest(unittest.TestCase):
         code, out = run.report()
         self.assertEqual(code, 1, out)
         self.assertIn("fast tier: its 50 cases took 125.0 s in all, over 120 s", out)
+
+    def test_a_case_slow_only_beside_others_is_a_busy_machine_not_a_violation(self):
+        run = Run(self.top)
+        run.case("A.quick", ["fast"], seconds=0.5)
+        run.case("A.stalled", ["fast"], seconds=3.31)
+        run.write()
+        with mock.patch.object(REPORT, "seconds_alone", lambda *a, **k: (0.05, "")):
+            code, out = run.report()
+        self.assertEqual(code, 0, out)
+        self.assertIn("fast tier: A.stalled took 3.31 s in this run and 0.05 s alone: the machine was busy", out)
 
     def test_the_fast_tier_is_checked_on_a_run_of_all_its_cases_in_a_release_build(self):
         run = Run(self.top)
@@ -275,6 +297,27 @@ class TestReportTest(unittest.TestCase):
                                 capture_output=True, text=True)
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
         self.assertIn(f"{name} (pjrt) skipped while PyPI answers", result.stdout)
+        with open(log) as f:
+            self.assertEqual(f.read(), before)
+
+    def test_a_case_alone_is_timed_by_ctest_leaving_the_build_folders_log_alone(self):
+        if shutil.which("ctest") is None:
+            self.skipTest("no ctest")
+        run = Run(self.top)
+        run.case("A.sleeps", ["fast"])
+        run.write()
+        with open(os.path.join(run.dir, "CTestTestfile.cmake"), "w") as f:
+            f.write('add_test(A.sleeps "/bin/sleep" "0.3")\nadd_test(A.fails "/bin/false")\n'
+                    'add_test(A.hangs "/bin/sleep" "30")\n')
+        log = os.path.join(run.temporary, "LastTest.log")
+        with open(log) as f:
+            before = f.read()
+        seconds, why = REPORT.seconds_alone(run.dir, 1, timeout=20)
+        self.assertEqual(why, "")
+        self.assertGreaterEqual(seconds, 0.25)
+        self.assertLess(seconds, 5)
+        self.assertEqual(REPORT.seconds_alone(run.dir, 2, timeout=20), (None, "it did not pass alone (Failed)"))
+        self.assertEqual(REPORT.seconds_alone(run.dir, 3, timeout=1), (None, "did not end within 1 s"))
         with open(log) as f:
             self.assertEqual(f.read(), before)
 
