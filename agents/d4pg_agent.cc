@@ -1300,6 +1300,7 @@ DeviceFrameStats D4pgAgent::frame_stats() const {
     sum.resolved += s.resolved;
     sum.slots = std::max(sum.slots, s.slots);
     sum.grown += s.grown;
+    sum.scatters += s.scatters;
   }
   return sum;
 }

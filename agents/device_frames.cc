@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/fnv1a.h"
 #include "common/status_macros.h"
 
 namespace troupe::agents {
@@ -197,14 +199,15 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
   const int64_t n = static_cast<int64_t>(new_frames_.size());
   if (n > 0) {
     const int64_t bucket = Bucket(n);
-    staged.rows.resize(static_cast<size_t>(bucket * row_words_));
+    staged.words.resize(static_cast<size_t>(bucket * (row_words_ + 1)));
     decoder.BeginBatch();
     for (int64_t k = 0; k < n; ++k) {
       absl::Status status =
-          decoder.DecodeInBatch(*new_frames_[k], reinterpret_cast<uint8_t*>(staged.rows.data() + k * row_words_));
+          decoder.DecodeInBatch(*new_frames_[k], reinterpret_cast<uint8_t*>(staged.words.data() + k * row_words_));
       if (!status.ok()) return fail(std::move(status));
     }
-    staged.slots.resize(static_cast<size_t>(bucket), -1);  // (the spare's index is Upload's to say)
+    // The slots after the rows (the padding's, the spare's index, is Upload's to say).
+    std::copy(staged.slots.begin(), staged.slots.end(), staged.words.begin() + bucket * row_words_);
   }
   staged.frames = n;
   absl::MutexLock lock(&mu_);
@@ -249,22 +252,24 @@ void DeviceFrameTable::Upload() {
   // batch names is below them (a Prepare grows before it stages).
   if (const int64_t slots = slots_now_; device_slots_ < slots) GrowDeviceTable(slots);
   if (have && staged.frames > 0) {
-    const int64_t n = staged.frames, bucket = static_cast<int64_t>(staged.slots.size());
-    std::fill(staged.slots.begin() + n, staged.slots.end(), static_cast<int32_t>(device_slots_));
-    // One upload of the rows, one of their slots, one scatter into the table.
-    Staging& staging = staging_[bucket];
-    if (staging.rows.empty()) {
-      staging.rows = nn::DeviceBuffer(*backend_, bucket * row_words_);
-      staging.slots = nn::DeviceBuffer(*backend_, bucket);
-    }
-    const size_t row_bytes = sizeof(uint32_t) * static_cast<size_t>(bucket * row_words_);
-    const size_t slot_bytes = sizeof(int32_t) * static_cast<size_t>(bucket);
-    backend_->Upload(staged.rows.data(), staging.rows.data(), row_bytes);
-    backend_->Upload(staged.slots.data(), staging.slots.data(), slot_bytes);
-    backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
-                          reinterpret_cast<const int32_t*>(staging.slots.data()), staging.rows.data());
+    const int64_t n = staged.frames, bucket = static_cast<int64_t>(staged.words.size()) / (row_words_ + 1);
+    const auto slots = staged.words.begin() + bucket * row_words_;
+    std::fill(slots + n, slots + bucket, static_cast<uint32_t>(device_slots_));
+    // One upload of the rows and their slots, one scatter into the table: a
+    // step of its own (replayed where the backend replays: the same buffers
+    // for a bucket and table size).
+    nn::DeviceBuffer& staging = staging_[bucket];
+    if (staging.empty()) staging = nn::DeviceBuffer(*backend_, bucket * (row_words_ + 1));
+    const size_t bytes = sizeof(uint32_t) * staged.words.size();
+    backend_->Upload(staged.words.data(), staging.data(), bytes);
+    const std::string shape = absl::StrCat("frame table scatter,", device_slots_, ",", row_words_, ",", bucket);
+    backend_->RunStep(Fnv1a64(shape.data(), shape.size()), [&] {
+      backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
+                            reinterpret_cast<const int32_t*>(staging.data() + bucket * row_words_), staging.data());
+    });
     frames_uploaded_ += n;
-    bytes_uploaded_ += static_cast<int64_t>(row_bytes + slot_bytes);
+    bytes_uploaded_ += static_cast<int64_t>(bytes);
+    ++scatters_;
   }
   if (have) {
     absl::MutexLock lock(&mu_);
@@ -274,7 +279,7 @@ void DeviceFrameTable::Upload() {
 
 DeviceFrameStats DeviceFrameTable::stats() const {
   return {.frames_uploaded = frames_uploaded_, .bytes_uploaded = bytes_uploaded_, .replaced = replaced_,
-          .resolved = resolved_, .slots = slots_now_, .grown = grown_};
+          .resolved = resolved_, .slots = slots_now_, .grown = grown_, .scatters = scatters_};
 }
 
 void DeviceFrameTable::Gather(int64_t count, const int32_t* device_slots, uint8_t* out) {

@@ -72,6 +72,7 @@ struct DeviceFrameStats {
   int64_t resolved = 0;         // frames looked up by Resolve (a batch's, repeats included)
   int64_t slots = 0;            // the table's slots now (grown on demand up to its max_slots)
   int64_t grown = 0;            // times the table grew
+  int64_t scatters = 0;         // uploads that sent frames (each one scatter into the table, a step)
 };
 
 class DeviceFrameTable {
@@ -95,9 +96,9 @@ class DeviceFrameTable {
 
   // Makes every frame in `frames` resident and writes its slot to
   // (*slots)[i] (resized). Frames not resident are decoded with `decoder`
-  // and uploaded with one Upload and one ScatterRows (after growing the
-  // table when it had to: one allocation and a copy on the device); call it
-  // outside a step.
+  // and uploaded with one Upload and one ScatterRows, a step the backend
+  // replays (after growing the table when it had to: one allocation and a
+  // copy on the device); call it outside a step.
   // DataLoss if a frame does not decode (nothing is then half written: the
   // slots given to the batch's new frames are free again); InvalidArgument
   // for a frame of the wrong size or a batch with more distinct frames than
@@ -169,10 +170,12 @@ class DeviceFrameTable {
   int64_t Sweep();
   // Empties slot `s` (its frame no longer found there).
   void Clear(int32_t s);
-  // One Prepare's new frames, decoded, and their slots: `bucket` rows and
-  // slots, the rows past `frames` padding (sent to the spare slot).
+  // One Prepare's new frames, decoded, and their slots: `words` holds
+  // `bucket` rows and then `bucket` slots (int32), one upload; the rows past
+  // `frames` are padding, sent to the spare slot (Upload writes its index).
+  // `slots` keeps the new frames' slots for the host's bookkeeping.
   struct Staged {
-    std::vector<uint32_t> rows;
+    std::vector<uint32_t> words;
     std::vector<int32_t> slots;
     int64_t frames = 0;
   };
@@ -200,17 +203,14 @@ class DeviceFrameTable {
   uint64_t batch_ = 0;   // Resolve calls so far
   int batches_in_flight_ = 1;
   uint64_t swept_ = 0;   // the Resolve that last swept
-  // Prepare's new frames; per bucket size the device buffers an upload
-  // goes to (uploaded whole; the device's thread).
+  // Prepare's new frames; per bucket size the device buffer an upload goes
+  // to (a Staged's words, uploaded whole; the device's thread).
   std::vector<const replay::Frame*> new_frames_;
-  struct Staging {
-    nn::DeviceBuffer rows, slots;
-  };
-  std::map<int64_t, Staging> staging_;
+  std::map<int64_t, nn::DeviceBuffer> staging_;
   // DeviceFrameStats's counters, each atomic (read by stats() from any thread;
   // slots_now_ also by Upload).
   std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0, slots_now_ = 0,
-                       grown_ = 0;
+                       grown_ = 0, scatters_ = 0;
 };
 
 // Each replica's device frame table for `config`

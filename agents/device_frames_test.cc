@@ -215,6 +215,9 @@ TEST(DeviceFrameTableTest, GatheredBatchesEqualHostAssembledOnesOnPjrt) {
   std::set<uint64_t> seen;
   auto frames = CheckRounds(**backend, /*slots=*/80, "max_size: 30", /*rounds=*/12, &seen);
   EXPECT_EQ(frames->stats().frames_uploaded, static_cast<int64_t>(seen.size()));
+  // Each upload's scatter is a step: recorded twice per bucket and table
+  // size, replayed after that (no program written or looked up).
+  EXPECT_GT((*backend)->stats().step_replays, 0);
 #else
   GTEST_SKIP() << "built without the PJRT backend";
 #endif

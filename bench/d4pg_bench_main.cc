@@ -286,6 +286,7 @@ int main(int argc, char** argv) {
 #ifdef TROUPE_HAVE_PJRT
   const auto* pjrt_backend = dynamic_cast<const pjrt::PjrtBackend*>((*replicator)->backend(0).get());
   const pjrt::PjrtStats warm = pjrt_backend != nullptr ? pjrt_backend->stats() : pjrt::PjrtStats{};
+  const int64_t warm_scatters = (*agent)->frame_stats().scatters;
 #endif
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = bench::ThreadCpuSeconds();
@@ -307,6 +308,8 @@ int main(int argc, char** argv) {
     const pjrt::PjrtStats& stats = pjrt_backend->stats();
     if (stats.steps > warm.steps) {
       const double steps = updates;  // per update (an execution runs per_execution of them)
+      // The frame table's uploads are steps too (a scatter each), counted apart.
+      const double scatters = static_cast<double>((*agent)->frame_stats().scatters - warm_scatters);
       // Host time: the timed updates' wall time but the executions' (what
       // the host waits for) and, with --replay, the waits for input:
       // sampling, uploads, recording or binding, readouts.
@@ -319,11 +322,12 @@ int main(int argc, char** argv) {
         std::printf("pjrt: the learner's thread used %.3f ms of CPU per update\n", 1e3 * learner_cpu / steps);
       }
       std::printf(
-          "pjrt: %.2f program executions per update, %.0f%% of executions replayed, %.3f ms of host time per update "
+          "pjrt: %.2f program executions per update (and %.2f frame table scatters), %.0f%% of the steps "
+          "replayed, %.3f ms of host time per update "
           "outside the executions (%.3f ms recording, %.3f ms binding a replay), compiled in %.1f s\n"
           "pjrt: epilogue %s: the host waited %.3f ms per update for results, the device idled %.3f ms per update "
           "between executions (%lld of %lld replays launched onto an idle device)\n",
-          (stats.step_launches - warm.step_launches) / steps,
+          (stats.step_launches - warm.step_launches - scatters) / steps, scatters / steps,
           100.0 * static_cast<double>(stats.step_replays - warm.step_replays) /
               static_cast<double>(stats.steps - warm.steps),
           1e3 * (s - waited - input_wait * updates) / steps, 1e3 * (stats.step_host_seconds - warm.step_host_seconds) / steps,
