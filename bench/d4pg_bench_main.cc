@@ -6,7 +6,8 @@
 // pjrt (one compiled program per update) or pjrt-kernels (kernel at a time),
 // both through the plugin $TROUPE_PJRT_PLUGIN names; pjrt also prints the
 // executions per update, the host's milliseconds per update (wall time
-// outside the waits, and the learner thread's CPU time) and the compile time,
+// outside the waits, and the learner thread's CPU time, split into the
+// plugin's calls and troupe's own: pjrt::CountPluginCpu) and the compile time,
 // and what the host waited for results and the device idled between executions
 // (--no-overlap: each execution's epilogue before the next is launched).
 // Each update uploads its batch (uint8 pixels) as the learner does.
@@ -287,11 +288,18 @@ int main(int argc, char** argv) {
   const auto* pjrt_backend = dynamic_cast<const pjrt::PjrtBackend*>((*replicator)->backend(0).get());
   const pjrt::PjrtStats warm = pjrt_backend != nullptr ? pjrt_backend->stats() : pjrt::PjrtStats{};
   const int64_t warm_scatters = (*agent)->frame_stats().scatters;
+  // The learner thread's CPU inside the plugin's calls, apart from troupe's own.
+  pjrt::CountPluginCpu(pjrt_backend != nullptr);
+  const double plugin_cpu_start = pjrt::PluginCpuSecondsOfThisThread();
 #endif
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = bench::ThreadCpuSeconds();
   TROUPE_CHECK(train(updates).ok());
   const double learner_cpu = bench::ThreadCpuSeconds() - cpu_start;
+#ifdef TROUPE_HAVE_PJRT
+  const double plugin_cpu = pjrt::PluginCpuSecondsOfThisThread() - plugin_cpu_start;
+  pjrt::CountPluginCpu(false);
+#endif
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double input_wait = replay_held > 0 ? (*agent)->metrics().input_wait_s : 0.0;  // mean per update
   if (replay_held > 0) (*agent)->StopInput();
@@ -319,7 +327,9 @@ int main(int argc, char** argv) {
       // device or the input, and time the OS gave the plugin's threads
       // instead, not counted), where the one replica runs on this thread.
       if ((*replicator)->local_replicas().size() == 1) {
-        std::printf("pjrt: the learner's thread used %.3f ms of CPU per update\n", 1e3 * learner_cpu / steps);
+        std::printf("pjrt: the learner's thread used %.3f ms of CPU per update: %.3f ms in the plugin's calls "
+                    "(copies, executions, reads, destroys), %.3f ms troupe's own\n",
+                    1e3 * learner_cpu / steps, 1e3 * plugin_cpu / steps, 1e3 * (learner_cpu - plugin_cpu) / steps);
       }
       std::printf(
           "pjrt: %.2f program executions per update (and %.2f frame table scatters), %.0f%% of the steps "

@@ -158,10 +158,11 @@ absl::StatusOr<capi::LoadedExecutable*> PjrtBackend::Executable(ProgramCache::Pr
     return absl::InvalidArgumentError("compiling a step: refused, as a plugin would refuse one (a test's "
                                       "PjrtBackendOptions::refuse_step_programs)");
   }
-  // A step's program is kept on disk too; a kernel's is cheap to compile again.
+  // A step's program is kept on disk too; a kernel's, or a step's of one
+  // kernel (the device frame table's scatter), is cheap to compile again.
   double seconds = 0;
   bool from_cache = false;
-  ASSIGN_OR_RETURN(program.executable, CompileProgram(*client_, step_kernels > 0 ? cache_dir_ : std::string(),
+  ASSIGN_OR_RETURN(program.executable, CompileProgram(*client_, step_kernels > 1 ? cache_dir_ : std::string(),
                                                       program.text, 1, &seconds, &from_cache));
   if (step_kernels > 0) {
     NoteStepCompile(seconds, step_kernels, program.text.size(), from_cache);
@@ -176,7 +177,9 @@ void PjrtBackend::NoteStepCompile(double seconds, int64_t kernels, size_t text_b
   stats_.compile_seconds += seconds;
   ++(from_cache ? stats_.step_cache_loads : stats_.step_compiles);
   if (!from_cache) ++stats_.compiles;
-  // Once per program: a step's shape changes rarely (a new batch size).
+  // Once per program: a step's shape changes rarely (a new batch size). A
+  // step of one kernel is a kernel's compile (milliseconds): not announced.
+  if (kernels <= 1) return;
   const std::string replicas = group_ ? absl::StrCat(" for ", group_->size(), " replicas") : std::string();
   std::fprintf(stderr, "troupe: %s %s a step%s (%lld kernels, %zu KB of StableHLO) in %.2f s\n", name().c_str(),
                from_cache ? "loaded (from the on-disk cache)" : "compiled", replicas.c_str(), static_cast<long long>(kernels),

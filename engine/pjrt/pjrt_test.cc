@@ -206,6 +206,34 @@ TEST(PjrtBackendTest, AnAxpyIsOneProgramOverItsAllocationsWithTheScalarAtRunTime
             "}\n");
 }
 
+// The thread CPU time inside the plugin's calls is counted only while
+// turned on, and only on the thread that made them.
+TEST(PjrtBackendTest, ThePluginsCallsCpuTimeIsCountedWhileTurnedOnOnTheCallingThread) {
+  REQUIRE_PLUGIN();
+  auto backend = PjrtBackend::Create({.plugin = plugin});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  PjrtBackend& b = **backend;
+  const int64_t n = 1 << 22;  // 16 MiB an upload: milliseconds of copying
+  std::vector<float> host(n, 1.0f);
+  float* device = b.AllocateFloats(n);
+  const auto uploads = [&] {
+    for (int i = 0; i < 8; ++i) b.Upload(host.data(), device, sizeof(float) * n);
+  };
+  const double before = PluginCpuSecondsOfThisThread();
+  uploads();
+  EXPECT_EQ(PluginCpuSecondsOfThisThread(), before) << "counted while off";
+  CountPluginCpu(true);
+  uploads();
+  double elsewhere = -1;
+  std::thread([&] { elsewhere = PluginCpuSecondsOfThisThread(); }).join();
+  CountPluginCpu(false);
+  EXPECT_GT(PluginCpuSecondsOfThisThread() - before, 1e-3);  // 128 MiB copied
+  EXPECT_EQ(elsewhere, 0.0) << "another thread's count";
+  const double after = PluginCpuSecondsOfThisThread();
+  uploads();
+  EXPECT_EQ(PluginCpuSecondsOfThisThread(), after);
+}
+
 // --- Kernels against the CPU ------------------------------------------------------------------
 
 // A compiled step takes its per-step scalars (the learning rate, Adam's bias

@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -17,6 +19,35 @@
 
 namespace troupe::pjrt {
 namespace {
+
+std::atomic<bool> count_plugin_cpu{false};
+thread_local double plugin_cpu_seconds = 0;
+thread_local int plugin_call_depth = 0;
+
+double ThreadCpuNow() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Counts a Client call's thread CPU time (CountPluginCpu), once where calls nest.
+class PluginCall {
+ public:
+  PluginCall() {
+    if (!count_plugin_cpu.load(std::memory_order_relaxed)) return;
+    counted_ = true;
+    if (plugin_call_depth++ == 0) began_ = ThreadCpuNow();
+  }
+  ~PluginCall() {
+    if (counted_ && --plugin_call_depth == 0) plugin_cpu_seconds += ThreadCpuNow() - began_;
+  }
+  PluginCall(const PluginCall&) = delete;
+  PluginCall& operator=(const PluginCall&) = delete;
+
+ private:
+  bool counted_ = false;
+  double began_ = 0;
+};
 
 // Zero-initialised argument struct with its struct_size set.
 template <typename Args>
@@ -252,6 +283,7 @@ absl::Status Client::CheckDevice(int device) const {
 }
 
 absl::StatusOr<capi::LoadedExecutable*> Client::Compile(std::string_view mlir, int replicas) {
+  PluginCall counted;
   if (replicas < 1 || replicas > num_devices()) {
     return absl::OutOfRangeError(absl::StrCat("a program for ", replicas, " replicas: the plugin has ", num_devices(),
                                               " device(s) (", platform_, ")"));
@@ -275,6 +307,7 @@ absl::StatusOr<capi::LoadedExecutable*> Client::Compile(std::string_view mlir, i
 }
 
 void Client::Destroy(capi::LoadedExecutable* executable) {
+  PluginCall counted;
   if (executable == nullptr) return;
   auto args = Make<capi::LoadedExecutableDestroyArgs>();
   args.executable = executable;
@@ -346,6 +379,7 @@ absl::Status AwaitEvent(const Plugin& plugin, capi::Event* event, std::string_vi
 
 absl::StatusOr<capi::Buffer*> Client::BufferFromHost(const void* data, capi::BufferType type,
                                                      std::span<const int64_t> dims, int device) {
+  PluginCall counted;
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   auto args = Make<capi::ClientBufferFromHostBufferArgs>();
   args.client = client_;
@@ -367,6 +401,7 @@ absl::StatusOr<capi::Buffer*> Client::BufferFromHost(const void* data, capi::Buf
 }
 
 absl::Status Client::ToHost(capi::Buffer* buffer, void* host, size_t bytes) {
+  PluginCall counted;
   auto args = Make<capi::BufferToHostBufferArgs>();
   args.src = buffer;
   args.dst = host;
@@ -378,6 +413,7 @@ absl::Status Client::ToHost(capi::Buffer* buffer, void* host, size_t bytes) {
 }
 
 absl::Status Client::Await(capi::Buffer* buffer) {
+  PluginCall counted;
   auto args = Make<capi::BufferReadyEventArgs>();
   args.buffer = buffer;
   if (absl::Status s = plugin_->ToStatus(plugin_->api().Buffer_ReadyEvent(&args), "waiting"); !s.ok()) return s;
@@ -385,6 +421,7 @@ absl::Status Client::Await(capi::Buffer* buffer) {
 }
 
 absl::StatusOr<capi::Event*> Client::WhenReady(capi::Buffer* buffer, std::function<void()> then) {
+  PluginCall counted;
   auto ready = Make<capi::BufferReadyEventArgs>();
   ready.buffer = buffer;
   if (absl::Status s = plugin_->ToStatus(plugin_->api().Buffer_ReadyEvent(&ready), "waiting"); !s.ok()) return s;
@@ -409,9 +446,13 @@ absl::StatusOr<capi::Event*> Client::WhenReady(capi::Buffer* buffer, std::functi
   return ready.event;
 }
 
-void Client::Destroy(capi::Event* event) { DestroyEvent(*plugin_, event); }
+void Client::Destroy(capi::Event* event) {
+  PluginCall counted;
+  DestroyEvent(*plugin_, event);
+}
 
 void Client::Destroy(capi::Buffer* buffer) {
+  PluginCall counted;
   if (buffer == nullptr) return;
   auto args = Make<capi::BufferDestroyArgs>();
   args.buffer = buffer;
@@ -420,6 +461,7 @@ void Client::Destroy(capi::Buffer* buffer) {
 
 absl::Status Client::Execute(capi::LoadedExecutable* executable, std::span<capi::Buffer* const> args,
                              std::span<capi::Buffer*> outputs, int device) {
+  PluginCall counted;
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
   auto options = Make<capi::ExecuteOptions>();
   capi::Buffer* const* argument_list = args.data();
@@ -438,6 +480,7 @@ absl::Status Client::Execute(capi::LoadedExecutable* executable, std::span<capi:
 absl::Status Client::ExecuteReplicated(capi::LoadedExecutable* executable,
                                        const std::vector<std::vector<capi::Buffer*>>& args,
                                        std::vector<std::vector<capi::Buffer*>>& outputs) {
+  PluginCall counted;
   if (args.size() != outputs.size() || args.empty()) {
     return absl::InvalidArgumentError("ExecuteReplicated: one argument list and one output list per replica");
   }
@@ -459,5 +502,9 @@ absl::Status Client::ExecuteReplicated(capi::LoadedExecutable* executable,
   execute.execute_device = nullptr;  // the devices of the program's assignment, replica r on device r
   return plugin_->ToStatus(plugin_->api().LoadedExecutable_Execute(&execute), "executing on every replica");
 }
+
+void CountPluginCpu(bool on) { count_plugin_cpu.store(on, std::memory_order_relaxed); }
+
+double PluginCpuSecondsOfThisThread() { return plugin_cpu_seconds; }
 
 }  // namespace troupe::pjrt

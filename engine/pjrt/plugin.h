@@ -62,6 +62,14 @@ struct ClientOptions {
   float memory_fraction = 0;
 };
 
+// The calling thread's CPU time inside a Client's calls into the plugin
+// (copies, executions, reads, destroys), counted while turned on: what a
+// benchmark splits the learner thread's host time by, the plugin's work (on
+// the CPU plugin, its allocations and copies, and whatever of a program it
+// runs on the caller) against troupe's own. Off by default (no clock read).
+void CountPluginCpu(bool on);
+double PluginCpuSecondsOfThisThread();
+
 class Client {
  public:
   // The client of the plugin at `plugin_path`, made on the first call with

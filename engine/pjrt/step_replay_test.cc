@@ -157,7 +157,7 @@ TEST(StepReplayTest, LateReadsLandAfterTheNextStepIsLaunchedInOrderAndUnchanged)
 }
 
 // The device's idle time: replays whose host part sleeps 30 ms after the
-// step before ended are counted idle at least that long each; the steps
+// step before ended are counted idle about that long each; the steps
 // recorded are not counted (their program runs to its end before RunStep
 // returns, so nothing is watched).
 TEST(StepReplayTest, TheDeviceIdleTimeIsTheHostsGapBetweenReplays) {
@@ -173,7 +173,10 @@ TEST(StepReplayTest, TheDeviceIdleTimeIsTheHostsGapBetweenReplays) {
   // Replays 3..8 (6), each after a gap; the first replay follows a recording.
   EXPECT_EQ(pjrt->stats().step_replays, 6);
   EXPECT_EQ(pjrt->stats().idle_launches, 5);
-  EXPECT_GE(pjrt->device_idle_seconds(), 5 * std::chrono::duration<double>(kGap).count());
+  // An execution's end is stamped by the plugin's callback, on its own
+  // thread: on a loaded machine that may run a few ms after the read
+  // returned and the gap began, so each gap counts at least most of it.
+  EXPECT_GE(pjrt->device_idle_seconds(), 5 * 0.8 * std::chrono::duration<double>(kGap).count());
   EXPECT_LT(pjrt->device_idle_seconds(), 5 * 10 * std::chrono::duration<double>(kGap).count());
 }
 
