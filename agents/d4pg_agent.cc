@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "agents/augment.h"
 #include "agents/categorical.h"
-#include "common/fnv1a.h"
+#include "agents/step_signature.h"
 #include "common/limits.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
@@ -995,8 +995,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // in order, recorded once and replayed where the backend can (what its
   // program depends on besides device memory is in the signature); each
   // execution's one read lands in its readout when it ends.
-  const std::string shape = absl::StrCat(rows, ",", ctx.num_replicas(), ",", gathered, ",", weighted, ",", n);
-  const uint64_t signature = Fnv1a64(shape.data(), shape.size());
+  const uint64_t signature = StepSignature(StepKind::kD4pgUpdate, {rows, ctx.num_replicas(), gathered, weighted, n});
   absl::Status stepped;
   // Its readouts land later (nn::Backend's late reads): the host reads them
   // while the next execution runs.

@@ -5,12 +5,11 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/fnv1a.h"
+#include "agents/step_signature.h"
 #include "common/status_macros.h"
 
 namespace troupe::agents {
@@ -262,8 +261,7 @@ void DeviceFrameTable::Upload() {
     if (staging.empty()) staging = nn::DeviceBuffer(*backend_, bucket * (row_words_ + 1));
     const size_t bytes = sizeof(uint32_t) * staged.words.size();
     backend_->Upload(staged.words.data(), staging.data(), bytes);
-    const std::string shape = absl::StrCat("frame table scatter,", device_slots_, ",", row_words_, ",", bucket);
-    backend_->RunStep(Fnv1a64(shape.data(), shape.size()), [&] {
+    backend_->RunStep(StepSignature(StepKind::kFrameScatter, {device_slots_, row_words_, bucket}), [&] {
       backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
                             reinterpret_cast<const int32_t*>(staging.data() + bucket * row_words_), staging.data());
     });
