@@ -1,6 +1,7 @@
 // The signatures of the agents' steps (nn::Backend::RunStep: a step's
 // signature names everything its program depends on besides device memory).
-#pragma once
+#ifndef TROUPE_AGENTS_STEP_SIGNATURE_H_
+#define TROUPE_AGENTS_STEP_SIGNATURE_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -21,3 +22,5 @@ inline uint64_t StepSignature(StepKind kind, std::initializer_list<int64_t> numb
 }
 
 }  // namespace troupe::agents
+
+#endif  // TROUPE_AGENTS_STEP_SIGNATURE_H_
