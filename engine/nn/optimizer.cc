@@ -76,11 +76,15 @@ Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options, int64_t 
   v_ = Zeroed(*backend, part_floats);
 }
 
+std::array<float, 3> Adam::Hyper(float learning_rate, int64_t step) const {
+  return {learning_rate, 1.0f - static_cast<float>(std::pow(options_.beta1, step)),
+          1.0f - static_cast<float>(std::pow(options_.beta2, step))};
+}
+
 void Adam::Prepare(float learning_rate) {
   ++steps_;
   Prepared p;
-  p.hyper = {learning_rate, 1.0f - static_cast<float>(std::pow(options_.beta1, steps_)),
-             1.0f - static_cast<float>(std::pow(options_.beta2, steps_))};
+  p.hyper = Hyper(learning_rate, steps_);
   p.on_device = backend_->replays_steps() && !backend_->in_step();
   // A new step's first update: the last step ran (its Applies, or a replay
   // of them that called none), or every update prepared was applied.
@@ -92,8 +96,22 @@ void Adam::Prepare(float learning_rate) {
   const size_t slot = prepared_.size();
   prepared_.push_back(p);
   if (!p.on_device) return;
-  while (hyper_.size() <= slot) hyper_.emplace_back(*backend_, 3);
-  backend_->Upload(p.hyper.data(), hyper_[slot].data(), sizeof(p.hyper));
+  // One upload a step: its first update uploads every slot's values as the
+  // step's later updates will have them (the same rate, the next steps);
+  // a later update whose values differ (another rate), or a slot beyond the
+  // buffer (a step of more updates than before: it grows), uploads again.
+  const auto at = [this](size_t k) { return hyper_host_.begin() + static_cast<std::ptrdiff_t>(3 * k); };
+  if (slot < hyper_slots_ && slot > 0 && std::equal(p.hyper.begin(), p.hyper.end(), at(slot))) return;
+  if (slot >= hyper_slots_) {
+    hyper_slots_ = slot + 1;
+    hyper_ = DeviceBuffer(*backend_, static_cast<int64_t>(3 * hyper_slots_));
+    hyper_host_.resize(3 * hyper_slots_);
+  }
+  for (size_t k = slot; k < hyper_slots_; ++k) {
+    const std::array<float, 3> values = Hyper(learning_rate, steps_ + static_cast<int64_t>(k - slot));
+    std::copy(values.begin(), values.end(), at(k));
+  }
+  backend_->Upload(hyper_host_.data(), hyper_.data(), sizeof(float) * hyper_host_.size());
 }
 
 void Adam::Apply() {
@@ -101,7 +119,7 @@ void Adam::Apply() {
   const size_t slot = applied_++;
   const Prepared& p = prepared_[slot];
   if (p.on_device) {
-    backend_->AdamUpdateFromDevice(m_.size(), hyper_[slot].data(), options_.beta1, options_.beta2, options_.eps,
+    backend_->AdamUpdateFromDevice(m_.size(), hyper_.data() + 3 * slot, options_.beta1, options_.beta2, options_.eps,
                                    options_.weight_decay, params_->device_grads() + part_begin_,
                                    params_->device_values() + part_begin_, m_.data(), v_.data());
     return;

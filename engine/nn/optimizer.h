@@ -123,6 +123,8 @@ class Adam final : public Optimizer {
   int64_t state_floats() const { return m_.size() + v_.size(); }
 
  private:
+  // Update `step`'s lr, c1, c2 (the bias corrections 1 - beta^step).
+  std::array<float, 3> Hyper(float learning_rate, int64_t step) const;
   ParameterSet* params_;
   Backend* backend_;
   AdamOptions options_;
@@ -136,7 +138,11 @@ class Adam final : public Optimizer {
     bool on_device = false;
   };
   std::vector<Prepared> prepared_;
-  std::vector<DeviceBuffer> hyper_;  // slot k's lr, c1, c2 on the device
+  // Slot k's lr, c1, c2 at floats [3k, 3k + 3) on the device, uploaded
+  // whole from hyper_host_ (Prepare: once a step where the rate holds).
+  DeviceBuffer hyper_;
+  std::vector<float> hyper_host_;
+  size_t hyper_slots_ = 0;
   size_t applied_ = 0;               // slots of prepared_ applied so far
   uint64_t prepared_for_ = 0;        // the backend's steps_begun() when prepared_ began
 };

@@ -295,6 +295,7 @@ Transfer TransferOf(const char* what, int64_t offset, size_t bytes, size_t alloc
 
 void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
   if (bytes == 0) return;
+  ++stats_.uploads;
   int64_t offset = 0;
   DeviceMemory::Allocation* a = memory_.Find(device, &offset).second;
   const Transfer t = TransferOf("Upload", offset, bytes, a->bytes, a->words);

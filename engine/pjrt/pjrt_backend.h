@@ -122,6 +122,7 @@ struct PjrtStats {
   int64_t programs_printed = 0;  // program texts written: once each, a program met again is found by its fingerprint
   int64_t step_fallbacks = 0;    // steps the plugin refused, run again kernel at a time (0 or 1)
   int64_t step_replays = 0;      // RunStep calls that executed a recorded program without recording
+  int64_t uploads = 0;           // Upload calls (host to device copies)
   int64_t replay_checks = 0;     // recordings made to check a replay (check_replay_every)
   double compile_seconds = 0.0;
   // Host time of compiled steps before their execution: recording the

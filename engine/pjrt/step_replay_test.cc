@@ -156,6 +156,51 @@ TEST(StepReplayTest, LateReadsLandAfterTheNextStepIsLaunchedInOrderAndUnchanged)
   EXPECT_EQ(late->stats().step_replays, 28);
 }
 
+// Adam's per-update values go up once a step of several updates: the first
+// update's Prepare uploads every slot's (the same rate, the next steps);
+// only a slot whose rate differs, or one beyond the buffer, uploads again.
+// The parameters end as a CPU backend's given the same updates.
+TEST(StepReplayTest, AdamUploadsItsValuesOnceAStepWhileTheRateHolds) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  nn::CpuBackend cpu(1);
+  Model a(*pjrt, 16, 8), b(cpu, 16, 8);
+  constexpr int kPerStep = 4;
+  const auto step = [&](Model& m, const std::vector<float>& rates) {
+    m.x.Upload(nn::RandomVector(m.batch * m.inputs, 7));
+    m.y.Upload(nn::RandomVector(m.batch, 8));
+    for (float rate : rates) m.adam->Prepare(rate);
+    nn::StepScope scope(m.backend);
+    for (size_t u = 0; u < rates.size(); ++u) {
+      m.tape.Reset();
+      m.params.ZeroGrad();
+      const nn::Var loss = nn::MeanSquaredError(
+          m.mlp(m.tape, m.params, m.tape.Constant(m.x.data(), {m.batch, m.inputs})),
+          m.tape.Constant(m.y.data(), {m.batch, 1}));
+      m.tape.Backward(loss);
+      m.adam->Apply();
+    }
+  };
+  const std::vector<std::vector<float>> steps = {
+      {1e-3f, 1e-3f, 1e-3f, 1e-3f},  // the first: the buffer grows to 4 slots (4 uploads)
+      {1e-3f, 1e-3f, 1e-3f, 1e-3f},  // 1
+      {1e-3f, 1e-3f, 2e-3f, 2e-3f},  // 2: the rate changes at slot 2
+      {2e-3f, 2e-3f, 2e-3f, 2e-3f},  // 1
+  };
+  const std::vector<int64_t> expected = {4, 1, 2, 1};
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const int64_t before = pjrt->stats().uploads;
+    step(a, steps[s]);
+    EXPECT_EQ(pjrt->stats().uploads - before, 2 + expected[s]) << "step " << s << " (2: its batch)";
+    step(b, steps[s]);
+  }
+  ASSERT_EQ(a.adam->steps(), kPerStep * 4);
+  const std::vector<float> got = a.Values(), want = b.Values();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "parameter " << i;
+}
+
 // The device's idle time: replays whose host part sleeps 30 ms after the
 // step before ended are counted idle about that long each; the steps
 // recorded are not counted (their program runs to its end before RunStep
