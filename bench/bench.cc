@@ -121,8 +121,6 @@ double MeasureRate(double seconds, const std::function<void(long iterations)>& b
   return Measure(CLOCK_MONOTONIC, seconds, body);
 }
 
-double ThreadCpuSeconds() { return Now(CLOCK_THREAD_CPUTIME_ID); }
-
 Side LoopSide(Loop loop, Clock clock, double scale) {
   const clockid_t clock_id = clock == Clock::kThreadCpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
   return [loop = std::move(loop), clock_id, scale, chunk = 1L](const Round& round) mutable -> absl::StatusOr<double> {

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "bench/peers.h"  // RunCommand, CompileLibtorchPeer
 #include "bench/protocol.h"  // CompareAlternated, Comparison
+#include "common/cpu_time.h"
 
 namespace troupe::bench {
 
@@ -114,11 +115,11 @@ enum class Clock {
 // overshoots by at most about 4%. The loop's error is returned as is.
 Side LoopSide(Loop loop, Clock clock, double scale = 1);
 
-// The calling thread's CPU clock, in seconds. Rates of single-threaded loops
-// (rendering included, with llvmpipe on the calling thread) timed on it hold
-// up on a loaded machine, where wall-clock rates measure the neighbours as
-// much as the code.
-double ThreadCpuSeconds();
+// The calling thread's CPU clock, in seconds (common/cpu_time.h). Rates of
+// single-threaded loops (rendering included, with llvmpipe on the calling
+// thread) timed on it hold up on a loaded machine, where wall-clock rates
+// measure the neighbours as much as the code.
+using troupe::ThreadCpuSeconds;
 
 // `reps` all-reduces of `floats` floats between 2 MPI processes (mpiexec -np
 // 2 of bench/peers/mpi_allreduce.cc): milliseconds each through troupe's MPI

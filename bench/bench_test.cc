@@ -235,7 +235,7 @@ TEST(AddComparisonTest, ThePeersPjrtPluginIsAnAbsolutePathToAFile) {
   std::filesystem::current_path(cwd);
   ASSERT_TRUE(set.ok()) << set;
   EXPECT_EQ(std::string(std::getenv("TROUPE_PJRT_PLUGIN")), std::filesystem::absolute(plugin).string());
-  for (const std::string bad : {std::string(), (std::filesystem::path(dir) / "no_such_plugin.so").string(), dir}) {
+  for (const std::string& bad : {std::string(), (std::filesystem::path(dir) / "no_such_plugin.so").string(), dir}) {
     const absl::Status refused = SetPeersPjrtPlugin(bad);
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(refused.message(), HasSubstr("'" + bad + "' is no file"));

@@ -1,13 +1,12 @@
 #include "bench/protocol.h"
 
-#include <time.h>
-
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/cpu_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -42,27 +41,20 @@ TEST(ProtocolTest, TwoSidesOfKnownRatesGiveTheirRatioExactly) {
   EXPECT_EQ(c->rounds, 5);
 }
 
-// The seconds of CPU time the calling thread has used.
-double ThreadCpu() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 // A timed loop whose units each spin `unit_seconds` of the thread's CPU:
 // rounds of `round.seconds`, its rate timed on the thread's CPU clock (which
 // a loaded machine does not stretch), so its true rate is 1 / unit_seconds.
 Side SpinLoop(double unit_seconds) {
   return [unit_seconds](const Round& round) -> absl::StatusOr<double> {
-    const double start = ThreadCpu();
+    const double start = ThreadCpuSeconds();
     long units = 0;
-    while (ThreadCpu() - start < round.seconds) {
-      const double until = ThreadCpu() + unit_seconds;
-      while (ThreadCpu() < until) {
+    while (ThreadCpuSeconds() - start < round.seconds) {
+      const double until = ThreadCpuSeconds() + unit_seconds;
+      while (ThreadCpuSeconds() < until) {
       }
       ++units;
     }
-    return units / (ThreadCpu() - start);
+    return units / (ThreadCpuSeconds() - start);
   };
 }
 

@@ -101,13 +101,13 @@ void Adam::Prepare(float learning_rate) {
   // a later update whose values differ (another rate), or a slot beyond the
   // buffer (a step of more updates than before: it grows), uploads again.
   const auto at = [this](size_t k) { return hyper_host_.begin() + static_cast<std::ptrdiff_t>(3 * k); };
-  if (slot < hyper_slots_ && slot > 0 && std::equal(p.hyper.begin(), p.hyper.end(), at(slot))) return;
-  if (slot >= hyper_slots_) {
-    hyper_slots_ = slot + 1;
-    hyper_ = DeviceBuffer(*backend_, static_cast<int64_t>(3 * hyper_slots_));
-    hyper_host_.resize(3 * hyper_slots_);
+  const size_t slots = hyper_host_.size() / 3;
+  if (slot > 0 && slot < slots && std::equal(p.hyper.begin(), p.hyper.end(), at(slot))) return;
+  if (slot >= slots) {
+    hyper_host_.resize(3 * (slot + 1));
+    hyper_ = DeviceBuffer(*backend_, static_cast<int64_t>(hyper_host_.size()));
   }
-  for (size_t k = slot; k < hyper_slots_; ++k) {
+  for (size_t k = slot; k < hyper_host_.size() / 3; ++k) {
     const std::array<float, 3> values = Hyper(learning_rate, steps_ + static_cast<int64_t>(k - slot));
     std::copy(values.begin(), values.end(), at(k));
   }

@@ -141,8 +141,7 @@ class Adam final : public Optimizer {
   // Slot k's lr, c1, c2 at floats [3k, 3k + 3) on the device, uploaded
   // whole from hyper_host_ (Prepare: once a step where the rate holds).
   DeviceBuffer hyper_;
-  std::vector<float> hyper_host_;
-  size_t hyper_slots_ = 0;
+  std::vector<float> hyper_host_;  // (its size / 3: the slots the buffer holds)
   size_t applied_ = 0;               // slots of prepared_ applied so far
   uint64_t prepared_for_ = 0;        // the backend's steps_begun() when prepared_ began
 };

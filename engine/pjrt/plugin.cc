@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <atomic>
 #include <cmath>
@@ -16,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/cpu_time.h"
 
 namespace troupe::pjrt {
 namespace {
@@ -24,22 +24,16 @@ std::atomic<bool> count_plugin_cpu{false};
 thread_local double plugin_cpu_seconds = 0;
 thread_local int plugin_call_depth = 0;
 
-double ThreadCpuNow() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Counts a Client call's thread CPU time (CountPluginCpu), once where calls nest.
 class PluginCall {
  public:
   PluginCall() {
     if (!count_plugin_cpu.load(std::memory_order_relaxed)) return;
     counted_ = true;
-    if (plugin_call_depth++ == 0) began_ = ThreadCpuNow();
+    if (plugin_call_depth++ == 0) began_ = ThreadCpuSeconds();
   }
   ~PluginCall() {
-    if (counted_ && --plugin_call_depth == 0) plugin_cpu_seconds += ThreadCpuNow() - began_;
+    if (counted_ && --plugin_call_depth == 0) plugin_cpu_seconds += ThreadCpuSeconds() - began_;
   }
   PluginCall(const PluginCall&) = delete;
   PluginCall& operator=(const PluginCall&) = delete;

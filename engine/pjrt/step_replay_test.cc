@@ -167,20 +167,13 @@ TEST(StepReplayTest, AdamUploadsItsValuesOnceAStepWhileTheRateHolds) {
   nn::CpuBackend cpu(1);
   Model a(*pjrt, 16, 8), b(cpu, 16, 8);
   constexpr int kPerStep = 4;
+  // A step of one batch and rates.size() updates on it: the batch and
+  // every update's Prepare, then every update's device part.
   const auto step = [&](Model& m, const std::vector<float>& rates) {
-    m.x.Upload(nn::RandomVector(m.batch * m.inputs, 7));
-    m.y.Upload(nn::RandomVector(m.batch, 8));
-    for (float rate : rates) m.adam->Prepare(rate);
+    m.Prepare(/*u=*/0, rates[0]);
+    for (size_t u = 1; u < rates.size(); ++u) m.adam->Prepare(rates[u]);
     nn::StepScope scope(m.backend);
-    for (size_t u = 0; u < rates.size(); ++u) {
-      m.tape.Reset();
-      m.params.ZeroGrad();
-      const nn::Var loss = nn::MeanSquaredError(
-          m.mlp(m.tape, m.params, m.tape.Constant(m.x.data(), {m.batch, m.inputs})),
-          m.tape.Constant(m.y.data(), {m.batch, 1}));
-      m.tape.Backward(loss);
-      m.adam->Apply();
-    }
+    for (size_t u = 0; u < rates.size(); ++u) m.DevicePart();
   };
   const std::vector<std::vector<float>> steps = {
       {1e-3f, 1e-3f, 1e-3f, 1e-3f},  // the first: the buffer grows to 4 slots (4 uploads)
