@@ -734,11 +734,11 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
         const int64_t n = std::min(per_execution, num_updates - r.call_updates);
         r.call_updates += n;
         double waited = 0;
+        // The execution's inputs made (one wait for all n: they are made in order).
+        if (r.prefetcher != nullptr && n > 0) RETURN_IF_ERROR(r.prefetcher->Take(r.next_input + n - 1, &waited));
         for (int64_t j = 0; j < n; ++j) {
           const int64_t i = r.next_input++;
-          if (r.prefetcher != nullptr) {
-            RETURN_IF_ERROR(r.prefetcher->Take(i, &waited));
-          } else {
+          if (r.prefetcher == nullptr) {
             const auto start = std::chrono::steady_clock::now();
             RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
             waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

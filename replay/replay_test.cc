@@ -59,6 +59,42 @@ TEST(ReplayTest, StackedPixelEpisodeStoresEachFrameOnceAndSamplesIdenticalBytes)
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(testing::RowMatchesEpisode(batch, i));
 }
 
+TEST(ReplayTest, CheckBatchNamesTheFieldWhoseShapeIsNotTheSignatures) {
+  Signature signature;
+  signature.fields = {{.name = "observation", .dtype = proto::DTYPE_UINT8, .shape = {16, 16, 3}, .frames = 3,
+                       .bytes = 768},
+                      {.name = "reward", .dtype = proto::DTYPE_FLOAT32, .shape = {}, .bytes = 4},
+                      {.name = "action", .dtype = proto::DTYPE_FLOAT32, .shape = {2}, .bytes = 8}};
+  signature.num_frames = 3;
+  for (const bool references : {false, true}) {
+    SampledBatch batch;
+    ShapeBatch(signature, 4, &batch, references);
+    EXPECT_TRUE(CheckBatch(signature, batch, 4, references).ok());
+    EXPECT_FALSE(CheckBatch(signature, batch, 5, references).ok());  // every field's rows
+  }
+  // Each way a field's shape can differ: its rows, its frames, an item
+  // dimension, a dimension more or fewer.
+  const struct {
+    size_t field;
+    std::vector<int64_t> shape;
+    const char* says;
+  } wrong[] = {{0, {5, 3, 16, 16, 3}, "field 0 (observation): got uint8[5,3,16,16,3]"},
+               {0, {4, 2, 16, 16, 3}, "field 0 (observation): got uint8[4,2,16,16,3]"},
+               {0, {4, 3, 16, 8, 3}, "field 0 (observation): got uint8[4,3,16,8,3]"},
+               {0, {4, 16, 16, 3}, "field 0 (observation): got uint8[4,16,16,3]"},
+               {1, {4, 1}, "field 1 (reward): got float32[4,1]"},
+               {2, {4, 3}, "field 2 (action): got float32[4,3]"},
+               {2, {4}, "field 2 (action): got float32[4]"}};
+  for (const auto& w : wrong) {
+    SampledBatch batch;
+    ShapeBatch(signature, 4, &batch);
+    batch.fields[w.field].shape = w.shape;
+    const absl::Status status = CheckBatch(signature, batch, 4, false);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), ::testing::HasSubstr(w.says));
+  }
+}
+
 TEST(ReplayTest, FramesAreFreedWhenNoItemRefersToThem) {
   Embedded e(TestConfig(/*pixels_extra=*/"max_size: 5"));
   auto writer = *e.client->NewWriter({.frame_window = 4});

@@ -83,9 +83,9 @@ std::array<float, 3> Adam::Hyper(float learning_rate, int64_t step) const {
 
 void Adam::Prepare(float learning_rate) {
   ++steps_;
-  Prepared p;
-  p.hyper = Hyper(learning_rate, steps_);
-  p.on_device = backend_->replays_steps() && !backend_->in_step();
+  const Prepared p{.learning_rate = learning_rate,
+                   .step = steps_,
+                   .on_device = backend_->replays_steps() && !backend_->in_step()};
   // A new step's first update: the last step ran (its Applies, or a replay
   // of them that called none), or every update prepared was applied.
   if (backend_->steps_begun() != prepared_for_ || applied_ == prepared_.size()) {
@@ -98,18 +98,19 @@ void Adam::Prepare(float learning_rate) {
   if (!p.on_device) return;
   // One upload a step: its first update uploads every slot's values as the
   // step's later updates will have them (the same rate, the next steps);
-  // a later update whose values differ (another rate), or a slot beyond the
-  // buffer (a step of more updates than before: it grows), uploads again.
-  const auto at = [this](size_t k) { return hyper_host_.begin() + static_cast<std::ptrdiff_t>(3 * k); };
-  const size_t slots = hyper_host_.size() / 3;
-  if (slot > 0 && slot < slots && std::equal(p.hyper.begin(), p.hyper.end(), at(slot))) return;
-  if (slot >= slots) {
+  // a later update of another rate, or a slot beyond the buffer (a step of
+  // more updates than before: it grows), uploads again.
+  if (slot > 0 && slot < hyper_for_.size() && hyper_for_[slot] == p) return;
+  if (slot >= hyper_for_.size()) {
+    hyper_for_.resize(slot + 1);
     hyper_host_.resize(3 * (slot + 1));
     hyper_ = DeviceBuffer(*backend_, static_cast<int64_t>(hyper_host_.size()));
   }
-  for (size_t k = slot; k < hyper_host_.size() / 3; ++k) {
-    const std::array<float, 3> values = Hyper(learning_rate, steps_ + static_cast<int64_t>(k - slot));
-    std::copy(values.begin(), values.end(), at(k));
+  for (size_t k = slot; k < hyper_for_.size(); ++k) {
+    hyper_for_[k] = p;
+    hyper_for_[k].step = steps_ + static_cast<int64_t>(k - slot);
+    const std::array<float, 3> values = Hyper(learning_rate, hyper_for_[k].step);
+    std::copy(values.begin(), values.end(), hyper_host_.begin() + static_cast<std::ptrdiff_t>(3 * k));
   }
   backend_->Upload(hyper_host_.data(), hyper_.data(), sizeof(float) * hyper_host_.size());
 }
@@ -125,8 +126,9 @@ void Adam::Apply() {
     return;
   }
   backend_->NotReplayable("Adam's learning rate and bias corrections from the host (Prepare inside the step)");
-  backend_->AdamUpdate(m_.size(), p.hyper[0], options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
-                       p.hyper[1], p.hyper[2], params_->device_grads() + part_begin_,
+  const std::array<float, 3> hyper = Hyper(p.learning_rate, p.step);
+  backend_->AdamUpdate(m_.size(), hyper[0], options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                       hyper[1], hyper[2], params_->device_grads() + part_begin_,
                        params_->device_values() + part_begin_, m_.data(), v_.data());
 }
 

@@ -132,16 +132,21 @@ class Adam final : public Optimizer {
   int64_t steps_ = 0;
   DeviceBuffer m_, v_;  // zeroed by a kernel
   // Prepared updates not yet applied, by slot (the k-th Prepare of a step
-  // in slot k): lr, c1, c2 on the host, and on the device when on_device.
+  // in slot k): the rate and step, their lr, c1, c2 on the device when
+  // on_device (else Apply computes them).
   struct Prepared {
-    std::array<float, 3> hyper = {0, 0, 0};
+    float learning_rate = 0;
+    int64_t step = 0;
     bool on_device = false;
+    bool operator==(const Prepared&) const = default;
   };
   std::vector<Prepared> prepared_;
   // Slot k's lr, c1, c2 at floats [3k, 3k + 3) on the device, uploaded
-  // whole from hyper_host_ (Prepare: once a step where the rate holds).
+  // whole from hyper_host_ (Prepare: once a step where the rate holds),
+  // for the update hyper_for_[k] (a later slot that matches uploads nothing).
   DeviceBuffer hyper_;
-  std::vector<float> hyper_host_;  // (its size / 3: the slots the buffer holds)
+  std::vector<float> hyper_host_;
+  std::vector<Prepared> hyper_for_;  // (its size: the slots the buffer holds)
   size_t applied_ = 0;               // slots of prepared_ applied so far
   uint64_t prepared_for_ = 0;        // the backend's steps_begun() when prepared_ began
 };
