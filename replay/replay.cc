@@ -22,21 +22,28 @@ namespace troupe::replay {
 
 namespace {
 
+// The dimensions of field `spec` in a batch of `rows` items before its item
+// shape, into dims: the rows, then a pixel field's frames. Returns how many.
+size_t LeadingDims(const FieldSpec& spec, int64_t rows, int64_t (&dims)[2]) {
+  dims[0] = rows;
+  dims[1] = spec.frames;
+  return spec.frames > 0 ? 2 : 1;
+}
+
 // The shape of field `spec` in a batch of `rows` items: [rows, (frames,) ...shape].
 void BatchShape(const FieldSpec& spec, int64_t rows, std::vector<int64_t>* shape) {
-  shape->clear();
-  shape->push_back(rows);
-  if (spec.frames > 0) shape->push_back(spec.frames);
+  int64_t dims[2];
+  shape->assign(dims, dims + LeadingDims(spec, rows, dims));
   shape->insert(shape->end(), spec.shape.begin(), spec.shape.end());
 }
 
-// Whether `shape` is BatchShape(spec, rows) (without making it: CheckBatch
+// Whether `shape` is BatchShape(spec, rows), without making it (CheckBatch
 // runs on every update's batch).
 bool HasBatchShape(const FieldSpec& spec, int64_t rows, const std::vector<int64_t>& shape) {
-  const size_t leading = spec.frames > 0 ? 2 : 1;
-  return shape.size() == leading + spec.shape.size() && shape[0] == rows &&
-         (spec.frames == 0 || shape[1] == spec.frames) &&
-         std::equal(spec.shape.begin(), spec.shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(leading));
+  int64_t dims[2];
+  const size_t n = LeadingDims(spec, rows, dims);
+  return shape.size() == n + spec.shape.size() && std::equal(dims, dims + n, shape.begin()) &&
+         std::equal(spec.shape.begin(), spec.shape.end(), shape.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 // The bytes of field `spec` in a batch of `rows` items (0: a pixel field of frame references).

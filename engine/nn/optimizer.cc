@@ -62,6 +62,11 @@ DeviceBuffer Zeroed(Backend& backend, int64_t floats) {
 
 DeviceBuffer ZeroedLike(const ParameterSet& params, Backend& backend) { return Zeroed(backend, params.total_floats()); }
 
+// Adam's bias corrections at `step` (Kingma & Ba 2015): 1 - beta1^step, 1 - beta2^step.
+std::array<float, 2> BiasCorrections(float beta1, float beta2, int64_t step) {
+  return {1.0f - static_cast<float>(std::pow(beta1, step)), 1.0f - static_cast<float>(std::pow(beta2, step))};
+}
+
 }  // namespace
 
 Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options, int64_t part_begin, int64_t part_floats)
@@ -77,8 +82,8 @@ Adam::Adam(ParameterSet* params, Backend* backend, AdamOptions options, int64_t 
 }
 
 std::array<float, 3> Adam::Hyper(float learning_rate, int64_t step) const {
-  return {learning_rate, 1.0f - static_cast<float>(std::pow(options_.beta1, step)),
-          1.0f - static_cast<float>(std::pow(options_.beta2, step))};
+  const auto [c1, c2] = BiasCorrections(options_.beta1, options_.beta2, step);
+  return {learning_rate, c1, c2};
 }
 
 void Adam::Prepare(float learning_rate) {
@@ -171,8 +176,7 @@ void Lamb::Prepare(float learning_rate) {
 void Lamb::Apply() {
   const auto [learning_rate, step] = prepared_.Pop();
   backend_->NotReplayable("LAMB's learning rate and bias corrections from the host");
-  const float c1 = 1.0f - static_cast<float>(std::pow(options_.beta1, step));
-  const float c2 = 1.0f - static_cast<float>(std::pow(options_.beta2, step));
+  const auto [c1, c2] = BiasCorrections(options_.beta1, options_.beta2, step);
   // update = -(m_hat / (sqrt(v_hat) + eps)): Adam at rate 1 from zero (moments updated).
   backend_->Fill(update_.data(), update_.size(), 0.0f);
   backend_->AdamUpdate(m_.size(), /*lr=*/1.0f, options_.beta1, options_.beta2, options_.eps, /*weight_decay=*/0.0f,
