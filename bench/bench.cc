@@ -76,7 +76,7 @@ void Report::Add(std::string name, std::string unit, const std::string& referenc
 
 std::string Report::ToJson() const {
   std::string out = absl::StrCat("{\"benchmark\": ", JsonString(benchmark), ", \"build\": ", JsonString(BuildCommit()),
-                                 ", \"figures\": [");
+                                 ", \"allocator\": ", JsonString(Allocator()), ", \"figures\": [");
   for (size_t i = 0; i < figures.size(); ++i) {
     const Figure& f = figures[i];
     absl::StrAppend(&out, i ? ",\n  " : "\n  ", "{\"name\": ", JsonString(f.name), ", \"value\": ", JsonNumber(f.value),
@@ -339,17 +339,21 @@ absl::StatusOr<double> RunPeerOnce(Peer peer, const std::string& name, int threa
     }
     case Peer::kPytorch:
     case Peer::kJax:
+    case Peer::kJaxOnTroupesRuntime:
     case Peer::kGpuPytorch:
     case Peer::kGpuJax: {
       std::string python;
       if (peer == Peer::kPytorch) {
         ASSIGN_OR_RETURN(python, PytorchPython());
-      } else if (peer == Peer::kJax) {
+      } else if (peer == Peer::kJax || peer == Peer::kJaxOnTroupesRuntime) {
         ASSIGN_OR_RETURN(python, JaxPython());
       } else {
         ASSIGN_OR_RETURN(python, GpuPython(peer));
       }
       program = absl::StrCat(python, " ", ProjectPath("bench/peers/" + name + ".py"));
+      if (const std::string malloc = AllocatorLibrary(); peer == Peer::kJaxOnTroupesRuntime && !malloc.empty()) {
+        program = absl::StrCat("LD_PRELOAD=", ShellQuote(malloc), " ", program);
+      }
       break;
     }
   }

@@ -171,6 +171,11 @@ enum class Peer {
   // python3 that is 3.12 or newer, as the wheels need) with the jax and
   // jaxlib CPU wheels from PyPI.
   kJax,
+  // kJax's program run as troupe's side runs: on the PJRT plugin troupe
+  // loads (SetPeersPjrtPlugin) and on the malloc troupe's program runs on
+  // (AllocatorLibrary preloaded: tcmalloc where troupe links it). The same
+  // compiler, runtime and allocator on both sides: the programs alone.
+  kJaxOnTroupesRuntime,
   // bench/peers/NAME.py with the machine's python3 ($TROUPE_PYTHON if set),
   // which must import torch (kGpuPytorch) or jax (kGpuJax) and see a GPU.
   kGpuPytorch,

@@ -142,8 +142,11 @@ TEST(ReportTest, AProtocolRowCarriesTheMediansTheirRatioAndEachSidesRange) {
   EXPECT_EQ(f.value_max, 32);
   EXPECT_EQ(f.reference_min, 10);
   EXPECT_EQ(f.reference_max, 12);
-  // The build that measured it: the commit troupe --version names.
-  EXPECT_THAT(report.ToJson(), HasSubstr(absl::StrCat("{\"benchmark\": \"test\", \"build\": \"", BuildCommit(), "\", ")));
+  // The build that measured it: the commit troupe --version names, and the
+  // malloc it ran on (a test binary's is glibc's: only troupe's programs
+  // link tcmalloc).
+  EXPECT_THAT(report.ToJson(), HasSubstr(absl::StrCat("{\"benchmark\": \"test\", \"build\": \"", BuildCommit(),
+                                                      "\", \"allocator\": \"glibc\", ")));
   EXPECT_THAT(report.ToJson(),
               HasSubstr("\"reference_value\": 11, \"ratio\": 2.81818, \"rounds\": 3, \"value_min\": 30, "
                         "\"value_max\": 32, \"reference_min\": 10, \"reference_max\": 12}"));

@@ -114,14 +114,15 @@ absl::Status ReportPeers(const troupe::config::ExperimentConfig& config, const s
                                        protocol)
                       .status());
   if (device == "pjrt" && !gpu) {
-    // JAX's jit on the plugin troupe's update ran on: the same compiler and
-    // runtime on both sides, the programs alone (the row above also the
-    // plugin's build against jaxlib's).
+    // JAX's jit on the plugin troupe's update ran on and on troupe's malloc:
+    // the same compiler, runtime and allocator on both sides, the programs
+    // alone (the row above also the plugin's build against jaxlib's, and
+    // the allocators).
     const char* plugin = std::getenv("TROUPE_PJRT_PLUGIN");  // where troupe's update ran
     RETURN_IF_ERROR(bench::SetPeersPjrtPlugin(plugin != nullptr ? plugin : ""));
-    RETURN_IF_ERROR(bench::AddComparison(report, name, "updates/s", "JAX 0.11.2 jax.jit on the same PJRT plugin",
+    RETURN_IF_ERROR(bench::AddComparison(report, name, "updates/s", "JAX 0.11.2 jax.jit on the same PJRT plugin and malloc",
                                          troupe_side,
-                                         bench::PeerSide(bench::Peer::kJax, "jax_d4pg", peer_args("jit", "pjrt"),
+                                         bench::PeerSide(bench::Peer::kJaxOnTroupesRuntime, "jax_d4pg", peer_args("jit", "pjrt"),
                                                          "updates_per_second"),
                                          protocol)
                         .status());

@@ -342,7 +342,7 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
     // measures troupe's lowering, not XLA.
     const auto jax_on = [&](const std::string& device) -> Side {
       return PeerSide(
-          Peer::kJax, "jax_drq",
+          device == "pjrt" ? Peer::kJaxOnTroupesRuntime : Peer::kJax, "jax_drq",
           [=](const Round& round) {
             return absl::StrCat(batch, " ", size, " ", round.seconds, " jit ", device, " float32");
           },
@@ -351,11 +351,12 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
     RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on its CPU backend", troupe_round,
                                   jax_on("cpu"), protocol)
                         .status());
-    // JAX's jit on the plugin troupe loads: the same compiler and the same
-    // runtime on both sides, so this row measures the programs alone (the
-    // row above also the plugin's build against jaxlib's).
+    // JAX's jit on the plugin troupe loads and on troupe's malloc: the same
+    // compiler, runtime and allocator on both sides, so this row measures
+    // the programs alone (the row above also the plugin's build against
+    // jaxlib's, and the allocators).
     RETURN_IF_ERROR(SetPeersPjrtPlugin(options.pjrt_plugin));
-    RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on the same PJRT plugin",
+    RETURN_IF_ERROR(AddComparison(report, name, "samples/s", "JAX 0.11.2 jax.jit on the same PJRT plugin and malloc",
                                   troupe_round, jax_on("pjrt"), protocol)
                         .status());
   }

@@ -8,7 +8,9 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"troupe: distributed reinforcement learning from pixels (MuJoCo control tasks, replay, learner)"};
-  app.set_version_flag("--version", std::string("troupe ") + troupe::BuildCommit());
+  // The commit, then the malloc the process runs on (common/build_info.h).
+  app.set_version_flag("--version",
+                       std::string("troupe ") + troupe::BuildCommit() + "\nmalloc: " + troupe::Allocator());
   app.require_subcommand(1);
   int exit_code = 0;
   troupe::cli::AddRunCommand(app, &exit_code);

@@ -165,3 +165,16 @@ function(troupe_link_closure out)
   endwhile()
   set(${out} ${closure} PARENT_SCOPE)
 endfunction()
+
+# troupe_program(TARGET): one of troupe's programs (not a library: a Python
+# module keeps its interpreter's malloc), linked with tcmalloc where
+# TROUPE_TCMALLOC (CMakeLists.txt), which then serves every malloc of the
+# process, the PJRT plugin's too. The program references none of its
+# symbols, so it is linked as needed or not (common/build_info.h Allocator
+# says which malloc a process got).
+function(troupe_program target)
+  if(TROUPE_TCMALLOC)
+    target_link_options(${target} PRIVATE "LINKER:--no-as-needed")
+    target_link_libraries(${target} PRIVATE PkgConfig::TCMALLOC)
+  endif()
+endfunction()

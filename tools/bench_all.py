@@ -60,9 +60,9 @@ def git(*args):
 
 
 def build_commit(build):
-    """The commit the troupe binary was built at (troupe --version)."""
+    """The commit the troupe binary was built at (troupe --version's first line)."""
     out = subprocess.run([os.path.join(build, "cli", "troupe"), "--version"], capture_output=True, text=True)
-    words = out.stdout.split()
+    words = (out.stdout.splitlines() or [""])[0].split()
     return words[1] if out.returncode == 0 and len(words) == 2 else "unknown"
 
 

@@ -31,6 +31,7 @@ run=(
   libavcodec-dev libavformat-dev libswscale-dev libavutil-dev  # evaluation videos: MP4, H.264 (Debian's libavcodec has libx264)
   libsdl2-dev                         # viewer
   libcli11-dev libspdlog-dev          # command line, logging
+  libgoogle-perftools-dev             # tcmalloc, the programs' malloc (CMakeLists.txt TROUPE_TCMALLOC)
   libopenmpi-dev openmpi-bin          # Replicator MPI backend (mpirun -np K troupe learner)
   dataset-fashion-mnist               # GAN mode and the FID classifier (IDX files)
   openssl libssl-dev                  # troupe certs (the openssl command); TLS key checks (libcrypto)
