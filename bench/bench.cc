@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/allocator.h"
 #include "common/build_info.h"
 #include "common/files.h"
 #include "common/shell.h"

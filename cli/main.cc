@@ -4,11 +4,12 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "common/allocator.h"
 #include "common/build_info.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"troupe: distributed reinforcement learning from pixels (MuJoCo control tasks, replay, learner)"};
-  // The commit, then the malloc the process runs on (common/build_info.h).
+  // The commit, then the malloc the process runs on (common/allocator.h).
   app.set_version_flag("--version",
                        std::string("troupe ") + troupe::BuildCommit() + "\nmalloc: " + troupe::Allocator());
   app.require_subcommand(1);

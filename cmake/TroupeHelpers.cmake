@@ -166,12 +166,15 @@ function(troupe_link_closure out)
   set(${out} ${closure} PARENT_SCOPE)
 endfunction()
 
-# troupe_program(TARGET): one of troupe's programs (not a library: a Python
+# troupe_program(TARGET): one of troupe's programs that runs a learner
+# (troupe, the benchmarks' programs; not a library, and not the env worker,
+# which the Python module's wheel carries to machines without tcmalloc: a
 # module keeps its interpreter's malloc), linked with tcmalloc where
 # TROUPE_TCMALLOC (CMakeLists.txt), which then serves every malloc of the
-# process, the PJRT plugin's too. The program references none of its
-# symbols, so it is linked as needed or not (common/build_info.h Allocator
-# says which malloc a process got).
+# process, the PJRT plugin's too. The program calls none of its functions:
+# --no-as-needed keeps it where a linker drops unreferenced libraries
+# (`troupe --version`, common/allocator.h Allocator, says which malloc a
+# process got).
 function(troupe_program target)
   if(TROUPE_TCMALLOC)
     target_link_options(${target} PRIVATE "LINKER:--no-as-needed")

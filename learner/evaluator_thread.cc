@@ -1,14 +1,11 @@
 #include "learner/evaluator_thread.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <cstdio>
 #include <utility>
 
 #include "agents/policies.h"
+#include "common/allocator.h"
 #include "common/status_macros.h"
 
 namespace troupe::learner {
@@ -39,14 +36,13 @@ bool EvaluatorThread::MaybeStart(int64_t frames, int64_t updates, const std::vec
   // A snapshot of the policy: training goes on.
   thread_ = std::jthread([this, snapshot = parameters, frames, updates] {
     Evaluate(frames, updates, snapshot);
-#if defined(__GLIBC__)
     // What the evaluation freed (its env, renderer, episode buffers: tens of
-    // MiB for pixels) goes back to the system: glibc keeps freed memory in
+    // MiB for pixels) goes back to the system: glibc kept freed memory in
     // this thread's arena, where the next evaluation, on a new thread, may
     // not find it, and a long run's resident memory stepped up by ~25-35 MiB
-    // at each evaluation (docs/development.md "Soak").
-    malloc_trim(0);
-#endif
+    // at each evaluation (docs/development.md "Soak"); tcmalloc keeps it in
+    // its page heap.
+    ReleaseFreeMemory();
     running_ = false;
   });
   return true;
