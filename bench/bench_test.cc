@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/allocator.h"
 #include "common/build_info.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -143,10 +144,13 @@ TEST(ReportTest, AProtocolRowCarriesTheMediansTheirRatioAndEachSidesRange) {
   EXPECT_EQ(f.reference_min, 10);
   EXPECT_EQ(f.reference_max, 12);
   // The build that measured it: the commit troupe --version names, and the
-  // malloc it ran on (a test binary's is glibc's: only troupe's programs
-  // link tcmalloc).
+  // malloc it ran on (a test binary's is glibc's, or the sanitizer's: only
+  // troupe's programs link tcmalloc).
   EXPECT_THAT(report.ToJson(), HasSubstr(absl::StrCat("{\"benchmark\": \"test\", \"build\": \"", BuildCommit(),
-                                                      "\", \"allocator\": \"glibc\", ")));
+                                                      "\", \"allocator\": \"", Allocator(), "\", ")));
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(Allocator(), "glibc");
+#endif
   EXPECT_THAT(report.ToJson(),
               HasSubstr("\"reference_value\": 11, \"ratio\": 2.81818, \"rounds\": 3, \"value_min\": 30, "
                         "\"value_max\": 32, \"reference_min\": 10, \"reference_max\": 12}"));
