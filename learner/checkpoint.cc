@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/allocator.h"
 #include "common/generations.h"
 #include "common/status_macros.h"
 #include "engine/nn/checkpoint.h"
@@ -111,6 +112,11 @@ absl::Status RlLearner::Checkpoint() {
     generation = write(nullptr);
     without_replay_ = generation.ok();
   }
+  // The generation's buffers (the agent's serialized state, replay's
+  // chunks: hundreds of MB for pixels) go back to the system: tcmalloc
+  // keeps freed large blocks in its page heap, and a soak's learner stayed
+  // ~100 MiB higher after them (docs/development.md "Soak").
+  ReleaseFreeMemory();
   RETURN_IF_ERROR(generation.status());
   last_generation_ = *generation;
   last_generation_frames_ = frames;
