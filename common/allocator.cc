@@ -1,7 +1,9 @@
 #include "common/allocator.h"
 
 #include <dlfcn.h>
-#include <malloc.h>
+#if defined(__GLIBC__)
+#include <malloc.h>  // malloc_trim
+#endif
 
 #include <string>
 
