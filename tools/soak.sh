@@ -2,10 +2,11 @@
 # A soak that watches memory: a pixel run (actors, learner, evaluator, replay
 # embedded) for MINUTES, every process's resident memory sampled every 10 s
 # into OUT/memory.csv; at the end OUT/memory.svg charts them, and
-# OUT/summary.txt says, per process, its resident memory when the window
-# opens (after WARM minutes: replay full, the frame table warm), at the end,
-# and its growth over the window; the script fails when any process grew by
-# more than 5%.
+# OUT/summary.txt says, per process, the least resident memory it held in
+# the window's first third (the window opens after WARM minutes: replay
+# full, the frame table warm) and in its last third, their growth, and its
+# peak; the script fails when any process's least memory grew by 5% or more
+# (tools/soak_summary.py: an evaluation's memory comes and goes).
 #   tools/soak.sh [--minutes 30] [--warm 10] [--replay 3000] [--troupe BIN] [--config FILE] OUT [--set ...]
 # Defaults: walker.walk from pixels, replay capped at 3,000 transitions (on
 # 2 cores the learner paces the actors to ~8 transitions/s, so replay is
