@@ -740,18 +740,13 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
           const int64_t i = r.next_input++;
           if (r.prefetcher == nullptr) {
             const auto start = std::chrono::steady_clock::now();
-            absl::Status made = ProduceInput(r, ctx.replica_id(), shard, i, sample_);
+            RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
             waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            if (!made.ok()) {
-              if (r.frames != nullptr) r.frames->Upload(static_cast<int>(j));  // (those made: none left staged)
-              return made;
-            }
           }
+          if (r.frames != nullptr) r.frames->Upload();
           const size_t b = static_cast<size_t>(i) % r.batches.size();
           block.push_back(Input{&r.batches[b], &r.slots[b], i});
         }
-        // The n batches' new frames: one upload, one scatter.
-        if (r.frames != nullptr) r.frames->Upload(static_cast<int>(n));
         if (k == 0) {
           absl::MutexLock lock(&metrics_mu_);
           sum_input_wait_ += waited;

@@ -235,58 +235,32 @@ int64_t DeviceFrameTable::pending() const {
   return static_cast<int64_t>(staged_.size());
 }
 
-void DeviceFrameTable::Upload(int batches) {
-  std::vector<Staged>& taken = taken_;
-  taken.clear();
+void DeviceFrameTable::Upload() {
+  Staged staged;
+  bool have = false;
   {
     absl::MutexLock lock(&mu_);
-    while (static_cast<int>(taken.size()) < batches && !staged_.empty()) {
-      taken.push_back(std::move(staged_.front()));
+    if (!staged_.empty()) {
+      staged = std::move(staged_.front());
       staged_.pop_front();
+      have = true;
     }
   }
   // The table's memory, on first use (an agent fed host batches never needs
   // it), and again each time a Prepare grew the slots: every slot a staged
   // batch names is below them (a Prepare grows before it stages).
   if (const int64_t slots = slots_now_; device_slots_ < slots) GrowDeviceTable(slots);
-  int64_t n = 0, with_frames = 0;
-  Staged* only = nullptr;
-  for (Staged& staged : taken) {
-    n += staged.frames;
-    if (staged.frames > 0) ++with_frames, only = &staged;
-  }
-  if (n > 0) {
-    // Rows then slots, padded to a bucket. One batch's staging is sent as
-    // Prepare laid it out; several are laid end to end first (their new
-    // slots are distinct: a batch in flight keeps its frames' slots).
-    const uint32_t* words = nullptr;
-    int64_t bucket = 0;
-    if (with_frames == 1) {
-      bucket = static_cast<int64_t>(only->words.size()) / (row_words_ + 1);
-      words = only->words.data();
-      std::fill(only->words.begin() + bucket * row_words_ + n, only->words.end(),
-                static_cast<uint32_t>(device_slots_));
-    } else {
-      bucket = Bucket(n);
-      merged_.resize(static_cast<size_t>(bucket * (row_words_ + 1)));
-      int64_t row = 0;
-      for (const Staged& staged : taken) {
-        const int64_t rows = staged.frames, own = static_cast<int64_t>(staged.words.size()) / (row_words_ + 1);
-        if (rows == 0) continue;
-        std::copy_n(staged.words.begin(), rows * row_words_, merged_.begin() + row * row_words_);
-        std::copy_n(staged.words.begin() + own * row_words_, rows, merged_.begin() + bucket * row_words_ + row);
-        row += rows;
-      }
-      std::fill(merged_.begin() + bucket * row_words_ + n, merged_.end(), static_cast<uint32_t>(device_slots_));
-      words = merged_.data();
-    }
+  if (have && staged.frames > 0) {
+    const int64_t n = staged.frames, bucket = static_cast<int64_t>(staged.words.size()) / (row_words_ + 1);
+    const auto slots = staged.words.begin() + bucket * row_words_;
+    std::fill(slots + n, slots + bucket, static_cast<uint32_t>(device_slots_));
     // One upload of the rows and their slots, one scatter into the table: a
     // step of its own (replayed where the backend replays: the same buffers
     // for a bucket and table size).
     nn::DeviceBuffer& staging = staging_[bucket];
     if (staging.empty()) staging = nn::DeviceBuffer(*backend_, bucket * (row_words_ + 1));
-    const size_t bytes = sizeof(uint32_t) * static_cast<size_t>(bucket * (row_words_ + 1));
-    backend_->Upload(words, staging.data(), bytes);
+    const size_t bytes = sizeof(uint32_t) * staged.words.size();
+    backend_->Upload(staged.words.data(), staging.data(), bytes);
     backend_->RunStep(StepSignature(StepKind::kFrameScatter, {device_slots_, row_words_, bucket}), [&] {
       backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
                             reinterpret_cast<const int32_t*>(staging.data() + bucket * row_words_), staging.data());
@@ -295,11 +269,10 @@ void DeviceFrameTable::Upload(int batches) {
     bytes_uploaded_ += static_cast<int64_t>(bytes);
     ++scatters_;
   }
-  if (!taken.empty()) {
+  if (have) {
     absl::MutexLock lock(&mu_);
-    for (Staged& staged : taken) spare_.push_back(std::move(staged));
+    spare_.push_back(std::move(staged));
   }
-  taken.clear();
 }
 
 DeviceFrameStats DeviceFrameTable::stats() const {

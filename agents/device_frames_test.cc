@@ -374,53 +374,6 @@ TEST(DeviceFrameTableTest, BatchesPreparedAheadGoUpInTheirOrder) {
   }
 }
 
-// An execution's batches go up together (Upload(k)): four staged batches
-// sent by Upload(3) then Upload(1) with one scatter each, their rows laid
-// end to end, each batch gathered exactly; across growths and in a cache
-// replacing live frames, as one at a time.
-TEST(DeviceFrameTableTest, AnExecutionsBatchesGoUpInOneScatter) {
-  nn::CpuBackend cpu(1);
-  nn::StrictCpuBackend strict(1, size_t{64} << 20);
-  struct Case {
-    nn::Backend* backend;
-    int64_t slots, max_slots;
-    const char* replay;
-    int steps;
-  };
-  for (const Case& c : {Case{&cpu, 5, 1000, "max_size: 30", 5}, Case{&strict, 5, 1000, "max_size: 30", 5},
-                        Case{&cpu, 4 * 8 * kFramesPerItem, 0, "max_size: 400", 60}}) {
-    SCOPED_TRACE(::testing::Message() << c.backend->name() << ", " << c.slots << " slots up to " << c.max_slots);
-    PixelReplay p(c.replay);
-    DeviceFrameTable frames(c.backend, c.slots, kFrameBytes, c.max_slots);
-    frames.set_batches_in_flight(4);
-    std::set<uint64_t> seen;
-    for (int round = 0; round < 12; ++round) {
-      p.Write(c.steps);
-      std::vector<ResolvedBatch> batches(4);
-      for (ResolvedBatch& batch : batches) {
-        ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &batch, /*upload=*/false));
-      }
-      const int64_t scatters = frames.stats().scatters;
-      frames.Upload(3);
-      EXPECT_EQ(frames.pending(), 1);
-      EXPECT_LE(frames.stats().scatters, scatters + 1) << "round " << round;
-      for (size_t k = 0; k < 3; ++k) {
-        EXPECT_TRUE(GatheredEqualsHost(*c.backend, frames, batches[k])) << "round " << round << ", batch " << k;
-      }
-      frames.Upload(1);
-      EXPECT_EQ(frames.pending(), 0);
-      EXPECT_TRUE(GatheredEqualsHost(*c.backend, frames, batches[3])) << "round " << round << ", batch 3";
-    }
-    if (c.max_slots > 0) {
-      EXPECT_GE(frames.stats().grown, 2);
-      EXPECT_EQ(frames.stats().frames_uploaded, static_cast<int64_t>(seen.size())) << "each frame once";
-      EXPECT_LE(frames.stats().scatters, 24);
-    } else {
-      EXPECT_GT(frames.stats().replaced, 0) << "the cache never replaced a live frame";
-    }
-  }
-}
-
 TEST(DeviceFrameTableTest, AFullTableGrowsUpToItsMaxInsteadOfReplacingLiveFrames) {
   nn::CpuBackend cpu(1);
   nn::StrictCpuBackend strict(1, size_t{64} << 20);
