@@ -374,7 +374,6 @@ struct D4pgAgent::Replica {
   std::vector<uint64_t> keys;                        // the last execution's batches' keys ...
   std::vector<uint64_t> spare_keys;                  // (an execution's keys before, reused by the next)
   std::vector<double> item_loss;                     // ... and their critic losses
-  std::mt19937_64 rng;
   // Pixels on the device (learner.device_frames): the frame table, the
   // decoder for frames it lacks, and a batch's slots (as resolved, then in
   // gather order: every observation's frames, then every next observation's).
@@ -835,13 +834,11 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   if (spec_.pixels() && d4pg.augment_pad() > 0) {
     // Augmentation randomness from (seed, model copy, update): Load
     // continues exactly, and a split critic's parts shift their copy's
-    // pixels alike (a copy is a replica without model_parallel). As
-    // RandomShift draws them: the observations' offsets, then the next
-    // observations'.
-    r.rng.seed(MixSeed(config_.learner().engine().seed(), ctx.replica_id() / model_parallel_, update));
+    // pixels alike (a copy is a replica without model_parallel): the
+    // observations' offsets, then the next observations'.
     in.host_shifts.resize(4 * rows);
-    RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data());
-    RandomShiftOffsets(rows, d4pg.augment_pad(), r.rng, in.host_shifts.data() + 2 * rows);
+    RandomShiftOffsets(MixSeed(config_.learner().engine().seed(), ctx.replica_id() / model_parallel_, update),
+                       2 * rows, d4pg.augment_pad(), in.host_shifts.data());
     put(in.shifts, in.host_shifts.data(), sizeof(int32_t) * 4 * rows);
   }
   put(in.reward, batch.fields[kReward].as<float>(), sizeof(float) * rows);

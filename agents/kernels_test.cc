@@ -148,6 +148,32 @@ TEST(RandomShiftTest, ComposedEqualsTheHostLoopAtZeroAndTwicePadAndInBetween) {
                                  0.0);
 }
 
+// Offsets from a key: each in [0, 2 * pad], every value about as often
+// (within 5% of the mean over 90,000 draws), the same for the same key,
+// other offsets for the next key.
+TEST(RandomShiftTest, OffsetsFromAKeyAreUniformAndAFunctionOfIt) {
+  for (const int64_t pad : {1, 4}) {
+    SCOPED_TRACE(::testing::Message() << "pad " << pad);
+    const int64_t images = 45000, range = 2 * pad + 1;
+    std::vector<int32_t> a(2 * images), b(2 * images), next(2 * images);
+    RandomShiftOffsets(/*key=*/7, images, pad, a.data());
+    RandomShiftOffsets(/*key=*/7, images, pad, b.data());
+    RandomShiftOffsets(/*key=*/8, images, pad, next.data());
+    EXPECT_EQ(a, b);
+    std::vector<int64_t> counts(range);
+    int64_t same = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_GE(a[i], 0);
+      ASSERT_LT(a[i], range);
+      ++counts[a[i]];
+      same += a[i] == next[i] ? 1 : 0;
+    }
+    const double mean = static_cast<double>(a.size()) / static_cast<double>(range);
+    for (int64_t v = 0; v < range; ++v) EXPECT_NEAR(counts[v], mean, 0.05 * mean) << "offset " << v;
+    EXPECT_NEAR(static_cast<double>(same), mean, 0.05 * mean) << "the next key's offsets match as by chance";
+  }
+}
+
 // A kernel run as a host loop (Backend::HostKernel) allocates nothing once
 // warm, like the engine's own kernels: the body and the loop are passed as
 // references, not as std::functions that would box their captures.
