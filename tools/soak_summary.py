@@ -8,7 +8,7 @@ sampled every 10 s) -> OUT/summary.txt, per process (role): its memory in
 the first minute (mean), the least in the window's first third and in its
 last third, their growth, and the window's peak; OUT/memory.svg, the
 samples as a chart with the window shaded. The verdict is the least
-memory's growth: memory kept rises the troughs, while an evaluation's
+memory's growth: memory kept raises the troughs, while an evaluation's
 env, renderer and episodes come and go as a peak (a third of the window
 must outlast an evaluation and the time between two). Exit 1, saying why
 in summary.txt's last line, when any process's least memory grew by 5% or
