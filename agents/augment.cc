@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "agents/networks.h"
 #include "common/status_macros.h"
 
 namespace troupe::agents {
@@ -112,14 +113,11 @@ void RandomShiftOffsets(int64_t images, int64_t pad, std::mt19937_64& rng, int32
 
 void RandomShiftOffsets(uint64_t key, int64_t images, int64_t pad, int32_t* host) {
   const uint64_t range = static_cast<uint64_t>(2 * pad + 1);
-  for (int64_t i = 0; i < 2 * images; ++i) {
-    // SplitMix64's finalizer of the i-th step from key (Steele et al. 2014),
-    // its high 32 bits scaled to the range (Lemire 2019; bias < range / 2^32).
-    uint64_t z = key + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    host[i] = static_cast<int32_t>(((z >> 32) * range) >> 32);
+  uint64_t state = key;
+  for (int64_t i = 0; i < 2 * images; ++i, state += 0x9e3779b97f4a7c15ull) {
+    // splitmix64's i-th output from key, its high 32 bits scaled to the
+    // range (Lemire 2019; bias < range / 2^32).
+    host[i] = static_cast<int32_t>(((internal::SplitMix64(state) >> 32) * range) >> 32);
   }
 }
 

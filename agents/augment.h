@@ -23,11 +23,9 @@ nn::Var RandomShift(nn::Var x, int64_t pad, std::mt19937_64& rng);
 // already in device memory (`shifts`: 2 * batch ints, alive as long as the
 // tape's step: the backward reads them).
 void RandomShiftOffsets(int64_t images, int64_t pad, std::mt19937_64& rng, int32_t* host);
-// The same from a key instead of a generator: offset i is a hash of (key,
-// i) brought to [0, 2 * pad], nothing to seed (a generator seeded per
-// update cost ~2 us of the host's time an update at batch 32: an update's
-// offsets are a function of its key, e.g. internal::MixSeed(seed, copy,
-// update)).
+// The same from a key instead of a generator (nothing to seed each
+// update): offset i is splitmix64's i-th output from `key` (e.g.
+// internal::MixSeed(seed, copy, update)) brought to [0, 2 * pad].
 void RandomShiftOffsets(uint64_t key, int64_t images, int64_t pad, int32_t* host);
 nn::Var RandomShiftBy(nn::Var x, int64_t pad, const int32_t* shifts);
 

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <random>
 #include <stop_token>
 #include <thread>
 #include <tuple>

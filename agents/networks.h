@@ -110,7 +110,10 @@ class SplitClippedOptimizer final : public nn::ForwardingOptimizer {
   nn::DeviceBuffer norm_;  // the squared norms, then the clip's factor; its limit
 };
 
-// splitmix64 (Steele et al. 2014): a well-mixed seed from a few integers.
+// splitmix64 (Steele et al. 2014): the output of the generator's step from
+// state x (x advanced by the golden gamma, then finalized).
+uint64_t SplitMix64(uint64_t x);
+// A well-mixed seed from a few integers (splitmix64 steps).
 uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c);
 
 }  // namespace troupe::agents::internal

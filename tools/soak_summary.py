@@ -34,11 +34,11 @@ def main():
     bad = []
     for role in roles:
         start, window = samples(role, 0, 60), samples(role, opens, ends)
-        at_open, last = samples(role, opens, opens + third), samples(role, ends - third, ends)
-        if not (start and at_open and last):
+        opening, closing = samples(role, opens, opens + third), samples(role, ends - third, ends)
+        if not (start and opening and closing):
             bad.append(f"{role}: no samples in the first minute or a third of the window")
             continue
-        first, at_open, last = sum(start) / len(start), min(at_open), min(last)
+        first, at_open, last = sum(start) / len(start), min(opening), min(closing)
         growth = (last - at_open) / at_open * 100
         lines.append(f"{role:<10} {first:>9.0f} {at_open:>13.0f} {last:>9.0f} {growth:>16.1f}% {max(window):>9.0f}")
         if not growth < 5:

@@ -2,7 +2,8 @@
 """tools/soak_summary.py on memory samples the test writes: a process whose
 least memory grew 4.9% in the window passes, one whose grew 5.0% fails the
 soak naming it; an evaluation's peak where the window opens or ends passes
-and is reported as the peak; a named LeakSanitizer log fails it too, and
+and is reported as the peak; a process with no samples in the window's
+last third fails it naming the process; a named LeakSanitizer log does too, and
 so does an actor the run had to kill at its stop (its leak check never
 ran); the chart has one line a process and the window shaded."""
 import os
@@ -71,6 +72,18 @@ class SoakSummaryTest(unittest.TestCase):
             done = run(soak(self.dir, 0.0, peaks=peaks))
             self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
             self.assertRegex(done.stdout, r"learner\s+1000\s+1000\s+1000\s+0\.0%\s+1090\n")
+
+    def test_a_process_gone_before_the_window_ends_fails_naming_it(self):
+        soak(self.dir, 0.0)
+        path = os.path.join(self.dir, "memory.csv")
+        with open(path) as f:
+            kept = [line for line in f if not (line.startswith(tuple(f"{t}," for t in range(400, 600, 10)))
+                                               and ",actor 1," in line)]
+        with open(path, "w") as f:
+            f.writelines(kept)
+        done = run(self.dir)
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        self.assertIn("FAILED: actor 1: no samples in the first minute or a third of the window", done.stdout)
 
     def test_a_leak_report_fails(self):
         done = run(soak(self.dir, 0.0), "/runs/x/logs/actor-0.log")
