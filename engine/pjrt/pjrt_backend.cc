@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,13 +34,27 @@ absl::StatusOr<std::unique_ptr<PjrtBackend>> PjrtBackend::Create(const PjrtBacke
                                               " replicas in one program need as many devices, the plugin has ",
                                               (*client)->num_devices(), " (", (*client)->platform(), ")"));
   }
-  return std::unique_ptr<PjrtBackend>(new PjrtBackend(*std::move(client), options));
+  PjrtBackendOptions resolved = options;
+  if (const char* split = std::getenv("TROUPE_PJRT_WEIGHT_GRADIENTS"); split != nullptr && *split != '\0') {
+    const std::string value(split);
+    if (value != "split" && value != "one") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TROUPE_PJRT_WEIGHT_GRADIENTS=", value, ": expected split or one"));
+    }
+    resolved.split_weight_gradients = value == "split" ? PjrtBackendOptions::SplitWeightGradients::kAlways
+                                                       : PjrtBackendOptions::SplitWeightGradients::kNever;
+  }
+  return std::unique_ptr<PjrtBackend>(new PjrtBackend(*std::move(client), resolved));
 }
 
 PjrtBackend::PjrtBackend(std::shared_ptr<Client> client, const PjrtBackendOptions& options)
     : client_(std::move(client)),
       device_(options.device),
       bfloat16_(options.bfloat16),
+      split_weight_gradients_(
+          options.split_weight_gradients == PjrtBackendOptions::SplitWeightGradients::kAlways ||
+          (options.split_weight_gradients == PjrtBackendOptions::SplitWeightGradients::kAuto &&
+           client_->platform() == "cpu")),
       compile_steps_(options.compile_steps),
       fall_back_to_kernels_(options.compile_steps && options.fall_back_to_kernels &&
                             !(options.group && options.group->size() > 1)),

@@ -82,6 +82,16 @@ struct PjrtBackendOptions {
   bool bfloat16 = false;
   // One program per step (see above); false: every kernel its own launch.
   bool compile_steps = true;
+  // A convolution's weight gradient as sums over a few samples at a time
+  // (ConvWeightGradSamples in pjrt_kernels.cc), not one convolution over the
+  // whole batch: 2-4x faster on XLA's CPU runtime, whose one convolution
+  // streams a contraction n*oh*ow long into a small [oc, c, kh, kw] result;
+  // a GPU's libraries take the one convolution well, and more launches
+  // would not. kAuto: split on the "cpu" platform only. Create() takes
+  // TROUPE_PJRT_WEIGHT_GRADIENTS=split or =one from the environment over
+  // this (benchmarks compare the two).
+  enum class SplitWeightGradients { kAuto, kNever, kAlways };
+  SplitWeightGradients split_weight_gradients = SplitWeightGradients::kAuto;
   // The K replicas this backend's steps run with as one program (replica
   // `device` of them); null: a step of its own.
   std::shared_ptr<PjrtReplicaGroup> group;
@@ -110,6 +120,10 @@ struct PjrtBackendOptions {
 };
 
 // DefaultPjrtCacheDir(): program_cache.h.
+
+// The samples of each chunk a split weight gradient sums over
+// (PjrtBackendOptions::split_weight_gradients), for geometry `g`.
+int64_t ConvWeightGradSamples(const nn::ConvGeometry& g);
 
 // Counters of a backend's launches, for benchmarks and tests.
 struct PjrtStats {
@@ -302,6 +316,7 @@ class PjrtBackend final : public nn::Backend {
   std::shared_ptr<Client> client_;
   int device_;
   bool bfloat16_;
+  bool split_weight_gradients_;  // PjrtBackendOptions::split_weight_gradients, resolved
   bool compile_steps_;
   bool fall_back_to_kernels_;
   bool refuse_step_programs_;

@@ -3,6 +3,8 @@
 // program of its own; every composed kernel runs as nn::Backend's default
 // over these. Holds the kernels' ops and nothing else: memory, recording,
 // programs and steps are the backend's parts (pjrt_backend.h names them).
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -177,12 +179,48 @@ Value ConvInputGrad(Function& f, const ConvGeometry& g, const Value& dy, const V
 }
 
 // The adjoint of ConvForward in w: x [n, c, h, w], dy [n, oc, oh, ow] -> [oc, c, kh, kw].
-Value ConvWeightGrad(Function& f, const ConvGeometry& g, const Value& x, const Value& dy, bool bf16) {
+Value ConvWeightGradOnce(Function& f, const ConvGeometry& g, const Value& x, const Value& dy, bool bf16) {
   const int64_t hi_h = g.kh + (g.oh() - 1) * g.stride - g.h - g.pad;
   const int64_t hi_w = g.kw + (g.ow() - 1) * g.stride - g.w - g.pad;
   return f.Convolution(MatmulInput(f, x, bf16), MatmulInput(f, dy, bf16), "[f, b, 0, 1]x[i, o, 0, 1]->[f, b, 0, 1]",
                        {g.oc, g.c, g.kh, g.kw}, {1, 1}, {{g.pad, hi_h}, {g.pad, hi_w}}, {1, 1},
                        {g.stride, g.stride}, !bf16);
+}
+
+}  // namespace
+
+// Samples a chunk of the split weight gradient: the largest power of two
+// whose contraction (samples * oh * ow) stays within 8,192, at least one;
+// the whole batch (no split) where a chunk would be under 16 MFLOP. Measured
+// on XLA's CPU plugin (2 cores, the DrQ and D4PG layers of 32 channels):
+// chunks of 4-8 samples ran the weight gradients 2-4x faster than one
+// convolution, the fastest chunk's contraction 3,000-8,000 long at each
+// size; a D4PG network of 4 channels ran no faster split, and 8 updates of
+// it in one program 8% slower.
+int64_t ConvWeightGradSamples(const ConvGeometry& g) {
+  const int64_t positions = std::max<int64_t>(1, g.oh() * g.ow());
+  const auto samples = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, 8192 / positions))));
+  const double chunk_flops = 2.0 * static_cast<double>(samples * positions) * static_cast<double>(g.c * g.oc * g.kh * g.kw);
+  return samples >= g.n || chunk_flops < 16e6 ? g.n : samples;
+}
+
+namespace {
+
+// The weight gradient as ConvWeightGradOnce, or (`split`) the sum of it over
+// chunks of ConvWeightGradSamples(g) samples (the last one what is left).
+Value ConvWeightGrad(Function& f, const ConvGeometry& g, const Value& x, const Value& dy, bool bf16, bool split) {
+  const int64_t samples = split ? ConvWeightGradSamples(g) : g.n;
+  if (samples >= g.n) return ConvWeightGradOnce(f, g, x, dy, bf16);
+  Value sum;
+  for (int64_t begin = 0; begin < g.n; begin += samples) {
+    ConvGeometry chunk = g;
+    chunk.n = std::min(samples, g.n - begin);
+    const int64_t end = begin + chunk.n;
+    const Value part = ConvWeightGradOnce(f, chunk, f.Slice(x, {begin, 0, 0, 0}, {end, g.c, g.h, g.w}),
+                                          f.Slice(dy, {begin, 0, 0, 0}, {end, g.oc, g.oh(), g.ow()}), bf16);
+    sum = begin == 0 ? part : f.Add(sum, part);
+  }
+  return sum;
 }
 
 Value AddChannelBias(Function& f, const Value& y, const Value& bias) {
@@ -213,7 +251,7 @@ void PjrtBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, con
   if (act == FusedActivation::kRelu) d = f.Select(f.Compare(l.F32(y, out_dims), l.Const(0.0), "GT"), d, l.Const(0.0));
   if (db != nullptr) l.Accumulate(db, f.Reduce(d, {0, 2, 3}));
   if (dx != nullptr) l.Accumulate(dx, ConvInputGrad(f, g, d, l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_));
-  if (dw != nullptr) l.Accumulate(dw, ConvWeightGrad(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), d, bfloat16_));
+  if (dw != nullptr) l.Accumulate(dw, ConvWeightGrad(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), d, bfloat16_, split_weight_gradients_));
   l.Run();
 }
 
