@@ -9,15 +9,21 @@ and pass each module's DIR/module_*.before_optimizations.hlo.pb (the largest
 file is the step's; its .txt beside it gives the parameters and aliasing).
 Run with the JAX peers' Python (build/release/jax-peers-venv/bin/python,
 made by `troupe bench learner`):
-    python tools/xla_module_time.py [--plugin PATH] [--rounds N] MODULE.hlo.pb...
+    python tools/xla_module_time.py [--plugin PATH] [--rounds N] [--thunks N] MODULE.hlo.pb...
 Prints each module's median [min-max] milliseconds per execution on each
-runtime. Inputs are uniform [0, 0.01) floats, zero integers and random
+runtime; with --thunks N, then each module's N slowest thunks (an XLA CPU
+program runs as a sequence of thunks: a fusion, a convolution, a dot), their
+milliseconds per execution on jaxlib's runtime from a profiler trace of 5
+executions, with each thunk's shape and operands. Inputs are uniform [0, 0.01) floats, zero integers and random
 bytes; an output aliased to a parameter is fed back as that parameter, as a
 training loop does. Not part of troupe's build or tests: a measuring aid
 for docs/benchmarks/learner.md.
 """
 import argparse
+import collections
+import glob
 import re
+import tempfile
 import time
 
 import numpy as np
@@ -72,12 +78,89 @@ def seconds_per_execution(exe, args, alias, n):
     return (time.perf_counter() - start) / n
 
 
+def protobuf_fields(data):
+    """(field number, value) of a serialized protobuf message: ints for
+    varints, bytes for the rest."""
+    def varint(i):
+        n = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return n, i
+    i, out = 0, []
+    while i < len(data):
+        key, i = varint(i)
+        kind = key & 7
+        if kind == 0:
+            value, i = varint(i)
+        elif kind == 2:
+            n, i = varint(i)
+            value, i = data[i:i + n], i + n
+        elif kind in (1, 5):
+            n = 8 if kind == 1 else 4
+            value, i = data[i:i + n], i + n
+        else:
+            raise SystemExit(f"unexpected protobuf wire type {kind}")
+        out.append((key >> 3, value))
+    return out
+
+
+def event_picoseconds(xspace):
+    """Total picoseconds per event name of a profiler trace (an XSpace: its
+    planes (1), each plane's lines (3) of events (4: metadata id 1, duration
+    3) and its event metadata (4: id 1 -> XEventMetadata, whose name is 2))."""
+    total = collections.Counter()
+    for field, plane in protobuf_fields(xspace):
+        if field != 1:
+            continue
+        plane = protobuf_fields(plane)
+        names = {}
+        for field, entry in plane:
+            if field == 4:
+                entry = dict(protobuf_fields(entry))
+                names[entry.get(1, 0)] = dict(protobuf_fields(entry.get(2, b""))).get(2, b"").decode(errors="replace")
+        for field, line in plane:
+            if field == 3:
+                for field, event in protobuf_fields(line):
+                    if field == 4:
+                        event = dict(protobuf_fields(event))
+                        total[names.get(event.get(1, 0), "?")] += event.get(3, 0)
+    return total
+
+
+def slowest_thunks(exe, args, alias, top, executions=5):
+    """The `top` slowest thunks of a compiled module: (ms per execution,
+    name, its instruction's shape and operands in the optimized module)."""
+    import jax
+    with tempfile.TemporaryDirectory() as trace:
+        jax.profiler.start_trace(trace)
+        seconds_per_execution(exe, args, alias, executions)
+        jax.profiler.stop_trace()
+        files = glob.glob(trace + "/**/*.xplane.pb", recursive=True)
+        if not files:
+            raise SystemExit("the profiler wrote no trace")
+        total = event_picoseconds(open(files[0], "rb").read())
+    text = exe.hlo_modules()[0].to_string()
+    described = {}
+    for line in text[text.index("ENTRY"):].splitlines():
+        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w-]+)\((.*?)\)", line)
+        if m:
+            operands = ", ".join(x.split()[-1] for x in m.group(4).split(", ") if x.split())
+            described[m.group(1)] = f"{m.group(2)} {m.group(3)}({operands})"
+    thunks = [(ps, name) for name, ps in total.items() if name in described]
+    return [(ps / executions / 1e9, name, described[name]) for ps, name in sorted(thunks, reverse=True)[:top]]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="+")
     parser.add_argument("--plugin", help="a PJRT plugin to time each module on too")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--executions", type=int, default=5, help="executions per round")
+    parser.add_argument("--thunks", type=int, default=0, help="then each module's N slowest thunks (jaxlib's runtime)")
     a = parser.parse_args()
     import jax
     if a.plugin:
@@ -96,6 +179,11 @@ def main():
             times[i].append(1000 * seconds_per_execution(exe, args, alias, a.executions))
     for (path, name, _), t in zip(runs, times):
         print(f"{np.median(t):9.1f} ms [{min(t):.1f}-{max(t):.1f}]  {name:10s}  {path}")
+    for path, name, (exe, args, alias) in runs:
+        if a.thunks and name == "jaxlib cpu":
+            print(f"\n{path}: its {a.thunks} slowest thunks on jaxlib's runtime, ms per execution")
+            for ms, thunk, what in slowest_thunks(exe, args, alias, a.thunks):
+                print(f"{ms:9.2f}  {thunk:32s} {what[:110]}")
 
 
 if __name__ == "__main__":
