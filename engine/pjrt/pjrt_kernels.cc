@@ -192,11 +192,11 @@ Value ConvWeightGradOnce(Function& f, const ConvGeometry& g, const Value& x, con
 // Samples a chunk of the split weight gradient: the largest power of two
 // whose contraction (samples * oh * ow) stays within 8,192, at least one;
 // the whole batch (no split) where a chunk would be under 16 MFLOP. Measured
-// on XLA's CPU plugin (2 cores, the DrQ and D4PG layers of 32 channels):
-// chunks of 4-8 samples ran the weight gradients 2-4x faster than one
-// convolution, the fastest chunk's contraction 3,000-8,000 long at each
-// size; a D4PG network of 4 channels ran no faster split, and 8 updates of
-// it in one program 8% slower.
+// on XLA's CPU plugin (2 cores, the benchmarks' 3x3 layers of 32 channels
+// at 25x25 to 41x41): chunks of 4-8 samples ran the weight gradients 2-4x
+// faster than one convolution, the fastest chunk's contraction 3,000-8,000
+// long at each size; a network of 4 channels ran no faster split, and 8
+// updates of it in one program 8% slower (docs/benchmarks/learner.md).
 int64_t ConvWeightGradSamples(const ConvGeometry& g) {
   const int64_t positions = std::max<int64_t>(1, g.oh() * g.ow());
   const auto samples = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, 8192 / positions))));
