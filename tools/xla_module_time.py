@@ -29,19 +29,43 @@ import time
 import numpy as np
 
 
+def protobuf_fields(data):
+    """(field number, value) of a serialized protobuf message: ints for
+    varints, bytes for the rest."""
+    def varint(i):
+        n = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return n, i
+    i, out = 0, []
+    while i < len(data):
+        key, i = varint(i)
+        kind = key & 7
+        if kind == 0:
+            value, i = varint(i)
+        elif kind == 2:
+            n, i = varint(i)
+            value, i = data[i:i + n], i + n
+        elif kind in (1, 5):
+            n = 8 if kind == 1 else 4
+            value, i = data[i:i + n], i + n
+        else:
+            raise SystemExit(f"unexpected protobuf wire type {kind}")
+        out.append((key >> 3, value))
+    return out
+
+
 def module_proto(path):
     """The HloModuleProto inside the HloProto that XLA dumps (its field 1)."""
     data = open(path, "rb").read()
-    if not data or data[0] != 0x0A:
-        raise SystemExit(f"{path}: not an HloProto with a module (dump with --xla_dump_hlo_as_proto)")
-    i, n, shift = 1, 0, 0
-    while True:
-        b = data[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return data[i:i + n]
+    for field, value in protobuf_fields(data) if data[:1] == b"\x0a" else []:
+        if field == 1:
+            return value
+    raise SystemExit(f"{path}: not an HloProto with a module (dump with --xla_dump_hlo_as_proto)")
 
 
 def load(path, device):
@@ -76,36 +100,6 @@ def seconds_per_execution(exe, args, alias, n):
     for o in out:
         o.block_until_ready()
     return (time.perf_counter() - start) / n
-
-
-def protobuf_fields(data):
-    """(field number, value) of a serialized protobuf message: ints for
-    varints, bytes for the rest."""
-    def varint(i):
-        n = shift = 0
-        while True:
-            b = data[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                return n, i
-    i, out = 0, []
-    while i < len(data):
-        key, i = varint(i)
-        kind = key & 7
-        if kind == 0:
-            value, i = varint(i)
-        elif kind == 2:
-            n, i = varint(i)
-            value, i = data[i:i + n], i + n
-        elif kind in (1, 5):
-            n = 8 if kind == 1 else 4
-            value, i = data[i:i + n], i + n
-        else:
-            raise SystemExit(f"unexpected protobuf wire type {kind}")
-        out.append((key >> 3, value))
-    return out
 
 
 def event_picoseconds(xspace):
