@@ -190,16 +190,21 @@ Value ConvWeightGradOnce(Function& f, const ConvGeometry& g, const Value& x, con
 }  // namespace
 
 // Samples a chunk of the split weight gradient: the largest power of two
-// whose contraction (samples * oh * ow) stays within 8,192, at least one;
-// the whole batch (no split) where a chunk would be under 16 MFLOP. Measured
-// on XLA's CPU plugin (2 cores, the benchmarks' 3x3 layers of 32 channels
-// at 25x25 to 41x41): chunks of 4-8 samples ran the weight gradients 2-4x
-// faster than one convolution, the fastest chunk's contraction 3,000-8,000
-// long at each size; a network of 4 channels ran no faster split, and 8
-// updates of it in one program 8% slower (docs/benchmarks/learner.md).
+// whose contraction (samples * oh * ow) stays within 8,192 and whose input
+// patches (samples * oh * ow * c * kh * kw floats) within 2^21, at least
+// one; the whole batch (no split) where a chunk would be under 16 MFLOP.
+// Measured on XLA's CPU plugin (2 cores): chunks of 4-8 samples ran the 3x3
+// layers of 32 channels at 25x25 to 41x41 2-4x faster than one convolution,
+// the fastest chunk's contraction 3,000-8,000 long at each size; a 4x4
+// layer of 64 to 128 channels at 7x7 fastest in chunks of 16-32 samples
+// (patches of 0.8-1.6 million floats, 2.9x); a network of 4 channels ran
+// no faster split, and 8 updates of it in one program 8% slower
+// (docs/benchmarks/learner.md).
 int64_t ConvWeightGradSamples(const ConvGeometry& g) {
   const int64_t positions = std::max<int64_t>(1, g.oh() * g.ow());
-  const auto samples = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, 8192 / positions))));
+  const int64_t patch = std::max<int64_t>(1, g.c * g.kh * g.kw);
+  const int64_t most = std::min<int64_t>(8192 / positions, (int64_t{1} << 21) / (positions * patch));
+  const auto samples = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, most))));
   const double chunk_flops = 2.0 * static_cast<double>(samples * positions) * static_cast<double>(g.c * g.oc * g.kh * g.kw);
   return samples >= g.n || chunk_flops < 16e6 ? g.n : samples;
 }

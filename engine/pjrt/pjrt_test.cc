@@ -400,6 +400,11 @@ TEST_F(PjrtKernelTest, AWeightGradientSplitOverChunksOfSamplesHasTheCpusValues) 
   EXPECT_EQ(samples(256, 32, 41, 1), 4);   // D4PG at 84x84: 39x39
   EXPECT_EQ(samples(4, 32, 41, 1), 4);     // a batch within one chunk: the whole batch
   EXPECT_EQ(ConvWeightGradSamples({.n = 32, .c = 4, .h = 41, .w = 41, .oc = 4, .kh = 3, .kw = 3}), 32);  // too small
+  // The GAN discriminator's second layer (4x4, stride 2, 14x14 to 7x7): its
+  // patches bound the chunk, not its contraction (which would allow 128).
+  EXPECT_EQ(ConvWeightGradSamples(
+                {.n = 512, .c = 64, .h = 14, .w = 14, .oc = 128, .kh = 4, .kw = 4, .stride = 2, .pad = 1}),
+            32);
 
   const nn::ConvGeometry g{.n = 7, .c = 32, .h = 48, .w = 48, .oc = 32, .kh = 3, .kw = 3, .stride = 1, .pad = 1};
   ASSERT_EQ(ConvWeightGradSamples(g), 2);
