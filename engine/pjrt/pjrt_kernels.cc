@@ -205,7 +205,8 @@ int64_t ConvWeightGradSamples(const ConvGeometry& g) {
   const int64_t patch = std::max<int64_t>(1, g.c * g.kh * g.kw);
   const int64_t most = std::min<int64_t>(8192 / positions, (int64_t{1} << 21) / (positions * patch));
   const auto samples = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, most))));
-  const double chunk_flops = 2.0 * static_cast<double>(samples * positions) * static_cast<double>(g.c * g.oc * g.kh * g.kw);
+  const double chunk_flops =
+      2.0 * static_cast<double>(samples * positions) * static_cast<double>(g.c * g.oc * g.kh * g.kw);
   return samples >= g.n || chunk_flops < 16e6 ? g.n : samples;
 }
 
@@ -256,7 +257,9 @@ void PjrtBackend::Conv2dBackward(const ConvGeometry& g, FusedActivation act, con
   if (act == FusedActivation::kRelu) d = f.Select(f.Compare(l.F32(y, out_dims), l.Const(0.0), "GT"), d, l.Const(0.0));
   if (db != nullptr) l.Accumulate(db, f.Reduce(d, {0, 2, 3}));
   if (dx != nullptr) l.Accumulate(dx, ConvInputGrad(f, g, d, l.F32(w, {g.oc, g.c, g.kh, g.kw}), bfloat16_));
-  if (dw != nullptr) l.Accumulate(dw, ConvWeightGrad(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), d, bfloat16_, split_weight_gradients_));
+  if (dw != nullptr) {
+    l.Accumulate(dw, ConvWeightGrad(f, g, l.F32(x, {g.n, g.c, g.h, g.w}), d, bfloat16_, split_weight_gradients_));
+  }
   l.Run();
 }
 
