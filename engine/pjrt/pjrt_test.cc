@@ -248,6 +248,7 @@ TEST_F(PjrtKernelTest, ACompiledStepTakesItsScalarsAtRunTimeAndRecompilesForANew
     Pair grad = Put(RandomVector(n, 1)), param = Put(RandomVector(n, 2)), m = Put(std::vector<float>(n)),
          v = Put(std::vector<float>(n)), loss = Put({0.0f});
     float* cpu_scratch = cpu_.AllocateFloats(n);
+    cpu_buffers_.push_back(cpu_scratch);
     float* pjrt_scratch = static_cast<float*>(pjrt_->AllocateScratch(4 * n));
     const int64_t compiles = pjrt_->stats().step_compiles, launches = pjrt_->stats().launches,
                   printed = pjrt_->stats().programs_printed;
@@ -522,6 +523,7 @@ TEST_F(PjrtKernelTest, BytesAtUnalignedOffsetsBecomeFloatPlanes) {
   std::vector<uint8_t> bytes(18);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 1);
   uint8_t* cpu_in = static_cast<uint8_t*>(cpu_.Allocate(32));
+  cpu_buffers_.push_back(reinterpret_cast<float*>(cpu_in));
   uint8_t* pjrt_in = static_cast<uint8_t*>(pjrt_->Allocate(32));
   cpu_.Upload(bytes.data(), cpu_in + 1, bytes.size());
   pjrt_->Upload(bytes.data(), pjrt_in + 1, bytes.size());
