@@ -11,11 +11,13 @@ Run with the JAX peers' Python (build/release/jax-peers-venv/bin/python,
 made by `troupe bench learner`):
     python tools/xla_module_time.py [--plugin PATH] [--rounds N] [--thunks N] MODULE.hlo.pb...
 Prints each module's median [min-max] milliseconds per execution on each
-runtime; with --thunks N, then each module's N slowest thunks (an XLA CPU
-program runs as a sequence of thunks: a fusion, a convolution, a dot), their
-milliseconds per execution on jaxlib's runtime from a profiler trace of 5
-executions, with each thunk's shape and operands. Inputs are uniform [0, 0.01) floats, zero integers and random
-bytes; an output aliased to a parameter is fed back as that parameter, as a
+runtime; with --thunks N, then each module's N costliest kinds of thunk
+(an XLA CPU program runs as a sequence of thunks: a fusion, a convolution,
+a dot; a kind is the thunks of one name but for its number and one
+shape, such as a weight gradient's chunks), their milliseconds per
+execution on jaxlib's runtime from a profiler trace of 5 executions, how
+many thunks, and the first one's shape and operands. Inputs are uniform
+[0, 0.01) floats, zero integers and random bytes; an output aliased to a parameter is fed back as that parameter, as a
 training loop does. Not part of troupe's build or tests: a measuring aid
 for docs/benchmarks/learner.md.
 """
@@ -125,9 +127,10 @@ def event_picoseconds(xspace):
     return total
 
 
-def slowest_thunks(exe, args, alias, top, executions=5):
-    """The `top` slowest thunks of a compiled module: (ms per execution,
-    name, its instruction's shape and operands in the optimized module)."""
+def costliest_thunks(exe, args, alias, top, executions=5):
+    """The `top` costliest kinds of thunk of a compiled module: (ms per
+    execution, thunks of the kind, the first one's name, its instruction's
+    shape and operands in the optimized module)."""
     import jax
     with tempfile.TemporaryDirectory() as trace:
         jax.profiler.start_trace(trace)
@@ -143,9 +146,16 @@ def slowest_thunks(exe, args, alias, top, executions=5):
         m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ([\w-]+)\((.*?)\)", line)
         if m:
             operands = ", ".join(x.split()[-1] for x in m.group(4).split(", ") if x.split())
-            described[m.group(1)] = f"{m.group(2)} {m.group(3)}({operands})"
-    thunks = [(ps, name) for name, ps in total.items() if name in described]
-    return [(ps / executions / 1e9, name, described[name]) for ps, name in sorted(thunks, reverse=True)[:top]]
+            described[m.group(1)] = (m.group(2), f"{m.group(2)} {m.group(3)}({operands})")
+    kinds = {}
+    for name, ps in sorted(total.items()):
+        if name not in described:
+            continue
+        key = (re.sub(r"\.\d+$", "", name), described[name][0])
+        ms, count, first = kinds.get(key, (0.0, 0, name))
+        kinds[key] = (ms + ps / executions / 1e9, count + 1, first)
+    rows = sorted(kinds.values(), reverse=True)[:top]
+    return [(ms, count, first, described[first][1]) for ms, count, first in rows]
 
 
 def main():
@@ -154,7 +164,8 @@ def main():
     parser.add_argument("--plugin", help="a PJRT plugin to time each module on too")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--executions", type=int, default=5, help="executions per round")
-    parser.add_argument("--thunks", type=int, default=0, help="then each module's N slowest thunks (jaxlib's runtime)")
+    parser.add_argument("--thunks", type=int, default=0,
+                        help="then each module's N costliest kinds of thunk (jaxlib's runtime)")
     a = parser.parse_args()
     import jax
     if a.plugin:
@@ -175,9 +186,9 @@ def main():
         print(f"{np.median(t):9.1f} ms [{min(t):.1f}-{max(t):.1f}]  {name:10s}  {path}")
     for path, name, (exe, args, alias) in runs:
         if a.thunks and name == "jaxlib cpu":
-            print(f"\n{path}: its {a.thunks} slowest thunks on jaxlib's runtime, ms per execution")
-            for ms, thunk, what in slowest_thunks(exe, args, alias, a.thunks):
-                print(f"{ms:9.2f}  {thunk:32s} {what[:110]}")
+            print(f"\n{path}: its {a.thunks} costliest kinds of thunk on jaxlib's runtime, ms per execution")
+            for ms, count, first, what in costliest_thunks(exe, args, alias, a.thunks):
+                print(f"{ms:9.2f}  x{count:<3d} {first:30s} {what[:110]}")
 
 
 if __name__ == "__main__":
