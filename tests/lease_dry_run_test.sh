@@ -147,9 +147,14 @@ grep -q "PyTorch on the GPU, eager" "$root/opt/results/bench_learner_pjrt.txt" |
 grep -q "^d4pg_bench pixels batch 32 on pjrt (per2): exit 0: .*updates/s" "$summary" || fail "the D4PG row, 2 per execution"
 grep -qE "^pjrt: 0\.50 program executions per update \(and [0-9.]+ frame table scatters\), 100% of the steps replayed" "$root/opt/results/bench_d4pg_pjrt_32_per2.txt" ||
   fail "2 updates per execution, replayed: $(grep '^pjrt:' "$root/opt/results/bench_d4pg_pjrt_32_per2.txt")"
-grep -q "^replay of 512 transitions, .*into the device frame table" "$summary" &&
-  grep -qE "^pjrt: .* ms of host time per update outside the executions" "$summary" ||
+grep -q "^\[per2\] replay of 512 transitions, .*into the device frame table" "$summary" &&
+  grep -qE "^\[per2\] pjrt: .* ms of host time per update outside the executions" "$summary" ||
   fail "the 2-per-execution row on the learner's own input, and its host time, in summary.txt"
+# Then one per execution on the same input (the host-time bar of one update an execution).
+grep -q "^d4pg_bench pixels batch 32 on pjrt (per1): exit 0: .*updates/s" "$summary" || fail "the D4PG row, 1 per execution"
+grep -qE "^\[per1\] pjrt: 1\.00 program executions per update" "$summary" &&
+  grep -qE "^\[per1\] pjrt: the learner's thread used .* ms of CPU per update: .* troupe's own" "$summary" ||
+  fail "the 1-per-execution row and its host time in summary.txt: $(grep '^\[per1\]' "$summary")"
 grep -q "^d4pg_bench pixels batch 32 on pjrt (peers): exit 0: .*updates/s" "$summary" || fail "the D4PG update's row"
 grep -q "^pjrt_steps_d4pg: passed" "$summary" || fail "the D4PG PJRT-vs-CPU tests on the stand-in"
 grep -q "^troupe run cartpole_swingup_state, .*exit [0-9]*; " "$summary" || fail "the job's line"

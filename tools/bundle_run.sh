@@ -226,19 +226,20 @@ bench() {  # TAG CAP ARGS...: troupe bench ARGS --json, for at most CAP s; its r
   local rc=$?
   say "troupe bench $* : exit $rc in $(( $(date +%s) - start )) s$( ((rc == 124)) && echo " (cut at $seconds s: the rows above are what it measured)")"
 }
-d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it; perN: $per_execution updates per execution, learner.updates_per_execution, on the learner's own input: replay of 16 batches' transitions sampled into the device frame table, the host's time per update printed)
+d4pg() {  # DEVICE BATCH [TAG]: D4PG pixel updates/s (the environment's TROUPE_CUDA_* apply; TAG peers: PyTorch and JAX beside it; perN: N updates per execution, learner.updates_per_execution, on the learner's own input: replay of 16 batches' transitions sampled into the device frame table, the host's time per update printed)
   local seconds=$(capped "$([[ ${3:-} == per* ]] && echo 90 || echo 200)")
   if ((seconds < 30)); then say "d4pg_bench pixels batch $2 on $1: skipped (budget spent)"; return; fi
   local file="$out/bench_d4pg_$1_$2${3:+_$3}.txt"
   local extra=()
   [[ ${3:-} == peers ]] && extra=(--peers "${rounds[@]}")
-  local updates=$d4pg_updates
+  local updates=$d4pg_updates n=${3:-}
+  n=${n#per}
   # Whole executions (another count would compile another program for the rest).
-  [[ ${3:-} == per* ]] && extra=(--per-execution "$per_execution" --replay $((16 * $2))) &&
-    updates=$(( (d4pg_updates + per_execution - 1) / per_execution * per_execution ))
+  [[ ${3:-} == per* ]] && extra=(--per-execution "$n" --replay $((16 * $2))) &&
+    updates=$(( (d4pg_updates + n - 1) / n * n ))
   step "$file" 1 timeout -k 5 "$seconds" "$here/bin/d4pg_bench" "${extra[@]}" pixels "$2" "$(nproc)" "$updates" 32 1024 "$1"
   say "d4pg_bench pixels batch $2 on $1${3:+ ($3)}: exit $?: $(grep 'updates/s' "$file" | head -n 1)"
-  [[ ${3:-} == per* ]] && grep -E '^(replay of|pjrt: )' "$file" >> "$out/summary.txt"
+  [[ ${3:-} == per* ]] && grep -E '^(replay of|pjrt: )' "$file" | sed "s/^/[$3] /" >> "$out/summary.txt"
   [[ ${3:-} == peers ]] && grep -E '^\| ' "$file" | tail -n +3 >> "$out/summary.txt"
 }
 part() {  # NAME: a part begins (said), and what the previous ones wrote goes back
@@ -256,8 +257,10 @@ if has pjrt; then
     # compiled, 8 per execution, then one per execution against the PyTorch
     # and JAX updates; then the GAN step.
     bench learner_pjrt 240 learner --device pjrt --pjrt-plugin "$plugin" --seconds "$bench_seconds"
-    # The D4PG update traced once and replayed, 8 per execution (issue 48's bar: 1,000/s at batch 256 on an H200).
+    # The D4PG update traced once and replayed, 8 per execution (issue 48's bar: 1,000/s at batch 256 on an H200;
+    # the host's own time per update at most 0.01 ms), then one per execution (its host time at most 0.05 ms).
     TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" "per$per_execution"
+    TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" per1
     TROUPE_PJRT_PLUGIN=$plugin d4pg pjrt "$d4pg_batch" peers
     bench gan_pjrt 120 gan --device pjrt --pjrt-plugin "$plugin" --seconds "$bench_seconds"
   fi
