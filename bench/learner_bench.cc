@@ -169,6 +169,17 @@ double MeasureEigenGemm(double seconds) {
   return rate * kThreads * 2.0 * kN * kN * kN / 1e9;
 }
 
+// A backend for `engine` made while the environment has name=value (the
+// backends' switches for another path: TROUPE_CUDA_CONV, TROUPE_CUDA_ASYNC,
+// TROUPE_PJRT_WEIGHT_GRADIENTS), the variable unset again after.
+absl::StatusOr<std::unique_ptr<nn::Backend>> MakeBackendWithEnv(const config::EngineConfig& engine, const char* name,
+                                                                const char* value) {
+  setenv(name, value, /*overwrite=*/1);
+  absl::StatusOr<std::unique_ptr<nn::Backend>> made = engine::MakeBackend(engine, /*local_index=*/0, 1);
+  unsetenv(name);
+  return made;
+}
+
 // The GPU peers' rows for the DrQ step at 84x84, `batch`, `dtype`
 // ("float32", "bfloat16") on `backend`: PyTorch (the machine's python3)
 // eager, and compiled at batch 256, and JAX's jax.jit, each by the protocol
@@ -221,17 +232,11 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
     // im2col, what the backend takes without cuDNN), and kernels queued
     // without a wait after each call (TROUPE_CUDA_ASYNC=1).
     if (!options.quick) {
-      const auto with_env = [&](const char* name, const char* value) {
-        setenv(name, value, /*overwrite=*/1);
-        absl::StatusOr<std::unique_ptr<nn::Backend>> b = engine::MakeBackend(engine, 0, 1);
-        unsetenv(name);
-        return b;
-      };
       const ProtocolOptions protocol = GpuProtocol(options, seconds);
       const auto step_on = [](nn::Backend& b) -> Side {
         return [&b](const Round& round) -> absl::StatusOr<double> { return MeasureTroupe(b, 256, 84, round.seconds); };
       };
-      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> im2col, with_env("TROUPE_CUDA_CONV", "im2col"));
+      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> im2col, MakeBackendWithEnv(engine, "TROUPE_CUDA_CONV", "im2col"));
       RETURN_IF_ERROR(AddComparison(report,
                                     "DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: the default convolutions "
                                     "(cuDNN)",
@@ -239,7 +244,7 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnCuda(const Options& options) {
                                     step_on(*im2col), protocol)
                           .status());
       im2col.reset();
-      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> async, with_env("TROUPE_CUDA_ASYNC", "1"));
+      ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> async, MakeBackendWithEnv(engine, "TROUPE_CUDA_ASYNC", "1"));
       RETURN_IF_ERROR(AddComparison(report, "DrQ 9x84x84 fwd+bwd+Adam on cuda, float32, batch 256: asynchronous kernels",
                                     "samples/s", "troupe, a wait after every call (default)", step_on(*async),
                                     step_on(*gpu), protocol)
@@ -380,13 +385,11 @@ absl::StatusOr<Report> RunLearnerBenchmarkOnPjrt(const Options& options) {
     // where troupe splits it on the CPU plugin. Not on a GPU, which takes
     // the one convolution (the split's compile and rounds would come out
     // of a lease's few minutes).
-    setenv("TROUPE_PJRT_WEIGHT_GRADIENTS", "one", /*overwrite=*/1);
-    absl::StatusOr<std::unique_ptr<nn::Backend>> made = engine::MakeBackend(engine, 0, 1);
-    unsetenv("TROUPE_PJRT_WEIGHT_GRADIENTS");
-    RETURN_IF_ERROR(made.status());
+    ASSIGN_OR_RETURN(std::unique_ptr<nn::Backend> one,
+                     MakeBackendWithEnv(engine, "TROUPE_PJRT_WEIGHT_GRADIENTS", "one"));
     RETURN_IF_ERROR(AddComparison(report, name, "samples/s",
                                   "the same step, each weight gradient one convolution over the batch", troupe_round,
-                                  same_step_on(**made), protocol)
+                                  same_step_on(*one), protocol)
                         .status());
   } else {
     config::EngineConfig cuda;

@@ -17,9 +17,9 @@ a dot; a kind is the thunks of one name but for its number and one
 shape, such as a weight gradient's chunks), their milliseconds per
 execution on jaxlib's runtime from a profiler trace of 5 executions, how
 many thunks, and the first one's shape and operands. Inputs are uniform
-[0, 0.01) floats, zero integers and random bytes; an output aliased to a parameter is fed back as that parameter, as a
-training loop does. Not part of troupe's build or tests: a measuring aid
-for docs/benchmarks/learner.md.
+[0, 0.01) floats, zero integers and random bytes; an output aliased to a
+parameter is fed back as that parameter, as a training loop does. Not part
+of troupe's build or tests: a measuring aid for docs/benchmarks/learner.md.
 """
 import argparse
 import collections
@@ -64,9 +64,10 @@ def protobuf_fields(data):
 def module_proto(path):
     """The HloModuleProto inside the HloProto that XLA dumps (its field 1)."""
     data = open(path, "rb").read()
-    for field, value in protobuf_fields(data) if data[:1] == b"\x0a" else []:
-        if field == 1:
-            return value
+    if data[:1] == b"\x0a":  # field 1, length-delimited
+        for field, value in protobuf_fields(data):
+            if field == 1:
+                return value
     raise SystemExit(f"{path}: not an HloProto with a module (dump with --xla_dump_hlo_as_proto)")
 
 

@@ -87,7 +87,9 @@ struct PjrtBackendOptions {
   // whole batch: 2-4x faster on XLA's CPU runtime, whose one convolution
   // streams a contraction n*oh*ow long into a small [oc, c, kh, kw] result;
   // a GPU's libraries take the one convolution well, and more launches
-  // would not. kAuto: split on the "cpu" platform only. Create() takes
+  // would not. kAuto: split on the "cpu" platform only; kAlways: on any
+  // platform (where ConvWeightGradSamples splits: never a layer too small
+  // for it); kNever: one convolution each. Create() takes
   // TROUPE_PJRT_WEIGHT_GRADIENTS=split or =one from the environment over
   // this (benchmarks compare the two).
   enum class SplitWeightGradients { kAuto, kNever, kAlways };

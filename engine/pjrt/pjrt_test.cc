@@ -412,20 +412,12 @@ TEST_F(PjrtKernelTest, AWeightGradientSplitOverChunksOfSamplesHasTheCpusValues) 
   const std::vector<float> x = RandomVector(g.n * g.c * g.h * g.w, 20), w = RandomVector(g.oc * g.c * g.kh * g.kw, 21),
                            dy = RandomVector(g.n * g.oc * g.oh() * g.ow(), 22);
   const int64_t dw_floats = g.oc * g.c * g.kh * g.kw;
-  float* cx = cpu_.AllocateFloats(x.size());
-  float* cw = cpu_.AllocateFloats(w.size());
-  float* cdy = cpu_.AllocateFloats(dy.size());
-  float* cdx = cpu_.AllocateFloats(x.size());
-  float* cdw = cpu_.AllocateFloats(dw_floats);
-  cpu_buffers_.insert(cpu_buffers_.end(), {cx, cw, cdy, cdx, cdw});
-  cpu_.Upload(x.data(), cx, 4 * x.size());
-  cpu_.Upload(w.data(), cw, 4 * w.size());
-  cpu_.Upload(dy.data(), cdy, 4 * dy.size());
-  cpu_.Fill(cdx, x.size(), 0.0f);
-  cpu_.Fill(cdw, dw_floats, 0.0f);
-  cpu_.Conv2dBackward(g, nn::FusedActivation::kNone, cx, cw, nullptr, cdy, cdx, cdw, nullptr);
+  // The CPU's dw (the fixture's pairs; their PJRT sides stay unused).
+  const Pair cx = Put(x), cw = Put(w), cdy = Put(dy), cdx = Put(std::vector<float>(x.size())),
+             cdw = Put(std::vector<float>(dw_floats));
+  cpu_.Conv2dBackward(g, nn::FusedActivation::kNone, cx.cpu, cw.cpu, nullptr, cdy.cpu, cdx.cpu, cdw.cpu, nullptr);
   std::vector<float> want(dw_floats);
-  cpu_.Download(cdw, want.data(), 4 * dw_floats);
+  cpu_.Download(cdw.cpu, want.data(), 4 * dw_floats);
 
   // dw on a backend made with `split`; the convolutions its program holds.
   const auto run = [&](PjrtBackendOptions::SplitWeightGradients split, int* convolutions) {
