@@ -49,6 +49,7 @@ void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
   a.buffer = *buffer;
   a.scratch = scratch;
   a.id = ++allocated_;
+  ++layout_;
   allocations_.emplace(reinterpret_cast<uintptr_t>(base), a);
   return base;
 }
@@ -62,6 +63,7 @@ void DeviceMemory::Free(void* p) {
   client_->Destroy(it->second.buffer);
   munmap(p, it->second.reserved);
   allocations_.erase(it);
+  ++layout_;
 }
 
 std::pair<uintptr_t, DeviceMemory::Allocation*> DeviceMemory::Find(const void* p, int64_t* byte_offset) {

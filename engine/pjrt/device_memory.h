@@ -61,6 +61,11 @@ class DeviceMemory {
     return it == allocations_.end() ? nullptr : &it->second;
   }
 
+  // Bumped by every Allocate and Free: an Allocation* from At or Find stays
+  // valid (and is the same allocation) while layout() is unchanged (a
+  // replayed step binds its arguments once per layout).
+  uint64_t layout() const { return layout_; }
+
   // A step begins: no scratch is live from an earlier program.
   void BeginStep();
   // Waits until every allocation's contents are computed (the first error).
@@ -71,6 +76,7 @@ class DeviceMemory {
   int device_;
   std::map<uintptr_t, Allocation> allocations_;  // by the address range's start
   uint64_t allocated_ = 0;
+  uint64_t layout_ = 0;
 };
 
 }  // namespace troupe::pjrt

@@ -286,6 +286,11 @@ class PjrtBackend final : public nn::Backend {
     bool ready = false;               // two recordings in a row were the same: replay
     int replays_since_check = 0;
     capi::Buffer* scalars = nullptr;  // the recorded run-time scalars on the device, made once
+    // The allocations its arguments are (null: the scalars) and its outputs
+    // replace, found once per DeviceMemory::layout() (bound_layout).
+    std::vector<DeviceMemory::Allocation*> arg_allocations, written_allocations;
+    bool bound = false;
+    uint64_t bound_layout = 0;
     std::vector<capi::Buffer*> args, out;  // a replay's, kept: no allocation per update
   };
   // Forgets `step`'s recording (and destroys its scalars' buffer).
@@ -293,6 +298,10 @@ class PjrtBackend final : public nn::Backend {
   // Records `device_part` as one step; false, saying why in *why_not, when
   // a replay could not repeat it.
   bool RecordStep(const std::function<void()>& device_part, Recorded* out, std::string* why_not);
+  // Finds the allocations `step`'s recording names (Replay's, when the
+  // memory's layout changed since); false when one was freed or made anew
+  // since the recording.
+  bool Bind(ReplayedStep& step);
   // Executes `step`'s program again; false (nothing run) when its memory
   // changed since it was recorded.
   bool Replay(ReplayedStep& step);

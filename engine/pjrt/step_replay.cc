@@ -104,30 +104,49 @@ void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& devic
   step.recorded = std::move(now);
 }
 
+bool PjrtBackend::Bind(ReplayedStep& step) {
+  const StepRecording& r = step.recorded.recording;
+  step.bound = false;
+  step.arg_allocations.assign(r.args.size(), nullptr);
+  for (size_t i = 0; i < r.args.size(); ++i) {
+    if (r.args[i] == 0) continue;  // the run-time scalars
+    DeviceMemory::Allocation* a = memory_.At(r.args[i]);
+    if (a == nullptr || a->id != r.arg_ids[i]) return false;  // freed or made anew since the recording
+    step.arg_allocations[i] = a;
+  }
+  step.written_allocations.assign(r.written.size(), nullptr);
+  for (size_t i = 0; i < r.written.size(); ++i) {
+    step.written_allocations[i] = memory_.At(r.written[i]);  // (each an argument: bound above)
+  }
+  step.bound = true;
+  step.bound_layout = memory_.layout();
+  return true;
+}
+
 bool PjrtBackend::Replay(ReplayedStep& step) {
   const auto began = std::chrono::steady_clock::now();
   const StepRecording& r = step.recorded.recording;
   const ProgramCache::Program& program = *step.recorded.program;
+  // The allocations found again only when some were made or freed since.
+  if ((!step.bound || step.bound_layout != memory_.layout()) && !Bind(step)) {
+    // Memory freed or made anew since the recording: record again.
+    Forget(step);
+    return false;
+  }
   std::vector<capi::Buffer*>& args = step.args;
-  args.assign(r.args.size(), nullptr);
+  args.resize(r.args.size());
   for (size_t i = 0; i < r.args.size(); ++i) {
-    if (r.args[i] == 0) {
-      if (step.scalars == nullptr) {
-        const int64_t dims[] = {static_cast<int64_t>(r.scalars.size())};
-        auto buffer = client_->BufferFromHost(r.scalars.data(), capi::kF32, dims, device_);
-        if (!buffer.ok()) Fatal(buffer.status(), "a replayed step's scalars");
-        step.scalars = *buffer;
-      }
-      args[i] = step.scalars;
+    if (step.arg_allocations[i] != nullptr) {
+      args[i] = step.arg_allocations[i]->buffer;
       continue;
     }
-    DeviceMemory::Allocation* a = memory_.At(r.args[i]);
-    if (a == nullptr || a->id != r.arg_ids[i]) {
-      // Memory freed or made anew since the recording: record again.
-      Forget(step);
-      return false;
+    if (step.scalars == nullptr) {
+      const int64_t dims[] = {static_cast<int64_t>(r.scalars.size())};
+      auto buffer = client_->BufferFromHost(r.scalars.data(), capi::kF32, dims, device_);
+      if (!buffer.ok()) Fatal(buffer.status(), "a replayed step's scalars");
+      step.scalars = *buffer;
     }
-    args[i] = a->buffer;
+    args[i] = step.scalars;
   }
   CountStep();
   std::vector<capi::Buffer*>& out = step.out;
@@ -137,7 +156,7 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   NoteDeviceIdle(execute_began);
   Execute(program, program.executable, args, out, /*step=*/true, /*kernels=*/0);
   for (size_t i = 0; i < r.written.size(); ++i) {
-    DeviceMemory::Allocation* a = memory_.At(r.written[i]);
+    DeviceMemory::Allocation* a = step.written_allocations[i];
     client_->Destroy(a->buffer);  // donated to the execution
     a->buffer = out[i];
   }

@@ -255,6 +255,42 @@ TEST(StepReplayTest, ANewShapeRecordsAgainAndTheOldOneStillReplays) {
   EXPECT_EQ(pjrt->stats().step_replays, 5);
 }
 
+// An argument's memory freed and allocated again between replays (the
+// batch's buffer made anew: another allocation, at the same address or
+// not) is found again: the step records twice more and replays on the new
+// memory, the updates the CPU backend's given the same batches; memory
+// allocated elsewhere meanwhile (another model's) leaves the replay bound.
+TEST(StepReplayTest, AnArgumentMadeAnewRecordsAgainAndReplaysOnTheNewMemory) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  nn::CpuBackend cpu(1);
+  Model a(*pjrt, 16, 8), b(cpu, 16, 8);
+  int u = 0;
+  const auto steps = [&](int count) {
+    for (int i = 0; i < count; ++i, ++u) {
+      a.Step(u, 1e-2f);
+      b.Step(u, 1e-2f);
+    }
+  };
+  steps(4);
+  ASSERT_EQ(pjrt->stats().step_replays, 2);
+  Model other(*pjrt, 16, 8);  // allocations elsewhere: the step's own are unchanged
+  steps(2);
+  EXPECT_EQ(pjrt->stats().step_replays, 4);
+  for (Model* m : {&a, &b}) {
+    m->x = nn::DeviceBuffer();  // freed first: the range may be reserved again for the next
+    m->x = nn::DeviceBuffer(m->backend, m->batch * m->inputs);
+  }
+  steps(5);
+  EXPECT_EQ(pjrt->stats().step_replays, 7) << "two recordings on the new memory, then replays";
+  EXPECT_EQ(pjrt->stats().steps, 11);
+  EXPECT_NEAR(a.loss, b.loss, 1e-5f);
+  const std::vector<float> got = a.Values(), want = b.Values();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "parameter " << i;
+}
+
 // What a replay could not repeat keeps a step recording every call, and
 // correct: Adam prepared inside the step (its bias corrections then host
 // scalars), and an upload inside the step.
