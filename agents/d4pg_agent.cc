@@ -791,7 +791,6 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = rows_;
-  const int atoms = d4pg.atoms();
   for (StepInputs::Slice* slice : in.inputs()) *slice = {};  // (an input this kind of batch lacks stays null)
   // Pixels as frame references: gathered from the device frame table.
   *gathered = spec_.pixels() && !batch.frames.empty();
@@ -858,11 +857,8 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
       (half == 0 ? in.observation : in.next_observation) = {.address = own.data(), .words = words};
     }
   }
-  if (*weighted) {
-    // Importance weights (Schaul et al. 2016): a weight per row, spread over its atoms.
-    float* spread = append(in.weights, sizeof(float) * rows * atoms);
-    for (int64_t b = 0; b < rows; ++b) std::fill_n(spread + b * atoms, atoms, static_cast<float>(batch.weights[b]));
-  }
+  // Importance weights (Schaul et al. 2016): a weight per row.
+  if (*weighted) put(in.weights, batch.weights.data(), sizeof(float) * rows);
   r.critic_optimizer->Prepare(d4pg.critic_learning_rate());
   r.actor_optimizer->Prepare(d4pg.actor_learning_rate());
   return absl::OkStatus();
@@ -886,7 +882,7 @@ absl::Status D4pgAgent::ShareInputs(replicator::ReplicaContext& ctx, Replica& r,
   const std::pair<StepInputs::Slice*, int64_t> inputs[] = {
       {&in.reward, rows_},           {&in.discount, rows_},
       {&in.action, rows_ * action_size_}, {&in.observation, rows_ * state},
-      {&in.next_observation, rows_ * state}, {&in.weights, weighted ? rows_ * config_.d4pg().atoms() : 0}};
+      {&in.next_observation, rows_ * state}, {&in.weights, weighted ? rows_ : 0}};
   for (const auto& [buffer, floats] : inputs) {
     if (floats == 0) continue;
     // Part 0's rows, the other parts' zeros: their sum is part 0's (before
@@ -1161,10 +1157,11 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(r.support.data(), {atoms, 1}));
   const std::array<nn::Var, 2> per_item = {nn::Reshape(item_loss, {rows, 1}), item_q};
   const nn::Var items = nn::Concat(per_item, /*axis=*/1);  // read with the step's other metrics, at its end
-  // Importance weights scale each item's loss.
-  const nn::Var weighted_target = weighted ? nn::Mul(target, t.Constant(in.weights.data(), {rows, atoms})) : target;
-  const nn::Var critic_loss =
-      nn::Scale(nn::Sum(nn::Mul(log_probs, weighted_target)), -1.0f / static_cast<float>(rows));
+  // Importance weights scale each item's loss (a row's cross-entropy).
+  const nn::Var cross_entropy =
+      weighted ? nn::Mul(nn::SumAxis(nn::Mul(log_probs, target), /*axis=*/1), t.Constant(in.weights.data(), {rows}))
+               : nn::Mul(log_probs, target);
+  const nn::Var critic_loss = nn::Scale(nn::Sum(cross_entropy), -1.0f / static_cast<float>(rows));
   if (r.critic_reducer) r.critic_reducer->Reset();
   t.Backward(critic_loss, r.critic_reducer);
   r.critic_optimizer->Apply();  // (split: the updated values gathered for the actor's loss)

@@ -189,6 +189,53 @@ TEST(D4pgAgentTest, LearnsAContextualBandit) {
   for (int i = 0; i < 17; ++i) EXPECT_NEAR(actions[i], obs[i], 0.2) << "obs " << obs[i];
 }
 
+// Prioritized replay's importance weights scale each item's loss: an update
+// on rows (x0, x1, x2, x3) weighted (1, 0, 0, 0) moves the critic (its
+// values, targets and moments) as one on four copies of x0 weighted 1/4
+// each does, and unlike one on the first batch with the weights it came with.
+TEST(D4pgAgentTest, ImportanceWeightsScaleEachItemsLoss) {
+  const ObservationSpec spec{.state_size = 2};
+  config::ExperimentConfig c = TinyConfig(/*batch=*/4, {16});
+  c.mutable_learner()->set_prioritized(true);
+  replay::SampledBatch rows;
+  BanditBatch(spec, /*action_size=*/1, c, /*seed=*/5, 4, 0, 4, &rows);
+  // The critic's part of an agent's state after one update on `batch`.
+  const auto critic_after = [&](const replay::SampledBatch& batch) {
+    auto replicator = MakeReplicator(1);
+    auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+    TROUPE_CHECK(agent.ok());
+    TROUPE_CHECK((*agent)->Train(1, [&](int, int64_t, replay::SampledBatch* out) {
+      *out = batch;
+      return absl::OkStatus();
+    }).ok());
+    std::vector<float> critic;
+    for (const nn::CheckpointTensor& t : (*agent)->CheckpointState()) {
+      const std::string name = t.name.substr(std::strlen(nn::kParameterEntryPrefix));
+      if (name.starts_with("critic") || name.starts_with("target_critic")) {
+        critic.insert(critic.end(), t.values.begin(), t.values.end());
+      }
+    }
+    return critic;
+  };
+  replay::SampledBatch first = rows, copies = rows;
+  first.weights = {1.0f, 0.0f, 0.0f, 0.0f};
+  for (size_t f = 0; f < rows.fields.size(); ++f) {
+    std::vector<uint8_t>& data = copies.fields[f].data;
+    const size_t row_bytes = data.size() / 4;
+    for (int i = 1; i < 4; ++i) std::copy_n(data.begin(), row_bytes, data.begin() + i * row_bytes);
+  }
+  copies.weights = {0.25f, 0.25f, 0.25f, 0.25f};
+  const std::vector<float> got = critic_after(first), want = critic_after(copies), as_sampled = critic_after(rows);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_GT(got.size(), 0u);
+  float moved = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-6f + 1e-5f * std::fabs(want[i])) << "critic float " << i;
+    moved = std::max(moved, std::fabs(got[i] - as_sampled[i]));
+  }
+  EXPECT_GT(moved, 1e-4f) << "the weights the batch came with give another update";
+}
+
 // Trains on a bandit whose reward grows with the action everywhere (best at
 // +1) with the given pre-tanh penalty; returns the policy's action there.
 float ActionAfterPushingToTheBound(float penalty) {
