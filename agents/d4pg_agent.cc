@@ -363,9 +363,10 @@ struct D4pgAgent::Replica {
   // kind of batch (frame references or not, importance weights or not; the
   // kind fixes the layout, and a replayed program's buffers never move),
   // each of learner.updates_per_execution updates. PrepareUpdate writes
-  // them into `staging`. The execution's readouts, one read.
+  // them into `staging`, with the optimizers' per-update values. The
+  // execution's readouts, one read.
   std::map<std::pair<bool, bool>, nn::DeviceBuffer> packed;
-  std::vector<float> staging;
+  nn::StepStaging staging;
   nn::DeviceBuffer readout_device;
   std::vector<float> readout;
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -741,10 +742,11 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
             RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
             waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           }
-          if (r.frames != nullptr) r.frames->Upload();
           const size_t b = static_cast<size_t>(i) % r.batches.size();
           block.push_back(Input{&r.batches[b], &r.slots[b], i});
         }
+        // Their new frames up together: one upload and one scatter an execution.
+        if (r.frames != nullptr) r.frames->Upload(n);
         if (k == 0) {
           absl::MutexLock lock(&metrics_mu_);
           sum_input_wait_ += waited;
@@ -786,7 +788,7 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
 }
 
 absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input,
-                                      int64_t update, StepInputs& in, std::vector<float>& host, bool* gathered,
+                                      int64_t update, StepInputs& in, nn::StepStaging& staging, bool* gathered,
                                       bool* weighted) {
   const replay::SampledBatch& batch = *input.batch;
   const config::D4pgConfig& d4pg = config_.d4pg();
@@ -805,14 +807,10 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   *weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
   // Each input appended to the execution's staging in whole words (Update
   // sends it up and gives the slices their addresses).
-  const auto append = [&host](StepInputs::Slice& slice, int64_t bytes) {
-    slice.offset = static_cast<int64_t>(host.size());
+  const auto put = [&staging](StepInputs::Slice& slice, const void* data, int64_t bytes) {
     slice.words = std::max<int64_t>(1, (bytes + 3) / 4);
-    host.resize(host.size() + static_cast<size_t>(slice.words));
-    return host.data() + slice.offset;
-  };
-  const auto put = [&append](StepInputs::Slice& slice, const void* data, int64_t bytes) {
-    std::memcpy(append(slice, bytes), data, static_cast<size_t>(bytes));
+    slice.offset = staging.Reserve(slice.words);
+    std::memcpy(staging.host.data() + slice.offset, data, static_cast<size_t>(bytes));
   };
   if (*gathered) {
     // The frames went up with the input (one upload, one scatter); the step
@@ -859,8 +857,9 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   }
   // Importance weights (Schaul et al. 2016): a weight per row.
   if (*weighted) put(in.weights, batch.weights.data(), sizeof(float) * rows);
-  r.critic_optimizer->Prepare(d4pg.critic_learning_rate());
-  r.actor_optimizer->Prepare(d4pg.actor_learning_rate());
+  // The optimizers' per-update values (where the backend replays steps) with them.
+  r.critic_optimizer->Prepare(d4pg.critic_learning_rate(), &staging);
+  r.actor_optimizer->Prepare(d4pg.actor_learning_rate(), &staging);
   return absl::OkStatus();
 }
 
@@ -951,7 +950,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // memory (one upload), and the optimizers' per-update values (nothing of
   // a batch is read inside the step).
   bool gathered = false, weighted = false;
-  r.staging.clear();
+  r.staging.Clear();
   for (int64_t j = 0; j < n; ++j) {
     bool g = false, w = false;
     RETURN_IF_ERROR(PrepareUpdate(ctx, r, block[j], r.updates + j, r.in[j], r.staging, &g, &w));
@@ -969,10 +968,12 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // whole buffer all the same (an upload of a whole buffer replaces it; a
   // part of one is a copy on the device).
   nn::DeviceBuffer& packed = r.packed[{gathered, weighted}];
-  const int64_t words = static_cast<int64_t>(r.staging.size()) / n * config_.learner().updates_per_execution();
+  std::vector<float>& host = r.staging.host;
+  const int64_t words = static_cast<int64_t>(host.size()) / n * config_.learner().updates_per_execution();
   if (packed.size() != words) packed = nn::DeviceBuffer(*r.backend, words);
-  r.staging.resize(static_cast<size_t>(words));
-  r.backend->Upload(r.staging.data(), packed.data(), sizeof(float) * r.staging.size());
+  host.resize(static_cast<size_t>(words));
+  r.backend->Upload(host.data(), packed.data(), sizeof(float) * host.size());
+  r.staging.device = packed.data();
   const int64_t readout = 2 * rows + 1;
   for (int64_t j = 0; j < n; ++j) {
     StepInputs& in = r.in[j];

@@ -46,6 +46,7 @@
 #include "agents/transition.h"
 #include "engine/nn/checkpoint.h"
 #include "engine/nn/parameters.h"
+#include "engine/nn/step_staging.h"
 #include "engine/nn/tape.h"
 #include "engine/replicator/replicator.h"
 #include "engine/replicator/sharded_parameters.h"
@@ -243,10 +244,10 @@ class D4pgAgent final : public Agent {
   // in order (kernels only, which the backend may replay), then the
   // epilogue of the execution before it (or at the call's end its own).
   absl::Status Update(replicator::ReplicaContext& ctx, Replica& r, const Block& block);
-  // One update's inputs appended to `host` (the execution's staging), the
-  // slices of `in` naming where.
+  // One update's inputs appended to `staging` (the execution's), the
+  // slices of `in` naming where, and its optimizers' Prepares.
   absl::Status PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input, int64_t update,
-                             StepInputs& in, std::vector<float>& host, bool* gathered, bool* weighted);
+                             StepInputs& in, nn::StepStaging& staging, bool* gathered, bool* weighted);
   // A split critic's part: its copy's inputs of one update are part 0's
   // (every other part's floats made zero and the parts' sum taken on the
   // device; pixels, bytes, gathered from every part and part 0's kept).

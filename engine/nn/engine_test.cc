@@ -306,7 +306,7 @@ TEST_P(EngineTest, AForwardingOptimizerSharesItsInnerOptimizersState) {
   Sgd sgd(&params, backend.get(), SgdOptions{/*momentum=*/0.0f});
   struct DoubleRate final : ForwardingOptimizer {
     using ForwardingOptimizer::ForwardingOptimizer;
-    void Prepare(float learning_rate) override { inner()->Prepare(2 * learning_rate); }
+    void Prepare(float learning_rate, StepStaging* staging) override { inner()->Prepare(2 * learning_rate, staging); }
   } doubled(&sgd);
   SetGrad(params, p, {1.0f, 0.0f});
   doubled.Step(/*learning_rate=*/0.25f);

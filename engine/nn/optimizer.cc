@@ -86,11 +86,17 @@ std::array<float, 3> Adam::Hyper(float learning_rate, int64_t step) const {
   return {learning_rate, c1, c2};
 }
 
-void Adam::Prepare(float learning_rate) {
+void Adam::Prepare(float learning_rate, StepStaging* staging) {
   ++steps_;
-  const Prepared p{.learning_rate = learning_rate,
-                   .step = steps_,
-                   .on_device = backend_->replays_steps() && !backend_->in_step()};
+  Prepared p{.learning_rate = learning_rate,
+             .step = steps_,
+             .on_device = backend_->replays_steps() && !backend_->in_step()};
+  if (p.on_device && staging != nullptr) {
+    // With the step's other inputs: no upload of its own.
+    const std::array<float, 3> values = Hyper(learning_rate, steps_);
+    p.staging = staging;
+    p.offset = staging->Append(values.data(), sizeof(values));
+  }
   // A new step's first update: the last step ran (its Applies, or a replay
   // of them that called none), or every update prepared was applied.
   if (backend_->steps_begun() != prepared_for_ || applied_ == prepared_.size()) {
@@ -100,7 +106,7 @@ void Adam::Prepare(float learning_rate) {
   }
   const size_t slot = prepared_.size();
   prepared_.push_back(p);
-  if (!p.on_device) return;
+  if (!p.on_device || p.staging != nullptr) return;
   // One upload a step: its first update uploads every slot's values as the
   // step's later updates will have them (the same rate, the next steps);
   // a later update of another rate, or a slot beyond the buffer (a step of
@@ -125,7 +131,9 @@ void Adam::Apply() {
   const size_t slot = applied_++;
   const Prepared& p = prepared_[slot];
   if (p.on_device) {
-    backend_->AdamUpdateFromDevice(m_.size(), hyper_.data() + 3 * slot, options_.beta1, options_.beta2, options_.eps,
+    TROUPE_CHECK(p.staging == nullptr || p.staging->device != nullptr);  // its staging uploaded before the step
+    const float* hyper = p.staging != nullptr ? p.staging->device + p.offset : hyper_.data() + 3 * slot;
+    backend_->AdamUpdateFromDevice(m_.size(), hyper, options_.beta1, options_.beta2, options_.eps,
                                    options_.weight_decay, params_->device_grads() + part_begin_,
                                    params_->device_values() + part_begin_, m_.data(), v_.data());
     return;
@@ -145,7 +153,7 @@ Sgd::Sgd(ParameterSet* params, Backend* backend, SgdOptions options)
   momentum_ = ZeroedLike(*params, *backend);
 }
 
-void Sgd::Prepare(float learning_rate) {
+void Sgd::Prepare(float learning_rate, StepStaging*) {
   ++steps_;
   learning_rates_.Push(learning_rate);
 }
@@ -168,7 +176,7 @@ Lamb::Lamb(ParameterSet* params, Backend* backend, LambOptions options)
   norms_ = DeviceBuffer(*backend, 3 * params->size());
 }
 
-void Lamb::Prepare(float learning_rate) {
+void Lamb::Prepare(float learning_rate, StepStaging*) {
   ++steps_;
   prepared_.Push({learning_rate, steps_});
 }
@@ -209,7 +217,7 @@ Lars::Lars(ParameterSet* params, Backend* backend, LarsOptions options)
   norms_ = DeviceBuffer(*backend, 3 * params->size());
 }
 
-void Lars::Prepare(float learning_rate) {
+void Lars::Prepare(float learning_rate, StepStaging*) {
   ++steps_;
   learning_rates_.Push(learning_rate);
 }

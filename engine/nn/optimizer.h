@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "engine/nn/backend.h"
 #include "engine/nn/parameters.h"
+#include "engine/nn/step_staging.h"
 
 namespace troupe::nn {
 
@@ -40,12 +41,15 @@ class Optimizer {
   // The update's two parts, for a step the backend may replay
   // (Backend::RunStep): Prepare is the host's, before the step (it counts
   // the update and, where the backend replays steps, puts the per-step
-  // values on the device); Apply issues the update's kernels, inside the
+  // values on the device: into `staging`, the step's other inputs' upload,
+  // when the caller gives one and uploads it before the step, else with an
+  // upload of its own); Apply issues the update's kernels, inside the
   // step. Several updates in one step: N Prepares, then N Applies, in
   // order (each Apply takes the oldest Prepare not applied). An optimizer
   // whose kernels take per-step values from the host says so in Apply
   // (Backend::NotReplayable): its steps record every time.
-  virtual void Prepare(float learning_rate) = 0;
+  void Prepare(float learning_rate) { Prepare(learning_rate, nullptr); }
+  virtual void Prepare(float learning_rate, StepStaging* staging) = 0;
   virtual void Apply() = 0;
   // Updates taken so far (restored by checkpoints).
   virtual int64_t steps() const = 0;
@@ -62,7 +66,8 @@ class Optimizer {
 class ForwardingOptimizer : public Optimizer {
  public:
   explicit ForwardingOptimizer(Optimizer* inner) : inner_(inner) {}
-  void Prepare(float learning_rate) override { inner_->Prepare(learning_rate); }
+  using Optimizer::Prepare;
+  void Prepare(float learning_rate, StepStaging* staging) override { inner_->Prepare(learning_rate, staging); }
   void Apply() override { inner_->Apply(); }
   int64_t steps() const override { return inner_->steps(); }
   void set_steps(int64_t steps) override { inner_->set_steps(steps); }
@@ -111,8 +116,10 @@ class Adam final : public Optimizer {
   Adam(ParameterSet* params, Backend* backend, AdamOptions options = {}, int64_t part_begin = 0,
        int64_t part_floats = -1);
   // Where the backend replays steps and Prepare runs outside a step, the
-  // learning rate and bias corrections go to the device (AdamUpdateFromDevice).
-  void Prepare(float learning_rate) override;
+  // learning rate and bias corrections go to the device (AdamUpdateFromDevice):
+  // three floats appended to `staging`, or without one in a buffer of its own.
+  using Optimizer::Prepare;
+  void Prepare(float learning_rate, StepStaging* staging) override;
   void Apply() override;
   int64_t steps() const override { return steps_; }
   void set_steps(int64_t steps) override { steps_ = steps; }
@@ -138,6 +145,9 @@ class Adam final : public Optimizer {
     float learning_rate = 0;
     int64_t step = 0;
     bool on_device = false;
+    // Where on_device: in `staging` at `offset` (else in hyper_).
+    const StepStaging* staging = nullptr;
+    int64_t offset = 0;
     bool operator==(const Prepared&) const = default;
   };
   std::vector<Prepared> prepared_;
@@ -161,7 +171,8 @@ struct SgdOptions {
 class Sgd final : public Optimizer {
  public:
   Sgd(ParameterSet* params, Backend* backend, SgdOptions options = {});
-  void Prepare(float learning_rate) override;
+  using Optimizer::Prepare;
+  void Prepare(float learning_rate, StepStaging* staging) override;
   // Its learning rate is a kernel argument from the host: not replayable.
   void Apply() override;
   int64_t steps() const override { return steps_; }
@@ -199,7 +210,8 @@ struct LambOptions {
 class Lamb final : public Optimizer {
  public:
   Lamb(ParameterSet* params, Backend* backend, LambOptions options = {});
-  void Prepare(float learning_rate) override;
+  using Optimizer::Prepare;
+  void Prepare(float learning_rate, StepStaging* staging) override;
   // Its learning rate is a kernel argument from the host: not replayable.
   void Apply() override;
   int64_t steps() const override { return steps_; }
@@ -236,7 +248,8 @@ struct LarsOptions {
 class Lars final : public Optimizer {
  public:
   Lars(ParameterSet* params, Backend* backend, LarsOptions options = {});
-  void Prepare(float learning_rate) override;
+  using Optimizer::Prepare;
+  void Prepare(float learning_rate, StepStaging* staging) override;
   // Its learning rate is a kernel argument from the host: not replayable.
   void Apply() override;
   int64_t steps() const override { return steps_; }

@@ -65,12 +65,13 @@ struct Model {
     y.Upload(nn::RandomVector(batch, 200 + u));
     adam->Prepare(learning_rate);
   }
-  // The device part: kernels and the loss's read only.
-  void DevicePart() {
+  // The device part: kernels and the loss's read only (the batch at `xs`
+  // and `ys` when given, else in x and y).
+  void DevicePart(const float* xs = nullptr, const float* ys = nullptr) {
     tape.Reset();
     params.ZeroGrad();
-    const nn::Var loss_var = nn::MeanSquaredError(mlp(tape, params, tape.Constant(x.data(), {batch, inputs})),
-                                                  tape.Constant(y.data(), {batch, 1}));
+    const nn::Var loss_var = nn::MeanSquaredError(mlp(tape, params, tape.Constant(xs ? xs : x.data(), {batch, inputs})),
+                                                  tape.Constant(ys ? ys : y.data(), {batch, 1}));
     tape.Backward(loss_var);
     adam->Apply();
     backend.ReadAtStepEnd(tape.data(loss_var).data, &loss, sizeof(float));
@@ -189,6 +190,52 @@ TEST(StepReplayTest, AdamUploadsItsValuesOnceAStepWhileTheRateHolds) {
     step(b, steps[s]);
   }
   ASSERT_EQ(a.adam->steps(), kPerStep * 4);
+  const std::vector<float> got = a.Values(), want = b.Values();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "parameter " << i;
+}
+
+// Adam's per-update values in the step's own staging (Optimizer::Prepare
+// with a StepStaging, as an agent gives it with the batch): steps of three
+// updates on one batch, the rates changing within and between steps, each
+// step one upload whatever the rates and replayed from the third on; the
+// loss of each step's last update and the parameters the CPU backend's
+// given the same updates.
+TEST(StepReplayTest, AdamsValuesGoUpInTheStepsStagingOneUploadAStep) {
+  REQUIRE_PLUGIN();
+  std::unique_ptr<PjrtBackend> pjrt = NewPjrt(plugin);
+  ASSERT_TRUE(pjrt);
+  nn::CpuBackend cpu(1);
+  Model a(*pjrt, 16, 8), b(cpu, 16, 8);
+  nn::StepStaging staging;
+  nn::DeviceBuffer packed;
+  constexpr int kPerStep = 3;
+  for (int s = 0; s < 6; ++s) {
+    const std::vector<float> xs = nn::RandomVector(16 * 8, 100 + s), ys = nn::RandomVector(16, 200 + s);
+    // PJRT: the batch and the three updates' values in one staging, one upload.
+    staging.Clear();
+    const int64_t at_x = staging.Append(xs.data(), sizeof(float) * 16 * 8);
+    const int64_t at_y = staging.Append(ys.data(), sizeof(float) * 16);
+    for (int u = 0; u < kPerStep; ++u) a.adam->Prepare(LearningRate(s + u), &staging);
+    ASSERT_EQ(staging.host.size(), 16u * 8 + 16 + 3 * kPerStep) << "three floats an update";
+    if (packed.size() != static_cast<int64_t>(staging.host.size())) {
+      packed = nn::DeviceBuffer(*pjrt, static_cast<int64_t>(staging.host.size()));
+    }
+    const int64_t uploads = pjrt->stats().uploads;
+    packed.Upload(staging.host);
+    staging.device = packed.data();
+    pjrt->RunStep(a.Signature(), [&] {
+      for (int u = 0; u < kPerStep; ++u) a.DevicePart(staging.device + at_x, staging.device + at_y);
+    });
+    EXPECT_EQ(pjrt->stats().uploads - uploads, 1) << "step " << s;
+    // The CPU: the same batch and rates, Adam's values from the host.
+    b.x.Upload(xs);
+    b.y.Upload(ys);
+    for (int u = 0; u < kPerStep; ++u) b.adam->Prepare(LearningRate(s + u));
+    for (int u = 0; u < kPerStep; ++u) b.DevicePart();
+    EXPECT_NEAR(a.loss, b.loss, 1e-5f) << "step " << s << ": its last update's loss";
+  }
+  EXPECT_EQ(pjrt->stats().step_replays, 4);
   const std::vector<float> got = a.Values(), want = b.Values();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f) << "parameter " << i;

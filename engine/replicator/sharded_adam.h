@@ -84,7 +84,8 @@ class ShardedAdam final : public nn::Optimizer {
   // it, and splitting the state there saves no memory).
   absl::Status set_context(ReplicaContext* ctx);
 
-  void Prepare(float learning_rate) override { part_->Prepare(learning_rate); }
+  using Optimizer::Prepare;
+  void Prepare(float learning_rate, nn::StepStaging* staging) override { part_->Prepare(learning_rate, staging); }
   // Steps 1-4 above. A collective's error stays in the context (its
   // status()) and the rest of the update is skipped, as ReplicatedOptimizer
   // does.
