@@ -367,6 +367,7 @@ struct D4pgAgent::Replica {
   // execution's readouts, one read.
   std::map<std::pair<bool, bool>, nn::DeviceBuffer> packed;
   nn::StepStaging staging;
+  double input_wait = 0;  // seconds input_fn waited for inputs, not yet in the metrics (the epilogue's lock)
   nn::DeviceBuffer readout_device;
   std::vector<float> readout;
   nn::DeviceBuffer support;        // the atoms' values z_j, [atoms, 1]; uploaded once
@@ -742,15 +743,11 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
             RETURN_IF_ERROR(ProduceInput(r, ctx.replica_id(), shard, i, sample_));
             waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           }
+          if (r.frames != nullptr) r.frames->Upload();
           const size_t b = static_cast<size_t>(i) % r.batches.size();
           block.push_back(Input{&r.batches[b], &r.slots[b], i});
         }
-        // Their new frames up together: one upload and one scatter an execution.
-        if (r.frames != nullptr) r.frames->Upload(n);
-        if (k == 0) {
-          absl::MutexLock lock(&metrics_mu_);
-          sum_input_wait_ += waited;
-        }
+        r.input_wait += waited;  // (published with the metrics, by the epilogue)
         return block;
       },
       // step_fn: the D4PG updates on them, one execution.
@@ -782,6 +779,17 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(sample(replica_id, shard, &batch));
+  // Checked where it is made (with prefetching on the input's thread): the
+  // update takes it as it is.
+  const bool gathered = spec_.pixels() && !batch.frames.empty();
+  if (gathered && r.frames == nullptr) {
+    return absl::InvalidArgumentError(
+        "transition batch carries frame references, and this agent keeps no device frame table "
+        "(learner.device_frames false): sample decoded pixels");
+  }
+  if (absl::Status checked = replay::CheckBatch(signature_, batch, shard, gathered); !checked.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("transition ", checked.message()));
+  }
   // Frame references: slots found, new frames decoded (uploaded by input_fn).
   if (r.frames == nullptr || batch.frames.empty()) return absl::OkStatus();
   return r.frames->Prepare(batch.frames, r.decoder, &r.slots[b]);
@@ -794,16 +802,9 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = rows_;
   for (StepInputs::Slice* slice : in.inputs()) *slice = {};  // (an input this kind of batch lacks stays null)
-  // Pixels as frame references: gathered from the device frame table.
+  // Pixels as frame references: gathered from the device frame table (the
+  // batch checked by ProduceInput).
   *gathered = spec_.pixels() && !batch.frames.empty();
-  if (*gathered && r.frames == nullptr) {
-    return absl::InvalidArgumentError(
-        "transition batch carries frame references, and this agent keeps no device frame table "
-        "(learner.device_frames false): sample decoded pixels");
-  }
-  if (absl::Status checked = replay::CheckBatch(signature_, batch, rows, *gathered); !checked.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("transition ", checked.message()));
-  }
   *weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
   // Each input appended to the execution's staging in whole words (Update
   // sends it up and gives the slices their addresses).
@@ -1058,6 +1059,7 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
     metrics[3 * j + 2] = static_cast<float>(q_sum / rows);
   }
   RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+  const double input_wait = std::exchange(r.input_wait, 0.0);  // (replica 0's is the metric)
   if (&r == replicas_[0].get()) {
     absl::MutexLock lock(&metrics_mu_);
     if (r.critic_deadline != nullptr) {
@@ -1071,6 +1073,7 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
     }
     metric_count_ += n;
     metric_updates_ = r.updates;
+    sum_input_wait_ += input_wait;
   }
   return absl::OkStatus();
 }

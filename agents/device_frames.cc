@@ -235,55 +235,32 @@ int64_t DeviceFrameTable::pending() const {
   return static_cast<int64_t>(staged_.size());
 }
 
-void DeviceFrameTable::Upload(int64_t batches) {
-  std::vector<Staged>& taken = taken_;  // (kept: no allocation per call)
-  taken.clear();
+void DeviceFrameTable::Upload() {
+  Staged staged;
+  bool have = false;
   {
     absl::MutexLock lock(&mu_);
-    for (; batches > 0 && !staged_.empty(); --batches) {
-      taken.push_back(std::move(staged_.front()));
+    if (!staged_.empty()) {
+      staged = std::move(staged_.front());
       staged_.pop_front();
+      have = true;
     }
   }
   // The table's memory, on first use (an agent fed host batches never needs
   // it), and again each time a Prepare grew the slots: every slot a staged
   // batch names is below them (a Prepare grows before it stages).
   if (const int64_t slots = slots_now_; device_slots_ < slots) GrowDeviceTable(slots);
-  // The batches with new frames: one sent as it was staged, several copied
-  // together (rows, then slots) into one bucket.
-  Staged* send = nullptr;
-  int64_t n = 0, with_frames = 0;
-  for (Staged& staged : taken) {
-    if (staged.frames == 0) continue;
-    send = &staged;
-    n += staged.frames;
-    ++with_frames;
-  }
-  if (with_frames > 1) {
-    const int64_t bucket = Bucket(n);
-    merged_.words.resize(static_cast<size_t>(bucket * (row_words_ + 1)));
-    int64_t row = 0;
-    for (const Staged& staged : taken) {
-      const int64_t rows_of = staged.frames, bucket_of = static_cast<int64_t>(staged.words.size()) / (row_words_ + 1);
-      std::copy_n(staged.words.begin(), rows_of * row_words_, merged_.words.begin() + row * row_words_);
-      std::copy_n(staged.words.begin() + bucket_of * row_words_, rows_of,
-                  merged_.words.begin() + bucket * row_words_ + row);
-      row += rows_of;
-    }
-    merged_.frames = n;
-    send = &merged_;
-  }
-  if (send != nullptr) {
-    const int64_t bucket = static_cast<int64_t>(send->words.size()) / (row_words_ + 1);
-    const auto slots = send->words.begin() + bucket * row_words_;
+  if (have && staged.frames > 0) {
+    const int64_t n = staged.frames, bucket = static_cast<int64_t>(staged.words.size()) / (row_words_ + 1);
+    const auto slots = staged.words.begin() + bucket * row_words_;
     std::fill(slots + n, slots + bucket, static_cast<uint32_t>(device_slots_));
     // One upload of the rows and their slots, one scatter into the table: a
     // step of its own (replayed where the backend replays: the same buffers
     // for a bucket and table size).
     nn::DeviceBuffer& staging = staging_[bucket];
     if (staging.empty()) staging = nn::DeviceBuffer(*backend_, bucket * (row_words_ + 1));
-    const size_t bytes = sizeof(uint32_t) * send->words.size();
-    backend_->Upload(send->words.data(), staging.data(), bytes);
+    const size_t bytes = sizeof(uint32_t) * staged.words.size();
+    backend_->Upload(staged.words.data(), staging.data(), bytes);
     backend_->RunStep(StepSignature(StepKind::kFrameScatter, {device_slots_, row_words_, bucket}), [&] {
       backend_->ScatterRows(device_slots_ + 1, row_words_, table_.data(), bucket,
                             reinterpret_cast<const int32_t*>(staging.data() + bucket * row_words_), staging.data());
@@ -292,9 +269,9 @@ void DeviceFrameTable::Upload(int64_t batches) {
     bytes_uploaded_ += static_cast<int64_t>(bytes);
     ++scatters_;
   }
-  if (!taken.empty()) {
+  if (have) {
     absl::MutexLock lock(&mu_);
-    for (Staged& staged : taken) spare_.push_back(std::move(staged));
+    spare_.push_back(std::move(staged));
   }
 }
 

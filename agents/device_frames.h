@@ -109,14 +109,12 @@ class DeviceFrameTable {
   // Resolve in two halves, so that a sampler thread can do the host's part
   // while the device runs earlier steps: Prepare finds or assigns the slots
   // and decodes the new frames into host staging (no device call), Upload
-  // sends the oldest `batches` staged batches' (the device's thread), in
-  // one upload and one scatter (an execution's batches: the rows of more
-  // than one batch with new frames copied together first). Batches queue
-  // between the two in the order prepared; an Upload finding fewer staged
-  // sends those, none: nothing.
+  // sends the oldest staged batch's (the device's thread). Batches queue
+  // between the two: each Upload sends one Prepare's frames, in the order
+  // prepared; an Upload with none staged sends nothing.
   absl::Status Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                        std::vector<int32_t>* slots);
-  void Upload(int64_t batches = 1);
+  void Upload();
   // How many batches, the one being resolved included, keep their frames
   // (1 unless set; BatchesInFlight's for an agent's input).
   void set_batches_in_flight(int batches) { batches_in_flight_ = std::max(1, batches); }
@@ -209,10 +207,6 @@ class DeviceFrameTable {
   // to (a Staged's words, uploaded whole; the device's thread).
   std::vector<const replay::Frame*> new_frames_;
   std::map<int64_t, nn::DeviceBuffer> staging_;
-  // Upload's (the device's thread): the batches it takes, and several
-  // batches' rows and slots copied together.
-  std::vector<Staged> taken_;
-  Staged merged_;
   // DeviceFrameStats's counters, each atomic (read by stats() from any thread;
   // slots_now_ also by Upload).
   std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0, slots_now_ = 0,

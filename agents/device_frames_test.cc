@@ -374,63 +374,6 @@ TEST(DeviceFrameTableTest, BatchesPreparedAheadGoUpInTheirOrder) {
   }
 }
 
-// An execution's batches go up together (Upload(n), the agent's input for
-// n updates an execution): four batches staged, then sent by one Upload(4),
-// or by Upload(3) and an Upload(5) that finds one; each Upload one scatter
-// at most whatever the batches' new frames, every batch gathered exactly
-// (the rows of several batches copied into one bucket in their order),
-// across growths and in a cache keeping four batches' frames.
-TEST(DeviceFrameTableTest, AnExecutionsBatchesGoUpInOneScatter) {
-  nn::CpuBackend cpu(1);
-  nn::StrictCpuBackend strict(1, size_t{64} << 20);
-  struct Case {
-    nn::Backend* backend;
-    int64_t slots, max_slots;
-    const char* replay;
-    int steps;  // per round
-  };
-  for (const Case& c : {Case{&cpu, 5, 1000, "max_size: 30", 5}, Case{&strict, 5, 1000, "max_size: 30", 5},
-                        Case{&cpu, 4 * 8 * kFramesPerItem, 0, "max_size: 400", 60}}) {
-    SCOPED_TRACE(::testing::Message() << c.backend->name() << ", " << c.slots << " slots up to " << c.max_slots);
-    PixelReplay p(c.replay);
-    DeviceFrameTable frames(c.backend, c.slots, kFrameBytes, c.max_slots);
-    frames.set_batches_in_flight(4);
-    std::set<uint64_t> seen;
-    int64_t merged = 0;  // Uploads that sent more than one batch's new frames
-    for (int round = 0; round < 12; ++round) {
-      p.Write(c.steps);
-      std::vector<ResolvedBatch> batches(4);
-      int64_t with_frames = 0;
-      for (ResolvedBatch& batch : batches) {
-        const int64_t before = static_cast<int64_t>(seen.size());
-        ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &batch, /*upload=*/false));
-        with_frames += static_cast<int64_t>(seen.size()) > before ? 1 : 0;
-      }
-      const int64_t scatters = frames.stats().scatters, uploaded = frames.stats().frames_uploaded;
-      if (round % 2 == 0) {
-        frames.Upload(4);
-        EXPECT_EQ(frames.stats().scatters - scatters, frames.stats().frames_uploaded > uploaded ? 1 : 0)
-            << "round " << round;
-      } else {
-        frames.Upload(3);
-        EXPECT_EQ(frames.pending(), 1);
-        frames.Upload(5);
-        EXPECT_LE(frames.stats().scatters - scatters, 2) << "round " << round;
-      }
-      merged += with_frames > 1 ? 1 : 0;
-      EXPECT_EQ(frames.pending(), 0);
-      for (size_t k = 0; k < batches.size(); ++k) {
-        EXPECT_TRUE(GatheredEqualsHost(*c.backend, frames, batches[k])) << "round " << round << ", batch " << k;
-      }
-    }
-    EXPECT_GT(merged, 0) << "no Upload had several batches' frames to copy together";
-    if (c.max_slots > 0) {
-      EXPECT_GE(frames.stats().grown, 2);
-      EXPECT_EQ(frames.stats().frames_uploaded, static_cast<int64_t>(seen.size())) << "each frame once";
-    }
-  }
-}
-
 TEST(DeviceFrameTableTest, AFullTableGrowsUpToItsMaxInsteadOfReplacingLiveFrames) {
   nn::CpuBackend cpu(1);
   nn::StrictCpuBackend strict(1, size_t{64} << 20);
