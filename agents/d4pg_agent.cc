@@ -1161,11 +1161,12 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   const nn::Var item_q = nn::MatMul(nn::Softmax(log_probs_now), t.Constant(r.support.data(), {atoms, 1}));
   const std::array<nn::Var, 2> per_item = {nn::Reshape(item_loss, {rows, 1}), item_q};
   const nn::Var items = nn::Concat(per_item, /*axis=*/1);  // read with the step's other metrics, at its end
-  // Importance weights scale each item's loss (a row's cross-entropy).
-  const nn::Var cross_entropy =
+  // The target-weighted log-probabilities, whose negated sum over a row is
+  // its cross-entropy; importance weights scale each row's.
+  const nn::Var log_likelihood =
       weighted ? nn::Mul(nn::SumAxis(nn::Mul(log_probs, target), /*axis=*/1), t.Constant(in.weights.data(), {rows}))
                : nn::Mul(log_probs, target);
-  const nn::Var critic_loss = nn::Scale(nn::Sum(cross_entropy), -1.0f / static_cast<float>(rows));
+  const nn::Var critic_loss = nn::Scale(nn::Sum(log_likelihood), -1.0f / static_cast<float>(rows));
   if (r.critic_reducer) r.critic_reducer->Reset();
   t.Backward(critic_loss, r.critic_reducer);
   r.critic_optimizer->Apply();  // (split: the updated values gathered for the actor's loss)
