@@ -809,9 +809,8 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   // Each input appended to the execution's staging in whole words (Update
   // sends it up and gives the slices their addresses).
   const auto put = [&staging](StepInputs::Slice& slice, const void* data, int64_t bytes) {
-    slice.words = std::max<int64_t>(1, (bytes + 3) / 4);
-    slice.offset = staging.Reserve(slice.words);
-    std::memcpy(staging.host.data() + slice.offset, data, static_cast<size_t>(bytes));
+    slice.offset = staging.Append(data, bytes);
+    slice.words = static_cast<int64_t>(staging.host.size()) - slice.offset;
   };
   if (*gathered) {
     // The frames went up with the input (one upload, one scatter); the step

@@ -6,7 +6,7 @@
 // so the owner keeps one per kind of step (the same offsets each update).
 //
 //   nn::StepStaging staging;
-//   const int64_t at = staging.Append(values, 3);   // Adam's lr, c1, c2 (Optimizer::Prepare)
+//   const int64_t at = staging.Append(values, 3 * sizeof(float));   // Adam's lr, c1, c2 (Optimizer::Prepare)
 //   ... device.Upload(staging.host.data(), buffer.data(), ...); staging.device = buffer.data();
 //   ... in the step: a kernel reads staging.device + at
 #ifndef TROUPE_ENGINE_NN_STEP_STAGING_H_
@@ -22,15 +22,10 @@ struct StepStaging {
   std::vector<float> host;   // whole 4-byte words, each input's at its offset
   float* device = nullptr;   // where the owner uploaded `host` (null until it has)
 
-  // Appends `words` 4-byte words (uninitialised); returns their offset.
-  int64_t Reserve(int64_t words) {
-    const auto offset = static_cast<int64_t>(host.size());
-    host.resize(host.size() + static_cast<size_t>(words));
-    return offset;
-  }
   // Appends `bytes` of `data`, padded to whole words; returns their offset.
   int64_t Append(const void* data, int64_t bytes) {
-    const int64_t offset = Reserve((bytes + 3) / 4);
+    const auto offset = static_cast<int64_t>(host.size());
+    host.resize(host.size() + static_cast<size_t>((bytes + 3) / 4));
     std::memcpy(host.data() + offset, data, static_cast<size_t>(bytes));
     return offset;
   }

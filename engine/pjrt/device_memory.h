@@ -61,9 +61,9 @@ class DeviceMemory {
     return it == allocations_.end() ? nullptr : &it->second;
   }
 
-  // Bumped by every Allocate and Free: an Allocation* from At or Find stays
-  // valid (and is the same allocation) while layout() is unchanged (a
-  // replayed step binds its arguments once per layout).
+  // Bumped by every Allocate and Free, never 0: an Allocation* from At or
+  // Find stays valid (and is the same allocation) while layout() is
+  // unchanged (a replayed step binds its arguments once per layout).
   uint64_t layout() const { return layout_; }
 
   // A step begins: no scratch is live from an earlier program.
@@ -76,7 +76,7 @@ class DeviceMemory {
   int device_;
   std::map<uintptr_t, Allocation> allocations_;  // by the address range's start
   uint64_t allocated_ = 0;
-  uint64_t layout_ = 0;
+  uint64_t layout_ = 1;
 };
 
 }  // namespace troupe::pjrt

@@ -287,9 +287,8 @@ class PjrtBackend final : public nn::Backend {
     int replays_since_check = 0;
     capi::Buffer* scalars = nullptr;  // the recorded run-time scalars on the device, made once
     // The allocations its arguments are (null: the scalars) and its outputs
-    // replace, found once per DeviceMemory::layout() (bound_layout).
+    // replace, found at DeviceMemory::layout() bound_layout (0: not yet).
     std::vector<DeviceMemory::Allocation*> arg_allocations, written_allocations;
-    bool bound = false;
     uint64_t bound_layout = 0;
     std::vector<capi::Buffer*> args, out;  // a replay's, kept: no allocation per update
   };

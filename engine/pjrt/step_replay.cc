@@ -106,7 +106,7 @@ void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& devic
 
 bool PjrtBackend::Bind(ReplayedStep& step) {
   const StepRecording& r = step.recorded.recording;
-  step.bound = false;
+  step.bound_layout = 0;
   step.arg_allocations.assign(r.args.size(), nullptr);
   for (size_t i = 0; i < r.args.size(); ++i) {
     if (r.args[i] == 0) continue;  // the run-time scalars
@@ -118,7 +118,6 @@ bool PjrtBackend::Bind(ReplayedStep& step) {
   for (size_t i = 0; i < r.written.size(); ++i) {
     step.written_allocations[i] = memory_.At(r.written[i]);  // (each an argument: bound above)
   }
-  step.bound = true;
   step.bound_layout = memory_.layout();
   return true;
 }
@@ -128,7 +127,7 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   const StepRecording& r = step.recorded.recording;
   const ProgramCache::Program& program = *step.recorded.program;
   // The allocations found again only when some were made or freed since.
-  if ((!step.bound || step.bound_layout != memory_.layout()) && !Bind(step)) {
+  if (step.bound_layout != memory_.layout() && !Bind(step)) {
     // Memory freed or made anew since the recording: record again.
     Forget(step);
     return false;
