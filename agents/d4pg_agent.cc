@@ -1,11 +1,16 @@
 #include "agents/d4pg_agent.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <thread>
@@ -44,7 +49,15 @@ using internal::Weights;
 // never into a buffer an execution not yet launched reads (a launched one's
 // frames stay right: the device runs a later upload after it). Train allows
 // its own updates' inputs, and with StartInput's input the next call's
-// first execution's, made between the calls.
+// first execution's, made between the calls. The thread runs SCHED_BATCH:
+// woken by each execution's Free, it waits for a core instead of
+// preempting the learner's thread (on a machine with fewer cores than
+// busy threads each such preemption cost the learner two context switches
+// an execution). The hand-off is a std::mutex and two condition variables,
+// each signalled after the lock is let go and only when its side waits:
+// with an absl::Mutex's conditions, the learner's unlock that woke the
+// thread evaluated its condition and walked the mutex's waiters, a tenth
+// of the learner's own time an execution (docs/benchmarks/learner.md).
 class D4pgAgent::InputPrefetcher {
  public:
   InputPrefetcher(int64_t buffers, std::function<absl::Status(int64_t)> produce)
@@ -52,10 +65,7 @@ class D4pgAgent::InputPrefetcher {
   // Waits for an input in production (a sample blocked on the rate limiter
   // returns when replay closes or fills, or when the input's cancel ends it).
   ~InputPrefetcher() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
+    Change([this] { stop_ = true; });
     thread_.join();
   }
   InputPrefetcher(const InputPrefetcher&) = delete;
@@ -63,55 +73,79 @@ class D4pgAgent::InputPrefetcher {
 
   // Inputs 0 .. count - 1 may be made.
   void Allow(int64_t count) {
-    absl::MutexLock lock(&mu_);
-    allowed_ = std::max(allowed_, count);
+    Change([this, count] { allowed_ = std::max(allowed_, count); });
   }
   // Blocks until input `index` is made; adds the seconds waited to *waited.
   // Its status (the sampler's, or the frames').
   absl::Status Take(int64_t index, double* waited) {
     const auto start = std::chrono::steady_clock::now();
-    absl::MutexLock lock(&mu_);
-    const auto made = [this, index]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return made_ > index || !status_.ok(); };
-    mu_.Await(absl::Condition(&made));
+    std::unique_lock lock(mu_);
+    if (made_ <= index && status_.ok()) {
+      ++takers_waiting_;
+      made_or_failed_.wait(lock, [this, index] { return made_ > index || !status_.ok(); });
+      --takers_waiting_;
+    }
     *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return made_ > index ? absl::OkStatus() : status_;
   }
   // Inputs 0 .. count - 1 are done with (their executions launched, or
   // their call over): their buffers may be refilled.
   void Free(int64_t count) {
-    absl::MutexLock lock(&mu_);
-    freed_ = std::max(freed_, count);
+    Change([this, count] { freed_ = std::max(freed_, count); });
   }
 
  private:
+  // Changes what the thread may make, and wakes it if it waits.
+  template <typename F>
+  void Change(F change) {
+    bool wake;
+    {
+      std::lock_guard lock(mu_);
+      change();
+      wake = maker_waits_;
+    }
+    if (wake) may_make_.notify_one();
+  }
+
   void Run() {
+    const sched_param none{};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);  // (a hint: refused, it runs as it was)
     for (int64_t i = 0;; ++i) {
       {
-        absl::MutexLock lock(&mu_);
-        const auto may_make = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return stop_ || (i - buffers_ < freed_ && allowed_ > i);
-        };
-        mu_.Await(absl::Condition(&may_make));
+        std::unique_lock lock(mu_);
+        maker_waits_ = true;
+        may_make_.wait(lock, [this, i] { return stop_ || (i - buffers_ < freed_ && allowed_ > i); });
+        maker_waits_ = false;
         if (stop_) return;
       }
       absl::Status status = produce_(i);
-      absl::MutexLock lock(&mu_);
-      if (!status.ok()) {
-        status_ = std::move(status);
-        return;
+      bool wake;
+      {
+        std::lock_guard lock(mu_);
+        if (!status.ok()) {
+          status_ = std::move(status);
+        } else {
+          made_ = i + 1;
+        }
+        wake = takers_waiting_ > 0;
       }
-      made_ = i + 1;
+      if (wake) made_or_failed_.notify_all();
+      if (!status.ok()) return;
     }
   }
 
   const int64_t buffers_;
   const std::function<absl::Status(int64_t)> produce_;
-  absl::Mutex mu_;
-  int64_t made_ ABSL_GUARDED_BY(mu_) = 0;      // inputs made
-  int64_t freed_ ABSL_GUARDED_BY(mu_) = 0;     // inputs done with
-  int64_t allowed_ ABSL_GUARDED_BY(mu_) = 0;   // inputs it may make
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;  // guards what follows, to the thread
+  std::condition_variable may_make_;        // the thread waits for room (freed_, allowed_) or stop_
+  std::condition_variable made_or_failed_;  // Take waits for made_ or status_
+  int64_t made_ = 0;      // inputs made
+  int64_t freed_ = 0;     // inputs done with
+  int64_t allowed_ = 0;   // inputs it may make
+  bool stop_ = false;
+  bool maker_waits_ = false;
+  int takers_waiting_ = 0;
+  absl::Status status_;
   std::jthread thread_;  // last: started once the rest is built
 };
 
@@ -365,7 +399,7 @@ struct D4pgAgent::Replica {
   // each of learner.updates_per_execution updates. PrepareUpdate writes
   // them into `staging`, with the optimizers' per-update values. The
   // execution's readouts, one read.
-  std::map<std::pair<bool, bool>, nn::DeviceBuffer> packed;
+  nn::DeviceBuffer packed[2][2];  // [frame references][importance weights]
   nn::StepStaging staging;
   double input_wait = 0;  // seconds input_fn waited for inputs, not yet in the metrics (the epilogue's lock)
   nn::DeviceBuffer readout_device;
@@ -967,7 +1001,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // last execution may have fewer updates: its staging is padded to the
   // whole buffer all the same (an upload of a whole buffer replaces it; a
   // part of one is a copy on the device).
-  nn::DeviceBuffer& packed = r.packed[{gathered, weighted}];
+  nn::DeviceBuffer& packed = r.packed[gathered][weighted];
   std::vector<float>& host = r.staging.host;
   const int64_t words = static_cast<int64_t>(host.size()) / n * config_.learner().updates_per_execution();
   if (packed.size() != words) packed = nn::DeviceBuffer(*r.backend, words);
@@ -1036,7 +1070,8 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
   r.item_loss.clear();
   // Each update's three means, then with engine.straggler DEADLINE each
   // replica's backward passes left at the deadline in this execution (its
-  // own slot, times K so that the mean is the count): one all-reduce.
+  // own slot, times K so that the mean is the count): one all-reduce, none
+  // with one replica.
   const int k = ctx.num_replicas();
   std::vector<float>& metrics = r.metrics;
   metrics.assign(3 * n + (r.critic_deadline != nullptr ? k : 0), 0.0f);
@@ -1057,7 +1092,7 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
     metrics[3 * j + 1] = host[2 * rows];
     metrics[3 * j + 2] = static_cast<float>(q_sum / rows);
   }
-  RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
+  if (k > 1) RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
   const double input_wait = std::exchange(r.input_wait, 0.0);  // (replica 0's is the metric)
   if (&r == replicas_[0].get()) {
     absl::MutexLock lock(&metrics_mu_);

@@ -257,8 +257,11 @@ void DeviceFrameTable::Upload() {
     // One upload of the rows and their slots, one scatter into the table: a
     // step of its own (replayed where the backend replays: the same buffers
     // for a bucket and table size).
-    nn::DeviceBuffer& staging = staging_[bucket];
-    if (staging.empty()) staging = nn::DeviceBuffer(*backend_, bucket * (row_words_ + 1));
+    auto found = std::find_if(staging_.begin(), staging_.end(), [bucket](const auto& s) { return s.first == bucket; });
+    if (found == staging_.end()) {
+      found = staging_.emplace(found, bucket, nn::DeviceBuffer(*backend_, bucket * (row_words_ + 1)));
+    }
+    nn::DeviceBuffer& staging = found->second;
     const size_t bytes = sizeof(uint32_t) * staged.words.size();
     backend_->Upload(staged.words.data(), staging.data(), bytes);
     backend_->RunStep(StepSignature(StepKind::kFrameScatter, {device_slots_, row_words_, bucket}), [&] {

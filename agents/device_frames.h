@@ -49,9 +49,9 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -204,9 +204,10 @@ class DeviceFrameTable {
   int batches_in_flight_ = 1;
   uint64_t swept_ = 0;   // the Resolve that last swept
   // Prepare's new frames; per bucket size the device buffer an upload goes
-  // to (a Staged's words, uploaded whole; the device's thread).
+  // to (a Staged's words, uploaded whole; the device's thread), a few, in
+  // one array (a tree's nodes came cold each upload).
   std::vector<const replay::Frame*> new_frames_;
-  std::map<int64_t, nn::DeviceBuffer> staging_;
+  std::vector<std::pair<int64_t, nn::DeviceBuffer>> staging_;
   // DeviceFrameStats's counters, each atomic (read by stats() from any thread;
   // slots_now_ also by Upload).
   std::atomic<int64_t> frames_uploaded_ = 0, bytes_uploaded_ = 0, replaced_ = 0, resolved_ = 0, slots_now_ = 0,

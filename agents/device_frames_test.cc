@@ -9,6 +9,8 @@
 // budget), a long run at capacity never outgrows it, and the budget caps it.
 #include "agents/device_frames.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -746,6 +748,32 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
             TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
   EXPECT_EQ(TrainOnReplay({.device_frames = false, .updates = 7, .per_call = 2, .started_input = true}).checksum,
             TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
+}
+
+// The input made ahead is made on a thread of its own that runs
+// SCHED_BATCH (woken by the learner's Free, it does not preempt the
+// learner's thread); without prefetching, on the caller's thread as it runs.
+TEST(D4pgDeviceFramesTest, ThePrefetchingThreadRunsAsABatchThread) {
+  for (const bool prefetch : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "prefetch " << prefetch);
+    AgentOnReplay on({.prefetch = prefetch});
+    const std::thread::id caller = std::this_thread::get_id();
+    const int caller_policy = sched_getscheduler(0);
+    std::vector<int> policies;
+    std::vector<bool> on_caller;
+    const absl::Status trained = on.agent->Train(3, [&](int, int64_t, replay::SampledBatch* out) {
+      policies.push_back(sched_getscheduler(0));
+      on_caller.push_back(std::this_thread::get_id() == caller);
+      return on.sampler->Next(out);
+    });
+    ASSERT_TRUE(trained.ok()) << trained;
+    ASSERT_EQ(policies.size(), 3u);
+    for (size_t i = 0; i < policies.size(); ++i) {
+      EXPECT_EQ(policies[i], prefetch ? SCHED_BATCH : caller_policy) << "batch " << i;
+      EXPECT_EQ(on_caller[i], !prefetch) << "batch " << i;
+    }
+  }
+  EXPECT_NE(sched_getscheduler(0), SCHED_BATCH) << "the caller's own policy changed";
 }
 
 // Three updates per execution (learner.updates_per_execution): their three

@@ -328,8 +328,8 @@ int main(int argc, char** argv) {
       // device or the input, and time the OS gave the plugin's threads
       // instead, not counted), where the one replica runs on this thread.
       if ((*replicator)->local_replicas().size() == 1) {
-        std::printf("pjrt: the learner's thread used %.3f ms of CPU per update: %.3f ms in the plugin's calls "
-                    "(copies, executions, reads, destroys), %.3f ms troupe's own\n",
+        std::printf("pjrt: the learner's thread used %.4f ms of CPU per update: %.4f ms in the plugin's calls "
+                    "(copies, executions, reads, destroys), %.4f ms troupe's own\n",
                     1e3 * learner_cpu / steps, 1e3 * plugin_cpu / steps, 1e3 * (learner_cpu - plugin_cpu) / steps);
       }
       std::printf(

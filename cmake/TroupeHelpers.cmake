@@ -174,8 +174,11 @@ endfunction()
 # process, the PJRT plugin's too. The program calls none of its functions:
 # --no-as-needed keeps it where a linker drops unreferenced libraries
 # (`troupe --version`, common/allocator.h Allocator, says which malloc a
-# process got).
+# process got). And common/program.cc, what such a process sets up before
+# main (absl::Mutex's deadlock detector off where optimized).
 function(troupe_program target)
+  target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/common/program.cc)
+  target_link_libraries(${target} PRIVATE absl::synchronization)
   if(TROUPE_TCMALLOC)
     target_link_options(${target} PRIVATE "LINKER:--no-as-needed")
     target_link_libraries(${target} PRIVATE PkgConfig::TCMALLOC)

@@ -182,6 +182,27 @@ TEST_P(EngineTest, AdamMatchesTheFormulaForTwoSteps) {
   EXPECT_EQ(adam.steps(), 2);
 }
 
+// Adam's bias corrections (1 - beta^step, computed by squaring, not libm's
+// pow) against the formula in double at step counts far from the first, a
+// loaded optimizer's (set_steps): one step from zero moments at each.
+TEST_P(EngineTest, AdamsBiasCorrectionsMatchTheFormulaAtAnyStepCount) {
+  for (const int64_t step : {int64_t{3}, int64_t{10}, int64_t{777}, int64_t{123457}}) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    auto backend = NewBackend();
+    ParameterSet params;
+    const int p = params.Add("p", {2}, Init::Constant(1.0f));
+    params.Allocate(*backend, 0);
+    Adam adam(&params, backend.get(), AdamOptions{0.9f, 0.999f, 1e-8f, /*weight_decay=*/0.0f});
+    adam.set_steps(step - 1);
+    const double g = 0.5;
+    SetGrad(params, p, {static_cast<float>(g), 0.0f});
+    adam.Step(/*learning_rate=*/0.01f);
+    const double mhat = 0.1 * g / (1 - std::pow(0.9, step)), vhat = 0.001 * g * g / (1 - std::pow(0.999, step));
+    EXPECT_NEAR(Value(params, p)[0], 1.0 - 0.01 * mhat / (std::sqrt(vhat) + 1e-8), 1e-6);
+    EXPECT_EQ(adam.steps(), step);
+  }
+}
+
 // Per-tensor host references of the published rules, in double.
 double Norm(const std::vector<double>& x) {
   double s = 0;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <limits>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -62,9 +61,21 @@ DeviceBuffer Zeroed(Backend& backend, int64_t floats) {
 
 DeviceBuffer ZeroedLike(const ParameterSet& params, Backend& backend) { return Zeroed(backend, params.total_floats()); }
 
+// beta^step by squaring (a product of beta's powers of two, in double): a
+// function of (beta, step) alone, so a loaded optimizer goes on with the
+// values a run that never stopped has, without libm's pow, whose tables
+// came cold every update (docs/benchmarks/learner.md).
+double PowSteps(double beta, int64_t step) {
+  double result = 1.0;
+  for (double power = beta; step > 0; step >>= 1, power *= power) {
+    if (step & 1) result *= power;
+  }
+  return result;
+}
+
 // Adam's bias corrections at `step` (Kingma & Ba 2015): 1 - beta1^step, 1 - beta2^step.
 std::array<float, 2> BiasCorrections(float beta1, float beta2, int64_t step) {
-  return {1.0f - static_cast<float>(std::pow(beta1, step)), 1.0f - static_cast<float>(std::pow(beta2, step))};
+  return {1.0f - static_cast<float>(PowSteps(beta1, step)), 1.0f - static_cast<float>(PowSteps(beta2, step))};
 }
 
 }  // namespace

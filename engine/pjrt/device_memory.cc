@@ -24,10 +24,20 @@ size_t PageRound(size_t bytes) {
 }  // namespace
 
 DeviceMemory::~DeviceMemory() {
-  for (auto& [base, a] : allocations_) {
-    client_->Destroy(a.buffer);
-    munmap(reinterpret_cast<void*>(base), a.reserved);
+  for (const Range& r : allocations_) {
+    client_->Destroy(r.allocation->buffer);
+    munmap(reinterpret_cast<void*>(r.base), r.allocation->reserved);
   }
+}
+
+std::vector<DeviceMemory::Range>::iterator DeviceMemory::After(uintptr_t address) {
+  return std::upper_bound(allocations_.begin(), allocations_.end(), address,
+                          [](uintptr_t a, const Range& r) { return a < r.base; });
+}
+
+DeviceMemory::Allocation* DeviceMemory::At(uintptr_t base) {
+  auto it = After(base);
+  return it == allocations_.begin() || std::prev(it)->base != base ? nullptr : std::prev(it)->allocation.get();
 }
 
 void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
@@ -50,41 +60,43 @@ void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
   a.scratch = scratch;
   a.id = ++allocated_;
   ++layout_;
-  allocations_.emplace(reinterpret_cast<uintptr_t>(base), a);
+  const auto address = reinterpret_cast<uintptr_t>(base);
+  allocations_.insert(After(address), Range{address, address + bytes, std::make_unique<Allocation>(a)});
   return base;
 }
 
 void DeviceMemory::Free(void* p) {
-  auto it = allocations_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == allocations_.end()) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  auto it = After(address);
+  if (it == allocations_.begin() || (--it)->base != address) {
     std::fprintf(stderr, "PJRT backend: Free(%p): not an allocation of this backend\n", p);
     std::abort();
   }
-  client_->Destroy(it->second.buffer);
-  munmap(p, it->second.reserved);
+  client_->Destroy(it->allocation->buffer);
+  munmap(p, it->allocation->reserved);
   allocations_.erase(it);
   ++layout_;
 }
 
 std::pair<uintptr_t, DeviceMemory::Allocation*> DeviceMemory::Find(const void* p, int64_t* byte_offset) {
   const auto address = reinterpret_cast<uintptr_t>(p);
-  auto it = allocations_.upper_bound(address);
-  if (p == nullptr || it == allocations_.begin() || address >= std::prev(it)->first + std::prev(it)->second.bytes) {
+  auto it = After(address);
+  if (p == nullptr || it == allocations_.begin() || address >= std::prev(it)->end) {
     std::fprintf(stderr, "PJRT backend: %p is not this device's memory (host memory given to a kernel?)\n", p);
     std::abort();
   }
   --it;
-  *byte_offset = static_cast<int64_t>(address - it->first);
-  return {it->first, &it->second};
+  *byte_offset = static_cast<int64_t>(address - it->base);
+  return {it->base, it->allocation.get()};
 }
 
 void DeviceMemory::BeginStep() {
-  for (auto& [base, a] : allocations_) a.live_in_step = false;
+  for (Range& r : allocations_) r.allocation->live_in_step = false;
 }
 
 absl::Status DeviceMemory::Await() {
-  for (auto& [base, a] : allocations_) {
-    if (absl::Status s = client_->Await(a.buffer); !s.ok()) return s;
+  for (const Range& r : allocations_) {
+    if (absl::Status s = client_->Await(r.allocation->buffer); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

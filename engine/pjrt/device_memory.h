@@ -16,9 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/pjrt/plugin.h"
@@ -56,10 +56,7 @@ class DeviceMemory {
   // the address when p is not this memory.
   std::pair<uintptr_t, Allocation*> Find(const void* p, int64_t* byte_offset);
   // The allocation whose range starts at `base`; null when there is none.
-  Allocation* At(uintptr_t base) {
-    auto it = allocations_.find(base);
-    return it == allocations_.end() ? nullptr : &it->second;
-  }
+  Allocation* At(uintptr_t base);
 
   // Bumped by every Allocate and Free, never 0: an Allocation* from At or
   // Find stays valid (and is the same allocation) while layout() is
@@ -74,7 +71,17 @@ class DeviceMemory {
  private:
   std::shared_ptr<Client> client_;
   int device_;
-  std::map<uintptr_t, Allocation> allocations_;  // by the address range's start
+  // By the address range's start, in order: one array searched by halves
+  // (Find runs for every upload; a tree's nodes came cold each time, after
+  // an execution: docs/benchmarks/learner.md). Each Allocation on the heap,
+  // so a pointer to one outlives insertions.
+  struct Range {
+    uintptr_t base, end;  // end: base + the bytes asked for
+    std::unique_ptr<Allocation> allocation;
+  };
+  std::vector<Range> allocations_;
+  // The first range starting after `address`.
+  std::vector<Range>::iterator After(uintptr_t address);
   uint64_t allocated_ = 0;
   uint64_t layout_ = 1;
 };

@@ -57,7 +57,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -343,7 +342,10 @@ class PjrtBackend final : public nn::Backend {
   Recorded* capture_ = nullptr;
   std::string not_replayable_;
   int check_replay_every_;
-  std::unordered_map<uint64_t, std::unique_ptr<ReplayedStep>> replayed_;
+  // By signature, searched in order: a handful (a learner's update kinds, a
+  // frame table's scatters), held in one array rather than a hash table's
+  // nodes, whose lookups came cold every update (docs/benchmarks/learner.md).
+  std::vector<std::pair<uint64_t, std::unique_ptr<ReplayedStep>>> replayed_;
   PjrtStats stats_;
   const ProgramCache::Program* last_program_ = nullptr;
   // When the last watched execution ended (steady_clock ticks; 0: not yet).

@@ -9,6 +9,7 @@
 // update may differ from the rest (an optimizer's state made on first use).
 // check_replay_every > 0 records every so many replays again and aborts,
 // naming the difference, when the recording is not the one replayed.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -68,9 +69,9 @@ void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& devic
     nn::Backend::RunStep(signature, device_part);
     return;
   }
-  std::unique_ptr<ReplayedStep>& slot = replayed_[signature];
-  if (slot == nullptr) slot = std::make_unique<ReplayedStep>();
-  ReplayedStep& step = *slot;
+  auto found = std::find_if(replayed_.begin(), replayed_.end(), [signature](const auto& s) { return s.first == signature; });
+  if (found == replayed_.end()) found = replayed_.insert(found, {signature, std::make_unique<ReplayedStep>()});
+  ReplayedStep& step = *found->second;
   const bool check = step.ready && check_replay_every_ > 0 && ++step.replays_since_check >= check_replay_every_;
   if (step.ready && !check && Replay(step)) return;
   Recorded now;
