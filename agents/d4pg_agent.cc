@@ -322,11 +322,22 @@ struct D4pgAgent::StepInputs {
   Slice slots, shifts, reward, discount, action, observation, next_observation, weights, readout;
   nn::DeviceBuffer pixels[2];       // decoded pixels: observations, next observations
   nn::DeviceBuffer shared_pixels;  // a split critic's: every part's pixels gathered (ShareInputs), kept between updates
-  std::vector<int32_t> gather_slots, host_shifts;
+  std::vector<int32_t> host_shifts;
 
   std::array<Slice*, 8> inputs() {
     return {&slots, &shifts, &reward, &discount, &action, &observation, &next_observation, &weights};
   }
+};
+
+// A batch's own inputs as its update's staging takes them, made where the
+// batch is made (ProduceInput: with prefetching on the input thread), so
+// that the update's host part appends one block of whole words: the frame
+// slots in gather order, rewards, discounts, actions, state observations
+// and importance weights, each a slice at its offset in `words` (offset -1:
+// this batch has none).
+struct D4pgAgent::StagedBatch {
+  std::vector<float> words;
+  StepInputs::Slice slots, reward, discount, action, observation, next_observation, weights;
 };
 
 // An execution of updates the device was given.
@@ -415,6 +426,7 @@ struct D4pgAgent::Replica {
   std::unique_ptr<DeviceFrameTable> frames;
   replay::FrameDecoder decoder;
   std::vector<std::vector<int32_t>> slots;  // slots[i % batches.size()]: that batch's
+  std::vector<StagedBatch> staged;          // staged[i % batches.size()]: that batch's inputs
   std::vector<StepInputs> in;  // update j of an execution's; learner.updates_per_execution of them
   int64_t call_updates = 0;    // updates of this Train call so far (input_fn's)
   int64_t call_stepped = 0;    // ... of them stepped (step_fn's), and the call's count
@@ -584,6 +596,7 @@ absl::StatusOr<std::unique_ptr<D4pgAgent>> D4pgAgent::Create(const config::Exper
     const int in_flight = BatchesInFlight(config.learner());
     r->batches.resize(in_flight);
     r->slots.resize(in_flight);
+    r->staged.resize(in_flight);
     r->in.resize(per_execution);
     r->readout_device = nn::DeviceBuffer(device, per_execution * (2 * shard + 1));
     r->readout.resize(per_execution * (2 * shard + 1));
@@ -779,7 +792,7 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
           }
           if (r.frames != nullptr) r.frames->Upload();
           const size_t b = static_cast<size_t>(i) % r.batches.size();
-          block.push_back(Input{&r.batches[b], &r.slots[b], i});
+          block.push_back(Input{&r.batches[b], &r.staged[b], i});
         }
         r.input_wait += waited;  // (published with the metrics, by the epilogue)
         return block;
@@ -810,6 +823,7 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
     // it samples nothing, its batch only shaped.
     replay::ShapeBatch(signature_, shard, &batch);
     if (config_.learner().prioritized()) batch.weights.assign(shard, 0.0);
+    StageBatch(batch, /*gathered=*/false, r.slots[b], r.staged[b]);
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(sample(replica_id, shard, &batch));
@@ -825,8 +839,47 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
     return absl::InvalidArgumentError(absl::StrCat("transition ", checked.message()));
   }
   // Frame references: slots found, new frames decoded (uploaded by input_fn).
-  if (r.frames == nullptr || batch.frames.empty()) return absl::OkStatus();
-  return r.frames->Prepare(batch.frames, r.decoder, &r.slots[b]);
+  if (gathered) RETURN_IF_ERROR(r.frames->Prepare(batch.frames, r.decoder, &r.slots[b]));
+  StageBatch(batch, gathered, r.slots[b], r.staged[b]);
+  return absl::OkStatus();
+}
+
+void D4pgAgent::StageBatch(const replay::SampledBatch& batch, bool gathered, const std::vector<int32_t>& slots,
+                           StagedBatch& staged) const {
+  const int64_t rows = rows_;
+  staged = StagedBatch{.words = std::move(staged.words)};
+  staged.words.clear();
+  const auto put = [&staged](StepInputs::Slice& slice, const void* data, int64_t bytes) {
+    slice.offset = static_cast<int64_t>(staged.words.size());
+    slice.words = (bytes + 3) / 4;
+    staged.words.resize(staged.words.size() + static_cast<size_t>(slice.words));
+    std::memcpy(staged.words.data() + slice.offset, data, static_cast<size_t>(bytes));
+  };
+  if (gathered) {
+    // The step gathers observations, then next observations: every row's
+    // stack of the first, then of the second (the batch has them by row).
+    const int64_t stack = spec_.frames;
+    TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
+    staged.slots = {.offset = static_cast<int64_t>(staged.words.size()), .words = 2 * rows * stack};
+    staged.words.resize(staged.words.size() + static_cast<size_t>(2 * rows * stack));
+    auto* gather = reinterpret_cast<int32_t*>(staged.words.data() + staged.slots.offset);
+    for (int64_t b = 0; b < rows; ++b) {
+      for (int64_t j = 0; j < stack; ++j) {
+        gather[b * stack + j] = slots[b * 2 * stack + j];
+        gather[(rows + b) * stack + j] = slots[b * 2 * stack + stack + j];
+      }
+    }
+  }
+  put(staged.reward, batch.fields[kReward].as<float>(), sizeof(float) * rows);
+  put(staged.discount, batch.fields[kDiscount].as<float>(), sizeof(float) * rows);
+  put(staged.action, batch.fields[kAction].as<float>(), sizeof(float) * rows * action_size_);
+  if (!spec_.pixels()) {
+    put(staged.observation, batch.fields[kObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
+    put(staged.next_observation, batch.fields[kNextObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
+  }
+  if (config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows) {
+    put(staged.weights, batch.weights.data(), sizeof(float) * rows);
+  }
 }
 
 absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input,
@@ -841,25 +894,17 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   *gathered = spec_.pixels() && !batch.frames.empty();
   *weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
   // Each input appended to the execution's staging in whole words (Update
-  // sends it up and gives the slices their addresses).
-  const auto put = [&staging](StepInputs::Slice& slice, const void* data, int64_t bytes) {
-    slice.offset = staging.Append(data, bytes);
-    slice.words = static_cast<int64_t>(staging.host.size()) - slice.offset;
-  };
-  if (*gathered) {
-    // The frames went up with the input (one upload, one scatter); the step
-    // gathers observations, then next observations.
-    const std::vector<int32_t>& slots = *input.slots;
-    const int64_t stack = spec_.frames;
-    TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
-    in.gather_slots.resize(2 * rows * stack);
-    for (int64_t b = 0; b < rows; ++b) {
-      for (int64_t j = 0; j < stack; ++j) {
-        in.gather_slots[b * stack + j] = slots[b * 2 * stack + j];
-        in.gather_slots[(rows + b) * stack + j] = slots[b * 2 * stack + stack + j];
-      }
-    }
-    put(in.slots, in.gather_slots.data(), sizeof(int32_t) * static_cast<int64_t>(in.gather_slots.size()));
+  // sends it up and gives the slices their addresses). First the batch's
+  // own, staged where it was made (StageBatch; the frames went up with the
+  // input: one upload, one scatter), as one block.
+  const StagedBatch& made = *input.staged;
+  const int64_t block = staging.Append(made.words.data(), sizeof(float) * static_cast<int64_t>(made.words.size()));
+  const std::pair<StepInputs::Slice*, const StepInputs::Slice*> staged[] = {
+      {&in.slots, &made.slots},   {&in.reward, &made.reward},           {&in.discount, &made.discount},
+      {&in.action, &made.action}, {&in.observation, &made.observation}, {&in.next_observation, &made.next_observation},
+      {&in.weights, &made.weights}};
+  for (const auto& [slice, from] : staged) {
+    if (from->offset >= 0) *slice = {.offset = block + from->offset, .words = from->words};
   }
   if (spec_.pixels() && d4pg.augment_pad() > 0) {
     // Augmentation randomness from (seed, model copy, update): Load
@@ -869,15 +914,9 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
     in.host_shifts.resize(4 * rows);
     RandomShiftOffsets(MixSeed(config_.learner().engine().seed(), ctx.replica_id() / model_parallel_, update),
                        2 * rows, d4pg.augment_pad(), in.host_shifts.data());
-    put(in.shifts, in.host_shifts.data(), sizeof(int32_t) * 4 * rows);
+    in.shifts = {.offset = staging.Append(in.host_shifts.data(), sizeof(int32_t) * 4 * rows), .words = 4 * rows};
   }
-  put(in.reward, batch.fields[kReward].as<float>(), sizeof(float) * rows);
-  put(in.discount, batch.fields[kDiscount].as<float>(), sizeof(float) * rows);
-  put(in.action, batch.fields[kAction].as<float>(), sizeof(float) * rows * action_size_);
-  if (!spec_.pixels()) {
-    put(in.observation, batch.fields[kObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
-    put(in.next_observation, batch.fields[kNextObservation].as<float>(), sizeof(float) * rows * spec_.state_size);
-  } else if (!*gathered) {
+  if (spec_.pixels() && !*gathered) {
     const int64_t bytes = rows * spec_.frames * spec_.height * spec_.width * 3;
     nn::Backend& device = *r.backend;
     for (int half = 0; half < 2; ++half) {
@@ -889,8 +928,6 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
       (half == 0 ? in.observation : in.next_observation) = {.address = own.data(), .words = words};
     }
   }
-  // Importance weights (Schaul et al. 2016): a weight per row.
-  if (*weighted) put(in.weights, batch.weights.data(), sizeof(float) * rows);
   // The optimizers' per-update values (where the backend replays steps) with them.
   r.critic_optimizer->Prepare(d4pg.critic_learning_rate(), &staging);
   r.actor_optimizer->Prepare(d4pg.actor_learning_rate(), &staging);
@@ -1125,7 +1162,7 @@ absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r
   if (gathered) {
     // The stacked frames gathered from the device frame table straight into
     // the encoder's float input (uint8 until then), as PixelInput lays it out.
-    const int64_t count = static_cast<int64_t>(in.gather_slots.size());
+    const int64_t count = in.slots.size();
     const int32_t* slots = reinterpret_cast<const int32_t*>(in.slots.data());
     for (int half = 0; half < 2; ++half) {
       const nn::Var frames = t.NewValue({count / 2, 3, spec_.height, spec_.width}, /*requires_grad=*/false);

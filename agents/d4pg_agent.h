@@ -218,13 +218,15 @@ class D4pgAgent final : public Agent {
   // copies below).
   enum Network { kCritic, kActor, kTargetCritic, kTargetActor, kNetworks };
   struct StepInputs;  // one update's inputs in device memory (d4pg_agent.cc)
+  struct StagedBatch;  // a batch's inputs as an update's staging takes them (d4pg_agent.cc)
   struct Launched;    // an execution whose readouts are still to be read (d4pg_agent.cc)
   D4pgAgent() = default;
-  // One replica's input for an update: the batch and, for frame references,
-  // their slots in the device frame table (uploaded already).
+  // One replica's input for an update: the batch and its inputs staged (for
+  // frame references their slots in the device frame table, uploaded
+  // already).
   struct Input {
     replay::SampledBatch* batch = nullptr;
-    const std::vector<int32_t>* slots = nullptr;
+    const StagedBatch* staged = nullptr;
     int64_t index = 0;  // counted from the input's opening
   };
   class InputPrefetcher;
@@ -236,6 +238,10 @@ class D4pgAgent final : public Agent {
   // Samples input `index` (since the input opened) into its buffer and
   // prepares its frames (the host's part: no device call).
   absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
+  // `batch`'s own inputs into `staged` (ProduceInput's last part; `slots`
+  // its frames' slots where `gathered`).
+  void StageBatch(const replay::SampledBatch& batch, bool gathered, const std::vector<int32_t>& slots,
+                  StagedBatch& staged) const;
   // One execution's inputs (learner.updates_per_execution, or fewer at a
   // Train call's end).
   using Block = std::vector<Input>;
