@@ -119,10 +119,11 @@ class D4pgAgent::InputPrefetcher {
         if (stop_) return;
       }
       absl::Status status = produce_(i);
+      const bool failed = !status.ok();
       bool wake;
       {
         std::lock_guard lock(mu_);
-        if (!status.ok()) {
+        if (failed) {
           status_ = std::move(status);
         } else {
           made_ = i + 1;
@@ -130,7 +131,7 @@ class D4pgAgent::InputPrefetcher {
         wake = takers_waiting_ > 0;
       }
       if (wake) made_or_failed_.notify_all();
-      if (!status.ok()) return;
+      if (failed) return;
     }
   }
 

@@ -8,17 +8,6 @@
 namespace troupe {
 namespace {
 
-#ifdef TROUPE_EXPECT_PROGRAM
-constexpr bool kProgram = true;
-#else
-constexpr bool kProgram = false;
-#endif
-#ifdef NDEBUG
-constexpr bool kOptimized = true;
-#else
-constexpr bool kOptimized = false;
-#endif
-
 // Two mutexes taken in one order, then in the other (no thread waits: a
 // cycle in the order only, which absl's deadlock detector refuses).
 void LockBothWaysRound() {
@@ -33,16 +22,24 @@ void LockBothWaysRound() {
   }
 }
 
-TEST(ProgramTest, AbslsDeadlockDetectorIsOffOnlyInOptimizedPrograms) {
-  if (kProgram && kOptimized) {
-    LockBothWaysRound();  // no abort: the detector is off
-    SUCCEED();
-  } else {
-    // Debian's abseil (built without NDEBUG) aborts on the cycle: the
-    // tests, and Debug builds of the programs, keep the check.
-    EXPECT_DEATH(LockBothWaysRound(), "potential deadlock");
-  }
+#if defined(TROUPE_EXPECT_PROGRAM) && defined(NDEBUG)
+// A troupe program, optimized: the detector is off.
+TEST(ProgramTest, AbslsDeadlockDetectorIsOffWhereOptimized) {
+  LockBothWaysRound();  // no abort
+  SUCCEED();
 }
+#elif defined(TROUPE_EXPECT_PROGRAM)
+// A troupe program built for debugging keeps the check.
+TEST(ProgramTest, AbslsDeadlockDetectorAbortsOnALockOrderCycleInDebugBuilds) {
+  EXPECT_DEATH(LockBothWaysRound(), "potential deadlock");
+}
+#else
+// Any test binary (not a troupe program) keeps it: Debian's abseil, built
+// without NDEBUG, aborts on the cycle.
+TEST(TestBinaryTest, AbslsDeadlockDetectorAbortsOnALockOrderCycle) {
+  EXPECT_DEATH(LockBothWaysRound(), "potential deadlock");
+}
+#endif
 
 }  // namespace
 }  // namespace troupe
