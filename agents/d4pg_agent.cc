@@ -850,20 +850,21 @@ void D4pgAgent::StageBatch(const replay::SampledBatch& batch, bool gathered, con
   const int64_t rows = rows_;
   staged = StagedBatch{.words = std::move(staged.words)};
   staged.words.clear();
-  const auto put = [&staged](StepInputs::Slice& slice, const void* data, int64_t bytes) {
-    slice.offset = static_cast<int64_t>(staged.words.size());
-    slice.words = (bytes + 3) / 4;
-    staged.words.resize(staged.words.size() + static_cast<size_t>(slice.words));
-    std::memcpy(staged.words.data() + slice.offset, data, static_cast<size_t>(bytes));
+  // `slice` as the next `words` words; where they start.
+  const auto add = [&staged](StepInputs::Slice& slice, int64_t words) {
+    slice = {.offset = static_cast<int64_t>(staged.words.size()), .words = words};
+    staged.words.resize(staged.words.size() + static_cast<size_t>(words));
+    return staged.words.data() + slice.offset;
+  };
+  const auto put = [&add](StepInputs::Slice& slice, const void* data, int64_t bytes) {
+    std::memcpy(add(slice, (bytes + 3) / 4), data, static_cast<size_t>(bytes));
   };
   if (gathered) {
     // The step gathers observations, then next observations: every row's
     // stack of the first, then of the second (the batch has them by row).
     const int64_t stack = spec_.frames;
     TROUPE_CHECK(static_cast<int64_t>(slots.size()) == 2 * rows * stack);
-    staged.slots = {.offset = static_cast<int64_t>(staged.words.size()), .words = 2 * rows * stack};
-    staged.words.resize(staged.words.size() + static_cast<size_t>(2 * rows * stack));
-    auto* gather = reinterpret_cast<int32_t*>(staged.words.data() + staged.slots.offset);
+    auto* gather = reinterpret_cast<int32_t*>(add(staged.slots, 2 * rows * stack));
     for (int64_t b = 0; b < rows; ++b) {
       for (int64_t j = 0; j < stack; ++j) {
         gather[b * stack + j] = slots[b * 2 * stack + j];
@@ -890,15 +891,15 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   const config::D4pgConfig& d4pg = config_.d4pg();
   const int64_t rows = rows_;
   for (StepInputs::Slice* slice : in.inputs()) *slice = {};  // (an input this kind of batch lacks stays null)
-  // Pixels as frame references: gathered from the device frame table (the
-  // batch checked by ProduceInput).
-  *gathered = spec_.pixels() && !batch.frames.empty();
-  *weighted = config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows;
   // Each input appended to the execution's staging in whole words (Update
   // sends it up and gives the slices their addresses). First the batch's
   // own, staged where it was made (StageBatch; the frames went up with the
-  // input: one upload, one scatter), as one block.
+  // input: one upload, one scatter), as one block: pixels as frame
+  // references gathered from the device frame table where it has their
+  // slots, importance weights where it has them.
   const StagedBatch& made = *input.staged;
+  *gathered = made.slots.offset >= 0;
+  *weighted = made.weights.offset >= 0;
   const int64_t block = staging.Append(made.words.data(), sizeof(float) * static_cast<int64_t>(made.words.size()));
   const std::pair<StepInputs::Slice*, const StepInputs::Slice*> staged[] = {
       {&in.slots, &made.slots},   {&in.reward, &made.reward},           {&in.discount, &made.discount},

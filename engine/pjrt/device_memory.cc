@@ -35,9 +35,14 @@ std::vector<DeviceMemory::Range>::iterator DeviceMemory::After(uintptr_t address
                           [](uintptr_t a, const Range& r) { return a < r.base; });
 }
 
-DeviceMemory::Allocation* DeviceMemory::At(uintptr_t base) {
+std::vector<DeviceMemory::Range>::iterator DeviceMemory::Starting(uintptr_t base) {
   auto it = After(base);
-  return it == allocations_.begin() || std::prev(it)->base != base ? nullptr : std::prev(it)->allocation.get();
+  return it == allocations_.begin() || std::prev(it)->base != base ? allocations_.end() : std::prev(it);
+}
+
+DeviceMemory::Allocation* DeviceMemory::At(uintptr_t base) {
+  auto it = Starting(base);
+  return it == allocations_.end() ? nullptr : it->allocation.get();
 }
 
 void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
@@ -66,9 +71,8 @@ void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
 }
 
 void DeviceMemory::Free(void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  auto it = After(address);
-  if (it == allocations_.begin() || (--it)->base != address) {
+  auto it = Starting(reinterpret_cast<uintptr_t>(p));
+  if (it == allocations_.end()) {
     std::fprintf(stderr, "PJRT backend: Free(%p): not an allocation of this backend\n", p);
     std::abort();
   }

@@ -82,6 +82,8 @@ class DeviceMemory {
   std::vector<Range> allocations_;
   // The first range starting after `address`.
   std::vector<Range>::iterator After(uintptr_t address);
+  // The range starting at `base`; end() when there is none.
+  std::vector<Range>::iterator Starting(uintptr_t base);
   uint64_t allocated_ = 0;
   uint64_t layout_ = 1;
 };
