@@ -338,7 +338,8 @@ struct D4pgAgent::StepInputs {
 // this batch has none).
 struct D4pgAgent::StagedBatch {
   std::vector<float> words;
-  StepInputs::Slice slots, reward, discount, action, observation, next_observation, weights;
+  StepInputs::Slice slots, shifts, reward, discount, action, observation, next_observation, weights;
+  int64_t update = -1;  // the update `shifts` are drawn for (the one it is made for, as the input opened)
 };
 
 // An execution of updates the device was given.
@@ -390,6 +391,7 @@ struct D4pgAgent::Replica {
   // DEADLINE once after it (kept across calls: they measure the steps);
   // none with sharded state.
   int64_t generation = -1;
+  int num_replicas = 1;  // the call's ctx.num_replicas() (read once: a virtual call on cold memory an execution)
   std::unique_ptr<replicator::GradientReducer> critic_bucketed, actor_bucketed;
   std::unique_ptr<replicator::DeadlineReducer> critic_deadline, actor_deadline;
   int64_t late_counted = 0;  // their late passes already in the metrics
@@ -437,6 +439,7 @@ struct D4pgAgent::Replica {
   // reads), or at the Train call's end.
   std::optional<Launched> unread;
   int64_t next_input = 0;                       // the input's next, counted from its opening
+  int64_t first_update = 0;                     // `updates` as the input opened: input i is for update first_update + i
   std::unique_ptr<InputPrefetcher> prefetcher;  // learner.prefetch_input: the input made ahead
   int64_t updates = 0;
 };
@@ -644,6 +647,7 @@ void D4pgAgent::OpenInput(SampleFn sample, std::function<void()> cancel, bool ac
   for (size_t k = 0; k < replicas_.size(); ++k) {
     Replica& r = *replicas_[k];
     r.next_input = 0;
+    r.first_update = r.updates;
     if (!prefetch) continue;
     r.prefetcher = std::make_unique<InputPrefetcher>(
         static_cast<int64_t>(r.batches.size()),
@@ -807,6 +811,7 @@ absl::Status D4pgAgent::RunUpdates(int64_t num_updates) {
     if (r->prefetcher != nullptr) r->prefetcher->Free(r->next_input);
   }
   updates_ = replicas_[0]->updates;
+  PublishMetrics();  // (the replicas' threads are done)
   // The parameters split over ranks: the networks the actors' policy reads,
   // whole on the host for PolicyParameters (a collective at every call).
   if (status.ok() && replicas_[0]->critic_part != nullptr && state_split_across_processes()) {
@@ -824,7 +829,8 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
     // it samples nothing, its batch only shaped.
     replay::ShapeBatch(signature_, shard, &batch);
     if (config_.learner().prioritized()) batch.weights.assign(shard, 0.0);
-    StageBatch(batch, /*gathered=*/false, r.slots[b], r.staged[b]);
+    StageBatch(batch, /*gathered=*/false, r.slots[b], replica_id / model_parallel_, r.first_update + index,
+               r.staged[b]);
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(sample(replica_id, shard, &batch));
@@ -841,12 +847,12 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
   }
   // Frame references: slots found, new frames decoded (uploaded by input_fn).
   if (gathered) RETURN_IF_ERROR(r.frames->Prepare(batch.frames, r.decoder, &r.slots[b]));
-  StageBatch(batch, gathered, r.slots[b], r.staged[b]);
+  StageBatch(batch, gathered, r.slots[b], replica_id / model_parallel_, r.first_update + index, r.staged[b]);
   return absl::OkStatus();
 }
 
 void D4pgAgent::StageBatch(const replay::SampledBatch& batch, bool gathered, const std::vector<int32_t>& slots,
-                           StagedBatch& staged) const {
+                           int copy, int64_t update, StagedBatch& staged) const {
   const int64_t rows = rows_;
   staged = StagedBatch{.words = std::move(staged.words)};
   staged.words.clear();
@@ -882,6 +888,22 @@ void D4pgAgent::StageBatch(const replay::SampledBatch& batch, bool gathered, con
   if (config_.learner().prioritized() && static_cast<int64_t>(batch.weights.size()) == rows) {
     put(staged.weights, batch.weights.data(), sizeof(float) * rows);
   }
+  if (spec_.pixels() && config_.d4pg().augment_pad() > 0) {
+    // Drawn here, off the learner's thread where the input is made ahead:
+    // the update takes them when it is the update they are for (a Load
+    // since the input opened moves the updates: it draws its own).
+    ShiftsOf(copy, update, reinterpret_cast<int32_t*>(add(staged.shifts, 4 * rows)));
+    staged.update = update;
+  }
+}
+
+void D4pgAgent::ShiftsOf(int copy, int64_t update, int32_t* out) const {
+  // Augmentation randomness from (seed, model copy, update): Load continues
+  // exactly, and a split critic's parts shift their copy's pixels alike (a
+  // copy is a replica without model_parallel): the observations' offsets,
+  // then the next observations'.
+  RandomShiftOffsets(MixSeed(config_.learner().engine().seed(), copy, update), 2 * rows_, config_.d4pg().augment_pad(),
+                     out);
 }
 
 absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& r, const Input& input,
@@ -902,20 +924,16 @@ absl::Status D4pgAgent::PrepareUpdate(replicator::ReplicaContext& ctx, Replica& 
   *weighted = made.weights.offset >= 0;
   const int64_t block = staging.Append(made.words.data(), sizeof(float) * static_cast<int64_t>(made.words.size()));
   const std::pair<StepInputs::Slice*, const StepInputs::Slice*> staged[] = {
-      {&in.slots, &made.slots},   {&in.reward, &made.reward},           {&in.discount, &made.discount},
-      {&in.action, &made.action}, {&in.observation, &made.observation}, {&in.next_observation, &made.next_observation},
-      {&in.weights, &made.weights}};
+      {&in.slots, &made.slots},   {&in.shifts, &made.shifts},           {&in.reward, &made.reward},
+      {&in.discount, &made.discount}, {&in.action, &made.action},       {&in.observation, &made.observation},
+      {&in.next_observation, &made.next_observation}, {&in.weights, &made.weights}};
   for (const auto& [slice, from] : staged) {
     if (from->offset >= 0) *slice = {.offset = block + from->offset, .words = from->words};
   }
-  if (spec_.pixels() && d4pg.augment_pad() > 0) {
-    // Augmentation randomness from (seed, model copy, update): Load
-    // continues exactly, and a split critic's parts shift their copy's
-    // pixels alike (a copy is a replica without model_parallel): the
-    // observations' offsets, then the next observations'.
+  if (made.shifts.offset >= 0 && made.update != update) {
+    // Drawn for another update (a Load since the input opened): this one's.
     in.host_shifts.resize(4 * rows);
-    RandomShiftOffsets(MixSeed(config_.learner().engine().seed(), ctx.replica_id() / model_parallel_, update),
-                       2 * rows, d4pg.augment_pad(), in.host_shifts.data());
+    ShiftsOf(ctx.replica_id() / model_parallel_, update, in.host_shifts.data());
     in.shifts = {.offset = staging.Append(in.host_shifts.data(), sizeof(int32_t) * 4 * rows), .words = 4 * rows};
   }
   if (spec_.pixels() && !*gathered) {
@@ -983,6 +1001,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // This Train call's gradient averaging (the context changes per call).
   if (r.generation != train_generation_) {
     r.generation = train_generation_;
+    r.num_replicas = ctx.num_replicas();
     if (r.critic_sharded) {
       RETURN_IF_ERROR(r.critic_sharded->set_context(&ctx));
       RETURN_IF_ERROR(r.actor_sharded->set_context(&ctx));
@@ -1061,7 +1080,7 @@ absl::Status D4pgAgent::Update(replicator::ReplicaContext& ctx, Replica& r, cons
   // in order, recorded once and replayed where the backend can (what its
   // program depends on besides device memory is in the signature); each
   // execution's one read lands in its readout when it ends.
-  const uint64_t signature = StepSignature(StepKind::kD4pgUpdate, {rows, ctx.num_replicas(), gathered, weighted, n});
+  const uint64_t signature = StepSignature(StepKind::kD4pgUpdate, {rows, r.num_replicas, gathered, weighted, n});
   absl::Status stepped;
   // Its readouts land later (nn::Backend's late reads): the host reads them
   // while the next execution runs.
@@ -1111,7 +1130,7 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
   // replica's backward passes left at the deadline in this execution (its
   // own slot, times K so that the mean is the count): one all-reduce, none
   // with one replica.
-  const int k = ctx.num_replicas();
+  const int k = r.num_replicas;
   std::vector<float>& metrics = r.metrics;
   metrics.assign(3 * n + (r.critic_deadline != nullptr ? k : 0), 0.0f);
   if (r.critic_deadline != nullptr) {
@@ -1134,21 +1153,36 @@ absl::Status D4pgAgent::Epilogue(replicator::ReplicaContext& ctx, Replica& r, La
   if (k > 1) RETURN_IF_ERROR(ctx.AllReduce(metrics, replicator::ReduceOp::kMean));
   const double input_wait = std::exchange(r.input_wait, 0.0);  // (replica 0's is the metric)
   if (&r == replicas_[0].get()) {
-    absl::MutexLock lock(&metrics_mu_);
+    MetricSums& sums = unpublished_;
     if (r.critic_deadline != nullptr) {
-      late_passes_.resize(k);
-      for (int i = 0; i < k; ++i) late_passes_[i] += std::llround(metrics[3 * n + i]);
+      sums.late_passes.resize(k);
+      for (int i = 0; i < k; ++i) sums.late_passes[i] += std::llround(metrics[3 * n + i]);
     }
     for (int64_t j = 0; j < n; ++j) {
-      sum_critic_loss_ += metrics[3 * j];
-      sum_actor_loss_ += metrics[3 * j + 1];
-      sum_q_ += metrics[3 * j + 2];
+      sums.critic_loss += metrics[3 * j];
+      sums.actor_loss += metrics[3 * j + 1];
+      sums.q += metrics[3 * j + 2];
     }
-    metric_count_ += n;
-    metric_updates_ = r.updates;
-    sum_input_wait_ += input_wait;
+    sums.count += n;
+    sums.updates = r.updates;
+    sums.input_wait += input_wait;
+    if (sums.count >= kMetricsPublishEvery) PublishMetrics();
   }
   return absl::OkStatus();
+}
+
+void D4pgAgent::PublishMetrics() {
+  MetricSums& sums = unpublished_;
+  if (sums.count == 0) return;
+  absl::MutexLock lock(&metrics_mu_);
+  late_passes_.resize(std::max(late_passes_.size(), sums.late_passes.size()));
+  for (size_t i = 0; i < sums.late_passes.size(); ++i) late_passes_[i] += std::exchange(sums.late_passes[i], 0);
+  sum_critic_loss_ += std::exchange(sums.critic_loss, 0.0);
+  sum_actor_loss_ += std::exchange(sums.actor_loss, 0.0);
+  sum_q_ += std::exchange(sums.q, 0.0);
+  sum_input_wait_ += std::exchange(sums.input_wait, 0.0);
+  metric_count_ += std::exchange(sums.count, 0);
+  metric_updates_ = sums.updates;
 }
 
 absl::Status D4pgAgent::DeviceUpdate(replicator::ReplicaContext& ctx, Replica& r, StepInputs& in,

@@ -155,8 +155,10 @@ class D4pgAgent final : public Agent {
   int64_t gradient_floats() const override;
 
   // Means over the updates since the last call (updates: the running
-  // total), the values kD4pgMetrics' in that order.
+  // total), the values kD4pgMetrics' in that order. During a Train call
+  // they come in every kMetricsPublishEvery updates; its end brings the rest.
   AgentMetrics metrics() const override;
+  static constexpr int64_t kMetricsPublishEvery = 64;
   // kD4pgMetrics, then with learner.engine.straggler DEADLINE
   // late_backward.replicaR for each replica R.
   std::vector<std::string> metric_names() const override;
@@ -239,9 +241,12 @@ class D4pgAgent final : public Agent {
   // prepares its frames (the host's part: no device call).
   absl::Status ProduceInput(Replica& r, int replica_id, int64_t shard, int64_t index, const SampleFn& sample);
   // `batch`'s own inputs into `staged` (ProduceInput's last part; `slots`
-  // its frames' slots where `gathered`).
-  void StageBatch(const replay::SampledBatch& batch, bool gathered, const std::vector<int32_t>& slots,
-                  StagedBatch& staged) const;
+  // its frames' slots where `gathered`), with the random shifts of
+  // `update` of model copy `copy` where pixels are augmented.
+  void StageBatch(const replay::SampledBatch& batch, bool gathered, const std::vector<int32_t>& slots, int copy,
+                  int64_t update, StagedBatch& staged) const;
+  // The random shifts of `update` of model copy `copy` into `out` (4 ints a row).
+  void ShiftsOf(int copy, int64_t update, int32_t* out) const;
   // One execution's inputs (learner.updates_per_execution, or fewer at a
   // Train call's end).
   using Block = std::vector<Input>;
@@ -268,6 +273,18 @@ class D4pgAgent final : public Agent {
   // The host's epilogue of a launched execution: its readouts landed, its
   // priorities (LastPriorities', taking its keys) and metrics.
   absl::Status Epilogue(replicator::ReplicaContext& ctx, Replica& r, Launched& execution, int64_t rows);
+  // Replica 0's epilogues' sums since the last PublishMetrics, which adds
+  // them to metrics()'s under metrics_mu_: every kMetricsPublishEvery
+  // updates and at each Train call's end (a lock an execution was 7% of the
+  // learner's own time at 8 updates an execution, docs/benchmarks/learner.md).
+  // Replica 0's thread's during Train, the caller's after it.
+  struct MetricSums {
+    double critic_loss = 0, actor_loss = 0, q = 0, input_wait = 0;
+    int64_t count = 0, updates = 0;
+    std::vector<int64_t> late_passes;  // engine.straggler DEADLINE: each replica's
+  };
+  MetricSums unpublished_;
+  void PublishMetrics();
   // Everything Save writes, downloaded from replica 0's device, in file order.
   std::vector<nn::CheckpointTensor> DownloadState() const;
   // engine.shard_state PARAMETERS: network n's whole values on the host,

@@ -155,6 +155,31 @@ TEST(D4pgAgentTest, ABatchOfTheWrongShapeIsAnErrorNamingTheField) {
   EXPECT_THAT(s.message(), HasSubstr("replica 0: transition batch field 1 (action): got float32[4,3]"));
 }
 
+// metrics() may be read from any thread while Train runs: a call's updates
+// come in every kMetricsPublishEvery updates (replica 0's epilogues sum
+// them without the lock in between), the rest at the call's end.
+TEST(D4pgAgentTest, MetricsComeInDuringACallAndWhollyAtItsEnd) {
+  const ObservationSpec spec{.state_size = 1};
+  const config::ExperimentConfig c = TinyConfig(/*batch=*/8, {8});
+  auto replicator = MakeReplicator(1);
+  auto agent = D4pgAgent::Create(c, spec, /*action_size=*/1, replicator.get());
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  constexpr int64_t kUpdates = 2 * D4pgAgent::kMetricsPublishEvery + 5;
+  int64_t drawn = 0;
+  AgentMetrics during;  // (the input's thread's, read after the call)
+  ASSERT_TRUE((*agent)->Train(kUpdates, [&](int, int64_t n, replay::SampledBatch* out) {
+    if (drawn == D4pgAgent::kMetricsPublishEvery + 30) during = (*agent)->metrics();
+    BanditBatch(spec, 1, c, /*seed=*/drawn++, n, 0, n, out);
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_GE(during.updates, D4pgAgent::kMetricsPublishEvery) << "nothing came in during the call";
+  EXPECT_LT(during.updates, D4pgAgent::kMetricsPublishEvery + 30);
+  EXPECT_TRUE(std::isfinite(during["critic_loss"]) && during["critic_loss"] > 0);
+  const AgentMetrics after = (*agent)->metrics();
+  EXPECT_EQ(after.updates, kUpdates) << "the call's last updates did not come in at its end";
+  EXPECT_TRUE(std::isfinite(after["critic_loss"]) && after["critic_loss"] > 0);
+}
+
 // --- Learning ------------------------------------------------------------------------
 
 TEST(D4pgAgentTest, LearnsAContextualBandit) {

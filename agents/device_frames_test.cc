@@ -750,6 +750,45 @@ TEST(D4pgDeviceFramesTest, PrefetchedInputChangesNoUpdateBitForBit) {
             TrainOnReplay({.device_frames = false, .updates = 7, .prefetch = false}).checksum);
 }
 
+// The input made ahead draws each batch's random shifts for the update it
+// is made for, counted from the updates as the input opened. A Load while
+// it runs moves the updates: each update then draws its own. B loads A's
+// state of 4 updates after 2 updates of its own (its input has made batches
+// for its updates 2 and on) and runs 3 more; C loads the same state and
+// runs the same 3 batches on its own input: the same state.
+TEST(D4pgDeviceFramesTest, ALoadWhileTheInputRunsAheadShiftsEachUpdateByItsOwnCount) {
+  const std::string path = ::testing::TempDir() + "/shifts_after_load.ckpt";
+  {
+    AgentOnReplay a({.device_frames = false});
+    const absl::Status trained =
+        a.agent->Train(4, [&](int, int64_t, replay::SampledBatch* out) { return a.sampler->Next(out); });
+    ASSERT_TRUE(trained.ok()) << trained;
+    ASSERT_TRUE(a.agent->Save(path).ok());
+  }
+  std::vector<replay::SampledBatch> taken;  // (the input's thread's, read once it stopped)
+  AgentOnReplay b({.device_frames = false});
+  b.agent->StartInput([&](int, int64_t, replay::SampledBatch* out) {
+    const absl::Status sampled = b.sampler->Next(out);
+    taken.push_back(*out);
+    return sampled;
+  });
+  ASSERT_TRUE(b.agent->Train(2).ok());
+  ASSERT_TRUE(b.agent->Load(path).ok());
+  ASSERT_TRUE(b.agent->Train(3).ok());
+  b.agent->StopInput();
+  ASSERT_GE(taken.size(), 5u);
+
+  AgentOnReplay c({.device_frames = false});
+  ASSERT_TRUE(c.agent->Load(path).ok());
+  size_t next = 2;
+  const absl::Status trained = c.agent->Train(3, [&](int, int64_t, replay::SampledBatch* out) {
+    *out = taken[next++];
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(trained.ok()) << trained;
+  EXPECT_EQ(b.agent->StateChecksum(), c.agent->StateChecksum());
+}
+
 // The input made ahead is made on a thread of its own that runs
 // SCHED_BATCH (woken by the learner's Free, it does not preempt the
 // learner's thread); without prefetching, on the caller's thread as it runs.

@@ -25,7 +25,7 @@ size_t PageRound(size_t bytes) {
 
 DeviceMemory::~DeviceMemory() {
   for (const Range& r : allocations_) {
-    client_->Destroy(r.allocation->buffer);
+    client_->Destroy(buffer(*r.allocation));
     munmap(reinterpret_cast<void*>(r.base), r.allocation->reserved);
   }
 }
@@ -61,7 +61,14 @@ void* DeviceMemory::Allocate(size_t bytes, bool scratch) {
   const int64_t dims[] = {a.words};
   auto buffer = client_->BufferFromHost(zeros.data(), capi::kF32, dims, device_);
   if (!buffer.ok()) Fatal(buffer.status(), absl::StrCat("allocating ", bytes, " bytes").c_str());
-  a.buffer = *buffer;
+  if (free_slots_.empty()) {
+    a.slot = static_cast<uint32_t>(buffers_.size());
+    buffers_.push_back(nullptr);
+  } else {
+    a.slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  buffers_[a.slot] = *buffer;
   a.scratch = scratch;
   a.id = ++allocated_;
   ++layout_;
@@ -76,7 +83,10 @@ void DeviceMemory::Free(void* p) {
     std::fprintf(stderr, "PJRT backend: Free(%p): not an allocation of this backend\n", p);
     std::abort();
   }
-  client_->Destroy(it->allocation->buffer);
+  capi::Buffer*& freed = buffer(*it->allocation);
+  client_->Destroy(freed);
+  freed = nullptr;
+  free_slots_.push_back(it->allocation->slot);
   munmap(p, it->allocation->reserved);
   allocations_.erase(it);
   ++layout_;
@@ -100,7 +110,7 @@ void DeviceMemory::BeginStep() {
 
 absl::Status DeviceMemory::Await() {
   for (const Range& r : allocations_) {
-    if (absl::Status s = client_->Await(r.allocation->buffer); !s.ok()) return s;
+    if (absl::Status s = client_->Await(buffer(*r.allocation)); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -31,7 +31,7 @@ class DeviceMemory {
     size_t bytes = 0;        // as asked for
     size_t reserved = 0;     // address range reserved (page multiple)
     int64_t words = 0;       // float32 words of the PJRT buffer
-    capi::Buffer* buffer = nullptr;
+    uint32_t slot = 0;       // where its buffer is: DeviceMemory::buffer
     bool scratch = false;       // AllocateScratch: dead after each step
     bool live_in_step = false;  // scratch a split step's first program left for its second
     // This backend's allocations numbered as made: an address range freed
@@ -57,6 +57,12 @@ class DeviceMemory {
   std::pair<uintptr_t, Allocation*> Find(const void* p, int64_t* byte_offset);
   // The allocation whose range starts at `base`; null when there is none.
   Allocation* At(uintptr_t base);
+  // An allocation's current PJRT buffer, by the allocation or its slot. The
+  // buffers are one array apart from the allocations: a replayed step binds
+  // its arguments' slots once per layout, then reads a hundred buffers from
+  // a few cache lines every execution instead of one allocation each.
+  capi::Buffer*& buffer(const Allocation& a) { return buffers_[a.slot]; }
+  capi::Buffer*& buffer(uint32_t slot) { return buffers_[slot]; }
 
   // Bumped by every Allocate and Free, never 0: an Allocation* from At or
   // Find stays valid (and is the same allocation) while layout() is
@@ -80,6 +86,9 @@ class DeviceMemory {
     std::unique_ptr<Allocation> allocation;
   };
   std::vector<Range> allocations_;
+  // Each allocation's buffer at its slot; the slots freed, for the next.
+  std::vector<capi::Buffer*> buffers_;
+  std::vector<uint32_t> free_slots_;
   // The first range starting after `address`.
   std::vector<Range>::iterator After(uintptr_t address);
   // The range starting at `base`; end() when there is none.

@@ -321,8 +321,9 @@ void PjrtBackend::Upload(const void* host, void* device, size_t bytes) {
   if (step_) stats_.step_upload_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (t.whole && !step_) {
     // The whole allocation: the new buffer replaces the old one.
-    client_->Destroy(a->buffer);
-    a->buffer = *buffer;
+    capi::Buffer*& replaced = memory_.buffer(*a);
+    client_->Destroy(replaced);
+    replaced = *buffer;
     return;
   }
   if (step_) NotReplayable("an upload inside the step (a replayed step's inputs are uploaded before it)");
@@ -363,7 +364,7 @@ void PjrtBackend::Download(const void* device, void* host, size_t bytes) {
   DeviceMemory::Allocation* a = memory_.Find(device, &offset).second;
   const Transfer t = TransferOf("Download", offset, bytes, a->bytes, a->words);
   if (t.whole) {
-    Check(client_->ToHost(a->buffer, host, bytes), "downloading");
+    Check(client_->ToHost(memory_.buffer(*a), host, bytes), "downloading");
     return;
   }
   Launch l(*this);

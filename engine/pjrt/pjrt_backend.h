@@ -285,9 +285,11 @@ class PjrtBackend final : public nn::Backend {
     bool ready = false;               // two recordings in a row were the same: replay
     int replays_since_check = 0;
     capi::Buffer* scalars = nullptr;  // the recorded run-time scalars on the device, made once
-    // The allocations its arguments are (null: the scalars) and its outputs
-    // replace, found at DeviceMemory::layout() bound_layout (0: not yet).
-    std::vector<DeviceMemory::Allocation*> arg_allocations, written_allocations;
+    // The buffer slots (DeviceMemory::buffer) of its arguments (kScalars:
+    // the scalars) and of the allocations its outputs replace, found at
+    // DeviceMemory::layout() bound_layout (0: not yet).
+    static constexpr uint32_t kScalars = ~uint32_t{0};
+    std::vector<uint32_t> arg_slots, written_slots;
     uint64_t bound_layout = 0;
     std::vector<capi::Buffer*> args, out;  // a replay's, kept: no allocation per update
   };

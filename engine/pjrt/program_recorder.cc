@@ -131,8 +131,9 @@ StepRecording ProgramRecorder::Recording() const {
 void ProgramRecorder::Install(const std::vector<capi::Buffer*>& out) {
   for (size_t i = 0; i < written_.size(); ++i) {
     DeviceMemory::Allocation& a = *written_[i]->allocation;
-    client_.Destroy(a.buffer);  // donated to the execution (or, scratch, replaced)
-    a.buffer = out[i];
+    capi::Buffer*& buffer = memory_.buffer(a);
+    client_.Destroy(buffer);  // donated to the execution (or, scratch, replaced)
+    buffer = out[i];
     if (written_[i]->scratch) a.live_in_step = true;
   }
   for (size_t i = 0; i < results_.size(); ++i) {
@@ -169,7 +170,7 @@ ProgramRecorder::Tracked& ProgramRecorder::Touch(const void* p, int64_t* offset)
   if (!t.scratch) {
     t.whole = f.Parameter({allocation->words}, "f32");
     t.parameter = f.num_parameters() - 1;
-    args_.push_back(allocation->buffer);
+    args_.push_back(memory_.buffer(*allocation));
   }
   tracked_.push_back(std::move(t));
   return tracked_.back();

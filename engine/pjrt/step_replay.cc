@@ -108,16 +108,16 @@ void PjrtBackend::RunStep(uint64_t signature, const std::function<void()>& devic
 bool PjrtBackend::Bind(ReplayedStep& step) {
   const StepRecording& r = step.recorded.recording;
   step.bound_layout = 0;
-  step.arg_allocations.assign(r.args.size(), nullptr);
+  step.arg_slots.assign(r.args.size(), ReplayedStep::kScalars);
   for (size_t i = 0; i < r.args.size(); ++i) {
     if (r.args[i] == 0) continue;  // the run-time scalars
     DeviceMemory::Allocation* a = memory_.At(r.args[i]);
     if (a == nullptr || a->id != r.arg_ids[i]) return false;  // freed or made anew since the recording
-    step.arg_allocations[i] = a;
+    step.arg_slots[i] = a->slot;
   }
-  step.written_allocations.assign(r.written.size(), nullptr);
+  step.written_slots.assign(r.written.size(), 0);
   for (size_t i = 0; i < r.written.size(); ++i) {
-    step.written_allocations[i] = memory_.At(r.written[i]);  // (each an argument: bound above)
+    step.written_slots[i] = memory_.At(r.written[i])->slot;  // (each an argument: bound above)
   }
   step.bound_layout = memory_.layout();
   return true;
@@ -136,8 +136,8 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   std::vector<capi::Buffer*>& args = step.args;
   args.resize(r.args.size());
   for (size_t i = 0; i < r.args.size(); ++i) {
-    if (step.arg_allocations[i] != nullptr) {
-      args[i] = step.arg_allocations[i]->buffer;
+    if (const uint32_t slot = step.arg_slots[i]; slot != ReplayedStep::kScalars) {
+      args[i] = memory_.buffer(slot);
       continue;
     }
     if (step.scalars == nullptr) {
@@ -156,9 +156,9 @@ bool PjrtBackend::Replay(ReplayedStep& step) {
   NoteDeviceIdle(execute_began);
   Execute(program, program.executable, args, out, /*step=*/true, /*kernels=*/0);
   for (size_t i = 0; i < r.written.size(); ++i) {
-    DeviceMemory::Allocation* a = step.written_allocations[i];
-    client_->Destroy(a->buffer);  // donated to the execution
-    a->buffer = out[i];
+    capi::Buffer*& buffer = memory_.buffer(step.written_slots[i]);
+    client_->Destroy(buffer);  // donated to the execution
+    buffer = out[i];
   }
   const size_t reads = step.recorded.reads.size();
   // When the execution ends (its first result computed), for the idle time
