@@ -144,24 +144,20 @@ absl::Status DeviceFrameTable::Resolve(std::span<const replay::FramePtr> frames,
 
 absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames, replay::FrameDecoder& decoder,
                                        std::vector<int32_t>* slots) {
+  const uint64_t end = pending_end_.load(std::memory_order_relaxed);  // (this thread's)
+  if (end - pending_begin_.load(std::memory_order_acquire) == pending_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("DeviceFrameTable::Prepare: ", pending_.size(),
+                                                      " batches prepared and not uploaded (batches_in_flight)"));
+  }
   ++batch_;
   slots->resize(frames.size());
   new_frames_.clear();
-  Staged staged;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!spare_.empty()) {
-      staged = std::move(spare_.back());
-      spare_.pop_back();
-    }
-  }
+  Staged& staged = pending_[end % pending_.size()];
   staged.slots.clear();
   staged.frames = 0;
   // Undoes this call's new slots (an error before their frames landed).
   const auto fail = [&](absl::Status status) {
     FreeNewSlots(staged, static_cast<int64_t>(staged.slots.size()));
-    absl::MutexLock lock(&mu_);
-    spare_.push_back(std::move(staged));
     return status;
   };
   // Each frame's slot: where it already is, else a new one.
@@ -209,8 +205,7 @@ absl::Status DeviceFrameTable::Prepare(std::span<const replay::FramePtr> frames,
     std::copy(staged.slots.begin(), staged.slots.end(), staged.words.begin() + bucket * row_words_);
   }
   staged.frames = n;
-  absl::MutexLock lock(&mu_);
-  staged_.push_back(std::move(staged));
+  pending_end_.store(end + 1, std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -222,30 +217,23 @@ void DeviceFrameTable::FreeNewSlots(const Staged& staged, int64_t count) {
 }
 
 void DeviceFrameTable::DropPending() {
-  absl::MutexLock lock(&mu_);
-  for (Staged& staged : staged_) {
+  const uint64_t end = pending_end_.load(std::memory_order_acquire);
+  for (uint64_t i = pending_begin_.load(std::memory_order_relaxed); i != end; ++i) {
+    const Staged& staged = pending_[i % pending_.size()];
     FreeNewSlots(staged, staged.frames);  // (not the padding)
-    spare_.push_back(std::move(staged));
   }
-  staged_.clear();
+  pending_begin_.store(end, std::memory_order_release);
 }
 
 int64_t DeviceFrameTable::pending() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(staged_.size());
+  const uint64_t begin = pending_begin_.load(std::memory_order_acquire);
+  return static_cast<int64_t>(pending_end_.load(std::memory_order_acquire) - begin);
 }
 
 void DeviceFrameTable::Upload() {
-  Staged staged;
-  bool have = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!staged_.empty()) {
-      staged = std::move(staged_.front());
-      staged_.pop_front();
-      have = true;
-    }
-  }
+  const uint64_t begin = pending_begin_.load(std::memory_order_relaxed);  // (this thread's)
+  const bool have = begin != pending_end_.load(std::memory_order_acquire);
+  Staged& staged = pending_[begin % pending_.size()];
   // The table's memory, on first use (an agent fed host batches never needs
   // it), and again each time a Prepare grew the slots: every slot a staged
   // batch names is below them (a Prepare grows before it stages).
@@ -272,10 +260,7 @@ void DeviceFrameTable::Upload() {
     bytes_uploaded_ += static_cast<int64_t>(bytes);
     ++scatters_;
   }
-  if (have) {
-    absl::MutexLock lock(&mu_);
-    spare_.push_back(std::move(staged));
-  }
+  if (have) pending_begin_.store(begin + 1, std::memory_order_release);  // (the entry Prepare's again)
 }
 
 DeviceFrameStats DeviceFrameTable::stats() const {

@@ -48,7 +48,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <utility>
@@ -57,7 +56,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "agents/policy.h"
 #include "engine/nn/backend.h"
 #include "proto/config.pb.h"
@@ -116,8 +114,12 @@ class DeviceFrameTable {
                        std::vector<int32_t>* slots);
   void Upload();
   // How many batches, the one being resolved included, keep their frames
-  // (1 unless set; BatchesInFlight's for an agent's input).
-  void set_batches_in_flight(int batches) { batches_in_flight_ = std::max(1, batches); }
+  // (1 unless set; BatchesInFlight's for an agent's input), and how many may
+  // be prepared and not yet uploaded. Before the first Prepare.
+  void set_batches_in_flight(int batches) {
+    batches_in_flight_ = std::max(1, batches);
+    pending_.resize(static_cast<size_t>(batches_in_flight_));
+  }
   // Forgets what Prepare staged and Upload did not send: their new frames'
   // slots are free again (an input made ahead, then stopped). Not while a
   // Prepare runs.
@@ -191,11 +193,16 @@ class DeviceFrameTable {
   nn::DeviceBuffer table_;
   int64_t device_slots_ = 0;
   // Between the preparing thread and the device's: the batches staged and
-  // not uploaded (oldest first), and staging buffers to reuse. (Upload grows
-  // the device's table to slots_now_, the slots as Prepare left them.)
-  mutable absl::Mutex mu_;
-  std::deque<Staged> staged_ ABSL_GUARDED_BY(mu_);
-  std::vector<Staged> spare_ ABSL_GUARDED_BY(mu_);
+  // not uploaded, a ring of batches_in_flight_ (what may be prepared ahead
+  // of the uploads): batch i at pending_[i % size], the oldest at
+  // pending_begin_, Prepare's next at pending_end_, each counter advanced by
+  // its own thread alone and published with release. No lock, no node made
+  // or freed an upload; an entry keeps its buffers for the next batch it
+  // holds (both were a sixth of Upload's time, docs/benchmarks/learner.md).
+  // (Upload grows the device's table to slots_now_, the slots as Prepare
+  // left them.)
+  std::vector<Staged> pending_ = std::vector<Staged>(1);
+  std::atomic<uint64_t> pending_begin_ = 0, pending_end_ = 0;
   std::vector<Slot> slot_;
   absl::flat_hash_map<uint64_t, int32_t> where_;  // frame id -> slot
   std::vector<int32_t> free_;

@@ -324,7 +324,8 @@ TEST(DeviceFrameTableTest, TheBatchesInFlightKeepTheirFramesTillTheirStep) {
 // staged batches (the device's table grown at an Upload to slots a later
 // staged batch took), and in a cache keeping four batches' frames. DropPending forgets what is
 // staged: the slots of its new frames are free again and later batches
-// stay exact.
+// stay exact. A batch prepared beyond batches_in_flight before an upload is
+// refused.
 TEST(DeviceFrameTableTest, BatchesPreparedAheadGoUpInTheirOrder) {
   nn::CpuBackend cpu(1);
   nn::StrictCpuBackend strict(1, size_t{64} << 20);
@@ -348,6 +349,15 @@ TEST(DeviceFrameTableTest, BatchesPreparedAheadGoUpInTheirOrder) {
         ASSERT_TRUE(SampleAndResolve(p, frames, /*n=*/8, &seen, &batch, /*upload=*/false));
       }
       EXPECT_EQ(frames.pending(), 4);
+      if (round == 0) {
+        // A fifth before an upload: refused, saying why; the four stay staged.
+        std::set<uint64_t> not_sent;
+        ResolvedBatch fifth;
+        const ::testing::AssertionResult refused = SampleAndResolve(p, frames, /*n=*/8, &not_sent, &fifth, false);
+        EXPECT_FALSE(refused);
+        EXPECT_THAT(refused.message(), HasSubstr("4 batches prepared and not uploaded"));
+        EXPECT_EQ(frames.pending(), 4);
+      }
       for (size_t k = 0; k < batches.size(); ++k) {
         frames.Upload();
         EXPECT_EQ(frames.pending(), static_cast<int64_t>(batches.size() - k - 1));
