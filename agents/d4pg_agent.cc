@@ -824,13 +824,15 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
                                      const SampleFn& sample) {
   const size_t b = static_cast<size_t>(index) % r.batches.size();
   replay::SampledBatch& batch = r.batches[b];
+  // The model copy and the update this input is for (StageBatch's shifts).
+  const int copy = replica_id / model_parallel_;
+  const int64_t update = r.first_update + index;
   if (model_parallel_ > 1 && r.part != 0) {
     // A split critic's part takes its copy's rows from part 0 (ShareInputs):
     // it samples nothing, its batch only shaped.
     replay::ShapeBatch(signature_, shard, &batch);
     if (config_.learner().prioritized()) batch.weights.assign(shard, 0.0);
-    StageBatch(batch, /*gathered=*/false, r.slots[b], replica_id / model_parallel_, r.first_update + index,
-               r.staged[b]);
+    StageBatch(batch, /*gathered=*/false, r.slots[b], copy, update, r.staged[b]);
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(sample(replica_id, shard, &batch));
@@ -847,7 +849,7 @@ absl::Status D4pgAgent::ProduceInput(Replica& r, int replica_id, int64_t shard, 
   }
   // Frame references: slots found, new frames decoded (uploaded by input_fn).
   if (gathered) RETURN_IF_ERROR(r.frames->Prepare(batch.frames, r.decoder, &r.slots[b]));
-  StageBatch(batch, gathered, r.slots[b], replica_id / model_parallel_, r.first_update + index, r.staged[b]);
+  StageBatch(batch, gathered, r.slots[b], copy, update, r.staged[b]);
   return absl::OkStatus();
 }
 
